@@ -1,0 +1,253 @@
+//! The in-process bus of the embedded shape: bounded queues inside one process.
+//!
+//! A full queue makes publishers wait (backpressure) rather than dropping anything. A delivery
+//! that is nak'ed, or dropped without an ack, goes back into its queue. Nothing survives the
+//! process: durability in the embedded shape comes from the store (a run is recorded per
+//! inbound id), not from this bus.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures_util::StreamExt;
+use tokio::sync::{Mutex as AsyncMutex, broadcast, mpsc};
+
+use super::{Acker, Bus, BusError, Deliveries, Delivery, Events};
+use crate::contract::{DeadLetter, RunEvent};
+use crate::subject::{DEFAULT_PREFIX, Flow, Subjects};
+
+/// How long a dedupe id is remembered, like JetStream's default duplicate window.
+const DEDUPE_WINDOW: Duration = Duration::from_secs(120);
+/// How many dead letters are kept for inspection.
+const DEAD_LETTERS_KEPT: usize = 1000;
+/// How many events a live subscriber may lag behind before it misses some.
+const EVENT_BUFFER: usize = 1024;
+
+struct Item {
+    subject: String,
+    payload: Bytes,
+    attempt: u64,
+}
+
+/// One work queue: many producers, consumers sharing one receiver.
+struct Queue {
+    tx: mpsc::Sender<Item>,
+    rx: Arc<AsyncMutex<mpsc::Receiver<Item>>>,
+}
+
+impl Queue {
+    fn new(capacity: usize) -> Self {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        Self { tx, rx: Arc::new(AsyncMutex::new(rx)) }
+    }
+
+    fn deliveries(&self) -> Deliveries {
+        let rx = Arc::clone(&self.rx);
+        let requeue = self.tx.clone();
+        futures_util::stream::unfold((rx, requeue), |(rx, requeue)| async move {
+            let item = rx.lock().await.recv().await?;
+            let acker = MemoryAcker { item: Some(Item { ..item.clone_meta() }), requeue: requeue.clone() };
+            let delivery = Delivery::new(item.subject, item.payload, item.attempt, Box::new(acker));
+            Some((Ok(delivery), (rx, requeue)))
+        })
+        .boxed()
+    }
+}
+
+impl Item {
+    fn clone_meta(&self) -> Item {
+        Item { subject: self.subject.clone(), payload: self.payload.clone(), attempt: self.attempt }
+    }
+}
+
+/// Puts its delivery back in the queue unless it was acked.
+struct MemoryAcker {
+    item: Option<Item>,
+    requeue: mpsc::Sender<Item>,
+}
+
+impl MemoryAcker {
+    fn requeue_after(&mut self, delay: Option<Duration>) {
+        let Some(mut item) = self.item.take() else { return };
+        item.attempt += 1;
+        let tx = self.requeue.clone();
+        // Spawned so that a full queue never blocks the consumer that gives the message back.
+        tokio::spawn(async move {
+            if let Some(delay) = delay {
+                tokio::time::sleep(delay).await;
+            }
+            if tx.send(item).await.is_err() {
+                tracing::debug!("in-process bus closed before a redelivery");
+            }
+        });
+    }
+}
+
+#[async_trait]
+impl Acker for MemoryAcker {
+    async fn ack(&mut self) -> Result<(), BusError> {
+        self.item = None;
+        Ok(())
+    }
+
+    async fn nak(&mut self, delay: Option<Duration>) -> Result<(), BusError> {
+        self.requeue_after(delay);
+        Ok(())
+    }
+
+    async fn progress(&self) -> Result<(), BusError> {
+        Ok(())
+    }
+}
+
+impl Drop for MemoryAcker {
+    fn drop(&mut self) {
+        if self.item.is_some() && tokio::runtime::Handle::try_current().is_ok() {
+            self.requeue_after(None);
+        }
+    }
+}
+
+/// The in-process bus. Cheap to share behind an `Arc`.
+pub struct MemoryBus {
+    subjects: Subjects,
+    capacity: usize,
+    inbound: Queue,
+    outbound: Mutex<HashMap<String, Arc<Queue>>>,
+    events: broadcast::Sender<(String, String, Bytes)>,
+    seen: Mutex<HashMap<String, Instant>>,
+    dead: Mutex<HashMap<&'static str, VecDeque<DeadLetter>>>,
+}
+
+impl MemoryBus {
+    /// A bus whose queues hold at most `capacity` messages each.
+    pub fn new(capacity: usize) -> Self {
+        let subjects = Subjects::new(DEFAULT_PREFIX).unwrap_or_else(|_| unreachable!("the default prefix is valid"));
+        Self {
+            subjects,
+            capacity,
+            inbound: Queue::new(capacity),
+            outbound: Mutex::new(HashMap::new()),
+            events: broadcast::channel(EVENT_BUFFER).0,
+            seen: Mutex::new(HashMap::new()),
+            dead: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn outbound_queue(&self, channel: &str) -> Arc<Queue> {
+        let mut queues = self.outbound.lock().unwrap_or_else(PoisonError::into_inner);
+        Arc::clone(queues.entry(channel.to_owned()).or_insert_with(|| Arc::new(Queue::new(self.capacity))))
+    }
+
+    /// True when `id` was already published within the dedupe window.
+    fn is_duplicate(&self, id: &str) -> bool {
+        let now = Instant::now();
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        if seen.len() > 10_000 {
+            seen.retain(|_, at| now.duration_since(*at) < DEDUPE_WINDOW);
+        }
+        match seen.get(id) {
+            Some(at) if now.duration_since(*at) < DEDUPE_WINDOW => true,
+            _ => {
+                seen.insert(id.to_owned(), now);
+                false
+            }
+        }
+    }
+}
+
+fn flow_key(flow: Flow) -> &'static str {
+    match flow {
+        Flow::In => "in",
+        Flow::Out => "out",
+        Flow::Events => "events",
+    }
+}
+
+#[async_trait]
+impl Bus for MemoryBus {
+    async fn publish_raw(
+        &self,
+        flow: Flow,
+        channel: &str,
+        chat_id: &str,
+        dedupe_id: Option<&str>,
+        payload: Bytes,
+    ) -> Result<(), BusError> {
+        let subject = self.subjects.chat(flow, channel, chat_id);
+        if flow == Flow::Events {
+            // No subscriber is not an error: events are for whoever happens to watch.
+            let _ = self.events.send((channel.to_owned(), chat_id.to_owned(), payload));
+            return Ok(());
+        }
+        if dedupe_id.is_some_and(|id| self.is_duplicate(&format!("{}:{id}", flow_key(flow)))) {
+            tracing::debug!(%subject, "duplicate publish ignored");
+            return Ok(());
+        }
+        let item = Item { subject: subject.clone(), payload, attempt: 1 };
+        let tx = match flow {
+            Flow::In => self.inbound.tx.clone(),
+            _ => self.outbound_queue(channel).tx.clone(),
+        };
+        tx.send(item).await.map_err(|_| BusError::Publish { subject, reason: "the bus is closed".into() })
+    }
+
+    async fn inbound(&self) -> Result<Deliveries, BusError> {
+        Ok(self.inbound.deliveries())
+    }
+
+    async fn outbound(&self, channel: &str) -> Result<Deliveries, BusError> {
+        Ok(self.outbound_queue(channel).deliveries())
+    }
+
+    async fn events(&self, channel: &str, chat_id: Option<&str>) -> Result<Events, BusError> {
+        let rx = self.events.subscribe();
+        let (channel, chat_id) = (channel.to_owned(), chat_id.map(str::to_owned));
+        let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+            loop {
+                match rx.recv().await {
+                    Ok(item) => return Some((item, rx)),
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        tracing::warn!(missed = n, "event subscriber fell behind");
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        })
+        .filter_map(move |(ev_channel, ev_chat, payload)| {
+            let wanted = ev_channel == channel && chat_id.as_ref().is_none_or(|c| *c == ev_chat);
+            let event = if wanted { decode_event(&payload) } else { None };
+            std::future::ready(event)
+        });
+        Ok(stream.boxed())
+    }
+
+    async fn dead_letter(&self, flow: Flow, letter: &DeadLetter) -> Result<(), BusError> {
+        tracing::warn!(subject = %letter.subject, reason = %letter.reason, "message dead-lettered");
+        let mut dead = self.dead.lock().unwrap_or_else(PoisonError::into_inner);
+        let kept = dead.entry(flow_key(flow)).or_default();
+        if kept.len() == DEAD_LETTERS_KEPT {
+            kept.pop_front();
+        }
+        kept.push_back(letter.clone());
+        Ok(())
+    }
+
+    async fn dead_letters(&self, flow: Flow, limit: usize) -> Result<Vec<DeadLetter>, BusError> {
+        let dead = self.dead.lock().unwrap_or_else(PoisonError::into_inner);
+        let kept = dead.get(flow_key(flow)).map(|q| q.iter().cloned().collect::<Vec<_>>()).unwrap_or_default();
+        Ok(kept[kept.len().saturating_sub(limit)..].to_vec())
+    }
+}
+
+fn decode_event(payload: &[u8]) -> Option<RunEvent> {
+    match serde_json::from_slice(payload) {
+        Ok(event) => Some(event),
+        Err(err) => {
+            tracing::warn!(%err, "undecodable run event skipped");
+            None
+        }
+    }
+}

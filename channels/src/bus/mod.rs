@@ -1,0 +1,175 @@
+//! The message bus: how adapters and workers reach each other.
+//!
+//! Two implementations pass one behaviour suite (`tests/bus_suite.rs`): [`memory::MemoryBus`]
+//! for the embedded single-process shape and `nats::NatsBus` (feature `nats`) on JetStream
+//! for the distributed shape. Callers see only this trait.
+//!
+//! Inbound and outbound messages are work queues with explicit acknowledgement: each delivery
+//! goes to one consumer, which must [`Delivery::ack`] it once it is done with it, or
+//! [`Delivery::nak`] it to have it delivered again. A delivery dropped without either is
+//! delivered again too. Events are fire-and-forget broadcasts for live views.
+
+pub mod memory;
+#[cfg(feature = "nats")]
+pub mod nats;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures_util::stream::BoxStream;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use thiserror::Error;
+
+use crate::contract::{DeadLetter, InboundMessage, OutboundMessage, RunEvent};
+use crate::subject::{Flow, SubjectError};
+
+#[derive(Debug, Error)]
+pub enum BusError {
+    #[error("cannot connect to the bus at {url}: {reason}")]
+    Connect { url: String, reason: String },
+    #[error("the NATS server at {0} has no JetStream; start it with `-js` (nats-server -js)")]
+    NoJetStream(String),
+    #[error("bus setup failed: {0}")]
+    Setup(String),
+    #[error("publish to {subject} failed: {reason}")]
+    Publish { subject: String, reason: String },
+    #[error("receiving from the bus failed: {0}")]
+    Receive(String),
+    #[error("acknowledging a delivery failed: {0}")]
+    Ack(String),
+    #[error("cannot encode message: {0}")]
+    Encode(#[from] serde_json::Error),
+    #[error(transparent)]
+    Subject(#[from] SubjectError),
+    #[error("the bus is closed")]
+    Closed,
+}
+
+/// What a consumer does with a delivery when it is finished with it.
+#[async_trait]
+pub trait Acker: Send + Sync {
+    async fn ack(&mut self) -> Result<(), BusError>;
+    async fn nak(&mut self, delay: Option<Duration>) -> Result<(), BusError>;
+    /// Tells the bus the consumer is still working, so the delivery is not given to another.
+    async fn progress(&self) -> Result<(), BusError>;
+}
+
+/// One message taken from an inbound or outbound queue, not yet acknowledged.
+pub struct Delivery {
+    /// The full subject the message was published on.
+    pub subject: String,
+    pub payload: Bytes,
+    /// 1 on the first delivery, more on redeliveries.
+    pub attempt: u64,
+    acker: Box<dyn Acker>,
+}
+
+impl std::fmt::Debug for Delivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Delivery").field("subject", &self.subject).field("attempt", &self.attempt).finish()
+    }
+}
+
+impl Delivery {
+    pub fn new(subject: String, payload: Bytes, attempt: u64, acker: Box<dyn Acker>) -> Self {
+        Self { subject, payload, attempt, acker }
+    }
+
+    /// Decodes the payload as JSON.
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_slice(&self.payload)
+    }
+
+    /// Done: the message is removed from the queue.
+    pub async fn ack(mut self) -> Result<(), BusError> {
+        self.acker.ack().await
+    }
+
+    /// Not done: deliver the message again, after `delay` if given.
+    pub async fn nak(mut self, delay: Option<Duration>) -> Result<(), BusError> {
+        self.acker.nak(delay).await
+    }
+
+    /// Still working on it.
+    pub async fn progress(&self) -> Result<(), BusError> {
+        self.acker.progress().await
+    }
+
+    /// A cheap handle that sends progress for this delivery while it is worked on elsewhere.
+    pub fn into_parts(self) -> (DeliveryInfo, Box<dyn Acker>) {
+        (DeliveryInfo { subject: self.subject, payload: self.payload, attempt: self.attempt }, self.acker)
+    }
+}
+
+/// The data of a delivery, without its acknowledgement handle.
+#[derive(Debug, Clone)]
+pub struct DeliveryInfo {
+    pub subject: String,
+    pub payload: Bytes,
+    pub attempt: u64,
+}
+
+/// A stream of deliveries; it ends when the bus closes.
+pub type Deliveries = BoxStream<'static, Result<Delivery, BusError>>;
+
+/// A stream of run events.
+pub type Events = BoxStream<'static, RunEvent>;
+
+/// The bus as adapters and workers use it.
+#[async_trait]
+pub trait Bus: Send + Sync + 'static {
+    /// Publishes raw bytes on `<prefix>.<flow>.<channel>.<chat>`. `dedupe_id`, when given, makes
+    /// a second publish with the same id within the dedupe window a no-op. Returns once the bus
+    /// has durably accepted the message (as durable as this bus gets).
+    async fn publish_raw(
+        &self,
+        flow: Flow,
+        channel: &str,
+        chat_id: &str,
+        dedupe_id: Option<&str>,
+        payload: Bytes,
+    ) -> Result<(), BusError>;
+
+    /// Takes inbound messages of every channel. Several subscribers share the work.
+    async fn inbound(&self) -> Result<Deliveries, BusError>;
+
+    /// Takes outbound messages for one channel. Several subscribers share the work.
+    async fn outbound(&self, channel: &str) -> Result<Deliveries, BusError>;
+
+    /// Live run events of one channel, optionally of one chat. Best effort: a slow subscriber
+    /// may miss events, and events published while nobody listens are gone.
+    async fn events(&self, channel: &str, chat_id: Option<&str>) -> Result<Events, BusError>;
+
+    /// Sets aside a message that cannot be processed, with the reason.
+    async fn dead_letter(&self, flow: Flow, letter: &DeadLetter) -> Result<(), BusError>;
+
+    /// Dead letters published so far that are still kept (newest last), for operators and tests.
+    async fn dead_letters(&self, flow: Flow, limit: usize) -> Result<Vec<DeadLetter>, BusError>;
+}
+
+/// Typed publishing on top of [`Bus::publish_raw`].
+#[async_trait]
+pub trait BusExt: Bus {
+    async fn publish_inbound(&self, msg: &InboundMessage) -> Result<(), BusError> {
+        let payload = to_payload(msg)?;
+        self.publish_raw(Flow::In, &msg.channel, &msg.chat_id, Some(&msg.id), payload).await
+    }
+
+    async fn publish_outbound(&self, msg: &OutboundMessage) -> Result<(), BusError> {
+        let payload = to_payload(msg)?;
+        self.publish_raw(Flow::Out, &msg.channel, &msg.chat_id, Some(&msg.id), payload).await
+    }
+
+    async fn publish_event(&self, event: &RunEvent) -> Result<(), BusError> {
+        let payload = to_payload(event)?;
+        self.publish_raw(Flow::Events, &event.channel, &event.chat_id, None, payload).await
+    }
+}
+
+impl<B: Bus + ?Sized> BusExt for B {}
+
+fn to_payload<T: Serialize>(value: &T) -> Result<Bytes, BusError> {
+    Ok(Bytes::from(serde_json::to_vec(value)?))
+}

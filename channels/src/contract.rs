@@ -1,0 +1,390 @@
+//! The bus contract: the JSON messages that channel adapters and agent workers exchange.
+//!
+//! Every message carries `v` (the contract version). Decoders ignore unknown fields and
+//! default missing optional ones, so adapters written against an older or newer contract
+//! keep working. `docs/bus.md` is the normative description of these types.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// The contract version written into every message.
+pub const CONTRACT_VERSION: u32 = 1;
+
+fn contract_version() -> u32 {
+    CONTRACT_VERSION
+}
+
+/// Who wrote an inbound message, as the platform identifies them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Sender {
+    pub id: String,
+    pub name: String,
+    pub is_bot: bool,
+}
+
+/// A file attached to a message: a path in the agent's workspace or a URL.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Media {
+    /// `photo`, `document`, `voice`, `audio`, `video` or `file`.
+    pub kind: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mime_type: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+}
+
+/// Whether an inbound message was written by a person or produced by switchboard itself.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InboundKind {
+    #[default]
+    User,
+    /// Cron prompts, heartbeat wake-ups, sub-agent announcements.
+    System,
+}
+
+/// Where a system message came from.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Origin {
+    /// `cron`, `heartbeat`, `subagent`, …
+    pub kind: String,
+    /// The id of the job, sub-agent or other source.
+    pub id: String,
+}
+
+/// A message for an agent, published by a channel adapter (or a scheduler) on `…in.<channel>.<chat>`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct InboundMessage {
+    #[serde(default = "contract_version")]
+    pub v: u32,
+    /// Unique and stable per platform message: the deduplication key (`telegram:<chat>:<msg>`).
+    pub id: String,
+    pub channel: String,
+    pub chat_id: String,
+    pub sender: Sender,
+    pub content: String,
+    pub media: Vec<Media>,
+    /// Platform id of the message this one answers, if any.
+    pub reply_to: Option<String>,
+    /// Telegram forum topic or Discord thread id.
+    pub thread_id: Option<String>,
+    pub is_group: bool,
+    /// The bot was addressed (mention, reply to the bot, command).
+    pub mentioned: bool,
+    pub kind: InboundKind,
+    pub origin: Option<Origin>,
+    /// When the adapter accepted the message; a missing value reads as "now".
+    #[serde(default = "Utc::now")]
+    pub received_at: DateTime<Utc>,
+    pub metadata: Map<String, Value>,
+}
+
+impl Default for InboundMessage {
+    fn default() -> Self {
+        Self {
+            v: CONTRACT_VERSION,
+            id: String::new(),
+            channel: String::new(),
+            chat_id: String::new(),
+            sender: Sender::default(),
+            content: String::new(),
+            media: Vec::new(),
+            reply_to: None,
+            thread_id: None,
+            is_group: false,
+            mentioned: false,
+            kind: InboundKind::User,
+            origin: None,
+            received_at: Utc::now(),
+            metadata: Map::new(),
+        }
+    }
+}
+
+/// Why a decoded message cannot be processed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ContractError {
+    #[error("field `{0}` must not be empty")]
+    Missing(&'static str),
+    #[error("unsupported contract version {0} (this build speaks {CONTRACT_VERSION})")]
+    Version(u32),
+}
+
+impl InboundMessage {
+    /// A user message with a fresh id; adapters set platform ids themselves.
+    pub fn user(channel: &str, chat_id: &str, sender: Sender, content: &str) -> Self {
+        Self {
+            id: new_id(),
+            channel: channel.to_owned(),
+            chat_id: chat_id.to_owned(),
+            sender,
+            content: content.to_owned(),
+            ..Self::default()
+        }
+    }
+
+    /// The session this message belongs to: `channel:chat_id`, plus `:topic:N` on Telegram
+    /// forum topics or `:thread:N` elsewhere.
+    pub fn session_key(&self) -> String {
+        session_key(&self.channel, &self.chat_id, self.thread_id.as_deref())
+    }
+
+    /// Checks what serde cannot: required strings are present and the version is known.
+    pub fn validate(&self) -> Result<(), ContractError> {
+        check_version(self.v)?;
+        non_empty("id", &self.id)?;
+        non_empty("channel", &self.channel)?;
+        non_empty("chat_id", &self.chat_id)
+    }
+}
+
+/// What an outbound message is for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutboundKind {
+    /// The answer of a run.
+    #[default]
+    Reply,
+    /// An intermediate update while a run goes on.
+    Progress,
+    /// Something switchboard says by itself (errors, command answers).
+    Notice,
+}
+
+/// A message for a chat, published by a worker on `…out.<channel>.<chat>`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct OutboundMessage {
+    #[serde(default = "contract_version")]
+    pub v: u32,
+    /// Unique per outbound message and stable across redeliveries of the same run.
+    pub id: String,
+    /// The inbound message id this answers, if any.
+    pub in_reply_to: Option<String>,
+    pub channel: String,
+    pub chat_id: String,
+    pub thread_id: Option<String>,
+    pub content: String,
+    pub media: Vec<Media>,
+    /// Platform message id to quote, if the adapter should reply to a specific message.
+    pub reply_to: Option<String>,
+    pub kind: OutboundKind,
+    #[serde(default = "Utc::now")]
+    pub created_at: DateTime<Utc>,
+    pub metadata: Map<String, Value>,
+}
+
+impl Default for OutboundMessage {
+    fn default() -> Self {
+        Self {
+            v: CONTRACT_VERSION,
+            id: String::new(),
+            in_reply_to: None,
+            channel: String::new(),
+            chat_id: String::new(),
+            thread_id: None,
+            content: String::new(),
+            media: Vec::new(),
+            reply_to: None,
+            kind: OutboundKind::Reply,
+            created_at: Utc::now(),
+            metadata: Map::new(),
+        }
+    }
+}
+
+impl OutboundMessage {
+    /// An answer addressed to the chat (and thread) the inbound message came from.
+    pub fn answering(inbound: &InboundMessage, id: String, kind: OutboundKind, content: String) -> Self {
+        Self {
+            id,
+            in_reply_to: Some(inbound.id.clone()),
+            channel: inbound.channel.clone(),
+            chat_id: inbound.chat_id.clone(),
+            thread_id: inbound.thread_id.clone(),
+            content,
+            reply_to: inbound.metadata.get("message_id").and_then(Value::as_str).map(str::to_owned),
+            kind,
+            ..Self::default()
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), ContractError> {
+        check_version(self.v)?;
+        non_empty("id", &self.id)?;
+        non_empty("channel", &self.channel)?;
+        non_empty("chat_id", &self.chat_id)
+    }
+}
+
+/// Token counts reported by the model provider.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+impl Usage {
+    pub fn add(&mut self, other: Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+    }
+}
+
+/// What happened in a run, published on `…events.<channel>.<chat>` (best effort, not durable).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunEvent {
+    #[serde(default = "contract_version")]
+    pub v: u32,
+    pub run_id: String,
+    pub session_key: String,
+    pub channel: String,
+    pub chat_id: String,
+    #[serde(default)]
+    pub inbound_id: Option<String>,
+    #[serde(default = "Utc::now")]
+    pub at: DateTime<Utc>,
+    #[serde(flatten)]
+    pub body: RunEventBody,
+}
+
+/// The event-specific part of a [`RunEvent`], tagged by `type`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+pub enum RunEventBody {
+    #[serde(rename = "run.started")]
+    Started,
+    /// Streamed text of the reply as it is generated.
+    #[serde(rename = "chunk")]
+    Chunk { text: String },
+    #[serde(rename = "tool.call")]
+    ToolCall { call_id: String, name: String, arguments: Value },
+    #[serde(rename = "tool.result")]
+    ToolResult { call_id: String, name: String, content: String, is_error: bool },
+    #[serde(rename = "run.completed")]
+    Completed {
+        reply: String,
+        #[serde(default)]
+        usage: Usage,
+        #[serde(default)]
+        model: String,
+    },
+    #[serde(rename = "run.failed")]
+    Failed { error: String },
+    /// An event type this build does not know (from a newer worker).
+    #[serde(other)]
+    Unknown,
+}
+
+/// A message that could not be processed, published on `…dead.<kind>` with the reason.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DeadLetter {
+    #[serde(default = "contract_version")]
+    pub v: u32,
+    /// The subject the message was taken from.
+    pub subject: String,
+    pub reason: String,
+    /// The payload as received (lossy UTF-8 if it was not valid UTF-8).
+    pub payload: String,
+    #[serde(default = "Utc::now")]
+    pub at: DateTime<Utc>,
+}
+
+impl Default for DeadLetter {
+    fn default() -> Self {
+        Self { v: CONTRACT_VERSION, subject: String::new(), reason: String::new(), payload: String::new(), at: Utc::now() }
+    }
+}
+
+/// The session key for a chat, optionally narrowed to a topic or thread.
+pub fn session_key(channel: &str, chat_id: &str, thread_id: Option<&str>) -> String {
+    match thread_id {
+        // Telegram calls its sub-chats forum topics; Discord and others call them threads.
+        Some(thread) if channel == "telegram" => format!("{channel}:{chat_id}:topic:{thread}"),
+        Some(thread) => format!("{channel}:{chat_id}:thread:{thread}"),
+        None => format!("{channel}:{chat_id}"),
+    }
+}
+
+/// A fresh, time-ordered unique id.
+pub fn new_id() -> String {
+    uuid::Uuid::now_v7().to_string()
+}
+
+fn check_version(v: u32) -> Result<(), ContractError> {
+    if v == 0 || v > CONTRACT_VERSION { Err(ContractError::Version(v)) } else { Ok(()) }
+}
+
+fn non_empty(field: &'static str, value: &str) -> Result<(), ContractError> {
+    if value.is_empty() { Err(ContractError::Missing(field)) } else { Ok(()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn minimal_inbound_json_decodes_with_defaults() {
+        let msg: InboundMessage =
+            serde_json::from_str(r#"{"v":1,"id":"x1","channel":"api","chat_id":"me","content":"hi","future_field":3}"#)
+                .unwrap();
+        assert_eq!(msg.sender, Sender::default());
+        assert_eq!(msg.kind, InboundKind::User);
+        assert!(msg.validate().is_ok());
+        assert_eq!(msg.session_key(), "api:me");
+    }
+
+    #[test]
+    fn missing_id_fails_validation() {
+        let msg: InboundMessage = serde_json::from_str(r#"{"channel":"api","chat_id":"me"}"#).unwrap();
+        assert_eq!(msg.validate(), Err(ContractError::Missing("id")));
+    }
+
+    #[test]
+    fn newer_version_is_refused() {
+        let msg: InboundMessage = serde_json::from_str(r#"{"v":99,"id":"a","channel":"api","chat_id":"me"}"#).unwrap();
+        assert_eq!(msg.validate(), Err(ContractError::Version(99)));
+    }
+
+    #[test]
+    fn session_keys_name_topics_and_threads() {
+        assert_eq!(session_key("telegram", "-100", Some("7")), "telegram:-100:topic:7");
+        assert_eq!(session_key("discord", "55", Some("9")), "discord:55:thread:9");
+    }
+
+    #[test]
+    fn run_events_are_tagged_by_type() {
+        let ev = RunEvent {
+            v: 1,
+            run_id: "r".into(),
+            session_key: "api:me".into(),
+            channel: "api".into(),
+            chat_id: "me".into(),
+            inbound_id: None,
+            at: Utc::now(),
+            body: RunEventBody::Chunk { text: "he".into() },
+        };
+        let json = serde_json::to_value(&ev).unwrap();
+        assert_eq!(json["type"], "chunk");
+        assert_eq!(json["text"], "he");
+        let back: RunEvent = serde_json::from_value(json).unwrap();
+        assert_eq!(back, ev);
+        let unknown: RunEvent =
+            serde_json::from_str(r#"{"run_id":"r","session_key":"k","channel":"c","chat_id":"d","type":"run.paused"}"#)
+                .unwrap();
+        assert_eq!(unknown.body, RunEventBody::Unknown);
+    }
+}

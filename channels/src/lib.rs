@@ -1,0 +1,12 @@
+//! switchboard's bus contract, the [`bus::Bus`] trait with its in-process and NATS JetStream
+//! implementations, and the channel adapters.
+
+pub mod bus;
+pub mod contract;
+pub mod subject;
+
+#[cfg(feature = "api")]
+pub mod api;
+
+pub use bus::{Bus, BusError, BusExt, Deliveries, Delivery};
+pub use contract::{InboundMessage, OutboundMessage, RunEvent, RunEventBody};

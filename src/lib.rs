@@ -1,0 +1,5 @@
+//! switchboard: the agent runtime and daemon wiring. Channel adapters and the bus live in the
+//! `switchboard-channels` crate.
+
+pub mod provider;
+pub mod store;

@@ -1,0 +1,153 @@
+//! Model providers: the [`Provider`] trait, the chat types the agent loop speaks, and the
+//! OpenAI-compatible implementation.
+
+pub mod openai;
+mod retry;
+mod sse;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use switchboard_channels::contract::Usage;
+use thiserror::Error;
+
+pub use retry::{RetryPolicy, with_retries};
+
+/// Who wrote a chat message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+    Tool,
+}
+
+/// A tool call the model asked for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    /// The arguments as the model wrote them (a JSON object, usually).
+    pub arguments: Value,
+}
+
+/// One message of a conversation, as stored in the transcript and sent to the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: Role,
+    #[serde(default)]
+    pub content: String,
+    /// Assistant messages: the tools it called.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// Tool messages: the call this result answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// Tool messages: the tool's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+impl ChatMessage {
+    pub fn system(content: impl Into<String>) -> Self {
+        Self { role: Role::System, content: content.into(), tool_calls: Vec::new(), tool_call_id: None, name: None }
+    }
+
+    pub fn user(content: impl Into<String>) -> Self {
+        Self { role: Role::User, ..Self::system(content) }
+    }
+
+    pub fn assistant(content: impl Into<String>, tool_calls: Vec<ToolCall>) -> Self {
+        Self { role: Role::Assistant, tool_calls, ..Self::system(content) }
+    }
+
+    pub fn tool_result(call: &ToolCall, content: impl Into<String>) -> Self {
+        Self {
+            role: Role::Tool,
+            tool_call_id: Some(call.id.clone()),
+            name: Some(call.name.clone()),
+            ..Self::system(content)
+        }
+    }
+}
+
+/// A tool as the model sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    /// JSON Schema of the arguments object.
+    pub parameters: Value,
+}
+
+/// One call to the model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatRequest {
+    pub model: String,
+    pub messages: Vec<ChatMessage>,
+    pub tools: Vec<ToolSpec>,
+    pub max_tokens: Option<u32>,
+    pub temperature: Option<f32>,
+}
+
+/// The model's answer to one call.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChatResponse {
+    pub content: String,
+    pub tool_calls: Vec<ToolCall>,
+    pub usage: Usage,
+    /// The model that answered, as the provider names it.
+    pub model: String,
+    pub finish_reason: Option<String>,
+}
+
+/// Receives streamed text as it arrives.
+pub type TextSink<'a> = &'a (dyn Fn(&str) + Send + Sync);
+
+#[derive(Debug, Error)]
+pub enum ProviderError {
+    #[error("the provider answered HTTP {status}: {message}")]
+    Http { status: u16, message: String, retry_after: Option<Duration> },
+    #[error("the conversation is longer than the model's context window: {0}")]
+    ContextOverflow(String),
+    #[error("cannot reach the provider: {0}")]
+    Network(String),
+    #[error("the provider did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("cannot read the provider's answer: {0}")]
+    Decode(String),
+}
+
+impl ProviderError {
+    /// Worth trying again: rate limits, server errors, timeouts and network failures.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ProviderError::Http { status, .. } => *status == 429 || *status == 408 || *status >= 500,
+            ProviderError::Network(_) | ProviderError::Timeout(_) => true,
+            ProviderError::ContextOverflow(_) | ProviderError::Decode(_) => false,
+        }
+    }
+
+    /// The wait the provider asked for, if it did.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ProviderError::Http { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+}
+
+/// A model vendor's API.
+#[async_trait]
+pub trait Provider: Send + Sync {
+    /// A short name for logs and run records (`openai`, the configured entry name, …).
+    fn name(&self) -> &str;
+
+    /// Sends one request. With `stream`, text is passed to it as it arrives; the returned
+    /// response holds the whole text either way.
+    async fn complete(&self, request: &ChatRequest, stream: Option<TextSink<'_>>)
+    -> Result<ChatResponse, ProviderError>;
+}

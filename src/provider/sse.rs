@@ -1,0 +1,1 @@
+//! Server-sent events parsing (to be written).

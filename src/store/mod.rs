@@ -1,0 +1,110 @@
+//! Persistence: sessions, the append-only transcript, and runs.
+//!
+//! Callers see only the [`Store`] trait; [`sqlite::SqliteStore`] is the embedded backend and a
+//! PostgreSQL backend fits behind the same trait. The `runs` table has a unique inbound id, so a
+//! redelivered message never produces a second run or reply.
+
+pub mod sqlite;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use switchboard_channels::contract::{OutboundMessage, Usage};
+use thiserror::Error;
+
+use crate::provider::ChatMessage;
+
+#[derive(Debug, Error)]
+pub enum StoreError {
+    #[error("cannot open the database at {path}: {reason}")]
+    Open { path: String, reason: String },
+    #[error("database migration {version} failed: {reason}")]
+    Migrate { version: i64, reason: String },
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+    #[error("run {0} does not exist")]
+    NoSuchRun(String),
+}
+
+/// What a worker should do with an inbound message, decided atomically by [`Store::claim_run`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunClaim {
+    /// First time this inbound id is seen: a run was created; go ahead.
+    New { run_id: String },
+    /// A run for this inbound id was started before but never finished (its worker died):
+    /// it was taken over; run it again from the start.
+    Resumed { run_id: String, attempt: u32 },
+    /// The run already finished. If its reply was never marked delivered, deliver `reply`
+    /// (the same message, same id) and mark it; otherwise there is nothing to do.
+    Finished { run_id: String, reply: Option<OutboundMessage>, delivered: bool },
+}
+
+/// Final state of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunStatus {
+    Running,
+    Completed,
+    Failed,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+        }
+    }
+}
+
+/// What a finished run leaves behind.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOutcome {
+    pub status: RunStatus,
+    /// Messages to append to the session's transcript (user message first), atomically.
+    pub transcript: Vec<ChatMessage>,
+    /// The reply to deliver, if any (none for suppressed replies).
+    pub reply: Option<OutboundMessage>,
+    pub error: Option<String>,
+    pub usage: Usage,
+    pub model: String,
+    pub iterations: u32,
+}
+
+/// A run as listed for operators.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRecord {
+    pub run_id: String,
+    pub inbound_id: String,
+    pub session_key: String,
+    pub status: RunStatus,
+    pub attempt: u32,
+    pub model: String,
+    pub usage: Usage,
+    pub iterations: u32,
+    pub error: Option<String>,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub reply_delivered: bool,
+}
+
+#[async_trait]
+pub trait Store: Send + Sync {
+    /// Records that `inbound_id` is being worked on in `session_key`, or reports what was
+    /// already done for it. Atomic: two workers claiming one inbound id get one `New`.
+    async fn claim_run(&self, inbound_id: &str, session_key: &str) -> Result<RunClaim, StoreError>;
+
+    /// The most recent `limit` transcript messages of a session, oldest first.
+    async fn history(&self, session_key: &str, limit: usize) -> Result<Vec<ChatMessage>, StoreError>;
+
+    /// Finishes a run: appends its transcript, stores the reply, sets status, usage and timings,
+    /// all in one transaction.
+    async fn finish_run(&self, run_id: &str, outcome: &RunOutcome) -> Result<(), StoreError>;
+
+    /// Marks a run's reply as published on the bus.
+    async fn mark_reply_delivered(&self, run_id: &str) -> Result<(), StoreError>;
+
+    /// The most recent runs, newest first.
+    async fn recent_runs(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError>;
+}
