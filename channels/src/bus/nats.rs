@@ -1,0 +1,1 @@
+//! The NATS JetStream bus (to be written).
