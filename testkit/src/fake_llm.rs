@@ -1,0 +1,1 @@
+//! A scripted OpenAI-compatible server (to be written).

@@ -1,0 +1,1 @@
+//! An isolated nats-server per test (to be written).
