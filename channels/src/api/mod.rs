@@ -1,1 +1,154 @@
-//! The HTTP API channel.
+//! The HTTP API channel: `POST /v1/messages` puts a message on the bus and waits for the
+//! reply; `GET /healthz` says the process is up.
+//!
+//! Replies come back on the `api` outbound queue. This process matches them to waiting
+//! requests by the inbound id they answer; a reply with nobody waiting (the client gave up)
+//! is acked and dropped with a log line.
+
+mod http;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use thiserror::Error;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use crate::bus::{Bus, BusError, Deliveries};
+use crate::contract::{OutboundKind, OutboundMessage};
+
+/// The channel name of this adapter on the bus.
+pub const CHANNEL: &str = "api";
+
+#[derive(Debug, Error)]
+pub enum ApiError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("the HTTP server failed: {0}")]
+    Serve(std::io::Error),
+    #[error(transparent)]
+    Bus(#[from] BusError),
+}
+
+/// Settings of the API channel.
+#[derive(Clone)]
+pub struct ApiSettings {
+    pub listen: SocketAddr,
+    /// When set, requests must carry `Authorization: Bearer <token>`.
+    pub token: Option<String>,
+    /// How long `POST /v1/messages` waits for the reply before answering 504.
+    pub reply_timeout: Duration,
+    pub max_body_bytes: usize,
+}
+
+impl std::fmt::Debug for ApiSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiSettings")
+            .field("listen", &self.listen)
+            .field("token", &self.token.as_ref().map(|_| "***"))
+            .field("reply_timeout", &self.reply_timeout)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .finish()
+    }
+}
+
+/// Requests waiting for their reply, by inbound message id.
+#[derive(Default)]
+pub(crate) struct Waiters {
+    pending: Mutex<HashMap<String, oneshot::Sender<OutboundMessage>>>,
+}
+
+impl Waiters {
+    pub(crate) fn register(&self, inbound_id: &str) -> oneshot::Receiver<OutboundMessage> {
+        let (tx, rx) = oneshot::channel();
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner).insert(inbound_id.to_owned(), tx);
+        rx
+    }
+
+    pub(crate) fn forget(&self, inbound_id: &str) {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner).remove(inbound_id);
+    }
+
+    /// Hands a reply to its waiting request; false when nobody waits for it.
+    fn resolve(&self, reply: OutboundMessage) -> bool {
+        let Some(id) = reply.in_reply_to.clone() else { return false };
+        let waiter = self.pending.lock().unwrap_or_else(PoisonError::into_inner).remove(&id);
+        waiter.is_some_and(|tx| tx.send(reply).is_ok())
+    }
+}
+
+/// A running API channel.
+pub struct ApiChannel {
+    pub local_addr: SocketAddr,
+    task: tokio::task::JoinHandle<Result<(), ApiError>>,
+}
+
+impl ApiChannel {
+    /// Binds the listener and starts serving until `shutdown` is cancelled.
+    pub async fn start(
+        bus: Arc<dyn Bus>,
+        settings: ApiSettings,
+        shutdown: CancellationToken,
+    ) -> Result<ApiChannel, ApiError> {
+        let listener = TcpListener::bind(settings.listen)
+            .await
+            .map_err(|source| ApiError::Bind { addr: settings.listen, source })?;
+        let local_addr = listener.local_addr().map_err(ApiError::Serve)?;
+        let waiters = Arc::new(Waiters::default());
+        let replies = bus.outbound(CHANNEL).await?;
+        tokio::spawn(route_replies(replies, Arc::clone(&waiters), shutdown.clone()));
+        let app = http::router(bus, settings, waiters);
+        tracing::info!(%local_addr, "API channel listening");
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move { shutdown.cancelled().await })
+                .await
+                .map_err(ApiError::Serve)
+        });
+        Ok(ApiChannel { local_addr, task })
+    }
+
+    /// Waits until the server has stopped.
+    pub async fn wait(self) -> Result<(), ApiError> {
+        match self.task.await {
+            Ok(result) => result,
+            Err(err) => Err(ApiError::Serve(std::io::Error::other(err))),
+        }
+    }
+}
+
+/// Takes replies for the `api` channel off the bus and hands them to waiting requests.
+async fn route_replies(mut replies: Deliveries, waiters: Arc<Waiters>, shutdown: CancellationToken) {
+    loop {
+        let next = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            next = replies.next() => next,
+        };
+        let delivery = match next {
+            Some(Ok(delivery)) => delivery,
+            Some(Err(err)) => {
+                tracing::warn!(%err, "receiving API replies failed; retrying in 1 s");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+            None => return,
+        };
+        match delivery.decode::<OutboundMessage>() {
+            Ok(reply) if reply.kind == OutboundKind::Progress => {}
+            Ok(reply) => {
+                let id = reply.id.clone();
+                if !waiters.resolve(reply) {
+                    tracing::info!(reply_id = %id, "API reply arrived with nobody waiting; dropped");
+                }
+            }
+            Err(err) => tracing::warn!(%err, subject = %delivery.subject, "undecodable API reply dropped"),
+        }
+        if let Err(err) = delivery.ack().await {
+            tracing::warn!(%err, "cannot ack an API reply");
+        }
+    }
+}

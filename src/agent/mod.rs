@@ -1,0 +1,206 @@
+//! The agent loop: think (call the model), act (run the tools it asked for), observe (give it
+//! the results), until it answers in words or the iteration limit is reached.
+
+use std::sync::Arc;
+
+use futures_util::future::join_all;
+use switchboard_channels::contract::{RunEventBody, Usage};
+use tracing::Instrument;
+
+use crate::provider::{ChatMessage, ChatRequest, ChatResponse, Provider, ProviderError, RetryPolicy, with_retries};
+use crate::tools::{ToolContext, ToolRegistry};
+
+/// How an agent talks to its model.
+#[derive(Debug, Clone)]
+pub struct AgentSettings {
+    pub system_prompt: String,
+    pub model: String,
+    pub max_iterations: u32,
+    pub max_tokens: Option<u32>,
+    pub temperature: Option<f32>,
+    /// Stream the model's text as `chunk` events while it is generated.
+    pub stream: bool,
+    pub retry: RetryPolicy,
+}
+
+/// Where a run reports what it does (`tool.call`, `chunk`, …). Must not block.
+pub trait EventSink: Send + Sync {
+    fn emit(&self, body: RunEventBody);
+}
+
+/// One turn of a conversation to run.
+pub struct Turn<'a> {
+    /// Earlier messages of the session, oldest first.
+    pub history: Vec<ChatMessage>,
+    /// The message being answered.
+    pub input: ChatMessage,
+    pub ctx: ToolContext,
+    pub events: &'a dyn EventSink,
+}
+
+/// What a turn produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnResult {
+    /// The text for the user: the model's answer, or a short explanation of what went wrong.
+    pub reply: String,
+    /// The input and every message the turn added, in order, for the transcript.
+    pub transcript: Vec<ChatMessage>,
+    pub usage: Usage,
+    /// The model that answered last.
+    pub model: String,
+    pub iterations: u32,
+    /// Set when the turn failed; `reply` then explains it to the user.
+    pub error: Option<String>,
+}
+
+/// A configured agent: a provider, its tools and its settings.
+pub struct Agent {
+    provider: Arc<dyn Provider>,
+    tools: ToolRegistry,
+    settings: AgentSettings,
+}
+
+impl Agent {
+    pub fn new(provider: Arc<dyn Provider>, tools: ToolRegistry, settings: AgentSettings) -> Self {
+        Self { provider, tools, settings }
+    }
+
+    pub fn settings(&self) -> &AgentSettings {
+        &self.settings
+    }
+
+    /// Runs one turn to its end. Never fails: a provider failure becomes an apologetic reply
+    /// with `error` set, so the user always hears back.
+    pub async fn run(&self, turn: Turn<'_>) -> TurnResult {
+        let Turn { history, input, ctx, events } = turn;
+        let mut messages = Vec::with_capacity(history.len() + 2);
+        messages.push(ChatMessage::system(&self.settings.system_prompt));
+        messages.extend(history);
+        let first_new = messages.len();
+        messages.push(input);
+        let mut result = TurnResult {
+            reply: String::new(),
+            transcript: Vec::new(),
+            usage: Usage::default(),
+            model: self.settings.model.clone(),
+            iterations: 0,
+            error: None,
+        };
+        while result.iterations < self.settings.max_iterations {
+            result.iterations += 1;
+            let response = match self.call_model(&messages, result.iterations, events).await {
+                Ok(response) => response,
+                Err(err) => {
+                    tracing::warn!(error = %err, "model call failed");
+                    result.reply = failure_reply(&err);
+                    result.error = Some(err.to_string());
+                    break;
+                }
+            };
+            result.usage.add(response.usage);
+            if !response.model.is_empty() {
+                result.model.clone_from(&response.model);
+            }
+            let calls = response.tool_calls.clone();
+            messages.push(ChatMessage::assistant(response.content.clone(), response.tool_calls));
+            if calls.is_empty() {
+                result.reply = response.content;
+                break;
+            }
+            self.run_tools(&calls, &ctx, events, &mut messages).await;
+        }
+        if result.reply.is_empty() && result.error.is_none() && last_is_tool_result(&messages) {
+            result.reply = format!(
+                "I stopped after {} steps without reaching an answer. Ask me to continue if you want me to go on.",
+                self.settings.max_iterations
+            );
+            result.error = Some(format!("iteration limit of {} reached", self.settings.max_iterations));
+        }
+        result.transcript = messages.split_off(first_new);
+        result
+    }
+
+    async fn call_model(
+        &self,
+        messages: &[ChatMessage],
+        iteration: u32,
+        events: &dyn EventSink,
+    ) -> Result<ChatResponse, ProviderError> {
+        let request = ChatRequest {
+            model: self.settings.model.clone(),
+            messages: messages.to_vec(),
+            tools: self.tools.specs(),
+            max_tokens: self.settings.max_tokens,
+            temperature: self.settings.temperature,
+        };
+        let chunk = |text: &str| events.emit(RunEventBody::Chunk { text: text.to_owned() });
+        let stream = self.settings.stream.then_some(&chunk as &(dyn Fn(&str) + Send + Sync));
+        let span = tracing::info_span!(
+            "llm_call",
+            provider = self.provider.name(),
+            model = %self.settings.model,
+            iteration,
+            input_tokens = tracing::field::Empty,
+            output_tokens = tracing::field::Empty,
+        );
+        let started = std::time::Instant::now();
+        let response = with_retries(&self.settings.retry, || self.provider.complete(&request, stream))
+            .instrument(span.clone())
+            .await;
+        if let Ok(response) = &response {
+            span.record("input_tokens", response.usage.input_tokens);
+            span.record("output_tokens", response.usage.output_tokens);
+        }
+        tracing::debug!(parent: &span, elapsed_ms = started.elapsed().as_millis() as u64, ok = response.is_ok(), "model answered");
+        response
+    }
+
+    /// Runs the calls of one model response in parallel; results go back in call order.
+    async fn run_tools(
+        &self,
+        calls: &[crate::provider::ToolCall],
+        ctx: &ToolContext,
+        events: &dyn EventSink,
+        messages: &mut Vec<ChatMessage>,
+    ) {
+        for call in calls {
+            events.emit(RunEventBody::ToolCall {
+                call_id: call.id.clone(),
+                name: call.name.clone(),
+                arguments: call.arguments.clone(),
+            });
+        }
+        let outputs = join_all(calls.iter().map(|call| {
+            let span = tracing::info_span!("tool_call", tool = %call.name, call_id = %call.id);
+            self.tools.call(call, ctx).instrument(span)
+        }))
+        .await;
+        for (call, output) in calls.iter().zip(outputs) {
+            events.emit(RunEventBody::ToolResult {
+                call_id: call.id.clone(),
+                name: call.name.clone(),
+                content: output.content.clone(),
+                is_error: output.is_error,
+            });
+            messages.push(ChatMessage::tool_result(call, output.content));
+        }
+    }
+}
+
+fn last_is_tool_result(messages: &[ChatMessage]) -> bool {
+    messages.last().is_some_and(|m| m.role == crate::provider::Role::Tool)
+}
+
+/// What the user reads when the model could not be reached.
+fn failure_reply(err: &ProviderError) -> String {
+    let why = match err {
+        ProviderError::Http { status: 429, .. } => "the model provider is rate-limiting us".to_owned(),
+        ProviderError::Http { status: 401 | 403, .. } => "the model provider refused our credentials".to_owned(),
+        ProviderError::Http { status, .. } => format!("the model provider answered with an error (HTTP {status})"),
+        ProviderError::ContextOverflow(_) => "the conversation is too long for the model".to_owned(),
+        ProviderError::Network(_) => "the model provider cannot be reached".to_owned(),
+        ProviderError::Timeout(_) => "the model provider did not answer in time".to_owned(),
+        ProviderError::Decode(_) => "the model provider sent an answer I could not read".to_owned(),
+    };
+    format!("Sorry, I could not answer: {why}. Please try again in a moment.")
+}

@@ -1,0 +1,70 @@
+//! Holding a delivery while it waits and runs: a task owns the acknowledgement handle, tells
+//! the bus "still working" at an interval (so JetStream does not give the message to another
+//! worker during a long run), and acks or naks when told to.
+
+use std::time::Duration;
+
+use switchboard_channels::bus::Acker;
+use tokio::sync::oneshot;
+
+/// How a held delivery ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settle {
+    Ack,
+    Nak(Option<Duration>),
+}
+
+/// The worker's side of a held delivery. Dropping it without settling lets the bus redeliver.
+pub struct Held {
+    settle: Option<oneshot::Sender<Settle>>,
+    done: Option<oneshot::Receiver<()>>,
+}
+
+impl Held {
+    /// Starts holding `acker`, sending progress every `interval`.
+    pub fn start(acker: Box<dyn Acker>, interval: Duration) -> Self {
+        let (settle_tx, settle_rx) = oneshot::channel();
+        let (done_tx, done_rx) = oneshot::channel();
+        tokio::spawn(hold(acker, interval, settle_rx, done_tx));
+        Self { settle: Some(settle_tx), done: Some(done_rx) }
+    }
+
+    /// Acks or naks and waits until the bus has been told.
+    pub async fn settle(mut self, how: Settle) {
+        if let Some(tx) = self.settle.take() {
+            let _ = tx.send(how);
+        }
+        if let Some(done) = self.done.take() {
+            let _ = done.await;
+        }
+    }
+}
+
+async fn hold(
+    mut acker: Box<dyn Acker>,
+    interval: Duration,
+    mut settle: oneshot::Receiver<Settle>,
+    done: oneshot::Sender<()>,
+) {
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+    let outcome = loop {
+        tokio::select! {
+            how = &mut settle => break how.ok(),
+            _ = ticker.tick() => {
+                if let Err(err) = acker.progress().await {
+                    tracing::warn!(%err, "cannot tell the bus a run is still in progress");
+                }
+            }
+        }
+    };
+    let result = match outcome {
+        Some(Settle::Ack) => acker.ack().await,
+        Some(Settle::Nak(delay)) => acker.nak(delay).await,
+        // The worker dropped the delivery without a verdict: let the bus redeliver it.
+        None => Ok(()),
+    };
+    if let Err(err) = result {
+        tracing::warn!(%err, ?outcome, "cannot settle a delivery; the bus will redeliver it");
+    }
+    let _ = done.send(());
+}

@@ -1,0 +1,178 @@
+//! One inbound message, from claim to acknowledgement.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use switchboard_channels::bus::BusExt;
+use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, RunEvent, RunEventBody};
+use tokio::sync::mpsc;
+use tracing::Instrument;
+
+use super::Shared;
+use super::keepalive::{Held, Settle};
+use crate::agent::{EventSink, Turn};
+use crate::provider::ChatMessage;
+use crate::store::{RunClaim, RunOutcome, RunStatus};
+use crate::tools::ToolContext;
+
+/// How long to wait before a message is tried again after the store or bus failed.
+const RETRY_DELAY: Duration = Duration::from_secs(5);
+
+/// Why a message goes back to the bus instead of being acked.
+enum Giveback {
+    Stopping,
+    Transient(String),
+}
+
+pub(super) async fn process(shared: &Shared, msg: InboundMessage, held: Held) {
+    let span = tracing::info_span!("run", session = %msg.session_key(), inbound = %msg.id,
+        run_id = tracing::field::Empty, status = tracing::field::Empty);
+    let verdict = process_inner(shared, &msg).instrument(span.clone()).await;
+    let settle = match verdict {
+        Ok(()) => Settle::Ack,
+        Err(Giveback::Stopping) => Settle::Nak(None),
+        Err(Giveback::Transient(reason)) => {
+            tracing::warn!(parent: &span, %reason, "giving the message back to the bus to retry");
+            Settle::Nak(Some(RETRY_DELAY))
+        }
+    };
+    held.settle(settle).await;
+}
+
+async fn process_inner(shared: &Shared, msg: &InboundMessage) -> Result<(), Giveback> {
+    if shared.stopping.is_cancelled() {
+        return Err(Giveback::Stopping);
+    }
+    let _permit = tokio::select! {
+        _ = shared.stopping.cancelled() => return Err(Giveback::Stopping),
+        permit = shared.runs.acquire() => permit.map_err(|_| Giveback::Stopping)?,
+    };
+    let session_key = msg.session_key();
+    let claim = shared.store.claim_run(&msg.id, &session_key).await.map_err(transient)?;
+    let run_id = match claim {
+        RunClaim::Finished { run_id, reply, delivered } => {
+            tracing::info!(%run_id, delivered, "message already answered; not running it again");
+            if let (Some(reply), false) = (reply, delivered) {
+                deliver(shared, &run_id, &reply).await?;
+            }
+            return Ok(());
+        }
+        RunClaim::New { run_id } => run_id,
+        RunClaim::Resumed { run_id, attempt } => {
+            tracing::info!(%run_id, attempt, "resuming a run whose worker stopped before finishing");
+            run_id
+        }
+    };
+    tracing::Span::current().record("run_id", run_id.as_str());
+    let outcome = tokio::select! {
+        _ = shared.abandon.cancelled() => return Err(Giveback::Stopping),
+        outcome = run_turn(shared, msg, &run_id, &session_key) => outcome?,
+    };
+    tracing::Span::current().record("status", outcome.status.as_str());
+    shared.store.finish_run(&run_id, &outcome).await.map_err(transient)?;
+    if let Some(reply) = &outcome.reply {
+        deliver(shared, &run_id, reply).await?;
+    }
+    Ok(())
+}
+
+fn transient(err: impl std::fmt::Display) -> Giveback {
+    Giveback::Transient(err.to_string())
+}
+
+async fn deliver(shared: &Shared, run_id: &str, reply: &OutboundMessage) -> Result<(), Giveback> {
+    shared.bus.publish_outbound(reply).await.map_err(transient)?;
+    shared.store.mark_reply_delivered(run_id).await.map_err(transient)
+}
+
+async fn run_turn(
+    shared: &Shared,
+    msg: &InboundMessage,
+    run_id: &str,
+    session_key: &str,
+) -> Result<RunOutcome, Giveback> {
+    let history = shared.store.history(session_key, shared.settings.history_limit).await.map_err(transient)?;
+    let events = BusEvents::start(Arc::clone(&shared.bus), msg, run_id);
+    events.emit(RunEventBody::Started);
+    let turn = Turn {
+        history,
+        input: ChatMessage::user(input_text(msg)),
+        ctx: ToolContext {
+            session_key: session_key.to_owned(),
+            channel: msg.channel.clone(),
+            chat_id: msg.chat_id.clone(),
+            run_id: run_id.to_owned(),
+        },
+        events: &events,
+    };
+    let result = shared.agent.run(turn).await;
+    let status = if result.error.is_some() { RunStatus::Failed } else { RunStatus::Completed };
+    let kind = if result.error.is_some() { OutboundKind::Notice } else { OutboundKind::Reply };
+    // The reply's id is derived from the run, so a redelivery publishes the same message again
+    // and the bus's dedupe (or the adapter) drops the copy.
+    let mut reply = OutboundMessage::answering(msg, format!("{run_id}:reply"), kind, result.reply.clone());
+    reply.metadata.insert("run_id".into(), json!(run_id));
+    reply.metadata.insert("session_key".into(), json!(session_key));
+    reply.metadata.insert("model".into(), json!(result.model));
+    reply.metadata.insert("usage".into(), json!(result.usage));
+    events.emit(match &result.error {
+        None => RunEventBody::Completed { reply: result.reply.clone(), usage: result.usage, model: result.model.clone() },
+        Some(error) => RunEventBody::Failed { error: error.clone() },
+    });
+    Ok(RunOutcome {
+        status,
+        transcript: result.transcript,
+        reply: Some(reply),
+        error: result.error,
+        usage: result.usage,
+        model: result.model,
+        iterations: result.iterations,
+    })
+}
+
+/// The text the model sees for an inbound message: its content, plus a line per attachment.
+fn input_text(msg: &InboundMessage) -> String {
+    let mut text = msg.content.clone();
+    for media in &msg.media {
+        let place = media.path.as_deref().or(media.url.as_deref()).unwrap_or("(not downloaded)");
+        text.push_str(&format!("\n[{} attached: {place}]", media.kind));
+    }
+    text
+}
+
+/// Publishes run events in order from a background task, so emitting never blocks the run.
+struct BusEvents {
+    tx: mpsc::UnboundedSender<RunEventBody>,
+}
+
+impl BusEvents {
+    fn start(bus: Arc<dyn switchboard_channels::Bus>, msg: &InboundMessage, run_id: &str) -> Self {
+        let (tx, mut rx) = mpsc::unbounded_channel::<RunEventBody>();
+        let template = RunEvent {
+            v: switchboard_channels::contract::CONTRACT_VERSION,
+            run_id: run_id.to_owned(),
+            session_key: msg.session_key(),
+            channel: msg.channel.clone(),
+            chat_id: msg.chat_id.clone(),
+            inbound_id: Some(msg.id.clone()),
+            at: chrono::Utc::now(),
+            body: RunEventBody::Started,
+        };
+        tokio::spawn(async move {
+            while let Some(body) = rx.recv().await {
+                let event = RunEvent { at: chrono::Utc::now(), body, ..template.clone() };
+                if let Err(err) = bus.publish_event(&event).await {
+                    tracing::debug!(%err, "cannot publish a run event");
+                }
+            }
+        });
+        Self { tx }
+    }
+}
+
+impl EventSink for BusEvents {
+    fn emit(&self, body: RunEventBody) {
+        let _ = self.tx.send(body);
+    }
+}
