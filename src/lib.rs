@@ -2,7 +2,11 @@
 //! `switchboard-channels` crate.
 
 pub mod agent;
+pub mod config;
+pub mod daemon;
 pub mod provider;
+pub mod report;
 pub mod store;
+pub mod telemetry;
 pub mod tools;
 pub mod worker;

@@ -1,1 +1,122 @@
-fn main(){}
+//! The `switchboard` command line.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use switchboard::config::Config;
+use switchboard::daemon::{self, Parts};
+use tokio_util::sync::CancellationToken;
+
+/// switchboard: an LLM agent in your Telegram and Discord chats and behind an HTTP API.
+///
+/// Configuration comes from built-in defaults, then the config file, then SWITCHBOARD_*
+/// environment variables (SWITCHBOARD_CHANNELS__API__LISTEN=127.0.0.1:9000). Every key is
+/// listed in config.example.toml. OPENAI_API_KEY / OPENAI_BASE_URL configure the model
+/// provider when the config names none.
+#[derive(Debug, Parser)]
+#[command(name = "switchboard", version, about, long_about)]
+struct Cli {
+    /// Config file (default: $SWITCHBOARD_CONFIG, else ~/.config/switchboard/config.toml if it exists)
+    #[arg(long, short, global = true, value_name = "PATH")]
+    config: Option<PathBuf>,
+
+    /// Use this NATS JetStream server as the bus instead of the configured one
+    #[arg(long, global = true, value_name = "URL")]
+    nats: Option<String>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run everything in one process: channels, bus and agent worker (the embedded default)
+    Run,
+    /// Run only an agent worker, taking messages from a NATS bus
+    Agent,
+    /// Run only one channel adapter, connected to a NATS bus
+    Channel {
+        /// The channel to run: api
+        name: String,
+    },
+    /// List recent runs with their status, model, tokens and errors
+    Runs {
+        /// How many runs to show
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match start(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            // One clear line (with its causes) rather than a panic or a debug dump.
+            eprintln!("switchboard: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn start(cli: Cli) -> anyhow::Result<()> {
+    let mut config = Config::load_from_process_env(cli.config.as_deref())?;
+    if let Some(url) = cli.nats {
+        config.bus = url;
+    }
+    switchboard::telemetry::init(&config);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        match cli.command {
+            Command::Run => serve(config, Parts::All).await,
+            Command::Agent => serve(config, Parts::Agent).await,
+            Command::Channel { name } => match name.as_str() {
+                "api" => serve(config, Parts::ApiChannel).await,
+                other => Err(daemon::DaemonError::UnknownChannel(other.to_owned()).into()),
+            },
+            Command::Runs { limit } => switchboard::report::print_runs(&config, limit).await,
+        }
+    })
+}
+
+async fn serve(config: Config, parts: Parts) -> anyhow::Result<()> {
+    let shutdown = CancellationToken::new();
+    tokio::spawn(stop_on_signal(shutdown.clone()));
+    daemon::run(config, parts, shutdown).await?;
+    Ok(())
+}
+
+/// Cancels `shutdown` on SIGINT or SIGTERM; a second signal exits at once.
+async fn stop_on_signal(shutdown: CancellationToken) {
+    wait_for_signal().await;
+    tracing::info!("signal received; finishing running turns (send again to exit now)");
+    shutdown.cancel();
+    wait_for_signal().await;
+    tracing::warn!("second signal; exiting without waiting");
+    std::process::exit(130);
+}
+
+#[cfg(unix)]
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        tracing::error!("cannot install signal handlers; stop the process with SIGKILL");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+#[cfg(not(unix))]
+async fn wait_for_signal() {
+    if tokio::signal::ctrl_c().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}

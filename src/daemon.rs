@@ -1,0 +1,156 @@
+//! Wiring: builds the bus, store, provider, agent, worker and channels from the config and
+//! runs the parts a command asks for until shutdown.
+
+use std::sync::Arc;
+
+use switchboard_channels::Bus;
+use switchboard_channels::api::{ApiChannel, ApiError, ApiSettings};
+use switchboard_channels::bus::memory::MemoryBus;
+use switchboard_channels::bus::nats::{NatsBus, NatsOptions};
+use thiserror::Error;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::{Agent, AgentSettings};
+use crate::config::{BusKind, Config, ConfigError};
+use crate::provider::openai::{OpenAiConfig, OpenAiProvider};
+use crate::provider::{ProviderError, RetryPolicy};
+use crate::store::StoreError;
+use crate::store::sqlite::SqliteStore;
+use crate::tools::ToolRegistry;
+use crate::worker::{Worker, WorkerError, WorkerSettings};
+
+#[derive(Debug, Error)]
+pub enum DaemonError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Bus(#[from] switchboard_channels::BusError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot set up the model provider: {0}")]
+    Provider(#[from] ProviderError),
+    #[error(transparent)]
+    Worker(#[from] WorkerError),
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    #[error("`switchboard {0}` runs one part of a distributed deployment and needs a NATS bus: set `bus = \"nats://…\"` in the config, SWITCHBOARD_BUS, or --nats URL")]
+    NeedsNats(&'static str),
+    #[error("unknown channel `{0}`; available: api")]
+    UnknownChannel(String),
+    #[error("the {0} channel is disabled in the config (channels.{0}.enabled = false)")]
+    ChannelDisabled(&'static str),
+}
+
+/// Which parts of switchboard this process runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parts {
+    /// Everything in one process: `switchboard run`.
+    All,
+    /// Only an agent worker: `switchboard agent`.
+    Agent,
+    /// Only the API channel: `switchboard channel api`.
+    ApiChannel,
+}
+
+/// Runs `parts` until `shutdown` is cancelled.
+pub async fn run(config: Config, parts: Parts, shutdown: CancellationToken) -> Result<(), DaemonError> {
+    if parts != Parts::ApiChannel {
+        config.require_provider()?;
+    }
+    let bus = connect_bus(&config, parts).await?;
+    let mut api = None;
+    if parts != Parts::Agent {
+        if config.channels.api.enabled {
+            api = Some(ApiChannel::start(Arc::clone(&bus), api_settings(&config), shutdown.clone()).await?);
+        } else if parts == Parts::ApiChannel {
+            return Err(DaemonError::ChannelDisabled("api"));
+        }
+    }
+    let worker = if parts == Parts::ApiChannel { None } else { Some(build_worker(&config, Arc::clone(&bus)).await?) };
+    tracing::info!(version = env!("CARGO_PKG_VERSION"), bus = %bus_label(&config), ?parts, "switchboard started");
+    if let Some(worker) = worker {
+        worker.run(shutdown.clone()).await?;
+    }
+    shutdown.cancelled().await;
+    if let Some(api) = api {
+        api.wait().await?;
+    }
+    tracing::info!("switchboard stopped");
+    Ok(())
+}
+
+async fn connect_bus(config: &Config, parts: Parts) -> Result<Arc<dyn Bus>, DaemonError> {
+    match config.bus_kind() {
+        BusKind::Memory if parts == Parts::Agent => Err(DaemonError::NeedsNats("agent")),
+        BusKind::Memory if parts == Parts::ApiChannel => Err(DaemonError::NeedsNats("channel")),
+        BusKind::Memory => Ok(Arc::new(MemoryBus::new(config.bus_options.queue_capacity))),
+        BusKind::Nats(url) => {
+            let options = NatsOptions {
+                prefix: config.bus_options.prefix.clone(),
+                ack_wait: config.bus_options.ack_wait(),
+                duplicate_window: config.bus_options.duplicate_window(),
+                ..NatsOptions::default()
+            };
+            Ok(Arc::new(NatsBus::connect(url, options).await?))
+        }
+    }
+}
+
+async fn build_worker(config: &Config, bus: Arc<dyn Bus>) -> Result<Worker, DaemonError> {
+    let store = SqliteStore::open(config.store_path()).await?;
+    let provider = OpenAiProvider::new(OpenAiConfig {
+        name: "openai".into(),
+        base_url: config.provider.base_url.clone(),
+        api_key: Some(config.provider.api_key.expose().to_owned()).filter(|k| !k.is_empty()),
+        request_timeout: config.provider.request_timeout(),
+        stream: config.provider.stream,
+        extra_headers: Vec::new(),
+    })?;
+    let agent = Agent::new(
+        Arc::new(provider),
+        ToolRegistry::with_builtins(config.agent.tool_timeout()),
+        AgentSettings {
+            system_prompt: config.agent.system_prompt.clone(),
+            model: config.model.clone(),
+            max_iterations: config.agent.max_iterations,
+            max_tokens: Some(config.agent.max_tokens).filter(|&n| n > 0),
+            temperature: config.agent.temperature,
+            stream: config.provider.stream,
+            retry: RetryPolicy { max_retries: config.provider.max_retries, ..RetryPolicy::default() },
+        },
+    );
+    let settings = WorkerSettings {
+        max_concurrent_runs: config.worker.max_concurrent_runs,
+        max_held: config.worker.max_concurrent_runs * 4,
+        max_message_age: config.worker.max_message_age(),
+        // A third of the ack wait, so one lost progress message does not cost the delivery.
+        progress_interval: config.bus_options.ack_wait() / 3,
+        shutdown_grace: config.worker.shutdown_grace(),
+        history_limit: config.agent.history_limit,
+    };
+    Ok(Worker::new(bus, Arc::new(store), Arc::new(agent), settings))
+}
+
+fn api_settings(config: &Config) -> ApiSettings {
+    let api = &config.channels.api;
+    ApiSettings {
+        listen: api.listen,
+        token: Some(api.token.expose().to_owned()).filter(|t| !t.is_empty()),
+        reply_timeout: api.reply_timeout(),
+        max_body_bytes: api.max_body_bytes,
+    }
+}
+
+/// The bus for logs, without credentials a NATS URL may carry.
+fn bus_label(config: &Config) -> String {
+    match config.bus_kind() {
+        BusKind::Memory => "memory".to_owned(),
+        BusKind::Nats(url) => match url.split_once('@') {
+            Some((scheme_and_auth, host)) => {
+                let scheme = scheme_and_auth.split("://").next().unwrap_or("nats");
+                format!("{scheme}://***@{host}")
+            }
+            None => url.to_owned(),
+        },
+    }
+}
