@@ -73,7 +73,7 @@ pub async fn run(config: Config, parts: Parts, shutdown: CancellationToken) -> R
     }
     shutdown.cancelled().await;
     if let Some(api) = api {
-        api.wait().await?;
+        api.stop().await?;
     }
     tracing::info!("switchboard stopped");
     Ok(())

@@ -204,3 +204,6 @@ fn failure_reply(err: &ProviderError) -> String {
     };
     format!("Sorry, I could not answer: {why}. Please try again in a moment.")
 }
+
+#[cfg(test)]
+mod tests;

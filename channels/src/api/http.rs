@@ -94,7 +94,13 @@ async fn post_message(
             }
             (StatusCode::OK, axum::Json(body)).into_response()
         }
-        Ok(Err(_)) | Err(_) => {
+        Ok(Err(_)) => error_with(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "shutting_down",
+            "switchboard is stopping; the message was accepted and will be answered after restart",
+            json!({"message_id": msg.id}),
+        ),
+        Err(_) => {
             state.waiters.forget(&msg.id);
             let secs = state.settings.reply_timeout.as_secs();
             let text = format!("no reply within {secs} s; the message was accepted and may still be answered");

@@ -73,6 +73,11 @@ impl Waiters {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner).remove(inbound_id);
     }
 
+    /// Drops every waiting request; their handlers answer that the service is stopping.
+    fn release_all(&self) {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner).clear();
+    }
+
     /// Hands a reply to its waiting request; false when nobody waits for it.
     fn resolve(&self, reply: OutboundMessage) -> bool {
         let Some(id) = reply.in_reply_to.clone() else { return false };
@@ -84,11 +89,14 @@ impl Waiters {
 /// A running API channel.
 pub struct ApiChannel {
     pub local_addr: SocketAddr,
-    task: tokio::task::JoinHandle<Result<(), ApiError>>,
+    server: tokio::task::JoinHandle<Result<(), ApiError>>,
+    router: tokio::task::JoinHandle<()>,
+    stop_routing: CancellationToken,
 }
 
 impl ApiChannel {
-    /// Binds the listener and starts serving until `shutdown` is cancelled.
+    /// Binds the listener and serves. Cancelling `shutdown` stops accepting connections;
+    /// requests already waiting still get their replies until [`ApiChannel::stop`].
     pub async fn start(
         bus: Arc<dyn Bus>,
         settings: ApiSettings,
@@ -100,55 +108,70 @@ impl ApiChannel {
         let local_addr = listener.local_addr().map_err(ApiError::Serve)?;
         let waiters = Arc::new(Waiters::default());
         let replies = bus.outbound(CHANNEL).await?;
-        tokio::spawn(route_replies(replies, Arc::clone(&waiters), shutdown.clone()));
+        let stop_routing = CancellationToken::new();
+        let router = tokio::spawn(route_replies(replies, Arc::clone(&waiters), stop_routing.clone()));
         let app = http::router(bus, settings, waiters);
         tracing::info!(%local_addr, "API channel listening");
-        let task = tokio::spawn(async move {
+        let server = tokio::spawn(async move {
             axum::serve(listener, app)
                 .with_graceful_shutdown(async move { shutdown.cancelled().await })
                 .await
                 .map_err(ApiError::Serve)
         });
-        Ok(ApiChannel { local_addr, task })
+        Ok(ApiChannel { local_addr, server, router, stop_routing })
     }
 
-    /// Waits until the server has stopped.
-    pub async fn wait(self) -> Result<(), ApiError> {
-        match self.task.await {
+    /// Stops routing replies, answers requests still waiting with 503, and waits for the
+    /// server to finish. Call it after the shutdown token was cancelled and, in a single
+    /// process, after the worker has drained, so finished turns still reach their callers.
+    pub async fn stop(self) -> Result<(), ApiError> {
+        self.stop_routing.cancel();
+        let _ = self.router.await;
+        match self.server.await {
             Ok(result) => result,
             Err(err) => Err(ApiError::Serve(std::io::Error::other(err))),
         }
     }
 }
 
+/// How long the reply router keeps draining at shutdown once no reply is coming in.
+const DRAIN_IDLE: Duration = Duration::from_millis(250);
+
 /// Takes replies for the `api` channel off the bus and hands them to waiting requests.
 async fn route_replies(mut replies: Deliveries, waiters: Arc<Waiters>, shutdown: CancellationToken) {
     loop {
         let next = tokio::select! {
-            _ = shutdown.cancelled() => return,
+            _ = shutdown.cancelled() => break,
             next = replies.next() => next,
         };
-        let delivery = match next {
-            Some(Ok(delivery)) => delivery,
+        match next {
+            Some(Ok(delivery)) => route_one(delivery, &waiters).await,
             Some(Err(err)) => {
                 tracing::warn!(%err, "receiving API replies failed; retrying in 1 s");
                 tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
             }
-            None => return,
-        };
-        match delivery.decode::<OutboundMessage>() {
-            Ok(reply) if reply.kind == OutboundKind::Progress => {}
-            Ok(reply) => {
-                let id = reply.id.clone();
-                if !waiters.resolve(reply) {
-                    tracing::info!(reply_id = %id, "API reply arrived with nobody waiting; dropped");
-                }
+            None => break,
+        }
+    }
+    // Replies published just before shutdown may still be queued: hand them over first.
+    while let Ok(Some(Ok(delivery))) = tokio::time::timeout(DRAIN_IDLE, replies.next()).await {
+        route_one(delivery, &waiters).await;
+    }
+    waiters.release_all();
+}
+
+async fn route_one(delivery: crate::bus::Delivery, waiters: &Waiters) {
+    match delivery.decode::<OutboundMessage>() {
+        Ok(reply) if reply.kind == OutboundKind::Progress => {}
+        Ok(reply) => {
+            let id = reply.id.clone();
+            if !waiters.resolve(reply) {
+                tracing::info!(reply_id = %id, "API reply arrived with nobody waiting; dropped");
             }
-            Err(err) => tracing::warn!(%err, subject = %delivery.subject, "undecodable API reply dropped"),
         }
-        if let Err(err) = delivery.ack().await {
-            tracing::warn!(%err, "cannot ack an API reply");
-        }
+        Err(err) => tracing::warn!(%err, subject = %delivery.subject, "undecodable API reply dropped"),
+    }
+    if let Err(err) = delivery.ack().await {
+        tracing::warn!(%err, "cannot ack an API reply");
     }
 }

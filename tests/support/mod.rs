@@ -1,0 +1,185 @@
+//! Helpers for end-to-end tests: run the real `switchboard` binary as a child process.
+
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// A free TCP port on 127.0.0.1 (bound and released; good enough for tests).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A `switchboard` process with its own data dir and log file.
+pub struct Daemon {
+    child: Option<Child>,
+    pub port: u16,
+    pub log: PathBuf,
+}
+
+/// How to start a daemon.
+pub struct Launch<'a> {
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub data_dir: &'a Path,
+    pub name: &'a str,
+}
+
+impl<'a> Launch<'a> {
+    pub fn new(data_dir: &'a Path, name: &'a str, args: &[&str]) -> Self {
+        Self { args: args.iter().map(|a| a.to_string()).collect(), env: Vec::new(), data_dir, name }
+    }
+
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Points the daemon at a fake OpenAI-compatible server.
+    pub fn llm(self, base_url: &str) -> Self {
+        self.env("OPENAI_BASE_URL", base_url).env("OPENAI_API_KEY", "sk-test-secret").env("SWITCHBOARD_MODEL", "fake-model")
+    }
+
+    pub fn spawn(self) -> Daemon {
+        let port = free_port();
+        let log = self.data_dir.join(format!("{}.log", self.name));
+        let log_file = std::fs::File::create(&log).unwrap();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_switchboard"));
+        command.args(&self.args).stdin(Stdio::null()).stdout(log_file.try_clone().unwrap()).stderr(log_file);
+        for (key, _) in std::env::vars() {
+            if key.starts_with("SWITCHBOARD_") || key.starts_with("OPENAI_") || key == "RUST_LOG" {
+                command.env_remove(key);
+            }
+        }
+        command
+            .env("HOME", self.data_dir)
+            .env("XDG_CONFIG_HOME", self.data_dir.join("config"))
+            .env("SWITCHBOARD_DATA_DIR", self.data_dir)
+            .env("SWITCHBOARD_CHANNELS__API__LISTEN", format!("127.0.0.1:{port}"))
+            .env("SWITCHBOARD_LOG", "info,switchboard=debug");
+        for (key, value) in &self.env {
+            command.env(key, value);
+        }
+        Daemon { child: Some(command.spawn().unwrap()), port, log }
+    }
+}
+
+impl Daemon {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    /// Waits until `GET /healthz` answers 200.
+    pub async fn wait_healthy(&mut self) {
+        let client = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("daemon exited early with {status}:\n{}", self.logs());
+            }
+            if let Ok(resp) = client.get(self.url("/healthz")).send().await {
+                if resp.status() == 200 {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("daemon never became healthy:\n{}", self.logs());
+    }
+
+    /// Waits until the log contains `needle`.
+    pub async fn wait_for_log(&self, needle: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if self.logs().contains(needle) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("log never showed {needle:?}:\n{}", self.logs());
+    }
+
+    /// Sends a signal with the `kill` command.
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill").arg(format!("-{name}")).arg(self.pid().to_string()).status().unwrap();
+        assert!(status.success());
+    }
+
+    /// Kills the process hard (SIGKILL) and reaps it.
+    pub fn kill_hard(&mut self) {
+        let mut child = self.child.take().unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    /// Waits for the process to exit by itself.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                self.child = None;
+                return status;
+            }
+            assert!(Instant::now() < deadline, "daemon did not exit:\n{}", self.logs());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Posts a message and returns (status, JSON body).
+    pub async fn post(&self, body: Value) -> (u16, Value) {
+        self.post_with(body, None).await
+    }
+
+    pub async fn post_with(&self, body: Value, token: Option<&str>) -> (u16, Value) {
+        let mut request = reqwest::Client::new().post(self.url("/v1/messages")).json(&body);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let resp = request.send().await.unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Runs the binary to completion and returns (exit status, stderr, stdout).
+pub fn run_to_exit(data_dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (ExitStatus, String, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_switchboard"));
+    command.args(args).stdin(Stdio::null());
+    for (key, _) in std::env::vars() {
+        if key.starts_with("SWITCHBOARD_") || key.starts_with("OPENAI_") {
+            command.env_remove(key);
+        }
+    }
+    command
+        .env("HOME", data_dir)
+        .env("XDG_CONFIG_HOME", data_dir.join("config"))
+        .env("SWITCHBOARD_DATA_DIR", data_dir)
+        .env("SWITCHBOARD_CHANNELS__API__LISTEN", format!("127.0.0.1:{}", free_port()));
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let output = command.output().unwrap();
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    (output.status, text(&output.stderr), text(&output.stdout))
+}
