@@ -1,0 +1,111 @@
+//! End to end through the real binary in the distributed shape: `switchboard channel api` and
+//! `switchboard agent` as separate processes on an isolated NATS JetStream server.
+
+mod support;
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use support::Launch;
+use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
+use switchboard_testkit::nats::NatsServer;
+
+#[tokio::test]
+async fn run_with_nats_bus_answers() {
+    let nats = NatsServer::start().await;
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = Launch::new(dir.path(), "run", &["run", "--nats", &nats.url()]).llm(&llm.base_url()).spawn();
+    daemon.wait_healthy().await;
+    let (status, body) = daemon.post(json!({"chat_id": "room.with dots", "content": "over nats"})).await;
+    assert_eq!(status, 200, "{body}\n{}", daemon.logs());
+    assert_eq!(body["reply"], "echo: over nats");
+    assert_eq!(body["session_key"], "api:room.with dots");
+}
+
+#[tokio::test]
+async fn agent_and_channel_processes_talk_over_nats() {
+    let nats = NatsServer::start().await;
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut api = Launch::new(dir.path(), "api", &["channel", "api"]).env("SWITCHBOARD_BUS", &nats.url()).spawn();
+    let agent = Launch::new(dir.path(), "agent", &["agent", "--nats", &nats.url()]).llm(&llm.base_url()).spawn();
+    api.wait_healthy().await;
+    agent.wait_for_log("worker started").await;
+    let (status, body) = api.post(json!({"chat_id": "split", "content": "hello"})).await;
+    assert_eq!(status, 200, "{body}\n{}\n{}", api.logs(), agent.logs());
+    assert_eq!(body["reply"], "echo: hello");
+}
+
+#[tokio::test]
+async fn agent_without_nats_says_what_to_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let (status, stderr, _) = support::run_to_exit(
+        dir.path(),
+        &["agent"],
+        &[("OPENAI_API_KEY", "k"), ("SWITCHBOARD_MODEL", "m")],
+    );
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("needs a NATS bus"), "{stderr}");
+}
+
+#[tokio::test]
+async fn nats_without_jetstream_is_a_clear_error() {
+    let nats = NatsServer::start_without_jetstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let url = nats.url();
+    let (status, stderr, _) = support::run_to_exit(
+        dir.path(),
+        &["run", "--nats", &url],
+        &[("OPENAI_API_KEY", "k"), ("SWITCHBOARD_MODEL", "m")],
+    );
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("JetStream"), "{stderr}");
+}
+
+/// A worker killed hard in the middle of a slow run: another worker picks the message up
+/// after the ack wait and exactly one reply reaches the chat.
+#[tokio::test]
+async fn killed_worker_mid_run_gives_exactly_one_reply_after_restart() {
+    let nats = NatsServer::start().await;
+    let llm = FakeLlm::start().await;
+    // The first call hangs (the worker dies during it); the retry answers.
+    llm.push(Scripted::Delay(Duration::from_secs(60), Box::new(Scripted::Text("too late".into()))));
+    llm.push(Scripted::Text("the one reply".into()));
+    let dir = tempfile::tempdir().unwrap();
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let mut replies = client.subscribe("switchboard.out.api.>").await.unwrap();
+
+    let mut api = Launch::new(dir.path(), "api", &["channel", "api"]).env("SWITCHBOARD_BUS", &nats.url()).spawn();
+    let agent_launch = |name| {
+        Launch::new(dir.path(), name, &["agent", "--nats", &nats.url()])
+            .llm(&llm.base_url())
+            .env("SWITCHBOARD_BUS_OPTIONS__ACK_WAIT_SECS", "3")
+    };
+    let mut first = agent_launch("agent-1").spawn();
+    api.wait_healthy().await;
+    first.wait_for_log("worker started").await;
+
+    let url = api.url("/v1/messages");
+    let request = tokio::spawn(async move {
+        let resp = reqwest::Client::new().post(url).json(&json!({"chat_id": "crash", "content": "slow one"})).send().await;
+        resp.unwrap().json::<Value>().await.unwrap()
+    });
+    llm.wait_for_requests(1, Duration::from_secs(10)).await;
+    first.kill_hard();
+    let second = agent_launch("agent-2").spawn();
+    second.wait_for_log("worker started").await;
+
+    let body = tokio::time::timeout(Duration::from_secs(30), request).await.unwrap().unwrap();
+    assert_eq!(body["reply"], "the one reply", "{body}\n{}", second.logs());
+    // Only one reply was ever published for that message, even after waiting past another ack wait.
+    let mut published = Vec::new();
+    while let Ok(Some(msg)) = tokio::time::timeout(Duration::from_secs(5), replies.next()).await {
+        published.push(serde_json::from_slice::<Value>(&msg.payload).unwrap());
+    }
+    assert_eq!(published.len(), 1, "{published:?}");
+    assert_eq!(published[0]["content"], "the one reply");
+    assert!(second.logs().contains("resuming a run"), "{}", second.logs());
+    assert_eq!(llm.requests().len(), 2);
+}
