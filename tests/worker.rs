@@ -1,0 +1,181 @@
+//! The worker on the in-process bus with a real SQLite store and the OpenAI-compatible
+//! provider against a scripted model server: ordering, dedupe, dead letters, stale messages
+//! and shutdown.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use serde_json::json;
+use switchboard::agent::{Agent, AgentSettings};
+use switchboard::provider::RetryPolicy;
+use switchboard::provider::openai::{OpenAiConfig, OpenAiProvider};
+use switchboard::store::Store;
+use switchboard::store::sqlite::SqliteStore;
+use switchboard::tools::ToolRegistry;
+use switchboard::worker::{Worker, WorkerSettings};
+use switchboard_channels::bus::memory::MemoryBus;
+use switchboard_channels::contract::{InboundMessage, OutboundMessage, Sender};
+use switchboard_channels::subject::Flow;
+use switchboard_channels::{Bus, BusExt, Deliveries};
+use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
+use tokio_util::sync::CancellationToken;
+
+struct Harness {
+    bus: Arc<MemoryBus>,
+    store: Arc<SqliteStore>,
+    llm: FakeLlm,
+    shutdown: CancellationToken,
+    worker: tokio::task::JoinHandle<()>,
+    _dir: tempfile::TempDir,
+}
+
+async fn start(settings: WorkerSettings, llm: FakeLlm) -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let bus = Arc::new(MemoryBus::new(64));
+    let store = Arc::new(SqliteStore::open(&dir.path().join("s.db")).await.unwrap());
+    let provider = OpenAiProvider::new(OpenAiConfig {
+        name: "fake".into(),
+        base_url: llm.base_url(),
+        api_key: None,
+        request_timeout: Duration::from_secs(30),
+        stream: false,
+        extra_headers: vec![],
+    })
+    .unwrap();
+    let agent_settings = AgentSettings {
+        system_prompt: "test".into(),
+        model: "fake-model".into(),
+        max_iterations: 5,
+        max_tokens: None,
+        temperature: None,
+        stream: false,
+        retry: RetryPolicy { max_retries: 0, ..RetryPolicy::default() },
+    };
+    let agent = Agent::new(Arc::new(provider), ToolRegistry::with_builtins(Duration::from_secs(5)), agent_settings);
+    let worker = Worker::new(bus.clone(), store.clone(), Arc::new(agent), settings);
+    let shutdown = CancellationToken::new();
+    let token = shutdown.clone();
+    let worker = tokio::spawn(async move { worker.run(token).await.unwrap() });
+    Harness { bus, store, llm, shutdown, worker, _dir: dir }
+}
+
+fn msg(chat: &str, content: &str) -> InboundMessage {
+    InboundMessage::user("test", chat, Sender { id: "u1".into(), name: "U".into(), is_bot: false }, content)
+}
+
+async fn next_reply(out: &mut Deliveries) -> OutboundMessage {
+    let delivery = tokio::time::timeout(Duration::from_secs(10), out.next()).await.expect("no reply").unwrap().unwrap();
+    let reply = delivery.decode().unwrap();
+    delivery.ack().await.unwrap();
+    reply
+}
+
+async fn no_more_replies(out: &mut Deliveries) {
+    if let Ok(Some(Ok(d))) = tokio::time::timeout(Duration::from_millis(500), out.next()).await {
+        panic!("unexpected reply {:?}", String::from_utf8_lossy(&d.payload));
+    }
+}
+
+#[tokio::test]
+async fn one_session_runs_in_order_and_sessions_run_in_parallel() {
+    let llm = FakeLlm::start().await;
+    for _ in 0..4 {
+        llm.push(Scripted::Delay(Duration::from_millis(400), Box::new(Scripted::Text("ok".into()))));
+    }
+    let h = start(WorkerSettings::default(), llm).await;
+    let mut out = h.bus.outbound("test").await.unwrap();
+    let started = Instant::now();
+    for (chat, text) in [("a", "a1"), ("b", "b1"), ("a", "a2"), ("b", "b2")] {
+        h.bus.publish_inbound(&msg(chat, text)).await.unwrap();
+    }
+    let mut order = Vec::new();
+    for _ in 0..4 {
+        let reply = next_reply(&mut out).await;
+        order.push(reply.chat_id.clone());
+    }
+    // Two sessions of two 400 ms turns each: ~800 ms in parallel, 1600 ms if serialized.
+    assert!(started.elapsed() < Duration::from_millis(1400), "sessions did not run in parallel");
+    let requests = h.llm.requests();
+    let last_user = |i: usize| {
+        let messages = requests[i]["messages"].as_array().unwrap();
+        messages.iter().rev().find(|m| m["role"] == "user").unwrap()["content"].as_str().unwrap().to_owned()
+    };
+    let seen: Vec<String> = (0..4).map(last_user).collect();
+    let pos = |s: &str| seen.iter().position(|x| x == s).unwrap();
+    assert!(pos("a1") < pos("a2") && pos("b1") < pos("b2"), "{seen:?}");
+    // a2's call saw a1's finished turn: runs of one session never overlap.
+    let a2 = &requests[pos("a2")]["messages"];
+    assert!(a2.as_array().unwrap().iter().any(|m| m["content"] == "a1"), "{a2}");
+    assert_eq!(order.len(), 4);
+}
+
+#[tokio::test]
+async fn redelivered_message_is_answered_once() {
+    let h = start(WorkerSettings::default(), FakeLlm::start().await).await;
+    let mut out = h.bus.outbound("test").await.unwrap();
+    let m = msg("dup", "once please");
+    let payload = Bytes::from(serde_json::to_vec(&m).unwrap());
+    // Published twice without a bus dedupe id: the store's run record must catch it.
+    for _ in 0..2 {
+        h.bus.publish_raw(Flow::In, "test", "dup", None, payload.clone()).await.unwrap();
+    }
+    let reply = next_reply(&mut out).await;
+    assert_eq!(reply.content, "echo: once please");
+    assert_eq!(reply.in_reply_to.as_deref(), Some(m.id.as_str()));
+    no_more_replies(&mut out).await;
+    assert_eq!(h.llm.requests().len(), 1);
+    let runs = h.store.recent_runs(10).await.unwrap();
+    assert_eq!(runs.len(), 1);
+    assert!(runs[0].reply_delivered);
+}
+
+#[tokio::test]
+async fn malformed_messages_are_dead_lettered_and_the_worker_goes_on() {
+    let h = start(WorkerSettings::default(), FakeLlm::start().await).await;
+    let mut out = h.bus.outbound("test").await.unwrap();
+    h.bus.publish_raw(Flow::In, "test", "x", None, Bytes::from_static(b"{not json")).await.unwrap();
+    h.bus.publish_raw(Flow::In, "test", "x", None, Bytes::from(json!({"channel": "test"}).to_string())).await.unwrap();
+    h.bus.publish_inbound(&msg("x", "still there?")).await.unwrap();
+    assert_eq!(next_reply(&mut out).await.content, "echo: still there?");
+    let dead = h.bus.dead_letters(Flow::In, 10).await.unwrap();
+    assert_eq!(dead.len(), 2, "{dead:?}");
+    assert!(dead[0].reason.contains("not a valid InboundMessage"), "{}", dead[0].reason);
+    assert_eq!(dead[0].payload, "{not json");
+    assert!(dead[1].reason.contains("`id` must not be empty"), "{}", dead[1].reason);
+}
+
+#[tokio::test]
+async fn messages_too_old_are_dropped_not_answered() {
+    let h = start(WorkerSettings { max_message_age: Duration::from_secs(60), ..Default::default() }, FakeLlm::start().await).await;
+    let mut out = h.bus.outbound("test").await.unwrap();
+    let mut old = msg("old", "from yesterday");
+    old.received_at = chrono::Utc::now() - chrono::Duration::hours(2);
+    h.bus.publish_inbound(&old).await.unwrap();
+    h.bus.publish_inbound(&msg("old", "fresh")).await.unwrap();
+    assert_eq!(next_reply(&mut out).await.content, "echo: fresh");
+    no_more_replies(&mut out).await;
+    assert_eq!(h.llm.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn shutdown_finishes_running_turns_and_returns_queued_ones() {
+    let llm = FakeLlm::start().await;
+    llm.push(Scripted::Delay(Duration::from_millis(600), Box::new(Scripted::Text("finished".into()))));
+    let settings = WorkerSettings { shutdown_grace: Duration::from_secs(5), ..Default::default() };
+    let h = start(settings, llm).await;
+    let mut out = h.bus.outbound("test").await.unwrap();
+    h.bus.publish_inbound(&msg("s", "first")).await.unwrap();
+    h.bus.publish_inbound(&msg("s", "second")).await.unwrap();
+    h.llm.wait_for_requests(1, Duration::from_secs(5)).await;
+    h.shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(5), h.worker).await.unwrap().unwrap();
+    assert_eq!(next_reply(&mut out).await.content, "finished");
+    // The queued message was given back to the bus, not run and not lost.
+    let mut inbound = h.bus.inbound().await.unwrap();
+    let back = tokio::time::timeout(Duration::from_secs(2), inbound.next()).await.unwrap().unwrap().unwrap();
+    let back: InboundMessage = back.decode().unwrap();
+    assert_eq!(back.content, "second");
+    assert_eq!(h.llm.requests().len(), 1);
+}
