@@ -13,6 +13,8 @@ mod env;
 mod error;
 mod load;
 mod secret;
+#[cfg(test)]
+mod tests;
 mod validate;
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
