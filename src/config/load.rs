@@ -1,0 +1,250 @@
+//! Loading: defaults < file < environment, then conventions, then validation.
+//!
+//! Everything is merged as a `toml::Value` tree before one typed deserialization, so an env
+//! override can be typed by the key it replaces and unknown keys are found in one place.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use toml::{Table, Value};
+
+use super::error::{ConfigError, Origin};
+use super::{AgentConfig, Config, OPENAI_DEFAULT_BASE_URL, env, validate};
+
+/// Where each key path (`channels.api.listen`) that did not keep its default came from.
+pub(super) type Origins = HashMap<String, Origin>;
+
+/// Names the config file when no path is given.
+const CONFIG_PATH_VAR: &str = "SWITCHBOARD_CONFIG";
+
+impl Config {
+    /// Loads the configuration from defaults, a TOML file and `env` (the process environment,
+    /// passed in so that tests need not mutate it).
+    ///
+    /// The file is `path` when given, else `$SWITCHBOARD_CONFIG`, else
+    /// `<user config dir>/switchboard/config.toml` when that exists, else none. A file that was
+    /// named (by `path` or the variable) but does not exist is an error.
+    pub fn load(path: Option<&Path>, env: &HashMap<String, String>) -> Result<Self, ConfigError> {
+        let fallback = dirs::config_dir().map(|dir| dir.join("switchboard").join("config.toml"));
+        load_with(path, env, fallback)
+    }
+
+    /// [`Config::load`] with the process environment.
+    pub fn load_from_process_env(path: Option<&Path>) -> Result<Self, ConfigError> {
+        // Variables that are not valid UTF-8 cannot be config values; skip them rather than
+        // panic as `std::env::vars` would.
+        let env: HashMap<String, String> = std::env::vars_os()
+            .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
+            .collect();
+        Self::load(path, &env)
+    }
+}
+
+/// [`Config::load`] with the fallback file location as a parameter, for tests.
+pub(super) fn load_with(
+    path: Option<&Path>,
+    env: &HashMap<String, String>,
+    fallback: Option<PathBuf>,
+) -> Result<Config, ConfigError> {
+    let mut origins = Origins::new();
+    let mut tree = to_table(&Config::default())?;
+    let file = read_source(path, env, fallback)?;
+    if let Some((path, text)) = &file {
+        let table = parse_file(path, text)?;
+        record_origins(&table, "", &Origin::File(path.clone()), &mut origins);
+        merge(&mut tree, table);
+    }
+    env::apply_overrides(&mut tree, &to_table(&schema_sample())?, env, &mut origins)?;
+    let file_path = file.map(|(path, _)| path);
+    let mut config = deserialize(tree, file_path.as_deref(), &origins)?;
+    apply_conventions(&mut config, env, &mut origins)?;
+    validate::validate(&config, &origins)?;
+    Ok(config)
+}
+
+/// Defaults plus a value for every `Option` field (which serializes to nothing when `None`):
+/// the full set of keys with their types, for resolving env overrides. A new `Option` field
+/// must be given a value here to be settable from the environment.
+pub(super) fn schema_sample() -> Config {
+    Config {
+        agent: AgentConfig {
+            temperature: Some(0.0),
+            ..AgentConfig::default()
+        },
+        ..Config::default()
+    }
+}
+
+fn to_table(config: &Config) -> Result<Table, ConfigError> {
+    Table::try_from(config).map_err(|error| ConfigError::Internal(error.to_string()))
+}
+
+/// Reads the config file to use, if any, with its path.
+fn read_source(
+    path: Option<&Path>,
+    env: &HashMap<String, String>,
+    fallback: Option<PathBuf>,
+) -> Result<Option<(PathBuf, String)>, ConfigError> {
+    let named = path.map(Path::to_path_buf).or_else(|| {
+        env.get(CONFIG_PATH_VAR)
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from)
+    });
+    let (path, required) = match (named, fallback) {
+        (Some(path), _) => (path, true),
+        (None, Some(path)) => (path, false),
+        (None, None) => return Ok(None),
+    };
+    // Read directly rather than test for existence first, so the file cannot vanish between.
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Ok(Some((path, text))),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            if required {
+                Err(ConfigError::NotFound { path })
+            } else {
+                Ok(None)
+            }
+        }
+        Err(source) => Err(ConfigError::Read { path, source }),
+    }
+}
+
+fn parse_file(path: &Path, text: &str) -> Result<Table, ConfigError> {
+    toml::from_str(text).map_err(|error: toml::de::Error| {
+        let offset = error.span().map_or(0, |span| span.start.min(text.len()));
+        let (line, column) = line_and_column(text, offset);
+        ConfigError::Syntax {
+            path: path.to_path_buf(),
+            line,
+            column,
+            // The parser's message can span lines; an error here is one line.
+            message: error.message().trim().replace('\n', "; "),
+        }
+    })
+}
+
+/// 1-based line and column (in characters) of a byte offset.
+fn line_and_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = text.get(..offset).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let column = before[line_start..].chars().count() + 1;
+    (line, column)
+}
+
+fn record_origins(table: &Table, prefix: &str, origin: &Origin, origins: &mut Origins) {
+    for (name, value) in table {
+        let path = if prefix.is_empty() {
+            name.clone()
+        } else {
+            format!("{prefix}.{name}")
+        };
+        match value {
+            Value::Table(inner) => record_origins(inner, &path, origin, origins),
+            _ => {
+                origins.insert(path, origin.clone());
+            }
+        }
+    }
+}
+
+/// Merges `over` into `base`: tables key by key, anything else replaced whole.
+fn merge(base: &mut Table, over: Table) {
+    for (name, value) in over {
+        match (base.get_mut(&name), value) {
+            (Some(Value::Table(base_inner)), Value::Table(over_inner)) => {
+                merge(base_inner, over_inner)
+            }
+            (_, value) => {
+                base.insert(name, value);
+            }
+        }
+    }
+}
+
+/// The typed deserialization. Unknown keys can only come from the file: environment
+/// variables were resolved against the schema already.
+fn deserialize(tree: Table, file: Option<&Path>, origins: &Origins) -> Result<Config, ConfigError> {
+    let mut unknown = Vec::new();
+    let config: Config =
+        serde_ignored::deserialize(Value::Table(tree), |path| unknown.push(path.to_string()))
+            .map_err(|error| invalid_value(&error, origins))?;
+    if unknown.is_empty() {
+        return Ok(config);
+    }
+    unknown.sort();
+    let path = file.map_or_else(|| PathBuf::from("the configuration"), Path::to_path_buf);
+    Err(ConfigError::UnknownKeys {
+        keys: unknown,
+        path,
+    })
+}
+
+/// Turns a deserialization error into one that names the key first. The TOML value
+/// deserializer keeps the key path private but renders it as a last line "in `a.b`".
+fn invalid_value(error: &toml::de::Error, origins: &Origins) -> ConfigError {
+    let rendered = error.to_string();
+    let key = rendered
+        .trim_end()
+        .rsplit_once("\nin `")
+        .map_or("config", |(_, key)| key.trim_end_matches('`'))
+        .to_owned();
+    let origin = origins.get(&key).cloned().unwrap_or(Origin::Default);
+    ConfigError::Invalid {
+        key,
+        origin,
+        reason: error.message().trim().replace('\n', "; "),
+    }
+}
+
+/// Fills what the config leaves empty: paths under the user data dir, and the provider from
+/// the `OPENAI_*` variables other tools use too.
+fn apply_conventions(
+    config: &mut Config,
+    env: &HashMap<String, String>,
+    origins: &mut Origins,
+) -> Result<(), ConfigError> {
+    config.data_dir = if config.data_dir.as_os_str().is_empty() {
+        dirs::data_dir()
+            .ok_or(ConfigError::NoDataDir)?
+            .join("switchboard")
+    } else {
+        expand_home(&config.data_dir)
+    };
+    config.store.path = match expand_home(&config.store.path) {
+        path if path.as_os_str().is_empty() => config.data_dir.join("switchboard.db"),
+        // `join` keeps an absolute path as it is.
+        path => config.data_dir.join(path),
+    };
+    let from_env = |name: &str| env.get(name).filter(|value| !value.trim().is_empty());
+    if config.provider.api_key.is_empty()
+        && let Some(key) = from_env("OPENAI_API_KEY")
+    {
+        config.provider.api_key = key.trim().into();
+        origins.insert(
+            "provider.api_key".into(),
+            Origin::Env("OPENAI_API_KEY".into()),
+        );
+    }
+    if config.provider.base_url.is_empty() {
+        config.provider.base_url = match from_env("OPENAI_BASE_URL") {
+            Some(url) => {
+                origins.insert(
+                    "provider.base_url".into(),
+                    Origin::Env("OPENAI_BASE_URL".into()),
+                );
+                url.trim().to_owned()
+            }
+            None => OPENAI_DEFAULT_BASE_URL.to_owned(),
+        };
+    }
+    Ok(())
+}
+
+/// Expands a leading `~` to the home directory, as a shell would have; TOML does not.
+fn expand_home(path: &Path) -> PathBuf {
+    match (path.strip_prefix("~"), dirs::home_dir()) {
+        (Ok(rest), Some(home)) => home.join(rest),
+        _ => path.to_path_buf(),
+    }
+}

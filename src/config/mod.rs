@@ -1,0 +1,327 @@
+//! The daemon's configuration: schema, defaults and loading.
+//!
+//! Values come from, lowest precedence first: the built-in defaults, a TOML file, and
+//! `SWITCHBOARD_<SECTION>__<KEY>` environment variables. Every struct is `#[serde(default)]`
+//! so a file written for an older version keeps working, while an unknown key is an error
+//! (a typo must not be silently ignored). `config.example.toml` lists every key.
+//!
+//! A [`Config`] returned by [`Config::load`] is resolved: `data_dir`, `store.path` and
+//! `provider.base_url` hold concrete values and the `OPENAI_*` conventions are applied.
+//! `Config::default()` is the raw defaults, with those fields still empty.
+
+mod env;
+mod error;
+mod load;
+mod secret;
+#[cfg(test)]
+mod tests;
+mod validate;
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+pub use env::{ENV_PREFIX, NON_KEY_VARS};
+pub use error::{ConfigError, Origin};
+pub use secret::Secret;
+
+/// The provider URL used when neither the config nor `OPENAI_BASE_URL` names one.
+pub const OPENAI_DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+
+/// The whole configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Config {
+    /// Where the SQLite store and other state live; empty = the platform user data dir.
+    pub data_dir: PathBuf,
+    /// `memory` for the in-process bus, or a NATS URL (`nats://…`, `tls://…`) for JetStream.
+    pub bus: String,
+    /// Default model name passed to the provider.
+    pub model: String,
+    /// `tracing` filter directives; `RUST_LOG` wins when set.
+    pub log: String,
+    pub bus_options: BusOptions,
+    pub provider: ProviderConfig,
+    pub agent: AgentConfig,
+    pub worker: WorkerConfig,
+    pub store: StoreConfig,
+    pub channels: ChannelsConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::new(),
+            bus: "memory".into(),
+            model: String::new(),
+            log: "info".into(),
+            bus_options: BusOptions::default(),
+            provider: ProviderConfig::default(),
+            agent: AgentConfig::default(),
+            worker: WorkerConfig::default(),
+            store: StoreConfig::default(),
+            channels: ChannelsConfig::default(),
+        }
+    }
+}
+
+/// Which bus implementation `bus` selects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BusKind<'a> {
+    /// The in-process bus (embedded shape).
+    Memory,
+    /// NATS JetStream at this URL (distributed shape).
+    Nats(&'a str),
+}
+
+/// Tuning for whichever bus `bus` selects.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct BusOptions {
+    /// First token of every NATS subject and stream name.
+    pub prefix: String,
+    /// How long JetStream waits for an ack before redelivering to another worker.
+    pub ack_wait_secs: u64,
+    /// JetStream's `Nats-Msg-Id` deduplication window.
+    pub duplicate_window_secs: u64,
+    /// Capacity of each in-process queue; publishers wait when it is full.
+    pub queue_capacity: usize,
+}
+
+impl Default for BusOptions {
+    fn default() -> Self {
+        Self {
+            prefix: "switchboard".into(),
+            ack_wait_secs: 30,
+            duplicate_window_secs: 120,
+            queue_capacity: 1024,
+        }
+    }
+}
+
+impl BusOptions {
+    pub fn ack_wait(&self) -> Duration {
+        Duration::from_secs(self.ack_wait_secs)
+    }
+
+    pub fn duplicate_window(&self) -> Duration {
+        Duration::from_secs(self.duplicate_window_secs)
+    }
+}
+
+/// The kind of model provider. Only OpenAI-compatible APIs for now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    #[default]
+    Openai,
+}
+
+/// The model provider.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ProviderConfig {
+    pub kind: ProviderKind,
+    /// Empty = `OPENAI_BASE_URL`, else [`OPENAI_DEFAULT_BASE_URL`].
+    pub base_url: String,
+    /// Empty = `OPENAI_API_KEY`.
+    pub api_key: Secret,
+    pub request_timeout_secs: u64,
+    /// Stream responses (chunks reach the channel as they arrive).
+    pub stream: bool,
+    /// Retries of a failed request on transient errors (429, 5xx, network).
+    pub max_retries: u32,
+}
+
+impl Default for ProviderConfig {
+    fn default() -> Self {
+        Self {
+            kind: ProviderKind::Openai,
+            base_url: String::new(),
+            api_key: Secret::default(),
+            request_timeout_secs: 120,
+            stream: true,
+            max_retries: 3,
+        }
+    }
+}
+
+impl ProviderConfig {
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_secs(self.request_timeout_secs)
+    }
+}
+
+/// The agent loop.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AgentConfig {
+    pub system_prompt: String,
+    /// LLM calls per run before the run is stopped.
+    pub max_iterations: u32,
+    /// Completion token limit per LLM call; 0 = the provider's default.
+    pub max_tokens: u32,
+    /// Sampling temperature; unset = the provider's default.
+    pub temperature: Option<f32>,
+    /// Messages of history sent to the model.
+    pub history_limit: usize,
+    pub tool_timeout_secs: u64,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        Self {
+            system_prompt: "You are a helpful assistant. Answer concisely and use tools when \
+                            they help."
+                .into(),
+            max_iterations: 20,
+            max_tokens: 0,
+            temperature: None,
+            history_limit: 50,
+            tool_timeout_secs: 60,
+        }
+    }
+}
+
+impl AgentConfig {
+    pub fn tool_timeout(&self) -> Duration {
+        Duration::from_secs(self.tool_timeout_secs)
+    }
+}
+
+/// Agent workers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct WorkerConfig {
+    /// Sessions processed in parallel (runs within one session are always sequential).
+    pub max_concurrent_runs: usize,
+    /// Deliveries older than this are dropped with a log line, never replayed.
+    pub max_message_age_secs: u64,
+    /// How long running sessions may take to finish on shutdown.
+    pub shutdown_grace_secs: u64,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self {
+            max_concurrent_runs: 16,
+            max_message_age_secs: 3600,
+            shutdown_grace_secs: 30,
+        }
+    }
+}
+
+impl WorkerConfig {
+    pub fn max_message_age(&self) -> Duration {
+        Duration::from_secs(self.max_message_age_secs)
+    }
+
+    pub fn shutdown_grace(&self) -> Duration {
+        Duration::from_secs(self.shutdown_grace_secs)
+    }
+}
+
+/// The session store.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StoreConfig {
+    /// SQLite file; empty = `<data_dir>/switchboard.db`, relative = under `data_dir`.
+    pub path: PathBuf,
+}
+
+/// Channel adapters.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ChannelsConfig {
+    pub api: ApiChannelConfig,
+}
+
+/// The HTTP/WebSocket API channel.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ApiChannelConfig {
+    pub enabled: bool,
+    #[serde(deserialize_with = "socket_addr")]
+    pub listen: SocketAddr,
+    /// When set, requests must carry `Authorization: Bearer <token>`.
+    pub token: Secret,
+    /// How long a synchronous request waits for the agent's reply.
+    pub reply_timeout_secs: u64,
+    pub max_body_bytes: usize,
+}
+
+impl Default for ApiChannelConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            listen: SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 8787)),
+            token: Secret::default(),
+            reply_timeout_secs: 120,
+            max_body_bytes: 65536,
+        }
+    }
+}
+
+impl ApiChannelConfig {
+    pub fn reply_timeout(&self) -> Duration {
+        Duration::from_secs(self.reply_timeout_secs)
+    }
+}
+
+/// Parses a socket address with an error that says what was expected; the key path is added
+/// by the TOML deserializer.
+fn socket_addr<'de, D: Deserializer<'de>>(deserializer: D) -> Result<SocketAddr, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    text.parse().map_err(|_| {
+        serde::de::Error::custom(format!(
+            "{text:?} is not a socket address (expected ip:port, e.g. 127.0.0.1:8787)"
+        ))
+    })
+}
+
+impl Config {
+    /// The resolved data directory (empty only on a `Config` that was not loaded).
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// The resolved SQLite store path (empty only on a `Config` that was not loaded).
+    pub fn store_path(&self) -> &Path {
+        &self.store.path
+    }
+
+    /// The bus `bus` selects; `bus` was validated at load.
+    pub fn bus_kind(&self) -> BusKind<'_> {
+        if self.bus == "memory" {
+            BusKind::Memory
+        } else {
+            BusKind::Nats(&self.bus)
+        }
+    }
+
+    /// The `tracing` filter to use: `RUST_LOG` when set and non-empty, else `log`.
+    pub fn log_filter<'a>(&'a self, env: &'a std::collections::HashMap<String, String>) -> &'a str {
+        match env.get("RUST_LOG") {
+            Some(filter) if !filter.trim().is_empty() => filter,
+            _ => &self.log,
+        }
+    }
+
+    /// Checks that a model can be called: a provider is configured (an API key, or a base URL
+    /// of a server that needs none) and a model is named. Commands that talk to the model call
+    /// this at start; commands that do not (a channel-only process) need not.
+    pub fn require_provider(&self) -> Result<(), ConfigError> {
+        let base_url = self.provider.base_url.trim_end_matches('/');
+        // The OpenAI endpoint always needs a key; only another server can go without one.
+        let no_server = base_url.is_empty() || base_url == OPENAI_DEFAULT_BASE_URL;
+        if self.provider.api_key.is_empty() && no_server {
+            return Err(ConfigError::NoProvider);
+        }
+        if self.model.trim().is_empty() {
+            return Err(ConfigError::NoModel);
+        }
+        Ok(())
+    }
+}

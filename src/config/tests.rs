@@ -1,0 +1,468 @@
+use std::collections::{BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use super::load::{load_with, schema_sample};
+use super::*;
+
+const EXAMPLE: &str = include_str!("../../config.example.toml");
+
+fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// A config file in a fresh temporary directory (kept alive by the returned guard).
+fn write_file(text: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("switchboard.toml");
+    std::fs::write(&path, text).unwrap();
+    (dir, path)
+}
+
+/// Loads `text` as the config file, never looking at the user's real config dir.
+fn load_text(text: &str, vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+    let (_dir, path) = write_file(text);
+    load_with(Some(&path), &env(vars), None)
+}
+
+fn load_env(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+    load_with(None, &env(vars), None)
+}
+
+fn err_text(result: Result<Config, ConfigError>) -> String {
+    result.expect_err("load should fail").to_string()
+}
+
+#[test]
+fn defaults_without_file() {
+    let config = load_env(&[]).unwrap();
+    let defaults = Config::default();
+    assert_eq!(config.bus, "memory");
+    assert_eq!(config.bus_kind(), BusKind::Memory);
+    assert_eq!(config.model, "");
+    assert_eq!(config.log, "info");
+    assert_eq!(config.channels, defaults.channels);
+    assert_eq!(config.worker, defaults.worker);
+    assert_eq!(config.agent, defaults.agent);
+    assert_eq!(config.bus_options, defaults.bus_options);
+    assert_eq!(
+        config.channels.api.listen,
+        "127.0.0.1:8787".parse::<SocketAddr>().unwrap()
+    );
+    assert_eq!(config.provider.base_url, OPENAI_DEFAULT_BASE_URL);
+    assert!(config.provider.api_key.is_empty());
+    assert!(config.data_dir().ends_with("switchboard"));
+    assert_eq!(
+        config.store_path(),
+        config.data_dir().join("switchboard.db")
+    );
+    assert_eq!(
+        config.worker.max_message_age(),
+        std::time::Duration::from_secs(3600)
+    );
+}
+
+#[test]
+fn fallback_file_is_used_only_when_it_exists() {
+    let (dir, path) = write_file("model = \"from-fallback\"\n");
+    let config = load_with(None, &env(&[]), Some(path)).unwrap();
+    assert_eq!(config.model, "from-fallback");
+    let absent = dir.path().join("absent.toml");
+    assert_eq!(load_with(None, &env(&[]), Some(absent)).unwrap().model, "");
+}
+
+#[test]
+fn switchboard_config_names_the_file() {
+    let (_dir, path) = write_file("model = \"from-var\"\n");
+    let vars = [("SWITCHBOARD_CONFIG", path.to_str().unwrap())];
+    assert_eq!(
+        load_with(None, &env(&vars), None).unwrap().model,
+        "from-var"
+    );
+
+    let missing = [("SWITCHBOARD_CONFIG", "/nonexistent/switchboard.toml")];
+    let message = err_text(load_with(None, &env(&missing), None));
+    assert_eq!(
+        message,
+        "config file /nonexistent/switchboard.toml does not exist"
+    );
+}
+
+#[test]
+fn explicit_missing_path_is_an_error_naming_it() {
+    let path = Path::new("/nonexistent/dir/config.toml");
+    let error = load_with(Some(path), &env(&[]), None).unwrap_err();
+    assert!(matches!(&error, ConfigError::NotFound { path: p } if p == path));
+    assert!(error.to_string().contains("/nonexistent/dir/config.toml"));
+}
+
+#[test]
+fn file_overrides_defaults() {
+    let text = r#"
+        data_dir = "/srv/sb"
+        bus = "nats://127.0.0.1:4222"
+        model = "gpt-4o-mini"
+        [worker]
+        max_concurrent_runs = 4
+        [agent]
+        temperature = 0.5
+        [store]
+        path = "state/db.sqlite"
+        [channels.api]
+        listen = "0.0.0.0:9000"
+        enabled = false
+    "#;
+    let config = load_text(text, &[]).unwrap();
+    assert_eq!(config.data_dir(), Path::new("/srv/sb"));
+    assert_eq!(config.bus_kind(), BusKind::Nats("nats://127.0.0.1:4222"));
+    assert_eq!(config.model, "gpt-4o-mini");
+    assert_eq!(config.worker.max_concurrent_runs, 4);
+    assert_eq!(config.agent.temperature, Some(0.5));
+    // A relative store path lives under the data dir.
+    assert_eq!(config.store_path(), Path::new("/srv/sb/state/db.sqlite"));
+    assert_eq!(
+        config.channels.api.listen,
+        "0.0.0.0:9000".parse::<SocketAddr>().unwrap()
+    );
+    assert!(!config.channels.api.enabled);
+    // Keys the file leaves out keep their defaults, in the same section too.
+    assert_eq!(config.worker.shutdown_grace_secs, 30);
+    assert_eq!(config.channels.api.max_body_bytes, 65536);
+}
+
+#[test]
+fn env_overrides_file() {
+    let text = r#"
+        model = "from-file"
+        [worker]
+        max_concurrent_runs = 4
+        [provider]
+        stream = true
+        [channels.api]
+        listen = "0.0.0.0:9000"
+    "#;
+    let vars = [
+        ("SWITCHBOARD_MODEL", "from-env"),
+        ("SWITCHBOARD_WORKER__MAX_CONCURRENT_RUNS", "8"),
+        ("SWITCHBOARD_PROVIDER__STREAM", "false"),
+        ("SWITCHBOARD_CHANNELS__API__LISTEN", "127.0.0.1:9001"),
+        ("SWITCHBOARD_AGENT__TEMPERATURE", "0.25"),
+        ("SWITCHBOARD_DATA_DIR", "/var/lib/switchboard"),
+        ("SWITCHBOARD_CHANNELS__API__TOKEN", "tok"),
+    ];
+    let config = load_text(text, &vars).unwrap();
+    assert_eq!(config.model, "from-env");
+    assert_eq!(config.worker.max_concurrent_runs, 8);
+    assert!(!config.provider.stream);
+    assert_eq!(
+        config.channels.api.listen,
+        "127.0.0.1:9001".parse::<SocketAddr>().unwrap()
+    );
+    assert_eq!(config.agent.temperature, Some(0.25));
+    assert_eq!(config.data_dir(), Path::new("/var/lib/switchboard"));
+    assert_eq!(
+        config.store_path(),
+        Path::new("/var/lib/switchboard/switchboard.db")
+    );
+    assert_eq!(config.channels.api.token.expose(), "tok");
+}
+
+#[test]
+fn env_key_names_are_case_insensitive() {
+    let vars = [("SWITCHBOARD_channels__Api__LISTEN", "127.0.0.1:9002")];
+    let config = load_env(&vars).unwrap();
+    assert_eq!(config.channels.api.listen.port(), 9002);
+}
+
+#[test]
+fn numeric_looking_string_stays_a_string() {
+    let vars = [
+        ("SWITCHBOARD_MODEL", "4"),
+        ("SWITCHBOARD_PROVIDER__API_KEY", "12345"),
+    ];
+    let config = load_env(&vars).unwrap();
+    assert_eq!(config.model, "4");
+    assert_eq!(config.provider.api_key.expose(), "12345");
+}
+
+#[test]
+fn unknown_key_in_file_names_full_path_and_file() {
+    let (_dir, path) = write_file("[channels.api]\nlisen = \"127.0.0.1:1\"\n");
+    let message = err_text(load_with(Some(&path), &env(&[]), None));
+    assert_eq!(
+        message,
+        format!("unknown key channels.api.lisen in {}", path.display())
+    );
+}
+
+#[test]
+fn several_unknown_keys_are_all_named() {
+    let message = err_text(load_text("modle = \"x\"\n[worker]\nthreads = 2\n", &[]));
+    assert!(
+        message.starts_with("unknown keys modle, worker.threads in "),
+        "{message}"
+    );
+}
+
+#[test]
+fn unknown_env_var_is_an_error_naming_it() {
+    for var in [
+        "SWITCHBOARD_FOO__BAR",
+        "SWITCHBOARD_CHANNELS",
+        "SWITCHBOARD_MODEL__X",
+    ] {
+        let message = err_text(load_env(&[(var, "1")]));
+        assert!(
+            message.starts_with(&format!("environment variable {var} ")),
+            "{message}"
+        );
+    }
+    // Variables without the prefix and the exempt ones are not config keys.
+    assert!(load_env(&[("SWITCHBOARD", "x"), ("OTHER_FOO", "1")]).is_ok());
+}
+
+#[test]
+fn bad_env_value_names_the_variable_and_key() {
+    let vars = [("SWITCHBOARD_WORKER__MAX_CONCURRENT_RUNS", "many")];
+    assert_eq!(
+        err_text(load_env(&vars)),
+        "SWITCHBOARD_WORKER__MAX_CONCURRENT_RUNS: \"many\" is not an integer \
+         (for worker.max_concurrent_runs)"
+    );
+    let vars = [("SWITCHBOARD_PROVIDER__STREAM", "maybe")];
+    assert!(err_text(load_env(&vars)).contains("is not a boolean"));
+}
+
+#[test]
+fn out_of_range_env_value_names_key_and_variable() {
+    let vars = [("SWITCHBOARD_WORKER__MAX_CONCURRENT_RUNS", "-1")];
+    let message = err_text(load_env(&vars));
+    assert!(
+        message.starts_with(
+            "worker.max_concurrent_runs (from SWITCHBOARD_WORKER__MAX_CONCURRENT_RUNS): "
+        ),
+        "{message}"
+    );
+}
+
+#[test]
+fn bad_value_in_file_names_key_and_reason() {
+    let (_dir, path) = write_file("[channels.api]\nlisten = \"nope\"\n");
+    let message = err_text(load_with(Some(&path), &env(&[]), None));
+    assert_eq!(
+        message,
+        format!(
+            "channels.api.listen (in {}): \"nope\" is not a socket address \
+             (expected ip:port, e.g. 127.0.0.1:8787)",
+            path.display()
+        )
+    );
+
+    let message = err_text(load_text("[worker]\nmax_concurrent_runs = \"x\"\n", &[]));
+    assert!(
+        message.starts_with("worker.max_concurrent_runs (in "),
+        "{message}"
+    );
+    assert!(message.contains("invalid type"), "{message}");
+
+    let message = err_text(load_text("[provider]\nkind = \"anthropic\"\n", &[]));
+    assert!(message.starts_with("provider.kind (in "), "{message}");
+    assert!(message.contains("unknown variant `anthropic`"), "{message}");
+}
+
+#[test]
+fn validation_names_the_key() {
+    let cases = [
+        ("[agent]\nmax_iterations = 0\n", "agent.max_iterations"),
+        (
+            "[worker]\nmax_concurrent_runs = 0\n",
+            "worker.max_concurrent_runs",
+        ),
+        ("bus = \"redis://localhost\"\n", "bus"),
+        ("bus = \"nats://\"\n", "bus"),
+        ("log = \"info,[[[\"\n", "log"),
+        ("[bus_options]\nprefix = \"a.*\"\n", "bus_options.prefix"),
+        (
+            "[provider]\nbase_url = \"localhost:11434\"\n",
+            "provider.base_url",
+        ),
+        ("[agent]\ntemperature = 3.0\n", "agent.temperature"),
+    ];
+    for (text, key) in cases {
+        let message = err_text(load_text(text, &[]));
+        assert!(
+            message.starts_with(&format!("{key} (in ")),
+            "{text:?}: {message}"
+        );
+    }
+    let vars = [("SWITCHBOARD_BUS", "amqp://x")];
+    assert!(err_text(load_env(&vars)).starts_with("bus (from SWITCHBOARD_BUS): "));
+}
+
+#[test]
+fn bus_url_is_not_quoted_in_errors() {
+    let message = err_text(load_env(&[(
+        "SWITCHBOARD_BUS",
+        "redis://user:hunter2@host",
+    )]));
+    assert!(!message.contains("hunter2"), "{message}");
+}
+
+#[test]
+fn bad_toml_names_file_and_line() {
+    let (_dir, path) = write_file("model = \"a\"\n\n[worker\nmax_concurrent_runs = 2\n");
+    let error = load_with(Some(&path), &env(&[]), None).unwrap_err();
+    let ConfigError::Syntax { line, .. } = &error else {
+        panic!("expected a syntax error, got {error}");
+    };
+    assert_eq!(*line, 3);
+    let message = error.to_string();
+    assert!(
+        message.starts_with(&format!("{}:3:", path.display())),
+        "{message}"
+    );
+    assert!(!message.contains('\n'), "{message}");
+}
+
+#[test]
+fn openai_conventions_fill_empty_provider_keys() {
+    let vars = [
+        ("OPENAI_API_KEY", "sk-env"),
+        ("OPENAI_BASE_URL", "http://127.0.0.1:11434/v1"),
+    ];
+    let config = load_env(&vars).unwrap();
+    assert_eq!(config.provider.api_key.expose(), "sk-env");
+    assert_eq!(config.provider.base_url, "http://127.0.0.1:11434/v1");
+
+    // The config file wins over the conventions, and so does SWITCHBOARD_PROVIDER__*.
+    let text = "[provider]\napi_key = \"sk-file\"\nbase_url = \"https://example.com/v1\"\n";
+    let config = load_text(text, &vars).unwrap();
+    assert_eq!(config.provider.api_key.expose(), "sk-file");
+    assert_eq!(config.provider.base_url, "https://example.com/v1");
+    let mut vars = vars.to_vec();
+    vars.push(("SWITCHBOARD_PROVIDER__API_KEY", "sk-switchboard"));
+    assert_eq!(
+        load_env(&vars).unwrap().provider.api_key.expose(),
+        "sk-switchboard"
+    );
+}
+
+#[test]
+fn require_provider_explains_what_to_set() {
+    let config = load_env(&[("SWITCHBOARD_MODEL", "m")]).unwrap();
+    assert_eq!(
+        config.require_provider().unwrap_err().to_string(),
+        "no model provider configured: set OPENAI_API_KEY (and OPENAI_BASE_URL for a local \
+         server such as Ollama), or [provider] in the config file"
+    );
+    // A local server needs no key.
+    let local = [
+        ("OPENAI_BASE_URL", "http://127.0.0.1:11434/v1"),
+        ("SWITCHBOARD_MODEL", "m"),
+    ];
+    assert!(load_env(&local).unwrap().require_provider().is_ok());
+    assert!(
+        load_env(&[("OPENAI_API_KEY", "sk"), ("SWITCHBOARD_MODEL", "m")])
+            .unwrap()
+            .require_provider()
+            .is_ok()
+    );
+
+    let no_model = load_env(&[("OPENAI_API_KEY", "sk")]).unwrap();
+    let message = no_model.require_provider().unwrap_err().to_string();
+    assert!(
+        message.contains("SWITCHBOARD_MODEL") && message.contains("`model`"),
+        "{message}"
+    );
+}
+
+#[test]
+fn secrets_never_appear_in_debug_or_serialized_output() {
+    let text = "[provider]\napi_key = \"sk-supersecret\"\n[channels.api]\ntoken = \"tok-hidden\"\n";
+    let config = load_text(text, &[]).unwrap();
+    for rendered in [
+        format!("{config:?}"),
+        format!("{config:#?}"),
+        toml::to_string(&config).unwrap(),
+        format!("{}", config.provider.api_key),
+    ] {
+        assert!(!rendered.contains("supersecret"), "{rendered}");
+        assert!(!rendered.contains("tok-hidden"), "{rendered}");
+    }
+    assert_eq!(format!("{:?}", config.provider.api_key), "\"***\"");
+    assert_eq!(config.provider.api_key.to_string(), "***");
+    assert_eq!(format!("{:?}", Secret::default()), "\"\"");
+}
+
+#[test]
+fn a_secret_of_the_wrong_type_is_not_echoed() {
+    let message = err_text(load_text("[provider]\napi_key = 987654321\n", &[]));
+    assert!(message.starts_with("provider.api_key (in "), "{message}");
+    assert!(!message.contains("987654321"), "{message}");
+}
+
+#[test]
+fn example_file_equals_the_defaults() {
+    // Raw: every key in the example parses, and its value is the default.
+    let raw: Config = toml::from_str(EXAMPLE).unwrap();
+    assert_eq!(raw, Config::default());
+    // Through the loader (unknown keys, validation, conventions) too.
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config.example.toml");
+    let loaded = load_with(Some(&path), &env(&[]), None).unwrap();
+    assert_eq!(loaded, load_env(&[]).unwrap());
+    assert_eq!(Config::load(Some(&path), &env(&[])).unwrap(), loaded);
+}
+
+#[test]
+fn example_file_documents_every_key() {
+    let documented = example_keys();
+    let missing: Vec<String> = schema_keys()
+        .into_iter()
+        .filter(|key| !documented.contains(key))
+        .collect();
+    assert!(missing.is_empty(), "config.example.toml lacks {missing:?}");
+}
+
+/// `section.key` for every line `key = …` or `# key = …` of the example.
+fn example_keys() -> BTreeSet<String> {
+    let mut section = String::new();
+    let mut keys = BTreeSet::new();
+    for line in EXAMPLE.lines().map(str::trim) {
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            section = format!("{name}.");
+        } else if let Some((key, _)) = line.trim_start_matches("# ").split_once(" = ")
+            && key.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+        {
+            keys.insert(format!("{section}{key}"));
+        }
+    }
+    keys
+}
+
+fn schema_keys() -> Vec<String> {
+    fn walk(table: &toml::Table, prefix: &str, out: &mut Vec<String>) {
+        for (name, value) in table {
+            match value {
+                toml::Value::Table(inner) => walk(inner, &format!("{prefix}{name}."), out),
+                _ => out.push(format!("{prefix}{name}")),
+            }
+        }
+    }
+    let mut keys = Vec::new();
+    walk(
+        &toml::Table::try_from(schema_sample()).unwrap(),
+        "",
+        &mut keys,
+    );
+    keys
+}
+
+#[test]
+fn log_filter_prefers_rust_log() {
+    let config = Config::default();
+    assert_eq!(config.log_filter(&env(&[])), "info");
+    assert_eq!(config.log_filter(&env(&[("RUST_LOG", "debug")])), "debug");
+}

@@ -1,0 +1,116 @@
+//! Checks that the types alone cannot express. Each failure names the key and where its
+//! value came from. Values that may hold credentials (URLs) are not quoted back.
+
+use tracing_subscriber::EnvFilter;
+
+use super::Config;
+use super::error::{ConfigError, Origin};
+use super::load::Origins;
+
+pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigError> {
+    let fail = |key: &str, reason: String| ConfigError::Invalid {
+        key: key.to_owned(),
+        origin: origins.get(key).cloned().unwrap_or(Origin::Default),
+        reason,
+    };
+    if let Some((key, value)) = zero_counts(config) {
+        return Err(fail(key, format!("must be at least 1, not {value}")));
+    }
+    if !is_bus(&config.bus) {
+        let reason = "must be \"memory\" or a NATS URL such as \"nats://127.0.0.1:4222\" \
+                      (nats:// or tls://)";
+        return Err(fail("bus", reason.into()));
+    }
+    if let Err(error) = EnvFilter::try_new(&config.log) {
+        return Err(fail(
+            "log",
+            format!("{:?} is not a tracing filter: {error}", config.log),
+        ));
+    }
+    if let Some(reason) = subject_prefix_problem(&config.bus_options.prefix) {
+        return Err(fail("bus_options.prefix", reason));
+    }
+    let base_url = &config.provider.base_url;
+    if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
+        return Err(fail(
+            "provider.base_url",
+            "must be an http:// or https:// URL".into(),
+        ));
+    }
+    if let Some(t) = config.agent.temperature
+        && !(0.0..=2.0).contains(&t)
+    {
+        return Err(fail(
+            "agent.temperature",
+            format!("{t} is not between 0 and 2"),
+        ));
+    }
+    Ok(())
+}
+
+/// The first count or duration that must not be zero but is, with its key.
+fn zero_counts(config: &Config) -> Option<(&'static str, u64)> {
+    let as_u64 = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    let counts = [
+        (
+            "bus_options.ack_wait_secs",
+            config.bus_options.ack_wait_secs,
+        ),
+        (
+            "bus_options.duplicate_window_secs",
+            config.bus_options.duplicate_window_secs,
+        ),
+        (
+            "bus_options.queue_capacity",
+            as_u64(config.bus_options.queue_capacity),
+        ),
+        (
+            "provider.request_timeout_secs",
+            config.provider.request_timeout_secs,
+        ),
+        (
+            "agent.max_iterations",
+            u64::from(config.agent.max_iterations),
+        ),
+        ("agent.tool_timeout_secs", config.agent.tool_timeout_secs),
+        (
+            "worker.max_concurrent_runs",
+            as_u64(config.worker.max_concurrent_runs),
+        ),
+        (
+            "worker.max_message_age_secs",
+            config.worker.max_message_age_secs,
+        ),
+        (
+            "channels.api.reply_timeout_secs",
+            config.channels.api.reply_timeout_secs,
+        ),
+        (
+            "channels.api.max_body_bytes",
+            as_u64(config.channels.api.max_body_bytes),
+        ),
+    ];
+    counts.into_iter().find(|&(_, value)| value == 0)
+}
+
+fn is_bus(bus: &str) -> bool {
+    if bus == "memory" {
+        return true;
+    }
+    ["nats://", "tls://"].iter().any(|scheme| {
+        bus.strip_prefix(scheme)
+            .is_some_and(|rest| !rest.is_empty())
+    })
+}
+
+/// Why `prefix` cannot start NATS subjects, if it cannot: it must be one or more non-empty
+/// dot-separated tokens without wildcards or whitespace.
+fn subject_prefix_problem(prefix: &str) -> Option<String> {
+    let bad_char = |c: char| c == '*' || c == '>' || c.is_whitespace();
+    if prefix.split('.').any(str::is_empty) || prefix.contains(bad_char) {
+        return Some(format!(
+            "{prefix:?} is not a NATS subject prefix (dot-separated tokens without spaces, * or >)"
+        ));
+    }
+    None
+}
