@@ -1,0 +1,105 @@
+//! A small schema migration runner for the SQLite store.
+//!
+//! Migrations are SQL files compiled into the binary, so a data dir never depends on files next
+//! to the executable, and the build needs no database (unlike sqlx's `migrate!`). Each one is
+//! applied in its own `BEGIN IMMEDIATE` transaction and recorded in `schema_migrations`, which
+//! makes start-up idempotent and safe when two processes open the same file at once.
+
+use chrono::Utc;
+use sqlx::SqlitePool;
+
+use super::StoreError;
+
+/// One schema change, identified by a version that only ever grows.
+pub(crate) struct Migration {
+    pub version: i64,
+    pub name: &'static str,
+    pub sql: &'static str,
+}
+
+/// Every migration this build knows, in version order.
+pub(crate) const SQLITE_MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "init",
+    sql: include_str!("../../migrations/sqlite/0001_init.sql"),
+}];
+
+/// Brings the database up to the newest schema this build knows.
+///
+/// Refuses a database that a newer build has migrated past us: running old code on a newer
+/// schema could silently write rows the newer code misreads.
+pub(crate) async fn run(pool: &SqlitePool, migrations: &[Migration]) -> Result<(), StoreError> {
+    create_ledger(pool).await?;
+    let known = migrations.last().map_or(0, |m| m.version);
+    let current = current_version(pool).await?;
+    if current > known {
+        return Err(StoreError::Migrate {
+            version: current,
+            reason: format!(
+                "the database is at schema version {current}, written by a newer switchboard; \
+                 this build knows up to version {known}. Upgrade switchboard or use another data dir"
+            ),
+        });
+    }
+    for migration in migrations.iter().filter(|m| m.version > current) {
+        apply(pool, migration).await?;
+    }
+    Ok(())
+}
+
+async fn create_ledger(pool: &SqlitePool) -> Result<(), StoreError> {
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (\
+             version BIGINT PRIMARY KEY NOT NULL, \
+             applied_at BIGINT NOT NULL)",
+    )
+    .execute(pool)
+    .await
+    .map_err(|e| failed(0, "cannot create schema_migrations", e))?;
+    Ok(())
+}
+
+async fn current_version(pool: &SqlitePool) -> Result<i64, StoreError> {
+    let version: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM schema_migrations")
+        .fetch_one(pool)
+        .await
+        .map_err(|e| failed(0, "cannot read schema_migrations", e))?;
+    Ok(version.unwrap_or(0))
+}
+
+/// Applies one migration unless another process applied it since we looked: the check is
+/// repeated inside the write transaction, which `BEGIN IMMEDIATE` serializes.
+async fn apply(pool: &SqlitePool, migration: &Migration) -> Result<(), StoreError> {
+    let version = migration.version;
+    let wrap = |e| failed(version, migration.name, e);
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(wrap)?;
+    let done: Option<i64> =
+        sqlx::query_scalar("SELECT version FROM schema_migrations WHERE version = $1")
+            .bind(version)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(wrap)?;
+    if done.is_some() {
+        return Ok(());
+    }
+    sqlx::raw_sql(migration.sql)
+        .execute(&mut *tx)
+        .await
+        .map_err(wrap)?;
+    sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)")
+        .bind(version)
+        .bind(Utc::now().timestamp_millis())
+        .execute(&mut *tx)
+        .await
+        .map_err(wrap)?;
+    tx.commit().await.map_err(wrap)?;
+    tracing::info!(version, name = migration.name, "applied database migration");
+    Ok(())
+}
+
+fn failed(version: i64, what: &str, err: sqlx::Error) -> StoreError {
+    StoreError::Migrate {
+        version,
+        reason: format!("{what}: {err}"),
+    }
+}
