@@ -490,3 +490,36 @@ async fn an_unusable_path_is_a_clear_open_error() {
     assert!(matches!(err, StoreError::Open { .. }), "{err}");
     assert!(err.to_string().contains("not-a-dir"), "{err}");
 }
+
+/// Many workers (two processes' worth) finishing different runs at once, as a busy daemon does:
+/// none may fail with "database is locked".
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_turns_from_two_stores_all_succeed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shared.db");
+    let a = Arc::new(SqliteStore::open(&path).await.unwrap());
+    let b = Arc::new(SqliteStore::open(&path).await.unwrap());
+    let tasks: Vec<_> = (0..40)
+        .map(|n| {
+            let store = Arc::clone(if n % 2 == 0 { &a } else { &b });
+            tokio::spawn(async move {
+                let session = format!("telegram:{}", n % 4);
+                let run_id = claim_new(&store, &format!("in-{n}"), &session).await;
+                store.history(&session, 50).await.unwrap();
+                let outcome = completed(&run_id, "q", "a");
+                store.finish_run(&run_id, &outcome).await.unwrap();
+                store.mark_reply_delivered(&run_id).await.unwrap();
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let runs = a.recent_runs(100).await.unwrap();
+    assert_eq!(runs.len(), 40);
+    assert!(
+        runs.iter()
+            .all(|r| r.status == RunStatus::Completed && r.reply_delivered)
+    );
+    assert_eq!(b.history("telegram:0", 100).await.unwrap().len(), 20);
+}

@@ -103,3 +103,77 @@ fn failed(version: i64, what: &str, err: sqlx::Error) -> StoreError {
         reason: format!("{what}: {err}"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use sqlx::sqlite::SqliteConnectOptions;
+
+    use super::*;
+
+    async fn pool(dir: &tempfile::TempDir) -> SqlitePool {
+        let options = SqliteConnectOptions::new()
+            .filename(dir.path().join("m.db"))
+            .create_if_missing(true);
+        SqlitePool::connect_with(options).await.unwrap()
+    }
+
+    async fn tables(pool: &SqlitePool) -> Vec<String> {
+        sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+            .fetch_all(pool)
+            .await
+            .unwrap()
+    }
+
+    const FIRST: Migration = Migration {
+        version: 1,
+        name: "a",
+        sql: "CREATE TABLE a (x INTEGER);",
+    };
+
+    #[tokio::test]
+    async fn a_failing_migration_leaves_no_trace_and_can_be_retried() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = pool(&dir).await;
+        let broken = Migration {
+            version: 2,
+            name: "b",
+            sql: "CREATE TABLE b (x INTEGER); NOT SQL;",
+        };
+        let err = run(&pool, &[FIRST, broken]).await.unwrap_err();
+        assert!(
+            matches!(err, StoreError::Migrate { version: 2, .. }),
+            "{err}"
+        );
+        // Migration 1 stays applied; migration 2's first statement was rolled back with it.
+        assert_eq!(tables(&pool).await, ["a", "schema_migrations"]);
+
+        let fixed = Migration {
+            version: 2,
+            name: "b",
+            sql: "CREATE TABLE b (x INTEGER);",
+        };
+        run(&pool, &[FIRST, fixed]).await.unwrap();
+        assert_eq!(tables(&pool).await, ["a", "b", "schema_migrations"]);
+    }
+
+    #[tokio::test]
+    async fn running_twice_applies_each_migration_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = pool(&dir).await;
+        run(&pool, &[FIRST]).await.unwrap();
+        // A second run would fail on CREATE TABLE if it applied the migration again.
+        run(&pool, &[FIRST]).await.unwrap();
+        let versions: Vec<i64> = sqlx::query_scalar("SELECT version FROM schema_migrations")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+        assert_eq!(versions, [1]);
+    }
+
+    #[test]
+    fn shipped_migrations_are_in_strictly_increasing_order() {
+        let versions: Vec<i64> = SQLITE_MIGRATIONS.iter().map(|m| m.version).collect();
+        assert!(versions.windows(2).all(|w| w[0] < w[1]), "{versions:?}");
+        assert_eq!(versions.first(), Some(&1));
+    }
+}

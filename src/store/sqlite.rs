@@ -169,17 +169,17 @@ impl Store for SqliteStore {
     }
 
     async fn mark_reply_delivered(&self, run_id: &str) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
+        // A single write statement needs no explicit transaction: it takes the write lock
+        // directly, so `busy_timeout` covers it.
         let updated = sqlx::query("UPDATE runs SET reply_delivered = $1 WHERE run_id = $2")
             .bind(true)
             .bind(run_id)
-            .execute(&mut *tx)
+            .execute(&self.pool)
             .await?
             .rows_affected();
         if updated == 0 {
             return Err(StoreError::NoSuchRun(run_id.to_owned()));
         }
-        tx.commit().await?;
         Ok(())
     }
 
