@@ -4,6 +4,7 @@
 //! PostgreSQL backend fits behind the same trait. The `runs` table has a unique inbound id, so a
 //! redelivered message never produces a second run or reply.
 
+mod migrate;
 pub mod sqlite;
 
 use async_trait::async_trait;
@@ -25,10 +26,18 @@ pub enum StoreError {
     Corrupt(String),
     #[error("run {0} does not exist")]
     NoSuchRun(String),
+    /// `finish_run` was refused and wrote nothing: the run already finished (another worker
+    /// resumed and finished it first), or the outcome's status was still `Running`.
+    #[error("cannot finish run {run_id}: {reason}")]
+    Finish { run_id: String, reason: String },
 }
 
 /// What a worker should do with an inbound message, decided atomically by [`Store::claim_run`].
 #[derive(Debug, Clone, PartialEq)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one claim per inbound message; boxing the reply would only change callers' code"
+)]
 pub enum RunClaim {
     /// First time this inbound id is seen: a run was created; go ahead.
     New { run_id: String },
@@ -37,7 +46,11 @@ pub enum RunClaim {
     Resumed { run_id: String, attempt: u32 },
     /// The run already finished. If its reply was never marked delivered, deliver `reply`
     /// (the same message, same id) and mark it; otherwise there is nothing to do.
-    Finished { run_id: String, reply: Option<OutboundMessage>, delivered: bool },
+    Finished {
+        run_id: String,
+        reply: Option<OutboundMessage>,
+        delivered: bool,
+    },
 }
 
 /// Final state of a run.
@@ -96,7 +109,11 @@ pub trait Store: Send + Sync {
     async fn claim_run(&self, inbound_id: &str, session_key: &str) -> Result<RunClaim, StoreError>;
 
     /// The most recent `limit` transcript messages of a session, oldest first.
-    async fn history(&self, session_key: &str, limit: usize) -> Result<Vec<ChatMessage>, StoreError>;
+    async fn history(
+        &self,
+        session_key: &str,
+        limit: usize,
+    ) -> Result<Vec<ChatMessage>, StoreError>;
 
     /// Finishes a run: appends its transcript, stores the reply, sets status, usage and timings,
     /// all in one transaction.

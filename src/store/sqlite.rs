@@ -1,1 +1,398 @@
-//! The SQLite store (to be written).
+//! The embedded store: one SQLite file in the data dir.
+//!
+//! Concurrency: WAL lets readers run beside the one writer, and every write transaction starts
+//! with `BEGIN IMMEDIATE`, so it takes the write lock up front and waits (`busy_timeout`) instead
+//! of failing with "database is locked" when it later tries to upgrade a read lock. This holds
+//! across pools too, so several processes may share one file.
+//!
+//! Times are stored as unix milliseconds (UTC).
+
+use std::path::Path;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
+};
+use sqlx::{Row, Sqlite, Transaction};
+use switchboard_channels::contract::{OutboundMessage, Usage};
+use uuid::Uuid;
+
+use super::migrate::{self, SQLITE_MIGRATIONS};
+use super::{RunClaim, RunOutcome, RunRecord, RunStatus, Store, StoreError};
+use crate::provider::{ChatMessage, Role};
+
+/// How long a statement waits for another connection's write lock before failing.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// SQLite has one writer at a time anyway; a few connections let reads overlap a write.
+const MAX_CONNECTIONS: u32 = 4;
+
+/// The columns [`RunRecord`] is read from.
+const RUN_COLUMNS: &str = "run_id, inbound_id, session_key, status, attempt, model, input_tokens, \
+     output_tokens, iterations, error, reply_delivered, started_at, finished_at";
+
+/// The SQLite implementation of [`Store`]. Cheap to share behind an `Arc`; all methods take
+/// `&self` and use the internal connection pool.
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database at `path` and migrates it to the newest schema.
+    ///
+    /// Fails with [`StoreError::Open`] if the file cannot be created or opened, and with
+    /// [`StoreError::Migrate`] if it was written by a newer build or a migration fails.
+    pub async fn open(path: &Path) -> Result<SqliteStore, StoreError> {
+        let open_err = |reason: String| StoreError::Open {
+            path: path.display().to_string(),
+            reason,
+        };
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            tokio::fs::create_dir_all(parent)
+                .await
+                .map_err(|e| open_err(format!("cannot create {}: {e}", parent.display())))?;
+        }
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            // In WAL mode NORMAL cannot corrupt the database; a power loss may only drop the
+            // last commits, which the bus redelivers.
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(BUSY_TIMEOUT)
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(MAX_CONNECTIONS)
+            .connect_with(options)
+            .await
+            .map_err(|e| open_err(e.to_string()))?;
+        migrate::run(&pool, SQLITE_MIGRATIONS).await?;
+        Ok(SqliteStore { pool })
+    }
+
+    /// Closes the pool, waiting for connections in use to be returned. Later calls fail.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// Starts a write transaction holding the write lock from its first statement.
+    async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
+        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn claim_run(&self, inbound_id: &str, session_key: &str) -> Result<RunClaim, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let now = now_millis();
+        ensure_session(&mut tx, session_key, now).await?;
+        let run_id = Uuid::now_v7().to_string();
+        // Insert first and look only on conflict: the unique inbound id decides who is first,
+        // which stays correct on PostgreSQL where there is no database-wide write lock.
+        let inserted = sqlx::query(
+            "INSERT INTO runs (run_id, inbound_id, session_key, status, attempt, started_at) \
+             VALUES ($1, $2, $3, $4, 1, $5) ON CONFLICT (inbound_id) DO NOTHING",
+        )
+        .bind(&run_id)
+        .bind(inbound_id)
+        .bind(session_key)
+        .bind(RunStatus::Running.as_str())
+        .bind(now)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        let claim = if inserted == 1 {
+            RunClaim::New { run_id }
+        } else {
+            existing_claim(&mut tx, inbound_id).await?
+        };
+        tx.commit().await?;
+        Ok(claim)
+    }
+
+    async fn history(
+        &self,
+        session_key: &str,
+        limit: usize,
+    ) -> Result<Vec<ChatMessage>, StoreError> {
+        let rows: Vec<(i64, String)> = sqlx::query_as(
+            "SELECT id, message_json FROM transcript WHERE session_key = $1 ORDER BY id DESC LIMIT $2",
+        )
+        .bind(session_key)
+        .bind(sql_limit(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        // Fetched newest first so LIMIT keeps the most recent ones; the model wants them oldest first.
+        rows.into_iter()
+            .rev()
+            .map(|(id, json)| {
+                serde_json::from_str(&json).map_err(|e| {
+                    StoreError::Corrupt(format!("transcript row {id} is not a chat message: {e}"))
+                })
+            })
+            .collect()
+    }
+
+    async fn finish_run(&self, run_id: &str, outcome: &RunOutcome) -> Result<(), StoreError> {
+        let refuse = |reason: &str| StoreError::Finish {
+            run_id: run_id.to_owned(),
+            reason: reason.to_owned(),
+        };
+        if outcome.status == RunStatus::Running {
+            return Err(refuse("the outcome's status is still running"));
+        }
+        let reply_json = outcome.reply.as_ref().map(encode).transpose()?;
+        let mut tx = self.begin_write().await?;
+        let Some((session_key, status)) = run_state(&mut tx, run_id).await? else {
+            return Err(StoreError::NoSuchRun(run_id.to_owned()));
+        };
+        if status != RunStatus::Running {
+            // Another worker resumed this run and finished first; its reply is the one kept,
+            // and appending this transcript too would duplicate the turn.
+            return Err(refuse("it has already finished"));
+        }
+        let now = now_millis();
+        append_transcript(&mut tx, &session_key, run_id, &outcome.transcript, now).await?;
+        record_outcome(&mut tx, run_id, outcome, reply_json, now).await?;
+        sqlx::query("UPDATE sessions SET updated_at = $1 WHERE key = $2")
+            .bind(now)
+            .bind(&session_key)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn mark_reply_delivered(&self, run_id: &str) -> Result<(), StoreError> {
+        // A single write statement needs no explicit transaction: it takes the write lock
+        // directly, so `busy_timeout` covers it.
+        let updated = sqlx::query("UPDATE runs SET reply_delivered = $1 WHERE run_id = $2")
+            .bind(true)
+            .bind(run_id)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        if updated == 0 {
+            return Err(StoreError::NoSuchRun(run_id.to_owned()));
+        }
+        Ok(())
+    }
+
+    async fn recent_runs(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
+        // Run ids are UUID v7, time-ordered, so they break ties between runs started in the
+        // same millisecond.
+        let sql = format!(
+            "SELECT {RUN_COLUMNS} FROM runs ORDER BY started_at DESC, run_id DESC LIMIT $1"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(sql_limit(limit))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(run_record).collect()
+    }
+}
+
+/// Creates the session row on first use; later claims leave it alone.
+async fn ensure_session(
+    tx: &mut Transaction<'_, Sqlite>,
+    key: &str,
+    now: i64,
+) -> Result<(), StoreError> {
+    sqlx::query("INSERT INTO sessions (key, created_at, updated_at) VALUES ($1, $2, $2) ON CONFLICT (key) DO NOTHING")
+        .bind(key)
+        .bind(now)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+/// What to do about an inbound id that already has a run.
+async fn existing_claim(
+    tx: &mut Transaction<'_, Sqlite>,
+    inbound_id: &str,
+) -> Result<RunClaim, StoreError> {
+    let row: Option<(String, String, Option<String>, bool)> = sqlx::query_as(
+        "SELECT run_id, status, reply_json, reply_delivered FROM runs WHERE inbound_id = $1",
+    )
+    .bind(inbound_id)
+    .fetch_optional(&mut **tx)
+    .await?;
+    let Some((run_id, status, reply_json, delivered)) = row else {
+        return Err(StoreError::Corrupt(format!(
+            "inbound id {inbound_id} conflicts but has no run"
+        )));
+    };
+    match parse_status(&status)? {
+        RunStatus::Running => {
+            // Its worker died (or the bus gave up on it): this claimant takes it over.
+            let attempt: i64 = sqlx::query_scalar(
+                "UPDATE runs SET attempt = attempt + 1 WHERE run_id = $1 RETURNING attempt",
+            )
+            .bind(&run_id)
+            .fetch_one(&mut **tx)
+            .await?;
+            Ok(RunClaim::Resumed {
+                attempt: to_u32(attempt, "attempt")?,
+                run_id,
+            })
+        }
+        RunStatus::Completed | RunStatus::Failed => {
+            let reply = reply_json
+                .as_deref()
+                .map(|json| decode_reply(&run_id, json))
+                .transpose()?;
+            Ok(RunClaim::Finished {
+                run_id,
+                reply,
+                delivered,
+            })
+        }
+    }
+}
+
+/// The session and status of a run, if it exists.
+async fn run_state(
+    tx: &mut Transaction<'_, Sqlite>,
+    run_id: &str,
+) -> Result<Option<(String, RunStatus)>, StoreError> {
+    let row: Option<(String, String)> =
+        sqlx::query_as("SELECT session_key, status FROM runs WHERE run_id = $1")
+            .bind(run_id)
+            .fetch_optional(&mut **tx)
+            .await?;
+    row.map(|(session, status)| Ok((session, parse_status(&status)?)))
+        .transpose()
+}
+
+async fn append_transcript(
+    tx: &mut Transaction<'_, Sqlite>,
+    session_key: &str,
+    run_id: &str,
+    messages: &[ChatMessage],
+    now: i64,
+) -> Result<(), StoreError> {
+    for (seq, message) in messages.iter().enumerate() {
+        sqlx::query(
+            "INSERT INTO transcript (session_key, run_id, seq, role, message_json, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(session_key)
+        .bind(run_id)
+        .bind(i64::try_from(seq).unwrap_or(i64::MAX))
+        .bind(role_name(message.role))
+        .bind(encode(message)?)
+        .bind(now)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
+}
+
+async fn record_outcome(
+    tx: &mut Transaction<'_, Sqlite>,
+    run_id: &str,
+    outcome: &RunOutcome,
+    reply_json: Option<String>,
+    now: i64,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE runs SET status = $1, model = $2, input_tokens = $3, output_tokens = $4, \
+         iterations = $5, error = $6, reply_json = $7, finished_at = $8 WHERE run_id = $9",
+    )
+    .bind(outcome.status.as_str())
+    .bind(&outcome.model)
+    .bind(to_i64(outcome.usage.input_tokens))
+    .bind(to_i64(outcome.usage.output_tokens))
+    .bind(i64::from(outcome.iterations))
+    .bind(outcome.error.as_deref())
+    .bind(reply_json)
+    .bind(now)
+    .bind(run_id)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+fn run_record(row: &SqliteRow) -> Result<RunRecord, StoreError> {
+    let run_id: String = row.try_get("run_id")?;
+    let finished_at: Option<i64> = row.try_get("finished_at")?;
+    Ok(RunRecord {
+        inbound_id: row.try_get("inbound_id")?,
+        session_key: row.try_get("session_key")?,
+        status: parse_status(row.try_get("status")?)?,
+        attempt: to_u32(row.try_get("attempt")?, "attempt")?,
+        model: row.try_get("model")?,
+        usage: Usage {
+            input_tokens: to_u64(row.try_get("input_tokens")?, "input_tokens")?,
+            output_tokens: to_u64(row.try_get("output_tokens")?, "output_tokens")?,
+        },
+        iterations: to_u32(row.try_get("iterations")?, "iterations")?,
+        error: row.try_get("error")?,
+        started_at: from_millis(row.try_get("started_at")?)?,
+        finished_at: finished_at.map(from_millis).transpose()?,
+        reply_delivered: row.try_get("reply_delivered")?,
+        run_id,
+    })
+}
+
+fn parse_status(status: &str) -> Result<RunStatus, StoreError> {
+    match status {
+        "running" => Ok(RunStatus::Running),
+        "completed" => Ok(RunStatus::Completed),
+        "failed" => Ok(RunStatus::Failed),
+        other => Err(StoreError::Corrupt(format!("unknown run status {other:?}"))),
+    }
+}
+
+/// The role column lets operators read the transcript with plain SQL; the JSON is authoritative.
+fn role_name(role: Role) -> &'static str {
+    match role {
+        Role::System => "system",
+        Role::User => "user",
+        Role::Assistant => "assistant",
+        Role::Tool => "tool",
+    }
+}
+
+fn encode<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
+    serde_json::to_string(value)
+        .map_err(|e| StoreError::Corrupt(format!("cannot encode as JSON: {e}")))
+}
+
+fn decode_reply(run_id: &str, json: &str) -> Result<OutboundMessage, StoreError> {
+    serde_json::from_str(json)
+        .map_err(|e| StoreError::Corrupt(format!("reply of run {run_id} is unreadable: {e}")))
+}
+
+fn now_millis() -> i64 {
+    Utc::now().timestamp_millis()
+}
+
+fn from_millis(millis: i64) -> Result<DateTime<Utc>, StoreError> {
+    DateTime::from_timestamp_millis(millis)
+        .ok_or_else(|| StoreError::Corrupt(format!("time {millis} is out of range")))
+}
+
+/// SQLite integers are signed; a `usize` limit beyond `i64::MAX` means "no limit" anyway.
+fn sql_limit(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
+}
+
+/// Token counts beyond `i64::MAX` cannot happen; saturating beats failing a finished run.
+fn to_i64(count: u64) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
+}
+
+fn to_u64(value: i64, column: &str) -> Result<u64, StoreError> {
+    u64::try_from(value).map_err(|_| StoreError::Corrupt(format!("{column} is negative: {value}")))
+}
+
+fn to_u32(value: i64, column: &str) -> Result<u32, StoreError> {
+    u32::try_from(value)
+        .map_err(|_| StoreError::Corrupt(format!("{column} is out of range: {value}")))
+}

@@ -1,0 +1,179 @@
+//! A small schema migration runner for the SQLite store.
+//!
+//! Migrations are SQL files compiled into the binary, so a data dir never depends on files next
+//! to the executable, and the build needs no database (unlike sqlx's `migrate!`). Each one is
+//! applied in its own `BEGIN IMMEDIATE` transaction and recorded in `schema_migrations`, which
+//! makes start-up idempotent and safe when two processes open the same file at once.
+
+use chrono::Utc;
+use sqlx::SqlitePool;
+
+use super::StoreError;
+
+/// One schema change, identified by a version that only ever grows.
+pub(crate) struct Migration {
+    pub version: i64,
+    pub name: &'static str,
+    pub sql: &'static str,
+}
+
+/// Every migration this build knows, in version order.
+pub(crate) const SQLITE_MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "init",
+    sql: include_str!("../../migrations/sqlite/0001_init.sql"),
+}];
+
+/// Brings the database up to the newest schema this build knows.
+///
+/// Refuses a database that a newer build has migrated past us: running old code on a newer
+/// schema could silently write rows the newer code misreads.
+pub(crate) async fn run(pool: &SqlitePool, migrations: &[Migration]) -> Result<(), StoreError> {
+    create_ledger(pool).await?;
+    let known = migrations.last().map_or(0, |m| m.version);
+    let current = current_version(pool).await?;
+    if current > known {
+        return Err(StoreError::Migrate {
+            version: current,
+            reason: format!(
+                "the database is at schema version {current}, written by a newer switchboard; \
+                 this build knows up to version {known}. Upgrade switchboard or use another data dir"
+            ),
+        });
+    }
+    for migration in migrations.iter().filter(|m| m.version > current) {
+        apply(pool, migration).await?;
+    }
+    Ok(())
+}
+
+async fn create_ledger(pool: &SqlitePool) -> Result<(), StoreError> {
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (\
+             version BIGINT PRIMARY KEY NOT NULL, \
+             applied_at BIGINT NOT NULL)",
+    )
+    .execute(pool)
+    .await
+    .map_err(|e| failed(0, "cannot create schema_migrations", e))?;
+    Ok(())
+}
+
+async fn current_version(pool: &SqlitePool) -> Result<i64, StoreError> {
+    let version: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM schema_migrations")
+        .fetch_one(pool)
+        .await
+        .map_err(|e| failed(0, "cannot read schema_migrations", e))?;
+    Ok(version.unwrap_or(0))
+}
+
+/// Applies one migration unless another process applied it since we looked: the check is
+/// repeated inside the write transaction, which `BEGIN IMMEDIATE` serializes.
+async fn apply(pool: &SqlitePool, migration: &Migration) -> Result<(), StoreError> {
+    let version = migration.version;
+    let wrap = |e| failed(version, migration.name, e);
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(wrap)?;
+    let done: Option<i64> =
+        sqlx::query_scalar("SELECT version FROM schema_migrations WHERE version = $1")
+            .bind(version)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(wrap)?;
+    if done.is_some() {
+        return Ok(());
+    }
+    sqlx::raw_sql(migration.sql)
+        .execute(&mut *tx)
+        .await
+        .map_err(wrap)?;
+    sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)")
+        .bind(version)
+        .bind(Utc::now().timestamp_millis())
+        .execute(&mut *tx)
+        .await
+        .map_err(wrap)?;
+    tx.commit().await.map_err(wrap)?;
+    tracing::info!(version, name = migration.name, "applied database migration");
+    Ok(())
+}
+
+fn failed(version: i64, what: &str, err: sqlx::Error) -> StoreError {
+    StoreError::Migrate {
+        version,
+        reason: format!("{what}: {err}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlx::sqlite::SqliteConnectOptions;
+
+    use super::*;
+
+    async fn pool(dir: &tempfile::TempDir) -> SqlitePool {
+        let options = SqliteConnectOptions::new()
+            .filename(dir.path().join("m.db"))
+            .create_if_missing(true);
+        SqlitePool::connect_with(options).await.unwrap()
+    }
+
+    async fn tables(pool: &SqlitePool) -> Vec<String> {
+        sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+            .fetch_all(pool)
+            .await
+            .unwrap()
+    }
+
+    const FIRST: Migration = Migration {
+        version: 1,
+        name: "a",
+        sql: "CREATE TABLE a (x INTEGER);",
+    };
+
+    #[tokio::test]
+    async fn a_failing_migration_leaves_no_trace_and_can_be_retried() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = pool(&dir).await;
+        let broken = Migration {
+            version: 2,
+            name: "b",
+            sql: "CREATE TABLE b (x INTEGER); NOT SQL;",
+        };
+        let err = run(&pool, &[FIRST, broken]).await.unwrap_err();
+        assert!(
+            matches!(err, StoreError::Migrate { version: 2, .. }),
+            "{err}"
+        );
+        // Migration 1 stays applied; migration 2's first statement was rolled back with it.
+        assert_eq!(tables(&pool).await, ["a", "schema_migrations"]);
+
+        let fixed = Migration {
+            version: 2,
+            name: "b",
+            sql: "CREATE TABLE b (x INTEGER);",
+        };
+        run(&pool, &[FIRST, fixed]).await.unwrap();
+        assert_eq!(tables(&pool).await, ["a", "b", "schema_migrations"]);
+    }
+
+    #[tokio::test]
+    async fn running_twice_applies_each_migration_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = pool(&dir).await;
+        run(&pool, &[FIRST]).await.unwrap();
+        // A second run would fail on CREATE TABLE if it applied the migration again.
+        run(&pool, &[FIRST]).await.unwrap();
+        let versions: Vec<i64> = sqlx::query_scalar("SELECT version FROM schema_migrations")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+        assert_eq!(versions, [1]);
+    }
+
+    #[test]
+    fn shipped_migrations_are_in_strictly_increasing_order() {
+        let versions: Vec<i64> = SQLITE_MIGRATIONS.iter().map(|m| m.version).collect();
+        assert!(versions.windows(2).all(|w| w[0] < w[1]), "{versions:?}");
+        assert_eq!(versions.first(), Some(&1));
+    }
+}

@@ -1,0 +1,525 @@
+//! The SQLite store against real database files: what a worker and an operator can observe.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::json;
+use sqlx::sqlite::SqliteConnectOptions;
+use sqlx::{ConnectOptions, Connection, SqliteConnection};
+use switchboard::provider::{ChatMessage, ToolCall};
+use switchboard::store::sqlite::SqliteStore;
+use switchboard::store::{RunClaim, RunOutcome, RunStatus, Store, StoreError};
+use switchboard_channels::contract::{OutboundKind, OutboundMessage, Usage};
+use tempfile::TempDir;
+
+const SESSION: &str = "telegram:42";
+
+async fn fresh() -> (TempDir, SqliteStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(&dir.path().join("store.db"))
+        .await
+        .unwrap();
+    (dir, store)
+}
+
+fn reply(run_id: &str, content: &str) -> OutboundMessage {
+    let mut reply = OutboundMessage {
+        id: format!("{run_id}:reply"),
+        in_reply_to: Some("in-1".into()),
+        channel: "telegram".into(),
+        chat_id: "42".into(),
+        thread_id: Some("7".into()),
+        content: content.into(),
+        kind: OutboundKind::Reply,
+        ..OutboundMessage::default()
+    };
+    reply.metadata.insert("run_id".into(), json!(run_id));
+    reply
+}
+
+fn completed(run_id: &str, question: &str, answer: &str) -> RunOutcome {
+    RunOutcome {
+        status: RunStatus::Completed,
+        transcript: vec![
+            ChatMessage::user(question),
+            ChatMessage::assistant(answer, Vec::new()),
+        ],
+        reply: Some(reply(run_id, answer)),
+        error: None,
+        usage: Usage {
+            input_tokens: 120,
+            output_tokens: 30,
+        },
+        model: "test-model".into(),
+        iterations: 1,
+    }
+}
+
+async fn claim_new(store: &SqliteStore, inbound_id: &str, session: &str) -> String {
+    match store.claim_run(inbound_id, session).await.unwrap() {
+        RunClaim::New { run_id } => run_id,
+        other => panic!("expected a new run, got {other:?}"),
+    }
+}
+
+/// Runs one whole turn: claim, finish with a question and its answer.
+async fn answered(store: &SqliteStore, inbound_id: &str, session: &str, n: usize) -> String {
+    let run_id = claim_new(store, inbound_id, session).await;
+    let outcome = completed(&run_id, &format!("q{n}"), &format!("a{n}"));
+    store.finish_run(&run_id, &outcome).await.unwrap();
+    run_id
+}
+
+async fn raw_connection(path: &Path) -> SqliteConnection {
+    SqliteConnectOptions::new()
+        .filename(path)
+        .connect()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn first_claim_is_new_and_a_finished_run_replays_its_reply() {
+    let (_dir, store) = fresh().await;
+    let run_id = claim_new(&store, "in-1", SESSION).await;
+    let outcome = completed(&run_id, "hello", "hi there");
+    store.finish_run(&run_id, &outcome).await.unwrap();
+
+    let claim = store.claim_run("in-1", SESSION).await.unwrap();
+    // The stored reply comes back whole, with the same id, so redelivering it is idempotent.
+    assert_eq!(
+        claim,
+        RunClaim::Finished {
+            run_id: run_id.clone(),
+            reply: outcome.reply.clone(),
+            delivered: false
+        }
+    );
+    let RunClaim::Finished {
+        reply: Some(reply), ..
+    } = claim
+    else {
+        unreachable!()
+    };
+    assert_eq!(reply.id, format!("{run_id}:reply"));
+}
+
+#[tokio::test]
+async fn a_run_without_reply_finishes_with_none() {
+    let (_dir, store) = fresh().await;
+    let run_id = claim_new(&store, "in-1", SESSION).await;
+    let outcome = RunOutcome {
+        reply: None,
+        ..completed(&run_id, "q", "NO_REPLY")
+    };
+    store.finish_run(&run_id, &outcome).await.unwrap();
+    let claim = store.claim_run("in-1", SESSION).await.unwrap();
+    assert_eq!(
+        claim,
+        RunClaim::Finished {
+            run_id,
+            reply: None,
+            delivered: false
+        }
+    );
+}
+
+#[tokio::test]
+async fn claiming_an_unfinished_run_resumes_it_with_the_next_attempt() {
+    let (_dir, store) = fresh().await;
+    let run_id = claim_new(&store, "in-1", SESSION).await;
+    for attempt in 2..=3 {
+        let claim = store.claim_run("in-1", SESSION).await.unwrap();
+        assert_eq!(
+            claim,
+            RunClaim::Resumed {
+                run_id: run_id.clone(),
+                attempt
+            }
+        );
+    }
+    let runs = store.recent_runs(10).await.unwrap();
+    assert_eq!(runs.len(), 1, "resuming must not create another run");
+    assert_eq!(runs[0].attempt, 3);
+    assert_eq!(runs[0].status, RunStatus::Running);
+}
+
+/// Exactly one claimant wins; everyone else resumes the same run, one attempt each.
+fn assert_one_new(claims: Vec<Result<RunClaim, StoreError>>) {
+    let mut new = Vec::new();
+    let mut attempts = Vec::new();
+    let mut run_ids = Vec::new();
+    for claim in claims {
+        match claim.unwrap() {
+            RunClaim::New { run_id } => {
+                new.push(run_id.clone());
+                run_ids.push(run_id);
+            }
+            RunClaim::Resumed { run_id, attempt } => {
+                attempts.push(attempt);
+                run_ids.push(run_id);
+            }
+            other => panic!("unexpected claim {other:?}"),
+        }
+    }
+    assert_eq!(new.len(), 1, "exactly one claim must create the run");
+    assert!(
+        run_ids.iter().all(|id| *id == new[0]),
+        "all claims must name the same run"
+    );
+    attempts.sort_unstable();
+    assert_eq!(
+        attempts,
+        (2..=50).collect::<Vec<u32>>(),
+        "no attempt may be counted twice"
+    );
+}
+
+async fn claim_concurrently(stores: &[Arc<SqliteStore>]) -> Vec<Result<RunClaim, StoreError>> {
+    let tasks: Vec<_> = (0..50)
+        .map(|i| {
+            let store = Arc::clone(&stores[i % stores.len()]);
+            tokio::spawn(async move { store.claim_run("in-race", SESSION).await })
+        })
+        .collect();
+    let mut claims = Vec::new();
+    for task in tasks {
+        claims.push(task.await.unwrap());
+    }
+    claims
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fifty_concurrent_claims_on_one_store_make_one_run() {
+    let (_dir, store) = fresh().await;
+    let claims = claim_concurrently(&[Arc::new(store)]).await;
+    assert_one_new(claims);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fifty_concurrent_claims_from_two_stores_on_one_file_make_one_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shared.db");
+    // Opened at the same time, as two processes starting together would: both migrate.
+    let (a, b) = tokio::join!(SqliteStore::open(&path), SqliteStore::open(&path));
+    let claims = claim_concurrently(&[Arc::new(a.unwrap()), Arc::new(b.unwrap())]).await;
+    assert_one_new(claims);
+}
+
+#[tokio::test]
+async fn history_returns_the_latest_messages_oldest_first() {
+    let (_dir, store) = fresh().await;
+    answered(&store, "in-1", SESSION, 1).await;
+    answered(&store, "in-other", "discord:9", 9).await;
+    let run_id = claim_new(&store, "in-2", SESSION).await;
+    let call = ToolCall {
+        id: "call-1".into(),
+        name: "current_time".into(),
+        arguments: json!({}),
+    };
+    let tool_turn = vec![
+        ChatMessage::user("q2"),
+        ChatMessage::assistant("", vec![call.clone()]),
+        ChatMessage::tool_result(&call, "12:00"),
+        ChatMessage::assistant("a2", Vec::new()),
+    ];
+    let outcome = RunOutcome {
+        transcript: tool_turn.clone(),
+        ..completed(&run_id, "", "")
+    };
+    store.finish_run(&run_id, &outcome).await.unwrap();
+
+    let all = store.history(SESSION, 100).await.unwrap();
+    let mut expected = vec![
+        ChatMessage::user("q1"),
+        ChatMessage::assistant("a1", Vec::new()),
+    ];
+    expected.extend(tool_turn.clone());
+    assert_eq!(all, expected, "other sessions' messages must not leak in");
+    assert_eq!(
+        store.history(SESSION, 3).await.unwrap(),
+        tool_turn[1..].to_vec()
+    );
+    assert!(store.history(SESSION, 0).await.unwrap().is_empty());
+    assert!(
+        store
+            .history("telegram:unknown", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn finishing_an_unknown_run_fails_and_writes_nothing() {
+    let (_dir, store) = fresh().await;
+    let run_id = claim_new(&store, "in-1", SESSION).await;
+    let err = store
+        .finish_run("no-such-run", &completed(&run_id, "q", "a"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::NoSuchRun(ref id) if id == "no-such-run"),
+        "{err}"
+    );
+    assert!(store.history(SESSION, 10).await.unwrap().is_empty());
+    let runs = store.recent_runs(10).await.unwrap();
+    assert_eq!((runs.len(), runs[0].status), (1, RunStatus::Running));
+    assert!(matches!(
+        store.mark_reply_delivered("no-such-run").await,
+        Err(StoreError::NoSuchRun(_))
+    ));
+}
+
+#[tokio::test]
+async fn finishing_twice_is_refused_and_keeps_the_first_result() {
+    let (_dir, store) = fresh().await;
+    let run_id = answered(&store, "in-1", SESSION, 1).await;
+    let err = store
+        .finish_run(&run_id, &completed(&run_id, "q", "late"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Finish { .. }), "{err}");
+    assert_eq!(
+        store.history(SESSION, 10).await.unwrap().len(),
+        2,
+        "the turn must not be duplicated"
+    );
+    let RunClaim::Finished {
+        reply: Some(reply), ..
+    } = store.claim_run("in-1", SESSION).await.unwrap()
+    else {
+        panic!("expected a finished run with a reply");
+    };
+    assert_eq!(reply.content, "a1");
+}
+
+#[tokio::test]
+async fn finish_run_records_status_usage_and_failure() {
+    let (_dir, store) = fresh().await;
+    let ok = answered(&store, "in-1", SESSION, 1).await;
+    let bad = claim_new(&store, "in-2", SESSION).await;
+    let failure = RunOutcome {
+        status: RunStatus::Failed,
+        error: Some("the provider answered HTTP 500".into()),
+        iterations: 3,
+        ..completed(&bad, "q2", "sorry")
+    };
+    store.finish_run(&bad, &failure).await.unwrap();
+
+    let runs = store.recent_runs(10).await.unwrap();
+    let (failed, done) = (&runs[0], &runs[1]);
+    assert_eq!(
+        (failed.run_id.as_str(), failed.status),
+        (bad.as_str(), RunStatus::Failed)
+    );
+    assert_eq!(
+        failed.error.as_deref(),
+        Some("the provider answered HTTP 500")
+    );
+    assert_eq!(failed.iterations, 3);
+    assert_eq!(
+        (done.run_id.as_str(), done.status, done.error.as_deref()),
+        (ok.as_str(), RunStatus::Completed, None)
+    );
+    assert_eq!(
+        done.usage,
+        Usage {
+            input_tokens: 120,
+            output_tokens: 30
+        }
+    );
+    assert_eq!(
+        (
+            done.model.as_str(),
+            done.inbound_id.as_str(),
+            done.session_key.as_str()
+        ),
+        ("test-model", "in-1", SESSION)
+    );
+    let finished_at = done.finished_at.expect("a finished run has a finish time");
+    assert!(done.started_at <= finished_at);
+    assert!(matches!(
+        store.claim_run("in-2", SESSION).await.unwrap(),
+        RunClaim::Finished { .. }
+    ));
+}
+
+/// A reader never sees a run's transcript without its final status, or the reverse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_finished_turn_becomes_visible_all_at_once() {
+    let (_dir, store) = fresh().await;
+    let store = Arc::new(store);
+    let reader = {
+        let store = Arc::clone(&store);
+        tokio::spawn(async move {
+            for _ in 0..300 {
+                let seen = store.history(SESSION, 1000).await.unwrap().len();
+                let done = finished_runs(&store).await;
+                assert!(
+                    seen <= done * 2,
+                    "transcript visible before its run finished"
+                );
+                let done = finished_runs(&store).await;
+                let seen = store.history(SESSION, 1000).await.unwrap().len();
+                assert!(
+                    seen >= done * 2,
+                    "run finished before its transcript was visible"
+                );
+            }
+        })
+    };
+    for n in 0..30 {
+        answered(&store, &format!("in-{n}"), SESSION, n).await;
+    }
+    reader.await.unwrap();
+}
+
+async fn finished_runs(store: &SqliteStore) -> usize {
+    let runs = store.recent_runs(1000).await.unwrap();
+    runs.iter()
+        .filter(|r| r.status != RunStatus::Running)
+        .count()
+}
+
+#[tokio::test]
+async fn a_delivered_reply_is_not_offered_again() {
+    let (_dir, store) = fresh().await;
+    let run_id = answered(&store, "in-1", SESSION, 1).await;
+    store.mark_reply_delivered(&run_id).await.unwrap();
+    let RunClaim::Finished { delivered, .. } = store.claim_run("in-1", SESSION).await.unwrap()
+    else {
+        panic!("expected a finished run");
+    };
+    assert!(delivered);
+    assert!(store.recent_runs(1).await.unwrap()[0].reply_delivered);
+}
+
+#[tokio::test]
+async fn recent_runs_lists_newest_first_up_to_the_limit() {
+    let (_dir, store) = fresh().await;
+    for n in 0..5 {
+        claim_new(&store, &format!("in-{n}"), SESSION).await;
+    }
+    let inbound = |runs: Vec<switchboard::store::RunRecord>| {
+        runs.into_iter().map(|r| r.inbound_id).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        inbound(store.recent_runs(3).await.unwrap()),
+        ["in-4", "in-3", "in-2"]
+    );
+    assert_eq!(store.recent_runs(100).await.unwrap().len(), 5);
+    assert!(store.recent_runs(0).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn reopening_keeps_everything_and_migrates_once() {
+    let dir = tempfile::tempdir().unwrap();
+    // A data dir that does not exist yet is created.
+    let path = dir.path().join("data").join("nested").join("store.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    let run_id = answered(&store, "in-1", SESSION, 1).await;
+    store.mark_reply_delivered(&run_id).await.unwrap();
+    let pending = claim_new(&store, "in-2", SESSION).await;
+    store.close().await;
+    let ledger_before = migrations_applied(&path).await;
+
+    let store = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(
+        migrations_applied(&path).await,
+        ledger_before,
+        "migrations must not run again"
+    );
+    assert_eq!(store.history(SESSION, 10).await.unwrap().len(), 2);
+    let RunClaim::Finished {
+        run_id: again,
+        delivered,
+        ..
+    } = store.claim_run("in-1", SESSION).await.unwrap()
+    else {
+        panic!("expected the finished run");
+    };
+    assert_eq!((again, delivered), (run_id, true));
+    assert_eq!(
+        store.claim_run("in-2", SESSION).await.unwrap(),
+        RunClaim::Resumed {
+            run_id: pending,
+            attempt: 2
+        }
+    );
+}
+
+async fn migrations_applied(path: &Path) -> Vec<(i64, i64)> {
+    let mut conn = raw_connection(path).await;
+    let rows = sqlx::query_as("SELECT version, applied_at FROM schema_migrations ORDER BY version")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+    assert!(!rows.is_empty());
+    rows
+}
+
+#[tokio::test]
+async fn a_database_from_a_newer_build_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.db");
+    SqliteStore::open(&path).await.unwrap().close().await;
+    let mut conn = raw_connection(&path).await;
+    sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES (9999, 0)")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+
+    let err = SqliteStore::open(&path).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::Migrate { version: 9999, .. }),
+        "{err}"
+    );
+    let message = err.to_string();
+    assert!(message.contains("newer switchboard"), "{message}");
+}
+
+#[tokio::test]
+async fn an_unusable_path_is_a_clear_open_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("not-a-dir");
+    std::fs::write(&file, b"").unwrap();
+    let err = SqliteStore::open(&file.join("store.db")).await.unwrap_err();
+    assert!(matches!(err, StoreError::Open { .. }), "{err}");
+    assert!(err.to_string().contains("not-a-dir"), "{err}");
+}
+
+/// Many workers (two processes' worth) finishing different runs at once, as a busy daemon does:
+/// none may fail with "database is locked".
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_turns_from_two_stores_all_succeed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shared.db");
+    let a = Arc::new(SqliteStore::open(&path).await.unwrap());
+    let b = Arc::new(SqliteStore::open(&path).await.unwrap());
+    let tasks: Vec<_> = (0..40)
+        .map(|n| {
+            let store = Arc::clone(if n % 2 == 0 { &a } else { &b });
+            tokio::spawn(async move {
+                let session = format!("telegram:{}", n % 4);
+                let run_id = claim_new(&store, &format!("in-{n}"), &session).await;
+                store.history(&session, 50).await.unwrap();
+                let outcome = completed(&run_id, "q", "a");
+                store.finish_run(&run_id, &outcome).await.unwrap();
+                store.mark_reply_delivered(&run_id).await.unwrap();
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let runs = a.recent_runs(100).await.unwrap();
+    assert_eq!(runs.len(), 40);
+    assert!(
+        runs.iter()
+            .all(|r| r.status == RunStatus::Completed && r.reply_delivered)
+    );
+    assert_eq!(b.history("telegram:0", 100).await.unwrap().len(), 20);
+}
