@@ -13,7 +13,7 @@ use serde_json::Value;
 use switchboard_channels::contract::Usage;
 use thiserror::Error;
 
-pub use retry::{RetryPolicy, with_retries};
+pub use retry::{MAX_RETRY_AFTER, RetryPolicy, with_retries};
 
 /// Who wrote a chat message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -119,6 +119,9 @@ pub enum ProviderError {
     Timeout(Duration),
     #[error("cannot read the provider's answer: {0}")]
     Decode(String),
+    /// The provider's configuration is unusable (bad URL, a header value with a newline…).
+    #[error("invalid provider configuration: {0}")]
+    Config(String),
 }
 
 impl ProviderError {
@@ -127,7 +130,9 @@ impl ProviderError {
         match self {
             ProviderError::Http { status, .. } => *status == 429 || *status == 408 || *status >= 500,
             ProviderError::Network(_) | ProviderError::Timeout(_) => true,
-            ProviderError::ContextOverflow(_) | ProviderError::Decode(_) => false,
+            ProviderError::ContextOverflow(_)
+            | ProviderError::Decode(_)
+            | ProviderError::Config(_) => false,
         }
     }
 
