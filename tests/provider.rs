@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use switchboard::provider::openai::{OpenAiConfig, OpenAiProvider};
 use switchboard::provider::{
-    ChatMessage, ChatRequest, Provider, ProviderError, RetryPolicy, ToolCall, ToolSpec,
-    with_retries,
+    ChatMessage, ChatRequest, ChatResponse, Provider, ProviderError, RetryPolicy, ToolCall,
+    ToolSpec, with_retries,
 };
 use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
 
@@ -430,4 +430,77 @@ async fn wait_for_requests_sees_concurrent_calls() {
             .len(),
         3
     );
+}
+
+/// A one-route server that answers every request with the same raw body, for wire shapes
+/// FakeLlm does not produce (servers that ignore `stream`, errors mid-stream, …).
+async fn raw_server(content_type: &'static str, body: &'static str) -> String {
+    use axum::http::header::CONTENT_TYPE;
+    let router = axum::Router::new().route(
+        "/v1/chat/completions",
+        axum::routing::post(move || async move { ([(CONTENT_TYPE, content_type)], body) }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    format!("http://{addr}/v1")
+}
+
+async fn complete_raw(
+    content_type: &'static str,
+    body: &'static str,
+) -> Result<ChatResponse, ProviderError> {
+    let base_url = raw_server(content_type, body).await;
+    let config = OpenAiConfig {
+        base_url,
+        request_timeout: Duration::from_secs(2),
+        ..OpenAiConfig::default()
+    };
+    let pieces = Mutex::new(Vec::new());
+    let sink = |piece: &str| pieces.lock().unwrap().push(piece.to_owned());
+    let response = OpenAiProvider::new(config)?
+        .complete(&ask("hi"), Some(&sink))
+        .await?;
+    assert_eq!(pieces.into_inner().unwrap().concat(), response.content);
+    Ok(response)
+}
+
+#[tokio::test]
+async fn stream_request_answered_with_plain_json() {
+    let body = r#"{"model": "m", "choices": [{"message": {"role": "assistant", "content": "whole"}, "finish_reason": "stop"}]}"#;
+    let response = complete_raw("application/json", body).await.unwrap();
+    assert_eq!(response.content, "whole");
+}
+
+#[tokio::test]
+async fn stream_with_crlf_comments_and_no_done() {
+    let body = ": keep-alive\r\n\r\ndata: {\"choices\": [{\"delta\": {\"content\": \"a\"}}]}\r\n\r\ndata:\r\n\r\n\
+                event: ping\r\ndata: {}\r\n\r\ndata: {\"choices\": [{\"delta\": {\"content\": \"b\"}}]}";
+    let response = complete_raw("text/event-stream", body).await.unwrap();
+    assert_eq!(response.content, "ab");
+}
+
+#[tokio::test]
+async fn error_in_the_middle_of_a_stream() {
+    let body = "data: {\"choices\": [{\"delta\": {\"content\": \"par\"}}]}\n\n\
+                data: {\"error\": {\"message\": \"model overloaded\", \"type\": \"server_error\"}}\n\n";
+    let error = complete_raw("text/event-stream", body).await.unwrap_err();
+    assert!(
+        matches!(&error, ProviderError::Http { status: 500, message, .. } if message == "model overloaded"),
+        "{error:?}"
+    );
+}
+
+#[tokio::test]
+async fn garbage_answers_are_decode_errors() {
+    let stream = complete_raw("text/event-stream", "data: {not json\n\n")
+        .await
+        .unwrap_err();
+    assert!(matches!(stream, ProviderError::Decode(_)), "{stream:?}");
+    let empty = complete_raw("text/event-stream", "").await.unwrap_err();
+    assert!(matches!(empty, ProviderError::Decode(_)), "{empty:?}");
+    let whole = complete_raw("application/json", "<html>oops</html>")
+        .await
+        .unwrap_err();
+    assert!(matches!(whole, ProviderError::Decode(_)), "{whole:?}");
 }

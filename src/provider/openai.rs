@@ -116,14 +116,7 @@ impl OpenAiProvider {
         let bytes = tokio::time::timeout(self.config.request_timeout, exchange)
             .await
             .map_err(|_| self.timeout())??;
-        let response = wire::decode_response(&bytes)?;
-        // A caller that wants text as it arrives gets it all at once.
-        if let Some(sink) = sink
-            && !response.content.is_empty()
-        {
-            sink(&response.content);
-        }
-        Ok(response)
+        decode_whole(&bytes, sink)
     }
 
     async fn complete_streaming(
@@ -139,16 +132,24 @@ impl OpenAiProvider {
             // Some servers ignore `stream: true` and answer with one JSON document.
             let bytes = tokio::time::timeout(limit, response.bytes())
                 .await
-                .map_err(|_| self.timeout())?;
-            let response = wire::decode_response(&bytes.map_err(|e| self.transport_error(e))?)?;
-            if let Some(sink) = sink.filter(|_| !response.content.is_empty()) {
-                sink(&response.content);
-            }
-            return Ok(response);
+                .map_err(|_| self.timeout())?
+                .map_err(|e| self.transport_error(e))?;
+            return decode_whole(&bytes, sink);
         }
+        self.read_event_stream(response, sink).await
+    }
+
+    /// Reads chunks until `[DONE]` (or the end of the body). The timeout applies to each
+    /// wait for the next piece, not to the whole answer.
+    async fn read_event_stream(
+        &self,
+        response: reqwest::Response,
+        sink: Option<TextSink<'_>>,
+    ) -> Result<ChatResponse, ProviderError> {
         let mut bytes = response.bytes_stream();
         let mut parser = SseParser::new();
         let mut acc = StreamAccumulator::default();
+        let limit = self.config.request_timeout;
         while let Some(chunk) = tokio::time::timeout(limit, bytes.next())
             .await
             .map_err(|_| self.timeout())?
@@ -183,6 +184,10 @@ impl OpenAiProvider {
         event: &SseEvent,
         sink: Option<TextSink<'_>>,
     ) -> Result<(), ProviderError> {
+        if event.data.trim().is_empty() {
+            // A keep-alive written as an empty `data:` line.
+            return Ok(());
+        }
         let chunk: StreamChunk = match event.event.as_deref() {
             None | Some("message") | Some("error") => serde_json::from_str(&event.data)
                 .map_err(|e| ProviderError::Decode(format!("stream chunk: {e}")))?,
@@ -275,6 +280,17 @@ impl Provider for OpenAiProvider {
             self.complete_once(&body, stream).await
         }
     }
+}
+
+/// Decodes a whole JSON answer; a sink, if any, hears the text at once.
+fn decode_whole(body: &[u8], sink: Option<TextSink<'_>>) -> Result<ChatResponse, ProviderError> {
+    let response = wire::decode_response(body)?;
+    if let Some(sink) = sink
+        && !response.content.is_empty()
+    {
+        sink(&response.content);
+    }
+    Ok(response)
 }
 
 fn chat_endpoint(base_url: &str) -> Result<reqwest::Url, ProviderError> {
