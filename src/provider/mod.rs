@@ -13,7 +13,7 @@ use serde_json::Value;
 use switchboard_channels::contract::Usage;
 use thiserror::Error;
 
-pub use retry::{RetryPolicy, with_retries};
+pub use retry::{MAX_RETRY_AFTER, RetryPolicy, with_retries};
 
 /// Who wrote a chat message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,15 +53,28 @@ pub struct ChatMessage {
 
 impl ChatMessage {
     pub fn system(content: impl Into<String>) -> Self {
-        Self { role: Role::System, content: content.into(), tool_calls: Vec::new(), tool_call_id: None, name: None }
+        Self {
+            role: Role::System,
+            content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            name: None,
+        }
     }
 
     pub fn user(content: impl Into<String>) -> Self {
-        Self { role: Role::User, ..Self::system(content) }
+        Self {
+            role: Role::User,
+            ..Self::system(content)
+        }
     }
 
     pub fn assistant(content: impl Into<String>, tool_calls: Vec<ToolCall>) -> Self {
-        Self { role: Role::Assistant, tool_calls, ..Self::system(content) }
+        Self {
+            role: Role::Assistant,
+            tool_calls,
+            ..Self::system(content)
+        }
     }
 
     pub fn tool_result(call: &ToolCall, content: impl Into<String>) -> Self {
@@ -110,7 +123,11 @@ pub type TextSink<'a> = &'a (dyn Fn(&str) + Send + Sync);
 #[derive(Debug, Error)]
 pub enum ProviderError {
     #[error("the provider answered HTTP {status}: {message}")]
-    Http { status: u16, message: String, retry_after: Option<Duration> },
+    Http {
+        status: u16,
+        message: String,
+        retry_after: Option<Duration>,
+    },
     #[error("the conversation is longer than the model's context window: {0}")]
     ContextOverflow(String),
     #[error("cannot reach the provider: {0}")]
@@ -119,15 +136,22 @@ pub enum ProviderError {
     Timeout(Duration),
     #[error("cannot read the provider's answer: {0}")]
     Decode(String),
+    /// The provider's configuration is unusable (bad URL, a header value with a newline…).
+    #[error("invalid provider configuration: {0}")]
+    Config(String),
 }
 
 impl ProviderError {
     /// Worth trying again: rate limits, server errors, timeouts and network failures.
     pub fn is_transient(&self) -> bool {
         match self {
-            ProviderError::Http { status, .. } => *status == 429 || *status == 408 || *status >= 500,
+            ProviderError::Http { status, .. } => {
+                *status == 429 || *status == 408 || *status >= 500
+            }
             ProviderError::Network(_) | ProviderError::Timeout(_) => true,
-            ProviderError::ContextOverflow(_) | ProviderError::Decode(_) => false,
+            ProviderError::ContextOverflow(_)
+            | ProviderError::Decode(_)
+            | ProviderError::Config(_) => false,
         }
     }
 
@@ -148,6 +172,9 @@ pub trait Provider: Send + Sync {
 
     /// Sends one request. With `stream`, text is passed to it as it arrives; the returned
     /// response holds the whole text either way.
-    async fn complete(&self, request: &ChatRequest, stream: Option<TextSink<'_>>)
-    -> Result<ChatResponse, ProviderError>;
+    async fn complete(
+        &self,
+        request: &ChatRequest,
+        stream: Option<TextSink<'_>>,
+    ) -> Result<ChatResponse, ProviderError>;
 }

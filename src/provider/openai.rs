@@ -1,1 +1,469 @@
-//! OpenAI-compatible chat completions (to be written).
+//! OpenAI-compatible chat completions: the hosted API and the local servers that copy it
+//! (Ollama, llama.cpp, vLLM, LM Studio). One POST to `{base_url}/chat/completions`, answered
+//! as one JSON document or, with `stream`, as server-sent events.
+
+mod retry_after;
+mod wire;
+
+use std::error::Error as _;
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use futures_util::StreamExt;
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+
+use super::sse::{SseEvent, SseParser};
+use super::{ChatRequest, ChatResponse, Provider, ProviderError, TextSink};
+use retry_after::parse_retry_after;
+use wire::{StreamAccumulator, StreamChunk};
+
+/// How to reach one OpenAI-compatible endpoint.
+#[derive(Clone)]
+pub struct OpenAiConfig {
+    /// The configured entry name, for logs and run records.
+    pub name: String,
+    /// Up to and including the version, e.g. `https://api.openai.com/v1` or
+    /// `http://localhost:11434/v1`.
+    pub base_url: String,
+    /// Sent as a bearer token. Local servers usually need none.
+    pub api_key: Option<String>,
+    /// Non-streamed: the whole call. Streamed: until the answer starts, then between chunks,
+    /// so a long answer that keeps flowing is not cut off.
+    pub request_timeout: Duration,
+    /// Ask for server-sent events. Off for servers that cannot stream tool calls.
+    pub stream: bool,
+    /// Sent with every request (e.g. `OpenAI-Organization`, or a proxy's own key).
+    pub extra_headers: Vec<(String, String)>,
+}
+
+impl Default for OpenAiConfig {
+    fn default() -> Self {
+        Self {
+            name: "openai".into(),
+            base_url: "https://api.openai.com/v1".into(),
+            api_key: None,
+            request_timeout: Duration::from_secs(120),
+            stream: true,
+            extra_headers: Vec::new(),
+        }
+    }
+}
+
+/// Written by hand so that neither the key nor header values (which may be keys too) ever
+/// reach a log line.
+impl fmt::Debug for OpenAiConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let header_names: Vec<&str> = self
+            .extra_headers
+            .iter()
+            .map(|(name, _)| name.as_str())
+            .collect();
+        f.debug_struct("OpenAiConfig")
+            .field("name", &self.name)
+            .field("base_url", &redact_password(&self.base_url))
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("request_timeout", &self.request_timeout)
+            .field("stream", &self.stream)
+            .field("extra_headers", &header_names)
+            .finish()
+    }
+}
+
+/// A [`Provider`] speaking the OpenAI chat-completions API.
+pub struct OpenAiProvider {
+    config: OpenAiConfig,
+    client: reqwest::Client,
+    endpoint: reqwest::Url,
+}
+
+impl fmt::Debug for OpenAiProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The client is left out: its Debug lists default headers, where the key lives.
+        f.debug_struct("OpenAiProvider")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OpenAiProvider {
+    /// Checks the URL and headers now, so a bad config fails at start, not on the first call.
+    pub fn new(config: OpenAiConfig) -> Result<Self, ProviderError> {
+        let endpoint = chat_endpoint(&config.base_url)?;
+        let client = reqwest::Client::builder()
+            .default_headers(default_headers(&config)?)
+            .connect_timeout(config.request_timeout)
+            .build()
+            .map_err(|e| {
+                ProviderError::Config(format!("cannot build the HTTP client: {}", error_chain(&e)))
+            })?;
+        Ok(Self {
+            config,
+            client,
+            endpoint,
+        })
+    }
+
+    async fn complete_once(
+        &self,
+        body: &wire::WireRequest<'_>,
+        sink: Option<TextSink<'_>>,
+    ) -> Result<ChatResponse, ProviderError> {
+        let exchange = async {
+            let response = self.send(body).await?;
+            response.bytes().await.map_err(|e| self.transport_error(e))
+        };
+        let bytes = tokio::time::timeout(self.config.request_timeout, exchange)
+            .await
+            .map_err(|_| self.timeout())??;
+        decode_whole(&bytes, sink)
+    }
+
+    async fn complete_streaming(
+        &self,
+        body: &wire::WireRequest<'_>,
+        sink: Option<TextSink<'_>>,
+    ) -> Result<ChatResponse, ProviderError> {
+        let limit = self.config.request_timeout;
+        let response = tokio::time::timeout(limit, self.send(body))
+            .await
+            .map_err(|_| self.timeout())??;
+        if !is_event_stream(response.headers()) {
+            // Some servers ignore `stream: true` and answer with one JSON document.
+            let bytes = tokio::time::timeout(limit, response.bytes())
+                .await
+                .map_err(|_| self.timeout())?
+                .map_err(|e| self.transport_error(e))?;
+            return decode_whole(&bytes, sink);
+        }
+        self.read_event_stream(response, sink).await
+    }
+
+    /// Reads chunks until `[DONE]` (or the end of the body). The timeout applies to each
+    /// wait for the next piece, not to the whole answer.
+    async fn read_event_stream(
+        &self,
+        response: reqwest::Response,
+        sink: Option<TextSink<'_>>,
+    ) -> Result<ChatResponse, ProviderError> {
+        let mut bytes = response.bytes_stream();
+        let mut parser = SseParser::new();
+        let mut acc = StreamAccumulator::default();
+        let limit = self.config.request_timeout;
+        while let Some(chunk) = tokio::time::timeout(limit, bytes.next())
+            .await
+            .map_err(|_| self.timeout())?
+        {
+            let chunk = chunk.map_err(|e| self.transport_error(e))?;
+            let events = parser
+                .push(&chunk)
+                .map_err(|e| ProviderError::Decode(e.to_string()))?;
+            for event in events {
+                if event.is_done() {
+                    // Do not wait for the connection to close: some servers keep it open.
+                    return Ok(acc.finish());
+                }
+                self.apply_event(&mut acc, &event, sink)?;
+            }
+        }
+        // Closed without `[DONE]`: accept what came, as long as something did.
+        if let Some(event) = parser.finish().filter(|e| !e.is_done()) {
+            self.apply_event(&mut acc, &event, sink)?;
+        }
+        if acc.is_empty() {
+            return Err(ProviderError::Decode(
+                "the stream ended before any data".into(),
+            ));
+        }
+        Ok(acc.finish())
+    }
+
+    fn apply_event(
+        &self,
+        acc: &mut StreamAccumulator,
+        event: &SseEvent,
+        sink: Option<TextSink<'_>>,
+    ) -> Result<(), ProviderError> {
+        if event.data.trim().is_empty() {
+            // A keep-alive written as an empty `data:` line.
+            return Ok(());
+        }
+        let chunk: StreamChunk = match event.event.as_deref() {
+            None | Some("message") | Some("error") => serde_json::from_str(&event.data)
+                .map_err(|e| ProviderError::Decode(format!("stream chunk: {e}")))?,
+            // Named events (pings and the like) are not part of the OpenAI format.
+            Some(_) => return Ok(()),
+        };
+        if let Some(error) = &chunk.error {
+            return Err(wire::error_from_stream(
+                error,
+                self.config.api_key.as_deref(),
+            ));
+        }
+        acc.apply(chunk, sink);
+        Ok(())
+    }
+
+    /// POSTs the body; a non-2xx answer becomes the matching error.
+    async fn send(&self, body: &wire::WireRequest<'_>) -> Result<reqwest::Response, ProviderError> {
+        let response = self
+            .client
+            .post(self.endpoint.clone())
+            .json(body)
+            .send()
+            .await
+            .map_err(|e| self.transport_error(e))?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(response);
+        }
+        let retry_after = parse_retry_after(response.headers(), SystemTime::now());
+        // The status alone still says what went wrong if the body cannot be read.
+        let body = response.bytes().await.unwrap_or_default();
+        Err(wire::error_from_body(
+            status.as_u16(),
+            retry_after,
+            &body,
+            self.config.api_key.as_deref(),
+        ))
+    }
+
+    fn timeout(&self) -> ProviderError {
+        ProviderError::Timeout(self.config.request_timeout)
+    }
+
+    fn transport_error(&self, error: reqwest::Error) -> ProviderError {
+        if error.is_timeout() {
+            return self.timeout();
+        }
+        let is_decode = error.is_decode();
+        let host = self.endpoint.host_str().unwrap_or("?");
+        // Without the URL: it may carry credentials in its user-info part.
+        let detail = format!(
+            "{} ({host}): {}",
+            self.config.name,
+            error_chain(&error.without_url())
+        );
+        if is_decode {
+            ProviderError::Decode(detail)
+        } else {
+            ProviderError::Network(detail)
+        }
+    }
+}
+
+#[async_trait]
+impl Provider for OpenAiProvider {
+    fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// Streams over the wire when the config says so; `stream` (the sink) only decides who
+    /// hears the text early. Without wire streaming the sink gets the whole text once.
+    async fn complete(
+        &self,
+        request: &ChatRequest,
+        stream: Option<TextSink<'_>>,
+    ) -> Result<ChatResponse, ProviderError> {
+        let body = wire::encode_request(request, self.config.stream);
+        tracing::debug!(
+            provider = %self.config.name,
+            model = %request.model,
+            messages = request.messages.len(),
+            tools = request.tools.len(),
+            stream = self.config.stream,
+            "chat completion request"
+        );
+        if self.config.stream {
+            self.complete_streaming(&body, stream).await
+        } else {
+            self.complete_once(&body, stream).await
+        }
+    }
+}
+
+/// Decodes a whole JSON answer; a sink, if any, hears the text at once.
+fn decode_whole(body: &[u8], sink: Option<TextSink<'_>>) -> Result<ChatResponse, ProviderError> {
+    let response = wire::decode_response(body)?;
+    if let Some(sink) = sink
+        && !response.content.is_empty()
+    {
+        sink(&response.content);
+    }
+    Ok(response)
+}
+
+fn chat_endpoint(base_url: &str) -> Result<reqwest::Url, ProviderError> {
+    let url = format!("{}/chat/completions", base_url.trim_end_matches('/'));
+    let url = reqwest::Url::parse(&url)
+        .map_err(|e| ProviderError::Config(format!("base_url {base_url:?}: {e}")))?;
+    match url.scheme() {
+        "http" | "https" => Ok(url),
+        other => Err(ProviderError::Config(format!(
+            "base_url {base_url:?}: scheme {other:?} is not http or https"
+        ))),
+    }
+}
+
+/// The key and the extra headers, marked sensitive so that reqwest never prints them.
+fn default_headers(config: &OpenAiConfig) -> Result<HeaderMap, ProviderError> {
+    let mut headers = HeaderMap::new();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if let Some(key) = config.api_key.as_deref().filter(|k| !k.is_empty()) {
+        let value = sensitive_value(&format!("Bearer {key}")).ok_or_else(|| {
+            ProviderError::Config("api_key contains characters not allowed in a header".into())
+        })?;
+        headers.insert(AUTHORIZATION, value);
+    }
+    for (name, value) in &config.extra_headers {
+        let header = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+            ProviderError::Config(format!("extra header name {name:?} is not valid"))
+        })?;
+        let value = sensitive_value(value).ok_or_else(|| {
+            ProviderError::Config(format!(
+                "extra header {name:?} has a value not allowed in a header"
+            ))
+        })?;
+        headers.insert(header, value);
+    }
+    Ok(headers)
+}
+
+/// `http://user:pass@host` → `http://user:<redacted>@host`; other URLs unchanged.
+fn redact_password(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("<redacted>"));
+            parsed.to_string()
+        }
+        _ => url.to_owned(),
+    }
+}
+
+fn sensitive_value(text: &str) -> Option<HeaderValue> {
+    let mut value = HeaderValue::from_str(text).ok()?;
+    value.set_sensitive(true);
+    Some(value)
+}
+
+fn is_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("text/event-stream")
+        })
+}
+
+/// reqwest's own message is terse ("error sending request"); the cause is in the chain.
+fn error_chain(error: &reqwest::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_never_shows_the_key_or_header_values() {
+        let config = OpenAiConfig {
+            api_key: Some("sk-secret-123".into()),
+            extra_headers: vec![("x-proxy-key".into(), "proxy-secret-456".into())],
+            ..OpenAiConfig::default()
+        };
+        let provider = OpenAiProvider::new(config.clone()).unwrap();
+        for text in [
+            format!("{config:?}"),
+            format!("{provider:?}"),
+            format!("{provider:#?}"),
+        ] {
+            assert!(
+                !text.contains("sk-secret-123") && !text.contains("proxy-secret-456"),
+                "{text}"
+            );
+            assert!(
+                text.contains("<redacted>") && text.contains("x-proxy-key"),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn debug_hides_a_password_in_the_base_url() {
+        let config = OpenAiConfig {
+            base_url: "http://me:hunter2@proxy.local/v1".into(),
+            ..OpenAiConfig::default()
+        };
+        let text = format!("{config:?}");
+        assert!(
+            !text.contains("hunter2") && text.contains("proxy.local"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn endpoint_from_base_url() {
+        assert_eq!(
+            chat_endpoint("http://localhost:11434/v1/")
+                .unwrap()
+                .as_str(),
+            "http://localhost:11434/v1/chat/completions"
+        );
+        assert_eq!(
+            chat_endpoint("https://api.openai.com/v1").unwrap().as_str(),
+            "https://api.openai.com/v1/chat/completions"
+        );
+        assert!(matches!(
+            chat_endpoint("ftp://example.com/v1"),
+            Err(ProviderError::Config(_))
+        ));
+        assert!(matches!(
+            chat_endpoint("not a url"),
+            Err(ProviderError::Config(_))
+        ));
+    }
+
+    #[test]
+    fn bad_headers_fail_at_construction() {
+        let bad_key = OpenAiConfig {
+            api_key: Some("sk-\nevil".into()),
+            ..OpenAiConfig::default()
+        };
+        let err = OpenAiProvider::new(bad_key).unwrap_err();
+        assert!(
+            matches!(&err, ProviderError::Config(m) if !m.contains("evil")),
+            "{err}"
+        );
+        let bad_name = OpenAiConfig {
+            extra_headers: vec![("bad name".into(), "v".into())],
+            ..OpenAiConfig::default()
+        };
+        assert!(matches!(
+            OpenAiProvider::new(bad_name),
+            Err(ProviderError::Config(_))
+        ));
+    }
+
+    #[test]
+    fn event_stream_content_type() {
+        let content_type = |value: &'static str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static(value));
+            headers
+        };
+        assert!(is_event_stream(&content_type(
+            "text/event-stream; charset=utf-8"
+        )));
+        assert!(!is_event_stream(&content_type("application/json")));
+        assert!(!is_event_stream(&HeaderMap::new()));
+    }
+}

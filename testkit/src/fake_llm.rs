@@ -1,1 +1,458 @@
-//! A scripted OpenAI-compatible server (to be written).
+//! A scripted OpenAI-compatible server: `POST /v1/chat/completions` on 127.0.0.1, a random
+//! port. Tests queue the answers they want ([`Scripted`]); with nothing queued it echoes the
+//! last user message, which is all benchmarks and simple end-to-end tests need.
+//!
+//! It answers `"stream": true` requests with server-sent events shaped like OpenAI's (text
+//! split over several chunks, tool calls as indexed deltas with the arguments split, a usage
+//! chunk, `[DONE]`) and others with one JSON document. Every request body is recorded, even
+//! those answered with an error.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// One scripted answer.
+#[derive(Debug, Clone)]
+pub enum Scripted {
+    /// A plain assistant reply.
+    Text(String),
+    /// The assistant asks for these tools (name, arguments). Ids are `call_1`, `call_2`, …
+    /// counted over the server's lifetime, so they stay unique across turns.
+    ToolCalls(Vec<(String, Value)>),
+    /// An error answer, e.g. 429 with `retry_after`, 500, or 400 `context_length_exceeded`.
+    Status {
+        code: u16,
+        retry_after: Option<u64>,
+        body: Value,
+    },
+    /// Wait, then answer.
+    Delay(Duration, Box<Scripted>),
+    /// Never answer (for timeouts).
+    Hang,
+}
+
+impl Scripted {
+    /// A 400 with OpenAI's `context_length_exceeded` error body.
+    pub fn context_overflow() -> Scripted {
+        Scripted::Status {
+            code: 400,
+            retry_after: None,
+            body: error_body(
+                "This model's maximum context length is 8192 tokens.",
+                "invalid_request_error",
+                "context_length_exceeded",
+            ),
+        }
+    }
+
+    /// A 429 with a `Retry-After` header.
+    pub fn rate_limited(retry_after_secs: u64) -> Scripted {
+        Scripted::Status {
+            code: 429,
+            retry_after: Some(retry_after_secs),
+            body: error_body("Rate limit reached.", "requests", "rate_limit_exceeded"),
+        }
+    }
+
+    /// A 500 with an OpenAI-style body.
+    pub fn server_error() -> Scripted {
+        Scripted::Status {
+            code: 500,
+            retry_after: None,
+            body: error_body("The server had an error.", "server_error", "internal_error"),
+        }
+    }
+}
+
+/// An OpenAI-style error body.
+pub fn error_body(message: &str, kind: &str, code: &str) -> Value {
+    json!({"error": {"message": message, "type": kind, "param": null, "code": code}})
+}
+
+struct Shared {
+    script: Mutex<VecDeque<Scripted>>,
+    requests: Mutex<Vec<Value>>,
+    /// The number of requests recorded, for [`FakeLlm::wait_for_requests`].
+    received: watch::Sender<usize>,
+    api_key: Option<String>,
+    next_call_id: AtomicU64,
+    /// Set when the [`FakeLlm`] is dropped: releases `Hang` handlers, which would otherwise
+    /// keep their connection tasks alive after the accept loop is gone.
+    stopped: watch::Sender<bool>,
+}
+
+/// The running server; stops when dropped.
+pub struct FakeLlm {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    server: JoinHandle<()>,
+}
+
+impl Drop for FakeLlm {
+    fn drop(&mut self) {
+        self.shared.stopped.send_replace(true);
+        self.server.abort();
+    }
+}
+
+/// A poisoned lock only means another test thread panicked; the data is still usable.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl FakeLlm {
+    /// Starts a server that accepts any (or no) API key.
+    pub async fn start() -> FakeLlm {
+        Self::spawn(None).await
+    }
+
+    /// Starts a server that answers 401 unless `Authorization: Bearer <key>` is sent.
+    pub async fn start_with_key(key: &str) -> FakeLlm {
+        Self::spawn(Some(key.to_owned())).await
+    }
+
+    async fn spawn(api_key: Option<String>) -> FakeLlm {
+        let shared = Arc::new(Shared {
+            script: Mutex::new(VecDeque::new()),
+            requests: Mutex::new(Vec::new()),
+            received: watch::Sender::new(0),
+            api_key,
+            next_call_id: AtomicU64::new(1),
+            stopped: watch::Sender::new(false),
+        });
+        let router = Router::new()
+            .route("/v1/chat/completions", post(chat_completions))
+            .with_state(shared.clone());
+        // A test helper: failing to bind loopback is an environment problem worth a panic.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1:0 for FakeLlm");
+        let addr = listener.local_addr().expect("FakeLlm local address");
+        let server = tokio::spawn(async move {
+            if let Err(error) = axum::serve(listener, router).await {
+                eprintln!("FakeLlm server stopped: {error}");
+            }
+        });
+        FakeLlm {
+            addr,
+            shared,
+            server,
+        }
+    }
+
+    /// `http://127.0.0.1:PORT/v1`, ready for a provider's `base_url`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// Queues an answer; answers are used in the order queued.
+    pub fn push(&self, step: Scripted) {
+        lock(&self.shared.script).push_back(step);
+    }
+
+    /// Every request body received so far, in order.
+    pub fn requests(&self) -> Vec<Value> {
+        lock(&self.shared.requests).clone()
+    }
+
+    /// Waits until at least `n` requests arrived or `timeout` passed; returns them all
+    /// either way (the caller asserts on the count).
+    pub async fn wait_for_requests(&self, n: usize, timeout: Duration) -> Vec<Value> {
+        let mut received = self.shared.received.subscribe();
+        let _ = tokio::time::timeout(timeout, received.wait_for(|count| *count >= n)).await;
+        self.requests()
+    }
+}
+
+async fn chat_completions(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let request: Value = serde_json::from_slice(&body)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
+    let number = {
+        let mut requests = lock(&shared.requests);
+        requests.push(request.clone());
+        requests.len()
+    };
+    // Concurrent handlers may get here out of order: the count only ever grows.
+    shared
+        .received
+        .send_modify(|count| *count = (*count).max(number));
+
+    if let Some(key) = &shared.api_key {
+        let expected = format!("Bearer {key}");
+        if headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            != Some(expected.as_str())
+        {
+            let body = error_body(
+                "Incorrect API key provided.",
+                "invalid_request_error",
+                "invalid_api_key",
+            );
+            return status_response(401, None, body);
+        }
+    }
+    if !request.is_object() {
+        return status_response(
+            400,
+            None,
+            error_body(
+                "We could not parse the JSON body of your request.",
+                "invalid_request_error",
+                "invalid_json",
+            ),
+        );
+    }
+
+    let next = lock(&shared.script).pop_front();
+    let mut step =
+        next.unwrap_or_else(|| Scripted::Text(format!("echo: {}", last_user_content(&request))));
+    loop {
+        match step {
+            Scripted::Delay(wait, then) => {
+                tokio::time::sleep(wait).await;
+                step = *then;
+            }
+            Scripted::Hang => {
+                let _ = shared
+                    .stopped
+                    .subscribe()
+                    .wait_for(|stopped| *stopped)
+                    .await;
+                return StatusCode::SERVICE_UNAVAILABLE.into_response();
+            }
+            Scripted::Status {
+                code,
+                retry_after,
+                body,
+            } => return status_response(code, retry_after, body),
+            Scripted::Text(text) => return answer(number, &request, Answer::Text(text)),
+            Scripted::ToolCalls(calls) => {
+                let calls = calls
+                    .into_iter()
+                    .map(|(name, args)| (next_call_id(&shared), name, args))
+                    .collect();
+                return answer(number, &request, Answer::ToolCalls(calls));
+            }
+        }
+    }
+}
+
+fn next_call_id(shared: &Shared) -> String {
+    format!(
+        "call_{}",
+        shared.next_call_id.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn status_response(code: u16, retry_after: Option<u64>, body: Value) -> Response {
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = (status, axum::Json(body)).into_response();
+    if let Some(seconds) = retry_after {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
+    response
+}
+
+enum Answer {
+    Text(String),
+    /// (id, name, arguments)
+    ToolCalls(Vec<(String, String, Value)>),
+}
+
+/// Plausible usage: about four characters per token.
+fn usage(request: &Value, answer: &Answer) -> Value {
+    let prompt_chars: usize = messages(request)
+        .map(|m| content_text(m).chars().count())
+        .sum();
+    let completion_chars = match answer {
+        Answer::Text(text) => text.chars().count(),
+        Answer::ToolCalls(calls) => calls
+            .iter()
+            .map(|(_, name, args)| name.len() + args.to_string().len())
+            .sum(),
+    };
+    let prompt = (prompt_chars / 4).max(1);
+    let completion = (completion_chars / 4).max(1);
+    json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
+}
+
+fn messages(request: &Value) -> impl Iterator<Item = &Value> {
+    request
+        .get("messages")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+}
+
+/// A message's text: a string, or the `text` of its content parts.
+fn content_text(message: &Value) -> String {
+    match message.get("content") {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text")?.as_str())
+            .collect(),
+        _ => String::new(),
+    }
+}
+
+fn last_user_content(request: &Value) -> String {
+    messages(request)
+        .filter(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+        .last()
+        .map(content_text)
+        .unwrap_or_default()
+}
+
+fn answer(number: usize, request: &Value, answer: Answer) -> Response {
+    let model = request
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or("fake-model")
+        .to_owned();
+    let usage = usage(request, &answer);
+    let id = format!("chatcmpl-fake-{number}");
+    if request.get("stream").and_then(Value::as_bool) == Some(true) {
+        stream_answer(&id, &model, answer, usage)
+    } else {
+        axum::Json(whole_answer(&id, &model, answer, usage)).into_response()
+    }
+}
+
+fn wire_calls(calls: &[(String, String, Value)]) -> Vec<Value> {
+    calls
+        .iter()
+        .map(|(id, name, args)| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args.to_string()}}))
+        .collect()
+}
+
+fn whole_answer(id: &str, model: &str, answer: Answer, usage: Value) -> Value {
+    let (message, finish) = match answer {
+        Answer::Text(text) => (json!({"role": "assistant", "content": text}), "stop"),
+        // Like OpenAI: `content` is null when the model only calls tools.
+        Answer::ToolCalls(calls) => (
+            json!({"role": "assistant", "content": null, "tool_calls": wire_calls(&calls)}),
+            "tool_calls",
+        ),
+    };
+    json!({
+        "id": id, "object": "chat.completion", "created": 0, "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": usage,
+    })
+}
+
+fn stream_answer(id: &str, model: &str, answer: Answer, usage: Value) -> Response {
+    let chunk = |choices: Value| json!({"id": id, "object": "chat.completion.chunk", "created": 0, "model": model, "choices": choices});
+    let delta = |delta: Value| chunk(json!([{"index": 0, "delta": delta, "finish_reason": null}]));
+    let mut events = vec![delta(json!({"role": "assistant", "content": ""}))];
+    let finish = match answer {
+        Answer::Text(text) => {
+            events.extend(
+                split_text(&text, 4)
+                    .into_iter()
+                    .map(|piece| delta(json!({"content": piece}))),
+            );
+            "stop"
+        }
+        Answer::ToolCalls(calls) => {
+            for (index, (call_id, name, args)) in calls.iter().enumerate() {
+                let head = json!({"index": index, "id": call_id, "type": "function", "function": {"name": name, "arguments": ""}});
+                events.push(delta(json!({"tool_calls": [head]})));
+                for piece in split_text(&args.to_string(), 3) {
+                    events.push(delta(
+                        json!({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}),
+                    ));
+                }
+            }
+            "tool_calls"
+        }
+    };
+    events.push(chunk(
+        json!([{"index": 0, "delta": {}, "finish_reason": finish}]),
+    ));
+    let mut usage_chunk = chunk(json!([]));
+    usage_chunk["usage"] = usage;
+    events.push(usage_chunk);
+
+    let mut frames: Vec<String> = events
+        .iter()
+        .map(|event| format!("data: {event}\n\n"))
+        .collect();
+    frames.push("data: [DONE]\n\n".to_owned());
+    // A short pause between frames, so the client really sees them arrive one by one.
+    let body = futures_util::stream::iter(frames).then(|frame| async move {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        Ok::<_, Infallible>(frame)
+    });
+    let mut response = Body::from_stream(body).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}
+
+/// Splits text into at most `parts` non-empty pieces on character boundaries.
+pub fn split_text(text: &str, parts: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    if chars.is_empty() {
+        return Vec::new();
+    }
+    let size = chars.len().div_ceil(parts.max(1));
+    chars
+        .chunks(size)
+        .map(|piece| piece.iter().collect())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_text_keeps_characters_whole() {
+        assert_eq!(split_text("héllo wörld", 4), ["hél", "lo ", "wör", "ld"]);
+        assert_eq!(split_text("ab", 4), ["a", "b"]);
+        assert!(split_text("", 4).is_empty());
+        assert_eq!(split_text("héllo wörld", 4).concat(), "héllo wörld");
+    }
+
+    #[test]
+    fn echo_uses_the_last_user_message() {
+        let request = json!({"messages": [
+            {"role": "user", "content": "first"},
+            {"role": "assistant", "content": "x"},
+            {"role": "user", "content": [{"type": "text", "text": "second"}]},
+            {"role": "tool", "content": "result", "tool_call_id": "c"},
+        ]});
+        assert_eq!(last_user_content(&request), "second");
+        assert_eq!(last_user_content(&json!({})), "");
+    }
+}

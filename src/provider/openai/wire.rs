@@ -1,0 +1,494 @@
+//! The OpenAI chat-completions wire format: request encoding, response decoding (whole and
+//! streamed) and error bodies. Pure functions, so they are tested without a server.
+//!
+//! Decoding is deliberately liberal: local servers (Ollama, llama.cpp, vLLM) leave out fields,
+//! send `null` where OpenAI sends `[]`, or send tool arguments as objects instead of strings.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use switchboard_channels::contract::Usage;
+
+use crate::provider::{
+    ChatMessage, ChatRequest, ChatResponse, ProviderError, Role, TextSink, ToolCall,
+};
+
+#[derive(Debug, Serialize)]
+pub(super) struct WireRequest<'a> {
+    model: &'a str,
+    messages: Vec<WireMessage<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
+}
+
+#[derive(Debug, Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct WireMessage<'a> {
+    role: Role,
+    /// Always a string, never `null`: llama.cpp-style servers answer 500 to an assistant
+    /// message with tool calls and `content: null`.
+    content: &'a str,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<WireToolCall<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_call_id: Option<&'a str>,
+}
+
+#[derive(Debug, Serialize)]
+struct WireToolCall<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunctionCall<'a>,
+}
+
+#[derive(Debug, Serialize)]
+struct WireFunctionCall<'a> {
+    name: &'a str,
+    /// A JSON document in a string, as the API wants it.
+    arguments: String,
+}
+
+#[derive(Debug, Serialize)]
+struct WireTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunctionDef<'a>,
+}
+
+#[derive(Debug, Serialize)]
+struct WireFunctionDef<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+/// Builds the request body. With `stream`, also asks for the usage chunk at the end.
+pub(super) fn encode_request(request: &ChatRequest, stream: bool) -> WireRequest<'_> {
+    WireRequest {
+        model: &request.model,
+        messages: request.messages.iter().map(encode_message).collect(),
+        tools: request
+            .tools
+            .iter()
+            .map(|tool| WireTool {
+                kind: "function",
+                function: WireFunctionDef {
+                    name: &tool.name,
+                    description: &tool.description,
+                    parameters: &tool.parameters,
+                },
+            })
+            .collect(),
+        max_tokens: request.max_tokens,
+        temperature: request.temperature,
+        stream,
+        stream_options: stream.then_some(StreamOptions {
+            include_usage: true,
+        }),
+    }
+}
+
+fn encode_message(message: &ChatMessage) -> WireMessage<'_> {
+    let tool_calls = message
+        .tool_calls
+        .iter()
+        .map(|call| WireToolCall {
+            id: &call.id,
+            kind: "function",
+            function: WireFunctionCall {
+                name: &call.name,
+                arguments: encode_arguments(&call.arguments),
+            },
+        })
+        .collect();
+    WireMessage {
+        role: message.role,
+        content: &message.content,
+        tool_calls,
+        // Only tool results carry the id; `name` is left out, as strict servers refuse it.
+        tool_call_id: (message.role == Role::Tool)
+            .then_some(message.tool_call_id.as_deref())
+            .flatten(),
+    }
+}
+
+/// Arguments the model wrote as invalid JSON were kept as a string: send them back verbatim.
+fn encode_arguments(arguments: &Value) -> String {
+    match arguments {
+        Value::String(raw) => raw.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Arguments as the model wrote them; invalid JSON is kept as a string so the agent loop can
+/// tell the model, instead of failing the whole call.
+pub(super) fn decode_arguments(raw: &str) -> Value {
+    if raw.trim().is_empty() {
+        return Value::Object(Default::default());
+    }
+    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()))
+}
+
+/// Tool arguments arrive as a string (OpenAI) or, from some local servers, as an object.
+fn arguments_text(arguments: Option<Value>) -> String {
+    match arguments {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(text)) => text,
+        Some(other) => other.to_string(),
+    }
+}
+
+/// Message content: a string, or (rarely) an array of `{type: "text", text}` parts.
+fn content_text(content: Option<Value>) -> String {
+    match content {
+        Some(Value::String(text)) => text,
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text")?.as_str())
+            .collect(),
+        _ => String::new(),
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct WireUsage {
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    #[serde(default)]
+    completion_tokens: Option<u64>,
+}
+
+impl From<WireUsage> for Usage {
+    fn from(usage: WireUsage) -> Self {
+        Usage {
+            input_tokens: usage.prompt_tokens.unwrap_or(0),
+            output_tokens: usage.completion_tokens.unwrap_or(0),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct CompletionResponse {
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    choices: Option<Vec<Choice>>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Choice {
+    #[serde(default)]
+    message: Option<ResponseMessage>,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ResponseMessage {
+    #[serde(default)]
+    content: Option<Value>,
+    #[serde(default)]
+    tool_calls: Option<Vec<ResponseToolCall>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ResponseToolCall {
+    #[serde(default)]
+    id: Option<String>,
+    function: ResponseFunction,
+}
+
+#[derive(Debug, Deserialize)]
+struct ResponseFunction {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    arguments: Option<Value>,
+}
+
+/// Turns a whole (non-streamed) answer into a [`ChatResponse`].
+pub(super) fn decode_response(body: &[u8]) -> Result<ChatResponse, ProviderError> {
+    let parsed: CompletionResponse = serde_json::from_slice(body)
+        .map_err(|e| ProviderError::Decode(format!("chat completion: {e}")))?;
+    let choice = parsed
+        .choices
+        .and_then(|choices| choices.into_iter().next())
+        .ok_or_else(|| ProviderError::Decode("chat completion without choices".into()))?;
+    let message = choice
+        .message
+        .ok_or_else(|| ProviderError::Decode("choice without a message".into()))?;
+    let tool_calls = message
+        .tool_calls
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+        .map(|(i, call)| ToolCall {
+            id: call
+                .id
+                .filter(|id| !id.is_empty())
+                .unwrap_or_else(|| fallback_call_id(i)),
+            name: call.function.name,
+            arguments: decode_arguments(&arguments_text(call.function.arguments)),
+        })
+        .collect();
+    Ok(ChatResponse {
+        content: content_text(message.content),
+        tool_calls,
+        usage: parsed.usage.map(Usage::from).unwrap_or_default(),
+        model: parsed.model.unwrap_or_default(),
+        finish_reason: choice.finish_reason,
+    })
+}
+
+/// Some local servers leave tool-call ids out; the transcript needs one to pair results.
+fn fallback_call_id(index: usize) -> String {
+    format!("call_auto_{index}")
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct StreamChunk {
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    choices: Option<Vec<StreamChoice>>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+    /// Errors that happen after the 200 arrive as a chunk with an `error` object.
+    #[serde(default)]
+    pub error: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+struct StreamChoice {
+    #[serde(default)]
+    delta: Option<Delta>,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Delta {
+    #[serde(default)]
+    content: Option<Value>,
+    #[serde(default)]
+    tool_calls: Option<Vec<DeltaToolCall>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct DeltaToolCall {
+    #[serde(default)]
+    index: Option<usize>,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    function: Option<DeltaFunction>,
+}
+
+#[derive(Debug, Deserialize)]
+struct DeltaFunction {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    arguments: Option<Value>,
+}
+
+#[derive(Debug, Default)]
+struct PartialCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+/// Builds a [`ChatResponse`] from streamed chunks.
+#[derive(Debug, Default)]
+pub(super) struct StreamAccumulator {
+    content: String,
+    /// By the `index` the deltas carry: a call's id and name come in its first delta, its
+    /// arguments in pieces over the following ones.
+    calls: BTreeMap<usize, PartialCall>,
+    usage: Option<Usage>,
+    model: String,
+    finish_reason: Option<String>,
+    chunks: usize,
+}
+
+impl StreamAccumulator {
+    pub fn apply(&mut self, chunk: StreamChunk, sink: Option<TextSink<'_>>) {
+        self.chunks += 1;
+        if let Some(model) = chunk.model.filter(|m| !m.is_empty()) {
+            self.model = model;
+        }
+        // The usage chunk comes last (`stream_options.include_usage`); keep the latest.
+        if let Some(usage) = chunk.usage {
+            self.usage = Some(usage.into());
+        }
+        for choice in chunk.choices.unwrap_or_default() {
+            if let Some(reason) = choice.finish_reason {
+                self.finish_reason = Some(reason);
+            }
+            let Some(delta) = choice.delta else { continue };
+            let text = content_text(delta.content);
+            if !text.is_empty() {
+                if let Some(sink) = sink {
+                    sink(&text);
+                }
+                self.content.push_str(&text);
+            }
+            for (position, call) in delta.tool_calls.unwrap_or_default().into_iter().enumerate() {
+                self.apply_call_delta(call.index.unwrap_or(position), call);
+            }
+        }
+    }
+
+    fn apply_call_delta(&mut self, index: usize, delta: DeltaToolCall) {
+        let call = self.calls.entry(index).or_default();
+        if let Some(id) = delta.id.filter(|id| !id.is_empty())
+            && call.id.is_empty()
+        {
+            call.id = id;
+        }
+        let Some(function) = delta.function else {
+            return;
+        };
+        if let Some(name) = function.name.filter(|n| !n.is_empty())
+            && call.name.is_empty()
+        {
+            call.name = name;
+        }
+        call.arguments.push_str(&arguments_text(function.arguments));
+    }
+
+    /// Whether any chunk arrived at all: a stream that ends before one is not an answer.
+    pub fn is_empty(&self) -> bool {
+        self.chunks == 0
+    }
+
+    pub fn finish(self) -> ChatResponse {
+        let tool_calls = self
+            .calls
+            .into_iter()
+            .map(|(index, call)| ToolCall {
+                id: if call.id.is_empty() {
+                    fallback_call_id(index)
+                } else {
+                    call.id
+                },
+                name: call.name,
+                arguments: decode_arguments(&call.arguments),
+            })
+            .collect();
+        ChatResponse {
+            content: self.content,
+            tool_calls,
+            usage: self.usage.unwrap_or_default(),
+            model: self.model,
+            finish_reason: self.finish_reason,
+        }
+    }
+}
+
+/// Maps an error answer to a [`ProviderError`], with the provider's own message.
+/// `secret` (the API key) is blanked out of the message should the provider echo it.
+pub(super) fn error_from_body(
+    status: u16,
+    retry_after: Option<std::time::Duration>,
+    body: &[u8],
+    secret: Option<&str>,
+) -> ProviderError {
+    let json: Option<Value> = serde_json::from_slice(body).ok();
+    let (message, code) = match &json {
+        Some(value) => error_fields(value),
+        None => (None, None),
+    };
+    let message = redact(message.unwrap_or_else(|| text_excerpt(body)), secret);
+    let overflow =
+        code.as_deref() == Some("context_length_exceeded") || looks_like_overflow(&message);
+    if overflow {
+        return ProviderError::ContextOverflow(message);
+    }
+    ProviderError::Http {
+        status,
+        message,
+        retry_after,
+    }
+}
+
+/// An `error` object inside a stream (after the 200): its `code` is the HTTP status some
+/// servers (vLLM) would have sent; otherwise it counts as a server error.
+pub(super) fn error_from_stream(error: &Value, secret: Option<&str>) -> ProviderError {
+    let status = error
+        .get("code")
+        .and_then(Value::as_u64)
+        .and_then(|c| u16::try_from(c).ok())
+        .unwrap_or(500);
+    let body = serde_json::json!({ "error": error }).to_string();
+    error_from_body(status, None, body.as_bytes(), secret)
+}
+
+/// `(message, code)` from the shapes seen in the wild: OpenAI `{error: {message, code,
+/// type}}`, Ollama `{error: "…"}`, and `{message}` / `{detail}` from other servers.
+fn error_fields(body: &Value) -> (Option<String>, Option<String>) {
+    let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
+    match body.get("error") {
+        Some(Value::Object(error)) => (
+            text(error.get("message")),
+            text(error.get("code")).or(text(error.get("type"))),
+        ),
+        Some(Value::String(message)) => (Some(message.clone()), None),
+        _ => (text(body.get("message")).or(text(body.get("detail"))), None),
+    }
+}
+
+fn looks_like_overflow(message: &str) -> bool {
+    let message = message.to_lowercase();
+    [
+        "context_length_exceeded",
+        "maximum context length",
+        "context length exceeded",
+        "prompt is too long",
+    ]
+    .iter()
+    .any(|needle| message.contains(needle))
+}
+
+/// A non-JSON error body (an HTML page from a proxy, say), shortened for the log.
+fn text_excerpt(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim();
+    if text.is_empty() {
+        return "no error message".into();
+    }
+    match text.char_indices().nth(300) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
+}
+
+fn redact(message: String, secret: Option<&str>) -> String {
+    match secret {
+        Some(secret) if !secret.is_empty() && message.contains(secret) => {
+            message.replace(secret, "[redacted]")
+        }
+        _ => message,
+    }
+}
+
+#[cfg(test)]
+#[path = "wire_tests.rs"]
+mod tests;

@@ -1,0 +1,273 @@
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::*;
+use crate::provider::ToolSpec;
+
+fn request(messages: Vec<ChatMessage>, tools: Vec<ToolSpec>) -> ChatRequest {
+    ChatRequest {
+        model: "m".into(),
+        messages,
+        tools,
+        max_tokens: Some(100),
+        temperature: Some(0.5),
+    }
+}
+
+fn encode(request: &ChatRequest, stream: bool) -> Value {
+    serde_json::to_value(encode_request(request, stream)).unwrap()
+}
+
+#[test]
+fn request_shape_for_a_tool_round_trip() {
+    let call = ToolCall {
+        id: "call_9".into(),
+        name: "read".into(),
+        arguments: json!({"path": "a.txt"}),
+    };
+    let messages = vec![
+        ChatMessage::system("be brief"),
+        ChatMessage::user("read a.txt"),
+        ChatMessage::assistant("", vec![call.clone()]),
+        ChatMessage::tool_result(&call, "hello"),
+    ];
+    let body = encode(&request(messages, vec![]), false);
+    assert_eq!(
+        body,
+        json!({
+            "model": "m",
+            "max_tokens": 100,
+            "temperature": 0.5,
+            "messages": [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": "read a.txt"},
+                {"role": "assistant", "content": "", "tool_calls": [
+                    {"id": "call_9", "type": "function", "function": {"name": "read", "arguments": "{\"path\":\"a.txt\"}"}}
+                ]},
+                {"role": "tool", "content": "hello", "tool_call_id": "call_9"},
+            ]
+        })
+    );
+}
+
+#[test]
+fn tools_and_stream_options() {
+    let tool = ToolSpec {
+        name: "t".into(),
+        description: "d".into(),
+        parameters: json!({"type": "object"}),
+    };
+    let body = encode(&request(vec![ChatMessage::user("hi")], vec![tool]), true);
+    assert_eq!(
+        body["tools"],
+        json!([{"type": "function", "function": {"name": "t", "description": "d", "parameters": {"type": "object"}}}])
+    );
+    assert_eq!(body["stream"], json!(true));
+    assert_eq!(body["stream_options"], json!({"include_usage": true}));
+    let plain = encode(
+        &ChatRequest {
+            max_tokens: None,
+            temperature: None,
+            ..request(vec![], vec![])
+        },
+        false,
+    );
+    assert_eq!(plain, json!({"model": "m", "messages": []}));
+}
+
+#[test]
+fn invalid_arguments_round_trip_verbatim() {
+    assert_eq!(decode_arguments("{\"a\": 1}"), json!({"a": 1}));
+    assert_eq!(decode_arguments(""), json!({}));
+    assert_eq!(decode_arguments("{\"a\": "), json!("{\"a\": "));
+    assert_eq!(encode_arguments(&decode_arguments("{\"a\": ")), "{\"a\": ");
+}
+
+#[test]
+fn decodes_a_whole_answer_with_tool_calls() {
+    let body = json!({
+        "model": "gpt-x",
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "a", "arguments": "{\"x\":1}"}},
+            {"type": "function", "function": {"name": "b", "arguments": {"y": 2}}},
+            {"id": "call_3", "type": "function", "function": {"name": "c", "arguments": "not json"}},
+        ]}}],
+        "usage": {"prompt_tokens": 11, "completion_tokens": 5, "total_tokens": 16}
+    });
+    let response = decode_response(body.to_string().as_bytes()).unwrap();
+    assert_eq!(response.content, "");
+    assert_eq!(response.model, "gpt-x");
+    assert_eq!(response.finish_reason.as_deref(), Some("tool_calls"));
+    assert_eq!(
+        response.usage,
+        Usage {
+            input_tokens: 11,
+            output_tokens: 5
+        }
+    );
+    let calls: Vec<_> = response
+        .tool_calls
+        .iter()
+        .map(|c| (c.id.as_str(), c.name.as_str(), c.arguments.clone()))
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            ("call_1", "a", json!({"x": 1})),
+            ("call_auto_1", "b", json!({"y": 2})),
+            ("call_3", "c", json!("not json"))
+        ]
+    );
+}
+
+#[test]
+fn decode_tolerates_missing_fields_and_refuses_garbage() {
+    let minimal = json!({"choices": [{"message": {"content": "hi", "tool_calls": null}}]});
+    let response = decode_response(minimal.to_string().as_bytes()).unwrap();
+    assert_eq!(
+        (response.content.as_str(), response.usage),
+        ("hi", Usage::default())
+    );
+    assert!(matches!(
+        decode_response(b"<html>"),
+        Err(ProviderError::Decode(_))
+    ));
+    assert!(matches!(
+        decode_response(b"{\"choices\": []}"),
+        Err(ProviderError::Decode(_))
+    ));
+}
+
+fn chunk(value: Value) -> StreamChunk {
+    serde_json::from_value(value).unwrap()
+}
+
+#[test]
+fn stream_accumulates_text_tool_calls_and_usage() {
+    let seen = Mutex::new(Vec::new());
+    let sink = |text: &str| seen.lock().unwrap().push(text.to_owned());
+    let mut acc = StreamAccumulator::default();
+    let chunks = [
+        json!({"model": "m1", "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hel"}}]}),
+        json!({"choices": [{"index": 0, "delta": {"content": "lo"}}]}),
+        json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "call_a", "type": "function", "function": {"name": "f", "arguments": ""}}]}}]}),
+        json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 1, "id": "call_b", "function": {"name": "g", "arguments": "{\"q\""}}]}}]}),
+        json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{\"p\": "}}]}}]}),
+        json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}, {"index": 1, "function": {"arguments": ":2}"}}]}}]}),
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+        json!({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4}}),
+    ];
+    for value in chunks {
+        acc.apply(chunk(value), Some(&sink));
+    }
+    let response = acc.finish();
+    assert_eq!(*seen.lock().unwrap(), ["Hel", "lo"]);
+    assert_eq!(response.content, "Hello");
+    assert_eq!(response.model, "m1");
+    assert_eq!(response.finish_reason.as_deref(), Some("tool_calls"));
+    assert_eq!(
+        response.usage,
+        Usage {
+            input_tokens: 3,
+            output_tokens: 4
+        }
+    );
+    let calls: Vec<_> = response
+        .tool_calls
+        .iter()
+        .map(|c| (c.id.as_str(), c.name.as_str(), c.arguments.clone()))
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            ("call_a", "f", json!({"p": 1})),
+            ("call_b", "g", json!({"q": 2}))
+        ]
+    );
+}
+
+#[test]
+fn stream_without_indices_or_ids_still_yields_calls() {
+    let mut acc = StreamAccumulator::default();
+    acc.apply(chunk(json!({"choices": [{"delta": {"tool_calls": [{"function": {"name": "f", "arguments": {"a": 1}}}]}}]})), None);
+    assert!(!acc.is_empty());
+    let calls = acc.finish().tool_calls;
+    assert_eq!(
+        calls,
+        [ToolCall {
+            id: "call_auto_0".into(),
+            name: "f".into(),
+            arguments: json!({"a": 1})
+        }]
+    );
+}
+
+#[test]
+fn error_bodies_map_to_errors() {
+    let body = json!({"error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}});
+    let error = error_from_body(
+        429,
+        Some(Duration::from_secs(2)),
+        body.to_string().as_bytes(),
+        None,
+    );
+    assert!(
+        matches!(&error, ProviderError::Http { status: 429, message, retry_after: Some(d) }
+        if message == "Rate limit reached" && *d == Duration::from_secs(2))
+    );
+
+    let overflow = json!({"error": {"message": "This model's maximum context length is 8192 tokens", "code": "context_length_exceeded"}});
+    assert!(matches!(
+        error_from_body(400, None, overflow.to_string().as_bytes(), None),
+        ProviderError::ContextOverflow(_)
+    ));
+    let local = json!({"error": "prompt is too long: 9000 tokens > 8192 maximum"});
+    assert!(matches!(
+        error_from_body(400, None, local.to_string().as_bytes(), None),
+        ProviderError::ContextOverflow(_)
+    ));
+
+    let html = error_from_body(502, None, b"<html>Bad Gateway</html>", None);
+    assert!(
+        matches!(&html, ProviderError::Http { status: 502, message, .. } if message == "<html>Bad Gateway</html>")
+    );
+    let empty = error_from_body(503, None, b"", None);
+    assert!(
+        matches!(&empty, ProviderError::Http { status: 503, message, .. } if message == "no error message")
+    );
+    let detail = error_from_body(422, None, br#"{"detail": "bad field"}"#, None);
+    assert!(matches!(&detail, ProviderError::Http { message, .. } if message == "bad field"));
+}
+
+#[test]
+fn echoed_key_is_redacted() {
+    let body = json!({"error": {"message": "Incorrect API key provided: sk-live-abc", "code": "invalid_api_key"}});
+    let error = error_from_body(401, None, body.to_string().as_bytes(), Some("sk-live-abc"));
+    assert!(!error.to_string().contains("sk-live-abc"), "{error}");
+}
+
+#[test]
+fn long_text_bodies_are_shortened() {
+    let body = "é".repeat(1000);
+    let ProviderError::Http { message, .. } = error_from_body(500, None, body.as_bytes(), None)
+    else {
+        panic!()
+    };
+    assert_eq!(message.chars().count(), 301);
+}
+
+#[test]
+fn errors_inside_a_stream() {
+    let vllm = json!({"object": "error", "message": "bad", "code": 400});
+    assert!(matches!(
+        error_from_stream(&vllm, None),
+        ProviderError::Http { status: 400, .. }
+    ));
+    let openai = json!({"message": "overloaded", "type": "server_error", "code": null});
+    assert!(matches!(
+        error_from_stream(&openai, None),
+        ProviderError::Http { status: 500, .. }
+    ));
+}
