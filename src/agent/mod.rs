@@ -2,6 +2,7 @@
 //! the results), until it answers in words or the iteration limit is reached.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures_util::future::join_all;
 use switchboard_channels::contract::{RunEventBody, Usage};
@@ -133,8 +134,21 @@ impl Agent {
             max_tokens: self.settings.max_tokens,
             temperature: self.settings.temperature,
         };
-        let chunk = |text: &str| events.emit(RunEventBody::Chunk { text: text.to_owned() });
+        let streamed = AtomicBool::new(false);
+        let chunk = |text: &str| {
+            streamed.store(true, Ordering::Relaxed);
+            events.emit(RunEventBody::Chunk { text: text.to_owned() });
+        };
         let stream = self.settings.stream.then_some(&chunk as &(dyn Fn(&str) + Send + Sync));
+        let attempt = || async {
+            match self.provider.complete(&request, stream).await {
+                // Retrying would stream the same text to the user a second time.
+                Err(err) if err.is_transient() && streamed.load(Ordering::Relaxed) => {
+                    Err(ProviderError::Interrupted(err.to_string()))
+                }
+                other => other,
+            }
+        };
         let span = tracing::info_span!(
             "llm_call",
             provider = self.provider.name(),
@@ -144,7 +158,7 @@ impl Agent {
             output_tokens = tracing::field::Empty,
         );
         let started = std::time::Instant::now();
-        let response = with_retries(&self.settings.retry, || self.provider.complete(&request, stream))
+        let response = with_retries(&self.settings.retry, attempt)
             .instrument(span.clone())
             .await;
         if let Ok(response) = &response {
@@ -201,6 +215,8 @@ fn failure_reply(err: &ProviderError) -> String {
         ProviderError::Network(_) => "the model provider cannot be reached".to_owned(),
         ProviderError::Timeout(_) => "the model provider did not answer in time".to_owned(),
         ProviderError::Decode(_) => "the model provider sent an answer I could not read".to_owned(),
+        ProviderError::Config(_) => "the model provider is misconfigured".to_owned(),
+        ProviderError::Interrupted(_) => "the model's answer broke off midway".to_owned(),
     };
     format!("Sorry, I could not answer: {why}. Please try again in a moment.")
 }

@@ -139,6 +139,10 @@ pub enum ProviderError {
     /// The provider's configuration is unusable (bad URL, a header value with a newline…).
     #[error("invalid provider configuration: {0}")]
     Config(String),
+    /// A streamed answer broke off after some of its text had already been passed on; it is
+    /// not retried, so the user never sees the same text twice.
+    #[error("the answer broke off after part of it was streamed: {0}")]
+    Interrupted(String),
 }
 
 impl ProviderError {
@@ -151,7 +155,8 @@ impl ProviderError {
             ProviderError::Network(_) | ProviderError::Timeout(_) => true,
             ProviderError::ContextOverflow(_)
             | ProviderError::Decode(_)
-            | ProviderError::Config(_) => false,
+            | ProviderError::Config(_)
+            | ProviderError::Interrupted(_) => false,
         }
     }
 
