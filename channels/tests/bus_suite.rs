@@ -119,7 +119,41 @@ async fn nak_redelivers_with_next_attempt(h: Harness) {
         (content_of(&second), second.attempt),
         ("again".to_owned(), 2)
     );
-    within(PATIENCE, "ack", second.ack()).await.expect("ack");
+    let delay = Duration::from_millis(300);
+    within(PATIENCE, "nak with delay", second.nak(Some(delay)))
+        .await
+        .expect("nak");
+    let naked_at = std::time::Instant::now();
+    let third = take(&mut deliveries).await;
+    assert!(
+        naked_at.elapsed() >= delay - Duration::from_millis(50),
+        "redelivered before the delay"
+    );
+    assert_eq!(third.attempt, 3);
+    within(PATIENCE, "ack", third.ack()).await.expect("ack");
+}
+
+async fn progress_keeps_the_delivery(h: Harness) {
+    let mut a = h.bus.inbound().await.expect("inbound a");
+    let mut b = h.bus.inbound().await.expect("inbound b");
+    publish(&h, &inbound("c1", "long run")).await;
+    let held = take(&mut a).await;
+    let tick = (h.redelivery / 4).max(Duration::from_millis(50));
+    let keep_alive = async {
+        loop {
+            tokio::time::sleep(tick).await;
+            within(PATIENCE, "progress", held.progress())
+                .await
+                .expect("progress");
+        }
+    };
+    // Two redelivery periods pass without the message going to the other subscriber.
+    tokio::select! {
+        extra = b.next() => panic!("redelivered despite progress: {extra:?}"),
+        () = keep_alive => unreachable!(),
+        () = tokio::time::sleep(h.redelivery * 2 + QUIET) => {}
+    }
+    within(PATIENCE, "ack", held.ack()).await.expect("ack");
 }
 
 async fn dropped_delivery_is_redelivered(h: Harness) {
@@ -373,6 +407,7 @@ macro_rules! shared_suite {
 shared_suite!(
     ack_removes_the_message,
     nak_redelivers_with_next_attempt,
+    progress_keeps_the_delivery,
     dropped_delivery_is_redelivered,
     duplicate_publish_is_delivered_once,
     subscribers_share_the_work,

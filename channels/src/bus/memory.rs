@@ -192,8 +192,8 @@ impl Bus for MemoryBus {
         };
         // Wait for room before recording the dedupe id: a publish cancelled while the queue is
         // full must not make its retry look like a duplicate (the message would be lost).
-        let permit =
-            tx.reserve().await.map_err(|_| BusError::Publish { subject: subject.clone(), reason: "the bus is closed".into() })?;
+        let closed = || BusError::Publish { subject: subject.clone(), reason: "the bus is closed".into() };
+        let permit = tx.reserve().await.map_err(|_| closed())?;
         if dedupe_id.is_some_and(|id| self.is_duplicate(&format!("{}:{id}", flow_key(flow)))) {
             tracing::debug!(%subject, "duplicate publish ignored");
             return Ok(());

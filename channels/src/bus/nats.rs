@@ -9,6 +9,7 @@
 //! a prefetched message would sit in a busy worker's buffer with its `ack_wait` running, and
 //! come back to another worker while the first one still has it queued.
 
+mod puller;
 mod streams;
 
 use std::time::Duration;
@@ -26,9 +27,6 @@ use super::{Acker, Bus, BusError, Deliveries, Delivery, Events};
 use crate::contract::{DeadLetter, RunEvent};
 use crate::subject::{DEFAULT_PREFIX, Flow, Subjects, encode_token};
 
-/// First and longest pause between attempts to pull after an error (reconnecting, …).
-const RETRY_MIN: Duration = Duration::from_millis(100);
-const RETRY_MAX: Duration = Duration::from_secs(5);
 /// Dead letters read back per pull request.
 const DEAD_LETTER_BATCH: usize = 256;
 
@@ -190,14 +188,14 @@ impl Bus for NatsBus {
                 String::new(),
             )
             .await?;
-        Ok(pull_deliveries(consumer, self.opts.pull_wait))
+        puller::deliveries(self.js.clone(), consumer, self.opts.pull_wait).await
     }
 
     async fn outbound(&self, channel: &str) -> Result<Deliveries, BusError> {
         let name = format!("out-{}", encode_token(channel));
         let filter = self.subjects.channel_wildcard(Flow::Out, channel);
         let consumer = self.consumer(&self.streams.outbound, &name, filter).await?;
-        Ok(pull_deliveries(consumer, self.opts.pull_wait))
+        puller::deliveries(self.js.clone(), consumer, self.opts.pull_wait).await
     }
 
     async fn events(&self, channel: &str, chat_id: Option<&str>) -> Result<Events, BusError> {
@@ -257,46 +255,6 @@ fn message_id(flow: Flow, id: &str, subject: &str) -> Result<String, BusError> {
     }
     let flow = if flow == Flow::In { "in" } else { "out" };
     Ok(format!("{flow}:{id}"))
-}
-
-/// Deliveries of a pull consumer, pulled one by one as the caller asks for them. Errors
-/// (the server restarting, …) are logged and retried with backoff: the stream goes on.
-fn pull_deliveries(consumer: PullConsumer, wait: Duration) -> Deliveries {
-    futures_util::stream::unfold(consumer, move |consumer| async move {
-        let delivery = next_delivery(&consumer, wait).await;
-        Some((Ok(delivery), consumer))
-    })
-    .boxed()
-}
-
-async fn next_delivery(consumer: &PullConsumer, wait: Duration) -> Delivery {
-    let mut backoff = RETRY_MIN;
-    loop {
-        match pull_one(consumer, wait).await {
-            Ok(Some(message)) => return to_delivery(message),
-            Ok(None) => backoff = RETRY_MIN,
-            Err(reason) => {
-                tracing::warn!(consumer = %consumer.cached_info().name, %reason, "pulling from JetStream failed; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(RETRY_MAX);
-            }
-        }
-    }
-}
-
-/// One pull request for one message; `None` when it expired with nothing to deliver.
-async fn pull_one(
-    consumer: &PullConsumer,
-    wait: Duration,
-) -> Result<Option<jetstream::Message>, String> {
-    let mut batch = consumer
-        .batch()
-        .max_messages(1)
-        .expires(wait)
-        .messages()
-        .await
-        .map_err(|e| e.to_string())?;
-    batch.next().await.transpose().map_err(|e| e.to_string())
 }
 
 fn to_delivery(message: jetstream::Message) -> Delivery {
