@@ -6,7 +6,7 @@
 //! lands nowhere and only comes back after `ack_wait`); with one long-lived inbox such a late
 //! message is still received.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_nats::jetstream::consumer::PullConsumer;
 use async_nats::jetstream::consumer::pull::BatchConfig;
@@ -115,17 +115,28 @@ impl Puller {
     }
 
     async fn request(&mut self) -> Result<Instant, String> {
+        let wait = jittered(self.wait);
         let batch = BatchConfig {
             batch: 1,
-            expires: Some(self.wait),
+            expires: Some(wait),
             ..BatchConfig::default()
         };
         self.consumer
             .request_batch(batch, self.inbox.clone())
             .await
             .map_err(|e| e.to_string())?;
-        let deadline = Instant::now() + self.wait + LOST_REQUEST_GRACE;
+        let deadline = Instant::now() + wait + LOST_REQUEST_GRACE;
         self.deadline = Some(deadline);
         Ok(deadline)
     }
+}
+
+/// `wait` plus up to a quarter more. Back-to-back requests that expire in step with `ack_wait`
+/// (5 s and 30 s, say) keep meeting a redelivery in the short gap between two requests, and
+/// nats-server 2.9 then postpones that redelivery by a whole `ack_wait` without counting it.
+fn jittered(wait: Duration) -> Duration {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    wait + wait.mul_f64(f64::from(nanos % 1000) / 4000.0)
 }
