@@ -45,7 +45,8 @@ impl Queue {
 
     fn deliveries(&self) -> Deliveries {
         let rx = Arc::clone(&self.rx);
-        let requeue = self.tx.clone();
+        // Weak, so that the stream ends once the bus is dropped.
+        let requeue = self.tx.downgrade();
         futures_util::stream::unfold((rx, requeue), |(rx, requeue)| async move {
             let item = rx.lock().await.recv().await?;
             let acker = MemoryAcker { item: Some(Item { ..item.clone_meta() }), requeue: requeue.clone() };
@@ -65,14 +66,17 @@ impl Item {
 /// Puts its delivery back in the queue unless it was acked.
 struct MemoryAcker {
     item: Option<Item>,
-    requeue: mpsc::Sender<Item>,
+    requeue: mpsc::WeakSender<Item>,
 }
 
 impl MemoryAcker {
     fn requeue_after(&mut self, delay: Option<Duration>) {
         let Some(mut item) = self.item.take() else { return };
         item.attempt += 1;
-        let tx = self.requeue.clone();
+        let Some(tx) = self.requeue.upgrade() else {
+            tracing::debug!("in-process bus closed before a redelivery");
+            return;
+        };
         // Spawned so that a full queue never blocks the consumer that gives the message back.
         tokio::spawn(async move {
             if let Some(delay) = delay {
@@ -182,16 +186,20 @@ impl Bus for MemoryBus {
             let _ = self.events.send((channel.to_owned(), chat_id.to_owned(), payload));
             return Ok(());
         }
-        if dedupe_id.is_some_and(|id| self.is_duplicate(&format!("{}:{id}", flow_key(flow)))) {
-            tracing::debug!(%subject, "duplicate publish ignored");
-            return Ok(());
-        }
-        let item = Item { subject: subject.clone(), payload, attempt: 1 };
         let tx = match flow {
             Flow::In => self.inbound.tx.clone(),
             _ => self.outbound_queue(channel).tx.clone(),
         };
-        tx.send(item).await.map_err(|_| BusError::Publish { subject, reason: "the bus is closed".into() })
+        // Wait for room before recording the dedupe id: a publish cancelled while the queue is
+        // full must not make its retry look like a duplicate (the message would be lost).
+        let closed = || BusError::Publish { subject: subject.clone(), reason: "the bus is closed".into() };
+        let permit = tx.reserve().await.map_err(|_| closed())?;
+        if dedupe_id.is_some_and(|id| self.is_duplicate(&format!("{}:{id}", flow_key(flow)))) {
+            tracing::debug!(%subject, "duplicate publish ignored");
+            return Ok(());
+        }
+        permit.send(Item { subject, payload, attempt: 1 });
+        Ok(())
     }
 
     async fn inbound(&self) -> Result<Deliveries, BusError> {

@@ -1,1 +1,442 @@
-//! The NATS JetStream bus (to be written).
+//! The NATS JetStream bus of the distributed shape.
+//!
+//! Inbound and outbound messages go to work-queue streams (`<PREFIX>_IN`, `<PREFIX>_OUT`) and
+//! are taken through durable pull consumers with explicit acks, so several processes share the
+//! work and an unacked delivery comes back after `ack_wait`. Events are plain core NATS
+//! messages: nothing stores them. Dead letters go to a bounded limits stream (`<PREFIX>_DEAD`).
+//!
+//! Consumers pull one message at a time, and only when the caller asks for the next delivery:
+//! a prefetched message would sit in a busy worker's buffer with its `ack_wait` running, and
+//! come back to another worker while the first one still has it queued.
+
+mod puller;
+mod streams;
+
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::{AckPolicy, PullConsumer, pull};
+use async_nats::jetstream::message::PublishMessage as Publish;
+use async_nats::jetstream::{self, AckKind};
+use async_nats::{Client, ConnectOptions, Event};
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures_util::StreamExt;
+
+use self::streams::StreamNames;
+use super::{Acker, Bus, BusError, Deliveries, Delivery, Events};
+use crate::contract::{DeadLetter, RunEvent};
+use crate::subject::{DEFAULT_PREFIX, Flow, Subjects, encode_token};
+
+/// Dead letters read back per pull request.
+const DEAD_LETTER_BATCH: usize = 256;
+
+/// How the NATS bus names and tunes its streams and consumers.
+#[derive(Debug, Clone)]
+pub struct NatsOptions {
+    /// Subject prefix; stream names are derived from it (`sb.prod` → `SB_PROD_IN`).
+    pub prefix: String,
+    /// How long a delivery may stay unacked before JetStream gives it to another consumer.
+    pub ack_wait: Duration,
+    /// How long a `Nats-Msg-Id` is remembered for deduplication (set when streams are created).
+    pub duplicate_window: Duration,
+    /// Unacked deliveries per consumer, across all its subscribers.
+    pub max_ack_pending: i64,
+    /// Deliveries of one message before JetStream stops redelivering it.
+    pub max_deliver: i64,
+    /// Durable name of the consumer the workers share.
+    pub worker_consumer: String,
+    /// How long one pull request waits on the server for a message before it is renewed.
+    pub pull_wait: Duration,
+}
+
+impl Default for NatsOptions {
+    fn default() -> Self {
+        Self {
+            prefix: DEFAULT_PREFIX.to_owned(),
+            ack_wait: Duration::from_secs(30),
+            duplicate_window: Duration::from_secs(120),
+            max_ack_pending: 64,
+            max_deliver: 10,
+            worker_consumer: "workers".to_owned(),
+            pull_wait: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The JetStream bus. Cheap to share behind an `Arc`; the client reconnects by itself.
+pub struct NatsBus {
+    client: Client,
+    js: jetstream::Context,
+    subjects: Subjects,
+    streams: StreamNames,
+    opts: NatsOptions,
+}
+
+impl NatsBus {
+    /// Connects and creates (or checks) the streams. Fails at once if the server is down or
+    /// lacks JetStream; once connected, the client reconnects by itself whenever needed.
+    pub async fn connect(url: &str, opts: NatsOptions) -> Result<NatsBus, BusError> {
+        let subjects = Subjects::new(&opts.prefix)?;
+        let shown = redact_url(url);
+        let client = ConnectOptions::new()
+            .name("switchboard")
+            .event_callback(log_event(shown.clone()))
+            .connect(url)
+            .await
+            .map_err(|err| BusError::Connect {
+                url: shown.clone(),
+                reason: redact_in(&err.to_string(), url),
+            })?;
+        let js = jetstream::new(client.clone());
+        let streams = StreamNames::new(subjects.prefix());
+        streams::ensure_streams(&js, &subjects, &streams, &opts, &shown).await?;
+        tracing::info!(url = %shown, prefix = %subjects.prefix(), "connected to the NATS bus");
+        Ok(NatsBus {
+            client,
+            js,
+            subjects,
+            streams,
+            opts,
+        })
+    }
+
+    /// The underlying client, for health checks and leases built on the same connection.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Creates the durable consumer, or updates the settings a running one may change.
+    async fn consumer(
+        &self,
+        stream: &str,
+        name: &str,
+        filter: String,
+    ) -> Result<PullConsumer, BusError> {
+        let config = pull::Config {
+            durable_name: Some(name.to_owned()),
+            filter_subject: filter,
+            ack_policy: AckPolicy::Explicit,
+            ack_wait: self.opts.ack_wait,
+            max_ack_pending: self.opts.max_ack_pending,
+            max_deliver: self.opts.max_deliver,
+            ..pull::Config::default()
+        };
+        self.js.create_consumer_on_stream(config, stream).await.map_err(|err| {
+            let hint = if err.to_string().contains("workqueue") {
+                format!(" (a work-queue stream takes one consumer per subject: list them with `nats consumer ls {stream}`)")
+            } else {
+                String::new()
+            };
+            BusError::Setup(format!("cannot create consumer `{name}` on stream {stream}: {err}{hint}"))
+        })
+    }
+
+    async fn publish_stored(&self, subject: String, publish: Publish) -> Result<(), BusError> {
+        let failed = |reason: String| BusError::Publish {
+            subject: subject.clone(),
+            reason,
+        };
+        let pending = self
+            .js
+            .send_publish(subject.clone(), publish)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        // The publish ack is the durability point: the message is in the stream.
+        let ack = pending.await.map_err(|e| failed(e.to_string()))?;
+        if ack.duplicate {
+            tracing::debug!(%subject, "duplicate publish ignored");
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Bus for NatsBus {
+    async fn publish_raw(
+        &self,
+        flow: Flow,
+        channel: &str,
+        chat_id: &str,
+        dedupe_id: Option<&str>,
+        payload: Bytes,
+    ) -> Result<(), BusError> {
+        let subject = self.subjects.chat(flow, channel, chat_id);
+        if flow == Flow::Events {
+            return self
+                .client
+                .publish(subject.clone(), payload)
+                .await
+                .map_err(|err| BusError::Publish {
+                    subject,
+                    reason: err.to_string(),
+                });
+        }
+        let mut publish = Publish::build().payload(payload);
+        if let Some(id) = dedupe_id {
+            publish = publish.message_id(message_id(flow, id, &subject)?);
+        }
+        self.publish_stored(subject, publish).await
+    }
+
+    async fn inbound(&self) -> Result<Deliveries, BusError> {
+        // No filter: the stream holds only inbound subjects, and a work-queue stream allows
+        // one unfiltered consumer, which all workers share.
+        let consumer = self
+            .consumer(
+                &self.streams.inbound,
+                &self.opts.worker_consumer,
+                String::new(),
+            )
+            .await?;
+        puller::deliveries(self.js.clone(), consumer, self.opts.pull_wait).await
+    }
+
+    async fn outbound(&self, channel: &str) -> Result<Deliveries, BusError> {
+        let name = format!("out-{}", encode_token(channel));
+        let filter = self.subjects.channel_wildcard(Flow::Out, channel);
+        let consumer = self.consumer(&self.streams.outbound, &name, filter).await?;
+        puller::deliveries(self.js.clone(), consumer, self.opts.pull_wait).await
+    }
+
+    async fn events(&self, channel: &str, chat_id: Option<&str>) -> Result<Events, BusError> {
+        let subject = match chat_id {
+            Some(chat) => self.subjects.chat(Flow::Events, channel, chat),
+            None => self.subjects.channel_wildcard(Flow::Events, channel),
+        };
+        let subscriber = self
+            .client
+            .subscribe(subject)
+            .await
+            .map_err(|e| BusError::Receive(e.to_string()))?;
+        // Once the server has answered a ping it has the subscription: no event published
+        // after this returns is missed.
+        self.client
+            .flush()
+            .await
+            .map_err(|e| BusError::Receive(e.to_string()))?;
+        Ok(subscriber
+            .filter_map(|msg| std::future::ready(decode_event(&msg.payload)))
+            .boxed())
+    }
+
+    async fn dead_letter(&self, flow: Flow, letter: &DeadLetter) -> Result<(), BusError> {
+        tracing::warn!(subject = %letter.subject, reason = %letter.reason, "message dead-lettered");
+        let payload = Bytes::from(serde_json::to_vec(letter)?);
+        self.publish_stored(
+            self.subjects.dead_letter(flow),
+            Publish::build().payload(payload),
+        )
+        .await
+    }
+
+    async fn dead_letters(&self, flow: Flow, limit: usize) -> Result<Vec<DeadLetter>, BusError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        read_dead_letters(
+            &self.js,
+            &self.streams.dead,
+            self.subjects.dead_letter(flow),
+            limit,
+        )
+        .await
+    }
+}
+
+/// `Nats-Msg-Id` of a stored message: the flow keeps an inbound and an outbound message with
+/// the same id apart. Header values cannot hold line breaks, so such ids are refused.
+fn message_id(flow: Flow, id: &str, subject: &str) -> Result<String, BusError> {
+    if id.chars().any(char::is_control) {
+        let reason = "the dedupe id contains control characters".to_owned();
+        return Err(BusError::Publish {
+            subject: subject.to_owned(),
+            reason,
+        });
+    }
+    let flow = if flow == Flow::In { "in" } else { "out" };
+    Ok(format!("{flow}:{id}"))
+}
+
+fn to_delivery(message: jetstream::Message) -> Delivery {
+    let attempt = message
+        .info()
+        .ok()
+        .and_then(|info| u64::try_from(info.delivered).ok())
+        .unwrap_or(1);
+    let (message, acker) = message.split();
+    Delivery::new(
+        message.subject.to_string(),
+        message.payload,
+        attempt,
+        Box::new(NatsAcker(acker)),
+    )
+}
+
+struct NatsAcker(jetstream::message::Acker);
+
+#[async_trait]
+impl Acker for NatsAcker {
+    async fn ack(&mut self) -> Result<(), BusError> {
+        // Waits for the server's confirmation, so an acked message is known to be gone.
+        self.0
+            .double_ack_with(AckKind::Ack)
+            .await
+            .map_err(|e| BusError::Ack(e.to_string()))
+    }
+
+    async fn nak(&mut self, delay: Option<Duration>) -> Result<(), BusError> {
+        self.0
+            .ack_with(AckKind::Nak(delay))
+            .await
+            .map_err(|e| BusError::Ack(e.to_string()))
+    }
+
+    async fn progress(&self) -> Result<(), BusError> {
+        self.0
+            .ack_with(AckKind::Progress)
+            .await
+            .map_err(|e| BusError::Ack(e.to_string()))
+    }
+}
+
+/// Reads the last `limit` dead letters of one subject through a short-lived consumer.
+async fn read_dead_letters(
+    js: &jetstream::Context,
+    stream: &str,
+    subject: String,
+    limit: usize,
+) -> Result<Vec<DeadLetter>, BusError> {
+    let config = pull::Config {
+        filter_subject: subject,
+        ack_policy: AckPolicy::None,
+        // Cleans up after a reader that died before deleting its consumer.
+        inactive_threshold: Duration::from_secs(60),
+        ..pull::Config::default()
+    };
+    let receive = |e: String| BusError::Receive(format!("reading dead letters from {stream}: {e}"));
+    let consumer: PullConsumer = js
+        .create_consumer_on_stream(config, stream)
+        .await
+        .map_err(|e| receive(e.to_string()))?;
+    let mut remaining = consumer.cached_info().num_pending;
+    let mut kept = std::collections::VecDeque::with_capacity(limit);
+    while remaining > 0 {
+        let batch =
+            usize::try_from(remaining).map_or(DEAD_LETTER_BATCH, |n| n.min(DEAD_LETTER_BATCH));
+        let mut messages = consumer
+            .batch()
+            .max_messages(batch)
+            .expires(Duration::from_secs(2))
+            .messages()
+            .await
+            .map_err(|e| receive(e.to_string()))?;
+        let before = remaining;
+        while let Some(message) = messages.next().await {
+            let message = message.map_err(|e| receive(e.to_string()))?;
+            remaining = remaining.saturating_sub(1);
+            keep_last(&mut kept, limit, &message.payload);
+        }
+        if remaining == before {
+            break; // Expired without progress: do not spin.
+        }
+    }
+    let name = consumer.cached_info().name.clone();
+    if let Err(err) = js.delete_consumer_from_stream(&name, stream).await {
+        tracing::debug!(%err, consumer = %name, "could not delete the dead-letter reader");
+    }
+    Ok(kept.into())
+}
+
+fn keep_last(kept: &mut std::collections::VecDeque<DeadLetter>, limit: usize, payload: &[u8]) {
+    match serde_json::from_slice(payload) {
+        Ok(letter) => {
+            if kept.len() == limit {
+                kept.pop_front();
+            }
+            kept.push_back(letter);
+        }
+        Err(err) => tracing::warn!(%err, "undecodable dead letter skipped"),
+    }
+}
+
+fn decode_event(payload: &[u8]) -> Option<RunEvent> {
+    match serde_json::from_slice(payload) {
+        Ok(event) => Some(event),
+        Err(err) => {
+            tracing::warn!(%err, "undecodable run event skipped");
+            None
+        }
+    }
+}
+
+fn log_event(url: String) -> impl Fn(Event) -> std::future::Ready<()> + Send + Sync + 'static {
+    move |event| {
+        match event {
+            Event::Connected => tracing::info!(%url, "NATS connection (re)established"),
+            Event::Disconnected => tracing::warn!(%url, "NATS connection lost; reconnecting"),
+            other => tracing::warn!(%url, event = %other, "NATS client event"),
+        }
+        std::future::ready(())
+    }
+}
+
+/// Hides credentials in a server URL (`nats://user:pass@host` → `nats://***@host`); works on
+/// comma-separated server lists too.
+pub fn redact_url(url: &str) -> String {
+    url.split(',').map(redact_one).collect::<Vec<_>>().join(",")
+}
+
+fn redact_one(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").map_or(("", url), |(s, r)| (s, r));
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return url.to_owned();
+    };
+    let sep = if scheme.is_empty() { "" } else { "://" };
+    format!("{scheme}{sep}***{}", &rest[at..])
+}
+
+/// Errors from the client may quote the URL it was given: never let its credentials through.
+fn redact_in(text: &str, url: &str) -> String {
+    let mut out = text.replace(url, &redact_url(url));
+    for part in url.split(',') {
+        let rest = part.split_once("://").map_or(part, |(_, r)| r);
+        // A very short user part would blank out unrelated text, and hides nothing secret.
+        if let Some((userinfo, _)) = rest.split_once('@')
+            && userinfo.len() >= 4
+        {
+            out = out.replace(userinfo, "***");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_are_redacted() {
+        assert_eq!(
+            redact_url("nats://user:secret@host:4222"),
+            "nats://***@host:4222"
+        );
+        assert_eq!(redact_url("nats://host:4222"), "nats://host:4222");
+        assert_eq!(redact_url("tok@h:1,nats://a:b@h2"), "***@h:1,nats://***@h2");
+        let msg = redact_in(
+            "failed: nats://user:secret@host:4222 (user:secret)",
+            "nats://user:secret@host:4222",
+        );
+        assert!(!msg.contains("secret"), "{msg}");
+    }
+
+    #[test]
+    fn message_ids_are_namespaced_by_flow() {
+        assert_eq!(
+            message_id(Flow::In, "telegram:1:2", "s").unwrap(),
+            "in:telegram:1:2"
+        );
+        assert_eq!(message_id(Flow::Out, "x", "s").unwrap(), "out:x");
+        assert!(message_id(Flow::In, "a\r\nb", "s").is_err());
+    }
+}
