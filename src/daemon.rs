@@ -33,7 +33,9 @@ pub enum DaemonError {
     Worker(#[from] WorkerError),
     #[error(transparent)]
     Api(#[from] ApiError),
-    #[error("`switchboard {0}` runs one part of a distributed deployment and needs a NATS bus: set `bus = \"nats://…\"` in the config, SWITCHBOARD_BUS, or --nats URL")]
+    #[error(
+        "`switchboard {0}` runs one part of a distributed deployment and needs a NATS bus: set `bus = \"nats://…\"` in the config, SWITCHBOARD_BUS, or --nats URL"
+    )]
     NeedsNats(&'static str),
     #[error("unknown channel `{0}`; available: api")]
     UnknownChannel(String),

@@ -67,10 +67,8 @@ fn start(cli: Cli) -> anyhow::Result<()> {
         config.bus = url;
     }
     switchboard::telemetry::init(&config);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
     runtime.block_on(async move {
         match cli.command {
             Command::Run => serve(config, Parts::All).await,

@@ -11,7 +11,11 @@ pub async fn print_runs(config: &Config, limit: usize) -> anyhow::Result<()> {
     let store = SqliteStore::open(config.store_path()).await?;
     let runs = store.recent_runs(limit).await?;
     let mut out = std::io::stdout().lock();
-    writeln!(out, "{:<36}  {:<20}  {:<9}  {:>3}  {:>7}  {:>7}  {:<24}  SESSION", "RUN", "STARTED", "STATUS", "TRY", "IN", "OUT", "MODEL")?;
+    writeln!(
+        out,
+        "{:<36}  {:<20}  {:<9}  {:>3}  {:>7}  {:>7}  {:<24}  SESSION",
+        "RUN", "STARTED", "STATUS", "TRY", "IN", "OUT", "MODEL"
+    )?;
     for run in &runs {
         writeln!(out, "{}", format_run(run))?;
     }

@@ -27,7 +27,8 @@ async fn run_answers_over_http_and_remembers_the_conversation() {
     assert_eq!(body["reply"], "echo: again");
     // The second call carries the first turn as history.
     let second = &llm.requests()[1];
-    let contents: Vec<&str> = second["messages"].as_array().unwrap().iter().filter_map(|m| m["content"].as_str()).collect();
+    let contents: Vec<&str> =
+        second["messages"].as_array().unwrap().iter().filter_map(|m| m["content"].as_str()).collect();
     assert!(contents.contains(&"hi") && contents.contains(&"echo: hi"), "{contents:?}");
     assert!(dir.path().join("switchboard.db").exists(), "no SQLite file in the data dir");
     assert!(!daemon.logs().contains("sk-test-secret"), "the API key leaked into the logs");

@@ -41,11 +41,8 @@ async fn agent_and_channel_processes_talk_over_nats() {
 #[tokio::test]
 async fn agent_without_nats_says_what_to_set() {
     let dir = tempfile::tempdir().unwrap();
-    let (status, stderr, _) = support::run_to_exit(
-        dir.path(),
-        &["agent"],
-        &[("OPENAI_API_KEY", "k"), ("SWITCHBOARD_MODEL", "m")],
-    );
+    let (status, stderr, _) =
+        support::run_to_exit(dir.path(), &["agent"], &[("OPENAI_API_KEY", "k"), ("SWITCHBOARD_MODEL", "m")]);
     assert_eq!(status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("needs a NATS bus"), "{stderr}");
 }
@@ -89,7 +86,8 @@ async fn killed_worker_mid_run_gives_exactly_one_reply_after_restart() {
 
     let url = api.url("/v1/messages");
     let request = tokio::spawn(async move {
-        let resp = reqwest::Client::new().post(url).json(&json!({"chat_id": "crash", "content": "slow one"})).send().await;
+        let resp =
+            reqwest::Client::new().post(url).json(&json!({"chat_id": "crash", "content": "slow one"})).send().await;
         resp.unwrap().json::<Value>().await.unwrap()
     });
     llm.wait_for_requests(1, Duration::from_secs(10)).await;

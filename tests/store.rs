@@ -16,9 +16,7 @@ const SESSION: &str = "telegram:42";
 
 async fn fresh() -> (TempDir, SqliteStore) {
     let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(&dir.path().join("store.db"))
-        .await
-        .unwrap();
+    let store = SqliteStore::open(&dir.path().join("store.db")).await.unwrap();
     (dir, store)
 }
 
@@ -40,16 +38,10 @@ fn reply(run_id: &str, content: &str) -> OutboundMessage {
 fn completed(run_id: &str, question: &str, answer: &str) -> RunOutcome {
     RunOutcome {
         status: RunStatus::Completed,
-        transcript: vec![
-            ChatMessage::user(question),
-            ChatMessage::assistant(answer, Vec::new()),
-        ],
+        transcript: vec![ChatMessage::user(question), ChatMessage::assistant(answer, Vec::new())],
         reply: Some(reply(run_id, answer)),
         error: None,
-        usage: Usage {
-            input_tokens: 120,
-            output_tokens: 30,
-        },
+        usage: Usage { input_tokens: 120, output_tokens: 30 },
         model: "test-model".into(),
         iterations: 1,
     }
@@ -71,11 +63,7 @@ async fn answered(store: &SqliteStore, inbound_id: &str, session: &str, n: usize
 }
 
 async fn raw_connection(path: &Path) -> SqliteConnection {
-    SqliteConnectOptions::new()
-        .filename(path)
-        .connect()
-        .await
-        .unwrap()
+    SqliteConnectOptions::new().filename(path).connect().await.unwrap()
 }
 
 #[tokio::test]
@@ -87,20 +75,8 @@ async fn first_claim_is_new_and_a_finished_run_replays_its_reply() {
 
     let claim = store.claim_run("in-1", SESSION).await.unwrap();
     // The stored reply comes back whole, with the same id, so redelivering it is idempotent.
-    assert_eq!(
-        claim,
-        RunClaim::Finished {
-            run_id: run_id.clone(),
-            reply: outcome.reply.clone(),
-            delivered: false
-        }
-    );
-    let RunClaim::Finished {
-        reply: Some(reply), ..
-    } = claim
-    else {
-        unreachable!()
-    };
+    assert_eq!(claim, RunClaim::Finished { run_id: run_id.clone(), reply: outcome.reply.clone(), delivered: false });
+    let RunClaim::Finished { reply: Some(reply), .. } = claim else { unreachable!() };
     assert_eq!(reply.id, format!("{run_id}:reply"));
 }
 
@@ -108,20 +84,10 @@ async fn first_claim_is_new_and_a_finished_run_replays_its_reply() {
 async fn a_run_without_reply_finishes_with_none() {
     let (_dir, store) = fresh().await;
     let run_id = claim_new(&store, "in-1", SESSION).await;
-    let outcome = RunOutcome {
-        reply: None,
-        ..completed(&run_id, "q", "NO_REPLY")
-    };
+    let outcome = RunOutcome { reply: None, ..completed(&run_id, "q", "NO_REPLY") };
     store.finish_run(&run_id, &outcome).await.unwrap();
     let claim = store.claim_run("in-1", SESSION).await.unwrap();
-    assert_eq!(
-        claim,
-        RunClaim::Finished {
-            run_id,
-            reply: None,
-            delivered: false
-        }
-    );
+    assert_eq!(claim, RunClaim::Finished { run_id, reply: None, delivered: false });
 }
 
 #[tokio::test]
@@ -130,13 +96,7 @@ async fn claiming_an_unfinished_run_resumes_it_with_the_next_attempt() {
     let run_id = claim_new(&store, "in-1", SESSION).await;
     for attempt in 2..=3 {
         let claim = store.claim_run("in-1", SESSION).await.unwrap();
-        assert_eq!(
-            claim,
-            RunClaim::Resumed {
-                run_id: run_id.clone(),
-                attempt
-            }
-        );
+        assert_eq!(claim, RunClaim::Resumed { run_id: run_id.clone(), attempt });
     }
     let runs = store.recent_runs(10).await.unwrap();
     assert_eq!(runs.len(), 1, "resuming must not create another run");
@@ -163,16 +123,9 @@ fn assert_one_new(claims: Vec<Result<RunClaim, StoreError>>) {
         }
     }
     assert_eq!(new.len(), 1, "exactly one claim must create the run");
-    assert!(
-        run_ids.iter().all(|id| *id == new[0]),
-        "all claims must name the same run"
-    );
+    assert!(run_ids.iter().all(|id| *id == new[0]), "all claims must name the same run");
     attempts.sort_unstable();
-    assert_eq!(
-        attempts,
-        (2..=50).collect::<Vec<u32>>(),
-        "no attempt may be counted twice"
-    );
+    assert_eq!(attempts, (2..=50).collect::<Vec<u32>>(), "no attempt may be counted twice");
 }
 
 async fn claim_concurrently(stores: &[Arc<SqliteStore>]) -> Vec<Result<RunClaim, StoreError>> {
@@ -212,83 +165,45 @@ async fn history_returns_the_latest_messages_oldest_first() {
     answered(&store, "in-1", SESSION, 1).await;
     answered(&store, "in-other", "discord:9", 9).await;
     let run_id = claim_new(&store, "in-2", SESSION).await;
-    let call = ToolCall {
-        id: "call-1".into(),
-        name: "current_time".into(),
-        arguments: json!({}),
-    };
+    let call = ToolCall { id: "call-1".into(), name: "current_time".into(), arguments: json!({}) };
     let tool_turn = vec![
         ChatMessage::user("q2"),
         ChatMessage::assistant("", vec![call.clone()]),
         ChatMessage::tool_result(&call, "12:00"),
         ChatMessage::assistant("a2", Vec::new()),
     ];
-    let outcome = RunOutcome {
-        transcript: tool_turn.clone(),
-        ..completed(&run_id, "", "")
-    };
+    let outcome = RunOutcome { transcript: tool_turn.clone(), ..completed(&run_id, "", "") };
     store.finish_run(&run_id, &outcome).await.unwrap();
 
     let all = store.history(SESSION, 100).await.unwrap();
-    let mut expected = vec![
-        ChatMessage::user("q1"),
-        ChatMessage::assistant("a1", Vec::new()),
-    ];
+    let mut expected = vec![ChatMessage::user("q1"), ChatMessage::assistant("a1", Vec::new())];
     expected.extend(tool_turn.clone());
     assert_eq!(all, expected, "other sessions' messages must not leak in");
-    assert_eq!(
-        store.history(SESSION, 3).await.unwrap(),
-        tool_turn[1..].to_vec()
-    );
+    assert_eq!(store.history(SESSION, 3).await.unwrap(), tool_turn[1..].to_vec());
     assert!(store.history(SESSION, 0).await.unwrap().is_empty());
-    assert!(
-        store
-            .history("telegram:unknown", 10)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(store.history("telegram:unknown", 10).await.unwrap().is_empty());
 }
 
 #[tokio::test]
 async fn finishing_an_unknown_run_fails_and_writes_nothing() {
     let (_dir, store) = fresh().await;
     let run_id = claim_new(&store, "in-1", SESSION).await;
-    let err = store
-        .finish_run("no-such-run", &completed(&run_id, "q", "a"))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(err, StoreError::NoSuchRun(ref id) if id == "no-such-run"),
-        "{err}"
-    );
+    let err = store.finish_run("no-such-run", &completed(&run_id, "q", "a")).await.unwrap_err();
+    assert!(matches!(err, StoreError::NoSuchRun(ref id) if id == "no-such-run"), "{err}");
     assert!(store.history(SESSION, 10).await.unwrap().is_empty());
     let runs = store.recent_runs(10).await.unwrap();
     assert_eq!((runs.len(), runs[0].status), (1, RunStatus::Running));
-    assert!(matches!(
-        store.mark_reply_delivered("no-such-run").await,
-        Err(StoreError::NoSuchRun(_))
-    ));
+    assert!(matches!(store.mark_reply_delivered("no-such-run").await, Err(StoreError::NoSuchRun(_))));
 }
 
 #[tokio::test]
 async fn finishing_twice_is_refused_and_keeps_the_first_result() {
     let (_dir, store) = fresh().await;
     let run_id = answered(&store, "in-1", SESSION, 1).await;
-    let err = store
-        .finish_run(&run_id, &completed(&run_id, "q", "late"))
-        .await
-        .unwrap_err();
+    let err = store.finish_run(&run_id, &completed(&run_id, "q", "late")).await.unwrap_err();
     assert!(matches!(err, StoreError::Finish { .. }), "{err}");
-    assert_eq!(
-        store.history(SESSION, 10).await.unwrap().len(),
-        2,
-        "the turn must not be duplicated"
-    );
-    let RunClaim::Finished {
-        reply: Some(reply), ..
-    } = store.claim_run("in-1", SESSION).await.unwrap()
-    else {
+    assert_eq!(store.history(SESSION, 10).await.unwrap().len(), 2, "the turn must not be duplicated");
+    let RunClaim::Finished { reply: Some(reply), .. } = store.claim_run("in-1", SESSION).await.unwrap() else {
         panic!("expected a finished run with a reply");
     };
     assert_eq!(reply.content, "a1");
@@ -309,40 +224,18 @@ async fn finish_run_records_status_usage_and_failure() {
 
     let runs = store.recent_runs(10).await.unwrap();
     let (failed, done) = (&runs[0], &runs[1]);
-    assert_eq!(
-        (failed.run_id.as_str(), failed.status),
-        (bad.as_str(), RunStatus::Failed)
-    );
-    assert_eq!(
-        failed.error.as_deref(),
-        Some("the provider answered HTTP 500")
-    );
+    assert_eq!((failed.run_id.as_str(), failed.status), (bad.as_str(), RunStatus::Failed));
+    assert_eq!(failed.error.as_deref(), Some("the provider answered HTTP 500"));
     assert_eq!(failed.iterations, 3);
+    assert_eq!((done.run_id.as_str(), done.status, done.error.as_deref()), (ok.as_str(), RunStatus::Completed, None));
+    assert_eq!(done.usage, Usage { input_tokens: 120, output_tokens: 30 });
     assert_eq!(
-        (done.run_id.as_str(), done.status, done.error.as_deref()),
-        (ok.as_str(), RunStatus::Completed, None)
-    );
-    assert_eq!(
-        done.usage,
-        Usage {
-            input_tokens: 120,
-            output_tokens: 30
-        }
-    );
-    assert_eq!(
-        (
-            done.model.as_str(),
-            done.inbound_id.as_str(),
-            done.session_key.as_str()
-        ),
+        (done.model.as_str(), done.inbound_id.as_str(), done.session_key.as_str()),
         ("test-model", "in-1", SESSION)
     );
     let finished_at = done.finished_at.expect("a finished run has a finish time");
     assert!(done.started_at <= finished_at);
-    assert!(matches!(
-        store.claim_run("in-2", SESSION).await.unwrap(),
-        RunClaim::Finished { .. }
-    ));
+    assert!(matches!(store.claim_run("in-2", SESSION).await.unwrap(), RunClaim::Finished { .. }));
 }
 
 /// A reader never sees a run's transcript without its final status, or the reverse.
@@ -356,16 +249,10 @@ async fn a_finished_turn_becomes_visible_all_at_once() {
             for _ in 0..300 {
                 let seen = store.history(SESSION, 1000).await.unwrap().len();
                 let done = finished_runs(&store).await;
-                assert!(
-                    seen <= done * 2,
-                    "transcript visible before its run finished"
-                );
+                assert!(seen <= done * 2, "transcript visible before its run finished");
                 let done = finished_runs(&store).await;
                 let seen = store.history(SESSION, 1000).await.unwrap().len();
-                assert!(
-                    seen >= done * 2,
-                    "run finished before its transcript was visible"
-                );
+                assert!(seen >= done * 2, "run finished before its transcript was visible");
             }
         })
     };
@@ -377,9 +264,7 @@ async fn a_finished_turn_becomes_visible_all_at_once() {
 
 async fn finished_runs(store: &SqliteStore) -> usize {
     let runs = store.recent_runs(1000).await.unwrap();
-    runs.iter()
-        .filter(|r| r.status != RunStatus::Running)
-        .count()
+    runs.iter().filter(|r| r.status != RunStatus::Running).count()
 }
 
 #[tokio::test]
@@ -387,8 +272,7 @@ async fn a_delivered_reply_is_not_offered_again() {
     let (_dir, store) = fresh().await;
     let run_id = answered(&store, "in-1", SESSION, 1).await;
     store.mark_reply_delivered(&run_id).await.unwrap();
-    let RunClaim::Finished { delivered, .. } = store.claim_run("in-1", SESSION).await.unwrap()
-    else {
+    let RunClaim::Finished { delivered, .. } = store.claim_run("in-1", SESSION).await.unwrap() else {
         panic!("expected a finished run");
     };
     assert!(delivered);
@@ -401,13 +285,8 @@ async fn recent_runs_lists_newest_first_up_to_the_limit() {
     for n in 0..5 {
         claim_new(&store, &format!("in-{n}"), SESSION).await;
     }
-    let inbound = |runs: Vec<switchboard::store::RunRecord>| {
-        runs.into_iter().map(|r| r.inbound_id).collect::<Vec<_>>()
-    };
-    assert_eq!(
-        inbound(store.recent_runs(3).await.unwrap()),
-        ["in-4", "in-3", "in-2"]
-    );
+    let inbound = |runs: Vec<switchboard::store::RunRecord>| runs.into_iter().map(|r| r.inbound_id).collect::<Vec<_>>();
+    assert_eq!(inbound(store.recent_runs(3).await.unwrap()), ["in-4", "in-3", "in-2"]);
     assert_eq!(store.recent_runs(100).await.unwrap().len(), 5);
     assert!(store.recent_runs(0).await.unwrap().is_empty());
 }
@@ -425,28 +304,13 @@ async fn reopening_keeps_everything_and_migrates_once() {
     let ledger_before = migrations_applied(&path).await;
 
     let store = SqliteStore::open(&path).await.unwrap();
-    assert_eq!(
-        migrations_applied(&path).await,
-        ledger_before,
-        "migrations must not run again"
-    );
+    assert_eq!(migrations_applied(&path).await, ledger_before, "migrations must not run again");
     assert_eq!(store.history(SESSION, 10).await.unwrap().len(), 2);
-    let RunClaim::Finished {
-        run_id: again,
-        delivered,
-        ..
-    } = store.claim_run("in-1", SESSION).await.unwrap()
-    else {
+    let RunClaim::Finished { run_id: again, delivered, .. } = store.claim_run("in-1", SESSION).await.unwrap() else {
         panic!("expected the finished run");
     };
     assert_eq!((again, delivered), (run_id, true));
-    assert_eq!(
-        store.claim_run("in-2", SESSION).await.unwrap(),
-        RunClaim::Resumed {
-            run_id: pending,
-            attempt: 2
-        }
-    );
+    assert_eq!(store.claim_run("in-2", SESSION).await.unwrap(), RunClaim::Resumed { run_id: pending, attempt: 2 });
 }
 
 async fn migrations_applied(path: &Path) -> Vec<(i64, i64)> {
@@ -473,10 +337,7 @@ async fn a_database_from_a_newer_build_is_refused() {
     conn.close().await.unwrap();
 
     let err = SqliteStore::open(&path).await.unwrap_err();
-    assert!(
-        matches!(err, StoreError::Migrate { version: 9999, .. }),
-        "{err}"
-    );
+    assert!(matches!(err, StoreError::Migrate { version: 9999, .. }), "{err}");
     let message = err.to_string();
     assert!(message.contains("newer switchboard"), "{message}");
 }
@@ -517,9 +378,6 @@ async fn concurrent_turns_from_two_stores_all_succeed() {
     }
     let runs = a.recent_runs(100).await.unwrap();
     assert_eq!(runs.len(), 40);
-    assert!(
-        runs.iter()
-            .all(|r| r.status == RunStatus::Completed && r.reply_delivered)
-    );
+    assert!(runs.iter().all(|r| r.status == RunStatus::Completed && r.reply_delivered));
     assert_eq!(b.history("telegram:0", 100).await.unwrap().len(), 20);
 }

@@ -148,7 +148,11 @@ async fn malformed_messages_are_dead_lettered_and_the_worker_goes_on() {
 
 #[tokio::test]
 async fn messages_too_old_are_dropped_not_answered() {
-    let h = start(WorkerSettings { max_message_age: Duration::from_secs(60), ..Default::default() }, FakeLlm::start().await).await;
+    let h = start(
+        WorkerSettings { max_message_age: Duration::from_secs(60), ..Default::default() },
+        FakeLlm::start().await,
+    )
+    .await;
     let mut out = h.bus.outbound("test").await.unwrap();
     let mut old = msg("old", "from yesterday");
     old.received_at = chrono::Utc::now() - chrono::Duration::hours(2);

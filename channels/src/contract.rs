@@ -305,7 +305,13 @@ pub struct DeadLetter {
 
 impl Default for DeadLetter {
     fn default() -> Self {
-        Self { v: CONTRACT_VERSION, subject: String::new(), reason: String::new(), payload: String::new(), at: Utc::now() }
+        Self {
+            v: CONTRACT_VERSION,
+            subject: String::new(),
+            reason: String::new(),
+            payload: String::new(),
+            at: Utc::now(),
+        }
     }
 }
 

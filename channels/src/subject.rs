@@ -86,8 +86,7 @@ fn decode_hex_pair(hex: &[u8]) -> Option<u8> {
 
 /// True when `token` can stand as one token of a NATS subject.
 pub fn is_valid_token(token: &str) -> bool {
-    !token.is_empty()
-        && token.bytes().all(|b| b > b' ' && b != 0x7f && b != b'.' && b != b'*' && b != b'>')
+    !token.is_empty() && token.bytes().all(|b| b > b' ' && b != 0x7f && b != b'.' && b != b'*' && b != b'>')
 }
 
 /// The subjects of one deployment, all under one prefix.

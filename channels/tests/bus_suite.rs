@@ -42,16 +42,11 @@ fn memory() -> Harness {
 }
 
 async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>) -> T {
-    tokio::time::timeout(limit, fut)
-        .await
-        .unwrap_or_else(|_| panic!("timed out after {limit:?}: {what}"))
+    tokio::time::timeout(limit, fut).await.unwrap_or_else(|_| panic!("timed out after {limit:?}: {what}"))
 }
 
 async fn take(deliveries: &mut Deliveries) -> Delivery {
-    within(PATIENCE, "waiting for a delivery", deliveries.next())
-        .await
-        .expect("stream ended")
-        .expect("delivery failed")
+    within(PATIENCE, "waiting for a delivery", deliveries.next()).await.expect("stream ended").expect("delivery failed")
 }
 
 /// Asserts that nothing is delivered for `quiet`.
@@ -62,16 +57,7 @@ async fn assert_nothing(deliveries: &mut Deliveries, quiet: Duration) {
 }
 
 fn inbound(chat: &str, content: &str) -> InboundMessage {
-    InboundMessage::user(
-        "telegram",
-        chat,
-        Sender {
-            id: "u1".into(),
-            name: "Ann".into(),
-            is_bot: false,
-        },
-        content,
-    )
+    InboundMessage::user("telegram", chat, Sender { id: "u1".into(), name: "Ann".into(), is_bot: false }, content)
 }
 
 fn outbound(channel: &str, chat: &str, content: &str) -> OutboundMessage {
@@ -85,16 +71,11 @@ fn outbound(channel: &str, chat: &str, content: &str) -> OutboundMessage {
 }
 
 fn content_of(delivery: &Delivery) -> String {
-    delivery
-        .decode::<InboundMessage>()
-        .expect("inbound JSON")
-        .content
+    delivery.decode::<InboundMessage>().expect("inbound JSON").content
 }
 
 async fn publish(h: &Harness, msg: &InboundMessage) {
-    within(PATIENCE, "publishing", h.bus.publish_inbound(msg))
-        .await
-        .expect("publish");
+    within(PATIENCE, "publishing", h.bus.publish_inbound(msg)).await.expect("publish");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -115,20 +96,12 @@ async fn nak_redelivers_with_next_attempt(h: Harness) {
     let first = take(&mut deliveries).await;
     within(PATIENCE, "nak", first.nak(None)).await.expect("nak");
     let second = take(&mut deliveries).await;
-    assert_eq!(
-        (content_of(&second), second.attempt),
-        ("again".to_owned(), 2)
-    );
+    assert_eq!((content_of(&second), second.attempt), ("again".to_owned(), 2));
     let delay = Duration::from_millis(300);
-    within(PATIENCE, "nak with delay", second.nak(Some(delay)))
-        .await
-        .expect("nak");
+    within(PATIENCE, "nak with delay", second.nak(Some(delay))).await.expect("nak");
     let naked_at = std::time::Instant::now();
     let third = take(&mut deliveries).await;
-    assert!(
-        naked_at.elapsed() >= delay - Duration::from_millis(50),
-        "redelivered before the delay"
-    );
+    assert!(naked_at.elapsed() >= delay - Duration::from_millis(50), "redelivered before the delay");
     assert_eq!(third.attempt, 3);
     within(PATIENCE, "ack", third.ack()).await.expect("ack");
 }
@@ -142,9 +115,7 @@ async fn progress_keeps_the_delivery(h: Harness) {
     let keep_alive = async {
         loop {
             tokio::time::sleep(tick).await;
-            within(PATIENCE, "progress", held.progress())
-                .await
-                .expect("progress");
+            within(PATIENCE, "progress", held.progress()).await.expect("progress");
         }
     };
     // Two redelivery periods pass without the message going to the other subscriber.
@@ -174,26 +145,12 @@ async fn duplicate_publish_is_delivered_once(h: Harness) {
     publish(&h, &msg).await;
     publish(&h, &msg).await;
     // Same id in the other flow is another message.
-    let reply = OutboundMessage {
-        id: msg.id.clone(),
-        ..outbound("telegram", "c1", "reply")
-    };
-    within(PATIENCE, "publish outbound", h.bus.publish_outbound(&reply))
-        .await
-        .expect("publish");
-    within(PATIENCE, "ack", take(&mut deliveries).await.ack())
-        .await
-        .expect("ack");
+    let reply = OutboundMessage { id: msg.id.clone(), ..outbound("telegram", "c1", "reply") };
+    within(PATIENCE, "publish outbound", h.bus.publish_outbound(&reply)).await.expect("publish");
+    within(PATIENCE, "ack", take(&mut deliveries).await.ack()).await.expect("ack");
     assert_nothing(&mut deliveries, QUIET).await;
     let mut out = h.bus.outbound("telegram").await.expect("outbound");
-    assert_eq!(
-        take(&mut out)
-            .await
-            .decode::<OutboundMessage>()
-            .expect("json")
-            .content,
-        "reply"
-    );
+    assert_eq!(take(&mut out).await.decode::<OutboundMessage>().expect("json").content, "reply");
 }
 
 async fn subscribers_share_the_work(h: Harness) {
@@ -210,54 +167,30 @@ async fn subscribers_share_the_work(h: Harness) {
     within(PATIENCE, "ack", first_a.ack()).await.expect("ack");
     within(PATIENCE, "ack", first_b.ack()).await.expect("ack");
     while seen.len() < sent.len() {
-        let next = within(
-            PATIENCE,
-            "draining",
-            futures_util::future::select(a.next(), b.next()),
-        )
-        .await;
-        let delivery = next
-            .factor_first()
-            .0
-            .expect("stream ended")
-            .expect("delivery");
+        let next = within(PATIENCE, "draining", futures_util::future::select(a.next(), b.next())).await;
+        let delivery = next.factor_first().0.expect("stream ended").expect("delivery");
         seen.push(content_of(&delivery));
         within(PATIENCE, "ack", delivery.ack()).await.expect("ack");
     }
     assert_nothing(&mut a, QUIET).await;
     assert_nothing(&mut b, QUIET).await;
     let unique: HashSet<&String> = seen.iter().collect();
-    assert_eq!(
-        unique.len(),
-        sent.len(),
-        "a message went to two subscribers: {seen:?}"
-    );
+    assert_eq!(unique.len(), sent.len(), "a message went to two subscribers: {seen:?}");
     assert_eq!(unique, sent.iter().collect());
 }
 
 async fn outbound_is_isolated_per_channel(h: Harness) {
     let mut telegram = h.bus.outbound("telegram").await.expect("outbound telegram");
     let mut discord = h.bus.outbound("discord").await.expect("outbound discord");
-    for msg in [
-        outbound("discord", "d1", "for discord"),
-        outbound("telegram", "t1", "for telegram"),
-    ] {
-        within(PATIENCE, "publish", h.bus.publish_outbound(&msg))
-            .await
-            .expect("publish");
+    for msg in [outbound("discord", "d1", "for discord"), outbound("telegram", "t1", "for telegram")] {
+        within(PATIENCE, "publish", h.bus.publish_outbound(&msg)).await.expect("publish");
     }
     let got = take(&mut telegram).await;
-    assert_eq!(
-        got.decode::<OutboundMessage>().expect("json").content,
-        "for telegram"
-    );
+    assert_eq!(got.decode::<OutboundMessage>().expect("json").content, "for telegram");
     within(PATIENCE, "ack", got.ack()).await.expect("ack");
     assert_nothing(&mut telegram, QUIET).await;
     let got = take(&mut discord).await;
-    assert_eq!(
-        got.decode::<OutboundMessage>().expect("json").content,
-        "for discord"
-    );
+    assert_eq!(got.decode::<OutboundMessage>().expect("json").content, "for discord");
     within(PATIENCE, "ack", got.ack()).await.expect("ack");
 }
 
@@ -277,45 +210,17 @@ fn event(channel: &str, chat: &str, run_id: &str) -> RunEvent {
 async fn events_are_filtered_by_chat(h: Harness) {
     let mut one_chat = h.bus.events("api", Some("me")).await.expect("events");
     let mut all_chats = h.bus.events("api", None).await.expect("events");
-    for ev in [
-        event("api", "other", "r-other"),
-        event("web", "me", "r-web"),
-    ] {
-        within(PATIENCE, "publish event", h.bus.publish_event(&ev))
-            .await
-            .expect("publish");
+    for ev in [event("api", "other", "r-other"), event("web", "me", "r-web")] {
+        within(PATIENCE, "publish event", h.bus.publish_event(&ev)).await.expect("publish");
     }
     let garbage = Bytes::from_static(b"not json");
-    within(
-        PATIENCE,
-        "publish",
-        h.bus.publish_raw(Flow::Events, "api", "me", None, garbage),
-    )
-    .await
-    .expect("publish");
-    within(
-        PATIENCE,
-        "publish event",
-        h.bus.publish_event(&event("api", "me", "r-me")),
-    )
-    .await
-    .expect("publish");
-    let got = within(PATIENCE, "event", one_chat.next())
-        .await
-        .expect("events ended");
-    assert_eq!(
-        got.run_id, "r-me",
-        "the undecodable event and other chats are skipped"
-    );
+    within(PATIENCE, "publish", h.bus.publish_raw(Flow::Events, "api", "me", None, garbage)).await.expect("publish");
+    within(PATIENCE, "publish event", h.bus.publish_event(&event("api", "me", "r-me"))).await.expect("publish");
+    let got = within(PATIENCE, "event", one_chat.next()).await.expect("events ended");
+    assert_eq!(got.run_id, "r-me", "the undecodable event and other chats are skipped");
     assert_eq!(got.body, RunEventBody::Chunk { text: "hi".into() });
     for want in ["r-other", "r-me"] {
-        assert_eq!(
-            within(PATIENCE, "event", all_chats.next())
-                .await
-                .expect("events ended")
-                .run_id,
-            want
-        );
+        assert_eq!(within(PATIENCE, "event", all_chats.next()).await.expect("events ended").run_id, want);
     }
 }
 
@@ -327,49 +232,22 @@ async fn dead_letters_are_kept_with_reason(h: Harness) {
         ..DeadLetter::default()
     };
     for (flow, n) in [(Flow::In, 1), (Flow::Out, 2), (Flow::In, 3)] {
-        within(PATIENCE, "dead letter", h.bus.dead_letter(flow, &letter(n)))
-            .await
-            .expect("dead letter");
+        within(PATIENCE, "dead letter", h.bus.dead_letter(flow, &letter(n))).await.expect("dead letter");
     }
-    let all = within(PATIENCE, "dead letters", h.bus.dead_letters(Flow::In, 10))
-        .await
-        .expect("read");
+    let all = within(PATIENCE, "dead letters", h.bus.dead_letters(Flow::In, 10)).await.expect("read");
     let fields = |l: &DeadLetter| (l.subject.clone(), l.reason.clone(), l.payload.clone());
     assert_eq!(
         all.iter().map(fields).collect::<Vec<_>>(),
-        [letter(1), letter(3)]
-            .iter()
-            .map(fields)
-            .collect::<Vec<_>>()
+        [letter(1), letter(3)].iter().map(fields).collect::<Vec<_>>()
     );
-    let last = within(PATIENCE, "dead letters", h.bus.dead_letters(Flow::In, 1))
-        .await
-        .expect("read");
-    assert_eq!(
-        last.iter().map(|l| l.reason.as_str()).collect::<Vec<_>>(),
-        ["bad JSON 3"]
-    );
-    let out = within(PATIENCE, "dead letters", h.bus.dead_letters(Flow::Out, 10))
-        .await
-        .expect("read");
-    assert_eq!(
-        out.iter().map(|l| l.reason.as_str()).collect::<Vec<_>>(),
-        ["bad JSON 2"]
-    );
+    let last = within(PATIENCE, "dead letters", h.bus.dead_letters(Flow::In, 1)).await.expect("read");
+    assert_eq!(last.iter().map(|l| l.reason.as_str()).collect::<Vec<_>>(), ["bad JSON 3"]);
+    let out = within(PATIENCE, "dead letters", h.bus.dead_letters(Flow::Out, 10)).await.expect("read");
+    assert_eq!(out.iter().map(|l| l.reason.as_str()).collect::<Vec<_>>(), ["bad JSON 2"]);
 }
 
 async fn odd_chat_ids_round_trip(h: Harness) {
-    let ids = [
-        "a.b",
-        "with space",
-        "*",
-        ">",
-        "a.*.>",
-        "ünïcødé 😀",
-        "",
-        "~~",
-        "$SYS",
-    ];
+    let ids = ["a.b", "with space", "*", ">", "a.*.>", "ünïcødé 😀", "", "~~", "$SYS"];
     let mut deliveries = h.bus.inbound().await.expect("inbound");
     for id in ids {
         publish(&h, &inbound(id, id)).await;
@@ -378,14 +256,9 @@ async fn odd_chat_ids_round_trip(h: Harness) {
     let mut got = HashSet::new();
     for _ in ids {
         let delivery = take(&mut deliveries).await;
-        let (flow, channel, chat) = subjects
-            .parse_chat(&delivery.subject)
-            .expect("parsable subject");
+        let (flow, channel, chat) = subjects.parse_chat(&delivery.subject).expect("parsable subject");
         let msg: InboundMessage = delivery.decode().expect("json");
-        assert_eq!(
-            (flow, channel.as_str(), chat.as_str()),
-            (Flow::In, "telegram", msg.chat_id.as_str())
-        );
+        assert_eq!((flow, channel.as_str(), chat.as_str()), (Flow::In, "telegram", msg.chat_id.as_str()));
         got.insert(chat);
         within(PATIENCE, "ack", delivery.ack()).await.expect("ack");
     }
@@ -425,28 +298,16 @@ async fn memory_full_queue_makes_publishers_wait() {
     let bus = Arc::new(MemoryBus::new(2));
     let mut deliveries = bus.inbound().await.expect("inbound");
     for n in 0..2 {
-        within(
-            PATIENCE,
-            "publish",
-            bus.publish_inbound(&inbound("c", &format!("m{n}"))),
-        )
-        .await
-        .expect("publish");
+        within(PATIENCE, "publish", bus.publish_inbound(&inbound("c", &format!("m{n}")))).await.expect("publish");
     }
     let third = tokio::spawn({
         let bus = Arc::clone(&bus);
         async move { bus.publish_inbound(&inbound("c", "m2")).await }
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(
-        !third.is_finished(),
-        "the third publish did not wait for room"
-    );
+    assert!(!third.is_finished(), "the third publish did not wait for room");
     let first = take(&mut deliveries).await;
-    within(PATIENCE, "third publish", third)
-        .await
-        .expect("task")
-        .expect("publish");
+    within(PATIENCE, "third publish", third).await.expect("task").expect("publish");
     within(PATIENCE, "ack", first.ack()).await.expect("ack");
 }
 
@@ -454,22 +315,12 @@ async fn memory_full_queue_makes_publishers_wait() {
 async fn memory_cancelled_publish_can_be_retried() {
     let bus = MemoryBus::new(1);
     let mut deliveries = bus.inbound().await.expect("inbound");
-    bus.publish_inbound(&inbound("c", "fills the queue"))
-        .await
-        .expect("publish");
+    bus.publish_inbound(&inbound("c", "fills the queue")).await.expect("publish");
     let msg = inbound("c", "retried");
-    let cancelled =
-        tokio::time::timeout(Duration::from_millis(100), bus.publish_inbound(&msg)).await;
-    assert!(
-        cancelled.is_err(),
-        "the publish should have waited for room"
-    );
-    within(PATIENCE, "ack", take(&mut deliveries).await.ack())
-        .await
-        .expect("ack");
-    within(PATIENCE, "retry", bus.publish_inbound(&msg))
-        .await
-        .expect("publish");
+    let cancelled = tokio::time::timeout(Duration::from_millis(100), bus.publish_inbound(&msg)).await;
+    assert!(cancelled.is_err(), "the publish should have waited for room");
+    within(PATIENCE, "ack", take(&mut deliveries).await.ack()).await.expect("ack");
+    within(PATIENCE, "retry", bus.publish_inbound(&msg)).await.expect("publish");
     assert_eq!(content_of(&take(&mut deliveries).await), "retried");
 }
 
@@ -478,11 +329,7 @@ async fn memory_deliveries_end_when_the_bus_is_dropped() {
     let bus = MemoryBus::new(4);
     let mut deliveries = bus.inbound().await.expect("inbound");
     drop(bus);
-    assert!(
-        within(PATIENCE, "end of stream", deliveries.next())
-            .await
-            .is_none()
-    );
+    assert!(within(PATIENCE, "end of stream", deliveries.next()).await.is_none());
 }
 
 // ---------------------------------------------------------------------------------------------

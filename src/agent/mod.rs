@@ -158,9 +158,7 @@ impl Agent {
             output_tokens = tracing::field::Empty,
         );
         let started = std::time::Instant::now();
-        let response = with_retries(&self.settings.retry, attempt)
-            .instrument(span.clone())
-            .await;
+        let response = with_retries(&self.settings.retry, attempt).instrument(span.clone()).await;
         if let Ok(response) = &response {
             span.record("input_tokens", response.usage.input_tokens);
             span.record("output_tokens", response.usage.output_tokens);

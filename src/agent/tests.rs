@@ -24,7 +24,11 @@ impl Provider for Scripted {
         "scripted"
     }
 
-    async fn complete(&self, request: &ChatRequest, stream: Option<TextSink<'_>>) -> Result<ChatResponse, ProviderError> {
+    async fn complete(
+        &self,
+        request: &ChatRequest,
+        stream: Option<TextSink<'_>>,
+    ) -> Result<ChatResponse, ProviderError> {
         self.requests.lock().unwrap().push(request.clone());
         let answer = self.answers.lock().unwrap().pop_front().expect("script ran out");
         if let (Some(sink), Ok(response)) = (stream, &answer) {
@@ -136,7 +140,8 @@ async fn parallel_tool_results_come_back_in_call_order() {
     assert_eq!(result.transcript[3].content, "napped 1");
     let second = &provider.requests.lock().unwrap()[1];
     assert_eq!(second.messages.last().unwrap().content, "napped 1");
-    let kinds: Vec<_> = events.0.lock().unwrap().iter().filter(|e| !matches!(e, RunEventBody::Chunk { .. })).cloned().collect();
+    let kinds: Vec<_> =
+        events.0.lock().unwrap().iter().filter(|e| !matches!(e, RunEventBody::Chunk { .. })).cloned().collect();
     assert!(matches!(kinds[0], RunEventBody::ToolCall { .. }));
     assert!(matches!(&kinds[2], RunEventBody::ToolResult { content, is_error: false, .. } if content == "napped 80"));
 }

@@ -30,10 +30,8 @@ pub(super) fn apply_overrides(
     origins: &mut Origins,
 ) -> Result<(), ConfigError> {
     // Sorted so that, with several bad variables, the same one is reported every time.
-    let mut vars: Vec<(&String, &String)> = env
-        .iter()
-        .filter(|(name, _)| name.starts_with(ENV_PREFIX) && !NON_KEY_VARS.contains(&name.as_str()))
-        .collect();
+    let mut vars: Vec<(&String, &String)> =
+        env.iter().filter(|(name, _)| name.starts_with(ENV_PREFIX) && !NON_KEY_VARS.contains(&name.as_str())).collect();
     vars.sort();
     for (var, raw) in vars {
         let (path, kind) = resolve(var, schema)?;
@@ -52,18 +50,13 @@ pub(super) fn apply_overrides(
 /// Maps a variable name to the canonical key path and the schema value found there (which
 /// gives the type). Fails unless the name leads to a leaf key.
 fn resolve<'a>(var: &str, schema: &'a Table) -> Result<(Vec<String>, &'a Value), ConfigError> {
-    let unknown = || ConfigError::UnknownEnv {
-        var: var.to_owned(),
-    };
+    let unknown = || ConfigError::UnknownEnv { var: var.to_owned() };
     let rest = var.strip_prefix(ENV_PREFIX).ok_or_else(unknown)?;
     let mut table = schema;
     let mut path = Vec::new();
     let mut segments = rest.split(LEVEL_SEPARATOR).peekable();
     while let Some(segment) = segments.next() {
-        let (name, value) = table
-            .iter()
-            .find(|(name, _)| name.eq_ignore_ascii_case(segment))
-            .ok_or_else(unknown)?;
+        let (name, value) = table.iter().find(|(name, _)| name.eq_ignore_ascii_case(segment)).ok_or_else(unknown)?;
         path.push(name.clone());
         match (value, segments.peek()) {
             (Value::Table(inner), Some(_)) => table = inner,
@@ -81,14 +74,8 @@ fn parse_as(raw: &str, like: &Value) -> Result<Value, String> {
     match like {
         // Strings are taken verbatim: no trimming, no number guessing.
         Value::String(_) => Ok(Value::String(raw.to_owned())),
-        Value::Integer(_) => trimmed
-            .parse()
-            .map(Value::Integer)
-            .map_err(|_| format!("{raw:?} is not an integer")),
-        Value::Float(_) => trimmed
-            .parse()
-            .map(Value::Float)
-            .map_err(|_| format!("{raw:?} is not a number")),
+        Value::Integer(_) => trimmed.parse().map(Value::Integer).map_err(|_| format!("{raw:?} is not an integer")),
+        Value::Float(_) => trimmed.parse().map(Value::Float).map_err(|_| format!("{raw:?} is not a number")),
         Value::Boolean(_) => parse_bool(trimmed)
             .map(Value::Boolean)
             .ok_or_else(|| format!("{raw:?} is not a boolean (use true or false)")),
@@ -120,9 +107,7 @@ fn set(tree: &mut Table, path: &[String], value: Value) {
     };
     let mut table = tree;
     for name in parents {
-        let entry = table
-            .entry(name.clone())
-            .or_insert_with(|| Value::Table(Table::new()));
+        let entry = table.entry(name.clone()).or_insert_with(|| Value::Table(Table::new()));
         if !entry.is_table() {
             *entry = Value::Table(Table::new());
         }

@@ -42,12 +42,7 @@ pub enum ConfigError {
     },
 
     #[error("{}:{line}:{column}: TOML syntax error: {message}", path.display())]
-    Syntax {
-        path: PathBuf,
-        line: usize,
-        column: usize,
-        message: String,
-    },
+    Syntax { path: PathBuf, line: usize, column: usize, message: String },
 
     #[error("unknown key{} {} in {}", plural(keys), keys.join(", "), path.display())]
     UnknownKeys { keys: Vec<String>, path: PathBuf },
@@ -58,18 +53,10 @@ pub enum ConfigError {
     UnknownEnv { var: String },
 
     #[error("{var}: {reason} (for {key})")]
-    EnvValue {
-        var: String,
-        key: String,
-        reason: String,
-    },
+    EnvValue { var: String, key: String, reason: String },
 
     #[error("{key}{origin}: {reason}")]
-    Invalid {
-        key: String,
-        origin: Origin,
-        reason: String,
-    },
+    Invalid { key: String, origin: Origin, reason: String },
 
     #[error("cannot determine the user data directory; set data_dir (or SWITCHBOARD_DATA_DIR)")]
     NoDataDir,

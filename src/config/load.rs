@@ -66,13 +66,7 @@ pub(super) fn load_with(
 /// the full set of keys with their types, for resolving env overrides. A new `Option` field
 /// must be given a value here to be settable from the environment.
 pub(super) fn schema_sample() -> Config {
-    Config {
-        agent: AgentConfig {
-            temperature: Some(0.0),
-            ..AgentConfig::default()
-        },
-        ..Config::default()
-    }
+    Config { agent: AgentConfig { temperature: Some(0.0), ..AgentConfig::default() }, ..Config::default() }
 }
 
 fn to_table(config: &Config) -> Result<Table, ConfigError> {
@@ -85,11 +79,8 @@ fn read_source(
     env: &HashMap<String, String>,
     fallback: Option<PathBuf>,
 ) -> Result<Option<(PathBuf, String)>, ConfigError> {
-    let named = path.map(Path::to_path_buf).or_else(|| {
-        env.get(CONFIG_PATH_VAR)
-            .filter(|p| !p.is_empty())
-            .map(PathBuf::from)
-    });
+    let named =
+        path.map(Path::to_path_buf).or_else(|| env.get(CONFIG_PATH_VAR).filter(|p| !p.is_empty()).map(PathBuf::from));
     let (path, required) = match (named, fallback) {
         (Some(path), _) => (path, true),
         (None, Some(path)) => (path, false),
@@ -134,11 +125,7 @@ fn line_and_column(text: &str, offset: usize) -> (usize, usize) {
 
 fn record_origins(table: &Table, prefix: &str, origin: &Origin, origins: &mut Origins) {
     for (name, value) in table {
-        let path = if prefix.is_empty() {
-            name.clone()
-        } else {
-            format!("{prefix}.{name}")
-        };
+        let path = if prefix.is_empty() { name.clone() } else { format!("{prefix}.{name}") };
         match value {
             Value::Table(inner) => record_origins(inner, &path, origin, origins),
             _ => {
@@ -152,9 +139,7 @@ fn record_origins(table: &Table, prefix: &str, origin: &Origin, origins: &mut Or
 fn merge(base: &mut Table, over: Table) {
     for (name, value) in over {
         match (base.get_mut(&name), value) {
-            (Some(Value::Table(base_inner)), Value::Table(over_inner)) => {
-                merge(base_inner, over_inner)
-            }
+            (Some(Value::Table(base_inner)), Value::Table(over_inner)) => merge(base_inner, over_inner),
             (_, value) => {
                 base.insert(name, value);
             }
@@ -166,35 +151,24 @@ fn merge(base: &mut Table, over: Table) {
 /// variables were resolved against the schema already.
 fn deserialize(tree: Table, file: Option<&Path>, origins: &Origins) -> Result<Config, ConfigError> {
     let mut unknown = Vec::new();
-    let config: Config =
-        serde_ignored::deserialize(Value::Table(tree), |path| unknown.push(path.to_string()))
-            .map_err(|error| invalid_value(&error, origins))?;
+    let config: Config = serde_ignored::deserialize(Value::Table(tree), |path| unknown.push(path.to_string()))
+        .map_err(|error| invalid_value(&error, origins))?;
     if unknown.is_empty() {
         return Ok(config);
     }
     unknown.sort();
     let path = file.map_or_else(|| PathBuf::from("the configuration"), Path::to_path_buf);
-    Err(ConfigError::UnknownKeys {
-        keys: unknown,
-        path,
-    })
+    Err(ConfigError::UnknownKeys { keys: unknown, path })
 }
 
 /// Turns a deserialization error into one that names the key first. The TOML value
 /// deserializer keeps the key path private but renders it as a last line "in `a.b`".
 fn invalid_value(error: &toml::de::Error, origins: &Origins) -> ConfigError {
     let rendered = error.to_string();
-    let key = rendered
-        .trim_end()
-        .rsplit_once("\nin `")
-        .map_or("config", |(_, key)| key.trim_end_matches('`'))
-        .to_owned();
+    let key =
+        rendered.trim_end().rsplit_once("\nin `").map_or("config", |(_, key)| key.trim_end_matches('`')).to_owned();
     let origin = origins.get(&key).cloned().unwrap_or(Origin::Default);
-    ConfigError::Invalid {
-        key,
-        origin,
-        reason: error.message().trim().replace('\n', "; "),
-    }
+    ConfigError::Invalid { key, origin, reason: error.message().trim().replace('\n', "; ") }
 }
 
 /// Fills what the config leaves empty: paths under the user data dir, and the provider from
@@ -205,9 +179,7 @@ fn apply_conventions(
     origins: &mut Origins,
 ) -> Result<(), ConfigError> {
     config.data_dir = if config.data_dir.as_os_str().is_empty() {
-        dirs::data_dir()
-            .ok_or(ConfigError::NoDataDir)?
-            .join("switchboard")
+        dirs::data_dir().ok_or(ConfigError::NoDataDir)?.join("switchboard")
     } else {
         expand_home(&config.data_dir)
     };
@@ -221,18 +193,12 @@ fn apply_conventions(
         && let Some(key) = from_env("OPENAI_API_KEY")
     {
         config.provider.api_key = key.trim().into();
-        origins.insert(
-            "provider.api_key".into(),
-            Origin::Env("OPENAI_API_KEY".into()),
-        );
+        origins.insert("provider.api_key".into(), Origin::Env("OPENAI_API_KEY".into()));
     }
     if config.provider.base_url.is_empty() {
         config.provider.base_url = match from_env("OPENAI_BASE_URL") {
             Some(url) => {
-                origins.insert(
-                    "provider.base_url".into(),
-                    Origin::Env("OPENAI_BASE_URL".into()),
-                );
+                origins.insert("provider.base_url".into(), Origin::Env("OPENAI_BASE_URL".into()));
                 url.trim().to_owned()
             }
             None => OPENAI_DEFAULT_BASE_URL.to_owned(),

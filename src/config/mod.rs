@@ -92,12 +92,7 @@ pub struct BusOptions {
 
 impl Default for BusOptions {
     fn default() -> Self {
-        Self {
-            prefix: "switchboard".into(),
-            ack_wait_secs: 30,
-            duplicate_window_secs: 120,
-            queue_capacity: 1024,
-        }
+        Self { prefix: "switchboard".into(), ack_wait_secs: 30, duplicate_window_secs: 120, queue_capacity: 1024 }
     }
 }
 
@@ -205,11 +200,7 @@ pub struct WorkerConfig {
 
 impl Default for WorkerConfig {
     fn default() -> Self {
-        Self {
-            max_concurrent_runs: 16,
-            max_message_age_secs: 3600,
-            shutdown_grace_secs: 30,
-        }
+        Self { max_concurrent_runs: 16, max_message_age_secs: 3600, shutdown_grace_secs: 30 }
     }
 }
 
@@ -275,9 +266,7 @@ impl ApiChannelConfig {
 fn socket_addr<'de, D: Deserializer<'de>>(deserializer: D) -> Result<SocketAddr, D::Error> {
     let text = String::deserialize(deserializer)?;
     text.parse().map_err(|_| {
-        serde::de::Error::custom(format!(
-            "{text:?} is not a socket address (expected ip:port, e.g. 127.0.0.1:8787)"
-        ))
+        serde::de::Error::custom(format!("{text:?} is not a socket address (expected ip:port, e.g. 127.0.0.1:8787)"))
     })
 }
 
@@ -294,11 +283,7 @@ impl Config {
 
     /// The bus `bus` selects; `bus` was validated at load.
     pub fn bus_kind(&self) -> BusKind<'_> {
-        if self.bus == "memory" {
-            BusKind::Memory
-        } else {
-            BusKind::Nats(&self.bus)
-        }
+        if self.bus == "memory" { BusKind::Memory } else { BusKind::Nats(&self.bus) }
     }
 
     /// The `tracing` filter to use: `RUST_LOG` when set and non-empty, else `log`.

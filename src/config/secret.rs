@@ -65,8 +65,6 @@ impl<'de> Deserialize<'de> for Secret {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         // serde's own type errors quote the offending value; a secret written as a bare number
         // must not be echoed back, so the error is replaced by one that says nothing about it.
-        String::deserialize(deserializer)
-            .map(Self)
-            .map_err(|_| serde::de::Error::custom("a secret must be a string"))
+        String::deserialize(deserializer).map(Self).map_err(|_| serde::de::Error::custom("a secret must be a string"))
     }
 }

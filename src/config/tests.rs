@@ -8,10 +8,7 @@ use super::*;
 const EXAMPLE: &str = include_str!("../../config.example.toml");
 
 fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
 /// A config file in a fresh temporary directory (kept alive by the returned guard).
@@ -48,21 +45,12 @@ fn defaults_without_file() {
     assert_eq!(config.worker, defaults.worker);
     assert_eq!(config.agent, defaults.agent);
     assert_eq!(config.bus_options, defaults.bus_options);
-    assert_eq!(
-        config.channels.api.listen,
-        "127.0.0.1:8787".parse::<SocketAddr>().unwrap()
-    );
+    assert_eq!(config.channels.api.listen, "127.0.0.1:8787".parse::<SocketAddr>().unwrap());
     assert_eq!(config.provider.base_url, OPENAI_DEFAULT_BASE_URL);
     assert!(config.provider.api_key.is_empty());
     assert!(config.data_dir().ends_with("switchboard"));
-    assert_eq!(
-        config.store_path(),
-        config.data_dir().join("switchboard.db")
-    );
-    assert_eq!(
-        config.worker.max_message_age(),
-        std::time::Duration::from_secs(3600)
-    );
+    assert_eq!(config.store_path(), config.data_dir().join("switchboard.db"));
+    assert_eq!(config.worker.max_message_age(), std::time::Duration::from_secs(3600));
 }
 
 #[test]
@@ -78,17 +66,11 @@ fn fallback_file_is_used_only_when_it_exists() {
 fn switchboard_config_names_the_file() {
     let (_dir, path) = write_file("model = \"from-var\"\n");
     let vars = [("SWITCHBOARD_CONFIG", path.to_str().unwrap())];
-    assert_eq!(
-        load_with(None, &env(&vars), None).unwrap().model,
-        "from-var"
-    );
+    assert_eq!(load_with(None, &env(&vars), None).unwrap().model, "from-var");
 
     let missing = [("SWITCHBOARD_CONFIG", "/nonexistent/switchboard.toml")];
     let message = err_text(load_with(None, &env(&missing), None));
-    assert_eq!(
-        message,
-        "config file /nonexistent/switchboard.toml does not exist"
-    );
+    assert_eq!(message, "config file /nonexistent/switchboard.toml does not exist");
 }
 
 #[test]
@@ -123,10 +105,7 @@ fn file_overrides_defaults() {
     assert_eq!(config.agent.temperature, Some(0.5));
     // A relative store path lives under the data dir.
     assert_eq!(config.store_path(), Path::new("/srv/sb/state/db.sqlite"));
-    assert_eq!(
-        config.channels.api.listen,
-        "0.0.0.0:9000".parse::<SocketAddr>().unwrap()
-    );
+    assert_eq!(config.channels.api.listen, "0.0.0.0:9000".parse::<SocketAddr>().unwrap());
     assert!(!config.channels.api.enabled);
     // Keys the file leaves out keep their defaults, in the same section too.
     assert_eq!(config.worker.shutdown_grace_secs, 30);
@@ -157,16 +136,10 @@ fn env_overrides_file() {
     assert_eq!(config.model, "from-env");
     assert_eq!(config.worker.max_concurrent_runs, 8);
     assert!(!config.provider.stream);
-    assert_eq!(
-        config.channels.api.listen,
-        "127.0.0.1:9001".parse::<SocketAddr>().unwrap()
-    );
+    assert_eq!(config.channels.api.listen, "127.0.0.1:9001".parse::<SocketAddr>().unwrap());
     assert_eq!(config.agent.temperature, Some(0.25));
     assert_eq!(config.data_dir(), Path::new("/var/lib/switchboard"));
-    assert_eq!(
-        config.store_path(),
-        Path::new("/var/lib/switchboard/switchboard.db")
-    );
+    assert_eq!(config.store_path(), Path::new("/var/lib/switchboard/switchboard.db"));
     assert_eq!(config.channels.api.token.expose(), "tok");
 }
 
@@ -179,10 +152,7 @@ fn env_key_names_are_case_insensitive() {
 
 #[test]
 fn numeric_looking_string_stays_a_string() {
-    let vars = [
-        ("SWITCHBOARD_MODEL", "4"),
-        ("SWITCHBOARD_PROVIDER__API_KEY", "12345"),
-    ];
+    let vars = [("SWITCHBOARD_MODEL", "4"), ("SWITCHBOARD_PROVIDER__API_KEY", "12345")];
     let config = load_env(&vars).unwrap();
     assert_eq!(config.model, "4");
     assert_eq!(config.provider.api_key.expose(), "12345");
@@ -192,33 +162,20 @@ fn numeric_looking_string_stays_a_string() {
 fn unknown_key_in_file_names_full_path_and_file() {
     let (_dir, path) = write_file("[channels.api]\nlisen = \"127.0.0.1:1\"\n");
     let message = err_text(load_with(Some(&path), &env(&[]), None));
-    assert_eq!(
-        message,
-        format!("unknown key channels.api.lisen in {}", path.display())
-    );
+    assert_eq!(message, format!("unknown key channels.api.lisen in {}", path.display()));
 }
 
 #[test]
 fn several_unknown_keys_are_all_named() {
     let message = err_text(load_text("modle = \"x\"\n[worker]\nthreads = 2\n", &[]));
-    assert!(
-        message.starts_with("unknown keys modle, worker.threads in "),
-        "{message}"
-    );
+    assert!(message.starts_with("unknown keys modle, worker.threads in "), "{message}");
 }
 
 #[test]
 fn unknown_env_var_is_an_error_naming_it() {
-    for var in [
-        "SWITCHBOARD_FOO__BAR",
-        "SWITCHBOARD_CHANNELS",
-        "SWITCHBOARD_MODEL__X",
-    ] {
+    for var in ["SWITCHBOARD_FOO__BAR", "SWITCHBOARD_CHANNELS", "SWITCHBOARD_MODEL__X"] {
         let message = err_text(load_env(&[(var, "1")]));
-        assert!(
-            message.starts_with(&format!("environment variable {var} ")),
-            "{message}"
-        );
+        assert!(message.starts_with(&format!("environment variable {var} ")), "{message}");
     }
     // Variables without the prefix and the exempt ones are not config keys.
     assert!(load_env(&[("SWITCHBOARD", "x"), ("OTHER_FOO", "1")]).is_ok());
@@ -241,9 +198,7 @@ fn out_of_range_env_value_names_key_and_variable() {
     let vars = [("SWITCHBOARD_WORKER__MAX_CONCURRENT_RUNS", "-1")];
     let message = err_text(load_env(&vars));
     assert!(
-        message.starts_with(
-            "worker.max_concurrent_runs (from SWITCHBOARD_WORKER__MAX_CONCURRENT_RUNS): "
-        ),
+        message.starts_with("worker.max_concurrent_runs (from SWITCHBOARD_WORKER__MAX_CONCURRENT_RUNS): "),
         "{message}"
     );
 }
@@ -262,10 +217,7 @@ fn bad_value_in_file_names_key_and_reason() {
     );
 
     let message = err_text(load_text("[worker]\nmax_concurrent_runs = \"x\"\n", &[]));
-    assert!(
-        message.starts_with("worker.max_concurrent_runs (in "),
-        "{message}"
-    );
+    assert!(message.starts_with("worker.max_concurrent_runs (in "), "{message}");
     assert!(message.contains("invalid type"), "{message}");
 
     let message = err_text(load_text("[provider]\nkind = \"anthropic\"\n", &[]));
@@ -277,26 +229,17 @@ fn bad_value_in_file_names_key_and_reason() {
 fn validation_names_the_key() {
     let cases = [
         ("[agent]\nmax_iterations = 0\n", "agent.max_iterations"),
-        (
-            "[worker]\nmax_concurrent_runs = 0\n",
-            "worker.max_concurrent_runs",
-        ),
+        ("[worker]\nmax_concurrent_runs = 0\n", "worker.max_concurrent_runs"),
         ("bus = \"redis://localhost\"\n", "bus"),
         ("bus = \"nats://\"\n", "bus"),
         ("log = \"info,[[[\"\n", "log"),
         ("[bus_options]\nprefix = \"a.*\"\n", "bus_options.prefix"),
-        (
-            "[provider]\nbase_url = \"localhost:11434\"\n",
-            "provider.base_url",
-        ),
+        ("[provider]\nbase_url = \"localhost:11434\"\n", "provider.base_url"),
         ("[agent]\ntemperature = 3.0\n", "agent.temperature"),
     ];
     for (text, key) in cases {
         let message = err_text(load_text(text, &[]));
-        assert!(
-            message.starts_with(&format!("{key} (in ")),
-            "{text:?}: {message}"
-        );
+        assert!(message.starts_with(&format!("{key} (in ")), "{text:?}: {message}");
     }
     let vars = [("SWITCHBOARD_BUS", "amqp://x")];
     assert!(err_text(load_env(&vars)).starts_with("bus (from SWITCHBOARD_BUS): "));
@@ -304,10 +247,7 @@ fn validation_names_the_key() {
 
 #[test]
 fn bus_url_is_not_quoted_in_errors() {
-    let message = err_text(load_env(&[(
-        "SWITCHBOARD_BUS",
-        "redis://user:hunter2@host",
-    )]));
+    let message = err_text(load_env(&[("SWITCHBOARD_BUS", "redis://user:hunter2@host")]));
     assert!(!message.contains("hunter2"), "{message}");
 }
 
@@ -320,19 +260,13 @@ fn bad_toml_names_file_and_line() {
     };
     assert_eq!(*line, 3);
     let message = error.to_string();
-    assert!(
-        message.starts_with(&format!("{}:3:", path.display())),
-        "{message}"
-    );
+    assert!(message.starts_with(&format!("{}:3:", path.display())), "{message}");
     assert!(!message.contains('\n'), "{message}");
 }
 
 #[test]
 fn openai_conventions_fill_empty_provider_keys() {
-    let vars = [
-        ("OPENAI_API_KEY", "sk-env"),
-        ("OPENAI_BASE_URL", "http://127.0.0.1:11434/v1"),
-    ];
+    let vars = [("OPENAI_API_KEY", "sk-env"), ("OPENAI_BASE_URL", "http://127.0.0.1:11434/v1")];
     let config = load_env(&vars).unwrap();
     assert_eq!(config.provider.api_key.expose(), "sk-env");
     assert_eq!(config.provider.base_url, "http://127.0.0.1:11434/v1");
@@ -344,10 +278,7 @@ fn openai_conventions_fill_empty_provider_keys() {
     assert_eq!(config.provider.base_url, "https://example.com/v1");
     let mut vars = vars.to_vec();
     vars.push(("SWITCHBOARD_PROVIDER__API_KEY", "sk-switchboard"));
-    assert_eq!(
-        load_env(&vars).unwrap().provider.api_key.expose(),
-        "sk-switchboard"
-    );
+    assert_eq!(load_env(&vars).unwrap().provider.api_key.expose(), "sk-switchboard");
 }
 
 #[test]
@@ -359,24 +290,13 @@ fn require_provider_explains_what_to_set() {
          server such as Ollama), or [provider] in the config file"
     );
     // A local server needs no key.
-    let local = [
-        ("OPENAI_BASE_URL", "http://127.0.0.1:11434/v1"),
-        ("SWITCHBOARD_MODEL", "m"),
-    ];
+    let local = [("OPENAI_BASE_URL", "http://127.0.0.1:11434/v1"), ("SWITCHBOARD_MODEL", "m")];
     assert!(load_env(&local).unwrap().require_provider().is_ok());
-    assert!(
-        load_env(&[("OPENAI_API_KEY", "sk"), ("SWITCHBOARD_MODEL", "m")])
-            .unwrap()
-            .require_provider()
-            .is_ok()
-    );
+    assert!(load_env(&[("OPENAI_API_KEY", "sk"), ("SWITCHBOARD_MODEL", "m")]).unwrap().require_provider().is_ok());
 
     let no_model = load_env(&[("OPENAI_API_KEY", "sk")]).unwrap();
     let message = no_model.require_provider().unwrap_err().to_string();
-    assert!(
-        message.contains("SWITCHBOARD_MODEL") && message.contains("`model`"),
-        "{message}"
-    );
+    assert!(message.contains("SWITCHBOARD_MODEL") && message.contains("`model`"), "{message}");
 }
 
 #[test]
@@ -419,10 +339,7 @@ fn example_file_equals_the_defaults() {
 #[test]
 fn example_file_documents_every_key() {
     let documented = example_keys();
-    let missing: Vec<String> = schema_keys()
-        .into_iter()
-        .filter(|key| !documented.contains(key))
-        .collect();
+    let missing: Vec<String> = schema_keys().into_iter().filter(|key| !documented.contains(key)).collect();
     assert!(missing.is_empty(), "config.example.toml lacks {missing:?}");
 }
 
@@ -452,11 +369,7 @@ fn schema_keys() -> Vec<String> {
         }
     }
     let mut keys = Vec::new();
-    walk(
-        &toml::Table::try_from(schema_sample()).unwrap(),
-        "",
-        &mut keys,
-    );
+    walk(&toml::Table::try_from(schema_sample()).unwrap(), "", &mut keys);
     keys
 }
 

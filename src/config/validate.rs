@@ -22,28 +22,19 @@ pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigE
         return Err(fail("bus", reason.into()));
     }
     if let Err(error) = EnvFilter::try_new(&config.log) {
-        return Err(fail(
-            "log",
-            format!("{:?} is not a tracing filter: {error}", config.log),
-        ));
+        return Err(fail("log", format!("{:?} is not a tracing filter: {error}", config.log)));
     }
     if let Some(reason) = subject_prefix_problem(&config.bus_options.prefix) {
         return Err(fail("bus_options.prefix", reason));
     }
     let base_url = &config.provider.base_url;
     if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
-        return Err(fail(
-            "provider.base_url",
-            "must be an http:// or https:// URL".into(),
-        ));
+        return Err(fail("provider.base_url", "must be an http:// or https:// URL".into()));
     }
     if let Some(t) = config.agent.temperature
         && !(0.0..=2.0).contains(&t)
     {
-        return Err(fail(
-            "agent.temperature",
-            format!("{t} is not between 0 and 2"),
-        ));
+        return Err(fail("agent.temperature", format!("{t} is not between 0 and 2")));
     }
     Ok(())
 }
@@ -52,43 +43,16 @@ pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigE
 fn zero_counts(config: &Config) -> Option<(&'static str, u64)> {
     let as_u64 = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
     let counts = [
-        (
-            "bus_options.ack_wait_secs",
-            config.bus_options.ack_wait_secs,
-        ),
-        (
-            "bus_options.duplicate_window_secs",
-            config.bus_options.duplicate_window_secs,
-        ),
-        (
-            "bus_options.queue_capacity",
-            as_u64(config.bus_options.queue_capacity),
-        ),
-        (
-            "provider.request_timeout_secs",
-            config.provider.request_timeout_secs,
-        ),
-        (
-            "agent.max_iterations",
-            u64::from(config.agent.max_iterations),
-        ),
+        ("bus_options.ack_wait_secs", config.bus_options.ack_wait_secs),
+        ("bus_options.duplicate_window_secs", config.bus_options.duplicate_window_secs),
+        ("bus_options.queue_capacity", as_u64(config.bus_options.queue_capacity)),
+        ("provider.request_timeout_secs", config.provider.request_timeout_secs),
+        ("agent.max_iterations", u64::from(config.agent.max_iterations)),
         ("agent.tool_timeout_secs", config.agent.tool_timeout_secs),
-        (
-            "worker.max_concurrent_runs",
-            as_u64(config.worker.max_concurrent_runs),
-        ),
-        (
-            "worker.max_message_age_secs",
-            config.worker.max_message_age_secs,
-        ),
-        (
-            "channels.api.reply_timeout_secs",
-            config.channels.api.reply_timeout_secs,
-        ),
-        (
-            "channels.api.max_body_bytes",
-            as_u64(config.channels.api.max_body_bytes),
-        ),
+        ("worker.max_concurrent_runs", as_u64(config.worker.max_concurrent_runs)),
+        ("worker.max_message_age_secs", config.worker.max_message_age_secs),
+        ("channels.api.reply_timeout_secs", config.channels.api.reply_timeout_secs),
+        ("channels.api.max_body_bytes", as_u64(config.channels.api.max_body_bytes)),
     ];
     counts.into_iter().find(|&(_, value)| value == 0)
 }
@@ -97,10 +61,7 @@ fn is_bus(bus: &str) -> bool {
     if bus == "memory" {
         return true;
     }
-    ["nats://", "tls://"].iter().any(|scheme| {
-        bus.strip_prefix(scheme)
-            .is_some_and(|rest| !rest.is_empty())
-    })
+    ["nats://", "tls://"].iter().any(|scheme| bus.strip_prefix(scheme).is_some_and(|rest| !rest.is_empty()))
 }
 
 /// Why `prefix` cannot start NATS subjects, if it cannot: it must be one or more non-empty
@@ -108,9 +69,7 @@ fn is_bus(bus: &str) -> bool {
 fn subject_prefix_problem(prefix: &str) -> Option<String> {
     let bad_char = |c: char| c == '*' || c == '>' || c.is_whitespace();
     if prefix.split('.').any(str::is_empty) || prefix.contains(bad_char) {
-        return Some(format!(
-            "{prefix:?} is not a NATS subject prefix (dot-separated tokens without spaces, * or >)"
-        ));
+        return Some(format!("{prefix:?} is not a NATS subject prefix (dot-separated tokens without spaces, * or >)"));
     }
     None
 }

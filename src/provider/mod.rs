@@ -53,28 +53,15 @@ pub struct ChatMessage {
 
 impl ChatMessage {
     pub fn system(content: impl Into<String>) -> Self {
-        Self {
-            role: Role::System,
-            content: content.into(),
-            tool_calls: Vec::new(),
-            tool_call_id: None,
-            name: None,
-        }
+        Self { role: Role::System, content: content.into(), tool_calls: Vec::new(), tool_call_id: None, name: None }
     }
 
     pub fn user(content: impl Into<String>) -> Self {
-        Self {
-            role: Role::User,
-            ..Self::system(content)
-        }
+        Self { role: Role::User, ..Self::system(content) }
     }
 
     pub fn assistant(content: impl Into<String>, tool_calls: Vec<ToolCall>) -> Self {
-        Self {
-            role: Role::Assistant,
-            tool_calls,
-            ..Self::system(content)
-        }
+        Self { role: Role::Assistant, tool_calls, ..Self::system(content) }
     }
 
     pub fn tool_result(call: &ToolCall, content: impl Into<String>) -> Self {
@@ -123,11 +110,7 @@ pub type TextSink<'a> = &'a (dyn Fn(&str) + Send + Sync);
 #[derive(Debug, Error)]
 pub enum ProviderError {
     #[error("the provider answered HTTP {status}: {message}")]
-    Http {
-        status: u16,
-        message: String,
-        retry_after: Option<Duration>,
-    },
+    Http { status: u16, message: String, retry_after: Option<Duration> },
     #[error("the conversation is longer than the model's context window: {0}")]
     ContextOverflow(String),
     #[error("cannot reach the provider: {0}")]
@@ -149,9 +132,7 @@ impl ProviderError {
     /// Worth trying again: rate limits, server errors, timeouts and network failures.
     pub fn is_transient(&self) -> bool {
         match self {
-            ProviderError::Http { status, .. } => {
-                *status == 429 || *status == 408 || *status >= 500
-            }
+            ProviderError::Http { status, .. } => *status == 429 || *status == 408 || *status >= 500,
             ProviderError::Network(_) | ProviderError::Timeout(_) => true,
             ProviderError::ContextOverflow(_)
             | ProviderError::Decode(_)

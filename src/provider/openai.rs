@@ -54,11 +54,7 @@ impl Default for OpenAiConfig {
 /// reach a log line.
 impl fmt::Debug for OpenAiConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let header_names: Vec<&str> = self
-            .extra_headers
-            .iter()
-            .map(|(name, _)| name.as_str())
-            .collect();
+        let header_names: Vec<&str> = self.extra_headers.iter().map(|(name, _)| name.as_str()).collect();
         f.debug_struct("OpenAiConfig")
             .field("name", &self.name)
             .field("base_url", &redact_password(&self.base_url))
@@ -80,9 +76,7 @@ pub struct OpenAiProvider {
 impl fmt::Debug for OpenAiProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The client is left out: its Debug lists default headers, where the key lives.
-        f.debug_struct("OpenAiProvider")
-            .field("config", &self.config)
-            .finish_non_exhaustive()
+        f.debug_struct("OpenAiProvider").field("config", &self.config).finish_non_exhaustive()
     }
 }
 
@@ -94,14 +88,8 @@ impl OpenAiProvider {
             .default_headers(default_headers(&config)?)
             .connect_timeout(config.request_timeout)
             .build()
-            .map_err(|e| {
-                ProviderError::Config(format!("cannot build the HTTP client: {}", error_chain(&e)))
-            })?;
-        Ok(Self {
-            config,
-            client,
-            endpoint,
-        })
+            .map_err(|e| ProviderError::Config(format!("cannot build the HTTP client: {}", error_chain(&e))))?;
+        Ok(Self { config, client, endpoint })
     }
 
     async fn complete_once(
@@ -113,9 +101,7 @@ impl OpenAiProvider {
             let response = self.send(body).await?;
             response.bytes().await.map_err(|e| self.transport_error(e))
         };
-        let bytes = tokio::time::timeout(self.config.request_timeout, exchange)
-            .await
-            .map_err(|_| self.timeout())??;
+        let bytes = tokio::time::timeout(self.config.request_timeout, exchange).await.map_err(|_| self.timeout())??;
         decode_whole(&bytes, sink)
     }
 
@@ -125,9 +111,7 @@ impl OpenAiProvider {
         sink: Option<TextSink<'_>>,
     ) -> Result<ChatResponse, ProviderError> {
         let limit = self.config.request_timeout;
-        let response = tokio::time::timeout(limit, self.send(body))
-            .await
-            .map_err(|_| self.timeout())??;
+        let response = tokio::time::timeout(limit, self.send(body)).await.map_err(|_| self.timeout())??;
         if !is_event_stream(response.headers()) {
             // Some servers ignore `stream: true` and answer with one JSON document.
             let bytes = tokio::time::timeout(limit, response.bytes())
@@ -150,14 +134,9 @@ impl OpenAiProvider {
         let mut parser = SseParser::new();
         let mut acc = StreamAccumulator::default();
         let limit = self.config.request_timeout;
-        while let Some(chunk) = tokio::time::timeout(limit, bytes.next())
-            .await
-            .map_err(|_| self.timeout())?
-        {
+        while let Some(chunk) = tokio::time::timeout(limit, bytes.next()).await.map_err(|_| self.timeout())? {
             let chunk = chunk.map_err(|e| self.transport_error(e))?;
-            let events = parser
-                .push(&chunk)
-                .map_err(|e| ProviderError::Decode(e.to_string()))?;
+            let events = parser.push(&chunk).map_err(|e| ProviderError::Decode(e.to_string()))?;
             for event in events {
                 if event.is_done() {
                     // Do not wait for the connection to close: some servers keep it open.
@@ -171,9 +150,7 @@ impl OpenAiProvider {
             self.apply_event(&mut acc, &event, sink)?;
         }
         if acc.is_empty() {
-            return Err(ProviderError::Decode(
-                "the stream ended before any data".into(),
-            ));
+            return Err(ProviderError::Decode("the stream ended before any data".into()));
         }
         Ok(acc.finish())
     }
@@ -189,16 +166,14 @@ impl OpenAiProvider {
             return Ok(());
         }
         let chunk: StreamChunk = match event.event.as_deref() {
-            None | Some("message") | Some("error") => serde_json::from_str(&event.data)
-                .map_err(|e| ProviderError::Decode(format!("stream chunk: {e}")))?,
+            None | Some("message") | Some("error") => {
+                serde_json::from_str(&event.data).map_err(|e| ProviderError::Decode(format!("stream chunk: {e}")))?
+            }
             // Named events (pings and the like) are not part of the OpenAI format.
             Some(_) => return Ok(()),
         };
         if let Some(error) = &chunk.error {
-            return Err(wire::error_from_stream(
-                error,
-                self.config.api_key.as_deref(),
-            ));
+            return Err(wire::error_from_stream(error, self.config.api_key.as_deref()));
         }
         acc.apply(chunk, sink);
         Ok(())
@@ -206,13 +181,8 @@ impl OpenAiProvider {
 
     /// POSTs the body; a non-2xx answer becomes the matching error.
     async fn send(&self, body: &wire::WireRequest<'_>) -> Result<reqwest::Response, ProviderError> {
-        let response = self
-            .client
-            .post(self.endpoint.clone())
-            .json(body)
-            .send()
-            .await
-            .map_err(|e| self.transport_error(e))?;
+        let response =
+            self.client.post(self.endpoint.clone()).json(body).send().await.map_err(|e| self.transport_error(e))?;
         let status = response.status();
         if status.is_success() {
             return Ok(response);
@@ -220,12 +190,7 @@ impl OpenAiProvider {
         let retry_after = parse_retry_after(response.headers(), SystemTime::now());
         // The status alone still says what went wrong if the body cannot be read.
         let body = response.bytes().await.unwrap_or_default();
-        Err(wire::error_from_body(
-            status.as_u16(),
-            retry_after,
-            &body,
-            self.config.api_key.as_deref(),
-        ))
+        Err(wire::error_from_body(status.as_u16(), retry_after, &body, self.config.api_key.as_deref()))
     }
 
     fn timeout(&self) -> ProviderError {
@@ -239,16 +204,8 @@ impl OpenAiProvider {
         let is_decode = error.is_decode();
         let host = self.endpoint.host_str().unwrap_or("?");
         // Without the URL: it may carry credentials in its user-info part.
-        let detail = format!(
-            "{} ({host}): {}",
-            self.config.name,
-            error_chain(&error.without_url())
-        );
-        if is_decode {
-            ProviderError::Decode(detail)
-        } else {
-            ProviderError::Network(detail)
-        }
+        let detail = format!("{} ({host}): {}", self.config.name, error_chain(&error.without_url()));
+        if is_decode { ProviderError::Decode(detail) } else { ProviderError::Network(detail) }
     }
 }
 
@@ -295,13 +252,10 @@ fn decode_whole(body: &[u8], sink: Option<TextSink<'_>>) -> Result<ChatResponse,
 
 fn chat_endpoint(base_url: &str) -> Result<reqwest::Url, ProviderError> {
     let url = format!("{}/chat/completions", base_url.trim_end_matches('/'));
-    let url = reqwest::Url::parse(&url)
-        .map_err(|e| ProviderError::Config(format!("base_url {base_url:?}: {e}")))?;
+    let url = reqwest::Url::parse(&url).map_err(|e| ProviderError::Config(format!("base_url {base_url:?}: {e}")))?;
     match url.scheme() {
         "http" | "https" => Ok(url),
-        other => Err(ProviderError::Config(format!(
-            "base_url {base_url:?}: scheme {other:?} is not http or https"
-        ))),
+        other => Err(ProviderError::Config(format!("base_url {base_url:?}: scheme {other:?} is not http or https"))),
     }
 }
 
@@ -310,19 +264,15 @@ fn default_headers(config: &OpenAiConfig) -> Result<HeaderMap, ProviderError> {
     let mut headers = HeaderMap::new();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     if let Some(key) = config.api_key.as_deref().filter(|k| !k.is_empty()) {
-        let value = sensitive_value(&format!("Bearer {key}")).ok_or_else(|| {
-            ProviderError::Config("api_key contains characters not allowed in a header".into())
-        })?;
+        let value = sensitive_value(&format!("Bearer {key}"))
+            .ok_or_else(|| ProviderError::Config("api_key contains characters not allowed in a header".into()))?;
         headers.insert(AUTHORIZATION, value);
     }
     for (name, value) in &config.extra_headers {
-        let header = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
-            ProviderError::Config(format!("extra header name {name:?} is not valid"))
-        })?;
+        let header = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| ProviderError::Config(format!("extra header name {name:?} is not valid")))?;
         let value = sensitive_value(value).ok_or_else(|| {
-            ProviderError::Config(format!(
-                "extra header {name:?} has a value not allowed in a header"
-            ))
+            ProviderError::Config(format!("extra header {name:?} has a value not allowed in a header"))
         })?;
         headers.insert(header, value);
     }
@@ -350,11 +300,7 @@ fn is_event_stream(headers: &HeaderMap) -> bool {
     headers
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            v.trim_start()
-                .to_ascii_lowercase()
-                .starts_with("text/event-stream")
-        })
+        .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("text/event-stream"))
 }
 
 /// reqwest's own message is terse ("error sending request"); the cause is in the chain.
@@ -381,76 +327,40 @@ mod tests {
             ..OpenAiConfig::default()
         };
         let provider = OpenAiProvider::new(config.clone()).unwrap();
-        for text in [
-            format!("{config:?}"),
-            format!("{provider:?}"),
-            format!("{provider:#?}"),
-        ] {
-            assert!(
-                !text.contains("sk-secret-123") && !text.contains("proxy-secret-456"),
-                "{text}"
-            );
-            assert!(
-                text.contains("<redacted>") && text.contains("x-proxy-key"),
-                "{text}"
-            );
+        for text in [format!("{config:?}"), format!("{provider:?}"), format!("{provider:#?}")] {
+            assert!(!text.contains("sk-secret-123") && !text.contains("proxy-secret-456"), "{text}");
+            assert!(text.contains("<redacted>") && text.contains("x-proxy-key"), "{text}");
         }
     }
 
     #[test]
     fn debug_hides_a_password_in_the_base_url() {
-        let config = OpenAiConfig {
-            base_url: "http://me:hunter2@proxy.local/v1".into(),
-            ..OpenAiConfig::default()
-        };
+        let config = OpenAiConfig { base_url: "http://me:hunter2@proxy.local/v1".into(), ..OpenAiConfig::default() };
         let text = format!("{config:?}");
-        assert!(
-            !text.contains("hunter2") && text.contains("proxy.local"),
-            "{text}"
-        );
+        assert!(!text.contains("hunter2") && text.contains("proxy.local"), "{text}");
     }
 
     #[test]
     fn endpoint_from_base_url() {
         assert_eq!(
-            chat_endpoint("http://localhost:11434/v1/")
-                .unwrap()
-                .as_str(),
+            chat_endpoint("http://localhost:11434/v1/").unwrap().as_str(),
             "http://localhost:11434/v1/chat/completions"
         );
         assert_eq!(
             chat_endpoint("https://api.openai.com/v1").unwrap().as_str(),
             "https://api.openai.com/v1/chat/completions"
         );
-        assert!(matches!(
-            chat_endpoint("ftp://example.com/v1"),
-            Err(ProviderError::Config(_))
-        ));
-        assert!(matches!(
-            chat_endpoint("not a url"),
-            Err(ProviderError::Config(_))
-        ));
+        assert!(matches!(chat_endpoint("ftp://example.com/v1"), Err(ProviderError::Config(_))));
+        assert!(matches!(chat_endpoint("not a url"), Err(ProviderError::Config(_))));
     }
 
     #[test]
     fn bad_headers_fail_at_construction() {
-        let bad_key = OpenAiConfig {
-            api_key: Some("sk-\nevil".into()),
-            ..OpenAiConfig::default()
-        };
+        let bad_key = OpenAiConfig { api_key: Some("sk-\nevil".into()), ..OpenAiConfig::default() };
         let err = OpenAiProvider::new(bad_key).unwrap_err();
-        assert!(
-            matches!(&err, ProviderError::Config(m) if !m.contains("evil")),
-            "{err}"
-        );
-        let bad_name = OpenAiConfig {
-            extra_headers: vec![("bad name".into(), "v".into())],
-            ..OpenAiConfig::default()
-        };
-        assert!(matches!(
-            OpenAiProvider::new(bad_name),
-            Err(ProviderError::Config(_))
-        ));
+        assert!(matches!(&err, ProviderError::Config(m) if !m.contains("evil")), "{err}");
+        let bad_name = OpenAiConfig { extra_headers: vec![("bad name".into(), "v".into())], ..OpenAiConfig::default() };
+        assert!(matches!(OpenAiProvider::new(bad_name), Err(ProviderError::Config(_))));
     }
 
     #[test]
@@ -460,9 +370,7 @@ mod tests {
             headers.insert(CONTENT_TYPE, HeaderValue::from_static(value));
             headers
         };
-        assert!(is_event_stream(&content_type(
-            "text/event-stream; charset=utf-8"
-        )));
+        assert!(is_event_stream(&content_type("text/event-stream; charset=utf-8")));
         assert!(!is_event_stream(&content_type("application/json")));
         assert!(!is_event_stream(&HeaderMap::new()));
     }

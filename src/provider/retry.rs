@@ -22,11 +22,7 @@ pub struct RetryPolicy {
 
 impl Default for RetryPolicy {
     fn default() -> Self {
-        Self {
-            max_retries: 3,
-            base_delay: Duration::from_millis(500),
-            max_delay: Duration::from_secs(8),
-        }
+        Self { max_retries: 3, base_delay: Duration::from_millis(500), max_delay: Duration::from_secs(8) }
     }
 }
 
@@ -44,10 +40,7 @@ impl RetryPolicy {
 /// A number in `[0, 1)` from the clock's nanoseconds: good enough to spread retries, and
 /// it needs no random-number crate.
 fn jitter_fraction() -> f64 {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
     f64::from(nanos % 1_000_000) / 1_000_000.0
 }
 
@@ -89,11 +82,7 @@ mod tests {
     use super::*;
 
     fn http(status: u16, retry_after: Option<Duration>) -> ProviderError {
-        ProviderError::Http {
-            status,
-            message: "boom".into(),
-            retry_after,
-        }
+        ProviderError::Http { status, message: "boom".into(), retry_after }
     }
 
     /// Runs `with_retries` over scripted results; returns the outcome, the number of calls
@@ -107,11 +96,7 @@ mod tests {
         let start = Instant::now();
         let result = with_retries(&policy, || {
             *calls.lock().unwrap() += 1;
-            let next = script
-                .lock()
-                .unwrap()
-                .next()
-                .expect("op called more often than scripted");
+            let next = script.lock().unwrap().next().expect("op called more often than scripted");
             async move { next }
         })
         .await;
@@ -128,40 +113,24 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn transient_errors_back_off_exponentially() {
-        let policy = RetryPolicy {
-            max_retries: 3,
-            base_delay: Duration::from_millis(100),
-            max_delay: Duration::from_secs(10),
-        };
-        let script = vec![
-            Err(http(500, None)),
-            Err(ProviderError::Network("reset".into())),
-            Err(http(503, None)),
-            Ok(1),
-        ];
+        let policy =
+            RetryPolicy { max_retries: 3, base_delay: Duration::from_millis(100), max_delay: Duration::from_secs(10) };
+        let script =
+            vec![Err(http(500, None)), Err(ProviderError::Network("reset".into())), Err(http(503, None)), Ok(1)];
         let (result, calls, elapsed) = run(policy, script).await;
         assert_eq!(result.unwrap(), 1);
         assert_eq!(calls, 4);
         // 100 + 200 + 400 ms, each shortened by at most 20 % jitter.
-        assert!(
-            elapsed <= Duration::from_millis(700) && elapsed >= Duration::from_millis(560),
-            "{elapsed:?}"
-        );
+        assert!(elapsed <= Duration::from_millis(700) && elapsed >= Duration::from_millis(560), "{elapsed:?}");
     }
 
     #[tokio::test(start_paused = true)]
     async fn backoff_is_capped_at_max_delay() {
-        let policy = RetryPolicy {
-            max_retries: 10,
-            base_delay: Duration::from_secs(1),
-            max_delay: Duration::from_secs(2),
-        };
+        let policy =
+            RetryPolicy { max_retries: 10, base_delay: Duration::from_secs(1), max_delay: Duration::from_secs(2) };
         for attempt in [1, 5, 31, 100] {
             let delay = policy.backoff(attempt);
-            assert!(
-                delay <= Duration::from_secs(2) && delay >= Duration::from_millis(1600),
-                "{delay:?}"
-            );
+            assert!(delay <= Duration::from_secs(2) && delay >= Duration::from_millis(1600), "{delay:?}");
         }
     }
 
@@ -177,10 +146,7 @@ mod tests {
     async fn retry_after_longer_than_allowed_gives_up_at_once() {
         let script = vec![Err(http(429, Some(Duration::from_secs(3600))))];
         let (result, calls, elapsed) = run(RetryPolicy::default(), script).await;
-        assert!(matches!(
-            result,
-            Err(ProviderError::Http { status: 429, .. })
-        ));
+        assert!(matches!(result, Err(ProviderError::Http { status: 429, .. })));
         assert_eq!((calls, elapsed), (1, Duration::ZERO));
     }
 
@@ -200,15 +166,9 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn exhausted_retries_return_the_last_error() {
-        let policy = RetryPolicy {
-            max_retries: 2,
-            ..RetryPolicy::default()
-        };
-        let script = vec![
-            Err(http(500, None)),
-            Err(http(502, None)),
-            Err(ProviderError::Timeout(Duration::from_secs(1))),
-        ];
+        let policy = RetryPolicy { max_retries: 2, ..RetryPolicy::default() };
+        let script =
+            vec![Err(http(500, None)), Err(http(502, None)), Err(ProviderError::Timeout(Duration::from_secs(1)))];
         let (result, calls, _) = run(policy, script).await;
         assert!(matches!(result, Err(ProviderError::Timeout(_))));
         assert_eq!(calls, 3);
@@ -216,10 +176,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn zero_retries_means_one_attempt() {
-        let policy = RetryPolicy {
-            max_retries: 0,
-            ..RetryPolicy::default()
-        };
+        let policy = RetryPolicy { max_retries: 0, ..RetryPolicy::default() };
         let (result, calls, _) = run(policy, vec![Err(http(503, None))]).await;
         assert!(result.is_err());
         assert_eq!(calls, 1);

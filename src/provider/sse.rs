@@ -188,23 +188,9 @@ mod tests {
     #[test]
     fn event_and_id_fields() {
         let events = parse_chunks(&[b"event: delta\nid: 7\ndata: x\n\ndata: y\n\n"]);
-        assert_eq!(
-            events[0],
-            SseEvent {
-                event: Some("delta".into()),
-                data: "x".into(),
-                id: Some("7".into())
-            }
-        );
+        assert_eq!(events[0], SseEvent { event: Some("delta".into()), data: "x".into(), id: Some("7".into()) });
         // Event type and id do not leak into the next event.
-        assert_eq!(
-            events[1],
-            SseEvent {
-                event: None,
-                data: "y".into(),
-                id: None
-            }
-        );
+        assert_eq!(events[1], SseEvent { event: None, data: "y".into(), id: None });
     }
 
     #[test]

@@ -18,11 +18,8 @@ pub(crate) struct Migration {
 }
 
 /// Every migration this build knows, in version order.
-pub(crate) const SQLITE_MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "init",
-    sql: include_str!("../../migrations/sqlite/0001_init.sql"),
-}];
+pub(crate) const SQLITE_MIGRATIONS: &[Migration] =
+    &[Migration { version: 1, name: "init", sql: include_str!("../../migrations/sqlite/0001_init.sql") }];
 
 /// Brings the database up to the newest schema this build knows.
 ///
@@ -73,19 +70,15 @@ async fn apply(pool: &SqlitePool, migration: &Migration) -> Result<(), StoreErro
     let version = migration.version;
     let wrap = |e| failed(version, migration.name, e);
     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(wrap)?;
-    let done: Option<i64> =
-        sqlx::query_scalar("SELECT version FROM schema_migrations WHERE version = $1")
-            .bind(version)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(wrap)?;
+    let done: Option<i64> = sqlx::query_scalar("SELECT version FROM schema_migrations WHERE version = $1")
+        .bind(version)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(wrap)?;
     if done.is_some() {
         return Ok(());
     }
-    sqlx::raw_sql(migration.sql)
-        .execute(&mut *tx)
-        .await
-        .map_err(wrap)?;
+    sqlx::raw_sql(migration.sql).execute(&mut *tx).await.map_err(wrap)?;
     sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)")
         .bind(version)
         .bind(Utc::now().timestamp_millis())
@@ -98,10 +91,7 @@ async fn apply(pool: &SqlitePool, migration: &Migration) -> Result<(), StoreErro
 }
 
 fn failed(version: i64, what: &str, err: sqlx::Error) -> StoreError {
-    StoreError::Migrate {
-        version,
-        reason: format!("{what}: {err}"),
-    }
+    StoreError::Migrate { version, reason: format!("{what}: {err}") }
 }
 
 #[cfg(test)]
@@ -111,9 +101,7 @@ mod tests {
     use super::*;
 
     async fn pool(dir: &tempfile::TempDir) -> SqlitePool {
-        let options = SqliteConnectOptions::new()
-            .filename(dir.path().join("m.db"))
-            .create_if_missing(true);
+        let options = SqliteConnectOptions::new().filename(dir.path().join("m.db")).create_if_missing(true);
         SqlitePool::connect_with(options).await.unwrap()
     }
 
@@ -124,34 +112,19 @@ mod tests {
             .unwrap()
     }
 
-    const FIRST: Migration = Migration {
-        version: 1,
-        name: "a",
-        sql: "CREATE TABLE a (x INTEGER);",
-    };
+    const FIRST: Migration = Migration { version: 1, name: "a", sql: "CREATE TABLE a (x INTEGER);" };
 
     #[tokio::test]
     async fn a_failing_migration_leaves_no_trace_and_can_be_retried() {
         let dir = tempfile::tempdir().unwrap();
         let pool = pool(&dir).await;
-        let broken = Migration {
-            version: 2,
-            name: "b",
-            sql: "CREATE TABLE b (x INTEGER); NOT SQL;",
-        };
+        let broken = Migration { version: 2, name: "b", sql: "CREATE TABLE b (x INTEGER); NOT SQL;" };
         let err = run(&pool, &[FIRST, broken]).await.unwrap_err();
-        assert!(
-            matches!(err, StoreError::Migrate { version: 2, .. }),
-            "{err}"
-        );
+        assert!(matches!(err, StoreError::Migrate { version: 2, .. }), "{err}");
         // Migration 1 stays applied; migration 2's first statement was rolled back with it.
         assert_eq!(tables(&pool).await, ["a", "schema_migrations"]);
 
-        let fixed = Migration {
-            version: 2,
-            name: "b",
-            sql: "CREATE TABLE b (x INTEGER);",
-        };
+        let fixed = Migration { version: 2, name: "b", sql: "CREATE TABLE b (x INTEGER);" };
         run(&pool, &[FIRST, fixed]).await.unwrap();
         assert_eq!(tables(&pool).await, ["a", "b", "schema_migrations"]);
     }
@@ -163,10 +136,8 @@ mod tests {
         run(&pool, &[FIRST]).await.unwrap();
         // A second run would fail on CREATE TABLE if it applied the migration again.
         run(&pool, &[FIRST]).await.unwrap();
-        let versions: Vec<i64> = sqlx::query_scalar("SELECT version FROM schema_migrations")
-            .fetch_all(&pool)
-            .await
-            .unwrap();
+        let versions: Vec<i64> =
+            sqlx::query_scalar("SELECT version FROM schema_migrations").fetch_all(&pool).await.unwrap();
         assert_eq!(versions, [1]);
     }
 

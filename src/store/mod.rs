@@ -46,11 +46,7 @@ pub enum RunClaim {
     Resumed { run_id: String, attempt: u32 },
     /// The run already finished. If its reply was never marked delivered, deliver `reply`
     /// (the same message, same id) and mark it; otherwise there is nothing to do.
-    Finished {
-        run_id: String,
-        reply: Option<OutboundMessage>,
-        delivered: bool,
-    },
+    Finished { run_id: String, reply: Option<OutboundMessage>, delivered: bool },
 }
 
 /// Final state of a run.
@@ -109,11 +105,7 @@ pub trait Store: Send + Sync {
     async fn claim_run(&self, inbound_id: &str, session_key: &str) -> Result<RunClaim, StoreError>;
 
     /// The most recent `limit` transcript messages of a session, oldest first.
-    async fn history(
-        &self,
-        session_key: &str,
-        limit: usize,
-    ) -> Result<Vec<ChatMessage>, StoreError>;
+    async fn history(&self, session_key: &str, limit: usize) -> Result<Vec<ChatMessage>, StoreError>;
 
     /// Finishes a run: appends its transcript, stores the reply, sets status, usage and timings,
     /// all in one transaction.

@@ -13,8 +13,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
-    SqliteSynchronous,
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
 use sqlx::{Row, Sqlite, Transaction};
 use switchboard_channels::contract::{OutboundMessage, Usage};
@@ -47,10 +46,7 @@ impl SqliteStore {
     /// Fails with [`StoreError::Open`] if the file cannot be created or opened, and with
     /// [`StoreError::Migrate`] if it was written by a newer build or a migration fails.
     pub async fn open(path: &Path) -> Result<SqliteStore, StoreError> {
-        let open_err = |reason: String| StoreError::Open {
-            path: path.display().to_string(),
-            reason,
-        };
+        let open_err = |reason: String| StoreError::Open { path: path.display().to_string(), reason };
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             tokio::fs::create_dir_all(parent)
                 .await
@@ -106,43 +102,30 @@ impl Store for SqliteStore {
         .execute(&mut *tx)
         .await?
         .rows_affected();
-        let claim = if inserted == 1 {
-            RunClaim::New { run_id }
-        } else {
-            existing_claim(&mut tx, inbound_id).await?
-        };
+        let claim = if inserted == 1 { RunClaim::New { run_id } } else { existing_claim(&mut tx, inbound_id).await? };
         tx.commit().await?;
         Ok(claim)
     }
 
-    async fn history(
-        &self,
-        session_key: &str,
-        limit: usize,
-    ) -> Result<Vec<ChatMessage>, StoreError> {
-        let rows: Vec<(i64, String)> = sqlx::query_as(
-            "SELECT id, message_json FROM transcript WHERE session_key = $1 ORDER BY id DESC LIMIT $2",
-        )
-        .bind(session_key)
-        .bind(sql_limit(limit))
-        .fetch_all(&self.pool)
-        .await?;
+    async fn history(&self, session_key: &str, limit: usize) -> Result<Vec<ChatMessage>, StoreError> {
+        let rows: Vec<(i64, String)> =
+            sqlx::query_as("SELECT id, message_json FROM transcript WHERE session_key = $1 ORDER BY id DESC LIMIT $2")
+                .bind(session_key)
+                .bind(sql_limit(limit))
+                .fetch_all(&self.pool)
+                .await?;
         // Fetched newest first so LIMIT keeps the most recent ones; the model wants them oldest first.
         rows.into_iter()
             .rev()
             .map(|(id, json)| {
-                serde_json::from_str(&json).map_err(|e| {
-                    StoreError::Corrupt(format!("transcript row {id} is not a chat message: {e}"))
-                })
+                serde_json::from_str(&json)
+                    .map_err(|e| StoreError::Corrupt(format!("transcript row {id} is not a chat message: {e}")))
             })
             .collect()
     }
 
     async fn finish_run(&self, run_id: &str, outcome: &RunOutcome) -> Result<(), StoreError> {
-        let refuse = |reason: &str| StoreError::Finish {
-            run_id: run_id.to_owned(),
-            reason: reason.to_owned(),
-        };
+        let refuse = |reason: &str| StoreError::Finish { run_id: run_id.to_owned(), reason: reason.to_owned() };
         if outcome.status == RunStatus::Running {
             return Err(refuse("the outcome's status is still running"));
         }
@@ -186,23 +169,14 @@ impl Store for SqliteStore {
     async fn recent_runs(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
         // Run ids are UUID v7, time-ordered, so they break ties between runs started in the
         // same millisecond.
-        let sql = format!(
-            "SELECT {RUN_COLUMNS} FROM runs ORDER BY started_at DESC, run_id DESC LIMIT $1"
-        );
-        let rows = sqlx::query(&sql)
-            .bind(sql_limit(limit))
-            .fetch_all(&self.pool)
-            .await?;
+        let sql = format!("SELECT {RUN_COLUMNS} FROM runs ORDER BY started_at DESC, run_id DESC LIMIT $1");
+        let rows = sqlx::query(&sql).bind(sql_limit(limit)).fetch_all(&self.pool).await?;
         rows.iter().map(run_record).collect()
     }
 }
 
 /// Creates the session row on first use; later claims leave it alone.
-async fn ensure_session(
-    tx: &mut Transaction<'_, Sqlite>,
-    key: &str,
-    now: i64,
-) -> Result<(), StoreError> {
+async fn ensure_session(tx: &mut Transaction<'_, Sqlite>, key: &str, now: i64) -> Result<(), StoreError> {
     sqlx::query("INSERT INTO sessions (key, created_at, updated_at) VALUES ($1, $2, $2) ON CONFLICT (key) DO NOTHING")
         .bind(key)
         .bind(now)
@@ -212,61 +186,39 @@ async fn ensure_session(
 }
 
 /// What to do about an inbound id that already has a run.
-async fn existing_claim(
-    tx: &mut Transaction<'_, Sqlite>,
-    inbound_id: &str,
-) -> Result<RunClaim, StoreError> {
-    let row: Option<(String, String, Option<String>, bool)> = sqlx::query_as(
-        "SELECT run_id, status, reply_json, reply_delivered FROM runs WHERE inbound_id = $1",
-    )
-    .bind(inbound_id)
-    .fetch_optional(&mut **tx)
-    .await?;
+async fn existing_claim(tx: &mut Transaction<'_, Sqlite>, inbound_id: &str) -> Result<RunClaim, StoreError> {
+    let row: Option<(String, String, Option<String>, bool)> =
+        sqlx::query_as("SELECT run_id, status, reply_json, reply_delivered FROM runs WHERE inbound_id = $1")
+            .bind(inbound_id)
+            .fetch_optional(&mut **tx)
+            .await?;
     let Some((run_id, status, reply_json, delivered)) = row else {
-        return Err(StoreError::Corrupt(format!(
-            "inbound id {inbound_id} conflicts but has no run"
-        )));
+        return Err(StoreError::Corrupt(format!("inbound id {inbound_id} conflicts but has no run")));
     };
     match parse_status(&status)? {
         RunStatus::Running => {
             // Its worker died (or the bus gave up on it): this claimant takes it over.
-            let attempt: i64 = sqlx::query_scalar(
-                "UPDATE runs SET attempt = attempt + 1 WHERE run_id = $1 RETURNING attempt",
-            )
-            .bind(&run_id)
-            .fetch_one(&mut **tx)
-            .await?;
-            Ok(RunClaim::Resumed {
-                attempt: to_u32(attempt, "attempt")?,
-                run_id,
-            })
+            let attempt: i64 =
+                sqlx::query_scalar("UPDATE runs SET attempt = attempt + 1 WHERE run_id = $1 RETURNING attempt")
+                    .bind(&run_id)
+                    .fetch_one(&mut **tx)
+                    .await?;
+            Ok(RunClaim::Resumed { attempt: to_u32(attempt, "attempt")?, run_id })
         }
         RunStatus::Completed | RunStatus::Failed => {
-            let reply = reply_json
-                .as_deref()
-                .map(|json| decode_reply(&run_id, json))
-                .transpose()?;
-            Ok(RunClaim::Finished {
-                run_id,
-                reply,
-                delivered,
-            })
+            let reply = reply_json.as_deref().map(|json| decode_reply(&run_id, json)).transpose()?;
+            Ok(RunClaim::Finished { run_id, reply, delivered })
         }
     }
 }
 
 /// The session and status of a run, if it exists.
-async fn run_state(
-    tx: &mut Transaction<'_, Sqlite>,
-    run_id: &str,
-) -> Result<Option<(String, RunStatus)>, StoreError> {
-    let row: Option<(String, String)> =
-        sqlx::query_as("SELECT session_key, status FROM runs WHERE run_id = $1")
-            .bind(run_id)
-            .fetch_optional(&mut **tx)
-            .await?;
-    row.map(|(session, status)| Ok((session, parse_status(&status)?)))
-        .transpose()
+async fn run_state(tx: &mut Transaction<'_, Sqlite>, run_id: &str) -> Result<Option<(String, RunStatus)>, StoreError> {
+    let row: Option<(String, String)> = sqlx::query_as("SELECT session_key, status FROM runs WHERE run_id = $1")
+        .bind(run_id)
+        .fetch_optional(&mut **tx)
+        .await?;
+    row.map(|(session, status)| Ok((session, parse_status(&status)?))).transpose()
 }
 
 async fn append_transcript(
@@ -360,13 +312,11 @@ fn role_name(role: Role) -> &'static str {
 }
 
 fn encode<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
-    serde_json::to_string(value)
-        .map_err(|e| StoreError::Corrupt(format!("cannot encode as JSON: {e}")))
+    serde_json::to_string(value).map_err(|e| StoreError::Corrupt(format!("cannot encode as JSON: {e}")))
 }
 
 fn decode_reply(run_id: &str, json: &str) -> Result<OutboundMessage, StoreError> {
-    serde_json::from_str(json)
-        .map_err(|e| StoreError::Corrupt(format!("reply of run {run_id} is unreadable: {e}")))
+    serde_json::from_str(json).map_err(|e| StoreError::Corrupt(format!("reply of run {run_id} is unreadable: {e}")))
 }
 
 fn now_millis() -> i64 {
@@ -374,8 +324,7 @@ fn now_millis() -> i64 {
 }
 
 fn from_millis(millis: i64) -> Result<DateTime<Utc>, StoreError> {
-    DateTime::from_timestamp_millis(millis)
-        .ok_or_else(|| StoreError::Corrupt(format!("time {millis} is out of range")))
+    DateTime::from_timestamp_millis(millis).ok_or_else(|| StoreError::Corrupt(format!("time {millis} is out of range")))
 }
 
 /// SQLite integers are signed; a `usize` limit beyond `i64::MAX` means "no limit" anyway.
@@ -393,6 +342,5 @@ fn to_u64(value: i64, column: &str) -> Result<u64, StoreError> {
 }
 
 fn to_u32(value: i64, column: &str) -> Result<u32, StoreError> {
-    u32::try_from(value)
-        .map_err(|_| StoreError::Corrupt(format!("{column} is out of range: {value}")))
+    u32::try_from(value).map_err(|_| StoreError::Corrupt(format!("{column} is out of range: {value}")))
 }

@@ -117,7 +117,9 @@ async fn run_turn(
     reply.metadata.insert("model".into(), json!(result.model));
     reply.metadata.insert("usage".into(), json!(result.usage));
     events.emit(match &result.error {
-        None => RunEventBody::Completed { reply: result.reply.clone(), usage: result.usage, model: result.model.clone() },
+        None => {
+            RunEventBody::Completed { reply: result.reply.clone(), usage: result.usage, model: result.model.clone() }
+        }
         Some(error) => RunEventBody::Failed { error: error.clone() },
     });
     Ok(RunOutcome {

@@ -34,11 +34,7 @@ pub enum Scripted {
     /// counted over the server's lifetime, so they stay unique across turns.
     ToolCalls(Vec<(String, Value)>),
     /// An error answer, e.g. 429 with `retry_after`, 500, or 400 `context_length_exceeded`.
-    Status {
-        code: u16,
-        retry_after: Option<u64>,
-        body: Value,
-    },
+    Status { code: u16, retry_after: Option<u64>, body: Value },
     /// Wait, then answer.
     Delay(Duration, Box<Scripted>),
     /// Never answer (for timeouts).
@@ -111,9 +107,7 @@ impl Drop for FakeLlm {
 
 /// A poisoned lock only means another test thread panicked; the data is still usable.
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl FakeLlm {
@@ -136,24 +130,16 @@ impl FakeLlm {
             next_call_id: AtomicU64::new(1),
             stopped: watch::Sender::new(false),
         });
-        let router = Router::new()
-            .route("/v1/chat/completions", post(chat_completions))
-            .with_state(shared.clone());
+        let router = Router::new().route("/v1/chat/completions", post(chat_completions)).with_state(shared.clone());
         // A test helper: failing to bind loopback is an environment problem worth a panic.
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind 127.0.0.1:0 for FakeLlm");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0 for FakeLlm");
         let addr = listener.local_addr().expect("FakeLlm local address");
         let server = tokio::spawn(async move {
             if let Err(error) = axum::serve(listener, router).await {
                 eprintln!("FakeLlm server stopped: {error}");
             }
         });
-        FakeLlm {
-            addr,
-            shared,
-            server,
-        }
+        FakeLlm { addr, shared, server }
     }
 
     /// `http://127.0.0.1:PORT/v1`, ready for a provider's `base_url`.
@@ -180,35 +166,21 @@ impl FakeLlm {
     }
 }
 
-async fn chat_completions(
-    State(shared): State<Arc<Shared>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let request: Value = serde_json::from_slice(&body)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
+async fn chat_completions(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+    let request: Value =
+        serde_json::from_slice(&body).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
     let number = {
         let mut requests = lock(&shared.requests);
         requests.push(request.clone());
         requests.len()
     };
     // Concurrent handlers may get here out of order: the count only ever grows.
-    shared
-        .received
-        .send_modify(|count| *count = (*count).max(number));
+    shared.received.send_modify(|count| *count = (*count).max(number));
 
     if let Some(key) = &shared.api_key {
         let expected = format!("Bearer {key}");
-        if headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            != Some(expected.as_str())
-        {
-            let body = error_body(
-                "Incorrect API key provided.",
-                "invalid_request_error",
-                "invalid_api_key",
-            );
+        if headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) != Some(expected.as_str()) {
+            let body = error_body("Incorrect API key provided.", "invalid_request_error", "invalid_api_key");
             return status_response(401, None, body);
         }
     }
@@ -216,17 +188,12 @@ async fn chat_completions(
         return status_response(
             400,
             None,
-            error_body(
-                "We could not parse the JSON body of your request.",
-                "invalid_request_error",
-                "invalid_json",
-            ),
+            error_body("We could not parse the JSON body of your request.", "invalid_request_error", "invalid_json"),
         );
     }
 
     let next = lock(&shared.script).pop_front();
-    let mut step =
-        next.unwrap_or_else(|| Scripted::Text(format!("echo: {}", last_user_content(&request))));
+    let mut step = next.unwrap_or_else(|| Scripted::Text(format!("echo: {}", last_user_content(&request))));
     loop {
         match step {
             Scripted::Delay(wait, then) => {
@@ -234,24 +201,13 @@ async fn chat_completions(
                 step = *then;
             }
             Scripted::Hang => {
-                let _ = shared
-                    .stopped
-                    .subscribe()
-                    .wait_for(|stopped| *stopped)
-                    .await;
+                let _ = shared.stopped.subscribe().wait_for(|stopped| *stopped).await;
                 return StatusCode::SERVICE_UNAVAILABLE.into_response();
             }
-            Scripted::Status {
-                code,
-                retry_after,
-                body,
-            } => return status_response(code, retry_after, body),
+            Scripted::Status { code, retry_after, body } => return status_response(code, retry_after, body),
             Scripted::Text(text) => return answer(number, &request, Answer::Text(text)),
             Scripted::ToolCalls(calls) => {
-                let calls = calls
-                    .into_iter()
-                    .map(|(name, args)| (next_call_id(&shared), name, args))
-                    .collect();
+                let calls = calls.into_iter().map(|(name, args)| (next_call_id(&shared), name, args)).collect();
                 return answer(number, &request, Answer::ToolCalls(calls));
             }
         }
@@ -259,19 +215,14 @@ async fn chat_completions(
 }
 
 fn next_call_id(shared: &Shared) -> String {
-    format!(
-        "call_{}",
-        shared.next_call_id.fetch_add(1, Ordering::Relaxed)
-    )
+    format!("call_{}", shared.next_call_id.fetch_add(1, Ordering::Relaxed))
 }
 
 fn status_response(code: u16, retry_after: Option<u64>, body: Value) -> Response {
     let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut response = (status, axum::Json(body)).into_response();
     if let Some(seconds) = retry_after {
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
     }
     response
 }
@@ -284,15 +235,10 @@ enum Answer {
 
 /// Plausible usage: about four characters per token.
 fn usage(request: &Value, answer: &Answer) -> Value {
-    let prompt_chars: usize = messages(request)
-        .map(|m| content_text(m).chars().count())
-        .sum();
+    let prompt_chars: usize = messages(request).map(|m| content_text(m).chars().count()).sum();
     let completion_chars = match answer {
         Answer::Text(text) => text.chars().count(),
-        Answer::ToolCalls(calls) => calls
-            .iter()
-            .map(|(_, name, args)| name.len() + args.to_string().len())
-            .sum(),
+        Answer::ToolCalls(calls) => calls.iter().map(|(_, name, args)| name.len() + args.to_string().len()).sum(),
     };
     let prompt = (prompt_chars / 4).max(1);
     let completion = (completion_chars / 4).max(1);
@@ -300,21 +246,14 @@ fn usage(request: &Value, answer: &Answer) -> Value {
 }
 
 fn messages(request: &Value) -> impl Iterator<Item = &Value> {
-    request
-        .get("messages")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
+    request.get("messages").and_then(Value::as_array).into_iter().flatten()
 }
 
 /// A message's text: a string, or the `text` of its content parts.
 fn content_text(message: &Value) -> String {
     match message.get("content") {
         Some(Value::String(text)) => text.clone(),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|p| p.get("text")?.as_str())
-            .collect(),
+        Some(Value::Array(parts)) => parts.iter().filter_map(|p| p.get("text")?.as_str()).collect(),
         _ => String::new(),
     }
 }
@@ -328,11 +267,7 @@ fn last_user_content(request: &Value) -> String {
 }
 
 fn answer(number: usize, request: &Value, answer: Answer) -> Response {
-    let model = request
-        .get("model")
-        .and_then(Value::as_str)
-        .unwrap_or("fake-model")
-        .to_owned();
+    let model = request.get("model").and_then(Value::as_str).unwrap_or("fake-model").to_owned();
     let usage = usage(request, &answer);
     let id = format!("chatcmpl-fake-{number}");
     if request.get("stream").and_then(Value::as_bool) == Some(true) {
@@ -353,10 +288,9 @@ fn whole_answer(id: &str, model: &str, answer: Answer, usage: Value) -> Value {
     let (message, finish) = match answer {
         Answer::Text(text) => (json!({"role": "assistant", "content": text}), "stop"),
         // Like OpenAI: `content` is null when the model only calls tools.
-        Answer::ToolCalls(calls) => (
-            json!({"role": "assistant", "content": null, "tool_calls": wire_calls(&calls)}),
-            "tool_calls",
-        ),
+        Answer::ToolCalls(calls) => {
+            (json!({"role": "assistant", "content": null, "tool_calls": wire_calls(&calls)}), "tool_calls")
+        }
     };
     json!({
         "id": id, "object": "chat.completion", "created": 0, "model": model,
@@ -371,11 +305,7 @@ fn stream_answer(id: &str, model: &str, answer: Answer, usage: Value) -> Respons
     let mut events = vec![delta(json!({"role": "assistant", "content": ""}))];
     let finish = match answer {
         Answer::Text(text) => {
-            events.extend(
-                split_text(&text, 4)
-                    .into_iter()
-                    .map(|piece| delta(json!({"content": piece}))),
-            );
+            events.extend(split_text(&text, 4).into_iter().map(|piece| delta(json!({"content": piece}))));
             "stop"
         }
         Answer::ToolCalls(calls) => {
@@ -383,25 +313,18 @@ fn stream_answer(id: &str, model: &str, answer: Answer, usage: Value) -> Respons
                 let head = json!({"index": index, "id": call_id, "type": "function", "function": {"name": name, "arguments": ""}});
                 events.push(delta(json!({"tool_calls": [head]})));
                 for piece in split_text(&args.to_string(), 3) {
-                    events.push(delta(
-                        json!({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}),
-                    ));
+                    events.push(delta(json!({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})));
                 }
             }
             "tool_calls"
         }
     };
-    events.push(chunk(
-        json!([{"index": 0, "delta": {}, "finish_reason": finish}]),
-    ));
+    events.push(chunk(json!([{"index": 0, "delta": {}, "finish_reason": finish}])));
     let mut usage_chunk = chunk(json!([]));
     usage_chunk["usage"] = usage;
     events.push(usage_chunk);
 
-    let mut frames: Vec<String> = events
-        .iter()
-        .map(|event| format!("data: {event}\n\n"))
-        .collect();
+    let mut frames: Vec<String> = events.iter().map(|event| format!("data: {event}\n\n")).collect();
     frames.push("data: [DONE]\n\n".to_owned());
     // A short pause between frames, so the client really sees them arrive one by one.
     let body = futures_util::stream::iter(frames).then(|frame| async move {
@@ -409,13 +332,8 @@ fn stream_answer(id: &str, model: &str, answer: Answer, usage: Value) -> Respons
         Ok::<_, Infallible>(frame)
     });
     let mut response = Body::from_stream(body).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    response
-        .headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     response
 }
 
@@ -426,10 +344,7 @@ pub fn split_text(text: &str, parts: usize) -> Vec<String> {
         return Vec::new();
     }
     let size = chars.len().div_ceil(parts.max(1));
-    chars
-        .chunks(size)
-        .map(|piece| piece.iter().collect())
-        .collect()
+    chars.chunks(size).map(|piece| piece.iter().collect()).collect()
 }
 
 #[cfg(test)]

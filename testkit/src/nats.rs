@@ -38,18 +38,10 @@ impl NatsServer {
     }
 
     async fn launch(jetstream: bool) -> NatsServer {
-        let dir =
-            tempfile::tempdir().unwrap_or_else(|err| panic!("cannot create a temp dir: {err}"));
-        let mut server = NatsServer {
-            dir,
-            port: 0,
-            jetstream,
-            child: None,
-        };
+        let dir = tempfile::tempdir().unwrap_or_else(|err| panic!("cannot create a temp dir: {err}"));
+        let mut server = NatsServer { dir, port: 0, jetstream, child: None };
         let child = server.spawn(None);
-        let pid = child
-            .id()
-            .unwrap_or_else(|| panic!("nats-server exited at once"));
+        let pid = child.id().unwrap_or_else(|| panic!("nats-server exited at once"));
         server.child = Some(child);
         server.port = read_port(server.dir.path(), pid).await;
         wait_for_tcp(server.port).await;
@@ -90,12 +82,8 @@ impl NatsServer {
             cmd.arg("-js").arg("-sd").arg(dir);
         }
         cmd.arg("--ports_file_dir").arg(dir);
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log_file(dir))
-            .kill_on_drop(true);
-        cmd.spawn()
-            .unwrap_or_else(|err| panic!("cannot start nats-server (is it installed?): {err}"))
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log_file(dir)).kill_on_drop(true);
+        cmd.spawn().unwrap_or_else(|err| panic!("cannot start nats-server (is it installed?): {err}"))
     }
 }
 
@@ -113,19 +101,12 @@ fn server_binary() -> PathBuf {
         return PathBuf::from(path);
     }
     let debian = PathBuf::from("/usr/sbin/nats-server");
-    if debian.exists() {
-        debian
-    } else {
-        PathBuf::from("nats-server")
-    }
+    if debian.exists() { debian } else { PathBuf::from("nats-server") }
 }
 
 /// The server's log goes to a file in its directory (appended across restarts), for debugging.
 fn log_file(dir: &Path) -> Stdio {
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join("nats-server.log"));
+    let file = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("nats-server.log"));
     file.map_or_else(|_| Stdio::null(), Stdio::from)
 }
 
@@ -140,11 +121,7 @@ async fn read_port(dir: &Path, pid: u32) -> u16 {
         {
             return port;
         }
-        assert!(
-            Instant::now() < deadline,
-            "nats-server wrote no ports file in {}",
-            dir.display()
-        );
+        assert!(Instant::now() < deadline, "nats-server wrote no ports file in {}", dir.display());
         tokio::time::sleep(POLL_INTERVAL).await;
     }
 }
@@ -158,14 +135,8 @@ fn parse_ports_file(text: &str) -> Option<u16> {
 
 async fn wait_for_tcp(port: u16) {
     let deadline = Instant::now() + START_TIMEOUT;
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        assert!(
-            Instant::now() < deadline,
-            "nats-server does not accept connections on port {port}"
-        );
+    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+        assert!(Instant::now() < deadline, "nats-server does not accept connections on port {port}");
         tokio::time::sleep(POLL_INTERVAL).await;
     }
 }
@@ -176,10 +147,7 @@ mod tests {
 
     #[test]
     fn ports_file_is_parsed() {
-        assert_eq!(
-            parse_ports_file(r#"{"nats":["nats://127.0.0.1:45005"]}"#),
-            Some(45005)
-        );
+        assert_eq!(parse_ports_file(r#"{"nats":["nats://127.0.0.1:45005"]}"#), Some(45005));
         assert_eq!(parse_ports_file(r#"{"nats":[]}"#), None);
         assert_eq!(parse_ports_file("{\"na"), None);
     }
@@ -190,16 +158,8 @@ mod tests {
         let port = server.port();
         assert!(server.url().ends_with(&format!(":{port}")));
         server.restart().await;
-        assert!(
-            tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .is_ok()
-        );
+        assert!(tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok());
         server.kill().await;
-        assert!(
-            tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .is_err()
-        );
+        assert!(tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err());
     }
 }

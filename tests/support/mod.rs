@@ -41,7 +41,9 @@ impl<'a> Launch<'a> {
 
     /// Points the daemon at a fake OpenAI-compatible server.
     pub fn llm(self, base_url: &str) -> Self {
-        self.env("OPENAI_BASE_URL", base_url).env("OPENAI_API_KEY", "sk-test-secret").env("SWITCHBOARD_MODEL", "fake-model")
+        self.env("OPENAI_BASE_URL", base_url)
+            .env("OPENAI_API_KEY", "sk-test-secret")
+            .env("SWITCHBOARD_MODEL", "fake-model")
     }
 
     pub fn spawn(self) -> Daemon {
@@ -89,10 +91,8 @@ impl Daemon {
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
                 panic!("daemon exited early with {status}:\n{}", self.logs());
             }
-            if let Ok(resp) = client.get(self.url("/healthz")).send().await {
-                if resp.status() == 200 {
-                    return;
-                }
+            if client.get(self.url("/healthz")).send().await.is_ok_and(|r| r.status() == 200) {
+                return;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

@@ -52,8 +52,8 @@ async fn post_message(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    if let Err(response) = authorize(&state.settings, &headers) {
-        return response;
+    if !authorized(&state.settings, &headers) {
+        return error(StatusCode::UNAUTHORIZED, "unauthorized", "missing or wrong bearer token");
     }
     let body = match body {
         Ok(body) => body,
@@ -109,18 +109,15 @@ async fn post_message(
     }
 }
 
-fn authorize(settings: &ApiSettings, headers: &HeaderMap) -> Result<(), Response> {
-    let Some(expected) = settings.token.as_deref() else { return Ok(()) };
+/// True when no token is configured or the request carries the right one.
+fn authorized(settings: &ApiSettings, headers: &HeaderMap) -> bool {
+    let Some(expected) = settings.token.as_deref() else { return true };
     let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
-    if constant_time_eq(given.as_bytes(), expected.as_bytes()) {
-        Ok(())
-    } else {
-        Err(error(StatusCode::UNAUTHORIZED, "unauthorized", "missing or wrong bearer token"))
-    }
+    constant_time_eq(given.as_bytes(), expected.as_bytes())
 }
 
 /// Compares without an early exit, so response timing does not reveal the token.

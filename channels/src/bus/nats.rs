@@ -83,21 +83,12 @@ impl NatsBus {
             .event_callback(log_event(shown.clone()))
             .connect(url)
             .await
-            .map_err(|err| BusError::Connect {
-                url: shown.clone(),
-                reason: redact_in(&err.to_string(), url),
-            })?;
+            .map_err(|err| BusError::Connect { url: shown.clone(), reason: redact_in(&err.to_string(), url) })?;
         let js = jetstream::new(client.clone());
         let streams = StreamNames::new(subjects.prefix());
         streams::ensure_streams(&js, &subjects, &streams, &opts, &shown).await?;
         tracing::info!(url = %shown, prefix = %subjects.prefix(), "connected to the NATS bus");
-        Ok(NatsBus {
-            client,
-            js,
-            subjects,
-            streams,
-            opts,
-        })
+        Ok(NatsBus { client, js, subjects, streams, opts })
     }
 
     /// The underlying client, for health checks and leases built on the same connection.
@@ -106,12 +97,7 @@ impl NatsBus {
     }
 
     /// Creates the durable consumer, or updates the settings a running one may change.
-    async fn consumer(
-        &self,
-        stream: &str,
-        name: &str,
-        filter: String,
-    ) -> Result<PullConsumer, BusError> {
+    async fn consumer(&self, stream: &str, name: &str, filter: String) -> Result<PullConsumer, BusError> {
         let config = pull::Config {
             durable_name: Some(name.to_owned()),
             filter_subject: filter,
@@ -123,7 +109,9 @@ impl NatsBus {
         };
         self.js.create_consumer_on_stream(config, stream).await.map_err(|err| {
             let hint = if err.to_string().contains("workqueue") {
-                format!(" (a work-queue stream takes one consumer per subject: list them with `nats consumer ls {stream}`)")
+                format!(
+                    " (a work-queue stream takes one consumer per subject: list them with `nats consumer ls {stream}`)"
+                )
             } else {
                 String::new()
             };
@@ -132,15 +120,8 @@ impl NatsBus {
     }
 
     async fn publish_stored(&self, subject: String, publish: Publish) -> Result<(), BusError> {
-        let failed = |reason: String| BusError::Publish {
-            subject: subject.clone(),
-            reason,
-        };
-        let pending = self
-            .js
-            .send_publish(subject.clone(), publish)
-            .await
-            .map_err(|e| failed(e.to_string()))?;
+        let failed = |reason: String| BusError::Publish { subject: subject.clone(), reason };
+        let pending = self.js.send_publish(subject.clone(), publish).await.map_err(|e| failed(e.to_string()))?;
         // The publish ack is the durability point: the message is in the stream.
         let ack = pending.await.map_err(|e| failed(e.to_string()))?;
         if ack.duplicate {
@@ -166,10 +147,7 @@ impl Bus for NatsBus {
                 .client
                 .publish(subject.clone(), payload)
                 .await
-                .map_err(|err| BusError::Publish {
-                    subject,
-                    reason: err.to_string(),
-                });
+                .map_err(|err| BusError::Publish { subject, reason: err.to_string() });
         }
         let mut publish = Publish::build().payload(payload);
         if let Some(id) = dedupe_id {
@@ -181,13 +159,7 @@ impl Bus for NatsBus {
     async fn inbound(&self) -> Result<Deliveries, BusError> {
         // No filter: the stream holds only inbound subjects, and a work-queue stream allows
         // one unfiltered consumer, which all workers share.
-        let consumer = self
-            .consumer(
-                &self.streams.inbound,
-                &self.opts.worker_consumer,
-                String::new(),
-            )
-            .await?;
+        let consumer = self.consumer(&self.streams.inbound, &self.opts.worker_consumer, String::new()).await?;
         puller::deliveries(self.js.clone(), consumer, self.opts.pull_wait).await
     }
 
@@ -203,43 +175,24 @@ impl Bus for NatsBus {
             Some(chat) => self.subjects.chat(Flow::Events, channel, chat),
             None => self.subjects.channel_wildcard(Flow::Events, channel),
         };
-        let subscriber = self
-            .client
-            .subscribe(subject)
-            .await
-            .map_err(|e| BusError::Receive(e.to_string()))?;
+        let subscriber = self.client.subscribe(subject).await.map_err(|e| BusError::Receive(e.to_string()))?;
         // Once the server has answered a ping it has the subscription: no event published
         // after this returns is missed.
-        self.client
-            .flush()
-            .await
-            .map_err(|e| BusError::Receive(e.to_string()))?;
-        Ok(subscriber
-            .filter_map(|msg| std::future::ready(decode_event(&msg.payload)))
-            .boxed())
+        self.client.flush().await.map_err(|e| BusError::Receive(e.to_string()))?;
+        Ok(subscriber.filter_map(|msg| std::future::ready(decode_event(&msg.payload))).boxed())
     }
 
     async fn dead_letter(&self, flow: Flow, letter: &DeadLetter) -> Result<(), BusError> {
         tracing::warn!(subject = %letter.subject, reason = %letter.reason, "message dead-lettered");
         let payload = Bytes::from(serde_json::to_vec(letter)?);
-        self.publish_stored(
-            self.subjects.dead_letter(flow),
-            Publish::build().payload(payload),
-        )
-        .await
+        self.publish_stored(self.subjects.dead_letter(flow), Publish::build().payload(payload)).await
     }
 
     async fn dead_letters(&self, flow: Flow, limit: usize) -> Result<Vec<DeadLetter>, BusError> {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        read_dead_letters(
-            &self.js,
-            &self.streams.dead,
-            self.subjects.dead_letter(flow),
-            limit,
-        )
-        .await
+        read_dead_letters(&self.js, &self.streams.dead, self.subjects.dead_letter(flow), limit).await
     }
 }
 
@@ -248,28 +201,16 @@ impl Bus for NatsBus {
 fn message_id(flow: Flow, id: &str, subject: &str) -> Result<String, BusError> {
     if id.chars().any(char::is_control) {
         let reason = "the dedupe id contains control characters".to_owned();
-        return Err(BusError::Publish {
-            subject: subject.to_owned(),
-            reason,
-        });
+        return Err(BusError::Publish { subject: subject.to_owned(), reason });
     }
     let flow = if flow == Flow::In { "in" } else { "out" };
     Ok(format!("{flow}:{id}"))
 }
 
 fn to_delivery(message: jetstream::Message) -> Delivery {
-    let attempt = message
-        .info()
-        .ok()
-        .and_then(|info| u64::try_from(info.delivered).ok())
-        .unwrap_or(1);
+    let attempt = message.info().ok().and_then(|info| u64::try_from(info.delivered).ok()).unwrap_or(1);
     let (message, acker) = message.split();
-    Delivery::new(
-        message.subject.to_string(),
-        message.payload,
-        attempt,
-        Box::new(NatsAcker(acker)),
-    )
+    Delivery::new(message.subject.to_string(), message.payload, attempt, Box::new(NatsAcker(acker)))
 }
 
 struct NatsAcker(jetstream::message::Acker);
@@ -278,24 +219,15 @@ struct NatsAcker(jetstream::message::Acker);
 impl Acker for NatsAcker {
     async fn ack(&mut self) -> Result<(), BusError> {
         // Waits for the server's confirmation, so an acked message is known to be gone.
-        self.0
-            .double_ack_with(AckKind::Ack)
-            .await
-            .map_err(|e| BusError::Ack(e.to_string()))
+        self.0.double_ack_with(AckKind::Ack).await.map_err(|e| BusError::Ack(e.to_string()))
     }
 
     async fn nak(&mut self, delay: Option<Duration>) -> Result<(), BusError> {
-        self.0
-            .ack_with(AckKind::Nak(delay))
-            .await
-            .map_err(|e| BusError::Ack(e.to_string()))
+        self.0.ack_with(AckKind::Nak(delay)).await.map_err(|e| BusError::Ack(e.to_string()))
     }
 
     async fn progress(&self) -> Result<(), BusError> {
-        self.0
-            .ack_with(AckKind::Progress)
-            .await
-            .map_err(|e| BusError::Ack(e.to_string()))
+        self.0.ack_with(AckKind::Progress).await.map_err(|e| BusError::Ack(e.to_string()))
     }
 }
 
@@ -314,15 +246,12 @@ async fn read_dead_letters(
         ..pull::Config::default()
     };
     let receive = |e: String| BusError::Receive(format!("reading dead letters from {stream}: {e}"));
-    let consumer: PullConsumer = js
-        .create_consumer_on_stream(config, stream)
-        .await
-        .map_err(|e| receive(e.to_string()))?;
+    let consumer: PullConsumer =
+        js.create_consumer_on_stream(config, stream).await.map_err(|e| receive(e.to_string()))?;
     let mut remaining = consumer.cached_info().num_pending;
     let mut kept = std::collections::VecDeque::with_capacity(limit);
     while remaining > 0 {
-        let batch =
-            usize::try_from(remaining).map_or(DEAD_LETTER_BATCH, |n| n.min(DEAD_LETTER_BATCH));
+        let batch = usize::try_from(remaining).map_or(DEAD_LETTER_BATCH, |n| n.min(DEAD_LETTER_BATCH));
         let mut messages = consumer
             .batch()
             .max_messages(batch)
@@ -417,25 +346,16 @@ mod tests {
 
     #[test]
     fn credentials_are_redacted() {
-        assert_eq!(
-            redact_url("nats://user:secret@host:4222"),
-            "nats://***@host:4222"
-        );
+        assert_eq!(redact_url("nats://user:secret@host:4222"), "nats://***@host:4222");
         assert_eq!(redact_url("nats://host:4222"), "nats://host:4222");
         assert_eq!(redact_url("tok@h:1,nats://a:b@h2"), "***@h:1,nats://***@h2");
-        let msg = redact_in(
-            "failed: nats://user:secret@host:4222 (user:secret)",
-            "nats://user:secret@host:4222",
-        );
+        let msg = redact_in("failed: nats://user:secret@host:4222 (user:secret)", "nats://user:secret@host:4222");
         assert!(!msg.contains("secret"), "{msg}");
     }
 
     #[test]
     fn message_ids_are_namespaced_by_flow() {
-        assert_eq!(
-            message_id(Flow::In, "telegram:1:2", "s").unwrap(),
-            "in:telegram:1:2"
-        );
+        assert_eq!(message_id(Flow::In, "telegram:1:2", "s").unwrap(), "in:telegram:1:2");
         assert_eq!(message_id(Flow::Out, "x", "s").unwrap(), "out:x");
         assert!(message_id(Flow::In, "a\r\nb", "s").is_err());
     }

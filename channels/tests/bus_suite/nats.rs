@@ -11,42 +11,23 @@ const ACK_WAIT: Duration = Duration::from_secs(2);
 /// Pull requests outlive every test, so no redelivery falls in the gap between two requests,
 /// where nats-server 2.9 postpones it by a whole `ack_wait` (see `puller.rs`).
 fn options() -> NatsOptions {
-    NatsOptions {
-        ack_wait: ACK_WAIT,
-        pull_wait: Duration::from_secs(20),
-        ..NatsOptions::default()
-    }
+    NatsOptions { ack_wait: ACK_WAIT, pull_wait: Duration::from_secs(20), ..NatsOptions::default() }
 }
 
 async fn connect(server: &NatsServer) -> NatsBus {
-    within(
-        PATIENCE,
-        "connect",
-        NatsBus::connect(&server.url(), options()),
-    )
-    .await
-    .expect("connect")
+    within(PATIENCE, "connect", NatsBus::connect(&server.url(), options())).await.expect("connect")
 }
 
 pub(super) async fn harness() -> Harness {
     let server = NatsServer::start().await;
     let bus = connect(&server).await;
-    Harness {
-        bus: Arc::new(bus),
-        redelivery: ACK_WAIT,
-        _server: Some(server),
-    }
+    Harness { bus: Arc::new(bus), redelivery: ACK_WAIT, _server: Some(server) }
 }
 
 #[tokio::test]
 async fn server_without_jetstream_is_refused() {
     let server = NatsServer::start_without_jetstream().await;
-    let result = within(
-        PATIENCE,
-        "connect",
-        NatsBus::connect(&server.url(), options()),
-    )
-    .await;
+    let result = within(PATIENCE, "connect", NatsBus::connect(&server.url(), options())).await;
     let err = result.err().expect("connect must fail");
     assert!(matches!(err, BusError::NoJetStream(_)), "{err}");
     assert!(err.to_string().contains("-js"), "{err}");
@@ -66,80 +47,34 @@ async fn unreachable_server_fails_at_once_without_credentials_in_the_error() {
 #[tokio::test]
 async fn incompatible_stream_is_refused_with_the_fix() {
     let server = NatsServer::start().await;
-    let client = within(PATIENCE, "connect", async_nats::connect(server.url()))
-        .await
-        .expect("connect");
+    let client = within(PATIENCE, "connect", async_nats::connect(server.url())).await.expect("connect");
     let config = async_nats::jetstream::stream::Config {
         name: "SWITCHBOARD_IN".into(),
         subjects: vec!["switchboard.in.>".into()],
         ..Default::default()
     };
-    within(
-        PATIENCE,
-        "create",
-        async_nats::jetstream::new(client).create_stream(config),
-    )
-    .await
-    .expect("create");
-    let err = within(
-        PATIENCE,
-        "connect",
-        NatsBus::connect(&server.url(), options()),
-    )
-    .await
-    .err()
-    .expect("refused");
+    within(PATIENCE, "create", async_nats::jetstream::new(client).create_stream(config)).await.expect("create");
+    let err = within(PATIENCE, "connect", NatsBus::connect(&server.url(), options())).await.err().expect("refused");
     let text = err.to_string();
-    assert!(
-        text.contains("retention") && text.contains("nats stream rm SWITCHBOARD_IN"),
-        "{text}"
-    );
+    assert!(text.contains("retention") && text.contains("nats stream rm SWITCHBOARD_IN"), "{text}");
 }
 
 #[tokio::test]
 async fn consumer_settings_update_and_conflicts_are_explained() {
     let server = NatsServer::start().await;
     let first = connect(&server).await;
-    drop(
-        within(PATIENCE, "inbound", first.inbound())
-            .await
-            .expect("inbound"),
-    );
-    let slower = NatsOptions {
-        ack_wait: Duration::from_secs(5),
-        ..options()
-    };
-    let second = within(PATIENCE, "connect", NatsBus::connect(&server.url(), slower))
-        .await
-        .expect("connect");
-    drop(
-        within(PATIENCE, "inbound", second.inbound())
-            .await
-            .expect("changed settings are applied"),
-    );
+    drop(within(PATIENCE, "inbound", first.inbound()).await.expect("inbound"));
+    let slower = NatsOptions { ack_wait: Duration::from_secs(5), ..options() };
+    let second = within(PATIENCE, "connect", NatsBus::connect(&server.url(), slower)).await.expect("connect");
+    drop(within(PATIENCE, "inbound", second.inbound()).await.expect("changed settings are applied"));
     let js = async_nats::jetstream::new(second.client().clone());
-    let stream = within(PATIENCE, "stream", js.get_stream("SWITCHBOARD_IN"))
-        .await
-        .expect("stream");
-    let info = within(PATIENCE, "info", stream.consumer_info("workers"))
-        .await
-        .expect("consumer");
+    let stream = within(PATIENCE, "stream", js.get_stream("SWITCHBOARD_IN")).await.expect("stream");
+    let info = within(PATIENCE, "info", stream.consumer_info("workers")).await.expect("consumer");
     assert_eq!(info.config.ack_wait, Duration::from_secs(5));
-    let other = NatsOptions {
-        worker_consumer: "others".into(),
-        ..options()
-    };
-    let third = within(PATIENCE, "connect", NatsBus::connect(&server.url(), other))
-        .await
-        .expect("connect");
-    let err = within(PATIENCE, "inbound", third.inbound())
-        .await
-        .err()
-        .expect("second unfiltered consumer");
-    assert!(
-        err.to_string().contains("nats consumer ls SWITCHBOARD_IN"),
-        "{err}"
-    );
+    let other = NatsOptions { worker_consumer: "others".into(), ..options() };
+    let third = within(PATIENCE, "connect", NatsBus::connect(&server.url(), other)).await.expect("connect");
+    let err = within(PATIENCE, "inbound", third.inbound()).await.err().expect("second unfiltered consumer");
+    assert!(err.to_string().contains("nats consumer ls SWITCHBOARD_IN"), "{err}");
 }
 
 #[tokio::test]
@@ -147,13 +82,8 @@ async fn unacked_message_survives_a_server_restart() {
     let mut server = NatsServer::start().await;
     // Short pull requests: the one outstanding when the server dies is lost with it, and is
     // only renewed once it should have expired.
-    let opts = NatsOptions {
-        pull_wait: Duration::from_secs(1),
-        ..options()
-    };
-    let bus = within(PATIENCE, "connect", NatsBus::connect(&server.url(), opts))
-        .await
-        .expect("connect");
+    let opts = NatsOptions { pull_wait: Duration::from_secs(1), ..options() };
+    let bus = within(PATIENCE, "connect", NatsBus::connect(&server.url(), opts)).await.expect("connect");
     let mut deliveries = bus.inbound().await.expect("inbound");
     for content in ["taken", "waiting"] {
         publish_on(&bus, content).await;
@@ -163,14 +93,10 @@ async fn unacked_message_survives_a_server_restart() {
     server.restart().await;
     let mut got = Vec::new();
     while got.len() < 2 {
-        let delivery = within(
-            Duration::from_secs(30),
-            "delivery after restart",
-            deliveries.next(),
-        )
-        .await
-        .expect("stream ended")
-        .expect("delivery");
+        let delivery = within(Duration::from_secs(30), "delivery after restart", deliveries.next())
+            .await
+            .expect("stream ended")
+            .expect("delivery");
         got.push((content_of(&delivery), delivery.attempt));
         within(PATIENCE, "ack", delivery.ack()).await.expect("ack");
     }
@@ -178,10 +104,7 @@ async fn unacked_message_survives_a_server_restart() {
     // The attempt count is not asserted: the server may not have written the consumer's
     // delivery state to disk before it was killed.
     let contents: HashSet<&str> = got.iter().map(|(c, _)| c.as_str()).collect();
-    assert!(
-        contents.contains(held_content.as_str()),
-        "the unacked message came back: {got:?}"
-    );
+    assert!(contents.contains(held_content.as_str()), "the unacked message came back: {got:?}");
     assert_eq!(contents, HashSet::from(["taken", "waiting"]));
     // The bus keeps working after the restart.
     publish_on(&bus, "after").await;
@@ -189,11 +112,5 @@ async fn unacked_message_survives_a_server_restart() {
 }
 
 async fn publish_on(bus: &NatsBus, content: &str) {
-    within(
-        PATIENCE,
-        "publish",
-        bus.publish_inbound(&inbound("c1", content)),
-    )
-    .await
-    .expect("publish");
+    within(PATIENCE, "publish", bus.publish_inbound(&inbound("c1", content))).await.expect("publish");
 }

@@ -8,12 +8,7 @@ use reqwest::header::{HeaderMap, RETRY_AFTER};
 /// The wait a provider asked for: `retry-after-ms` (OpenAI, Azure) or `Retry-After` as
 /// seconds or as an HTTP date.
 pub(super) fn parse_retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
-    let header = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-    };
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
     if let Some(ms) = header("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
         return Duration::try_from_secs_f64(ms / 1000.0).ok();
     }
@@ -27,9 +22,7 @@ pub(super) fn parse_retry_after(headers: &HeaderMap, now: SystemTime) -> Option<
 
 /// IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), the one HTTP date format servers must send.
 fn parse_http_date(text: &str) -> Option<SystemTime> {
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
+    const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
     let (_weekday, rest) = text.split_once(", ")?;
     let fields: Vec<&str> = rest.split(' ').collect();
     let [day, month, year, time, "GMT"] = fields.as_slice() else {
@@ -38,11 +31,7 @@ fn parse_http_date(text: &str) -> Option<SystemTime> {
     let day: u32 = day.parse().ok()?;
     let month = u32::try_from(MONTHS.iter().position(|m| m == month)? + 1).ok()?;
     let year: i64 = year.parse().ok()?;
-    let hms: Vec<u64> = time
-        .split(':')
-        .map(str::parse)
-        .collect::<Result<_, _>>()
-        .ok()?;
+    let hms: Vec<u64> = time.split(':').map(str::parse).collect::<Result<_, _>>().ok()?;
     let [hour, minute, second] = hms.as_slice() else {
         return None;
     };
@@ -71,59 +60,32 @@ mod tests {
     use super::*;
 
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
-        pairs
-            .iter()
-            .map(|(k, v)| (HeaderName::from_static(k), HeaderValue::from_static(v)))
-            .collect()
+        pairs.iter().map(|(k, v)| (HeaderName::from_static(k), HeaderValue::from_static(v))).collect()
     }
 
     #[test]
     fn retry_after_in_seconds_and_milliseconds() {
         let now = SystemTime::now();
-        assert_eq!(
-            parse_retry_after(&headers(&[("retry-after", "7")]), now),
-            Some(Duration::from_secs(7))
-        );
-        assert_eq!(
-            parse_retry_after(&headers(&[("retry-after", " 1.5 ")]), now),
-            Some(Duration::from_millis(1500))
-        );
+        assert_eq!(parse_retry_after(&headers(&[("retry-after", "7")]), now), Some(Duration::from_secs(7)));
+        assert_eq!(parse_retry_after(&headers(&[("retry-after", " 1.5 ")]), now), Some(Duration::from_millis(1500)));
         let both = headers(&[("retry-after", "2"), ("retry-after-ms", "250")]);
-        assert_eq!(
-            parse_retry_after(&both, now),
-            Some(Duration::from_millis(250))
-        );
-        assert_eq!(
-            parse_retry_after(&headers(&[("retry-after", "-3")]), now),
-            None
-        );
-        assert_eq!(
-            parse_retry_after(&headers(&[("retry-after", "soon")]), now),
-            None
-        );
+        assert_eq!(parse_retry_after(&both, now), Some(Duration::from_millis(250)));
+        assert_eq!(parse_retry_after(&headers(&[("retry-after", "-3")]), now), None);
+        assert_eq!(parse_retry_after(&headers(&[("retry-after", "soon")]), now), None);
         assert_eq!(parse_retry_after(&HeaderMap::new(), now), None);
     }
 
     #[test]
     fn retry_after_as_http_date() {
         let date = parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT").unwrap();
-        assert_eq!(
-            date.duration_since(UNIX_EPOCH).unwrap().as_secs(),
-            784_111_777
-        );
+        assert_eq!(date.duration_since(UNIX_EPOCH).unwrap().as_secs(), 784_111_777);
         let leap = parse_http_date("Thu, 29 Feb 2024 00:00:00 GMT").unwrap();
-        assert_eq!(
-            leap.duration_since(UNIX_EPOCH).unwrap().as_secs(),
-            1_709_164_800
-        );
+        assert_eq!(leap.duration_since(UNIX_EPOCH).unwrap().as_secs(), 1_709_164_800);
         let now = date - Duration::from_secs(30);
         let h = headers(&[("retry-after", "Sun, 06 Nov 1994 08:49:37 GMT")]);
         assert_eq!(parse_retry_after(&h, now), Some(Duration::from_secs(30)));
         // A date in the past means "now".
-        assert_eq!(
-            parse_retry_after(&h, date + Duration::from_secs(5)),
-            Some(Duration::ZERO)
-        );
+        assert_eq!(parse_retry_after(&h, date + Duration::from_secs(5)), Some(Duration::ZERO));
         for bad in [
             "06 Nov 1994 08:49:37 GMT",
             "Sun, 06 Foo 1994 08:49:37 GMT",

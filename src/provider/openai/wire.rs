@@ -10,9 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use switchboard_channels::contract::Usage;
 
-use crate::provider::{
-    ChatMessage, ChatRequest, ChatResponse, ProviderError, Role, TextSink, ToolCall,
-};
+use crate::provider::{ChatMessage, ChatRequest, ChatResponse, ProviderError, Role, TextSink, ToolCall};
 
 #[derive(Debug, Serialize)]
 pub(super) struct WireRequest<'a> {
@@ -96,9 +94,7 @@ pub(super) fn encode_request(request: &ChatRequest, stream: bool) -> WireRequest
         max_tokens: request.max_tokens,
         temperature: request.temperature,
         stream,
-        stream_options: stream.then_some(StreamOptions {
-            include_usage: true,
-        }),
+        stream_options: stream.then_some(StreamOptions { include_usage: true }),
     }
 }
 
@@ -109,10 +105,7 @@ fn encode_message(message: &ChatMessage) -> WireMessage<'_> {
         .map(|call| WireToolCall {
             id: &call.id,
             kind: "function",
-            function: WireFunctionCall {
-                name: &call.name,
-                arguments: encode_arguments(&call.arguments),
-            },
+            function: WireFunctionCall { name: &call.name, arguments: encode_arguments(&call.arguments) },
         })
         .collect();
     WireMessage {
@@ -120,9 +113,7 @@ fn encode_message(message: &ChatMessage) -> WireMessage<'_> {
         content: &message.content,
         tool_calls,
         // Only tool results carry the id; `name` is left out, as strict servers refuse it.
-        tool_call_id: (message.role == Role::Tool)
-            .then_some(message.tool_call_id.as_deref())
-            .flatten(),
+        tool_call_id: (message.role == Role::Tool).then_some(message.tool_call_id.as_deref()).flatten(),
     }
 }
 
@@ -156,10 +147,7 @@ fn arguments_text(arguments: Option<Value>) -> String {
 fn content_text(content: Option<Value>) -> String {
     match content {
         Some(Value::String(text)) => text,
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|p| p.get("text")?.as_str())
-            .collect(),
+        Some(Value::Array(parts)) => parts.iter().filter_map(|p| p.get("text")?.as_str()).collect(),
         _ => String::new(),
     }
 }
@@ -174,10 +162,7 @@ struct WireUsage {
 
 impl From<WireUsage> for Usage {
     fn from(usage: WireUsage) -> Self {
-        Usage {
-            input_tokens: usage.prompt_tokens.unwrap_or(0),
-            output_tokens: usage.completion_tokens.unwrap_or(0),
-        }
+        Usage { input_tokens: usage.prompt_tokens.unwrap_or(0), output_tokens: usage.completion_tokens.unwrap_or(0) }
     }
 }
 
@@ -224,25 +209,20 @@ struct ResponseFunction {
 
 /// Turns a whole (non-streamed) answer into a [`ChatResponse`].
 pub(super) fn decode_response(body: &[u8]) -> Result<ChatResponse, ProviderError> {
-    let parsed: CompletionResponse = serde_json::from_slice(body)
-        .map_err(|e| ProviderError::Decode(format!("chat completion: {e}")))?;
+    let parsed: CompletionResponse =
+        serde_json::from_slice(body).map_err(|e| ProviderError::Decode(format!("chat completion: {e}")))?;
     let choice = parsed
         .choices
         .and_then(|choices| choices.into_iter().next())
         .ok_or_else(|| ProviderError::Decode("chat completion without choices".into()))?;
-    let message = choice
-        .message
-        .ok_or_else(|| ProviderError::Decode("choice without a message".into()))?;
+    let message = choice.message.ok_or_else(|| ProviderError::Decode("choice without a message".into()))?;
     let tool_calls = message
         .tool_calls
         .unwrap_or_default()
         .into_iter()
         .enumerate()
         .map(|(i, call)| ToolCall {
-            id: call
-                .id
-                .filter(|id| !id.is_empty())
-                .unwrap_or_else(|| fallback_call_id(i)),
+            id: call.id.filter(|id| !id.is_empty()).unwrap_or_else(|| fallback_call_id(i)),
             name: call.function.name,
             arguments: decode_arguments(&arguments_text(call.function.arguments)),
         })
@@ -384,11 +364,7 @@ impl StreamAccumulator {
             .calls
             .into_iter()
             .map(|(index, call)| ToolCall {
-                id: if call.id.is_empty() {
-                    fallback_call_id(index)
-                } else {
-                    call.id
-                },
+                id: if call.id.is_empty() { fallback_call_id(index) } else { call.id },
                 name: call.name,
                 arguments: decode_arguments(&call.arguments),
             })
@@ -417,26 +393,17 @@ pub(super) fn error_from_body(
         None => (None, None),
     };
     let message = redact(message.unwrap_or_else(|| text_excerpt(body)), secret);
-    let overflow =
-        code.as_deref() == Some("context_length_exceeded") || looks_like_overflow(&message);
+    let overflow = code.as_deref() == Some("context_length_exceeded") || looks_like_overflow(&message);
     if overflow {
         return ProviderError::ContextOverflow(message);
     }
-    ProviderError::Http {
-        status,
-        message,
-        retry_after,
-    }
+    ProviderError::Http { status, message, retry_after }
 }
 
 /// An `error` object inside a stream (after the 200): its `code` is the HTTP status some
 /// servers (vLLM) would have sent; otherwise it counts as a server error.
 pub(super) fn error_from_stream(error: &Value, secret: Option<&str>) -> ProviderError {
-    let status = error
-        .get("code")
-        .and_then(Value::as_u64)
-        .and_then(|c| u16::try_from(c).ok())
-        .unwrap_or(500);
+    let status = error.get("code").and_then(Value::as_u64).and_then(|c| u16::try_from(c).ok()).unwrap_or(500);
     let body = serde_json::json!({ "error": error }).to_string();
     error_from_body(status, None, body.as_bytes(), secret)
 }
@@ -446,10 +413,7 @@ pub(super) fn error_from_stream(error: &Value, secret: Option<&str>) -> Provider
 fn error_fields(body: &Value) -> (Option<String>, Option<String>) {
     let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
     match body.get("error") {
-        Some(Value::Object(error)) => (
-            text(error.get("message")),
-            text(error.get("code")).or(text(error.get("type"))),
-        ),
+        Some(Value::Object(error)) => (text(error.get("message")), text(error.get("code")).or(text(error.get("type")))),
         Some(Value::String(message)) => (Some(message.clone()), None),
         _ => (text(body.get("message")).or(text(body.get("detail"))), None),
     }
@@ -457,14 +421,9 @@ fn error_fields(body: &Value) -> (Option<String>, Option<String>) {
 
 fn looks_like_overflow(message: &str) -> bool {
     let message = message.to_lowercase();
-    [
-        "context_length_exceeded",
-        "maximum context length",
-        "context length exceeded",
-        "prompt is too long",
-    ]
-    .iter()
-    .any(|needle| message.contains(needle))
+    ["context_length_exceeded", "maximum context length", "context length exceeded", "prompt is too long"]
+        .iter()
+        .any(|needle| message.contains(needle))
 }
 
 /// A non-JSON error body (an HTML page from a proxy, say), shortened for the log.
@@ -482,9 +441,7 @@ fn text_excerpt(body: &[u8]) -> String {
 
 fn redact(message: String, secret: Option<&str>) -> String {
     match secret {
-        Some(secret) if !secret.is_empty() && message.contains(secret) => {
-            message.replace(secret, "[redacted]")
-        }
+        Some(secret) if !secret.is_empty() && message.contains(secret) => message.replace(secret, "[redacted]"),
         _ => message,
     }
 }

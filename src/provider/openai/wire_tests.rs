@@ -7,13 +7,7 @@ use super::*;
 use crate::provider::ToolSpec;
 
 fn request(messages: Vec<ChatMessage>, tools: Vec<ToolSpec>) -> ChatRequest {
-    ChatRequest {
-        model: "m".into(),
-        messages,
-        tools,
-        max_tokens: Some(100),
-        temperature: Some(0.5),
-    }
+    ChatRequest { model: "m".into(), messages, tools, max_tokens: Some(100), temperature: Some(0.5) }
 }
 
 fn encode(request: &ChatRequest, stream: bool) -> Value {
@@ -22,11 +16,7 @@ fn encode(request: &ChatRequest, stream: bool) -> Value {
 
 #[test]
 fn request_shape_for_a_tool_round_trip() {
-    let call = ToolCall {
-        id: "call_9".into(),
-        name: "read".into(),
-        arguments: json!({"path": "a.txt"}),
-    };
+    let call = ToolCall { id: "call_9".into(), name: "read".into(), arguments: json!({"path": "a.txt"}) };
     let messages = vec![
         ChatMessage::system("be brief"),
         ChatMessage::user("read a.txt"),
@@ -54,11 +44,7 @@ fn request_shape_for_a_tool_round_trip() {
 
 #[test]
 fn tools_and_stream_options() {
-    let tool = ToolSpec {
-        name: "t".into(),
-        description: "d".into(),
-        parameters: json!({"type": "object"}),
-    };
+    let tool = ToolSpec { name: "t".into(), description: "d".into(), parameters: json!({"type": "object"}) };
     let body = encode(&request(vec![ChatMessage::user("hi")], vec![tool]), true);
     assert_eq!(
         body["tools"],
@@ -66,14 +52,7 @@ fn tools_and_stream_options() {
     );
     assert_eq!(body["stream"], json!(true));
     assert_eq!(body["stream_options"], json!({"include_usage": true}));
-    let plain = encode(
-        &ChatRequest {
-            max_tokens: None,
-            temperature: None,
-            ..request(vec![], vec![])
-        },
-        false,
-    );
+    let plain = encode(&ChatRequest { max_tokens: None, temperature: None, ..request(vec![], vec![]) }, false);
     assert_eq!(plain, json!({"model": "m", "messages": []}));
 }
 
@@ -100,25 +79,12 @@ fn decodes_a_whole_answer_with_tool_calls() {
     assert_eq!(response.content, "");
     assert_eq!(response.model, "gpt-x");
     assert_eq!(response.finish_reason.as_deref(), Some("tool_calls"));
-    assert_eq!(
-        response.usage,
-        Usage {
-            input_tokens: 11,
-            output_tokens: 5
-        }
-    );
-    let calls: Vec<_> = response
-        .tool_calls
-        .iter()
-        .map(|c| (c.id.as_str(), c.name.as_str(), c.arguments.clone()))
-        .collect();
+    assert_eq!(response.usage, Usage { input_tokens: 11, output_tokens: 5 });
+    let calls: Vec<_> =
+        response.tool_calls.iter().map(|c| (c.id.as_str(), c.name.as_str(), c.arguments.clone())).collect();
     assert_eq!(
         calls,
-        [
-            ("call_1", "a", json!({"x": 1})),
-            ("call_auto_1", "b", json!({"y": 2})),
-            ("call_3", "c", json!("not json"))
-        ]
+        [("call_1", "a", json!({"x": 1})), ("call_auto_1", "b", json!({"y": 2})), ("call_3", "c", json!("not json"))]
     );
 }
 
@@ -126,18 +92,9 @@ fn decodes_a_whole_answer_with_tool_calls() {
 fn decode_tolerates_missing_fields_and_refuses_garbage() {
     let minimal = json!({"choices": [{"message": {"content": "hi", "tool_calls": null}}]});
     let response = decode_response(minimal.to_string().as_bytes()).unwrap();
-    assert_eq!(
-        (response.content.as_str(), response.usage),
-        ("hi", Usage::default())
-    );
-    assert!(matches!(
-        decode_response(b"<html>"),
-        Err(ProviderError::Decode(_))
-    ));
-    assert!(matches!(
-        decode_response(b"{\"choices\": []}"),
-        Err(ProviderError::Decode(_))
-    ));
+    assert_eq!((response.content.as_str(), response.usage), ("hi", Usage::default()));
+    assert!(matches!(decode_response(b"<html>"), Err(ProviderError::Decode(_))));
+    assert!(matches!(decode_response(b"{\"choices\": []}"), Err(ProviderError::Decode(_))));
 }
 
 fn chunk(value: Value) -> StreamChunk {
@@ -167,56 +124,30 @@ fn stream_accumulates_text_tool_calls_and_usage() {
     assert_eq!(response.content, "Hello");
     assert_eq!(response.model, "m1");
     assert_eq!(response.finish_reason.as_deref(), Some("tool_calls"));
-    assert_eq!(
-        response.usage,
-        Usage {
-            input_tokens: 3,
-            output_tokens: 4
-        }
-    );
-    let calls: Vec<_> = response
-        .tool_calls
-        .iter()
-        .map(|c| (c.id.as_str(), c.name.as_str(), c.arguments.clone()))
-        .collect();
-    assert_eq!(
-        calls,
-        [
-            ("call_a", "f", json!({"p": 1})),
-            ("call_b", "g", json!({"q": 2}))
-        ]
-    );
+    assert_eq!(response.usage, Usage { input_tokens: 3, output_tokens: 4 });
+    let calls: Vec<_> =
+        response.tool_calls.iter().map(|c| (c.id.as_str(), c.name.as_str(), c.arguments.clone())).collect();
+    assert_eq!(calls, [("call_a", "f", json!({"p": 1})), ("call_b", "g", json!({"q": 2}))]);
 }
 
 #[test]
 fn stream_without_indices_or_ids_still_yields_calls() {
     let mut acc = StreamAccumulator::default();
-    acc.apply(chunk(json!({"choices": [{"delta": {"tool_calls": [{"function": {"name": "f", "arguments": {"a": 1}}}]}}]})), None);
+    acc.apply(
+        chunk(json!({"choices": [{"delta": {"tool_calls": [{"function": {"name": "f", "arguments": {"a": 1}}}]}}]})),
+        None,
+    );
     assert!(!acc.is_empty());
     let calls = acc.finish().tool_calls;
-    assert_eq!(
-        calls,
-        [ToolCall {
-            id: "call_auto_0".into(),
-            name: "f".into(),
-            arguments: json!({"a": 1})
-        }]
-    );
+    assert_eq!(calls, [ToolCall { id: "call_auto_0".into(), name: "f".into(), arguments: json!({"a": 1}) }]);
 }
 
 #[test]
 fn error_bodies_map_to_errors() {
     let body = json!({"error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}});
-    let error = error_from_body(
-        429,
-        Some(Duration::from_secs(2)),
-        body.to_string().as_bytes(),
-        None,
-    );
-    assert!(
-        matches!(&error, ProviderError::Http { status: 429, message, retry_after: Some(d) }
-        if message == "Rate limit reached" && *d == Duration::from_secs(2))
-    );
+    let error = error_from_body(429, Some(Duration::from_secs(2)), body.to_string().as_bytes(), None);
+    assert!(matches!(&error, ProviderError::Http { status: 429, message, retry_after: Some(d) }
+        if message == "Rate limit reached" && *d == Duration::from_secs(2)));
 
     let overflow = json!({"error": {"message": "This model's maximum context length is 8192 tokens", "code": "context_length_exceeded"}});
     assert!(matches!(
@@ -230,13 +161,9 @@ fn error_bodies_map_to_errors() {
     ));
 
     let html = error_from_body(502, None, b"<html>Bad Gateway</html>", None);
-    assert!(
-        matches!(&html, ProviderError::Http { status: 502, message, .. } if message == "<html>Bad Gateway</html>")
-    );
+    assert!(matches!(&html, ProviderError::Http { status: 502, message, .. } if message == "<html>Bad Gateway</html>"));
     let empty = error_from_body(503, None, b"", None);
-    assert!(
-        matches!(&empty, ProviderError::Http { status: 503, message, .. } if message == "no error message")
-    );
+    assert!(matches!(&empty, ProviderError::Http { status: 503, message, .. } if message == "no error message"));
     let detail = error_from_body(422, None, br#"{"detail": "bad field"}"#, None);
     assert!(matches!(&detail, ProviderError::Http { message, .. } if message == "bad field"));
 }
@@ -251,23 +178,14 @@ fn echoed_key_is_redacted() {
 #[test]
 fn long_text_bodies_are_shortened() {
     let body = "é".repeat(1000);
-    let ProviderError::Http { message, .. } = error_from_body(500, None, body.as_bytes(), None)
-    else {
-        panic!()
-    };
+    let ProviderError::Http { message, .. } = error_from_body(500, None, body.as_bytes(), None) else { panic!() };
     assert_eq!(message.chars().count(), 301);
 }
 
 #[test]
 fn errors_inside_a_stream() {
     let vllm = json!({"object": "error", "message": "bad", "code": 400});
-    assert!(matches!(
-        error_from_stream(&vllm, None),
-        ProviderError::Http { status: 400, .. }
-    ));
+    assert!(matches!(error_from_stream(&vllm, None), ProviderError::Http { status: 400, .. }));
     let openai = json!({"message": "overloaded", "type": "server_error", "code": null});
-    assert!(matches!(
-        error_from_stream(&openai, None),
-        ProviderError::Http { status: 500, .. }
-    ));
+    assert!(matches!(error_from_stream(&openai, None), ProviderError::Http { status: 500, .. }));
 }

@@ -33,18 +33,8 @@ pub(super) async fn deliveries(
 ) -> Result<Deliveries, BusError> {
     let client = js.client();
     let inbox = Subject::from(client.new_inbox());
-    let subscriber = client
-        .subscribe(inbox.clone())
-        .await
-        .map_err(|e| BusError::Receive(e.to_string()))?;
-    let puller = Puller {
-        js,
-        consumer,
-        inbox,
-        subscriber,
-        wait,
-        deadline: None,
-    };
+    let subscriber = client.subscribe(inbox.clone()).await.map_err(|e| BusError::Receive(e.to_string()))?;
+    let puller = Puller { js, consumer, inbox, subscriber, wait, deadline: None };
     let stream = futures_util::stream::unfold(puller, |mut puller| async move {
         let delivery = puller.next().await;
         Some((Ok(delivery), puller))
@@ -95,10 +85,7 @@ impl Puller {
         match message.status.unwrap_or(StatusCode::OK) {
             StatusCode::OK => {
                 self.deadline = None;
-                let message = jetstream::Message {
-                    message,
-                    context: self.js.clone(),
-                };
+                let message = jetstream::Message { message, context: self.js.clone() };
                 Ok(Some(super::to_delivery(message)))
             }
             // The request expired with nothing to deliver.
@@ -107,24 +94,14 @@ impl Puller {
                 Ok(None)
             }
             StatusCode::IDLE_HEARTBEAT => Ok(None),
-            status => Err(format!(
-                "server answered {status}: {}",
-                message.description.unwrap_or_default()
-            )),
+            status => Err(format!("server answered {status}: {}", message.description.unwrap_or_default())),
         }
     }
 
     async fn request(&mut self) -> Result<Instant, String> {
         let wait = jittered(self.wait);
-        let batch = BatchConfig {
-            batch: 1,
-            expires: Some(wait),
-            ..BatchConfig::default()
-        };
-        self.consumer
-            .request_batch(batch, self.inbox.clone())
-            .await
-            .map_err(|e| e.to_string())?;
+        let batch = BatchConfig { batch: 1, expires: Some(wait), ..BatchConfig::default() };
+        self.consumer.request_batch(batch, self.inbox.clone()).await.map_err(|e| e.to_string())?;
         let deadline = Instant::now() + wait + LOST_REQUEST_GRACE;
         self.deadline = Some(deadline);
         Ok(deadline)
@@ -135,8 +112,6 @@ impl Puller {
 /// (5 s and 30 s, say) keep meeting a redelivery in the short gap between two requests, and
 /// nats-server 2.9 then postpones that redelivery by a whole `ack_wait` without counting it.
 fn jittered(wait: Duration) -> Duration {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
     wait + wait.mul_f64(f64::from(nanos % 1000) / 4000.0)
 }

@@ -32,11 +32,7 @@ pub(super) struct StreamNames {
 impl StreamNames {
     pub fn new(prefix: &str) -> Self {
         let base = prefix.to_uppercase().replace('.', "_");
-        Self {
-            inbound: format!("{base}_IN"),
-            outbound: format!("{base}_OUT"),
-            dead: format!("{base}_DEAD"),
-        }
+        Self { inbound: format!("{base}_IN"), outbound: format!("{base}_OUT"), dead: format!("{base}_DEAD") }
     }
 }
 
@@ -66,11 +62,7 @@ pub(super) async fn ensure_streams(
         discard: DiscardPolicy::Old,
         ..Config::default()
     };
-    for wanted in [
-        work_queue(&names.inbound, Flow::In),
-        work_queue(&names.outbound, Flow::Out),
-        dead,
-    ] {
+    for wanted in [work_queue(&names.inbound, Flow::In), work_queue(&names.outbound, Flow::Out), dead] {
         ensure_stream(js, wanted, url).await?;
     }
     Ok(())
@@ -78,10 +70,8 @@ pub(super) async fn ensure_streams(
 
 async fn ensure_stream(js: &jetstream::Context, wanted: Config, url: &str) -> Result<(), BusError> {
     let name = wanted.name.clone();
-    let response: Response<Info> = js
-        .request(format!("STREAM.INFO.{name}"), &())
-        .await
-        .map_err(|err| match err.kind() {
+    let response: Response<Info> =
+        js.request(format!("STREAM.INFO.{name}"), &()).await.map_err(|err| match err.kind() {
             // Nobody answers the JetStream API: the server runs without `-js`.
             RequestErrorKind::NoResponders => BusError::NoJetStream(url.to_owned()),
             _ => BusError::Setup(format!("cannot look up stream {name}: {err}")),
@@ -101,9 +91,7 @@ async fn ensure_stream(js: &jetstream::Context, wanted: Config, url: &str) -> Re
         {
             Err(BusError::NoJetStream(url.to_owned()))
         }
-        Response::Err { error } => Err(BusError::Setup(format!(
-            "cannot look up stream {name}: {error}"
-        ))),
+        Response::Err { error } => Err(BusError::Setup(format!("cannot look up stream {name}: {error}"))),
     }
 }
 
@@ -121,18 +109,9 @@ fn check_compatible(existing: &Config, wanted: &Config) -> Result<(), BusError> 
         )));
     }
     let tunables = [
-        (
-            "duplicate_window",
-            existing.duplicate_window != wanted.duplicate_window,
-        ),
-        (
-            "max_msgs",
-            wanted.max_messages > 0 && existing.max_messages != wanted.max_messages,
-        ),
-        (
-            "max_age",
-            wanted.max_age > Duration::ZERO && existing.max_age != wanted.max_age,
-        ),
+        ("duplicate_window", existing.duplicate_window != wanted.duplicate_window),
+        ("max_msgs", wanted.max_messages > 0 && existing.max_messages != wanted.max_messages),
+        ("max_age", wanted.max_age > Duration::ZERO && existing.max_age != wanted.max_age),
     ];
     for (field, differs) in tunables {
         if differs {
@@ -145,23 +124,14 @@ fn check_compatible(existing: &Config, wanted: &Config) -> Result<(), BusError> 
 fn incompatibilities(existing: &Config, wanted: &Config) -> Vec<String> {
     let mut problems = Vec::new();
     if existing.retention != wanted.retention {
-        problems.push(format!(
-            "retention is {:?}, switchboard needs {:?}",
-            existing.retention, wanted.retention
-        ));
+        problems.push(format!("retention is {:?}, switchboard needs {:?}", existing.retention, wanted.retention));
     }
     if existing.storage != wanted.storage {
-        problems.push(format!(
-            "storage is {:?}, switchboard needs {:?}",
-            existing.storage, wanted.storage
-        ));
+        problems.push(format!("storage is {:?}, switchboard needs {:?}", existing.storage, wanted.storage));
     }
     for subject in &wanted.subjects {
         if !existing.subjects.contains(subject) {
-            problems.push(format!(
-                "subjects {:?} do not include `{subject}`",
-                existing.subjects
-            ));
+            problems.push(format!("subjects {:?} do not include `{subject}`", existing.subjects));
         }
     }
     problems
@@ -174,10 +144,7 @@ mod tests {
     #[test]
     fn names_come_from_the_prefix() {
         let names = StreamNames::new("sb.prod");
-        assert_eq!(
-            (names.inbound.as_str(), names.outbound.as_str()),
-            ("SB_PROD_IN", "SB_PROD_OUT")
-        );
+        assert_eq!((names.inbound.as_str(), names.outbound.as_str()), ("SB_PROD_IN", "SB_PROD_OUT"));
         assert_eq!(StreamNames::new("switchboard").dead, "SWITCHBOARD_DEAD");
     }
 
@@ -189,13 +156,8 @@ mod tests {
             retention: RetentionPolicy::WorkQueue,
             ..Config::default()
         };
-        let existing = Config {
-            retention: RetentionPolicy::Limits,
-            ..wanted.clone()
-        };
-        let err = check_compatible(&existing, &wanted)
-            .unwrap_err()
-            .to_string();
+        let existing = Config { retention: RetentionPolicy::Limits, ..wanted.clone() };
+        let err = check_compatible(&existing, &wanted).unwrap_err().to_string();
         assert!(err.contains("retention is Limits"), "{err}");
         assert!(err.contains("nats stream rm SB_IN"), "{err}");
         assert!(check_compatible(&wanted, &wanted).is_ok());
