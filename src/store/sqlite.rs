@@ -61,11 +61,7 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(BUSY_TIMEOUT)
             .foreign_keys(true);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(MAX_CONNECTIONS)
-            .connect_with(options)
-            .await
-            .map_err(|e| open_err(e.to_string()))?;
+        let pool = connect_waiting_for_wal(options).await.map_err(|e| open_err(e.to_string()))?;
         migrate::run(&pool, SQLITE_MIGRATIONS).await?;
         Ok(SqliteStore { pool })
     }
@@ -78,6 +74,24 @@ impl SqliteStore {
     /// Starts a write transaction holding the write lock from its first statement.
     async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
         Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
+    }
+}
+
+/// Connects, retrying while another process holds the lock that switching a new database to
+/// WAL needs: SQLite does not apply the busy timeout to that lock, so two processes starting
+/// on one new file at once would otherwise fail with "database is locked".
+async fn connect_waiting_for_wal(options: SqliteConnectOptions) -> Result<SqlitePool, sqlx::Error> {
+    let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+    loop {
+        let result = SqlitePoolOptions::new().max_connections(MAX_CONNECTIONS).connect_with(options.clone()).await;
+        match result {
+            Err(sqlx::Error::Database(err))
+                if err.code().as_deref() == Some("5") && std::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            other => return other,
+        }
     }
 }
 
