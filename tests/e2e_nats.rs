@@ -107,3 +107,27 @@ async fn killed_worker_mid_run_gives_exactly_one_reply_after_restart() {
     assert!(second.logs().contains("resuming a run"), "{}", second.logs());
     assert_eq!(llm.requests().len(), 2);
 }
+
+/// A turn longer than the ack wait is not given to another worker: progress acks keep it.
+#[tokio::test]
+async fn long_turn_is_not_redelivered_while_it_runs() {
+    let nats = NatsServer::start().await;
+    let llm = FakeLlm::start().await;
+    llm.push(Scripted::Delay(Duration::from_secs(5), Box::new(Scripted::Text("worth the wait".into()))));
+    let dir = tempfile::tempdir().unwrap();
+    let launch = |name| {
+        Launch::new(dir.path(), name, &["run", "--nats", &nats.url()])
+            .llm(&llm.base_url())
+            .env("SWITCHBOARD_BUS_OPTIONS__ACK_WAIT_SECS", "2")
+    };
+    // Two workers on one consumer: a redelivery would reach the idle one.
+    let mut first = launch("run-1").spawn();
+    let second = launch("run-2").env("SWITCHBOARD_CHANNELS__API__ENABLED", "false").spawn();
+    first.wait_healthy().await;
+    second.wait_for_log("worker started").await;
+    let (status, body) = first.post(json!({"chat_id": "long", "content": "take your time"})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["reply"], "worth the wait");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(llm.requests().len(), 1, "the message was redelivered during the run");
+}

@@ -16,7 +16,7 @@ use switchboard::store::sqlite::SqliteStore;
 use switchboard::tools::ToolRegistry;
 use switchboard::worker::{Worker, WorkerSettings};
 use switchboard_channels::bus::memory::MemoryBus;
-use switchboard_channels::contract::{InboundMessage, OutboundMessage, Sender};
+use switchboard_channels::contract::{InboundMessage, OutboundMessage, RunEventBody, Sender};
 use switchboard_channels::subject::Flow;
 use switchboard_channels::{Bus, BusExt, Deliveries};
 use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
@@ -182,4 +182,30 @@ async fn shutdown_finishes_running_turns_and_returns_queued_ones() {
     let back: InboundMessage = back.decode().unwrap();
     assert_eq!(back.content, "second");
     assert_eq!(h.llm.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn run_events_tell_what_the_run_did() {
+    let llm = FakeLlm::start().await;
+    llm.push(Scripted::ToolCalls(vec![("current_time".into(), json!({}))]));
+    llm.push(Scripted::Text("noon".into()));
+    let h = start(WorkerSettings::default(), llm).await;
+    let mut events = h.bus.events("test", Some("ev")).await.unwrap();
+    let inbound = msg("ev", "time?");
+    h.bus.publish_inbound(&inbound).await.unwrap();
+    let mut seen = Vec::new();
+    loop {
+        let event = tokio::time::timeout(Duration::from_secs(10), events.next()).await.unwrap().unwrap();
+        assert_eq!(event.session_key, "test:ev");
+        assert_eq!(event.inbound_id.as_deref(), Some(inbound.id.as_str()));
+        let done = matches!(event.body, RunEventBody::Completed { .. } | RunEventBody::Failed { .. });
+        seen.push(event.body);
+        if done {
+            break;
+        }
+    }
+    assert!(matches!(seen[0], RunEventBody::Started), "{seen:?}");
+    assert!(matches!(&seen[1], RunEventBody::ToolCall { name, .. } if name == "current_time"), "{seen:?}");
+    assert!(matches!(&seen[2], RunEventBody::ToolResult { is_error: false, .. }), "{seen:?}");
+    assert!(matches!(seen.last(), Some(RunEventBody::Completed { reply, .. }) if reply == "noon"), "{seen:?}");
 }
