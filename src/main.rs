@@ -64,6 +64,10 @@ fn main() -> ExitCode {
 fn start(cli: Cli) -> anyhow::Result<()> {
     let mut config = Config::load_from_process_env(cli.config.as_deref())?;
     if let Some(url) = cli.nats {
+        anyhow::ensure!(
+            url.starts_with("nats://") || url.starts_with("tls://"),
+            "--nats takes a NATS URL such as nats://127.0.0.1:4222"
+        );
         config.bus = url;
     }
     switchboard::telemetry::init(&config);

@@ -131,3 +131,30 @@ async fn long_turn_is_not_redelivered_while_it_runs() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(llm.requests().len(), 1, "the message was redelivered during the run");
 }
+
+/// Garbage on the inbound subject goes to the dead-letter stream with the reason; the worker
+/// keeps answering.
+#[tokio::test]
+async fn malformed_inbound_is_dead_lettered_on_nats() {
+    use switchboard_channels::Bus;
+    use switchboard_channels::bus::nats::{NatsBus, NatsOptions};
+    use switchboard_channels::subject::Flow;
+
+    let nats = NatsServer::start().await;
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = Launch::new(dir.path(), "run", &["run", "--nats", &nats.url()]).llm(&llm.base_url()).spawn();
+    daemon.wait_healthy().await;
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    js.publish("switchboard.in.api.junk", "{not json".into()).await.unwrap().await.unwrap();
+
+    let (status, body) = daemon.post(json!({"chat_id": "after", "content": "still alive?"})).await;
+    assert_eq!((status, body["reply"].as_str()), (200, Some("echo: still alive?")), "{body}");
+    let bus = NatsBus::connect(&nats.url(), NatsOptions::default()).await.unwrap();
+    let dead = bus.dead_letters(Flow::In, 10).await.unwrap();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0].subject, "switchboard.in.api.junk");
+    assert_eq!(dead[0].payload, "{not json");
+    assert!(dead[0].reason.contains("not a valid InboundMessage"), "{}", dead[0].reason);
+}
