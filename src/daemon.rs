@@ -16,7 +16,7 @@ use crate::provider::openai::{OpenAiConfig, OpenAiProvider};
 use crate::provider::{ProviderError, RetryPolicy};
 use crate::store::StoreError;
 use crate::store::sqlite::SqliteStore;
-use crate::tools::ToolRegistry;
+use crate::tools::{ToolLimits, ToolRegistry};
 use crate::worker::{Worker, WorkerError, WorkerSettings};
 
 #[derive(Debug, Error)]
@@ -110,7 +110,7 @@ async fn build_worker(config: &Config, bus: Arc<dyn Bus>) -> Result<Worker, Daem
     })?;
     let agent = Agent::new(
         Arc::new(provider),
-        ToolRegistry::with_builtins(config.agent.tool_timeout()),
+        ToolRegistry::with_builtins(ToolLimits { timeout: config.agent.tool_timeout(), ..ToolLimits::default() }),
         AgentSettings {
             system_prompt: config.agent.system_prompt.clone(),
             model: config.model.clone(),
@@ -119,6 +119,7 @@ async fn build_worker(config: &Config, bus: Arc<dyn Bus>) -> Result<Worker, Daem
             temperature: config.agent.temperature,
             stream: config.provider.stream,
             retry: RetryPolicy { max_retries: config.provider.max_retries, ..RetryPolicy::default() },
+            workspace: config.data_dir().join("workspace"),
         },
     );
     let settings = WorkerSettings {

@@ -13,7 +13,7 @@ use switchboard::provider::RetryPolicy;
 use switchboard::provider::openai::{OpenAiConfig, OpenAiProvider};
 use switchboard::store::Store;
 use switchboard::store::sqlite::SqliteStore;
-use switchboard::tools::ToolRegistry;
+use switchboard::tools::{ToolLimits, ToolRegistry};
 use switchboard::worker::{Worker, WorkerSettings};
 use switchboard_channels::bus::memory::MemoryBus;
 use switchboard_channels::contract::{InboundMessage, OutboundMessage, RunEventBody, Sender};
@@ -52,8 +52,9 @@ async fn start(settings: WorkerSettings, llm: FakeLlm) -> Harness {
         temperature: None,
         stream: false,
         retry: RetryPolicy { max_retries: 0, ..RetryPolicy::default() },
+        workspace: dir.path().join("workspace"),
     };
-    let agent = Agent::new(Arc::new(provider), ToolRegistry::with_builtins(Duration::from_secs(5)), agent_settings);
+    let agent = Agent::new(Arc::new(provider), ToolRegistry::with_builtins(ToolLimits::default()), agent_settings);
     let worker = Worker::new(bus.clone(), store.clone(), Arc::new(agent), settings);
     let shutdown = CancellationToken::new();
     let token = shutdown.clone();

@@ -9,7 +9,7 @@ use switchboard_channels::contract::{RunEventBody, Usage};
 use tracing::Instrument;
 
 use crate::provider::{ChatMessage, ChatRequest, ChatResponse, Provider, ProviderError, RetryPolicy, with_retries};
-use crate::tools::{ToolContext, ToolRegistry};
+use crate::tools::{ToolContext, ToolFilter, ToolRegistry};
 
 /// How an agent talks to its model.
 #[derive(Debug, Clone)]
@@ -22,6 +22,8 @@ pub struct AgentSettings {
     /// Stream the model's text as `chunk` events while it is generated.
     pub stream: bool,
     pub retry: RetryPolicy,
+    /// The directory file tools and `exec` work in.
+    pub workspace: std::path::PathBuf,
 }
 
 /// Where a run reports what it does (`tool.call`, `chunk`, …). Must not block.
@@ -36,6 +38,8 @@ pub struct Turn<'a> {
     /// The message being answered.
     pub input: ChatMessage,
     pub ctx: ToolContext,
+    /// The tools this run may use (from the sender's permissions).
+    pub tools: ToolFilter,
     pub events: &'a dyn EventSink,
 }
 
@@ -73,7 +77,7 @@ impl Agent {
     /// Runs one turn to its end. Never fails: a provider failure becomes an apologetic reply
     /// with `error` set, so the user always hears back.
     pub async fn run(&self, turn: Turn<'_>) -> TurnResult {
-        let Turn { history, input, ctx, events } = turn;
+        let Turn { history, input, ctx, tools, events } = turn;
         let mut messages = Vec::with_capacity(history.len() + 2);
         messages.push(ChatMessage::system(&self.settings.system_prompt));
         messages.extend(history);
@@ -89,7 +93,7 @@ impl Agent {
         };
         while result.iterations < self.settings.max_iterations {
             result.iterations += 1;
-            let response = match self.call_model(&messages, result.iterations, events).await {
+            let response = match self.call_model(&messages, &tools, result.iterations, events).await {
                 Ok(response) => response,
                 Err(err) => {
                     tracing::warn!(error = %err, "model call failed");
@@ -108,7 +112,7 @@ impl Agent {
                 result.reply = response.content;
                 break;
             }
-            self.run_tools(&calls, &ctx, events, &mut messages).await;
+            self.run_tools(&calls, &ctx, &tools, events, &mut messages).await;
         }
         if result.reply.is_empty() && result.error.is_none() && last_is_tool_result(&messages) {
             result.reply = format!(
@@ -124,13 +128,14 @@ impl Agent {
     async fn call_model(
         &self,
         messages: &[ChatMessage],
+        tools: &ToolFilter,
         iteration: u32,
         events: &dyn EventSink,
     ) -> Result<ChatResponse, ProviderError> {
         let request = ChatRequest {
             model: self.settings.model.clone(),
             messages: messages.to_vec(),
-            tools: self.tools.specs(),
+            tools: self.tools.specs(tools),
             max_tokens: self.settings.max_tokens,
             temperature: self.settings.temperature,
         };
@@ -172,6 +177,7 @@ impl Agent {
         &self,
         calls: &[crate::provider::ToolCall],
         ctx: &ToolContext,
+        filter: &ToolFilter,
         events: &dyn EventSink,
         messages: &mut Vec<ChatMessage>,
     ) {
@@ -184,7 +190,7 @@ impl Agent {
         }
         let outputs = join_all(calls.iter().map(|call| {
             let span = tracing::info_span!("tool_call", tool = %call.name, call_id = %call.id);
-            self.tools.call(call, ctx).instrument(span)
+            self.tools.call(call, ctx, filter).instrument(span)
         }))
         .await;
         for (call, output) in calls.iter().zip(outputs) {

@@ -10,7 +10,7 @@ use switchboard_channels::contract::{RunEventBody, Usage};
 
 use super::*;
 use crate::provider::{ChatResponse, ProviderError, Role, TextSink, ToolCall};
-use crate::tools::{Tool, ToolError};
+use crate::tools::{Tool, ToolError, ToolFilter};
 
 #[derive(Default)]
 struct Scripted {
@@ -88,7 +88,7 @@ impl EventSink for Recorder {
 
 fn agent(script: Vec<Result<ChatResponse, ProviderError>>, max_iterations: u32) -> (Agent, Arc<Scripted>) {
     let provider = Arc::new(Scripted { answers: Mutex::new(script.into()), ..Scripted::default() });
-    let mut tools = ToolRegistry::with_builtins(Duration::from_secs(5));
+    let mut tools = ToolRegistry::with_builtins(crate::tools::ToolLimits::default());
     tools.register(Arc::new(Nap));
     let settings = AgentSettings {
         system_prompt: "be brief".into(),
@@ -98,12 +98,13 @@ fn agent(script: Vec<Result<ChatResponse, ProviderError>>, max_iterations: u32) 
         temperature: None,
         stream: true,
         retry: RetryPolicy { max_retries: 0, ..RetryPolicy::default() },
+        workspace: std::env::temp_dir(),
     };
     (Agent::new(provider.clone(), tools, settings), provider)
 }
 
 fn turn<'a>(history: Vec<ChatMessage>, input: &str, events: &'a Recorder) -> Turn<'a> {
-    Turn { history, input: ChatMessage::user(input), ctx: ToolContext::default(), events }
+    Turn { history, input: ChatMessage::user(input), ctx: ToolContext::default(), tools: ToolFilter::All, events }
 }
 
 #[tokio::test]

@@ -1,17 +1,20 @@
-//! Tools the agent can call: the [`Tool`] trait, the [`ToolRegistry`] that runs them with a
-//! timeout, and the built-in tools.
+//! Tools the agent can call: the [`Tool`] trait, the [`ToolRegistry`] that runs them (with a
+//! timeout, one retry of transient failures and a cap on result size), and the built-ins.
 
 mod current_time;
+mod truncate;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use serde_json::Value;
 use thiserror::Error;
 
 pub use current_time::CurrentTime;
+pub use truncate::truncate_middle;
 
 use crate::provider::{ToolCall, ToolSpec};
 
@@ -21,10 +24,18 @@ use crate::provider::{ToolCall, ToolSpec};
 pub enum ToolError {
     #[error("unknown tool `{0}`")]
     Unknown(String),
+    #[error("tool `{0}` is not available to this user")]
+    NotAllowed(String),
     #[error("invalid arguments: {0}")]
     InvalidArguments(String),
+    /// Refused for safety (a path outside the workspace, a denied command, a private address…).
+    #[error("refused: {0}")]
+    Refused(String),
     #[error("the tool did not finish within {0:?}")]
     Timeout(Duration),
+    /// Failed for a reason that may pass (network hiccup, 5xx): the registry retries once.
+    #[error("{0} (temporary failure)")]
+    Transient(String),
     #[error("{0}")]
     Failed(String),
 }
@@ -35,7 +46,12 @@ pub struct ToolContext {
     pub session_key: String,
     pub channel: String,
     pub chat_id: String,
+    pub thread_id: Option<String>,
     pub run_id: String,
+    /// The platform id of the person whose message started the run.
+    pub sender_id: String,
+    /// The agent's workspace directory; file tools and `exec` work inside it.
+    pub workspace: PathBuf,
 }
 
 /// Something the agent can do.
@@ -45,19 +61,58 @@ pub trait Tool: Send + Sync {
     fn description(&self) -> &str;
     /// JSON Schema of the arguments object.
     fn parameters(&self) -> Value;
+    /// This tool's own time limit, when it differs from the registry's default (for example
+    /// `exec`, which enforces its own timeout and needs a little more here to report it).
+    fn timeout(&self) -> Option<Duration> {
+        None
+    }
     async fn execute(&self, arguments: Value, ctx: &ToolContext) -> Result<String, ToolError>;
 }
 
-/// The tools one agent may use, each run with a timeout.
+/// Which tools a run may use.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum ToolFilter {
+    #[default]
+    All,
+    Only(BTreeSet<String>),
+}
+
+impl ToolFilter {
+    pub fn allows(&self, name: &str) -> bool {
+        match self {
+            ToolFilter::All => true,
+            ToolFilter::Only(names) => names.contains(name),
+        }
+    }
+}
+
+/// How the registry runs tools.
+#[derive(Debug, Clone)]
+pub struct ToolLimits {
+    /// Default time limit of one call.
+    pub timeout: Duration,
+    /// Results longer than this many characters are cut in the middle (head and tail kept).
+    pub max_result_chars: usize,
+    /// Wait before the one retry of a transient failure.
+    pub retry_delay: Duration,
+}
+
+impl Default for ToolLimits {
+    fn default() -> Self {
+        Self { timeout: Duration::from_secs(60), max_result_chars: 16_000, retry_delay: Duration::from_millis(500) }
+    }
+}
+
+/// The tools one agent may use.
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
     tools: BTreeMap<String, Arc<dyn Tool>>,
-    timeout: Duration,
+    limits: ToolLimits,
 }
 
 impl std::fmt::Debug for ToolRegistry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ToolRegistry").field("tools", &self.tools.keys()).field("timeout", &self.timeout).finish()
+        f.debug_struct("ToolRegistry").field("tools", &self.tools.keys()).field("limits", &self.limits).finish()
     }
 }
 
@@ -69,13 +124,13 @@ pub struct ToolOutput {
 }
 
 impl ToolRegistry {
-    pub fn new(timeout: Duration) -> Self {
-        Self { tools: BTreeMap::new(), timeout }
+    pub fn new(limits: ToolLimits) -> Self {
+        Self { tools: BTreeMap::new(), limits }
     }
 
-    /// The registry with every built-in tool.
-    pub fn with_builtins(timeout: Duration) -> Self {
-        let mut registry = Self::new(timeout);
+    /// A registry with only the tools that need no set-up (`current_time`).
+    pub fn with_builtins(limits: ToolLimits) -> Self {
+        let mut registry = Self::new(limits);
         registry.register(Arc::new(CurrentTime));
         registry
     }
@@ -88,10 +143,16 @@ impl ToolRegistry {
         self.tools.is_empty()
     }
 
-    /// The tools as the model sees them, in name order (stable, so prompts cache well).
-    pub fn specs(&self) -> Vec<ToolSpec> {
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tools.keys().map(String::as_str)
+    }
+
+    /// The tools the filter allows, as the model sees them, in name order (stable, so
+    /// prompts cache well).
+    pub fn specs(&self, filter: &ToolFilter) -> Vec<ToolSpec> {
         self.tools
             .values()
+            .filter(|t| filter.allows(t.name()))
             .map(|t| ToolSpec {
                 name: t.name().to_owned(),
                 description: t.description().to_owned(),
@@ -101,89 +162,59 @@ impl ToolRegistry {
     }
 
     /// Runs one call. Failures become an error result for the model, never a failed run.
-    pub async fn call(&self, call: &ToolCall, ctx: &ToolContext) -> ToolOutput {
-        match self.try_call(call, ctx).await {
-            Ok(content) => ToolOutput { content, is_error: false },
-            Err(err) => ToolOutput { content: format!("error: {err}"), is_error: true },
+    pub async fn call(&self, call: &ToolCall, ctx: &ToolContext, filter: &ToolFilter) -> ToolOutput {
+        let started = Instant::now();
+        let mut result = self.try_call(call, ctx, filter).await;
+        if let Err(ToolError::Transient(reason)) = &result {
+            tracing::info!(tool = %call.name, %reason, "retrying a tool after a temporary failure");
+            tokio::time::sleep(self.limits.retry_delay).await;
+            result = self.try_call(call, ctx, filter).await;
+        }
+        let elapsed_ms = started.elapsed().as_millis() as u64;
+        match result {
+            Ok(content) => {
+                tracing::debug!(tool = %call.name, elapsed_ms, "tool finished");
+                ToolOutput { content: truncate_middle(&content, self.limits.max_result_chars), is_error: false }
+            }
+            Err(err) => {
+                tracing::info!(tool = %call.name, elapsed_ms, error = %err, "tool failed");
+                ToolOutput { content: format!("error: {err}"), is_error: true }
+            }
         }
     }
 
-    async fn try_call(&self, call: &ToolCall, ctx: &ToolContext) -> Result<String, ToolError> {
+    async fn try_call(&self, call: &ToolCall, ctx: &ToolContext, filter: &ToolFilter) -> Result<String, ToolError> {
         let tool = self.tools.get(&call.name).ok_or_else(|| ToolError::Unknown(call.name.clone()))?;
-        // Models sometimes send arguments as a JSON string holding the object.
-        let arguments = match &call.arguments {
-            Value::String(text) => serde_json::from_str(text)
-                .map_err(|err| ToolError::InvalidArguments(format!("arguments are not a JSON object: {err}")))?,
-            Value::Null => Value::Object(Default::default()),
-            other => other.clone(),
-        };
-        match tokio::time::timeout(self.timeout, tool.execute(arguments, ctx)).await {
+        // The model is only offered allowed tools, but it can name any: check again here.
+        if !filter.allows(&call.name) {
+            return Err(ToolError::NotAllowed(call.name.clone()));
+        }
+        let arguments = parse_arguments(&call.arguments)?;
+        let limit = tool.timeout().unwrap_or(self.limits.timeout);
+        match tokio::time::timeout(limit, tool.execute(arguments, ctx)).await {
             Ok(result) => result,
-            Err(_) => Err(ToolError::Timeout(self.timeout)),
+            Err(_) => Err(ToolError::Timeout(limit)),
         }
     }
+}
+
+/// Models sometimes send arguments as a JSON string holding the object, or nothing at all.
+fn parse_arguments(arguments: &Value) -> Result<Value, ToolError> {
+    match arguments {
+        Value::String(text) => serde_json::from_str(text)
+            .map_err(|err| ToolError::InvalidArguments(format!("arguments are not a JSON object: {err}"))),
+        Value::Null => Ok(Value::Object(Default::default())),
+        other => Ok(other.clone()),
+    }
+}
+
+/// Reads a required string argument.
+pub fn required_str<'a>(arguments: &'a Value, key: &str) -> Result<&'a str, ToolError> {
+    arguments
+        .get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| ToolError::InvalidArguments(format!("`{key}` (a string) is required")))
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    struct Sleepy;
-
-    #[async_trait]
-    impl Tool for Sleepy {
-        fn name(&self) -> &str {
-            "sleepy"
-        }
-        fn description(&self) -> &str {
-            "sleeps"
-        }
-        fn parameters(&self) -> Value {
-            json!({"type": "object"})
-        }
-        async fn execute(&self, _: Value, _: &ToolContext) -> Result<String, ToolError> {
-            tokio::time::sleep(Duration::from_secs(3600)).await;
-            Ok("woke".into())
-        }
-    }
-
-    fn call(name: &str, arguments: Value) -> ToolCall {
-        ToolCall { id: "c1".into(), name: name.into(), arguments }
-    }
-
-    #[tokio::test]
-    async fn unknown_tool_is_an_error_result() {
-        let registry = ToolRegistry::with_builtins(Duration::from_secs(1));
-        let out = registry.call(&call("rm_rf", json!({})), &ToolContext::default()).await;
-        assert!(out.is_error);
-        assert!(out.content.contains("unknown tool `rm_rf`"));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn slow_tool_times_out() {
-        let mut registry = ToolRegistry::new(Duration::from_secs(5));
-        registry.register(Arc::new(Sleepy));
-        let out = registry.call(&call("sleepy", json!({})), &ToolContext::default()).await;
-        assert!(out.is_error);
-        assert!(out.content.contains("did not finish within 5s"), "{}", out.content);
-    }
-
-    #[tokio::test]
-    async fn string_arguments_are_parsed_and_bad_ones_reported() {
-        let registry = ToolRegistry::with_builtins(Duration::from_secs(1));
-        let ok = registry.call(&call("current_time", json!("{\"timezone\":\"UTC\"}")), &ToolContext::default()).await;
-        assert!(!ok.is_error, "{}", ok.content);
-        let bad = registry.call(&call("current_time", json!("{not json")), &ToolContext::default()).await;
-        assert!(bad.is_error);
-        assert!(bad.content.contains("not a JSON object"));
-    }
-
-    #[test]
-    fn specs_are_sorted_by_name() {
-        let mut registry = ToolRegistry::with_builtins(Duration::from_secs(1));
-        registry.register(Arc::new(Sleepy));
-        let names: Vec<_> = registry.specs().into_iter().map(|s| s.name).collect();
-        assert_eq!(names, ["current_time", "sleepy"]);
-    }
-}
+mod tests;

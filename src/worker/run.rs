@@ -14,7 +14,7 @@ use super::keepalive::{Held, Settle};
 use crate::agent::{EventSink, Turn};
 use crate::provider::ChatMessage;
 use crate::store::{RunClaim, RunOutcome, RunStatus};
-use crate::tools::ToolContext;
+use crate::tools::{ToolContext, ToolFilter};
 
 /// How long to wait before a message is tried again after the store or bus failed.
 const RETRY_DELAY: Duration = Duration::from_secs(5);
@@ -102,8 +102,12 @@ async fn run_turn(
             session_key: session_key.to_owned(),
             channel: msg.channel.clone(),
             chat_id: msg.chat_id.clone(),
+            thread_id: msg.thread_id.clone(),
             run_id: run_id.to_owned(),
+            sender_id: msg.sender.id.clone(),
+            workspace: shared.agent.settings().workspace.clone(),
         },
+        tools: ToolFilter::All,
         events: &events,
     };
     let result = shared.agent.run(turn).await;
