@@ -110,7 +110,11 @@ async fn build_worker(config: &Config, bus: Arc<dyn Bus>) -> Result<Worker, Daem
     })?;
     let agent = Agent::new(
         Arc::new(provider),
-        ToolRegistry::with_builtins(ToolLimits { timeout: config.agent.tool_timeout(), ..ToolLimits::default() }),
+        ToolRegistry::with_builtins(ToolLimits {
+            timeout: config.agent.tool_timeout(),
+            max_result_chars: config.tools.max_result_chars,
+            ..ToolLimits::default()
+        }),
         AgentSettings {
             system_prompt: config.agent.system_prompt.clone(),
             model: config.model.clone(),
@@ -119,7 +123,7 @@ async fn build_worker(config: &Config, bus: Arc<dyn Bus>) -> Result<Worker, Daem
             temperature: config.agent.temperature,
             stream: config.provider.stream,
             retry: RetryPolicy { max_retries: config.provider.max_retries, ..RetryPolicy::default() },
-            workspace: config.data_dir().join("workspace"),
+            workspace: config.agent.workspace.clone(),
         },
     );
     let settings = WorkerSettings {

@@ -188,6 +188,10 @@ fn apply_conventions(
         // `join` keeps an absolute path as it is.
         path => config.data_dir.join(path),
     };
+    config.agent.workspace = match expand_home(&config.agent.workspace) {
+        path if path.as_os_str().is_empty() => config.data_dir.join("workspace"),
+        path => config.data_dir.join(path),
+    };
     let from_env = |name: &str| env.get(name).filter(|value| !value.trim().is_empty());
     if config.provider.api_key.is_empty()
         && let Some(key) = from_env("OPENAI_API_KEY")

@@ -15,6 +15,7 @@ mod load;
 mod secret;
 #[cfg(test)]
 mod tests;
+mod tools;
 mod validate;
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -26,6 +27,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 pub use env::{ENV_PREFIX, NON_KEY_VARS};
 pub use error::{ConfigError, Origin};
 pub use secret::Secret;
+pub use tools::{ExecToolConfig, FsToolsConfig, ToolsConfig, WebToolsConfig};
 
 /// The provider URL used when neither the config nor `OPENAI_BASE_URL` names one.
 pub const OPENAI_DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -47,6 +49,7 @@ pub struct Config {
     pub agent: AgentConfig,
     pub worker: WorkerConfig,
     pub store: StoreConfig,
+    pub tools: ToolsConfig,
     pub channels: ChannelsConfig,
 }
 
@@ -62,6 +65,7 @@ impl Default for Config {
             agent: AgentConfig::default(),
             worker: WorkerConfig::default(),
             store: StoreConfig::default(),
+            tools: ToolsConfig::default(),
             channels: ChannelsConfig::default(),
         }
     }
@@ -163,6 +167,9 @@ pub struct AgentConfig {
     /// Messages of history sent to the model.
     pub history_limit: usize,
     pub tool_timeout_secs: u64,
+    /// The agent's working directory for file tools and `exec`; empty = `<data_dir>/workspace`,
+    /// relative = under `data_dir`.
+    pub workspace: PathBuf,
 }
 
 impl Default for AgentConfig {
@@ -176,6 +183,7 @@ impl Default for AgentConfig {
             temperature: None,
             history_limit: 50,
             tool_timeout_secs: 60,
+            workspace: PathBuf::new(),
         }
     }
 }

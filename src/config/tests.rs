@@ -43,7 +43,8 @@ fn defaults_without_file() {
     assert_eq!(config.log, "info");
     assert_eq!(config.channels, defaults.channels);
     assert_eq!(config.worker, defaults.worker);
-    assert_eq!(config.agent, defaults.agent);
+    assert_eq!(config.agent, AgentConfig { workspace: config.data_dir.join("workspace"), ..defaults.agent });
+    assert_eq!(config.tools, defaults.tools);
     assert_eq!(config.bus_options, defaults.bus_options);
     assert_eq!(config.channels.api.listen, "127.0.0.1:8787".parse::<SocketAddr>().unwrap());
     assert_eq!(config.provider.base_url, OPENAI_DEFAULT_BASE_URL);

@@ -1,0 +1,33 @@
+//! `[tools]`: limits shared by all tools, and each tool family's own section.
+
+mod exec;
+mod fs;
+mod web;
+
+use serde::{Deserialize, Serialize};
+
+pub use exec::ExecToolConfig;
+pub use fs::FsToolsConfig;
+pub use web::WebToolsConfig;
+
+/// The agent's tools.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ToolsConfig {
+    /// Tool results longer than this many characters are cut in the middle (head and tail kept).
+    pub max_result_chars: usize,
+    pub fs: FsToolsConfig,
+    pub exec: ExecToolConfig,
+    pub web: WebToolsConfig,
+}
+
+impl Default for ToolsConfig {
+    fn default() -> Self {
+        Self {
+            max_result_chars: 16_000,
+            fs: FsToolsConfig::default(),
+            exec: ExecToolConfig::default(),
+            web: WebToolsConfig::default(),
+        }
+    }
+}
