@@ -16,7 +16,7 @@ use crate::provider::openai::{OpenAiConfig, OpenAiProvider};
 use crate::provider::{ProviderError, RetryPolicy};
 use crate::store::StoreError;
 use crate::store::sqlite::SqliteStore;
-use crate::tools::{ToolLimits, ToolRegistry};
+use crate::tools::{MessageTool, ToolLimits, ToolRegistry};
 use crate::worker::{Worker, WorkerError, WorkerSettings};
 
 #[derive(Debug, Error)]
@@ -59,7 +59,12 @@ pub async fn run(config: Config, parts: Parts, shutdown: CancellationToken) -> R
     if parts != Parts::ApiChannel {
         config.require_provider()?;
     }
-    let bus = connect_bus(&config, parts).await?;
+    // A channel-only process keeps no state; everything else shares one store.
+    let store = match parts {
+        Parts::ApiChannel => None,
+        Parts::All | Parts::Agent => Some(Arc::new(SqliteStore::open(config.store_path()).await?)),
+    };
+    let bus = connect_bus(&config, parts, store.clone()).await?;
     let mut api = None;
     if parts != Parts::Agent {
         if config.channels.api.enabled {
@@ -68,7 +73,10 @@ pub async fn run(config: Config, parts: Parts, shutdown: CancellationToken) -> R
             return Err(DaemonError::ChannelDisabled("api"));
         }
     }
-    let worker = if parts == Parts::ApiChannel { None } else { Some(build_worker(&config, Arc::clone(&bus)).await?) };
+    let worker = match store {
+        Some(store) => Some(build_worker(&config, Arc::clone(&bus), store)?),
+        None => None,
+    };
     tracing::info!(version = env!("CARGO_PKG_VERSION"), bus = %bus_label(&config), ?parts, "switchboard started");
     if let Some(worker) = worker {
         worker.run(shutdown.clone()).await?;
@@ -81,12 +89,20 @@ pub async fn run(config: Config, parts: Parts, shutdown: CancellationToken) -> R
     Ok(())
 }
 
-async fn connect_bus(config: &Config, parts: Parts) -> Result<Arc<dyn Bus>, DaemonError> {
-    match config.bus_kind() {
-        BusKind::Memory if parts == Parts::Agent => Err(DaemonError::NeedsNats("agent")),
-        BusKind::Memory if parts == Parts::ApiChannel => Err(DaemonError::NeedsNats("channel")),
-        BusKind::Memory => Ok(Arc::new(MemoryBus::new(config.bus_options.queue_capacity))),
-        BusKind::Nats(url) => {
+async fn connect_bus(
+    config: &Config,
+    parts: Parts,
+    store: Option<Arc<SqliteStore>>,
+) -> Result<Arc<dyn Bus>, DaemonError> {
+    match (config.bus_kind(), store) {
+        (BusKind::Memory, _) if parts == Parts::Agent => Err(DaemonError::NeedsNats("agent")),
+        (BusKind::Memory, _) if parts == Parts::ApiChannel => Err(DaemonError::NeedsNats("channel")),
+        // The journal makes what the in-process bus accepted survive a crash.
+        (BusKind::Memory, Some(store)) => {
+            Ok(Arc::new(MemoryBus::with_journal(config.bus_options.queue_capacity, store).await?))
+        }
+        (BusKind::Memory, None) => Ok(Arc::new(MemoryBus::new(config.bus_options.queue_capacity))),
+        (BusKind::Nats(url), _) => {
             let options = NatsOptions {
                 prefix: config.bus_options.prefix.clone(),
                 ack_wait: config.bus_options.ack_wait(),
@@ -98,8 +114,7 @@ async fn connect_bus(config: &Config, parts: Parts) -> Result<Arc<dyn Bus>, Daem
     }
 }
 
-async fn build_worker(config: &Config, bus: Arc<dyn Bus>) -> Result<Worker, DaemonError> {
-    let store = SqliteStore::open(config.store_path()).await?;
+fn build_worker(config: &Config, bus: Arc<dyn Bus>, store: Arc<SqliteStore>) -> Result<Worker, DaemonError> {
     let provider = OpenAiProvider::new(OpenAiConfig {
         name: "openai".into(),
         base_url: config.provider.base_url.clone(),
@@ -108,13 +123,15 @@ async fn build_worker(config: &Config, bus: Arc<dyn Bus>) -> Result<Worker, Daem
         stream: config.provider.stream,
         extra_headers: Vec::new(),
     })?;
+    let mut tools = ToolRegistry::with_builtins(ToolLimits {
+        timeout: config.agent.tool_timeout(),
+        max_result_chars: config.tools.max_result_chars,
+        ..ToolLimits::default()
+    });
+    tools.register(Arc::new(MessageTool::new(Arc::clone(&bus))));
     let agent = Agent::new(
         Arc::new(provider),
-        ToolRegistry::with_builtins(ToolLimits {
-            timeout: config.agent.tool_timeout(),
-            max_result_chars: config.tools.max_result_chars,
-            ..ToolLimits::default()
-        }),
+        tools,
         AgentSettings {
             system_prompt: config.agent.system_prompt.clone(),
             model: config.model.clone(),
@@ -135,7 +152,7 @@ async fn build_worker(config: &Config, bus: Arc<dyn Bus>) -> Result<Worker, Daem
         shutdown_grace: config.worker.shutdown_grace(),
         history_limit: config.agent.history_limit,
     };
-    Ok(Worker::new(bus, Arc::new(store), Arc::new(agent), settings))
+    Ok(Worker::new(bus, store, Arc::new(agent), settings))
 }
 
 fn api_settings(config: &Config) -> ApiSettings {

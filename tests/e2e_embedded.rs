@@ -183,3 +183,43 @@ fn help_and_version_read_well() {
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("switchboard "));
     drop(dir);
 }
+
+/// `switchboard run` killed hard during a turn: after the restart the accepted message is run
+/// again from the journal and finished exactly once.
+#[tokio::test]
+async fn killed_daemon_finishes_the_accepted_message_after_restart() {
+    let llm = FakeLlm::start().await;
+    llm.push(Scripted::Delay(Duration::from_secs(60), Box::new(Scripted::Text("never".into()))));
+    llm.push(Scripted::Text("done after restart".into()));
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = Launch::new(dir.path(), "run-1", &["run"]).llm(&llm.base_url()).spawn();
+    first.wait_healthy().await;
+    let url = first.url("/v1/messages");
+    let request = tokio::spawn(async move {
+        reqwest::Client::new().post(url).json(&json!({"chat_id": "c", "content": "x"})).send().await
+    });
+    llm.wait_for_requests(1, Duration::from_secs(10)).await;
+    first.kill_hard();
+    let _ = request.await;
+
+    let mut second = Launch::new(dir.path(), "run-2", &["run"]).llm(&llm.base_url()).spawn();
+    second.wait_healthy().await;
+    second.wait_for_log("resuming a run").await;
+    llm.wait_for_requests(2, Duration::from_secs(10)).await;
+    // The run is recorded once, finished on its second attempt.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, stderr, stdout) = run_to_exit(dir.path(), &["runs"], &[]);
+        assert!(status.success(), "{stderr}");
+        let rows: Vec<&str> = stdout.lines().filter(|l| l.contains("api:c")).collect();
+        if rows.len() == 1 && rows[0].contains("completed") {
+            // Columns: run id, date, time, status, try, …
+            let attempt = rows[0].split_whitespace().nth(4);
+            assert_eq!(attempt, Some("2"), "{}", rows[0]);
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "run never completed:\n{stdout}\n{}", second.logs());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(llm.requests().len(), 2);
+}

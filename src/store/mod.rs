@@ -4,6 +4,7 @@
 //! PostgreSQL backend fits behind the same trait. The `runs` table has a unique inbound id, so a
 //! redelivered message never produces a second run or reply.
 
+mod journal;
 mod migrate;
 pub mod sqlite;
 

@@ -66,6 +66,11 @@ impl SqliteStore {
         Ok(SqliteStore { pool })
     }
 
+    /// The connection pool, for the other tables' implementations in this module tree.
+    pub(super) fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
     /// Closes the pool, waiting for connections in use to be returned. Later calls fail.
     pub async fn close(&self) {
         self.pool.close().await;

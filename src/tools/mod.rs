@@ -2,6 +2,7 @@
 //! timeout, one retry of transient failures and a cap on result size), and the built-ins.
 
 mod current_time;
+mod message;
 mod truncate;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,6 +15,7 @@ use serde_json::Value;
 use thiserror::Error;
 
 pub use current_time::CurrentTime;
+pub use message::MessageTool;
 pub use truncate::truncate_middle;
 
 use crate::provider::{ToolCall, ToolSpec};

@@ -1,9 +1,9 @@
 //! The in-process bus of the embedded shape: bounded queues inside one process.
 //!
 //! A full queue makes publishers wait (backpressure) rather than dropping anything. A delivery
-//! that is nak'ed, or dropped without an ack, goes back into its queue. Nothing survives the
-//! process: durability in the embedded shape comes from the store (a run is recorded per
-//! inbound id), not from this bus.
+//! that is nak'ed, or dropped without an ack, goes back into its queue. With a [`Journal`]
+//! (the embedded daemon always has one), inbound and outbound messages are on disk before
+//! `publish` returns and until they are acked, and a restarted bus delivers them again.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -14,6 +14,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use tokio::sync::{Mutex as AsyncMutex, broadcast, mpsc};
 
+use super::journal::{Journal, JournalEntry};
 use super::{Acker, Bus, BusError, Deliveries, Delivery, Events};
 use crate::contract::{DeadLetter, RunEvent};
 use crate::subject::{DEFAULT_PREFIX, Flow, Subjects};
@@ -29,6 +30,8 @@ struct Item {
     subject: String,
     payload: Bytes,
     attempt: u64,
+    /// Its row in the journal, removed on ack.
+    seq: Option<i64>,
 }
 
 /// One work queue: many producers, consumers sharing one receiver.
@@ -43,15 +46,16 @@ impl Queue {
         Self { tx, rx: Arc::new(AsyncMutex::new(rx)) }
     }
 
-    fn deliveries(&self) -> Deliveries {
+    fn deliveries(&self, journal: Option<Arc<dyn Journal>>) -> Deliveries {
         let rx = Arc::clone(&self.rx);
         // Weak, so that the stream ends once the bus is dropped.
         let requeue = self.tx.downgrade();
-        futures_util::stream::unfold((rx, requeue), |(rx, requeue)| async move {
+        futures_util::stream::unfold((rx, requeue, journal), |(rx, requeue, journal)| async move {
             let item = rx.lock().await.recv().await?;
-            let acker = MemoryAcker { item: Some(Item { ..item.clone_meta() }), requeue: requeue.clone() };
+            let acker =
+                MemoryAcker { item: Some(item.clone_meta()), requeue: requeue.clone(), journal: journal.clone() };
             let delivery = Delivery::new(item.subject, item.payload, item.attempt, Box::new(acker));
-            Some((Ok(delivery), (rx, requeue)))
+            Some((Ok(delivery), (rx, requeue, journal)))
         })
         .boxed()
     }
@@ -59,7 +63,7 @@ impl Queue {
 
 impl Item {
     fn clone_meta(&self) -> Item {
-        Item { subject: self.subject.clone(), payload: self.payload.clone(), attempt: self.attempt }
+        Item { subject: self.subject.clone(), payload: self.payload.clone(), attempt: self.attempt, seq: self.seq }
     }
 }
 
@@ -67,6 +71,7 @@ impl Item {
 struct MemoryAcker {
     item: Option<Item>,
     requeue: mpsc::WeakSender<Item>,
+    journal: Option<Arc<dyn Journal>>,
 }
 
 impl MemoryAcker {
@@ -92,7 +97,10 @@ impl MemoryAcker {
 #[async_trait]
 impl Acker for MemoryAcker {
     async fn ack(&mut self) -> Result<(), BusError> {
-        self.item = None;
+        let Some(item) = self.item.take() else { return Ok(()) };
+        if let (Some(journal), Some(seq)) = (&self.journal, item.seq) {
+            journal.remove(seq).await.map_err(|err| BusError::Ack(err.to_string()))?;
+        }
         Ok(())
     }
 
@@ -123,6 +131,7 @@ pub struct MemoryBus {
     events: broadcast::Sender<(String, String, Bytes)>,
     seen: Mutex<HashMap<String, Instant>>,
     dead: Mutex<HashMap<&'static str, VecDeque<DeadLetter>>>,
+    journal: Option<Arc<dyn Journal>>,
 }
 
 impl MemoryBus {
@@ -137,7 +146,36 @@ impl MemoryBus {
             events: broadcast::channel(EVENT_BUFFER).0,
             seen: Mutex::new(HashMap::new()),
             dead: Mutex::new(HashMap::new()),
+            journal: None,
         }
+    }
+
+    /// A bus that keeps inbound and outbound messages in `journal` until they are acked, and
+    /// first queues again whatever the journal still holds from before a restart.
+    pub async fn with_journal(capacity: usize, journal: Arc<dyn Journal>) -> Result<Self, BusError> {
+        let pending = journal.pending().await.map_err(|err| BusError::Setup(err.to_string()))?;
+        let bus = Self { journal: Some(journal), ..Self::new(capacity) };
+        if !pending.is_empty() {
+            tracing::info!(count = pending.len(), "redelivering messages accepted before the last stop");
+        }
+        for entry in pending {
+            bus.requeue_recovered(entry);
+        }
+        Ok(bus)
+    }
+
+    /// Queues a recovered message from a task, so more of them than fit do not block start-up.
+    fn requeue_recovered(&self, entry: JournalEntry) {
+        let tx = match entry.flow {
+            Flow::In => self.inbound.tx.clone(),
+            _ => self.outbound_queue(&entry.channel).tx.clone(),
+        };
+        let item = Item { subject: entry.subject, payload: entry.payload, attempt: 2, seq: Some(entry.seq) };
+        tokio::spawn(async move {
+            if tx.send(item).await.is_err() {
+                tracing::debug!("in-process bus closed before a recovered message was queued");
+            }
+        });
     }
 
     fn outbound_queue(&self, channel: &str) -> Arc<Queue> {
@@ -145,8 +183,9 @@ impl MemoryBus {
         Arc::clone(queues.entry(channel.to_owned()).or_insert_with(|| Arc::new(Queue::new(self.capacity))))
     }
 
-    /// True when `id` was already published within the dedupe window.
-    fn is_duplicate(&self, id: &str) -> bool {
+    /// True when `id` was already published within the dedupe window; otherwise, when
+    /// `remember`, records it as published now.
+    fn seen_recently(&self, id: &str, remember: bool) -> bool {
         let now = Instant::now();
         let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
         if seen.len() > 10_000 {
@@ -155,10 +194,28 @@ impl MemoryBus {
         match seen.get(id) {
             Some(at) if now.duration_since(*at) < DEDUPE_WINDOW => true,
             _ => {
-                seen.insert(id.to_owned(), now);
+                if remember {
+                    seen.insert(id.to_owned(), now);
+                }
                 false
             }
         }
+    }
+
+    /// Writes the message to the journal; `None` when the journal already holds its dedupe id.
+    async fn journal_append(
+        &self,
+        journal: &Arc<dyn Journal>,
+        flow: Flow,
+        channel: &str,
+        subject: &str,
+        dedupe_id: Option<&str>,
+        payload: &Bytes,
+    ) -> Result<Option<i64>, BusError> {
+        journal
+            .append(flow, channel, subject, dedupe_id, payload)
+            .await
+            .map_err(|err| BusError::Publish { subject: subject.to_owned(), reason: err.to_string() })
     }
 }
 
@@ -194,20 +251,37 @@ impl Bus for MemoryBus {
         // full must not make its retry look like a duplicate (the message would be lost).
         let closed = || BusError::Publish { subject: subject.clone(), reason: "the bus is closed".into() };
         let permit = tx.reserve().await.map_err(|_| closed())?;
-        if dedupe_id.is_some_and(|id| self.is_duplicate(&format!("{}:{id}", flow_key(flow)))) {
+        let dedupe_key = dedupe_id.map(|id| format!("{}:{id}", flow_key(flow)));
+        let Some(journal) = &self.journal else {
+            if dedupe_key.is_some_and(|key| self.seen_recently(&key, true)) {
+                tracing::debug!(%subject, "duplicate publish ignored");
+                return Ok(());
+            }
+            permit.send(Item { subject, payload, attempt: 1, seq: None });
+            return Ok(());
+        };
+        // Remember the id only once the message is on disk, so a failed write can be retried.
+        if dedupe_key.as_ref().is_some_and(|key| self.seen_recently(key, false)) {
             tracing::debug!(%subject, "duplicate publish ignored");
             return Ok(());
         }
-        permit.send(Item { subject, payload, attempt: 1 });
+        let Some(seq) = self.journal_append(journal, flow, channel, &subject, dedupe_id, &payload).await? else {
+            tracing::debug!(%subject, "duplicate publish ignored (still pending)");
+            return Ok(());
+        };
+        if let Some(key) = dedupe_key {
+            self.seen_recently(&key, true);
+        }
+        permit.send(Item { subject, payload, attempt: 1, seq: Some(seq) });
         Ok(())
     }
 
     async fn inbound(&self) -> Result<Deliveries, BusError> {
-        Ok(self.inbound.deliveries())
+        Ok(self.inbound.deliveries(self.journal.clone()))
     }
 
     async fn outbound(&self, channel: &str) -> Result<Deliveries, BusError> {
-        Ok(self.outbound_queue(channel).deliveries())
+        Ok(self.outbound_queue(channel).deliveries(self.journal.clone()))
     }
 
     async fn events(&self, channel: &str, chat_id: Option<&str>) -> Result<Events, BusError> {

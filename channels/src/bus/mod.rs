@@ -9,6 +9,7 @@
 //! [`Delivery::nak`] it to have it delivered again. A delivery dropped without either is
 //! delivered again too. Events are fire-and-forget broadcasts for live views.
 
+pub mod journal;
 pub mod memory;
 #[cfg(feature = "nats")]
 pub mod nats;

@@ -1,0 +1,43 @@
+//! The on-disk journal behind the in-process bus: messages are written before they are queued
+//! and removed when acked, so what a process accepted survives a crash and is delivered after
+//! the restart. The store implements it (SQLite in the embedded shape).
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use thiserror::Error;
+
+use crate::subject::Flow;
+
+#[derive(Debug, Error)]
+#[error("bus journal: {0}")]
+pub struct JournalError(pub String);
+
+/// A journaled message that was not acked yet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JournalEntry {
+    pub seq: i64,
+    pub flow: Flow,
+    pub channel: String,
+    pub subject: String,
+    pub payload: Bytes,
+}
+
+#[async_trait]
+pub trait Journal: Send + Sync + 'static {
+    /// Writes a message durably. Returns its sequence number, or `None` when a message with
+    /// the same dedupe id is still pending (then nothing is written).
+    async fn append(
+        &self,
+        flow: Flow,
+        channel: &str,
+        subject: &str,
+        dedupe_id: Option<&str>,
+        payload: &[u8],
+    ) -> Result<Option<i64>, JournalError>;
+
+    /// Forgets an acked message.
+    async fn remove(&self, seq: i64) -> Result<(), JournalError>;
+
+    /// Every message not acked yet, oldest first.
+    async fn pending(&self) -> Result<Vec<JournalEntry>, JournalError>;
+}

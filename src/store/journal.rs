@@ -1,0 +1,76 @@
+//! The in-process bus's journal on SQLite (see `switchboard_channels::bus::journal`).
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use sqlx::Row;
+use switchboard_channels::bus::journal::{Journal, JournalEntry, JournalError};
+use switchboard_channels::subject::Flow;
+
+use super::sqlite::SqliteStore;
+
+fn flow_name(flow: Flow) -> Result<&'static str, JournalError> {
+    match flow {
+        Flow::In => Ok("in"),
+        Flow::Out => Ok("out"),
+        Flow::Events => Err(JournalError("events are not journaled".into())),
+    }
+}
+
+fn db_error(err: sqlx::Error) -> JournalError {
+    JournalError(err.to_string())
+}
+
+#[async_trait]
+impl Journal for SqliteStore {
+    async fn append(
+        &self,
+        flow: Flow,
+        channel: &str,
+        subject: &str,
+        dedupe_id: Option<&str>,
+        payload: &[u8],
+    ) -> Result<Option<i64>, JournalError> {
+        let now = chrono::Utc::now().timestamp_millis();
+        sqlx::query_scalar(
+            "INSERT INTO bus_journal (flow, channel, subject, dedupe_id, payload, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (dedupe_id) DO NOTHING RETURNING seq",
+        )
+        .bind(flow_name(flow)?)
+        .bind(channel)
+        .bind(subject)
+        .bind(dedupe_id)
+        .bind(payload)
+        .bind(now)
+        .fetch_optional(self.pool())
+        .await
+        .map_err(db_error)
+    }
+
+    async fn remove(&self, seq: i64) -> Result<(), JournalError> {
+        sqlx::query("DELETE FROM bus_journal WHERE seq = $1").bind(seq).execute(self.pool()).await.map_err(db_error)?;
+        Ok(())
+    }
+
+    async fn pending(&self) -> Result<Vec<JournalEntry>, JournalError> {
+        let rows = sqlx::query("SELECT seq, flow, channel, subject, payload FROM bus_journal ORDER BY seq")
+            .fetch_all(self.pool())
+            .await
+            .map_err(db_error)?;
+        rows.iter()
+            .map(|row| {
+                let flow = match row.try_get::<String, _>("flow").map_err(db_error)?.as_str() {
+                    "in" => Flow::In,
+                    "out" => Flow::Out,
+                    other => return Err(JournalError(format!("unknown flow `{other}` in the journal"))),
+                };
+                Ok(JournalEntry {
+                    seq: row.try_get("seq").map_err(db_error)?,
+                    flow,
+                    channel: row.try_get("channel").map_err(db_error)?,
+                    subject: row.try_get("subject").map_err(db_error)?,
+                    payload: Bytes::from(row.try_get::<Vec<u8>, _>("payload").map_err(db_error)?),
+                })
+            })
+            .collect()
+    }
+}

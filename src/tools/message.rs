@@ -1,0 +1,148 @@
+//! `message`: lets the agent send a message now — to the current chat (a progress note during
+//! a long task) or to another chat by `channel:chat_id` — through the bus, like any reply.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use switchboard_channels::contract::{OutboundKind, OutboundMessage};
+use switchboard_channels::{Bus, BusExt};
+
+use super::{Tool, ToolContext, ToolError, required_str};
+
+/// Sends messages through the bus.
+pub struct MessageTool {
+    bus: Arc<dyn Bus>,
+}
+
+impl MessageTool {
+    pub fn new(bus: Arc<dyn Bus>) -> Self {
+        Self { bus }
+    }
+}
+
+#[async_trait]
+impl Tool for MessageTool {
+    fn name(&self) -> &str {
+        "message"
+    }
+
+    fn description(&self) -> &str {
+        "Sends a message right away, to the current chat (default) or to another chat given as \
+         `channel:chat_id`. Use it for progress notes during long tasks or to notify another chat; \
+         your final answer is sent automatically, do not repeat it here."
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "content": {"type": "string", "description": "The text to send (Markdown)"},
+                "target": {"type": "string", "description": "`channel:chat_id`, e.g. telegram:-1001234; default: the current chat"},
+                "thread_id": {"type": "string", "description": "Topic or thread in the target chat, if any"}
+            },
+            "required": ["content"]
+        })
+    }
+
+    async fn execute(&self, arguments: Value, ctx: &ToolContext) -> Result<String, ToolError> {
+        let content = required_str(&arguments, "content")?;
+        if content.trim().is_empty() {
+            return Err(ToolError::InvalidArguments("`content` must not be empty".into()));
+        }
+        let target = arguments.get("target").and_then(Value::as_str).filter(|t| !t.is_empty());
+        let (channel, chat_id, thread_id) = match target {
+            None => (ctx.channel.clone(), ctx.chat_id.clone(), ctx.thread_id.clone()),
+            Some(target) => {
+                let (channel, chat_id) = parse_target(target)?;
+                let thread_id = arguments.get("thread_id").and_then(Value::as_str).map(str::to_owned);
+                (channel.to_owned(), chat_id.to_owned(), thread_id)
+            }
+        };
+        let sequence = next_sequence();
+        let msg = OutboundMessage {
+            // A turn redone after a worker crash asks the model again, which may send again:
+            // side effects of tools are at-least-once, only the final reply is at-most-once.
+            id: format!("{}:message:{sequence}", ctx.run_id),
+            channel: channel.clone(),
+            chat_id: chat_id.clone(),
+            thread_id,
+            content: content.to_owned(),
+            kind: OutboundKind::Reply,
+            ..OutboundMessage::default()
+        };
+        self.bus.publish_outbound(&msg).await.map_err(|err| ToolError::Transient(format!("cannot send: {err}")))?;
+        Ok(format!("sent to {channel}:{chat_id}"))
+    }
+}
+
+/// Splits `channel:chat_id` at the first colon: chat ids may contain colons, channel names not.
+fn parse_target(target: &str) -> Result<(&str, &str), ToolError> {
+    match target.split_once(':') {
+        Some((channel, chat)) if !channel.is_empty() && !chat.is_empty() => Ok((channel, chat)),
+        _ => Err(ToolError::InvalidArguments(format!("target `{target}` is not `channel:chat_id`"))),
+    }
+}
+
+/// A per-process counter that tells apart several messages of one run.
+fn next_sequence() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use futures_util::StreamExt;
+    use switchboard_channels::bus::memory::MemoryBus;
+
+    use super::*;
+
+    fn ctx() -> ToolContext {
+        ToolContext {
+            channel: "telegram".into(),
+            chat_id: "-100".into(),
+            thread_id: Some("7".into()),
+            run_id: "r1".into(),
+            ..ToolContext::default()
+        }
+    }
+
+    async fn sent(bus: &MemoryBus, channel: &str) -> OutboundMessage {
+        let mut out = bus.outbound(channel).await.unwrap();
+        let delivery = tokio::time::timeout(Duration::from_secs(2), out.next()).await.unwrap().unwrap().unwrap();
+        delivery.decode().unwrap()
+    }
+
+    #[tokio::test]
+    async fn sends_to_the_current_chat_and_topic_by_default() {
+        let bus = Arc::new(MemoryBus::new(8));
+        let tool = MessageTool::new(bus.clone());
+        let result = tool.execute(json!({"content": "working on it"}), &ctx()).await.unwrap();
+        assert_eq!(result, "sent to telegram:-100");
+        let msg = sent(&bus, "telegram").await;
+        assert_eq!((msg.chat_id.as_str(), msg.thread_id.as_deref()), ("-100", Some("7")));
+        assert_eq!(msg.content, "working on it");
+        assert!(msg.id.starts_with("r1:message:"));
+    }
+
+    #[tokio::test]
+    async fn sends_to_another_chat_whose_id_has_colons() {
+        let bus = Arc::new(MemoryBus::new(8));
+        let tool = MessageTool::new(bus.clone());
+        tool.execute(json!({"content": "hello", "target": "api:team:ops"}), &ctx()).await.unwrap();
+        let msg = sent(&bus, "api").await;
+        assert_eq!((msg.chat_id.as_str(), msg.thread_id), ("team:ops", None));
+    }
+
+    #[tokio::test]
+    async fn bad_targets_and_empty_content_are_argument_errors() {
+        let tool = MessageTool::new(Arc::new(MemoryBus::new(8)));
+        for args in [json!({"content": "x", "target": "nochannel"}), json!({"content": "  "}), json!({})] {
+            let err = tool.execute(args.clone(), &ctx()).await.unwrap_err();
+            assert!(matches!(err, ToolError::InvalidArguments(_)), "{args}: {err}");
+        }
+    }
+}
