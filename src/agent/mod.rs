@@ -189,8 +189,17 @@ impl Agent {
             });
         }
         let outputs = join_all(calls.iter().map(|call| {
-            let span = tracing::info_span!("tool_call", tool = %call.name, call_id = %call.id);
-            self.tools.call(call, ctx, filter).instrument(span)
+            let span = tracing::info_span!("tool_call", tool = %call.name, call_id = %call.id,
+                error = tracing::field::Empty, duration_ms = tracing::field::Empty);
+            async move {
+                let started = std::time::Instant::now();
+                let output = self.tools.call(call, ctx, filter).await;
+                let span = tracing::Span::current();
+                span.record("error", output.is_error);
+                span.record("duration_ms", started.elapsed().as_millis() as u64);
+                output
+            }
+            .instrument(span)
         }))
         .await;
         for (call, output) in calls.iter().zip(outputs) {
