@@ -17,6 +17,7 @@ use crate::provider::{ProviderError, RetryPolicy};
 use crate::store::StoreError;
 use crate::store::sqlite::SqliteStore;
 use crate::tools::{MessageTool, ToolLimits, ToolRegistry};
+use crate::users::{AccessPolicy, BadIdentity};
 use crate::worker::{Worker, WorkerError, WorkerSettings};
 
 #[derive(Debug, Error)]
@@ -37,6 +38,8 @@ pub enum DaemonError {
         "`switchboard {0}` runs one part of a distributed deployment and needs a NATS bus: set `bus = \"nats://…\"` in the config, SWITCHBOARD_BUS, or --nats URL"
     )]
     NeedsNats(&'static str),
+    #[error("users.owners: {0}")]
+    Owner(#[from] BadIdentity),
     #[error("unknown channel `{0}`; available: api")]
     UnknownChannel(String),
     #[error("the {0} channel is disabled in the config (channels.{0}.enabled = false)")]
@@ -151,6 +154,7 @@ fn build_worker(config: &Config, bus: Arc<dyn Bus>, store: Arc<SqliteStore>) -> 
         progress_interval: config.bus_options.ack_wait() / 3,
         shutdown_grace: config.worker.shutdown_grace(),
         history_limit: config.agent.history_limit,
+        access: AccessPolicy::from_config(&config.users, &config.permissions, &config.budgets)?,
     };
     Ok(Worker::new(bus, store, Arc::new(agent), settings))
 }

@@ -9,4 +9,5 @@ pub mod report;
 pub mod store;
 pub mod telemetry;
 pub mod tools;
+pub mod users;
 pub mod worker;

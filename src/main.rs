@@ -7,6 +7,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use switchboard::config::Config;
 use switchboard::daemon::{self, Parts};
+use switchboard::users::cli::UsersCommand;
 use tokio_util::sync::CancellationToken;
 
 /// switchboard: an LLM agent in your Telegram and Discord chats and behind an HTTP API.
@@ -47,6 +48,11 @@ enum Command {
         #[arg(long, default_value_t = 20)]
         limit: usize,
     },
+    /// Users: list them, link identities, set levels and monthly token budgets
+    Users {
+        #[command(subcommand)]
+        command: UsersCommand,
+    },
 }
 
 fn main() -> ExitCode {
@@ -82,6 +88,7 @@ fn start(cli: Cli) -> anyhow::Result<()> {
                 other => Err(daemon::DaemonError::UnknownChannel(other.to_owned()).into()),
             },
             Command::Runs { limit } => switchboard::report::print_runs(&config, limit).await,
+            Command::Users { command } => switchboard::users::cli::run(&config, command).await,
         }
     })
 }

@@ -44,6 +44,7 @@ fn completed(run_id: &str, question: &str, answer: &str) -> RunOutcome {
         usage: Usage { input_tokens: 120, output_tokens: 30 },
         model: "test-model".into(),
         iterations: 1,
+        billing: None,
     }
 }
 

@@ -74,6 +74,11 @@ impl Agent {
         &self.settings
     }
 
+    /// The names of this agent's tools, from which a run's [`ToolFilter`] is chosen.
+    pub fn tool_names(&self) -> impl Iterator<Item = &str> {
+        self.tools.names()
+    }
+
     /// Runs one turn to its end. Never fails: a provider failure becomes an apologetic reply
     /// with `error` set, so the user always hears back.
     pub async fn run(&self, turn: Turn<'_>) -> TurnResult {

@@ -16,6 +16,7 @@ mod secret;
 #[cfg(test)]
 mod tests;
 mod tools;
+mod users;
 mod validate;
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -28,6 +29,7 @@ pub use env::{ENV_PREFIX, NON_KEY_VARS};
 pub use error::{ConfigError, Origin};
 pub use secret::Secret;
 pub use tools::{ExecToolConfig, FsToolsConfig, ToolsConfig, WebToolsConfig};
+pub use users::{BudgetsConfig, PermissionsConfig, UsersConfig};
 
 /// The provider URL used when neither the config nor `OPENAI_BASE_URL` names one.
 pub const OPENAI_DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -50,6 +52,9 @@ pub struct Config {
     pub worker: WorkerConfig,
     pub store: StoreConfig,
     pub tools: ToolsConfig,
+    pub users: UsersConfig,
+    pub permissions: PermissionsConfig,
+    pub budgets: BudgetsConfig,
     pub channels: ChannelsConfig,
 }
 
@@ -66,6 +71,9 @@ impl Default for Config {
             worker: WorkerConfig::default(),
             store: StoreConfig::default(),
             tools: ToolsConfig::default(),
+            users: UsersConfig::default(),
+            permissions: PermissionsConfig::default(),
+            budgets: BudgetsConfig::default(),
             channels: ChannelsConfig::default(),
         }
     }

@@ -380,3 +380,52 @@ fn log_filter_prefers_rust_log() {
     assert_eq!(config.log_filter(&env(&[])), "info");
     assert_eq!(config.log_filter(&env(&[("RUST_LOG", "debug")])), "debug");
 }
+
+#[test]
+fn users_permissions_and_budgets_from_file_and_env() {
+    let text = r#"
+        [users]
+        owners = ["telegram:1"]
+        [permissions]
+        unlisted_tools = "admin"
+        [permissions.tools]
+        exec = "owner"
+        spawn = "user"
+        [budgets]
+        guest = 5
+    "#;
+    let vars = [
+        ("SWITCHBOARD_USERS__DEFAULT_LEVEL", "user"),
+        ("SWITCHBOARD_PERMISSIONS__TOOLS__WEB_FETCH", "guest"),
+        ("SWITCHBOARD_BUDGETS__USER", "0"),
+    ];
+    let config = load_text(text, &vars).unwrap();
+    assert_eq!(config.users.owners, ["telegram:1"]);
+    assert_eq!(config.users.default_level, crate::users::Level::User);
+    assert_eq!(config.permissions.unlisted_tools, crate::users::Level::Admin);
+    let tools = &config.permissions.tools;
+    assert_eq!(tools["exec"], crate::users::Level::Owner);
+    assert_eq!(tools["spawn"], crate::users::Level::User);
+    assert_eq!(tools["web_fetch"], crate::users::Level::Guest);
+    // The file adds to the default map rather than replacing it.
+    assert_eq!(tools["write_file"], crate::users::Level::User);
+    assert_eq!(config.budgets, BudgetsConfig { guest: 5, user: 0, ..BudgetsConfig::default() });
+
+    let owners = [("SWITCHBOARD_USERS__OWNERS", r#"["api:me", "discord:2"]"#)];
+    assert_eq!(load_env(&owners).unwrap().users.owners, ["api:me", "discord:2"]);
+    // Only tools in the default map can be named from the environment.
+    let message = err_text(load_env(&[("SWITCHBOARD_PERMISSIONS__TOOLS__SPAWN", "user")]));
+    assert!(message.starts_with("environment variable SWITCHBOARD_PERMISSIONS__TOOLS__SPAWN "), "{message}");
+}
+
+#[test]
+fn bad_levels_and_owners_name_the_key() {
+    let message = err_text(load_text("[permissions.tools]\nexec = \"root\"\n", &[]));
+    assert!(message.starts_with("permissions.tools.exec (in "), "{message}");
+    assert!(message.contains("unknown variant `root`"), "{message}");
+    let message = err_text(load_env(&[("SWITCHBOARD_USERS__DEFAULT_LEVEL", "Admin")]));
+    assert!(message.starts_with("users.default_level (from SWITCHBOARD_USERS__DEFAULT_LEVEL): "), "{message}");
+    let message = err_text(load_text("[users]\nowners = [\"telegram\"]\n", &[]));
+    assert!(message.starts_with("users.owners (in "), "{message}");
+    assert!(message.ends_with("\"telegram\" is not an identity (expected channel:sender_id, e.g. telegram:123456)"));
+}

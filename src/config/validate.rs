@@ -6,6 +6,7 @@ use tracing_subscriber::EnvFilter;
 use super::Config;
 use super::error::{ConfigError, Origin};
 use super::load::Origins;
+use crate::users::{BadIdentity, Identity};
 
 pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigError> {
     let fail = |key: &str, reason: String| ConfigError::Invalid {
@@ -30,6 +31,9 @@ pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigE
     let base_url = &config.provider.base_url;
     if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
         return Err(fail("provider.base_url", "must be an http:// or https:// URL".into()));
+    }
+    if let Some(owner) = config.users.owners.iter().find(|owner| owner.parse::<Identity>().is_err()) {
+        return Err(fail("users.owners", BadIdentity(owner.clone()).to_string()));
     }
     if let Some(t) = config.agent.temperature
         && !(0.0..=2.0).contains(&t)

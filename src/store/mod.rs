@@ -14,6 +14,7 @@ use switchboard_channels::contract::{OutboundMessage, Usage};
 use thiserror::Error;
 
 use crate::provider::ChatMessage;
+use crate::users::{Billing, UserStore};
 
 #[derive(Debug, Error)]
 pub enum StoreError {
@@ -80,6 +81,9 @@ pub struct RunOutcome {
     pub usage: Usage,
     pub model: String,
     pub iterations: u32,
+    /// Whose monthly usage `usage` is added to, in the same transaction; `None` for runs that
+    /// count against no user (system messages).
+    pub billing: Option<Billing>,
 }
 
 /// A run as listed for operators.
@@ -99,8 +103,9 @@ pub struct RunRecord {
     pub reply_delivered: bool,
 }
 
+/// Users live in the same database as runs, so a run's usage is recorded with its outcome.
 #[async_trait]
-pub trait Store: Send + Sync {
+pub trait Store: UserStore + Send + Sync {
     /// Records that `inbound_id` is being worked on in `session_key`, or reports what was
     /// already done for it. Atomic: two workers claiming one inbound id get one `New`.
     async fn claim_run(&self, inbound_id: &str, session_key: &str) -> Result<RunClaim, StoreError>;
@@ -109,7 +114,7 @@ pub trait Store: Send + Sync {
     async fn history(&self, session_key: &str, limit: usize) -> Result<Vec<ChatMessage>, StoreError>;
 
     /// Finishes a run: appends its transcript, stores the reply, sets status, usage and timings,
-    /// all in one transaction.
+    /// and adds the usage to its user's month (`billing`), all in one transaction.
     async fn finish_run(&self, run_id: &str, outcome: &RunOutcome) -> Result<(), StoreError>;
 
     /// Marks a run's reply as published on the bus.

@@ -7,6 +7,8 @@
 //!
 //! Times are stored as unix milliseconds (UTC).
 
+mod users;
+
 use std::path::Path;
 use std::time::Duration;
 
@@ -161,6 +163,9 @@ impl Store for SqliteStore {
         let now = now_millis();
         append_transcript(&mut tx, &session_key, run_id, &outcome.transcript, now).await?;
         record_outcome(&mut tx, run_id, outcome, reply_json, now).await?;
+        if let Some(billing) = &outcome.billing {
+            users::record_usage(&mut tx, billing, outcome.usage).await?;
+        }
         sqlx::query("UPDATE sessions SET updated_at = $1 WHERE key = $2")
             .bind(now)
             .bind(&session_key)

@@ -7,6 +7,7 @@
 //! not run again (the store keys runs by inbound id); a message that cannot be decoded goes to
 //! the dead-letter subject and is acked, so it is never retried forever.
 
+mod access;
 mod keepalive;
 mod run;
 
@@ -25,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::Agent;
 use crate::store::Store;
+use crate::users::AccessPolicy;
 use keepalive::{Held, Settle};
 
 #[derive(Debug, Error)]
@@ -48,6 +50,8 @@ pub struct WorkerSettings {
     pub shutdown_grace: Duration,
     /// Messages of history given to the model.
     pub history_limit: usize,
+    /// Levels, tool permissions and budgets of the senders.
+    pub access: AccessPolicy,
 }
 
 impl Default for WorkerSettings {
@@ -59,6 +63,7 @@ impl Default for WorkerSettings {
             progress_interval: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(30),
             history_limit: 50,
+            access: AccessPolicy::default(),
         }
     }
 }

@@ -5,16 +5,17 @@ use std::time::Duration;
 
 use serde_json::json;
 use switchboard_channels::bus::BusExt;
-use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, RunEvent, RunEventBody};
+use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, RunEvent, RunEventBody, Usage};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::Shared;
+use super::access::{self, Access};
 use super::keepalive::{Held, Settle};
 use crate::agent::{EventSink, Turn};
 use crate::provider::ChatMessage;
 use crate::store::{RunClaim, RunOutcome, RunStatus};
-use crate::tools::{ToolContext, ToolFilter};
+use crate::tools::ToolContext;
 
 /// How long to wait before a message is tried again after the store or bus failed.
 const RETRY_DELAY: Duration = Duration::from_secs(5);
@@ -65,9 +66,10 @@ async fn process_inner(shared: &Shared, msg: &InboundMessage) -> Result<(), Give
         }
     };
     tracing::Span::current().record("run_id", run_id.as_str());
+    let access = access::admit(shared, msg).await.map_err(transient)?;
     let outcome = tokio::select! {
         _ = shared.abandon.cancelled() => return Err(Giveback::Stopping),
-        outcome = run_turn(shared, msg, &run_id, &session_key) => outcome?,
+        outcome = run_turn(shared, msg, &run_id, &session_key, access) => outcome?,
     };
     tracing::Span::current().record("status", outcome.status.as_str());
     shared.store.finish_run(&run_id, &outcome).await.map_err(transient)?;
@@ -91,7 +93,12 @@ async fn run_turn(
     msg: &InboundMessage,
     run_id: &str,
     session_key: &str,
+    access: Access,
 ) -> Result<RunOutcome, Giveback> {
+    let (tools, billing) = match access {
+        Access::Allowed { tools, billing } => (tools, billing),
+        Access::OverBudget { notice } => return Ok(over_budget(shared, msg, run_id, session_key, notice)),
+    };
     let history = shared.store.history(session_key, shared.settings.history_limit).await.map_err(transient)?;
     let events = BusEvents::start(Arc::clone(&shared.bus), msg, run_id);
     events.emit(RunEventBody::Started);
@@ -107,17 +114,13 @@ async fn run_turn(
             sender_id: msg.sender.id.clone(),
             workspace: shared.agent.settings().workspace.clone(),
         },
-        tools: ToolFilter::All,
+        tools,
         events: &events,
     };
     let result = shared.agent.run(turn).await;
     let status = if result.error.is_some() { RunStatus::Failed } else { RunStatus::Completed };
     let kind = if result.error.is_some() { OutboundKind::Notice } else { OutboundKind::Reply };
-    // The reply's id is derived from the run, so a redelivery publishes the same message again
-    // and the bus's dedupe (or the adapter) drops the copy.
-    let mut reply = OutboundMessage::answering(msg, format!("{run_id}:reply"), kind, result.reply.clone());
-    reply.metadata.insert("run_id".into(), json!(run_id));
-    reply.metadata.insert("session_key".into(), json!(session_key));
+    let mut reply = reply_to(msg, run_id, session_key, kind, result.reply.clone());
     reply.metadata.insert("model".into(), json!(result.model));
     reply.metadata.insert("usage".into(), json!(result.usage));
     events.emit(match &result.error {
@@ -134,7 +137,42 @@ async fn run_turn(
         usage: result.usage,
         model: result.model,
         iterations: result.iterations,
+        billing,
     })
+}
+
+/// A run that stops before the model: the sender's budget is used up. It is stored and
+/// delivered like any other, so the notice too goes out at most once per message. Nothing is
+/// added to the transcript: the model never saw the message.
+fn over_budget(shared: &Shared, msg: &InboundMessage, run_id: &str, session_key: &str, notice: String) -> RunOutcome {
+    let events = BusEvents::start(Arc::clone(&shared.bus), msg, run_id);
+    events.emit(RunEventBody::Started);
+    events.emit(RunEventBody::Completed { reply: notice.clone(), usage: Usage::default(), model: String::new() });
+    RunOutcome {
+        status: RunStatus::Completed,
+        transcript: Vec::new(),
+        reply: Some(reply_to(msg, run_id, session_key, OutboundKind::Notice, notice)),
+        error: None,
+        usage: Usage::default(),
+        model: String::new(),
+        iterations: 0,
+        billing: None,
+    }
+}
+
+/// The run's answer to `msg`. Its id is derived from the run, so a redelivery publishes the
+/// same message again and the bus's dedupe (or the adapter) drops the copy.
+fn reply_to(
+    msg: &InboundMessage,
+    run_id: &str,
+    session_key: &str,
+    kind: OutboundKind,
+    text: String,
+) -> OutboundMessage {
+    let mut reply = OutboundMessage::answering(msg, format!("{run_id}:reply"), kind, text);
+    reply.metadata.insert("run_id".into(), json!(run_id));
+    reply.metadata.insert("session_key".into(), json!(session_key));
+    reply
 }
 
 /// The text the model sees for an inbound message: its content, plus a line per attachment.

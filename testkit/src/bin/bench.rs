@@ -75,6 +75,8 @@ async fn launch(opts: &Options, llm: &FakeLlm, nats: Option<&str>) -> (Daemon, D
         .env("SWITCHBOARD_CHANNELS__API__LISTEN", format!("127.0.0.1:{port}"))
         .env("SWITCHBOARD_LOG", "warn")
         .env("SWITCHBOARD_WORKER__MAX_CONCURRENT_RUNS", "64")
+        // Every request comes from one API sender, a guest: its monthly budget must not end the run.
+        .env("SWITCHBOARD_BUDGETS__GUEST", "0")
         .env("OPENAI_BASE_URL", llm.base_url())
         .env("OPENAI_API_KEY", "bench")
         .env("SWITCHBOARD_MODEL", "bench-model");

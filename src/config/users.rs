@@ -1,0 +1,69 @@
+//! `[users]`, `[permissions]` and `[budgets]`: who may do what, and how many tokens a month.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::users::Level;
+
+/// Users and owners.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct UsersConfig {
+    /// Identities (`channel:sender_id`) that always act as owner.
+    pub owners: Vec<String>,
+    /// The level of a user created by their first message.
+    pub default_level: Level,
+}
+
+impl Default for UsersConfig {
+    fn default() -> Self {
+        Self { owners: Vec::new(), default_level: Level::Guest }
+    }
+}
+
+/// Which level each tool needs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PermissionsConfig {
+    /// The level needed by tools that `tools` does not list.
+    pub unlisted_tools: Level,
+    /// Tool name → the lowest level that is offered the tool.
+    pub tools: BTreeMap<String, Level>,
+}
+
+impl Default for PermissionsConfig {
+    fn default() -> Self {
+        let tools = [
+            ("current_time", Level::Guest),
+            ("read_file", Level::User),
+            ("list_dir", Level::User),
+            ("write_file", Level::User),
+            ("edit_file", Level::User),
+            ("web_fetch", Level::User),
+            ("web_search", Level::User),
+            ("message", Level::User),
+            ("exec", Level::Admin),
+        ];
+        Self {
+            unlisted_tools: Level::Owner,
+            tools: tools.into_iter().map(|(name, level)| (name.into(), level)).collect(),
+        }
+    }
+}
+
+/// Monthly token budgets (input + output tokens per UTC calendar month) per level; 0 = unlimited.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct BudgetsConfig {
+    pub guest: u64,
+    pub user: u64,
+    pub admin: u64,
+    pub owner: u64,
+}
+
+impl Default for BudgetsConfig {
+    fn default() -> Self {
+        Self { guest: 20_000, user: 1_000_000, admin: 0, owner: 0 }
+    }
+}

@@ -1,0 +1,69 @@
+//! Who sent a message and what they may do: the user behind the sender, the tools offered to
+//! the model, and the monthly budget check. Runs after the run is claimed, so a redelivered
+//! message that already has its answer is never checked (or charged) again.
+
+use chrono::{DateTime, Utc};
+use switchboard_channels::contract::{InboundKind, InboundMessage};
+
+use super::Shared;
+use crate::store::StoreError;
+use crate::tools::ToolFilter;
+use crate::users::{Billing, Identity, Level, month_key, next_month_start};
+
+/// What the sender of a message may do now.
+pub(super) enum Access {
+    /// Run the turn offering `tools`; add its usage to `billing`'s month.
+    Allowed { tools: ToolFilter, billing: Option<Billing> },
+    /// The sender's budget for this month is used up: answer with `notice`, call no model.
+    OverBudget { notice: String },
+}
+
+/// Resolves the sender to a user (created on first sight) and decides.
+pub(super) async fn admit(shared: &Shared, msg: &InboundMessage) -> Result<Access, StoreError> {
+    let policy = &shared.settings.access;
+    let tool_names = shared.agent.tool_names();
+    if msg.kind == InboundKind::System {
+        // Made by switchboard itself (cron prompts, heartbeats, sub-agent results), from jobs
+        // that only a permitted user or the operator could set up: run as owner, count against
+        // no one's budget. Adapters only ever publish `user` messages.
+        return Ok(Access::Allowed { tools: policy.tool_filter(Level::Owner, tool_names), billing: None });
+    }
+    let identity = Identity::new(&msg.channel, &msg.sender.id);
+    let new_level = policy.new_user_level(&identity);
+    let user = shared.store.resolve_user(&identity, &msg.sender.name, new_level).await?;
+    let level = policy.effective_level(&identity, &user);
+    let now = policy.now();
+    let month = month_key(now);
+    tracing::debug!(user = %user.id, %level, %month, "sender resolved");
+    if let Some(budget) = policy.budget(level, &user) {
+        let used = shared.store.monthly_usage(user.id, &month).await?;
+        let used = used.input_tokens.saturating_add(used.output_tokens);
+        if used >= budget {
+            tracing::info!(user = %user.id, used, budget, "monthly token budget used up; not calling the model");
+            return Ok(Access::OverBudget { notice: over_budget_notice(budget, now) });
+        }
+    }
+    Ok(Access::Allowed { tools: policy.tool_filter(level, tool_names), billing: Some(Billing { identity, month }) })
+}
+
+/// The polite answer to a user whose allowance is used up.
+fn over_budget_notice(budget: u64, now: DateTime<Utc>) -> String {
+    let resets = next_month_start(now).format("%-d %B %Y");
+    format!("You have used this month's allowance ({budget} tokens). It resets on {resets} (UTC).")
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+
+    use super::*;
+
+    #[test]
+    fn the_notice_says_how_much_and_until_when() {
+        let now = Utc.with_ymd_and_hms(2025, 12, 14, 9, 30, 0).unwrap();
+        assert_eq!(
+            over_budget_notice(20_000, now),
+            "You have used this month's allowance (20000 tokens). It resets on 1 January 2026 (UTC)."
+        );
+    }
+}
