@@ -16,6 +16,7 @@ use crate::provider::openai::{OpenAiConfig, OpenAiProvider};
 use crate::provider::{ProviderError, RetryPolicy};
 use crate::store::StoreError;
 use crate::store::sqlite::SqliteStore;
+use crate::tools::web::register_web_tools;
 use crate::tools::{ToolLimits, ToolRegistry};
 use crate::worker::{Worker, WorkerError, WorkerSettings};
 
@@ -108,13 +109,17 @@ async fn build_worker(config: &Config, bus: Arc<dyn Bus>) -> Result<Worker, Daem
         stream: config.provider.stream,
         extra_headers: Vec::new(),
     })?;
+    let mut tools = ToolRegistry::with_builtins(ToolLimits {
+        timeout: config.agent.tool_timeout(),
+        max_result_chars: config.tools.max_result_chars,
+        ..ToolLimits::default()
+    });
+    if config.tools.web.enabled {
+        register_web_tools(&mut tools, &config.tools.web);
+    }
     let agent = Agent::new(
         Arc::new(provider),
-        ToolRegistry::with_builtins(ToolLimits {
-            timeout: config.agent.tool_timeout(),
-            max_result_chars: config.tools.max_result_chars,
-            ..ToolLimits::default()
-        }),
+        tools,
         AgentSettings {
             system_prompt: config.agent.system_prompt.clone(),
             model: config.model.clone(),

@@ -3,6 +3,7 @@
 
 mod current_time;
 mod truncate;
+pub mod web;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
