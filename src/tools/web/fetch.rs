@@ -157,7 +157,8 @@ async fn send(url: &Url, target: &Target, timeout: Duration) -> Result<Response,
         // A proxy would resolve the name again, on its own: the check would mean nothing.
         .no_proxy()
         .dns_resolver(Arc::new(NoDns))
-        .timeout(timeout)
+        // The caller's time cap covers the whole fetch, redirects and body included.
+        .connect_timeout(timeout)
         .user_agent(concat!("switchboard/", env!("CARGO_PKG_VERSION"), " (web_fetch)"));
     if let Some(host) = &target.host {
         builder = builder.resolve_to_addrs(host, &target.addrs);
