@@ -175,8 +175,12 @@ async fn send(url: &Url, target: &Target, timeout: Duration) -> Result<Response,
 /// Connection failures and timeouts may pass: worth the registry's one retry.
 fn request_error(url: &Url, error: &reqwest::Error) -> ToolError {
     let mut message = format!("cannot fetch {url}");
-    let mut source: Option<&dyn std::error::Error> = Some(error);
-    // reqwest's own message is generic; the cause (refused, reset, TLS…) is further down.
+    // reqwest's own message repeats the URL and says little; the cause (refused, reset,
+    // TLS…) is further down the chain.
+    let mut source = std::error::Error::source(error);
+    if source.is_none() {
+        message.push_str(&format!(": {error}"));
+    }
     while let Some(cause) = source {
         message.push_str(&format!(": {cause}"));
         source = cause.source();

@@ -245,9 +245,13 @@ fn tag_end(body: &str) -> Option<usize> {
 
 /// The content of a raw-text element up to its end tag, and what follows the end tag.
 fn raw_text<'s>(src: &'s str, name: &str) -> (&'s str, &'s str) {
-    let closing = format!("</{name}");
-    // ASCII lowercasing keeps byte offsets, so the index is valid in `src`.
-    match src.to_ascii_lowercase().find(&closing) {
+    // Compared in place rather than on a lowercased copy: a page may hold many scripts.
+    let closes_here = |i: &usize| {
+        src.as_bytes()
+            .get(i + 2..i + 2 + name.len())
+            .is_some_and(|candidate| candidate.eq_ignore_ascii_case(name.as_bytes()))
+    };
+    match src.match_indices("</").map(|(i, _)| i).find(closes_here) {
         Some(start) => {
             let after = &src[start..];
             (&src[..start], after.find('>').map_or("", |end| &after[end + 1..]))
