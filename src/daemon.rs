@@ -16,6 +16,7 @@ use crate::provider::openai::{OpenAiConfig, OpenAiProvider};
 use crate::provider::{ProviderError, RetryPolicy};
 use crate::store::StoreError;
 use crate::store::sqlite::SqliteStore;
+use crate::tools::web::register_web_tools;
 use crate::tools::{MessageTool, ToolLimits, ToolRegistry};
 use crate::users::{AccessPolicy, BadIdentity};
 use crate::worker::{Worker, WorkerError, WorkerSettings};
@@ -132,6 +133,9 @@ fn build_worker(config: &Config, bus: Arc<dyn Bus>, store: Arc<SqliteStore>) -> 
         ..ToolLimits::default()
     });
     tools.register(Arc::new(MessageTool::new(Arc::clone(&bus))));
+    if config.tools.web.enabled {
+        register_web_tools(&mut tools, &config.tools.web);
+    }
     let agent = Agent::new(
         Arc::new(provider),
         tools,

@@ -171,8 +171,8 @@ fn invalid_value(error: &toml::de::Error, origins: &Origins) -> ConfigError {
     ConfigError::Invalid { key, origin, reason: error.message().trim().replace('\n', "; ") }
 }
 
-/// Fills what the config leaves empty: paths under the user data dir, and the provider from
-/// the `OPENAI_*` variables other tools use too.
+/// Fills what the config leaves empty: paths under the user data dir, the provider from
+/// the `OPENAI_*` variables other tools use too, and the Brave Search key from `BRAVE_API_KEY`.
 fn apply_conventions(
     config: &mut Config,
     env: &HashMap<String, String>,
@@ -198,6 +198,12 @@ fn apply_conventions(
     {
         config.provider.api_key = key.trim().into();
         origins.insert("provider.api_key".into(), Origin::Env("OPENAI_API_KEY".into()));
+    }
+    if config.tools.web.brave_api_key.is_empty()
+        && let Some(key) = from_env("BRAVE_API_KEY")
+    {
+        config.tools.web.brave_api_key = key.trim().into();
+        origins.insert("tools.web.brave_api_key".into(), Origin::Env("BRAVE_API_KEY".into()));
     }
     if config.provider.base_url.is_empty() {
         config.provider.base_url = match from_env("OPENAI_BASE_URL") {

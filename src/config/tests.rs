@@ -283,6 +283,34 @@ fn openai_conventions_fill_empty_provider_keys() {
 }
 
 #[test]
+fn web_tools_settings_from_env_and_conventions() {
+    let vars =
+        [("BRAVE_API_KEY", " brave-env "), ("SWITCHBOARD_TOOLS__WEB__ALLOW_PRIVATE", r#"["127.0.0.1", "10.0.0.0/8"]"#)];
+    let config = load_env(&vars).unwrap();
+    assert_eq!(config.tools.web.brave_api_key.expose(), "brave-env");
+    assert_eq!(config.tools.web.allow_private, ["127.0.0.1", "10.0.0.0/8"]);
+    // The config wins over the convention.
+    let config = load_text("[tools.web]\nbrave_api_key = \"from-file\"\n", &vars).unwrap();
+    assert_eq!(config.tools.web.brave_api_key.expose(), "from-file");
+}
+
+#[test]
+fn web_tools_settings_are_validated() {
+    let cases = [
+        ("[tools.web]\nallow_private = [\"10.0.0.0/40\"]\n", "tools.web.allow_private"),
+        ("[tools.web]\nsearch_base_url = \"api.search.brave.com\"\n", "tools.web.search_base_url"),
+        ("[tools.web]\nmax_results = 21\n", "tools.web.max_results"),
+        ("[tools.web]\nmax_results = 0\n", "tools.web.max_results"),
+        ("[tools.web]\nfetch_timeout_secs = 0\n", "tools.web.fetch_timeout_secs"),
+        ("[tools.web]\nmax_fetch_bytes = 0\n", "tools.web.max_fetch_bytes"),
+    ];
+    for (text, key) in cases {
+        let message = err_text(load_text(text, &[]));
+        assert!(message.starts_with(&format!("{key} (in ")), "{text:?}: {message}");
+    }
+}
+
+#[test]
 fn require_provider_explains_what_to_set() {
     let config = load_env(&[("SWITCHBOARD_MODEL", "m")]).unwrap();
     assert_eq!(
@@ -302,7 +330,8 @@ fn require_provider_explains_what_to_set() {
 
 #[test]
 fn secrets_never_appear_in_debug_or_serialized_output() {
-    let text = "[provider]\napi_key = \"sk-supersecret\"\n[channels.api]\ntoken = \"tok-hidden\"\n";
+    let text = "[provider]\napi_key = \"sk-supersecret\"\n[channels.api]\ntoken = \"tok-hidden\"\n\
+                [tools.web]\nbrave_api_key = \"brave-hidden\"\n";
     let config = load_text(text, &[]).unwrap();
     for rendered in [
         format!("{config:?}"),
@@ -312,6 +341,7 @@ fn secrets_never_appear_in_debug_or_serialized_output() {
     ] {
         assert!(!rendered.contains("supersecret"), "{rendered}");
         assert!(!rendered.contains("tok-hidden"), "{rendered}");
+        assert!(!rendered.contains("brave-hidden"), "{rendered}");
     }
     assert_eq!(format!("{:?}", config.provider.api_key), "\"***\"");
     assert_eq!(config.provider.api_key.to_string(), "***");

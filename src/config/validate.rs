@@ -3,9 +3,10 @@
 
 use tracing_subscriber::EnvFilter;
 
-use super::Config;
 use super::error::{ConfigError, Origin};
 use super::load::Origins;
+use super::{Config, WebToolsConfig};
+use crate::tools::web::AllowList;
 use crate::users::{BadIdentity, Identity};
 
 pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigError> {
@@ -35,6 +36,9 @@ pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigE
     if let Some(owner) = config.users.owners.iter().find(|owner| owner.parse::<Identity>().is_err()) {
         return Err(fail("users.owners", BadIdentity(owner.clone()).to_string()));
     }
+    if let Some((key, reason)) = web_problem(&config.tools.web) {
+        return Err(fail(key, reason));
+    }
     if let Some(t) = config.agent.temperature
         && !(0.0..=2.0).contains(&t)
     {
@@ -57,6 +61,10 @@ fn zero_counts(config: &Config) -> Option<(&'static str, u64)> {
         ("worker.max_message_age_secs", config.worker.max_message_age_secs),
         ("channels.api.reply_timeout_secs", config.channels.api.reply_timeout_secs),
         ("channels.api.max_body_bytes", as_u64(config.channels.api.max_body_bytes)),
+        ("tools.web.max_results", as_u64(config.tools.web.max_results)),
+        ("tools.web.max_fetch_bytes", as_u64(config.tools.web.max_fetch_bytes)),
+        ("tools.web.fetch_timeout_secs", config.tools.web.fetch_timeout_secs),
+        ("tools.web.max_fetch_chars", as_u64(config.tools.web.max_fetch_chars)),
     ];
     counts.into_iter().find(|&(_, value)| value == 0)
 }
@@ -76,4 +84,16 @@ fn subject_prefix_problem(prefix: &str) -> Option<String> {
         return Some(format!("{prefix:?} is not a NATS subject prefix (dot-separated tokens without spaces, * or >)"));
     }
     None
+}
+
+/// The first bad `[tools.web]` value, with its key. The Brave API takes at most 20 results.
+fn web_problem(web: &WebToolsConfig) -> Option<(&'static str, String)> {
+    let url = &web.search_base_url;
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Some(("tools.web.search_base_url", "must be an http:// or https:// URL".into()));
+    }
+    if web.max_results > 20 {
+        return Some(("tools.web.max_results", format!("{} is more than 20 (the Brave API's limit)", web.max_results)));
+    }
+    AllowList::parse(&web.allow_private).err().map(|reason| ("tools.web.allow_private", reason))
 }

@@ -4,6 +4,7 @@
 mod current_time;
 mod message;
 mod truncate;
+pub mod web;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
