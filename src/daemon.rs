@@ -16,7 +16,7 @@ use crate::provider::openai::{OpenAiConfig, OpenAiProvider};
 use crate::provider::{ProviderError, RetryPolicy};
 use crate::store::StoreError;
 use crate::store::sqlite::SqliteStore;
-use crate::tools::{ToolLimits, ToolRegistry};
+use crate::tools::{ToolLimits, ToolRegistry, register_local_tools};
 use crate::worker::{Worker, WorkerError, WorkerSettings};
 
 #[derive(Debug, Error)]
@@ -108,13 +108,15 @@ async fn build_worker(config: &Config, bus: Arc<dyn Bus>) -> Result<Worker, Daem
         stream: config.provider.stream,
         extra_headers: Vec::new(),
     })?;
+    let mut tools = ToolRegistry::with_builtins(ToolLimits {
+        timeout: config.agent.tool_timeout(),
+        max_result_chars: config.tools.max_result_chars,
+        ..ToolLimits::default()
+    });
+    register_local_tools(&mut tools, &config.tools)?;
     let agent = Agent::new(
         Arc::new(provider),
-        ToolRegistry::with_builtins(ToolLimits {
-            timeout: config.agent.tool_timeout(),
-            max_result_chars: config.tools.max_result_chars,
-            ..ToolLimits::default()
-        }),
+        tools,
         AgentSettings {
             system_prompt: config.agent.system_prompt.clone(),
             model: config.model.clone(),
