@@ -96,7 +96,8 @@ impl Exec {
         }
     }
 
-    fn check_denied(&self, command: &str) -> Result<(), ToolError> {
+    /// Refuses `command` if it matches a deny pattern (what `execute` checks before running).
+    pub fn check_denied(&self, command: &str) -> Result<(), ToolError> {
         match self.deny.iter().find(|pattern| pattern.is_match(command)) {
             None => Ok(()),
             Some(pattern) => Err(ToolError::Refused(format!(
