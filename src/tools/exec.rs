@@ -191,7 +191,7 @@ async fn run(
     // One pipe for stdout and stderr, so the model sees them interleaved as a terminal would.
     let (reader, writer) = std::io::pipe().map_err(|e| failed("create a pipe", e))?;
     let writer_err = writer.try_clone().map_err(|e| failed("create a pipe", e))?;
-    let mut cmd = tokio::process::Command::new("sh");
+    let mut cmd = tokio::process::Command::new("/bin/sh");
     cmd.arg("-c")
         .arg(command)
         .current_dir(dir)

@@ -119,7 +119,6 @@ fn skip_lines(reader: &mut impl BufRead, count: u64) -> std::io::Result<u64> {
     while skipped < count {
         let buffer = reader.fill_buf()?;
         if buffer.is_empty() {
-            // A last line without a newline still counts as a line.
             break;
         }
         let (used, ended_line) = match buffer.iter().position(|&b| b == b'\n') {
@@ -127,9 +126,8 @@ fn skip_lines(reader: &mut impl BufRead, count: u64) -> std::io::Result<u64> {
             None => (buffer.len(), false),
         };
         reader.consume(used);
-        if ended_line {
-            skipped += 1;
-        } else if reader.fill_buf()?.is_empty() {
+        // A last line without a newline ends at the end of the file.
+        if ended_line || reader.fill_buf()?.is_empty() {
             skipped += 1;
         }
     }
@@ -204,6 +202,9 @@ mod tests {
         assert!(middle.contains("offset=3"), "{middle}");
         let tail = sandbox.call(&read, json!({"path": "a.txt", "offset": 3})).await.unwrap();
         assert_eq!(tail, "three\n");
+        std::fs::write(sandbox.ws().join("b.txt"), "one\ntwo").unwrap();
+        let last = sandbox.call(&read, json!({"path": "b.txt", "offset": 2})).await.unwrap();
+        assert_eq!(last, "two");
         let past = sandbox.call(&read, json!({"path": "a.txt", "offset": 9})).await.unwrap_err();
         assert!(past.to_string().contains("only 3 lines"), "{past}");
     }
