@@ -17,7 +17,7 @@ use crate::provider::{ProviderError, RetryPolicy};
 use crate::store::StoreError;
 use crate::store::sqlite::SqliteStore;
 use crate::tools::web::register_web_tools;
-use crate::tools::{MessageTool, ToolLimits, ToolRegistry};
+use crate::tools::{MessageTool, ToolLimits, ToolRegistry, register_local_tools};
 use crate::users::{AccessPolicy, BadIdentity};
 use crate::worker::{Worker, WorkerError, WorkerSettings};
 
@@ -136,6 +136,7 @@ fn build_worker(config: &Config, bus: Arc<dyn Bus>, store: Arc<SqliteStore>) -> 
     if config.tools.web.enabled {
         register_web_tools(&mut tools, &config.tools.web);
     }
+    register_local_tools(&mut tools, &config.tools)?;
     let agent = Agent::new(
         Arc::new(provider),
         tools,

@@ -237,6 +237,9 @@ fn validation_names_the_key() {
         ("[bus_options]\nprefix = \"a.*\"\n", "bus_options.prefix"),
         ("[provider]\nbase_url = \"localhost:11434\"\n", "provider.base_url"),
         ("[agent]\ntemperature = 3.0\n", "agent.temperature"),
+        ("[tools.fs]\nmax_read_bytes = 0\n", "tools.fs.max_read_bytes"),
+        ("[tools.exec]\ntimeout_secs = 400\n", "tools.exec.timeout_secs"),
+        ("[tools.exec]\ndeny_patterns = ['rm (']\n", "tools.exec.deny_patterns"),
     ];
     for (text, key) in cases {
         let message = err_text(load_text(text, &[]));

@@ -44,6 +44,14 @@ pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigE
     {
         return Err(fail("agent.temperature", format!("{t} is not between 0 and 2")));
     }
+    let exec = &config.tools.exec;
+    if exec.timeout_secs > exec.max_timeout_secs {
+        let reason = format!("{} is above tools.exec.max_timeout_secs ({})", exec.timeout_secs, exec.max_timeout_secs);
+        return Err(fail("tools.exec.timeout_secs", reason));
+    }
+    if let Some(reason) = exec.deny_patterns.iter().find_map(|pattern| pattern_problem(pattern)) {
+        return Err(fail("tools.exec.deny_patterns", reason));
+    }
     Ok(())
 }
 
@@ -65,8 +73,21 @@ fn zero_counts(config: &Config) -> Option<(&'static str, u64)> {
         ("tools.web.max_fetch_bytes", as_u64(config.tools.web.max_fetch_bytes)),
         ("tools.web.fetch_timeout_secs", config.tools.web.fetch_timeout_secs),
         ("tools.web.max_fetch_chars", as_u64(config.tools.web.max_fetch_chars)),
+        ("tools.fs.max_read_bytes", as_u64(config.tools.fs.max_read_bytes)),
+        ("tools.fs.max_write_bytes", as_u64(config.tools.fs.max_write_bytes)),
+        ("tools.fs.max_list_entries", as_u64(config.tools.fs.max_list_entries)),
+        ("tools.exec.timeout_secs", config.tools.exec.timeout_secs),
+        ("tools.exec.max_timeout_secs", config.tools.exec.max_timeout_secs),
+        ("tools.exec.max_output_bytes", as_u64(config.tools.exec.max_output_bytes)),
     ];
     counts.into_iter().find(|&(_, value)| value == 0)
+}
+
+/// Why `pattern` is not a regular expression, on one line, if it is not.
+fn pattern_problem(pattern: &str) -> Option<String> {
+    let error = regex::Regex::new(pattern).err()?;
+    let detail = error.to_string().split_whitespace().collect::<Vec<_>>().join(" ");
+    Some(format!("{pattern:?} is not a regular expression: {detail}"))
 }
 
 fn is_bus(bus: &str) -> bool {

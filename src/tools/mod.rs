@@ -2,6 +2,8 @@
 //! timeout, one retry of transient failures and a cap on result size), and the built-ins.
 
 mod current_time;
+pub mod exec;
+pub mod fs;
 mod message;
 mod truncate;
 pub mod web;
@@ -19,6 +21,7 @@ pub use current_time::CurrentTime;
 pub use message::MessageTool;
 pub use truncate::truncate_middle;
 
+use crate::config::{ConfigError, Origin, ToolsConfig};
 use crate::provider::{ToolCall, ToolSpec};
 
 /// Why a tool call did not produce a result. The message goes back to the model as the
@@ -199,6 +202,28 @@ impl ToolRegistry {
             Err(_) => Err(ToolError::Timeout(limit)),
         }
     }
+}
+
+/// Adds the tools that act on this machine, as enabled in `[tools]`: the file tools
+/// (`read_file`, `write_file`, `edit_file`, `list_dir`) and `exec`.
+pub fn register_local_tools(registry: &mut ToolRegistry, config: &ToolsConfig) -> Result<(), ConfigError> {
+    if config.fs.enabled {
+        let settings = fs::FsSettings::from(&config.fs);
+        registry.register(Arc::new(fs::ReadFile::new(settings)));
+        registry.register(Arc::new(fs::WriteFile::new(settings)));
+        registry.register(Arc::new(fs::EditFile::new(settings)));
+        registry.register(Arc::new(fs::ListDir::new(settings)));
+    }
+    if config.exec.enabled {
+        // Config validation already rejects bad patterns with their origin; this is the backstop.
+        let exec = exec::Exec::new(&config.exec).map_err(|error| ConfigError::Invalid {
+            key: "tools.exec.deny_patterns".into(),
+            origin: Origin::Default,
+            reason: error.to_string(),
+        })?;
+        registry.register(Arc::new(exec));
+    }
+    Ok(())
 }
 
 /// Models sometimes send arguments as a JSON string holding the object, or nothing at all.
