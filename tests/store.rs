@@ -43,6 +43,7 @@ fn completed(run_id: &str, question: &str, answer: &str) -> RunOutcome {
         error: None,
         usage: Usage { input_tokens: 120, output_tokens: 30 },
         model: "test-model".into(),
+        cost_usd: Some(0.0042),
         iterations: 1,
     }
 }

@@ -6,6 +6,7 @@ use tracing_subscriber::EnvFilter;
 use super::Config;
 use super::error::{ConfigError, Origin};
 use super::load::Origins;
+use super::providers::parse_model_spec;
 
 pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigError> {
     let fail = |key: &str, reason: String| ConfigError::Invalid {
@@ -27,9 +28,8 @@ pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigE
     if let Some(reason) = subject_prefix_problem(&config.bus_options.prefix) {
         return Err(fail("bus_options.prefix", reason));
     }
-    let base_url = &config.provider.base_url;
-    if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
-        return Err(fail("provider.base_url", "must be an http:// or https:// URL".into()));
+    if let Some((key, reason)) = provider_problem(config) {
+        return Err(fail(&key, reason));
     }
     if let Some(t) = config.agent.temperature
         && !(0.0..=2.0).contains(&t)
@@ -37,6 +37,38 @@ pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigE
         return Err(fail("agent.temperature", format!("{t} is not between 0 and 2")));
     }
     Ok(())
+}
+
+/// The first problem of `[provider]`, `[providers.*]`, `agent.models` or `[prices.*]`.
+fn provider_problem(config: &Config) -> Option<(String, String)> {
+    let sections = std::iter::once(("provider".to_owned(), &config.provider))
+        .chain(config.providers.iter().map(|(name, p)| (format!("providers.{name}"), p)));
+    for (section, provider) in sections {
+        let base_url = &provider.base_url;
+        if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
+            return Some((format!("{section}.base_url"), "must be an http:// or https:// URL".into()));
+        }
+        if provider.request_timeout_secs == 0 {
+            return Some((format!("{section}.request_timeout_secs"), "must be at least 1, not 0".into()));
+        }
+    }
+    for spec in &config.agent.models {
+        let problem = match parse_model_spec(spec) {
+            Err(reason) => Some(reason),
+            Ok((name, _)) => config.provider_named(name).is_none().then(|| config.unknown_provider(name)),
+        };
+        if let Some(reason) = problem {
+            return Some(("agent.models".into(), reason));
+        }
+    }
+    for (model, price) in &config.prices {
+        for (field, value) in [("input_per_mtok", price.input_per_mtok), ("output_per_mtok", price.output_per_mtok)] {
+            if !value.is_finite() || value < 0.0 {
+                return Some((format!("prices.{model}.{field}"), format!("{value} is not a price (USD >= 0)")));
+            }
+        }
+    }
+    None
 }
 
 /// The first count or duration that must not be zero but is, with its key.

@@ -18,8 +18,10 @@ pub(crate) struct Migration {
 }
 
 /// Every migration this build knows, in version order.
-pub(crate) const SQLITE_MIGRATIONS: &[Migration] =
-    &[Migration { version: 1, name: "init", sql: include_str!("../../migrations/sqlite/0001_init.sql") }];
+pub(crate) const SQLITE_MIGRATIONS: &[Migration] = &[
+    Migration { version: 1, name: "init", sql: include_str!("../../migrations/sqlite/0001_init.sql") },
+    Migration { version: 2, name: "run_cost", sql: include_str!("../../migrations/sqlite/0002_run_cost.sql") },
+];
 
 /// Brings the database up to the newest schema this build knows.
 ///

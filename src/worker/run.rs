@@ -120,10 +120,15 @@ async fn run_turn(
     reply.metadata.insert("session_key".into(), json!(session_key));
     reply.metadata.insert("model".into(), json!(result.model));
     reply.metadata.insert("usage".into(), json!(result.usage));
+    // `null` when the cost is unknown (a model without a price), so it is never taken for zero.
+    reply.metadata.insert("cost_usd".into(), json!(result.cost_usd));
     events.emit(match &result.error {
-        None => {
-            RunEventBody::Completed { reply: result.reply.clone(), usage: result.usage, model: result.model.clone() }
-        }
+        None => RunEventBody::Completed {
+            reply: result.reply.clone(),
+            usage: result.usage,
+            model: result.model.clone(),
+            cost_usd: result.cost_usd,
+        },
         Some(error) => RunEventBody::Failed { error: error.clone() },
     });
     Ok(RunOutcome {
@@ -133,6 +138,7 @@ async fn run_turn(
         error: result.error,
         usage: result.usage,
         model: result.model,
+        cost_usd: result.cost_usd,
         iterations: result.iterations,
     })
 }
