@@ -234,6 +234,7 @@ fn status_response(code: u16, retry_after: Option<u64>, body: Value) -> Response
 fn last_user_text(request: &Value) -> String {
     let messages = request.get("messages").and_then(Value::as_array).into_iter().flatten();
     messages
+        .rev()
         .filter(|m| m["role"] == "user")
         .map(|m| match &m["content"] {
             Value::String(text) => text.clone(),
@@ -242,8 +243,7 @@ fn last_user_text(request: &Value) -> String {
             }
             _ => String::new(),
         })
-        .filter(|text| !text.is_empty())
-        .last()
+        .find(|text| !text.is_empty())
         .unwrap_or_default()
 }
 
