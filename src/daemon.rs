@@ -12,8 +12,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::{Agent, AgentSettings};
 use crate::config::{BusKind, Config, ConfigError};
+use crate::config::{ChainEntry, ProviderKind};
+use crate::provider::anthropic::{AnthropicConfig, AnthropicProvider};
+use crate::provider::failover::{FailoverEntry, FailoverProvider};
 use crate::provider::openai::{OpenAiConfig, OpenAiProvider};
-use crate::provider::{ProviderError, RetryPolicy};
+use crate::provider::pricing::PriceTable;
+use crate::provider::{Provider, ProviderError, RetryPolicy};
 use crate::store::StoreError;
 use crate::store::sqlite::SqliteStore;
 use crate::tools::web::register_web_tools;
@@ -119,14 +123,12 @@ async fn connect_bus(
 }
 
 fn build_worker(config: &Config, bus: Arc<dyn Bus>, store: Arc<SqliteStore>) -> Result<Worker, DaemonError> {
-    let provider = OpenAiProvider::new(OpenAiConfig {
-        name: "openai".into(),
-        base_url: config.provider.base_url.clone(),
-        api_key: Some(config.provider.api_key.expose().to_owned()).filter(|k| !k.is_empty()),
-        request_timeout: config.provider.request_timeout(),
-        stream: config.provider.stream,
-        extra_headers: Vec::new(),
-    })?;
+    let chain = config.model_chain()?;
+    let primary = chain.first().map(|entry| entry.model.clone()).unwrap_or_default();
+    // Chunks are streamed to the user when the primary streams; the others follow suit.
+    let stream = chain.first().is_none_or(|entry| entry.settings.stream);
+    let provider = build_provider_chain(&chain)?;
+    tracing::info!(chain = %provider.name(), "model chain");
     let mut tools = ToolRegistry::with_builtins(ToolLimits {
         timeout: config.agent.tool_timeout(),
         max_result_chars: config.tools.max_result_chars,
@@ -142,12 +144,12 @@ fn build_worker(config: &Config, bus: Arc<dyn Bus>, store: Arc<SqliteStore>) -> 
         tools,
         AgentSettings {
             system_prompt: config.agent.system_prompt.clone(),
-            model: config.model.clone(),
+            model: primary,
             max_iterations: config.agent.max_iterations,
             max_tokens: Some(config.agent.max_tokens).filter(|&n| n > 0),
             temperature: config.agent.temperature,
-            stream: config.provider.stream,
-            retry: RetryPolicy { max_retries: config.provider.max_retries, ..RetryPolicy::default() },
+            stream,
+            prices: PriceTable::new(config.prices.clone()),
             workspace: config.agent.workspace.clone(),
         },
     );
@@ -162,6 +164,48 @@ fn build_worker(config: &Config, bus: Arc<dyn Bus>, store: Arc<SqliteStore>) -> 
         access: AccessPolicy::from_config(&config.users, &config.permissions, &config.budgets)?,
     };
     Ok(Worker::new(bus, store, Arc::new(agent), settings))
+}
+
+/// One provider per name (entries of one provider share its HTTP client), each entry with
+/// its provider's retry policy.
+fn build_provider_chain(chain: &[ChainEntry]) -> Result<FailoverProvider, ProviderError> {
+    let mut built: std::collections::HashMap<&str, Arc<dyn Provider>> = std::collections::HashMap::new();
+    let mut entries = Vec::with_capacity(chain.len());
+    for entry in chain {
+        let provider = match built.get(entry.provider.as_str()) {
+            Some(provider) => Arc::clone(provider),
+            None => {
+                let provider = build_provider(entry)?;
+                built.insert(&entry.provider, Arc::clone(&provider));
+                provider
+            }
+        };
+        let retry = RetryPolicy { max_retries: entry.settings.max_retries, ..RetryPolicy::default() };
+        entries.push(FailoverEntry { provider, model: entry.model.clone(), retry });
+    }
+    FailoverProvider::new(entries)
+}
+
+fn build_provider(entry: &ChainEntry) -> Result<Arc<dyn Provider>, ProviderError> {
+    let settings = &entry.settings;
+    let api_key = Some(settings.api_key.expose().to_owned()).filter(|k| !k.is_empty());
+    Ok(match settings.kind {
+        ProviderKind::Openai => Arc::new(OpenAiProvider::new(OpenAiConfig {
+            name: entry.provider.clone(),
+            base_url: settings.base_url.clone(),
+            api_key,
+            request_timeout: settings.request_timeout(),
+            stream: settings.stream,
+            extra_headers: Vec::new(),
+        })?),
+        ProviderKind::Anthropic => Arc::new(AnthropicProvider::new(AnthropicConfig {
+            name: entry.provider.clone(),
+            base_url: settings.base_url.clone(),
+            api_key,
+            request_timeout: settings.request_timeout(),
+            stream: settings.stream,
+        })?),
+    })
 }
 
 fn api_settings(config: &Config) -> ApiSettings {

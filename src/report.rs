@@ -13,8 +13,8 @@ pub async fn print_runs(config: &Config, limit: usize) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "{:<36}  {:<20}  {:<9}  {:>3}  {:>7}  {:>7}  {:<24}  SESSION",
-        "RUN", "STARTED", "STATUS", "TRY", "IN", "OUT", "MODEL"
+        "{:<36}  {:<20}  {:<9}  {:>3}  {:>7}  {:>7}  {:>9}  {:<24}  SESSION",
+        "RUN", "STARTED", "STATUS", "TRY", "IN", "OUT", "COST", "MODEL"
     )?;
     for run in &runs {
         writeln!(out, "{}", format_run(run))?;
@@ -27,13 +27,14 @@ pub async fn print_runs(config: &Config, limit: usize) -> anyhow::Result<()> {
 
 fn format_run(run: &RunRecord) -> String {
     let mut line = format!(
-        "{:<36}  {:<20}  {:<9}  {:>3}  {:>7}  {:>7}  {:<24}  {}",
+        "{:<36}  {:<20}  {:<9}  {:>3}  {:>7}  {:>7}  {:>9}  {:<24}  {}",
         run.run_id,
         run.started_at.format("%Y-%m-%d %H:%M:%S"),
         run.status.as_str(),
         run.attempt,
         run.usage.input_tokens,
         run.usage.output_tokens,
+        format_cost(run.cost_usd),
         run.model,
         run.session_key,
     );
@@ -41,4 +42,20 @@ fn format_run(run: &RunRecord) -> String {
         line.push_str(&format!("\n    error: {error}"));
     }
     line
+}
+
+/// `$0.0123`; `-` when unknown (a model without a price), which is not the same as free.
+fn format_cost(cost: Option<f64>) -> String {
+    cost.map_or_else(|| "-".to_owned(), |usd| format!("${usd:.4}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::format_cost;
+
+    #[test]
+    fn unknown_cost_is_a_dash() {
+        assert_eq!(format_cost(None), "-");
+        assert_eq!(format_cost(Some(0.00123)), "$0.0012");
+    }
 }

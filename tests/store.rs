@@ -43,6 +43,7 @@ fn completed(run_id: &str, question: &str, answer: &str) -> RunOutcome {
         error: None,
         usage: Usage { input_tokens: 120, output_tokens: 30 },
         model: "test-model".into(),
+        cost_usd: Some(0.0042),
         iterations: 1,
         billing: None,
     }
@@ -219,6 +220,7 @@ async fn finish_run_records_status_usage_and_failure() {
         status: RunStatus::Failed,
         error: Some("the provider answered HTTP 500".into()),
         iterations: 3,
+        cost_usd: None,
         ..completed(&bad, "q2", "sorry")
     };
     store.finish_run(&bad, &failure).await.unwrap();
@@ -230,6 +232,8 @@ async fn finish_run_records_status_usage_and_failure() {
     assert_eq!(failed.iterations, 3);
     assert_eq!((done.run_id.as_str(), done.status, done.error.as_deref()), (ok.as_str(), RunStatus::Completed, None));
     assert_eq!(done.usage, Usage { input_tokens: 120, output_tokens: 30 });
+    // The cost round-trips, and an unknown one stays unknown (NULL), not zero.
+    assert_eq!((done.cost_usd, failed.cost_usd), (Some(0.0042), None));
     assert_eq!(
         (done.model.as_str(), done.inbound_id.as_str(), done.session_key.as_str()),
         ("test-model", "in-1", SESSION)

@@ -13,7 +13,6 @@ use futures_util::StreamExt;
 use serde_json::{Value, json};
 use switchboard::agent::{Agent, AgentSettings};
 use switchboard::config::{BudgetsConfig, PermissionsConfig, UsersConfig};
-use switchboard::provider::RetryPolicy;
 use switchboard::provider::openai::{OpenAiConfig, OpenAiProvider};
 use switchboard::store::sqlite::SqliteStore;
 use switchboard::store::{RunStatus, Store};
@@ -91,7 +90,7 @@ async fn start(policy: AccessPolicy) -> Harness {
         max_tokens: None,
         temperature: None,
         stream: false,
-        retry: RetryPolicy { max_retries: 0, ..RetryPolicy::default() },
+        prices: Default::default(),
         workspace: dir.path().join("workspace"),
     };
     let agent = Agent::new(Arc::new(provider), tools, agent_settings);

@@ -9,7 +9,6 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use serde_json::json;
 use switchboard::agent::{Agent, AgentSettings};
-use switchboard::provider::RetryPolicy;
 use switchboard::provider::openai::{OpenAiConfig, OpenAiProvider};
 use switchboard::store::Store;
 use switchboard::store::sqlite::SqliteStore;
@@ -51,7 +50,7 @@ async fn start(settings: WorkerSettings, llm: FakeLlm) -> Harness {
         max_tokens: None,
         temperature: None,
         stream: false,
-        retry: RetryPolicy { max_retries: 0, ..RetryPolicy::default() },
+        prices: Default::default(),
         workspace: dir.path().join("workspace"),
     };
     let agent = Agent::new(Arc::new(provider), ToolRegistry::with_builtins(ToolLimits::default()), agent_settings);

@@ -280,6 +280,9 @@ pub enum RunEventBody {
         usage: Usage,
         #[serde(default)]
         model: String,
+        /// Estimated cost in USD; absent when unknown (a model without a configured price).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost_usd: Option<f64>,
     },
     #[serde(rename = "run.failed")]
     Failed { error: String },

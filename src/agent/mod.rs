@@ -2,13 +2,13 @@
 //! the results), until it answers in words or the iteration limit is reached.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures_util::future::join_all;
 use switchboard_channels::contract::{RunEventBody, Usage};
 use tracing::Instrument;
 
-use crate::provider::{ChatMessage, ChatRequest, ChatResponse, Provider, ProviderError, RetryPolicy, with_retries};
+use crate::provider::pricing::{CostTally, PriceTable};
+use crate::provider::{ChatMessage, ChatRequest, ChatResponse, Provider, ProviderError, Role};
 use crate::tools::{ToolContext, ToolFilter, ToolRegistry};
 
 /// How an agent talks to its model.
@@ -21,7 +21,8 @@ pub struct AgentSettings {
     pub temperature: Option<f32>,
     /// Stream the model's text as `chunk` events while it is generated.
     pub stream: bool,
-    pub retry: RetryPolicy,
+    /// For each run's estimated cost.
+    pub prices: PriceTable,
     /// The directory file tools and `exec` work in.
     pub workspace: std::path::PathBuf,
 }
@@ -53,12 +54,19 @@ pub struct TurnResult {
     pub usage: Usage,
     /// The model that answered last.
     pub model: String,
+    /// Estimated cost in USD, summed over the calls by the model that answered each; `None`
+    /// when a model that used tokens has no price.
+    pub cost_usd: Option<f64>,
     pub iterations: u32,
     /// Set when the turn failed; `reply` then explains it to the user.
     pub error: Option<String>,
 }
 
 /// A configured agent: a provider, its tools and its settings.
+///
+/// The agent calls its provider once per step and does not retry: retries (and failover to
+/// other models) belong to the provider, [`crate::provider::failover::FailoverProvider`], so
+/// they happen in exactly one place.
 pub struct Agent {
     provider: Arc<dyn Provider>,
     tools: ToolRegistry,
@@ -86,20 +94,32 @@ impl Agent {
         let mut messages = Vec::with_capacity(history.len() + 2);
         messages.push(ChatMessage::system(&self.settings.system_prompt));
         messages.extend(history);
-        let first_new = messages.len();
+        let mut first_new = messages.len();
         messages.push(input);
         let mut result = TurnResult {
             reply: String::new(),
             transcript: Vec::new(),
             usage: Usage::default(),
             model: self.settings.model.clone(),
+            cost_usd: None,
             iterations: 0,
             error: None,
         };
+        let mut cost = CostTally::new(&self.settings.prices);
+        let mut retruncated = false;
         while result.iterations < self.settings.max_iterations {
             result.iterations += 1;
             let response = match self.call_model(&messages, &tools, result.iterations, events).await {
                 Ok(response) => response,
+                // Once per run: the history is what can go; a second overflow is reported.
+                Err(ProviderError::ContextOverflow(why)) if !retruncated && first_new > 1 => {
+                    retruncated = true;
+                    let dropped = drop_oldest_history(&mut messages, first_new);
+                    first_new -= dropped;
+                    result.iterations -= 1;
+                    tracing::warn!(dropped, %why, "context overflow; dropped the oldest half of the history, trying once more");
+                    continue;
+                }
                 Err(err) => {
                     tracing::warn!(error = %err, "model call failed");
                     result.reply = failure_reply(&err);
@@ -108,6 +128,7 @@ impl Agent {
                 }
             };
             result.usage.add(response.usage);
+            cost.add(&self.settings.prices, &response.model, response.usage);
             if !response.model.is_empty() {
                 result.model.clone_from(&response.model);
             }
@@ -126,6 +147,7 @@ impl Agent {
             );
             result.error = Some(format!("iteration limit of {} reached", self.settings.max_iterations));
         }
+        result.cost_usd = cost.total();
         result.transcript = messages.split_off(first_new);
         result
     }
@@ -144,21 +166,8 @@ impl Agent {
             max_tokens: self.settings.max_tokens,
             temperature: self.settings.temperature,
         };
-        let streamed = AtomicBool::new(false);
-        let chunk = |text: &str| {
-            streamed.store(true, Ordering::Relaxed);
-            events.emit(RunEventBody::Chunk { text: text.to_owned() });
-        };
+        let chunk = |text: &str| events.emit(RunEventBody::Chunk { text: text.to_owned() });
         let stream = self.settings.stream.then_some(&chunk as &(dyn Fn(&str) + Send + Sync));
-        let attempt = || async {
-            match self.provider.complete(&request, stream).await {
-                // Retrying would stream the same text to the user a second time.
-                Err(err) if err.is_transient() && streamed.load(Ordering::Relaxed) => {
-                    Err(ProviderError::Interrupted(err.to_string()))
-                }
-                other => other,
-            }
-        };
         let span = tracing::info_span!(
             "llm_call",
             provider = self.provider.name(),
@@ -168,7 +177,7 @@ impl Agent {
             output_tokens = tracing::field::Empty,
         );
         let started = std::time::Instant::now();
-        let response = with_retries(&self.settings.retry, attempt).instrument(span.clone()).await;
+        let response = self.provider.complete(&request, stream).instrument(span.clone()).await;
         if let Ok(response) = &response {
             span.record("input_tokens", response.usage.input_tokens);
             span.record("output_tokens", response.usage.output_tokens);
@@ -220,7 +229,20 @@ impl Agent {
 }
 
 fn last_is_tool_result(messages: &[ChatMessage]) -> bool {
-    messages.last().is_some_and(|m| m.role == crate::provider::Role::Tool)
+    messages.last().is_some_and(|m| m.role == Role::Tool)
+}
+
+/// Drops the oldest half of the history, `messages[1..first_new]` (after the system prompt,
+/// before this turn), plus any tool results the cut left at its start without the assistant
+/// message that called them. Returns how many messages went.
+fn drop_oldest_history(messages: &mut Vec<ChatMessage>, first_new: usize) -> usize {
+    let history = first_new.saturating_sub(1);
+    let mut cut = 1 + history.div_ceil(2);
+    while cut < first_new && messages[cut].role == Role::Tool {
+        cut += 1;
+    }
+    messages.drain(1..cut);
+    cut - 1
 }
 
 /// What the user reads when the model could not be reached.

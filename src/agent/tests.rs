@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use switchboard_channels::contract::{RunEventBody, Usage};
 
 use super::*;
+use crate::provider::pricing::PriceTable;
 use crate::provider::{ChatResponse, ProviderError, Role, TextSink, ToolCall};
 use crate::tools::{Tool, ToolError, ToolFilter};
 
@@ -87,6 +88,14 @@ impl EventSink for Recorder {
 }
 
 fn agent(script: Vec<Result<ChatResponse, ProviderError>>, max_iterations: u32) -> (Agent, Arc<Scripted>) {
+    agent_with_prices(script, max_iterations, PriceTable::default())
+}
+
+fn agent_with_prices(
+    script: Vec<Result<ChatResponse, ProviderError>>,
+    max_iterations: u32,
+    prices: PriceTable,
+) -> (Agent, Arc<Scripted>) {
     let provider = Arc::new(Scripted { answers: Mutex::new(script.into()), ..Scripted::default() });
     let mut tools = ToolRegistry::with_builtins(crate::tools::ToolLimits::default());
     tools.register(Arc::new(Nap));
@@ -97,7 +106,7 @@ fn agent(script: Vec<Result<ChatResponse, ProviderError>>, max_iterations: u32) 
         max_tokens: None,
         temperature: None,
         stream: true,
-        retry: RetryPolicy { max_retries: 0, ..RetryPolicy::default() },
+        prices,
         workspace: std::env::temp_dir(),
     };
     (Agent::new(provider.clone(), tools, settings), provider)
@@ -176,4 +185,100 @@ async fn provider_failure_is_an_apology_not_silence() {
     assert!(result.reply.contains("HTTP 500"));
     assert!(result.error.as_deref().is_some_and(|e| e.contains("boom")));
     assert_eq!(result.transcript, vec![ChatMessage::user("hi")]);
+}
+
+fn overflow() -> Result<ChatResponse, ProviderError> {
+    Err(ProviderError::ContextOverflow("prompt is too long: 9000 tokens > 8192 maximum".into()))
+}
+
+/// Six history messages: a plain exchange, then a tool turn.
+fn long_history() -> Vec<ChatMessage> {
+    let call = ToolCall { id: "c1".into(), name: "current_time".into(), arguments: json!({}) };
+    vec![
+        ChatMessage::user("old question"),
+        ChatMessage::assistant("old answer", vec![]),
+        ChatMessage::user("what time?"),
+        ChatMessage::assistant("", vec![call.clone()]),
+        ChatMessage::tool_result(&call, "noon"),
+        ChatMessage::assistant("It is noon.", vec![]),
+    ]
+}
+
+#[tokio::test]
+async fn context_overflow_drops_the_oldest_history_once_and_retries() {
+    let (agent, provider) = agent(vec![overflow(), text("short enough now")], 5);
+    let result = agent.run(turn(long_history(), "and now?", &Recorder::default())).await;
+    assert_eq!(result.reply, "short enough now");
+    assert_eq!(result.error, None);
+    assert_eq!(result.iterations, 1, "the retry does not count as a step");
+    let requests = provider.requests.lock().unwrap();
+    assert_eq!(requests.len(), 2);
+    let retried: Vec<&str> = requests[1].messages.iter().map(|m| m.content.as_str()).collect();
+    // Half of six is three (user, assistant, user); the cut would start at the tool result's
+    // call (kept, as it is an assistant message), so nothing more goes.
+    assert_eq!(retried, ["be brief", "", "noon", "It is noon.", "and now?"]);
+    assert_eq!(requests[1].messages[1].tool_calls.len(), 1);
+    // The transcript holds this turn only, whatever was dropped from the prompt.
+    assert_eq!(result.transcript[0], ChatMessage::user("and now?"));
+}
+
+#[test]
+fn the_cut_never_starts_with_a_tool_result() {
+    let call = ToolCall { id: "c".into(), name: "t".into(), arguments: json!({}) };
+    let mut messages = vec![
+        ChatMessage::system("s"),
+        ChatMessage::user("q"),
+        ChatMessage::assistant("", vec![call.clone(), call.clone()]),
+        ChatMessage::tool_result(&call, "r1"),
+        ChatMessage::tool_result(&call, "r2"),
+        ChatMessage::assistant("a", vec![]),
+        ChatMessage::user("now"),
+    ];
+    let dropped = drop_oldest_history(&mut messages, 6);
+    assert_eq!(dropped, 4);
+    let roles: Vec<Role> = messages.iter().map(|m| m.role).collect();
+    assert_eq!(roles, [Role::System, Role::Assistant, Role::User]);
+}
+
+#[tokio::test]
+async fn a_second_overflow_is_the_reply() {
+    let (agent, provider) = agent(vec![overflow(), overflow()], 5);
+    let result = agent.run(turn(long_history(), "and now?", &Recorder::default())).await;
+    assert!(result.reply.contains("too long for the model"), "{}", result.reply);
+    assert!(result.error.as_deref().is_some_and(|e| e.contains("prompt is too long")));
+    assert_eq!(provider.requests.lock().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn overflow_without_history_is_not_retried() {
+    let (agent, provider) = agent(vec![overflow()], 5);
+    let result = agent.run(turn(vec![], "huge", &Recorder::default())).await;
+    assert!(result.error.is_some());
+    assert_eq!(provider.requests.lock().unwrap().len(), 1);
+}
+
+fn prices(model: &str) -> PriceTable {
+    let price = crate::config::ModelPrice { input_per_mtok: 1_000_000.0, output_per_mtok: 2_000_000.0 };
+    PriceTable::new([(model.to_owned(), price)].into())
+}
+
+#[tokio::test]
+async fn cost_is_summed_over_calls_by_the_model_that_answered() {
+    // `calls` answers leave the model empty: priced under "m-1" they would be unknown, so
+    // give every answer the priced model.
+    let mut tool_step = calls(&[("current_time", json!({}))]).unwrap();
+    tool_step.model = "m-1".into();
+    let (agent, _) = agent_with_prices(vec![Ok(tool_step), text("done")], 5, prices("m-1"));
+    let result = agent.run(turn(vec![], "time?", &Recorder::default())).await;
+    // (5 in × $1 + 1 out × $2) + (10 in × $1 + 2 out × $2) per token.
+    assert_eq!(result.cost_usd, Some(7.0 + 14.0));
+}
+
+#[tokio::test]
+async fn unknown_price_means_unknown_cost() {
+    let (priced, _) = agent_with_prices(vec![text("hi")], 5, prices("another-model"));
+    let result = priced.run(turn(vec![], "hi", &Recorder::default())).await;
+    assert_eq!(result.cost_usd, None);
+    let (unpriced, _) = agent(vec![text("hi")], 5);
+    assert_eq!(unpriced.run(turn(vec![], "hi", &Recorder::default())).await.cost_usd, None);
 }

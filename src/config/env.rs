@@ -3,6 +3,13 @@
 //! The variable name is resolved against the schema (case-insensitively) and the value is
 //! parsed as the type the key has there, so `SWITCHBOARD_MODEL=4` stays the string `"4"`
 //! while `SWITCHBOARD_WORKER__MAX_CONCURRENT_RUNS=4` becomes the integer 4.
+//!
+//! Maps whose keys the user names (`[providers.<name>]`, `[prices."<model>"]`) have one
+//! [`ANY_NAME`] entry in the schema. A variable reaches into them by name
+//! (`SWITCHBOARD_PROVIDERS__CLAUDE__API_KEY`): the name matches an entry the file already has,
+//! case-insensitively, or else becomes a new entry in lower case. A whole map can also be set
+//! as an inline TOML table (`SWITCHBOARD_PRICES='{"gpt-4o-mini" = {input_per_mtok = 0.15}}'`),
+//! which is the only way for names that cannot appear in a variable name (dots, dashes).
 
 use std::collections::HashMap;
 
@@ -16,6 +23,9 @@ pub const ENV_PREFIX: &str = "SWITCHBOARD_";
 
 /// Variables with [`ENV_PREFIX`] that are not config keys (and so are not rejected as unknown).
 pub const NON_KEY_VARS: &[&str] = &["SWITCHBOARD_CONFIG"];
+
+/// The schema's stand-in for any entry name of a user-named map.
+pub(super) const ANY_NAME: &str = "*";
 
 /// Separator between levels in a variable name (a single `_` occurs inside key names).
 const LEVEL_SEPARATOR: &str = "__";
@@ -34,7 +44,7 @@ pub(super) fn apply_overrides(
         env.iter().filter(|(name, _)| name.starts_with(ENV_PREFIX) && !NON_KEY_VARS.contains(&name.as_str())).collect();
     vars.sort();
     for (var, raw) in vars {
-        let (path, kind) = resolve(var, schema)?;
+        let (path, kind) = resolve(var, schema, tree)?;
         let key = path.join(".");
         let value = parse_as(raw, kind).map_err(|reason| ConfigError::EnvValue {
             var: var.clone(),
@@ -48,24 +58,40 @@ pub(super) fn apply_overrides(
 }
 
 /// Maps a variable name to the canonical key path and the schema value found there (which
-/// gives the type). Fails unless the name leads to a leaf key.
-fn resolve<'a>(var: &str, schema: &'a Table) -> Result<(Vec<String>, &'a Value), ConfigError> {
+/// gives the type). Fails unless the name leads to a leaf key, or to a whole user-named map.
+fn resolve<'a>(var: &str, schema: &'a Table, tree: &Table) -> Result<(Vec<String>, &'a Value), ConfigError> {
     let unknown = || ConfigError::UnknownEnv { var: var.to_owned() };
     let rest = var.strip_prefix(ENV_PREFIX).ok_or_else(unknown)?;
     let mut table = schema;
+    let mut existing = Some(tree);
     let mut path = Vec::new();
     let mut segments = rest.split(LEVEL_SEPARATOR).peekable();
     while let Some(segment) = segments.next() {
-        let (name, value) = table.iter().find(|(name, _)| name.eq_ignore_ascii_case(segment)).ok_or_else(unknown)?;
-        path.push(name.clone());
+        let (name, value) = match table.iter().find(|(name, _)| name.eq_ignore_ascii_case(segment)) {
+            Some((name, value)) => (name.clone(), value),
+            None => (entry_name(existing, segment), table.get(ANY_NAME).ok_or_else(unknown)?),
+        };
+        existing = existing.and_then(|t| t.get(&name)).and_then(Value::as_table);
+        path.push(name);
         match (value, segments.peek()) {
             (Value::Table(inner), Some(_)) => table = inner,
+            // A user-named map set whole, as an inline table.
+            (Value::Table(inner), None) if inner.contains_key(ANY_NAME) => return Ok((path, value)),
             // A section named as if it were a key, or a key named as if it were a section.
             (Value::Table(_), None) | (_, Some(_)) => return Err(unknown()),
             (leaf, None) => return Ok((path, leaf)),
         }
     }
     Err(unknown())
+}
+
+/// The name a variable's segment gives a map entry: an existing one that matches, else the
+/// segment in lower case (variable names are usually upper case; config names rarely are).
+fn entry_name(existing: Option<&Table>, segment: &str) -> String {
+    existing
+        .and_then(|t| t.keys().find(|name| name.eq_ignore_ascii_case(segment)))
+        .cloned()
+        .unwrap_or_else(|| segment.to_ascii_lowercase())
 }
 
 /// Parses `raw` as the type of `like`. The error is a reason, to be prefixed with the variable.

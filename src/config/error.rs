@@ -62,9 +62,12 @@ pub enum ConfigError {
     NoDataDir,
 
     #[error(
-        "no model provider configured: set OPENAI_API_KEY (and OPENAI_BASE_URL for a local server such as Ollama), or [provider] in the config file"
+        "no model provider configured: set OPENAI_API_KEY (and OPENAI_BASE_URL for a local server such as Ollama) or ANTHROPIC_API_KEY, or [provider] in the config file"
     )]
     NoProvider,
+
+    #[error("provider `{name}` in agent.models has no API key: set providers.{name}.api_key (or {var})")]
+    ProviderKey { name: String, var: &'static str },
 
     #[error("no model configured: set SWITCHBOARD_MODEL or `model` in the config file")]
     NoModel,

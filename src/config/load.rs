@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use toml::{Table, Value};
 
 use super::error::{ConfigError, Origin};
-use super::{AgentConfig, Config, OPENAI_DEFAULT_BASE_URL, env, validate};
+use super::{AgentConfig, Config, ModelPrice, ProviderConfig, env, providers, validate};
 
 /// Where each key path (`channels.api.listen`) that did not keep its default came from.
 pub(super) type Origins = HashMap<String, Origin>;
@@ -64,9 +64,17 @@ pub(super) fn load_with(
 
 /// Defaults plus a value for every `Option` field (which serializes to nothing when `None`):
 /// the full set of keys with their types, for resolving env overrides. A new `Option` field
-/// must be given a value here to be settable from the environment.
+/// must be given a value here to be settable from the environment. Maps with names the user
+/// chooses (`providers`, `prices`) get one entry named [`env::ANY_NAME`], which stands for any
+/// name.
 pub(super) fn schema_sample() -> Config {
-    Config { agent: AgentConfig { temperature: Some(0.0), ..AgentConfig::default() }, ..Config::default() }
+    let any = || env::ANY_NAME.to_owned();
+    Config {
+        agent: AgentConfig { temperature: Some(0.0), ..AgentConfig::default() },
+        providers: [(any(), ProviderConfig::default())].into(),
+        prices: [(any(), ModelPrice::default())].into(),
+        ..Config::default()
+    }
 }
 
 fn to_table(config: &Config) -> Result<Table, ConfigError> {
@@ -171,8 +179,9 @@ fn invalid_value(error: &toml::de::Error, origins: &Origins) -> ConfigError {
     ConfigError::Invalid { key, origin, reason: error.message().trim().replace('\n', "; ") }
 }
 
-/// Fills what the config leaves empty: paths under the user data dir, the provider from
-/// the `OPENAI_*` variables other tools use too, and the Brave Search key from `BRAVE_API_KEY`.
+/// Fills what the config leaves empty: paths under the user data dir, the providers from
+/// the `OPENAI_*` / `ANTHROPIC_*` variables other tools use too, and the Brave Search key from
+/// `BRAVE_API_KEY`.
 fn apply_conventions(
     config: &mut Config,
     env: &HashMap<String, String>,
@@ -192,27 +201,13 @@ fn apply_conventions(
         path if path.as_os_str().is_empty() => config.data_dir.join("workspace"),
         path => config.data_dir.join(path),
     };
+    providers::apply_conventions(config, env, origins);
     let from_env = |name: &str| env.get(name).filter(|value| !value.trim().is_empty());
-    if config.provider.api_key.is_empty()
-        && let Some(key) = from_env("OPENAI_API_KEY")
-    {
-        config.provider.api_key = key.trim().into();
-        origins.insert("provider.api_key".into(), Origin::Env("OPENAI_API_KEY".into()));
-    }
     if config.tools.web.brave_api_key.is_empty()
         && let Some(key) = from_env("BRAVE_API_KEY")
     {
         config.tools.web.brave_api_key = key.trim().into();
         origins.insert("tools.web.brave_api_key".into(), Origin::Env("BRAVE_API_KEY".into()));
-    }
-    if config.provider.base_url.is_empty() {
-        config.provider.base_url = match from_env("OPENAI_BASE_URL") {
-            Some(url) => {
-                origins.insert("provider.base_url".into(), Origin::Env("OPENAI_BASE_URL".into()));
-                url.trim().to_owned()
-            }
-            None => OPENAI_DEFAULT_BASE_URL.to_owned(),
-        };
     }
     Ok(())
 }

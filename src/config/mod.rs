@@ -6,12 +6,14 @@
 //! (a typo must not be silently ignored). `config.example.toml` lists every key.
 //!
 //! A [`Config`] returned by [`Config::load`] is resolved: `data_dir`, `store.path` and
-//! `provider.base_url` hold concrete values and the `OPENAI_*` conventions are applied.
+//! `provider.base_url` hold concrete values and the `OPENAI_*` / `ANTHROPIC_*` conventions are
+//! applied (see [`providers`] for the model chain).
 //! `Config::default()` is the raw defaults, with those fields still empty.
 
 mod env;
 mod error;
 mod load;
+mod providers;
 mod secret;
 #[cfg(test)]
 mod tests;
@@ -19,6 +21,7 @@ mod tools;
 mod users;
 mod validate;
 
+use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -27,6 +30,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 pub use env::{ENV_PREFIX, NON_KEY_VARS};
 pub use error::{ConfigError, Origin};
+pub use providers::{ANTHROPIC_DEFAULT_BASE_URL, ChainEntry};
 pub use secret::Secret;
 pub use tools::{ExecToolConfig, FsToolsConfig, ToolsConfig, WebToolsConfig};
 pub use users::{BudgetsConfig, PermissionsConfig, UsersConfig};
@@ -47,7 +51,13 @@ pub struct Config {
     /// `tracing` filter directives; `RUST_LOG` wins when set.
     pub log: String,
     pub bus_options: BusOptions,
+    /// The provider used when `agent.models` is empty (and available in `agent.models` under
+    /// the name of its kind).
     pub provider: ProviderConfig,
+    /// Named providers for `agent.models`; the names are the user's.
+    pub providers: BTreeMap<String, ProviderConfig>,
+    /// USD per million tokens, by model name, for run cost estimates.
+    pub prices: BTreeMap<String, ModelPrice>,
     pub agent: AgentConfig,
     pub worker: WorkerConfig,
     pub store: StoreConfig,
@@ -67,6 +77,8 @@ impl Default for Config {
             log: "info".into(),
             bus_options: BusOptions::default(),
             provider: ProviderConfig::default(),
+            providers: BTreeMap::new(),
+            prices: BTreeMap::new(),
             agent: AgentConfig::default(),
             worker: WorkerConfig::default(),
             store: StoreConfig::default(),
@@ -118,22 +130,59 @@ impl BusOptions {
     }
 }
 
-/// The kind of model provider. Only OpenAI-compatible APIs for now.
+/// The kind of model provider.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ProviderKind {
+    /// Any OpenAI-compatible chat completions API (OpenAI, Ollama, vLLM, llama.cpp…).
     #[default]
     Openai,
+    /// The Anthropic Messages API.
+    Anthropic,
 }
 
-/// The model provider.
+impl ProviderKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::Openai => "openai",
+            ProviderKind::Anthropic => "anthropic",
+        }
+    }
+
+    /// The hosted API's URL, used when neither the config nor the environment names one.
+    pub fn default_base_url(self) -> &'static str {
+        match self {
+            ProviderKind::Openai => OPENAI_DEFAULT_BASE_URL,
+            ProviderKind::Anthropic => ANTHROPIC_DEFAULT_BASE_URL,
+        }
+    }
+
+    /// The conventional variables for the key and the base URL.
+    pub fn env_vars(self) -> (&'static str, &'static str) {
+        match self {
+            ProviderKind::Openai => ("OPENAI_API_KEY", "OPENAI_BASE_URL"),
+            ProviderKind::Anthropic => ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
+        }
+    }
+}
+
+/// A model price, in USD per million tokens.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ModelPrice {
+    pub input_per_mtok: f64,
+    pub output_per_mtok: f64,
+}
+
+/// A model provider: `[provider]`, or one `[providers.<name>]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ProviderConfig {
     pub kind: ProviderKind,
-    /// Empty = `OPENAI_BASE_URL`, else [`OPENAI_DEFAULT_BASE_URL`].
+    /// Empty = the kind's `*_BASE_URL` variable, else the kind's hosted API.
     pub base_url: String,
-    /// Empty = `OPENAI_API_KEY`.
+    /// Empty = the kind's `*_API_KEY` variable (for `[providers.*]`: only when `base_url` is
+    /// empty too, so a key is never sent to a server it was not meant for).
     pub api_key: Secret,
     pub request_timeout_secs: u64,
     /// Stream responses (chunks reach the channel as they arrive).
@@ -174,6 +223,9 @@ pub struct AgentConfig {
     pub temperature: Option<f32>,
     /// Messages of history sent to the model.
     pub history_limit: usize,
+    /// The model chain, `"<provider>/<model>"`, first = primary; the next ones are tried when
+    /// a model keeps failing transiently. Empty = `[provider]` with `model`.
+    pub models: Vec<String>,
     pub tool_timeout_secs: u64,
     /// The agent's working directory for file tools and `exec`; empty = `<data_dir>/workspace`,
     /// relative = under `data_dir`.
@@ -190,6 +242,7 @@ impl Default for AgentConfig {
             max_tokens: 0,
             temperature: None,
             history_limit: 50,
+            models: Vec::new(),
             tool_timeout_secs: 60,
             workspace: PathBuf::new(),
         }
@@ -310,19 +363,10 @@ impl Config {
         }
     }
 
-    /// Checks that a model can be called: a provider is configured (an API key, or a base URL
-    /// of a server that needs none) and a model is named. Commands that talk to the model call
-    /// this at start; commands that do not (a channel-only process) need not.
+    /// Checks that a model can be called: the chain resolves, each entry has a key (or a
+    /// server that needs none) and a model. Commands that talk to the model call this at
+    /// start; commands that do not (a channel-only process) need not.
     pub fn require_provider(&self) -> Result<(), ConfigError> {
-        let base_url = self.provider.base_url.trim_end_matches('/');
-        // The OpenAI endpoint always needs a key; only another server can go without one.
-        let no_server = base_url.is_empty() || base_url == OPENAI_DEFAULT_BASE_URL;
-        if self.provider.api_key.is_empty() && no_server {
-            return Err(ConfigError::NoProvider);
-        }
-        if self.model.trim().is_empty() {
-            return Err(ConfigError::NoModel);
-        }
-        Ok(())
+        self.model_chain().map(drop)
     }
 }

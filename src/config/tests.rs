@@ -221,9 +221,9 @@ fn bad_value_in_file_names_key_and_reason() {
     assert!(message.starts_with("worker.max_concurrent_runs (in "), "{message}");
     assert!(message.contains("invalid type"), "{message}");
 
-    let message = err_text(load_text("[provider]\nkind = \"anthropic\"\n", &[]));
+    let message = err_text(load_text("[provider]\nkind = \"gemini\"\n", &[]));
     assert!(message.starts_with("provider.kind (in "), "{message}");
-    assert!(message.contains("unknown variant `anthropic`"), "{message}");
+    assert!(message.contains("unknown variant `gemini`"), "{message}");
 }
 
 #[test]
@@ -319,7 +319,7 @@ fn require_provider_explains_what_to_set() {
     assert_eq!(
         config.require_provider().unwrap_err().to_string(),
         "no model provider configured: set OPENAI_API_KEY (and OPENAI_BASE_URL for a local \
-         server such as Ollama), or [provider] in the config file"
+         server such as Ollama) or ANTHROPIC_API_KEY, or [provider] in the config file"
     );
     // A local server needs no key.
     let local = [("OPENAI_BASE_URL", "http://127.0.0.1:11434/v1"), ("SWITCHBOARD_MODEL", "m")];
@@ -377,13 +377,18 @@ fn example_file_documents_every_key() {
     assert!(missing.is_empty(), "config.example.toml lacks {missing:?}");
 }
 
-/// `section.key` for every line `key = …` or `# key = …` of the example.
+/// `section.key` for every line `key = …` or `# key = …` of the example; a commented
+/// `# [providers.NAME]` section counts too, as the schema's `providers.*`.
 fn example_keys() -> BTreeSet<String> {
     let mut section = String::new();
     let mut keys = BTreeSet::new();
     for line in EXAMPLE.lines().map(str::trim) {
-        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
-            section = format!("{name}.");
+        let header = line.trim_start_matches("# ").strip_prefix('[').and_then(|l| l.strip_suffix(']'));
+        if let Some(name) = header {
+            section = match name.split_once('.') {
+                Some((map @ ("providers" | "prices"), _)) => format!("{map}.*."),
+                _ => format!("{name}."),
+            };
         } else if let Some((key, _)) = line.trim_start_matches("# ").split_once(" = ")
             && key.chars().all(|c| c.is_ascii_lowercase() || c == '_')
         {
@@ -461,4 +466,111 @@ fn bad_levels_and_owners_name_the_key() {
     let message = err_text(load_text("[users]\nowners = [\"telegram\"]\n", &[]));
     assert!(message.starts_with("users.owners (in "), "{message}");
     assert!(message.ends_with("\"telegram\" is not an identity (expected channel:sender_id, e.g. telegram:123456)"));
+}
+
+fn chain(config: &Config) -> Vec<(String, String, String)> {
+    let entries = config.model_chain().unwrap();
+    entries.into_iter().map(|e| (e.provider, e.model, e.settings.base_url)).collect()
+}
+
+fn owned(provider: &str, model: &str, url: &str) -> (String, String, String) {
+    (provider.into(), model.into(), url.into())
+}
+
+#[test]
+fn legacy_chain_is_provider_with_model() {
+    let config = load_env(&[("OPENAI_API_KEY", "sk"), ("SWITCHBOARD_MODEL", "gpt")]).unwrap();
+    assert_eq!(chain(&config), [owned("openai", "gpt", OPENAI_DEFAULT_BASE_URL)]);
+    // With both keys, [provider] (OpenAI) still answers; `anthropic` is there for agent.models.
+    let both =
+        load_env(&[("OPENAI_API_KEY", "sk"), ("ANTHROPIC_API_KEY", "ak"), ("SWITCHBOARD_MODEL", "gpt")]).unwrap();
+    assert_eq!(chain(&both)[0].0, "openai");
+    assert!(both.provider_named("anthropic").is_some());
+}
+
+#[test]
+fn anthropic_key_alone_is_enough() {
+    let vars = [("ANTHROPIC_API_KEY", "ak-1"), ("SWITCHBOARD_MODEL", "claude-x")];
+    let config = load_env(&vars).unwrap();
+    assert_eq!(chain(&config), [owned("anthropic", "claude-x", ANTHROPIC_DEFAULT_BASE_URL)]);
+    let entry = &config.model_chain().unwrap()[0].settings;
+    assert_eq!((entry.kind, entry.api_key.expose()), (ProviderKind::Anthropic, "ak-1"));
+    let vars = [("ANTHROPIC_API_KEY", "ak"), ("ANTHROPIC_BASE_URL", "http://127.0.0.1:9/"), ("SWITCHBOARD_MODEL", "c")];
+    assert_eq!(chain(&load_env(&vars).unwrap())[0].2, "http://127.0.0.1:9/");
+    // [provider] of kind anthropic takes the ANTHROPIC_* variables instead of the OPENAI_* ones.
+    let text = "model = \"c\"\n[provider]\nkind = \"anthropic\"\n";
+    let config = load_text(text, &[("ANTHROPIC_API_KEY", "ak"), ("OPENAI_API_KEY", "sk")]).unwrap();
+    assert_eq!(config.provider.api_key.expose(), "ak");
+    assert_eq!(chain(&config), [owned("anthropic", "c", ANTHROPIC_DEFAULT_BASE_URL)]);
+}
+
+#[test]
+fn named_providers_and_models() {
+    let text = r#"
+        [agent]
+        models = ["local/llama3.2", "claude/claude-x", "openai/gpt-4o", "router/meta/llama-3"]
+        [providers.local]
+        base_url = "http://127.0.0.1:11434/v1"
+        max_retries = 0
+        [providers.claude]
+        kind = "anthropic"
+        [providers.router]
+        base_url = "https://router.example/v1"
+        api_key = "rk"
+    "#;
+    let vars = [("ANTHROPIC_API_KEY", "ak"), ("OPENAI_API_KEY", "sk")];
+    let config = load_text(text, &vars).unwrap();
+    let entries = config.model_chain().unwrap();
+    let names: Vec<(&str, &str)> = entries.iter().map(|e| (e.provider.as_str(), e.model.as_str())).collect();
+    assert_eq!(
+        names,
+        [("local", "llama3.2"), ("claude", "claude-x"), ("openai", "gpt-4o"), ("router", "meta/llama-3")]
+    );
+    // A provider with its own server gets no key from the environment; one without gets both.
+    assert!(entries[0].settings.api_key.is_empty());
+    assert_eq!(entries[0].settings.max_retries, 0);
+    assert_eq!(entries[1].settings.api_key.expose(), "ak");
+    assert_eq!(entries[1].settings.base_url, ANTHROPIC_DEFAULT_BASE_URL);
+    assert_eq!(entries[3].settings.api_key.expose(), "rk");
+    // An explicit [providers.claude] of kind anthropic does not stop the implicit `anthropic`.
+    assert!(config.providers.contains_key("anthropic"));
+}
+
+#[test]
+fn chain_errors_are_one_line_naming_the_fix() {
+    let message = err_text(load_text("[agent]\nmodels = [\"nope/x\"]\n", &[]));
+    assert!(message.starts_with("agent.models (in ") && message.contains("no provider named \"nope\""), "{message}");
+    let message = err_text(load_text("[agent]\nmodels = [\"just-a-model\"]\n", &[]));
+    assert!(message.contains("is not \"<provider>/<model>\""), "{message}");
+    let config =
+        load_text("[agent]\nmodels = [\"claude/c\"]\n[providers.claude]\nkind = \"anthropic\"\n", &[]).unwrap();
+    let message = config.require_provider().unwrap_err().to_string();
+    assert_eq!(
+        message,
+        "provider `claude` in agent.models has no API key: set providers.claude.api_key (or ANTHROPIC_API_KEY)"
+    );
+    let message = err_text(load_text("[providers.x]\nbase_url = \"localhost\"\n", &[]));
+    assert!(message.starts_with("providers.x.base_url (in "), "{message}");
+    let message = err_text(load_text("[prices.\"m\"]\ninput_per_mtok = -1.0\n", &[]));
+    assert!(message.starts_with("prices.m.input_per_mtok (in "), "{message}");
+}
+
+#[test]
+fn env_reaches_into_named_maps() {
+    let text = "[providers.Claude]\nkind = \"anthropic\"\n";
+    let vars = [
+        ("SWITCHBOARD_PROVIDERS__CLAUDE__API_KEY", "ak-env"),
+        ("SWITCHBOARD_PROVIDERS__LOCAL__BASE_URL", "http://127.0.0.1:8080/v1"),
+        ("SWITCHBOARD_PRICES", r#"{"gpt-4o-mini" = {input_per_mtok = 0.15, output_per_mtok = 0.6}}"#),
+        ("SWITCHBOARD_AGENT__MODELS", r#"["Claude/c", "local/l"]"#),
+    ];
+    let config = load_text(text, &vars).unwrap();
+    assert_eq!(config.providers["Claude"].api_key.expose(), "ak-env");
+    assert_eq!(config.providers["local"].base_url, "http://127.0.0.1:8080/v1");
+    assert_eq!(config.prices["gpt-4o-mini"], ModelPrice { input_per_mtok: 0.15, output_per_mtok: 0.6 });
+    assert_eq!(config.model_chain().unwrap().len(), 2);
+    let message = err_text(load_env(&[("SWITCHBOARD_PROVIDERS__X__NOPE", "1")]));
+    assert!(message.starts_with("environment variable SWITCHBOARD_PROVIDERS__X__NOPE "), "{message}");
+    let message = err_text(load_env(&[("SWITCHBOARD_PROVIDERS__X__MAX_RETRIES", "many")]));
+    assert!(message.contains("(for providers.x.max_retries)"), "{message}");
 }

@@ -5,6 +5,7 @@ use tracing_subscriber::EnvFilter;
 
 use super::error::{ConfigError, Origin};
 use super::load::Origins;
+use super::providers::parse_model_spec;
 use super::{Config, WebToolsConfig};
 use crate::tools::web::AllowList;
 use crate::users::{BadIdentity, Identity};
@@ -29,9 +30,8 @@ pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigE
     if let Some(reason) = subject_prefix_problem(&config.bus_options.prefix) {
         return Err(fail("bus_options.prefix", reason));
     }
-    let base_url = &config.provider.base_url;
-    if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
-        return Err(fail("provider.base_url", "must be an http:// or https:// URL".into()));
+    if let Some((key, reason)) = provider_problem(config) {
+        return Err(fail(&key, reason));
     }
     if let Some(owner) = config.users.owners.iter().find(|owner| owner.parse::<Identity>().is_err()) {
         return Err(fail("users.owners", BadIdentity(owner.clone()).to_string()));
@@ -53,6 +53,38 @@ pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigE
         return Err(fail("tools.exec.deny_patterns", reason));
     }
     Ok(())
+}
+
+/// The first problem of `[provider]`, `[providers.*]`, `agent.models` or `[prices.*]`.
+fn provider_problem(config: &Config) -> Option<(String, String)> {
+    let sections = std::iter::once(("provider".to_owned(), &config.provider))
+        .chain(config.providers.iter().map(|(name, p)| (format!("providers.{name}"), p)));
+    for (section, provider) in sections {
+        let base_url = &provider.base_url;
+        if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
+            return Some((format!("{section}.base_url"), "must be an http:// or https:// URL".into()));
+        }
+        if provider.request_timeout_secs == 0 {
+            return Some((format!("{section}.request_timeout_secs"), "must be at least 1, not 0".into()));
+        }
+    }
+    for spec in &config.agent.models {
+        let problem = match parse_model_spec(spec) {
+            Err(reason) => Some(reason),
+            Ok((name, _)) => config.provider_named(name).is_none().then(|| config.unknown_provider(name)),
+        };
+        if let Some(reason) = problem {
+            return Some(("agent.models".into(), reason));
+        }
+    }
+    for (model, price) in &config.prices {
+        for (field, value) in [("input_per_mtok", price.input_per_mtok), ("output_per_mtok", price.output_per_mtok)] {
+            if !value.is_finite() || value < 0.0 {
+                return Some((format!("prices.{model}.{field}"), format!("{value} is not a price (USD >= 0)")));
+            }
+        }
+    }
+    None
 }
 
 /// The first count or duration that must not be zero but is, with its key.

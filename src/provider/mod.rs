@@ -1,8 +1,13 @@
-//! Model providers: the [`Provider`] trait, the chat types the agent loop speaks, and the
-//! OpenAI-compatible implementation.
+//! Model providers: the [`Provider`] trait, the chat types the agent loop speaks, the
+//! OpenAI-compatible and Anthropic implementations, the failover chain and the price table.
 
+pub mod anthropic;
+pub mod failover;
+mod http;
 pub mod openai;
+pub mod pricing;
 mod retry;
+mod retry_after;
 mod sse;
 
 use std::time::Duration;

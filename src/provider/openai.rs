@@ -2,10 +2,8 @@
 //! (Ollama, llama.cpp, vLLM, LM Studio). One POST to `{base_url}/chat/completions`, answered
 //! as one JSON document or, with `stream`, as server-sent events.
 
-mod retry_after;
 mod wire;
 
-use std::error::Error as _;
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
@@ -13,9 +11,10 @@ use async_trait::async_trait;
 use futures_util::StreamExt;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 
+use super::http::{error_chain, is_event_stream, redact_password, sensitive_value};
+use super::retry_after::parse_retry_after;
 use super::sse::{SseEvent, SseParser};
 use super::{ChatRequest, ChatResponse, Provider, ProviderError, TextSink};
-use retry_after::parse_retry_after;
 use wire::{StreamAccumulator, StreamChunk};
 
 /// How to reach one OpenAI-compatible endpoint.
@@ -279,42 +278,6 @@ fn default_headers(config: &OpenAiConfig) -> Result<HeaderMap, ProviderError> {
     Ok(headers)
 }
 
-/// `http://user:pass@host` → `http://user:<redacted>@host`; other URLs unchanged.
-fn redact_password(url: &str) -> String {
-    match reqwest::Url::parse(url) {
-        Ok(mut parsed) if parsed.password().is_some() => {
-            let _ = parsed.set_password(Some("<redacted>"));
-            parsed.to_string()
-        }
-        _ => url.to_owned(),
-    }
-}
-
-fn sensitive_value(text: &str) -> Option<HeaderValue> {
-    let mut value = HeaderValue::from_str(text).ok()?;
-    value.set_sensitive(true);
-    Some(value)
-}
-
-fn is_event_stream(headers: &HeaderMap) -> bool {
-    headers
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("text/event-stream"))
-}
-
-/// reqwest's own message is terse ("error sending request"); the cause is in the chain.
-fn error_chain(error: &reqwest::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -361,17 +324,5 @@ mod tests {
         assert!(matches!(&err, ProviderError::Config(m) if !m.contains("evil")), "{err}");
         let bad_name = OpenAiConfig { extra_headers: vec![("bad name".into(), "v".into())], ..OpenAiConfig::default() };
         assert!(matches!(OpenAiProvider::new(bad_name), Err(ProviderError::Config(_))));
-    }
-
-    #[test]
-    fn event_stream_content_type() {
-        let content_type = |value: &'static str| {
-            let mut headers = HeaderMap::new();
-            headers.insert(CONTENT_TYPE, HeaderValue::from_static(value));
-            headers
-        };
-        assert!(is_event_stream(&content_type("text/event-stream; charset=utf-8")));
-        assert!(!is_event_stream(&content_type("application/json")));
-        assert!(!is_event_stream(&HeaderMap::new()));
     }
 }

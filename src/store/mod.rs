@@ -80,6 +80,8 @@ pub struct RunOutcome {
     pub error: Option<String>,
     pub usage: Usage,
     pub model: String,
+    /// Estimated cost in USD; `None` when unknown.
+    pub cost_usd: Option<f64>,
     pub iterations: u32,
     /// Whose monthly usage `usage` is added to, in the same transaction; `None` for runs that
     /// count against no user (system messages).
@@ -96,6 +98,8 @@ pub struct RunRecord {
     pub attempt: u32,
     pub model: String,
     pub usage: Usage,
+    /// Estimated cost in USD; `None` when unknown.
+    pub cost_usd: Option<f64>,
     pub iterations: u32,
     pub error: Option<String>,
     pub started_at: DateTime<Utc>,

@@ -33,7 +33,7 @@ const MAX_CONNECTIONS: u32 = 4;
 
 /// The columns [`RunRecord`] is read from.
 const RUN_COLUMNS: &str = "run_id, inbound_id, session_key, status, attempt, model, input_tokens, \
-     output_tokens, iterations, error, reply_delivered, started_at, finished_at";
+     output_tokens, cost_usd, iterations, error, reply_delivered, started_at, finished_at";
 
 /// The SQLite implementation of [`Store`]. Cheap to share behind an `Arc`; all methods take
 /// `&self` and use the internal connection pool.
@@ -278,7 +278,7 @@ async fn record_outcome(
 ) -> Result<(), StoreError> {
     sqlx::query(
         "UPDATE runs SET status = $1, model = $2, input_tokens = $3, output_tokens = $4, \
-         iterations = $5, error = $6, reply_json = $7, finished_at = $8 WHERE run_id = $9",
+         iterations = $5, error = $6, reply_json = $7, finished_at = $8, cost_usd = $9 WHERE run_id = $10",
     )
     .bind(outcome.status.as_str())
     .bind(&outcome.model)
@@ -288,6 +288,7 @@ async fn record_outcome(
     .bind(outcome.error.as_deref())
     .bind(reply_json)
     .bind(now)
+    .bind(outcome.cost_usd)
     .bind(run_id)
     .execute(&mut **tx)
     .await?;
@@ -307,6 +308,7 @@ fn run_record(row: &SqliteRow) -> Result<RunRecord, StoreError> {
             input_tokens: to_u64(row.try_get("input_tokens")?, "input_tokens")?,
             output_tokens: to_u64(row.try_get("output_tokens")?, "output_tokens")?,
         },
+        cost_usd: row.try_get("cost_usd")?,
         iterations: to_u32(row.try_get("iterations")?, "iterations")?,
         error: row.try_get("error")?,
         started_at: from_millis(row.try_get("started_at")?)?,

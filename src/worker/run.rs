@@ -123,10 +123,15 @@ async fn run_turn(
     let mut reply = reply_to(msg, run_id, session_key, kind, result.reply.clone());
     reply.metadata.insert("model".into(), json!(result.model));
     reply.metadata.insert("usage".into(), json!(result.usage));
+    // `null` when the cost is unknown (a model without a price), so it is never taken for zero.
+    reply.metadata.insert("cost_usd".into(), json!(result.cost_usd));
     events.emit(match &result.error {
-        None => {
-            RunEventBody::Completed { reply: result.reply.clone(), usage: result.usage, model: result.model.clone() }
-        }
+        None => RunEventBody::Completed {
+            reply: result.reply.clone(),
+            usage: result.usage,
+            model: result.model.clone(),
+            cost_usd: result.cost_usd,
+        },
         Some(error) => RunEventBody::Failed { error: error.clone() },
     });
     Ok(RunOutcome {
@@ -136,6 +141,7 @@ async fn run_turn(
         error: result.error,
         usage: result.usage,
         model: result.model,
+        cost_usd: result.cost_usd,
         iterations: result.iterations,
         billing,
     })
@@ -147,7 +153,12 @@ async fn run_turn(
 fn over_budget(shared: &Shared, msg: &InboundMessage, run_id: &str, session_key: &str, notice: String) -> RunOutcome {
     let events = BusEvents::start(Arc::clone(&shared.bus), msg, run_id);
     events.emit(RunEventBody::Started);
-    events.emit(RunEventBody::Completed { reply: notice.clone(), usage: Usage::default(), model: String::new() });
+    events.emit(RunEventBody::Completed {
+        reply: notice.clone(),
+        usage: Usage::default(),
+        model: String::new(),
+        cost_usd: None,
+    });
     RunOutcome {
         status: RunStatus::Completed,
         transcript: Vec::new(),
@@ -157,6 +168,7 @@ fn over_budget(shared: &Shared, msg: &InboundMessage, run_id: &str, session_key:
         model: String::new(),
         iterations: 0,
         billing: None,
+        cost_usd: None,
     }
 }
 

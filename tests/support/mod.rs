@@ -53,7 +53,11 @@ impl<'a> Launch<'a> {
         let mut command = Command::new(env!("CARGO_BIN_EXE_switchboard"));
         command.args(&self.args).stdin(Stdio::null()).stdout(log_file.try_clone().unwrap()).stderr(log_file);
         for (key, _) in std::env::vars() {
-            if key.starts_with("SWITCHBOARD_") || key.starts_with("OPENAI_") || key == "RUST_LOG" {
+            if key.starts_with("SWITCHBOARD_")
+                || key.starts_with("OPENAI_")
+                || key.starts_with("ANTHROPIC_")
+                || key == "RUST_LOG"
+            {
                 command.env_remove(key);
             }
         }
@@ -167,7 +171,7 @@ pub fn run_to_exit(data_dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (Exi
     let mut command = Command::new(env!("CARGO_BIN_EXE_switchboard"));
     command.args(args).stdin(Stdio::null());
     for (key, _) in std::env::vars() {
-        if key.starts_with("SWITCHBOARD_") || key.starts_with("OPENAI_") {
+        if key.starts_with("SWITCHBOARD_") || key.starts_with("OPENAI_") || key.starts_with("ANTHROPIC_") {
             command.env_remove(key);
         }
     }

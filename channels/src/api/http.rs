@@ -87,7 +87,7 @@ async fn post_message(
                 "reply_id": reply.id,
                 "session_key": msg.session_key(),
             });
-            for key in ["run_id", "model", "usage"] {
+            for key in ["run_id", "model", "usage", "cost_usd"] {
                 if let Some(value) = reply.metadata.get(key) {
                     body[key] = value.clone();
                 }

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use switchboard_channels::contract::Usage;
 
+use crate::provider::http::{looks_like_overflow, redact, text_excerpt};
 use crate::provider::{ChatMessage, ChatRequest, ChatResponse, ProviderError, Role, TextSink, ToolCall};
 
 #[derive(Debug, Serialize)]
@@ -416,33 +417,6 @@ fn error_fields(body: &Value) -> (Option<String>, Option<String>) {
         Some(Value::Object(error)) => (text(error.get("message")), text(error.get("code")).or(text(error.get("type")))),
         Some(Value::String(message)) => (Some(message.clone()), None),
         _ => (text(body.get("message")).or(text(body.get("detail"))), None),
-    }
-}
-
-fn looks_like_overflow(message: &str) -> bool {
-    let message = message.to_lowercase();
-    ["context_length_exceeded", "maximum context length", "context length exceeded", "prompt is too long"]
-        .iter()
-        .any(|needle| message.contains(needle))
-}
-
-/// A non-JSON error body (an HTML page from a proxy, say), shortened for the log.
-fn text_excerpt(body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(body);
-    let text = text.trim();
-    if text.is_empty() {
-        return "no error message".into();
-    }
-    match text.char_indices().nth(300) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text.to_owned(),
-    }
-}
-
-fn redact(message: String, secret: Option<&str>) -> String {
-    match secret {
-        Some(secret) if !secret.is_empty() && message.contains(secret) => message.replace(secret, "[redacted]"),
-        _ => message,
     }
 }
 

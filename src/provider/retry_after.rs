@@ -7,7 +7,7 @@ use reqwest::header::{HeaderMap, RETRY_AFTER};
 
 /// The wait a provider asked for: `retry-after-ms` (OpenAI, Azure) or `Retry-After` as
 /// seconds or as an HTTP date.
-pub(super) fn parse_retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+pub(crate) fn parse_retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
     if let Some(ms) = header("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
         return Duration::try_from_secs_f64(ms / 1000.0).ok();

@@ -1,0 +1,255 @@
+//! The Anthropic Messages wire format: request encoding, whole-response decoding and error
+//! bodies. Pure functions, tested without a server.
+//!
+//! The Messages API is stricter than OpenAI's about the conversation's shape: the system prompt
+//! is a top-level field, roles must alternate user/assistant starting with user, tool results
+//! are `tool_result` blocks inside a user message, and text blocks must not be empty. Our
+//! transcript follows OpenAI's shape, so the encoder reshapes it here.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use switchboard_channels::contract::Usage;
+
+use crate::provider::http::{looks_like_overflow, redact, text_excerpt};
+use crate::provider::{ChatMessage, ChatRequest, ChatResponse, ProviderError, Role, ToolCall};
+
+/// Sent when the request sets no `max_tokens`: the Messages API requires one.
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+
+/// Stands in for history cut off before its first user message: the API refuses a
+/// conversation that starts with the assistant.
+const OMITTED_HISTORY: &str = "(earlier messages omitted)";
+
+#[derive(Debug, Serialize)]
+pub(super) struct WireRequest<'a> {
+    model: &'a str,
+    max_tokens: u32,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    system: String,
+    messages: Vec<WireMessage>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    stream: bool,
+}
+
+#[derive(Debug, Serialize, PartialEq)]
+pub(super) struct WireMessage {
+    role: &'static str,
+    content: Vec<Value>,
+}
+
+#[derive(Debug, Serialize)]
+struct WireTool<'a> {
+    name: &'a str,
+    description: &'a str,
+    input_schema: &'a Value,
+}
+
+pub(super) fn encode_request(request: &ChatRequest, stream: bool) -> WireRequest<'_> {
+    let system: Vec<&str> = request
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::System && !m.content.trim().is_empty())
+        .map(|m| m.content.as_str())
+        .collect();
+    WireRequest {
+        model: &request.model,
+        max_tokens: request.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+        system: system.join("\n\n"),
+        messages: encode_messages(&request.messages),
+        tools: request
+            .tools
+            .iter()
+            .map(|tool| WireTool { name: &tool.name, description: &tool.description, input_schema: &tool.parameters })
+            .collect(),
+        temperature: request.temperature,
+        stream,
+    }
+}
+
+/// Turns the transcript into alternating user/assistant messages of content blocks.
+pub(super) fn encode_messages(messages: &[ChatMessage]) -> Vec<WireMessage> {
+    let mut out: Vec<WireMessage> = Vec::new();
+    for message in messages {
+        let (role, blocks) = match message.role {
+            Role::System => continue,
+            Role::User => ("user", text_block(&message.content).into_iter().collect()),
+            Role::Assistant => ("assistant", assistant_blocks(message)),
+            // A tool result whose call was cut off with older history would be refused
+            // ("unexpected tool_use_id"): leave it out.
+            Role::Tool if out.last().is_none_or(|m| m.role == "user" && !has_tool_results(m)) => continue,
+            Role::Tool => ("user", vec![tool_result_block(message)]),
+        };
+        push_blocks(&mut out, role, blocks);
+    }
+    if out.first().is_some_and(|m| m.role == "assistant") {
+        out.insert(0, WireMessage { role: "user", content: vec![json!({"type": "text", "text": OMITTED_HISTORY})] });
+    }
+    out
+}
+
+fn has_tool_results(message: &WireMessage) -> bool {
+    message.content.iter().any(|b| b["type"] == "tool_result")
+}
+
+/// Appends blocks to the last message when it has the same role (the API wants strict
+/// alternation, so consecutive tool results become one user message); nothing is added for
+/// an empty list, which keeps empty messages out.
+fn push_blocks(out: &mut Vec<WireMessage>, role: &'static str, blocks: Vec<Value>) {
+    if blocks.is_empty() {
+        return;
+    }
+    match out.last_mut() {
+        Some(last) if last.role == role => last.content.extend(blocks),
+        _ => out.push(WireMessage { role, content: blocks }),
+    }
+}
+
+/// The API refuses empty text blocks.
+fn text_block(text: &str) -> Option<Value> {
+    (!text.trim().is_empty()).then(|| json!({"type": "text", "text": text}))
+}
+
+fn assistant_blocks(message: &ChatMessage) -> Vec<Value> {
+    let mut blocks: Vec<Value> = text_block(&message.content).into_iter().collect();
+    blocks.extend(message.tool_calls.iter().map(
+        |call| json!({"type": "tool_use", "id": call.id, "name": call.name, "input": tool_input(&call.arguments)}),
+    ));
+    blocks
+}
+
+/// `input` must be an object; arguments the model wrote as invalid JSON were kept as a string,
+/// and go back wrapped so the model still sees what it wrote.
+fn tool_input(arguments: &Value) -> Value {
+    match arguments {
+        Value::Object(_) => arguments.clone(),
+        other => json!({"input": other}),
+    }
+}
+
+fn tool_result_block(message: &ChatMessage) -> Value {
+    json!({
+        "type": "tool_result",
+        "tool_use_id": message.tool_call_id.as_deref().unwrap_or_default(),
+        "content": message.content,
+    })
+}
+
+/// Tool input as the model wrote it; invalid JSON is kept as a string so the agent loop can
+/// tell the model, instead of failing the whole call.
+pub(super) fn decode_input(raw: &str) -> Value {
+    if raw.trim().is_empty() {
+        return Value::Object(Default::default());
+    }
+    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()))
+}
+
+#[derive(Debug, Default, Clone, Copy, Deserialize)]
+pub(super) struct WireUsage {
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+    #[serde(default)]
+    cache_creation_input_tokens: Option<u64>,
+    #[serde(default)]
+    cache_read_input_tokens: Option<u64>,
+}
+
+impl WireUsage {
+    /// Cached prompt tokens are input the model read too; they count as input.
+    pub fn input(&self) -> Option<u64> {
+        let parts = [self.input_tokens, self.cache_creation_input_tokens, self.cache_read_input_tokens];
+        parts.iter().any(Option::is_some).then(|| parts.iter().flatten().sum())
+    }
+
+    pub fn output(&self) -> Option<u64> {
+        self.output_tokens
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct MessageResponse {
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    content: Vec<Value>,
+    #[serde(default)]
+    stop_reason: Option<String>,
+    #[serde(default)]
+    usage: WireUsage,
+}
+
+/// Turns a whole (non-streamed) answer into a [`ChatResponse`].
+pub(super) fn decode_response(body: &[u8]) -> Result<ChatResponse, ProviderError> {
+    let parsed: MessageResponse =
+        serde_json::from_slice(body).map_err(|e| ProviderError::Decode(format!("messages response: {e}")))?;
+    let mut content = String::new();
+    let mut tool_calls = Vec::new();
+    for block in parsed.content {
+        match block["type"].as_str() {
+            Some("text") => content.push_str(block["text"].as_str().unwrap_or_default()),
+            Some("tool_use") => tool_calls.push(ToolCall {
+                id: block["id"].as_str().unwrap_or_default().to_owned(),
+                name: block["name"].as_str().unwrap_or_default().to_owned(),
+                arguments: block.get("input").cloned().unwrap_or_else(|| json!({})),
+            }),
+            // Thinking and other block types carry nothing for the user.
+            _ => {}
+        }
+    }
+    Ok(ChatResponse {
+        content,
+        tool_calls,
+        usage: Usage {
+            input_tokens: parsed.usage.input().unwrap_or(0),
+            output_tokens: parsed.usage.output().unwrap_or(0),
+        },
+        model: parsed.model.unwrap_or_default(),
+        finish_reason: parsed.stop_reason,
+    })
+}
+
+/// Maps an error answer (`{"type": "error", "error": {"type", "message"}}`) to a
+/// [`ProviderError`]; `secret` is blanked out of the message should the provider echo it.
+pub(super) fn error_from_body(
+    status: u16,
+    retry_after: Option<std::time::Duration>,
+    body: &[u8],
+    secret: Option<&str>,
+) -> ProviderError {
+    let json: Option<Value> = serde_json::from_slice(body).ok();
+    let message = json
+        .as_ref()
+        .and_then(|v| v["error"]["message"].as_str().or(v["message"].as_str()).map(str::to_owned))
+        .unwrap_or_else(|| text_excerpt(body));
+    let message = redact(message, secret);
+    if looks_like_overflow(&message) {
+        return ProviderError::ContextOverflow(message);
+    }
+    ProviderError::Http { status, message, retry_after }
+}
+
+/// An `error` event inside a stream (after the 200): its error type says which status the
+/// API would have sent, so transient ones (`overloaded_error`) stay transient.
+pub(super) fn error_from_event(data: &str, secret: Option<&str>) -> ProviderError {
+    let json: Value = serde_json::from_str(data).unwrap_or(Value::Null);
+    let status = match json["error"]["type"].as_str().unwrap_or_default() {
+        "invalid_request_error" => 400,
+        "authentication_error" => 401,
+        "permission_error" => 403,
+        "not_found_error" => 404,
+        "request_too_large" => 413,
+        "rate_limit_error" => 429,
+        "overloaded_error" => 529,
+        _ => 500,
+    };
+    error_from_body(status, None, data.as_bytes(), secret)
+}
+
+#[cfg(test)]
+#[path = "wire_tests.rs"]
+mod tests;

@@ -1,0 +1,237 @@
+//! [`FailoverProvider`]: a chain of models, tried in order.
+//!
+//! This is the one place provider calls are retried: each entry gets its own
+//! [`with_retries`] with its own policy, and only when an entry still fails transiently
+//! (rate limit, 5xx, timeout, network) does the chain move on to the next one. Errors that
+//! would recur anywhere (400, 401, context overflow) are returned as they are.
+//!
+//! Once any text has reached the sink, nothing is retried and no other entry is tried: the
+//! user would otherwise see the start of the answer twice, or two different answers spliced.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use async_trait::async_trait;
+
+use super::{ChatRequest, ChatResponse, Provider, ProviderError, RetryPolicy, TextSink, with_retries};
+
+/// One model of the chain.
+pub struct FailoverEntry {
+    pub provider: Arc<dyn Provider>,
+    /// The model to ask this provider for.
+    pub model: String,
+    pub retry: RetryPolicy,
+}
+
+impl FailoverEntry {
+    /// `<provider name>/<model>`, as written in `agent.models`.
+    pub fn label(&self) -> String {
+        format!("{}/{}", self.provider.name(), self.model)
+    }
+}
+
+/// Tries its entries in order; see the module docs for when it moves on.
+pub struct FailoverProvider {
+    entries: Vec<FailoverEntry>,
+    name: String,
+}
+
+impl std::fmt::Debug for FailoverProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FailoverProvider").field("chain", &self.name).finish()
+    }
+}
+
+impl FailoverProvider {
+    /// Fails on an empty chain: there would be nothing to call.
+    pub fn new(entries: Vec<FailoverEntry>) -> Result<Self, ProviderError> {
+        if entries.is_empty() {
+            return Err(ProviderError::Config("the model chain is empty".into()));
+        }
+        let name = entries.iter().map(FailoverEntry::label).collect::<Vec<_>>().join(" > ");
+        Ok(Self { entries, name })
+    }
+
+    /// Calls one entry with its retries. A transient failure after text was streamed becomes
+    /// [`ProviderError::Interrupted`], which neither the retries nor the chain go past.
+    async fn call_entry(
+        &self,
+        entry: &FailoverEntry,
+        request: &ChatRequest,
+        sink: Option<TextSink<'_>>,
+        streamed: &AtomicBool,
+    ) -> Result<ChatResponse, ProviderError> {
+        let request = ChatRequest { model: entry.model.clone(), ..request.clone() };
+        with_retries(&entry.retry, || async {
+            match entry.provider.complete(&request, sink).await {
+                Err(err) if err.is_transient() && streamed.load(Ordering::Relaxed) => {
+                    Err(ProviderError::Interrupted(err.to_string()))
+                }
+                other => other,
+            }
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl Provider for FailoverProvider {
+    /// The chain, e.g. `openai/gpt-4o-mini > anthropic/claude-haiku`.
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The response's `model` is `<provider>/<model>` of the entry that answered, with the
+    /// model as that provider reported it (or as asked, if it did not say).
+    async fn complete(
+        &self,
+        request: &ChatRequest,
+        stream: Option<TextSink<'_>>,
+    ) -> Result<ChatResponse, ProviderError> {
+        let streamed = AtomicBool::new(false);
+        let forward = |text: &str| {
+            streamed.store(true, Ordering::Relaxed);
+            if let Some(sink) = stream {
+                sink(text);
+            }
+        };
+        let sink = stream.map(|_| &forward as TextSink<'_>);
+        let mut entries = self.entries.iter().peekable();
+        while let Some(entry) = entries.next() {
+            match self.call_entry(entry, request, sink, &streamed).await {
+                Ok(mut response) => {
+                    let served = if response.model.is_empty() { entry.model.as_str() } else { &response.model };
+                    response.model = format!("{}/{served}", entry.provider.name());
+                    if !std::ptr::eq(entry, &self.entries[0]) {
+                        tracing::info!(model = %response.model, "answered by a fallback model");
+                    }
+                    return Ok(response);
+                }
+                Err(error) if error.is_transient() && entries.peek().is_some() => {
+                    let next = entries.peek().map(|e| e.label()).unwrap_or_default();
+                    tracing::warn!(from = %entry.label(), to = %next, %error, "model failed; failing over to the next in the chain");
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        // Unreachable with a non-empty chain: the last entry returns above.
+        Err(ProviderError::Config("the model chain is empty".into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::provider::ChatMessage;
+
+    /// Answers from a script; with `stream_first`, streams that text before each answer.
+    struct Fake {
+        name: &'static str,
+        script: Mutex<VecDeque<Result<ChatResponse, ProviderError>>>,
+        stream_first: Option<&'static str>,
+        calls: Mutex<Vec<String>>,
+    }
+
+    fn fake(name: &'static str, script: Vec<Result<ChatResponse, ProviderError>>) -> Arc<Fake> {
+        Arc::new(Fake { name, script: Mutex::new(script.into()), stream_first: None, calls: Mutex::default() })
+    }
+
+    #[async_trait]
+    impl Provider for Fake {
+        fn name(&self) -> &str {
+            self.name
+        }
+        async fn complete(&self, req: &ChatRequest, sink: Option<TextSink<'_>>) -> Result<ChatResponse, ProviderError> {
+            self.calls.lock().unwrap().push(req.model.clone());
+            if let (Some(text), Some(sink)) = (self.stream_first, sink) {
+                sink(text);
+            }
+            self.script.lock().unwrap().pop_front().expect("script ran out")
+        }
+    }
+
+    fn ok(text: &str, model: &str) -> Result<ChatResponse, ProviderError> {
+        Ok(ChatResponse { content: text.into(), model: model.into(), ..ChatResponse::default() })
+    }
+
+    fn http(status: u16) -> Result<ChatResponse, ProviderError> {
+        Err(ProviderError::Http { status, message: "boom".into(), retry_after: None })
+    }
+
+    fn entry(provider: Arc<Fake>, model: &str, max_retries: u32) -> FailoverEntry {
+        let retry =
+            RetryPolicy { max_retries, base_delay: Duration::from_millis(1), max_delay: Duration::from_millis(2) };
+        FailoverEntry { provider, model: model.into(), retry }
+    }
+
+    fn request() -> ChatRequest {
+        ChatRequest {
+            model: "ignored".into(),
+            messages: vec![ChatMessage::user("hi")],
+            tools: vec![],
+            max_tokens: None,
+            temperature: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn transient_failure_after_retries_moves_to_the_next_entry() {
+        let primary = fake("openai", vec![http(500), http(503)]);
+        let secondary = fake("anthropic", vec![ok("hello", "")]);
+        let chain =
+            FailoverProvider::new(vec![entry(primary.clone(), "gpt", 1), entry(secondary.clone(), "claude", 1)])
+                .unwrap();
+        assert_eq!(chain.name(), "openai/gpt > anthropic/claude");
+        let response = chain.complete(&request(), None).await.unwrap();
+        assert_eq!(response.content, "hello");
+        assert_eq!(response.model, "anthropic/claude");
+        assert_eq!(*primary.calls.lock().unwrap(), ["gpt", "gpt"], "one try and one retry");
+        assert_eq!(*secondary.calls.lock().unwrap(), ["claude"]);
+    }
+
+    #[tokio::test]
+    async fn permanent_errors_do_not_fail_over() {
+        for error in [http(400), http(401), Err(ProviderError::ContextOverflow("long".into()))] {
+            let primary = fake("openai", vec![error]);
+            let secondary = fake("anthropic", vec![ok("never", "")]);
+            let chain =
+                FailoverProvider::new(vec![entry(primary, "gpt", 3), entry(secondary.clone(), "claude", 3)]).unwrap();
+            assert!(chain.complete(&request(), None).await.is_err());
+            assert!(secondary.calls.lock().unwrap().is_empty());
+        }
+    }
+
+    #[tokio::test]
+    async fn no_retry_and_no_failover_once_text_was_streamed() {
+        let primary = Arc::new(Fake {
+            name: "openai",
+            script: Mutex::new(vec![http(500)].into()),
+            stream_first: Some("Hello, wor"),
+            calls: Mutex::default(),
+        });
+        let secondary = fake("anthropic", vec![ok("other", "")]);
+        let chain =
+            FailoverProvider::new(vec![entry(primary.clone(), "gpt", 3), entry(secondary.clone(), "claude", 3)])
+                .unwrap();
+        let heard = Mutex::new(String::new());
+        let sink = |t: &str| heard.lock().unwrap().push_str(t);
+        let error = chain.complete(&request(), Some(&sink)).await.unwrap_err();
+        assert!(matches!(error, ProviderError::Interrupted(_)), "{error:?}");
+        assert_eq!(heard.into_inner().unwrap(), "Hello, wor");
+        assert_eq!(primary.calls.lock().unwrap().len(), 1);
+        assert!(secondary.calls.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_last_entry_returns_its_error_and_served_model_is_kept() {
+        let only = fake("local", vec![http(502), ok("x", "llama3.2:latest")]);
+        let chain = FailoverProvider::new(vec![entry(only.clone(), "llama3.2", 0)]).unwrap();
+        assert!(matches!(chain.complete(&request(), None).await, Err(ProviderError::Http { status: 502, .. })));
+        assert_eq!(chain.complete(&request(), None).await.unwrap().model, "local/llama3.2:latest");
+        assert!(FailoverProvider::new(Vec::new()).is_err());
+    }
+}

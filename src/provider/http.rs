@@ -1,0 +1,97 @@
+//! Small HTTP helpers every provider needs: secret-safe headers and logs, readable transport
+//! errors, and the event-stream check.
+
+use std::error::Error as _;
+
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
+
+/// `http://user:pass@host` → `http://user:<redacted>@host`; other URLs unchanged.
+pub(crate) fn redact_password(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("<redacted>"));
+            parsed.to_string()
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// A header value reqwest will never print (keys live in headers).
+pub(crate) fn sensitive_value(text: &str) -> Option<HeaderValue> {
+    let mut value = HeaderValue::from_str(text).ok()?;
+    value.set_sensitive(true);
+    Some(value)
+}
+
+pub(crate) fn is_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("text/event-stream"))
+}
+
+/// reqwest's own message is terse ("error sending request"); the cause is in the chain.
+pub(crate) fn error_chain(error: &reqwest::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// A non-JSON error body (an HTML page from a proxy, say), shortened for the log.
+pub(crate) fn text_excerpt(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim();
+    if text.is_empty() {
+        return "no error message".into();
+    }
+    match text.char_indices().nth(300) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
+}
+
+/// Blanks `secret` (the API key) out of a provider's message, should the provider echo it.
+pub(crate) fn redact(message: String, secret: Option<&str>) -> String {
+    match secret {
+        Some(secret) if !secret.is_empty() && message.contains(secret) => message.replace(secret, "[redacted]"),
+        _ => message,
+    }
+}
+
+/// Whether an error message says the prompt does not fit the model's context window
+/// (OpenAI's `context_length_exceeded`, Anthropic's "prompt is too long: N tokens > M maximum").
+pub(crate) fn looks_like_overflow(message: &str) -> bool {
+    let message = message.to_lowercase();
+    ["context_length_exceeded", "maximum context length", "context length exceeded", "prompt is too long"]
+        .iter()
+        .any(|needle| message.contains(needle))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_stream_content_type() {
+        let content_type = |value: &'static str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static(value));
+            headers
+        };
+        assert!(is_event_stream(&content_type("text/event-stream; charset=utf-8")));
+        assert!(!is_event_stream(&content_type("application/json")));
+        assert!(!is_event_stream(&HeaderMap::new()));
+    }
+
+    #[test]
+    fn overflow_messages() {
+        assert!(looks_like_overflow("prompt is too long: 210000 tokens > 200000 maximum"));
+        assert!(looks_like_overflow("This model's maximum context length is 8192 tokens."));
+        assert!(!looks_like_overflow("Overloaded"));
+    }
+}

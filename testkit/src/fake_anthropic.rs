@@ -1,0 +1,342 @@
+//! A scripted Anthropic Messages API: `POST /v1/messages` on 127.0.0.1, a random port.
+//! Scripted like [`FakeLlm`](crate::fake_llm::FakeLlm), with the same [`Scripted`] steps;
+//! with nothing queued it echoes the last user text.
+//!
+//! `"stream": true` requests get Anthropic-shaped server-sent events (`message_start`, text in
+//! several `text_delta`s, tool calls as `tool_use` blocks whose input is split over several
+//! `input_json_delta`s, `message_delta` with usage, `message_stop`, a `ping` in between);
+//! others get one JSON message. Every request is recorded with its headers, even those
+//! answered with an error. Requests without `anthropic-version` or `max_tokens` get a 400,
+//! as from the real API.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use crate::fake_llm::Scripted;
+use crate::fake_llm::split_text;
+
+/// An Anthropic-style error body.
+pub fn error_body(kind: &str, message: &str) -> Value {
+    json!({"type": "error", "error": {"type": kind, "message": message}})
+}
+
+/// 529 `overloaded_error`, transient.
+pub fn overloaded() -> Scripted {
+    Scripted::Status { code: 529, retry_after: None, body: error_body("overloaded_error", "Overloaded") }
+}
+
+/// 429 with `retry-after`.
+pub fn rate_limited(retry_after_secs: u64) -> Scripted {
+    let body = error_body("rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit");
+    Scripted::Status { code: 429, retry_after: Some(retry_after_secs), body }
+}
+
+/// 400 "prompt is too long", the Messages API's context overflow.
+pub fn prompt_too_long() -> Scripted {
+    let body = error_body("invalid_request_error", "prompt is too long: 210000 tokens > 200000 maximum");
+    Scripted::Status { code: 400, retry_after: None, body }
+}
+
+/// 500 `api_error`.
+pub fn server_error() -> Scripted {
+    Scripted::Status { code: 500, retry_after: None, body: error_body("api_error", "Internal server error") }
+}
+
+/// One request as received.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    /// Header names in lower case.
+    pub headers: BTreeMap<String, String>,
+    pub body: Value,
+}
+
+struct Shared {
+    script: Mutex<VecDeque<Scripted>>,
+    requests: Mutex<Vec<Recorded>>,
+    received: watch::Sender<usize>,
+    api_key: Option<String>,
+    next_call_id: AtomicU64,
+    stopped: watch::Sender<bool>,
+}
+
+/// The running server; stops when dropped.
+pub struct FakeAnthropic {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    server: JoinHandle<()>,
+}
+
+impl Drop for FakeAnthropic {
+    fn drop(&mut self) {
+        self.shared.stopped.send_replace(true);
+        self.server.abort();
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl FakeAnthropic {
+    /// Starts a server that accepts any (or no) key.
+    pub async fn start() -> FakeAnthropic {
+        Self::spawn(None).await
+    }
+
+    /// Starts a server that answers 401 unless `x-api-key: <key>` is sent.
+    pub async fn start_with_key(key: &str) -> FakeAnthropic {
+        Self::spawn(Some(key.to_owned())).await
+    }
+
+    async fn spawn(api_key: Option<String>) -> FakeAnthropic {
+        let shared = Arc::new(Shared {
+            script: Mutex::new(VecDeque::new()),
+            requests: Mutex::new(Vec::new()),
+            received: watch::Sender::new(0),
+            api_key,
+            next_call_id: AtomicU64::new(1),
+            stopped: watch::Sender::new(false),
+        });
+        let router = Router::new().route("/v1/messages", post(messages)).with_state(shared.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0 for FakeAnthropic");
+        let addr = listener.local_addr().expect("FakeAnthropic local address");
+        let server = tokio::spawn(async move {
+            if let Err(error) = axum::serve(listener, router).await {
+                eprintln!("FakeAnthropic server stopped: {error}");
+            }
+        });
+        FakeAnthropic { addr, shared, server }
+    }
+
+    /// `http://127.0.0.1:PORT`, ready for a provider's `base_url` (no `/v1`).
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Queues an answer; answers are used in the order queued.
+    pub fn push(&self, step: Scripted) {
+        lock(&self.shared.script).push_back(step);
+    }
+
+    /// Every request body received so far, in order.
+    pub fn requests(&self) -> Vec<Value> {
+        lock(&self.shared.requests).iter().map(|r| r.body.clone()).collect()
+    }
+
+    /// Every request with its headers.
+    pub fn recorded(&self) -> Vec<Recorded> {
+        lock(&self.shared.requests).clone()
+    }
+
+    /// Waits until at least `n` requests arrived or `timeout` passed; returns them all.
+    pub async fn wait_for_requests(&self, n: usize, timeout: Duration) -> Vec<Value> {
+        let mut received = self.shared.received.subscribe();
+        let _ = tokio::time::timeout(timeout, received.wait_for(|count| *count >= n)).await;
+        self.requests()
+    }
+}
+
+fn record(shared: &Shared, headers: &HeaderMap, body: &Bytes) -> Value {
+    let request: Value =
+        serde_json::from_slice(body).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into_owned()));
+    let headers = headers
+        .iter()
+        .map(|(name, value)| (name.as_str().to_owned(), String::from_utf8_lossy(value.as_bytes()).into_owned()))
+        .collect();
+    let number = {
+        let mut requests = lock(&shared.requests);
+        requests.push(Recorded { headers, body: request.clone() });
+        requests.len()
+    };
+    shared.received.send_modify(|count| *count = (*count).max(number));
+    request
+}
+
+/// What the real API would refuse before looking at the script.
+fn refusal(shared: &Shared, headers: &HeaderMap, request: &Value) -> Option<Response> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Some(key) = &shared.api_key
+        && header("x-api-key") != Some(key.as_str())
+    {
+        return Some(status_response(401, None, error_body("authentication_error", "invalid x-api-key")));
+    }
+    if header("anthropic-version").is_none() {
+        return Some(status_response(
+            400,
+            None,
+            error_body("invalid_request_error", "anthropic-version: header is required"),
+        ));
+    }
+    if !request.is_object() || request.get("max_tokens").and_then(Value::as_u64).is_none() {
+        return Some(status_response(400, None, error_body("invalid_request_error", "max_tokens: Field required")));
+    }
+    None
+}
+
+async fn messages(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+    let request = record(&shared, &headers, &body);
+    if let Some(response) = refusal(&shared, &headers, &request) {
+        return response;
+    }
+    let next = lock(&shared.script).pop_front();
+    let mut step = next.unwrap_or_else(|| Scripted::Text(format!("echo: {}", last_user_text(&request))));
+    loop {
+        match step {
+            Scripted::Delay(wait, then) => {
+                tokio::time::sleep(wait).await;
+                step = *then;
+            }
+            Scripted::Hang => {
+                let _ = shared.stopped.subscribe().wait_for(|stopped| *stopped).await;
+                return StatusCode::SERVICE_UNAVAILABLE.into_response();
+            }
+            Scripted::Status { code, retry_after, body } => return status_response(code, retry_after, body),
+            Scripted::Text(text) => return answer(&request, vec![json!({"type": "text", "text": text})]),
+            Scripted::ToolCalls(calls) => {
+                let blocks = calls
+                    .into_iter()
+                    .map(|(name, input)| {
+                        let id = format!("toolu_{}", shared.next_call_id.fetch_add(1, Ordering::Relaxed));
+                        json!({"type": "tool_use", "id": id, "name": name, "input": input})
+                    })
+                    .collect();
+                return answer(&request, blocks);
+            }
+        }
+    }
+}
+
+fn status_response(code: u16, retry_after: Option<u64>, body: Value) -> Response {
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = (status, axum::Json(body)).into_response();
+    if let Some(seconds) = retry_after {
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
+    response
+}
+
+/// The text of the last user message that has any (tool results are not user text).
+fn last_user_text(request: &Value) -> String {
+    let messages = request.get("messages").and_then(Value::as_array).into_iter().flatten();
+    messages
+        .rev()
+        .filter(|m| m["role"] == "user")
+        .map(|m| match &m["content"] {
+            Value::String(text) => text.clone(),
+            Value::Array(blocks) => {
+                blocks.iter().filter(|b| b["type"] == "text").filter_map(|b| b["text"].as_str()).collect()
+            }
+            _ => String::new(),
+        })
+        .find(|text| !text.is_empty())
+        .unwrap_or_default()
+}
+
+/// Plausible usage: about four characters per token.
+fn usage(request: &Value, blocks: &[Value]) -> (u64, u64) {
+    let input = request.to_string().len() as u64 / 4;
+    let output = blocks.iter().map(|b| b.to_string().len() as u64).sum::<u64>() / 4;
+    (input.max(1), output.max(1))
+}
+
+fn answer(request: &Value, blocks: Vec<Value>) -> Response {
+    let model = request["model"].as_str().unwrap_or("claude-fake").to_owned();
+    let stop_reason = if blocks.iter().any(|b| b["type"] == "tool_use") { "tool_use" } else { "end_turn" };
+    let (input, output) = usage(request, &blocks);
+    if request["stream"] == true {
+        return stream_answer(&model, blocks, stop_reason, (input, output));
+    }
+    axum::Json(json!({
+        "id": "msg_fake", "type": "message", "role": "assistant", "model": model,
+        "content": blocks, "stop_reason": stop_reason, "stop_sequence": null,
+        "usage": {"input_tokens": input, "output_tokens": output},
+    }))
+    .into_response()
+}
+
+fn stream_answer(model: &str, blocks: Vec<Value>, stop_reason: &str, (input, output): (u64, u64)) -> Response {
+    let mut events = vec![(
+        "message_start",
+        json!({"type": "message_start", "message": {"id": "msg_fake", "type": "message", "role": "assistant",
+            "model": model, "content": [], "stop_reason": null, "usage": {"input_tokens": input, "output_tokens": 1}}}),
+    )];
+    for (index, block) in blocks.iter().enumerate() {
+        events.extend(block_events(index, block));
+        if index == 0 {
+            events.push(("ping", json!({"type": "ping"})));
+        }
+    }
+    events.push((
+        "message_delta",
+        json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": null}, "usage": {"output_tokens": output}}),
+    ));
+    events.push(("message_stop", json!({"type": "message_stop"})));
+    let frames: Vec<String> = events.iter().map(|(name, data)| format!("event: {name}\ndata: {data}\n\n")).collect();
+    // A short pause between frames, so the client really sees them arrive one by one.
+    let body = futures_util::stream::iter(frames).then(|frame| async move {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        Ok::<_, Infallible>(frame)
+    });
+    let mut response = Body::from_stream(body).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    response
+}
+
+/// `content_block_start`, the deltas (text in four pieces, tool input JSON in three), `_stop`.
+fn block_events(index: usize, block: &Value) -> Vec<(&'static str, Value)> {
+    let delta =
+        |delta: Value| ("content_block_delta", json!({"type": "content_block_delta", "index": index, "delta": delta}));
+    let mut events = Vec::new();
+    if block["type"] == "tool_use" {
+        let start = json!({"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}});
+        events.push((
+            "content_block_start",
+            json!({"type": "content_block_start", "index": index, "content_block": start}),
+        ));
+        for piece in split_text(&block["input"].to_string(), 3) {
+            events.push(delta(json!({"type": "input_json_delta", "partial_json": piece})));
+        }
+    } else {
+        let start = json!({"type": "text", "text": ""});
+        events.push((
+            "content_block_start",
+            json!({"type": "content_block_start", "index": index, "content_block": start}),
+        ));
+        for piece in split_text(block["text"].as_str().unwrap_or_default(), 4) {
+            events.push(delta(json!({"type": "text_delta", "text": piece})));
+        }
+    }
+    events.push(("content_block_stop", json!({"type": "content_block_stop", "index": index})));
+    events
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn echo_skips_tool_results() {
+        let request = json!({"messages": [
+            {"role": "user", "content": [{"type": "text", "text": "first"}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "x"}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "r"}]},
+        ]});
+        assert_eq!(last_user_text(&request), "first");
+        assert_eq!(last_user_text(&json!({"messages": [{"role": "user", "content": "plain"}]})), "plain");
+    }
+}
