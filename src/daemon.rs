@@ -143,6 +143,7 @@ fn build_worker(config: &Config, bus: Arc<dyn Bus>, store: Arc<SqliteStore>) -> 
         Arc::new(provider),
         tools,
         AgentSettings {
+            name: "main".into(),
             system_prompt: config.agent.system_prompt.clone(),
             model: primary,
             max_iterations: config.agent.max_iterations,

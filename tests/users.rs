@@ -84,6 +84,7 @@ async fn start(policy: AccessPolicy) -> Harness {
         tools.register(Arc::new(Dummy(name)));
     }
     let agent_settings = AgentSettings {
+        name: "main".into(),
         system_prompt: "test".into(),
         model: "fake-model".into(),
         max_iterations: 5,

@@ -2,64 +2,20 @@
 //! provider against a scripted model server: ordering, dedupe, dead letters, stale messages
 //! and shutdown.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::StreamExt;
 use serde_json::json;
-use switchboard::agent::{Agent, AgentSettings};
-use switchboard::provider::openai::{OpenAiConfig, OpenAiProvider};
+mod common;
+
+use common::start;
 use switchboard::store::Store;
-use switchboard::store::sqlite::SqliteStore;
-use switchboard::tools::{ToolLimits, ToolRegistry};
-use switchboard::worker::{Worker, WorkerSettings};
-use switchboard_channels::bus::memory::MemoryBus;
+use switchboard::worker::WorkerSettings;
 use switchboard_channels::contract::{InboundMessage, OutboundMessage, RunEventBody, Sender};
 use switchboard_channels::subject::Flow;
 use switchboard_channels::{Bus, BusExt, Deliveries};
 use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
-use tokio_util::sync::CancellationToken;
-
-struct Harness {
-    bus: Arc<MemoryBus>,
-    store: Arc<SqliteStore>,
-    llm: FakeLlm,
-    shutdown: CancellationToken,
-    worker: tokio::task::JoinHandle<()>,
-    _dir: tempfile::TempDir,
-}
-
-async fn start(settings: WorkerSettings, llm: FakeLlm) -> Harness {
-    let dir = tempfile::tempdir().unwrap();
-    let bus = Arc::new(MemoryBus::new(64));
-    let store = Arc::new(SqliteStore::open(&dir.path().join("s.db")).await.unwrap());
-    let provider = OpenAiProvider::new(OpenAiConfig {
-        name: "fake".into(),
-        base_url: llm.base_url(),
-        api_key: None,
-        request_timeout: Duration::from_secs(30),
-        stream: false,
-        extra_headers: vec![],
-    })
-    .unwrap();
-    let agent_settings = AgentSettings {
-        system_prompt: "test".into(),
-        model: "fake-model".into(),
-        max_iterations: 5,
-        max_tokens: None,
-        temperature: None,
-        stream: false,
-        prices: Default::default(),
-        workspace: dir.path().join("workspace"),
-    };
-    let agent = Agent::new(Arc::new(provider), ToolRegistry::with_builtins(ToolLimits::default()), agent_settings);
-    let worker = Worker::new(bus.clone(), store.clone(), Arc::new(agent), settings);
-    let shutdown = CancellationToken::new();
-    let token = shutdown.clone();
-    let worker = tokio::spawn(async move { worker.run(token).await.unwrap() });
-    Harness { bus, store, llm, shutdown, worker, _dir: dir }
-}
 
 fn msg(chat: &str, content: &str) -> InboundMessage {
     InboundMessage::user("test", chat, Sender { id: "u1".into(), name: "U".into(), is_bot: false }, content)

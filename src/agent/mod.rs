@@ -14,6 +14,8 @@ use crate::tools::{ToolContext, ToolFilter, ToolRegistry};
 /// How an agent talks to its model.
 #[derive(Debug, Clone)]
 pub struct AgentSettings {
+    /// The agent's name in logs, spans and run records (`main` until named agents exist).
+    pub name: String,
     pub system_prompt: String,
     pub model: String,
     pub max_iterations: u32,
@@ -173,16 +175,25 @@ impl Agent {
             provider = self.provider.name(),
             model = %self.settings.model,
             iteration,
+            answered_by = tracing::field::Empty,
             input_tokens = tracing::field::Empty,
             output_tokens = tracing::field::Empty,
+            duration_ms = tracing::field::Empty,
+            error = tracing::field::Empty,
         );
         let started = std::time::Instant::now();
         let response = self.provider.complete(&request, stream).instrument(span.clone()).await;
-        if let Ok(response) = &response {
-            span.record("input_tokens", response.usage.input_tokens);
-            span.record("output_tokens", response.usage.output_tokens);
+        span.record("duration_ms", started.elapsed().as_millis() as u64);
+        match &response {
+            Ok(response) => {
+                span.record("answered_by", response.model.as_str());
+                span.record("input_tokens", response.usage.input_tokens);
+                span.record("output_tokens", response.usage.output_tokens);
+            }
+            Err(err) => {
+                span.record("error", tracing::field::display(err));
+            }
         }
-        tracing::debug!(parent: &span, elapsed_ms = started.elapsed().as_millis() as u64, ok = response.is_ok(), "model answered");
         response
     }
 

@@ -100,6 +100,7 @@ fn agent_with_prices(
     let mut tools = ToolRegistry::with_builtins(crate::tools::ToolLimits::default());
     tools.register(Arc::new(Nap));
     let settings = AgentSettings {
+        name: "main".into(),
         system_prompt: "be brief".into(),
         model: "m".into(),
         max_iterations,

@@ -27,9 +27,12 @@ enum Giveback {
 }
 
 pub(super) async fn process(shared: &Shared, msg: InboundMessage, held: Held) {
-    let span = tracing::info_span!("run", session = %msg.session_key(), inbound = %msg.id,
-        run_id = tracing::field::Empty, status = tracing::field::Empty);
+    let span = tracing::info_span!("run", agent = %shared.agent.settings().name, session = %msg.session_key(),
+        inbound = %msg.id, run_id = tracing::field::Empty, status = tracing::field::Empty,
+        duration_ms = tracing::field::Empty);
+    let started = std::time::Instant::now();
     let verdict = process_inner(shared, &msg).instrument(span.clone()).await;
+    span.record("duration_ms", started.elapsed().as_millis() as u64);
     let settle = match verdict {
         Ok(()) => Settle::Ack,
         Err(Giveback::Stopping) => Settle::Nak(None),

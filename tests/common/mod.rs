@@ -1,0 +1,60 @@
+//! The worker wired in-process for tests: the memory bus, a real SQLite store in a tempdir,
+//! the OpenAI-compatible provider against a scripted model server, the built-in tools and the
+//! `message` tool.
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use switchboard::agent::{Agent, AgentSettings};
+use switchboard::provider::openai::{OpenAiConfig, OpenAiProvider};
+use switchboard::store::sqlite::SqliteStore;
+use switchboard::tools::{MessageTool, ToolLimits, ToolRegistry};
+use switchboard::worker::{Worker, WorkerSettings};
+use switchboard_channels::bus::memory::MemoryBus;
+use switchboard_testkit::fake_llm::FakeLlm;
+use tokio_util::sync::CancellationToken;
+
+pub struct Harness {
+    pub bus: Arc<MemoryBus>,
+    pub store: Arc<SqliteStore>,
+    pub llm: FakeLlm,
+    pub shutdown: CancellationToken,
+    pub worker: tokio::task::JoinHandle<()>,
+    _dir: tempfile::TempDir,
+}
+
+pub async fn start(settings: WorkerSettings, llm: FakeLlm) -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let bus = Arc::new(MemoryBus::new(64));
+    let store = Arc::new(SqliteStore::open(&dir.path().join("s.db")).await.unwrap());
+    let provider = OpenAiProvider::new(OpenAiConfig {
+        name: "fake".into(),
+        base_url: llm.base_url(),
+        api_key: None,
+        request_timeout: Duration::from_secs(30),
+        stream: false,
+        extra_headers: vec![],
+    })
+    .unwrap();
+    let agent_settings = AgentSettings {
+        name: "main".into(),
+        system_prompt: "test".into(),
+        model: "fake-model".into(),
+        max_iterations: 5,
+        max_tokens: None,
+        temperature: None,
+        stream: false,
+        prices: Default::default(),
+        workspace: dir.path().join("workspace"),
+    };
+    let mut tools = ToolRegistry::with_builtins(ToolLimits::default());
+    tools.register(Arc::new(MessageTool::new(bus.clone())));
+    let agent = Agent::new(Arc::new(provider), tools, agent_settings);
+    let worker = Worker::new(bus.clone(), store.clone(), Arc::new(agent), settings);
+    let shutdown = CancellationToken::new();
+    let token = shutdown.clone();
+    let worker = tokio::spawn(async move { worker.run(token).await.unwrap() });
+    Harness { bus, store, llm, shutdown, worker, _dir: dir }
+}
