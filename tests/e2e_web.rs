@@ -1,5 +1,6 @@
-//! web_fetch end to end through the real binary: the scripted model asks for a page on
-//! 127.0.0.1 and gets a refusal, unless the environment allows that address.
+//! The web tools end to end through the real binary: the scripted model asks `web_fetch` for a
+//! page on 127.0.0.1 and gets a refusal, unless the environment allows that address; it asks
+//! `web_search`, which calls a fake Brave Search API, or explains that no key is set.
 
 mod support;
 
@@ -29,14 +30,20 @@ async fn start_page() -> (String, Arc<AtomicUsize>) {
 
 /// Runs one turn in which the model fetches `url`; returns what the tool answered.
 async fn fetch_through_daemon(url: &str, env: &[(&str, &str)]) -> String {
+    tool_through_daemon("web_fetch", json!({"url": url}), env).await
+}
+
+/// Runs one turn in which the model calls `tool`; returns what the tool answered.
+async fn tool_through_daemon(tool: &str, arguments: Value, env: &[(&str, &str)]) -> String {
     let llm = FakeLlm::start().await;
-    llm.push(Scripted::ToolCalls(vec![("web_fetch".into(), json!({"url": url}))]));
+    llm.push(Scripted::ToolCalls(vec![(tool.into(), arguments)]));
     llm.push(Scripted::Text("Done.".into()));
     let dir = tempfile::tempdir().unwrap();
     // API senders start as guests; the test is about the guard, not permissions.
     let mut launch = Launch::new(dir.path(), "run", &["run"])
         .llm(&llm.base_url())
-        .env("SWITCHBOARD_PERMISSIONS__TOOLS__WEB_FETCH", "guest");
+        .env("SWITCHBOARD_PERMISSIONS__TOOLS__WEB_FETCH", "guest")
+        .env("SWITCHBOARD_PERMISSIONS__TOOLS__WEB_SEARCH", "guest");
     for (key, value) in env {
         launch = launch.env(key, value);
     }
@@ -67,4 +74,39 @@ async fn loopback_is_fetched_when_the_environment_allows_it() {
     let result = fetch_through_daemon(&url, &[("SWITCHBOARD_TOOLS__WEB__ALLOW_PRIVATE", r#"["127.0.0.1"]"#)]).await;
     assert_eq!(result, format!("URL: {url}\nTitle: Intranet\n\nThe secret plan."));
     assert_eq!(hits.load(Ordering::SeqCst), 1);
+}
+
+/// A Brave Search API stand-in that answers only with the right subscription token.
+async fn start_brave(token: &'static str) -> String {
+    let search = move |headers: axum::http::HeaderMap| async move {
+        if headers.get("x-subscription-token").and_then(|v| v.to_str().ok()) != Some(token) {
+            return (axum::http::StatusCode::UNAUTHORIZED, axum::Json(json!({"error": "bad token"})));
+        }
+        let results = json!({"web": {"results": [
+            {"title": "Rust <strong>async</strong> book", "url": "https://rust-lang.github.io/async-book/",
+             "description": "Asynchronous programming in Rust"},
+            {"title": "Tokio", "url": "https://tokio.rs/", "description": "An asynchronous runtime"}
+        ]}});
+        (axum::http::StatusCode::OK, axum::Json(results))
+    };
+    let app = Router::new().route("/res/v1/web/search", get(search));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    url
+}
+
+#[tokio::test]
+async fn web_search_returns_numbered_results_from_brave() {
+    let brave = start_brave("brave-secret").await;
+    let env = [("BRAVE_API_KEY", "brave-secret"), ("SWITCHBOARD_TOOLS__WEB__SEARCH_BASE_URL", brave.as_str())];
+    let result = tool_through_daemon("web_search", json!({"query": "rust async"}), &env).await;
+    assert!(result.starts_with("1. Rust async book"), "{result}");
+    assert!(result.contains("https://tokio.rs/"), "{result}");
+}
+
+#[tokio::test]
+async fn web_search_without_a_key_says_what_to_set() {
+    let result = tool_through_daemon("web_search", json!({"query": "rust"}), &[]).await;
+    assert!(result.starts_with("error: web_search is not configured: set BRAVE_API_KEY"), "{result}");
 }

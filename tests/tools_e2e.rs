@@ -27,6 +27,11 @@ async fn the_agent_writes_reads_and_runs_in_its_workspace_only() {
         json!({"command": "cat notes/hello.txt; echo \"[$OPENAI_API_KEY]\""}),
     )]));
     llm.push(Scripted::Text("Ran it.".into()));
+    llm.push(Scripted::ToolCalls(vec![
+        ("edit_file".into(), json!({"path": "notes/hello.txt", "old_text": "hi from", "new_text": "hello from"})),
+        ("list_dir".into(), json!({"path": "notes"})),
+    ]));
+    llm.push(Scripted::Text("Edited.".into()));
     let dir = tempfile::tempdir().unwrap();
     // The API's default sender is `api`; as the owner it may use every tool, exec included.
     let mut daemon = Launch::new(dir.path(), "tools", &["run"])
@@ -57,4 +62,13 @@ async fn the_agent_writes_reads_and_runs_in_its_workspace_only() {
     assert_eq!((status, body["reply"].as_str()), (200, Some("Ran it.")), "{body}");
     let ran = tool_result(&llm.requests()[5]);
     assert_eq!(ran, "[exit code 0]\nhi from the agent\n[]\n", "the API key must not reach commands");
+
+    let (status, body) = daemon.post(json!({"chat_id": "w", "content": "fix the greeting"})).await;
+    assert_eq!((status, body["reply"].as_str()), (200, Some("Edited.")), "{body}");
+    assert_eq!(std::fs::read_to_string(&written).unwrap(), "hello from the agent\n");
+    let messages = llm.requests()[7]["messages"].as_array().unwrap().clone();
+    let results: Vec<&str> =
+        messages.iter().filter(|m| m["role"] == "tool").filter_map(|m| m["content"].as_str()).collect();
+    let listing = results.last().unwrap();
+    assert!(listing.contains("hello.txt"), "{listing}");
 }
