@@ -165,3 +165,35 @@ async fn run_events_tell_what_the_run_did() {
     assert!(matches!(&seen[2], RunEventBody::ToolResult { is_error: false, .. }), "{seen:?}");
     assert!(matches!(seen.last(), Some(RunEventBody::Completed { reply, .. }) if reply == "noon"), "{seen:?}");
 }
+
+fn owner_policy() -> switchboard::users::AccessPolicy {
+    use switchboard::config::{BudgetsConfig, PermissionsConfig, UsersConfig};
+    let users = UsersConfig { owners: vec!["test:u1".into()], ..UsersConfig::default() };
+    switchboard::users::AccessPolicy::from_config(&users, &PermissionsConfig::default(), &BudgetsConfig::default())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_message_tool_sends_to_another_chat_through_the_bus() {
+    let llm = FakeLlm::start().await;
+    llm.push(Scripted::ToolCalls(vec![(
+        "message".into(),
+        json!({"content": "Heads up: deploy at 5", "target": "test:ops-room"}),
+    )]));
+    llm.push(Scripted::Text("Told the ops room.".into()));
+    let h = common::start(WorkerSettings { access: owner_policy(), ..WorkerSettings::default() }, llm).await;
+    let mut out = h.bus.outbound("test").await.unwrap();
+    h.bus.publish_inbound(&msg("me", "tell ops about the deploy")).await.unwrap();
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        let delivery = tokio::time::timeout(Duration::from_secs(10), out.next()).await.unwrap().unwrap().unwrap();
+        got.push(delivery.decode::<OutboundMessage>().unwrap());
+        delivery.ack().await.unwrap();
+    }
+    got.sort_by(|a, b| a.chat_id.cmp(&b.chat_id));
+    assert_eq!((got[0].chat_id.as_str(), got[0].content.as_str()), ("me", "Told the ops room."));
+    assert_eq!((got[1].chat_id.as_str(), got[1].content.as_str()), ("ops-room", "Heads up: deploy at 5"));
+    let second = &h.llm.requests()[1];
+    let result = second["messages"].as_array().unwrap().iter().find(|m| m["role"] == "tool").unwrap();
+    assert_eq!(result["content"], "sent to test:ops-room");
+}
