@@ -93,6 +93,7 @@ fn start(cli: Cli) -> anyhow::Result<()> {
                 "api" => serve(config, Parts::ApiChannel).await,
                 other => Err(daemon::DaemonError::UnknownChannel(other.to_owned()).into()),
             },
+            // Handled before the config is loaded, above.
             Command::Init => Ok(()),
             Command::Runs { limit } => switchboard::report::print_runs(&config, limit).await,
             Command::Users { command } => switchboard::users::cli::run(&config, command).await,

@@ -147,8 +147,10 @@ pub async fn read_capped(dir: &Path, name: &str, max_chars: usize, keep: Keep) -
     let path = dir.join(name);
     match tokio::fs::read(&path).await {
         Ok(bytes) => {
-            let text = String::from_utf8_lossy(&bytes);
-            let (text, cut_chars) = cap(strip_comments(&text).trim(), max_chars, keep);
+            let text = strip_comments(&String::from_utf8_lossy(&bytes));
+            // A template left as it came (a title and comments) says nothing to the model.
+            let text = if only_headings(&text) { "" } else { text.trim() };
+            let (text, cut_chars) = cap(text, max_chars, keep);
             FileText::Text { text, cut_chars }
         }
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => FileText::Missing,
@@ -183,6 +185,11 @@ pub fn strip_comments(text: &str) -> String {
         }
     }
     folded
+}
+
+/// Whether every non-blank line is a Markdown heading.
+fn only_headings(text: &str) -> bool {
+    text.lines().map(str::trim).filter(|line| !line.is_empty()).all(|line| line.starts_with('#'))
 }
 
 /// Cuts `text` to at most `max_chars` characters, keeping its head or tail; returns the kept

@@ -41,6 +41,21 @@ async fn an_unreadable_file_is_reported_not_emptied() {
     assert!(text.render("USER.md", Keep::Head).unwrap().contains("could not be read"));
 }
 
+#[tokio::test]
+async fn untouched_templates_with_only_a_title_count_as_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    for file in BOOTSTRAP_FILES {
+        std::fs::write(dir.path().join(file.name), file.template).unwrap();
+    }
+    let files = WorkspaceFiles::load(dir.path(), 8000, 8000).await;
+    let empty = FileText::Text { text: String::new(), cut_chars: 0 };
+    for (name, text) in [("USER.md", &files.user), ("HEARTBEAT.md", &files.heartbeat), ("MEMORY.md", &files.memory)] {
+        assert_eq!(text, &empty, "{name}");
+    }
+    let FileText::Text { text: soul, .. } = &files.soul else { panic!("{:?}", files.soul) };
+    assert!(soul.starts_with("# Persona\n\nYou are friendly"), "{soul}");
+}
+
 #[test]
 fn every_template_says_what_to_put_there() {
     for file in BOOTSTRAP_FILES {
