@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::{Agent, AgentSettings};
 use crate::config::{BusKind, Config, ConfigError};
 use crate::config::{ChainEntry, ProviderKind};
+use crate::prompt::PromptSettings;
 use crate::provider::anthropic::{AnthropicConfig, AnthropicProvider};
 use crate::provider::failover::{FailoverEntry, FailoverProvider};
 use crate::provider::openai::{OpenAiConfig, OpenAiProvider};
@@ -163,8 +164,18 @@ fn build_worker(config: &Config, bus: Arc<dyn Bus>, store: Arc<SqliteStore>) -> 
         shutdown_grace: config.worker.shutdown_grace(),
         history_limit: config.agent.history_limit,
         access: AccessPolicy::from_config(&config.users, &config.permissions, &config.budgets)?,
+        prompt: prompt_settings(&config.agent)?,
     };
     Ok(Worker::new(bus, store, Arc::new(agent), settings))
+}
+
+fn prompt_settings(agent: &crate::config::AgentConfig) -> Result<PromptSettings, ConfigError> {
+    let timezone = agent.time_zone().map_err(|err| ConfigError::Invalid {
+        key: "agent.timezone".into(),
+        origin: crate::config::Origin::Default,
+        reason: err.to_string(),
+    })?;
+    Ok(PromptSettings { timezone, max_file_chars: agent.bootstrap_max_chars, memory_max_chars: agent.memory_max_chars })
 }
 
 /// One provider per name (entries of one provider share its HTTP client), each entry with

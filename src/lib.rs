@@ -4,6 +4,7 @@
 pub mod agent;
 pub mod config;
 pub mod daemon;
+pub mod prompt;
 pub mod provider;
 pub mod report;
 pub mod store;
@@ -11,3 +12,4 @@ pub mod telemetry;
 pub mod tools;
 pub mod users;
 pub mod worker;
+pub mod workspace;

@@ -33,6 +33,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Write a config file and the agent's workspace files (existing files are kept)
+    Init,
     /// Run everything in one process: channels, bus and agent worker (the embedded default)
     Run,
     /// Run only an agent worker, taking messages from a NATS bus
@@ -68,6 +70,10 @@ fn main() -> ExitCode {
 }
 
 fn start(cli: Cli) -> anyhow::Result<()> {
+    if let Command::Init = cli.command {
+        // Before loading: the config file it writes may not exist yet.
+        return init(cli.config);
+    }
     let mut config = Config::load_from_process_env(cli.config.as_deref())?;
     if let Some(url) = cli.nats {
         anyhow::ensure!(
@@ -87,10 +93,39 @@ fn start(cli: Cli) -> anyhow::Result<()> {
                 "api" => serve(config, Parts::ApiChannel).await,
                 other => Err(daemon::DaemonError::UnknownChannel(other.to_owned()).into()),
             },
+            // Handled before the config is loaded, above.
+            Command::Init => Ok(()),
             Command::Runs { limit } => switchboard::report::print_runs(&config, limit).await,
             Command::Users { command } => switchboard::users::cli::run(&config, command).await,
         }
     })
+}
+
+/// `switchboard init`: the config file, then the workspace it points at.
+fn init(path: Option<PathBuf>) -> anyhow::Result<()> {
+    use switchboard::workspace::init;
+    let path =
+        match path.or_else(|| std::env::var_os("SWITCHBOARD_CONFIG").filter(|p| !p.is_empty()).map(PathBuf::from)) {
+            Some(path) => path,
+            None => dirs::config_dir()
+                .context("cannot determine the user config directory; pass --config PATH")?
+                .join("switchboard")
+                .join("config.toml"),
+        };
+    let mut reports = vec![init::write_config(&path)?];
+    // Loaded like `run` would, so the environment's overrides (data dir, workspace) apply.
+    let config = Config::load_from_process_env(Some(&path))?;
+    reports.extend(init::write_workspace(&config.agent.workspace)?);
+    for report in &reports {
+        println!("{} {}", report.action, report.path.display());
+    }
+    println!(
+        "\nNext: set your model and API key in {} (or OPENAI_API_KEY), edit the files in {} to \
+         shape your agent, then start it with `switchboard run`.",
+        path.display(),
+        config.agent.workspace.display()
+    );
+    Ok(())
 }
 
 async fn serve(config: Config, parts: Parts) -> anyhow::Result<()> {

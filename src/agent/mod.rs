@@ -16,6 +16,8 @@ use crate::tools::{ToolContext, ToolFilter, ToolRegistry};
 pub struct AgentSettings {
     /// The agent's name in logs, spans and run records (`main` until named agents exist).
     pub name: String,
+    /// The operator's instructions (`agent.system_prompt`): one section of the prompt the
+    /// worker assembles per run (see [`crate::prompt`]), not the whole prompt.
     pub system_prompt: String,
     pub model: String,
     pub max_iterations: u32,
@@ -36,6 +38,8 @@ pub trait EventSink: Send + Sync {
 
 /// One turn of a conversation to run.
 pub struct Turn<'a> {
+    /// The system prompt of this run, assembled by the caller (see [`crate::prompt`]).
+    pub system_prompt: String,
     /// Earlier messages of the session, oldest first.
     pub history: Vec<ChatMessage>,
     /// The message being answered.
@@ -89,12 +93,17 @@ impl Agent {
         self.tools.names()
     }
 
+    /// The tools `filter` offers, as the model sees them (for the prompt's tool list).
+    pub fn tool_specs(&self, filter: &ToolFilter) -> Vec<crate::provider::ToolSpec> {
+        self.tools.specs(filter)
+    }
+
     /// Runs one turn to its end. Never fails: a provider failure becomes an apologetic reply
     /// with `error` set, so the user always hears back.
     pub async fn run(&self, turn: Turn<'_>) -> TurnResult {
-        let Turn { history, input, ctx, tools, events } = turn;
+        let Turn { system_prompt, history, input, ctx, tools, events } = turn;
         let mut messages = Vec::with_capacity(history.len() + 2);
-        messages.push(ChatMessage::system(&self.settings.system_prompt));
+        messages.push(ChatMessage::system(system_prompt));
         messages.extend(history);
         let mut first_new = messages.len();
         messages.push(input);

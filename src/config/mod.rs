@@ -214,6 +214,8 @@ impl ProviderConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct AgentConfig {
+    /// Operator instructions, added to the assembled system prompt as its own section (the
+    /// persona and rules come from the workspace files; see `crate::prompt`).
     pub system_prompt: String,
     /// LLM calls per run before the run is stopped.
     pub max_iterations: u32,
@@ -230,6 +232,12 @@ pub struct AgentConfig {
     /// The agent's working directory for file tools and `exec`; empty = `<data_dir>/workspace`,
     /// relative = under `data_dir`.
     pub workspace: PathBuf,
+    /// IANA time zone name (`Europe/Berlin`) for the current time in the system prompt.
+    pub timezone: String,
+    /// Characters of each workspace bootstrap file put in the prompt; the rest is cut.
+    pub bootstrap_max_chars: usize,
+    /// Characters of `MEMORY.md` put in the prompt, from its end (the newest facts).
+    pub memory_max_chars: usize,
 }
 
 impl Default for AgentConfig {
@@ -245,6 +253,9 @@ impl Default for AgentConfig {
             models: Vec::new(),
             tool_timeout_secs: 60,
             workspace: PathBuf::new(),
+            timezone: "UTC".into(),
+            bootstrap_max_chars: 8000,
+            memory_max_chars: 8000,
         }
     }
 }
@@ -252,6 +263,11 @@ impl Default for AgentConfig {
 impl AgentConfig {
     pub fn tool_timeout(&self) -> Duration {
         Duration::from_secs(self.tool_timeout_secs)
+    }
+
+    /// `timezone` as a zone; validated at load, so only a hand-built config can fail here.
+    pub fn time_zone(&self) -> Result<chrono_tz::Tz, chrono_tz::ParseError> {
+        self.timezone.parse()
     }
 }
 

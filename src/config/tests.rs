@@ -468,6 +468,15 @@ fn bad_levels_and_owners_name_the_key() {
     assert!(message.ends_with("\"telegram\" is not an identity (expected channel:sender_id, e.g. telegram:123456)"));
 }
 
+#[test]
+fn timezone_must_be_an_iana_name() {
+    let message = err_text(load_text("[agent]\ntimezone = \"Mars/Olympus\"\n", &[]));
+    assert!(message.starts_with("agent.timezone (in "), "{message}");
+    assert!(message.contains("not an IANA time zone name"), "{message}");
+    let config = load_env(&[("SWITCHBOARD_AGENT__TIMEZONE", "Europe/Berlin")]).unwrap();
+    assert_eq!(config.agent.time_zone(), Ok(chrono_tz::Tz::Europe__Berlin));
+}
+
 fn chain(config: &Config) -> Vec<(String, String, String)> {
     let entries = config.model_chain().unwrap();
     entries.into_iter().map(|e| (e.provider, e.model, e.settings.base_url)).collect()

@@ -24,6 +24,11 @@ pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigE
                       (nats:// or tls://)";
         return Err(fail("bus", reason.into()));
     }
+    if config.agent.time_zone().is_err() {
+        let reason =
+            format!("{:?} is not an IANA time zone name (e.g. \"UTC\", \"Europe/Berlin\")", config.agent.timezone);
+        return Err(fail("agent.timezone", reason));
+    }
     if let Err(error) = EnvFilter::try_new(&config.log) {
         return Err(fail("log", format!("{:?} is not a tracing filter: {error}", config.log)));
     }
@@ -97,6 +102,8 @@ fn zero_counts(config: &Config) -> Option<(&'static str, u64)> {
         ("provider.request_timeout_secs", config.provider.request_timeout_secs),
         ("agent.max_iterations", u64::from(config.agent.max_iterations)),
         ("agent.tool_timeout_secs", config.agent.tool_timeout_secs),
+        ("agent.bootstrap_max_chars", as_u64(config.agent.bootstrap_max_chars)),
+        ("agent.memory_max_chars", as_u64(config.agent.memory_max_chars)),
         ("worker.max_concurrent_runs", as_u64(config.worker.max_concurrent_runs)),
         ("worker.max_message_age_secs", config.worker.max_message_age_secs),
         ("channels.api.reply_timeout_secs", config.channels.api.reply_timeout_secs),

@@ -12,8 +12,8 @@ use crate::users::{Billing, Identity, Level, month_key, next_month_start};
 
 /// What the sender of a message may do now.
 pub(super) enum Access {
-    /// Run the turn offering `tools`; add its usage to `billing`'s month.
-    Allowed { tools: ToolFilter, billing: Option<Billing> },
+    /// Run the turn offering `tools` to a sender of `level`; add its usage to `billing`'s month.
+    Allowed { tools: ToolFilter, level: Level, billing: Option<Billing> },
     /// The sender's budget for this month is used up: answer with `notice`, call no model.
     OverBudget { notice: String },
 }
@@ -26,7 +26,8 @@ pub(super) async fn admit(shared: &Shared, msg: &InboundMessage) -> Result<Acces
         // Made by switchboard itself (cron prompts, heartbeats, sub-agent results), from jobs
         // that only a permitted user or the operator could set up: run as owner, count against
         // no one's budget. Adapters only ever publish `user` messages.
-        return Ok(Access::Allowed { tools: policy.tool_filter(Level::Owner, tool_names), billing: None });
+        let tools = policy.tool_filter(Level::Owner, tool_names);
+        return Ok(Access::Allowed { tools, level: Level::Owner, billing: None });
     }
     let identity = Identity::new(&msg.channel, &msg.sender.id);
     let new_level = policy.new_user_level(&identity);
@@ -43,7 +44,8 @@ pub(super) async fn admit(shared: &Shared, msg: &InboundMessage) -> Result<Acces
             return Ok(Access::OverBudget { notice: over_budget_notice(budget, now) });
         }
     }
-    Ok(Access::Allowed { tools: policy.tool_filter(level, tool_names), billing: Some(Billing { identity, month }) })
+    let tools = policy.tool_filter(level, tool_names);
+    Ok(Access::Allowed { tools, level, billing: Some(Billing { identity, month }) })
 }
 
 /// The polite answer to a user whose allowance is used up.

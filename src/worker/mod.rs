@@ -9,6 +9,7 @@
 
 mod access;
 mod keepalive;
+mod prompt;
 mod run;
 
 use std::collections::HashMap;
@@ -52,6 +53,8 @@ pub struct WorkerSettings {
     pub history_limit: usize,
     /// Levels, tool permissions and budgets of the senders.
     pub access: AccessPolicy,
+    /// Time zone and file caps for the system prompt built for each run.
+    pub prompt: crate::prompt::PromptSettings,
 }
 
 impl Default for WorkerSettings {
@@ -64,6 +67,7 @@ impl Default for WorkerSettings {
             shutdown_grace: Duration::from_secs(30),
             history_limit: 50,
             access: AccessPolicy::default(),
+            prompt: crate::prompt::PromptSettings::default(),
         }
     }
 }

@@ -98,14 +98,16 @@ async fn run_turn(
     session_key: &str,
     access: Access,
 ) -> Result<RunOutcome, Giveback> {
-    let (tools, billing) = match access {
-        Access::Allowed { tools, billing } => (tools, billing),
+    let (tools, level, billing) = match access {
+        Access::Allowed { tools, level, billing } => (tools, level, billing),
         Access::OverBudget { notice } => return Ok(over_budget(shared, msg, run_id, session_key, notice)),
     };
     let history = shared.store.history(session_key, shared.settings.history_limit).await.map_err(transient)?;
     let events = BusEvents::start(Arc::clone(&shared.bus), msg, run_id);
     events.emit(RunEventBody::Started);
+    let system_prompt = super::prompt::system_prompt(shared, msg, session_key, level, &tools).await;
     let turn = Turn {
+        system_prompt,
         history,
         input: ChatMessage::user(input_text(msg)),
         ctx: ToolContext {

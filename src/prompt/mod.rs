@@ -1,0 +1,85 @@
+//! The system prompt, assembled per run from sections.
+//!
+//! Each section is a function of the run ([`PromptInput`]) that returns its text or `None`,
+//! so which sections a run gets is decided in one visible place per section and tests can
+//! check each one. The main agent gets every section ([`PromptMode::Full`]); sub-agents,
+//! cron jobs and the memory flush get the few they need ([`PromptMode::Minimal`]), which
+//! keeps their prompts short and free of chat-only rules (silent replies, heartbeats).
+
+mod sections;
+#[cfg(test)]
+mod tests;
+
+use std::path::Path;
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+
+use crate::provider::ToolSpec;
+use crate::users::Level;
+use crate::workspace::WorkspaceFiles;
+
+pub use sections::SECTIONS;
+
+/// How much of the prompt a run gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PromptMode {
+    /// The main agent answering a chat: every section.
+    Full,
+    /// Sub-agents, cron jobs, the memory flush: identity, tooling, safety, workspace, time
+    /// and runtime only.
+    Minimal,
+}
+
+/// What the worker needs, from the config, to build prompts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptSettings {
+    /// The time zone the current time is given in.
+    pub timezone: Tz,
+    /// Characters kept of each bootstrap file (from its start).
+    pub max_file_chars: usize,
+    /// Characters kept of `MEMORY.md` (from its end: the newest facts).
+    pub memory_max_chars: usize,
+}
+
+impl Default for PromptSettings {
+    fn default() -> Self {
+        Self { timezone: Tz::UTC, max_file_chars: 8000, memory_max_chars: 8000 }
+    }
+}
+
+/// Who sent the message a run answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sender<'a> {
+    /// A person on a channel.
+    Person { id: &'a str, name: &'a str, level: Level },
+    /// switchboard itself: a cron job, a heartbeat or a sub-agent's result.
+    System,
+}
+
+/// Everything a run's prompt is made from.
+#[derive(Debug, Clone)]
+pub struct PromptInput<'a> {
+    pub mode: PromptMode,
+    pub files: &'a WorkspaceFiles,
+    pub workspace: &'a Path,
+    /// The tools offered in this run (already filtered by the sender's level).
+    pub tools: &'a [ToolSpec],
+    /// `agent.system_prompt`: the operator's own instructions.
+    pub operator: &'a str,
+    pub sender: Sender<'a>,
+    pub channel: &'a str,
+    pub is_group: bool,
+    /// In a group: whether the message addressed the agent (mention or reply).
+    pub mentioned: bool,
+    pub now: DateTime<Utc>,
+    pub timezone: Tz,
+    pub model: &'a str,
+    pub agent: &'a str,
+    pub session_key: &'a str,
+}
+
+/// The system prompt for a run: its sections in order, separated by blank lines.
+pub fn build(input: &PromptInput<'_>) -> String {
+    SECTIONS.iter().filter_map(|(_, section)| section(input)).collect::<Vec<_>>().join("\n\n")
+}

@@ -1,0 +1,156 @@
+use std::path::Path;
+
+use chrono::TimeZone;
+use serde_json::json;
+
+use super::*;
+use crate::workspace::FileText;
+
+fn text(s: &str) -> FileText {
+    FileText::Text { text: s.into(), cut_chars: 0 }
+}
+
+fn all_files() -> WorkspaceFiles {
+    WorkspaceFiles {
+        agents: text("AGENTS-BODY"),
+        soul: text("SOUL-BODY"),
+        user: text("USER-BODY"),
+        identity: text("IDENTITY-BODY"),
+        tools: text("TOOLS-BODY"),
+        heartbeat: text("HEARTBEAT-BODY"),
+        memory: text("MEMORY-BODY"),
+    }
+}
+
+fn tools() -> Vec<ToolSpec> {
+    vec![ToolSpec {
+        name: "read_file".into(),
+        description: "Reads a file.\nMore detail.".into(),
+        parameters: json!({}),
+    }]
+}
+
+fn input<'a>(mode: PromptMode, files: &'a WorkspaceFiles, tools: &'a [ToolSpec]) -> PromptInput<'a> {
+    PromptInput {
+        mode,
+        files,
+        workspace: Path::new("/srv/ws"),
+        tools,
+        operator: "OPERATOR-BODY",
+        sender: Sender::Person { id: "42", name: "Ada", level: Level::User },
+        channel: "telegram",
+        is_group: false,
+        mentioned: false,
+        now: Utc.with_ymd_and_hms(2026, 7, 1, 10, 30, 0).unwrap(),
+        timezone: Tz::UTC,
+        model: "gpt-test",
+        agent: "main",
+        session_key: "telegram:42",
+    }
+}
+
+#[test]
+fn each_section_is_present_or_absent_by_mode() {
+    // (section, in full mode, in minimal mode)
+    let table = [
+        ("identity", true, true),
+        ("operator", true, false),
+        ("tooling", true, true),
+        ("safety", true, true),
+        ("memory", true, false),
+        ("workspace", true, true),
+        ("user", true, false),
+        ("time", true, true),
+        ("formatting", true, false),
+        ("silent", true, false),
+        ("heartbeat", true, false),
+        ("subagents", true, false),
+        ("runtime", true, true),
+    ];
+    assert_eq!(table.map(|row| row.0), SECTIONS.map(|s| s.0), "the table covers every section, in order");
+    let files = all_files();
+    let tools = tools();
+    for (mode, column) in [(PromptMode::Full, 1), (PromptMode::Minimal, 2)] {
+        let input = input(mode, &files, &tools);
+        for ((name, section), row) in SECTIONS.iter().zip(table) {
+            let expected = if column == 1 { row.1 } else { row.2 };
+            assert_eq!(section(&input).is_some(), expected, "{name} in {mode:?}");
+        }
+    }
+}
+
+#[test]
+fn workspace_files_land_in_their_sections() {
+    let files = all_files();
+    let tools = tools();
+    let input = input(PromptMode::Full, &files, &tools);
+    let find = |name: &str| SECTIONS.iter().find(|s| s.0 == name).and_then(|s| (s.1)(&input)).unwrap();
+    for (section, bodies) in [
+        ("identity", &["IDENTITY-BODY", "SOUL-BODY"][..]),
+        ("memory", &["MEMORY-BODY"]),
+        ("workspace", &["AGENTS-BODY", "TOOLS-BODY", "/srv/ws"]),
+        ("user", &["USER-BODY", "Ada", "id 42", "level user", "direct chat", "telegram"]),
+        ("heartbeat", &["HEARTBEAT-BODY", "HEARTBEAT_OK"]),
+        ("operator", &["OPERATOR-BODY"]),
+        ("tooling", &["- read_file: Reads a file."]),
+        ("runtime", &["gpt-test", "agent main", "session telegram:42", env!("CARGO_PKG_VERSION")]),
+        ("formatting", &["4096"]),
+        ("silent", &["NO_REPLY"]),
+    ] {
+        let text = find(section);
+        for body in bodies {
+            assert!(text.contains(body), "{section} lacks {body:?}:\n{text}");
+        }
+    }
+    assert!(!find("tooling").contains("More detail"), "only the first line of a description");
+}
+
+#[test]
+fn missing_files_are_skipped_and_unreadable_ones_named() {
+    let files = WorkspaceFiles { user: FileText::Unreadable("permission denied".into()), ..WorkspaceFiles::default() };
+    let input = input(PromptMode::Full, &files, &[]);
+    let prompt = build(&input);
+    assert!(sections::memory(&input).is_none(), "no MEMORY.md, no memory section");
+    assert!(sections::tooling(&input).is_none(), "no tools, no tooling section");
+    assert!(!prompt.contains("## AGENTS.md"));
+    assert!(prompt.contains("USER.md exists but could not be read: permission denied"), "{prompt}");
+    assert!(prompt.contains("HEARTBEAT.md lists no tasks"));
+}
+
+#[test]
+fn a_cut_file_says_so() {
+    let files = WorkspaceFiles { soul: FileText::Text { text: "Pirate".into(), cut_chars: 12 }, ..Default::default() };
+    let prompt = build(&input(PromptMode::Minimal, &files, &[]));
+    assert!(prompt.contains("Pirate\n[… SOUL.md cut here: 12 more characters not shown]"), "{prompt}");
+}
+
+#[test]
+fn time_is_given_in_the_configured_zone() {
+    let files = WorkspaceFiles::default();
+    let mut input = input(PromptMode::Minimal, &files, &[]);
+    input.timezone = "Europe/Berlin".parse().unwrap();
+    let time = sections::time(&input).unwrap();
+    assert!(time.contains("Wednesday 1 July 2026, 12:30 (Europe/Berlin, UTC+02:00)"), "{time}");
+}
+
+#[test]
+fn channels_get_their_own_formatting_rules() {
+    let files = WorkspaceFiles::default();
+    let mut input = input(PromptMode::Full, &files, &[]);
+    input.channel = "discord";
+    assert!(sections::formatting(&input).unwrap().contains("2000"));
+    input.channel = "api";
+    assert!(sections::formatting(&input).unwrap().contains("plain Markdown"));
+}
+
+#[test]
+fn groups_are_told_when_to_stay_silent() {
+    let files = WorkspaceFiles::default();
+    let mut input = input(PromptMode::Full, &files, &[]);
+    input.is_group = true;
+    let silent = sections::silent(&input).unwrap();
+    assert!(silent.contains("does not address you"), "{silent}");
+    assert!(sections::user(&input).unwrap().contains("group chat"));
+    input.sender = Sender::System;
+    assert!(sections::user(&input).unwrap().contains("not from a person"));
+}

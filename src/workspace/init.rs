@@ -1,0 +1,102 @@
+//! `switchboard init`: writes a config file and a workspace with the bootstrap files, never
+//! overwriting what is already there, so it is safe to run again after an upgrade to get the
+//! files a newer version added.
+
+use std::fmt;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+use super::BOOTSTRAP_FILES;
+
+/// The example config with every key at its default, as shipped.
+pub const CONFIG_TEMPLATE: &str = include_str!("../../config.example.toml");
+
+#[derive(Debug, Error)]
+pub enum InitError {
+    #[error("cannot create the directory {}: {source}", path.display())]
+    CreateDir { path: PathBuf, source: std::io::Error },
+    #[error("cannot write {}: {source}", path.display())]
+    Write { path: PathBuf, source: std::io::Error },
+}
+
+/// What happened to one file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileAction {
+    Created,
+    /// It existed and was left as it was.
+    Kept,
+}
+
+impl fmt::Display for FileAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FileAction::Created => "created",
+            FileAction::Kept => "kept   ",
+        })
+    }
+}
+
+/// One line of `switchboard init`'s report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileReport {
+    pub path: PathBuf,
+    pub action: FileAction,
+}
+
+/// Writes the config file at `path` unless it exists.
+pub fn write_config(path: &Path) -> Result<FileReport, InitError> {
+    create_new(path, CONFIG_TEMPLATE)
+}
+
+/// Creates `workspace` and each bootstrap file it lacks.
+pub fn write_workspace(workspace: &Path) -> Result<Vec<FileReport>, InitError> {
+    create_dir(workspace)?;
+    BOOTSTRAP_FILES.iter().map(|file| create_new(&workspace.join(file.name), file.template)).collect()
+}
+
+/// Writes `contents` to a new file at `path`; an existing file is kept untouched. Uses
+/// `create_new` rather than checking first, so a file that appears in between is not
+/// clobbered either.
+fn create_new(path: &Path, contents: &str) -> Result<FileReport, InitError> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        create_dir(parent)?;
+    }
+    let write_err = |source| InitError::Write { path: path.to_owned(), source };
+    match std::fs::OpenOptions::new().write(true).create_new(true).open(path) {
+        Ok(mut file) => {
+            file.write_all(contents.as_bytes()).map_err(write_err)?;
+            Ok(FileReport { path: path.to_owned(), action: FileAction::Created })
+        }
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {
+            Ok(FileReport { path: path.to_owned(), action: FileAction::Kept })
+        }
+        Err(err) => Err(write_err(err)),
+    }
+}
+
+fn create_dir(path: &Path) -> Result<(), InitError> {
+    std::fs::create_dir_all(path).map_err(|source| InitError::CreateDir { path: path.to_owned(), source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn creates_missing_files_and_keeps_existing_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = dir.path().join("ws");
+        let first = write_workspace(&workspace).unwrap();
+        assert_eq!(first.len(), BOOTSTRAP_FILES.len());
+        assert!(first.iter().all(|r| r.action == FileAction::Created));
+        std::fs::write(workspace.join("SOUL.md"), "mine").unwrap();
+        std::fs::remove_file(workspace.join("TOOLS.md")).unwrap();
+        let second = write_workspace(&workspace).unwrap();
+        let created: Vec<_> = second.iter().filter(|r| r.action == FileAction::Created).collect();
+        assert_eq!(created.len(), 1);
+        assert!(created[0].path.ends_with("TOOLS.md"));
+        assert_eq!(std::fs::read_to_string(workspace.join("SOUL.md")).unwrap(), "mine");
+    }
+}

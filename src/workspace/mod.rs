@@ -1,0 +1,211 @@
+//! The agent's workspace: the bootstrap files the owner edits to shape the agent (persona,
+//! instructions, memory), their templates, and reading them for a run's system prompt.
+//!
+//! The files are read fresh for every run, so an edit takes effect on the next message
+//! without a restart. They are small by design; each is capped so that a file grown by
+//! accident (or by the agent appending to `MEMORY.md`) cannot crowd the conversation out of
+//! the model's context.
+
+pub mod init;
+
+use std::path::Path;
+
+/// One bootstrap file: its name in the workspace, what it is for, and its template.
+#[derive(Debug, Clone, Copy)]
+pub struct BootstrapFile {
+    pub name: &'static str,
+    /// One line for the owner (`switchboard init`) and the model (the workspace section).
+    pub purpose: &'static str,
+    pub template: &'static str,
+}
+
+/// The bootstrap files, in the order `switchboard init` reports them.
+pub const BOOTSTRAP_FILES: [BootstrapFile; 7] = [
+    BootstrapFile {
+        name: "AGENTS.md",
+        purpose: "operating instructions: how to work, what to always or never do",
+        template: include_str!("../../templates/workspace/AGENTS.md"),
+    },
+    BootstrapFile {
+        name: "SOUL.md",
+        purpose: "persona: character, tone and style",
+        template: include_str!("../../templates/workspace/SOUL.md"),
+    },
+    BootstrapFile {
+        name: "USER.md",
+        purpose: "about the owner",
+        template: include_str!("../../templates/workspace/USER.md"),
+    },
+    BootstrapFile {
+        name: "IDENTITY.md",
+        purpose: "the agent's name and how it presents itself",
+        template: include_str!("../../templates/workspace/IDENTITY.md"),
+    },
+    BootstrapFile {
+        name: "TOOLS.md",
+        purpose: "notes on tools and local conventions",
+        template: include_str!("../../templates/workspace/TOOLS.md"),
+    },
+    BootstrapFile {
+        name: "HEARTBEAT.md",
+        purpose: "checklist of periodic tasks for heartbeat wake-ups",
+        template: include_str!("../../templates/workspace/HEARTBEAT.md"),
+    },
+    BootstrapFile {
+        name: "MEMORY.md",
+        purpose: "lasting facts; append new ones here",
+        template: include_str!("../../templates/workspace/MEMORY.md"),
+    },
+];
+
+/// Which end of an over-long file is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keep {
+    /// Instructions: the top matters most.
+    Head,
+    /// `MEMORY.md`: the agent appends, so the newest facts are at the end.
+    Tail,
+}
+
+/// A bootstrap file as read for one run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileText {
+    /// The file is not there: simply left out of the prompt.
+    Missing,
+    /// The file exists but could not be read; the prompt says so instead of pretending it
+    /// is empty.
+    Unreadable(String),
+    /// The text without `<!-- … -->` comments (the owner's notes to themselves), trimmed;
+    /// `cut_chars` > 0 when the cap removed that many characters.
+    Text { text: String, cut_chars: usize },
+}
+
+impl FileText {
+    /// The section body for this file: its text with a note when cut, or a note that it could
+    /// not be read. `None` when missing or empty.
+    pub fn render(&self, name: &str, keep: Keep) -> Option<String> {
+        match self {
+            FileText::Missing => None,
+            FileText::Unreadable(why) => Some(format!("({name} exists but could not be read: {why})")),
+            FileText::Text { text, .. } if text.is_empty() => None,
+            FileText::Text { text, cut_chars: 0 } => Some(text.clone()),
+            FileText::Text { text, cut_chars } => Some(match keep {
+                Keep::Head => format!("{text}\n[… {name} cut here: {cut_chars} more characters not shown]"),
+                Keep::Tail => format!("[… {name}: {cut_chars} earlier characters not shown]\n{text}"),
+            }),
+        }
+    }
+}
+
+/// The bootstrap files of a workspace, read for one run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkspaceFiles {
+    pub agents: FileText,
+    pub soul: FileText,
+    pub user: FileText,
+    pub identity: FileText,
+    pub tools: FileText,
+    pub heartbeat: FileText,
+    pub memory: FileText,
+}
+
+impl Default for WorkspaceFiles {
+    fn default() -> Self {
+        let missing = || FileText::Missing;
+        Self {
+            agents: missing(),
+            soul: missing(),
+            user: missing(),
+            identity: missing(),
+            tools: missing(),
+            heartbeat: missing(),
+            memory: missing(),
+        }
+    }
+}
+
+impl WorkspaceFiles {
+    /// Reads every bootstrap file of `dir`, each capped at `max_chars` (`MEMORY.md` at
+    /// `memory_max_chars`, keeping its end).
+    pub async fn load(dir: &Path, max_chars: usize, memory_max_chars: usize) -> Self {
+        let head = |name| read_capped(dir, name, max_chars, Keep::Head);
+        Self {
+            agents: head("AGENTS.md").await,
+            soul: head("SOUL.md").await,
+            user: head("USER.md").await,
+            identity: head("IDENTITY.md").await,
+            tools: head("TOOLS.md").await,
+            heartbeat: head("HEARTBEAT.md").await,
+            memory: read_capped(dir, "MEMORY.md", memory_max_chars, Keep::Tail).await,
+        }
+    }
+}
+
+/// Reads one file of the workspace. Errors other than "not found" are logged and reported
+/// in the result, never turned into an empty file.
+pub async fn read_capped(dir: &Path, name: &str, max_chars: usize, keep: Keep) -> FileText {
+    let path = dir.join(name);
+    match tokio::fs::read(&path).await {
+        Ok(bytes) => {
+            let text = strip_comments(&String::from_utf8_lossy(&bytes));
+            // A template left as it came (a title and comments) says nothing to the model.
+            let text = if only_headings(&text) { "" } else { text.trim() };
+            let (text, cut_chars) = cap(text, max_chars, keep);
+            FileText::Text { text, cut_chars }
+        }
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => FileText::Missing,
+        Err(err) => {
+            tracing::warn!(path = %path.display(), error = %err, "cannot read a workspace file; leaving it out of the prompt");
+            FileText::Unreadable(err.to_string())
+        }
+    }
+}
+
+/// Removes `<!-- … -->` comments: the templates use them to tell the owner what to write,
+/// which the model need not read on every run. An unclosed comment runs to the end.
+pub fn strip_comments(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("<!--") {
+        out.push_str(&rest[..start]);
+        rest = match rest[start..].find("-->") {
+            Some(end) => &rest[start + end + 3..],
+            None => "",
+        };
+    }
+    out.push_str(rest);
+    // Comments leave runs of blank lines behind; fold them.
+    let mut folded = String::with_capacity(out.len());
+    let mut blank = 0;
+    for line in out.lines() {
+        blank = if line.trim().is_empty() { blank + 1 } else { 0 };
+        if blank < 2 {
+            folded.push_str(line.trim_end());
+            folded.push('\n');
+        }
+    }
+    folded
+}
+
+/// Whether every non-blank line is a Markdown heading.
+fn only_headings(text: &str) -> bool {
+    text.lines().map(str::trim).filter(|line| !line.is_empty()).all(|line| line.starts_with('#'))
+}
+
+/// Cuts `text` to at most `max_chars` characters, keeping its head or tail; returns the kept
+/// text and how many characters went.
+pub fn cap(text: &str, max_chars: usize, keep: Keep) -> (String, usize) {
+    let total = text.chars().count();
+    if total <= max_chars {
+        return (text.to_owned(), 0);
+    }
+    let cut = total - max_chars;
+    let kept = match keep {
+        Keep::Head => text.chars().take(max_chars).collect(),
+        Keep::Tail => text.chars().skip(cut).collect(),
+    };
+    (kept, cut)
+}
+
+#[cfg(test)]
+mod tests;
