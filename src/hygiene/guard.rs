@@ -177,10 +177,28 @@ impl Guard {
         findings
     }
 
+    /// Removes null bytes and cuts to size, with the marker: for messages that are not
+    /// judged (system messages).
+    pub fn clean(&self, text: &str) -> String {
+        let (mut kept, truncated_from) = truncate(&text.replace('\0', ""), self.max_message_chars);
+        if let Some(original) = truncated_from {
+            kept.push_str(&self.cut_marker(original));
+        }
+        kept
+    }
+
+    fn cut_marker(&self, original: usize) -> String {
+        tracing::info!(original, kept = self.max_message_chars, "message too long; cut");
+        format!(
+            "\n\n[note: this message was {original} characters long and was cut to the first {}; the rest is not \
+             shown]",
+            self.max_message_chars
+        )
+    }
+
     /// Cleans, cuts and judges a user message, logging what it found.
     pub fn screen(&self, text: &str) -> Screening {
-        let clean = text.replace('\0', "");
-        let (mut kept, truncated_from) = truncate(&clean, self.max_message_chars);
+        let (mut kept, truncated_from) = truncate(&text.replace('\0', ""), self.max_message_chars);
         let findings = if self.mode == GuardMode::Off { Vec::new() } else { self.scan(&kept) };
         if !findings.is_empty() {
             let kinds: Vec<&str> = findings.iter().map(|f| f.kind.as_str()).collect();
@@ -191,12 +209,7 @@ impl Guard {
             return Screening { verdict: Verdict::Block(block_notice(&findings)), findings, truncated_from };
         }
         if let Some(original) = truncated_from {
-            tracing::info!(original, kept = self.max_message_chars, "message too long; cut");
-            kept.push_str(&format!(
-                "\n\n[note: this message was {original} characters long and was cut to the first {}; the rest \
-                 is not shown]",
-                self.max_message_chars
-            ));
+            kept.push_str(&self.cut_marker(original));
         }
         if self.mode == GuardMode::Warn && !findings.is_empty() {
             kept.push_str("\n\n");

@@ -8,6 +8,7 @@
 //! the dead-letter subject and is acked, so it is never retried forever.
 
 mod access;
+mod hygiene;
 mod keepalive;
 mod run;
 
@@ -25,6 +26,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::Agent;
+use crate::hygiene::Guard;
 use crate::store::Store;
 use crate::users::AccessPolicy;
 use keepalive::{Held, Settle};
@@ -52,6 +54,8 @@ pub struct WorkerSettings {
     pub history_limit: usize,
     /// Levels, tool permissions and budgets of the senders.
     pub access: AccessPolicy,
+    /// The input guard, built from `[guard]`; `None` passes messages to the model unchanged.
+    pub guard: Option<Arc<Guard>>,
 }
 
 impl Default for WorkerSettings {
@@ -64,6 +68,7 @@ impl Default for WorkerSettings {
             shutdown_grace: Duration::from_secs(30),
             history_limit: 50,
             access: AccessPolicy::default(),
+            guard: None,
         }
     }
 }
