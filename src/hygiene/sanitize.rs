@@ -111,8 +111,14 @@ fn note(removed: &mut Vec<&'static str>, label: &'static str) {
 fn strip_blocks(text: &str, compiled: &Compiled, removed: &mut Vec<&'static str>) -> String {
     let lower = text.to_ascii_lowercase();
     let mut cuts: Vec<Range<usize>> = Vec::new();
+    let fenced = fenced_ranges(text);
     for (label, regex) in &compiled.blocks {
         for found in regex.find_iter(&lower) {
+            // Inside a code block the model is showing the syntax on purpose (asked how tool
+            // calls look, say): leave it.
+            if fenced.iter().any(|fence| fence.contains(&found.start())) {
+                continue;
+            }
             // Starts inside a block already cut (the JSON of a `<tool_call>`, the `<invoke>` of
             // a closed `<function_calls>`): already handled, and not an unclosed call.
             if cuts.iter().any(|cut| cut.contains(&found.start())) {
@@ -131,6 +137,24 @@ fn strip_blocks(text: &str, compiled: &Compiled, removed: &mut Vec<&'static str>
     }
     let kept = cut(text, cuts);
     collapse_blank_lines(&kept)
+}
+
+/// The byte ranges of fenced code blocks (```` ``` ```` lines), an unclosed one to the end.
+fn fenced_ranges(text: &str) -> Vec<Range<usize>> {
+    let mut ranges = Vec::new();
+    let mut open: Option<usize> = None;
+    let mut at = 0;
+    for line in text.split_inclusive('\n') {
+        if line.trim_start().starts_with("```") {
+            match open.take() {
+                Some(start) => ranges.push(start..at + line.len()),
+                None => open = Some(at),
+            }
+        }
+        at += line.len();
+    }
+    ranges.extend(open.map(|start| start..text.len()));
+    ranges
 }
 
 /// Reasoning whose tags do not pair up: an opener at the very start that is never closed

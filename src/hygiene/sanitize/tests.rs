@@ -98,6 +98,18 @@ const CASES: &[(&str, Option<&str>, &[&str])] = &[
         &[],
     ),
     ("Line one\r\n\r\nLine two", Some("Line one\n\nLine two"), &[]),
+    (
+        "A text tool call looks like this:\n```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n```",
+        Some(
+            "A text tool call looks like this:\n```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n```",
+        ),
+        &[],
+    ),
+    (
+        "Qwen wraps calls like so:\n```\n<tool_call>\n{\"name\": \"x\", \"arguments\": {}}\n</tool_call>\n```\n<think>done</think>",
+        Some("Qwen wraps calls like so:\n```\n<tool_call>\n{\"name\": \"x\", \"arguments\": {}}\n</tool_call>\n```"),
+        &["thinking"],
+    ),
 ];
 
 #[test]
