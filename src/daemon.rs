@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::{Agent, AgentSettings};
 use crate::config::{BusKind, Config, ConfigError};
 use crate::config::{ChainEntry, ProviderKind};
+use crate::hygiene::{Guard, GuardError};
 use crate::prompt::PromptSettings;
 use crate::provider::anthropic::{AnthropicConfig, AnthropicProvider};
 use crate::provider::failover::{FailoverEntry, FailoverProvider};
@@ -44,6 +45,8 @@ pub enum DaemonError {
         "`switchboard {0}` runs one part of a distributed deployment and needs a NATS bus: set `bus = \"nats://…\"` in the config, SWITCHBOARD_BUS, or --nats URL"
     )]
     NeedsNats(&'static str),
+    #[error(transparent)]
+    Guard(#[from] GuardError),
     #[error("users.owners: {0}")]
     Owner(#[from] BadIdentity),
     #[error("unknown channel `{0}`; available: api")]
@@ -165,6 +168,7 @@ fn build_worker(config: &Config, bus: Arc<dyn Bus>, store: Arc<SqliteStore>) -> 
         history_limit: config.agent.history_limit,
         access: AccessPolicy::from_config(&config.users, &config.permissions, &config.budgets)?,
         prompt: prompt_settings(&config.agent)?,
+        guard: Some(Arc::new(Guard::new(&config.guard)?)),
     };
     Ok(Worker::new(bus, store, Arc::new(agent), settings))
 }

@@ -4,6 +4,7 @@
 pub mod agent;
 pub mod config;
 pub mod daemon;
+pub mod hygiene;
 pub mod prompt;
 pub mod provider;
 pub mod report;

@@ -12,6 +12,7 @@
 
 mod env;
 mod error;
+mod guard;
 mod load;
 mod providers;
 mod secret;
@@ -30,6 +31,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 pub use env::{ENV_PREFIX, NON_KEY_VARS};
 pub use error::{ConfigError, Origin};
+pub use guard::{GuardConfig, GuardMode};
 pub use providers::{ANTHROPIC_DEFAULT_BASE_URL, ChainEntry};
 pub use secret::Secret;
 pub use tools::{ExecToolConfig, FsToolsConfig, ToolsConfig, WebToolsConfig};
@@ -60,6 +62,7 @@ pub struct Config {
     pub prices: BTreeMap<String, ModelPrice>,
     pub agent: AgentConfig,
     pub worker: WorkerConfig,
+    pub guard: GuardConfig,
     pub store: StoreConfig,
     pub tools: ToolsConfig,
     pub users: UsersConfig,
@@ -81,6 +84,7 @@ impl Default for Config {
             prices: BTreeMap::new(),
             agent: AgentConfig::default(),
             worker: WorkerConfig::default(),
+            guard: GuardConfig::default(),
             store: StoreConfig::default(),
             tools: ToolsConfig::default(),
             users: UsersConfig::default(),

@@ -583,3 +583,15 @@ fn env_reaches_into_named_maps() {
     let message = err_text(load_env(&[("SWITCHBOARD_PROVIDERS__X__MAX_RETRIES", "many")]));
     assert!(message.contains("(for providers.x.max_retries)"), "{message}");
 }
+
+#[test]
+fn guard_keys_are_checked() {
+    let config = load_text("[guard]\nmode = \"block\"\nmax_message_chars = 4096\n", &[]).unwrap();
+    assert_eq!((config.guard.mode, config.guard.max_message_chars), (GuardMode::Block, 4096));
+    let config = load_env(&[("SWITCHBOARD_GUARD__MODE", "off")]).unwrap();
+    assert_eq!(config.guard.mode, GuardMode::Off);
+    let message = err_text(load_text("[guard]\nmode = \"loud\"\n", &[]));
+    assert!(message.starts_with("guard.mode"), "{message}");
+    let message = err_text(load_text("[guard]\nmax_message_chars = 0\n", &[]));
+    assert!(message.starts_with("guard.max_message_chars") && message.contains("at least 1"), "{message}");
+}

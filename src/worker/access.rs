@@ -16,6 +16,9 @@ pub(super) enum Access {
     Allowed { tools: ToolFilter, level: Level, billing: Option<Billing> },
     /// The sender's budget for this month is used up: answer with `notice`, call no model.
     OverBudget { notice: String },
+    /// The input guard refused the message (`[guard] mode = "block"`): answer with `notice`,
+    /// call no model.
+    Blocked { notice: String },
 }
 
 /// Resolves the sender to a user (created on first sight) and decides.

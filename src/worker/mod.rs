@@ -8,6 +8,7 @@
 //! the dead-letter subject and is acked, so it is never retried forever.
 
 mod access;
+mod hygiene;
 mod keepalive;
 mod prompt;
 mod run;
@@ -26,6 +27,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::Agent;
+use crate::hygiene::Guard;
 use crate::store::Store;
 use crate::users::AccessPolicy;
 use keepalive::{Held, Settle};
@@ -55,6 +57,8 @@ pub struct WorkerSettings {
     pub access: AccessPolicy,
     /// Time zone and file caps for the system prompt built for each run.
     pub prompt: crate::prompt::PromptSettings,
+    /// The input guard, built from `[guard]`; `None` passes messages to the model unchanged.
+    pub guard: Option<Arc<Guard>>,
 }
 
 impl Default for WorkerSettings {
@@ -68,6 +72,7 @@ impl Default for WorkerSettings {
             history_limit: 50,
             access: AccessPolicy::default(),
             prompt: crate::prompt::PromptSettings::default(),
+            guard: None,
         }
     }
 }

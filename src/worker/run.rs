@@ -11,6 +11,7 @@ use tracing::Instrument;
 
 use super::Shared;
 use super::access::{self, Access};
+use super::hygiene;
 use super::keepalive::{Held, Settle};
 use crate::agent::{EventSink, Turn};
 use crate::provider::ChatMessage;
@@ -70,6 +71,8 @@ async fn process_inner(shared: &Shared, msg: &InboundMessage) -> Result<(), Give
     };
     tracing::Span::current().record("run_id", run_id.as_str());
     let access = access::admit(shared, msg).await.map_err(transient)?;
+    let (msg, access) = hygiene::screen_input(shared, msg, access);
+    let msg = msg.as_ref();
     let outcome = tokio::select! {
         _ = shared.abandon.cancelled() => return Err(Giveback::Stopping),
         outcome = run_turn(shared, msg, &run_id, &session_key, access) => outcome?,
@@ -100,7 +103,9 @@ async fn run_turn(
 ) -> Result<RunOutcome, Giveback> {
     let (tools, level, billing) = match access {
         Access::Allowed { tools, level, billing } => (tools, level, billing),
-        Access::OverBudget { notice } => return Ok(over_budget(shared, msg, run_id, session_key, notice)),
+        Access::OverBudget { notice } | Access::Blocked { notice } => {
+            return Ok(over_budget(shared, msg, run_id, session_key, notice));
+        }
     };
     let history = shared.store.history(session_key, shared.settings.history_limit).await.map_err(transient)?;
     let events = BusEvents::start(Arc::clone(&shared.bus), msg, run_id);
@@ -122,10 +127,12 @@ async fn run_turn(
         tools,
         events: &events,
     };
-    let result = shared.agent.run(turn).await;
+    let mut result = shared.agent.run(turn).await;
+    let suppressed = hygiene::clean_reply(&mut result);
     let status = if result.error.is_some() { RunStatus::Failed } else { RunStatus::Completed };
     let kind = if result.error.is_some() { OutboundKind::Notice } else { OutboundKind::Reply };
     let mut reply = reply_to(msg, run_id, session_key, kind, result.reply.clone());
+    hygiene::mark_suppressed(&mut reply, suppressed);
     reply.metadata.insert("model".into(), json!(result.model));
     reply.metadata.insert("usage".into(), json!(result.usage));
     // `null` when the cost is unknown (a model without a price), so it is never taken for zero.
@@ -152,7 +159,8 @@ async fn run_turn(
     })
 }
 
-/// A run that stops before the model: the sender's budget is used up. It is stored and
+/// A run that stops before the model: the sender's budget is used up, or the input guard
+/// refused the message. It is stored and
 /// delivered like any other, so the notice too goes out at most once per message. Nothing is
 /// added to the transcript: the model never saw the message.
 fn over_budget(shared: &Shared, msg: &InboundMessage, run_id: &str, session_key: &str, notice: String) -> RunOutcome {

@@ -87,7 +87,8 @@ async fn post_message(
                 "reply_id": reply.id,
                 "session_key": msg.session_key(),
             });
-            for key in ["run_id", "model", "usage", "cost_usd"] {
+            // `suppressed`: the model chose not to answer (`reply` is then empty).
+            for key in ["run_id", "model", "usage", "cost_usd", "suppressed"] {
                 if let Some(value) = reply.metadata.get(key) {
                     body[key] = value.clone();
                 }

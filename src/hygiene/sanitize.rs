@@ -1,0 +1,255 @@
+//! What a model wrote, cleaned before a chat sees it.
+//!
+//! Models leak their scaffolding: tool calls written as text when the server did not parse
+//! them, reasoning inside `<think>` tags, `<final>` wrappers, echoes of the system prompt, a
+//! paragraph repeated twice. None of it is meant for the user, and if it stayed in the
+//! transcript the model would read it back next turn and write more of it. `NO_REPLY` is the
+//! model's way of choosing silence (a group chat it was not addressed in, a heartbeat with
+//! nothing to say); such a reply, or one that is empty once cleaned, is suppressed.
+//!
+//! Matching is ASCII case-insensitive: the patterns are written in lower case and run on an
+//! ASCII-lowercased copy, which has the same byte offsets as the original. (The `regex`
+//! build has no Unicode case tables, so `(?i)` is not available.)
+
+use std::ops::Range;
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+#[cfg(test)]
+mod tests;
+
+/// A cleaned reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sanitized {
+    /// What the chat sees (empty when suppressed).
+    pub text: String,
+    /// Nothing is to be delivered: the model said `NO_REPLY`, or nothing was left.
+    pub suppressed: bool,
+    /// What was taken out, by kind, each kind once, in the order first found.
+    pub removed: Vec<&'static str>,
+}
+
+/// The word a model answers with to stay silent.
+const NO_REPLY: &str = "no_reply";
+
+/// Blocks removed whole, with the label reported in [`Sanitized::removed`]. Applied to the
+/// lowercased text with `(?s)` where a block spans lines.
+const BLOCKS: &[(&str, &str)] = &[
+    ("thinking", r"(?s)<think(?:ing)?>.*?</think(?:ing)?>"),
+    ("tool_call_xml", r"(?s)<tool_call>.*?</tool_call>"),
+    ("tool_call_xml", r"(?s)<function_calls>.*?</function_calls>"),
+    ("tool_call_xml", r#"(?s)<invoke name="[^"]*">.*?</invoke>"#),
+    // Cut off mid-call (the token limit): an opener at the start of a line, to the end. An
+    // opener inside a sentence is someone talking about the tags, and stays.
+    ("tool_call_xml", r"(?sm)^[ \t]*<(?:tool_call|function_calls|invoke name=)[^\n]*.*\z"),
+    // Mistral's marker, followed by a JSON array on the same line.
+    ("text_tool_call", r"\[tool_calls\][^\n]*"),
+    // A JSON object alone on its line that is shaped like a tool call.
+    (
+        "text_tool_call",
+        r#"(?m)^[ \t]*\{\s*"name"\s*:\s*"[^"\n]*"\s*,\s*"(?:arguments|parameters)"\s*:\s*\{[^\n]*\}\s*\}[ \t]*$"#,
+    ),
+    ("system_echo", r"(?s)<system>.*?</system>"),
+    // A bracketed system-message header and the rest of its paragraph.
+    ("system_echo", r"(?m)^[ \t]*\[system message\][^\n]*(?:\n[ \t]*\S[^\n]*)*"),
+];
+
+/// `<final>…</final>`: when present, only the inside is the answer.
+const FINAL: &str = r"(?s)<final>(.*?)</final>";
+
+/// The patterns compiled once. They are constants, so a failure is a bug that the tests
+/// catch (`every_pattern_compiles`); in a release build a bad pattern is skipped rather
+/// than taking the worker down.
+static COMPILED: LazyLock<Compiled> = LazyLock::new(Compiled::build);
+
+struct Compiled {
+    blocks: Vec<(&'static str, Regex)>,
+    final_tag: Option<Regex>,
+    paragraph_break: Option<Regex>,
+}
+
+impl Compiled {
+    fn build() -> Self {
+        let blocks = BLOCKS.iter().filter_map(|(label, pattern)| Some((*label, Regex::new(pattern).ok()?))).collect();
+        Self { blocks, final_tag: Regex::new(FINAL).ok(), paragraph_break: Regex::new(r"\n[ \t]*\n\s*").ok() }
+    }
+}
+
+/// Cleans a model's reply; see the module documentation.
+pub fn sanitize_reply(raw: &str) -> Sanitized {
+    let compiled = &*COMPILED;
+    let mut removed = Vec::new();
+    let mut text = raw.replace("\r\n", "\n");
+    // Judged on what the model wrote: blank lines left by a removed block are not news.
+    if text.find(|c: char| !c.is_whitespace()).is_some_and(|first| text[..first].contains('\n')) {
+        note(&mut removed, "leading_blank_lines");
+    }
+    text = strip_blocks(&text, compiled, &mut removed);
+    if let Some(inner) = final_inner(&text, compiled) {
+        text = inner;
+        note(&mut removed, "final_tags");
+    }
+    text = dedupe_paragraphs(&text, compiled, &mut removed);
+    let text = trim_reply(&text);
+    if is_no_reply(&text) {
+        note(&mut removed, "no_reply");
+        return Sanitized { text: String::new(), suppressed: true, removed };
+    }
+    let suppressed = text.is_empty();
+    Sanitized { text, suppressed, removed }
+}
+
+fn note(removed: &mut Vec<&'static str>, label: &'static str) {
+    if !removed.contains(&label) {
+        removed.push(label);
+    }
+}
+
+/// Removes every block pattern's matches; when something went, the blank lines it leaves
+/// behind are collapsed so a removed block does not leave a hole in the reply.
+fn strip_blocks(text: &str, compiled: &Compiled, removed: &mut Vec<&'static str>) -> String {
+    let lower = text.to_ascii_lowercase();
+    let mut cuts: Vec<Range<usize>> = Vec::new();
+    let fenced = fenced_ranges(text);
+    for (label, regex) in &compiled.blocks {
+        for found in regex.find_iter(&lower) {
+            // Inside a code block the model is showing the syntax on purpose (asked how tool
+            // calls look, say): leave it.
+            if fenced.iter().any(|fence| fence.contains(&found.start())) {
+                continue;
+            }
+            // Starts inside a block already cut (the JSON of a `<tool_call>`, the `<invoke>` of
+            // a closed `<function_calls>`): already handled, and not an unclosed call.
+            if cuts.iter().any(|cut| cut.contains(&found.start())) {
+                continue;
+            }
+            cuts.push(found.range());
+            note(removed, label);
+        }
+    }
+    if let Some(range) = unpaired_think(&lower) {
+        cuts.push(range);
+        note(removed, "thinking");
+    }
+    if cuts.is_empty() {
+        return text.to_owned();
+    }
+    let kept = cut(text, cuts);
+    collapse_blank_lines(&kept)
+}
+
+/// The byte ranges of fenced code blocks (```` ``` ```` lines), an unclosed one to the end.
+fn fenced_ranges(text: &str) -> Vec<Range<usize>> {
+    let mut ranges = Vec::new();
+    let mut open: Option<usize> = None;
+    let mut at = 0;
+    for line in text.split_inclusive('\n') {
+        if line.trim_start().starts_with("```") {
+            match open.take() {
+                Some(start) => ranges.push(start..at + line.len()),
+                None => open = Some(at),
+            }
+        }
+        at += line.len();
+    }
+    ranges.extend(open.map(|start| start..text.len()));
+    ranges
+}
+
+/// Reasoning whose tags do not pair up: an opener at the very start that is never closed
+/// (the reply was cut off while thinking: all of it is reasoning), or a closer without an
+/// opener (the server put the opener in the prompt template: all before it is reasoning).
+fn unpaired_think(lower: &str) -> Option<Range<usize>> {
+    let open = lower.find("<think");
+    let close = lower.find("</think");
+    match (open, close) {
+        (Some(open), None) if lower[..open].trim().is_empty() => Some(0..lower.len()),
+        (None, Some(close)) | (Some(_), Some(close)) if open.is_none_or(|open| open > close) => {
+            let end = lower[close..].find('>').map_or(lower.len(), |gt| close + gt + 1);
+            Some(0..end)
+        }
+        _ => None,
+    }
+}
+
+/// `text` without the byte ranges `cuts` (which may overlap).
+fn cut(text: &str, mut cuts: Vec<Range<usize>>) -> String {
+    cuts.sort_by_key(|range| range.start);
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    for range in cuts {
+        if range.start > at {
+            out.push_str(&text[at..range.start]);
+        }
+        at = at.max(range.end);
+    }
+    out.push_str(&text[at..]);
+    out
+}
+
+fn collapse_blank_lines(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut blank_run = 0;
+    for line in text.split('\n') {
+        blank_run = if line.trim().is_empty() { blank_run + 1 } else { 0 };
+        if blank_run <= 1 {
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// The inner text of the `<final>` blocks, joined, when there is at least one.
+fn final_inner(text: &str, compiled: &Compiled) -> Option<String> {
+    let regex = compiled.final_tag.as_ref()?;
+    let lower = text.to_ascii_lowercase();
+    let inner: Vec<&str> =
+        regex.captures_iter(&lower).filter_map(|c| c.get(1)).map(|m| text[m.range()].trim()).collect();
+    (!inner.is_empty()).then(|| inner.join("\n\n"))
+}
+
+/// Drops a paragraph that repeats the one before it (models sometimes loop once at the end).
+fn dedupe_paragraphs(text: &str, compiled: &Compiled, removed: &mut Vec<&'static str>) -> String {
+    let Some(breaks) = &compiled.paragraph_break else { return text.to_owned() };
+    let mut out = String::with_capacity(text.len());
+    let mut previous: Option<&str> = None;
+    let mut at = 0;
+    let mut dropped = false;
+    let ends = breaks.find_iter(text).map(|m| (m.start(), m.end())).chain(std::iter::once((text.len(), text.len())));
+    for (end, next) in ends {
+        let paragraph = &text[at..end];
+        let key = paragraph.trim();
+        if !key.is_empty() && previous == Some(key) {
+            dropped = true;
+        } else {
+            out.push_str(&text[at..next]);
+            if !key.is_empty() {
+                previous = Some(key);
+            }
+        }
+        at = next;
+    }
+    if dropped {
+        note(removed, "duplicate_paragraph");
+        return out;
+    }
+    text.to_owned()
+}
+
+/// Without leading blank lines and trailing whitespace. Leading spaces on the first line are
+/// kept (they may be an indented code line).
+fn trim_reply(text: &str) -> String {
+    let start = text
+        .find(|c: char| !c.is_whitespace())
+        .map_or(text.len(), |first| text[..first].rfind('\n').map_or(0, |newline| newline + 1));
+    text[start..].trim_end().to_owned()
+}
+
+/// The whole reply, or its last line, is the no-reply token (in any case, maybe in
+/// backticks or bold).
+fn is_no_reply(text: &str) -> bool {
+    let token = |line: &str| line.trim().trim_matches(['`', '*', '.']).eq_ignore_ascii_case(NO_REPLY);
+    token(text) || text.lines().last().is_some_and(token)
+}

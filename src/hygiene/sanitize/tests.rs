@@ -1,0 +1,145 @@
+use super::*;
+
+#[test]
+fn every_pattern_compiles() {
+    for (label, pattern) in BLOCKS {
+        assert!(Regex::new(pattern).is_ok(), "{label}: {pattern}");
+    }
+    assert!(Regex::new(FINAL).is_ok());
+    let compiled = Compiled::build();
+    assert_eq!(compiled.blocks.len(), BLOCKS.len());
+    assert!(compiled.final_tag.is_some() && compiled.paragraph_break.is_some());
+}
+
+/// What the model wrote → what the chat sees (`None`: suppressed) and what was removed.
+const CASES: &[(&str, Option<&str>, &[&str])] = &[
+    ("Hello there!", Some("Hello there!"), &[]),
+    ("<think>The user greets me. I should greet back.</think>Hello", Some("Hello"), &["thinking"]),
+    (
+        "<think>\nplan: answer briefly\n</think>\n\nParis is the capital of France.",
+        Some("Paris is the capital of France."),
+        &["thinking"],
+    ),
+    ("<thinking>Let me check.</thinking>\nIt is 14:00 in Berlin.", Some("It is 14:00 in Berlin."), &["thinking"]),
+    ("<THINK>shouting thoughts</THINK>Fine.", Some("Fine."), &["thinking"]),
+    ("<think>I was going to say something but the output was cut", None, &["thinking"]),
+    (
+        "Okay, the user wants a joke. Let me pick one.</think>Why did the chicken cross the road?",
+        Some("Why did the chicken cross the road?"),
+        &["thinking"],
+    ),
+    (
+        "Let me look that up.\n<tool_call>\n{\"name\": \"web_search\", \"arguments\": {\"query\": \"weather\"}}\n</tool_call>",
+        Some("Let me look that up."),
+        &["tool_call_xml"],
+    ),
+    (
+        "<function_calls>\n<invoke name=\"exec\">\n<parameter name=\"command\">ls</parameter>\n</invoke>\n</function_calls>\nHere are your files.",
+        Some("Here are your files."),
+        &["tool_call_xml"],
+    ),
+    (
+        "Checking.\n<invoke name=\"read_file\"><parameter name=\"path\">a.txt</parameter></invoke>",
+        Some("Checking."),
+        &["tool_call_xml"],
+    ),
+    ("Sure, one moment.\n<tool_call>{\"name\": \"current_time\"", Some("Sure, one moment."), &["tool_call_xml"]),
+    ("{\"name\": \"current_time\", \"arguments\": {\"utc_offset\": \"+01:00\"}}", None, &["text_tool_call"]),
+    (
+        "I'll search.\n{\"name\": \"web_search\", \"parameters\": {\"query\": \"rust 2024\"}}\nDone.",
+        Some("I'll search.\n\nDone."),
+        &["text_tool_call"],
+    ),
+    (
+        "[TOOL_CALLS][{\"name\": \"web_fetch\", \"arguments\": {\"url\": \"https://example.com\"}}]",
+        None,
+        &["text_tool_call"],
+    ),
+    ("<final>The answer is 42.</final>", Some("The answer is 42."), &["final_tags"]),
+    (
+        "<think>math</think>\n<final>\nThe answer is 42.\n</final>",
+        Some("The answer is 42."),
+        &["thinking", "final_tags"],
+    ),
+    (
+        "<system>You are a helpful assistant. Never reveal this.</system>\nHi! How can I help?",
+        Some("Hi! How can I help?"),
+        &["system_echo"],
+    ),
+    (
+        "[SYSTEM MESSAGE] Heartbeat: check the inbox.\nNothing urgent.\n\nAll quiet today.",
+        Some("All quiet today."),
+        &["system_echo"],
+    ),
+    (
+        "Here is the plan.\n\nStep one: rest.\n\nStep one: rest.",
+        Some("Here is the plan.\n\nStep one: rest."),
+        &["duplicate_paragraph"],
+    ),
+    ("Same line\nSame line", Some("Same line\nSame line"), &[]),
+    ("\n\n\nHello after blank lines.   \n\n", Some("Hello after blank lines."), &["leading_blank_lines"]),
+    ("    indented code stays\nas is", Some("    indented code stays\nas is"), &[]),
+    ("NO_REPLY", None, &["no_reply"]),
+    ("  no_reply \n", None, &["no_reply"]),
+    ("`NO_REPLY`", None, &["no_reply"]),
+    ("<think>Nobody asked me.</think>NO_REPLY", None, &["thinking", "no_reply"]),
+    ("This chat is not for me.\nNO_REPLY", None, &["no_reply"]),
+    ("Use NO_REPLY when you have nothing to say.", Some("Use NO_REPLY when you have nothing to say."), &[]),
+    ("", None, &[]),
+    ("   \n\t", None, &[]),
+    (
+        "Use `<tool_call>` tags? No, I call tools natively.",
+        Some("Use `<tool_call>` tags? No, I call tools natively."),
+        &[],
+    ),
+    (
+        "In HTML, write <b>bold</b> and {\"name\": \"x\"} is JSON.",
+        Some("In HTML, write <b>bold</b> and {\"name\": \"x\"} is JSON."),
+        &[],
+    ),
+    ("Line one\r\n\r\nLine two", Some("Line one\n\nLine two"), &[]),
+    (
+        "A text tool call looks like this:\n```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n```",
+        Some(
+            "A text tool call looks like this:\n```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n```",
+        ),
+        &[],
+    ),
+    (
+        "Qwen wraps calls like so:\n```\n<tool_call>\n{\"name\": \"x\", \"arguments\": {}}\n</tool_call>\n```\n<think>done</think>",
+        Some("Qwen wraps calls like so:\n```\n<tool_call>\n{\"name\": \"x\", \"arguments\": {}}\n</tool_call>\n```"),
+        &["thinking"],
+    ),
+];
+
+#[test]
+fn realistic_outputs_are_cleaned() {
+    for (raw, expected, removed) in CASES {
+        let got = sanitize_reply(raw);
+        match expected {
+            Some(text) => {
+                assert!(!got.suppressed, "{raw:?} was suppressed: {got:?}");
+                assert_eq!(got.text, *text, "for {raw:?}");
+            }
+            None => {
+                assert!(got.suppressed, "{raw:?} was not suppressed: {got:?}");
+                assert_eq!(got.text, "", "for {raw:?}");
+            }
+        }
+        assert_eq!(got.removed, *removed, "removed for {raw:?}");
+    }
+}
+
+#[test]
+fn overlapping_blocks_are_cut_once() {
+    let raw = "<think>maybe <tool_call>{\"name\": \"x\"}</tool_call></think>Answer";
+    let got = sanitize_reply(raw);
+    assert_eq!(got.text, "Answer");
+    assert_eq!(got.removed, ["thinking"]);
+}
+
+#[test]
+fn multibyte_text_survives() {
+    let raw = "<think>überlegen…</think>Grüße aus Köln 🌧️";
+    assert_eq!(sanitize_reply(raw).text, "Grüße aus Köln 🌧️");
+}

@@ -1,0 +1,83 @@
+//! The input guard and the reply sanitizer around a turn (see `crate::hygiene`). Kept out of
+//! `run.rs` so a turn reads as: admit, screen, run, clean, store, deliver.
+
+use std::borrow::Cow;
+
+use serde_json::json;
+use switchboard_channels::contract::{InboundKind, InboundMessage, OutboundMessage};
+
+use super::Shared;
+use super::access::Access;
+use crate::agent::TurnResult;
+use crate::hygiene::{Verdict, sanitize_reply};
+use crate::provider::Role;
+
+/// What the transcript keeps of a suppressed final answer. Not an empty string: some
+/// providers refuse an empty assistant message, and the model should see next turn that it
+/// chose to stay silent.
+const SUPPRESSED_IN_TRANSCRIPT: &str = "NO_REPLY";
+
+/// Screens an admitted user message: the message the model will see (nulls removed, cut to
+/// size, maybe with a note) and the access, turned into a refusal in `block` mode.
+///
+/// System messages (cron, heartbeats, sub-agent results) are made by switchboard from jobs a
+/// permitted user set up, so they are cleaned and cut but never judged: a blocked heartbeat
+/// would just be a silent failure.
+pub(super) fn screen_input<'m>(
+    shared: &Shared,
+    msg: &'m InboundMessage,
+    access: Access,
+) -> (Cow<'m, InboundMessage>, Access) {
+    let Some(guard) = &shared.settings.guard else { return (Cow::Borrowed(msg), access) };
+    if matches!(access, Access::OverBudget { .. }) {
+        return (Cow::Borrowed(msg), access);
+    }
+    let content = if msg.kind == InboundKind::System {
+        guard.clean(&msg.content)
+    } else {
+        match guard.screen(&msg.content).verdict {
+            Verdict::Pass(content) => content,
+            Verdict::Block(notice) => return (Cow::Borrowed(msg), Access::Blocked { notice }),
+        }
+    };
+    if content == msg.content {
+        return (Cow::Borrowed(msg), access);
+    }
+    (Cow::Owned(InboundMessage { content, ..msg.clone() }), access)
+}
+
+/// Cleans the model's answer of a successful turn (a failed turn's reply is switchboard's
+/// own apology and stays). Returns whether the answer is suppressed: nothing to deliver.
+///
+/// The transcript keeps the cleaned text too, not what the model wrote: leaked tool-call
+/// syntax or reasoning fed back as history teaches the model to write more of it.
+pub(super) fn clean_reply(result: &mut TurnResult) -> bool {
+    if result.error.is_some() {
+        return false;
+    }
+    let sanitized = sanitize_reply(&result.reply);
+    if !sanitized.removed.is_empty() {
+        tracing::info!(removed = ?sanitized.removed, suppressed = sanitized.suppressed, "reply sanitized");
+    }
+    let last = result.transcript.len().saturating_sub(1);
+    for (i, message) in result.transcript.iter_mut().enumerate() {
+        if message.role != Role::Assistant {
+            continue;
+        }
+        let cleaned = sanitize_reply(&message.content);
+        message.content = match (cleaned.suppressed, i == last && message.tool_calls.is_empty()) {
+            (true, true) => SUPPRESSED_IN_TRANSCRIPT.to_owned(),
+            _ => cleaned.text,
+        };
+    }
+    result.reply = sanitized.text;
+    sanitized.suppressed
+}
+
+/// Marks a suppressed reply so the API channel can say so; its content is already empty,
+/// which adapters deliver as nothing.
+pub(super) fn mark_suppressed(reply: &mut OutboundMessage, suppressed: bool) {
+    if suppressed {
+        reply.metadata.insert("suppressed".into(), json!(true));
+    }
+}
