@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::{Agent, AgentSettings};
 use crate::config::{BusKind, Config, ConfigError};
 use crate::config::{ChainEntry, ProviderKind};
+use crate::context::ContextSettings;
 use crate::provider::anthropic::{AnthropicConfig, AnthropicProvider};
 use crate::provider::failover::{FailoverEntry, FailoverProvider};
 use crate::provider::openai::{OpenAiConfig, OpenAiProvider};
@@ -162,6 +163,11 @@ fn build_worker(config: &Config, bus: Arc<dyn Bus>, store: Arc<SqliteStore>) -> 
         progress_interval: config.bus_options.ack_wait() / 3,
         shutdown_grace: config.worker.shutdown_grace(),
         history_limit: config.agent.history_limit,
+        context: ContextSettings {
+            context_window: config.agent.context_window,
+            history: config.history.clone(),
+            compaction: config.compaction.clone(),
+        },
         access: AccessPolicy::from_config(&config.users, &config.permissions, &config.budgets)?,
     };
     Ok(Worker::new(bus, store, Arc::new(agent), settings))

@@ -13,6 +13,7 @@ use super::Shared;
 use super::access::{self, Access};
 use super::keepalive::{Held, Settle};
 use crate::agent::{EventSink, Turn};
+use crate::context::compaction;
 use crate::provider::ChatMessage;
 use crate::store::{RunClaim, RunOutcome, RunStatus};
 use crate::tools::ToolContext;
@@ -33,6 +34,7 @@ pub(super) async fn process(shared: &Shared, msg: InboundMessage, held: Held) {
     let started = std::time::Instant::now();
     let verdict = process_inner(shared, &msg).instrument(span.clone()).await;
     span.record("duration_ms", started.elapsed().as_millis() as u64);
+    let compact = verdict.is_ok();
     let settle = match verdict {
         Ok(()) => Settle::Ack,
         Err(Giveback::Stopping) => Settle::Nak(None),
@@ -42,6 +44,17 @@ pub(super) async fn process(shared: &Shared, msg: InboundMessage, held: Held) {
         }
     };
     held.settle(settle).await;
+    // After the ack, still in the session's task: the next turn of this session waits for
+    // the compaction, other sessions do not.
+    if compact {
+        let deps = compaction::Deps {
+            engine: &shared.context,
+            store: shared.store.as_ref(),
+            agent: &shared.agent,
+            history_limit: shared.settings.history_limit,
+        };
+        compaction::after_turn(deps, &msg, &shared.abandon).instrument(span).await;
+    }
 }
 
 async fn process_inner(shared: &Shared, msg: &InboundMessage) -> Result<(), Giveback> {
@@ -103,11 +116,15 @@ async fn run_turn(
         Access::OverBudget { notice } => return Ok(over_budget(shared, msg, run_id, session_key, notice)),
     };
     let history = shared.store.history(session_key, shared.settings.history_limit).await.map_err(transient)?;
+    let summary = shared.store.session_summary(session_key).await.map_err(transient)?;
+    let input = ChatMessage::user(input_text(msg));
+    let prepared =
+        shared.context.prepare(&shared.agent, history, summary.as_ref().map(|s| s.0.as_str()), &input, &tools);
     let events = BusEvents::start(Arc::clone(&shared.bus), msg, run_id);
     events.emit(RunEventBody::Started);
     let turn = Turn {
-        history,
-        input: ChatMessage::user(input_text(msg)),
+        history: prepared.history,
+        input,
         ctx: ToolContext {
             session_key: session_key.to_owned(),
             channel: msg.channel.clone(),
@@ -121,6 +138,9 @@ async fn run_turn(
         events: &events,
     };
     let result = shared.agent.run(turn).await;
+    if result.error.is_none() {
+        shared.context.learn(prepared.raw_base, &result.transcript, result.usage.input_tokens);
+    }
     let status = if result.error.is_some() { RunStatus::Failed } else { RunStatus::Completed };
     let kind = if result.error.is_some() { OutboundKind::Notice } else { OutboundKind::Reply };
     let mut reply = reply_to(msg, run_id, session_key, kind, result.reply.clone());
