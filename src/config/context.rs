@@ -58,3 +58,39 @@ impl CompactionConfig {
         Duration::from_secs(self.flush_timeout_secs)
     }
 }
+
+/// The first inconsistency of `[history]`, `[compaction]` and the history limit they work on.
+pub(super) fn problem(config: &super::Config) -> Option<(&'static str, String)> {
+    let (history, compaction) = (&config.history, &config.compaction);
+    let share = |value: f64| value > 0.0 && value <= 1.0;
+    for (key, value) in [
+        ("history.soft_trim_ratio", history.soft_trim_ratio),
+        ("history.hard_clear_ratio", history.hard_clear_ratio),
+        ("compaction.context_share", compaction.context_share),
+    ] {
+        if !share(value) {
+            return Some((key, format!("{value} is not a share of the budget (above 0, at most 1)")));
+        }
+    }
+    if history.hard_clear_ratio < history.soft_trim_ratio {
+        let reason =
+            format!("{} is below history.soft_trim_ratio ({})", history.hard_clear_ratio, history.soft_trim_ratio);
+        return Some(("history.hard_clear_ratio", reason));
+    }
+    if compaction.keep_recent_messages >= compaction.max_messages {
+        let reason = format!(
+            "{} leaves nothing to summarise: keep it below compaction.max_messages ({})",
+            compaction.keep_recent_messages, compaction.max_messages
+        );
+        return Some(("compaction.keep_recent_messages", reason));
+    }
+    // History is read up to this limit; compaction would never see max_messages otherwise.
+    if config.agent.history_limit <= compaction.max_messages {
+        let reason = format!(
+            "{} must be above compaction.max_messages ({})",
+            config.agent.history_limit, compaction.max_messages
+        );
+        return Some(("agent.history_limit", reason));
+    }
+    None
+}
