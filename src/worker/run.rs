@@ -34,7 +34,8 @@ pub(super) async fn process(shared: &Shared, msg: InboundMessage, held: Held) {
     let started = std::time::Instant::now();
     let verdict = process_inner(shared, &msg).instrument(span.clone()).await;
     span.record("duration_ms", started.elapsed().as_millis() as u64);
-    let compact = verdict.is_ok();
+    // Not while stopping: a compaction would only eat into the shutdown grace period.
+    let compact = verdict.is_ok() && !shared.stopping.is_cancelled();
     let settle = match verdict {
         Ok(()) => Settle::Ack,
         Err(Giveback::Stopping) => Settle::Nak(None),
@@ -53,6 +54,7 @@ pub(super) async fn process(shared: &Shared, msg: InboundMessage, held: Held) {
             agent: &shared.agent,
             history_limit: shared.settings.history_limit,
         };
+        let span = tracing::info_span!(parent: &span, "compaction", session = %msg.session_key());
         compaction::after_turn(deps, &msg, &shared.abandon).instrument(span).await;
     }
 }
