@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::{Agent, AgentSettings};
 use crate::config::{BusKind, Config, ConfigError};
 use crate::config::{ChainEntry, ProviderKind};
+use crate::context::ContextSettings;
 use crate::hygiene::{Guard, GuardError};
 use crate::prompt::PromptSettings;
 use crate::provider::anthropic::{AnthropicConfig, AnthropicProvider};
@@ -166,6 +167,11 @@ fn build_worker(config: &Config, bus: Arc<dyn Bus>, store: Arc<SqliteStore>) -> 
         progress_interval: config.bus_options.ack_wait() / 3,
         shutdown_grace: config.worker.shutdown_grace(),
         history_limit: config.agent.history_limit,
+        context: ContextSettings {
+            context_window: config.agent.context_window,
+            history: config.history.clone(),
+            compaction: config.compaction.clone(),
+        },
         access: AccessPolicy::from_config(&config.users, &config.permissions, &config.budgets)?,
         prompt: prompt_settings(&config.agent)?,
         guard: Some(Arc::new(Guard::new(&config.guard)?)),

@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod config;
+pub mod context;
 pub mod daemon;
 pub mod hygiene;
 pub mod prompt;

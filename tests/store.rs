@@ -386,3 +386,35 @@ async fn concurrent_turns_from_two_stores_all_succeed() {
     assert!(runs.iter().all(|r| r.status == RunStatus::Completed && r.reply_delivered));
     assert_eq!(b.history("telegram:0", 100).await.unwrap().len(), 20);
 }
+
+#[tokio::test]
+async fn compaction_hides_covered_rows_and_keeps_the_summary() {
+    let (_dir, store) = fresh().await;
+    for n in 0..3 {
+        answered(&store, &format!("in-{n}"), SESSION, n).await;
+    }
+    assert_eq!(store.session_summary(SESSION).await.unwrap(), None);
+    let rows = store.history_rows(SESSION, 100).await.unwrap();
+    assert_eq!(rows.len(), 6);
+    assert!(rows.windows(2).all(|w| w[0].0 < w[1].0), "ids grow with the transcript");
+
+    assert!(store.begin_compaction(SESSION).await.unwrap());
+    // A second compaction of the same session is refused while the first runs.
+    assert!(!store.begin_compaction(SESSION).await.unwrap());
+    store.finish_compaction(SESSION, "first four", rows[3].0).await.unwrap();
+    assert_eq!(store.session_summary(SESSION).await.unwrap(), Some(("first four".into(), 1)));
+    let after = store.history(SESSION, 100).await.unwrap();
+    assert_eq!(after, vec![rows[4].1.clone(), rows[5].1.clone()]);
+
+    // The mark is cleared: another compaction may start; an abort changes nothing else.
+    assert!(store.begin_compaction(SESSION).await.unwrap());
+    store.abort_compaction(SESSION).await.unwrap();
+    assert_eq!(store.session_summary(SESSION).await.unwrap(), Some(("first four".into(), 1)));
+    assert_eq!(store.history(SESSION, 100).await.unwrap().len(), 2);
+    assert!(store.begin_compaction(SESSION).await.unwrap());
+
+    // Other sessions are untouched; an unknown session cannot be compacted.
+    assert!(!store.begin_compaction("telegram:nobody").await.unwrap());
+    let err = store.finish_compaction("telegram:nobody", "x", 1).await.unwrap_err();
+    assert!(matches!(err, StoreError::NoSuchSession(_)), "{err}");
+}

@@ -98,6 +98,19 @@ impl Agent {
         self.tools.specs(filter)
     }
 
+    /// One model call without tools and without streaming, for housekeeping such as
+    /// compaction summaries. Retries and failover are the provider's, as for turns.
+    pub async fn complete(&self, messages: Vec<ChatMessage>) -> Result<ChatResponse, ProviderError> {
+        let request = ChatRequest {
+            model: self.settings.model.clone(),
+            messages,
+            tools: Vec::new(),
+            max_tokens: self.settings.max_tokens,
+            temperature: self.settings.temperature,
+        };
+        self.provider.complete(&request, None).await
+    }
+
     /// Runs one turn to its end. Never fails: a provider failure becomes an apologetic reply
     /// with `error` set, so the user always hears back.
     pub async fn run(&self, turn: Turn<'_>) -> TurnResult {

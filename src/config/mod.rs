@@ -10,6 +10,7 @@
 //! applied (see [`providers`] for the model chain).
 //! `Config::default()` is the raw defaults, with those fields still empty.
 
+mod context;
 mod env;
 mod error;
 mod guard;
@@ -29,6 +30,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+pub use context::{CompactionConfig, HistoryConfig};
 pub use env::{ENV_PREFIX, NON_KEY_VARS};
 pub use error::{ConfigError, Origin};
 pub use guard::{GuardConfig, GuardMode};
@@ -61,6 +63,8 @@ pub struct Config {
     /// USD per million tokens, by model name, for run cost estimates.
     pub prices: BTreeMap<String, ModelPrice>,
     pub agent: AgentConfig,
+    pub history: HistoryConfig,
+    pub compaction: CompactionConfig,
     pub worker: WorkerConfig,
     pub guard: GuardConfig,
     pub store: StoreConfig,
@@ -83,6 +87,8 @@ impl Default for Config {
             providers: BTreeMap::new(),
             prices: BTreeMap::new(),
             agent: AgentConfig::default(),
+            history: HistoryConfig::default(),
+            compaction: CompactionConfig::default(),
             worker: WorkerConfig::default(),
             guard: GuardConfig::default(),
             store: StoreConfig::default(),
@@ -227,8 +233,12 @@ pub struct AgentConfig {
     pub max_tokens: u32,
     /// Sampling temperature; unset = the provider's default.
     pub temperature: Option<f32>,
-    /// Messages of history sent to the model.
+    /// Messages of history read from the store before the history pipeline (`[history]`)
+    /// chooses what the model sees; keep it above `compaction.max_messages`.
     pub history_limit: usize,
+    /// The model's context window in tokens: the input budget is this minus `max_tokens`
+    /// (4096 when 0) minus the offered tools' schemas.
+    pub context_window: u64,
     /// The model chain, `"<provider>/<model>"`, first = primary; the next ones are tried when
     /// a model keeps failing transiently. Empty = `[provider]` with `model`.
     pub models: Vec<String>,
@@ -253,7 +263,8 @@ impl Default for AgentConfig {
             max_iterations: 20,
             max_tokens: 0,
             temperature: None,
-            history_limit: 50,
+            history_limit: 200,
+            context_window: 128_000,
             models: Vec::new(),
             tool_timeout_secs: 60,
             workspace: PathBuf::new(),

@@ -595,3 +595,15 @@ fn guard_keys_are_checked() {
     let message = err_text(load_text("[guard]\nmax_message_chars = 0\n", &[]));
     assert!(message.starts_with("guard.max_message_chars") && message.contains("at least 1"), "{message}");
 }
+
+#[test]
+fn inconsistent_history_and_compaction_settings_are_refused() {
+    let message = err_text(load_text("[history]\nsoft_trim_ratio = 0.8\nhard_clear_ratio = 0.6\n", &[]));
+    assert!(message.starts_with("history.hard_clear_ratio (in "), "{message}");
+    let message = err_text(load_env(&[("SWITCHBOARD_COMPACTION__CONTEXT_SHARE", "1.5")]));
+    assert!(message.contains("compaction.context_share") && message.contains("1.5"), "{message}");
+    let message = err_text(load_text("[compaction]\nkeep_recent_messages = 120\n", &[]));
+    assert!(message.starts_with("compaction.keep_recent_messages"), "{message}");
+    let message = err_text(load_text("[agent]\nhistory_limit = 100\n", &[]));
+    assert!(message.starts_with("agent.history_limit") && message.contains("120"), "{message}");
+}

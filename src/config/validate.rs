@@ -49,6 +49,9 @@ pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigE
     {
         return Err(fail("agent.temperature", format!("{t} is not between 0 and 2")));
     }
+    if let Some((key, reason)) = super::context::problem(config) {
+        return Err(fail(key, reason));
+    }
     let exec = &config.tools.exec;
     if exec.timeout_secs > exec.max_timeout_secs {
         let reason = format!("{} is above tools.exec.max_timeout_secs ({})", exec.timeout_secs, exec.max_timeout_secs);
@@ -104,6 +107,12 @@ fn zero_counts(config: &Config) -> Option<(&'static str, u64)> {
         ("agent.tool_timeout_secs", config.agent.tool_timeout_secs),
         ("agent.bootstrap_max_chars", as_u64(config.agent.bootstrap_max_chars)),
         ("agent.memory_max_chars", as_u64(config.agent.memory_max_chars)),
+        ("agent.history_limit", as_u64(config.agent.history_limit)),
+        ("agent.context_window", config.agent.context_window),
+        ("history.keep_user_turns", as_u64(config.history.keep_user_turns)),
+        ("history.soft_trim_chars", as_u64(config.history.soft_trim_chars)),
+        ("compaction.max_messages", as_u64(config.compaction.max_messages)),
+        ("compaction.flush_timeout_secs", config.compaction.flush_timeout_secs),
         ("worker.max_concurrent_runs", as_u64(config.worker.max_concurrent_runs)),
         ("worker.max_message_age_secs", config.worker.max_message_age_secs),
         ("guard.max_message_chars", as_u64(config.guard.max_message_chars)),

@@ -28,6 +28,8 @@ pub enum StoreError {
     Corrupt(String),
     #[error("run {0} does not exist")]
     NoSuchRun(String),
+    #[error("session {0} does not exist")]
+    NoSuchSession(String),
     /// `finish_run` was refused and wrote nothing: the run already finished (another worker
     /// resumed and finished it first), or the outcome's status was still `Running`.
     #[error("cannot finish run {run_id}: {reason}")]
@@ -114,8 +116,26 @@ pub trait Store: UserStore + Send + Sync {
     /// already done for it. Atomic: two workers claiming one inbound id get one `New`.
     async fn claim_run(&self, inbound_id: &str, session_key: &str) -> Result<RunClaim, StoreError>;
 
-    /// The most recent `limit` transcript messages of a session, oldest first.
+    /// The most recent `limit` transcript messages of a session after its last compaction,
+    /// oldest first.
     async fn history(&self, session_key: &str, limit: usize) -> Result<Vec<ChatMessage>, StoreError>;
+
+    /// Like [`Store::history`], with each message's transcript id (for compaction).
+    async fn history_rows(&self, session_key: &str, limit: usize) -> Result<Vec<(i64, ChatMessage)>, StoreError>;
+
+    /// The session's saved summary and how many compactions made it; `None` before the first.
+    async fn session_summary(&self, session_key: &str) -> Result<Option<(String, u32)>, StoreError>;
+
+    /// Marks a compaction of the session as running. `false` when one already is (and is
+    /// not stale), in which case the caller must not compact. Atomic across processes.
+    async fn begin_compaction(&self, session_key: &str) -> Result<bool, StoreError>;
+
+    /// Ends a compaction: saves the summary, hides transcript rows up to `through_id` from
+    /// [`Store::history`], counts the compaction and clears the running mark, in one statement.
+    async fn finish_compaction(&self, session_key: &str, summary: &str, through_id: i64) -> Result<(), StoreError>;
+
+    /// Clears the running mark after a failed compaction; summary and history stay as they were.
+    async fn abort_compaction(&self, session_key: &str) -> Result<(), StoreError>;
 
     /// Finishes a run: appends its transcript, stores the reply, sets status, usage and timings,
     /// and adds the usage to its user's month (`billing`), all in one transaction.

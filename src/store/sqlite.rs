@@ -7,6 +7,7 @@
 //!
 //! Times are stored as unix milliseconds (UTC).
 
+mod compaction;
 mod users;
 
 use std::path::Path;
@@ -129,20 +130,45 @@ impl Store for SqliteStore {
     }
 
     async fn history(&self, session_key: &str, limit: usize) -> Result<Vec<ChatMessage>, StoreError> {
-        let rows: Vec<(i64, String)> =
-            sqlx::query_as("SELECT id, message_json FROM transcript WHERE session_key = $1 ORDER BY id DESC LIMIT $2")
-                .bind(session_key)
-                .bind(sql_limit(limit))
-                .fetch_all(&self.pool)
-                .await?;
+        Ok(self.history_rows(session_key, limit).await?.into_iter().map(|(_, message)| message).collect())
+    }
+
+    async fn history_rows(&self, session_key: &str, limit: usize) -> Result<Vec<(i64, ChatMessage)>, StoreError> {
+        // Rows a compaction covered are summarised on the session; COALESCE: no session row
+        // yet means nothing was compacted.
+        let rows: Vec<(i64, String)> = sqlx::query_as(
+            "SELECT id, message_json FROM transcript WHERE session_key = $1 AND id > \
+             COALESCE((SELECT compacted_through FROM sessions WHERE key = $1), 0) ORDER BY id DESC LIMIT $2",
+        )
+        .bind(session_key)
+        .bind(sql_limit(limit))
+        .fetch_all(&self.pool)
+        .await?;
         // Fetched newest first so LIMIT keeps the most recent ones; the model wants them oldest first.
         rows.into_iter()
             .rev()
             .map(|(id, json)| {
                 serde_json::from_str(&json)
+                    .map(|message| (id, message))
                     .map_err(|e| StoreError::Corrupt(format!("transcript row {id} is not a chat message: {e}")))
             })
             .collect()
+    }
+
+    async fn session_summary(&self, session_key: &str) -> Result<Option<(String, u32)>, StoreError> {
+        compaction::summary(&self.pool, session_key).await
+    }
+
+    async fn begin_compaction(&self, session_key: &str) -> Result<bool, StoreError> {
+        compaction::begin(&self.pool, session_key).await
+    }
+
+    async fn finish_compaction(&self, session_key: &str, summary: &str, through_id: i64) -> Result<(), StoreError> {
+        compaction::finish(&self.pool, session_key, summary, through_id).await
+    }
+
+    async fn abort_compaction(&self, session_key: &str) -> Result<(), StoreError> {
+        compaction::abort(&self.pool, session_key).await
     }
 
     async fn finish_run(&self, run_id: &str, outcome: &RunOutcome) -> Result<(), StoreError> {

@@ -27,6 +27,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::Agent;
+use crate::context::{ContextEngine, ContextSettings};
 use crate::hygiene::Guard;
 use crate::store::Store;
 use crate::users::AccessPolicy;
@@ -51,8 +52,10 @@ pub struct WorkerSettings {
     pub progress_interval: Duration,
     /// How long in-flight runs may take to finish at shutdown before they are abandoned.
     pub shutdown_grace: Duration,
-    /// Messages of history given to the model.
+    /// Messages of history read from the store for a turn, before the history pipeline.
     pub history_limit: usize,
+    /// Token budget, history pipeline and compaction.
+    pub context: ContextSettings,
     /// Levels, tool permissions and budgets of the senders.
     pub access: AccessPolicy,
     /// Time zone and file caps for the system prompt built for each run.
@@ -69,7 +72,8 @@ impl Default for WorkerSettings {
             max_message_age: Duration::from_secs(3600),
             progress_interval: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(30),
-            history_limit: 50,
+            history_limit: 200,
+            context: ContextSettings::default(),
             access: AccessPolicy::default(),
             prompt: crate::prompt::PromptSettings::default(),
             guard: None,
@@ -90,6 +94,8 @@ pub(crate) struct Shared {
     pub store: Arc<dyn Store>,
     pub agent: Arc<Agent>,
     pub settings: WorkerSettings,
+    /// The history pipeline and the token estimate correction, shared by all sessions.
+    pub context: ContextEngine,
     runs: Arc<Semaphore>,
     sessions: Mutex<HashMap<String, mpsc::UnboundedSender<Job>>>,
     /// Cancelled when shutdown starts: no new runs start.
@@ -106,10 +112,12 @@ pub struct Worker {
 impl Worker {
     pub fn new(bus: Arc<dyn Bus>, store: Arc<dyn Store>, agent: Arc<Agent>, settings: WorkerSettings) -> Self {
         let runs = Arc::new(Semaphore::new(settings.max_concurrent_runs.max(1)));
+        let context = ContextEngine::new(settings.context.clone());
         let shared = Shared {
             bus,
             store,
             agent,
+            context,
             settings,
             runs,
             sessions: Mutex::new(HashMap::new()),

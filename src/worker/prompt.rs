@@ -9,14 +9,15 @@ use crate::tools::ToolFilter;
 use crate::users::Level;
 use crate::workspace::WorkspaceFiles;
 
-/// The main agent's prompt for answering `msg`. Runs of the worker are always the main agent
-/// (full mode); sub-agents and cron jobs will ask for [`PromptMode::Minimal`].
+/// The prompt for a run about `msg`: full mode for the main agent's turns, minimal mode for
+/// housekeeping turns (the memory flush; later sub-agents and cron jobs).
 pub(super) async fn system_prompt(
     shared: &Shared,
     msg: &InboundMessage,
     session_key: &str,
     level: Level,
     tools: &ToolFilter,
+    mode: PromptMode,
 ) -> String {
     let agent = shared.agent.settings();
     let settings = &shared.settings.prompt;
@@ -27,7 +28,7 @@ pub(super) async fn system_prompt(
         InboundKind::User => Sender::Person { id: &msg.sender.id, name: &msg.sender.name, level },
     };
     prompt::build(&PromptInput {
-        mode: PromptMode::Full,
+        mode,
         files: &files,
         workspace: &agent.workspace,
         tools: &tools,

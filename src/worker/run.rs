@@ -14,6 +14,7 @@ use super::access::{self, Access};
 use super::hygiene;
 use super::keepalive::{Held, Settle};
 use crate::agent::{EventSink, Turn};
+use crate::context::compaction;
 use crate::provider::ChatMessage;
 use crate::store::{RunClaim, RunOutcome, RunStatus};
 use crate::tools::ToolContext;
@@ -34,6 +35,8 @@ pub(super) async fn process(shared: &Shared, msg: InboundMessage, held: Held) {
     let started = std::time::Instant::now();
     let verdict = process_inner(shared, &msg).instrument(span.clone()).await;
     span.record("duration_ms", started.elapsed().as_millis() as u64);
+    // Not while stopping: a compaction would only eat into the shutdown grace period.
+    let compact = verdict.is_ok() && !shared.stopping.is_cancelled();
     let settle = match verdict {
         Ok(()) => Settle::Ack,
         Err(Giveback::Stopping) => Settle::Nak(None),
@@ -43,6 +46,30 @@ pub(super) async fn process(shared: &Shared, msg: InboundMessage, held: Held) {
         }
     };
     held.settle(settle).await;
+    // After the ack, still in the session's task: the next turn of this session waits for
+    // the compaction, other sessions do not.
+    if compact {
+        // The memory flush is housekeeping: the minimal prompt, with only the file tools.
+        let flush_tools = compaction::flush_filter();
+        let flush_prompt = super::prompt::system_prompt(
+            shared,
+            &msg,
+            &msg.session_key(),
+            crate::users::Level::Owner,
+            &flush_tools,
+            crate::prompt::PromptMode::Minimal,
+        )
+        .await;
+        let deps = compaction::Deps {
+            engine: &shared.context,
+            store: shared.store.as_ref(),
+            agent: &shared.agent,
+            history_limit: shared.settings.history_limit,
+            flush_prompt: &flush_prompt,
+        };
+        let span = tracing::info_span!(parent: &span, "compaction", session = %msg.session_key());
+        compaction::after_turn(deps, &msg, &shared.abandon).instrument(span).await;
+    }
 }
 
 async fn process_inner(shared: &Shared, msg: &InboundMessage) -> Result<(), Giveback> {
@@ -108,13 +135,18 @@ async fn run_turn(
         }
     };
     let history = shared.store.history(session_key, shared.settings.history_limit).await.map_err(transient)?;
+    let summary = shared.store.session_summary(session_key).await.map_err(transient)?;
+    let input = ChatMessage::user(input_text(msg));
+    let system_prompt =
+        super::prompt::system_prompt(shared, msg, session_key, level, &tools, crate::prompt::PromptMode::Full).await;
+    let summary = summary.as_ref().map(|s| s.0.as_str());
+    let prepared = shared.context.prepare(&shared.agent, &system_prompt, history, summary, &input, &tools);
     let events = BusEvents::start(Arc::clone(&shared.bus), msg, run_id);
     events.emit(RunEventBody::Started);
-    let system_prompt = super::prompt::system_prompt(shared, msg, session_key, level, &tools).await;
     let turn = Turn {
         system_prompt,
-        history,
-        input: ChatMessage::user(input_text(msg)),
+        history: prepared.history,
+        input,
         ctx: ToolContext {
             session_key: session_key.to_owned(),
             channel: msg.channel.clone(),
@@ -128,6 +160,9 @@ async fn run_turn(
         events: &events,
     };
     let mut result = shared.agent.run(turn).await;
+    if result.error.is_none() {
+        shared.context.learn(prepared.raw_base, &result.transcript, result.usage.input_tokens);
+    }
     let suppressed = hygiene::clean_reply(&mut result);
     let status = if result.error.is_some() { RunStatus::Failed } else { RunStatus::Completed };
     let kind = if result.error.is_some() { OutboundKind::Notice } else { OutboundKind::Reply };

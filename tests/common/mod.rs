@@ -8,9 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use switchboard::agent::{Agent, AgentSettings};
+use switchboard::config::{ExecToolConfig, ToolsConfig};
 use switchboard::provider::openai::{OpenAiConfig, OpenAiProvider};
 use switchboard::store::sqlite::SqliteStore;
-use switchboard::tools::{MessageTool, ToolLimits, ToolRegistry};
+use switchboard::tools::{MessageTool, ToolLimits, ToolRegistry, register_local_tools};
 use switchboard::worker::{Worker, WorkerSettings};
 use switchboard_channels::bus::memory::MemoryBus;
 use switchboard_testkit::fake_llm::FakeLlm;
@@ -22,10 +23,18 @@ pub struct Harness {
     pub llm: FakeLlm,
     pub shutdown: CancellationToken,
     pub worker: tokio::task::JoinHandle<()>,
+    /// The agent's workspace (created), where file tools work.
+    pub workspace: std::path::PathBuf,
     _dir: tempfile::TempDir,
 }
 
 pub async fn start(settings: WorkerSettings, llm: FakeLlm) -> Harness {
+    start_with(settings, llm, false).await
+}
+
+/// Like [`start`], with the file tools (`read_file`, `write_file`, `edit_file`, `list_dir`)
+/// registered too when `file_tools` is set.
+pub async fn start_with(settings: WorkerSettings, llm: FakeLlm, file_tools: bool) -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let bus = Arc::new(MemoryBus::new(64));
     let store = Arc::new(SqliteStore::open(&dir.path().join("s.db")).await.unwrap());
@@ -38,6 +47,8 @@ pub async fn start(settings: WorkerSettings, llm: FakeLlm) -> Harness {
         extra_headers: vec![],
     })
     .unwrap();
+    let workspace = dir.path().join("workspace");
+    std::fs::create_dir_all(&workspace).unwrap();
     let agent_settings = AgentSettings {
         name: "main".into(),
         system_prompt: "test".into(),
@@ -47,14 +58,21 @@ pub async fn start(settings: WorkerSettings, llm: FakeLlm) -> Harness {
         temperature: None,
         stream: false,
         prices: Default::default(),
-        workspace: dir.path().join("workspace"),
+        workspace: workspace.clone(),
     };
     let mut tools = ToolRegistry::with_builtins(ToolLimits::default());
     tools.register(Arc::new(MessageTool::new(bus.clone())));
+    if file_tools {
+        let config = ToolsConfig {
+            exec: ExecToolConfig { enabled: false, ..ExecToolConfig::default() },
+            ..ToolsConfig::default()
+        };
+        register_local_tools(&mut tools, &config).unwrap();
+    }
     let agent = Agent::new(Arc::new(provider), tools, agent_settings);
     let worker = Worker::new(bus.clone(), store.clone(), Arc::new(agent), settings);
     let shutdown = CancellationToken::new();
     let token = shutdown.clone();
     let worker = tokio::spawn(async move { worker.run(token).await.unwrap() });
-    Harness { bus, store, llm, shutdown, worker, _dir: dir }
+    Harness { bus, store, llm, shutdown, worker, workspace, _dir: dir }
 }

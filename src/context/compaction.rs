@@ -1,0 +1,281 @@
+//! Compaction: when a session's history grows long, old messages are folded into a summary.
+//!
+//! Runs after a turn's reply is delivered and acked, still inside the session's task, so the
+//! session's next turn waits for it and always sees either the old history or the new summary,
+//! never half of each; other sessions are unaffected. Across processes, the store's
+//! compaction mark ([`Store::begin_compaction`]) keeps two compactions of one session apart.
+//!
+//! Steps: (1) a memory flush, a turn offered only the file tools and asked to write lasting
+//! facts to `MEMORY.md`, bounded by a timeout, its reply never delivered and its messages
+//! never stored; (2) one model call that summarises all but the most recent messages (with
+//! the previous summary); (3) the summary is saved and the covered transcript rows hidden
+//! from history. A failure before (3) leaves summary and transcript as they were.
+
+use std::collections::BTreeSet;
+
+use switchboard_channels::contract::{InboundMessage, RunEventBody};
+use thiserror::Error;
+use tokio_util::sync::CancellationToken;
+
+use super::ContextEngine;
+use crate::agent::{Agent, EventSink, Turn};
+use crate::provider::{ChatMessage, ProviderError, Role};
+use crate::store::{Store, StoreError};
+use crate::tools::{ToolContext, ToolFilter, truncate_middle};
+
+/// The only tools the memory flush is offered.
+pub const FILE_TOOLS: [&str; 4] = ["read_file", "write_file", "edit_file", "list_dir"];
+
+/// The flush turn's instruction.
+pub const FLUSH_PROMPT: &str = "The earlier part of this conversation is about to be summarised and \
+     removed from your context. Before that happens, write any lasting facts worth remembering (the \
+     user's preferences, decisions, names, open tasks) to MEMORY.md in the workspace: read it first and \
+     add to it, do not repeat what is already there. If there is nothing worth keeping, reply only \
+     NO_REPLY. This reply is not shown to the user.";
+
+/// The summary call's instruction.
+pub const SUMMARY_PROMPT: &str = "You summarise conversations for an assistant that will continue \
+     them without seeing the original. Write a concise summary of the conversation below: the \
+     decisions made, the facts learnt about the user and their work, and the tasks still open. \
+     Fold in the previous summary when there is one. Reply with the summary only.";
+
+/// Characters of one message kept in the text given to the summariser.
+const MESSAGE_CHARS: usize = 2000;
+
+#[derive(Debug, Error)]
+pub enum CompactionError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("the summary call failed: {0}")]
+    Model(#[from] ProviderError),
+    #[error("the model returned an empty summary")]
+    EmptySummary,
+    #[error("the worker is shutting down")]
+    Cancelled,
+}
+
+/// What [`maybe_compact`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    NotNeeded,
+    /// Another compaction of the session is running.
+    Busy,
+    Compacted {
+        summarized: usize,
+        through_id: i64,
+    },
+}
+
+/// What compaction works with.
+#[derive(Clone, Copy)]
+pub struct Deps<'a> {
+    pub engine: &'a ContextEngine,
+    pub store: &'a dyn Store,
+    pub agent: &'a Agent,
+    /// Messages read from the store, as for a turn.
+    pub history_limit: usize,
+    /// The system prompt of the memory flush turn (minimal mode).
+    pub flush_prompt: &'a str,
+}
+
+/// The tools the memory flush may use: the file tools only.
+pub fn flush_filter() -> ToolFilter {
+    ToolFilter::Only(FILE_TOOLS.iter().map(|&name| name.to_owned()).collect::<BTreeSet<_>>())
+}
+
+/// Compacts `msg`'s session if it is due; failures are logged, never passed on: the turn
+/// already succeeded, and the next turn tries again.
+pub async fn after_turn(deps: Deps<'_>, msg: &InboundMessage, stop: &CancellationToken) {
+    match maybe_compact(deps, msg, stop).await {
+        Ok(Outcome::Compacted { summarized, through_id }) => {
+            tracing::info!(summarized, through_id, "compacted the session's history");
+        }
+        Ok(Outcome::Busy) => tracing::info!("a compaction of this session is already running"),
+        Ok(Outcome::NotNeeded) => {}
+        Err(err) => tracing::warn!(%err, "compaction failed; history and summary left as they were"),
+    }
+}
+
+/// Compacts the session when its history passes `max_messages` or `context_share` of the
+/// input budget.
+pub async fn maybe_compact(
+    deps: Deps<'_>,
+    msg: &InboundMessage,
+    stop: &CancellationToken,
+) -> Result<Outcome, CompactionError> {
+    let key = msg.session_key();
+    let rows = deps.store.history_rows(&key, deps.history_limit).await?;
+    let keep = deps.engine.settings().compaction.keep_recent_messages;
+    let (true, Some(cut)) = (is_due(deps, &rows), split_point(&rows, keep)) else { return Ok(Outcome::NotNeeded) };
+    if !deps.store.begin_compaction(&key).await? {
+        return Ok(Outcome::Busy);
+    }
+    let result = tokio::select! {
+        result = compact(deps, msg, &rows, cut) => result,
+        () = stop.cancelled() => Err(CompactionError::Cancelled),
+    };
+    if result.is_err()
+        && let Err(err) = deps.store.abort_compaction(&key).await
+    {
+        tracing::warn!(%err, "cannot clear the compaction mark; it goes stale on its own");
+    }
+    result
+}
+
+fn is_due(deps: Deps<'_>, rows: &[(i64, ChatMessage)]) -> bool {
+    let config = &deps.engine.settings().compaction;
+    if rows.len() > config.max_messages {
+        return true;
+    }
+    let messages: Vec<ChatMessage> = rows.iter().map(|(_, m)| m.clone()).collect();
+    let budget = deps.engine.input_budget(deps.agent, &deps.agent.tool_specs(&ToolFilter::All));
+    deps.engine.calibration().messages(&messages) as f64 > config.context_share * budget as f64
+}
+
+/// How many of the oldest rows to summarise: all but the last `keep`, moved back to a user
+/// message so a tool call and its results stay on one side. `None` when nothing would be.
+pub fn split_point(rows: &[(i64, ChatMessage)], keep: usize) -> Option<usize> {
+    let mut cut = rows.len().checked_sub(keep).filter(|&cut| cut > 0)?;
+    while cut > 0 && cut < rows.len() && rows[cut].1.role != Role::User {
+        cut -= 1;
+    }
+    (cut > 0).then_some(cut)
+}
+
+async fn compact(
+    deps: Deps<'_>,
+    msg: &InboundMessage,
+    rows: &[(i64, ChatMessage)],
+    cut: usize,
+) -> Result<Outcome, CompactionError> {
+    let key = msg.session_key();
+    let previous = deps.store.session_summary(&key).await?.map(|(summary, _)| summary);
+    let history: Vec<ChatMessage> = rows.iter().map(|(_, m)| m.clone()).collect();
+    // Whatever is left out of a very long stretch, the summariser's own call must fit.
+    let room = usize::try_from(deps.engine.input_budget(deps.agent, &[]).saturating_mul(3)).unwrap_or(usize::MAX);
+    let old = truncate_middle(&render(previous.as_deref(), &history[..cut]), room);
+    flush_memory(deps, msg, history, previous.as_deref()).await;
+    let request = vec![ChatMessage::system(SUMMARY_PROMPT), ChatMessage::user(old)];
+    let summary = deps.agent.complete(request).await?.content.trim().to_owned();
+    if summary.is_empty() {
+        return Err(CompactionError::EmptySummary);
+    }
+    let through_id = rows[cut - 1].0;
+    deps.store.finish_compaction(&key, &summary, through_id).await?;
+    Ok(Outcome::Compacted { summarized: cut, through_id })
+}
+
+/// The memory flush turn. Its outcome is only logged: a failed flush loses nothing that the
+/// summary does not keep, so the compaction goes on.
+async fn flush_memory(deps: Deps<'_>, msg: &InboundMessage, history: Vec<ChatMessage>, summary: Option<&str>) {
+    let filter = flush_filter();
+    let input = ChatMessage::user(FLUSH_PROMPT);
+    let prepared = deps.engine.prepare(deps.agent, deps.flush_prompt, history, summary, &input, &filter);
+    let turn = Turn {
+        system_prompt: deps.flush_prompt.to_owned(),
+        history: prepared.history,
+        input,
+        ctx: flush_context(deps.agent, msg),
+        tools: filter,
+        events: &NoEvents,
+    };
+    let timeout = deps.engine.settings().compaction.flush_timeout();
+    match tokio::time::timeout(timeout, deps.agent.run(turn)).await {
+        Err(_) => tracing::warn!(timeout_secs = timeout.as_secs(), "memory flush timed out"),
+        Ok(result) if result.error.is_some() => tracing::warn!(error = ?result.error, "memory flush failed"),
+        Ok(result) => tracing::info!(
+            wrote = result.reply.trim() != "NO_REPLY",
+            iterations = result.iterations,
+            "memory flush done"
+        ),
+    }
+}
+
+fn flush_context(agent: &Agent, msg: &InboundMessage) -> ToolContext {
+    ToolContext {
+        session_key: msg.session_key(),
+        channel: msg.channel.clone(),
+        chat_id: msg.chat_id.clone(),
+        thread_id: msg.thread_id.clone(),
+        run_id: format!("{}:memory-flush", msg.id),
+        sender_id: msg.sender.id.clone(),
+        workspace: agent.settings().workspace.clone(),
+    }
+}
+
+/// The flush's events go nowhere: nobody is waiting for this turn.
+struct NoEvents;
+
+impl EventSink for NoEvents {
+    fn emit(&self, _: RunEventBody) {}
+}
+
+/// The conversation as plain text for the summariser; long messages cut in the middle.
+pub fn render(previous: Option<&str>, messages: &[ChatMessage]) -> String {
+    let mut text = String::new();
+    if let Some(previous) = previous {
+        text.push_str(&format!("Previous summary:\n{previous}\n\n"));
+    }
+    text.push_str("Conversation:\n");
+    for message in messages {
+        let who = match message.role {
+            Role::System => "system".to_owned(),
+            Role::User => "user".to_owned(),
+            Role::Assistant => "assistant".to_owned(),
+            Role::Tool => format!("tool {}", message.name.as_deref().unwrap_or("result")),
+        };
+        text.push_str(&format!("{who}: {}\n", truncate_middle(&message.content, MESSAGE_CHARS)));
+        for call in &message.tool_calls {
+            let arguments = truncate_middle(&call.arguments.to_string(), MESSAGE_CHARS);
+            text.push_str(&format!("assistant called {}({arguments})\n", call.name));
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows(messages: Vec<ChatMessage>) -> Vec<(i64, ChatMessage)> {
+        messages.into_iter().zip(1..).map(|(m, id)| (id, m)).collect()
+    }
+
+    #[test]
+    fn the_split_keeps_recent_messages_and_starts_them_at_a_user_message() {
+        let call = crate::provider::ToolCall { id: "c".into(), name: "t".into(), arguments: serde_json::json!({}) };
+        let rows = rows(vec![
+            ChatMessage::user("1"),
+            ChatMessage::assistant("a1", vec![]),
+            ChatMessage::user("2"),
+            ChatMessage::assistant("", vec![call.clone()]),
+            ChatMessage::tool_result(&call, "r"),
+            ChatMessage::assistant("a2", vec![]),
+        ]);
+        assert_eq!(split_point(&rows, 2), Some(2));
+        assert_eq!(split_point(&rows, 4), Some(2));
+        assert_eq!(split_point(&rows, 5), None);
+        assert_eq!(split_point(&rows, 6), None);
+        assert_eq!(split_point(&rows, 0), Some(6));
+    }
+
+    #[test]
+    fn the_rendered_conversation_names_speakers_and_tools() {
+        let call = crate::provider::ToolCall {
+            id: "c".into(),
+            name: "read_file".into(),
+            arguments: serde_json::json!({"path": "a"}),
+        };
+        let text = render(
+            Some("old facts"),
+            &[
+                ChatMessage::user("hi"),
+                ChatMessage::assistant("", vec![call.clone()]),
+                ChatMessage::tool_result(&call, "x".repeat(5000)),
+            ],
+        );
+        assert!(text.starts_with("Previous summary:\nold facts\n"), "{text}");
+        assert!(text.contains("user: hi\n") && text.contains("assistant called read_file({\"path\":\"a\"})"), "{text}");
+        assert!(text.contains("tool read_file: ") && text.len() < 2500, "{}", text.len());
+    }
+}

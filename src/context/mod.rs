@@ -1,0 +1,101 @@
+//! What the model sees of a session: the token budget, the history pipeline, and compaction.
+//!
+//! The worker loads a generous slice of the transcript (`agent.history_limit`) and the
+//! session's saved summary; [`ContextEngine::prepare`] turns them into the history of one
+//! turn within the input budget. After the turn, [`ContextEngine::learn`] corrects the token
+//! estimates with the provider's reported usage, and [`compaction`] folds old history into a
+//! summary when the session grows long.
+
+pub mod compaction;
+pub mod pipeline;
+pub mod tokens;
+
+use crate::agent::Agent;
+use crate::config::{CompactionConfig, HistoryConfig};
+use crate::provider::{ChatMessage, ToolSpec};
+use crate::tools::ToolFilter;
+use pipeline::Budget;
+use tokens::Calibration;
+
+/// Output tokens reserved when `agent.max_tokens` is 0 (the provider's default).
+pub const DEFAULT_OUTPUT_RESERVE: u64 = 4096;
+
+/// The context settings a worker runs with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContextSettings {
+    /// The model's context window in tokens.
+    pub context_window: u64,
+    pub history: HistoryConfig,
+    pub compaction: CompactionConfig,
+}
+
+impl Default for ContextSettings {
+    fn default() -> Self {
+        Self { context_window: 128_000, history: HistoryConfig::default(), compaction: CompactionConfig::default() }
+    }
+}
+
+/// A turn's history, ready for the agent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prepared {
+    pub history: Vec<ChatMessage>,
+    /// The raw (uncorrected) estimate of what the first model call sends before the input:
+    /// system prompt, history and tools; [`ContextEngine::learn`] compares it with the usage.
+    pub raw_base: u64,
+}
+
+/// The budget and the estimate correction of one worker.
+#[derive(Debug, Default)]
+pub struct ContextEngine {
+    settings: ContextSettings,
+    calibration: Calibration,
+}
+
+impl ContextEngine {
+    pub fn new(settings: ContextSettings) -> Self {
+        Self { settings, calibration: Calibration::default() }
+    }
+
+    pub fn settings(&self) -> &ContextSettings {
+        &self.settings
+    }
+
+    pub fn calibration(&self) -> &Calibration {
+        &self.calibration
+    }
+
+    /// Context window − output reserve − the offered tools' schemas.
+    pub fn input_budget(&self, agent: &Agent, tools: &[ToolSpec]) -> u64 {
+        let reserve = agent.settings().max_tokens.map_or(DEFAULT_OUTPUT_RESERVE, u64::from);
+        let tools = self.calibration.correct(tokens::raw_tools(tools));
+        self.settings.context_window.saturating_sub(reserve).saturating_sub(tools)
+    }
+
+    /// Chooses the history of a turn: `history` is the session's recent transcript, `summary`
+    /// its saved summary, `input` the message being answered with the tools in `filter`.
+    pub fn prepare(
+        &self,
+        agent: &Agent,
+        system_prompt: &str,
+        history: Vec<ChatMessage>,
+        summary: Option<&str>,
+        input: &ChatMessage,
+        filter: &ToolFilter,
+    ) -> Prepared {
+        let tools = agent.tool_specs(filter);
+        let system = ChatMessage::system(system_prompt);
+        let fixed = self.calibration.messages(&[system.clone(), input.clone()]);
+        let budget = Budget { input: self.input_budget(agent, &tools), fixed };
+        let history = pipeline::prepare(history, summary, budget, &self.settings.history, &self.calibration);
+        let raw_base = tokens::raw_messages(std::slice::from_ref(&system))
+            + tokens::raw_messages(&history)
+            + tokens::raw_tools(&tools);
+        Prepared { history, raw_base }
+    }
+
+    /// Learns from a finished turn: `transcript` (input first) was sent on top of
+    /// `raw_base`, and the provider counted `reported_input` tokens over all its calls.
+    pub fn learn(&self, raw_base: u64, transcript: &[ChatMessage], reported_input: u64) {
+        self.calibration.observe(tokens::turn_input(raw_base, transcript), reported_input);
+    }
+}

@@ -1,0 +1,200 @@
+use serde_json::json;
+
+use super::*;
+use crate::context::tokens::raw_messages;
+
+fn call(id: &str) -> ToolCall {
+    ToolCall { id: id.into(), name: "read_file".into(), arguments: json!({"path": "notes.txt"}) }
+}
+
+/// One user turn: a question, a tool call, its result, the answer.
+fn tool_turn(n: usize, result: &str) -> Vec<ChatMessage> {
+    let c = call(&format!("call_{n}"));
+    vec![
+        ChatMessage::user(format!("question {n}")),
+        ChatMessage::assistant("", vec![c.clone()]),
+        ChatMessage::tool_result(&c, result),
+        ChatMessage::assistant(format!("answer {n}"), vec![]),
+    ]
+}
+
+fn session(turns: usize, result: &str) -> Vec<ChatMessage> {
+    (0..turns).flat_map(|n| tool_turn(n, result)).collect()
+}
+
+fn roomy() -> Budget {
+    Budget { input: 1_000_000, fixed: 100 }
+}
+
+fn tool_contents(messages: &[ChatMessage]) -> Vec<&str> {
+    messages.iter().filter(|m| m.role == Role::Tool).map(|m| m.content.as_str()).collect()
+}
+
+/// Every tool result answers a call of the assistant message just before its block, and
+/// every call has exactly one result.
+fn assert_paired(messages: &[ChatMessage]) {
+    let mut pending: Vec<String> = Vec::new();
+    for m in messages {
+        match m.role {
+            Role::Tool => {
+                let id = m.tool_call_id.clone().unwrap();
+                let pos = pending.iter().position(|p| *p == id).unwrap_or_else(|| panic!("orphan {id}"));
+                pending.remove(pos);
+            }
+            _ => {
+                assert!(pending.is_empty(), "unanswered calls {pending:?}");
+                pending = m.tool_calls.iter().map(|c| c.id.clone()).collect();
+            }
+        }
+    }
+    assert!(pending.is_empty(), "unanswered calls {pending:?}");
+}
+
+#[test]
+fn a_small_history_passes_unchanged() {
+    let history = session(3, "file text");
+    let out = prepare(history.clone(), None, roomy(), &HistoryConfig::default(), &Calibration::default());
+    assert_eq!(out, history);
+}
+
+#[test]
+fn only_the_last_user_turns_are_kept_with_their_tool_messages() {
+    let config = HistoryConfig { keep_user_turns: 2, ..HistoryConfig::default() };
+    let out = prepare(session(5, "r"), None, roomy(), &config, &Calibration::default());
+    assert_eq!(out.len(), 8);
+    assert_eq!(out[0].content, "question 3");
+    assert_paired(&out);
+}
+
+#[test]
+fn orphan_results_are_dropped_and_missing_results_synthesized() {
+    let c1 = call("a");
+    let c2 = call("b");
+    let history = vec![
+        // The call of this result was cut off with an older turn.
+        ChatMessage::tool_result(&call("gone"), "old result"),
+        ChatMessage::user("do two things"),
+        ChatMessage::assistant("", vec![c1.clone(), c2.clone()]),
+        ChatMessage::tool_result(&c1, "first"),
+        // c2's result was lost (the worker died mid-turn, say); the user wrote again.
+        ChatMessage::user("well?"),
+        ChatMessage::assistant("", vec![call("c")]),
+    ];
+    let out = repair_pairing(history);
+    assert_paired(&out);
+    assert_eq!(out[0].content, "do two things");
+    assert_eq!(out[3].tool_call_id.as_deref(), Some("b"));
+    assert_eq!(out[3].content, PLACEHOLDER);
+    assert_eq!(out.last().unwrap().content, PLACEHOLDER);
+    assert_eq!(out.last().unwrap().tool_call_id.as_deref(), Some("c"));
+}
+
+#[test]
+fn a_result_after_another_message_is_an_orphan() {
+    let c = call("x");
+    let history = vec![
+        ChatMessage::user("q"),
+        ChatMessage::assistant("", vec![c.clone()]),
+        ChatMessage::user("interrupting"),
+        ChatMessage::tool_result(&c, "late"),
+    ];
+    let out = repair_pairing(history);
+    assert_paired(&out);
+    assert_eq!(tool_contents(&out), [PLACEHOLDER]);
+}
+
+#[test]
+fn long_results_are_soft_trimmed_past_the_soft_ratio_but_recent_turns_are_not() {
+    let big = "x".repeat(10_000);
+    let history = session(4, &big);
+    let used = 100 + raw_messages(&history);
+    // Past 0.5 of the budget, below 0.75.
+    let budget = Budget { input: used * 10 / 6, fixed: 100 };
+    let out = prepare(history, None, budget, &HistoryConfig::default(), &Calibration::default());
+    let tools = tool_contents(&out);
+    assert_eq!(tools.len(), 4);
+    for old in &tools[..3] {
+        assert!(old.chars().count() < 4100 && old.contains("characters cut"), "{}", old.len());
+    }
+    // The last turn has two assistant messages, the protected two.
+    assert_eq!(tools[3], big);
+}
+
+#[test]
+fn below_the_soft_ratio_nothing_is_trimmed() {
+    let big = "x".repeat(10_000);
+    let history = session(4, &big);
+    let budget = Budget { input: (100 + raw_messages(&history)) * 3, fixed: 100 };
+    let out = prepare(history.clone(), None, budget, &HistoryConfig::default(), &Calibration::default());
+    assert_eq!(out, history);
+}
+
+#[test]
+fn old_results_are_cleared_past_the_hard_ratio() {
+    let big = "x".repeat(10_000);
+    let history = session(4, &big);
+    // Even after soft trimming the history is past 0.75 of this budget; cleared, it fits.
+    let budget = Budget { input: 100 + raw_messages(&history) * 6 / 10, fixed: 100 };
+    let config = HistoryConfig { protect_recent_turns: 4, ..HistoryConfig::default() };
+    let out = prepare(history, None, budget, &config, &Calibration::default());
+    let tools = tool_contents(&out);
+    assert_eq!(tools, [CLEARED, CLEARED, &big[..], &big[..]]);
+    assert_paired(&out);
+}
+
+#[test]
+fn the_budget_is_respected_by_dropping_the_oldest_turns() {
+    let history = session(10, "short result");
+    let cal = Calibration::default();
+    let fixed = 500;
+    let budget = Budget { input: fixed + raw_messages(&history) / 3, fixed };
+    let out = prepare(history.clone(), None, budget, &HistoryConfig::default(), &cal);
+    assert!(fixed + cal.messages(&out) <= budget.input);
+    assert!(out.len() < history.len() && !out.is_empty());
+    // The newest messages are the ones kept, starting at a user message.
+    assert_eq!(out.last(), history.last());
+    assert_eq!(out[0].role, Role::User);
+    assert_paired(&out);
+}
+
+#[test]
+fn fixed_parts_larger_than_the_budget_leave_no_history() {
+    let out = prepare(
+        session(2, "r"),
+        None,
+        Budget { input: 50, fixed: 100 },
+        &HistoryConfig::default(),
+        &Calibration::default(),
+    );
+    assert!(out.is_empty(), "{out:?}");
+}
+
+#[test]
+fn the_summary_starts_the_history_and_counts_against_the_budget() {
+    let history = session(3, "r");
+    let out =
+        prepare(history.clone(), Some("we agreed on X"), roomy(), &HistoryConfig::default(), &Calibration::default());
+    assert_eq!(out[0].role, Role::System);
+    assert_eq!(out[0].content, "Summary of the earlier conversation: we agreed on X");
+    assert_eq!(&out[1..], &history[..]);
+
+    let long_summary = "s".repeat(4000);
+    let summary_tokens = raw_messages(&[summary_message(&long_summary)]);
+    let tight = Budget { input: 100 + summary_tokens + raw_messages(&history[8..]), fixed: 100 };
+    let out = prepare(history.clone(), Some(&long_summary), tight, &HistoryConfig::default(), &Calibration::default());
+    assert_eq!(&out[1..], &history[8..]);
+}
+
+#[test]
+fn a_higher_calibration_ratio_keeps_less() {
+    let history = session(10, "some result text");
+    let budget = Budget { input: 100 + raw_messages(&history), fixed: 100 };
+    let plain = prepare(history.clone(), None, budget, &HistoryConfig::default(), &Calibration::default());
+    assert_eq!(plain.len(), history.len());
+    let cal = Calibration::default();
+    for _ in 0..20 {
+        cal.observe(1000, 2000);
+    }
+    let corrected = prepare(history, None, budget, &HistoryConfig::default(), &cal);
+    assert!(corrected.len() < plain.len() / 2 + 4, "{}", corrected.len());
+}

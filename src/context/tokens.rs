@@ -1,0 +1,156 @@
+//! Token estimates: a cheap heuristic (about four characters a token), corrected by what the
+//! provider reports.
+//!
+//! A real tokenizer per model would be exact but heavy and model-specific; the budget only
+//! needs to be roughly right, and the provider tells us after each turn how far off we were.
+//! That correction is one ratio per agent (one per worker process), kept in memory: it is a
+//! property of the model's tokenizer and of the kind of text, not of a session, so sharing it
+//! learns faster; a restart starts again from 1.0, which only makes the first budgets rougher.
+
+use std::sync::Mutex;
+
+use crate::provider::{ChatMessage, ToolSpec};
+
+/// Tokens every message costs beyond its text (role, separators).
+const MESSAGE_OVERHEAD: u64 = 4;
+/// The correction ratio stays within these bounds, so one odd report cannot wreck budgets.
+const MIN_RATIO: f64 = 0.5;
+const MAX_RATIO: f64 = 3.0;
+/// Weight of the newest observation in the smoothed ratio.
+const SMOOTHING: f64 = 0.3;
+
+fn chars_to_tokens(chars: usize) -> u64 {
+    u64::try_from(chars.div_ceil(4)).unwrap_or(u64::MAX)
+}
+
+/// The heuristic estimate of one message: its text, its tool calls' names and arguments.
+pub fn raw_message(message: &ChatMessage) -> u64 {
+    let calls: usize = message
+        .tool_calls
+        .iter()
+        .map(|call| call.id.len() + call.name.len() + call.arguments.to_string().chars().count())
+        .sum();
+    MESSAGE_OVERHEAD + chars_to_tokens(message.content.chars().count() + calls)
+}
+
+/// The heuristic estimate of several messages.
+pub fn raw_messages(messages: &[ChatMessage]) -> u64 {
+    messages.iter().map(raw_message).sum()
+}
+
+/// The heuristic estimate of the tool schemas offered to the model, from their JSON.
+pub fn raw_tools(tools: &[ToolSpec]) -> u64 {
+    tools
+        .iter()
+        .map(|spec| {
+            chars_to_tokens(spec.name.len() + spec.description.chars().count() + spec.parameters.to_string().len())
+        })
+        .sum()
+}
+
+/// Estimates corrected by the provider's reported usage. Shared by a worker's sessions.
+#[derive(Debug)]
+pub struct Calibration {
+    ratio: Mutex<f64>,
+}
+
+impl Default for Calibration {
+    fn default() -> Self {
+        Self { ratio: Mutex::new(1.0) }
+    }
+}
+
+impl Calibration {
+    /// The current reported/estimated ratio.
+    pub fn ratio(&self) -> f64 {
+        *self.ratio.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A raw estimate scaled by the ratio, rounded up.
+    pub fn correct(&self, raw: u64) -> u64 {
+        // Token counts are far below 2^52, where f64 stays exact.
+        (raw as f64 * self.ratio()).ceil() as u64
+    }
+
+    pub fn messages(&self, messages: &[ChatMessage]) -> u64 {
+        self.correct(raw_messages(messages))
+    }
+
+    /// Learns from one turn: `estimated` raw tokens were sent, the provider counted
+    /// `reported`. Ignored when either is zero (no usage reported, or nothing sent).
+    pub fn observe(&self, estimated: u64, reported: u64) {
+        if estimated == 0 || reported == 0 {
+            return;
+        }
+        let seen = (reported as f64 / estimated as f64).clamp(MIN_RATIO, MAX_RATIO);
+        let mut ratio = self.ratio.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *ratio = ((1.0 - SMOOTHING) * *ratio + SMOOTHING * seen).clamp(MIN_RATIO, MAX_RATIO);
+    }
+}
+
+/// The raw estimate of all the input a turn sent: each model call sent `base` (system prompt,
+/// history, tools) plus the turn's messages before that call's answer. `transcript` is the
+/// turn's own messages (its input first); one call was made per assistant message in it.
+pub fn turn_input(base: u64, transcript: &[ChatMessage]) -> u64 {
+    let mut sent = base;
+    let mut total = 0;
+    for message in transcript {
+        if message.role == crate::provider::Role::Assistant {
+            total += sent;
+        }
+        sent += raw_message(message);
+    }
+    total
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::provider::ToolCall;
+
+    #[test]
+    fn text_and_tool_arguments_are_counted() {
+        assert_eq!(raw_message(&ChatMessage::user("abcdefgh")), MESSAGE_OVERHEAD + 2);
+        assert_eq!(raw_message(&ChatMessage::user("abcdefghi")), MESSAGE_OVERHEAD + 3);
+        let call = ToolCall { id: "c1".into(), name: "read_file".into(), arguments: json!({"path": "x".repeat(400)}) };
+        let with_call = raw_message(&ChatMessage::assistant("", vec![call]));
+        assert!(with_call > 100, "{with_call}");
+    }
+
+    #[test]
+    fn reported_usage_corrects_later_estimates_within_bounds() {
+        let calibration = Calibration::default();
+        let history = vec![ChatMessage::user("x".repeat(4000))];
+        let raw = calibration.messages(&history);
+        // The provider counts twice as many tokens as we guessed, turn after turn.
+        for _ in 0..30 {
+            calibration.observe(raw, raw * 2);
+        }
+        let corrected = calibration.messages(&history);
+        assert!((corrected as f64 / raw as f64 - 2.0).abs() < 0.01, "{raw} → {corrected}");
+        // A wild report moves the ratio only part of the way, and never past the bound.
+        for _ in 0..30 {
+            calibration.observe(raw, raw * 100);
+        }
+        let high = calibration.ratio();
+        assert!(high <= MAX_RATIO && high > MAX_RATIO - 0.01, "{high}");
+        calibration.observe(0, 500);
+        assert_eq!(calibration.ratio(), high, "a turn without usage teaches nothing");
+    }
+
+    #[test]
+    fn turn_input_counts_every_call_of_the_turn() {
+        let call = ToolCall { id: "c1".into(), name: "t".into(), arguments: json!({}) };
+        let transcript = vec![
+            ChatMessage::user("hi"),
+            ChatMessage::assistant("", vec![call.clone()]),
+            ChatMessage::tool_result(&call, "result"),
+            ChatMessage::assistant("done", vec![]),
+        ];
+        let first = 100 + raw_message(&transcript[0]);
+        let second = first + raw_message(&transcript[1]) + raw_message(&transcript[2]);
+        assert_eq!(turn_input(100, &transcript), first + second);
+    }
+}
