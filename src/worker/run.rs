@@ -7,6 +7,7 @@ use serde_json::json;
 use switchboard_channels::bus::BusExt;
 use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, RunEvent, RunEventBody, Usage};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::Shared;
@@ -26,12 +27,14 @@ enum Giveback {
     Transient(String),
 }
 
-pub(super) async fn process(shared: &Shared, msg: InboundMessage, held: Held) {
+/// Runs `msg`'s turn and settles its delivery; true when it was acked (its outcome stored).
+/// `cancel` is the session's stop handle (`/stop`, `/new`, `interrupt`).
+pub(super) async fn process(shared: &Shared, msg: InboundMessage, held: Held, cancel: &CancellationToken) -> bool {
     let span = tracing::info_span!("run", agent = %shared.agent.settings().name, session = %msg.session_key(),
         inbound = %msg.id, run_id = tracing::field::Empty, status = tracing::field::Empty,
         duration_ms = tracing::field::Empty);
     let started = std::time::Instant::now();
-    let verdict = process_inner(shared, &msg).instrument(span.clone()).await;
+    let verdict = process_inner(shared, &msg, cancel).instrument(span.clone()).await;
     span.record("duration_ms", started.elapsed().as_millis() as u64);
     let settle = match verdict {
         Ok(()) => Settle::Ack,
@@ -42,9 +45,10 @@ pub(super) async fn process(shared: &Shared, msg: InboundMessage, held: Held) {
         }
     };
     held.settle(settle).await;
+    settle == Settle::Ack
 }
 
-async fn process_inner(shared: &Shared, msg: &InboundMessage) -> Result<(), Giveback> {
+async fn process_inner(shared: &Shared, msg: &InboundMessage, cancel: &CancellationToken) -> Result<(), Giveback> {
     if shared.stopping.is_cancelled() {
         return Err(Giveback::Stopping);
     }
@@ -70,8 +74,12 @@ async fn process_inner(shared: &Shared, msg: &InboundMessage) -> Result<(), Give
     };
     tracing::Span::current().record("run_id", run_id.as_str());
     let access = access::admit(shared, msg).await.map_err(transient)?;
+    // Dropping the turn's future on cancel stops its model call and tools at once; `biased`
+    // so a run stopped before it started never calls the model.
     let outcome = tokio::select! {
+        biased;
         _ = shared.abandon.cancelled() => return Err(Giveback::Stopping),
+        _ = cancel.cancelled() => stopped(),
         outcome = run_turn(shared, msg, &run_id, &session_key, access) => outcome?,
     };
     tracing::Span::current().record("status", outcome.status.as_str());
@@ -80,6 +88,22 @@ async fn process_inner(shared: &Shared, msg: &InboundMessage) -> Result<(), Give
         deliver(shared, &run_id, reply).await?;
     }
     Ok(())
+}
+
+/// A run cancelled by `/stop`, `/new` or `interrupt`: recorded as failed, no reply (the
+/// command answers), and none of its partial work enters the transcript.
+fn stopped() -> RunOutcome {
+    RunOutcome {
+        status: RunStatus::Failed,
+        transcript: Vec::new(),
+        reply: None,
+        error: Some("stopped".into()),
+        usage: Usage::default(),
+        model: String::new(),
+        cost_usd: None,
+        iterations: 0,
+        billing: None,
+    }
 }
 
 fn transient(err: impl std::fmt::Display) -> Giveback {
@@ -177,7 +201,7 @@ fn over_budget(shared: &Shared, msg: &InboundMessage, run_id: &str, session_key:
 
 /// The run's answer to `msg`. Its id is derived from the run, so a redelivery publishes the
 /// same message again and the bus's dedupe (or the adapter) drops the copy.
-fn reply_to(
+pub(super) fn reply_to(
     msg: &InboundMessage,
     run_id: &str,
     session_key: &str,
