@@ -220,3 +220,32 @@ async fn queue_mode_is_set_per_session_by_command() {
     h.bus.publish_inbound(&msg("q", "/help")).await.unwrap();
     assert!(next_reply(&mut out).await.content.contains("/stop"));
 }
+
+#[tokio::test]
+async fn steer_adds_a_message_to_the_running_turn() {
+    let steps = vec![
+        Scripted::Delay(
+            Duration::from_millis(800),
+            Box::new(Scripted::ToolCalls(vec![("current_time".into(), serde_json::json!({}))])),
+        ),
+        Scripted::Text("answer with the detail".into()),
+    ];
+    let (h, mut out) = harness(queue(QueueMode::Steer), steps).await;
+    h.bus.publish_inbound(&msg("sr", "plan a trip")).await.unwrap();
+    h.llm.wait_for_requests(1, Duration::from_secs(5)).await;
+    h.bus.publish_inbound(&msg("sr", "make it by train")).await.unwrap();
+    assert_eq!(next_reply(&mut out).await.content, "answer with the detail");
+    no_more_replies(&mut out, Duration::from_millis(500)).await;
+    assert_eq!(h.llm.requests().len(), 2);
+    assert_eq!(user_texts(&h, 1), ["plan a trip", "make it by train"]);
+}
+
+#[tokio::test]
+async fn steer_after_the_last_model_call_becomes_a_followup() {
+    let (h, mut out) = harness(queue(QueueMode::Steer), vec![slow(800, "first answer")]).await;
+    h.bus.publish_inbound(&msg("sf", "question")).await.unwrap();
+    h.llm.wait_for_requests(1, Duration::from_secs(5)).await;
+    h.bus.publish_inbound(&msg("sf", "one more thing")).await.unwrap();
+    assert_eq!(next_reply(&mut out).await.content, "first answer");
+    assert_eq!(next_reply(&mut out).await.content, "echo: one more thing");
+}

@@ -114,7 +114,14 @@ fn agent_with_prices(
 }
 
 fn turn<'a>(history: Vec<ChatMessage>, input: &str, events: &'a Recorder) -> Turn<'a> {
-    Turn { history, input: ChatMessage::user(input), ctx: ToolContext::default(), tools: ToolFilter::All, events }
+    Turn {
+        history,
+        input: ChatMessage::user(input),
+        ctx: ToolContext::default(),
+        tools: ToolFilter::All,
+        events,
+        steer: None,
+    }
 }
 
 #[tokio::test]

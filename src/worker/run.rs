@@ -3,17 +3,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::session::Control;
 use serde_json::json;
 use switchboard_channels::bus::BusExt;
 use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, RunEvent, RunEventBody, Usage};
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::Shared;
 use super::access::{self, Access};
 use super::keepalive::{Held, Settle};
-use crate::agent::{EventSink, Turn};
+use crate::agent::{EventSink, SteerReceiver, Turn};
 use crate::provider::ChatMessage;
 use crate::store::{RunClaim, RunOutcome, RunStatus};
 use crate::tools::ToolContext;
@@ -28,13 +28,13 @@ enum Giveback {
 }
 
 /// Runs `msg`'s turn and settles its delivery; true when it was acked (its outcome stored).
-/// `cancel` is the session's stop handle (`/stop`, `/new`, `interrupt`).
-pub(super) async fn process(shared: &Shared, msg: InboundMessage, held: Held, cancel: &CancellationToken) -> bool {
+/// `control` is the session's stop handle and steering messages.
+pub(super) async fn process(shared: &Shared, msg: InboundMessage, held: Held, control: Control<'_>) -> bool {
     let span = tracing::info_span!("run", agent = %shared.agent.settings().name, session = %msg.session_key(),
         inbound = %msg.id, run_id = tracing::field::Empty, status = tracing::field::Empty,
         duration_ms = tracing::field::Empty);
     let started = std::time::Instant::now();
-    let verdict = process_inner(shared, &msg, cancel).instrument(span.clone()).await;
+    let verdict = process_inner(shared, &msg, control).instrument(span.clone()).await;
     span.record("duration_ms", started.elapsed().as_millis() as u64);
     let settle = match verdict {
         Ok(()) => Settle::Ack,
@@ -48,7 +48,8 @@ pub(super) async fn process(shared: &Shared, msg: InboundMessage, held: Held, ca
     settle == Settle::Ack
 }
 
-async fn process_inner(shared: &Shared, msg: &InboundMessage, cancel: &CancellationToken) -> Result<(), Giveback> {
+async fn process_inner(shared: &Shared, msg: &InboundMessage, control: Control<'_>) -> Result<(), Giveback> {
+    let Control { cancel, steer } = control;
     if shared.stopping.is_cancelled() {
         return Err(Giveback::Stopping);
     }
@@ -80,7 +81,7 @@ async fn process_inner(shared: &Shared, msg: &InboundMessage, cancel: &Cancellat
         biased;
         _ = shared.abandon.cancelled() => return Err(Giveback::Stopping),
         _ = cancel.cancelled() => stopped(),
-        outcome = run_turn(shared, msg, &run_id, &session_key, access) => outcome?,
+        outcome = run_turn(shared, msg, &run_id, &session_key, access, steer) => outcome?,
     };
     tracing::Span::current().record("status", outcome.status.as_str());
     shared.store.finish_run(&run_id, &outcome).await.map_err(transient)?;
@@ -121,6 +122,7 @@ async fn run_turn(
     run_id: &str,
     session_key: &str,
     access: Access,
+    steer: &mut SteerReceiver,
 ) -> Result<RunOutcome, Giveback> {
     let (tools, billing) = match access {
         Access::Allowed { tools, billing } => (tools, billing),
@@ -143,6 +145,7 @@ async fn run_turn(
         },
         tools,
         events: &events,
+        steer: Some(steer),
     };
     let result = shared.agent.run(turn).await;
     let status = if result.error.is_some() { RunStatus::Failed } else { RunStatus::Completed };
@@ -215,7 +218,7 @@ pub(super) fn reply_to(
 }
 
 /// The text the model sees for an inbound message: its content, plus a line per attachment.
-fn input_text(msg: &InboundMessage) -> String {
+pub(super) fn input_text(msg: &InboundMessage) -> String {
     let mut text = msg.content.clone();
     for media in &msg.media {
         let place = media.path.as_deref().or(media.url.as_deref()).unwrap_or("(not downloaded)");

@@ -11,12 +11,13 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use switchboard_channels::contract::InboundMessage;
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::keepalive::Held;
+use super::keepalive::{Held, Settle};
 use super::{Shared, commands, run};
+use crate::agent::SteerReceiver;
 
 /// What a message does that arrives while its session is running a turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -88,6 +89,16 @@ pub(super) struct ActiveRun {
     pub cancel: CancellationToken,
     /// Cancelled by the session task once the run's outcome is stored.
     pub finished: CancellationToken,
+    /// `steer` mode: texts for the running turn's next model call ...
+    steer: mpsc::UnboundedSender<String>,
+    /// ... and their messages, held (not acked) until the turn's outcome is stored.
+    steered: Vec<Job>,
+}
+
+/// What a session's running turn is controlled by.
+pub(super) struct Control<'a> {
+    pub cancel: &'a CancellationToken,
+    pub steer: &'a mut SteerReceiver,
 }
 
 /// One session with work in this worker. It exists exactly while a session task runs for it.
@@ -129,8 +140,17 @@ pub(super) fn place(shared: &Shared, key: &str, job: Job) -> Placed {
         session.queue.push_back(job);
         return Placed::Interrupted(dropped);
     }
-    if session.queue.len() >= queue_settings.max_depth.max(1) {
+    let waiting = session.queue.len() + session.active.as_ref().map_or(0, |active| active.steered.len());
+    if waiting >= queue_settings.max_depth.max(1) {
         return Placed::Full(Box::new(job));
+    }
+    if let Some(active) = session.active.as_mut().filter(|_| session.mode == QueueMode::Steer) {
+        // Sent under the lock the session task takes to end the run, so the text is either
+        // read by the turn or still in the channel when it is counted there.
+        if active.steer.send(run::input_text(&job.msg)).is_ok() {
+            active.steered.push(job);
+            return Placed::Queued;
+        }
     }
     session.queue.push_back(job);
     Placed::Queued
@@ -141,22 +161,39 @@ pub(super) async fn session_loop(shared: Arc<Shared>, key: String) {
     load_mode(&shared, &key).await;
     loop {
         wait_for_quiet(&shared, &key).await;
-        let Some((first, rest, cancel)) = next_batch(&shared, &key) else { return };
+        let Some(Batch { first, rest, cancel, mut steer }) = next_batch(&shared, &key) else { return };
         let (primary, merged) = merge(first, rest, mode_of(&shared, &key));
-        let acked = run::process(&shared, primary.msg, primary.held, &cancel).await;
-        for job in merged {
+        let control = Control { cancel: &cancel, steer: &mut steer };
+        let acked = run::process(&shared, primary.msg, primary.held, control).await;
+        let steered = end_run(&shared, &key, &mut steer);
+        for job in merged.into_iter().chain(steered) {
             if acked {
-                commands::settle_unanswered(&shared, job, "merged into the next turn").await;
+                commands::settle_unanswered(&shared, job, "merged into another turn").await;
             } else {
-                // The merged turn went back to the bus; so do the messages it stood for.
-                job.held.settle(super::keepalive::Settle::Nak(None)).await;
+                // The turn went back to the bus; so do the messages it stood for.
+                job.held.settle(Settle::Nak(None)).await;
             }
         }
-        let mut sessions = shared.sessions.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(active) = sessions.get_mut(&key).and_then(|session| session.active.take()) {
-            active.finished.cancel();
-        }
     }
+}
+
+/// Marks the session idle. Steering messages the turn never read become followup turns, at
+/// the front of the queue in their order; the ones it read are returned, to be settled.
+fn end_run(shared: &Shared, key: &str, steer: &mut SteerReceiver) -> Vec<Job> {
+    let mut sessions = shared.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+    let Some(session) = sessions.get_mut(key) else { return Vec::new() };
+    let Some(mut active) = session.active.take() else { return Vec::new() };
+    active.finished.cancel();
+    let mut unread = 0;
+    while steer.try_recv().is_ok() {
+        unread += 1;
+    }
+    let read = active.steered.len().saturating_sub(unread);
+    let followups = active.steered.split_off(read);
+    for job in followups.into_iter().rev() {
+        session.queue.push_front(job);
+    }
+    active.steered
 }
 
 /// Reads the session's own queue mode from the store, if it chose one.
@@ -214,7 +251,7 @@ async fn wait_for_quiet(shared: &Shared, key: &str) {
 /// Takes the next turn's messages and marks the session running; `None` (and the session
 /// removed) when nothing waits. Done under the lock `place` takes, so no message is stranded
 /// between "queue empty" and "session gone".
-fn next_batch(shared: &Shared, key: &str) -> Option<(Job, Vec<Job>, CancellationToken)> {
+fn next_batch(shared: &Shared, key: &str) -> Option<Batch> {
     let mut sessions = shared.sessions.lock().unwrap_or_else(PoisonError::into_inner);
     let session = sessions.get_mut(key)?;
     let first = match session.queue.pop_front() {
@@ -235,8 +272,19 @@ fn next_batch(shared: &Shared, key: &str) -> Option<(Job, Vec<Job>, Cancellation
         rest.extend(session.queue.pop_front());
     }
     let cancel = CancellationToken::new();
-    session.active = Some(ActiveRun { cancel: cancel.clone(), finished: CancellationToken::new() });
-    Some((first, rest, cancel))
+    let (tx, steer) = mpsc::unbounded_channel();
+    let active =
+        ActiveRun { cancel: cancel.clone(), finished: CancellationToken::new(), steer: tx, steered: Vec::new() };
+    session.active = Some(active);
+    Some(Batch { first, rest, cancel, steer })
+}
+
+/// The messages of one turn and its controls.
+struct Batch {
+    first: Job,
+    rest: Vec<Job>,
+    cancel: CancellationToken,
+    steer: SteerReceiver,
 }
 
 /// Makes one turn of a batch: the newest message carries the joined texts (with sender
