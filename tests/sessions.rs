@@ -249,3 +249,17 @@ async fn steer_after_the_last_model_call_becomes_a_followup() {
     assert_eq!(next_reply(&mut out).await.content, "first answer");
     assert_eq!(next_reply(&mut out).await.content, "echo: one more thing");
 }
+
+#[tokio::test]
+async fn debounce_merges_one_senders_rapid_messages() {
+    let settings = WorkerSettings {
+        queue: QueueSettings { debounce: Duration::from_millis(300), ..Default::default() },
+        ..Default::default()
+    };
+    let (h, mut out) = harness(settings, vec![]).await;
+    h.bus.publish_inbound(&msg("d", "so")).await.unwrap();
+    h.bus.publish_inbound(&msg("d", "about that")).await.unwrap();
+    assert_eq!(next_reply(&mut out).await.content, "echo: so\nabout that");
+    no_more_replies(&mut out, Duration::from_millis(500)).await;
+    assert_eq!(h.llm.requests().len(), 1);
+}

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use switchboard_channels::bus::{Bus, BusError, DeliveryInfo};
-use switchboard_channels::contract::{DeadLetter, InboundMessage};
+use switchboard_channels::contract::{DeadLetter, InboundKind, InboundMessage};
 use switchboard_channels::subject::Flow;
 use thiserror::Error;
 use tokio::sync::Semaphore;
@@ -207,7 +207,10 @@ async fn dead_letter(shared: &Shared, info: &DeliveryInfo, reason: String, held:
 /// Sends a job where it goes: a command runs now, beside any running turn (guarantee 3: it
 /// bypasses the queue); anything else goes through its session's queue.
 fn dispatch(shared: &Arc<Shared>, job: Job, tasks: &mut JoinSet<()>) {
-    if let Some(command) = commands::parse(&job.msg.content) {
+    // Only people type commands; a system message (cron prompt, sub-agent result) that
+    // happens to start with "/stop" is text for the model.
+    let command = (job.msg.kind == InboundKind::User).then(|| commands::parse(&job.msg.content)).flatten();
+    if let Some(command) = command {
         tasks.spawn(commands::handle(Arc::clone(shared), job, command));
         return;
     }
