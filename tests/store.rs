@@ -8,7 +8,7 @@ use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{ConnectOptions, Connection, SqliteConnection};
 use switchboard::provider::{ChatMessage, ToolCall};
 use switchboard::store::sqlite::SqliteStore;
-use switchboard::store::{RunClaim, RunOutcome, RunStatus, Store, StoreError};
+use switchboard::store::{RunClaim, RunOutcome, RunStatus, SessionInfo, Store, StoreError};
 use switchboard_channels::contract::{OutboundKind, OutboundMessage, Usage};
 use tempfile::TempDir;
 
@@ -385,4 +385,24 @@ async fn concurrent_turns_from_two_stores_all_succeed() {
     assert_eq!(runs.len(), 40);
     assert!(runs.iter().all(|r| r.status == RunStatus::Completed && r.reply_delivered));
     assert_eq!(b.history("telegram:0", 100).await.unwrap().len(), 20);
+}
+
+#[tokio::test]
+async fn archiving_a_session_hides_its_history_and_restarts_its_token_count() {
+    let (_dir, store) = fresh().await;
+    assert_eq!(store.session_info("t:new").await.unwrap(), SessionInfo::default());
+    answered(&store, "in-1", "t:arch", 1).await;
+    answered(&store, "in-2", "t:other", 2).await;
+    assert_eq!(store.session_info("t:arch").await.unwrap().tokens_used, 150);
+    store.archive_session("t:arch").await.unwrap();
+    assert!(store.history("t:arch", 10).await.unwrap().is_empty());
+    assert_eq!(store.session_info("t:arch").await.unwrap().tokens_used, 0);
+    // Other sessions are untouched; the archived session goes on from here.
+    assert_eq!(store.history("t:other", 10).await.unwrap().len(), 2);
+    answered(&store, "in-3", "t:arch", 3).await;
+    let history = store.history("t:arch", 10).await.unwrap();
+    assert_eq!(history, vec![ChatMessage::user("q3"), ChatMessage::assistant("a3", Vec::new())]);
+    assert_eq!(store.session_info("t:arch").await.unwrap().tokens_used, 150);
+    store.set_queue_mode("t:arch", Some("collect")).await.unwrap();
+    assert_eq!(store.session_info("t:arch").await.unwrap().queue_mode.as_deref(), Some("collect"));
 }
