@@ -3,7 +3,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::session::Control;
 use serde_json::json;
 use switchboard_channels::bus::BusExt;
 use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, RunEvent, RunEventBody, Usage};
@@ -13,6 +12,7 @@ use tracing::Instrument;
 use super::Shared;
 use super::access::{self, Access};
 use super::keepalive::{Held, Settle};
+use super::session::Control;
 use crate::agent::{EventSink, SteerReceiver, Turn};
 use crate::provider::ChatMessage;
 use crate::store::{RunClaim, RunOutcome, RunStatus};
@@ -80,7 +80,7 @@ async fn process_inner(shared: &Shared, msg: &InboundMessage, control: Control<'
     let outcome = tokio::select! {
         biased;
         _ = shared.abandon.cancelled() => return Err(Giveback::Stopping),
-        _ = cancel.cancelled() => stopped(),
+        _ = cancel.cancelled() => stopped(shared, msg, &run_id),
         outcome = run_turn(shared, msg, &run_id, &session_key, access, steer) => outcome?,
     };
     tracing::Span::current().record("status", outcome.status.as_str());
@@ -92,8 +92,11 @@ async fn process_inner(shared: &Shared, msg: &InboundMessage, control: Control<'
 }
 
 /// A run cancelled by `/stop`, `/new` or `interrupt`: recorded as failed, no reply (the
-/// command answers), and none of its partial work enters the transcript.
-fn stopped() -> RunOutcome {
+/// command answers), and none of its partial work enters the transcript. Live views that saw
+/// `run.started` are told it failed.
+fn stopped(shared: &Shared, msg: &InboundMessage, run_id: &str) -> RunOutcome {
+    let events = BusEvents::start(Arc::clone(&shared.bus), msg, run_id);
+    events.emit(RunEventBody::Failed { error: "stopped".into() });
     RunOutcome {
         status: RunStatus::Failed,
         transcript: Vec::new(),
