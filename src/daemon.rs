@@ -175,6 +175,12 @@ fn build_worker(config: &Config, bus: Arc<dyn Bus>, store: Arc<SqliteStore>) -> 
         access: AccessPolicy::from_config(&config.users, &config.permissions, &config.budgets)?,
         prompt: prompt_settings(&config.agent)?,
         guard: Some(Arc::new(Guard::new(&config.guard)?)),
+        queue: crate::worker::QueueSettings {
+            mode: config.worker.queue_mode,
+            collect_window: std::time::Duration::from_millis(config.worker.collect_window_ms),
+            max_depth: config.worker.max_queue_depth,
+            debounce: std::time::Duration::from_millis(config.worker.debounce_ms),
+        },
     };
     Ok(Worker::new(bus, store, Arc::new(agent), settings))
 }

@@ -8,7 +8,7 @@ use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{ConnectOptions, Connection, SqliteConnection};
 use switchboard::provider::{ChatMessage, ToolCall};
 use switchboard::store::sqlite::SqliteStore;
-use switchboard::store::{RunClaim, RunOutcome, RunStatus, Store, StoreError};
+use switchboard::store::{RunClaim, RunOutcome, RunStatus, SessionInfo, Store, StoreError};
 use switchboard_channels::contract::{OutboundKind, OutboundMessage, Usage};
 use tempfile::TempDir;
 
@@ -417,4 +417,39 @@ async fn compaction_hides_covered_rows_and_keeps_the_summary() {
     assert!(!store.begin_compaction("telegram:nobody").await.unwrap());
     let err = store.finish_compaction("telegram:nobody", "x", 1).await.unwrap_err();
     assert!(matches!(err, StoreError::NoSuchSession(_)), "{err}");
+}
+
+#[tokio::test]
+async fn archiving_a_session_hides_its_history_and_restarts_its_token_count() {
+    let (_dir, store) = fresh().await;
+    assert_eq!(store.session_info("t:new").await.unwrap(), SessionInfo::default());
+    answered(&store, "in-1", "t:arch", 1).await;
+    answered(&store, "in-2", "t:other", 2).await;
+    assert_eq!(store.session_info("t:arch").await.unwrap().tokens_used, 150);
+    store.archive_session("t:arch").await.unwrap();
+    assert!(store.history("t:arch", 10).await.unwrap().is_empty());
+    assert_eq!(store.session_info("t:arch").await.unwrap().tokens_used, 0);
+    // Other sessions are untouched; the archived session goes on from here.
+    assert_eq!(store.history("t:other", 10).await.unwrap().len(), 2);
+    answered(&store, "in-3", "t:arch", 3).await;
+    let history = store.history("t:arch", 10).await.unwrap();
+    assert_eq!(history, vec![ChatMessage::user("q3"), ChatMessage::assistant("a3", Vec::new())]);
+    assert_eq!(store.session_info("t:arch").await.unwrap().tokens_used, 150);
+    store.set_queue_mode("t:arch", Some("collect")).await.unwrap();
+    assert_eq!(store.session_info("t:arch").await.unwrap().queue_mode.as_deref(), Some("collect"));
+}
+
+#[tokio::test]
+async fn a_new_conversation_drops_the_old_summary_and_status_counts_compactions() {
+    let (_dir, store) = fresh().await;
+    for n in 0..2 {
+        answered(&store, &format!("in-{n}"), SESSION, n).await;
+    }
+    let rows = store.history_rows(SESSION, 100).await.unwrap();
+    assert!(store.begin_compaction(SESSION).await.unwrap());
+    store.finish_compaction(SESSION, "old talk", rows[1].0).await.unwrap();
+    assert_eq!(store.session_info(SESSION).await.unwrap().compactions, 1);
+    store.archive_session(SESSION).await.unwrap();
+    assert_eq!(store.session_summary(SESSION).await.unwrap().map(|s| s.0), None);
+    assert!(store.history(SESSION, 100).await.unwrap().is_empty());
 }

@@ -48,7 +48,14 @@ pub struct Turn<'a> {
     /// The tools this run may use (from the sender's permissions).
     pub tools: ToolFilter,
     pub events: &'a dyn EventSink,
+    /// Messages the user sent while this turn runs (queue mode `steer`); each is added as a
+    /// user message before the next model call. What is left unread when the turn ends is
+    /// still in the receiver for the caller to handle.
+    pub steer: Option<&'a mut SteerReceiver>,
 }
+
+/// The receiving end of a run's steering messages.
+pub type SteerReceiver = tokio::sync::mpsc::UnboundedReceiver<String>;
 
 /// What a turn produced.
 #[derive(Debug, Clone, PartialEq)]
@@ -114,7 +121,7 @@ impl Agent {
     /// Runs one turn to its end. Never fails: a provider failure becomes an apologetic reply
     /// with `error` set, so the user always hears back.
     pub async fn run(&self, turn: Turn<'_>) -> TurnResult {
-        let Turn { system_prompt, history, input, ctx, tools, events } = turn;
+        let Turn { system_prompt, history, input, ctx, tools, events, mut steer } = turn;
         let mut messages = Vec::with_capacity(history.len() + 2);
         messages.push(ChatMessage::system(system_prompt));
         messages.extend(history);
@@ -132,6 +139,9 @@ impl Agent {
         let mut cost = CostTally::new(&self.settings.prices);
         let mut retruncated = false;
         while result.iterations < self.settings.max_iterations {
+            if let Some(steer) = steer.as_deref_mut() {
+                steer_in(steer, &mut messages);
+            }
             result.iterations += 1;
             let response = match self.call_model(&messages, &tools, result.iterations, events).await {
                 Ok(response) => response,
@@ -258,6 +268,15 @@ impl Agent {
             });
             messages.push(ChatMessage::tool_result(call, output.content));
         }
+    }
+}
+
+/// Adds the steering messages that arrived since the last model call (at a tool boundary:
+/// after the tool results, before the model sees them).
+fn steer_in(steer: &mut SteerReceiver, messages: &mut Vec<ChatMessage>) {
+    while let Ok(text) = steer.try_recv() {
+        tracing::info!("adding a message the user sent during the run");
+        messages.push(ChatMessage::user(text));
     }
 }
 

@@ -121,6 +121,7 @@ fn turn<'a>(history: Vec<ChatMessage>, input: &str, events: &'a Recorder) -> Tur
         ctx: ToolContext::default(),
         tools: ToolFilter::All,
         events,
+        steer: None,
     }
 }
 

@@ -296,11 +296,27 @@ pub struct WorkerConfig {
     pub max_message_age_secs: u64,
     /// How long running sessions may take to finish on shutdown.
     pub shutdown_grace_secs: u64,
+    /// What messages arriving during a run do, unless a session set its own with `/queue`.
+    pub queue_mode: crate::worker::QueueMode,
+    /// Quiet time before queued messages are merged into one turn (`collect` mode).
+    pub collect_window_ms: u64,
+    /// Messages waiting behind a session's running turn; more get a "please wait" notice.
+    pub max_queue_depth: usize,
+    /// Quiet time after which rapid messages of one sender are merged into one turn; 0 = off.
+    pub debounce_ms: u64,
 }
 
 impl Default for WorkerConfig {
     fn default() -> Self {
-        Self { max_concurrent_runs: 16, max_message_age_secs: 3600, shutdown_grace_secs: 30 }
+        Self {
+            max_concurrent_runs: 16,
+            max_message_age_secs: 3600,
+            shutdown_grace_secs: 30,
+            queue_mode: crate::worker::QueueMode::Followup,
+            collect_window_ms: 1500,
+            max_queue_depth: 10,
+            debounce_ms: 0,
+        }
     }
 }
 

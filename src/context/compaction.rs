@@ -178,6 +178,7 @@ async fn flush_memory(deps: Deps<'_>, msg: &InboundMessage, history: Vec<ChatMes
         ctx: flush_context(deps.agent, msg),
         tools: filter,
         events: &NoEvents,
+        steer: None,
     };
     let timeout = deps.engine.settings().compaction.flush_timeout();
     match tokio::time::timeout(timeout, deps.agent.run(turn)).await {

@@ -146,4 +146,25 @@ pub trait Store: UserStore + Send + Sync {
 
     /// The most recent runs, newest first.
     async fn recent_runs(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError>;
+
+    /// Starts the session afresh (`/new`): later [`Store::history`] calls see nothing written
+    /// before now. The transcript itself is kept.
+    async fn archive_session(&self, session_key: &str) -> Result<(), StoreError>;
+
+    /// What `/status` and the queue need to know about a session (defaults if it is new).
+    async fn session_info(&self, session_key: &str) -> Result<SessionInfo, StoreError>;
+
+    /// Stores the session's queue mode (`/queue <mode>`); `None` = the configured default.
+    async fn set_queue_mode(&self, session_key: &str, mode: Option<&str>) -> Result<(), StoreError>;
+}
+
+/// A session's settings and totals.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SessionInfo {
+    /// Set by `/queue`; `None` = the configured default.
+    pub queue_mode: Option<String>,
+    /// Tokens (input + output) of the session's runs since the last `/new`.
+    pub tokens_used: u64,
+    /// Compactions of the session's history.
+    pub compactions: u64,
 }

@@ -23,7 +23,7 @@ use switchboard_channels::contract::{OutboundMessage, Usage};
 use uuid::Uuid;
 
 use super::migrate::{self, SQLITE_MIGRATIONS};
-use super::{RunClaim, RunOutcome, RunRecord, RunStatus, Store, StoreError};
+use super::{RunClaim, RunOutcome, RunRecord, RunStatus, SessionInfo, Store, StoreError};
 use crate::provider::{ChatMessage, Role};
 
 /// How long a statement waits for another connection's write lock before failing.
@@ -134,11 +134,12 @@ impl Store for SqliteStore {
     }
 
     async fn history_rows(&self, session_key: &str, limit: usize) -> Result<Vec<(i64, ChatMessage)>, StoreError> {
-        // Rows a compaction covered are summarised on the session; COALESCE: no session row
-        // yet means nothing was compacted.
+        // Rows a compaction covered are summarised on the session, rows up to `archived_through`
+        // belong to conversations ended by `/new`; COALESCE: no session row yet means neither.
         let rows: Vec<(i64, String)> = sqlx::query_as(
             "SELECT id, message_json FROM transcript WHERE session_key = $1 AND id > \
-             COALESCE((SELECT compacted_through FROM sessions WHERE key = $1), 0) ORDER BY id DESC LIMIT $2",
+             COALESCE((SELECT MAX(compacted_through, archived_through) FROM sessions WHERE key = $1), 0) \
+             ORDER BY id DESC LIMIT $2",
         )
         .bind(session_key)
         .bind(sql_limit(limit))
@@ -222,6 +223,63 @@ impl Store for SqliteStore {
         let sql = format!("SELECT {RUN_COLUMNS} FROM runs ORDER BY started_at DESC, run_id DESC LIMIT $1");
         let rows = sqlx::query(&sql).bind(sql_limit(limit)).fetch_all(&self.pool).await?;
         rows.iter().map(run_record).collect()
+    }
+
+    async fn archive_session(&self, session_key: &str) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        let now = now_millis();
+        ensure_session(&mut tx, session_key, now).await?;
+        sqlx::query(
+            // The summary belongs to the old conversation too: a new one starts without it.
+            "UPDATE sessions SET updated_at = $1, summary = NULL, archived_through = \
+             COALESCE((SELECT MAX(id) FROM transcript WHERE session_key = $2), 0) WHERE key = $2",
+        )
+        .bind(now)
+        .bind(session_key)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn session_info(&self, session_key: &str) -> Result<SessionInfo, StoreError> {
+        let Some((queue_mode, archived_through, compactions)) = sqlx::query_as::<_, (Option<String>, i64, i64)>(
+            "SELECT queue_mode, archived_through, compaction_count FROM sessions WHERE key = $1",
+        )
+        .bind(session_key)
+        .fetch_optional(&self.pool)
+        .await?
+        else {
+            return Ok(SessionInfo::default());
+        };
+        // Runs since `/new`: those that wrote transcript rows after the archive point, or none.
+        let tokens: i64 = sqlx::query_scalar(
+            "SELECT COALESCE(SUM(input_tokens + output_tokens), 0) FROM runs WHERE session_key = $1 \
+             AND run_id IN (SELECT run_id FROM transcript WHERE session_key = $1 AND id > $2)",
+        )
+        .bind(session_key)
+        .bind(archived_through)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(SessionInfo {
+            queue_mode,
+            tokens_used: to_u64(tokens, "tokens")?,
+            compactions: to_u64(compactions, "compaction_count")?,
+        })
+    }
+
+    async fn set_queue_mode(&self, session_key: &str, mode: Option<&str>) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        let now = now_millis();
+        ensure_session(&mut tx, session_key, now).await?;
+        sqlx::query("UPDATE sessions SET queue_mode = $1, updated_at = $2 WHERE key = $3")
+            .bind(mode)
+            .bind(now)
+            .bind(session_key)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
     }
 }
 

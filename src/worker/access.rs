@@ -51,6 +51,18 @@ pub(super) async fn admit(shared: &Shared, msg: &InboundMessage) -> Result<Acces
     Ok(Access::Allowed { tools, level, billing: Some(Billing { identity, month }) })
 }
 
+/// The sender's level, for commands that need one (`/stop` in a group). System messages act
+/// as owner, like their runs.
+pub(super) async fn level(shared: &Shared, msg: &InboundMessage) -> Result<Level, StoreError> {
+    if msg.kind == InboundKind::System {
+        return Ok(Level::Owner);
+    }
+    let policy = &shared.settings.access;
+    let identity = Identity::new(&msg.channel, &msg.sender.id);
+    let user = shared.store.resolve_user(&identity, &msg.sender.name, policy.new_user_level(&identity)).await?;
+    Ok(policy.effective_level(&identity, &user))
+}
+
 /// The polite answer to a user whose allowance is used up.
 fn over_budget_notice(budget: u64, now: DateTime<Utc>) -> String {
     let resets = next_month_start(now).format("%-d %B %Y");

@@ -8,21 +8,24 @@
 //! the dead-letter subject and is acked, so it is never retried forever.
 
 mod access;
+mod commands;
 mod hygiene;
 mod keepalive;
 mod prompt;
 mod run;
+mod session;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use switchboard_channels::bus::{Bus, BusError, DeliveryInfo};
-use switchboard_channels::contract::{DeadLetter, InboundMessage};
+use switchboard_channels::contract::{DeadLetter, InboundKind, InboundMessage};
 use switchboard_channels::subject::Flow;
 use thiserror::Error;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -32,6 +35,8 @@ use crate::hygiene::Guard;
 use crate::store::Store;
 use crate::users::AccessPolicy;
 use keepalive::{Held, Settle};
+use session::{Job, Placed, Session};
+pub use session::{QueueMode, QueueSettings};
 
 #[derive(Debug, Error)]
 pub enum WorkerError {
@@ -62,6 +67,8 @@ pub struct WorkerSettings {
     pub prompt: crate::prompt::PromptSettings,
     /// The input guard, built from `[guard]`; `None` passes messages to the model unchanged.
     pub guard: Option<Arc<Guard>>,
+    /// What messages arriving during a run do.
+    pub queue: QueueSettings,
 }
 
 impl Default for WorkerSettings {
@@ -77,15 +84,9 @@ impl Default for WorkerSettings {
             access: AccessPolicy::default(),
             prompt: crate::prompt::PromptSettings::default(),
             guard: None,
+            queue: QueueSettings::default(),
         }
     }
-}
-
-/// A message taken from the bus and decoded, waiting for its session's turn.
-struct Job {
-    msg: InboundMessage,
-    held: Held,
-    _slot: tokio::sync::OwnedSemaphorePermit,
 }
 
 /// What the per-session tasks share.
@@ -97,7 +98,10 @@ pub(crate) struct Shared {
     /// The history pipeline and the token estimate correction, shared by all sessions.
     pub context: ContextEngine,
     runs: Arc<Semaphore>,
-    sessions: Mutex<HashMap<String, mpsc::UnboundedSender<Job>>>,
+    /// Sessions with work in this worker; see `session` for the state machine.
+    sessions: Mutex<HashMap<String, Session>>,
+    /// Numbers messages in arrival order.
+    arrivals: AtomicU64,
     /// Cancelled when shutdown starts: no new runs start.
     stopping: CancellationToken,
     /// Cancelled when the grace period is over: running turns are abandoned.
@@ -121,6 +125,7 @@ impl Worker {
             settings,
             runs,
             sessions: Mutex::new(HashMap::new()),
+            arrivals: AtomicU64::new(0),
             stopping: CancellationToken::new(),
             abandon: CancellationToken::new(),
         };
@@ -194,7 +199,8 @@ async fn intake(
         held.settle(Settle::Ack).await;
         return None;
     }
-    Some(Job { msg, held, _slot: slot })
+    let seq = shared.arrivals.fetch_add(1, Ordering::Relaxed);
+    Some(Job { msg, held, seq, _slot: slot })
 }
 
 async fn dead_letter(shared: &Shared, info: &DeliveryInfo, reason: String, held: Held) {
@@ -215,40 +221,34 @@ async fn dead_letter(shared: &Shared, info: &DeliveryInfo, reason: String, held:
     }
 }
 
-/// Queues a job behind its session; starts a session task when none is running.
+/// Sends a job where it goes: a command runs now, beside any running turn (guarantee 3: it
+/// bypasses the queue); anything else goes through its session's queue.
 fn dispatch(shared: &Arc<Shared>, job: Job, tasks: &mut JoinSet<()>) {
+    // Only people type commands; a system message (cron prompt, sub-agent result) that
+    // happens to start with "/stop" is text for the model.
+    let command = (job.msg.kind == InboundKind::User).then(|| commands::parse(&job.msg.content)).flatten();
+    if let Some(command) = command {
+        tasks.spawn(commands::handle(Arc::clone(shared), job, command));
+        return;
+    }
     let key = job.msg.session_key();
-    let mut sessions = shared.sessions.lock().unwrap_or_else(PoisonError::into_inner);
-    let job = match sessions.get(&key) {
-        Some(queue) => match queue.send(job) {
-            Ok(()) => return,
-            Err(mpsc::error::SendError(job)) => job,
-        },
-        None => job,
-    };
-    let (tx, rx) = mpsc::unbounded_channel();
-    // The receiver is alive until the task below ends, and it has not started yet.
-    let _ = tx.send(job);
-    sessions.insert(key.clone(), tx);
-    tasks.spawn(session_loop(Arc::clone(shared), key, rx));
-}
-
-/// Runs one session's jobs in arrival order, then exits when its queue is empty.
-async fn session_loop(shared: Arc<Shared>, key: String, mut rx: mpsc::UnboundedReceiver<Job>) {
-    loop {
-        let next = {
-            // Checked under the lock that dispatch holds while sending, so no job is stranded.
-            let mut sessions = shared.sessions.lock().unwrap_or_else(PoisonError::into_inner);
-            match rx.try_recv() {
-                Ok(job) => Some(job),
-                Err(_) => {
-                    sessions.remove(&key);
-                    None
+    match session::place(shared, &key, job) {
+        Placed::Started => {
+            tasks.spawn(session::session_loop(Arc::clone(shared), key));
+        }
+        Placed::Queued => {}
+        Placed::Full(job) => {
+            let notice = "I'm still working on earlier messages; please wait.".to_owned();
+            tasks.spawn(commands::answer(Arc::clone(shared), *job, notice));
+        }
+        Placed::Interrupted(dropped) => {
+            let shared = Arc::clone(shared);
+            tasks.spawn(async move {
+                for job in dropped {
+                    commands::settle_unanswered(&shared, job, "dropped by a newer message (interrupt mode)").await;
                 }
-            }
-        };
-        let Some(job) = next else { return };
-        run::process(&shared, job.msg, job.held).await;
+            });
+        }
     }
 }
 

@@ -13,7 +13,8 @@ use super::Shared;
 use super::access::{self, Access};
 use super::hygiene;
 use super::keepalive::{Held, Settle};
-use crate::agent::{EventSink, Turn};
+use super::session::Control;
+use crate::agent::{EventSink, SteerReceiver, Turn};
 use crate::context::compaction;
 use crate::provider::ChatMessage;
 use crate::store::{RunClaim, RunOutcome, RunStatus};
@@ -28,12 +29,14 @@ enum Giveback {
     Transient(String),
 }
 
-pub(super) async fn process(shared: &Shared, msg: InboundMessage, held: Held) {
+/// Runs `msg`'s turn and settles its delivery; true when it was acked (its outcome stored).
+/// `control` is the session's stop handle and steering messages.
+pub(super) async fn process(shared: &Shared, msg: InboundMessage, held: Held, control: Control<'_>) -> bool {
     let span = tracing::info_span!("run", agent = %shared.agent.settings().name, session = %msg.session_key(),
         inbound = %msg.id, run_id = tracing::field::Empty, status = tracing::field::Empty,
         duration_ms = tracing::field::Empty);
     let started = std::time::Instant::now();
-    let verdict = process_inner(shared, &msg).instrument(span.clone()).await;
+    let verdict = process_inner(shared, &msg, control).instrument(span.clone()).await;
     span.record("duration_ms", started.elapsed().as_millis() as u64);
     // Not while stopping: a compaction would only eat into the shutdown grace period.
     let compact = verdict.is_ok() && !shared.stopping.is_cancelled();
@@ -45,6 +48,7 @@ pub(super) async fn process(shared: &Shared, msg: InboundMessage, held: Held) {
             Settle::Nak(Some(RETRY_DELAY))
         }
     };
+    let acked = settle == Settle::Ack;
     held.settle(settle).await;
     // After the ack, still in the session's task: the next turn of this session waits for
     // the compaction, other sessions do not.
@@ -70,9 +74,11 @@ pub(super) async fn process(shared: &Shared, msg: InboundMessage, held: Held) {
         let span = tracing::info_span!(parent: &span, "compaction", session = %msg.session_key());
         compaction::after_turn(deps, &msg, &shared.abandon).instrument(span).await;
     }
+    acked
 }
 
-async fn process_inner(shared: &Shared, msg: &InboundMessage) -> Result<(), Giveback> {
+async fn process_inner(shared: &Shared, msg: &InboundMessage, control: Control<'_>) -> Result<(), Giveback> {
+    let Control { cancel, steer } = control;
     if shared.stopping.is_cancelled() {
         return Err(Giveback::Stopping);
     }
@@ -100,9 +106,13 @@ async fn process_inner(shared: &Shared, msg: &InboundMessage) -> Result<(), Give
     let access = access::admit(shared, msg).await.map_err(transient)?;
     let (msg, access) = hygiene::screen_input(shared, msg, access);
     let msg = msg.as_ref();
+    // Dropping the turn's future on cancel stops its model call and tools at once; `biased`
+    // so a run stopped before it started never calls the model.
     let outcome = tokio::select! {
+        biased;
         _ = shared.abandon.cancelled() => return Err(Giveback::Stopping),
-        outcome = run_turn(shared, msg, &run_id, &session_key, access) => outcome?,
+        _ = cancel.cancelled() => stopped(shared, msg, &run_id),
+        outcome = run_turn(shared, msg, &run_id, &session_key, access, steer) => outcome?,
     };
     tracing::Span::current().record("status", outcome.status.as_str());
     shared.store.finish_run(&run_id, &outcome).await.map_err(transient)?;
@@ -110,6 +120,25 @@ async fn process_inner(shared: &Shared, msg: &InboundMessage) -> Result<(), Give
         deliver(shared, &run_id, reply).await?;
     }
     Ok(())
+}
+
+/// A run cancelled by `/stop`, `/new` or `interrupt`: recorded as failed, no reply (the
+/// command answers), and none of its partial work enters the transcript. Live views that saw
+/// `run.started` are told it failed.
+fn stopped(shared: &Shared, msg: &InboundMessage, run_id: &str) -> RunOutcome {
+    let events = BusEvents::start(Arc::clone(&shared.bus), msg, run_id);
+    events.emit(RunEventBody::Failed { error: "stopped".into() });
+    RunOutcome {
+        status: RunStatus::Failed,
+        transcript: Vec::new(),
+        reply: None,
+        error: Some("stopped".into()),
+        usage: Usage::default(),
+        model: String::new(),
+        cost_usd: None,
+        iterations: 0,
+        billing: None,
+    }
 }
 
 fn transient(err: impl std::fmt::Display) -> Giveback {
@@ -127,6 +156,7 @@ async fn run_turn(
     run_id: &str,
     session_key: &str,
     access: Access,
+    steer: &mut SteerReceiver,
 ) -> Result<RunOutcome, Giveback> {
     let (tools, level, billing) = match access {
         Access::Allowed { tools, level, billing } => (tools, level, billing),
@@ -158,6 +188,7 @@ async fn run_turn(
         },
         tools,
         events: &events,
+        steer: Some(steer),
     };
     let mut result = shared.agent.run(turn).await;
     if result.error.is_none() {
@@ -222,7 +253,7 @@ fn over_budget(shared: &Shared, msg: &InboundMessage, run_id: &str, session_key:
 
 /// The run's answer to `msg`. Its id is derived from the run, so a redelivery publishes the
 /// same message again and the bus's dedupe (or the adapter) drops the copy.
-fn reply_to(
+pub(super) fn reply_to(
     msg: &InboundMessage,
     run_id: &str,
     session_key: &str,
@@ -236,7 +267,7 @@ fn reply_to(
 }
 
 /// The text the model sees for an inbound message: its content, plus a line per attachment.
-fn input_text(msg: &InboundMessage) -> String {
+pub(super) fn input_text(msg: &InboundMessage) -> String {
     let mut text = msg.content.clone();
     for media in &msg.media {
         let place = media.path.as_deref().or(media.url.as_deref()).unwrap_or("(not downloaded)");

@@ -1,0 +1,284 @@
+//! Chat commands (`/new`, `/stop`, `/status`, `/help`, `/queue`): handled when they arrive,
+//! not behind the session's running turn, and answered with a `notice`.
+//!
+//! A command is recorded like a run (claimed by its inbound id, finished with its answer), so
+//! a redelivered command is not executed again: its stored answer is re-sent if it never went
+//! out. The same helpers settle messages that never get a turn of their own (queue full,
+//! dropped by `/stop` or `interrupt`, merged into another turn).
+
+use std::sync::{Arc, PoisonError};
+use std::time::Duration;
+
+use switchboard_channels::bus::{BusError, BusExt};
+use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, Usage};
+use thiserror::Error;
+
+use super::keepalive::Settle;
+use super::session::{Job, QueueMode, set_mode};
+use super::{Shared, access, run};
+use crate::store::{RunClaim, RunOutcome, RunStatus, StoreError};
+use crate::users::Level;
+
+/// How long `/new` waits for a cancelled run to store its outcome before archiving.
+const STOP_WAIT: Duration = Duration::from_secs(10);
+
+/// Why a command or notice could not be handled now (the message is given back to the bus).
+#[derive(Debug, Error)]
+enum HandleError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Bus(#[from] BusError),
+}
+
+/// A chat command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Command {
+    New,
+    Stop,
+    Status,
+    Help,
+    /// `/queue` shows the mode; `/queue <mode>` sets it.
+    Queue(Option<String>),
+}
+
+/// Reads a command from a message's text: `/name`, `/name@botname`, then arguments.
+pub(super) fn parse(content: &str) -> Option<Command> {
+    let mut words = content.trim_start().strip_prefix('/')?.split_whitespace();
+    let name = words.next()?;
+    let name = name.split_once('@').map_or(name, |(name, _bot)| name);
+    Some(match name.to_ascii_lowercase().as_str() {
+        "new" => Command::New,
+        "stop" => Command::Stop,
+        "status" => Command::Status,
+        "help" => Command::Help,
+        "queue" => Command::Queue(words.next().map(str::to_owned)),
+        _ => return None,
+    })
+}
+
+const HELP: &str = "Commands:\n\
+    /new: start a new conversation (earlier messages are forgotten)\n\
+    /stop: stop the current answer and drop messages waiting behind it\n\
+    /status: model, tokens used, messages waiting, queue mode\n\
+    /queue [followup|collect|interrupt|steer]: show or set what messages sent during an answer do\n\
+    /help: this list";
+
+/// Runs a command and answers it, once per inbound id.
+pub(super) async fn handle(shared: Arc<Shared>, job: Job, command: Command) {
+    let key = job.msg.session_key();
+    let run_id = match claim(&shared, &job.msg).await {
+        Ok(Some(run_id)) => run_id,
+        Ok(None) => return job.held.settle(Settle::Ack).await,
+        Err(err) => return give_back(job, err).await,
+    };
+    let text = match execute(&shared, &job, &key, command).await {
+        Ok(text) => text,
+        Err(err) => return give_back(job, err).await,
+    };
+    match finish(&shared, &job.msg, &run_id, RunStatus::Completed, Some(text)).await {
+        Ok(()) => job.held.settle(Settle::Ack).await,
+        Err(err) => give_back(job, err).await,
+    }
+}
+
+async fn execute(shared: &Shared, job: &Job, key: &str, command: Command) -> Result<String, StoreError> {
+    let needs_user = matches!(command, Command::New | Command::Stop | Command::Queue(Some(_)));
+    if needs_user && job.msg.is_group && access::level(shared, &job.msg).await? < Level::User {
+        return Ok("Only members with the user level or above can do that in a group.".into());
+    }
+    Ok(match command {
+        Command::Help => HELP.into(),
+        Command::Status => status(shared, key).await?,
+        Command::Stop => stop(shared, key, job.seq).await,
+        Command::New => {
+            new_conversation(shared, key).await?;
+            "Started a new conversation.".into()
+        }
+        Command::Queue(None) => {
+            let mode = current_mode(shared, key).await?;
+            format!("Queue mode: {}. Modes: followup, collect, interrupt, steer.", mode.as_str())
+        }
+        Command::Queue(Some(name)) => match QueueMode::parse(&name) {
+            Some(mode) => {
+                shared.store.set_queue_mode(key, Some(mode.as_str())).await?;
+                set_mode(shared, key, mode);
+                format!("Queue mode set to {}.", mode.as_str())
+            }
+            None => format!("Unknown queue mode {name:?}. Modes: followup, collect, interrupt, steer."),
+        },
+    })
+}
+
+/// Cancels the running turn and drops the messages that arrived before this command.
+async fn stop(shared: &Shared, key: &str, seq: u64) -> String {
+    let (was_running, dropped) = {
+        let mut sessions = shared.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+        match sessions.get_mut(key) {
+            Some(session) => {
+                let running = session.active.as_ref().map(|active| active.cancel.cancel()).is_some();
+                // Messages sent after `/stop` are kept: the user wrote them knowing they stopped.
+                let (dropped, kept) = session.queue.drain(..).partition::<Vec<_>, _>(|job| job.seq < seq);
+                session.queue.extend(kept);
+                (running, dropped)
+            }
+            None => (false, Vec::new()),
+        }
+    };
+    let count = dropped.len();
+    for job in dropped {
+        settle_unanswered(shared, job, "dropped by /stop").await;
+    }
+    let head = if was_running { "Stopped." } else { "Nothing to stop." };
+    match count {
+        0 => head.to_owned(),
+        1 => format!("{head} Dropped 1 waiting message."),
+        n => format!("{head} Dropped {n} waiting messages."),
+    }
+}
+
+/// `/new` stops a running turn rather than waiting for it: its answer would belong to the
+/// conversation being left. It waits until that run has stored its (empty) outcome, so no
+/// transcript row of the old conversation lands after the archive point.
+async fn new_conversation(shared: &Shared, key: &str) -> Result<(), StoreError> {
+    let finished = {
+        let sessions = shared.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+        sessions.get(key).and_then(|session| session.active.as_ref()).map(|active| {
+            active.cancel.cancel();
+            active.finished.clone()
+        })
+    };
+    if let Some(finished) = finished
+        && tokio::time::timeout(STOP_WAIT, finished.cancelled()).await.is_err()
+    {
+        tracing::warn!(session = %key, "the stopped run did not finish in time; archiving anyway");
+    }
+    shared.store.archive_session(key).await
+}
+
+async fn status(shared: &Shared, key: &str) -> Result<String, StoreError> {
+    let info = shared.store.session_info(key).await?;
+    let (waiting, running) = {
+        let sessions = shared.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+        sessions.get(key).map_or((0, false), |session| (session.queue.len(), session.active.is_some()))
+    };
+    let mode = current_mode(shared, key).await?;
+    Ok(format!(
+        "Model: {}\nTokens used in this conversation: {}\nRunning: {}\nMessages waiting: {waiting}\n\
+         Compactions: {}\nQueue mode: {}",
+        shared.agent.settings().model,
+        info.tokens_used,
+        if running { "yes" } else { "no" },
+        info.compactions,
+        mode.as_str(),
+    ))
+}
+
+async fn current_mode(shared: &Shared, key: &str) -> Result<QueueMode, StoreError> {
+    let info = shared.store.session_info(key).await?;
+    Ok(info.queue_mode.as_deref().and_then(QueueMode::parse).unwrap_or(shared.settings.queue.mode))
+}
+
+/// Answers a message with `text` instead of running it (queue full), once per inbound id.
+pub(super) async fn answer(shared: Arc<Shared>, job: Job, text: String) {
+    let result = async {
+        if let Some(run_id) = claim(&shared, &job.msg).await? {
+            finish(&shared, &job.msg, &run_id, RunStatus::Completed, Some(text)).await?;
+        }
+        Ok::<_, HandleError>(())
+    }
+    .await;
+    match result {
+        Ok(()) => job.held.settle(Settle::Ack).await,
+        Err(err) => give_back(job, err).await,
+    }
+}
+
+/// Records that a message got no turn of its own (`why`), then acks it; its outcome is
+/// stored first, so a redelivery does not run it.
+pub(super) async fn settle_unanswered(shared: &Shared, job: Job, why: &str) {
+    tracing::info!(id = %job.msg.id, session = %job.msg.session_key(), why, "settling a message without a turn");
+    let result = async {
+        if let Some(run_id) = claim(shared, &job.msg).await? {
+            finish(shared, &job.msg, &run_id, RunStatus::Failed, None).await?;
+        }
+        Ok::<_, HandleError>(())
+    }
+    .await;
+    match result {
+        Ok(()) => job.held.settle(Settle::Ack).await,
+        Err(err) => give_back(job, err).await,
+    }
+}
+
+/// Claims the message's run; `None` when it was already handled (its stored answer, if
+/// never delivered, is delivered now).
+async fn claim(shared: &Shared, msg: &InboundMessage) -> Result<Option<String>, HandleError> {
+    match shared.store.claim_run(&msg.id, &msg.session_key()).await? {
+        RunClaim::New { run_id } | RunClaim::Resumed { run_id, .. } => Ok(Some(run_id)),
+        RunClaim::Finished { run_id, reply, delivered } => {
+            tracing::info!(%run_id, "command already handled; not running it again");
+            if let (Some(reply), false) = (reply, delivered) {
+                deliver(shared, &run_id, &reply).await?;
+            }
+            Ok(None)
+        }
+    }
+}
+
+/// Stores the outcome (no transcript: the model never saw the message), then publishes.
+async fn finish(
+    shared: &Shared,
+    msg: &InboundMessage,
+    run_id: &str,
+    status: RunStatus,
+    text: Option<String>,
+) -> Result<(), HandleError> {
+    let key = msg.session_key();
+    let reply = text.map(|text| run::reply_to(msg, run_id, &key, OutboundKind::Notice, text));
+    let outcome = RunOutcome {
+        status,
+        transcript: Vec::new(),
+        error: (status == RunStatus::Failed).then(|| "no turn of its own".to_owned()),
+        reply,
+        usage: Usage::default(),
+        model: String::new(),
+        cost_usd: None,
+        iterations: 0,
+        billing: None,
+    };
+    shared.store.finish_run(run_id, &outcome).await?;
+    if let Some(reply) = &outcome.reply {
+        deliver(shared, run_id, reply).await?;
+    }
+    Ok(())
+}
+
+/// Publishes a stored answer (its id comes from the run, so a republish is deduplicated).
+async fn deliver(shared: &Shared, run_id: &str, reply: &OutboundMessage) -> Result<(), HandleError> {
+    shared.bus.publish_outbound(reply).await?;
+    Ok(shared.store.mark_reply_delivered(run_id).await?)
+}
+
+/// A store or bus failure: the message comes back later and is tried again.
+async fn give_back(job: Job, err: impl Into<HandleError>) {
+    let err = err.into();
+    tracing::warn!(%err, id = %job.msg.id, "cannot handle a message now; giving it back to the bus");
+    job.held.settle(Settle::Nak(Some(Duration::from_secs(5)))).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_are_read_with_or_without_the_bot_name() {
+        assert_eq!(parse("/stop"), Some(Command::Stop));
+        assert_eq!(parse("  /new@switchboard_bot"), Some(Command::New));
+        assert_eq!(parse("/queue collect"), Some(Command::Queue(Some("collect".into()))));
+        assert_eq!(parse("/Status"), Some(Command::Status));
+        assert_eq!(parse("/unknown"), None);
+        assert_eq!(parse("stop"), None);
+        assert_eq!(parse("/"), None);
+    }
+}
