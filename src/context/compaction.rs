@@ -72,6 +72,8 @@ pub struct Deps<'a> {
     pub engine: &'a ContextEngine,
     pub store: &'a dyn Store,
     pub agent: &'a Agent,
+    /// The session's key: it records the agent the session belongs to.
+    pub session_key: &'a str,
     /// Messages read from the store, as for a turn.
     pub history_limit: usize,
     /// The system prompt of the memory flush turn (minimal mode).
@@ -103,7 +105,7 @@ pub async fn maybe_compact(
     msg: &InboundMessage,
     stop: &CancellationToken,
 ) -> Result<Outcome, CompactionError> {
-    let key = msg.session_key();
+    let key = deps.session_key;
     let rows = deps.store.history_rows(&key, deps.history_limit).await?;
     let keep = deps.engine.settings().compaction.keep_recent_messages;
     let (true, Some(cut)) = (is_due(deps, &rows), split_point(&rows, keep)) else { return Ok(Outcome::NotNeeded) };
@@ -148,7 +150,7 @@ async fn compact(
     rows: &[(i64, ChatMessage)],
     cut: usize,
 ) -> Result<Outcome, CompactionError> {
-    let key = msg.session_key();
+    let key = deps.session_key;
     let previous = deps.store.session_summary(&key).await?.map(|(summary, _)| summary);
     let history: Vec<ChatMessage> = rows.iter().map(|(_, m)| m.clone()).collect();
     // Whatever is left out of a very long stretch, the summariser's own call must fit.
@@ -175,7 +177,7 @@ async fn flush_memory(deps: Deps<'_>, msg: &InboundMessage, history: Vec<ChatMes
         system_prompt: deps.flush_prompt.to_owned(),
         history: prepared.history,
         input,
-        ctx: flush_context(deps.agent, msg),
+        ctx: flush_context(deps.agent, deps.session_key, msg),
         tools: filter,
         events: &NoEvents,
         steer: None,
@@ -192,9 +194,9 @@ async fn flush_memory(deps: Deps<'_>, msg: &InboundMessage, history: Vec<ChatMes
     }
 }
 
-fn flush_context(agent: &Agent, msg: &InboundMessage) -> ToolContext {
+fn flush_context(agent: &Agent, session_key: &str, msg: &InboundMessage) -> ToolContext {
     ToolContext {
-        session_key: msg.session_key(),
+        session_key: session_key.to_owned(),
         channel: msg.channel.clone(),
         chat_id: msg.chat_id.clone(),
         thread_id: msg.thread_id.clone(),
