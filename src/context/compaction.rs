@@ -106,10 +106,10 @@ pub async fn maybe_compact(
     stop: &CancellationToken,
 ) -> Result<Outcome, CompactionError> {
     let key = deps.session_key;
-    let rows = deps.store.history_rows(&key, deps.history_limit).await?;
+    let rows = deps.store.history_rows(key, deps.history_limit).await?;
     let keep = deps.engine.settings().compaction.keep_recent_messages;
     let (true, Some(cut)) = (is_due(deps, &rows), split_point(&rows, keep)) else { return Ok(Outcome::NotNeeded) };
-    if !deps.store.begin_compaction(&key).await? {
+    if !deps.store.begin_compaction(key).await? {
         return Ok(Outcome::Busy);
     }
     let result = tokio::select! {
@@ -117,7 +117,7 @@ pub async fn maybe_compact(
         () = stop.cancelled() => Err(CompactionError::Cancelled),
     };
     if result.is_err()
-        && let Err(err) = deps.store.abort_compaction(&key).await
+        && let Err(err) = deps.store.abort_compaction(key).await
     {
         tracing::warn!(%err, "cannot clear the compaction mark; it goes stale on its own");
     }
@@ -151,7 +151,7 @@ async fn compact(
     cut: usize,
 ) -> Result<Outcome, CompactionError> {
     let key = deps.session_key;
-    let previous = deps.store.session_summary(&key).await?.map(|(summary, _)| summary);
+    let previous = deps.store.session_summary(key).await?.map(|(summary, _)| summary);
     let history: Vec<ChatMessage> = rows.iter().map(|(_, m)| m.clone()).collect();
     // Whatever is left out of a very long stretch, the summariser's own call must fit.
     let room = usize::try_from(deps.engine.input_budget(deps.agent, &[]).saturating_mul(3)).unwrap_or(usize::MAX);
@@ -163,7 +163,7 @@ async fn compact(
         return Err(CompactionError::EmptySummary);
     }
     let through_id = rows[cut - 1].0;
-    deps.store.finish_compaction(&key, &summary, through_id).await?;
+    deps.store.finish_compaction(key, &summary, through_id).await?;
     Ok(Outcome::Compacted { summarized: cut, through_id })
 }
 
