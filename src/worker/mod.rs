@@ -202,7 +202,7 @@ async fn intake(
     }
     let age = chrono::Utc::now().signed_duration_since(msg.received_at);
     if age.to_std().is_ok_and(|age| age > shared.settings.max_message_age) {
-        tracing::warn!(id = %msg.id, session = %msg.session_key(), age_secs = age.num_seconds(),
+        tracing::warn!(id = %msg.id, session = %shared.agents.session_key(&msg), age_secs = age.num_seconds(),
             "dropping a message too old to answer usefully");
         held.settle(Settle::Ack).await;
         return None;
