@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::{Agent, AgentSettings};
 use crate::config::{BusKind, Config, ConfigError};
-use crate::config::{ChainEntry, ProviderKind};
+use crate::config::{ChainEntry, MAIN_AGENT, ProviderKind};
 use crate::context::ContextSettings;
 use crate::hygiene::{Guard, GuardError};
 use crate::prompt::PromptSettings;
@@ -26,6 +26,7 @@ use crate::store::sqlite::SqliteStore;
 use crate::tools::web::register_web_tools;
 use crate::tools::{MessageTool, ToolLimits, ToolRegistry, register_local_tools};
 use crate::users::{AccessPolicy, BadIdentity};
+use crate::worker::agents::{Agents, Binding};
 use crate::worker::{Worker, WorkerError, WorkerSettings};
 
 #[derive(Debug, Error)]
@@ -128,37 +129,7 @@ async fn connect_bus(
 }
 
 fn build_worker(config: &Config, bus: Arc<dyn Bus>, store: Arc<SqliteStore>) -> Result<Worker, DaemonError> {
-    let chain = config.model_chain()?;
-    let primary = chain.first().map(|entry| entry.model.clone()).unwrap_or_default();
-    // Chunks are streamed to the user when the primary streams; the others follow suit.
-    let stream = chain.first().is_none_or(|entry| entry.settings.stream);
-    let provider = build_provider_chain(&chain)?;
-    tracing::info!(chain = %provider.name(), "model chain");
-    let mut tools = ToolRegistry::with_builtins(ToolLimits {
-        timeout: config.agent.tool_timeout(),
-        max_result_chars: config.tools.max_result_chars,
-        ..ToolLimits::default()
-    });
-    tools.register(Arc::new(MessageTool::new(Arc::clone(&bus))));
-    if config.tools.web.enabled {
-        register_web_tools(&mut tools, &config.tools.web);
-    }
-    register_local_tools(&mut tools, &config.tools)?;
-    let agent = Agent::new(
-        Arc::new(provider),
-        tools,
-        AgentSettings {
-            name: "main".into(),
-            system_prompt: config.agent.system_prompt.clone(),
-            model: primary,
-            max_iterations: config.agent.max_iterations,
-            max_tokens: Some(config.agent.max_tokens).filter(|&n| n > 0),
-            temperature: config.agent.temperature,
-            stream,
-            prices: PriceTable::new(config.prices.clone()),
-            workspace: config.agent.workspace.clone(),
-        },
-    );
+    let agents = build_agents(config, &bus)?;
     let settings = WorkerSettings {
         max_concurrent_runs: config.worker.max_concurrent_runs,
         max_held: config.worker.max_concurrent_runs * 4,
@@ -182,7 +153,66 @@ fn build_worker(config: &Config, bus: Arc<dyn Bus>, store: Arc<SqliteStore>) -> 
             debounce: std::time::Duration::from_millis(config.worker.debounce_ms),
         },
     };
-    Ok(Worker::new(bus, store, Arc::new(agent), settings))
+    Ok(Worker::with_agents(bus, store, agents, settings))
+}
+
+/// The implicit `main` agent (`[agent]`) and every `[agents.<name>]`, with the bindings.
+fn build_agents(config: &Config, bus: &Arc<dyn Bus>) -> Result<Agents, DaemonError> {
+    let mut agents = vec![Arc::new(build_agent(config, bus, MAIN_AGENT)?)];
+    for name in config.agents.keys() {
+        agents.push(Arc::new(build_agent(config, bus, name)?));
+    }
+    let bindings = config.bindings.iter().filter_map(Binding::from_config).collect();
+    // Validated at load; a hand-built config that names an unknown agent fails here.
+    Agents::new(agents, &config.agent.default, bindings).map_err(|err| {
+        DaemonError::Config(ConfigError::Invalid {
+            key: "bindings".into(),
+            origin: crate::config::Origin::Default,
+            reason: err.to_string(),
+        })
+    })
+}
+
+/// One agent: `[agent]`, overridden by `[agents.<name>]` when `name` is not `main`.
+fn build_agent(config: &Config, bus: &Arc<dyn Bus>, name: &str) -> Result<Agent, DaemonError> {
+    let overrides = config.agents.get(name);
+    let chain = config.agent_model_chain(name)?;
+    let primary = chain.first().map(|entry| entry.model.clone()).unwrap_or_default();
+    // Chunks are streamed to the user when the primary streams; the others follow suit.
+    let stream = chain.first().is_none_or(|entry| entry.settings.stream);
+    let provider = build_provider_chain(&chain)?;
+    tracing::info!(agent = name, chain = %provider.name(), "model chain");
+    let mut tools = ToolRegistry::with_builtins(ToolLimits {
+        timeout: config.agent.tool_timeout(),
+        max_result_chars: config.tools.max_result_chars,
+        ..ToolLimits::default()
+    });
+    tools.register(Arc::new(MessageTool::new(Arc::clone(bus))));
+    if config.tools.web.enabled {
+        register_web_tools(&mut tools, &config.tools.web);
+    }
+    register_local_tools(&mut tools, &config.tools)?;
+    if let Some(allowed) = overrides.map(|o| &o.tools).filter(|tools| !tools.is_empty()) {
+        tools.retain(allowed);
+    }
+    let max_tokens = overrides.and_then(|o| o.max_tokens).unwrap_or(config.agent.max_tokens);
+    Ok(Agent::new(
+        Arc::new(provider),
+        tools,
+        AgentSettings {
+            name: name.to_owned(),
+            system_prompt: overrides
+                .and_then(|o| o.system_prompt.clone())
+                .unwrap_or_else(|| config.agent.system_prompt.clone()),
+            model: primary,
+            max_iterations: config.agent.max_iterations,
+            max_tokens: Some(max_tokens).filter(|&n| n > 0),
+            temperature: config.agent.temperature,
+            stream,
+            prices: PriceTable::new(config.prices.clone()),
+            workspace: overrides.map_or_else(|| config.agent.workspace.clone(), |o| o.workspace.clone()),
+        },
+    ))
 }
 
 fn prompt_settings(agent: &crate::config::AgentConfig) -> Result<PromptSettings, ConfigError> {

@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 use toml::{Table, Value};
 
 use super::error::{ConfigError, Origin};
-use super::{AgentConfig, Config, ModelPrice, ProviderConfig, env, providers, validate};
+use super::{
+    AgentConfig, BindingConfig, Config, ModelPrice, NamedAgentConfig, ProviderConfig, env, providers, validate,
+};
 
 /// Where each key path (`channels.api.listen`) that did not keep its default came from.
 pub(super) type Origins = HashMap<String, Origin>;
@@ -73,6 +75,12 @@ pub(super) fn schema_sample() -> Config {
         agent: AgentConfig { temperature: Some(0.0), ..AgentConfig::default() },
         providers: [(any(), ProviderConfig::default())].into(),
         prices: [(any(), ModelPrice::default())].into(),
+        agents: [(
+            any(),
+            NamedAgentConfig { max_tokens: Some(0), system_prompt: Some(String::new()), ..Default::default() },
+        )]
+        .into(),
+        bindings: vec![BindingConfig::default()],
         ..Config::default()
     }
 }
@@ -201,6 +209,12 @@ fn apply_conventions(
         path if path.as_os_str().is_empty() => config.data_dir.join("workspace"),
         path => config.data_dir.join(path),
     };
+    for (name, agent) in &mut config.agents {
+        agent.workspace = match expand_home(&agent.workspace) {
+            path if path.as_os_str().is_empty() => config.data_dir.join("agents").join(name),
+            path => config.data_dir.join(path),
+        };
+    }
     providers::apply_conventions(config, env, origins);
     let from_env = |name: &str| env.get(name).filter(|value| !value.trim().is_empty());
     if config.tools.web.brave_api_key.is_empty()

@@ -10,6 +10,7 @@
 //! applied (see [`providers`] for the model chain).
 //! `Config::default()` is the raw defaults, with those fields still empty.
 
+mod agents;
 mod context;
 mod env;
 mod error;
@@ -30,6 +31,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+pub use agents::{BindingConfig, MAIN_AGENT, NamedAgentConfig};
 pub use context::{CompactionConfig, HistoryConfig};
 pub use env::{ENV_PREFIX, NON_KEY_VARS};
 pub use error::{ConfigError, Origin};
@@ -63,6 +65,10 @@ pub struct Config {
     /// USD per million tokens, by model name, for run cost estimates.
     pub prices: BTreeMap<String, ModelPrice>,
     pub agent: AgentConfig,
+    /// Named agents besides `[agent]` (which is `main`), each overriding parts of it.
+    pub agents: BTreeMap<String, NamedAgentConfig>,
+    /// Which agent answers which chat, group, guild or channel; the most specific wins.
+    pub bindings: Vec<BindingConfig>,
     pub history: HistoryConfig,
     pub compaction: CompactionConfig,
     pub worker: WorkerConfig,
@@ -87,6 +93,8 @@ impl Default for Config {
             providers: BTreeMap::new(),
             prices: BTreeMap::new(),
             agent: AgentConfig::default(),
+            agents: BTreeMap::new(),
+            bindings: Vec::new(),
             history: HistoryConfig::default(),
             compaction: CompactionConfig::default(),
             worker: WorkerConfig::default(),
@@ -224,6 +232,9 @@ impl ProviderConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct AgentConfig {
+    /// The agent that answers chats no binding matches: `main` (this table) or a name
+    /// from `[agents.<name>]`.
+    pub default: String,
     /// Operator instructions, added to the assembled system prompt as its own section (the
     /// persona and rules come from the workspace files; see `crate::prompt`).
     pub system_prompt: String,
@@ -257,6 +268,7 @@ pub struct AgentConfig {
 impl Default for AgentConfig {
     fn default() -> Self {
         Self {
+            default: agents::MAIN_AGENT.into(),
             system_prompt: "You are a helpful assistant. Answer concisely and use tools when \
                             they help."
                 .into(),
@@ -414,6 +426,10 @@ impl Config {
     /// server that needs none) and a model. Commands that talk to the model call this at
     /// start; commands that do not (a channel-only process) need not.
     pub fn require_provider(&self) -> Result<(), ConfigError> {
-        self.model_chain().map(drop)
+        self.model_chain()?;
+        for name in self.agents.keys() {
+            self.agent_model_chain(name)?;
+        }
+        Ok(())
     }
 }

@@ -62,7 +62,7 @@ impl Config {
         !self.agent.models.is_empty()
     }
 
-    fn chain_entry(&self, spec: &str) -> Result<ChainEntry, ConfigError> {
+    pub(super) fn chain_entry(&self, spec: &str) -> Result<ChainEntry, ConfigError> {
         let (name, model) = parse_model_spec(spec).map_err(|reason| invalid("agent.models", reason))?;
         let settings = self.provider_named(name).ok_or_else(|| invalid("agent.models", self.unknown_provider(name)))?;
         if !is_configured(settings) {

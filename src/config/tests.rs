@@ -378,15 +378,21 @@ fn example_file_documents_every_key() {
 }
 
 /// `section.key` for every line `key = …` or `# key = …` of the example; a commented
-/// `# [providers.NAME]` section counts too, as the schema's `providers.*`.
+/// `# [providers.NAME]` section counts too, as the schema's `providers.*`, and a commented
+/// `# [[bindings]]` as the keys of the schema's one sample binding.
 fn example_keys() -> BTreeSet<String> {
     let mut section = String::new();
     let mut keys = BTreeSet::new();
     for line in EXAMPLE.lines().map(str::trim) {
-        let header = line.trim_start_matches("# ").strip_prefix('[').and_then(|l| l.strip_suffix(']'));
-        if let Some(name) = header {
+        // `[[bindings]]` (an array of tables) is read like a table.
+        let header = line
+            .trim_start_matches("# ")
+            .strip_prefix('[')
+            .map(|l| l.trim_start_matches('['))
+            .and_then(|l| l.strip_suffix(']'));
+        if let Some(name) = header.map(|name| name.trim_end_matches(']')) {
             section = match name.split_once('.') {
-                Some((map @ ("providers" | "prices"), _)) => format!("{map}.*."),
+                Some((map @ ("providers" | "prices" | "agents"), _)) => format!("{map}.*."),
                 _ => format!("{name}."),
             };
         } else if let Some((key, _)) = line.trim_start_matches("# ").split_once(" = ")
@@ -403,6 +409,11 @@ fn schema_keys() -> Vec<String> {
         for (name, value) in table {
             match value {
                 toml::Value::Table(inner) => walk(inner, &format!("{prefix}{name}."), out),
+                toml::Value::Array(items) if items.iter().all(toml::Value::is_table) && !items.is_empty() => {
+                    for item in items.iter().filter_map(toml::Value::as_table) {
+                        walk(item, &format!("{prefix}{name}."), out);
+                    }
+                }
                 _ => out.push(format!("{prefix}{name}")),
             }
         }

@@ -49,6 +49,9 @@ pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigE
     {
         return Err(fail("agent.temperature", format!("{t} is not between 0 and 2")));
     }
+    if let Some((key, reason)) = super::agents::problem(config) {
+        return Err(fail(&key, reason));
+    }
     if let Some((key, reason)) = super::context::problem(config) {
         return Err(fail(key, reason));
     }

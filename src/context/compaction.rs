@@ -72,6 +72,8 @@ pub struct Deps<'a> {
     pub engine: &'a ContextEngine,
     pub store: &'a dyn Store,
     pub agent: &'a Agent,
+    /// The session's key: it records the agent the session belongs to.
+    pub session_key: &'a str,
     /// Messages read from the store, as for a turn.
     pub history_limit: usize,
     /// The system prompt of the memory flush turn (minimal mode).
@@ -103,11 +105,11 @@ pub async fn maybe_compact(
     msg: &InboundMessage,
     stop: &CancellationToken,
 ) -> Result<Outcome, CompactionError> {
-    let key = msg.session_key();
-    let rows = deps.store.history_rows(&key, deps.history_limit).await?;
+    let key = deps.session_key;
+    let rows = deps.store.history_rows(key, deps.history_limit).await?;
     let keep = deps.engine.settings().compaction.keep_recent_messages;
     let (true, Some(cut)) = (is_due(deps, &rows), split_point(&rows, keep)) else { return Ok(Outcome::NotNeeded) };
-    if !deps.store.begin_compaction(&key).await? {
+    if !deps.store.begin_compaction(key).await? {
         return Ok(Outcome::Busy);
     }
     let result = tokio::select! {
@@ -115,7 +117,7 @@ pub async fn maybe_compact(
         () = stop.cancelled() => Err(CompactionError::Cancelled),
     };
     if result.is_err()
-        && let Err(err) = deps.store.abort_compaction(&key).await
+        && let Err(err) = deps.store.abort_compaction(key).await
     {
         tracing::warn!(%err, "cannot clear the compaction mark; it goes stale on its own");
     }
@@ -148,8 +150,8 @@ async fn compact(
     rows: &[(i64, ChatMessage)],
     cut: usize,
 ) -> Result<Outcome, CompactionError> {
-    let key = msg.session_key();
-    let previous = deps.store.session_summary(&key).await?.map(|(summary, _)| summary);
+    let key = deps.session_key;
+    let previous = deps.store.session_summary(key).await?.map(|(summary, _)| summary);
     let history: Vec<ChatMessage> = rows.iter().map(|(_, m)| m.clone()).collect();
     // Whatever is left out of a very long stretch, the summariser's own call must fit.
     let room = usize::try_from(deps.engine.input_budget(deps.agent, &[]).saturating_mul(3)).unwrap_or(usize::MAX);
@@ -161,7 +163,7 @@ async fn compact(
         return Err(CompactionError::EmptySummary);
     }
     let through_id = rows[cut - 1].0;
-    deps.store.finish_compaction(&key, &summary, through_id).await?;
+    deps.store.finish_compaction(key, &summary, through_id).await?;
     Ok(Outcome::Compacted { summarized: cut, through_id })
 }
 
@@ -175,7 +177,7 @@ async fn flush_memory(deps: Deps<'_>, msg: &InboundMessage, history: Vec<ChatMes
         system_prompt: deps.flush_prompt.to_owned(),
         history: prepared.history,
         input,
-        ctx: flush_context(deps.agent, msg),
+        ctx: flush_context(deps.agent, deps.session_key, msg),
         tools: filter,
         events: &NoEvents,
         steer: None,
@@ -192,9 +194,9 @@ async fn flush_memory(deps: Deps<'_>, msg: &InboundMessage, history: Vec<ChatMes
     }
 }
 
-fn flush_context(agent: &Agent, msg: &InboundMessage) -> ToolContext {
+fn flush_context(agent: &Agent, session_key: &str, msg: &InboundMessage) -> ToolContext {
     ToolContext {
-        session_key: msg.session_key(),
+        session_key: session_key.to_owned(),
         channel: msg.channel.clone(),
         chat_id: msg.chat_id.clone(),
         thread_id: msg.thread_id.clone(),

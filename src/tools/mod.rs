@@ -149,6 +149,12 @@ impl ToolRegistry {
         self.tools.is_empty()
     }
 
+    /// Keeps only the tools named in `allowed` (an agent's allowlist): a tool not kept is
+    /// never offered, and a call to it is refused like a call to an unknown tool.
+    pub fn retain(&mut self, allowed: &[String]) {
+        self.tools.retain(|name, _| allowed.iter().any(|a| a == name));
+    }
+
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.tools.keys().map(String::as_str)
     }

@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use switchboard_channels::contract::{InboundKind, InboundMessage};
 
 use super::Shared;
+use crate::agent::Agent;
 use crate::store::StoreError;
 use crate::tools::ToolFilter;
 use crate::users::{Billing, Identity, Level, month_key, next_month_start};
@@ -22,9 +23,11 @@ pub(super) enum Access {
 }
 
 /// Resolves the sender to a user (created on first sight) and decides.
-pub(super) async fn admit(shared: &Shared, msg: &InboundMessage) -> Result<Access, StoreError> {
+pub(super) async fn admit(shared: &Shared, agent: &Agent, msg: &InboundMessage) -> Result<Access, StoreError> {
     let policy = &shared.settings.access;
-    let tool_names = shared.agent.tool_names();
+    // The agent's registry holds only its allowlisted tools, so this is the intersection of
+    // the allowlist and what the sender's level may use.
+    let tool_names = agent.tool_names();
     if msg.kind == InboundKind::System {
         // Made by switchboard itself (cron prompts, heartbeats, sub-agent results), from jobs
         // that only a permitted user or the operator could set up: run as owner, count against

@@ -66,7 +66,7 @@ const HELP: &str = "Commands:\n\
 
 /// Runs a command and answers it, once per inbound id.
 pub(super) async fn handle(shared: Arc<Shared>, job: Job, command: Command) {
-    let key = job.msg.session_key();
+    let key = shared.agents.session_key(&job.msg);
     let run_id = match claim(&shared, &job.msg).await {
         Ok(Some(run_id)) => run_id,
         Ok(None) => return job.held.settle(Settle::Ack).await,
@@ -89,7 +89,7 @@ async fn execute(shared: &Shared, job: &Job, key: &str, command: Command) -> Res
     }
     Ok(match command {
         Command::Help => HELP.into(),
-        Command::Status => status(shared, key).await?,
+        Command::Status => status(shared, &job.msg, key).await?,
         Command::Stop => stop(shared, key, job.seq).await,
         Command::New => {
             new_conversation(shared, key).await?;
@@ -156,7 +156,7 @@ async fn new_conversation(shared: &Shared, key: &str) -> Result<(), StoreError> 
     shared.store.archive_session(key).await
 }
 
-async fn status(shared: &Shared, key: &str) -> Result<String, StoreError> {
+async fn status(shared: &Shared, msg: &InboundMessage, key: &str) -> Result<String, StoreError> {
     let info = shared.store.session_info(key).await?;
     let (waiting, running) = {
         let sessions = shared.sessions.lock().unwrap_or_else(PoisonError::into_inner);
@@ -166,7 +166,7 @@ async fn status(shared: &Shared, key: &str) -> Result<String, StoreError> {
     Ok(format!(
         "Model: {}\nTokens used in this conversation: {}\nRunning: {}\nMessages waiting: {waiting}\n\
          Compactions: {}\nQueue mode: {}",
-        shared.agent.settings().model,
+        shared.agents.route(msg).agent.settings().model,
         info.tokens_used,
         if running { "yes" } else { "no" },
         info.compactions,
@@ -197,7 +197,7 @@ pub(super) async fn answer(shared: Arc<Shared>, job: Job, text: String) {
 /// Records that a message got no turn of its own (`why`), then acks it; its outcome is
 /// stored first, so a redelivery does not run it.
 pub(super) async fn settle_unanswered(shared: &Shared, job: Job, why: &str) {
-    tracing::info!(id = %job.msg.id, session = %job.msg.session_key(), why, "settling a message without a turn");
+    tracing::info!(id = %job.msg.id, session = %shared.agents.session_key(&job.msg), why, "settling a message without a turn");
     let result = async {
         if let Some(run_id) = claim(shared, &job.msg).await? {
             finish(shared, &job.msg, &run_id, RunStatus::Failed, None).await?;
@@ -214,7 +214,7 @@ pub(super) async fn settle_unanswered(shared: &Shared, job: Job, why: &str) {
 /// Claims the message's run; `None` when it was already handled (its stored answer, if
 /// never delivered, is delivered now).
 async fn claim(shared: &Shared, msg: &InboundMessage) -> Result<Option<String>, HandleError> {
-    match shared.store.claim_run(&msg.id, &msg.session_key()).await? {
+    match shared.store.claim_run(&msg.id, &shared.agents.session_key(msg)).await? {
         RunClaim::New { run_id } | RunClaim::Resumed { run_id, .. } => Ok(Some(run_id)),
         RunClaim::Finished { run_id, reply, delivered } => {
             tracing::info!(%run_id, "command already handled; not running it again");
@@ -234,7 +234,7 @@ async fn finish(
     status: RunStatus,
     text: Option<String>,
 ) -> Result<(), HandleError> {
-    let key = msg.session_key();
+    let key = shared.agents.session_key(msg);
     let reply = text.map(|text| run::reply_to(msg, run_id, &key, OutboundKind::Notice, text));
     let outcome = RunOutcome {
         status,

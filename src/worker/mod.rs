@@ -8,6 +8,7 @@
 //! the dead-letter subject and is acked, so it is never retried forever.
 
 mod access;
+pub mod agents;
 mod commands;
 mod hygiene;
 mod keepalive;
@@ -34,6 +35,7 @@ use crate::context::{ContextEngine, ContextSettings};
 use crate::hygiene::Guard;
 use crate::store::Store;
 use crate::users::AccessPolicy;
+use agents::Agents;
 use keepalive::{Held, Settle};
 use session::{Job, Placed, Session};
 pub use session::{QueueMode, QueueSettings};
@@ -93,7 +95,8 @@ impl Default for WorkerSettings {
 pub(crate) struct Shared {
     pub bus: Arc<dyn Bus>,
     pub store: Arc<dyn Store>,
-    pub agent: Arc<Agent>,
+    /// The agents by name and the bindings that pick one per message.
+    pub agents: Agents,
     pub settings: WorkerSettings,
     /// The history pipeline and the token estimate correction, shared by all sessions.
     pub context: ContextEngine,
@@ -115,12 +118,17 @@ pub struct Worker {
 
 impl Worker {
     pub fn new(bus: Arc<dyn Bus>, store: Arc<dyn Store>, agent: Arc<Agent>, settings: WorkerSettings) -> Self {
+        Self::with_agents(bus, store, Agents::single(agent), settings)
+    }
+
+    /// A worker that picks one of several agents per message (see [`agents`]).
+    pub fn with_agents(bus: Arc<dyn Bus>, store: Arc<dyn Store>, agents: Agents, settings: WorkerSettings) -> Self {
         let runs = Arc::new(Semaphore::new(settings.max_concurrent_runs.max(1)));
         let context = ContextEngine::new(settings.context.clone());
         let shared = Shared {
             bus,
             store,
-            agent,
+            agents,
             context,
             settings,
             runs,
@@ -194,7 +202,7 @@ async fn intake(
     }
     let age = chrono::Utc::now().signed_duration_since(msg.received_at);
     if age.to_std().is_ok_and(|age| age > shared.settings.max_message_age) {
-        tracing::warn!(id = %msg.id, session = %msg.session_key(), age_secs = age.num_seconds(),
+        tracing::warn!(id = %msg.id, session = %shared.agents.session_key(&msg), age_secs = age.num_seconds(),
             "dropping a message too old to answer usefully");
         held.settle(Settle::Ack).await;
         return None;
@@ -231,7 +239,7 @@ fn dispatch(shared: &Arc<Shared>, job: Job, tasks: &mut JoinSet<()>) {
         tasks.spawn(commands::handle(Arc::clone(shared), job, command));
         return;
     }
-    let key = job.msg.session_key();
+    let key = shared.agents.session_key(&job.msg);
     match session::place(shared, &key, job) {
         Placed::Started => {
             tasks.spawn(session::session_loop(Arc::clone(shared), key));

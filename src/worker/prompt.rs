@@ -4,6 +4,7 @@
 use switchboard_channels::contract::{InboundKind, InboundMessage};
 
 use super::Shared;
+use crate::agent::Agent;
 use crate::prompt::{self, PromptInput, PromptMode, Sender};
 use crate::tools::ToolFilter;
 use crate::users::Level;
@@ -13,16 +14,17 @@ use crate::workspace::WorkspaceFiles;
 /// housekeeping turns (the memory flush; later sub-agents and cron jobs).
 pub(super) async fn system_prompt(
     shared: &Shared,
+    agent: &Agent,
     msg: &InboundMessage,
     session_key: &str,
     level: Level,
     tools: &ToolFilter,
     mode: PromptMode,
 ) -> String {
-    let agent = shared.agent.settings();
+    let tools = agent.tool_specs(tools);
+    let agent = agent.settings();
     let settings = &shared.settings.prompt;
     let files = WorkspaceFiles::load(&agent.workspace, settings.max_file_chars, settings.memory_max_chars).await;
-    let tools = shared.agent.tool_specs(tools);
     let sender = match msg.kind {
         InboundKind::System => Sender::System,
         InboundKind::User => Sender::Person { id: &msg.sender.id, name: &msg.sender.name, level },

@@ -11,6 +11,7 @@ use tracing::Instrument;
 
 use super::Shared;
 use super::access::{self, Access};
+use super::agents::Route;
 use super::hygiene;
 use super::keepalive::{Held, Settle};
 use super::session::Control;
@@ -32,11 +33,12 @@ enum Giveback {
 /// Runs `msg`'s turn and settles its delivery; true when it was acked (its outcome stored).
 /// `control` is the session's stop handle and steering messages.
 pub(super) async fn process(shared: &Shared, msg: InboundMessage, held: Held, control: Control<'_>) -> bool {
-    let span = tracing::info_span!("run", agent = %shared.agent.settings().name, session = %msg.session_key(),
+    let route = shared.agents.route(&msg);
+    let span = tracing::info_span!("run", agent = %route.agent.settings().name, session = %route.key,
         inbound = %msg.id, run_id = tracing::field::Empty, status = tracing::field::Empty,
         duration_ms = tracing::field::Empty);
     let started = std::time::Instant::now();
-    let verdict = process_inner(shared, &msg, control).instrument(span.clone()).await;
+    let verdict = process_inner(shared, &route, &msg, control).instrument(span.clone()).await;
     span.record("duration_ms", started.elapsed().as_millis() as u64);
     // Not while stopping: a compaction would only eat into the shutdown grace period.
     let compact = verdict.is_ok() && !shared.stopping.is_cancelled();
@@ -57,8 +59,9 @@ pub(super) async fn process(shared: &Shared, msg: InboundMessage, held: Held, co
         let flush_tools = compaction::flush_filter();
         let flush_prompt = super::prompt::system_prompt(
             shared,
+            &route.agent,
             &msg,
-            &msg.session_key(),
+            &route.key,
             crate::users::Level::Owner,
             &flush_tools,
             crate::prompt::PromptMode::Minimal,
@@ -67,17 +70,23 @@ pub(super) async fn process(shared: &Shared, msg: InboundMessage, held: Held, co
         let deps = compaction::Deps {
             engine: &shared.context,
             store: shared.store.as_ref(),
-            agent: &shared.agent,
+            agent: &route.agent,
+            session_key: &route.key,
             history_limit: shared.settings.history_limit,
             flush_prompt: &flush_prompt,
         };
-        let span = tracing::info_span!(parent: &span, "compaction", session = %msg.session_key());
+        let span = tracing::info_span!(parent: &span, "compaction", session = %route.key);
         compaction::after_turn(deps, &msg, &shared.abandon).instrument(span).await;
     }
     acked
 }
 
-async fn process_inner(shared: &Shared, msg: &InboundMessage, control: Control<'_>) -> Result<(), Giveback> {
+async fn process_inner(
+    shared: &Shared,
+    route: &Route,
+    msg: &InboundMessage,
+    control: Control<'_>,
+) -> Result<(), Giveback> {
     let Control { cancel, steer } = control;
     if shared.stopping.is_cancelled() {
         return Err(Giveback::Stopping);
@@ -86,8 +95,8 @@ async fn process_inner(shared: &Shared, msg: &InboundMessage, control: Control<'
         _ = shared.stopping.cancelled() => return Err(Giveback::Stopping),
         permit = shared.runs.acquire() => permit.map_err(|_| Giveback::Stopping)?,
     };
-    let session_key = msg.session_key();
-    let claim = shared.store.claim_run(&msg.id, &session_key).await.map_err(transient)?;
+    let session_key = &route.key;
+    let claim = shared.store.claim_run(&msg.id, session_key).await.map_err(transient)?;
     let run_id = match claim {
         RunClaim::Finished { run_id, reply, delivered } => {
             tracing::info!(%run_id, delivered, "message already answered; not running it again");
@@ -103,7 +112,7 @@ async fn process_inner(shared: &Shared, msg: &InboundMessage, control: Control<'
         }
     };
     tracing::Span::current().record("run_id", run_id.as_str());
-    let access = access::admit(shared, msg).await.map_err(transient)?;
+    let access = access::admit(shared, &route.agent, msg).await.map_err(transient)?;
     let (msg, access) = hygiene::screen_input(shared, msg, access);
     let msg = msg.as_ref();
     // Dropping the turn's future on cancel stops its model call and tools at once; `biased`
@@ -111,8 +120,8 @@ async fn process_inner(shared: &Shared, msg: &InboundMessage, control: Control<'
     let outcome = tokio::select! {
         biased;
         _ = shared.abandon.cancelled() => return Err(Giveback::Stopping),
-        _ = cancel.cancelled() => stopped(shared, msg, &run_id),
-        outcome = run_turn(shared, msg, &run_id, &session_key, access, steer) => outcome?,
+        _ = cancel.cancelled() => stopped(shared, msg, &run_id, session_key),
+        outcome = run_turn(shared, route, msg, &run_id, access, steer) => outcome?,
     };
     tracing::Span::current().record("status", outcome.status.as_str());
     shared.store.finish_run(&run_id, &outcome).await.map_err(transient)?;
@@ -125,8 +134,8 @@ async fn process_inner(shared: &Shared, msg: &InboundMessage, control: Control<'
 /// A run cancelled by `/stop`, `/new` or `interrupt`: recorded as failed, no reply (the
 /// command answers), and none of its partial work enters the transcript. Live views that saw
 /// `run.started` are told it failed.
-fn stopped(shared: &Shared, msg: &InboundMessage, run_id: &str) -> RunOutcome {
-    let events = BusEvents::start(Arc::clone(&shared.bus), msg, run_id);
+fn stopped(shared: &Shared, msg: &InboundMessage, run_id: &str, session_key: &str) -> RunOutcome {
+    let events = BusEvents::start(Arc::clone(&shared.bus), msg, run_id, session_key);
     events.emit(RunEventBody::Failed { error: "stopped".into() });
     RunOutcome {
         status: RunStatus::Failed,
@@ -152,12 +161,13 @@ async fn deliver(shared: &Shared, run_id: &str, reply: &OutboundMessage) -> Resu
 
 async fn run_turn(
     shared: &Shared,
+    route: &Route,
     msg: &InboundMessage,
     run_id: &str,
-    session_key: &str,
     access: Access,
     steer: &mut SteerReceiver,
 ) -> Result<RunOutcome, Giveback> {
+    let (agent, session_key) = (&route.agent, route.key.as_str());
     let (tools, level, billing) = match access {
         Access::Allowed { tools, level, billing } => (tools, level, billing),
         Access::OverBudget { notice } | Access::Blocked { notice } => {
@@ -168,10 +178,11 @@ async fn run_turn(
     let summary = shared.store.session_summary(session_key).await.map_err(transient)?;
     let input = ChatMessage::user(input_text(msg));
     let system_prompt =
-        super::prompt::system_prompt(shared, msg, session_key, level, &tools, crate::prompt::PromptMode::Full).await;
+        super::prompt::system_prompt(shared, agent, msg, session_key, level, &tools, crate::prompt::PromptMode::Full)
+            .await;
     let summary = summary.as_ref().map(|s| s.0.as_str());
-    let prepared = shared.context.prepare(&shared.agent, &system_prompt, history, summary, &input, &tools);
-    let events = BusEvents::start(Arc::clone(&shared.bus), msg, run_id);
+    let prepared = shared.context.prepare(agent, &system_prompt, history, summary, &input, &tools);
+    let events = BusEvents::start(Arc::clone(&shared.bus), msg, run_id, session_key);
     events.emit(RunEventBody::Started);
     let turn = Turn {
         system_prompt,
@@ -184,13 +195,13 @@ async fn run_turn(
             thread_id: msg.thread_id.clone(),
             run_id: run_id.to_owned(),
             sender_id: msg.sender.id.clone(),
-            workspace: shared.agent.settings().workspace.clone(),
+            workspace: agent.settings().workspace.clone(),
         },
         tools,
         events: &events,
         steer: Some(steer),
     };
-    let mut result = shared.agent.run(turn).await;
+    let mut result = agent.run(turn).await;
     if result.error.is_none() {
         shared.context.learn(prepared.raw_base, &result.transcript, result.usage.input_tokens);
     }
@@ -230,7 +241,7 @@ async fn run_turn(
 /// delivered like any other, so the notice too goes out at most once per message. Nothing is
 /// added to the transcript: the model never saw the message.
 fn over_budget(shared: &Shared, msg: &InboundMessage, run_id: &str, session_key: &str, notice: String) -> RunOutcome {
-    let events = BusEvents::start(Arc::clone(&shared.bus), msg, run_id);
+    let events = BusEvents::start(Arc::clone(&shared.bus), msg, run_id, session_key);
     events.emit(RunEventBody::Started);
     events.emit(RunEventBody::Completed {
         reply: notice.clone(),
@@ -282,12 +293,12 @@ struct BusEvents {
 }
 
 impl BusEvents {
-    fn start(bus: Arc<dyn switchboard_channels::Bus>, msg: &InboundMessage, run_id: &str) -> Self {
+    fn start(bus: Arc<dyn switchboard_channels::Bus>, msg: &InboundMessage, run_id: &str, session_key: &str) -> Self {
         let (tx, mut rx) = mpsc::unbounded_channel::<RunEventBody>();
         let template = RunEvent {
             v: switchboard_channels::contract::CONTRACT_VERSION,
             run_id: run_id.to_owned(),
-            session_key: msg.session_key(),
+            session_key: session_key.to_owned(),
             channel: msg.channel.clone(),
             chat_id: msg.chat_id.clone(),
             inbound_id: Some(msg.id.clone()),

@@ -1,0 +1,115 @@
+//! Named agents (`[agents.<name>]`) and the bindings that route chats to them
+//! (`[[bindings]]`). `[agent]` itself is the implicit agent `main`; a named agent takes what
+//! it does not override from there.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::Config;
+
+/// The implicit agent configured by `[agent]`. Its session keys carry no agent prefix, so
+/// data written before named agents existed stays valid.
+pub const MAIN_AGENT: &str = "main";
+
+/// One `[agents.<name>]` table: overrides of `[agent]` for this agent.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NamedAgentConfig {
+    /// Its own workspace (persona and memory files); empty = `<data_dir>/agents/<name>`,
+    /// relative = under `data_dir`.
+    pub workspace: PathBuf,
+    /// Its model chain, like `agent.models`; empty = the default chain.
+    pub models: Vec<String>,
+    /// The tools it may offer (intersected with the sender's permissions); empty = all.
+    pub tools: Vec<String>,
+    /// Completion token limit per call; unset = `agent.max_tokens`.
+    pub max_tokens: Option<u32>,
+    /// Operator instructions; unset = `agent.system_prompt`.
+    pub system_prompt: Option<String>,
+}
+
+/// One `[[bindings]]` entry: which agent answers where. Exactly one of `chat`, `group`,
+/// `guild`, `channel` is set.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct BindingConfig {
+    pub agent: String,
+    /// A session key: `telegram:-100123`, `telegram:-100123:topic:7`, `discord:55:thread:9`.
+    pub chat: String,
+    /// `channel:chat_id`: the chat in any of its topics or threads.
+    pub group: String,
+    /// `discord:<guild id>`: every channel of a Discord guild.
+    pub guild: String,
+    /// A channel name: `telegram`, `discord`, `api`.
+    pub channel: String,
+}
+
+impl BindingConfig {
+    /// The targets that are set, by key name.
+    pub fn targets(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        [("chat", &self.chat), ("group", &self.group), ("guild", &self.guild), ("channel", &self.channel)]
+            .into_iter()
+            .filter(|(_, value)| !value.trim().is_empty())
+            .map(|(key, value)| (key, value.as_str()))
+    }
+}
+
+impl Config {
+    /// Whether `name` is a configured agent (the implicit `main` or an `[agents.<name>]`).
+    pub fn has_agent(&self, name: &str) -> bool {
+        name == MAIN_AGENT || self.agents.contains_key(name)
+    }
+}
+
+/// The first problem with the agents and bindings, as `(key, reason)`.
+pub(super) fn problem(config: &Config) -> Option<(String, String)> {
+    let known = || {
+        let mut names = vec![MAIN_AGENT.to_owned()];
+        names.extend(config.agents.keys().cloned());
+        names.join(", ")
+    };
+    if !config.has_agent(&config.agent.default) {
+        let reason = format!("no agent named {:?} (configured: {})", config.agent.default, known());
+        return Some(("agent.default".into(), reason));
+    }
+    for name in config.agents.keys() {
+        if name == MAIN_AGENT {
+            return Some(("agents.main".into(), "`main` is [agent] itself; configure it there".into()));
+        }
+        // The name prefixes session keys (`<agent>/<channel>:<chat>`).
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+            return Some((format!("agents.{name}"), "names use letters, digits, `_` and `-` only".into()));
+        }
+    }
+    for (i, binding) in config.bindings.iter().enumerate() {
+        if let Some(reason) = binding_problem(config, binding, &known) {
+            return Some((format!("bindings[{i}]"), reason));
+        }
+    }
+    None
+}
+
+fn binding_problem(config: &Config, binding: &BindingConfig, known: &dyn Fn() -> String) -> Option<String> {
+    if !config.has_agent(&binding.agent) {
+        return Some(format!("agent: no agent named {:?} (configured: {})", binding.agent, known()));
+    }
+    match binding.targets().count() {
+        1 => None,
+        0 => Some("set one of chat, group, guild or channel".into()),
+        _ => Some("set only one of chat, group, guild or channel".into()),
+    }
+}
+
+impl Config {
+    /// The model chain of agent `name`: its own `models`, else the default chain.
+    pub fn agent_model_chain(&self, name: &str) -> Result<Vec<super::ChainEntry>, super::ConfigError> {
+        match self.agents.get(name) {
+            Some(agent) if !agent.models.is_empty() => agent.models.iter().map(|spec| self.chain_entry(spec)).collect(),
+            _ => self.model_chain(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,58 @@
+use switchboard_channels::contract::{InboundMessage, Sender};
+
+use super::{Binding, Target, resolve};
+
+fn msg(channel: &str, chat: &str, thread: Option<&str>, guild: Option<serde_json::Value>) -> InboundMessage {
+    let sender = Sender { id: "u1".into(), name: "U".into(), is_bot: false };
+    let mut msg = InboundMessage::user(channel, chat, sender, "hi");
+    msg.thread_id = thread.map(str::to_owned);
+    if let Some(guild) = guild {
+        msg.metadata.insert("guild_id".into(), guild);
+    }
+    msg
+}
+
+fn bind(agent: &str, target: Target) -> Binding {
+    Binding { agent: agent.into(), target }
+}
+
+#[test]
+fn most_specific_binding_wins() {
+    use Target::*;
+    // Listed least specific first, so order alone cannot explain the results.
+    let bindings = vec![
+        bind("tg", Channel("telegram".into())),
+        bind("group", Group("telegram:-100".into())),
+        bind("chat", Chat("telegram:-100".into())),
+        bind("topic", Chat("telegram:-100:topic:7".into())),
+        bind("guild", Guild("discord:900".into())),
+        bind("thread", Chat("discord:55:thread:9".into())),
+    ];
+    let table: &[(InboundMessage, Option<&str>)] = &[
+        // chat beats group beats channel
+        (msg("telegram", "-100", None, None), Some("chat")),
+        // a topic binding beats the chat's; another topic falls to the group binding
+        (msg("telegram", "-100", Some("7"), None), Some("topic")),
+        (msg("telegram", "-100", Some("8"), None), Some("group")),
+        // a chat with no binding of its own: the channel's
+        (msg("telegram", "42", None, None), Some("tg")),
+        // guild from metadata, as a string or a number; the thread binding beats it
+        (msg("discord", "55", None, Some(serde_json::json!("900"))), Some("guild")),
+        (msg("discord", "56", None, Some(serde_json::json!(900))), Some("guild")),
+        (msg("discord", "55", Some("9"), Some(serde_json::json!("900"))), Some("thread")),
+        (msg("discord", "57", None, Some(serde_json::json!("901"))), None),
+        (msg("discord", "57", None, None), None),
+        // nothing matches: the default agent
+        (msg("api", "me", None, None), None),
+    ];
+    for (msg, expected) in table {
+        assert_eq!(resolve(&bindings, msg), *expected, "{}", msg.session_key());
+    }
+}
+
+#[test]
+fn ties_go_to_the_first_binding() {
+    let bindings = vec![bind("a", Target::Channel("api".into())), bind("b", Target::Channel("api".into()))];
+    assert_eq!(resolve(&bindings, &msg("api", "me", None, None)), Some("a"));
+    assert_eq!(resolve(&[], &msg("api", "me", None, None)), None);
+}
