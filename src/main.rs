@@ -116,6 +116,10 @@ fn init(path: Option<PathBuf>) -> anyhow::Result<()> {
     // Loaded like `run` would, so the environment's overrides (data dir, workspace) apply.
     let config = Config::load_from_process_env(Some(&path))?;
     reports.extend(init::write_workspace(&config.agent.workspace)?);
+    // Named agents get their own workspace, so their own persona and memory files.
+    for agent in config.agents.values() {
+        reports.extend(init::write_workspace(&agent.workspace)?);
+    }
     for report in &reports {
         println!("{} {}", report.action, report.path.display());
     }

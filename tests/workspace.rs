@@ -49,6 +49,21 @@ fn init_writes_the_config_where_told() {
     assert!(dir.path().join("ws/AGENTS.md").is_file(), "{stdout}");
 }
 
+#[test]
+fn init_also_creates_each_named_agent_workspace() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sb.toml");
+    let (status, stderr, stdout) = run_to_exit(
+        dir.path(),
+        &["init", "--config", path.to_str().unwrap()],
+        &[("SWITCHBOARD_AGENTS", r#"{support = {system_prompt = "Be kind."}}"#)],
+    );
+    assert!(status.success(), "{stdout}\n{stderr}");
+    for name in BOOTSTRAP {
+        assert!(dir.path().join("agents/support").join(name).is_file(), "{name} missing:\n{stdout}");
+    }
+}
+
 #[tokio::test]
 async fn the_persona_in_soul_md_reaches_the_model() {
     let llm = FakeLlm::start().await;
