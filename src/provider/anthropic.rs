@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use futures_util::StreamExt;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 
-use super::http::{error_chain, is_event_stream, redact_password, sensitive_value};
+use super::http::{error_chain, is_event_stream, redact_password, sensitive_value, transport_error};
 use super::retry_after::parse_retry_after;
 use super::sse::SseParser;
 use super::{ChatRequest, ChatResponse, Provider, ProviderError, TextSink};
@@ -174,14 +174,7 @@ impl AnthropicProvider {
     }
 
     fn transport_error(&self, error: reqwest::Error) -> ProviderError {
-        if error.is_timeout() {
-            return self.timeout();
-        }
-        let is_decode = error.is_decode();
-        let host = self.endpoint.host_str().unwrap_or("?");
-        // Without the URL: it may carry credentials in its user-info part.
-        let detail = format!("{} ({host}): {}", self.config.name, error_chain(&error.without_url()));
-        if is_decode { ProviderError::Decode(detail) } else { ProviderError::Network(detail) }
+        transport_error(&self.config.name, &self.endpoint, self.config.request_timeout, error)
     }
 }
 

@@ -30,6 +30,25 @@ pub(crate) fn is_event_stream(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("text/event-stream"))
 }
 
+/// A failed request as a provider error: timeouts as `Timeout`, unreadable bodies as `Decode`,
+/// everything else as `Network`, named by provider and host.
+pub(crate) fn transport_error(
+    provider: &str,
+    endpoint: &reqwest::Url,
+    timeout: std::time::Duration,
+    error: reqwest::Error,
+) -> super::ProviderError {
+    use super::ProviderError;
+    if error.is_timeout() {
+        return ProviderError::Timeout(timeout);
+    }
+    let is_decode = error.is_decode();
+    let host = endpoint.host_str().unwrap_or("?");
+    // Without the URL: it may carry credentials in its user-info part.
+    let detail = format!("{provider} ({host}): {}", error_chain(&error.without_url()));
+    if is_decode { ProviderError::Decode(detail) } else { ProviderError::Network(detail) }
+}
+
 /// reqwest's own message is terse ("error sending request"); the cause is in the chain.
 pub(crate) fn error_chain(error: &reqwest::Error) -> String {
     let mut text = error.to_string();
