@@ -98,7 +98,8 @@ impl Delivery {
         self.acker.progress().await
     }
 
-    /// A cheap handle that sends progress for this delivery while it is worked on elsewhere.
+    /// Splits the delivery into its data and its acknowledgement handle, so that a task can
+    /// hold the handle (sending progress, then ack or nak) while the data is worked on.
     pub fn into_parts(self) -> (DeliveryInfo, Box<dyn Acker>) {
         (DeliveryInfo { subject: self.subject, payload: self.payload, attempt: self.attempt }, self.acker)
     }
