@@ -7,6 +7,8 @@ pub mod subject;
 
 #[cfg(feature = "api")]
 pub mod api;
+#[cfg(feature = "telegram")]
+pub mod telegram;
 
 pub use bus::{Bus, BusError, BusExt, Deliveries, Delivery};
 pub use contract::{InboundMessage, OutboundMessage, RunEvent, RunEventBody};
