@@ -223,6 +223,17 @@ fn apply_conventions(
         config.tools.web.brave_api_key = key.trim().into();
         origins.insert("tools.web.brave_api_key".into(), Origin::Env("BRAVE_API_KEY".into()));
     }
+    let telegram = &mut config.channels.telegram;
+    if telegram.token.is_empty()
+        && let Some(token) = from_env("TELEGRAM_BOT_TOKEN")
+    {
+        telegram.token = token.trim().into();
+        origins.insert("channels.telegram.token".into(), Origin::Env("TELEGRAM_BOT_TOKEN".into()));
+    }
+    telegram.media_dir = match expand_home(&telegram.media_dir) {
+        path if path.as_os_str().is_empty() => config.agent.workspace.join("media").join("telegram"),
+        path => config.data_dir.join(path),
+    };
     Ok(())
 }
 

@@ -18,6 +18,7 @@ mod guard;
 mod load;
 mod providers;
 mod secret;
+mod telegram;
 #[cfg(test)]
 mod tests;
 mod tools;
@@ -38,6 +39,7 @@ pub use error::{ConfigError, Origin};
 pub use guard::{GuardConfig, GuardMode};
 pub use providers::{ANTHROPIC_DEFAULT_BASE_URL, ChainEntry};
 pub use secret::Secret;
+pub use telegram::{DmPolicyConfig, GroupPolicyConfig, TelegramChannelConfig, TelegramMode};
 pub use tools::{ExecToolConfig, FsToolsConfig, ToolsConfig, WebToolsConfig};
 pub use users::{BudgetsConfig, PermissionsConfig, UsersConfig};
 
@@ -355,6 +357,7 @@ pub struct StoreConfig {
 #[serde(default)]
 pub struct ChannelsConfig {
     pub api: ApiChannelConfig,
+    pub telegram: TelegramChannelConfig,
 }
 
 /// The HTTP/WebSocket API channel.
@@ -391,7 +394,7 @@ impl ApiChannelConfig {
 
 /// Parses a socket address with an error that says what was expected; the key path is added
 /// by the TOML deserializer.
-fn socket_addr<'de, D: Deserializer<'de>>(deserializer: D) -> Result<SocketAddr, D::Error> {
+pub(super) fn socket_addr<'de, D: Deserializer<'de>>(deserializer: D) -> Result<SocketAddr, D::Error> {
     let text = String::deserialize(deserializer)?;
     text.parse().map_err(|_| {
         serde::de::Error::custom(format!("{text:?} is not a socket address (expected ip:port, e.g. 127.0.0.1:8787)"))
