@@ -8,6 +8,11 @@
 //! HTML, split to Telegram's limit and sent in order, with typing and optional streaming
 //! driven by the run events of the chat.
 
+pub mod live;
+pub mod outbound;
+mod retry;
+mod upload;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
