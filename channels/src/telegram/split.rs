@@ -18,7 +18,8 @@ pub(super) fn piece_ranges(text: &str, limit: usize) -> Vec<Range<usize>> {
     let mut start = 0;
     while start < text.len() {
         let window_end = window_end(text, start, limit);
-        let (cut, resume) = if window_end == text.len() { (window_end, window_end) } else { cut_point(text, start, window_end) };
+        let (cut, resume) =
+            if window_end == text.len() { (window_end, window_end) } else { cut_point(text, start, window_end) };
         let piece = trim_range(text, start..cut);
         if !piece.is_empty() {
             pieces.push(piece);
