@@ -48,7 +48,7 @@ impl Walker {
             Event::Start(tag) => self.start(tag),
             Event::End(tag) => self.end(tag),
             Event::Code(code) => self.write_tagged(&code, Tag::Code { language: None }),
-            Event::SoftBreak | Event::HardBreak => self.write("\n"),
+            Event::SoftBreak | Event::HardBreak => self.line_break(),
             Event::Rule => {
                 self.start_block();
                 self.write("———");
@@ -83,7 +83,8 @@ impl Walker {
                 if !self.lists.is_empty() {
                     self.request_newlines(1);
                 }
-                self.start_block();
+                self.write_item_marker();
+                self.flush_newlines(false);
                 self.containers += 1;
                 self.lists.push(first_number);
             }
@@ -164,7 +165,16 @@ impl Walker {
     /// Writes the separation owed to what came before, with the tags still open around it.
     fn start_block(&mut self) {
         self.write_item_marker();
-        self.flush_newlines();
+        self.flush_newlines(true);
+    }
+
+    /// Inside a list a line break waits, so the next line can be indented under its item.
+    fn line_break(&mut self) {
+        if self.lists.is_empty() {
+            self.write("\n");
+        } else {
+            self.request_newlines(1);
+        }
     }
 
     /// Ends a block: a top-level one goes to the output, a nested one asks for a gap before the
@@ -183,7 +193,9 @@ impl Walker {
     }
 
     fn start_item(&mut self) {
-        self.start_block();
+        self.write_item_marker();
+        // The item's marker carries its own indentation.
+        self.flush_newlines(false);
         let indent = "  ".repeat(self.lists.len().saturating_sub(1));
         let marker = match self.lists.last_mut() {
             Some(Some(number)) => {
@@ -208,7 +220,7 @@ impl Walker {
 
     fn write_item_marker(&mut self) {
         if let Some(marker) = self.item_marker.take() {
-            self.flush_newlines();
+            self.flush_newlines(false);
             self.push_run(&marker);
         }
     }
@@ -254,7 +266,7 @@ impl Walker {
             return;
         }
         self.write_item_marker();
-        self.flush_newlines();
+        self.flush_newlines(true);
         self.push_run(text);
     }
 
@@ -262,9 +274,14 @@ impl Walker {
         self.pending_newlines = self.pending_newlines.max(count);
     }
 
-    fn flush_newlines(&mut self) {
+    /// Writes pending newlines; with `continuation`, also the indentation that puts the next
+    /// line under the text of the innermost list item.
+    fn flush_newlines(&mut self, continuation: bool) {
         if self.pending_newlines > 0 && !self.current.is_empty() {
-            let newlines = "\n".repeat(self.pending_newlines);
+            let mut newlines = "\n".repeat(self.pending_newlines);
+            if continuation {
+                newlines.push_str(&"  ".repeat(self.lists.len()));
+            }
             self.push_run(&newlines);
         }
         self.pending_newlines = 0;

@@ -87,6 +87,9 @@ fn renders_each_markdown_construct() {
         ("- a\n  - b\n    - c\n- d", "• a\n  • b\n    • c\n• d"),
         ("1. a\n   - b\n2. c", "1. a\n  • b\n2. c"),
         ("- [ ] todo\n- [x] done", "☐ todo\n☑ done"),
+        ("- first line\n  continued\n\n  second paragraph", "• first line\n  continued\n  second paragraph"),
+        ("> - a\n> - b\n\nafter", "<blockquote>• a\n• b</blockquote>\n\nafter"),
+        ("> outer\n>\n> > inner", "<blockquote>outer\n\ninner</blockquote>"),
         ("> quoted\n> text", "<blockquote>quoted\ntext</blockquote>"),
         ("> one\n>\n> two", "<blockquote>one\n\ntwo</blockquote>"),
         ("above\n\n---\n\nbelow", "above\n\n———\n\nbelow"),
@@ -101,6 +104,8 @@ fn renders_each_markdown_construct() {
             "<pre>a         | long header\n----------+------------\nwide cell | x</pre>",
         ),
         ("text   \n\n", "text"),
+        ("[](https://example.com)", "<a href=\"https://example.com\">https://example.com</a>"),
+        ("[chat](tg://resolve?domain=x)", "<a href=\"tg://resolve?domain=x\">chat</a>"),
     ];
     for (markdown, expected) in cases {
         let html = render_html(markdown);
