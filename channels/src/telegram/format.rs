@@ -6,7 +6,6 @@
 //! inside a tag or an escape, and every part re-renders its runs with the tags closed at its end
 //! and reopened at the start of the next part.
 
-use std::fmt::Write as _;
 use std::ops::Range;
 
 use super::split;
@@ -249,38 +248,4 @@ impl Packer {
 fn split_block(block: &[Run], limit: usize) -> Vec<Vec<Run>> {
     let plain = plain_text(block);
     split::piece_ranges(&plain, limit).into_iter().map(|range| slice_runs(block, range)).collect()
-}
-
-/// Whether a link target may become a clickable link: only schemes Telegram handles and that
-/// cannot run code, so `javascript:` and friends stay plain text.
-fn is_safe_link(url: &str) -> bool {
-    let Some((scheme, _)) = url.trim().split_once(':') else {
-        return false;
-    };
-    ["http", "https", "mailto", "tg"].iter().any(|allowed| scheme.eq_ignore_ascii_case(allowed))
-}
-
-/// Renders table rows as aligned text: columns padded to their widest cell, a rule under the
-/// header rows.
-fn table_text(rows: &[Vec<String>], header_rows: usize) -> String {
-    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..columns)
-        .map(|column| rows.iter().filter_map(|row| row.get(column)).map(|cell| cell.chars().count()).max().unwrap_or(0))
-        .collect();
-    let mut lines = Vec::new();
-    for (index, row) in rows.iter().enumerate() {
-        let mut line = String::new();
-        for (column, width) in widths.iter().enumerate() {
-            let cell = row.get(column).map_or("", String::as_str);
-            if column > 0 {
-                line.push_str(" | ");
-            }
-            let _ = write!(line, "{cell:<width$}");
-        }
-        lines.push(line.trim_end().to_owned());
-        if index + 1 == header_rows {
-            lines.push(widths.iter().map(|width| "-".repeat(*width)).collect::<Vec<_>>().join("-+-"));
-        }
-    }
-    lines.join("\n")
 }

@@ -1,8 +1,10 @@
 //! Walks pulldown-cmark's events into top-level blocks of tagged runs.
 
+use std::fmt::Write as _;
+
 use pulldown_cmark::{CodeBlockKind, Event, Options, Parser, Tag as MdTag, TagEnd};
 
-use super::{Run, Tag, is_safe_link, table_text, trim_runs};
+use super::{Run, Tag, trim_runs};
 
 /// The Markdown's top-level blocks (paragraphs, code blocks, lists, quotes, …), each trimmed
 /// and non-empty.
@@ -227,7 +229,9 @@ impl Walker {
 
     fn open_link(&mut self, url: &str) {
         self.links.push((url.to_owned(), self.written));
-        self.tags.push(is_safe_link(url).then(|| Tag::Link { href: url.to_owned() }));
+        // Telegram rejects a link inside a link, as an image inside a link would make.
+        let inside_link = self.tags.iter().flatten().any(|tag| matches!(tag, Tag::Link { .. }));
+        self.tags.push((is_safe_link(url) && !inside_link).then(|| Tag::Link { href: url.to_owned() }));
     }
 
     fn close_link(&mut self) {
@@ -323,4 +327,38 @@ fn code_language(kind: &CodeBlockKind<'_>) -> Option<String> {
         CodeBlockKind::Fenced(info) => info.split_whitespace().next().map(str::to_owned),
         CodeBlockKind::Indented => None,
     }
+}
+
+/// Whether a link target may become a clickable link: only schemes Telegram handles and that
+/// cannot run code, so `javascript:` and friends stay plain text.
+fn is_safe_link(url: &str) -> bool {
+    let Some((scheme, _)) = url.trim().split_once(':') else {
+        return false;
+    };
+    ["http", "https", "mailto", "tg"].iter().any(|allowed| scheme.eq_ignore_ascii_case(allowed))
+}
+
+/// Renders table rows as aligned text: columns padded to their widest cell, a rule under the
+/// header rows.
+fn table_text(rows: &[Vec<String>], header_rows: usize) -> String {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|column| rows.iter().filter_map(|row| row.get(column)).map(|cell| cell.chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut lines = Vec::new();
+    for (index, row) in rows.iter().enumerate() {
+        let mut line = String::new();
+        for (column, width) in widths.iter().enumerate() {
+            let cell = row.get(column).map_or("", String::as_str);
+            if column > 0 {
+                line.push_str(" | ");
+            }
+            let _ = write!(line, "{cell:<width$}");
+        }
+        lines.push(line.trim_end().to_owned());
+        if index + 1 == header_rows {
+            lines.push(widths.iter().map(|width| "-".repeat(*width)).collect::<Vec<_>>().join("-+-"));
+        }
+    }
+    lines.join("\n")
 }
