@@ -8,9 +8,11 @@
 //! HTML, split to Telegram's limit and sent in order, with typing and optional streaming
 //! driven by the run events of the chat.
 
+pub mod format;
 pub mod live;
 pub mod outbound;
 mod retry;
+mod split;
 mod upload;
 
 use std::net::SocketAddr;

@@ -18,7 +18,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use self::format_standin::{MESSAGE_LIMIT, Part, render_parts};
+use super::format::{MESSAGE_LIMIT, Part, render_parts};
 use super::TelegramSettings;
 use super::live::{DraftState, LiveRuns, RecentIds};
 use super::retry::{Verdict, classify, describe, with_retry};
@@ -464,24 +464,3 @@ impl ChatQueues {
     }
 }
 
-/// Stands in for `format.rs` (branch tg-format) until it is merged.
-mod format_standin {
-    pub(crate) const MESSAGE_LIMIT: usize = 4096;
-
-    pub(crate) struct Part {
-        pub html: String,
-        pub plain: String,
-    }
-
-    pub(crate) fn render_parts(markdown: &str, limit: usize) -> Vec<Part> {
-        let chars: Vec<char> = markdown.chars().collect();
-        chars
-            .chunks(limit.max(1))
-            .map(|chunk| {
-                let plain: String = chunk.iter().collect();
-                let html = plain.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
-                Part { html, plain }
-            })
-            .collect()
-    }
-}
