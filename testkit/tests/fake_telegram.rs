@@ -367,3 +367,41 @@ async fn wait_for_calls_panics_with_a_listing() {
     bot(&fake).get_me().await.expect("getMe");
     fake.wait_for_calls("sendmessage", 1, Duration::from_millis(100)).await;
 }
+
+#[tokio::test]
+async fn teloxide_polling_listener_receives_pushed_updates() {
+    use futures_util::StreamExt;
+    use teloxide::update_listeners::{AsUpdateStream, Polling};
+
+    let fake = FakeTelegram::start().await;
+    let mut listener = Polling::builder(bot(&fake)).timeout(Duration::from_secs(2)).build();
+    let stream = listener.as_stream();
+    tokio::pin!(stream);
+    fake.push_message(updates::private_text(7, "ann", 1, "first"));
+    let first = tokio::time::timeout(WAIT, stream.next()).await.expect("first update in time");
+    assert_eq!(first.expect("an item").expect("an update").id.0, 1);
+    fake.push_message(updates::private_text(7, "ann", 2, "second"));
+    let second = tokio::time::timeout(WAIT, stream.next()).await.expect("second update in time");
+    assert_eq!(second.expect("an item").expect("an update").id.0, 2);
+    assert!(fake.confirmed_offset() >= 2, "polling confirmed update 1");
+    let poll = &fake.calls_to("getupdates")[0];
+    assert_eq!(poll.params["timeout"], 2);
+}
+
+#[tokio::test]
+async fn send_photo_and_voice_uploads_come_back_as_media() {
+    let fake = FakeTelegram::start().await;
+    let bot = bot(&fake);
+    let photo = InputFile::memory(vec![0xFF, 0xD8, 0xFF]).file_name("chart.png");
+    let sent =
+        bot.send_photo(ChatId(7), photo).caption("<i>chart</i>").parse_mode(ParseMode::Html).await.expect("sendPhoto");
+    assert_eq!((sent.photo().map(<[_]>::len), sent.caption()), (Some(1), Some("chart")));
+    let voice = InputFile::memory(b"OggS".to_vec()).file_name("reply.ogg");
+    let sent = bot.send_voice(ChatId(7), voice).await.expect("sendVoice");
+    assert_eq!(sent.voice().map(|voice| voice.file.size), Some(4));
+
+    let recorded = fake.sent_messages();
+    let names: Vec<_> = recorded.iter().map(|sent| (sent.method.as_str(), sent.file_name.as_deref())).collect();
+    assert_eq!(names, [("sendphoto", Some("chart.png")), ("sendvoice", Some("reply.ogg"))]);
+    assert_eq!(recorded[0].text.as_deref(), Some("<i>chart</i>"));
+}
