@@ -37,8 +37,9 @@ const MAX_RUN_AGE: Duration = Duration::from_secs(600);
 const SWEEP_INTERVAL: Duration = Duration::from_secs(30);
 /// How many finished run keys are remembered.
 const FINISHED_KEPT: usize = 1024;
-/// A streamed draft shows at most this many characters; the final reply shows everything.
-const DRAFT_VISIBLE_CHARS: usize = 4000;
+/// A streamed draft shows at most this much text (UTF-16 units, as Telegram counts), a bit
+/// under the message limit; the final reply shows everything.
+const DRAFT_VISIBLE_UNITS: usize = 4000;
 
 /// Runs in progress in Telegram chats, shared by the event follower and the reply sender.
 pub struct LiveRuns {
@@ -226,7 +227,15 @@ impl Draft {
     /// The text to show now: what was streamed, cut at the visible limit.
     fn visible_text(&self) -> String {
         let text = self.text.lock().unwrap_or_else(PoisonError::into_inner);
-        text.chars().take(DRAFT_VISIBLE_CHARS).collect::<String>().trim().to_owned()
+        let mut units = 0;
+        let visible: String = text
+            .chars()
+            .take_while(|c| {
+                units += c.len_utf16();
+                units <= DRAFT_VISIBLE_UNITS
+            })
+            .collect();
+        visible.trim().to_owned()
     }
 
     /// Waits for an edit in flight, then tells what the chat shows. Call after

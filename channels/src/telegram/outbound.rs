@@ -18,8 +18,8 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::format::{MESSAGE_LIMIT, Part, render_parts};
 use super::TelegramSettings;
+use super::format::{MESSAGE_LIMIT, Part, render_parts};
 use super::live::{DraftState, LiveRuns, RecentIds};
 use super::retry::{Verdict, classify, describe, with_retry};
 use super::upload::send_media;
@@ -463,4 +463,3 @@ impl ChatQueues {
         self.running_chats.insert(task.id(), chat);
     }
 }
-
