@@ -408,3 +408,23 @@ async fn files_follow_the_text_as_photos_documents_or_notices() {
     assert_eq!(sent[2].file_name.as_deref(), Some("notes.txt"));
     assert!(sent[3].text.as_deref().unwrap_or_default().contains("file not found: missing.csv"));
 }
+
+#[tokio::test]
+async fn flood_control_on_a_stream_edit_pauses_the_edits_and_the_reply_still_lands() {
+    let h = start(streaming(200)).await;
+    h.fake.fail_next("editMessageText", Failure::TooManyRequests { retry_after: 1 });
+    h.emit(&chunk(PRIVATE, "One")).await;
+    h.sent(1).await;
+    for word in [" two", " three", " four", " five", " six", " seven", " eight"] {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        h.emit(&chunk(PRIVATE, word)).await;
+    }
+    let calls = h.fake.wait_for_calls("editMessageText", 2, PATIENCE).await;
+    assert!(calls[0].failed && !calls[1].failed);
+    assert!(calls[1].at.duration_since(calls[0].at) >= Duration::from_secs(1), "edited during flood control");
+    assert_eq!(calls[1].params["text"], "One two three four five six seven eight", "intermediate edits skipped");
+    h.publish(&reply("r1", PRIVATE, "One *two*")).await;
+    let edits = h.fake.wait_for_calls("editMessageText", 3, PATIENCE).await;
+    assert_eq!(edits[2].params["text"], "One <i>two</i>");
+    assert_eq!(h.fake.sent_messages().len(), 1);
+}

@@ -263,7 +263,7 @@ impl Sender {
             tracing::info!(id = %msg.id, "outbound message already delivered; not sent again");
             return Outcome::Delivered;
         }
-        let target = match Target::of(&self.settings, msg) {
+        let mut target = match Target::of(&self.settings, msg) {
             Ok(target) => target,
             Err(err) => {
                 tracing::warn!(%err, id = %msg.id, "outbound message cannot be addressed; dropped");
@@ -285,14 +285,23 @@ impl Sender {
             done = 1;
             self.ledger().record_progress(&msg.id, done);
         }
+        let mut migrated = false;
         while done < parts.len() + msg.media.len() {
             let first = done == 0;
             let sent = match parts.get(done) {
                 Some(part) => send_part(&self.bot, &target, part, first, &self.shutdown).await.map(drop),
                 None => send_media(&self.bot, &target, &msg.media[done - parts.len()], first, &self.shutdown).await,
             };
-            if let Err(err) = sent {
-                return self.failed(msg, &err);
+            match sent {
+                Ok(()) => {}
+                // The group became a supergroup: the same step goes there (once; two moves is odd).
+                Err(RequestError::MigrateToChatId(to)) if !migrated => {
+                    tracing::info!(from = target.chat.0, to = to.0, "group moved to a supergroup; sending there");
+                    target.chat = to;
+                    migrated = true;
+                    continue;
+                }
+                Err(err) => return self.failed(msg, &err),
             }
             done += 1;
             self.ledger().record_progress(&msg.id, done);
