@@ -289,36 +289,59 @@ fn on_event(bot: &Bot, settings: &TelegramSettings, live: &LiveRuns, shutdown: &
     };
     match &event.body {
         RunEventBody::Started if settings.typing => {
-            let thread = topic_of(&event.session_key);
-            let stop = shutdown.child_token();
-            let fresh = live.with_entry(key, |entry| {
-                let fresh = entry.typing.is_none();
-                if fresh {
-                    entry.typing = Some(stop.clone());
-                }
-                fresh
-            });
-            if fresh == Some(true) {
-                tokio::spawn(keep_typing(bot.clone(), chat, thread, live.typing_interval, stop));
-            }
+            start_typing(bot, live, key, chat, topic_of(&event.session_key), shutdown.child_token());
         }
         RunEventBody::Chunk { text } if streams_in(settings, chat) => {
-            let draft = live.with_entry(key, |entry| match &entry.draft {
-                Some(draft) => (Arc::clone(draft), false),
-                None => {
-                    let draft = Arc::new(Draft::new(draft_target(settings, chat, &event)));
-                    entry.draft = Some(Arc::clone(&draft));
-                    (draft, true)
-                }
-            });
-            let Some((draft, fresh)) = draft else { return };
-            draft.append(text);
-            if fresh {
-                tokio::spawn(edit_draft(bot.clone(), draft, settings.stream.edit_interval));
-            }
+            let target = || draft_target(settings, chat, &event);
+            stream_chunk(bot, live, key, text, target, settings.stream.edit_interval);
         }
         RunEventBody::Completed { .. } | RunEventBody::Failed { .. } => live.end(key),
         _ => {}
+    }
+}
+
+/// Starts the run's typing task, unless it has one or has finished.
+fn start_typing(
+    bot: &Bot,
+    live: &LiveRuns,
+    key: &str,
+    chat: ChatId,
+    thread: Option<ThreadId>,
+    stop: CancellationToken,
+) {
+    let fresh = live.with_entry(key, |entry| {
+        let fresh = entry.typing.is_none();
+        if fresh {
+            entry.typing = Some(stop.clone());
+        }
+        fresh
+    });
+    if fresh == Some(true) {
+        tokio::spawn(keep_typing(bot.clone(), chat, thread, live.typing_interval, stop));
+    }
+}
+
+/// Adds a chunk to the run's draft; the first chunk creates the draft and its editor task.
+fn stream_chunk(
+    bot: &Bot,
+    live: &LiveRuns,
+    key: &str,
+    text: &str,
+    target: impl FnOnce() -> Target,
+    edit_interval: Duration,
+) {
+    let draft = live.with_entry(key, |entry| match &entry.draft {
+        Some(draft) => (Arc::clone(draft), false),
+        None => {
+            let draft = Arc::new(Draft::new(target()));
+            entry.draft = Some(Arc::clone(&draft));
+            (draft, true)
+        }
+    });
+    let Some((draft, fresh)) = draft else { return };
+    draft.append(text);
+    if fresh {
+        tokio::spawn(edit_draft(bot.clone(), draft, edit_interval));
     }
 }
 

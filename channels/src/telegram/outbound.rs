@@ -271,26 +271,29 @@ impl Sender {
             }
         };
         let draft = self.take_draft(msg).await;
-        let suppressed = msg.metadata.get("suppressed").and_then(Value::as_bool) == Some(true);
-        let has_text = !msg.content.trim().is_empty();
-        if !has_text && (suppressed || msg.media.is_empty()) {
+        if says_nothing(msg) {
             if let DraftState::Shown(message) | DraftState::Broken(Some(message)) = draft {
                 delete_quietly(&self.bot, target.chat, message).await;
             }
             return Outcome::Delivered;
         }
-        let parts = if has_text { render_parts(&msg.content, MESSAGE_LIMIT) } else { Vec::new() };
+        let parts = if msg.content.trim().is_empty() { Vec::new() } else { render_parts(&msg.content, MESSAGE_LIMIT) };
         let mut done = self.ledger().progress_of(&msg.id);
         if done == 0 && self.finish_draft(draft, target.chat, parts.first()).await {
             done = 1;
             self.ledger().record_progress(&msg.id, done);
         }
+        self.send_steps(msg, &mut target, &parts, done).await
+    }
+
+    /// Sends the rendered parts, then the files, from step `done` on, recording progress.
+    async fn send_steps(&self, msg: &OutboundMessage, target: &mut Target, parts: &[Part], mut done: usize) -> Outcome {
         let mut migrated = false;
         while done < parts.len() + msg.media.len() {
             let first = done == 0;
             let sent = match parts.get(done) {
-                Some(part) => send_part(&self.bot, &target, part, first, &self.shutdown).await.map(drop),
-                None => send_media(&self.bot, &target, &msg.media[done - parts.len()], first, &self.shutdown).await,
+                Some(part) => send_part(&self.bot, target, part, first, &self.shutdown).await.map(drop),
+                None => send_media(&self.bot, target, &msg.media[done - parts.len()], first, &self.shutdown).await,
             };
             match sent {
                 Ok(()) => {}
@@ -361,6 +364,13 @@ impl Sender {
             Outcome::Later
         }
     }
+}
+
+/// Empty content means "nothing to say" (unless files come with it); a suppressed reply
+/// (`NO_REPLY`) sends nothing at all.
+fn says_nothing(msg: &OutboundMessage) -> bool {
+    let suppressed = msg.metadata.get("suppressed").and_then(Value::as_bool) == Some(true);
+    msg.content.trim().is_empty() && (suppressed || msg.media.is_empty())
 }
 
 /// A delivery waiting for its turn in its chat.
