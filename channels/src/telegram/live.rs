@@ -1,10 +1,10 @@
 //! Live feedback while a run goes on: the typing indicator and edit-in-place streaming.
 //!
 //! [`run_live`] follows the channel's run events. `run.started` starts a typing task for the
-//! chat; `chunk` events grow a [`Draft`], a message that an editor task shows and edits at most
+//! chat; `chunk` events grow a draft, a message that an editor task shows and edits at most
 //! once per `stream.edit_interval`. The run's final reply, delivered by
 //! [`run_outbound`](super::outbound::run_outbound), takes the draft over through
-//! [`LiveRuns::finish`] and turns it into the rendered reply; finishing also stops typing.
+//! `LiveRuns::finish` and turns it into the rendered reply; finishing also stops typing.
 //!
 //! Runs are keyed by the inbound message id they answer (a reply's `in_reply_to`), or by the
 //! run id when an event has no inbound id. Keys of finished runs are remembered for a while, so

@@ -2,8 +2,8 @@
 //! and sent in order, files after the text, each delivery acked once it is in the chat.
 //!
 //! One task takes deliveries off the bus and hands them to per-chat sequences: messages for
-//! one chat are sent one after the other in arrival order, different chats concurrently (at
-//! most [`MAX_SENDING`] at a time), like teloxide's dispatcher does for updates.
+//! one chat are sent one after the other in arrival order, different chats concurrently
+//! (at most 16 at a time), like teloxide's dispatcher does for updates.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
