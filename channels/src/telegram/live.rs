@@ -40,6 +40,8 @@ const FINISHED_KEPT: usize = 1024;
 /// A streamed draft shows at most this much text (UTF-16 units, as Telegram counts), a bit
 /// under the message limit; the final reply shows everything.
 const DRAFT_VISIBLE_UNITS: usize = 4000;
+/// Streamed text kept per draft: more than the visible part can need.
+const DRAFT_KEPT_BYTES: usize = 16 * 1024;
 
 /// Runs in progress in Telegram chats, shared by the event follower and the reply sender.
 pub struct LiveRuns {
@@ -220,7 +222,12 @@ impl Draft {
     }
 
     fn append(&self, chunk: &str) {
-        self.text.lock().unwrap_or_else(PoisonError::into_inner).push_str(chunk);
+        let mut text = self.text.lock().unwrap_or_else(PoisonError::into_inner);
+        // Only the visible start is ever shown, and 4000 UTF-16 units take at most 12 KB.
+        if text.len() < DRAFT_KEPT_BYTES {
+            text.push_str(chunk);
+        }
+        drop(text);
         self.changed.notify_one();
     }
 
@@ -496,6 +503,18 @@ mod tests {
         assert!(live.finish("in-1").is_none());
         assert_eq!(live.active_runs(), 0);
         assert!(live.with_entry("in-1", |_| ()).is_none());
+    }
+
+    #[test]
+    fn a_draft_shows_at_most_the_visible_limit() {
+        let draft = Draft::new(Target { chat: ChatId(1), thread: None, reply_to: None });
+        for _ in 0..3000 {
+            draft.append("ab😀");
+        }
+        let visible = draft.visible_text();
+        assert!(visible.encode_utf16().count() <= DRAFT_VISIBLE_UNITS);
+        assert!(visible.encode_utf16().count() > DRAFT_VISIBLE_UNITS - 4);
+        assert!(draft.text.lock().unwrap().len() <= DRAFT_KEPT_BYTES + 8);
     }
 
     #[test]
