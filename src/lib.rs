@@ -2,6 +2,7 @@
 //! `switchboard-channels` crate.
 
 pub mod agent;
+pub mod channel_settings;
 pub mod config;
 pub mod context;
 pub mod daemon;

@@ -41,7 +41,7 @@ enum Command {
     Agent,
     /// Run only one channel adapter, connected to a NATS bus
     Channel {
-        /// The channel to run: api
+        /// The channel to run: api or telegram
         name: String,
     },
     /// List recent runs with their status, model, tokens and errors
@@ -91,6 +91,7 @@ fn start(cli: Cli) -> anyhow::Result<()> {
             Command::Agent => serve(config, Parts::Agent).await,
             Command::Channel { name } => match name.as_str() {
                 "api" => serve(config, Parts::ApiChannel).await,
+                "telegram" => serve(config, Parts::TelegramChannel).await,
                 other => Err(daemon::DaemonError::UnknownChannel(other.to_owned()).into()),
             },
             // Handled before the config is loaded, above.

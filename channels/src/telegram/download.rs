@@ -5,10 +5,10 @@
 use std::path::{Path, PathBuf};
 
 use futures_util::StreamExt;
+use teloxide::Bot;
 use teloxide::net::Download;
 use teloxide::prelude::Requester;
 use teloxide::types::FileId;
-use teloxide::Bot;
 use tokio::io::AsyncWriteExt;
 
 use super::inbound::{Attachment, Incoming};
@@ -28,7 +28,12 @@ enum DownloadError {
 /// Downloads every attachment of `msg` (those within `max_bytes`) into `dir/<chat>/` and
 /// returns the media and the marker lines for the message text. A failed download becomes a
 /// marker saying so: the message still reaches the agent.
-pub(crate) async fn fetch_attachments(bot: &Bot, msg: &Incoming, dir: &Path, max_bytes: u64) -> (Vec<Media>, Vec<String>) {
+pub(crate) async fn fetch_attachments(
+    bot: &Bot,
+    msg: &Incoming,
+    dir: &Path,
+    max_bytes: u64,
+) -> (Vec<Media>, Vec<String>) {
     let mut media = Vec::new();
     let mut markers = Vec::new();
     for (index, attachment) in msg.attachments.iter().enumerate() {

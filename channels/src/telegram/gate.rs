@@ -62,10 +62,7 @@ pub(crate) fn listed(allowlist: &[String], author: &Author) -> bool {
     let id = author.id.to_string();
     allowlist.iter().map(|entry| entry.trim()).any(|entry| {
         entry == id
-            || author
-                .username
-                .as_deref()
-                .is_some_and(|name| entry.trim_start_matches('@').eq_ignore_ascii_case(name))
+            || author.username.as_deref().is_some_and(|name| entry.trim_start_matches('@').eq_ignore_ascii_case(name))
     })
 }
 

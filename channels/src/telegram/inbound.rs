@@ -170,7 +170,12 @@ fn leading_command<'a>(text: &'a str, entities: &[MessageEntityRef<'a>]) -> Opti
     Some(LeadingCommand { name, target, end: entity.text().len().min(text.len()) })
 }
 
-fn address(msg: &Message, me: &BotIdentity, entities: &[MessageEntityRef<'_>], cmd: Option<&LeadingCommand>) -> Address {
+fn address(
+    msg: &Message,
+    me: &BotIdentity,
+    entities: &[MessageEntityRef<'_>],
+    cmd: Option<&LeadingCommand>,
+) -> Address {
     let mentioned = entities.iter().any(|entity| match entity.kind() {
         MessageEntityKind::Mention => entity.text().trim_start_matches('@').eq_ignore_ascii_case(&me.username),
         MessageEntityKind::TextMention { user } => user.id == me.id,

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use serde_json::{Map, Value};
 use teloxide::Bot;
+use teloxide::payloads::SendMessageSetters;
 use teloxide::prelude::Requester;
 use teloxide::types::{ChatId, MessageId, ReplyParameters, ThreadId, Update, UpdateKind};
-use teloxide::payloads::SendMessageSetters;
 
 use super::context::GroupContext;
 use super::download::fetch_attachments;
@@ -185,7 +185,8 @@ impl Ingress {
             request = request.message_thread_id(ThreadId(MessageId(topic)));
         }
         if !msg.private {
-            request = request.reply_parameters(ReplyParameters::new(MessageId(msg.message_id)).allow_sending_without_reply());
+            request =
+                request.reply_parameters(ReplyParameters::new(MessageId(msg.message_id)).allow_sending_without_reply());
         }
         if let Err(err) = request.await {
             tracing::warn!(chat_id = msg.chat_id, %err, "cannot send a local answer");

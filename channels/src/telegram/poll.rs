@@ -6,9 +6,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use teloxide::payloads::GetUpdatesSetters;
 use teloxide::prelude::Requester;
 use teloxide::types::{AllowedUpdate, Update};
-use teloxide::payloads::GetUpdatesSetters;
 use teloxide::{ApiError, RequestError};
 use tokio_util::sync::CancellationToken;
 

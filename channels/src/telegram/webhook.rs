@@ -17,9 +17,9 @@ use teloxide::types::{AllowedUpdate, Update};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::{PendingIngress, TelegramError};
 use super::ingress::Ingress;
 use super::poll::{describe, sleep_or_cancel};
+use super::{PendingIngress, TelegramError};
 
 /// The header Telegram puts the webhook's secret token in.
 const SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";
