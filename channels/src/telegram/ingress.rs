@@ -76,10 +76,14 @@ impl Ingress {
     }
 
     async fn forward(&self, msg: &Incoming) -> Result<(), BusError> {
-        match msg.command.as_deref() {
-            Some("start") => return Ok(self.answer_locally(msg, &self.greeting()).await),
-            Some("help") => return Ok(self.answer_locally(msg, &self.help()).await),
-            _ => {}
+        let local_answer = match msg.command.as_deref() {
+            Some("start") => Some(self.greeting()),
+            Some("help") => Some(self.help()),
+            _ => None,
+        };
+        if let Some(answer) = local_answer {
+            self.answer_locally(msg, &answer).await;
+            return Ok(());
         }
         let inbound = self.to_inbound(msg).await;
         self.bus.publish_inbound(&inbound).await?;
