@@ -130,12 +130,15 @@ impl Default for TelegramSettings {
     }
 }
 mod context;
+mod split;
 mod download;
 mod gate;
 mod inbound;
 mod ingress;
 mod poll;
 mod webhook;
+
+pub mod format;
 
 #[derive(Debug, Error)]
 pub enum TelegramError {
