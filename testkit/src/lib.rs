@@ -1,7 +1,8 @@
 //! Test helpers: scripted OpenAI-compatible ([`fake_llm`]) and Anthropic ([`fake_anthropic`])
-//! servers, and an isolated `nats-server` per test ([`nats`]). Dev-only; never linked into
-//! the daemon.
+//! servers, a fake Telegram Bot API ([`fake_telegram`]), and an isolated `nats-server` per test
+//! ([`nats`]). Dev-only; never linked into the daemon.
 
 pub mod fake_anthropic;
 pub mod fake_llm;
+pub mod fake_telegram;
 pub mod nats;
