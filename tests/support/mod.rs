@@ -56,6 +56,7 @@ impl<'a> Launch<'a> {
             if key.starts_with("SWITCHBOARD_")
                 || key.starts_with("OPENAI_")
                 || key.starts_with("ANTHROPIC_")
+                || key.starts_with("TELEGRAM_")
                 || key == "RUST_LOG"
             {
                 command.env_remove(key);
