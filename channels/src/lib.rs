@@ -3,6 +3,7 @@
 
 pub mod bus;
 pub mod contract;
+pub mod pairing;
 pub mod subject;
 
 #[cfg(feature = "api")]
