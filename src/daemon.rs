@@ -156,8 +156,7 @@ async fn start_channels(
         }
     }
     if matches!(parts, Parts::All | Parts::TelegramChannel) && config.channels.telegram.is_active() {
-        // PAIRING-MERGE: becomes `store.map(|s| Arc::clone(s) as Arc<dyn PairingStore>)`.
-        let pairing: Option<Arc<dyn PairingStore>> = store.and(None);
+        let pairing = store.map(|store| Arc::clone(store) as Arc<dyn PairingStore>);
         let settings = crate::channel_settings::telegram(config);
         let telegram = TelegramChannel::start(Arc::clone(bus), settings, pairing, shutdown.clone()).await?;
         channels.telegram = Some(telegram);

@@ -7,6 +7,7 @@ pub mod config;
 pub mod context;
 pub mod daemon;
 pub mod hygiene;
+pub mod pairing_cli;
 pub mod prompt;
 pub mod provider;
 pub mod report;

@@ -7,6 +7,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use switchboard::config::Config;
 use switchboard::daemon::{self, Parts};
+use switchboard::pairing_cli::PairingCommand;
 use switchboard::users::cli::UsersCommand;
 use tokio_util::sync::CancellationToken;
 
@@ -55,6 +56,12 @@ enum Command {
         #[command(subcommand)]
         command: UsersCommand,
     },
+    /// DM pairing: approve the codes strangers get in direct messages, list, revoke and
+    /// pre-approve senders
+    Pairing {
+        #[command(subcommand)]
+        command: PairingCommand,
+    },
 }
 
 fn main() -> ExitCode {
@@ -98,6 +105,7 @@ fn start(cli: Cli) -> anyhow::Result<()> {
             Command::Init => Ok(()),
             Command::Runs { limit } => switchboard::report::print_runs(&config, limit).await,
             Command::Users { command } => switchboard::users::cli::run(&config, command).await,
+            Command::Pairing { command } => switchboard::pairing_cli::run(&config, command).await,
         }
     })
 }
