@@ -11,7 +11,7 @@ use switchboard_testkit::fake_telegram::{FakeTelegram, SentMessage, updates};
 
 const ALICE: i64 = 111;
 
-fn telegram(launch: Launch<'_>, fake: &FakeTelegram) -> Launch<'_> {
+fn telegram<'a>(launch: Launch<'a>, fake: &FakeTelegram) -> Launch<'a> {
     launch
         .env("TELEGRAM_BOT_TOKEN", FakeTelegram::TOKEN)
         .env("SWITCHBOARD_CHANNELS__TELEGRAM__API_URL", &fake.api_url())

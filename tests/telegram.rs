@@ -12,7 +12,7 @@ use switchboard_channels::bus::memory::MemoryBus;
 use switchboard_channels::pairing::PairingStore;
 use switchboard_channels::telegram::{DmPolicy, GroupPolicy, Receive, TelegramChannel, TelegramSettings};
 use switchboard_channels::{Bus, Deliveries, InboundMessage};
-use switchboard_testkit::fake_telegram::{FakeTelegram, Failure, updates};
+use switchboard_testkit::fake_telegram::{Failure, FakeTelegram, updates};
 use tokio_util::sync::CancellationToken;
 
 const GROUP: i64 = -1001234;
@@ -21,7 +21,6 @@ const BOT: &str = "switchboard_test_bot";
 
 struct Rig {
     fake: FakeTelegram,
-    bus: Arc<MemoryBus>,
     inbound: Deliveries,
     store: Arc<SqliteStore>,
     shutdown: CancellationToken,
@@ -51,8 +50,8 @@ impl Rig {
         configure(&mut settings);
         let shutdown = CancellationToken::new();
         let pairing = Some(Arc::clone(&store) as Arc<dyn PairingStore>);
-        let channel = TelegramChannel::start(bus.clone(), settings, pairing, shutdown.clone()).await.unwrap();
-        Rig { fake, bus, inbound, store, shutdown, channel: Some(channel), dir }
+        let channel = TelegramChannel::start(bus, settings, pairing, shutdown.clone()).await.unwrap();
+        Rig { fake, inbound, store, shutdown, channel: Some(channel), dir }
     }
 
     /// The next message the agent would get.
@@ -124,9 +123,15 @@ async fn group_messages_are_answered_only_when_they_address_the_bot() {
     let group = |id: i64, text: &str| updates::group_text(GROUP, ALICE, "alice", id, text);
     let cases: Vec<(Value, Option<&str>)> = vec![
         (group(1, "just chatting"), None),
-        (updates::mention_of(group(2, &format!("hey @{BOT} what's up")), BOT), Some("hey @switchboard_test_bot what's up")),
+        (
+            updates::mention_of(group(2, &format!("hey @{BOT} what's up")), BOT),
+            Some("hey @switchboard_test_bot what's up"),
+        ),
         (updates::mention_of(group(3, "hey @someone_else"), "someone_else"), None),
-        (updates::text_mention_of(group(4, "Switchboard, help"), 4242, "Switchboard", 0, 11), Some("Switchboard, help")),
+        (
+            updates::text_mention_of(group(4, "Switchboard, help"), 4242, "Switchboard", 0, 11),
+            Some("Switchboard, help"),
+        ),
         (updates::reply_to(group(5, "and then?"), updates::from_bot(GROUP, 900, "earlier answer")), Some("and then?")),
         (updates::reply_to(group(6, "you too"), updates::group_text(GROUP, 222, "bob", 901, "hi")), None),
         (updates::bot_command(group(7, &format!("/stop@{BOT}"))), Some("/stop")),
@@ -154,7 +159,9 @@ async fn unaddressed_group_messages_become_context_for_the_next_mention() {
     let mut rig = Rig::start(|_| {}).await;
     rig.fake.push_message(updates::group_text(GROUP, 222, "bob", 1, "let's meet at 6"));
     rig.fake.push_message(updates::group_text(GROUP, 333, "carol", 2, "6 is too early"));
-    let ask = |id: i64| updates::mention_of(updates::group_text(GROUP, ALICE, "alice", id, &format!("@{BOT} thoughts?")), BOT);
+    let ask = |id: i64| {
+        updates::mention_of(updates::group_text(GROUP, ALICE, "alice", id, &format!("@{BOT} thoughts?")), BOT)
+    };
     rig.fake.push_message(ask(3));
     let first = rig.next().await;
     assert!(first.content.contains("Bob: let's meet at 6\nCarol: 6 is too early"), "{}", first.content);
@@ -290,7 +297,13 @@ async fn photos_and_documents_are_saved_into_the_media_dir() {
     rig.fake.add_file("big-doc", vec![1u8; 5000]);
     let photo = updates::photo(updates::private_text(ALICE, "alice", 5, "look at this"), "photo-1", 300);
     rig.fake.push_message(photo);
-    let doc = updates::document(updates::private_text(ALICE, "alice", 6, ""), "big-doc", "report.pdf", "application/pdf", 5000);
+    let doc = updates::document(
+        updates::private_text(ALICE, "alice", 6, ""),
+        "big-doc",
+        "report.pdf",
+        "application/pdf",
+        5000,
+    );
     rig.fake.push_message(doc);
 
     let with_photo = rig.next().await;
@@ -323,9 +336,8 @@ async fn webhook_mode_checks_the_secret_and_answers_after_the_bus_took_the_updat
     let update = json!({"update_id": 1, "message": updates::private_text(ALICE, "alice", 3, "via webhook")});
     let client = reqwest::Client::new();
     let url = format!("http://127.0.0.1:{port}/hook/telegram");
-    let post = |secret: &'static str| {
-        client.post(&url).header("X-Telegram-Bot-Api-Secret-Token", secret).json(&update).send()
-    };
+    let post =
+        |secret: &'static str| client.post(&url).header("X-Telegram-Bot-Api-Secret-Token", secret).json(&update).send();
     assert_eq!(post("wrong").await.unwrap().status(), 401);
     assert_eq!(post("s3cret").await.unwrap().status(), 200);
     assert_eq!(rig.next().await.content, "via webhook");
@@ -337,11 +349,8 @@ async fn webhook_mode_checks_the_secret_and_answers_after_the_bus_took_the_updat
 async fn a_rejected_token_fails_the_start_with_a_clear_error() {
     let fake = FakeTelegram::start().await;
     let bus = Arc::new(MemoryBus::new(8));
-    let settings = TelegramSettings {
-        token: "999:WRONG".into(),
-        api_url: Some(fake.api_url()),
-        ..TelegramSettings::default()
-    };
+    let settings =
+        TelegramSettings { token: "999:WRONG".into(), api_url: Some(fake.api_url()), ..TelegramSettings::default() };
     let err = TelegramChannel::start(bus, settings, None, CancellationToken::new()).await.err().unwrap();
     assert!(err.to_string().contains("TELEGRAM_BOT_TOKEN"), "{err}");
 }

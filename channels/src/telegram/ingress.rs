@@ -146,8 +146,10 @@ impl Ingress {
         let request = store
             .request(CHANNEL, &sender, &msg.author.name, self.settings.pairing_ttl, self.settings.pairing_max_pending)
             .await;
+        // Checked for every request, so that sending a new code also starts the quiet period.
+        let due = self.due_for_reminder(msg.author.id);
         match request {
-            Ok(Some(request)) if request.new || self.due_for_reminder(msg.author.id) => {
+            Ok(Some(request)) if request.new || due => {
                 tracing::info!(
                     sender = %sender,
                     name = %msg.author.name,

@@ -130,12 +130,12 @@ impl Default for TelegramSettings {
     }
 }
 mod context;
-mod split;
 mod download;
 mod gate;
 mod inbound;
 mod ingress;
 mod poll;
+mod split;
 mod webhook;
 
 pub mod format;
