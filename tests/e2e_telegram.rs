@@ -93,3 +93,41 @@ fn the_telegram_channel_alone_needs_a_token() {
     assert!(!status.success());
     assert!(stderr.contains("TELEGRAM_BOT_TOKEN"), "{stderr}");
 }
+
+/// The distributed shape: `switchboard channel telegram` and `switchboard agent` as separate
+/// processes on NATS JetStream.
+#[tokio::test]
+async fn telegram_channel_and_agent_processes_talk_over_nats() {
+    let nats = switchboard_testkit::nats::NatsServer::start().await;
+    let (llm, fake) = (FakeLlm::start().await, FakeTelegram::start().await);
+    let dir = tempfile::tempdir().unwrap();
+    let channel =
+        telegram(Launch::new(dir.path(), "channel", &["channel", "telegram", "--nats", &nats.url()]), &fake).spawn();
+    let agent = Launch::new(dir.path(), "agent", &["agent", "--nats", &nats.url()]).llm(&llm.base_url()).spawn();
+    channel.wait_for_log("Telegram bot identified").await;
+    agent.wait_for_log("worker started").await;
+    let group = -100_777;
+    let mention = format!("@{} over nats", fake.bot().username);
+    let message = updates::mention_of(updates::group_text(group, ALICE, "alice", 3, &mention), &fake.bot().username);
+    fake.push_message(message);
+    let sent = replies(&fake, 1).await;
+    assert_eq!(sent.len(), 1, "{sent:#?}\n{}\n{}", channel.logs(), agent.logs());
+    assert_eq!(sent[0].chat_id, group);
+    assert_eq!(sent[0].text.as_deref(), Some(format!("echo: Alice: {mention}").as_str()));
+    assert_eq!(sent[0].reply_to_message_id, Some(3), "the reply quotes the question in a group");
+}
+
+#[tokio::test]
+async fn a_second_poller_on_the_token_is_reported_in_one_line() {
+    let (llm, fake) = (FakeLlm::start().await, FakeTelegram::start().await);
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = telegram(Launch::new(dir.path(), "tg", &["run"]).llm(&llm.base_url()), &fake).spawn();
+    daemon.wait_healthy().await;
+    fake.wait_for_calls("getupdates", 1, Duration::from_secs(10)).await;
+    for _ in 0..3 {
+        fake.fail_next("getupdates", switchboard_testkit::fake_telegram::Failure::Conflict);
+    }
+    daemon.wait_for_log("409 Conflict").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(daemon.logs().matches("409 Conflict").count(), 1, "{}", daemon.logs());
+}
