@@ -2,6 +2,7 @@
 //! implementations, and the channel adapters.
 
 pub mod bus;
+pub mod chunking;
 pub mod contract;
 pub mod pairing;
 pub mod subject;
