@@ -233,7 +233,9 @@ impl FakeDiscord {
         let reached = tokio::time::timeout(timeout, connected.wait_for(|count| *count >= n)).await;
         if !matches!(reached, Ok(Ok(_))) {
             let (identifies, resumes) = (self.identifies(), self.resumes());
-            panic!("FakeDiscord: wanted {n} connection(s) within {timeout:?}; identifies {identifies}, resumes {resumes}");
+            panic!(
+                "FakeDiscord: wanted {n} connection(s) within {timeout:?}; identifies {identifies}, resumes {resumes}"
+            );
         }
     }
 

@@ -283,4 +283,3 @@ fn role_json(id: u64, name: &str, position: usize) -> Value {
         "flags": 0,
     })
 }
-

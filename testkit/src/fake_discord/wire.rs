@@ -136,12 +136,12 @@ pub(super) fn snowflake(value: &Value) -> Option<u64> {
 
 /// `METHOD /path` with every numeric segment replaced by `{id}` (`GET /channels/{id}`).
 pub(super) fn route_of(method: &str, path: &str) -> String {
-    let segments: Vec<&str> = path
-        .split('/')
-        .map(|segment| {
-            if !segment.is_empty() && segment.bytes().all(|byte| byte.is_ascii_digit()) { "{id}" } else { segment }
-        })
-        .collect();
+    let segments: Vec<&str> =
+        path.split('/')
+            .map(|segment| {
+                if !segment.is_empty() && segment.bytes().all(|byte| byte.is_ascii_digit()) { "{id}" } else { segment }
+            })
+            .collect();
     format!("{method} {}", segments.join("/"))
 }
 
@@ -193,6 +193,9 @@ mod tests {
 
     #[test]
     fn snowflakes_read_from_strings_or_numbers() {
-        assert_eq!((snowflake(&json!("42")), snowflake(&json!(42)), snowflake(&json!(null))), (Some(42), Some(42), None));
+        assert_eq!(
+            (snowflake(&json!("42")), snowflake(&json!(42)), snowflake(&json!(null))),
+            (Some(42), Some(42), None)
+        );
     }
 }
