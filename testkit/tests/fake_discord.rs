@@ -149,8 +149,12 @@ async fn heartbeats_are_acknowledged_and_the_session_survives() {
         let fake = FakeDiscord::start().await;
         fake.set_heartbeat_interval(Duration::from_millis(500));
         let mut bot = Bot::start(&fake).await;
-        tokio::time::sleep(Duration::from_millis(1800)).await;
-        assert!(fake.heartbeats() >= 2, "heartbeats: {}", fake.heartbeats());
+        let started = std::time::Instant::now();
+        while fake.heartbeats() < 3 {
+            assert!(started.elapsed() < WAIT, "heartbeats so far: {}", fake.heartbeats());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(started.elapsed() >= Duration::from_millis(1000), "three heartbeats span two intervals");
         assert_eq!((fake.identifies(), fake.resumes()), (1, 0), "no reconnect: every heartbeat was acked");
         fake.send_message_create(events::dm_message(DM_CHANNEL, 43, "bob", 12, "still here"));
         assert_eq!(bot.next_message().await.content, "still here");
@@ -175,6 +179,24 @@ async fn resume_replays_a_dispatch_missed_while_disconnected_once() {
         assert_eq!(bot.next_message().await.content, "while away");
         fake.send_message_create(events::dm_message(DM_CHANNEL, 43, "bob", 3, "after"));
         assert_eq!(bot.next_message().await.content, "after", "the missed message came exactly once");
+        bot.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_invalidated_session_makes_serenity_identify_again() {
+    limited(async {
+        let fake = FakeDiscord::start().await;
+        let mut bot = Bot::start(&fake).await;
+        let started = std::time::Instant::now();
+        fake.invalidate_session();
+        let seq = fake.send_message_create(events::dm_message(DM_CHANNEL, 43, "bob", 1, "queued"));
+        assert_eq!(seq, 2, "it follows the new session's READY");
+        fake.wait_connected(2, Duration::from_secs(8)).await;
+        assert_eq!((fake.identifies(), fake.resumes()), (2, 0));
+        assert_eq!(bot.next_message().await.content, "queued");
+        eprintln!("re-identified after {:?}", started.elapsed());
         bot.stop().await;
     })
     .await;
@@ -305,6 +327,23 @@ async fn scripted_statuses_and_a_wrong_token_are_errors() {
         assert_eq!(server.status_code.as_u16(), 500);
         let unknown = unsuccessful(http.get_channel(ChannelId::new(999)).await);
         assert_eq!((unknown.status_code.as_u16(), unknown.error.code), (404, 10003));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_wrong_token_fails_identify_and_stops_the_client() {
+    limited(async {
+        let fake = FakeDiscord::start().await;
+        let http = HttpBuilder::new("wrong-token").proxy(fake.url()).ratelimiter_disabled(true).build();
+        let mut client = ClientBuilder::new_with_http(http, GatewayIntents::DIRECT_MESSAGES).await.expect("client");
+        let result = tokio::time::timeout(WAIT, client.start()).await.expect("the client gives up in time");
+        assert!(
+            matches!(result, Err(serenity::Error::Gateway(serenity::gateway::GatewayError::InvalidAuthentication))),
+            "{result:?}"
+        );
+        assert_eq!(fake.identifies(), 0);
+        assert_eq!(fake.calls_to("GET /gateway").len(), 1, "GET /gateway needs no token, as on Discord");
     })
     .await;
 }

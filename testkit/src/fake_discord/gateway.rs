@@ -96,7 +96,8 @@ impl Gateway {
     pub(super) fn dispatch(&mut self, event: &str, data: Value) -> u64 {
         if self.session_id.is_none() {
             self.pending.push((event.to_owned(), data));
-            return 1 + self.pending.len() as u64;
+            let inherited = self.log.iter().filter(|logged| inherits(logged)).count();
+            return 1 + (inherited + self.pending.len()) as u64;
         }
         self.seq += 1;
         let mut logged = Logged { seq: self.seq, event: event.to_owned(), data, sent: false };
@@ -113,10 +114,8 @@ impl Gateway {
     /// Starts a new session on `tx`: READY (`s = 1`), then the queued dispatches and those of
     /// the previous session that no connection was handed.
     fn identify(&mut self, connection: u64, tx: UnboundedSender<Outgoing>, ready: Value) {
-        let unsent = std::mem::take(&mut self.log)
-            .into_iter()
-            .filter(|logged| !logged.sent && logged.event != "READY" && logged.event != "RESUMED")
-            .map(|logged| (logged.event, logged.data));
+        let unsent =
+            std::mem::take(&mut self.log).into_iter().filter(inherits).map(|logged| (logged.event, logged.data));
         let mut pending: Vec<(String, Value)> = unsent.collect();
         pending.append(&mut self.pending);
         self.pending = pending;
@@ -155,11 +154,22 @@ impl Gateway {
         }
     }
 
+    /// Forgets the session and closes the live connection: the next RESUME gets INVALID_SESSION.
+    pub(super) fn invalidate_session(&mut self) {
+        self.session_id = None;
+        self.drop_connection();
+    }
+
     fn disconnected(&mut self, connection: u64) {
         if self.live.as_ref().is_some_and(|live| live.connection == connection) {
             self.live = None;
         }
     }
+}
+
+/// Whether a new session re-sends this dispatch of the old one: never handed out, not READY/RESUMED.
+fn inherits(logged: &Logged) -> bool {
+    !logged.sent && logged.event != "READY" && logged.event != "RESUMED"
 }
 
 /// `GET /gateway`: upgrades to a websocket (query such as `?v=10&encoding=json` ignored).
@@ -174,7 +184,7 @@ async fn connection(shared: Arc<Shared>, socket: WebSocket) {
     let (id, interval) = {
         let mut gateway = shared.gateway();
         gateway.next_connection += 1;
-        (gateway.next_connection, gateway.heartbeat_interval_ms)
+        (gateway.next_connection - 1, gateway.heartbeat_interval_ms)
     };
     let hello = frame(OP_HELLO, json!({ "heartbeat_interval": interval }), None, None);
     if sink.send(Message::Text(hello.into())).await.is_err() {

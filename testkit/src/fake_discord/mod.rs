@@ -244,6 +244,12 @@ impl FakeDiscord {
         self.shared.gateway().drop_connection();
     }
 
+    /// Forgets the session and closes the connection: serenity's RESUME gets op 9 INVALID_SESSION
+    /// and it IDENTIFYs again (after serenity's own wait of up to 5 s between shard starts).
+    pub fn invalidate_session(&self) {
+        self.shared.gateway().invalidate_session();
+    }
+
     /// Successful IDENTIFYs so far.
     pub fn identifies(&self) -> usize {
         self.shared.gateway().identifies
