@@ -252,6 +252,10 @@ async fn edits_deletes_typing_and_uploads_are_recorded() {
         let unknown = channel.edit_message(&http, MessageId::new(1), EditMessage::new().content("x")).await;
         let unknown = unsuccessful(unknown);
         assert_eq!((unknown.status_code.as_u16(), unknown.error.code), (404, 10008));
+        fake.send_message_create(events::dm_message(CHANNEL, 43, "bob", 12, "not yours"));
+        let theirs =
+            unsuccessful(channel.edit_message(&http, MessageId::new(12), EditMessage::new().content("x")).await);
+        assert_eq!((theirs.status_code.as_u16(), theirs.error.code), (403, 50005));
         assert_eq!(fake.edits().len(), 1);
         assert_eq!(fake.edits()[0].body["content"], "final");
 

@@ -268,3 +268,74 @@ fn ready(shared: &Shared) -> Value {
         "geo_ordered_rtc_regions": [],
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio::sync::mpsc::UnboundedReceiver;
+
+    use super::*;
+
+    /// The (t, s) of every text frame received so far, and whether a close followed.
+    fn drain(rx: &mut UnboundedReceiver<Outgoing>) -> (Vec<(Option<String>, Option<u64>)>, bool) {
+        let (mut frames, mut closed) = (Vec::new(), false);
+        while let Ok(outgoing) = rx.try_recv() {
+            match outgoing {
+                Outgoing::Text(text) => {
+                    let value: Value = serde_json::from_str(&text).expect("a JSON frame");
+                    frames.push((value["t"].as_str().map(str::to_owned), value["s"].as_u64()));
+                }
+                Outgoing::Close(..) => closed = true,
+            }
+        }
+        (frames, closed)
+    }
+
+    fn event(name: &str, seq: u64) -> (Option<String>, Option<u64>) {
+        (Some(name.to_owned()), Some(seq))
+    }
+
+    #[test]
+    fn queued_dispatches_follow_ready_with_the_numbers_dispatch_returned() {
+        let mut gateway = Gateway::new();
+        assert_eq!((gateway.dispatch("A", json!({})), gateway.dispatch("B", json!({}))), (2, 3));
+        let (tx, mut rx) = unbounded_channel();
+        gateway.identify(1, tx, json!({}));
+        assert_eq!(drain(&mut rx).0, [event("READY", 1), event("A", 2), event("B", 3)]);
+        assert_eq!(gateway.dispatch("C", json!({})), 4);
+        assert_eq!(drain(&mut rx).0, [event("C", 4)]);
+    }
+
+    #[test]
+    fn resume_replays_after_the_client_seq_then_sends_resumed() {
+        let mut gateway = Gateway::new();
+        let (tx, mut rx) = unbounded_channel();
+        gateway.identify(1, tx, json!({}));
+        gateway.dispatch("A", json!({}));
+        gateway.drop_connection();
+        assert_eq!(drain(&mut rx), (vec![event("READY", 1), event("A", 2)], true));
+        gateway.dispatch("B", json!({}));
+        let (tx, mut rx) = unbounded_channel();
+        assert!(gateway.resume(2, tx, "fake-session-1", 1));
+        assert_eq!(drain(&mut rx).0, [event("A", 2), event("B", 3), event("RESUMED", 4)]);
+        assert_eq!((gateway.identifies, gateway.resumes), (1, 1));
+    }
+
+    #[test]
+    fn an_unknown_session_gets_invalid_session_and_a_new_session_inherits_unsent_dispatches() {
+        let mut gateway = Gateway::new();
+        let (tx, _rx) = unbounded_channel();
+        gateway.identify(1, tx, json!({}));
+        gateway.invalidate_session();
+        assert_eq!(gateway.dispatch("A", json!({})), 2);
+        let (tx, mut rx) = unbounded_channel();
+        assert!(!gateway.resume(2, tx, "fake-session-1", 1));
+        let Ok(Outgoing::Text(text)) = rx.try_recv() else { panic!("an INVALID_SESSION frame") };
+        assert_eq!(
+            serde_json::from_str::<Value>(&text).expect("JSON"),
+            json!({ "op": 9, "d": false, "t": null, "s": null })
+        );
+        let (tx, mut rx) = unbounded_channel();
+        gateway.identify(3, tx, json!({}));
+        assert_eq!(drain(&mut rx).0, [event("READY", 1), event("A", 2)]);
+    }
+}

@@ -63,9 +63,10 @@ pub enum Failure {
 pub struct Call {
     /// `GET`, `POST`, `PATCH`, `DELETE`, …
     pub method: String,
-    /// Method and path with numeric ids as `{id}`: `"POST /channels/{id}/messages"`.
+    /// Method and path with numeric ids as `{id}`: `"POST /channels/{id}/messages"`; downloads
+    /// are `"GET /attachments/{name}"`.
     pub route: String,
-    /// The path without `/api/v10`: `/channels/100/messages`.
+    /// The path without `/api/v10`: `/channels/100/messages` (downloads: `/attachments/x.png`).
     pub path: String,
     /// The JSON body (null if none); for multipart, `payload_json`'s fields plus
     /// `files: [{"field", "filename", "bytes_len"}]`.
@@ -240,6 +241,7 @@ impl FakeDiscord {
     }
 
     /// Closes the live gateway connection with close code 4000 (Unknown error); serenity resumes.
+    /// Does nothing while no connection is live.
     pub fn drop_connection(&self) {
         self.shared.gateway().drop_connection();
     }

@@ -236,6 +236,9 @@ impl State {
     fn edit_message(&mut self, channel_id: Option<u64>, message_id: Option<u64>, body: &Value) -> Answer {
         let key = channel_id.zip(message_id);
         let Some(message) = key.and_then(|key| self.created.get_mut(&key)) else {
+            if message_id.is_some_and(|id| self.seen.contains_key(&id)) {
+                return Answer::error(403, "Cannot edit a message authored by another user", 50005);
+            }
             return Answer::error(404, "Unknown Message", 10008);
         };
         if let Some(content) = body["content"].as_str() {
