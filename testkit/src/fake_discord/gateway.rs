@@ -275,8 +275,11 @@ mod tests {
 
     use super::*;
 
+    /// A frame's `t` and `s`.
+    type Seen = (Option<String>, Option<u64>);
+
     /// The (t, s) of every text frame received so far, and whether a close followed.
-    fn drain(rx: &mut UnboundedReceiver<Outgoing>) -> (Vec<(Option<String>, Option<u64>)>, bool) {
+    fn drain(rx: &mut UnboundedReceiver<Outgoing>) -> (Vec<Seen>, bool) {
         let (mut frames, mut closed) = (Vec::new(), false);
         while let Ok(outgoing) = rx.try_recv() {
             match outgoing {
@@ -290,7 +293,7 @@ mod tests {
         (frames, closed)
     }
 
-    fn event(name: &str, seq: u64) -> (Option<String>, Option<u64>) {
+    fn event(name: &str, seq: u64) -> Seen {
         (Some(name.to_owned()), Some(seq))
     }
 
