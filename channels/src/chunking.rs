@@ -249,11 +249,8 @@ mod tests {
             assert!(part.starts_with("```rust\n") && part.ends_with("\n```"), "{part}");
         }
         assert!(parts.last().unwrap().ends_with("```\n\nDone."));
-        let code: Vec<&str> = parts
-            .iter()
-            .flat_map(|part| part.lines())
-            .filter(|line| line.starts_with("let "))
-            .collect();
+        let code: Vec<&str> =
+            parts.iter().flat_map(|part| part.lines()).filter(|line| line.starts_with("let ")).collect();
         assert_eq!(code.len(), 300, "no code line lost or repeated");
     }
 

@@ -5,10 +5,13 @@ pub mod bus;
 pub mod chunking;
 pub mod contract;
 pub mod pairing;
+pub mod policy;
 pub mod subject;
 
 #[cfg(feature = "api")]
 pub mod api;
+#[cfg(feature = "discord")]
+pub mod discord;
 #[cfg(feature = "telegram")]
 pub mod telegram;
 

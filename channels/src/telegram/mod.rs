@@ -26,6 +26,8 @@ use self::poll::{describe, sleep_or_cancel};
 use crate::bus::{Bus, BusError};
 use crate::pairing::PairingStore;
 
+pub use crate::policy::{DmPolicy, StreamSettings};
+
 /// The channel name of this adapter on the bus.
 pub const CHANNEL: &str = "telegram";
 
@@ -39,30 +41,12 @@ pub enum Receive {
     Webhook { public_url: String, listen: SocketAddr, secret: String },
 }
 
-/// Who is answered in direct messages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DmPolicy {
-    Pairing,
-    Allowlist,
-    Open,
-    Disabled,
-}
-
 /// Which group messages are answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GroupPolicy {
     Mention,
     Open,
     Disabled,
-}
-
-/// Edit-in-place streaming of replies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StreamSettings {
-    pub private: bool,
-    pub groups: bool,
-    /// Minimum time between two edits of one message.
-    pub edit_interval: Duration,
 }
 
 /// Everything the Telegram channel needs, resolved from `[channels.telegram]`.
