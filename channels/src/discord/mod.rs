@@ -10,6 +10,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod directory;
+
 pub use crate::policy::{DmPolicy, StreamSettings};
 
 /// The channel name of this adapter on the bus.
