@@ -7,6 +7,8 @@ use switchboard_channels::Bus;
 use switchboard_channels::api::{ApiChannel, ApiError, ApiSettings};
 use switchboard_channels::bus::memory::MemoryBus;
 use switchboard_channels::bus::nats::{NatsBus, NatsOptions};
+use switchboard_channels::pairing::PairingStore;
+use switchboard_channels::telegram::{TelegramChannel, TelegramError};
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
@@ -43,6 +45,10 @@ pub enum DaemonError {
     Worker(#[from] WorkerError),
     #[error(transparent)]
     Api(#[from] ApiError),
+    #[error(transparent)]
+    Telegram(#[from] TelegramError),
+    #[error("the Telegram channel needs a bot token: set channels.telegram.token or TELEGRAM_BOT_TOKEN")]
+    NoTelegramToken,
     #[error(
         "`switchboard {0}` runs one part of a distributed deployment and needs a NATS bus: set `bus = \"nats://…\"` in the config, SWITCHBOARD_BUS, or --nats URL"
     )]
@@ -51,7 +57,7 @@ pub enum DaemonError {
     Guard(#[from] GuardError),
     #[error("users.owners: {0}")]
     Owner(#[from] BadIdentity),
-    #[error("unknown channel `{0}`; available: api")]
+    #[error("unknown channel `{0}`; available: api, telegram")]
     UnknownChannel(String),
     #[error("the {0} channel is disabled in the config (channels.{0}.enabled = false)")]
     ChannelDisabled(&'static str),
@@ -66,41 +72,96 @@ pub enum Parts {
     Agent,
     /// Only the API channel: `switchboard channel api`.
     ApiChannel,
+    /// Only the Telegram channel: `switchboard channel telegram`.
+    TelegramChannel,
+}
+
+impl Parts {
+    fn is_channel_only(self) -> bool {
+        matches!(self, Parts::ApiChannel | Parts::TelegramChannel)
+    }
+
+    fn runs_worker(self) -> bool {
+        matches!(self, Parts::All | Parts::Agent)
+    }
 }
 
 /// Runs `parts` until `shutdown` is cancelled.
 pub async fn run(config: Config, parts: Parts, shutdown: CancellationToken) -> Result<(), DaemonError> {
-    if parts != Parts::ApiChannel {
+    if !parts.is_channel_only() {
         config.require_provider()?;
     }
-    // A channel-only process keeps no state; everything else shares one store.
+    if parts == Parts::TelegramChannel && !config.channels.telegram.is_active() {
+        return Err(if config.channels.telegram.enabled {
+            DaemonError::NoTelegramToken
+        } else {
+            DaemonError::ChannelDisabled("telegram")
+        });
+    }
+    // The API channel keeps no state; the Telegram channel keeps DM pairings in the store.
     let store = match parts {
         Parts::ApiChannel => None,
-        Parts::All | Parts::Agent => Some(Arc::new(SqliteStore::open(config.store_path()).await?)),
+        _ => Some(Arc::new(SqliteStore::open(config.store_path()).await?)),
     };
     let bus = connect_bus(&config, parts, store.clone()).await?;
-    let mut api = None;
-    if parts != Parts::Agent {
-        if config.channels.api.enabled {
-            api = Some(ApiChannel::start(Arc::clone(&bus), api_settings(&config), shutdown.clone()).await?);
-        } else if parts == Parts::ApiChannel {
-            return Err(DaemonError::ChannelDisabled("api"));
-        }
-    }
+    let channels = start_channels(&config, parts, &bus, store.as_ref(), &shutdown).await?;
     let worker = match store {
-        Some(store) => Some(build_worker(&config, Arc::clone(&bus), store)?),
-        None => None,
+        Some(store) if parts.runs_worker() => Some(build_worker(&config, Arc::clone(&bus), store)?),
+        _ => None,
     };
     tracing::info!(version = env!("CARGO_PKG_VERSION"), bus = %bus_label(&config), ?parts, "switchboard started");
     if let Some(worker) = worker {
         worker.run(shutdown.clone()).await?;
     }
     shutdown.cancelled().await;
-    if let Some(api) = api {
-        api.stop().await?;
-    }
+    channels.stop().await?;
     tracing::info!("switchboard stopped");
     Ok(())
+}
+
+/// The channel adapters this process runs.
+#[derive(Default)]
+struct Channels {
+    api: Option<ApiChannel>,
+    telegram: Option<TelegramChannel>,
+}
+
+impl Channels {
+    /// Stops them after the worker has drained, so finished turns are still delivered.
+    async fn stop(self) -> Result<(), DaemonError> {
+        if let Some(telegram) = self.telegram {
+            telegram.stop().await;
+        }
+        if let Some(api) = self.api {
+            api.stop().await?;
+        }
+        Ok(())
+    }
+}
+
+async fn start_channels(
+    config: &Config,
+    parts: Parts,
+    bus: &Arc<dyn Bus>,
+    store: Option<&Arc<SqliteStore>>,
+    shutdown: &CancellationToken,
+) -> Result<Channels, DaemonError> {
+    let mut channels = Channels::default();
+    if matches!(parts, Parts::All | Parts::ApiChannel) {
+        if config.channels.api.enabled {
+            let api = ApiChannel::start(Arc::clone(bus), api_settings(config), shutdown.clone()).await?;
+            channels.api = Some(api);
+        } else if parts == Parts::ApiChannel {
+            return Err(DaemonError::ChannelDisabled("api"));
+        }
+    }
+    if matches!(parts, Parts::All | Parts::TelegramChannel) && config.channels.telegram.is_active() {
+        let pairing = store.map(|store| Arc::clone(store) as Arc<dyn PairingStore>);
+        let settings = crate::channel_settings::telegram(config);
+        let telegram = TelegramChannel::start(Arc::clone(bus), settings, pairing, shutdown.clone()).await?;
+        channels.telegram = Some(telegram);
+    }
+    Ok(channels)
 }
 
 async fn connect_bus(
@@ -110,7 +171,7 @@ async fn connect_bus(
 ) -> Result<Arc<dyn Bus>, DaemonError> {
     match (config.bus_kind(), store) {
         (BusKind::Memory, _) if parts == Parts::Agent => Err(DaemonError::NeedsNats("agent")),
-        (BusKind::Memory, _) if parts == Parts::ApiChannel => Err(DaemonError::NeedsNats("channel")),
+        (BusKind::Memory, _) if parts.is_channel_only() => Err(DaemonError::NeedsNats("channel")),
         // The journal makes what the in-process bus accepted survive a crash.
         (BusKind::Memory, Some(store)) => {
             Ok(Arc::new(MemoryBus::with_journal(config.bus_options.queue_capacity, store).await?))

@@ -2,10 +2,12 @@
 //! `switchboard-channels` crate.
 
 pub mod agent;
+pub mod channel_settings;
 pub mod config;
 pub mod context;
 pub mod daemon;
 pub mod hygiene;
+pub mod pairing_cli;
 pub mod prompt;
 pub mod provider;
 pub mod report;

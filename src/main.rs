@@ -7,6 +7,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use switchboard::config::Config;
 use switchboard::daemon::{self, Parts};
+use switchboard::pairing_cli::PairingCommand;
 use switchboard::users::cli::UsersCommand;
 use tokio_util::sync::CancellationToken;
 
@@ -41,7 +42,7 @@ enum Command {
     Agent,
     /// Run only one channel adapter, connected to a NATS bus
     Channel {
-        /// The channel to run: api
+        /// The channel to run: api or telegram
         name: String,
     },
     /// List recent runs with their status, model, tokens and errors
@@ -54,6 +55,12 @@ enum Command {
     Users {
         #[command(subcommand)]
         command: UsersCommand,
+    },
+    /// DM pairing: approve the codes strangers get in direct messages, list, revoke and
+    /// pre-approve senders
+    Pairing {
+        #[command(subcommand)]
+        command: PairingCommand,
     },
 }
 
@@ -91,12 +98,14 @@ fn start(cli: Cli) -> anyhow::Result<()> {
             Command::Agent => serve(config, Parts::Agent).await,
             Command::Channel { name } => match name.as_str() {
                 "api" => serve(config, Parts::ApiChannel).await,
+                "telegram" => serve(config, Parts::TelegramChannel).await,
                 other => Err(daemon::DaemonError::UnknownChannel(other.to_owned()).into()),
             },
             // Handled before the config is loaded, above.
             Command::Init => Ok(()),
             Command::Runs { limit } => switchboard::report::print_runs(&config, limit).await,
             Command::Users { command } => switchboard::users::cli::run(&config, command).await,
+            Command::Pairing { command } => switchboard::pairing_cli::run(&config, command).await,
         }
     })
 }

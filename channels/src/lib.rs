@@ -2,11 +2,16 @@
 //! implementations, and the channel adapters.
 
 pub mod bus;
+pub mod chunking;
 pub mod contract;
+pub mod pairing;
+pub mod policy;
 pub mod subject;
 
 #[cfg(feature = "api")]
 pub mod api;
+#[cfg(feature = "discord")]
+pub mod discord;
 #[cfg(feature = "telegram")]
 pub mod telegram;
 

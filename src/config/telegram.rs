@@ -173,3 +173,62 @@ pub(super) fn problem(telegram: &TelegramChannelConfig) -> Option<(&'static str,
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::super::load::load_with;
+    use super::*;
+    use crate::config::ConfigError;
+
+    fn load(text: &str, vars: &[(&str, &str)]) -> Result<super::super::Config, ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("switchboard.toml");
+        std::fs::write(&path, text).unwrap();
+        let env: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        load_with(Some(&path), &env, None)
+    }
+
+    #[test]
+    fn token_comes_from_the_conventional_variable_unless_configured() {
+        let from_env = load("", &[("TELEGRAM_BOT_TOKEN", "1:env")]).unwrap();
+        assert_eq!(from_env.channels.telegram.token.expose(), "1:env");
+        assert!(from_env.channels.telegram.is_active());
+        let from_file = load("[channels.telegram]\ntoken = \"1:file\"", &[("TELEGRAM_BOT_TOKEN", "1:env")]).unwrap();
+        assert_eq!(from_file.channels.telegram.token.expose(), "1:file");
+        let off = load("[channels.telegram]\nenabled = false", &[("TELEGRAM_BOT_TOKEN", "1:env")]).unwrap();
+        assert!(!off.channels.telegram.is_active());
+        assert!(!load("", &[]).unwrap().channels.telegram.is_active(), "no token, no channel");
+    }
+
+    #[test]
+    fn policies_and_lists_parse() {
+        let text = "[channels.telegram]\ndm_policy = \"allowlist\"\nallow_from = [\"42\", \"@alice\"]\n\
+                    group_policy = \"open\"\ngroups = [\"-100123\"]\nmode = \"webhook\"\n\
+                    webhook_url = \"https://bot.example.org/tg\"\nmedia_dir = \"inbox\"";
+        let config = load(text, &[]).unwrap();
+        let telegram = &config.channels.telegram;
+        assert_eq!(telegram.dm_policy, DmPolicyConfig::Allowlist);
+        assert_eq!(telegram.allow_from, ["42", "@alice"]);
+        assert_eq!(telegram.group_policy, GroupPolicyConfig::Open);
+        assert_eq!(telegram.mode, TelegramMode::Webhook);
+        assert_eq!(telegram.media_dir, config.data_dir().join("inbox"));
+    }
+
+    #[test]
+    fn impossible_values_are_refused_with_their_key() {
+        let cases = [
+            ("poll_timeout_secs = 30", "channels.telegram.poll_timeout_secs"),
+            ("stream_edit_interval_ms = 100", "channels.telegram.stream_edit_interval_ms"),
+            ("api_url = \"api.telegram.org\"", "channels.telegram.api_url"),
+            ("mode = \"webhook\"", "channels.telegram.webhook_url"),
+            ("dm_policy = \"friends\"", "dm_policy"),
+            ("pairing_code_ttl_secs = 0", "channels.telegram.pairing_code_ttl_secs"),
+        ];
+        for (line, key) in cases {
+            let err = load(&format!("[channels.telegram]\n{line}"), &[]).expect_err(line).to_string();
+            assert!(err.contains(key), "{line}: {err}");
+        }
+    }
+}

@@ -41,7 +41,9 @@ fn defaults_without_file() {
     assert_eq!(config.bus_kind(), BusKind::Memory);
     assert_eq!(config.model, "");
     assert_eq!(config.log, "info");
-    assert_eq!(config.channels, defaults.channels);
+    assert_eq!(config.channels.api, defaults.channels.api);
+    let media_dir = config.data_dir.join("workspace").join("media").join("telegram");
+    assert_eq!(config.channels.telegram, TelegramChannelConfig { media_dir, ..defaults.channels.telegram });
     assert_eq!(config.worker, defaults.worker);
     assert_eq!(config.agent, AgentConfig { workspace: config.data_dir.join("workspace"), ..defaults.agent });
     assert_eq!(config.tools, defaults.tools);

@@ -6,6 +6,7 @@
 
 mod journal;
 mod migrate;
+pub mod pairing;
 pub mod sqlite;
 
 use async_trait::async_trait;
@@ -13,6 +14,7 @@ use chrono::{DateTime, Utc};
 use switchboard_channels::contract::{OutboundMessage, Usage};
 use thiserror::Error;
 
+use self::pairing::{CodeProblem, RandomSourceError};
 use crate::provider::ChatMessage;
 use crate::users::{Billing, UserStore};
 
@@ -34,6 +36,11 @@ pub enum StoreError {
     /// resumed and finished it first), or the outcome's status was still `Running`.
     #[error("cannot finish run {run_id}: {reason}")]
     Finish { run_id: String, reason: String },
+    /// The owner tried to approve a pairing code that cannot be approved.
+    #[error("{channel} pairing code {code} {problem}")]
+    PairingCode { channel: String, code: String, problem: CodeProblem },
+    #[error(transparent)]
+    Random(#[from] RandomSourceError),
 }
 
 /// What a worker should do with an inbound message, decided atomically by [`Store::claim_run`].

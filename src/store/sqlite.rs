@@ -8,6 +8,7 @@
 //! Times are stored as unix milliseconds (UTC).
 
 mod compaction;
+mod pairing;
 mod users;
 
 use std::path::Path;

@@ -5,10 +5,11 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use switchboard_channels::contract::{OutboundKind, OutboundMessage};
+use switchboard_channels::contract::{Media, OutboundKind, OutboundMessage};
 use switchboard_channels::{Bus, BusExt};
 
-use super::{Tool, ToolContext, ToolError, required_str};
+use super::fs::workspace::{Workspace, io_error};
+use super::{Tool, ToolContext, ToolError};
 
 /// Sends messages through the bus.
 pub struct MessageTool {
@@ -29,8 +30,9 @@ impl Tool for MessageTool {
 
     fn description(&self) -> &str {
         "Sends a message right away, to the current chat (default) or to another chat given as \
-         `channel:chat_id`. Use it for progress notes during long tasks or to notify another chat; \
-         your final answer is sent automatically, do not repeat it here."
+         `channel:chat_id`, optionally with files from the workspace (images are sent as photos). \
+         Use it for progress notes during long tasks, to notify another chat, or to send a file \
+         you made; your final answer is sent automatically, do not repeat it here."
     }
 
     fn parameters(&self) -> Value {
@@ -39,15 +41,17 @@ impl Tool for MessageTool {
             "properties": {
                 "content": {"type": "string", "description": "The text to send (Markdown)"},
                 "target": {"type": "string", "description": "`channel:chat_id`, e.g. telegram:-1001234; default: the current chat"},
-                "thread_id": {"type": "string", "description": "Topic or thread in the target chat, if any"}
+                "thread_id": {"type": "string", "description": "Topic or thread in the target chat, if any"},
+                "files": {"type": "array", "items": {"type": "string"}, "description": "Workspace files to attach (paths relative to the workspace)"}
             },
             "required": ["content"]
         })
     }
 
     async fn execute(&self, arguments: Value, ctx: &ToolContext) -> Result<String, ToolError> {
-        let content = required_str(&arguments, "content")?;
-        if content.trim().is_empty() {
+        let content = arguments.get("content").and_then(Value::as_str).unwrap_or_default();
+        let media = attachments(&arguments, ctx)?;
+        if content.trim().is_empty() && media.is_empty() {
             return Err(ToolError::InvalidArguments("`content` must not be empty".into()));
         }
         let target = arguments.get("target").and_then(Value::as_str).filter(|t| !t.is_empty());
@@ -68,12 +72,45 @@ impl Tool for MessageTool {
             chat_id: chat_id.clone(),
             thread_id,
             content: content.to_owned(),
+            media,
             kind: OutboundKind::Reply,
             ..OutboundMessage::default()
         };
         self.bus.publish_outbound(&msg).await.map_err(|err| ToolError::Transient(format!("cannot send: {err}")))?;
         Ok(format!("sent to {channel}:{chat_id}"))
     }
+}
+
+/// Most files one message carries.
+const MAX_FILES: usize = 10;
+
+/// The `files` argument as media: each a regular file inside the workspace.
+fn attachments(arguments: &Value, ctx: &ToolContext) -> Result<Vec<Media>, ToolError> {
+    let Some(files) = arguments.get("files").filter(|files| !files.is_null()) else { return Ok(Vec::new()) };
+    let paths = files
+        .as_array()
+        .filter(|paths| paths.len() <= MAX_FILES)
+        .and_then(|paths| paths.iter().map(Value::as_str).collect::<Option<Vec<&str>>>())
+        .ok_or_else(|| ToolError::InvalidArguments(format!("`files` must be a list of at most {MAX_FILES} paths")))?;
+    let workspace = Workspace::open(&ctx.workspace, false)?;
+    paths.into_iter().map(|path| attachment(&workspace, path)).collect()
+}
+
+fn attachment(workspace: &Workspace, requested: &str) -> Result<Media, ToolError> {
+    let resolved = workspace.resolve(requested)?;
+    let meta = std::fs::metadata(&resolved.path).map_err(|err| io_error("read", &resolved.shown, &err))?;
+    if !meta.is_file() {
+        return Err(ToolError::InvalidArguments(format!("`{}` is not a file", resolved.shown)));
+    }
+    let extension = resolved.path.extension().and_then(|ext| ext.to_str()).unwrap_or_default().to_ascii_lowercase();
+    let kind = if matches!(extension.as_str(), "png" | "jpg" | "jpeg" | "gif" | "webp") { "photo" } else { "document" };
+    Ok(Media {
+        kind: kind.to_owned(),
+        path: Some(resolved.path.display().to_string()),
+        file_name: resolved.path.file_name().map(|name| name.to_string_lossy().into_owned()),
+        size: Some(meta.len()),
+        ..Media::default()
+    })
 }
 
 /// Splits `channel:chat_id` at the first colon: chat ids may contain colons, channel names not.
@@ -143,6 +180,27 @@ mod tests {
         for args in [json!({"content": "x", "target": "nochannel"}), json!({"content": "  "}), json!({})] {
             let err = tool.execute(args.clone(), &ctx()).await.unwrap_err();
             assert!(matches!(err, ToolError::InvalidArguments(_)), "{args}: {err}");
+        }
+    }
+
+    #[tokio::test]
+    async fn attaches_workspace_files_and_refuses_others() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("chart.PNG"), b"png").unwrap();
+        std::fs::write(dir.path().join("notes.txt"), b"text").unwrap();
+        let ctx = ToolContext { workspace: dir.path().to_path_buf(), ..ctx() };
+        let bus = Arc::new(MemoryBus::new(8));
+        let tool = MessageTool::new(bus.clone());
+        tool.execute(json!({"content": "", "files": ["chart.PNG", "notes.txt"]}), &ctx).await.unwrap();
+        let msg = sent(&bus, "telegram").await;
+        let kinds: Vec<(&str, Option<&str>)> =
+            msg.media.iter().map(|m| (m.kind.as_str(), m.file_name.as_deref())).collect();
+        assert_eq!(kinds, [("photo", Some("chart.PNG")), ("document", Some("notes.txt"))]);
+        assert!(msg.media[0].path.as_deref().unwrap().ends_with("chart.PNG"));
+        assert_eq!(msg.media[1].size, Some(4));
+        for files in [json!(["../outside.txt"]), json!(["missing.txt"]), json!(["."]), json!("notes.txt")] {
+            let result = tool.execute(json!({"content": "x", "files": files.clone()}), &ctx).await;
+            assert!(result.is_err(), "{files} should be refused");
         }
     }
 }

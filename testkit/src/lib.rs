@@ -1,8 +1,10 @@
 //! Test helpers: scripted OpenAI-compatible ([`fake_llm`]) and Anthropic ([`fake_anthropic`])
-//! servers, a fake Telegram Bot API ([`fake_telegram`]), and an isolated `nats-server` per test
+//! servers, a fake Telegram Bot API ([`fake_telegram`]), a fake Discord REST API and gateway
+//! ([`fake_discord`]), and an isolated `nats-server` per test
 //! ([`nats`]). Dev-only; never linked into the daemon.
 
 pub mod fake_anthropic;
+pub mod fake_discord;
 pub mod fake_llm;
 pub mod fake_telegram;
 pub mod nats;

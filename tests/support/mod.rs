@@ -56,6 +56,7 @@ impl<'a> Launch<'a> {
             if key.starts_with("SWITCHBOARD_")
                 || key.starts_with("OPENAI_")
                 || key.starts_with("ANTHROPIC_")
+                || key.starts_with("TELEGRAM_")
                 || key == "RUST_LOG"
             {
                 command.env_remove(key);
@@ -171,7 +172,8 @@ pub fn run_to_exit(data_dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (Exi
     let mut command = Command::new(env!("CARGO_BIN_EXE_switchboard"));
     command.args(args).stdin(Stdio::null());
     for (key, _) in std::env::vars() {
-        if key.starts_with("SWITCHBOARD_") || key.starts_with("OPENAI_") || key.starts_with("ANTHROPIC_") {
+        let ours = ["SWITCHBOARD_", "OPENAI_", "ANTHROPIC_", "TELEGRAM_"];
+        if ours.iter().any(|prefix| key.starts_with(prefix)) {
             command.env_remove(key);
         }
     }

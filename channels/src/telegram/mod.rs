@@ -8,16 +8,25 @@
 //! HTML, split to Telegram's limit and sent in order, with typing and optional streaming
 //! driven by the run events of the chat.
 
-pub mod format;
-pub mod live;
-pub mod outbound;
-mod retry;
-mod split;
-mod upload;
-
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
+
+use teloxide::prelude::Requester;
+use teloxide::types::BotCommand;
+use teloxide::{ApiError, Bot, RequestError};
+use thiserror::Error;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use self::inbound::{BotIdentity, KNOWN_COMMANDS};
+use self::ingress::Ingress;
+use self::poll::{describe, sleep_or_cancel};
+use crate::bus::{Bus, BusError};
+use crate::pairing::PairingStore;
+
+pub use crate::policy::{DmPolicy, StreamSettings};
 
 /// The channel name of this adapter on the bus.
 pub const CHANNEL: &str = "telegram";
@@ -32,30 +41,12 @@ pub enum Receive {
     Webhook { public_url: String, listen: SocketAddr, secret: String },
 }
 
-/// Who is answered in direct messages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DmPolicy {
-    Pairing,
-    Allowlist,
-    Open,
-    Disabled,
-}
-
 /// Which group messages are answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GroupPolicy {
     Mention,
     Open,
     Disabled,
-}
-
-/// Edit-in-place streaming of replies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StreamSettings {
-    pub private: bool,
-    pub groups: bool,
-    /// Minimum time between two edits of one message.
-    pub edit_interval: Duration,
 }
 
 /// Everything the Telegram channel needs, resolved from `[channels.telegram]`.
@@ -120,5 +111,148 @@ impl Default for TelegramSettings {
             media_dir: PathBuf::from("media/telegram"),
             media_max_bytes: 20 * 1024 * 1024,
         }
+    }
+}
+mod context;
+mod download;
+mod gate;
+mod inbound;
+mod ingress;
+mod poll;
+mod retry;
+mod split;
+mod upload;
+mod webhook;
+
+pub mod format;
+pub mod live;
+pub mod outbound;
+
+#[derive(Debug, Error)]
+pub enum TelegramError {
+    #[error("Telegram rejects the bot token: check channels.telegram.token or TELEGRAM_BOT_TOKEN (from @BotFather)")]
+    InvalidToken,
+    #[error("{0:?} is not a URL")]
+    BadUrl(String),
+    #[error("cannot listen for the Telegram webhook on {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error(transparent)]
+    Bus(#[from] BusError),
+}
+
+/// A running Telegram channel.
+pub struct TelegramChannel {
+    /// Where the webhook server listens, in webhook mode.
+    pub webhook_addr: Option<SocketAddr>,
+    receiving: JoinHandle<()>,
+}
+
+impl TelegramChannel {
+    /// Checks the token, then receives updates until `shutdown` is cancelled.
+    pub async fn start(
+        bus: Arc<dyn Bus>,
+        settings: TelegramSettings,
+        pairing: Option<Arc<dyn PairingStore>>,
+        shutdown: CancellationToken,
+    ) -> Result<TelegramChannel, TelegramError> {
+        let settings = Arc::new(settings);
+        let bot = build_bot(&settings)?;
+        let me = first_identity(&bot).await?;
+        let pending = PendingIngress { bot, bus, settings: Arc::clone(&settings), pairing, me };
+        let (webhook_addr, receiving) = match settings.receive.clone() {
+            Receive::Polling { timeout } => (None, tokio::spawn(receive_by_polling(pending, timeout, shutdown))),
+            Receive::Webhook { public_url, listen, secret } => {
+                let (addr, serve) = webhook::start_webhook(pending, public_url, listen, secret, shutdown).await?;
+                (Some(addr), tokio::spawn(serve))
+            }
+        };
+        Ok(TelegramChannel { webhook_addr, receiving })
+    }
+
+    /// Waits for receiving to end; call it after the shutdown token was cancelled.
+    pub async fn stop(self) {
+        if let Err(err) = self.receiving.await {
+            tracing::error!(%err, "the Telegram receiver ended abnormally");
+        }
+    }
+}
+
+fn build_bot(settings: &TelegramSettings) -> Result<Bot, TelegramError> {
+    let bot = Bot::new(&settings.token);
+    match &settings.api_url {
+        Some(url) => {
+            let parsed = reqwest::Url::parse(url).map_err(|_| TelegramError::BadUrl(url.clone()))?;
+            Ok(bot.set_api_url(parsed))
+        }
+        None => Ok(bot),
+    }
+}
+
+/// One `getMe` at start: a rejected token stops the start with a clear error; an unreachable
+/// Telegram does not (the receiver keeps trying), so an outage never keeps the daemon down.
+async fn first_identity(bot: &Bot) -> Result<Option<BotIdentity>, TelegramError> {
+    match bot.get_me().await {
+        Ok(me) => {
+            let identity = BotIdentity { id: me.user.id, username: me.user.username.clone().unwrap_or_default() };
+            tracing::info!(username = %identity.username, "Telegram bot identified");
+            Ok(Some(identity))
+        }
+        Err(RequestError::Api(ApiError::InvalidToken)) => Err(TelegramError::InvalidToken),
+        Err(err) => {
+            tracing::warn!(err = %describe(&err), "cannot reach Telegram; will keep trying");
+            Ok(None)
+        }
+    }
+}
+
+/// `getMe` until it works; `None` when shut down first.
+async fn identity_until_known(bot: &Bot, shutdown: &CancellationToken) -> Option<BotIdentity> {
+    let mut wait = Duration::from_secs(1);
+    loop {
+        if !sleep_or_cancel(wait, shutdown).await {
+            return None;
+        }
+        if let Ok(Some(me)) = first_identity(bot).await {
+            return Some(me);
+        }
+        wait = (wait * 2).min(Duration::from_secs(60));
+    }
+}
+
+/// What the inbound side needs before it can run: the bot's identity may still be unknown
+/// when Telegram was unreachable at start.
+pub(crate) struct PendingIngress {
+    bot: Bot,
+    bus: Arc<dyn Bus>,
+    settings: Arc<TelegramSettings>,
+    pairing: Option<Arc<dyn PairingStore>>,
+    me: Option<BotIdentity>,
+}
+
+impl PendingIngress {
+    /// Learns the identity (retrying until Telegram answers), registers the command menu and
+    /// returns the ingress; `None` when shut down first.
+    pub(crate) async fn ready(self, shutdown: &CancellationToken) -> Option<Arc<Ingress>> {
+        let me = match self.me {
+            Some(me) => me,
+            None => identity_until_known(&self.bot, shutdown).await?,
+        };
+        register_commands(&self.bot).await;
+        Some(Arc::new(Ingress::new(self.bot, self.bus, self.settings, me, self.pairing)))
+    }
+}
+
+async fn receive_by_polling(pending: PendingIngress, timeout: Duration, shutdown: CancellationToken) {
+    if let Some(ingress) = pending.ready(&shutdown).await {
+        poll::run_polling(ingress, timeout, shutdown).await;
+    }
+}
+
+/// The command menu Telegram shows; best effort.
+async fn register_commands(bot: &Bot) {
+    let commands: Vec<BotCommand> =
+        KNOWN_COMMANDS.iter().map(|(name, description)| BotCommand::new(*name, *description)).collect();
+    if let Err(err) = bot.set_my_commands(commands).await {
+        tracing::warn!(err = %describe(&err), "cannot register the command menu");
     }
 }

@@ -4,7 +4,7 @@
 mod edit;
 mod list;
 mod read;
-mod workspace;
+pub(crate) mod workspace;
 mod write;
 
 use std::fs::{File, Metadata, OpenOptions};

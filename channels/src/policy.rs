@@ -1,0 +1,27 @@
+//! Settings the chat adapters share: who is answered in direct messages, and streaming.
+
+use std::time::Duration;
+
+/// Who is answered in direct messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DmPolicy {
+    /// Owners and allowlisted users; strangers get a pairing code the owner approves.
+    Pairing,
+    /// Only owners and allowlisted users.
+    Allowlist,
+    /// Everybody.
+    Open,
+    /// Nobody.
+    Disabled,
+}
+
+/// Edit-in-place streaming of replies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamSettings {
+    /// In direct messages.
+    pub private: bool,
+    /// In groups and guild channels.
+    pub groups: bool,
+    /// Minimum time between two edits of one message.
+    pub edit_interval: Duration,
+}

@@ -1,0 +1,231 @@
+//! One update in: classify, decide who is answered, answer locally what needs no agent
+//! (`/start`, `/help`, pairing codes), and put the rest on the bus.
+//!
+//! [`Ingress::handle`] fails only when the bus did not accept a message; the caller then must
+//! not confirm the update to Telegram, so it is fetched (or posted) again.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use serde_json::{Map, Value};
+use teloxide::Bot;
+use teloxide::payloads::SendMessageSetters;
+use teloxide::prelude::Requester;
+use teloxide::types::{ChatId, MessageId, ReplyParameters, ThreadId, Update, UpdateKind};
+
+use super::context::GroupContext;
+use super::download::fetch_attachments;
+use super::gate::{Verdict, judge};
+use super::inbound::{BotIdentity, Incoming, classify};
+use super::{CHANNEL, TelegramSettings};
+use crate::bus::{Bus, BusError, BusExt};
+use crate::contract::{InboundMessage, Sender};
+use crate::pairing::PairingStore;
+
+/// How often a stranger is reminded of their (unchanged) pairing code at most.
+const PAIRING_REMINDER_EVERY: Duration = Duration::from_secs(300);
+
+/// The inbound half of the Telegram channel.
+pub(crate) struct Ingress {
+    pub bot: Bot,
+    pub bus: Arc<dyn Bus>,
+    pub settings: Arc<TelegramSettings>,
+    pub me: BotIdentity,
+    pub pairing: Option<Arc<dyn PairingStore>>,
+    context: Mutex<GroupContext>,
+    reminded: Mutex<HashMap<u64, Instant>>,
+}
+
+impl Ingress {
+    pub fn new(
+        bot: Bot,
+        bus: Arc<dyn Bus>,
+        settings: Arc<TelegramSettings>,
+        me: BotIdentity,
+        pairing: Option<Arc<dyn PairingStore>>,
+    ) -> Self {
+        let context = Mutex::new(GroupContext::new(settings.group_context_messages));
+        Self { bot, bus, settings, me, pairing, context, reminded: Mutex::new(HashMap::new()) }
+    }
+
+    /// Handles one update. `Err` means the bus did not take the message: retry the update.
+    pub async fn handle(&self, update: &Update) -> Result<(), BusError> {
+        // Only new messages are asked for; edits, reactions and the rest are not answered.
+        let UpdateKind::Message(message) = &update.kind else { return Ok(()) };
+        let msg = match classify(message, &self.me) {
+            Ok(msg) => msg,
+            Err(skip) => {
+                tracing::debug!(update_id = update.id.0, ?skip, "telegram message skipped");
+                return Ok(());
+            }
+        };
+        match judge(&msg, &self.settings) {
+            Verdict::Forward => self.forward(&msg).await,
+            Verdict::KeepAsContext => {
+                self.lock_context().remember(msg.place(), &msg.author.name, &msg.text, msg.date);
+                Ok(())
+            }
+            Verdict::CheckPairing => self.check_pairing(&msg).await,
+            Verdict::Ignore(reason) => {
+                tracing::debug!(chat_id = msg.chat_id, sender = msg.author.id, reason, "telegram message ignored");
+                Ok(())
+            }
+        }
+    }
+
+    async fn forward(&self, msg: &Incoming) -> Result<(), BusError> {
+        let local_answer = match msg.command.as_deref() {
+            Some("start") => Some(self.greeting()),
+            Some("help") => Some(self.help()),
+            _ => None,
+        };
+        if let Some(answer) = local_answer {
+            self.answer_locally(msg, &answer).await;
+            return Ok(());
+        }
+        let inbound = self.to_inbound(msg).await;
+        self.bus.publish_inbound(&inbound).await?;
+        // Only now: a message the bus did not take keeps its context for the retry.
+        if msg.command.is_none() && !msg.private {
+            self.lock_context().clear(msg.place());
+        }
+        tracing::debug!(id = %inbound.id, "telegram message accepted");
+        Ok(())
+    }
+
+    async fn to_inbound(&self, msg: &Incoming) -> InboundMessage {
+        let (media, markers) =
+            fetch_attachments(&self.bot, msg, &self.settings.media_dir, self.settings.media_max_bytes).await;
+        let mut content = msg.text.clone();
+        for marker in markers {
+            if !content.is_empty() {
+                content.push('\n');
+            }
+            content.push_str(&marker);
+        }
+        // Commands stay first in the text, where the worker looks for them.
+        if msg.command.is_none() && !msg.private {
+            let context = self.lock_context().peek(msg.place(), Utc::now());
+            if let Some(context) = context {
+                content = format!("{context}\n\n{content}");
+            }
+        }
+        InboundMessage {
+            id: format!("{CHANNEL}:{}:{}", msg.chat_id, msg.message_id),
+            channel: CHANNEL.to_owned(),
+            chat_id: msg.chat_id.to_string(),
+            sender: Sender { id: msg.author.id.to_string(), name: msg.author.name.clone(), is_bot: msg.author.is_bot },
+            content,
+            media,
+            thread_id: msg.topic.map(|topic| topic.to_string()),
+            is_group: !msg.private,
+            mentioned: msg.addressed(),
+            received_at: Utc::now(),
+            metadata: metadata(msg),
+            ..InboundMessage::default()
+        }
+    }
+
+    async fn check_pairing(&self, msg: &Incoming) -> Result<(), BusError> {
+        let Some(store) = &self.pairing else {
+            tracing::warn!(sender = msg.author.id, "direct message from an unknown user and no pairing store; ignored");
+            return Ok(());
+        };
+        let sender = msg.author.id.to_string();
+        match store.is_approved(CHANNEL, &sender).await {
+            Ok(true) => return self.forward(msg).await,
+            Ok(false) => {}
+            // Not answered now; the update is confirmed, the user can write again.
+            Err(err) => {
+                tracing::error!(%err, "cannot check pairing; message not answered");
+                return Ok(());
+            }
+        }
+        let request = store
+            .request(CHANNEL, &sender, &msg.author.name, self.settings.pairing_ttl, self.settings.pairing_max_pending)
+            .await;
+        // Checked for every request, so that sending a new code also starts the quiet period.
+        let due = self.due_for_reminder(msg.author.id);
+        match request {
+            Ok(Some(request)) if request.new || due => {
+                tracing::info!(
+                    sender = %sender,
+                    name = %msg.author.name,
+                    "pairing requested: approve with `switchboard pairing approve telegram {}`",
+                    request.code
+                );
+                let minutes = self.settings.pairing_ttl.as_secs().div_ceil(60);
+                let text = format!(
+                    "Hi! I only talk to people my owner has approved.\n\nYour pairing code: {}\n\nSend it to my owner; \
+                     they approve it with `switchboard pairing approve telegram {}`. The code is valid for {minutes} minutes.",
+                    request.code, request.code
+                );
+                self.answer_locally(msg, &text).await;
+            }
+            Ok(Some(_)) => tracing::debug!(sender = %sender, "pairing code already sent recently"),
+            Ok(None) => tracing::warn!(sender = %sender, "too many pending pairing requests; no code given"),
+            Err(err) => tracing::error!(%err, "cannot create a pairing code"),
+        }
+        Ok(())
+    }
+
+    fn due_for_reminder(&self, sender: u64) -> bool {
+        let mut reminded = self.reminded.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        reminded.retain(|_, at| now.duration_since(*at) < PAIRING_REMINDER_EVERY);
+        match reminded.get(&sender) {
+            Some(_) => false,
+            None => {
+                reminded.insert(sender, now);
+                true
+            }
+        }
+    }
+
+    /// Sends a short plain answer that needs no agent. Best effort: a failure is logged.
+    async fn answer_locally(&self, msg: &Incoming, text: &str) {
+        let mut request = self.bot.send_message(ChatId(msg.chat_id), text);
+        if let Some(topic) = msg.topic {
+            request = request.message_thread_id(ThreadId(MessageId(topic)));
+        }
+        if !msg.private {
+            request =
+                request.reply_parameters(ReplyParameters::new(MessageId(msg.message_id)).allow_sending_without_reply());
+        }
+        if let Err(err) = request.await {
+            tracing::warn!(chat_id = msg.chat_id, %err, "cannot send a local answer");
+        }
+    }
+
+    fn greeting(&self) -> String {
+        format!("Hello! I'm @{}, an AI assistant. Just write to me.\n\n{}", self.me.username, self.help())
+    }
+
+    fn help(&self) -> String {
+        format!(
+            "In a direct chat, every message is for me. In groups, mention @{name} or reply to one of my \
+             messages.\n\n/new – start a new conversation\n/stop – stop the answer in progress\n/status – what \
+             I'm doing\n/help – this message",
+            name = self.me.username
+        )
+    }
+
+    fn lock_context(&self) -> std::sync::MutexGuard<'_, GroupContext> {
+        self.context.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+fn metadata(msg: &Incoming) -> Map<String, Value> {
+    let mut metadata = Map::new();
+    metadata.insert("message_id".into(), Value::String(msg.message_id.to_string()));
+    metadata.insert("chat_type".into(), Value::String(msg.chat_type.to_owned()));
+    if let Some(title) = &msg.chat_title {
+        metadata.insert("chat_title".into(), Value::String(title.clone()));
+    }
+    if let Some(username) = &msg.author.username {
+        metadata.insert("username".into(), Value::String(username.clone()));
+    }
+    metadata
+}

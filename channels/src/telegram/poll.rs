@@ -1,0 +1,176 @@
+//! Long polling: `getUpdates` with an offset that moves past an update only once the update
+//! was handled (the bus accepted its message). A crash between fetching and handling leaves
+//! the update with Telegram, which serves it again; the inbound id makes the second copy a
+//! no-op on the bus.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use teloxide::payloads::GetUpdatesSetters;
+use teloxide::prelude::Requester;
+use teloxide::types::{AllowedUpdate, Update};
+use teloxide::{ApiError, RequestError};
+use tokio_util::sync::CancellationToken;
+
+use super::ingress::Ingress;
+
+/// Backoff after a failed `getUpdates` or a bus refusal: doubles up to the cap.
+const BACKOFF_START: Duration = Duration::from_millis(500);
+const BACKOFF_CAP: Duration = Duration::from_secs(30);
+/// Waiting between polls while another process holds the token (409 Conflict).
+const CONFLICT_WAIT: Duration = Duration::from_secs(30);
+/// How often the 409 explanation is repeated while the conflict lasts.
+const CONFLICT_LOG_EVERY: Duration = Duration::from_secs(600);
+
+/// Polls until `shutdown`, handing every update to `ingress` in order.
+pub(crate) async fn run_polling(ingress: Arc<Ingress>, timeout: Duration, shutdown: CancellationToken) {
+    clear_webhook(&ingress, &shutdown).await;
+    let mut poller = Poller { offset: None, backoff: BACKOFF_START, conflict_logged: None };
+    let timeout_secs = u32::try_from(timeout.as_secs()).unwrap_or(10);
+    while !shutdown.is_cancelled() {
+        let mut request = ingress.bot.get_updates().timeout(timeout_secs).allowed_updates([AllowedUpdate::Message]);
+        if let Some(offset) = poller.offset {
+            request = request.offset(offset);
+        }
+        let result = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            result = request => result,
+        };
+        match result {
+            Ok(updates) => {
+                poller.recovered();
+                for update in updates {
+                    if !handle_until_accepted(&ingress, &update, &shutdown).await {
+                        return;
+                    }
+                    poller.offset = Some(next_offset(&update));
+                }
+            }
+            Err(err) => {
+                let wait = poller.failed(&err);
+                sleep_or_cancel(wait, &shutdown).await;
+            }
+        }
+    }
+    confirm(&ingress, poller.offset).await;
+}
+
+/// Hands the update over, retrying while the bus refuses it. False when shut down first.
+async fn handle_until_accepted(ingress: &Ingress, update: &Update, shutdown: &CancellationToken) -> bool {
+    let mut backoff = BACKOFF_START;
+    loop {
+        match ingress.handle(update).await {
+            Ok(()) => return true,
+            Err(err) => {
+                tracing::warn!(update_id = update.id.0, %err, wait = ?backoff, "the bus did not take a Telegram message; retrying");
+                if !sleep_or_cancel(backoff, shutdown).await {
+                    return false;
+                }
+                backoff = (backoff * 2).min(BACKOFF_CAP);
+            }
+        }
+    }
+}
+
+fn next_offset(update: &Update) -> i32 {
+    i32::try_from(update.id.0).unwrap_or(i32::MAX).saturating_add(1)
+}
+
+struct Poller {
+    offset: Option<i32>,
+    backoff: Duration,
+    conflict_logged: Option<Instant>,
+}
+
+impl Poller {
+    fn recovered(&mut self) {
+        if self.conflict_logged.take().is_some() {
+            tracing::info!("Telegram polling works again: the other poller is gone");
+        }
+        self.backoff = BACKOFF_START;
+    }
+
+    /// Logs the failure and says how long to wait before the next poll.
+    fn failed(&mut self, err: &RequestError) -> Duration {
+        match err {
+            RequestError::Api(ApiError::TerminatedByOtherGetUpdates) => {
+                let due = self.conflict_logged.is_none_or(|at| at.elapsed() >= CONFLICT_LOG_EVERY);
+                if due {
+                    tracing::error!(
+                        "another program is polling this bot's updates (Telegram answered 409 Conflict): run one \
+                         switchboard Telegram channel per bot token, or stop the other bot; retrying every {} s",
+                        CONFLICT_WAIT.as_secs()
+                    );
+                    self.conflict_logged = Some(Instant::now());
+                }
+                CONFLICT_WAIT
+            }
+            RequestError::RetryAfter(seconds) => {
+                tracing::warn!(wait = ?seconds.duration(), "Telegram asks to slow down polling");
+                seconds.duration()
+            }
+            RequestError::Api(ApiError::InvalidToken) => {
+                tracing::error!("Telegram rejects the bot token; check channels.telegram.token; retrying in 60 s");
+                Duration::from_secs(60)
+            }
+            other => {
+                let wait = self.backoff;
+                tracing::warn!(err = %describe(other), ?wait, "getUpdates failed; retrying");
+                self.backoff = (self.backoff * 2).min(BACKOFF_CAP);
+                wait
+            }
+        }
+    }
+}
+
+/// An error for the log, without the request URL (it holds the bot token).
+pub(crate) fn describe(err: &RequestError) -> String {
+    match err {
+        RequestError::Network(inner) => {
+            let mut text = format!("network error: {inner}");
+            if let Some(url) = inner.url() {
+                text = text.replace(url.as_str(), "<telegram api>");
+            }
+            text
+        }
+        other => other.to_string(),
+    }
+}
+
+/// Polling and a webhook exclude each other: a webhook left from an earlier setup is removed.
+async fn clear_webhook(ingress: &Ingress, shutdown: &CancellationToken) {
+    let info = tokio::select! {
+        _ = shutdown.cancelled() => return,
+        info = ingress.bot.get_webhook_info() => info,
+    };
+    match info {
+        Ok(info) if info.url.is_some() => {
+            tracing::warn!("a Telegram webhook was set for this bot; removing it to use long polling");
+            if let Err(err) = ingress.bot.delete_webhook().await {
+                tracing::warn!(err = %describe(&err), "cannot remove the webhook; getUpdates will fail until it is gone");
+            }
+        }
+        Ok(_) => {}
+        Err(err) => tracing::warn!(err = %describe(&err), "cannot read the webhook state"),
+    }
+}
+
+/// Tells Telegram the handled updates are done, so a restart does not fetch them again (their
+/// messages would be deduplicated, but local answers such as /help would repeat).
+async fn confirm(ingress: &Ingress, offset: Option<i32>) {
+    let Some(offset) = offset else { return };
+    let request = ingress.bot.get_updates().offset(offset).timeout(0).limit(1);
+    match tokio::time::timeout(Duration::from_secs(3), request).await {
+        Ok(Ok(_)) => tracing::debug!(offset, "confirmed handled Telegram updates"),
+        Ok(Err(err)) => tracing::debug!(err = %describe(&err), "cannot confirm handled updates"),
+        Err(_) => tracing::debug!("confirming handled updates timed out"),
+    }
+}
+
+/// Sleeps unless shut down first; false when shut down.
+pub(crate) async fn sleep_or_cancel(wait: Duration, shutdown: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = shutdown.cancelled() => false,
+        _ = tokio::time::sleep(wait) => true,
+    }
+}

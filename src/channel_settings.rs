@@ -1,0 +1,60 @@
+//! Channel adapter settings resolved from the config: the adapters live in
+//! `switchboard-channels` and know nothing of the config file.
+
+use switchboard_channels::telegram::{DmPolicy, GroupPolicy, Receive, StreamSettings, TelegramSettings};
+
+use crate::config::{Config, DmPolicyConfig, GroupPolicyConfig, TelegramMode};
+
+/// `[channels.telegram]`, with the owners from `users.owners` (`telegram:<id>`).
+pub fn telegram(config: &Config) -> TelegramSettings {
+    let telegram = &config.channels.telegram;
+    let receive = match telegram.mode {
+        TelegramMode::Polling => Receive::Polling { timeout: telegram.poll_timeout() },
+        TelegramMode::Webhook => Receive::Webhook {
+            public_url: telegram.webhook_url.clone(),
+            listen: telegram.webhook_listen,
+            secret: match telegram.webhook_secret.expose() {
+                "" => switchboard_channels::contract::new_id().replace('-', ""),
+                secret => secret.to_owned(),
+            },
+        },
+    };
+    TelegramSettings {
+        token: telegram.token.expose().to_owned(),
+        api_url: Some(telegram.api_url.clone()).filter(|url| !url.is_empty()),
+        receive,
+        dm_policy: match telegram.dm_policy {
+            DmPolicyConfig::Pairing => DmPolicy::Pairing,
+            DmPolicyConfig::Allowlist => DmPolicy::Allowlist,
+            DmPolicyConfig::Open => DmPolicy::Open,
+            DmPolicyConfig::Disabled => DmPolicy::Disabled,
+        },
+        allow_from: telegram.allow_from.clone(),
+        owners: config
+            .users
+            .owners
+            .iter()
+            .filter_map(|owner| owner.strip_prefix("telegram:"))
+            .map(str::to_owned)
+            .collect(),
+        group_policy: match telegram.group_policy {
+            GroupPolicyConfig::Mention => GroupPolicy::Mention,
+            GroupPolicyConfig::Open => GroupPolicy::Open,
+            GroupPolicyConfig::Disabled => GroupPolicy::Disabled,
+        },
+        groups: telegram.groups.clone(),
+        group_allow_from: telegram.group_allow_from.clone(),
+        group_context_messages: telegram.group_context_messages,
+        pairing_ttl: telegram.pairing_code_ttl(),
+        pairing_max_pending: telegram.pairing_max_pending,
+        stream: StreamSettings {
+            private: telegram.stream_private,
+            groups: telegram.stream_groups,
+            edit_interval: telegram.stream_edit_interval(),
+        },
+        typing: telegram.typing,
+        quote_in_groups: telegram.quote_in_groups,
+        media_dir: telegram.media_dir.clone(),
+        media_max_bytes: telegram.media_max_bytes,
+    }
+}

@@ -1,0 +1,146 @@
+//! `switchboard pairing …`: approve the codes strangers get in direct messages, list pending
+//! and approved senders, revoke an approval, or approve a sender by id.
+
+use std::fmt;
+use std::io::Write as _;
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+use clap::Subcommand;
+
+use crate::config::Config;
+use crate::store::pairing::{PairingEntry, PairingState};
+use crate::store::sqlite::SqliteStore;
+
+#[derive(Debug, Subcommand)]
+pub enum PairingCommand {
+    /// List senders waiting with a valid code, and approved senders
+    List {
+        /// telegram or discord (default: both)
+        channel: Option<PairingChannel>,
+    },
+    /// Approve the sender a code was given to, so they may write to the bot directly
+    Approve {
+        /// telegram or discord
+        channel: PairingChannel,
+        /// The code the sender was shown (case, spaces and dashes do not matter)
+        code: String,
+    },
+    /// Withdraw a sender's approval
+    Revoke {
+        /// telegram or discord
+        channel: PairingChannel,
+        /// The sender's id on the platform
+        sender_id: String,
+    },
+    /// Approve a sender by id, without a code
+    Add {
+        /// telegram or discord
+        channel: PairingChannel,
+        /// The sender's id on the platform
+        sender_id: String,
+        /// A name to show in `pairing list`
+        #[arg(long, default_value = "")]
+        name: String,
+    },
+}
+
+/// A channel with direct messages to pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PairingChannel {
+    Telegram,
+    Discord,
+}
+
+impl PairingChannel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PairingChannel::Telegram => "telegram",
+            PairingChannel::Discord => "discord",
+        }
+    }
+}
+
+impl fmt::Display for PairingChannel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for PairingChannel {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "telegram" => Ok(PairingChannel::Telegram),
+            "discord" => Ok(PairingChannel::Discord),
+            other => Err(format!("{other:?} has no direct-message pairing; use telegram or discord")),
+        }
+    }
+}
+
+/// Runs one `pairing` command against the configured store, printing the result on stdout.
+pub async fn run(config: &Config, command: PairingCommand) -> anyhow::Result<()> {
+    let store = SqliteStore::open(config.store_path()).await?;
+    let result = execute(&store, command).await;
+    store.close().await;
+    std::io::stdout().lock().write_all(result?.as_bytes())?;
+    Ok(())
+}
+
+async fn execute(store: &SqliteStore, command: PairingCommand) -> anyhow::Result<String> {
+    Ok(match command {
+        PairingCommand::List { channel } => {
+            format_list(&store.list_pairings(channel.map(PairingChannel::as_str)).await?)
+        }
+        PairingCommand::Approve { channel, code } => {
+            let approved = store.approve_pairing(channel.as_str(), &code).await?;
+            format!("approved {}\n", describe_sender(channel.as_str(), &approved.sender_id, &approved.sender_name))
+        }
+        PairingCommand::Revoke { channel, sender_id } => {
+            let sender = describe_sender(channel.as_str(), &sender_id, "");
+            if store.revoke_pairing(channel.as_str(), &sender_id).await? {
+                format!("revoked {sender}\n")
+            } else {
+                format!("{sender} was not approved; nothing changed\n")
+            }
+        }
+        PairingCommand::Add { channel, sender_id, name } => {
+            let sender = describe_sender(channel.as_str(), &sender_id, &name);
+            if store.approve_sender(channel.as_str(), &sender_id, &name).await? {
+                format!("approved {sender}\n")
+            } else {
+                format!("{sender} was approved already; nothing changed\n")
+            }
+        }
+    })
+}
+
+/// "telegram user 123 (alice)", or without the parentheses when the name is unknown.
+fn describe_sender(channel: &str, sender_id: &str, name: &str) -> String {
+    if name.is_empty() { format!("{channel} user {sender_id}") } else { format!("{channel} user {sender_id} ({name})") }
+}
+
+fn format_list(entries: &[PairingEntry]) -> String {
+    let mut text = format!("{:<9} {:<20} {:<20} {:<9} {}\n", "CHANNEL", "SENDER", "NAME", "CODE", "EXPIRES/APPROVED");
+    for entry in entries {
+        let (code, when) = match &entry.state {
+            PairingState::Pending { code, expires_at } => {
+                (code.as_str(), format!("expires {}", format_time(*expires_at)))
+            }
+            PairingState::Approved { approved_at } => ("approved", format!("approved {}", format_time(*approved_at))),
+        };
+        text.push_str(&format!(
+            "{:<9} {:<20} {:<20} {:<9} {when}\n",
+            entry.channel, entry.sender_id, entry.sender_name, code
+        ));
+    }
+    if entries.is_empty() {
+        text.push_str("(no pending or approved senders)\n");
+    }
+    text
+}
+
+fn format_time(time: DateTime<Utc>) -> String {
+    time.format("%Y-%m-%d %H:%M UTC").to_string()
+}

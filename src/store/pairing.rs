@@ -1,0 +1,107 @@
+//! DM pairing codes and the owner's view of pairings, shared by the store backends.
+//!
+//! The adapters' side is [`switchboard_channels::pairing::PairingStore`]; the owner's
+//! operations (approve, list, revoke, pre-approve) are methods of the store itself.
+
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+
+/// The characters of a pairing code: no 0/O or 1/I look-alikes. 32 of them, so a random byte
+/// modulo the length picks each one with equal chance.
+pub const CODE_ALPHABET: &[u8; 32] = b"ABCDEFGHJKLMNPQRSTUVWXYZ23456789";
+
+/// Characters in a pairing code: 32^8 = 2^40 possible codes.
+pub const CODE_LENGTH: usize = 8;
+
+/// Why the store could not produce random bytes for a code.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read the system's random source: {0}")]
+pub struct RandomSourceError(pub String);
+
+/// A fresh code from the operating system's cryptographically secure random source.
+pub fn generate_code() -> Result<String, RandomSourceError> {
+    let mut bytes = [0u8; CODE_LENGTH];
+    getrandom::fill(&mut bytes).map_err(|e| RandomSourceError(e.to_string()))?;
+    Ok(bytes.iter().map(|b| char::from(CODE_ALPHABET[usize::from(*b) % CODE_ALPHABET.len()])).collect())
+}
+
+/// A code as the owner typed it, in the stored form: upper case, without the spaces and
+/// dashes people add when copying codes (`abcd-efgh` → `ABCDEFGH`).
+pub fn normalize_code(typed: &str) -> String {
+    typed.chars().filter(|c| !c.is_whitespace() && *c != '-').map(|c| c.to_ascii_uppercase()).collect()
+}
+
+/// Why a code the owner gave cannot be approved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CodeProblem {
+    /// No such code on that channel (mistyped, or expired long ago and pruned).
+    Unknown,
+    /// The code's time ran out before it was approved.
+    Expired,
+    /// The code was approved already.
+    Used,
+}
+
+impl fmt::Display for CodeProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CodeProblem::Unknown => "is unknown (check for typos; codes are 8 letters and digits)",
+            CodeProblem::Expired => "has expired; ask the sender to write again for a new code",
+            CodeProblem::Used => "was already used",
+        })
+    }
+}
+
+/// The sender a code belonged to, now approved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovedPairing {
+    pub channel: String,
+    pub sender_id: String,
+    pub sender_name: String,
+}
+
+/// One line of the owner's list: a sender waiting with a code, or an approved one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PairingEntry {
+    pub channel: String,
+    pub sender_id: String,
+    pub sender_name: String,
+    pub state: PairingState,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PairingState {
+    Pending { code: String, expires_at: DateTime<Utc> },
+    Approved { approved_at: DateTime<Utc> },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_alphabet_has_no_look_alikes_or_repeats() {
+        for c in b"01IOl" {
+            assert!(!CODE_ALPHABET.contains(c), "{}", char::from(*c));
+        }
+        let mut sorted = CODE_ALPHABET.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), 32);
+    }
+
+    #[test]
+    fn codes_are_eight_alphabet_characters_and_differ() {
+        let first = generate_code().unwrap();
+        assert_eq!(first.len(), CODE_LENGTH);
+        assert!(first.bytes().all(|b| CODE_ALPHABET.contains(&b)), "{first}");
+        assert_ne!(first, generate_code().unwrap());
+    }
+
+    #[test]
+    fn typed_codes_are_normalized() {
+        assert_eq!(normalize_code(" abcd-efgh "), "ABCDEFGH");
+        assert_eq!(normalize_code("AB CD EF GH"), "ABCDEFGH");
+    }
+}

@@ -1,0 +1,318 @@
+//! A fake Discord (REST API v10 and gateway) on 127.0.0.1, a random port, speaking serenity
+//! 0.12.5's wire protocol. Point serenity at it with
+//! `HttpBuilder::new(FakeDiscord::TOKEN).proxy(fake.url()).ratelimiter_disabled(true).build()`
+//! and `ClientBuilder::new_with_http(http, intents)` (the proxy is ignored while serenity's
+//! ratelimiter is on).
+//!
+//! - REST under `/api/v10` (`Authorization: Bot fake-discord-token`, else 401): the gateway
+//!   URL, the bot user and application, channels, guild members and roles, message
+//!   create/edit/delete (JSON or multipart `payload_json` + `files[n]`) and typing. Every call is
+//!   recorded ([`FakeDiscord::calls`]); failures can be scripted ([`FakeDiscord::fail_next`]).
+//! - The gateway at `ws://127.0.0.1:PORT/gateway`: HELLO, IDENTIFY → READY, heartbeats acked,
+//!   RESUME with replay, and dispatches pushed by the test ([`FakeDiscord::dispatch`], payloads
+//!   built with [`events`]).
+//! - Plain files at `/attachments/{name}` ([`FakeDiscord::add_attachment`]), for attachment URLs.
+
+mod gateway;
+mod server;
+mod state;
+mod wire;
+
+pub mod events;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use gateway::Gateway;
+use state::State;
+
+/// The bot's user id.
+pub const BOT_ID: u64 = 5000;
+/// The bot's username.
+pub const BOT_NAME: &str = "switchboard";
+/// The bot's application id.
+pub const APPLICATION_ID: u64 = 5001;
+
+/// A scripted failure for the next call of one route (see [`FakeDiscord::fail_next`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Failure {
+    /// 429 with `Retry-After` (seconds, rounded up) and
+    /// `{"message":"You are being rate limited.","retry_after":…,"global":false}`.
+    RateLimited {
+        /// Seconds the client must wait (`retry_after` in the body).
+        retry_after_secs: f64,
+    },
+    /// 500 `{"message":"500: Internal Server Error","code":0}`.
+    ServerError,
+    /// Any status with any JSON body.
+    Status {
+        /// The HTTP status.
+        code: u16,
+        /// The JSON body, e.g. `{"message": "Missing Permissions", "code": 50013}`.
+        body: Value,
+    },
+}
+
+/// One recorded REST call (including failed and unauthorized ones) or attachment download.
+#[derive(Debug, Clone)]
+pub struct Call {
+    /// `GET`, `POST`, `PATCH`, `DELETE`, …
+    pub method: String,
+    /// Method and path with numeric ids as `{id}`: `"POST /channels/{id}/messages"`; downloads
+    /// are `"GET /attachments/{name}"`.
+    pub route: String,
+    /// The path without `/api/v10`: `/channels/100/messages` (downloads: `/attachments/x.png`).
+    pub path: String,
+    /// The JSON body (null if none); for multipart, `payload_json`'s fields plus
+    /// `files: [{"field", "filename", "bytes_len"}]`.
+    pub body: Value,
+    /// When the request arrived.
+    pub at: Instant,
+    /// Whether the answer was an error.
+    pub failed: bool,
+}
+
+/// A message the bot created successfully.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SentMessage {
+    /// The id the fake assigned (increasing from 9000).
+    pub message_id: u64,
+    /// The target channel.
+    pub channel_id: u64,
+    /// `content` as sent (empty if none).
+    pub content: String,
+    /// `message_reference.message_id`: the message replied to.
+    pub message_reference: Option<u64>,
+    /// `allowed_mentions` as sent.
+    pub allowed_mentions: Option<Value>,
+    /// The uploaded files' names, in order.
+    pub file_names: Vec<String>,
+}
+
+/// The fake bot's identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BotUser {
+    /// The bot's user id (5000).
+    pub id: u64,
+    /// The bot's username (`switchboard`).
+    pub name: String,
+    /// The bot's application id (5001).
+    pub application_id: u64,
+}
+
+struct Shared {
+    rest: Mutex<State>,
+    gateway: Mutex<Gateway>,
+    /// The number of REST calls recorded, for [`FakeDiscord::wait_for_calls`].
+    recorded: watch::Sender<usize>,
+    /// Successful IDENTIFYs plus RESUMEs, for [`FakeDiscord::wait_connected`].
+    connected: watch::Sender<usize>,
+}
+
+impl Shared {
+    fn rest(&self) -> MutexGuard<'_, State> {
+        lock(&self.rest)
+    }
+
+    fn gateway(&self) -> MutexGuard<'_, Gateway> {
+        lock(&self.gateway)
+    }
+
+    fn record(&self, call: Call) {
+        let count = {
+            let mut state = self.rest();
+            state.calls.push(call);
+            state.calls.len()
+        };
+        self.recorded.send_modify(|recorded| *recorded = (*recorded).max(count));
+    }
+}
+
+/// A poisoned lock only means another test thread panicked; the data is still usable.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Aborts the accept loop when the last handle is dropped.
+struct ServerTask(JoinHandle<()>);
+
+impl Drop for ServerTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The running fake; a cheap `Clone` handle. The server stops when the last handle is dropped.
+#[derive(Clone)]
+pub struct FakeDiscord {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    _server: Arc<ServerTask>,
+}
+
+impl FakeDiscord {
+    /// The token the fake accepts (REST `Authorization: Bot …`, gateway IDENTIFY/RESUME).
+    pub const TOKEN: &str = "fake-discord-token";
+
+    /// Starts a server on 127.0.0.1, a random port.
+    pub async fn start() -> FakeDiscord {
+        // A test helper: failing to bind loopback is an environment problem worth a panic.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0 for FakeDiscord");
+        let addr = listener.local_addr().expect("FakeDiscord local address");
+        let shared = Arc::new(Shared {
+            rest: Mutex::new(State::new(format!("http://{addr}"))),
+            gateway: Mutex::new(Gateway::new()),
+            recorded: watch::Sender::new(0),
+            connected: watch::Sender::new(0),
+        });
+        let router = server::router(shared.clone());
+        let task = tokio::spawn(async move {
+            if let Err(error) = axum::serve(listener, router).await {
+                eprintln!("FakeDiscord server stopped: {error}");
+            }
+        });
+        FakeDiscord { addr, shared, _server: Arc::new(ServerTask(task)) }
+    }
+
+    /// `http://127.0.0.1:PORT`, what serenity's `HttpBuilder::proxy` takes.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// `ws://127.0.0.1:PORT/gateway`, what `GET /api/v10/gateway` answers.
+    pub fn gateway_url(&self) -> String {
+        self.shared.rest().gateway_url()
+    }
+
+    /// The bot's identity (id 5000, `switchboard`, application 5001).
+    pub fn bot(&self) -> BotUser {
+        BotUser { id: BOT_ID, name: BOT_NAME.to_owned(), application_id: APPLICATION_ID }
+    }
+
+    /// Adds a guild to READY; `bot_role_ids` are the roles the bot's member holds.
+    pub fn add_guild(&self, guild_id: u64, bot_role_ids: &[u64]) {
+        self.shared.rest().guilds.insert(guild_id, bot_role_ids.to_vec());
+    }
+
+    /// Makes `GET /channels/{id}` answer `channel` (see [`events::text_channel`] and friends).
+    pub fn add_channel(&self, channel: Value) {
+        self.shared.rest().add_channel(channel);
+    }
+
+    /// Registers bytes served at `/attachments/{name}`; returns that URL.
+    pub fn add_attachment(&self, name: &str, bytes: Vec<u8>) -> String {
+        self.shared.rest().add_attachment(name, bytes)
+    }
+
+    /// Sets the `heartbeat_interval` sent in later HELLOs (default 41 250 ms, like Discord).
+    pub fn set_heartbeat_interval(&self, interval: Duration) {
+        self.shared.gateway().heartbeat_interval_ms = interval.as_millis().max(1) as u64;
+    }
+
+    /// Sends a dispatch to the session (logged for RESUME while disconnected; queued until the
+    /// next READY if no session exists yet). Returns its sequence number.
+    pub fn dispatch(&self, event: &str, data: Value) -> u64 {
+        if event == "MESSAGE_CREATE" {
+            self.shared.rest().remember(&data);
+        }
+        self.shared.gateway().dispatch(event, data)
+    }
+
+    /// Dispatches `MESSAGE_CREATE` (build `message` with [`events`]); returns its sequence number.
+    pub fn send_message_create(&self, message: Value) -> u64 {
+        self.dispatch("MESSAGE_CREATE", message)
+    }
+
+    /// Waits until `n` sessions were established (successful IDENTIFYs plus RESUMEs); panics on timeout.
+    pub async fn wait_connected(&self, n: usize, timeout: Duration) {
+        let mut connected = self.shared.connected.subscribe();
+        let reached = tokio::time::timeout(timeout, connected.wait_for(|count| *count >= n)).await;
+        if !matches!(reached, Ok(Ok(_))) {
+            let (identifies, resumes) = (self.identifies(), self.resumes());
+            panic!(
+                "FakeDiscord: wanted {n} connection(s) within {timeout:?}; identifies {identifies}, resumes {resumes}"
+            );
+        }
+    }
+
+    /// Closes the live gateway connection with close code 4000 (Unknown error); serenity resumes.
+    /// Does nothing while no connection is live.
+    pub fn drop_connection(&self) {
+        self.shared.gateway().drop_connection();
+    }
+
+    /// Forgets the session and closes the connection: serenity's RESUME gets op 9 INVALID_SESSION
+    /// and it IDENTIFYs again (after serenity's own wait of up to 5 s between shard starts).
+    pub fn invalidate_session(&self) {
+        self.shared.gateway().invalidate_session();
+    }
+
+    /// Successful IDENTIFYs so far.
+    pub fn identifies(&self) -> usize {
+        self.shared.gateway().identifies
+    }
+
+    /// Successful RESUMEs so far.
+    pub fn resumes(&self) -> usize {
+        self.shared.gateway().resumes
+    }
+
+    /// Heartbeats (op 1) received so far, on any connection.
+    pub fn heartbeats(&self) -> usize {
+        self.shared.gateway().heartbeats
+    }
+
+    /// Every REST call and download so far, in the order they were answered.
+    pub fn calls(&self) -> Vec<Call> {
+        self.shared.rest().calls.clone()
+    }
+
+    /// The calls of one route, e.g. `"POST /channels/{id}/messages"`.
+    pub fn calls_to(&self, method_and_route: &str) -> Vec<Call> {
+        self.shared.rest().calls.iter().filter(|call| call.route == method_and_route).cloned().collect()
+    }
+
+    /// Waits until `n` calls of `route` were answered; panics with a listing of all calls on timeout.
+    pub async fn wait_for_calls(&self, route: &str, n: usize, timeout: Duration) -> Vec<Call> {
+        let mut recorded = self.shared.recorded.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let calls = self.calls_to(route);
+            if calls.len() >= n {
+                return calls;
+            }
+            if tokio::time::timeout_at(deadline, recorded.changed()).await.is_err() {
+                panic!("{}", self.timeout_report(route, n, calls.len(), timeout));
+            }
+        }
+    }
+
+    fn timeout_report(&self, route: &str, n: usize, got: usize, timeout: Duration) -> String {
+        let mut report = format!("FakeDiscord: wanted {n} `{route}` call(s) within {timeout:?}, got {got}. All calls:");
+        for (index, call) in self.calls().iter().enumerate() {
+            let failed = if call.failed { " (failed)" } else { "" };
+            report.push_str(&format!("\n  #{index} {} {}{failed} {}", call.method, call.path, call.body));
+        }
+        report
+    }
+
+    /// Messages created successfully, in order.
+    pub fn sent_messages(&self) -> Vec<SentMessage> {
+        self.shared.rest().sent_log.clone()
+    }
+
+    /// Successful `PATCH /channels/{id}/messages/{id}` calls, in order.
+    pub fn edits(&self) -> Vec<Call> {
+        self.calls_to("PATCH /channels/{id}/messages/{id}").into_iter().filter(|call| !call.failed).collect()
+    }
+
+    /// Makes the next call of `route` fail; several queued failures apply one per call, in order.
+    pub fn fail_next(&self, route: &str, failure: Failure) {
+        self.shared.rest().failures.entry(route.to_owned()).or_default().push_back(failure);
+    }
+}

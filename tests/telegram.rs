@@ -1,0 +1,356 @@
+//! The Telegram channel's inbound side against the fake Bot API, with a real in-process bus and
+//! a real SQLite store for pairing: what reaches the agent, what is answered locally, and that
+//! Telegram is told an update was received only once the bus has it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use switchboard::store::sqlite::SqliteStore;
+use switchboard_channels::bus::memory::MemoryBus;
+use switchboard_channels::pairing::PairingStore;
+use switchboard_channels::telegram::{DmPolicy, GroupPolicy, Receive, TelegramChannel, TelegramSettings};
+use switchboard_channels::{Bus, Deliveries, InboundMessage};
+use switchboard_testkit::fake_telegram::{Failure, FakeTelegram, updates};
+use tokio_util::sync::CancellationToken;
+
+const GROUP: i64 = -1001234;
+const ALICE: i64 = 111;
+const BOT: &str = "switchboard_test_bot";
+
+struct Rig {
+    fake: FakeTelegram,
+    inbound: Deliveries,
+    store: Arc<SqliteStore>,
+    shutdown: CancellationToken,
+    channel: Option<TelegramChannel>,
+    dir: tempfile::TempDir,
+}
+
+impl Rig {
+    async fn start(configure: impl FnOnce(&mut TelegramSettings)) -> Rig {
+        Self::start_with_capacity(64, configure).await
+    }
+
+    async fn start_with_capacity(capacity: usize, configure: impl FnOnce(&mut TelegramSettings)) -> Rig {
+        let fake = FakeTelegram::start().await;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(SqliteStore::open(&dir.path().join("store.db")).await.unwrap());
+        let bus = Arc::new(MemoryBus::new(capacity));
+        let inbound = bus.inbound().await.unwrap();
+        let mut settings = TelegramSettings {
+            token: FakeTelegram::TOKEN.into(),
+            api_url: Some(fake.api_url()),
+            receive: Receive::Polling { timeout: Duration::from_secs(1) },
+            allow_from: vec![ALICE.to_string()],
+            media_dir: dir.path().join("media"),
+            ..TelegramSettings::default()
+        };
+        configure(&mut settings);
+        let shutdown = CancellationToken::new();
+        let pairing = Some(Arc::clone(&store) as Arc<dyn PairingStore>);
+        let channel = TelegramChannel::start(bus, settings, pairing, shutdown.clone()).await.unwrap();
+        Rig { fake, inbound, store, shutdown, channel: Some(channel), dir }
+    }
+
+    /// The next message the agent would get.
+    async fn next(&mut self) -> InboundMessage {
+        let delivery = tokio::time::timeout(Duration::from_secs(5), self.inbound.next())
+            .await
+            .expect("no inbound message within 5 s")
+            .unwrap()
+            .unwrap();
+        let message = delivery.decode().unwrap();
+        delivery.ack().await.unwrap();
+        message
+    }
+
+    /// Asserts nothing reaches the agent for a moment (after the fake served every update).
+    async fn nothing_more(&mut self) {
+        self.wait_until_fetched().await;
+        let next = tokio::time::timeout(Duration::from_millis(300), self.inbound.next()).await;
+        if let Ok(Some(Ok(delivery))) = next {
+            panic!("unexpected inbound message: {}", String::from_utf8_lossy(&delivery.payload));
+        }
+    }
+
+    /// Waits until every pushed update was fetched and confirmed.
+    async fn wait_until_fetched(&self) {
+        for _ in 0..100 {
+            if self.fake.pending_updates() == 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("updates never fetched: {} pending", self.fake.pending_updates());
+    }
+
+    async fn stop(mut self) {
+        self.shutdown.cancel();
+        if let Some(channel) = self.channel.take() {
+            channel.stop().await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_direct_message_reaches_the_agent_with_stable_ids() {
+    let mut rig = Rig::start(|_| {}).await;
+    rig.fake.push_message(updates::private_text(ALICE, "alice", 7, "hello there"));
+    let msg = rig.next().await;
+    assert_eq!(msg.id, format!("telegram:{ALICE}:7"));
+    assert_eq!((msg.channel.as_str(), msg.chat_id.as_str()), ("telegram", "111"));
+    assert_eq!(msg.session_key(), "telegram:111");
+    assert_eq!(msg.content, "hello there");
+    assert_eq!(msg.sender.id, "111");
+    assert_eq!(msg.sender.name, "Alice");
+    assert!(!msg.is_group && msg.mentioned);
+    assert_eq!(msg.metadata["message_id"], "7");
+    assert_eq!(msg.metadata["username"], "alice");
+    // The command menu was registered at start.
+    let commands = rig.fake.calls_to("setmycommands");
+    let names: Vec<&str> =
+        commands[0].params["commands"].as_array().unwrap().iter().map(|c| c["command"].as_str().unwrap()).collect();
+    assert_eq!(names, ["start", "help", "new", "stop", "status"]);
+    rig.stop().await;
+}
+
+/// Every way of addressing the bot in a group, and the ways that are not.
+#[tokio::test]
+async fn group_messages_are_answered_only_when_they_address_the_bot() {
+    let mut rig = Rig::start(|_| {}).await;
+    let group = |id: i64, text: &str| updates::group_text(GROUP, ALICE, "alice", id, text);
+    let cases: Vec<(Value, Option<&str>)> = vec![
+        (group(1, "just chatting"), None),
+        (
+            updates::mention_of(group(2, &format!("hey @{BOT} what's up")), BOT),
+            Some("hey @switchboard_test_bot what's up"),
+        ),
+        (updates::mention_of(group(3, "hey @someone_else"), "someone_else"), None),
+        (
+            updates::text_mention_of(group(4, "Switchboard, help"), 4242, "Switchboard", 0, 11),
+            Some("Switchboard, help"),
+        ),
+        (updates::reply_to(group(5, "and then?"), updates::from_bot(GROUP, 900, "earlier answer")), Some("and then?")),
+        (updates::reply_to(group(6, "you too"), updates::group_text(GROUP, 222, "bob", 901, "hi")), None),
+        (updates::bot_command(group(7, &format!("/stop@{BOT}"))), Some("/stop")),
+        (updates::bot_command(group(8, "/stop@other_bot")), None),
+        (updates::bot_command(group(9, "/status")), Some("/status")),
+        (updates::bot_command(group(10, "/weather")), None),
+    ];
+    for (message, _) in &cases {
+        rig.fake.push_message(message.clone());
+    }
+    for (message, expected) in &cases {
+        let Some(expected) = expected else { continue };
+        let msg = rig.next().await;
+        assert_eq!(msg.id, format!("telegram:{GROUP}:{}", message["message_id"]));
+        assert!(msg.is_group && msg.mentioned);
+        assert!(msg.content.ends_with(expected), "{:?} should end with {expected:?}", msg.content);
+    }
+    rig.nothing_more().await;
+    rig.stop().await;
+}
+
+/// Unaddressed messages come along as context with the next addressed one, once.
+#[tokio::test]
+async fn unaddressed_group_messages_become_context_for_the_next_mention() {
+    let mut rig = Rig::start(|_| {}).await;
+    rig.fake.push_message(updates::group_text(GROUP, 222, "bob", 1, "let's meet at 6"));
+    rig.fake.push_message(updates::group_text(GROUP, 333, "carol", 2, "6 is too early"));
+    let ask = |id: i64| {
+        updates::mention_of(updates::group_text(GROUP, ALICE, "alice", id, &format!("@{BOT} thoughts?")), BOT)
+    };
+    rig.fake.push_message(ask(3));
+    let first = rig.next().await;
+    assert!(first.content.contains("Bob: let's meet at 6\nCarol: 6 is too early"), "{}", first.content);
+    assert!(first.content.ends_with("@switchboard_test_bot thoughts?"), "{}", first.content);
+    rig.fake.push_message(ask(4));
+    let second = rig.next().await;
+    assert_eq!(second.content, "@switchboard_test_bot thoughts?", "context is shown once");
+    rig.stop().await;
+}
+
+#[tokio::test]
+async fn forum_topics_are_sessions_of_their_own() {
+    let mut rig = Rig::start(|s| s.group_policy = GroupPolicy::Open).await;
+    rig.fake.push_message(updates::topic_text(GROUP, 55, ALICE, "alice", 60, "in the topic"));
+    rig.fake.push_message(updates::group_text(GROUP, ALICE, "alice", 61, "in general"));
+    let topic = rig.next().await;
+    assert_eq!(topic.thread_id.as_deref(), Some("55"));
+    assert_eq!(topic.session_key(), format!("telegram:{GROUP}:topic:55"));
+    // The topic's creation message is not a reply to the bot, and open groups need no mention.
+    assert_eq!(topic.content, "in the topic");
+    let general = rig.next().await;
+    assert_eq!(general.session_key(), format!("telegram:{GROUP}"));
+    rig.stop().await;
+}
+
+#[tokio::test]
+async fn policies_and_allowlists_decide_who_is_answered() {
+    let mut rig = Rig::start(|s| {
+        s.dm_policy = DmPolicy::Allowlist;
+        s.allow_from = vec!["@Alice".into()];
+        s.groups = vec![GROUP.to_string()];
+    })
+    .await;
+    rig.fake.push_message(updates::private_text(222, "bob", 1, "let me in"));
+    rig.fake.push_message(updates::private_text(ALICE, "alice", 2, "by username"));
+    let other_group = updates::mention_of(updates::group_text(-999, ALICE, "alice", 3, &format!("@{BOT} hi")), BOT);
+    rig.fake.push_message(other_group);
+    assert_eq!(rig.next().await.content, "by username");
+    rig.nothing_more().await;
+    assert!(rig.fake.sent_messages().is_empty(), "strangers under allowlist get no answer");
+    rig.stop().await;
+}
+
+/// A stranger gets a code once; after the owner approves it, their messages go through.
+#[tokio::test]
+async fn pairing_gives_a_code_and_approval_lets_the_user_in() {
+    let mut rig = Rig::start(|_| {}).await;
+    rig.fake.push_message(updates::private_text(222, "bob", 1, "hi bot"));
+    rig.fake.push_message(updates::private_text(222, "bob", 2, "hello??"));
+    let sent = rig.fake.wait_for_calls("sendmessage", 1, Duration::from_secs(5)).await;
+    let text = sent[0].params["text"].as_str().unwrap().to_owned();
+    assert_eq!(sent[0].params["chat_id"], 222);
+    let code = text.split("pairing code: ").nth(1).unwrap().split_whitespace().next().unwrap().to_owned();
+    assert_eq!(code.len(), 8, "{text}");
+    assert!(text.contains(&format!("switchboard pairing approve telegram {code}")), "{text}");
+    rig.nothing_more().await;
+    assert_eq!(rig.fake.calls_to("sendmessage").len(), 1, "the second message gets no second code");
+
+    let approved = rig.store.approve_pairing("telegram", &code.to_lowercase()).await.unwrap();
+    assert_eq!(approved.sender_id, "222");
+    rig.fake.push_message(updates::private_text(222, "bob", 3, "now?"));
+    assert_eq!(rig.next().await.content, "now?");
+    rig.stop().await;
+}
+
+#[tokio::test]
+async fn start_and_help_are_answered_without_the_agent() {
+    let mut rig = Rig::start(|_| {}).await;
+    rig.fake.push_message(updates::bot_command(updates::private_text(ALICE, "alice", 1, "/start")));
+    let help = updates::bot_command(updates::group_text(GROUP, ALICE, "alice", 2, &format!("/help@{BOT}")));
+    rig.fake.push_message(help);
+    let sent = rig.fake.wait_for_calls("sendmessage", 2, Duration::from_secs(5)).await;
+    assert!(sent[0].params["text"].as_str().unwrap().starts_with("Hello! I'm @switchboard_test_bot"));
+    assert!(sent[1].params["text"].as_str().unwrap().contains("/stop"));
+    // In the group, the answer quotes the command.
+    assert_eq!(sent[1].params["reply_parameters"]["message_id"], 2);
+    rig.nothing_more().await;
+    rig.stop().await;
+}
+
+/// The offset that tells Telegram an update was received moves past an update only once the
+/// bus took its message: here the bus is full, so the second update stays unconfirmed.
+#[tokio::test]
+async fn the_offset_advances_only_after_the_bus_accepted_the_message() {
+    let mut rig = Rig::start_with_capacity(1, |_| {}).await;
+    let first = rig.fake.push_message(updates::private_text(ALICE, "alice", 1, "one"));
+    let second = rig.fake.push_message(updates::private_text(ALICE, "alice", 2, "two"));
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(rig.fake.confirmed_offset() <= second, "update {second} confirmed before the bus took it");
+    assert_eq!(rig.next().await.content, "one");
+    assert_eq!(rig.next().await.content, "two");
+    for _ in 0..100 {
+        if rig.fake.confirmed_offset() > second {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(rig.fake.confirmed_offset() > second && second > first);
+    rig.stop().await;
+}
+
+/// A re-served update and a second update for the same message both carry the same inbound
+/// id, so the bus keeps one.
+#[tokio::test]
+async fn two_updates_for_one_message_reach_the_agent_once() {
+    let mut rig = Rig::start(|_| {}).await;
+    rig.fake.push_message(updates::private_text(ALICE, "alice", 9, "once"));
+    rig.fake.push_message(updates::private_text(ALICE, "alice", 9, "once"));
+    assert_eq!(rig.next().await.id, format!("telegram:{ALICE}:9"));
+    rig.nothing_more().await;
+    rig.stop().await;
+}
+
+/// 409 Conflict (another poller on the token) does not become a hot loop.
+#[tokio::test]
+async fn a_second_poller_conflict_backs_off() {
+    let rig = Rig::start(|_| {}).await;
+    rig.fake.wait_for_calls("getupdates", 1, Duration::from_secs(5)).await;
+    rig.fake.fail_next("getupdates", Failure::Conflict);
+    rig.fake.fail_next("getupdates", Failure::Conflict);
+    // The long poll in flight returns within a second; then the conflict answers at once.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let polls = rig.fake.calls_to("getupdates");
+    assert!(polls.iter().any(|c| c.failed), "the conflict was served");
+    assert!(polls.len() <= 3, "{} getUpdates calls in 3 s: a hot loop", polls.len());
+    rig.stop().await;
+}
+
+#[tokio::test]
+async fn photos_and_documents_are_saved_into_the_media_dir() {
+    let mut rig = Rig::start(|s| s.media_max_bytes = 1000).await;
+    rig.fake.add_file("photo-1", vec![7u8; 300]);
+    rig.fake.add_file("big-doc", vec![1u8; 5000]);
+    let photo = updates::photo(updates::private_text(ALICE, "alice", 5, "look at this"), "photo-1", 300);
+    rig.fake.push_message(photo);
+    let doc = updates::document(
+        updates::private_text(ALICE, "alice", 6, ""),
+        "big-doc",
+        "report.pdf",
+        "application/pdf",
+        5000,
+    );
+    rig.fake.push_message(doc);
+
+    let with_photo = rig.next().await;
+    assert!(with_photo.content.starts_with("look at this\n[photo saved at "), "{}", with_photo.content);
+    let path = with_photo.media[0].path.clone().unwrap();
+    assert!(path.starts_with(rig.dir.path().join("media").to_str().unwrap()), "{path}");
+    assert_eq!(std::fs::read(&path).unwrap(), vec![7u8; 300]);
+    assert_eq!(with_photo.media[0].kind, "photo");
+
+    let too_big = rig.next().await;
+    assert!(too_big.media.is_empty());
+    assert!(too_big.content.contains("[document report.pdf not saved: too large"), "{}", too_big.content);
+    rig.stop().await;
+}
+
+#[tokio::test]
+async fn webhook_mode_checks_the_secret_and_answers_after_the_bus_took_the_update() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut rig = Rig::start(|s| {
+        s.receive = Receive::Webhook {
+            public_url: format!("http://127.0.0.1:{port}/hook/telegram"),
+            listen: format!("127.0.0.1:{port}").parse().unwrap(),
+            secret: "s3cret".into(),
+        }
+    })
+    .await;
+    let registered = rig.fake.wait_for_calls("setwebhook", 1, Duration::from_secs(5)).await;
+    assert_eq!(registered[0].params["secret_token"], "s3cret");
+    assert_eq!(registered[0].params["url"], format!("http://127.0.0.1:{port}/hook/telegram"));
+    let update = json!({"update_id": 1, "message": updates::private_text(ALICE, "alice", 3, "via webhook")});
+    let client = reqwest::Client::new();
+    let url = format!("http://127.0.0.1:{port}/hook/telegram");
+    let post =
+        |secret: &'static str| client.post(&url).header("X-Telegram-Bot-Api-Secret-Token", secret).json(&update).send();
+    assert_eq!(post("wrong").await.unwrap().status(), 401);
+    assert_eq!(post("s3cret").await.unwrap().status(), 200);
+    assert_eq!(rig.next().await.content, "via webhook");
+    assert!(rig.fake.calls_to("getupdates").is_empty(), "no polling in webhook mode");
+    rig.stop().await;
+}
+
+#[tokio::test]
+async fn a_rejected_token_fails_the_start_with_a_clear_error() {
+    let fake = FakeTelegram::start().await;
+    let bus = Arc::new(MemoryBus::new(8));
+    let settings =
+        TelegramSettings { token: "999:WRONG".into(), api_url: Some(fake.api_url()), ..TelegramSettings::default() };
+    let err = TelegramChannel::start(bus, settings, None, CancellationToken::new()).await.err().unwrap();
+    assert!(err.to_string().contains("TELEGRAM_BOT_TOKEN"), "{err}");
+}
