@@ -11,6 +11,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 mod directory;
+mod live;
+mod outbound;
+mod retry;
+mod upload;
 
 pub use crate::policy::{DmPolicy, StreamSettings};
 
@@ -85,5 +89,64 @@ impl Default for DiscordSettings {
             media_dir: PathBuf::from("media/discord"),
             media_max_bytes: 25 * 1024 * 1024,
         }
+    }
+}
+
+/// Test entry points. `DiscordChannel::start` will wire the outbound side (replies and live
+/// feedback); until it exists, and so that the integration tests can drive exactly that wiring
+/// against the fake Discord, this starts it. Not part of the API.
+#[doc(hidden)]
+pub mod testing {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use serenity::all::{ChannelId, MessageId};
+    use serenity::http::Http;
+    use tokio_util::sync::CancellationToken;
+
+    use super::DiscordSettings;
+    use super::directory::{ChannelKind, Directory};
+    use super::live::{LiveRuns, run_live};
+    use super::outbound::{self, Target, run_outbound};
+    use crate::bus::{Deliveries, Events};
+
+    /// Spawns `run_outbound` and `run_live` sharing one `LiveRuns`; `direct_channels` are known
+    /// as DMs, typing repeats every `typing_interval`.
+    pub fn spawn_outbound(
+        http: Arc<Http>,
+        settings: DiscordSettings,
+        replies: Deliveries,
+        events: Events,
+        direct_channels: &[u64],
+        typing_interval: Duration,
+        shutdown: CancellationToken,
+    ) {
+        let directory = Arc::new(Directory::default());
+        for channel in direct_channels {
+            directory.insert(*channel, ChannelKind::Direct);
+        }
+        let live = Arc::new(LiveRuns::new(directory).with_typing_interval(typing_interval));
+        let settings = Arc::new(settings);
+        tokio::spawn(run_outbound(
+            Arc::clone(&http),
+            Arc::clone(&settings),
+            replies,
+            Arc::clone(&live),
+            shutdown.clone(),
+        ));
+        tokio::spawn(run_live(http, settings, events, live, shutdown));
+    }
+
+    /// `send_markdown` (the inbound side's way to say things, e.g. pairing codes) to `channel`,
+    /// referencing `reply_to`; the ids of the messages sent, or the error's description.
+    pub async fn send_markdown(
+        http: &Http,
+        channel: u64,
+        reply_to: Option<u64>,
+        markdown: &str,
+    ) -> Result<Vec<u64>, String> {
+        let target = Target { channel: ChannelId::new(channel), reply_to: reply_to.map(MessageId::new) };
+        let sent = outbound::send_markdown(http, &target, markdown, &CancellationToken::new()).await;
+        sent.map(|ids| ids.into_iter().map(MessageId::get).collect()).map_err(|err| err.to_string())
     }
 }
