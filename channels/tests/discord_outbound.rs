@@ -15,7 +15,8 @@ use serde_json::json;
 use serenity::all::{Http, HttpBuilder};
 use switchboard_channels::bus::memory::MemoryBus;
 use switchboard_channels::contract::{Media, RunEventBody, Usage};
-use switchboard_channels::discord::{DiscordSettings, StreamSettings, testing};
+use switchboard_channels::discord::testing::{self, KnownChannel};
+use switchboard_channels::discord::{DiscordSettings, StreamSettings};
 use switchboard_channels::subject::Flow;
 use switchboard_channels::{Bus, BusExt, OutboundMessage, RunEvent};
 use switchboard_testkit::fake_discord::{Failure, FakeDiscord, SentMessage};
@@ -54,7 +55,12 @@ async fn start(settings: DiscordSettings) -> Harness {
     let replies = bus.outbound("discord").await.unwrap();
     let events = bus.events("discord", None).await.unwrap();
     let typing_interval = Duration::from_millis(100);
-    testing::spawn_outbound(Arc::clone(&http), settings, replies, events, &[300], typing_interval, shutdown.clone());
+    let channels = [
+        KnownChannel::Direct { channel: 300 },
+        KnownChannel::Guild { channel: 200, guild: 100 },
+        KnownChannel::Thread { channel: 201, parent: 200, guild: 100 },
+    ];
+    testing::spawn_outbound(Arc::clone(&http), settings, replies, events, &channels, typing_interval, shutdown.clone());
     Harness { fake, bus, http, shutdown }
 }
 

@@ -110,20 +110,35 @@ pub mod testing {
     use super::outbound::{self, Target, run_outbound};
     use crate::bus::{Deliveries, Events};
 
-    /// Spawns `run_outbound` and `run_live` sharing one `LiveRuns`; `direct_channels` are known
-    /// as DMs, typing repeats every `typing_interval`.
+    /// A channel the directory knows, as the inbound side would have recorded it.
+    #[derive(Debug, Clone, Copy)]
+    pub enum KnownChannel {
+        Direct { channel: u64 },
+        Guild { channel: u64, guild: u64 },
+        Thread { channel: u64, parent: u64, guild: u64 },
+    }
+
+    /// Spawns `run_outbound` and `run_live` sharing one `LiveRuns` whose directory knows
+    /// `channels`; typing repeats every `typing_interval`.
     pub fn spawn_outbound(
         http: Arc<Http>,
         settings: DiscordSettings,
         replies: Deliveries,
         events: Events,
-        direct_channels: &[u64],
+        channels: &[KnownChannel],
         typing_interval: Duration,
         shutdown: CancellationToken,
     ) {
         let directory = Arc::new(Directory::default());
-        for channel in direct_channels {
-            directory.insert(*channel, ChannelKind::Direct);
+        for known in channels {
+            let (channel, kind) = match *known {
+                KnownChannel::Direct { channel } => (channel, ChannelKind::Direct),
+                KnownChannel::Guild { channel, guild } => (channel, ChannelKind::Guild { guild_id: guild }),
+                KnownChannel::Thread { channel, parent, guild } => {
+                    (channel, ChannelKind::Thread { guild_id: guild, parent_id: parent })
+                }
+            };
+            directory.insert(channel, kind);
         }
         let live = Arc::new(LiveRuns::new(directory).with_typing_interval(typing_interval));
         let settings = Arc::new(settings);

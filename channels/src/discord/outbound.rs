@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::directory::Directory;
 use super::live::{DraftState, LiveRuns, RecentIds};
-use super::retry::{SendError, describe, with_retry};
+use super::retry::{RetryPolicy, SendError, describe, with_retry};
 use super::upload::{self, Uploads};
 use super::{DiscordSettings, MESSAGE_LIMIT};
 use crate::bus::{Acker, Deliveries, Delivery};
@@ -104,7 +104,8 @@ pub(crate) async fn send_markdown(
 ) -> Result<Vec<MessageId>, SendError> {
     let mut sent = Vec::new();
     for (index, part) in split_markdown(markdown, MESSAGE_LIMIT).iter().enumerate() {
-        sent.push(send_part(http, target, part, &[], index == 0, shutdown).await?);
+        let first = index == 0;
+        sent.push(send_part(http, &RetryPolicy::DEFAULT, target, part, &[], first, shutdown).await?);
     }
     Ok(sent)
 }
@@ -112,13 +113,14 @@ pub(crate) async fn send_markdown(
 /// Sends one part (at most the limit) with its files.
 async fn send_part(
     http: &Http,
+    retry: &RetryPolicy,
     target: &Target,
     text: &str,
     files: &[CreateAttachment],
     first: bool,
     shutdown: &CancellationToken,
 ) -> Result<MessageId, SendError> {
-    let sent = with_retry("create message", shutdown, || {
+    let sent = with_retry(retry, "create message", shutdown, || {
         let message = target.message(text, first).files(files.iter().cloned());
         target.channel.send_message(http, message)
     });
@@ -128,12 +130,13 @@ async fn send_part(
 /// Edits a message into `text` (the first part of a reply).
 async fn edit_text(
     http: &Http,
+    retry: &RetryPolicy,
     channel: ChannelId,
     message: MessageId,
     text: &str,
     shutdown: &CancellationToken,
 ) -> Result<(), SendError> {
-    let edited = with_retry("edit message", shutdown, || {
+    let edited = with_retry(retry, "edit message", shutdown, || {
         let edit = EditMessage::new().content(text).allowed_mentions(allowed_mentions());
         channel.edit_message(http, message, edit)
     });
@@ -169,7 +172,9 @@ fn plan_steps(content: &str, uploads: Uploads) -> Vec<Step> {
         split_markdown(&text, MESSAGE_LIMIT).into_iter().map(|text| Step { text, files: Vec::new() }).collect()
     };
     let mut batches = uploads.batches.into_iter();
-    if let (Some(last), Some(batch)) = (steps.last_mut(), batches.next()) {
+    if let Some(last) = steps.last_mut()
+        && let Some(batch) = batches.next()
+    {
         last.files = batch;
     }
     steps.extend(batches.map(|files| Step { text: String::new(), files }));
@@ -216,6 +221,7 @@ impl Ledger {
 /// The state shared by the delivery tasks.
 struct Sender {
     http: Arc<Http>,
+    retry: RetryPolicy,
     live: Arc<LiveRuns>,
     shutdown: CancellationToken,
     ledger: Mutex<Ledger>,
@@ -271,7 +277,9 @@ impl Sender {
     /// Sends the steps from `done` on, recording progress.
     async fn send_steps(&self, msg: &OutboundMessage, target: &Target, steps: &[Step], mut done: usize) -> Outcome {
         while let Some(step) = steps.get(done) {
-            if let Err(err) = send_part(&self.http, target, &step.text, &step.files, done == 0, &self.shutdown).await {
+            let first = done == 0;
+            let sent = send_part(&self.http, &self.retry, target, &step.text, &step.files, first, &self.shutdown).await;
+            if let Err(err) = sent {
                 return failed(msg, &err);
             }
             done += 1;
@@ -313,7 +321,7 @@ impl Sender {
             delete_quietly(&self.http, channel, message).await;
             return false;
         };
-        match edit_text(&self.http, channel, message, &step.text, &self.shutdown).await {
+        match edit_text(&self.http, &self.retry, channel, message, &step.text, &self.shutdown).await {
             Ok(()) => true,
             Err(err) => {
                 tracing::info!(%channel, %err, "cannot finish a streamed draft; sending the reply");
@@ -374,7 +382,8 @@ pub(crate) async fn run_outbound(
 ) {
     tracing::debug!(?settings, "Discord outbound started");
     let ledger = Ledger { delivered: RecentIds::new(DELIVERED_KEPT), progress: VecDeque::new() };
-    let sender = Arc::new(Sender { http, live, shutdown: shutdown.clone(), ledger: Mutex::new(ledger) });
+    let retry = RetryPolicy::DEFAULT;
+    let sender = Arc::new(Sender { http, retry, live, shutdown: shutdown.clone(), ledger: Mutex::new(ledger) });
     let sending = Arc::new(Semaphore::new(MAX_SENDING));
     let mut queues = ChannelQueues::default();
     loop {
@@ -459,8 +468,65 @@ impl ChannelQueues {
 
 #[cfg(test)]
 mod tests {
+    use serenity::all::HttpBuilder;
+    use switchboard_testkit::fake_discord::{Failure, FakeDiscord};
+
     use super::*;
+    use crate::bus::BusError;
     use crate::discord::directory::ChannelKind;
+
+    /// Records what became of a delivery: `ack` or `nak <delay>`.
+    struct RecordingAcker(Arc<Mutex<Vec<String>>>);
+
+    #[async_trait::async_trait]
+    impl Acker for RecordingAcker {
+        async fn ack(&mut self) -> Result<(), BusError> {
+            self.0.lock().unwrap().push("ack".into());
+            Ok(())
+        }
+
+        async fn nak(&mut self, delay: Option<Duration>) -> Result<(), BusError> {
+            self.0.lock().unwrap().push(format!("nak {delay:?}"));
+            Ok(())
+        }
+
+        async fn progress(&self) -> Result<(), BusError> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn an_outage_naks_for_later_and_a_refusal_acks() {
+        const CREATE: &str = "POST /channels/{id}/messages";
+        let fake = FakeDiscord::start().await;
+        let http = Arc::new(HttpBuilder::new(FakeDiscord::TOKEN).proxy(fake.url()).ratelimiter_disabled(true).build());
+        let retry = RetryPolicy {
+            first_backoff: Duration::from_millis(1),
+            max_backoff: Duration::from_millis(2),
+            max_attempts: 3,
+        };
+        let ledger = Ledger { delivered: RecentIds::new(8), progress: VecDeque::new() };
+        let live = Arc::new(LiveRuns::new(Arc::new(Directory::default())));
+        let sender = Sender { http, retry, live, shutdown: CancellationToken::new(), ledger: Mutex::new(ledger) };
+        let outcomes = Arc::new(Mutex::new(Vec::new()));
+        let msg = OutboundMessage { content: "hi".into(), ..reply("200", None) };
+
+        for _ in 0..3 {
+            fake.fail_next(CREATE, Failure::ServerError);
+        }
+        sender.handle(msg.clone(), Box::new(RecordingAcker(Arc::clone(&outcomes)))).await;
+        assert!(fake.sent_messages().is_empty());
+        // Redelivered after the outage: sent now, since it was not recorded as delivered.
+        sender.handle(msg.clone(), Box::new(RecordingAcker(Arc::clone(&outcomes)))).await;
+        assert_eq!(fake.sent_messages().len(), 1);
+        let forbidden =
+            Failure::Status { code: 403, body: serde_json::json!({ "message": "Missing Access", "code": 50001 }) };
+        fake.fail_next(CREATE, forbidden);
+        let other = OutboundMessage { id: "o2".into(), ..msg };
+        sender.handle(other, Box::new(RecordingAcker(Arc::clone(&outcomes)))).await;
+        assert_eq!(*outcomes.lock().unwrap(), ["nak Some(30s)", "ack", "ack"]);
+        assert_eq!(fake.calls_to(CREATE).len(), 5, "three failures, one success, one refusal");
+    }
 
     fn reply(chat: &str, thread: Option<&str>) -> OutboundMessage {
         OutboundMessage {

@@ -82,22 +82,9 @@ pub(crate) enum SendError {
     Unavailable { what: &'static str, detail: String },
 }
 
-/// Calls `call` until it succeeds, fails for good or the retries are used up (see the module
-/// docs). Cancelling `shutdown` ends any wait.
+/// Calls `call` until it succeeds, fails for good or `policy`'s retries are used up (see the
+/// module docs). Cancelling `shutdown` ends any wait.
 pub(crate) async fn with_retry<T, F, Fut>(
-    what: &'static str,
-    shutdown: &CancellationToken,
-    call: F,
-) -> Result<T, SendError>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, Error>>,
-{
-    with_retry_policy(&RetryPolicy::DEFAULT, what, shutdown, call).await
-}
-
-/// [`with_retry`] with an explicit policy.
-pub(crate) async fn with_retry_policy<T, F, Fut>(
     policy: &RetryPolicy,
     what: &'static str,
     shutdown: &CancellationToken,
@@ -170,7 +157,7 @@ mod tests {
     #[tokio::test]
     async fn transient_errors_are_retried_until_success() {
         let (calls, call) = scripted(2, false);
-        let result = with_retry_policy(&fast_policy(), "test", &CancellationToken::new(), call).await;
+        let result = with_retry(&fast_policy(), "test", &CancellationToken::new(), call).await;
         assert_eq!(result.ok(), Some(3));
         assert_eq!(calls.load(Ordering::SeqCst), 3);
     }
@@ -178,7 +165,7 @@ mod tests {
     #[tokio::test]
     async fn transient_errors_give_up_after_the_attempt_limit() {
         let (calls, call) = scripted(10, false);
-        let result = with_retry_policy(&fast_policy(), "test", &CancellationToken::new(), call).await;
+        let result = with_retry(&fast_policy(), "test", &CancellationToken::new(), call).await;
         assert!(matches!(result, Err(SendError::Unavailable { .. })));
         assert_eq!(calls.load(Ordering::SeqCst), 4);
     }
@@ -186,7 +173,7 @@ mod tests {
     #[tokio::test]
     async fn final_errors_are_returned_at_once() {
         let (calls, call) = scripted(0, true);
-        let result = with_retry_policy(&fast_policy(), "test", &CancellationToken::new(), call).await;
+        let result = with_retry(&fast_policy(), "test", &CancellationToken::new(), call).await;
         assert!(matches!(result, Err(SendError::Refused { .. })));
         assert_eq!(calls.load(Ordering::SeqCst), 1);
     }
