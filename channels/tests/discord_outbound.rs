@@ -278,6 +278,20 @@ async fn typing_repeats_in_the_thread_while_the_run_lasts_and_stops_when_it_comp
 }
 
 #[tokio::test]
+async fn typing_stops_when_the_run_is_stopped() {
+    let h = start(DiscordSettings::default()).await;
+    let key = format!("discord:{GUILD_CHANNEL}");
+    h.emit(&event(GUILD_CHANNEL, &key, RunEventBody::Started)).await;
+    let typing = h.fake.wait_for_calls(TYPING, 2, PATIENCE).await;
+    assert_eq!(typing[0].path, "/channels/200/typing");
+    h.emit(&event(GUILD_CHANNEL, &key, RunEventBody::Failed { error: "stopped".into() })).await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let after_stop = h.fake.calls_to(TYPING).len();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(h.fake.calls_to(TYPING).len(), after_stop);
+}
+
+#[tokio::test]
 async fn typing_stops_when_the_reply_is_delivered() {
     let h = start(DiscordSettings::default()).await;
     h.emit(&event(DM, &format!("discord:{DM}"), RunEventBody::Started)).await;
@@ -370,4 +384,37 @@ async fn send_markdown_references_only_the_first_part() {
     assert_eq!(ids, sent.iter().map(|m| m.message_id).collect::<Vec<_>>());
     let references: Vec<Option<u64>> = sent.iter().map(|m| m.message_reference).collect();
     assert_eq!(references, [Some(42), None]);
+}
+
+#[tokio::test]
+async fn a_long_streamed_reply_stops_at_the_limit_and_is_finished_in_parts() {
+    let h = start(streaming(100)).await;
+    let paragraph = format!("{}\n\n", "word ".repeat(100).trim_end());
+    h.emit(&chunk(DM, &paragraph)).await;
+    h.sent(1).await;
+    for _ in 0..5 {
+        h.emit(&chunk(DM, &paragraph)).await;
+    }
+    h.fake.wait_for_calls(EDIT, 1, PATIENCE).await;
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    for edit in h.fake.edits() {
+        let content = edit.body["content"].as_str().unwrap_or_default();
+        assert!(content.chars().count() <= 2000, "draft of {} chars", content.chars().count());
+    }
+    let content = paragraph.repeat(6);
+    let streamed = h.fake.edits().len();
+    h.publish(&reply("r1", DM, &content)).await;
+    let sent = h.sent(2).await;
+    let edits = h.fake.wait_for_calls(EDIT, streamed + 1, PATIENCE).await;
+
+    let parts = chunking_of(&content);
+    assert_eq!(parts.len(), 2);
+    assert_eq!(edits.last().unwrap().body["content"], parts[0], "the draft became the first part");
+    assert_eq!(sent.len(), 2);
+    assert_eq!(sent[1].content, parts[1]);
+    assert_eq!(sent[0].message_reference, None, "no reference in a DM");
+}
+
+fn chunking_of(content: &str) -> Vec<String> {
+    switchboard_channels::chunking::split_markdown(content, 2000)
 }
