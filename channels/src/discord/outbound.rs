@@ -144,7 +144,7 @@ async fn edit_text(
 }
 
 /// Deletes a message, logging instead of failing: used to remove streamed drafts.
-pub(crate) async fn delete_quietly(http: &Http, channel: ChannelId, message: MessageId) {
+async fn delete_quietly(http: &Http, channel: ChannelId, message: MessageId) {
     if let Err(err) = channel.delete_message(http, message).await {
         tracing::info!(%channel, %message, error = %describe(&err), "cannot delete a streamed draft");
     }
