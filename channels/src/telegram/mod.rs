@@ -200,8 +200,7 @@ async fn start_sending(
     let live = Arc::new(live::LiveRuns::new());
     let replies = bus.outbound(CHANNEL).await?;
     let events = bus.events(CHANNEL, None).await?;
-    let outbound =
-        outbound::run_outbound(bot.clone(), Arc::clone(settings), replies, Arc::clone(&live), stop.clone());
+    let outbound = outbound::run_outbound(bot.clone(), Arc::clone(settings), replies, Arc::clone(&live), stop.clone());
     let live = live::run_live(bot.clone(), Arc::clone(settings), events, live, stop.clone());
     Ok(vec![tokio::spawn(outbound), tokio::spawn(live)])
 }
