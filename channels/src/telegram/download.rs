@@ -10,8 +10,10 @@ use teloxide::net::Download;
 use teloxide::prelude::Requester;
 use teloxide::types::FileId;
 use tokio::io::AsyncWriteExt;
+use tokio_util::sync::CancellationToken;
 
 use super::inbound::{Attachment, Incoming};
+use super::retry::{describe, with_retry};
 use crate::contract::Media;
 
 /// Why an attachment was not saved; the reason goes into the marker the model sees.
@@ -33,12 +35,13 @@ pub(crate) async fn fetch_attachments(
     msg: &Incoming,
     dir: &Path,
     max_bytes: u64,
+    shutdown: &CancellationToken,
 ) -> (Vec<Media>, Vec<String>) {
     let mut media = Vec::new();
     let mut markers = Vec::new();
     for (index, attachment) in msg.attachments.iter().enumerate() {
         let target = dir.join(msg.chat_id.to_string()).join(file_name(msg.message_id, index, attachment));
-        match fetch(bot, attachment, &target, max_bytes).await {
+        match fetch(bot, attachment, &target, max_bytes, shutdown).await {
             // The worker lists saved media for the model; only failures need a marker here.
             Ok(size) => {
                 media.push(Media {
@@ -60,14 +63,19 @@ pub(crate) async fn fetch_attachments(
     (media, markers)
 }
 
-async fn fetch(bot: &Bot, attachment: &Attachment, target: &Path, max_bytes: u64) -> Result<u64, DownloadError> {
+async fn fetch(
+    bot: &Bot,
+    attachment: &Attachment,
+    target: &Path,
+    max_bytes: u64,
+    shutdown: &CancellationToken,
+) -> Result<u64, DownloadError> {
     if attachment.size > max_bytes {
         return Err(DownloadError::TooLarge(attachment.size));
     }
-    let file = bot
-        .get_file(FileId(attachment.file_id.clone()))
+    let file = with_retry("getFile", shutdown, || bot.get_file(FileId(attachment.file_id.clone())).into_future())
         .await
-        .map_err(|err| DownloadError::Telegram(err.to_string()))?;
+        .map_err(|err| DownloadError::Telegram(describe(&err)))?;
     if u64::from(file.meta.size) > max_bytes {
         return Err(DownloadError::TooLarge(u64::from(file.meta.size)));
     }

@@ -100,7 +100,8 @@ impl Ingress {
 
     async fn to_inbound(&self, msg: &Incoming) -> InboundMessage {
         let (media, markers) =
-            fetch_attachments(&self.bot, msg, &self.settings.media_dir, self.settings.media_max_bytes).await;
+            fetch_attachments(&self.bot, msg, &self.settings.media_dir, self.settings.media_max_bytes, &self.shutdown)
+                .await;
         let mut content = msg.text.clone();
         for marker in markers {
             if !content.is_empty() {

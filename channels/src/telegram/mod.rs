@@ -22,7 +22,8 @@ use tokio_util::sync::CancellationToken;
 
 use self::inbound::{BotIdentity, KNOWN_COMMANDS};
 use self::ingress::Ingress;
-use self::poll::{describe, sleep_or_cancel};
+use self::poll::sleep_or_cancel;
+use self::retry::describe;
 use crate::bus::{Bus, BusError};
 use crate::pairing::PairingStore;
 

@@ -13,6 +13,7 @@ use teloxide::{ApiError, RequestError};
 use tokio_util::sync::CancellationToken;
 
 use super::ingress::Ingress;
+use super::retry::describe;
 
 /// Backoff after a failed `getUpdates` or a bus refusal: doubles up to the cap.
 const BACKOFF_START: Duration = Duration::from_millis(500);
@@ -120,20 +121,6 @@ impl Poller {
                 wait
             }
         }
-    }
-}
-
-/// An error for the log, without the request URL (it holds the bot token).
-pub(crate) fn describe(err: &RequestError) -> String {
-    match err {
-        RequestError::Network(inner) => {
-            let mut text = format!("network error: {inner}");
-            if let Some(url) = inner.url() {
-                text = text.replace(url.as_str(), "<telegram api>");
-            }
-            text
-        }
-        other => other.to_string(),
     }
 }
 

@@ -18,7 +18,8 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::ingress::Ingress;
-use super::poll::{describe, sleep_or_cancel};
+use super::poll::sleep_or_cancel;
+use super::retry::describe;
 use super::{PendingIngress, TelegramError};
 
 /// The header Telegram puts the webhook's secret token in.
