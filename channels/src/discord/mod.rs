@@ -8,9 +8,33 @@
 //! (and optionally stream by editing) while a run is active.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
+use serenity::all::{Http, HttpBuilder};
+use thiserror::Error;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use self::directory::Directory;
+use self::ingress::Ingress;
+use crate::bus::{Bus, BusError};
+use crate::pairing::PairingStore;
+
 mod directory;
+mod download;
+mod gate;
+mod gateway;
+mod inbound;
+mod ingress;
+
+// ---- The outbound side (branch `dc-out`). Until it is merged, `outbound_stub.rs` stands in
+// for `outbound.rs` and `live.rs` with the agreed signatures; replace these lines by
+// `mod live; mod outbound;` (and its other modules) when it lands.
+mod outbound_stub;
+use outbound_stub as live;
+use outbound_stub as outbound;
+// ---- end of the outbound block.
 
 pub use crate::policy::{DmPolicy, StreamSettings};
 
@@ -84,6 +108,107 @@ impl Default for DiscordSettings {
             typing: true,
             media_dir: PathBuf::from("media/discord"),
             media_max_bytes: 25 * 1024 * 1024,
+        }
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum DiscordError {
+    #[error(
+        "Discord rejects the bot token: check channels.discord.token or DISCORD_BOT_TOKEN (the Bot page of your application in the developer portal)"
+    )]
+    InvalidToken,
+    #[error(transparent)]
+    Bus(#[from] BusError),
+}
+
+/// A running Discord channel.
+pub struct DiscordChannel {
+    gateway: JoinHandle<()>,
+    sending: Vec<JoinHandle<()>>,
+    /// Cancelled by [`DiscordChannel::stop`], after the worker drained, so finished turns are
+    /// still delivered.
+    stop_sending: CancellationToken,
+}
+
+impl DiscordChannel {
+    /// Checks the token, connects to the gateway (retrying in the background while Discord is
+    /// unreachable) and delivers replies, until `shutdown` (receiving) and [`Self::stop`]
+    /// (sending).
+    pub async fn start(
+        bus: Arc<dyn Bus>,
+        settings: DiscordSettings,
+        pairing: Option<Arc<dyn PairingStore>>,
+        shutdown: CancellationToken,
+    ) -> Result<DiscordChannel, DiscordError> {
+        let settings = Arc::new(settings);
+        let http = Arc::new(build_http(&settings));
+        let bot_id = check_token(&http).await?;
+        let directory = Arc::new(Directory::default());
+        let stop_sending = CancellationToken::new();
+        // ---- outbound side (see the block above)
+        let live = Arc::new(live::LiveRuns::new(Arc::clone(&directory)));
+        let replies = bus.outbound(CHANNEL).await?;
+        let events = bus.events(CHANNEL, None).await?;
+        let sending = vec![
+            tokio::spawn(outbound::run_outbound(
+                Arc::clone(&http),
+                Arc::clone(&settings),
+                replies,
+                Arc::clone(&live),
+                stop_sending.clone(),
+            )),
+            tokio::spawn(live::run_live(Arc::clone(&http), Arc::clone(&settings), events, live, stop_sending.clone())),
+        ];
+        // ---- end of the outbound side
+        let ingress = Ingress::new(http, bus, Arc::clone(&settings), pairing, directory, shutdown.clone());
+        if let Some(id) = bot_id {
+            ingress.set_bot_id(id);
+        }
+        let gateway = tokio::spawn(gateway::run_gateway(settings, Arc::new(ingress), shutdown));
+        Ok(DiscordChannel { gateway, sending, stop_sending })
+    }
+
+    /// Waits for the gateway to close (after the shutdown token was cancelled), then stops
+    /// sending. Call it after the worker drained.
+    pub async fn stop(self) {
+        if let Err(err) = self.gateway.await {
+            tracing::error!(%err, "the Discord gateway task ended abnormally");
+        }
+        self.stop_sending.cancel();
+        for task in self.sending {
+            if let Err(err) = task.await {
+                tracing::error!(%err, "a Discord sending task ended abnormally");
+            }
+        }
+    }
+}
+
+/// serenity's REST client. Through a proxy, serenity's rate limiter must be off (it would
+/// ignore the proxy); the proxy owns the limits then.
+pub(crate) fn build_http(settings: &DiscordSettings) -> Http {
+    let builder = HttpBuilder::new(&settings.token);
+    match &settings.proxy_url {
+        Some(url) => builder.proxy(url.trim_end_matches('/')).ratelimiter_disabled(true).build(),
+        None => builder.build(),
+    }
+}
+
+/// One `GET /users/@me` at start: a rejected token stops the start with a clear error; an
+/// unreachable Discord does not (the gateway keeps trying), so an outage never keeps the
+/// daemon down. Returns the bot's user id when known.
+async fn check_token(http: &Http) -> Result<Option<u64>, DiscordError> {
+    match http.get_current_user().await {
+        Ok(me) => {
+            tracing::info!(bot = %me.name, "Discord bot identified");
+            Ok(Some(me.id.get()))
+        }
+        Err(serenity::Error::Http(err)) if err.status_code().is_some_and(|status| status.as_u16() == 401) => {
+            Err(DiscordError::InvalidToken)
+        }
+        Err(err) => {
+            tracing::warn!(%err, "cannot reach Discord; will keep trying");
+            Ok(None)
         }
     }
 }
