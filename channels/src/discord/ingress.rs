@@ -44,7 +44,7 @@ pub(crate) struct Ingress {
     /// The bot's user id: from `GET /users/@me` at start, else from the gateway's READY
     /// (which always comes before any message). 0 = not known yet.
     bot_id: AtomicU64,
-    bot_roles: Mutex<HashMap<u64, (Instant, Vec<u64>)>>,
+    bot_roles: tokio::sync::Mutex<HashMap<u64, (Instant, Vec<u64>)>>,
     reminded: Mutex<HashMap<u64, Instant>>,
     shutdown: CancellationToken,
 }
@@ -66,7 +66,7 @@ impl Ingress {
             directory,
             downloads: reqwest::Client::new(),
             bot_id: AtomicU64::new(0),
-            bot_roles: Mutex::new(HashMap::new()),
+            bot_roles: tokio::sync::Mutex::new(HashMap::new()),
             reminded: Mutex::new(HashMap::new()),
             shutdown,
         }
@@ -178,9 +178,11 @@ impl Ingress {
         msg.mention_roles.iter().any(|role| roles.contains(role))
     }
 
-    /// The roles the bot holds in a guild, cached for [`BOT_ROLES_TTL`].
+    /// The roles the bot holds in a guild, cached for [`BOT_ROLES_TTL`]. The async lock is held
+    /// across the lookup, so messages handled at the same time ask Discord once.
     async fn bot_roles(&self, guild_id: u64) -> Vec<u64> {
-        if let Some((at, roles)) = self.lock(&self.bot_roles).get(&guild_id)
+        let mut cache = self.bot_roles.lock().await;
+        if let Some((at, roles)) = cache.get(&guild_id)
             && at.elapsed() < BOT_ROLES_TTL
         {
             return roles.clone();
@@ -188,7 +190,7 @@ impl Ingress {
         match self.http.get_member(GuildId::new(guild_id), UserId::new(self.bot_id().max(1))).await {
             Ok(member) => {
                 let roles: Vec<u64> = member.roles.iter().map(|role| role.get()).collect();
-                self.lock(&self.bot_roles).insert(guild_id, (Instant::now(), roles.clone()));
+                cache.insert(guild_id, (Instant::now(), roles.clone()));
                 roles
             }
             Err(err) => {
