@@ -27,14 +27,10 @@ mod gate;
 mod gateway;
 mod inbound;
 mod ingress;
-
-// ---- The outbound side (branch `dc-out`). Until it is merged, `outbound_stub.rs` stands in
-// for `outbound.rs` and `live.rs` with the agreed signatures; replace these lines by
-// `mod live; mod outbound;` (and its other modules) when it lands.
-mod outbound_stub;
-use outbound_stub as live;
-use outbound_stub as outbound;
-// ---- end of the outbound block.
+mod live;
+mod outbound;
+mod retry;
+mod upload;
 
 pub use crate::policy::{DmPolicy, StreamSettings};
 
@@ -146,7 +142,6 @@ impl DiscordChannel {
         let bot_id = check_token(&http).await?;
         let directory = Arc::new(Directory::default());
         let stop_sending = CancellationToken::new();
-        // ---- outbound side (see the block above)
         let live = Arc::new(live::LiveRuns::new(Arc::clone(&directory)));
         let replies = bus.outbound(CHANNEL).await?;
         let events = bus.events(CHANNEL, None).await?;
@@ -160,7 +155,6 @@ impl DiscordChannel {
             )),
             tokio::spawn(live::run_live(Arc::clone(&http), Arc::clone(&settings), events, live, stop_sending.clone())),
         ];
-        // ---- end of the outbound side
         let ingress = Ingress::new(http, bus, Arc::clone(&settings), pairing, directory, shutdown.clone());
         if let Some(id) = bot_id {
             ingress.set_bot_id(id);
@@ -210,5 +204,78 @@ async fn check_token(http: &Http) -> Result<Option<u64>, DiscordError> {
             tracing::warn!(%err, "cannot reach Discord; will keep trying");
             Ok(None)
         }
+    }
+}
+
+/// Test entry points: the outbound side alone (the wiring `DiscordChannel::start` does),
+/// so that its integration tests can drive it against the fake Discord. Not part of the API.
+#[doc(hidden)]
+pub mod testing {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use serenity::all::{ChannelId, MessageId};
+    use serenity::http::Http;
+    use tokio_util::sync::CancellationToken;
+
+    use super::DiscordSettings;
+    use super::directory::{ChannelKind, Directory};
+    use super::live::{LiveRuns, run_live};
+    use super::outbound::{self, Target, run_outbound};
+    use crate::bus::{Deliveries, Events};
+
+    /// A channel the directory knows, as the inbound side would have recorded it.
+    #[derive(Debug, Clone, Copy)]
+    pub enum KnownChannel {
+        Direct { channel: u64 },
+        Guild { channel: u64, guild: u64 },
+        Thread { channel: u64, parent: u64, guild: u64 },
+    }
+
+    /// Spawns `run_outbound` and `run_live` sharing one `LiveRuns` whose directory knows
+    /// `channels`; typing repeats every `typing_interval`.
+    pub fn spawn_outbound(
+        http: Arc<Http>,
+        settings: DiscordSettings,
+        replies: Deliveries,
+        events: Events,
+        channels: &[KnownChannel],
+        typing_interval: Duration,
+        shutdown: CancellationToken,
+    ) {
+        let directory = Arc::new(Directory::default());
+        for known in channels {
+            let (channel, kind) = match *known {
+                KnownChannel::Direct { channel } => (channel, ChannelKind::Direct),
+                KnownChannel::Guild { channel, guild } => (channel, ChannelKind::Guild { guild_id: guild }),
+                KnownChannel::Thread { channel, parent, guild } => {
+                    (channel, ChannelKind::Thread { guild_id: guild, parent_id: parent })
+                }
+            };
+            directory.insert(channel, kind);
+        }
+        let live = Arc::new(LiveRuns::new(directory).with_typing_interval(typing_interval));
+        let settings = Arc::new(settings);
+        tokio::spawn(run_outbound(
+            Arc::clone(&http),
+            Arc::clone(&settings),
+            replies,
+            Arc::clone(&live),
+            shutdown.clone(),
+        ));
+        tokio::spawn(run_live(http, settings, events, live, shutdown));
+    }
+
+    /// `send_markdown` (the inbound side's way to say things, e.g. pairing codes) to `channel`,
+    /// referencing `reply_to`; the ids of the messages sent, or the error's description.
+    pub async fn send_markdown(
+        http: &Http,
+        channel: u64,
+        reply_to: Option<u64>,
+        markdown: &str,
+    ) -> Result<Vec<u64>, String> {
+        let target = Target { channel: ChannelId::new(channel), reply_to: reply_to.map(MessageId::new) };
+        let sent = outbound::send_markdown(http, &target, markdown, &CancellationToken::new()).await;
+        sent.map(|ids| ids.into_iter().map(MessageId::get).collect()).map_err(|err| err.to_string())
     }
 }
