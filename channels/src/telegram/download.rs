@@ -26,7 +26,7 @@ enum DownloadError {
 }
 
 /// Downloads every attachment of `msg` (those within `max_bytes`) into `dir/<chat>/` and
-/// returns the media and the marker lines for the message text. A failed download becomes a
+/// returns the media, and marker lines for the message text about those that could not be saved. A failed download becomes a
 /// marker saying so: the message still reaches the agent.
 pub(crate) async fn fetch_attachments(
     bot: &Bot,
@@ -39,8 +39,8 @@ pub(crate) async fn fetch_attachments(
     for (index, attachment) in msg.attachments.iter().enumerate() {
         let target = dir.join(msg.chat_id.to_string()).join(file_name(msg.message_id, index, attachment));
         match fetch(bot, attachment, &target, max_bytes).await {
+            // The worker lists saved media for the model; only failures need a marker here.
             Ok(size) => {
-                markers.push(format!("[{} saved at {}]", attachment.kind, target.display()));
                 media.push(Media {
                     kind: attachment.kind.to_owned(),
                     path: Some(target.display().to_string()),

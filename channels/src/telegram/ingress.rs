@@ -11,14 +11,14 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use serde_json::{Map, Value};
 use teloxide::Bot;
-use teloxide::payloads::SendMessageSetters;
-use teloxide::prelude::Requester;
-use teloxide::types::{ChatId, MessageId, ReplyParameters, ThreadId, Update, UpdateKind};
+use teloxide::types::{ChatId, MessageId, ThreadId, Update, UpdateKind};
+use tokio_util::sync::CancellationToken;
 
 use super::context::GroupContext;
 use super::download::fetch_attachments;
 use super::gate::{Verdict, judge};
 use super::inbound::{BotIdentity, Incoming, classify};
+use super::outbound::{Target, send_markdown};
 use super::{CHANNEL, TelegramSettings};
 use crate::bus::{Bus, BusError, BusExt};
 use crate::contract::{InboundMessage, Sender};
@@ -36,6 +36,8 @@ pub(crate) struct Ingress {
     pub pairing: Option<Arc<dyn PairingStore>>,
     context: Mutex<GroupContext>,
     reminded: Mutex<HashMap<u64, Instant>>,
+    /// Local answers stop retrying when the channel shuts down.
+    shutdown: CancellationToken,
 }
 
 impl Ingress {
@@ -45,9 +47,10 @@ impl Ingress {
         settings: Arc<TelegramSettings>,
         me: BotIdentity,
         pairing: Option<Arc<dyn PairingStore>>,
+        shutdown: CancellationToken,
     ) -> Self {
         let context = Mutex::new(GroupContext::new(settings.group_context_messages));
-        Self { bot, bus, settings, me, pairing, context, reminded: Mutex::new(HashMap::new()) }
+        Self { bot, bus, settings, me, pairing, context, reminded: Mutex::new(HashMap::new()), shutdown }
     }
 
     /// Handles one update. `Err` means the bus did not take the message: retry the update.
@@ -184,17 +187,15 @@ impl Ingress {
         }
     }
 
-    /// Sends a short plain answer that needs no agent. Best effort: a failure is logged.
-    async fn answer_locally(&self, msg: &Incoming, text: &str) {
-        let mut request = self.bot.send_message(ChatId(msg.chat_id), text);
-        if let Some(topic) = msg.topic {
-            request = request.message_thread_id(ThreadId(MessageId(topic)));
-        }
-        if !msg.private {
-            request =
-                request.reply_parameters(ReplyParameters::new(MessageId(msg.message_id)).allow_sending_without_reply());
-        }
-        if let Err(err) = request.await {
+    /// Sends a short answer that needs no agent, quoting the message in groups. Best effort
+    /// (429s and outages are retried for a while): a failure is logged.
+    async fn answer_locally(&self, msg: &Incoming, markdown: &str) {
+        let target = Target {
+            chat: ChatId(msg.chat_id),
+            thread: msg.topic.map(|topic| ThreadId(MessageId(topic))),
+            reply_to: Some(MessageId(msg.message_id)).filter(|_| !msg.private && self.settings.quote_in_groups),
+        };
+        if let Err(err) = send_markdown(&self.bot, &target, markdown, &self.shutdown).await {
             tracing::warn!(chat_id = msg.chat_id, %err, "cannot send a local answer");
         }
     }

@@ -119,10 +119,14 @@ mod gate;
 mod inbound;
 mod ingress;
 mod poll;
+mod retry;
 mod split;
+mod upload;
 mod webhook;
 
 pub mod format;
+pub mod live;
+pub mod outbound;
 
 #[derive(Debug, Error)]
 pub enum TelegramError {
@@ -141,10 +145,13 @@ pub struct TelegramChannel {
     /// Where the webhook server listens, in webhook mode.
     pub webhook_addr: Option<SocketAddr>,
     receiving: JoinHandle<()>,
+    sending: Vec<JoinHandle<()>>,
+    stop_sending: CancellationToken,
 }
 
 impl TelegramChannel {
-    /// Checks the token, then receives updates until `shutdown` is cancelled.
+    /// Checks the token, then receives updates until `shutdown` is cancelled and delivers
+    /// replies until [`TelegramChannel::stop`].
     pub async fn start(
         bus: Arc<dyn Bus>,
         settings: TelegramSettings,
@@ -154,6 +161,8 @@ impl TelegramChannel {
         let settings = Arc::new(settings);
         let bot = build_bot(&settings)?;
         let me = first_identity(&bot).await?;
+        let stop_sending = CancellationToken::new();
+        let sending = start_sending(&bot, &bus, &settings, &stop_sending).await?;
         let pending = PendingIngress { bot, bus, settings: Arc::clone(&settings), pairing, me };
         let (webhook_addr, receiving) = match settings.receive.clone() {
             Receive::Polling { timeout } => (None, tokio::spawn(receive_by_polling(pending, timeout, shutdown))),
@@ -162,15 +171,38 @@ impl TelegramChannel {
                 (Some(addr), tokio::spawn(serve))
             }
         };
-        Ok(TelegramChannel { webhook_addr, receiving })
+        Ok(TelegramChannel { webhook_addr, receiving, sending, stop_sending })
     }
 
-    /// Waits for receiving to end; call it after the shutdown token was cancelled.
+    /// Waits for receiving to end, then stops delivering. Call it after the shutdown token was
+    /// cancelled and, in one process, after the worker drained, so finished turns are sent.
     pub async fn stop(self) {
         if let Err(err) = self.receiving.await {
             tracing::error!(%err, "the Telegram receiver ended abnormally");
         }
+        self.stop_sending.cancel();
+        for task in self.sending {
+            if let Err(err) = task.await {
+                tracing::error!(%err, "a Telegram sender ended abnormally");
+            }
+        }
     }
+}
+
+/// Replies, typing and streaming: the outbound queue and the chat's run events, sharing one
+/// record of the runs in progress.
+async fn start_sending(
+    bot: &Bot,
+    bus: &Arc<dyn Bus>,
+    settings: &Arc<TelegramSettings>,
+    stop: &CancellationToken,
+) -> Result<Vec<JoinHandle<()>>, TelegramError> {
+    let live = Arc::new(live::LiveRuns::new());
+    let replies = bus.outbound(CHANNEL).await?;
+    let events = bus.events(CHANNEL, None).await?;
+    let outbound = outbound::run_outbound(bot.clone(), Arc::clone(settings), replies, Arc::clone(&live), stop.clone());
+    let live = live::run_live(bot.clone(), Arc::clone(settings), events, live, stop.clone());
+    Ok(vec![tokio::spawn(outbound), tokio::spawn(live)])
 }
 
 fn build_bot(settings: &TelegramSettings) -> Result<Bot, TelegramError> {
@@ -234,7 +266,7 @@ impl PendingIngress {
             None => identity_until_known(&self.bot, shutdown).await?,
         };
         register_commands(&self.bot).await;
-        Some(Arc::new(Ingress::new(self.bot, self.bus, self.settings, me, self.pairing)))
+        Some(Arc::new(Ingress::new(self.bot, self.bus, self.settings, me, self.pairing, shutdown.clone())))
     }
 }
 
