@@ -235,13 +235,20 @@ async fn attachments_are_saved_in_the_media_directory() {
     rig.fake.send_message_create(message);
     let msg = rig.next().await;
     let path = rig.dir.path().join("media").join("300").join("51-0-cat.png");
-    assert_eq!(msg.content, format!("look\n[photo saved at {}]", path.display()));
+    assert_eq!(msg.content, "look", "the worker lists saved media; no marker here");
     assert_eq!(msg.media.len(), 1);
     assert_eq!(msg.media[0].kind, "photo");
     assert_eq!(msg.media[0].mime_type.as_deref(), Some("image/png"));
     assert_eq!(msg.media[0].file_name.as_deref(), Some("cat.png"));
     assert_eq!(msg.media[0].size, Some(7));
+    assert_eq!(msg.media[0].path.as_deref(), Some(path.display().to_string().as_str()));
     assert_eq!(std::fs::read(&path).unwrap(), png);
+
+    let too_big = events::with_attachment(events::dm_message(DM, ALICE, "alice", 52, ""), 2, "big.bin", 1 << 30, &url);
+    rig.fake.send_message_create(too_big);
+    let msg = rig.next().await;
+    assert!(msg.media.is_empty());
+    assert!(msg.content.starts_with("[document big.bin not saved: too large"), "{}", msg.content);
     rig.stop().await;
 }
 

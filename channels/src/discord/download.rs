@@ -1,5 +1,5 @@
 //! Inbound attachments: downloaded into the media directory (inside the agent's workspace, so
-//! its file tools can read them) and passed on as [`Media`] with a text marker the model sees.
+//! its file tools can read them) and passed on as [`Media`]; a failure becomes a text marker.
 
 use std::path::{Path, PathBuf};
 
@@ -21,8 +21,8 @@ enum DownloadError {
 }
 
 /// Downloads every attachment of `msg` (those within `max_bytes`) into `dir/<channel>/` and
-/// returns the media and the marker lines for the message text. A failed download becomes a
-/// marker saying so: the message still reaches the agent.
+/// returns the media, and marker lines for the message text about those that could not be
+/// saved: the message still reaches the agent. (The worker lists saved media for the model.)
 pub(crate) async fn fetch_attachments(
     client: &reqwest::Client,
     msg: &Incoming,
@@ -35,7 +35,6 @@ pub(crate) async fn fetch_attachments(
         let target = dir.join(msg.channel_id.to_string()).join(file_name(msg.message_id, index, attachment));
         match fetch(client, attachment, &target, max_bytes).await {
             Ok(size) => {
-                markers.push(format!("[{} saved at {}]", attachment.kind, target.display()));
                 media.push(Media {
                     kind: attachment.kind.to_owned(),
                     path: Some(target.display().to_string()),
