@@ -1,6 +1,7 @@
 //! Channel adapter settings resolved from the config: the adapters live in
 //! `switchboard-channels` and know nothing of the config file.
 
+use switchboard_channels::discord::DiscordSettings;
 use switchboard_channels::telegram::{DmPolicy, GroupPolicy, Receive, StreamSettings, TelegramSettings};
 
 use crate::config::{Config, DmPolicyConfig, GroupPolicyConfig, TelegramMode};
@@ -23,20 +24,9 @@ pub fn telegram(config: &Config) -> TelegramSettings {
         token: telegram.token.expose().to_owned(),
         api_url: Some(telegram.api_url.clone()).filter(|url| !url.is_empty()),
         receive,
-        dm_policy: match telegram.dm_policy {
-            DmPolicyConfig::Pairing => DmPolicy::Pairing,
-            DmPolicyConfig::Allowlist => DmPolicy::Allowlist,
-            DmPolicyConfig::Open => DmPolicy::Open,
-            DmPolicyConfig::Disabled => DmPolicy::Disabled,
-        },
+        dm_policy: dm_policy(telegram.dm_policy),
         allow_from: telegram.allow_from.clone(),
-        owners: config
-            .users
-            .owners
-            .iter()
-            .filter_map(|owner| owner.strip_prefix("telegram:"))
-            .map(str::to_owned)
-            .collect(),
+        owners: owners(config, "telegram"),
         group_policy: match telegram.group_policy {
             GroupPolicyConfig::Mention => GroupPolicy::Mention,
             GroupPolicyConfig::Open => GroupPolicy::Open,
@@ -57,4 +47,46 @@ pub fn telegram(config: &Config) -> TelegramSettings {
         media_dir: telegram.media_dir.clone(),
         media_max_bytes: telegram.media_max_bytes,
     }
+}
+
+/// `[channels.discord]`, with the owners from `users.owners` (`discord:<id>`).
+pub fn discord(config: &Config) -> DiscordSettings {
+    let discord = &config.channels.discord;
+    DiscordSettings {
+        token: discord.token.expose().to_owned(),
+        proxy_url: Some(discord.proxy_url.clone()).filter(|url| !url.is_empty()),
+        dm_policy: dm_policy(discord.dm_policy),
+        allow_from: discord.allow_from.clone(),
+        owners: owners(config, "discord"),
+        guilds: discord.guilds.clone(),
+        channels: discord.channels.clone(),
+        answer_all_in: discord.answer_all_in.clone(),
+        require_mention: discord.require_mention,
+        allow_bots: discord.allow_bots,
+        pairing_ttl: discord.pairing_code_ttl(),
+        pairing_max_pending: discord.pairing_max_pending,
+        stream: StreamSettings {
+            private: discord.stream_private,
+            groups: discord.stream_groups,
+            edit_interval: discord.stream_edit_interval(),
+        },
+        typing: discord.typing,
+        media_dir: discord.media_dir.clone(),
+        media_max_bytes: discord.media_max_bytes,
+    }
+}
+
+fn dm_policy(policy: DmPolicyConfig) -> DmPolicy {
+    match policy {
+        DmPolicyConfig::Pairing => DmPolicy::Pairing,
+        DmPolicyConfig::Allowlist => DmPolicy::Allowlist,
+        DmPolicyConfig::Open => DmPolicy::Open,
+        DmPolicyConfig::Disabled => DmPolicy::Disabled,
+    }
+}
+
+/// The sender ids of `users.owners` on `channel` (`<channel>:<id>`).
+fn owners(config: &Config, channel: &str) -> Vec<String> {
+    let prefix = format!("{channel}:");
+    config.users.owners.iter().filter_map(|owner| owner.strip_prefix(prefix.as_str())).map(str::to_owned).collect()
 }

@@ -7,6 +7,7 @@ use switchboard_channels::Bus;
 use switchboard_channels::api::{ApiChannel, ApiError, ApiSettings};
 use switchboard_channels::bus::memory::MemoryBus;
 use switchboard_channels::bus::nats::{NatsBus, NatsOptions};
+use switchboard_channels::discord::{DiscordChannel, DiscordError};
 use switchboard_channels::pairing::PairingStore;
 use switchboard_channels::telegram::{TelegramChannel, TelegramError};
 use thiserror::Error;
@@ -49,6 +50,10 @@ pub enum DaemonError {
     Telegram(#[from] TelegramError),
     #[error("the Telegram channel needs a bot token: set channels.telegram.token or TELEGRAM_BOT_TOKEN")]
     NoTelegramToken,
+    #[error(transparent)]
+    Discord(#[from] DiscordError),
+    #[error("the Discord channel needs a bot token: set channels.discord.token or DISCORD_BOT_TOKEN")]
+    NoDiscordToken,
     #[error(
         "`switchboard {0}` runs one part of a distributed deployment and needs a NATS bus: set `bus = \"nats://…\"` in the config, SWITCHBOARD_BUS, or --nats URL"
     )]
@@ -57,7 +62,7 @@ pub enum DaemonError {
     Guard(#[from] GuardError),
     #[error("users.owners: {0}")]
     Owner(#[from] BadIdentity),
-    #[error("unknown channel `{0}`; available: api, telegram")]
+    #[error("unknown channel `{0}`; available: api, telegram, discord")]
     UnknownChannel(String),
     #[error("the {0} channel is disabled in the config (channels.{0}.enabled = false)")]
     ChannelDisabled(&'static str),
@@ -74,11 +79,13 @@ pub enum Parts {
     ApiChannel,
     /// Only the Telegram channel: `switchboard channel telegram`.
     TelegramChannel,
+    /// Only the Discord channel: `switchboard channel discord`.
+    DiscordChannel,
 }
 
 impl Parts {
     fn is_channel_only(self) -> bool {
-        matches!(self, Parts::ApiChannel | Parts::TelegramChannel)
+        matches!(self, Parts::ApiChannel | Parts::TelegramChannel | Parts::DiscordChannel)
     }
 
     fn runs_worker(self) -> bool {
@@ -98,7 +105,14 @@ pub async fn run(config: Config, parts: Parts, shutdown: CancellationToken) -> R
             DaemonError::ChannelDisabled("telegram")
         });
     }
-    // The API channel keeps no state; the Telegram channel keeps DM pairings in the store.
+    if parts == Parts::DiscordChannel && !config.channels.discord.is_active() {
+        return Err(if config.channels.discord.enabled {
+            DaemonError::NoDiscordToken
+        } else {
+            DaemonError::ChannelDisabled("discord")
+        });
+    }
+    // The API channel keeps no state; the chat channels keep DM pairings in the store.
     let store = match parts {
         Parts::ApiChannel => None,
         _ => Some(Arc::new(SqliteStore::open(config.store_path()).await?)),
@@ -124,6 +138,7 @@ pub async fn run(config: Config, parts: Parts, shutdown: CancellationToken) -> R
 struct Channels {
     api: Option<ApiChannel>,
     telegram: Option<TelegramChannel>,
+    discord: Option<DiscordChannel>,
 }
 
 impl Channels {
@@ -131,6 +146,9 @@ impl Channels {
     async fn stop(self) -> Result<(), DaemonError> {
         if let Some(telegram) = self.telegram {
             telegram.stop().await;
+        }
+        if let Some(discord) = self.discord {
+            discord.stop().await;
         }
         if let Some(api) = self.api {
             api.stop().await?;
@@ -160,6 +178,12 @@ async fn start_channels(
         let settings = crate::channel_settings::telegram(config);
         let telegram = TelegramChannel::start(Arc::clone(bus), settings, pairing, shutdown.clone()).await?;
         channels.telegram = Some(telegram);
+    }
+    if matches!(parts, Parts::All | Parts::DiscordChannel) && config.channels.discord.is_active() {
+        let pairing = store.map(|store| Arc::clone(store) as Arc<dyn PairingStore>);
+        let settings = crate::channel_settings::discord(config);
+        let discord = DiscordChannel::start(Arc::clone(bus), settings, pairing, shutdown.clone()).await?;
+        channels.discord = Some(discord);
     }
     Ok(channels)
 }

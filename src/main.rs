@@ -42,7 +42,7 @@ enum Command {
     Agent,
     /// Run only one channel adapter, connected to a NATS bus
     Channel {
-        /// The channel to run: api or telegram
+        /// The channel to run: api, telegram or discord
         name: String,
     },
     /// List recent runs with their status, model, tokens and errors
@@ -99,6 +99,7 @@ fn start(cli: Cli) -> anyhow::Result<()> {
             Command::Channel { name } => match name.as_str() {
                 "api" => serve(config, Parts::ApiChannel).await,
                 "telegram" => serve(config, Parts::TelegramChannel).await,
+                "discord" => serve(config, Parts::DiscordChannel).await,
                 other => Err(daemon::DaemonError::UnknownChannel(other.to_owned()).into()),
             },
             // Handled before the config is loaded, above.

@@ -234,6 +234,17 @@ fn apply_conventions(
         path if path.as_os_str().is_empty() => config.agent.workspace.join("media").join("telegram"),
         path => config.data_dir.join(path),
     };
+    let discord = &mut config.channels.discord;
+    if discord.token.is_empty()
+        && let Some(token) = from_env("DISCORD_BOT_TOKEN")
+    {
+        discord.token = token.trim().into();
+        origins.insert("channels.discord.token".into(), Origin::Env("DISCORD_BOT_TOKEN".into()));
+    }
+    discord.media_dir = match expand_home(&discord.media_dir) {
+        path if path.as_os_str().is_empty() => config.agent.workspace.join("media").join("discord"),
+        path => config.data_dir.join(path),
+    };
     Ok(())
 }
 

@@ -12,6 +12,7 @@
 
 mod agents;
 mod context;
+mod discord;
 mod env;
 mod error;
 mod guard;
@@ -34,6 +35,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 pub use agents::{BindingConfig, MAIN_AGENT, NamedAgentConfig};
 pub use context::{CompactionConfig, HistoryConfig};
+pub use discord::DiscordChannelConfig;
 pub use env::{ENV_PREFIX, NON_KEY_VARS};
 pub use error::{ConfigError, Origin};
 pub use guard::{GuardConfig, GuardMode};
@@ -358,6 +360,7 @@ pub struct StoreConfig {
 pub struct ChannelsConfig {
     pub api: ApiChannelConfig,
     pub telegram: TelegramChannelConfig,
+    pub discord: DiscordChannelConfig,
 }
 
 /// The HTTP/WebSocket API channel.

@@ -44,6 +44,8 @@ fn defaults_without_file() {
     assert_eq!(config.channels.api, defaults.channels.api);
     let media_dir = config.data_dir.join("workspace").join("media").join("telegram");
     assert_eq!(config.channels.telegram, TelegramChannelConfig { media_dir, ..defaults.channels.telegram });
+    let media_dir = config.data_dir.join("workspace").join("media").join("discord");
+    assert_eq!(config.channels.discord, DiscordChannelConfig { media_dir, ..defaults.channels.discord });
     assert_eq!(config.worker, defaults.worker);
     assert_eq!(config.agent, AgentConfig { workspace: config.data_dir.join("workspace"), ..defaults.agent });
     assert_eq!(config.tools, defaults.tools);

@@ -58,6 +58,9 @@ pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigE
     if let Some((key, reason)) = super::telegram::problem(&config.channels.telegram) {
         return Err(fail(key, reason));
     }
+    if let Some((key, reason)) = super::discord::problem(&config.channels.discord) {
+        return Err(fail(key, reason));
+    }
     let exec = &config.tools.exec;
     if exec.timeout_secs > exec.max_timeout_secs {
         let reason = format!("{} is above tools.exec.max_timeout_secs ({})", exec.timeout_secs, exec.max_timeout_secs);
@@ -130,6 +133,10 @@ fn zero_counts(config: &Config) -> Option<(&'static str, u64)> {
         ("channels.telegram.pairing_max_pending", as_u64(config.channels.telegram.pairing_max_pending)),
         ("channels.telegram.stream_edit_interval_ms", config.channels.telegram.stream_edit_interval_ms),
         ("channels.telegram.media_max_bytes", config.channels.telegram.media_max_bytes),
+        ("channels.discord.pairing_code_ttl_secs", config.channels.discord.pairing_code_ttl_secs),
+        ("channels.discord.pairing_max_pending", as_u64(config.channels.discord.pairing_max_pending)),
+        ("channels.discord.stream_edit_interval_ms", config.channels.discord.stream_edit_interval_ms),
+        ("channels.discord.media_max_bytes", config.channels.discord.media_max_bytes),
         ("tools.web.max_results", as_u64(config.tools.web.max_results)),
         ("tools.web.max_fetch_bytes", as_u64(config.tools.web.max_fetch_bytes)),
         ("tools.web.fetch_timeout_secs", config.tools.web.fetch_timeout_secs),

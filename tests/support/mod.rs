@@ -57,6 +57,7 @@ impl<'a> Launch<'a> {
                 || key.starts_with("OPENAI_")
                 || key.starts_with("ANTHROPIC_")
                 || key.starts_with("TELEGRAM_")
+                || key.starts_with("DISCORD_")
                 || key == "RUST_LOG"
             {
                 command.env_remove(key);
@@ -172,7 +173,7 @@ pub fn run_to_exit(data_dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (Exi
     let mut command = Command::new(env!("CARGO_BIN_EXE_switchboard"));
     command.args(args).stdin(Stdio::null());
     for (key, _) in std::env::vars() {
-        let ours = ["SWITCHBOARD_", "OPENAI_", "ANTHROPIC_", "TELEGRAM_"];
+        let ours = ["SWITCHBOARD_", "OPENAI_", "ANTHROPIC_", "TELEGRAM_", "DISCORD_"];
         if ours.iter().any(|prefix| key.starts_with(prefix)) {
             command.env_remove(key);
         }

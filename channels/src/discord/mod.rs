@@ -8,9 +8,25 @@
 //! (and optionally stream by editing) while a run is active.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
+use serenity::all::{Http, HttpBuilder};
+use thiserror::Error;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use self::directory::Directory;
+use self::ingress::Ingress;
+use crate::bus::{Bus, BusError};
+use crate::pairing::PairingStore;
+
 mod directory;
+mod download;
+mod gate;
+mod gateway;
+mod inbound;
+mod ingress;
 mod live;
 mod outbound;
 mod retry;
@@ -92,9 +108,107 @@ impl Default for DiscordSettings {
     }
 }
 
-/// Test entry points. `DiscordChannel::start` will wire the outbound side (replies and live
-/// feedback); until it exists, and so that the integration tests can drive exactly that wiring
-/// against the fake Discord, this starts it. Not part of the API.
+#[derive(Debug, Error)]
+pub enum DiscordError {
+    #[error(
+        "Discord rejects the bot token: check channels.discord.token or DISCORD_BOT_TOKEN (the Bot page of your application in the developer portal)"
+    )]
+    InvalidToken,
+    #[error(transparent)]
+    Bus(#[from] BusError),
+}
+
+/// A running Discord channel.
+pub struct DiscordChannel {
+    gateway: JoinHandle<()>,
+    sending: Vec<JoinHandle<()>>,
+    /// Cancelled by [`DiscordChannel::stop`], after the worker drained, so finished turns are
+    /// still delivered.
+    stop_sending: CancellationToken,
+}
+
+impl DiscordChannel {
+    /// Checks the token, connects to the gateway (retrying in the background while Discord is
+    /// unreachable) and delivers replies, until `shutdown` (receiving) and [`Self::stop`]
+    /// (sending).
+    pub async fn start(
+        bus: Arc<dyn Bus>,
+        settings: DiscordSettings,
+        pairing: Option<Arc<dyn PairingStore>>,
+        shutdown: CancellationToken,
+    ) -> Result<DiscordChannel, DiscordError> {
+        let settings = Arc::new(settings);
+        let http = Arc::new(build_http(&settings));
+        let bot_id = check_token(&http).await?;
+        let directory = Arc::new(Directory::default());
+        let stop_sending = CancellationToken::new();
+        let live = Arc::new(live::LiveRuns::new(Arc::clone(&directory)));
+        let replies = bus.outbound(CHANNEL).await?;
+        let events = bus.events(CHANNEL, None).await?;
+        let sending = vec![
+            tokio::spawn(outbound::run_outbound(
+                Arc::clone(&http),
+                Arc::clone(&settings),
+                replies,
+                Arc::clone(&live),
+                stop_sending.clone(),
+            )),
+            tokio::spawn(live::run_live(Arc::clone(&http), Arc::clone(&settings), events, live, stop_sending.clone())),
+        ];
+        let ingress = Ingress::new(http, bus, Arc::clone(&settings), pairing, directory, shutdown.clone());
+        if let Some(id) = bot_id {
+            ingress.set_bot_id(id);
+        }
+        let gateway = tokio::spawn(gateway::run_gateway(settings, Arc::new(ingress), shutdown));
+        Ok(DiscordChannel { gateway, sending, stop_sending })
+    }
+
+    /// Waits for the gateway to close (after the shutdown token was cancelled), then stops
+    /// sending. Call it after the worker drained.
+    pub async fn stop(self) {
+        if let Err(err) = self.gateway.await {
+            tracing::error!(%err, "the Discord gateway task ended abnormally");
+        }
+        self.stop_sending.cancel();
+        for task in self.sending {
+            if let Err(err) = task.await {
+                tracing::error!(%err, "a Discord sending task ended abnormally");
+            }
+        }
+    }
+}
+
+/// serenity's REST client. Through a proxy, serenity's rate limiter must be off (it would
+/// ignore the proxy); the proxy owns the limits then.
+pub(crate) fn build_http(settings: &DiscordSettings) -> Http {
+    let builder = HttpBuilder::new(&settings.token);
+    match &settings.proxy_url {
+        Some(url) => builder.proxy(url.trim_end_matches('/')).ratelimiter_disabled(true).build(),
+        None => builder.build(),
+    }
+}
+
+/// One `GET /users/@me` at start: a rejected token stops the start with a clear error; an
+/// unreachable Discord does not (the gateway keeps trying), so an outage never keeps the
+/// daemon down. Returns the bot's user id when known.
+async fn check_token(http: &Http) -> Result<Option<u64>, DiscordError> {
+    match http.get_current_user().await {
+        Ok(me) => {
+            tracing::info!(bot = %me.name, "Discord bot identified");
+            Ok(Some(me.id.get()))
+        }
+        Err(serenity::Error::Http(err)) if err.status_code().is_some_and(|status| status.as_u16() == 401) => {
+            Err(DiscordError::InvalidToken)
+        }
+        Err(err) => {
+            tracing::warn!(%err, "cannot reach Discord; will keep trying");
+            Ok(None)
+        }
+    }
+}
+
+/// Test entry points: the outbound side alone (the wiring `DiscordChannel::start` does),
+/// so that its integration tests can drive it against the fake Discord. Not part of the API.
 #[doc(hidden)]
 pub mod testing {
     use std::sync::Arc;

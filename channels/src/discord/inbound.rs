@@ -1,0 +1,169 @@
+//! What a Discord message is, as far as routing and gating care: where it was posted, who
+//! wrote it, how it addresses the bot, and what it carries. Pure: the lookups that need the
+//! network (is the channel a thread? which roles does the bot hold?) are the ingress's.
+
+use serenity::all::{Message, User};
+
+/// Who wrote a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Author {
+    pub id: u64,
+    pub username: String,
+    /// The display name (`global_name`), else the username.
+    pub name: String,
+    pub is_bot: bool,
+}
+
+/// A file attached to a message, not downloaded yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Attachment {
+    /// `photo` for images, else `document`.
+    pub kind: &'static str,
+    pub url: String,
+    pub file_name: String,
+    pub mime_type: Option<String>,
+    pub size: u64,
+}
+
+/// A user's message, classified.
+#[derive(Debug, Clone)]
+pub(crate) struct Incoming {
+    /// The channel it was posted in (the thread, for a thread message).
+    pub channel_id: u64,
+    pub message_id: u64,
+    /// `None` for a direct message.
+    pub guild_id: Option<u64>,
+    pub author: Author,
+    pub text: String,
+    /// The bot is in `mentions`.
+    pub mentions_bot: bool,
+    /// Roles mentioned; the ingress checks them against the roles the bot holds.
+    pub mention_roles: Vec<u64>,
+    /// A reply to one of the bot's messages.
+    pub replies_to_bot: bool,
+    pub attachments: Vec<Attachment>,
+}
+
+impl Incoming {
+    pub fn is_direct(&self) -> bool {
+        self.guild_id.is_none()
+    }
+}
+
+/// Why a message is not one the bot could answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Skip {
+    /// The bot's own message (echoed by the gateway).
+    Own,
+    /// No text and no attachment: system messages, embeds only, stickers.
+    NoContent,
+}
+
+/// Classifies a message for the bot with id `bot_id`.
+pub(crate) fn classify(msg: &Message, bot_id: u64) -> Result<Incoming, Skip> {
+    if msg.author.id.get() == bot_id {
+        return Err(Skip::Own);
+    }
+    let attachments: Vec<Attachment> = msg.attachments.iter().map(attachment).collect();
+    if msg.content.trim().is_empty() && attachments.is_empty() {
+        return Err(Skip::NoContent);
+    }
+    let replies_to_bot = msg.referenced_message.as_ref().is_some_and(|replied| replied.author.id.get() == bot_id);
+    Ok(Incoming {
+        channel_id: msg.channel_id.get(),
+        message_id: msg.id.get(),
+        guild_id: msg.guild_id.map(|id| id.get()),
+        author: author(&msg.author),
+        text: msg.content.clone(),
+        mentions_bot: msg.mentions.iter().any(|user| user.id.get() == bot_id),
+        mention_roles: msg.mention_roles.iter().map(|role| role.get()).collect(),
+        replies_to_bot,
+        attachments,
+    })
+}
+
+fn author(user: &User) -> Author {
+    Author {
+        id: user.id.get(),
+        username: user.name.clone(),
+        name: user.global_name.clone().filter(|name| !name.trim().is_empty()).unwrap_or_else(|| user.name.clone()),
+        is_bot: user.bot,
+    }
+}
+
+fn attachment(attachment: &serenity::all::Attachment) -> Attachment {
+    let mime_type = attachment.content_type.clone();
+    let is_image = mime_type.as_deref().is_some_and(|mime| mime.starts_with("image/"));
+    Attachment {
+        kind: if is_image { "photo" } else { "document" },
+        url: attachment.url.clone(),
+        file_name: attachment.filename.clone(),
+        mime_type,
+        size: u64::from(attachment.size),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    const BOT: u64 = 5000;
+
+    fn message(extra: Value) -> Message {
+        let mut value = json!({
+            "id": "10", "channel_id": "200", "guild_id": "100",
+            "author": {"id": "111", "username": "alice", "global_name": "Alice", "discriminator": "0", "avatar": null},
+            "content": "hello", "timestamp": "2024-01-01T00:00:00.000000+00:00", "edited_timestamp": null,
+            "tts": false, "mention_everyone": false, "mentions": [], "mention_roles": [], "attachments": [],
+            "embeds": [], "pinned": false, "type": 0,
+        });
+        if let (Some(target), Some(extra)) = (value.as_object_mut(), extra.as_object()) {
+            target.extend(extra.clone());
+        }
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn a_guild_message_is_classified() {
+        let msg = classify(&message(json!({"mention_roles": ["7"]})), BOT).unwrap();
+        assert_eq!((msg.channel_id, msg.message_id, msg.guild_id), (200, 10, Some(100)));
+        assert_eq!(msg.author, Author { id: 111, username: "alice".into(), name: "Alice".into(), is_bot: false });
+        assert_eq!(msg.mention_roles, [7]);
+        assert!(!msg.mentions_bot && !msg.replies_to_bot && !msg.is_direct());
+    }
+
+    #[test]
+    fn own_and_empty_messages_are_skipped() {
+        let own = message(
+            json!({"author": {"id": "5000", "username": "switchboard", "discriminator": "0", "avatar": null, "bot": true}}),
+        );
+        assert_eq!(classify(&own, BOT).unwrap_err(), Skip::Own);
+        assert_eq!(classify(&message(json!({"content": "  "})), BOT).unwrap_err(), Skip::NoContent);
+    }
+
+    #[test]
+    fn mentions_replies_and_attachments_are_seen() {
+        let bot = json!({"id": "5000", "username": "switchboard", "discriminator": "0", "avatar": null, "bot": true});
+        let mut replied = serde_json::to_value(message(json!({"author": bot.clone()}))).unwrap();
+        replied["referenced_message"] = Value::Null;
+        let msg = classify(
+            &message(json!({
+                "content": "",
+                "mentions": [bot],
+                "referenced_message": replied,
+                "attachments": [{"id": "1", "filename": "cat.png", "size": 3, "url": "http://x/cat.png",
+                                 "proxy_url": "http://x/cat.png", "content_type": "image/png"},
+                                {"id": "2", "filename": "a.pdf", "size": 4, "url": "http://x/a.pdf",
+                                 "proxy_url": "http://x/a.pdf"}],
+            })),
+            BOT,
+        )
+        .unwrap();
+        assert!(msg.mentions_bot && msg.replies_to_bot);
+        assert_eq!(msg.attachments[0].kind, "photo");
+        assert_eq!(msg.attachments[1].kind, "document");
+        assert_eq!(msg.attachments[1].size, 4);
+    }
+}

@@ -1,0 +1,319 @@
+//! One gateway message in: classify, resolve where it was posted, decide who is answered,
+//! answer pairing codes locally, and put the rest on the bus.
+//!
+//! Discord's gateway has no offset to hold back: a message is retried here while the bus
+//! refuses it, and lost if the process dies before the bus took it (serenity does not
+//! redeliver a dispatch it already handed over).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use serde_json::{Map, Value};
+use serenity::all::{Channel, ChannelId, ChannelType, GuildId, Http, Message, MessageId, UserId};
+use tokio_util::sync::CancellationToken;
+
+use super::directory::{ChannelKind, Directory};
+use super::download::fetch_attachments;
+use super::gate::{Place, Verdict, judge};
+use super::inbound::{Incoming, classify};
+use super::outbound::{Target, send_markdown};
+use super::{CHANNEL, DiscordSettings};
+use crate::bus::{Bus, BusError, BusExt};
+use crate::contract::{InboundMessage, Sender};
+use crate::pairing::PairingStore;
+
+/// How often a stranger is reminded of their (unchanged) pairing code at most.
+const PAIRING_REMINDER_EVERY: Duration = Duration::from_secs(300);
+/// How long the roles the bot holds in a guild are trusted before they are looked up again.
+const BOT_ROLES_TTL: Duration = Duration::from_secs(600);
+/// Backoff while the bus refuses a message: doubles up to the cap.
+const BUS_BACKOFF_START: Duration = Duration::from_millis(500);
+const BUS_BACKOFF_CAP: Duration = Duration::from_secs(30);
+
+/// The inbound half of the Discord channel.
+pub(crate) struct Ingress {
+    http: Arc<Http>,
+    bus: Arc<dyn Bus>,
+    settings: Arc<DiscordSettings>,
+    pairing: Option<Arc<dyn PairingStore>>,
+    directory: Arc<Directory>,
+    downloads: reqwest::Client,
+    /// The bot's user id: from `GET /users/@me` at start, else from the gateway's READY
+    /// (which always comes before any message). 0 = not known yet.
+    bot_id: AtomicU64,
+    bot_roles: tokio::sync::Mutex<HashMap<u64, (Instant, Vec<u64>)>>,
+    reminded: Mutex<HashMap<u64, Instant>>,
+    shutdown: CancellationToken,
+}
+
+impl Ingress {
+    pub fn new(
+        http: Arc<Http>,
+        bus: Arc<dyn Bus>,
+        settings: Arc<DiscordSettings>,
+        pairing: Option<Arc<dyn PairingStore>>,
+        directory: Arc<Directory>,
+        shutdown: CancellationToken,
+    ) -> Self {
+        Self {
+            http,
+            bus,
+            settings,
+            pairing,
+            directory,
+            downloads: reqwest::Client::new(),
+            bot_id: AtomicU64::new(0),
+            bot_roles: tokio::sync::Mutex::new(HashMap::new()),
+            reminded: Mutex::new(HashMap::new()),
+            shutdown,
+        }
+    }
+
+    pub fn set_bot_id(&self, id: u64) {
+        self.bot_id.store(id, Ordering::Relaxed);
+    }
+
+    fn bot_id(&self) -> u64 {
+        self.bot_id.load(Ordering::Relaxed)
+    }
+
+    /// Hands the message over, retrying while the bus refuses it, until shutdown.
+    pub async fn handle_until_accepted(&self, message: &Message) {
+        let mut backoff = BUS_BACKOFF_START;
+        loop {
+            let Err(err) = self.handle(message).await else { return };
+            tracing::warn!(message_id = message.id.get(), %err, wait = ?backoff, "the bus did not take a Discord message; retrying");
+            let slept = tokio::select! {
+                _ = self.shutdown.cancelled() => false,
+                _ = tokio::time::sleep(backoff) => true,
+            };
+            if !slept {
+                tracing::error!(
+                    message_id = message.id.get(),
+                    channel_id = message.channel_id.get(),
+                    "shutting down: a Discord message the bus never took is lost"
+                );
+                return;
+            }
+            backoff = (backoff * 2).min(BUS_BACKOFF_CAP);
+        }
+    }
+
+    /// Handles one message. `Err` means the bus did not take it.
+    async fn handle(&self, message: &Message) -> Result<(), BusError> {
+        let msg = match classify(message, self.bot_id()) {
+            Ok(msg) => msg,
+            Err(skip) => {
+                tracing::debug!(message_id = message.id.get(), ?skip, "discord message skipped");
+                return Ok(());
+            }
+        };
+        let place = self.place(&msg).await;
+        match judge(&msg, place, &self.settings) {
+            Verdict::Forward => self.forward(&msg, place).await,
+            Verdict::ForwardIfAddressed if self.addressed(&msg).await => self.forward(&msg, place).await,
+            Verdict::ForwardIfAddressed => {
+                tracing::debug!(channel_id = msg.channel_id, "discord message does not address the bot; ignored");
+                Ok(())
+            }
+            Verdict::CheckPairing => self.check_pairing(&msg, place).await,
+            Verdict::Ignore(reason) => {
+                tracing::debug!(channel_id = msg.channel_id, sender = msg.author.id, reason, "discord message ignored");
+                Ok(())
+            }
+        }
+    }
+
+    /// Where the message was posted. A guild message does not say whether its channel is a
+    /// thread: the channel is looked up once and remembered in the directory.
+    async fn place(&self, msg: &Incoming) -> Place {
+        let channel_id = msg.channel_id;
+        let Some(guild_id) = msg.guild_id else {
+            self.directory.insert(channel_id, ChannelKind::Direct);
+            return Place::Direct { channel_id };
+        };
+        let kind = match self.directory.get(channel_id) {
+            Some(kind) => kind,
+            None => self.look_up_channel(guild_id, channel_id).await,
+        };
+        match kind {
+            ChannelKind::Thread { guild_id, parent_id } => Place::Thread { guild_id, parent_id, thread_id: channel_id },
+            _ => Place::Guild { guild_id, channel_id },
+        }
+    }
+
+    async fn look_up_channel(&self, guild_id: u64, channel_id: u64) -> ChannelKind {
+        match self.http.get_channel(ChannelId::new(channel_id)).await {
+            Ok(Channel::Guild(channel)) => {
+                let is_thread = matches!(
+                    channel.kind,
+                    ChannelType::PublicThread | ChannelType::PrivateThread | ChannelType::NewsThread
+                );
+                let kind = match channel.parent_id {
+                    Some(parent) if is_thread => ChannelKind::Thread { guild_id, parent_id: parent.get() },
+                    _ => ChannelKind::Guild { guild_id },
+                };
+                self.directory.insert(channel_id, kind);
+                kind
+            }
+            Ok(_) => ChannelKind::Guild { guild_id },
+            // Not remembered: the next message tries again.
+            Err(err) => {
+                tracing::debug!(channel_id, %err, "cannot look up a Discord channel; treating it as a plain channel");
+                ChannelKind::Guild { guild_id }
+            }
+        }
+    }
+
+    /// A mention of the bot or of a role it holds, or a reply to one of its messages.
+    async fn addressed(&self, msg: &Incoming) -> bool {
+        if msg.mentions_bot || msg.replies_to_bot {
+            return true;
+        }
+        let Some(guild_id) = msg.guild_id.filter(|_| !msg.mention_roles.is_empty()) else { return false };
+        let roles = self.bot_roles(guild_id).await;
+        msg.mention_roles.iter().any(|role| roles.contains(role))
+    }
+
+    /// The roles the bot holds in a guild, cached for [`BOT_ROLES_TTL`]. The async lock is held
+    /// across the lookup, so messages handled at the same time ask Discord once.
+    async fn bot_roles(&self, guild_id: u64) -> Vec<u64> {
+        let mut cache = self.bot_roles.lock().await;
+        if let Some((at, roles)) = cache.get(&guild_id)
+            && at.elapsed() < BOT_ROLES_TTL
+        {
+            return roles.clone();
+        }
+        match self.http.get_member(GuildId::new(guild_id), UserId::new(self.bot_id().max(1))).await {
+            Ok(member) => {
+                let roles: Vec<u64> = member.roles.iter().map(|role| role.get()).collect();
+                cache.insert(guild_id, (Instant::now(), roles.clone()));
+                roles
+            }
+            Err(err) => {
+                tracing::warn!(guild_id, %err, "cannot look up the bot's roles; role mentions are not seen");
+                Vec::new()
+            }
+        }
+    }
+
+    async fn forward(&self, msg: &Incoming, place: Place) -> Result<(), BusError> {
+        let mentioned = msg.is_direct() || self.addressed(msg).await;
+        let inbound = self.to_inbound(msg, place, mentioned).await;
+        self.bus.publish_inbound(&inbound).await?;
+        tracing::debug!(id = %inbound.id, "discord message accepted");
+        Ok(())
+    }
+
+    async fn to_inbound(&self, msg: &Incoming, place: Place, mentioned: bool) -> InboundMessage {
+        let (media, markers) =
+            fetch_attachments(&self.downloads, msg, &self.settings.media_dir, self.settings.media_max_bytes).await;
+        let mut content = msg.text.clone();
+        for marker in markers {
+            if !content.is_empty() {
+                content.push('\n');
+            }
+            content.push_str(&marker);
+        }
+        let (chat_id, thread_id) = match place {
+            Place::Thread { parent_id, thread_id, .. } => (parent_id, Some(thread_id.to_string())),
+            Place::Direct { channel_id } | Place::Guild { channel_id, .. } => (channel_id, None),
+        };
+        InboundMessage {
+            id: format!("{CHANNEL}:{}:{}", msg.channel_id, msg.message_id),
+            channel: CHANNEL.to_owned(),
+            chat_id: chat_id.to_string(),
+            sender: Sender { id: msg.author.id.to_string(), name: msg.author.name.clone(), is_bot: msg.author.is_bot },
+            content,
+            media,
+            thread_id,
+            is_group: !msg.is_direct(),
+            mentioned,
+            received_at: Utc::now(),
+            metadata: metadata(msg),
+            ..InboundMessage::default()
+        }
+    }
+
+    async fn check_pairing(&self, msg: &Incoming, place: Place) -> Result<(), BusError> {
+        let Some(store) = &self.pairing else {
+            tracing::warn!(sender = msg.author.id, "direct message from an unknown user and no pairing store; ignored");
+            return Ok(());
+        };
+        let sender = msg.author.id.to_string();
+        match store.is_approved(CHANNEL, &sender).await {
+            Ok(true) => return self.forward(msg, place).await,
+            Ok(false) => {}
+            Err(err) => {
+                tracing::error!(%err, "cannot check pairing; message not answered");
+                return Ok(());
+            }
+        }
+        let settings = &self.settings;
+        let request =
+            store.request(CHANNEL, &sender, &msg.author.name, settings.pairing_ttl, settings.pairing_max_pending).await;
+        // Checked for every request, so that sending a new code also starts the quiet period.
+        let due = self.due_for_reminder(msg.author.id);
+        match request {
+            Ok(Some(request)) if request.new || due => {
+                tracing::info!(
+                    sender = %sender,
+                    name = %msg.author.name,
+                    "pairing requested: approve with `switchboard pairing approve discord {}`",
+                    request.code
+                );
+                let minutes = settings.pairing_ttl.as_secs().div_ceil(60);
+                let text = format!(
+                    "Hi! I only talk to people my owner has approved.\n\nYour pairing code: {}\n\nSend it to my owner; \
+                     they approve it with `switchboard pairing approve discord {}`. The code is valid for {minutes} minutes.",
+                    request.code, request.code
+                );
+                self.answer_locally(msg, &text).await;
+            }
+            Ok(Some(_)) => tracing::debug!(sender = %sender, "pairing code already sent recently"),
+            Ok(None) => tracing::warn!(sender = %sender, "too many pending pairing requests; no code given"),
+            Err(err) => tracing::error!(%err, "cannot create a pairing code"),
+        }
+        Ok(())
+    }
+
+    fn due_for_reminder(&self, sender: u64) -> bool {
+        let mut reminded = self.lock(&self.reminded);
+        let now = Instant::now();
+        reminded.retain(|_, at| now.duration_since(*at) < PAIRING_REMINDER_EVERY);
+        match reminded.get(&sender) {
+            Some(_) => false,
+            None => {
+                reminded.insert(sender, now);
+                true
+            }
+        }
+    }
+
+    /// Sends a short answer that needs no agent. Best effort: a failure is logged.
+    async fn answer_locally(&self, msg: &Incoming, text: &str) {
+        let reply_to = (!msg.is_direct()).then(|| MessageId::new(msg.message_id));
+        let target = Target { channel: ChannelId::new(msg.channel_id), reply_to };
+        if let Err(err) = send_markdown(&self.http, &target, text, &self.shutdown).await {
+            tracing::warn!(channel_id = msg.channel_id, %err, "cannot send a local answer");
+        }
+    }
+
+    fn lock<'a, T>(&self, mutex: &'a Mutex<T>) -> std::sync::MutexGuard<'a, T> {
+        mutex.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+fn metadata(msg: &Incoming) -> Map<String, Value> {
+    let mut metadata = Map::new();
+    metadata.insert("message_id".into(), Value::String(msg.message_id.to_string()));
+    metadata.insert("channel_id".into(), Value::String(msg.channel_id.to_string()));
+    if let Some(guild_id) = msg.guild_id {
+        metadata.insert("guild_id".into(), Value::String(guild_id.to_string()));
+    }
+    metadata.insert("username".into(), Value::String(msg.author.username.clone()));
+    metadata
+}
