@@ -47,3 +47,94 @@ pub trait PairingStore: Send + Sync {
         max_pending: usize,
     ) -> Result<Option<PairingRequest>, PairingError>;
 }
+
+/// How often a stranger is shown their (unchanged) pairing code at most.
+const REMINDER_EVERY: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// What a direct message from someone not allowed yet leads to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PairingAnswer {
+    /// Approved by the owner: treat the message like any allowed one.
+    Approved,
+    /// Send this text (with the code) to the sender.
+    Reply(String),
+    /// Say nothing: the code was shown recently, the pending list is full, or the store failed
+    /// (logged).
+    Silent,
+}
+
+/// The adapters' side of pairing: asks the store, decides whether to show the code again, and
+/// words the answer. One per channel process.
+#[derive(Debug, Default)]
+pub struct PairingDesk {
+    reminded: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
+}
+
+impl PairingDesk {
+    /// Handles a direct message from `sender_id` on `channel` who is not otherwise allowed.
+    pub async fn answer(
+        &self,
+        store: &dyn PairingStore,
+        channel: &str,
+        sender_id: &str,
+        sender_name: &str,
+        ttl: Duration,
+        max_pending: usize,
+    ) -> PairingAnswer {
+        match store.is_approved(channel, sender_id).await {
+            Ok(true) => return PairingAnswer::Approved,
+            Ok(false) => {}
+            Err(err) => {
+                tracing::error!(%err, "cannot check pairing; message not answered");
+                return PairingAnswer::Silent;
+            }
+        }
+        let request = store.request(channel, sender_id, sender_name, ttl, max_pending).await;
+        // Checked for every request, so that showing a new code also starts the quiet period.
+        let due = self.due_for_reminder(channel, sender_id);
+        match request {
+            Ok(Some(request)) if request.new || due => {
+                tracing::info!(
+                    sender = sender_id,
+                    name = sender_name,
+                    "pairing requested: approve with `switchboard pairing approve {channel} {}`",
+                    request.code
+                );
+                PairingAnswer::Reply(code_message(channel, &request.code, ttl))
+            }
+            Ok(Some(_)) => {
+                tracing::debug!(sender = sender_id, "pairing code already shown recently");
+                PairingAnswer::Silent
+            }
+            Ok(None) => {
+                tracing::warn!(sender = sender_id, "too many pending pairing requests; no code given");
+                PairingAnswer::Silent
+            }
+            Err(err) => {
+                tracing::error!(%err, "cannot create a pairing code");
+                PairingAnswer::Silent
+            }
+        }
+    }
+
+    fn due_for_reminder(&self, channel: &str, sender_id: &str) -> bool {
+        let mut reminded = self.reminded.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = std::time::Instant::now();
+        reminded.retain(|_, at| now.duration_since(*at) < REMINDER_EVERY);
+        let key = format!("{channel}:{sender_id}");
+        if reminded.contains_key(&key) {
+            return false;
+        }
+        reminded.insert(key, now);
+        true
+    }
+}
+
+/// The text a stranger gets, with their code and the owner's command.
+fn code_message(channel: &str, code: &str, ttl: Duration) -> String {
+    let minutes = ttl.as_secs().div_ceil(60);
+    format!(
+        "Hi! I only talk to people my owner has approved.\n\nYour pairing code: {code}\n\nSend it to my owner; they \
+         approve it with `switchboard pairing approve {channel} {code}`. The code is valid for {minutes} minutes."
+    )
+}

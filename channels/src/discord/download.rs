@@ -8,6 +8,7 @@ use tokio::io::AsyncWriteExt;
 
 use super::inbound::{Attachment, Incoming};
 use crate::contract::Media;
+use crate::media_files::saved_file_name;
 
 /// Why an attachment was not saved; the reason goes into the marker the model sees.
 #[derive(Debug, thiserror::Error)]
@@ -98,38 +99,6 @@ async fn stream_to(client: &reqwest::Client, url: &str, local: &Path, max_bytes:
     Ok(written)
 }
 
-/// `<message>-<index>-<name>`: unique per message, keeps the sender's file name (made safe).
 fn file_name(message_id: u64, index: usize, attachment: &Attachment) -> PathBuf {
-    let name = safe_name(&attachment.file_name);
-    let name = if name.is_empty() { "file".to_owned() } else { name };
-    PathBuf::from(format!("{message_id}-{index}-{name}"))
-}
-
-/// Keeps letters, digits, `.`, `-` and `_`; no path separators, no leading dots.
-fn safe_name(name: &str) -> String {
-    let cleaned: String = name
-        .chars()
-        .map(|c| if c.is_alphanumeric() || matches!(c, '.' | '-' | '_') { c } else { '_' })
-        .take(100)
-        .collect();
-    cleaned.trim_start_matches('.').to_owned()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn file_names_cannot_escape_the_directory() {
-        let attachment = |name: &str| Attachment {
-            kind: "document",
-            url: "http://x".into(),
-            file_name: name.to_owned(),
-            mime_type: None,
-            size: 1,
-        };
-        assert_eq!(file_name(5, 0, &attachment("../../etc/passwd")), PathBuf::from("5-0-_.._etc_passwd"));
-        assert_eq!(file_name(5, 1, &attachment("report 2026.pdf")), PathBuf::from("5-1-report_2026.pdf"));
-        assert_eq!(file_name(6, 0, &attachment("...")), PathBuf::from("6-0-file"));
-    }
+    saved_file_name(message_id, index, Some(&attachment.file_name), "file")
 }

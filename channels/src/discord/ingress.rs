@@ -6,8 +6,8 @@
 //! redeliver a dispatch it already handed over).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
@@ -23,10 +23,8 @@ use super::outbound::{Target, send_markdown};
 use super::{CHANNEL, DiscordSettings};
 use crate::bus::{Bus, BusError, BusExt};
 use crate::contract::{InboundMessage, Sender};
-use crate::pairing::PairingStore;
+use crate::pairing::{PairingAnswer, PairingDesk, PairingStore};
 
-/// How often a stranger is reminded of their (unchanged) pairing code at most.
-const PAIRING_REMINDER_EVERY: Duration = Duration::from_secs(300);
 /// How long the roles the bot holds in a guild are trusted before they are looked up again.
 const BOT_ROLES_TTL: Duration = Duration::from_secs(600);
 /// Backoff while the bus refuses a message: doubles up to the cap.
@@ -45,7 +43,7 @@ pub(crate) struct Ingress {
     /// (which always comes before any message). 0 = not known yet.
     bot_id: AtomicU64,
     bot_roles: tokio::sync::Mutex<HashMap<u64, (Instant, Vec<u64>)>>,
-    reminded: Mutex<HashMap<u64, Instant>>,
+    pairing_desk: PairingDesk,
     shutdown: CancellationToken,
 }
 
@@ -67,7 +65,7 @@ impl Ingress {
             downloads: reqwest::Client::new(),
             bot_id: AtomicU64::new(0),
             bot_roles: tokio::sync::Mutex::new(HashMap::new()),
-            reminded: Mutex::new(HashMap::new()),
+            pairing_desk: PairingDesk::default(),
             shutdown,
         }
     }
@@ -243,54 +241,25 @@ impl Ingress {
             tracing::warn!(sender = msg.author.id, "direct message from an unknown user and no pairing store; ignored");
             return Ok(());
         };
-        let sender = msg.author.id.to_string();
-        match store.is_approved(CHANNEL, &sender).await {
-            Ok(true) => return self.forward(msg, place).await,
-            Ok(false) => {}
-            Err(err) => {
-                tracing::error!(%err, "cannot check pairing; message not answered");
-                return Ok(());
-            }
-        }
         let settings = &self.settings;
-        let request =
-            store.request(CHANNEL, &sender, &msg.author.name, settings.pairing_ttl, settings.pairing_max_pending).await;
-        // Checked for every request, so that sending a new code also starts the quiet period.
-        let due = self.due_for_reminder(msg.author.id);
-        match request {
-            Ok(Some(request)) if request.new || due => {
-                tracing::info!(
-                    sender = %sender,
-                    name = %msg.author.name,
-                    "pairing requested: approve with `switchboard pairing approve discord {}`",
-                    request.code
-                );
-                let minutes = settings.pairing_ttl.as_secs().div_ceil(60);
-                let text = format!(
-                    "Hi! I only talk to people my owner has approved.\n\nYour pairing code: {}\n\nSend it to my owner; \
-                     they approve it with `switchboard pairing approve discord {}`. The code is valid for {minutes} minutes.",
-                    request.code, request.code
-                );
-                self.answer_locally(msg, &text).await;
-            }
-            Ok(Some(_)) => tracing::debug!(sender = %sender, "pairing code already sent recently"),
-            Ok(None) => tracing::warn!(sender = %sender, "too many pending pairing requests; no code given"),
-            Err(err) => tracing::error!(%err, "cannot create a pairing code"),
+        let sender = msg.author.id.to_string();
+        let answer = self
+            .pairing_desk
+            .answer(
+                store.as_ref(),
+                CHANNEL,
+                &sender,
+                &msg.author.name,
+                settings.pairing_ttl,
+                settings.pairing_max_pending,
+            )
+            .await;
+        match answer {
+            PairingAnswer::Approved => return self.forward(msg, place).await,
+            PairingAnswer::Reply(text) => self.answer_locally(msg, &text).await,
+            PairingAnswer::Silent => {}
         }
         Ok(())
-    }
-
-    fn due_for_reminder(&self, sender: u64) -> bool {
-        let mut reminded = self.lock(&self.reminded);
-        let now = Instant::now();
-        reminded.retain(|_, at| now.duration_since(*at) < PAIRING_REMINDER_EVERY);
-        match reminded.get(&sender) {
-            Some(_) => false,
-            None => {
-                reminded.insert(sender, now);
-                true
-            }
-        }
     }
 
     /// Sends a short answer that needs no agent. Best effort: a failure is logged.
@@ -300,10 +269,6 @@ impl Ingress {
         if let Err(err) = send_markdown(&self.http, &target, text, &self.shutdown).await {
             tracing::warn!(channel_id = msg.channel_id, %err, "cannot send a local answer");
         }
-    }
-
-    fn lock<'a, T>(&self, mutex: &'a Mutex<T>) -> std::sync::MutexGuard<'a, T> {
-        mutex.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

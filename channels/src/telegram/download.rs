@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::inbound::{Attachment, Incoming};
 use super::retry::{describe, with_retry};
 use crate::contract::Media;
+use crate::media_files::saved_file_name;
 
 /// Why an attachment was not saved; the reason goes into the marker the model sees.
 #[derive(Debug, thiserror::Error)]
@@ -114,8 +115,6 @@ async fn stream_to(bot: &Bot, remote: &str, local: &Path, max_bytes: u64) -> Res
     Ok(written)
 }
 
-/// `<message>-<index>-<name>`: unique per message, keeps the sender's file name (made safe)
-/// or a name from the kind.
 fn file_name(message_id: i32, index: usize, attachment: &Attachment) -> PathBuf {
     let fallback = match attachment.kind {
         "photo" => "photo.jpg",
@@ -124,36 +123,5 @@ fn file_name(message_id: i32, index: usize, attachment: &Attachment) -> PathBuf 
         "video" => "video.mp4",
         _ => "file",
     };
-    let name = attachment.file_name.as_deref().map(safe_name).filter(|n| !n.is_empty());
-    PathBuf::from(format!("{message_id}-{index}-{}", name.as_deref().unwrap_or(fallback)))
-}
-
-/// Keeps letters, digits, `.`, `-` and `_`; no path separators, no leading dots.
-fn safe_name(name: &str) -> String {
-    let cleaned: String = name
-        .chars()
-        .map(|c| if c.is_alphanumeric() || matches!(c, '.' | '-' | '_') { c } else { '_' })
-        .take(100)
-        .collect();
-    cleaned.trim_start_matches('.').to_owned()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn file_names_cannot_escape_the_directory() {
-        let attachment = |name: Option<&str>| Attachment {
-            kind: "document",
-            file_id: "f".into(),
-            file_name: name.map(str::to_owned),
-            mime_type: None,
-            size: 1,
-        };
-        assert_eq!(file_name(5, 0, &attachment(Some("../../etc/passwd"))), PathBuf::from("5-0-_.._etc_passwd"));
-        assert_eq!(file_name(5, 1, &attachment(Some("report 2026.pdf"))), PathBuf::from("5-1-report_2026.pdf"));
-        assert_eq!(file_name(6, 0, &attachment(None)), PathBuf::from("6-0-file"));
-        assert_eq!(file_name(6, 0, &attachment(Some("..."))), PathBuf::from("6-0-file"));
-    }
+    saved_file_name(message_id, index, attachment.file_name.as_deref(), fallback)
 }

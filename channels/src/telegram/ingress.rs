@@ -4,9 +4,7 @@
 //! [`Ingress::handle`] fails only when the bus did not accept a message; the caller then must
 //! not confirm the update to Telegram, so it is fetched (or posted) again.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use serde_json::{Map, Value};
@@ -22,10 +20,7 @@ use super::outbound::{Target, send_markdown};
 use super::{CHANNEL, TelegramSettings};
 use crate::bus::{Bus, BusError, BusExt};
 use crate::contract::{InboundMessage, Sender};
-use crate::pairing::PairingStore;
-
-/// How often a stranger is reminded of their (unchanged) pairing code at most.
-const PAIRING_REMINDER_EVERY: Duration = Duration::from_secs(300);
+use crate::pairing::{PairingAnswer, PairingDesk, PairingStore};
 
 /// The inbound half of the Telegram channel.
 pub(crate) struct Ingress {
@@ -35,7 +30,7 @@ pub(crate) struct Ingress {
     pub me: BotIdentity,
     pub pairing: Option<Arc<dyn PairingStore>>,
     context: Mutex<GroupContext>,
-    reminded: Mutex<HashMap<u64, Instant>>,
+    pairing_desk: PairingDesk,
     /// Local answers stop retrying when the channel shuts down.
     shutdown: CancellationToken,
 }
@@ -50,7 +45,7 @@ impl Ingress {
         shutdown: CancellationToken,
     ) -> Self {
         let context = Mutex::new(GroupContext::new(settings.group_context_messages));
-        Self { bot, bus, settings, me, pairing, context, reminded: Mutex::new(HashMap::new()), shutdown }
+        Self { bot, bus, settings, me, pairing, context, pairing_desk: PairingDesk::default(), shutdown }
     }
 
     /// Handles one update. `Err` means the bus did not take the message: retry the update.
@@ -137,55 +132,25 @@ impl Ingress {
             tracing::warn!(sender = msg.author.id, "direct message from an unknown user and no pairing store; ignored");
             return Ok(());
         };
+        let settings = &self.settings;
         let sender = msg.author.id.to_string();
-        match store.is_approved(CHANNEL, &sender).await {
-            Ok(true) => return self.forward(msg).await,
-            Ok(false) => {}
-            // Not answered now; the update is confirmed, the user can write again.
-            Err(err) => {
-                tracing::error!(%err, "cannot check pairing; message not answered");
-                return Ok(());
-            }
-        }
-        let request = store
-            .request(CHANNEL, &sender, &msg.author.name, self.settings.pairing_ttl, self.settings.pairing_max_pending)
+        let answer = self
+            .pairing_desk
+            .answer(
+                store.as_ref(),
+                CHANNEL,
+                &sender,
+                &msg.author.name,
+                settings.pairing_ttl,
+                settings.pairing_max_pending,
+            )
             .await;
-        // Checked for every request, so that sending a new code also starts the quiet period.
-        let due = self.due_for_reminder(msg.author.id);
-        match request {
-            Ok(Some(request)) if request.new || due => {
-                tracing::info!(
-                    sender = %sender,
-                    name = %msg.author.name,
-                    "pairing requested: approve with `switchboard pairing approve telegram {}`",
-                    request.code
-                );
-                let minutes = self.settings.pairing_ttl.as_secs().div_ceil(60);
-                let text = format!(
-                    "Hi! I only talk to people my owner has approved.\n\nYour pairing code: {}\n\nSend it to my owner; \
-                     they approve it with `switchboard pairing approve telegram {}`. The code is valid for {minutes} minutes.",
-                    request.code, request.code
-                );
-                self.answer_locally(msg, &text).await;
-            }
-            Ok(Some(_)) => tracing::debug!(sender = %sender, "pairing code already sent recently"),
-            Ok(None) => tracing::warn!(sender = %sender, "too many pending pairing requests; no code given"),
-            Err(err) => tracing::error!(%err, "cannot create a pairing code"),
+        match answer {
+            PairingAnswer::Approved => return self.forward(msg).await,
+            PairingAnswer::Reply(text) => self.answer_locally(msg, &text).await,
+            PairingAnswer::Silent => {}
         }
         Ok(())
-    }
-
-    fn due_for_reminder(&self, sender: u64) -> bool {
-        let mut reminded = self.reminded.lock().unwrap_or_else(PoisonError::into_inner);
-        let now = Instant::now();
-        reminded.retain(|_, at| now.duration_since(*at) < PAIRING_REMINDER_EVERY);
-        match reminded.get(&sender) {
-            Some(_) => false,
-            None => {
-                reminded.insert(sender, now);
-                true
-            }
-        }
     }
 
     /// Sends a short answer that needs no agent, quoting the message in groups. Best effort
