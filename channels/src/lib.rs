@@ -4,6 +4,7 @@
 pub mod bus;
 pub mod chunking;
 pub mod contract;
+pub mod delivery;
 pub mod media_files;
 pub mod pairing;
 pub mod policy;

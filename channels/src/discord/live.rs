@@ -11,7 +11,7 @@
 //! that events arriving after the reply (the event stream and the reply queue are not ordered
 //! with each other) cannot start typing or a new draft again.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -27,6 +27,7 @@ use super::retry::describe;
 use super::{CHANNEL, DiscordSettings, MESSAGE_LIMIT};
 use crate::bus::Events;
 use crate::contract::{RunEvent, RunEventBody};
+use crate::delivery::RecentIds;
 
 /// How often typing is repeated by default (Discord shows it for about 10 s).
 const TYPING_INTERVAL: Duration = Duration::from_secs(8);
@@ -143,35 +144,6 @@ impl LiveRuns {
         let mut state = self.lock();
         for (_, entry) in state.runs.drain() {
             entry.close();
-        }
-    }
-}
-
-/// A set of recently seen ids that forgets the oldest beyond its capacity.
-pub(crate) struct RecentIds {
-    ids: HashSet<String>,
-    order: VecDeque<String>,
-    capacity: usize,
-}
-
-impl RecentIds {
-    pub(crate) fn new(capacity: usize) -> Self {
-        Self { ids: HashSet::new(), order: VecDeque::new(), capacity: capacity.max(1) }
-    }
-
-    pub(crate) fn contains(&self, id: &str) -> bool {
-        self.ids.contains(id)
-    }
-
-    pub(crate) fn insert(&mut self, id: &str) {
-        if !self.ids.insert(id.to_owned()) {
-            return;
-        }
-        self.order.push_back(id.to_owned());
-        if self.order.len() > self.capacity
-            && let Some(oldest) = self.order.pop_front()
-        {
-            self.ids.remove(&oldest);
         }
     }
 }
@@ -462,18 +434,6 @@ mod tests {
         assert_eq!(guild.reply_to, Some(MessageId::new(42)));
         let dm = draft_target(&directory, ChannelId::new(7), &event("discord:7", "7", Some("discord:7:42")));
         assert_eq!(dm.reply_to, None);
-    }
-
-    #[test]
-    fn recent_ids_forget_the_oldest() {
-        let mut ids = RecentIds::new(2);
-        ids.insert("a");
-        ids.insert("b");
-        ids.insert("b");
-        assert!(ids.contains("a"));
-        ids.insert("c");
-        assert!(!ids.contains("a"));
-        assert!(ids.contains("b") && ids.contains("c"));
     }
 
     #[test]

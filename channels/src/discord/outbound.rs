@@ -25,13 +25,14 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::directory::Directory;
-use super::live::{DraftState, LiveRuns, RecentIds};
+use super::live::{DraftState, LiveRuns};
 use super::retry::{RetryPolicy, SendError, describe, with_retry};
 use super::upload::{self, Uploads};
 use super::{DiscordSettings, MESSAGE_LIMIT};
 use crate::bus::{Acker, Deliveries, Delivery};
 use crate::chunking::split_markdown;
 use crate::contract::{OutboundKind, OutboundMessage};
+use crate::delivery::Ledger;
 
 /// Channels whose messages are being sent at the same time.
 const MAX_SENDING: usize = 16;
@@ -192,32 +193,6 @@ enum Outcome {
     Later,
 }
 
-/// Which outbound ids were delivered, and how many steps of partly sent ones went out, so
-/// that a redelivery neither repeats nor skips anything.
-struct Ledger {
-    delivered: RecentIds,
-    progress: VecDeque<(String, usize)>,
-}
-
-impl Ledger {
-    fn progress_of(&self, id: &str) -> usize {
-        self.progress.iter().find(|(seen, _)| seen == id).map_or(0, |(_, done)| *done)
-    }
-
-    fn record_progress(&mut self, id: &str, done: usize) {
-        self.progress.retain(|(seen, _)| seen != id);
-        if self.progress.len() == PROGRESS_KEPT {
-            self.progress.pop_front();
-        }
-        self.progress.push_back((id.to_owned(), done));
-    }
-
-    fn record_delivered(&mut self, id: &str) {
-        self.progress.retain(|(seen, _)| seen != id);
-        self.delivered.insert(id);
-    }
-}
-
 /// The state shared by the delivery tasks.
 struct Sender {
     http: Arc<Http>,
@@ -247,7 +222,7 @@ impl Sender {
     }
 
     async fn deliver(&self, msg: &OutboundMessage) -> Outcome {
-        if self.ledger().delivered.contains(&msg.id) {
+        if self.ledger().is_delivered(&msg.id) {
             tracing::info!(id = %msg.id, "outbound message already delivered; not sent again");
             return Outcome::Delivered;
         }
@@ -381,7 +356,7 @@ pub(crate) async fn run_outbound(
     shutdown: CancellationToken,
 ) {
     tracing::debug!(?settings, "Discord outbound started");
-    let ledger = Ledger { delivered: RecentIds::new(DELIVERED_KEPT), progress: VecDeque::new() };
+    let ledger = Ledger::new(DELIVERED_KEPT, PROGRESS_KEPT);
     let retry = RetryPolicy::DEFAULT;
     let sender = Arc::new(Sender { http, retry, live, shutdown: shutdown.clone(), ledger: Mutex::new(ledger) });
     let sending = Arc::new(Semaphore::new(MAX_SENDING));
@@ -505,7 +480,7 @@ mod tests {
             max_backoff: Duration::from_millis(2),
             max_attempts: 3,
         };
-        let ledger = Ledger { delivered: RecentIds::new(8), progress: VecDeque::new() };
+        let ledger = Ledger::new(8, PROGRESS_KEPT);
         let live = Arc::new(LiveRuns::new(Arc::new(Directory::default())));
         let sender = Sender { http, retry, live, shutdown: CancellationToken::new(), ledger: Mutex::new(ledger) };
         let outcomes = Arc::new(Mutex::new(Vec::new()));

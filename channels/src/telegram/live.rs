@@ -11,7 +11,7 @@
 //! that events arriving after the reply (the event stream and the reply queue are not ordered
 //! with each other) cannot start typing or a new draft again.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -28,6 +28,7 @@ use super::retry::describe;
 use super::{CHANNEL, TelegramSettings};
 use crate::bus::Events;
 use crate::contract::{RunEvent, RunEventBody};
+use crate::delivery::RecentIds;
 
 /// How often `typing` is repeated by default (Telegram shows it for about 5 s).
 const TYPING_INTERVAL: Duration = Duration::from_secs(4);
@@ -153,32 +154,6 @@ impl LiveRuns {
         for (_, entry) in state.runs.drain() {
             entry.close();
         }
-    }
-}
-
-/// A set of recently seen ids that forgets the oldest beyond its capacity.
-pub(crate) struct RecentIds {
-    order: VecDeque<String>,
-    capacity: usize,
-}
-
-impl RecentIds {
-    pub(crate) fn new(capacity: usize) -> Self {
-        Self { order: VecDeque::with_capacity(capacity.min(64)), capacity: capacity.max(1) }
-    }
-
-    pub(crate) fn contains(&self, id: &str) -> bool {
-        self.order.iter().any(|seen| seen == id)
-    }
-
-    pub(crate) fn insert(&mut self, id: &str) {
-        if self.contains(id) {
-            return;
-        }
-        if self.order.len() == self.capacity {
-            self.order.pop_front();
-        }
-        self.order.push_back(id.to_owned());
     }
 }
 
@@ -482,18 +457,6 @@ mod tests {
         assert_eq!(topic_of("support/telegram:-100:topic:12"), Some(ThreadId(MessageId(12))));
         assert_eq!(topic_of("telegram:-100"), None);
         assert_eq!(topic_of("telegram:-100:topic:x"), None);
-    }
-
-    #[test]
-    fn recent_ids_forget_the_oldest() {
-        let mut ids = RecentIds::new(2);
-        ids.insert("a");
-        ids.insert("b");
-        ids.insert("b");
-        assert!(ids.contains("a"));
-        ids.insert("c");
-        assert!(!ids.contains("a"));
-        assert!(ids.contains("b") && ids.contains("c"));
     }
 
     #[test]

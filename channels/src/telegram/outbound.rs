@@ -20,11 +20,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::TelegramSettings;
 use super::format::{MESSAGE_LIMIT, Part, render_parts};
-use super::live::{DraftState, LiveRuns, RecentIds};
+use super::live::{DraftState, LiveRuns};
 use super::retry::{Verdict, classify, describe, with_retry};
 use super::upload::send_media;
 use crate::bus::{Acker, Deliveries, Delivery};
 use crate::contract::{OutboundKind, OutboundMessage};
+use crate::delivery::Ledger;
 
 /// Chats whose messages are being sent at the same time.
 const MAX_SENDING: usize = 16;
@@ -212,32 +213,6 @@ struct Sender {
     ledger: Mutex<Ledger>,
 }
 
-/// Which outbound ids were delivered, and how far partly sent ones got (in steps: rendered
-/// parts, then files), so that a redelivery neither repeats nor skips anything.
-struct Ledger {
-    delivered: RecentIds,
-    progress: VecDeque<(String, usize)>,
-}
-
-impl Ledger {
-    fn progress_of(&self, id: &str) -> usize {
-        self.progress.iter().find(|(seen, _)| seen == id).map_or(0, |(_, done)| *done)
-    }
-
-    fn record_progress(&mut self, id: &str, done: usize) {
-        self.progress.retain(|(seen, _)| seen != id);
-        if self.progress.len() == PROGRESS_KEPT {
-            self.progress.pop_front();
-        }
-        self.progress.push_back((id.to_owned(), done));
-    }
-
-    fn record_delivered(&mut self, id: &str) {
-        self.progress.retain(|(seen, _)| seen != id);
-        self.delivered.insert(id);
-    }
-}
-
 impl Sender {
     fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger> {
         self.ledger.lock().unwrap_or_else(PoisonError::into_inner)
@@ -259,7 +234,7 @@ impl Sender {
     }
 
     async fn deliver(&self, msg: &OutboundMessage) -> Outcome {
-        if self.ledger().delivered.contains(&msg.id) {
+        if self.ledger().is_delivered(&msg.id) {
             tracing::info!(id = %msg.id, "outbound message already delivered; not sent again");
             return Outcome::Delivered;
         }
@@ -399,7 +374,7 @@ pub async fn run_outbound(
     live: Arc<LiveRuns>,
     shutdown: CancellationToken,
 ) {
-    let ledger = Ledger { delivered: RecentIds::new(DELIVERED_KEPT), progress: VecDeque::new() };
+    let ledger = Ledger::new(DELIVERED_KEPT, PROGRESS_KEPT);
     let sender = Arc::new(Sender { bot, settings, live, shutdown: shutdown.clone(), ledger: Mutex::new(ledger) });
     let sending = Arc::new(Semaphore::new(MAX_SENDING));
     let mut queues =
