@@ -188,8 +188,8 @@ fn invalid_value(error: &toml::de::Error, origins: &Origins) -> ConfigError {
 }
 
 /// Fills what the config leaves empty: paths under the user data dir, the providers from
-/// the `OPENAI_*` / `ANTHROPIC_*` variables other tools use too, and the Brave Search key from
-/// `BRAVE_API_KEY`.
+/// the `OPENAI_*` / `ANTHROPIC_*` variables other tools use too, and the keys and tokens from
+/// `BRAVE_API_KEY`, `TELEGRAM_BOT_TOKEN` and `DISCORD_BOT_TOKEN`.
 fn apply_conventions(
     config: &mut Config,
     env: &HashMap<String, String>,
@@ -216,35 +216,26 @@ fn apply_conventions(
         };
     }
     providers::apply_conventions(config, env, origins);
-    let from_env = |name: &str| env.get(name).filter(|value| !value.trim().is_empty());
-    if config.tools.web.brave_api_key.is_empty()
-        && let Some(key) = from_env("BRAVE_API_KEY")
-    {
-        config.tools.web.brave_api_key = key.trim().into();
-        origins.insert("tools.web.brave_api_key".into(), Origin::Env("BRAVE_API_KEY".into()));
+    let secrets = [
+        (&mut config.tools.web.brave_api_key, "tools.web.brave_api_key", "BRAVE_API_KEY"),
+        (&mut config.channels.telegram.token, "channels.telegram.token", "TELEGRAM_BOT_TOKEN"),
+        (&mut config.channels.discord.token, "channels.discord.token", "DISCORD_BOT_TOKEN"),
+    ];
+    for (secret, key, var) in secrets {
+        let value = env.get(var).map(|value| value.trim()).filter(|value| !value.is_empty());
+        if secret.is_empty()
+            && let Some(value) = value
+        {
+            *secret = value.into();
+            origins.insert(key.into(), Origin::Env(var.into()));
+        }
     }
-    let telegram = &mut config.channels.telegram;
-    if telegram.token.is_empty()
-        && let Some(token) = from_env("TELEGRAM_BOT_TOKEN")
-    {
-        telegram.token = token.trim().into();
-        origins.insert("channels.telegram.token".into(), Origin::Env("TELEGRAM_BOT_TOKEN".into()));
-    }
-    telegram.media_dir = match expand_home(&telegram.media_dir) {
-        path if path.as_os_str().is_empty() => config.agent.workspace.join("media").join("telegram"),
+    let media_dir = |dir: &Path, channel: &str| match expand_home(dir) {
+        path if path.as_os_str().is_empty() => config.agent.workspace.join("media").join(channel),
         path => config.data_dir.join(path),
     };
-    let discord = &mut config.channels.discord;
-    if discord.token.is_empty()
-        && let Some(token) = from_env("DISCORD_BOT_TOKEN")
-    {
-        discord.token = token.trim().into();
-        origins.insert("channels.discord.token".into(), Origin::Env("DISCORD_BOT_TOKEN".into()));
-    }
-    discord.media_dir = match expand_home(&discord.media_dir) {
-        path if path.as_os_str().is_empty() => config.agent.workspace.join("media").join("discord"),
-        path => config.data_dir.join(path),
-    };
+    config.channels.telegram.media_dir = media_dir(&config.channels.telegram.media_dir, "telegram");
+    config.channels.discord.media_dir = media_dir(&config.channels.discord.media_dir, "discord");
     Ok(())
 }
 

@@ -176,19 +176,8 @@ pub(super) fn problem(telegram: &TelegramChannelConfig) -> Option<(&'static str,
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-
-    use super::super::load::load_with;
+    use super::super::tests::load_text as load;
     use super::*;
-    use crate::config::ConfigError;
-
-    fn load(text: &str, vars: &[(&str, &str)]) -> Result<super::super::Config, ConfigError> {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("switchboard.toml");
-        std::fs::write(&path, text).unwrap();
-        let env: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        load_with(Some(&path), &env, None)
-    }
 
     #[test]
     fn token_comes_from_the_conventional_variable_unless_configured() {

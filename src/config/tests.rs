@@ -20,7 +20,7 @@ fn write_file(text: &str) -> (tempfile::TempDir, PathBuf) {
 }
 
 /// Loads `text` as the config file, never looking at the user's real config dir.
-fn load_text(text: &str, vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+pub(super) fn load_text(text: &str, vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
     let (_dir, path) = write_file(text);
     load_with(Some(&path), &env(vars), None)
 }
