@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod channel_settings;
+pub mod clock;
 pub mod config;
 pub mod context;
 pub mod daemon;

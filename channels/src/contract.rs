@@ -62,6 +62,24 @@ pub struct Origin {
     pub id: String,
 }
 
+/// Where a message goes: a chat, and a Telegram topic or Discord thread in it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ChatAddress {
+    pub channel: String,
+    pub chat_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thread_id: Option<String>,
+    pub is_group: bool,
+}
+
+impl ChatAddress {
+    /// The session key of this chat (see [`InboundMessage::session_key`]).
+    pub fn session_key(&self) -> String {
+        session_key(&self.channel, &self.chat_id, self.thread_id.as_deref())
+    }
+}
+
 /// A message for an agent, published by a channel adapter (or a scheduler) on `…in.<channel>.<chat>`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -131,6 +149,34 @@ impl InboundMessage {
             sender,
             content: content.to_owned(),
             ..Self::default()
+        }
+    }
+
+    /// A system message (cron prompt, heartbeat, sub-agent result) for a chat. `id` is its
+    /// deduplication key and must be stable for one occurrence (`cron:<job>:<time>`), so a
+    /// scheduler that publishes it twice still causes one run.
+    pub fn system(id: String, chat: ChatAddress, origin: Origin, content: &str) -> Self {
+        Self {
+            id,
+            channel: chat.channel,
+            chat_id: chat.chat_id,
+            thread_id: chat.thread_id,
+            is_group: chat.is_group,
+            sender: Sender { id: "switchboard".into(), name: "switchboard".into(), is_bot: true },
+            content: content.to_owned(),
+            kind: InboundKind::System,
+            origin: Some(origin),
+            ..Self::default()
+        }
+    }
+
+    /// The chat this message came from, to address an answer to it later.
+    pub fn chat(&self) -> ChatAddress {
+        ChatAddress {
+            channel: self.channel.clone(),
+            chat_id: self.chat_id.clone(),
+            thread_id: self.thread_id.clone(),
+            is_group: self.is_group,
         }
     }
 

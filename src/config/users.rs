@@ -43,6 +43,8 @@ impl Default for PermissionsConfig {
             ("web_fetch", Level::User),
             ("web_search", Level::User),
             ("message", Level::User),
+            ("cron", Level::User),
+            ("spawn", Level::User),
             ("exec", Level::Admin),
         ];
         Self {

@@ -195,15 +195,7 @@ async fn flush_memory(deps: Deps<'_>, msg: &InboundMessage, history: Vec<ChatMes
 }
 
 fn flush_context(agent: &Agent, session_key: &str, msg: &InboundMessage) -> ToolContext {
-    ToolContext {
-        session_key: session_key.to_owned(),
-        channel: msg.channel.clone(),
-        chat_id: msg.chat_id.clone(),
-        thread_id: msg.thread_id.clone(),
-        run_id: format!("{}:memory-flush", msg.id),
-        sender_id: msg.sender.id.clone(),
-        workspace: agent.settings().workspace.clone(),
-    }
+    ToolContext::for_message(agent.settings(), session_key, msg, &format!("{}:memory-flush", msg.id))
 }
 
 /// The flush's events go nowhere: nobody is waiting for this turn.

@@ -21,7 +21,10 @@ pub use current_time::CurrentTime;
 pub use message::MessageTool;
 pub use truncate::truncate_middle;
 
-use crate::config::{ConfigError, Origin, ToolsConfig};
+use switchboard_channels::contract::{InboundKind, InboundMessage, Origin};
+
+use crate::agent::AgentSettings;
+use crate::config::{ConfigError, ToolsConfig};
 use crate::provider::{ToolCall, ToolSpec};
 
 /// Why a tool call did not produce a result. The message goes back to the model as the
@@ -56,8 +59,38 @@ pub struct ToolContext {
     pub run_id: String,
     /// The platform id of the person whose message started the run.
     pub sender_id: String,
+    pub sender_name: String,
     /// The agent's workspace directory; file tools and `exec` work inside it.
     pub workspace: PathBuf,
+    /// The name of the agent running the turn.
+    pub agent: String,
+    /// Whether the run's chat is a group (several people read the replies).
+    pub is_group: bool,
+    /// What started the run when switchboard did (a cron job, a heartbeat, a sub-agent's
+    /// result); `None` for a person's message.
+    pub origin: Option<Origin>,
+    /// The tools this run may use; work the run starts (a sub-agent) gets no more than these.
+    pub tools: ToolFilter,
+}
+
+impl ToolContext {
+    /// The context of a run of `agent` answering `msg` in `session_key`.
+    pub fn for_message(agent: &AgentSettings, session_key: &str, msg: &InboundMessage, run_id: &str) -> Self {
+        Self {
+            session_key: session_key.to_owned(),
+            channel: msg.channel.clone(),
+            chat_id: msg.chat_id.clone(),
+            thread_id: msg.thread_id.clone(),
+            run_id: run_id.to_owned(),
+            sender_id: msg.sender.id.clone(),
+            sender_name: msg.sender.name.clone(),
+            workspace: agent.workspace.clone(),
+            agent: agent.name.clone(),
+            is_group: msg.is_group,
+            origin: (msg.kind == InboundKind::System).then(|| msg.origin.clone().unwrap_or_default()),
+            tools: ToolFilter::All,
+        }
+    }
 }
 
 /// Something the agent can do.
@@ -224,7 +257,7 @@ pub fn register_local_tools(registry: &mut ToolRegistry, config: &ToolsConfig) -
         // Config validation already rejects bad patterns with their origin; this is the backstop.
         let exec = exec::Exec::new(&config.exec).map_err(|error| ConfigError::Invalid {
             key: "tools.exec.deny_patterns".into(),
-            origin: Origin::Default,
+            origin: crate::config::Origin::Default,
             reason: error.to_string(),
         })?;
         registry.register(Arc::new(exec));

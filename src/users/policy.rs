@@ -9,8 +9,7 @@ use super::{BadIdentity, Identity, Level, User};
 use crate::config::{BudgetsConfig, PermissionsConfig, UsersConfig};
 use crate::tools::ToolFilter;
 
-/// Where the policy reads the time (the budget month); tests inject a fixed one.
-pub type Clock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
+pub use crate::clock::Clock;
 
 /// Who is an owner, which level each tool needs, and how many tokens each level may use a month.
 #[derive(Clone)]

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use switchboard_channels::contract::{InboundMessage, session_key};
+use switchboard_channels::contract::{InboundKind, InboundMessage, session_key};
 
 use crate::agent::Agent;
 use crate::config::{BindingConfig, MAIN_AGENT};
@@ -84,6 +84,19 @@ pub fn resolve<'a>(bindings: &'a [Binding], msg: &InboundMessage) -> Option<&'a 
     best.map(|(_, binding)| binding.agent.as_str())
 }
 
+/// `metadata.agent` of a system message: the agent that answers it.
+pub const SYSTEM_AGENT: &str = "agent";
+/// `metadata.session` of a system message: the session it runs in, instead of its chat's.
+pub const SYSTEM_SESSION: &str = "session";
+
+/// A non-empty string field of a system message's metadata.
+fn system_field<'m>(msg: &'m InboundMessage, key: &str) -> Option<&'m str> {
+    if msg.kind != InboundKind::System {
+        return None;
+    }
+    msg.metadata.get(key).and_then(serde_json::Value::as_str).filter(|value| !value.is_empty())
+}
+
 /// A message's agent and the session key its history is stored under.
 pub(crate) struct Route {
     pub agent: Arc<Agent>,
@@ -123,11 +136,31 @@ impl Agents {
     /// The agent that answers `msg` and its session key. The `main` agent keeps the plain
     /// key (`telegram:42`) so sessions from before named agents stay valid, whichever agent
     /// is the default; any other agent's keys are `<agent>/<key>`.
+    ///
+    /// A system message may name its agent (`metadata.agent`: the agent whose job or
+    /// sub-agent made it) and its session (`metadata.session`: an isolated cron session);
+    /// a person's message never chooses either.
     pub(crate) fn route(&self, msg: &InboundMessage) -> Route {
-        let agent = resolve(&self.bindings, msg).and_then(|name| self.by_name.get(name)).unwrap_or(&self.default);
+        let named = system_field(msg, SYSTEM_AGENT).and_then(|name| self.by_name.get(name));
+        let agent = named
+            .or_else(|| resolve(&self.bindings, msg).and_then(|name| self.by_name.get(name)))
+            .unwrap_or(&self.default);
         let name = &agent.settings().name;
-        let key = if name == MAIN_AGENT { msg.session_key() } else { format!("{name}/{}", msg.session_key()) };
+        let base = system_field(msg, SYSTEM_SESSION).map_or_else(|| msg.session_key(), str::to_owned);
+        let key = if name == MAIN_AGENT { base } else { format!("{name}/{base}") };
         Route { agent: Arc::clone(agent), key }
+    }
+
+    /// The agent called `name`, if this worker runs it.
+    pub fn get(&self, name: &str) -> Option<&Arc<Agent>> {
+        self.by_name.get(name)
+    }
+
+    /// Every agent this worker runs, in name order.
+    pub fn all(&self) -> Vec<&Arc<Agent>> {
+        let mut agents: Vec<&Arc<Agent>> = self.by_name.values().collect();
+        agents.sort_by(|a, b| a.settings().name.cmp(&b.settings().name));
+        agents
     }
 
     /// The session key `msg` is stored under.

@@ -189,13 +189,8 @@ async fn run_turn(
         history: prepared.history,
         input,
         ctx: ToolContext {
-            session_key: session_key.to_owned(),
-            channel: msg.channel.clone(),
-            chat_id: msg.chat_id.clone(),
-            thread_id: msg.thread_id.clone(),
-            run_id: run_id.to_owned(),
-            sender_id: msg.sender.id.clone(),
-            workspace: agent.settings().workspace.clone(),
+            tools: tools.clone(),
+            ..ToolContext::for_message(agent.settings(), session_key, msg, run_id)
         },
         tools,
         events: &events,

@@ -56,3 +56,53 @@ fn ties_go_to_the_first_binding() {
     assert_eq!(resolve(&bindings, &msg("api", "me", None, None)), Some("a"));
     assert_eq!(resolve(&[], &msg("api", "me", None, None)), None);
 }
+
+fn agent(name: &str) -> std::sync::Arc<crate::agent::Agent> {
+    use crate::provider::openai::{OpenAiConfig, OpenAiProvider};
+    let provider = OpenAiProvider::new(OpenAiConfig {
+        name: "unused".into(),
+        base_url: "http://127.0.0.1:9".into(),
+        api_key: None,
+        request_timeout: std::time::Duration::from_secs(1),
+        stream: false,
+        extra_headers: vec![],
+    })
+    .unwrap();
+    let settings = crate::agent::AgentSettings {
+        name: name.into(),
+        system_prompt: String::new(),
+        model: "m".into(),
+        max_iterations: 1,
+        max_tokens: None,
+        temperature: None,
+        stream: false,
+        prices: Default::default(),
+        workspace: std::path::PathBuf::new(),
+    };
+    std::sync::Arc::new(crate::agent::Agent::new(std::sync::Arc::new(provider), Default::default(), settings))
+}
+
+#[test]
+fn system_messages_name_their_agent_and_session_but_people_cannot() {
+    use super::{Agents, SYSTEM_AGENT, SYSTEM_SESSION};
+    use switchboard_channels::contract::{ChatAddress, Origin};
+    let agents = Agents::new(vec![agent("main"), agent("ops")], "main", vec![]).unwrap();
+    let chat =
+        ChatAddress { channel: "telegram".into(), chat_id: "-100".into(), thread_id: Some("7".into()), is_group: true };
+    let origin = Origin { kind: "cron".into(), id: "job1".into() };
+    let mut system = InboundMessage::system("cron:job1:1".into(), chat, origin, "daily summary");
+    assert_eq!(agents.route(&system).key, "telegram:-100:topic:7");
+    system.metadata.insert(SYSTEM_AGENT.into(), "ops".into());
+    assert_eq!(agents.route(&system).key, "ops/telegram:-100:topic:7");
+    system.metadata.insert(SYSTEM_SESSION.into(), "cron:job1".into());
+    let route = agents.route(&system);
+    assert_eq!((route.agent.settings().name.as_str(), route.key.as_str()), ("ops", "ops/cron:job1"));
+    // An unknown agent falls back to the bindings and the default.
+    system.metadata.insert(SYSTEM_AGENT.into(), "gone".into());
+    assert_eq!(agents.route(&system).key, "cron:job1");
+    // The same metadata on a person's message is ignored.
+    let mut user = msg("telegram", "-100", Some("7"), None);
+    user.metadata = system.metadata.clone();
+    user.metadata.insert(SYSTEM_AGENT.into(), "ops".into());
+    assert_eq!(agents.route(&user).key, "telegram:-100:topic:7");
+}
