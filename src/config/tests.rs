@@ -467,8 +467,8 @@ fn users_permissions_and_budgets_from_file_and_env() {
     let owners = [("SWITCHBOARD_USERS__OWNERS", r#"["api:me", "discord:2"]"#)];
     assert_eq!(load_env(&owners).unwrap().users.owners, ["api:me", "discord:2"]);
     // Only tools in the default map can be named from the environment.
-    let message = err_text(load_env(&[("SWITCHBOARD_PERMISSIONS__TOOLS__SPAWN", "user")]));
-    assert!(message.starts_with("environment variable SWITCHBOARD_PERMISSIONS__TOOLS__SPAWN "), "{message}");
+    let message = err_text(load_env(&[("SWITCHBOARD_PERMISSIONS__TOOLS__BROWSER", "user")]));
+    assert!(message.starts_with("environment variable SWITCHBOARD_PERMISSIONS__TOOLS__BROWSER "), "{message}");
 }
 
 #[test]
