@@ -173,7 +173,11 @@ fn parse_item(item: &str, spec: FieldSpec) -> Result<u64, FieldProblem> {
     let (lo, hi) = if base == "*" {
         (spec.min, spec.max)
     } else if let Some((a, b)) = base.split_once('-') {
-        let (lo, hi) = (parse_value(a, spec)?, parse_value(b, spec)?);
+        let (lo, mut hi) = (parse_value(a, spec)?, parse_value(b, spec)?);
+        // `FRI-SUN`: Sunday as the end of a weekday range is day 7, not day 0.
+        if spec.name == DAY_OF_WEEK.name && hi == 0 && lo > 0 {
+            hi = 7;
+        }
         if lo > hi {
             return Err(FieldProblem::BackwardsRange { lo, hi });
         }

@@ -74,17 +74,19 @@ fn to_instant(tz: Tz, wall: NaiveDateTime, pass: Pass) -> DateTime<Utc> {
 /// transition itself. Binary search over a window wide enough for any real offset (−12h to
 /// +14h) and any gap (Samoa skipped a whole day); wall time only rises across a gap.
 pub(super) fn gap_end(tz: Tz, wall: NaiveDateTime) -> DateTime<Utc> {
-    let mut lo = wall.and_utc() - Duration::hours(40);
-    let mut hi = wall.and_utc() + Duration::hours(14);
-    while hi - lo > Duration::seconds(1) {
+    let base = wall.and_utc().timestamp();
+    let wall_at = |secs: i64| DateTime::from_timestamp(secs, 0).map(|t| t.with_timezone(&tz).naive_local());
+    // Whole seconds: transitions fall on whole seconds, and so do our candidates.
+    let (mut lo, mut hi) = (base - 40 * 3600, base + 14 * 3600);
+    while hi - lo > 1 {
         let mid = lo + (hi - lo) / 2;
-        if mid.with_timezone(&tz).naive_local() >= wall {
+        if wall_at(mid).is_none_or(|w| w >= wall) {
             hi = mid;
         } else {
             lo = mid;
         }
     }
-    hi
+    DateTime::from_timestamp(hi, 0).unwrap_or_else(|| wall.and_utc())
 }
 
 fn offset_secs(tz: Tz, at: DateTime<Utc>) -> i64 {
