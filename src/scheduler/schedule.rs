@@ -94,7 +94,7 @@ impl Schedule {
     pub fn every(every: Duration, now: DateTime<Utc>, min: Duration) -> Result<Schedule, ScheduleError> {
         // Whole seconds are what is stored; a sub-second remainder would be lost anyway.
         let every_secs = every.as_secs();
-        if every_secs == 0 || every < min {
+        if every_secs == 0 || Duration::from_secs(every_secs) < min {
             return Err(ScheduleError::IntervalTooShort {
                 every: format_duration_exact(every),
                 min: format_duration_exact(min),

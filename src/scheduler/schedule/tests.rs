@@ -120,6 +120,9 @@ fn fields_steps_names_and_macros() {
             &["2026-11-23T09:00:00Z", "2026-11-30T09:00:00Z", "2026-12-01T09:00:00Z", "2026-12-07T09:00:00Z"],
         ),
         ("0 9 13 * FRI", "2026-11-22T00:00:00Z", &["2026-11-27T09:00:00Z", "2026-12-04T09:00:00Z"]),
+        // A day-of-week field starting with `*` counts as unrestricted (Vixie cron), so the
+        // day fields AND: the 1st, only when it is a Sunday, Tuesday, Thursday or Saturday.
+        ("0 9 1 * */2", "2026-11-22T00:00:00Z", &["2026-12-01T09:00:00Z", "2027-04-01T09:00:00Z"]),
         // Only day of month restricted: weekdays do not matter.
         ("0 9 1 * *", "2026-11-22T00:00:00Z", &["2026-12-01T09:00:00Z", "2027-01-01T09:00:00Z"]),
     ];
@@ -224,6 +227,8 @@ fn every_rejects_short_intervals() {
     assert_eq!(err.map(|e| e.to_string()), Some("interval 30s is below the minimum of 1m".to_owned()));
     assert!(Schedule::every(Duration::ZERO, now, Duration::ZERO).is_err());
     assert!(Schedule::every(Duration::from_secs(60), now, min).is_ok());
+    // Stored as whole seconds: 1.5s would be kept as 1s, below a 1.2s minimum.
+    assert!(Schedule::every(Duration::from_millis(1500), now, Duration::from_millis(1200)).is_err());
     let stored_zero = Schedule::Every { every_secs: 0, anchor: now };
     assert!(stored_zero.validate().is_err());
     assert_eq!(stored_zero.next_after(now), None);
