@@ -117,7 +117,9 @@ impl Schedule {
     pub fn at(text: &str, tz: &str, now: DateTime<Utc>) -> Result<Schedule, ScheduleError> {
         let text = text.trim();
         let at = match relative(text) {
-            Some(rest) => now + chrono_duration(rest)?,
+            Some(rest) => now
+                .checked_add_signed(chrono_duration(rest)?)
+                .ok_or_else(|| ScheduleError::BadDuration { text: rest.to_owned(), reason: "too long" })?,
             None => absolute(text, tz)?,
         };
         if at <= now {

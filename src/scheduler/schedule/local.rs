@@ -8,10 +8,13 @@
 //! - a skipped wall time (spring-forward gap) → the first instant after the gap, as Vixie cron
 //!   does; several skipped times collapse into that one firing.
 
-use chrono::{DateTime, Duration, NaiveDateTime, Offset, TimeZone, Timelike, Utc};
+use chrono::{DateTime, Datelike, Duration, NaiveDateTime, Offset, TimeZone, Timelike, Utc};
 use chrono_tz::Tz;
 
 use super::crontab::Crontab;
+
+/// 1900-01-01T00:00:00Z: earlier than any firing the crate can produce (it starts in 1970).
+const CALENDAR_START: i64 = -2_208_988_800;
 
 /// Which instant a repeated wall time maps to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,14 +26,22 @@ enum Pass {
 /// The first firing strictly after `after`, or `None` if the expression never fires again
 /// (within the crate's calendar, which ends in 2100).
 pub(super) fn next_after(tab: &Crontab, tz: Tz, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    // Outside the crate's calendar there is nothing to find, and near chrono's limits a zone
+    // offset would overflow the wall-clock conversion.
+    if after.year() > 2100 {
+        return None;
+    }
+    let after = after.max(DateTime::from_timestamp(CALENDAR_START, 0)?);
     let schedules: Vec<cron::Schedule> = tab.crate_exprs().iter().filter_map(|e| e.parse().ok()).collect();
     let wall = naive_whole_seconds(after.with_timezone(&tz).naive_local());
     let mut best = first_mapped(&schedules, tz, wall, after, Pass::Earlier);
     if tab.every_hour() {
         // The second pass of a repeated hour has wall times earlier than `after`'s own wall
         // time, so start from the lowest offset in effect around `after`.
-        let lowest = [after, after + Duration::days(1)].iter().map(|t| offset_secs(tz, *t)).min().unwrap_or(0);
-        let start = naive_whole_seconds(after.naive_utc() + Duration::seconds(lowest) - Duration::seconds(1));
+        let tomorrow = after.checked_add_signed(Duration::days(1)).unwrap_or(after);
+        let lowest = offset_secs(tz, after).min(offset_secs(tz, tomorrow));
+        let start = after.naive_utc().checked_add_signed(Duration::seconds(lowest - 1))?;
+        let start = naive_whole_seconds(start);
         let later = first_mapped(&schedules, tz, start, after, Pass::Later);
         best = earliest(best, later);
     }

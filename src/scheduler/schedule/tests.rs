@@ -292,6 +292,7 @@ fn at_rejects_past_missing_and_unreadable_times() {
         ("tomorrow", "UTC", "cannot read `tomorrow` as a time"),
         ("2026-12-01 09:00", "Mars/Olympus", "unknown time zone `Mars/Olympus`"),
         ("+soon", "UTC", "duration `soon`"),
+        ("in 9999999999w", "UTC", "duration `9999999999w`: too long"),
     ];
     for (text, tz, message) in cases {
         match Schedule::at(text, tz, now) {
@@ -326,6 +327,11 @@ fn validate_catches_stored_schedules_gone_bad() {
     let gone = Schedule::Cron { expr: "0 9 * * *".into(), tz: "Mars/Olympus".into() };
     assert_eq!(gone.validate(), Err(ScheduleError::UnknownZone("Mars/Olympus".into())));
     assert_eq!(gone.next_after(utc("2026-01-01T00:00:00Z")), None);
+    // The end of time is not a panic: the crate's calendar stops in 2100.
+    assert_eq!(cron("0 * * * *", "Europe/Berlin").next_after(DateTime::<Utc>::MAX_UTC), None);
+    assert_eq!(cron("0 * * * *", "Europe/Berlin").next_after(utc("2100-12-31T23:30:00Z")), None);
+    let first = cron("0 0 1 1 *", "America/New_York").next_after(DateTime::<Utc>::MIN_UTC);
+    assert_eq!(first, Some(utc("1970-01-01T05:00:00Z")));
     let garbled = Schedule::Cron { expr: "0 9 * * 9".into(), tz: "UTC".into() };
     assert!(garbled.validate().is_err());
 }
