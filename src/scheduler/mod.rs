@@ -1,0 +1,3 @@
+//! Cron jobs and heartbeat wake-ups.
+
+pub mod schedule;
