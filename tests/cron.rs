@@ -316,3 +316,119 @@ both_buses!(
     cron_turns_cannot_add_jobs_without_bound,
     a_failing_cron_turn_is_recorded_on_the_job,
 );
+
+mod tool {
+    use super::*;
+    use switchboard::clock::ManualClock;
+    use switchboard::scheduler::CronTool;
+    use switchboard::tools::{Tool, ToolContext, ToolError};
+
+    struct Setup {
+        tool: CronTool,
+        clock: ManualClock,
+        store: Arc<SqliteStore>,
+        _dir: tempfile::TempDir,
+    }
+
+    async fn setup(settings: CronSettings) -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(SqliteStore::open(&dir.path().join("s.db")).await.unwrap());
+        let clock = ManualClock::new(DateTime::parse_from_rfc3339("2026-11-22T10:00:00Z").unwrap().to_utc());
+        let tool = CronTool::new(Arc::clone(&store) as Arc<dyn CronStore>, clock.clock(), settings);
+        Setup { tool, clock, store, _dir: dir }
+    }
+
+    fn ctx(chat: &str) -> ToolContext {
+        ToolContext {
+            session_key: format!("telegram:{chat}"),
+            channel: "telegram".into(),
+            chat_id: chat.into(),
+            run_id: "run-1".into(),
+            sender_id: "u1".into(),
+            sender_name: "Ada".into(),
+            agent: "main".into(),
+            ..ToolContext::default()
+        }
+    }
+
+    fn berlin() -> CronSettings {
+        CronSettings { default_timezone: "Europe/Berlin".into(), ..CronSettings::default() }
+    }
+
+    fn id_of(added: &str) -> String {
+        added.trim_start_matches("Added: ").split_whitespace().next().unwrap().to_owned()
+    }
+
+    #[tokio::test]
+    async fn list_shows_the_next_run_in_the_jobs_zone() {
+        let s = setup(berlin()).await;
+        let added = s.tool.execute(json!({"action": "add", "cron": "30 7 * * *", "message": "stretch"}), &ctx("42")).await.unwrap();
+        assert!(added.contains("next 2026-11-23 07:30 CET"), "{added}");
+        let ny = json!({"action": "add", "at": "2026-11-22 18:00", "tz": "America/New_York", "message": "call", "payload": "reminder"});
+        s.tool.execute(ny, &ctx("42")).await.unwrap();
+        let list = s.tool.execute(json!({"action": "list"}), &ctx("42")).await.unwrap();
+        assert!(list.contains("07:30 CET") && list.contains("2026-11-22 18:00 EST"), "{list}");
+        assert!(list.contains("\"stretch\"") && list.contains("[reminder]"), "{list}");
+    }
+
+    #[tokio::test]
+    async fn pause_resume_and_remove() {
+        let s = setup(berlin()).await;
+        let added = s.tool.execute(json!({"action": "add", "every": "1h", "message": "drink water"}), &ctx("42")).await.unwrap();
+        let id = id_of(&added);
+        s.tool.execute(json!({"action": "pause", "id": id}), &ctx("42")).await.unwrap();
+        assert!(s.tool.execute(json!({"action": "list"}), &ctx("42")).await.unwrap().contains("paused"));
+        assert!(s.store.due_cron_jobs(s.clock.now() + chrono::Duration::days(1)).await.unwrap().is_empty());
+        // Resumed three hours later: the next run is after now, the hours in between are not made up.
+        s.clock.advance(3 * HOUR);
+        let resumed = s.tool.execute(json!({"action": "resume", "id": id}), &ctx("42")).await.unwrap();
+        assert!(resumed.contains("next run 2026-11-22 15:00 CET"), "{resumed}");
+        let removed = s.tool.execute(json!({"action": "remove", "id": id}), &ctx("42")).await.unwrap();
+        assert_eq!(removed, format!("Removed job {id}."));
+        let list = s.tool.execute(json!({"action": "list"}), &ctx("42")).await.unwrap();
+        assert_eq!(list, "No scheduled jobs in this conversation.");
+    }
+
+    #[tokio::test]
+    async fn sessions_cannot_see_or_touch_other_sessions_jobs() {
+        let s = setup(berlin()).await;
+        let added = s.tool.execute(json!({"action": "add", "every": "1h", "message": "mine"}), &ctx("42")).await.unwrap();
+        let id = id_of(&added);
+        let other = ctx("43");
+        assert_eq!(s.tool.execute(json!({"action": "list"}), &other).await.unwrap(), "No scheduled jobs in this conversation.");
+        for action in ["remove", "pause", "resume", "history"] {
+            let err = s.tool.execute(json!({"action": action, "id": id}), &other).await.unwrap_err();
+            assert!(matches!(&err, ToolError::InvalidArguments(m) if m.contains("no job")), "{action}: {err}");
+        }
+        assert!(s.store.cron_job(&id).await.unwrap().unwrap().enabled);
+    }
+
+    #[tokio::test]
+    async fn the_per_session_limit_and_the_minimum_interval_are_enforced() {
+        let s = setup(CronSettings { max_jobs_per_session: 2, ..berlin() }).await;
+        for _ in 0..2 {
+            s.tool.execute(json!({"action": "add", "every": "1h", "message": "x"}), &ctx("42")).await.unwrap();
+        }
+        let err = s.tool.execute(json!({"action": "add", "every": "1h", "message": "x"}), &ctx("42")).await.unwrap_err();
+        assert!(matches!(&err, ToolError::Refused(m) if m.contains("has 2 scheduled jobs")), "{err}");
+        // Another session has its own allowance.
+        s.tool.execute(json!({"action": "add", "every": "1h", "message": "x"}), &ctx("43")).await.unwrap();
+        let err = s.tool.execute(json!({"action": "add", "every": "30s", "message": "x"}), &ctx("44")).await.unwrap_err();
+        assert!(matches!(&err, ToolError::InvalidArguments(_)), "{err}");
+        let err = s.tool.execute(json!({"action": "add", "at": "+5m", "every": "1h", "message": "x"}), &ctx("44")).await.unwrap_err();
+        assert!(err.to_string().contains("exactly one"), "{err}");
+        let err = s.tool.execute(json!({"action": "add", "at": "+5m"}), &ctx("44")).await.unwrap_err();
+        assert!(err.to_string().contains("`message`"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_target_chat_and_thread_can_be_named() {
+        let s = setup(berlin()).await;
+        let args = json!({"action": "add", "at": "+1h", "message": "hi", "target": "discord:55", "thread_id": "9"});
+        let added = s.tool.execute(args, &ctx("42")).await.unwrap();
+        assert!(added.contains("→ discord:55:thread:9"), "{added}");
+        let job = s.store.cron_job(&id_of(&added)).await.unwrap().unwrap();
+        assert_eq!(job.job.owner_session, "telegram:42");
+        assert_eq!(job.job.created_by_name, "Ada");
+    }
+}
