@@ -37,7 +37,13 @@ async fn only_job(store: &SqliteStore) -> CronJob {
 }
 
 /// A job added straight to the store, as `switchboard cron add` does.
-async fn add_job(store: &SqliteStore, payload: Payload, schedule: Schedule, missed: MissedPolicy, now: DateTime<Utc>) -> CronJob {
+async fn add_job(
+    store: &SqliteStore,
+    payload: Payload,
+    schedule: Schedule,
+    missed: MissedPolicy,
+    now: DateTime<Utc>,
+) -> CronJob {
     let chat = ChatAddress { channel: "telegram".into(), chat_id: "42".into(), thread_id: None, is_group: false };
     let job = NewCronJob {
         name: "daily".into(),
@@ -66,7 +72,9 @@ async fn add_job(store: &SqliteStore, payload: Payload, schedule: Schedule, miss
 async fn reminder_in_a_telegram_topic_is_delivered_verbatim(kind: BusKind) {
     let h = start(kind).await;
     let mut out = h.bus.outbound("telegram").await.unwrap();
-    h.llm.push(add_call(json!({"action": "add", "at": "+20m", "payload": "reminder", "message": "Stand-up starts now!"})));
+    h.llm.push(add_call(
+        json!({"action": "add", "at": "+20m", "payload": "reminder", "message": "Stand-up starts now!"}),
+    ));
     h.llm.push(Scripted::Text("I'll remind you.".into()));
     h.bus.publish_inbound(&person("telegram", "-100123", Some("7"), true, "remind us in 20 minutes")).await.unwrap();
     assert_eq!(next_out(&mut out).await.content, "I'll remind you.");
@@ -155,7 +163,15 @@ async fn two_schedulers_fire_each_occurrence_once(kind: BusKind) {
     let second_store = Arc::new(SqliteStore::open(&h.dir.path().join("s.db")).await.unwrap());
     let second_bus = cron_support::connect(kind, h.nats.as_ref()).await;
     let second_dir = tempfile::tempdir().unwrap();
-    cron_support::spawn_worker(&second_bus, &second_store, &h.llm, &h.clock, &h.settings, second_dir.path(), &h.shutdown);
+    cron_support::spawn_worker(
+        &second_bus,
+        &second_store,
+        &h.llm,
+        &h.clock,
+        &h.settings,
+        second_dir.path(),
+        &h.shutdown,
+    );
     let second = cron_support::scheduler(&second_store, &second_bus, &h.clock, &h.settings);
     let mut out = h.bus.outbound("telegram").await.unwrap();
     let every = Schedule::Every { every_secs: 3600, anchor: h.clock.now() };
@@ -235,7 +251,13 @@ async fn a_claim_whose_publish_was_lost_is_published_by_the_next_tick(kind: BusK
     h.clock.set(due);
     // A scheduler claims the occurrence and dies before publishing.
     let inbound = scheduled_id(&job.id, due);
-    let run = NewCronRun { scheduled_for: due, inbound_id: Some(inbound.clone()), status: CronRunStatus::Pending, note: String::new(), at: due };
+    let run = NewCronRun {
+        scheduled_for: due,
+        inbound_id: Some(inbound.clone()),
+        status: CronRunStatus::Pending,
+        note: String::new(),
+        at: due,
+    };
     let claim = h.store.claim_cron_run(&job.id, due, Some(due + chrono::Duration::hours(1)), &run, 20).await.unwrap();
     assert_eq!(claim, switchboard::store::cron::CronClaim::Claimed);
     let report = h.scheduler.tick().await.unwrap();
@@ -362,7 +384,11 @@ mod tool {
     #[tokio::test]
     async fn list_shows_the_next_run_in_the_jobs_zone() {
         let s = setup(berlin()).await;
-        let added = s.tool.execute(json!({"action": "add", "cron": "30 7 * * *", "message": "stretch"}), &ctx("42")).await.unwrap();
+        let added = s
+            .tool
+            .execute(json!({"action": "add", "cron": "30 7 * * *", "message": "stretch"}), &ctx("42"))
+            .await
+            .unwrap();
         assert!(added.contains("next 2026-11-23 07:30 CET"), "{added}");
         let ny = json!({"action": "add", "at": "2026-11-22 18:00", "tz": "America/New_York", "message": "call", "payload": "reminder"});
         s.tool.execute(ny, &ctx("42")).await.unwrap();
@@ -374,7 +400,11 @@ mod tool {
     #[tokio::test]
     async fn pause_resume_and_remove() {
         let s = setup(berlin()).await;
-        let added = s.tool.execute(json!({"action": "add", "every": "1h", "message": "drink water"}), &ctx("42")).await.unwrap();
+        let added = s
+            .tool
+            .execute(json!({"action": "add", "every": "1h", "message": "drink water"}), &ctx("42"))
+            .await
+            .unwrap();
         let id = id_of(&added);
         s.tool.execute(json!({"action": "pause", "id": id}), &ctx("42")).await.unwrap();
         assert!(s.tool.execute(json!({"action": "list"}), &ctx("42")).await.unwrap().contains("paused"));
@@ -392,10 +422,14 @@ mod tool {
     #[tokio::test]
     async fn sessions_cannot_see_or_touch_other_sessions_jobs() {
         let s = setup(berlin()).await;
-        let added = s.tool.execute(json!({"action": "add", "every": "1h", "message": "mine"}), &ctx("42")).await.unwrap();
+        let added =
+            s.tool.execute(json!({"action": "add", "every": "1h", "message": "mine"}), &ctx("42")).await.unwrap();
         let id = id_of(&added);
         let other = ctx("43");
-        assert_eq!(s.tool.execute(json!({"action": "list"}), &other).await.unwrap(), "No scheduled jobs in this conversation.");
+        assert_eq!(
+            s.tool.execute(json!({"action": "list"}), &other).await.unwrap(),
+            "No scheduled jobs in this conversation."
+        );
         for action in ["remove", "pause", "resume", "history"] {
             let err = s.tool.execute(json!({"action": action, "id": id}), &other).await.unwrap_err();
             assert!(matches!(&err, ToolError::InvalidArguments(m) if m.contains("no job")), "{action}: {err}");
@@ -409,13 +443,19 @@ mod tool {
         for _ in 0..2 {
             s.tool.execute(json!({"action": "add", "every": "1h", "message": "x"}), &ctx("42")).await.unwrap();
         }
-        let err = s.tool.execute(json!({"action": "add", "every": "1h", "message": "x"}), &ctx("42")).await.unwrap_err();
+        let err =
+            s.tool.execute(json!({"action": "add", "every": "1h", "message": "x"}), &ctx("42")).await.unwrap_err();
         assert!(matches!(&err, ToolError::Refused(m) if m.contains("has 2 scheduled jobs")), "{err}");
         // Another session has its own allowance.
         s.tool.execute(json!({"action": "add", "every": "1h", "message": "x"}), &ctx("43")).await.unwrap();
-        let err = s.tool.execute(json!({"action": "add", "every": "30s", "message": "x"}), &ctx("44")).await.unwrap_err();
+        let err =
+            s.tool.execute(json!({"action": "add", "every": "30s", "message": "x"}), &ctx("44")).await.unwrap_err();
         assert!(matches!(&err, ToolError::InvalidArguments(_)), "{err}");
-        let err = s.tool.execute(json!({"action": "add", "at": "+5m", "every": "1h", "message": "x"}), &ctx("44")).await.unwrap_err();
+        let err = s
+            .tool
+            .execute(json!({"action": "add", "at": "+5m", "every": "1h", "message": "x"}), &ctx("44"))
+            .await
+            .unwrap_err();
         assert!(err.to_string().contains("exactly one"), "{err}");
         let err = s.tool.execute(json!({"action": "add", "at": "+5m"}), &ctx("44")).await.unwrap_err();
         assert!(err.to_string().contains("`message`"), "{err}");

@@ -33,10 +33,21 @@ fn cron(dir: &Path, args: &[&str]) -> String {
 
 /// Adds the reminder and returns its id.
 fn add_reminder(dir: &Path) -> String {
-    let out = cron(dir, &[
-        "add", "--to", "telegram:-100777:topic:5", "--at", "+1h", "--reminder", "--name", "plants", "--message",
-        "Water the plants",
-    ]);
+    let out = cron(
+        dir,
+        &[
+            "add",
+            "--to",
+            "telegram:-100777:topic:5",
+            "--at",
+            "+1h",
+            "--reminder",
+            "--name",
+            "plants",
+            "--message",
+            "Water the plants",
+        ],
+    );
     let id = out.lines().next().and_then(|l| l.strip_prefix("added ")).unwrap_or_else(|| panic!("{out}"));
     id.trim().to_owned()
 }
@@ -100,9 +111,9 @@ async fn in_the_nats_shape_the_agent_fires_and_the_channel_delivers() {
     let dir = tempfile::tempdir().unwrap();
     let id = add_reminder(dir.path());
     let agent = Launch::new(dir.path(), "agent", &["agent", "--nats", &nats.url()]).llm(&llm.base_url());
-    let mut agent = agent.env(FAST_POLL.0, FAST_POLL.1).spawn();
+    let agent = agent.env(FAST_POLL.0, FAST_POLL.1).spawn();
     let channel = Launch::new(dir.path(), "tg", &["channel", "telegram"]).env("SWITCHBOARD_BUS", &nats.url());
-    let mut channel = telegram(channel, &fake).spawn();
+    let channel = telegram(channel, &fake).spawn();
     agent.wait_for_log("worker started").await;
     channel.wait_for_log("switchboard started").await;
     cron(dir.path(), &["run", &id]);

@@ -54,7 +54,9 @@ pub fn start_time() -> DateTime<Utc> {
 
 pub async fn connect(kind: BusKind, nats: Option<&NatsServer>) -> Arc<dyn Bus> {
     match (kind, nats) {
-        (BusKind::Nats, Some(server)) => Arc::new(NatsBus::connect(&server.url(), NatsOptions::default()).await.unwrap()),
+        (BusKind::Nats, Some(server)) => {
+            Arc::new(NatsBus::connect(&server.url(), NatsOptions::default()).await.unwrap())
+        }
         _ => Arc::new(MemoryBus::new(256)),
     }
 }
@@ -79,7 +81,12 @@ pub async fn start_with(kind: BusKind, settings: CronSettings) -> Harness {
     Harness { bus, store, llm, clock, settings, scheduler, shutdown, dir, nats }
 }
 
-pub fn scheduler(store: &Arc<SqliteStore>, bus: &Arc<dyn Bus>, clock: &ManualClock, settings: &CronSettings) -> CronScheduler {
+pub fn scheduler(
+    store: &Arc<SqliteStore>,
+    bus: &Arc<dyn Bus>,
+    clock: &ManualClock,
+    settings: &CronSettings,
+) -> CronScheduler {
     let store = Arc::clone(store) as Arc<dyn CronStore>;
     CronScheduler::new(store, Arc::clone(bus), clock.clock(), settings.clone())
 }
@@ -141,7 +148,8 @@ pub fn person(channel: &str, chat: &str, thread: Option<&str>, is_group: bool, c
 }
 
 pub async fn next_out(out: &mut Deliveries) -> OutboundMessage {
-    let delivery = tokio::time::timeout(Duration::from_secs(15), out.next()).await.expect("no outbound message").unwrap().unwrap();
+    let delivery =
+        tokio::time::timeout(Duration::from_secs(15), out.next()).await.expect("no outbound message").unwrap().unwrap();
     let msg = delivery.decode().unwrap();
     delivery.ack().await.unwrap();
     msg
@@ -157,7 +165,13 @@ pub async fn no_more_out(out: &mut Deliveries, quiet: Duration) {
 pub fn request_text(llm: &FakeLlm, n: usize) -> String {
     let requests = llm.requests();
     let request = requests.get(n).unwrap_or_else(|| panic!("only {} model requests", requests.len()));
-    request["messages"].as_array().unwrap().iter().map(|m| m["content"].as_str().unwrap_or("").to_owned()).collect::<Vec<_>>().join("\n")
+    request["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap_or("").to_owned())
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Runs a test body against both buses.
