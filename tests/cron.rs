@@ -472,3 +472,69 @@ mod tool {
         assert_eq!(job.job.created_by_name, "Ada");
     }
 }
+
+mod store {
+    use super::*;
+    use switchboard::store::cron::CronClaim;
+
+    fn run(at: DateTime<Utc>, inbound: &str) -> NewCronRun {
+        NewCronRun {
+            scheduled_for: at,
+            inbound_id: Some(inbound.into()),
+            status: CronRunStatus::Pending,
+            note: String::new(),
+            at,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_claim_succeeds_once_per_read_value_and_history_is_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let (first, second) = (SqliteStore::open(&path).await.unwrap(), SqliteStore::open(&path).await.unwrap());
+        let start = cron_support::start_time();
+        let hourly = Schedule::Every { every_secs: 3600, anchor: start };
+        let job = add_job(&first, Payload::Reminder, hourly, MissedPolicy::RunOnce, start).await;
+        let mut due = job.job.next_run_at.unwrap();
+        for n in 0..5 {
+            let next = due + chrono::Duration::hours(1);
+            let inbound = format!("cron:{}:{n}", job.id);
+            let occurrence = run(due, &inbound);
+            let (a, b) = tokio::join!(
+                first.claim_cron_run(&job.id, due, Some(next), &occurrence, 3),
+                second.claim_cron_run(&job.id, due, Some(next), &occurrence, 3),
+            );
+            let mut claims = [a.unwrap(), b.unwrap()];
+            claims.sort_by_key(|c| *c == CronClaim::AlreadyClaimed);
+            assert_eq!(claims, [CronClaim::Claimed, CronClaim::AlreadyClaimed]);
+            first.mark_cron_fired(&inbound, due).await.unwrap();
+            due = next;
+        }
+        let history = first.cron_history(&job.id, 100).await.unwrap();
+        let ids: Vec<_> = history.iter().map(|r| r.inbound_id.clone().unwrap()).collect();
+        let expected: Vec<_> = (2..5).rev().map(|n| format!("cron:{}:{n}", job.id)).collect();
+        assert_eq!(ids, expected, "newest first, three kept");
+        assert!(history.iter().all(|r| r.status == CronRunStatus::Fired));
+        assert_eq!(first.cron_job(&job.id).await.unwrap().unwrap().job.next_run_at, Some(due));
+    }
+
+    #[tokio::test]
+    async fn pending_rows_survive_pruning_and_removal_takes_the_history() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("s.db")).await.unwrap();
+        let start = cron_support::start_time();
+        let hourly = Schedule::Every { every_secs: 3600, anchor: start };
+        let job = add_job(&store, Payload::Reminder, hourly, MissedPolicy::RunOnce, start).await;
+        let mut due = job.job.next_run_at.unwrap();
+        for n in 0..3 {
+            let next = due + chrono::Duration::hours(1);
+            store.claim_cron_run(&job.id, due, Some(next), &run(due, &format!("p{n}")), 1).await.unwrap();
+            due = next;
+        }
+        assert_eq!(store.pending_cron_runs().await.unwrap().len(), 3, "unpublished occurrences are never pruned");
+        assert!(!store.remove_cron_job(&job.id, Some("telegram:other")).await.unwrap());
+        assert!(store.remove_cron_job(&job.id, Some("telegram:42")).await.unwrap());
+        assert!(store.pending_cron_runs().await.unwrap().is_empty());
+        assert!(store.cron_job(&job.id).await.unwrap().is_none());
+    }
+}

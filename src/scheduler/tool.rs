@@ -113,7 +113,6 @@ impl CronTool {
                 .ok_or_else(|| ToolError::InvalidArguments(format!("`missed` {m:?} is not run_once or skip")))?,
         };
         let (generation, parent_job) = self.lineage(ctx).await?;
-        let from_cron = parent_job.is_some() || is_cron_run(ctx);
         let job = NewCronJob {
             name: text(arguments, "name").map_or_else(|| default_name(message), str::to_owned),
             agent: ctx.agent.clone(),
@@ -134,7 +133,7 @@ impl CronTool {
         };
         let limits = AddLimits {
             max_per_session: self.settings.max_jobs_per_session,
-            max_per_run: from_cron.then_some(self.settings.max_jobs_per_run),
+            max_per_run: is_cron_run(ctx).then_some(self.settings.max_jobs_per_run),
         };
         match self.store.add_cron_job(&job, limits).await.map_err(store_error)? {
             AddOutcome::Added(job) => Ok(format!("Added: {}", job_line(&job))),
