@@ -161,7 +161,11 @@ async fn isolated_job_replies_to_its_target_and_keeps_its_own_history(kind: BusK
 async fn two_schedulers_fire_each_occurrence_once(kind: BusKind) {
     let h = start(kind).await;
     let second_store = Arc::new(SqliteStore::open(&h.dir.path().join("s.db")).await.unwrap());
-    let second_bus = cron_support::connect(kind, h.nats.as_ref()).await;
+    // The in-process bus is one per process: share it; on NATS the second gets its own connection.
+    let second_bus = match kind {
+        BusKind::Memory => Arc::clone(&h.bus),
+        BusKind::Nats => cron_support::connect(kind, h.nats.as_ref()).await,
+    };
     let second_dir = tempfile::tempdir().unwrap();
     cron_support::spawn_worker(
         &second_bus,
