@@ -170,6 +170,11 @@ async fn run_turn(
 ) -> Result<RunOutcome, Giveback> {
     let (agent, session_key) = (&route.agent, route.key.as_str());
     if let Some(outcome) = super::cron_hooks::reminder(msg, run_id, session_key) {
+        // Live views see a reminder like any run, without a model.
+        let events = BusEvents::start(Arc::clone(&shared.bus), msg, run_id, session_key);
+        events.emit(RunEventBody::Started);
+        let (reply, usage, model) = (msg.content.clone(), Usage::default(), String::new());
+        events.emit(RunEventBody::Completed { reply, usage, model, cost_usd: None });
         return Ok(outcome);
     }
     let (tools, level, billing) = match access {
