@@ -138,6 +138,63 @@ mod tests {
         assert!(parse_address(":5").is_err());
     }
 
+    fn job(agent: &str, owner: &str, payload: Payload) -> CronJob {
+        let at = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let chat = parse_address("telegram:-100123:topic:7").unwrap();
+        CronJob {
+            id: "ab12cd34".into(),
+            enabled: true,
+            last_run_at: None,
+            last_status: None,
+            last_error: None,
+            run_requested_at: None,
+            job: crate::store::cron::NewCronJob {
+                name: "standup".into(),
+                agent: agent.into(),
+                owner_session: owner.into(),
+                chat,
+                payload,
+                message: "Stand-up!".into(),
+                schedule: crate::scheduler::schedule::Schedule::At { at },
+                tz: "UTC".into(),
+                missed: crate::store::cron::MissedPolicy::RunOnce,
+                next_run_at: Some(at),
+                created_by_id: "u1".into(),
+                created_by_name: "Ada".into(),
+                created_at: at,
+                generation: 0,
+                parent_job: None,
+                created_by_run: None,
+            },
+        }
+    }
+
+    fn publish(job: &CronJob) -> InboundMessage {
+        let at = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let occurrence = Occurrence { inbound_id: "cron:ab12cd34:1800000000", scheduled_for: at, note: "", now: at };
+        system_message(job, &occurrence)
+    }
+
+    #[test]
+    fn messages_name_their_agent_session_and_delivery() {
+        let reminder = publish(&job("ops", "ops/discord:55:thread:9", Payload::Reminder));
+        assert_eq!(reminder.content, "Stand-up!");
+        assert_eq!((reminder.chat_id.as_str(), reminder.thread_id.as_deref()), ("-100123", Some("7")));
+        assert_eq!(reminder.metadata[SYSTEM_AGENT], "ops");
+        // The worker adds the agent prefix back.
+        assert_eq!(reminder.metadata[SYSTEM_SESSION], "discord:55:thread:9");
+        assert_eq!(reminder.metadata[META_DELIVER], DELIVER_VERBATIM);
+        assert_eq!(reminder.metadata[META_JOB], "ab12cd34");
+        assert_eq!(reminder.origin.as_ref().map(|o| o.kind.as_str()), Some(ORIGIN_KIND));
+        let isolated = publish(&job("main", "telegram:42", Payload::Isolated));
+        assert_eq!(isolated.metadata[SYSTEM_SESSION], "cron:ab12cd34");
+        assert!(isolated.metadata.get(META_DELIVER).is_none());
+        assert!(isolated.content.starts_with("[Scheduled job \"standup\" (id ab12cd34"), "{}", isolated.content);
+        assert!(isolated.content.ends_with("\n\nStand-up!"), "{}", isolated.content);
+        let turn = publish(&job("main", "telegram:42", Payload::Turn));
+        assert_eq!(turn.metadata[SYSTEM_SESSION], "telegram:42");
+    }
+
     #[test]
     fn ids_carry_the_job_and_the_time() {
         let at = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
