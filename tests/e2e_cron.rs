@@ -7,8 +7,9 @@ mod support;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use serde_json::json;
 use support::{Daemon, Launch, run_to_exit};
-use switchboard_testkit::fake_llm::FakeLlm;
+use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
 use switchboard_testkit::fake_telegram::{FakeTelegram, SentMessage};
 use switchboard_testkit::nats::NatsServer;
 
@@ -120,4 +121,28 @@ async fn in_the_nats_shape_the_agent_fires_and_the_channel_delivers() {
     assert_reminder_in_topic(&wait_for_sent(&fake, &[&agent, &channel]).await);
     let list = cron(dir.path(), &["list"]);
     assert!(list.contains("completed"), "{list}");
+}
+
+/// The daemon offers the `cron` tool to its agent, and jobs the agent adds are the CLI's too.
+#[tokio::test]
+async fn the_agent_adds_a_job_that_the_cli_lists() {
+    let llm = FakeLlm::start().await;
+    let args = json!({"action": "add", "at": "+2h", "payload": "reminder", "message": "Stretch!", "name": "stretch"});
+    llm.push(Scripted::ToolCalls(vec![("cron".into(), args)]));
+    llm.push(Scripted::Text("Reminder set.".into()));
+    let dir = tempfile::tempdir().unwrap();
+    let launch = Launch::new(dir.path(), "run", &["run"]).llm(&llm.base_url());
+    let mut daemon = launch.env("SWITCHBOARD_USERS__OWNERS", "[\"api:api\"]").spawn();
+    daemon.wait_healthy().await;
+    let (status, body) = daemon.post(json!({"chat_id": "me", "content": "remind me to stretch in 2 hours"})).await;
+    assert_eq!((status, body["reply"].as_str()), (200, Some("Reminder set.")), "{body}");
+    let offered: Vec<String> = llm.requests()[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert!(offered.iter().any(|name| name == "cron"), "{offered:?}");
+    let list = cron(dir.path(), &["list"]);
+    assert!(list.contains("\"stretch\" [reminder]") && list.contains("→ api:me"), "{list}");
 }
