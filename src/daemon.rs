@@ -24,7 +24,9 @@ use crate::provider::failover::{FailoverEntry, FailoverProvider};
 use crate::provider::openai::{OpenAiConfig, OpenAiProvider};
 use crate::provider::pricing::PriceTable;
 use crate::provider::{Provider, ProviderError, RetryPolicy};
+use crate::scheduler::{CronScheduler, CronSettings, CronTool};
 use crate::store::StoreError;
+use crate::store::cron::CronStore;
 use crate::store::sqlite::SqliteStore;
 use crate::tools::web::register_web_tools;
 use crate::tools::{MessageTool, ToolLimits, ToolRegistry, register_local_tools};
@@ -119,6 +121,10 @@ pub async fn run(config: Config, parts: Parts, shutdown: CancellationToken) -> R
     };
     let bus = connect_bus(&config, parts, store.clone()).await?;
     let channels = start_channels(&config, parts, &bus, store.as_ref(), &shutdown).await?;
+    let cron = match &store {
+        Some(store) if parts.runs_worker() => start_cron(&config, &bus, store, &shutdown),
+        _ => None,
+    };
     let worker = match store {
         Some(store) if parts.runs_worker() => Some(build_worker(&config, Arc::clone(&bus), store)?),
         _ => None,
@@ -128,9 +134,30 @@ pub async fn run(config: Config, parts: Parts, shutdown: CancellationToken) -> R
         worker.run(shutdown.clone()).await?;
     }
     shutdown.cancelled().await;
+    if let Some(cron) = cron
+        && let Err(err) = cron.await
+    {
+        tracing::warn!(%err, "the cron scheduler ended abnormally");
+    }
     channels.stop().await?;
     tracing::info!("switchboard stopped");
     Ok(())
+}
+
+/// Starts the cron scheduler (`[cron] enabled`); it stops when `shutdown` is cancelled.
+fn start_cron(
+    config: &Config,
+    bus: &Arc<dyn Bus>,
+    store: &Arc<SqliteStore>,
+    shutdown: &CancellationToken,
+) -> Option<tokio::task::JoinHandle<()>> {
+    if !config.cron.enabled {
+        return None;
+    }
+    let store: Arc<dyn CronStore> = Arc::clone(store) as Arc<dyn CronStore>;
+    let settings = CronSettings::from_config(config);
+    let scheduler = CronScheduler::new(store, Arc::clone(bus), crate::clock::system(), settings);
+    Some(tokio::spawn(scheduler.run(shutdown.clone())))
 }
 
 /// The channel adapters this process runs.
@@ -214,7 +241,7 @@ async fn connect_bus(
 }
 
 fn build_worker(config: &Config, bus: Arc<dyn Bus>, store: Arc<SqliteStore>) -> Result<Worker, DaemonError> {
-    let agents = build_agents(config, &bus)?;
+    let agents = build_agents(config, &bus, &store)?;
     let settings = WorkerSettings {
         max_concurrent_runs: config.worker.max_concurrent_runs,
         max_held: config.worker.max_concurrent_runs * 4,
@@ -242,10 +269,10 @@ fn build_worker(config: &Config, bus: Arc<dyn Bus>, store: Arc<SqliteStore>) -> 
 }
 
 /// The implicit `main` agent (`[agent]`) and every `[agents.<name>]`, with the bindings.
-fn build_agents(config: &Config, bus: &Arc<dyn Bus>) -> Result<Agents, DaemonError> {
-    let mut agents = vec![Arc::new(build_agent(config, bus, MAIN_AGENT)?)];
+fn build_agents(config: &Config, bus: &Arc<dyn Bus>, store: &Arc<SqliteStore>) -> Result<Agents, DaemonError> {
+    let mut agents = vec![Arc::new(build_agent(config, bus, store, MAIN_AGENT)?)];
     for name in config.agents.keys() {
-        agents.push(Arc::new(build_agent(config, bus, name)?));
+        agents.push(Arc::new(build_agent(config, bus, store, name)?));
     }
     let bindings = config.bindings.iter().filter_map(Binding::from_config).collect();
     // Validated at load; a hand-built config that names an unknown agent fails here.
@@ -259,7 +286,12 @@ fn build_agents(config: &Config, bus: &Arc<dyn Bus>) -> Result<Agents, DaemonErr
 }
 
 /// One agent: `[agent]`, overridden by `[agents.<name>]` when `name` is not `main`.
-fn build_agent(config: &Config, bus: &Arc<dyn Bus>, name: &str) -> Result<Agent, DaemonError> {
+fn build_agent(
+    config: &Config,
+    bus: &Arc<dyn Bus>,
+    store: &Arc<SqliteStore>,
+    name: &str,
+) -> Result<Agent, DaemonError> {
     let overrides = config.agents.get(name);
     let chain = config.agent_model_chain(name)?;
     let primary = chain.first().map(|entry| entry.model.clone()).unwrap_or_default();
@@ -277,6 +309,10 @@ fn build_agent(config: &Config, bus: &Arc<dyn Bus>, name: &str) -> Result<Agent,
         register_web_tools(&mut tools, &config.tools.web);
     }
     register_local_tools(&mut tools, &config.tools)?;
+    if config.cron.enabled {
+        let store = Arc::clone(store) as Arc<dyn CronStore>;
+        tools.register(Arc::new(CronTool::new(store, crate::clock::system(), CronSettings::from_config(config))));
+    }
     if let Some(allowed) = overrides.map(|o| &o.tools).filter(|tools| !tools.is_empty()) {
         tools.retain(allowed);
     }

@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 use switchboard::config::Config;
 use switchboard::daemon::{self, Parts};
 use switchboard::pairing_cli::PairingCommand;
+use switchboard::scheduler::cli::CronCommand;
 use switchboard::users::cli::UsersCommand;
 use tokio_util::sync::CancellationToken;
 
@@ -62,6 +63,11 @@ enum Command {
         #[command(subcommand)]
         command: PairingCommand,
     },
+    /// Scheduled jobs: list, add, remove, pause, resume, run now, history
+    Cron {
+        #[command(subcommand)]
+        command: CronCommand,
+    },
 }
 
 fn main() -> ExitCode {
@@ -107,6 +113,7 @@ fn start(cli: Cli) -> anyhow::Result<()> {
             Command::Runs { limit } => switchboard::report::print_runs(&config, limit).await,
             Command::Users { command } => switchboard::users::cli::run(&config, command).await,
             Command::Pairing { command } => switchboard::pairing_cli::run(&config, command).await,
+            Command::Cron { command } => Ok(switchboard::scheduler::cli::run(&config, command).await?),
         }
     })
 }

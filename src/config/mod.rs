@@ -12,6 +12,7 @@
 
 mod agents;
 mod context;
+mod cron;
 mod discord;
 mod env;
 mod error;
@@ -35,6 +36,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 pub use agents::{BindingConfig, MAIN_AGENT, NamedAgentConfig};
 pub use context::{CompactionConfig, HistoryConfig};
+pub use cron::CronConfig;
 pub use discord::DiscordChannelConfig;
 pub use env::{ENV_PREFIX, NON_KEY_VARS};
 pub use error::{ConfigError, Origin};
@@ -83,6 +85,8 @@ pub struct Config {
     pub permissions: PermissionsConfig,
     pub budgets: BudgetsConfig,
     pub channels: ChannelsConfig,
+    /// Scheduled jobs: the scheduler and the `cron` tool's limits.
+    pub cron: CronConfig,
 }
 
 impl Default for Config {
@@ -109,6 +113,7 @@ impl Default for Config {
             permissions: PermissionsConfig::default(),
             budgets: BudgetsConfig::default(),
             channels: ChannelsConfig::default(),
+            cron: CronConfig::default(),
         }
     }
 }

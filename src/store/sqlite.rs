@@ -8,6 +8,7 @@
 //! Times are stored as unix milliseconds (UTC).
 
 mod compaction;
+mod cron;
 mod pairing;
 mod users;
 

@@ -10,6 +10,7 @@
 mod access;
 pub mod agents;
 mod commands;
+mod cron_hooks;
 mod hygiene;
 mod keepalive;
 mod prompt;

@@ -125,6 +125,7 @@ async fn process_inner(
     };
     tracing::Span::current().record("status", outcome.status.as_str());
     shared.store.finish_run(&run_id, &outcome).await.map_err(transient)?;
+    super::cron_hooks::record_finish(shared, msg, &outcome).await;
     if let Some(reply) = &outcome.reply {
         deliver(shared, &run_id, reply).await?;
     }
@@ -168,6 +169,14 @@ async fn run_turn(
     steer: &mut SteerReceiver,
 ) -> Result<RunOutcome, Giveback> {
     let (agent, session_key) = (&route.agent, route.key.as_str());
+    if let Some(outcome) = super::cron_hooks::reminder(msg, run_id, session_key) {
+        // Live views see a reminder like any run, without a model.
+        let events = BusEvents::start(Arc::clone(&shared.bus), msg, run_id, session_key);
+        events.emit(RunEventBody::Started);
+        let (reply, usage, model) = (msg.content.clone(), Usage::default(), String::new());
+        events.emit(RunEventBody::Completed { reply, usage, model, cost_usd: None });
+        return Ok(outcome);
+    }
     let (tools, level, billing) = match access {
         Access::Allowed { tools, level, billing } => (tools, level, billing),
         Access::OverBudget { notice } | Access::Blocked { notice } => {

@@ -1,0 +1,205 @@
+//! What a cron job looks like on the bus and to people: its system message, chat addresses
+//! written as session keys, and times in the job's zone.
+
+use chrono::{DateTime, Utc};
+use serde_json::json;
+use switchboard_channels::contract::{ChatAddress, InboundMessage, Origin};
+
+use crate::config::MAIN_AGENT;
+use crate::store::cron::{CronJob, Payload};
+use crate::worker::agents::{SYSTEM_AGENT, SYSTEM_SESSION};
+
+/// `origin.kind` of cron messages.
+pub const ORIGIN_KIND: &str = "cron";
+/// Metadata key: how the worker answers; [`DELIVER_VERBATIM`] = the text itself, no model.
+pub const META_DELIVER: &str = "deliver";
+pub const DELIVER_VERBATIM: &str = "verbatim";
+/// Metadata keys naming the job.
+pub const META_JOB: &str = "cron_job";
+pub const META_NAME: &str = "cron_name";
+
+/// One occurrence as it is published.
+pub struct Occurrence<'a> {
+    pub inbound_id: &'a str,
+    pub scheduled_for: DateTime<Utc>,
+    /// Said to the model before the job's message (a late run says so); may be empty.
+    pub note: &'a str,
+    pub now: DateTime<Utc>,
+}
+
+/// `cron:<job>:<scheduled unix secs>`, the id of a scheduled occurrence.
+pub fn scheduled_id(job_id: &str, scheduled_for: DateTime<Utc>) -> String {
+    format!("cron:{job_id}:{}", scheduled_for.timestamp())
+}
+
+/// `cron:<job>:manual:<unix secs>`, the id of a run asked for with `switchboard cron run`.
+pub fn manual_id(job_id: &str, requested: DateTime<Utc>) -> String {
+    format!("cron:{job_id}:manual:{}", requested.timestamp())
+}
+
+/// The system message of one occurrence of `job`.
+pub fn system_message(job: &CronJob, occurrence: &Occurrence<'_>) -> InboundMessage {
+    let origin = Origin { kind: ORIGIN_KIND.into(), id: job.id.clone() };
+    let text = match job.job.payload {
+        Payload::Reminder => job.job.message.clone(),
+        Payload::Turn | Payload::Isolated => turn_text(job, occurrence),
+    };
+    let mut msg = InboundMessage::system(occurrence.inbound_id.to_owned(), job.job.chat.clone(), origin, &text);
+    msg.received_at = occurrence.now;
+    let session = match job.job.payload {
+        Payload::Isolated => format!("cron:{}", job.id),
+        // The creating session, even when results go to another chat.
+        Payload::Turn | Payload::Reminder => owner_base_session(job),
+    };
+    let metadata = &mut msg.metadata;
+    metadata.insert(SYSTEM_AGENT.into(), json!(job.job.agent));
+    metadata.insert(SYSTEM_SESSION.into(), json!(session));
+    metadata.insert(META_JOB.into(), json!(job.id));
+    metadata.insert(META_NAME.into(), json!(job.job.name));
+    if job.job.payload == Payload::Reminder {
+        metadata.insert(META_DELIVER.into(), json!(DELIVER_VERBATIM));
+    }
+    msg
+}
+
+/// What the model reads for a turn or isolated job.
+fn turn_text(job: &CronJob, occurrence: &Occurrence<'_>) -> String {
+    let due = local_time(occurrence.scheduled_for, &job.job.tz);
+    let mut text = format!(
+        "[Scheduled job \"{}\" (id {}, {}), due {due}. Nobody wrote this message: do what it asks and \
+         answer for the chat.]\n",
+        job.job.name,
+        job.id,
+        job.job.schedule.describe()
+    );
+    if !occurrence.note.is_empty() {
+        text.push_str(&format!("[{}]\n", occurrence.note));
+    }
+    text.push('\n');
+    text.push_str(&job.job.message);
+    text
+}
+
+/// The owner session without the agent prefix the worker adds back (`<agent>/…`).
+fn owner_base_session(job: &CronJob) -> String {
+    let owner = &job.job.owner_session;
+    if job.job.agent == MAIN_AGENT {
+        return owner.clone();
+    }
+    owner.strip_prefix(&format!("{}/", job.job.agent)).unwrap_or(owner).to_owned()
+}
+
+/// `time` in the IANA zone `tz` (UTC when the zone is unknown), e.g. `2026-11-23 08:00 CET`.
+pub fn local_time(time: DateTime<Utc>, tz: &str) -> String {
+    match tz.parse::<chrono_tz::Tz>() {
+        Ok(zone) => time.with_timezone(&zone).format("%Y-%m-%d %H:%M %Z").to_string(),
+        Err(_) => time.format("%Y-%m-%d %H:%M UTC").to_string(),
+    }
+}
+
+/// A chat written like a session key: `telegram:-100123`, `telegram:-100123:topic:7`,
+/// `discord:55:thread:9`, `api:me`.
+pub fn parse_address(text: &str) -> Result<ChatAddress, String> {
+    let bad = || {
+        format!(
+            "{text:?} is not a chat address: write channel:chat_id, optionally with :topic:N (Telegram) \
+             or :thread:N (e.g. telegram:-100123:topic:7, discord:55:thread:9, api:me)"
+        )
+    };
+    let (channel, rest) = text.trim().split_once(':').ok_or_else(bad)?;
+    if channel.is_empty() || rest.is_empty() {
+        return Err(bad());
+    }
+    let (chat_id, thread_id) = match rest.rsplitn(3, ':').collect::<Vec<_>>().as_slice() {
+        [thread, "topic" | "thread", chat] if !thread.is_empty() && !chat.is_empty() => {
+            ((*chat).to_owned(), Some((*thread).to_owned()))
+        }
+        _ => (rest.to_owned(), None),
+    };
+    // Telegram groups have negative ids; elsewhere a thread means a server channel.
+    let is_group = (channel == "telegram" && chat_id.starts_with('-')) || (channel == "discord" && thread_id.is_some());
+    Ok(ChatAddress { channel: channel.to_owned(), chat_id, thread_id, is_group })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_parse_like_session_keys() {
+        let topic = parse_address("telegram:-100123:topic:7").unwrap();
+        assert_eq!((topic.chat_id.as_str(), topic.thread_id.as_deref(), topic.is_group), ("-100123", Some("7"), true));
+        assert_eq!(topic.session_key(), "telegram:-100123:topic:7");
+        let thread = parse_address("discord:55:thread:9").unwrap();
+        assert_eq!(thread.session_key(), "discord:55:thread:9");
+        let api = parse_address("api:me").unwrap();
+        assert_eq!((api.channel.as_str(), api.chat_id.as_str(), api.thread_id), ("api", "me", None));
+        assert!(parse_address("telegram").is_err());
+        assert!(parse_address(":5").is_err());
+    }
+
+    fn job(agent: &str, owner: &str, payload: Payload) -> CronJob {
+        let at = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let chat = parse_address("telegram:-100123:topic:7").unwrap();
+        CronJob {
+            id: "ab12cd34".into(),
+            enabled: true,
+            last_run_at: None,
+            last_status: None,
+            last_error: None,
+            run_requested_at: None,
+            job: crate::store::cron::NewCronJob {
+                name: "standup".into(),
+                agent: agent.into(),
+                owner_session: owner.into(),
+                chat,
+                payload,
+                message: "Stand-up!".into(),
+                schedule: crate::scheduler::schedule::Schedule::At { at },
+                tz: "UTC".into(),
+                missed: crate::store::cron::MissedPolicy::RunOnce,
+                next_run_at: Some(at),
+                created_by_id: "u1".into(),
+                created_by_name: "Ada".into(),
+                created_at: at,
+                generation: 0,
+                parent_job: None,
+                created_by_run: None,
+            },
+        }
+    }
+
+    fn publish(job: &CronJob) -> InboundMessage {
+        let at = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let occurrence = Occurrence { inbound_id: "cron:ab12cd34:1800000000", scheduled_for: at, note: "", now: at };
+        system_message(job, &occurrence)
+    }
+
+    #[test]
+    fn messages_name_their_agent_session_and_delivery() {
+        let reminder = publish(&job("ops", "ops/discord:55:thread:9", Payload::Reminder));
+        assert_eq!(reminder.content, "Stand-up!");
+        assert_eq!((reminder.chat_id.as_str(), reminder.thread_id.as_deref()), ("-100123", Some("7")));
+        assert_eq!(reminder.metadata[SYSTEM_AGENT], "ops");
+        // The worker adds the agent prefix back.
+        assert_eq!(reminder.metadata[SYSTEM_SESSION], "discord:55:thread:9");
+        assert_eq!(reminder.metadata[META_DELIVER], DELIVER_VERBATIM);
+        assert_eq!(reminder.metadata[META_JOB], "ab12cd34");
+        assert_eq!(reminder.origin.as_ref().map(|o| o.kind.as_str()), Some(ORIGIN_KIND));
+        let isolated = publish(&job("main", "telegram:42", Payload::Isolated));
+        assert_eq!(isolated.metadata[SYSTEM_SESSION], "cron:ab12cd34");
+        assert!(isolated.metadata.get(META_DELIVER).is_none());
+        assert!(isolated.content.starts_with("[Scheduled job \"standup\" (id ab12cd34"), "{}", isolated.content);
+        assert!(isolated.content.ends_with("\n\nStand-up!"), "{}", isolated.content);
+        let turn = publish(&job("main", "telegram:42", Payload::Turn));
+        assert_eq!(turn.metadata[SYSTEM_SESSION], "telegram:42");
+    }
+
+    #[test]
+    fn ids_carry_the_job_and_the_time() {
+        let at = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        assert_eq!(scheduled_id("ab12cd34", at), "cron:ab12cd34:1800000000");
+        assert_eq!(manual_id("ab12cd34", at), "cron:ab12cd34:manual:1800000000");
+        assert_eq!(local_time(at, "Europe/Berlin"), "2027-01-15 09:00 CET");
+    }
+}
