@@ -12,6 +12,7 @@ pub mod pairing_cli;
 pub mod prompt;
 pub mod provider;
 pub mod report;
+pub mod scheduler;
 pub mod store;
 pub mod telemetry;
 pub mod tools;

@@ -16,6 +16,7 @@ mod discord;
 mod env;
 mod error;
 mod guard;
+mod heartbeat;
 mod load;
 mod providers;
 mod secret;
@@ -39,6 +40,7 @@ pub use discord::DiscordChannelConfig;
 pub use env::{ENV_PREFIX, NON_KEY_VARS};
 pub use error::{ConfigError, Origin};
 pub use guard::{GuardConfig, GuardMode};
+pub use heartbeat::{ActiveHoursConfig, DEFAULT_HEARTBEAT_PROMPT, HeartbeatConfig, MIN_HEARTBEAT_MINUTES};
 pub use providers::{ANTHROPIC_DEFAULT_BASE_URL, ChainEntry};
 pub use secret::Secret;
 pub use telegram::{DmPolicyConfig, GroupPolicyConfig, TelegramChannelConfig, TelegramMode};
@@ -83,6 +85,8 @@ pub struct Config {
     pub permissions: PermissionsConfig,
     pub budgets: BudgetsConfig,
     pub channels: ChannelsConfig,
+    /// Periodic wake-ups of the main agent (`[agents.<name>.heartbeat]` for the others).
+    pub heartbeat: HeartbeatConfig,
 }
 
 impl Default for Config {
@@ -109,6 +113,7 @@ impl Default for Config {
             permissions: PermissionsConfig::default(),
             budgets: BudgetsConfig::default(),
             channels: ChannelsConfig::default(),
+            heartbeat: HeartbeatConfig::default(),
         }
     }
 }

@@ -8,6 +8,7 @@
 //! Times are stored as unix milliseconds (UTC).
 
 mod compaction;
+mod heartbeat;
 mod pairing;
 mod users;
 

@@ -71,6 +71,9 @@ pub struct WorkerSettings {
     pub guard: Option<Arc<Guard>>,
     /// What messages arriving during a run do.
     pub queue: QueueSettings,
+    /// A heartbeat's reply of `HEARTBEAT_OK` with at most this many other characters is
+    /// suppressed (`heartbeat.ack_max_chars`).
+    pub heartbeat_ack_max_chars: usize,
 }
 
 impl Default for WorkerSettings {
@@ -87,6 +90,7 @@ impl Default for WorkerSettings {
             prompt: crate::prompt::PromptSettings::default(),
             guard: None,
             queue: QueueSettings::default(),
+            heartbeat_ack_max_chars: 300,
         }
     }
 }

@@ -200,7 +200,7 @@ async fn run_turn(
     if result.error.is_none() {
         shared.context.learn(prepared.raw_base, &result.transcript, result.usage.input_tokens);
     }
-    let suppressed = hygiene::clean_reply(&mut result);
+    let suppressed = hygiene::clean_reply(&mut result, hygiene::heartbeat_ack_limit(shared, msg));
     let status = if result.error.is_some() { RunStatus::Failed } else { RunStatus::Completed };
     let kind = if result.error.is_some() { OutboundKind::Notice } else { OutboundKind::Reply };
     let mut reply = reply_to(msg, run_id, session_key, kind, result.reply.clone());
