@@ -53,8 +53,7 @@ fn list_item(line: &str) -> Option<&str> {
         rest
     } else {
         let digits = line.chars().take_while(char::is_ascii_digit).count();
-        let rest = line[digits..].strip_prefix(['.', ')']).filter(|_| digits > 0)?;
-        rest
+        line[digits..].strip_prefix(['.', ')']).filter(|_| digits > 0)?
     };
     (after_marker.is_empty() || after_marker.starts_with(char::is_whitespace)).then_some(after_marker.trim_start())
 }
