@@ -30,6 +30,8 @@ use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
 use switchboard_testkit::nats::NatsServer;
 use tokio_util::sync::CancellationToken;
 
+mod support;
+
 const MINUTE: Duration = Duration::from_secs(60);
 const TASKS: &str = "# Heartbeat checklist\n\n- [ ] Tell me when the nightly backup failed\n";
 const TEMPLATE: &str = include_str!("../templates/workspace/HEARTBEAT.md");
@@ -219,23 +221,30 @@ async fn without_an_owner_direct_chat_there_is_no_target() {
     assert!(rig.published().await.is_empty());
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_schedulers_on_one_store_send_one_message_per_slot() {
     let mut rig = Rig::new(utc("2026-01-15T10:00:00Z")).await;
     rig.write_tasks(TASKS);
     let other_store = Arc::new(SqliteStore::open(&rig.dir.path().join("s.db")).await.unwrap());
-    let first = rig.heartbeats(settings("telegram:42", None));
+    let first = Arc::new(rig.heartbeats(settings("telegram:42", None)));
     let agent =
         HeartbeatAgent { name: "main".into(), workspace: rig.workspace(), settings: settings("telegram:42", None) };
-    let second = Heartbeats::new(other_store, rig.bus.clone(), rig.clock.clock(), vec![agent]);
-    let (a, b) = tokio::join!(first.tick(), second.tick());
-    assert!(a.unwrap().into_iter().chain(b.unwrap()).all(|o| matches!(o, HeartbeatOutcome::NotDue { .. })));
+    let second = Arc::new(Heartbeats::new(other_store, rig.bus.clone(), rig.clock.clock(), vec![agent]));
+    // Each on its own task, so on a multi-threaded runtime they really race.
+    let both = || {
+        let (a, b) = (Arc::clone(&first), Arc::clone(&second));
+        async move {
+            let (a, b) =
+                tokio::join!(tokio::spawn(async move { a.tick().await }), tokio::spawn(async move { b.tick().await }));
+            a.unwrap().unwrap().into_iter().chain(b.unwrap().unwrap()).collect::<Vec<_>>()
+        }
+    };
+    assert!(both().await.iter().all(|o| matches!(o, HeartbeatOutcome::NotDue { .. })));
     let mut ids = Vec::new();
     for _ in 0..4 {
         rig.clock.advance(30 * MINUTE);
-        let (a, b) = tokio::join!(first.tick(), second.tick());
-        let fired = a.unwrap().into_iter().chain(b.unwrap()).filter(is_fired).count();
-        assert_eq!(fired, 1);
+        let outcomes = both().await;
+        assert_eq!(outcomes.iter().filter(|o| is_fired(o)).count(), 1, "{outcomes:?}");
         ids.extend(rig.published().await.into_iter().map(|msg| msg.id));
     }
     assert_eq!(ids.len(), 4, "{ids:?}");
@@ -449,4 +458,25 @@ async fn heartbeat_ok_replies_are_suppressed_and_people_are_always_answered() {
     let runs = store.recent_runs(10).await.unwrap();
     assert_eq!(runs.len(), 6);
     shutdown.cancel();
+}
+
+// ---- The daemon ----
+
+#[tokio::test]
+async fn switchboard_run_starts_and_stops_the_heartbeats() {
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = support::Launch::new(dir.path(), "run", &["run"]).llm(&llm.base_url()).spawn();
+    daemon.wait_for_log("heartbeats started").await;
+    daemon.signal("TERM");
+    daemon.wait_for_log("heartbeats stopped").await;
+}
+
+#[tokio::test]
+async fn a_too_short_interval_stops_the_start_with_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = [("OPENAI_API_KEY", "k"), ("SWITCHBOARD_MODEL", "m"), ("SWITCHBOARD_HEARTBEAT__EVERY_MINUTES", "2")];
+    let (status, stderr, _) = support::run_to_exit(dir.path(), &["run"], &env);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("heartbeat.every_minutes") && stderr.contains("minimum of 5"), "{stderr}");
 }
