@@ -248,6 +248,11 @@ fn build_worker(config: &Config, bus: Arc<dyn Bus>, store: Arc<SqliteStore>) -> 
             debounce: std::time::Duration::from_millis(config.worker.debounce_ms),
         },
         heartbeat_ack_max_chars: config.heartbeat.ack_max_chars,
+        heartbeat_ack_max_chars_by_agent: config
+            .agents
+            .iter()
+            .filter_map(|(name, agent)| Some((name.clone(), agent.heartbeat.as_ref()?.ack_max_chars)))
+            .collect(),
     };
     Ok(Worker::with_agents(bus, store, agents, settings))
 }

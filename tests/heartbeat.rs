@@ -281,10 +281,16 @@ fn agent(llm: &FakeLlm, name: &str, workspace: &Path) -> Arc<Agent> {
 }
 
 /// A worker for `agents` on `bus` whose owner is `telegram:42`; stops with the token.
+/// `ops` has its own `ack_max_chars` of 5.
 fn start_worker(bus: Arc<dyn Bus>, store: Arc<SqliteStore>, agents: Agents) -> CancellationToken {
     let users = UsersConfig { owners: vec!["telegram:42".into()], ..UsersConfig::default() };
     let access = AccessPolicy::from_config(&users, &PermissionsConfig::default(), &BudgetsConfig::default()).unwrap();
-    let settings = WorkerSettings { access, heartbeat_ack_max_chars: 300, ..WorkerSettings::default() };
+    let settings = WorkerSettings {
+        access,
+        heartbeat_ack_max_chars: 300,
+        heartbeat_ack_max_chars_by_agent: HashMap::from([("ops".to_owned(), 5)]),
+        ..WorkerSettings::default()
+    };
     let worker = Worker::with_agents(bus, store, agents, settings);
     let shutdown = CancellationToken::new();
     let token = shutdown.clone();
@@ -417,8 +423,8 @@ async fn fires_into_configured_topics_and_threads_on_nats() {
     configured_targets_on(Arc::new(NatsBus::connect(&nats.url(), NatsOptions::default()).await.unwrap())).await;
 }
 
-#[tokio::test]
-async fn heartbeat_ok_replies_are_suppressed_and_people_are_always_answered() {
+/// Suppression through a worker; `ops` allows 5 characters besides the token.
+async fn suppression_on(bus: Arc<dyn Bus>) {
     let llm = FakeLlm::start().await;
     let report = "The nightly backup failed: the disk is full. ".repeat(8);
     let report = report.trim_end();
@@ -428,36 +434,55 @@ async fn heartbeat_ok_replies_are_suppressed_and_people_are_always_answered() {
         "Nothing to report. HEARTBEAT_OK".to_owned(),
         "**HEARTBEAT_OK**".to_owned(),
         format!("{report}\n\nHEARTBEAT_OK"),
+        "HEARTBEAT_OK — all quiet.".to_owned(),
         "HEARTBEAT_OK".to_owned(),
     ] {
         llm.push(Scripted::Text(reply));
     }
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(SqliteStore::open(&dir.path().join("s.db")).await.unwrap());
-    let bus: Arc<dyn Bus> = Arc::new(MemoryBus::new(64));
-    let workspace = dir.path().join("workspace");
-    let shutdown = start_worker(bus.clone(), store.clone(), Agents::single(agent(&llm, "main", &workspace)));
-    std::fs::write(workspace.join("HEARTBEAT.md"), TASKS).unwrap();
+    let (main_ws, ops_ws) = (dir.path().join("workspace"), dir.path().join("agents/ops"));
+    let agents = Agents::new(vec![agent(&llm, "main", &main_ws), agent(&llm, "ops", &ops_ws)], "main", Vec::new());
+    let shutdown = start_worker(bus.clone(), store.clone(), agents.unwrap());
     let clock = clock_now();
-    let hb = HeartbeatAgent { name: "main".into(), workspace, settings: settings("telegram:42", None) };
-    let heartbeats = Heartbeats::new(store.clone(), bus.clone(), clock.clock(), vec![hb]);
+    let mut by_agent = Vec::new();
+    for (name, workspace) in [("main", main_ws), ("ops", ops_ws)] {
+        std::fs::write(workspace.join("HEARTBEAT.md"), TASKS).unwrap();
+        let hb = HeartbeatAgent { name: name.into(), workspace, settings: settings("telegram:42", None) };
+        let heartbeats = Heartbeats::new(store.clone(), bus.clone(), clock.clock(), vec![hb]);
+        tick_one(&heartbeats).await;
+        by_agent.push(heartbeats);
+    }
+    let (main, ops) = (&by_agent[0], &by_agent[1]);
     let mut out = bus.outbound("telegram").await.unwrap();
-    tick_one(&heartbeats).await;
     for expected in ["", "", "", "", report] {
         clock.advance(30 * MINUTE);
-        assert!(is_fired(&tick_one(&heartbeats).await));
+        assert!(is_fired(&tick_one(main).await));
         let reply = next_reply(&mut out).await;
         assert_eq!(reply.content, expected);
         assert_eq!(reply.metadata.get("suppressed").is_some(), expected.is_empty(), "{reply:?}");
     }
+    assert!(is_fired(&tick_one(ops).await));
+    let reply = next_reply(&mut out).await;
+    assert_eq!((reply.content.as_str(), &reply.metadata["session_key"]), ("all quiet.", &json!("ops/telegram:42")));
     // A person's message whose answer is the token is answered as written.
     bus.publish_inbound(&owner("42", "say the heartbeat word", false)).await.unwrap();
     let reply = next_reply(&mut out).await;
     assert_eq!(reply.content, "HEARTBEAT_OK");
     assert!(reply.metadata.get("suppressed").is_none(), "{reply:?}");
-    let runs = store.recent_runs(10).await.unwrap();
-    assert_eq!(runs.len(), 6);
+    assert_eq!(store.recent_runs(10).await.unwrap().len(), 7);
     shutdown.cancel();
+}
+
+#[tokio::test]
+async fn heartbeat_ok_replies_are_suppressed_on_the_memory_bus() {
+    suppression_on(Arc::new(MemoryBus::new(64))).await;
+}
+
+#[tokio::test]
+async fn heartbeat_ok_replies_are_suppressed_on_nats() {
+    let nats = NatsServer::start().await;
+    suppression_on(Arc::new(NatsBus::connect(&nats.url(), NatsOptions::default()).await.unwrap())).await;
 }
 
 // ---- The daemon ----

@@ -86,12 +86,14 @@ pub(super) fn clean_reply(result: &mut TurnResult, heartbeat_ack_max_chars: Opti
     sanitized.suppressed
 }
 
-/// The `HEARTBEAT_OK` allowance for `msg`'s reply: `Some` only for a heartbeat (a system
-/// message of origin `heartbeat`), so a person's message is never suppressed this way.
-pub(super) fn heartbeat_ack_limit(shared: &Shared, msg: &InboundMessage) -> Option<usize> {
+/// The `HEARTBEAT_OK` allowance for `agent`'s reply to `msg`: `Some` only for a heartbeat (a
+/// system message of origin `heartbeat`), so a person's message is never suppressed this way.
+pub(super) fn heartbeat_ack_limit(shared: &Shared, agent: &str, msg: &InboundMessage) -> Option<usize> {
     let is_heartbeat = msg.kind == InboundKind::System
         && msg.origin.as_ref().is_some_and(|origin| origin.kind == heartbeat::HEARTBEAT_ORIGIN);
-    is_heartbeat.then_some(shared.settings.heartbeat_ack_max_chars)
+    let settings = &shared.settings;
+    let limit = settings.heartbeat_ack_max_chars_by_agent.get(agent).copied();
+    is_heartbeat.then(|| limit.unwrap_or(settings.heartbeat_ack_max_chars))
 }
 
 /// Marks a suppressed reply so the API channel can say so; its content is already empty,

@@ -74,6 +74,8 @@ pub struct WorkerSettings {
     /// A heartbeat's reply of `HEARTBEAT_OK` with at most this many other characters is
     /// suppressed (`heartbeat.ack_max_chars`).
     pub heartbeat_ack_max_chars: usize,
+    /// The same for agents with their own `[agents.<name>.heartbeat]`, by agent name.
+    pub heartbeat_ack_max_chars_by_agent: HashMap<String, usize>,
 }
 
 impl Default for WorkerSettings {
@@ -91,6 +93,7 @@ impl Default for WorkerSettings {
             guard: None,
             queue: QueueSettings::default(),
             heartbeat_ack_max_chars: 300,
+            heartbeat_ack_max_chars_by_agent: HashMap::new(),
         }
     }
 }
