@@ -64,8 +64,12 @@ pub(super) fn clean_reply(result: &mut TurnResult, heartbeat_ack_max_chars: Opti
             HeartbeatAck::Suppress => {
                 sanitized.text.clear();
                 sanitized.suppressed = true;
+                sanitized.removed.push("heartbeat_ok");
             }
-            HeartbeatAck::Deliver(report) => sanitized.text = report,
+            HeartbeatAck::Deliver(report) => {
+                sanitized.text = report;
+                sanitized.removed.push("heartbeat_ok");
+            }
         }
     }
     if !sanitized.removed.is_empty() {
