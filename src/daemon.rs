@@ -25,6 +25,7 @@ use crate::provider::openai::{OpenAiConfig, OpenAiProvider};
 use crate::provider::pricing::PriceTable;
 use crate::provider::{Provider, ProviderError, RetryPolicy};
 use crate::scheduler::{CronScheduler, CronSettings, CronTool};
+use crate::scheduler::heartbeat::{HeartbeatAgent, HeartbeatSettings, Heartbeats};
 use crate::store::StoreError;
 use crate::store::cron::CronStore;
 use crate::store::sqlite::SqliteStore;
@@ -121,23 +122,25 @@ pub async fn run(config: Config, parts: Parts, shutdown: CancellationToken) -> R
     };
     let bus = connect_bus(&config, parts, store.clone()).await?;
     let channels = start_channels(&config, parts, &bus, store.as_ref(), &shutdown).await?;
-    let cron = match &store {
-        Some(store) if parts.runs_worker() => start_cron(&config, &bus, store, &shutdown),
+    let worker = match &store {
+        Some(store) if parts.runs_worker() => Some(build_worker(&config, Arc::clone(&bus), Arc::clone(store))?),
         _ => None,
     };
-    let worker = match store {
-        Some(store) if parts.runs_worker() => Some(build_worker(&config, Arc::clone(&bus), store)?),
-        _ => None,
-    };
+    // What runs beside the worker on a clock; each ends when `shutdown` is cancelled.
+    let mut background = Vec::new();
+    if let (Some(_), Some(store)) = (&worker, &store) {
+        background.extend(start_cron(&config, &bus, store, &shutdown).map(|task| ("cron scheduler", task)));
+        background.push(("heartbeats", start_heartbeats(&config, Arc::clone(&bus), Arc::clone(store), &shutdown)?));
+    }
     tracing::info!(version = env!("CARGO_PKG_VERSION"), bus = %bus_label(&config), ?parts, "switchboard started");
     if let Some(worker) = worker {
         worker.run(shutdown.clone()).await?;
     }
     shutdown.cancelled().await;
-    if let Some(cron) = cron
-        && let Err(err) = cron.await
-    {
-        tracing::warn!(%err, "the cron scheduler ended abnormally");
+    for (what, task) in background {
+        if let Err(err) = task.await {
+            tracing::warn!(%err, what, "a background task ended abnormally");
+        }
     }
     channels.stop().await?;
     tracing::info!("switchboard stopped");
@@ -264,8 +267,49 @@ fn build_worker(config: &Config, bus: Arc<dyn Bus>, store: Arc<SqliteStore>) -> 
             max_depth: config.worker.max_queue_depth,
             debounce: std::time::Duration::from_millis(config.worker.debounce_ms),
         },
+        heartbeat_ack_max_chars: config.heartbeat.ack_max_chars,
+        heartbeat_ack_max_chars_by_agent: config
+            .agents
+            .iter()
+            .filter_map(|(name, agent)| Some((name.clone(), agent.heartbeat.as_ref()?.ack_max_chars)))
+            .collect(),
     };
     Ok(Worker::with_agents(bus, store, agents, settings))
+}
+
+/// Starts the heartbeats of every agent whose heartbeat is enabled (`[heartbeat]` for `main`,
+/// `[agents.<name>.heartbeat]` or else `[heartbeat]` for the others); they stop with
+/// `shutdown`.
+fn start_heartbeats(
+    config: &Config,
+    bus: Arc<dyn Bus>,
+    store: Arc<SqliteStore>,
+    shutdown: &CancellationToken,
+) -> Result<tokio::task::JoinHandle<()>, DaemonError> {
+    let workspaces = std::iter::once((MAIN_AGENT, &config.agent.workspace))
+        .chain(config.agents.iter().map(|(name, agent)| (name.as_str(), &agent.workspace)));
+    let mut agents = Vec::new();
+    for (name, workspace) in workspaces {
+        let heartbeat = config.heartbeat_for(name);
+        if !heartbeat.enabled {
+            continue;
+        }
+        // Validated at load with the key path; a hand-built config fails here.
+        let settings = HeartbeatSettings::from_config(heartbeat, &config.agent.timezone).map_err(|err| {
+            DaemonError::Config(ConfigError::Invalid {
+                key: if name == MAIN_AGENT {
+                    format!("heartbeat.{}", err.key)
+                } else {
+                    format!("agents.{name}.heartbeat.{}", err.key)
+                },
+                origin: crate::config::Origin::Default,
+                reason: err.reason,
+            })
+        })?;
+        agents.push(HeartbeatAgent { name: name.to_owned(), workspace: workspace.clone(), settings });
+    }
+    let heartbeats = Heartbeats::new(store, bus, crate::clock::system(), agents);
+    Ok(tokio::spawn(heartbeats.run(shutdown.clone())))
 }
 
 /// The implicit `main` agent (`[agent]`) and every `[agents.<name>]`, with the bindings.

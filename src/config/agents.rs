@@ -27,6 +27,8 @@ pub struct NamedAgentConfig {
     pub max_tokens: Option<u32>,
     /// Operator instructions; unset = `agent.system_prompt`.
     pub system_prompt: Option<String>,
+    /// Its own heartbeat; unset = `[heartbeat]`.
+    pub heartbeat: Option<super::HeartbeatConfig>,
 }
 
 /// One `[[bindings]]` entry: which agent answers where. Exactly one of `chat`, `group`,

@@ -77,7 +77,12 @@ pub(super) fn schema_sample() -> Config {
         prices: [(any(), ModelPrice::default())].into(),
         agents: [(
             any(),
-            NamedAgentConfig { max_tokens: Some(0), system_prompt: Some(String::new()), ..Default::default() },
+            NamedAgentConfig {
+                max_tokens: Some(0),
+                system_prompt: Some(String::new()),
+                heartbeat: Some(super::HeartbeatConfig::default()),
+                ..Default::default()
+            },
         )]
         .into(),
         bindings: vec![BindingConfig::default()],
@@ -167,8 +172,11 @@ fn merge(base: &mut Table, over: Table) {
 /// variables were resolved against the schema already.
 fn deserialize(tree: Table, file: Option<&Path>, origins: &Origins) -> Result<Config, ConfigError> {
     let mut unknown = Vec::new();
-    let config: Config = serde_ignored::deserialize(Value::Table(tree), |path| unknown.push(path.to_string()))
-        .map_err(|error| invalid_value(&error, origins))?;
+    // serde_ignored writes an `Option` level as `?` (`agents.ops.heartbeat.?.x`); a TOML key
+    // path has no such level.
+    let config: Config =
+        serde_ignored::deserialize(Value::Table(tree), |path| unknown.push(path.to_string().replace(".?", "")))
+            .map_err(|error| invalid_value(&error, origins))?;
     if unknown.is_empty() {
         return Ok(config);
     }

@@ -17,6 +17,7 @@ mod discord;
 mod env;
 mod error;
 mod guard;
+mod heartbeat;
 mod load;
 mod providers;
 mod secret;
@@ -41,6 +42,7 @@ pub use discord::DiscordChannelConfig;
 pub use env::{ENV_PREFIX, NON_KEY_VARS};
 pub use error::{ConfigError, Origin};
 pub use guard::{GuardConfig, GuardMode};
+pub use heartbeat::{ActiveHoursConfig, DEFAULT_HEARTBEAT_PROMPT, HeartbeatConfig, MIN_HEARTBEAT_MINUTES};
 pub use providers::{ANTHROPIC_DEFAULT_BASE_URL, ChainEntry};
 pub use secret::Secret;
 pub use telegram::{DmPolicyConfig, GroupPolicyConfig, TelegramChannelConfig, TelegramMode};
@@ -87,6 +89,8 @@ pub struct Config {
     pub channels: ChannelsConfig,
     /// Scheduled jobs: the scheduler and the `cron` tool's limits.
     pub cron: CronConfig,
+    /// Periodic wake-ups of the main agent (`[agents.<name>.heartbeat]` for the others).
+    pub heartbeat: HeartbeatConfig,
 }
 
 impl Default for Config {
@@ -114,6 +118,7 @@ impl Default for Config {
             budgets: BudgetsConfig::default(),
             channels: ChannelsConfig::default(),
             cron: CronConfig::default(),
+            heartbeat: HeartbeatConfig::default(),
         }
     }
 }

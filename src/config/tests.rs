@@ -396,7 +396,11 @@ fn example_keys() -> BTreeSet<String> {
             .and_then(|l| l.strip_suffix(']'));
         if let Some(name) = header.map(|name| name.trim_end_matches(']')) {
             section = match name.split_once('.') {
-                Some((map @ ("providers" | "prices" | "agents"), _)) => format!("{map}.*."),
+                // `agents.NAME.heartbeat`: the name stands for any, the rest stays.
+                Some((map @ ("providers" | "prices" | "agents"), rest)) => match rest.split_once('.') {
+                    Some((_, inner)) => format!("{map}.*.{inner}."),
+                    None => format!("{map}.*."),
+                },
                 _ => format!("{name}."),
             };
         } else if let Some((key, _)) = line.trim_start_matches("# ").split_once(" = ")

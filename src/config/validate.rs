@@ -52,6 +52,9 @@ pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigE
     if let Some((key, reason)) = super::agents::problem(config) {
         return Err(fail(&key, reason));
     }
+    if let Some((key, reason)) = super::heartbeat::problem(config) {
+        return Err(fail(&key, reason));
+    }
     if let Some((key, reason)) = super::context::problem(config) {
         return Err(fail(key, reason));
     }

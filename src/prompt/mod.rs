@@ -19,6 +19,7 @@ use crate::provider::ToolSpec;
 use crate::users::Level;
 use crate::workspace::WorkspaceFiles;
 
+pub use sections::HEARTBEAT_OK;
 pub use sections::SECTIONS;
 
 /// How much of the prompt a run gets.

@@ -1,8 +1,9 @@
-//! Things that happen on a schedule: cron jobs, their scheduler, the `cron` tool and the
-//! `switchboard cron` command.
+//! Things that happen on a schedule: cron jobs (their scheduler, the `cron` tool and the
+//! `switchboard cron` command) and heartbeat wake-ups.
 
 pub mod cli;
 pub mod cron;
+pub mod heartbeat;
 pub mod job;
 pub mod schedule;
 pub mod spec;

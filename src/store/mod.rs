@@ -5,6 +5,7 @@
 //! redelivered message never produces a second run or reply.
 
 pub mod cron;
+pub mod heartbeat;
 mod journal;
 mod migrate;
 pub mod pairing;
@@ -16,6 +17,7 @@ use switchboard_channels::contract::{OutboundMessage, Usage};
 use thiserror::Error;
 
 use self::cron::CronStore;
+use self::heartbeat::HeartbeatStore;
 use self::pairing::{CodeProblem, RandomSourceError};
 use crate::provider::ChatMessage;
 use crate::users::{Billing, UserStore};
@@ -120,7 +122,7 @@ pub struct RunRecord {
 
 /// Users live in the same database as runs, so a run's usage is recorded with its outcome.
 #[async_trait]
-pub trait Store: UserStore + CronStore + Send + Sync {
+pub trait Store: UserStore + CronStore + HeartbeatStore + Send + Sync {
     /// Records that `inbound_id` is being worked on in `session_key`, or reports what was
     /// already done for it. Atomic: two workers claiming one inbound id get one `New`.
     async fn claim_run(&self, inbound_id: &str, session_key: &str) -> Result<RunClaim, StoreError>;

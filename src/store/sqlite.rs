@@ -9,6 +9,7 @@
 
 mod compaction;
 mod cron;
+mod heartbeat;
 mod pairing;
 mod users;
 

@@ -40,6 +40,10 @@ pub(super) async fn admit(shared: &Shared, agent: &Agent, msg: &InboundMessage) 
     let user = shared.store.resolve_user(&identity, &msg.sender.name, new_level).await?;
     let level = policy.effective_level(&identity, &user);
     let now = policy.now();
+    // Where `target = "owner"` heartbeats go: an owner's direct chats, never a group.
+    if level == Level::Owner && !msg.is_group {
+        shared.store.record_owner_chat(&agent.settings().name, &identity.to_string(), &msg.chat(), now).await?;
+    }
     let month = month_key(now);
     tracing::debug!(user = %user.id, %level, %month, "sender resolved");
     if let Some(budget) = policy.budget(level, &user) {

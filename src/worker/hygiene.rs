@@ -11,6 +11,7 @@ use super::access::Access;
 use crate::agent::TurnResult;
 use crate::hygiene::{Verdict, sanitize_reply};
 use crate::provider::Role;
+use crate::scheduler::heartbeat::{self, HeartbeatAck, ack};
 
 /// What the transcript keeps of a suppressed final answer. Not an empty string: some
 /// providers refuse an empty assistant message, and the model should see next turn that it
@@ -51,11 +52,26 @@ pub(super) fn screen_input<'m>(
 ///
 /// The transcript keeps the cleaned text too, not what the model wrote: leaked tool-call
 /// syntax or reasoning fed back as history teaches the model to write more of it.
-pub(super) fn clean_reply(result: &mut TurnResult) -> bool {
+pub(super) fn clean_reply(result: &mut TurnResult, heartbeat_ack_max_chars: Option<usize>) -> bool {
     if result.error.is_some() {
         return false;
     }
-    let sanitized = sanitize_reply(&result.reply);
+    let mut sanitized = sanitize_reply(&result.reply);
+    // A heartbeat that found nothing to do says HEARTBEAT_OK: silence, like NO_REPLY.
+    if let Some(max) = heartbeat_ack_max_chars.filter(|_| !sanitized.suppressed) {
+        match ack::judge(&sanitized.text, max) {
+            HeartbeatAck::NotAck => {}
+            HeartbeatAck::Suppress => {
+                sanitized.text.clear();
+                sanitized.suppressed = true;
+                sanitized.removed.push("heartbeat_ok");
+            }
+            HeartbeatAck::Deliver(report) => {
+                sanitized.text = report;
+                sanitized.removed.push("heartbeat_ok");
+            }
+        }
+    }
     if !sanitized.removed.is_empty() {
         tracing::info!(removed = ?sanitized.removed, suppressed = sanitized.suppressed, "reply sanitized");
     }
@@ -72,6 +88,16 @@ pub(super) fn clean_reply(result: &mut TurnResult) -> bool {
     }
     result.reply = sanitized.text;
     sanitized.suppressed
+}
+
+/// The `HEARTBEAT_OK` allowance for `agent`'s reply to `msg`: `Some` only for a heartbeat (a
+/// system message of origin `heartbeat`), so a person's message is never suppressed this way.
+pub(super) fn heartbeat_ack_limit(shared: &Shared, agent: &str, msg: &InboundMessage) -> Option<usize> {
+    let is_heartbeat = msg.kind == InboundKind::System
+        && msg.origin.as_ref().is_some_and(|origin| origin.kind == heartbeat::HEARTBEAT_ORIGIN);
+    let settings = &shared.settings;
+    let limit = settings.heartbeat_ack_max_chars_by_agent.get(agent).copied();
+    is_heartbeat.then(|| limit.unwrap_or(settings.heartbeat_ack_max_chars))
 }
 
 /// Marks a suppressed reply so the API channel can say so; its content is already empty,

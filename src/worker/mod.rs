@@ -72,6 +72,11 @@ pub struct WorkerSettings {
     pub guard: Option<Arc<Guard>>,
     /// What messages arriving during a run do.
     pub queue: QueueSettings,
+    /// A heartbeat's reply of `HEARTBEAT_OK` with at most this many other characters is
+    /// suppressed (`heartbeat.ack_max_chars`).
+    pub heartbeat_ack_max_chars: usize,
+    /// The same for agents with their own `[agents.<name>.heartbeat]`, by agent name.
+    pub heartbeat_ack_max_chars_by_agent: HashMap<String, usize>,
 }
 
 impl Default for WorkerSettings {
@@ -88,6 +93,8 @@ impl Default for WorkerSettings {
             prompt: crate::prompt::PromptSettings::default(),
             guard: None,
             queue: QueueSettings::default(),
+            heartbeat_ack_max_chars: 300,
+            heartbeat_ack_max_chars_by_agent: HashMap::new(),
         }
     }
 }

@@ -209,7 +209,8 @@ async fn run_turn(
     if result.error.is_none() {
         shared.context.learn(prepared.raw_base, &result.transcript, result.usage.input_tokens);
     }
-    let suppressed = hygiene::clean_reply(&mut result);
+    let ack_limit = hygiene::heartbeat_ack_limit(shared, &agent.settings().name, msg);
+    let suppressed = hygiene::clean_reply(&mut result, ack_limit);
     let status = if result.error.is_some() { RunStatus::Failed } else { RunStatus::Completed };
     let kind = if result.error.is_some() { OutboundKind::Notice } else { OutboundKind::Reply };
     let mut reply = reply_to(msg, run_id, session_key, kind, result.reply.clone());

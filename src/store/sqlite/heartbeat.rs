@@ -1,0 +1,102 @@
+//! [`HeartbeatStore`] for SQLite (`migrations/sqlite/0010_heartbeat.sql`).
+//!
+//! A slot is claimed by one conditional `UPDATE … WHERE next_at = <slot>`: SQLite runs it
+//! under the write lock, so of two schedulers (even in two processes) only one sees a
+//! changed row.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use switchboard_channels::contract::ChatAddress;
+
+use super::SqliteStore;
+use crate::store::StoreError;
+use crate::store::heartbeat::{HeartbeatState, HeartbeatStore, OwnerChat, SlotClaim};
+
+fn millis(at: DateTime<Utc>) -> i64 {
+    at.timestamp_millis()
+}
+
+fn time(column: &str, value: i64) -> Result<DateTime<Utc>, StoreError> {
+    DateTime::from_timestamp_millis(value).ok_or_else(|| StoreError::Corrupt(format!("{column} out of range: {value}")))
+}
+
+#[async_trait]
+impl HeartbeatStore for SqliteStore {
+    async fn heartbeat_state(&self, agent: &str, first_at: DateTime<Utc>) -> Result<HeartbeatState, StoreError> {
+        sqlx::query("INSERT INTO heartbeats (agent, next_at) VALUES ($1, $2) ON CONFLICT (agent) DO NOTHING")
+            .bind(agent)
+            .bind(millis(first_at))
+            .execute(self.pool())
+            .await?;
+        let (next_at, last_at, last_outcome): (i64, Option<i64>, Option<String>) =
+            sqlx::query_as("SELECT next_at, last_at, last_outcome FROM heartbeats WHERE agent = $1")
+                .bind(agent)
+                .fetch_one(self.pool())
+                .await?;
+        Ok(HeartbeatState {
+            next_at: time("heartbeats.next_at", next_at)?,
+            last_at: last_at.map(|at| time("heartbeats.last_at", at)).transpose()?,
+            last_outcome,
+        })
+    }
+
+    async fn claim_heartbeat_slot(&self, claim: &SlotClaim<'_>) -> Result<bool, StoreError> {
+        let updated = sqlx::query(
+            "UPDATE heartbeats SET next_at = $1, last_at = $2, last_outcome = $3 WHERE agent = $4 AND next_at = $5",
+        )
+        .bind(millis(claim.next))
+        .bind(millis(claim.now))
+        .bind(claim.outcome)
+        .bind(claim.agent)
+        .bind(millis(claim.slot))
+        .execute(self.pool())
+        .await?
+        .rows_affected();
+        Ok(updated == 1)
+    }
+
+    async fn record_owner_chat(
+        &self,
+        agent: &str,
+        identity: &str,
+        chat: &ChatAddress,
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let chat_json = serde_json::to_string(chat).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        sqlx::query(
+            "INSERT INTO owner_chats (agent, identity, chat_json, written_at) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (agent, identity) DO UPDATE SET chat_json = excluded.chat_json, \
+             written_at = excluded.written_at WHERE excluded.written_at >= owner_chats.written_at",
+        )
+        .bind(agent)
+        .bind(identity)
+        .bind(chat_json)
+        .bind(millis(at))
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    async fn latest_owner_chat(&self, agent: &str) -> Result<Option<OwnerChat>, StoreError> {
+        let row: Option<(String, String, i64)> = sqlx::query_as(
+            "SELECT identity, chat_json, written_at FROM owner_chats WHERE agent = $1 \
+             ORDER BY written_at DESC, identity LIMIT 1",
+        )
+        .bind(agent)
+        .fetch_optional(self.pool())
+        .await?;
+        let Some((identity, chat_json, at)) = row else { return Ok(None) };
+        let chat = serde_json::from_str(&chat_json)
+            .map_err(|e| StoreError::Corrupt(format!("owner_chats.chat_json of {agent}/{identity}: {e}")))?;
+        Ok(Some(OwnerChat { identity, chat, at: time("owner_chats.written_at", at)? }))
+    }
+
+    async fn session_has_running_run(&self, session_key: &str) -> Result<bool, StoreError> {
+        let running: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM runs WHERE session_key = $1 AND status = 'running')")
+                .bind(session_key)
+                .fetch_one(self.pool())
+                .await?;
+        Ok(running)
+    }
+}
