@@ -26,6 +26,8 @@ use crate::provider::pricing::PriceTable;
 use crate::provider::{Provider, ProviderError, RetryPolicy};
 use crate::store::StoreError;
 use crate::store::sqlite::SqliteStore;
+use crate::subagents::tool::SpawnTool;
+use crate::subagents::{SubagentManager, SubagentSettings};
 use crate::tools::web::register_web_tools;
 use crate::tools::{MessageTool, ToolLimits, ToolRegistry, register_local_tools};
 use crate::users::{AccessPolicy, BadIdentity};
@@ -119,15 +121,23 @@ pub async fn run(config: Config, parts: Parts, shutdown: CancellationToken) -> R
     };
     let bus = connect_bus(&config, parts, store.clone()).await?;
     let channels = start_channels(&config, parts, &bus, store.as_ref(), &shutdown).await?;
-    let worker = match store {
-        Some(store) if parts.runs_worker() => Some(build_worker(&config, Arc::clone(&bus), store)?),
-        _ => None,
+    let (worker, subagents) = match store {
+        Some(store) if parts.runs_worker() => {
+            let (worker, subagents) = build_worker(&config, Arc::clone(&bus), store)?;
+            (Some(worker), subagents.map(|manager| start_subagents(manager, &shutdown)))
+        }
+        _ => (None, None),
     };
     tracing::info!(version = env!("CARGO_PKG_VERSION"), bus = %bus_label(&config), ?parts, "switchboard started");
     if let Some(worker) = worker {
         worker.run(shutdown.clone()).await?;
     }
     shutdown.cancelled().await;
+    if let Some(subagents) = subagents
+        && let Err(err) = subagents.await
+    {
+        tracing::warn!(%err, "the sub-agent service ended abnormally");
+    }
     channels.stop().await?;
     tracing::info!("switchboard stopped");
     Ok(())
@@ -213,8 +223,38 @@ async fn connect_bus(
     }
 }
 
-fn build_worker(config: &Config, bus: Arc<dyn Bus>, store: Arc<SqliteStore>) -> Result<Worker, DaemonError> {
-    let agents = build_agents(config, &bus)?;
+/// Starts the sub-agent reaper. On shutdown, stops the running sub-agents (each recorded and
+/// announced as failed while the bus is still up; see [`crate::subagents`]); await the handle
+/// before the channels stop.
+fn start_subagents(manager: Arc<SubagentManager>, shutdown: &CancellationToken) -> tokio::task::JoinHandle<()> {
+    let reaper = manager.start_reaper(shutdown.clone());
+    let shutdown = shutdown.clone();
+    tokio::spawn(async move {
+        shutdown.cancelled().await;
+        manager.shutdown().await;
+        if let Err(err) = reaper.await {
+            tracing::warn!(%err, "the sub-agent reaper ended abnormally");
+        }
+    })
+}
+
+/// The worker, and the sub-agent manager when `[subagents]` is enabled.
+fn build_worker(
+    config: &Config,
+    bus: Arc<dyn Bus>,
+    store: Arc<SqliteStore>,
+) -> Result<(Worker, Option<Arc<SubagentManager>>), DaemonError> {
+    // Built before the agents, whose `spawn` tools hold it; the agents are attached after.
+    let subagents = if config.subagents.enabled {
+        let settings = SubagentSettings::from_config(&config.subagents, prompt_settings(&config.agent)?);
+        Some(SubagentManager::new(store.clone(), Arc::clone(&bus), crate::clock::system(), settings))
+    } else {
+        None
+    };
+    let agents = build_agents(config, &bus, subagents.as_ref())?;
+    if let Some(manager) = &subagents {
+        manager.attach(agents.all());
+    }
     let settings = WorkerSettings {
         max_concurrent_runs: config.worker.max_concurrent_runs,
         max_held: config.worker.max_concurrent_runs * 4,
@@ -238,14 +278,22 @@ fn build_worker(config: &Config, bus: Arc<dyn Bus>, store: Arc<SqliteStore>) -> 
             debounce: std::time::Duration::from_millis(config.worker.debounce_ms),
         },
     };
-    Ok(Worker::with_agents(bus, store, agents, settings))
+    let worker = Worker::with_agents(bus, store, agents, settings);
+    Ok(match &subagents {
+        Some(manager) => (worker.with_subagents(Arc::clone(manager)), subagents),
+        None => (worker, None),
+    })
 }
 
 /// The implicit `main` agent (`[agent]`) and every `[agents.<name>]`, with the bindings.
-fn build_agents(config: &Config, bus: &Arc<dyn Bus>) -> Result<Agents, DaemonError> {
-    let mut agents = vec![Arc::new(build_agent(config, bus, MAIN_AGENT)?)];
+fn build_agents(
+    config: &Config,
+    bus: &Arc<dyn Bus>,
+    subagents: Option<&Arc<SubagentManager>>,
+) -> Result<Agents, DaemonError> {
+    let mut agents = vec![Arc::new(build_agent(config, bus, subagents, MAIN_AGENT)?)];
     for name in config.agents.keys() {
-        agents.push(Arc::new(build_agent(config, bus, name)?));
+        agents.push(Arc::new(build_agent(config, bus, subagents, name)?));
     }
     let bindings = config.bindings.iter().filter_map(Binding::from_config).collect();
     // Validated at load; a hand-built config that names an unknown agent fails here.
@@ -259,7 +307,12 @@ fn build_agents(config: &Config, bus: &Arc<dyn Bus>) -> Result<Agents, DaemonErr
 }
 
 /// One agent: `[agent]`, overridden by `[agents.<name>]` when `name` is not `main`.
-fn build_agent(config: &Config, bus: &Arc<dyn Bus>, name: &str) -> Result<Agent, DaemonError> {
+fn build_agent(
+    config: &Config,
+    bus: &Arc<dyn Bus>,
+    subagents: Option<&Arc<SubagentManager>>,
+    name: &str,
+) -> Result<Agent, DaemonError> {
     let overrides = config.agents.get(name);
     let chain = config.agent_model_chain(name)?;
     let primary = chain.first().map(|entry| entry.model.clone()).unwrap_or_default();
@@ -277,6 +330,9 @@ fn build_agent(config: &Config, bus: &Arc<dyn Bus>, name: &str) -> Result<Agent,
         register_web_tools(&mut tools, &config.tools.web);
     }
     register_local_tools(&mut tools, &config.tools)?;
+    if let Some(manager) = subagents {
+        tools.register(Arc::new(SpawnTool::new(Arc::clone(manager))));
+    }
     if let Some(allowed) = overrides.map(|o| &o.tools).filter(|tools| !tools.is_empty()) {
         tools.retain(allowed);
     }

@@ -13,6 +13,7 @@ pub mod prompt;
 pub mod provider;
 pub mod report;
 pub mod store;
+pub mod subagents;
 pub mod telemetry;
 pub mod tools;
 pub mod users;

@@ -19,6 +19,7 @@ mod guard;
 mod load;
 mod providers;
 mod secret;
+mod subagents;
 mod telegram;
 #[cfg(test)]
 mod tests;
@@ -41,6 +42,7 @@ pub use error::{ConfigError, Origin};
 pub use guard::{GuardConfig, GuardMode};
 pub use providers::{ANTHROPIC_DEFAULT_BASE_URL, ChainEntry};
 pub use secret::Secret;
+pub use subagents::SubagentsConfig;
 pub use telegram::{DmPolicyConfig, GroupPolicyConfig, TelegramChannelConfig, TelegramMode};
 pub use tools::{ExecToolConfig, FsToolsConfig, ToolsConfig, WebToolsConfig};
 pub use users::{BudgetsConfig, PermissionsConfig, UsersConfig};
@@ -83,6 +85,7 @@ pub struct Config {
     pub permissions: PermissionsConfig,
     pub budgets: BudgetsConfig,
     pub channels: ChannelsConfig,
+    pub subagents: SubagentsConfig,
 }
 
 impl Default for Config {
@@ -109,6 +112,7 @@ impl Default for Config {
             permissions: PermissionsConfig::default(),
             budgets: BudgetsConfig::default(),
             channels: ChannelsConfig::default(),
+            subagents: SubagentsConfig::default(),
         }
     }
 }

@@ -26,6 +26,7 @@ pub(crate) const SQLITE_MIGRATIONS: &[Migration] = &[
     Migration { version: 5, name: "compaction", sql: include_str!("../../migrations/sqlite/0005_compaction.sql") },
     Migration { version: 6, name: "sessions", sql: include_str!("../../migrations/sqlite/0006_sessions.sql") },
     Migration { version: 7, name: "pairing", sql: include_str!("../../migrations/sqlite/0007_pairing.sql") },
+    Migration { version: 9, name: "subagents", sql: include_str!("../../migrations/sqlite/0009_subagents.sql") },
 ];
 
 /// Brings the database up to the newest schema this build knows.

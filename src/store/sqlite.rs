@@ -9,6 +9,7 @@
 
 mod compaction;
 mod pairing;
+mod subagents;
 mod users;
 
 use std::path::Path;
