@@ -449,3 +449,25 @@ async fn a_subagent_cannot_spawn() {
     assert!(matches!(err, ToolError::InvalidArguments(_)), "{err}");
     rig.stop().await;
 }
+
+#[tokio::test]
+async fn a_new_conversation_cancels_the_sessions_subagents() {
+    let rig = memory_rig(SubagentSettings::default()).await;
+    let mut out = rig.outbound("test").await;
+    rig.llm.push(spawn_call("Old conversation task.", "old"));
+    rig.llm.push(Scripted::Text("started".into()));
+    rig.llm.push_when(MINIMAL, Scripted::Hang);
+    rig.send(&message("test", "new", None, false, "go")).await;
+    assert_eq!(next_out(&mut out).await.content, "started");
+    rig.llm.wait_for_requests(3, Duration::from_secs(10)).await;
+    rig.send(&message("test", "new", None, false, "/new")).await;
+    assert_eq!(next_out(&mut out).await.content, "Started a new conversation. Cancelled 1 sub-agent.");
+    let store = rig.store.clone();
+    eventually("the cancelled record", || {
+        let store = store.clone();
+        async move { store.subagents_of("test:new").await.unwrap()[0].status == SubagentStatus::Cancelled }
+    })
+    .await;
+    nothing_more(&mut out, Duration::from_millis(500)).await;
+    rig.stop().await;
+}
