@@ -16,7 +16,7 @@ use switchboard::store::sqlite::SqliteStore;
 use switchboard::store::subagents::{NewSubagent, SubagentStatus, SubagentStore};
 use switchboard::subagents::{LOST_ERROR, SHUTDOWN_ERROR, SubagentManager, SubagentSettings};
 use switchboard::worker::agents::{Binding, Target};
-use switchboard_channels::contract::{ChatAddress, OutboundKind};
+use switchboard_channels::contract::{ChatAddress, InboundMessage, Origin, OutboundKind};
 use switchboard_testkit::fake_llm::Scripted;
 
 const TASK: &str = "Find the capital of Peru and its population.";
@@ -112,6 +112,38 @@ on_both_buses! {
     announcement_reaches_a_discord_thread => announce_routing(DISCORD_THREAD, None);
     announcement_reaches_a_named_agents_session => announce_routing(TELEGRAM_TOPIC, Some("support"));
     stop_cancels_the_sessions_subagents_only => stop_cascade();
+    announcement_returns_to_an_isolated_session => isolated_session_routing();
+}
+
+/// A sub-agent started by a turn in an isolated session (a cron job's `metadata.session`) is
+/// announced in that session; the reply still goes to the job's chat topic.
+async fn isolated_session_routing(shape: Shape) {
+    let rig = Setup::new(shape).start().await;
+    rig.llm.push(spawn_call(TASK, "capital"));
+    rig.llm.push(Scripted::Text("Asked a helper.".into()));
+    rig.llm.push_when(MINIMAL, Scripted::Text("Lima.".into()));
+    rig.llm.push(Scripted::Text("Daily fact: Peru's capital is Lima.".into()));
+    let mut out = rig.outbound("telegram").await;
+    let chat = ChatAddress {
+        channel: "telegram".into(),
+        chat_id: "-100123".into(),
+        thread_id: Some("7".into()),
+        is_group: true,
+    };
+    let origin = Origin { kind: "cron".into(), id: "daily".into() };
+    let mut job = InboundMessage::system("cron:daily:1".into(), chat, origin, "Post a daily fact; use a helper.");
+    job.metadata.insert("session".into(), json!("cron:daily"));
+    rig.send(&job).await;
+    assert_eq!(next_out(&mut out).await.content, "Asked a helper.");
+    let reply = next_out(&mut out).await;
+    assert_eq!(reply.content, "Daily fact: Peru's capital is Lima.");
+    assert_eq!((reply.chat_id.as_str(), reply.thread_id.as_deref()), ("-100123", Some("7")));
+    let record = rig.store.subagents_of("cron:daily").await.unwrap().remove(0);
+    assert_eq!(record.session.as_deref(), Some("cron:daily"));
+    let history = rig.store.history("cron:daily", 50).await.unwrap();
+    assert!(history.iter().any(|m| m.content.contains("[sub-agent")), "{history:#?}");
+    assert!(rig.store.history("telegram:-100123:topic:7", 50).await.unwrap().is_empty());
+    rig.stop().await;
 }
 
 /// `/stop` in the origin session cancels its hanging sub-agent: recorded `cancelled`, never

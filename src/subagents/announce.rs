@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{LOST_ERROR, ORIGIN_KIND, SubagentManager};
 use crate::store::StoreError;
-use crate::store::subagents::{NewSubagent, SubagentEnd, SubagentRecord, SubagentStatus};
+use crate::store::subagents::{SubagentRecord, SubagentStatus};
 use crate::tools::truncate_middle;
 use crate::worker::agents::{SYSTEM_AGENT, SYSTEM_SESSION};
 
@@ -70,28 +70,16 @@ fn announcement_text(record: &SubagentRecord, max_result_chars: usize) -> String
 }
 
 impl SubagentManager {
-    /// Announces a sub-agent this process just ended.
-    pub(super) async fn announce_end(&self, new: &NewSubagent, end: &SubagentEnd) {
-        let record = SubagentRecord {
-            id: new.id.clone(),
-            parent_session: new.parent_session.clone(),
-            parent_agent: new.parent_agent.clone(),
-            chat: new.chat.clone(),
-            session: new.session.clone(),
-            label: new.label.clone(),
-            task: new.task.clone(),
-            status: end.status,
-            result: end.result.clone(),
-            error: end.error.clone(),
-            worker: new.worker.clone(),
-            lease_until: self.now(),
-            cancel_requested: false,
-            created_at: self.now(),
-            started_at: None,
-            finished_at: Some(self.now()),
-            announced: false,
-        };
-        self.announce(&record).await;
+    /// Announces a sub-agent this process just ended, from its stored record. If the record
+    /// cannot be read now, a later reaper pass announces it.
+    pub(super) async fn announce_ended(&self, id: &str) {
+        match self.store.subagent(id).await {
+            Ok(Some(record)) => {
+                self.announce(&record).await;
+            }
+            Ok(None) => tracing::error!(subagent = %id, "the ended sub-agent's record is missing"),
+            Err(err) => tracing::warn!(subagent = %id, %err, "cannot read the ended sub-agent; will announce later"),
+        }
     }
 
     /// Publishes the announcement, then marks it announced. On failure it stays unannounced
@@ -149,5 +137,65 @@ impl SubagentManager {
                 }
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::Utc;
+    use switchboard_channels::contract::{ChatAddress, InboundKind};
+
+    use super::*;
+
+    fn record(status: SubagentStatus, result: Option<&str>, error: Option<&str>) -> SubagentRecord {
+        SubagentRecord {
+            id: "01ab".into(),
+            parent_session: "support/cron:daily".into(),
+            parent_agent: "support".into(),
+            chat: ChatAddress {
+                channel: "discord".into(),
+                chat_id: "55".into(),
+                thread_id: Some("9".into()),
+                is_group: true,
+            },
+            session: Some("cron:daily".into()),
+            label: "prices".into(),
+            task: "Compare the prices.".into(),
+            status,
+            result: result.map(str::to_owned),
+            error: error.map(str::to_owned),
+            worker: "w".into(),
+            lease_until: Utc::now(),
+            cancel_requested: false,
+            created_at: Utc::now(),
+            started_at: None,
+            finished_at: Some(Utc::now()),
+            announced: false,
+        }
+    }
+
+    #[test]
+    fn the_announcement_goes_to_the_origin_chat_agent_and_isolated_session() {
+        let msg = announcement(&record(SubagentStatus::Completed, Some("A is cheaper."), None), 100);
+        assert_eq!(msg.id, "subagent:01ab");
+        assert_eq!(msg.kind, InboundKind::System);
+        assert_eq!(msg.origin, Some(Origin { kind: "subagent".into(), id: "01ab".into() }));
+        assert_eq!(msg.session_key(), "discord:55:thread:9");
+        assert!(msg.is_group && msg.mentioned);
+        assert_eq!(msg.metadata[SYSTEM_AGENT], "support");
+        assert_eq!(msg.metadata[SYSTEM_SESSION], "cron:daily");
+        assert!(msg.content.contains("The sub-agent \"prices\" you started finished its task."), "{}", msg.content);
+        assert!(msg.content.contains("Task: Compare the prices.") && msg.content.contains("Result:\nA is cheaper."));
+        assert!(msg.content.contains("in your own words"));
+    }
+
+    #[test]
+    fn failures_say_why_and_long_results_are_cut() {
+        let lost = announcement(&record(SubagentStatus::Lost, None, Some(LOST_ERROR)), 100);
+        assert!(lost.content.contains("you started failed."), "{}", lost.content);
+        assert!(lost.content.contains(LOST_ERROR) && lost.content.contains("did not get done"));
+        let long = "x".repeat(10_000);
+        let cut = announcement(&record(SubagentStatus::Completed, Some(&long), None), 500);
+        assert!(cut.content.len() < 1_500, "{}", cut.content.len());
     }
 }

@@ -63,7 +63,7 @@ pub(super) async fn run(manager: Arc<SubagentManager>, job: Job, cancel: Cancell
     tracing::info!(subagent = %id, status = end.status.as_str(), error = ?end.error, "sub-agent ended");
     match manager.store.finish_subagent(&id, &manager.worker_id, &end, manager.now()).await {
         Ok(true) if end.status != SubagentStatus::Cancelled => {
-            manager.announce_end(&job.record, &end).await;
+            manager.announce_ended(&id).await;
         }
         Ok(true) => {}
         Ok(false) => tracing::warn!(subagent = %id, "sub-agent was already ended elsewhere; not announcing"),
