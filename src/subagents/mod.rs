@@ -37,7 +37,7 @@ use crate::store::StoreError;
 use crate::store::subagents::{Created, NewSubagent, SubagentStore};
 use crate::tools::ToolFilter;
 
-pub use announce::announcement;
+pub use announce::{TickReport, announcement};
 
 /// `origin.kind` of a sub-agent's announcement.
 pub const ORIGIN_KIND: &str = "subagent";
