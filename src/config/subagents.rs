@@ -72,6 +72,7 @@ pub(super) fn problem(config: &SubagentsConfig) -> Option<(&'static str, String)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::tests::load_text;
 
     #[test]
     fn defaults_pass_and_zeroes_name_their_key() {
@@ -82,5 +83,18 @@ mod tests {
         let (key, reason) = problem(&short).unwrap();
         assert_eq!(key, "subagents.lease_secs");
         assert!(reason.contains("at least 2"), "{reason}");
+    }
+
+    #[test]
+    fn the_section_loads_from_file_and_environment_and_bad_values_name_their_source() {
+        let text = "[subagents]\nmax_concurrent = 2\n";
+        let config = load_text(text, &[("SWITCHBOARD_SUBAGENTS__LEASE_SECS", "5")]).unwrap();
+        assert_eq!((config.subagents.max_concurrent, config.subagents.lease_secs), (2, 5));
+        assert_eq!(config.subagents.max_iterations, 15);
+        let message = load_text("", &[("SWITCHBOARD_SUBAGENTS__LEASE_SECS", "1")]).unwrap_err().to_string();
+        assert!(message.contains("subagents.lease_secs"), "{message}");
+        assert!(message.contains("SWITCHBOARD_SUBAGENTS__LEASE_SECS"), "{message}");
+        let message = load_text("[subagents]\nmax_childs = 3\n", &[]).unwrap_err().to_string();
+        assert!(message.contains("unknown key subagents.max_childs"), "{message}");
     }
 }
