@@ -274,6 +274,8 @@ async fn the_global_limit_queues_the_rest() {
         }
     })
     .await;
+    // A record is marked running just before its model call goes out: wait for both calls.
+    rig.llm.wait_for_requests(4, Duration::from_secs(10)).await;
     assert_eq!(subagent_requests(&rig.llm).len(), 2, "the queued one has not called the model");
     // The queued one is cancelled too, without ever running.
     assert_eq!(rig.manager.cancel_session("test:q").await, 3);
