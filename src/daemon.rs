@@ -29,6 +29,8 @@ use crate::scheduler::heartbeat::{HeartbeatAgent, HeartbeatSettings, Heartbeats}
 use crate::store::StoreError;
 use crate::store::cron::CronStore;
 use crate::store::sqlite::SqliteStore;
+use crate::subagents::tool::SpawnTool;
+use crate::subagents::{SubagentManager, SubagentSettings};
 use crate::tools::web::register_web_tools;
 use crate::tools::{MessageTool, ToolLimits, ToolRegistry, register_local_tools};
 use crate::users::{AccessPolicy, BadIdentity};
@@ -122,12 +124,15 @@ pub async fn run(config: Config, parts: Parts, shutdown: CancellationToken) -> R
     };
     let bus = connect_bus(&config, parts, store.clone()).await?;
     let channels = start_channels(&config, parts, &bus, store.as_ref(), &shutdown).await?;
-    let worker = match &store {
-        Some(store) if parts.runs_worker() => Some(build_worker(&config, Arc::clone(&bus), Arc::clone(store))?),
-        _ => None,
+    let (worker, subagents) = match &store {
+        Some(store) if parts.runs_worker() => {
+            let (worker, subagents) = build_worker(&config, Arc::clone(&bus), Arc::clone(store))?;
+            (Some(worker), subagents.map(|manager| start_subagents(manager, &shutdown)))
+        }
+        _ => (None, None),
     };
     // What runs beside the worker on a clock; each ends when `shutdown` is cancelled.
-    let mut background = Vec::new();
+    let mut background: Vec<_> = subagents.into_iter().map(|task| ("sub-agents", task)).collect();
     if let (Some(_), Some(store)) = (&worker, &store) {
         background.extend(start_cron(&config, &bus, store, &shutdown).map(|task| ("cron scheduler", task)));
         background.push(("heartbeats", start_heartbeats(&config, Arc::clone(&bus), Arc::clone(store), &shutdown)?));
@@ -243,8 +248,38 @@ async fn connect_bus(
     }
 }
 
-fn build_worker(config: &Config, bus: Arc<dyn Bus>, store: Arc<SqliteStore>) -> Result<Worker, DaemonError> {
-    let agents = build_agents(config, &bus, &store)?;
+/// Starts the sub-agent reaper. On shutdown, stops the running sub-agents (each recorded and
+/// announced as failed while the bus is still up; see [`crate::subagents`]); await the handle
+/// before the channels stop.
+fn start_subagents(manager: Arc<SubagentManager>, shutdown: &CancellationToken) -> tokio::task::JoinHandle<()> {
+    let reaper = manager.start_reaper(shutdown.clone());
+    let shutdown = shutdown.clone();
+    tokio::spawn(async move {
+        shutdown.cancelled().await;
+        manager.shutdown().await;
+        if let Err(err) = reaper.await {
+            tracing::warn!(%err, "the sub-agent reaper ended abnormally");
+        }
+    })
+}
+
+/// The worker, and the sub-agent manager when `[subagents]` is enabled.
+fn build_worker(
+    config: &Config,
+    bus: Arc<dyn Bus>,
+    store: Arc<SqliteStore>,
+) -> Result<(Worker, Option<Arc<SubagentManager>>), DaemonError> {
+    // Built before the agents, whose `spawn` tools hold it; the agents are attached after.
+    let subagents = if config.subagents.enabled {
+        let settings = SubagentSettings::from_config(&config.subagents, prompt_settings(&config.agent)?);
+        Some(SubagentManager::new(store.clone(), Arc::clone(&bus), crate::clock::system(), settings))
+    } else {
+        None
+    };
+    let agents = build_agents(config, &bus, &store, subagents.as_ref())?;
+    if let Some(manager) = &subagents {
+        manager.attach(agents.all());
+    }
     let settings = WorkerSettings {
         max_concurrent_runs: config.worker.max_concurrent_runs,
         max_held: config.worker.max_concurrent_runs * 4,
@@ -274,7 +309,11 @@ fn build_worker(config: &Config, bus: Arc<dyn Bus>, store: Arc<SqliteStore>) -> 
             .filter_map(|(name, agent)| Some((name.clone(), agent.heartbeat.as_ref()?.ack_max_chars)))
             .collect(),
     };
-    Ok(Worker::with_agents(bus, store, agents, settings))
+    let worker = Worker::with_agents(bus, store, agents, settings);
+    Ok(match &subagents {
+        Some(manager) => (worker.with_subagents(Arc::clone(manager)), subagents),
+        None => (worker, None),
+    })
 }
 
 /// Starts the heartbeats of every agent whose heartbeat is enabled (`[heartbeat]` for `main`,
@@ -313,10 +352,15 @@ fn start_heartbeats(
 }
 
 /// The implicit `main` agent (`[agent]`) and every `[agents.<name>]`, with the bindings.
-fn build_agents(config: &Config, bus: &Arc<dyn Bus>, store: &Arc<SqliteStore>) -> Result<Agents, DaemonError> {
-    let mut agents = vec![Arc::new(build_agent(config, bus, store, MAIN_AGENT)?)];
+fn build_agents(
+    config: &Config,
+    bus: &Arc<dyn Bus>,
+    store: &Arc<SqliteStore>,
+    subagents: Option<&Arc<SubagentManager>>,
+) -> Result<Agents, DaemonError> {
+    let mut agents = vec![Arc::new(build_agent(config, bus, store, subagents, MAIN_AGENT)?)];
     for name in config.agents.keys() {
-        agents.push(Arc::new(build_agent(config, bus, store, name)?));
+        agents.push(Arc::new(build_agent(config, bus, store, subagents, name)?));
     }
     let bindings = config.bindings.iter().filter_map(Binding::from_config).collect();
     // Validated at load; a hand-built config that names an unknown agent fails here.
@@ -334,6 +378,7 @@ fn build_agent(
     config: &Config,
     bus: &Arc<dyn Bus>,
     store: &Arc<SqliteStore>,
+    subagents: Option<&Arc<SubagentManager>>,
     name: &str,
 ) -> Result<Agent, DaemonError> {
     let overrides = config.agents.get(name);
@@ -356,6 +401,9 @@ fn build_agent(
     if config.cron.enabled {
         let store = Arc::clone(store) as Arc<dyn CronStore>;
         tools.register(Arc::new(CronTool::new(store, crate::clock::system(), CronSettings::from_config(config))));
+    }
+    if let Some(manager) = subagents {
+        tools.register(Arc::new(SpawnTool::new(Arc::clone(manager))));
     }
     if let Some(allowed) = overrides.map(|o| &o.tools).filter(|tools| !tools.is_empty()) {
         tools.retain(allowed);

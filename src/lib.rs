@@ -14,6 +14,7 @@ pub mod provider;
 pub mod report;
 pub mod scheduler;
 pub mod store;
+pub mod subagents;
 pub mod telemetry;
 pub mod tools;
 pub mod users;

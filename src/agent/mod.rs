@@ -52,6 +52,8 @@ pub struct Turn<'a> {
     /// user message before the next model call. What is left unread when the turn ends is
     /// still in the receiver for the caller to handle.
     pub steer: Option<&'a mut SteerReceiver>,
+    /// This turn's own iteration limit (a sub-agent's), instead of the agent's.
+    pub max_iterations: Option<u32>,
 }
 
 /// The receiving end of a run's steering messages.
@@ -121,7 +123,8 @@ impl Agent {
     /// Runs one turn to its end. Never fails: a provider failure becomes an apologetic reply
     /// with `error` set, so the user always hears back.
     pub async fn run(&self, turn: Turn<'_>) -> TurnResult {
-        let Turn { system_prompt, history, input, ctx, tools, events, mut steer } = turn;
+        let Turn { system_prompt, history, input, ctx, tools, events, mut steer, max_iterations } = turn;
+        let max_iterations = max_iterations.unwrap_or(self.settings.max_iterations);
         let mut messages = Vec::with_capacity(history.len() + 2);
         messages.push(ChatMessage::system(system_prompt));
         messages.extend(history);
@@ -138,7 +141,7 @@ impl Agent {
         };
         let mut cost = CostTally::new(&self.settings.prices);
         let mut retruncated = false;
-        while result.iterations < self.settings.max_iterations {
+        while result.iterations < max_iterations {
             if let Some(steer) = steer.as_deref_mut() {
                 steer_in(steer, &mut messages);
             }
@@ -176,10 +179,9 @@ impl Agent {
         }
         if result.reply.is_empty() && result.error.is_none() && last_is_tool_result(&messages) {
             result.reply = format!(
-                "I stopped after {} steps without reaching an answer. Ask me to continue if you want me to go on.",
-                self.settings.max_iterations
+                "I stopped after {max_iterations} steps without reaching an answer. Ask me to continue if you want me to go on."
             );
-            result.error = Some(format!("iteration limit of {} reached", self.settings.max_iterations));
+            result.error = Some(format!("iteration limit of {max_iterations} reached"));
         }
         result.cost_usd = cost.total();
         result.transcript = messages.split_off(first_new);

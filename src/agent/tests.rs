@@ -122,6 +122,7 @@ fn turn<'a>(history: Vec<ChatMessage>, input: &str, events: &'a Recorder) -> Tur
         tools: ToolFilter::All,
         events,
         steer: None,
+        max_iterations: None,
     }
 }
 

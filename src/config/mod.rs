@@ -21,6 +21,7 @@ mod heartbeat;
 mod load;
 mod providers;
 mod secret;
+mod subagents;
 mod telegram;
 #[cfg(test)]
 mod tests;
@@ -45,6 +46,7 @@ pub use guard::{GuardConfig, GuardMode};
 pub use heartbeat::{ActiveHoursConfig, DEFAULT_HEARTBEAT_PROMPT, HeartbeatConfig, MIN_HEARTBEAT_MINUTES};
 pub use providers::{ANTHROPIC_DEFAULT_BASE_URL, ChainEntry};
 pub use secret::Secret;
+pub use subagents::SubagentsConfig;
 pub use telegram::{DmPolicyConfig, GroupPolicyConfig, TelegramChannelConfig, TelegramMode};
 pub use tools::{ExecToolConfig, FsToolsConfig, ToolsConfig, WebToolsConfig};
 pub use users::{BudgetsConfig, PermissionsConfig, UsersConfig};
@@ -91,6 +93,7 @@ pub struct Config {
     pub cron: CronConfig,
     /// Periodic wake-ups of the main agent (`[agents.<name>.heartbeat]` for the others).
     pub heartbeat: HeartbeatConfig,
+    pub subagents: SubagentsConfig,
 }
 
 impl Default for Config {
@@ -119,6 +122,7 @@ impl Default for Config {
             channels: ChannelsConfig::default(),
             cron: CronConfig::default(),
             heartbeat: HeartbeatConfig::default(),
+            subagents: SubagentsConfig::default(),
         }
     }
 }

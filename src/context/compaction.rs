@@ -181,6 +181,7 @@ async fn flush_memory(deps: Deps<'_>, msg: &InboundMessage, history: Vec<ChatMes
         tools: filter,
         events: &NoEvents,
         steer: None,
+        max_iterations: None,
     };
     let timeout = deps.engine.settings().compaction.flush_timeout();
     match tokio::time::timeout(timeout, deps.agent.run(turn)).await {

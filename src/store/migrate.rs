@@ -27,6 +27,7 @@ pub(crate) const SQLITE_MIGRATIONS: &[Migration] = &[
     Migration { version: 6, name: "sessions", sql: include_str!("../../migrations/sqlite/0006_sessions.sql") },
     Migration { version: 7, name: "pairing", sql: include_str!("../../migrations/sqlite/0007_pairing.sql") },
     Migration { version: 8, name: "cron", sql: include_str!("../../migrations/sqlite/0008_cron.sql") },
+    Migration { version: 9, name: "subagents", sql: include_str!("../../migrations/sqlite/0009_subagents.sql") },
     Migration { version: 10, name: "heartbeat", sql: include_str!("../../migrations/sqlite/0010_heartbeat.sql") },
 ];
 

@@ -10,6 +10,7 @@ mod journal;
 mod migrate;
 pub mod pairing;
 pub mod sqlite;
+pub mod subagents;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -19,6 +20,7 @@ use thiserror::Error;
 use self::cron::CronStore;
 use self::heartbeat::HeartbeatStore;
 use self::pairing::{CodeProblem, RandomSourceError};
+use self::subagents::SubagentStore;
 use crate::provider::ChatMessage;
 use crate::users::{Billing, UserStore};
 
@@ -122,7 +124,7 @@ pub struct RunRecord {
 
 /// Users live in the same database as runs, so a run's usage is recorded with its outcome.
 #[async_trait]
-pub trait Store: UserStore + CronStore + HeartbeatStore + Send + Sync {
+pub trait Store: UserStore + CronStore + HeartbeatStore + SubagentStore + Send + Sync {
     /// Records that `inbound_id` is being worked on in `session_key`, or reports what was
     /// already done for it. Atomic: two workers claiming one inbound id get one `New`.
     async fn claim_run(&self, inbound_id: &str, session_key: &str) -> Result<RunClaim, StoreError>;

@@ -11,6 +11,7 @@ mod compaction;
 mod cron;
 mod heartbeat;
 mod pairing;
+mod subagents;
 mod users;
 
 use std::path::Path;

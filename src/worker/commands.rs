@@ -90,10 +90,14 @@ async fn execute(shared: &Shared, job: &Job, key: &str, command: Command) -> Res
     Ok(match command {
         Command::Help => HELP.into(),
         Command::Status => status(shared, &job.msg, key).await?,
-        Command::Stop => stop(shared, key, job.seq).await,
+        Command::Stop => {
+            let subagents = cancel_subagents(shared, key).await;
+            stop(shared, key, job.seq, subagents).await
+        }
         Command::New => {
+            let subagents = cancel_subagents(shared, key).await;
             new_conversation(shared, key).await?;
-            "Started a new conversation.".into()
+            format!("Started a new conversation.{}", cancelled_note(subagents))
         }
         Command::Queue(None) => {
             let mode = current_mode(shared, key).await?;
@@ -110,8 +114,25 @@ async fn execute(shared: &Shared, job: &Job, key: &str, command: Command) -> Res
     })
 }
 
-/// Cancels the running turn and drops the messages that arrived before this command.
-async fn stop(shared: &Shared, key: &str, seq: u64) -> String {
+/// Cancels the session's sub-agents; how many.
+async fn cancel_subagents(shared: &Shared, key: &str) -> usize {
+    match shared.subagents.get() {
+        Some(manager) => manager.cancel_session(key).await,
+        None => 0,
+    }
+}
+
+fn cancelled_note(subagents: usize) -> String {
+    match subagents {
+        0 => String::new(),
+        1 => " Cancelled 1 sub-agent.".into(),
+        n => format!(" Cancelled {n} sub-agents."),
+    }
+}
+
+/// Cancels the running turn and drops the messages that arrived before this command
+/// (`subagents`: how many of the session's sub-agents were cancelled already).
+async fn stop(shared: &Shared, key: &str, seq: u64, subagents: usize) -> String {
     let (was_running, dropped) = {
         let mut sessions = shared.sessions.lock().unwrap_or_else(PoisonError::into_inner);
         match sessions.get_mut(key) {
@@ -129,12 +150,13 @@ async fn stop(shared: &Shared, key: &str, seq: u64) -> String {
     for job in dropped {
         settle_unanswered(shared, job, "dropped by /stop").await;
     }
-    let head = if was_running { "Stopped." } else { "Nothing to stop." };
-    match count {
-        0 => head.to_owned(),
-        1 => format!("{head} Dropped 1 waiting message."),
-        n => format!("{head} Dropped {n} waiting messages."),
-    }
+    let head = if was_running || subagents > 0 { "Stopped." } else { "Nothing to stop." };
+    let dropped = match count {
+        0 => String::new(),
+        1 => " Dropped 1 waiting message.".into(),
+        n => format!(" Dropped {n} waiting messages."),
+    };
+    format!("{head}{dropped}{}", cancelled_note(subagents))
 }
 
 /// `/new` stops a running turn rather than waiting for it: its answer would belong to the

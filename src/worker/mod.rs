@@ -35,6 +35,7 @@ use crate::agent::Agent;
 use crate::context::{ContextEngine, ContextSettings};
 use crate::hygiene::Guard;
 use crate::store::Store;
+use crate::subagents::SubagentManager;
 use crate::users::AccessPolicy;
 use agents::Agents;
 use keepalive::{Held, Settle};
@@ -115,6 +116,8 @@ pub(crate) struct Shared {
     arrivals: AtomicU64,
     /// Cancelled when shutdown starts: no new runs start.
     stopping: CancellationToken,
+    /// The sub-agents `/stop` and `/new` cancel, when sub-agents are enabled.
+    subagents: std::sync::OnceLock<Arc<SubagentManager>>,
     /// Cancelled when the grace period is over: running turns are abandoned.
     abandon: CancellationToken,
 }
@@ -143,9 +146,19 @@ impl Worker {
             sessions: Mutex::new(HashMap::new()),
             arrivals: AtomicU64::new(0),
             stopping: CancellationToken::new(),
+            subagents: std::sync::OnceLock::new(),
             abandon: CancellationToken::new(),
         };
         Self { shared: Arc::new(shared) }
+    }
+
+    /// Lets `/stop` and `/new` cancel the session's sub-agents (those `manager` runs here and,
+    /// through the store, on other workers).
+    pub fn with_subagents(self, manager: Arc<SubagentManager>) -> Self {
+        if self.shared.subagents.set(manager).is_err() {
+            tracing::warn!("worker: sub-agent manager set twice; keeping the first");
+        }
+        self
     }
 
     /// Runs until `shutdown` is cancelled: stops taking messages, lets running turns finish

@@ -204,6 +204,7 @@ async fn run_turn(
         tools,
         events: &events,
         steer: Some(steer),
+        max_iterations: None,
     };
     let mut result = agent.run(turn).await;
     if result.error.is_none() {

@@ -2,6 +2,10 @@
 //! port. Tests queue the answers they want ([`Scripted`]); with nothing queued it echoes the
 //! last user message, which is all benchmarks and simple end-to-end tests need.
 //!
+//! When several conversations call the model at once (a sub-agent beside the main agent),
+//! their order is not fixed: [`FakeLlm::push_when`] answers a request by what it contains
+//! instead of by its place in the queue.
+//!
 //! It answers `"stream": true` requests with server-sent events shaped like OpenAI's (text
 //! split over several chunks, tool calls as indexed deltas with the arguments split, a usage
 //! chunk, `[DONE]`) and others with one JSON document. Every request body is recorded, even
@@ -81,6 +85,8 @@ pub fn error_body(message: &str, kind: &str, code: &str) -> Value {
 
 struct Shared {
     script: Mutex<VecDeque<Scripted>>,
+    /// (needle, answer), tried before `script`, oldest first; each answers one request.
+    conditional: Mutex<Vec<(String, Scripted)>>,
     requests: Mutex<Vec<Value>>,
     /// The number of requests recorded, for [`FakeLlm::wait_for_requests`].
     received: watch::Sender<usize>,
@@ -124,6 +130,7 @@ impl FakeLlm {
     async fn spawn(api_key: Option<String>) -> FakeLlm {
         let shared = Arc::new(Shared {
             script: Mutex::new(VecDeque::new()),
+            conditional: Mutex::new(Vec::new()),
             requests: Mutex::new(Vec::new()),
             received: watch::Sender::new(0),
             api_key,
@@ -150,6 +157,14 @@ impl FakeLlm {
     /// Queues an answer; answers are used in the order queued.
     pub fn push(&self, step: Scripted) {
         lock(&self.shared.script).push_back(step);
+    }
+
+    /// Queues an answer for the first request whose system message or last user message
+    /// contains `needle`. Such answers are tried before the plain queue ([`FakeLlm::push`]),
+    /// the oldest matching one first, and each is used once; a request that matches none gets
+    /// the plain queue's next answer (or the echo).
+    pub fn push_when(&self, needle: &str, step: Scripted) {
+        lock(&self.shared.conditional).push((needle.to_owned(), step));
     }
 
     /// Every request body received so far, in order.
@@ -192,7 +207,7 @@ async fn chat_completions(State(shared): State<Arc<Shared>>, headers: HeaderMap,
         );
     }
 
-    let next = lock(&shared.script).pop_front();
+    let next = take_conditional(&shared, &request).or_else(|| lock(&shared.script).pop_front());
     let mut step = next.unwrap_or_else(|| Scripted::Text(format!("echo: {}", last_user_content(&request))));
     loop {
         match step {
@@ -212,6 +227,22 @@ async fn chat_completions(State(shared): State<Arc<Shared>>, headers: HeaderMap,
             }
         }
     }
+}
+
+/// The oldest conditional answer whose needle is in the request's system or last user message.
+fn take_conditional(shared: &Shared, request: &Value) -> Option<Scripted> {
+    let mut conditional = lock(&shared.conditional);
+    if conditional.is_empty() {
+        return None;
+    }
+    let system: String = messages(request)
+        .filter(|m| m.get("role").and_then(Value::as_str) == Some("system"))
+        .map(content_text)
+        .collect::<Vec<_>>()
+        .join("\n");
+    let user = last_user_content(request);
+    let index = conditional.iter().position(|(needle, _)| system.contains(needle) || user.contains(needle))?;
+    Some(conditional.remove(index).1)
 }
 
 fn next_call_id(shared: &Shared) -> String {
@@ -357,6 +388,46 @@ mod tests {
         assert_eq!(split_text("ab", 4), ["a", "b"]);
         assert!(split_text("", 4).is_empty());
         assert_eq!(split_text("héllo wörld", 4).concat(), "héllo wörld");
+    }
+
+    fn text_of(response: Value) -> String {
+        response["choices"][0]["message"]["content"].as_str().unwrap_or_default().to_owned()
+    }
+
+    async fn ask(llm: &FakeLlm, system: &str, user: &str) -> String {
+        let body = json!({"model": "m", "messages": [
+            {"role": "system", "content": system},
+            {"role": "user", "content": "earlier question"},
+            {"role": "assistant", "content": "earlier answer"},
+            {"role": "user", "content": user},
+        ]});
+        let url = format!("{}/chat/completions", llm.base_url());
+        text_of(reqwest::Client::new().post(url).json(&body).send().await.unwrap().json().await.unwrap())
+    }
+
+    #[tokio::test]
+    async fn conditional_answers_go_to_the_request_that_matches() {
+        let llm = FakeLlm::start().await;
+        llm.push(Scripted::Text("first in line".into()));
+        llm.push_when("prompt mode minimal", Scripted::Text("for the sub-agent".into()));
+        llm.push_when("weather", Scripted::Text("sunny".into()));
+        // Neither needle: the plain queue, then the echo.
+        assert_eq!(ask(&llm, "prompt mode full", "hello").await, "first in line");
+        // The user message matches; then the system message matches.
+        assert_eq!(ask(&llm, "prompt mode full", "what is the weather?").await, "sunny");
+        assert_eq!(ask(&llm, "runtime: prompt mode minimal", "task").await, "for the sub-agent");
+        // Each conditional answer is used once; only the last user message counts.
+        assert_eq!(ask(&llm, "prompt mode minimal", "weather again").await, "echo: weather again");
+        assert_eq!(ask(&llm, "x", "earlier").await, "echo: earlier");
+    }
+
+    #[tokio::test]
+    async fn the_oldest_matching_conditional_answer_wins() {
+        let llm = FakeLlm::start().await;
+        llm.push_when("task", Scripted::Text("one".into()));
+        llm.push_when("task", Scripted::Text("two".into()));
+        assert_eq!(ask(&llm, "s", "a task").await, "one");
+        assert_eq!(ask(&llm, "s", "a task").await, "two");
     }
 
     #[test]

@@ -1,0 +1,231 @@
+//! [`SubagentStore`] for the SQLite store (`migrations/sqlite/0009_subagents.sql`).
+//!
+//! Every state change is one `UPDATE … WHERE <expected state>`: whoever changes the row
+//! first wins and the others see `rows_affected() == 0`, which holds across processes
+//! sharing the file (and on PostgreSQL, where the same statements fit).
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::Row;
+use sqlx::sqlite::SqliteRow;
+
+use super::{SqliteStore, from_millis, sql_limit};
+use crate::store::StoreError;
+use crate::store::subagents::{
+    Created, NewSubagent, Renewal, SubagentEnd, SubagentRecord, SubagentStatus, SubagentStore,
+};
+
+const COLUMNS: &str = "id, parent_session, parent_agent, chat, session, label, task, status, result, error, \
+     worker, lease_until, cancel_requested, created_at, started_at, finished_at, announced";
+
+/// The live states, as SQL.
+const LIVE: &str = "('queued', 'running')";
+
+/// The end states whose outcome is announced (everything but `cancelled`).
+const ANNOUNCED_ENDS: &str = "('completed', 'failed', 'timed_out', 'lost')";
+
+#[async_trait]
+impl SubagentStore for SqliteStore {
+    async fn create_subagent(
+        &self,
+        new: &NewSubagent,
+        max_children: usize,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> Result<Created, StoreError> {
+        // BEGIN IMMEDIATE holds the write lock from the count to the insert.
+        let mut tx = self.begin_write().await?;
+        let live: i64 = sqlx::query_scalar(&format!(
+            "SELECT COUNT(*) FROM subagents WHERE parent_session = $1 AND status IN {LIVE}"
+        ))
+        .bind(&new.parent_session)
+        .fetch_one(&mut *tx)
+        .await?;
+        let live = usize::try_from(live).unwrap_or(usize::MAX);
+        if live >= max_children {
+            return Ok(Created::SessionFull { live });
+        }
+        let chat = serde_json::to_string(&new.chat)
+            .map_err(|e| StoreError::Corrupt(format!("cannot encode a chat address: {e}")))?;
+        sqlx::query(
+            "INSERT INTO subagents (id, parent_session, parent_agent, chat, session, label, task, status, \
+             worker, lease_until, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, 'queued', $8, $9, $10)",
+        )
+        .bind(&new.id)
+        .bind(&new.parent_session)
+        .bind(&new.parent_agent)
+        .bind(chat)
+        .bind(&new.session)
+        .bind(&new.label)
+        .bind(&new.task)
+        .bind(&new.worker)
+        .bind(lease_until.timestamp_millis())
+        .bind(now.timestamp_millis())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(Created::Queued)
+    }
+
+    async fn start_subagent(
+        &self,
+        id: &str,
+        worker: &str,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let changed = sqlx::query(
+            "UPDATE subagents SET status = 'running', started_at = $3, lease_until = $4 \
+             WHERE id = $1 AND worker = $2 AND status = 'queued' AND cancel_requested = 0",
+        )
+        .bind(id)
+        .bind(worker)
+        .bind(now.timestamp_millis())
+        .bind(lease_until.timestamp_millis())
+        .execute(self.pool())
+        .await?
+        .rows_affected();
+        Ok(changed == 1)
+    }
+
+    async fn renew_subagent_lease(
+        &self,
+        id: &str,
+        worker: &str,
+        lease_until: DateTime<Utc>,
+    ) -> Result<Renewal, StoreError> {
+        let cancel: Option<i64> = sqlx::query_scalar(&format!(
+            "UPDATE subagents SET lease_until = $3 WHERE id = $1 AND worker = $2 AND status IN {LIVE} \
+             RETURNING cancel_requested"
+        ))
+        .bind(id)
+        .bind(worker)
+        .bind(lease_until.timestamp_millis())
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(match cancel {
+            None => Renewal::Gone,
+            Some(0) => Renewal::Renewed,
+            Some(_) => Renewal::CancelRequested,
+        })
+    }
+
+    async fn finish_subagent(
+        &self,
+        id: &str,
+        worker: &str,
+        end: &SubagentEnd,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let changed = sqlx::query(&format!(
+            "UPDATE subagents SET status = $3, result = $4, error = $5, finished_at = $6, \
+             announced = CASE WHEN $3 = 'cancelled' THEN 1 ELSE 0 END \
+             WHERE id = $1 AND worker = $2 AND status IN {LIVE}"
+        ))
+        .bind(id)
+        .bind(worker)
+        .bind(end.status.as_str())
+        .bind(&end.result)
+        .bind(&end.error)
+        .bind(now.timestamp_millis())
+        .execute(self.pool())
+        .await?
+        .rows_affected();
+        Ok(changed == 1)
+    }
+
+    async fn request_subagent_cancel(&self, parent_session: &str) -> Result<Vec<String>, StoreError> {
+        let ids: Vec<String> = sqlx::query_scalar(&format!(
+            "UPDATE subagents SET cancel_requested = 1 WHERE parent_session = $1 AND status IN {LIVE} RETURNING id"
+        ))
+        .bind(parent_session)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(ids)
+    }
+
+    async fn expire_subagent_leases(&self, now: DateTime<Utc>, error: &str) -> Result<Vec<SubagentRecord>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "UPDATE subagents SET \
+                 status = CASE WHEN cancel_requested = 1 THEN 'cancelled' ELSE 'lost' END, \
+                 error = CASE WHEN cancel_requested = 1 THEN error ELSE $2 END, \
+                 announced = cancel_requested, finished_at = $1 \
+             WHERE status IN {LIVE} AND lease_until < $1 RETURNING {COLUMNS}"
+        ))
+        .bind(now.timestamp_millis())
+        .bind(error)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter().map(record).collect()
+    }
+
+    async fn unannounced_subagents(
+        &self,
+        ended_before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<SubagentRecord>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM subagents WHERE status IN {ANNOUNCED_ENDS} AND announced = 0 \
+             AND finished_at < $1 ORDER BY finished_at LIMIT $2"
+        ))
+        .bind(ended_before.timestamp_millis())
+        .bind(sql_limit(limit))
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter().map(record).collect()
+    }
+
+    async fn mark_subagent_announced(&self, id: &str) -> Result<(), StoreError> {
+        sqlx::query("UPDATE subagents SET announced = 1 WHERE id = $1").bind(id).execute(self.pool()).await?;
+        Ok(())
+    }
+
+    async fn subagent(&self, id: &str) -> Result<Option<SubagentRecord>, StoreError> {
+        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM subagents WHERE id = $1"))
+            .bind(id)
+            .fetch_optional(self.pool())
+            .await?;
+        row.as_ref().map(record).transpose()
+    }
+
+    async fn subagents_of(&self, parent_session: &str) -> Result<Vec<SubagentRecord>, StoreError> {
+        let rows =
+            sqlx::query(&format!("SELECT {COLUMNS} FROM subagents WHERE parent_session = $1 ORDER BY created_at, id"))
+                .bind(parent_session)
+                .fetch_all(self.pool())
+                .await?;
+        rows.iter().map(record).collect()
+    }
+}
+
+fn record(row: &SqliteRow) -> Result<SubagentRecord, StoreError> {
+    let id: String = row.try_get("id")?;
+    let status: String = row.try_get("status")?;
+    let status = SubagentStatus::parse(&status)
+        .ok_or_else(|| StoreError::Corrupt(format!("sub-agent {id} has an unknown status {status:?}")))?;
+    let chat: String = row.try_get("chat")?;
+    let chat = serde_json::from_str(&chat)
+        .map_err(|e| StoreError::Corrupt(format!("chat of sub-agent {id} is unreadable: {e}")))?;
+    let optional_time = |column: &str| -> Result<Option<DateTime<Utc>>, StoreError> {
+        row.try_get::<Option<i64>, _>(column)?.map(from_millis).transpose()
+    };
+    Ok(SubagentRecord {
+        parent_session: row.try_get("parent_session")?,
+        parent_agent: row.try_get("parent_agent")?,
+        chat,
+        session: row.try_get("session")?,
+        label: row.try_get("label")?,
+        task: row.try_get("task")?,
+        status,
+        result: row.try_get("result")?,
+        error: row.try_get("error")?,
+        worker: row.try_get("worker")?,
+        lease_until: from_millis(row.try_get("lease_until")?)?,
+        cancel_requested: row.try_get::<i64, _>("cancel_requested")? != 0,
+        created_at: from_millis(row.try_get("created_at")?)?,
+        started_at: optional_time("started_at")?,
+        finished_at: optional_time("finished_at")?,
+        announced: row.try_get::<i64, _>("announced")? != 0,
+        id,
+    })
+}

@@ -1,0 +1,199 @@
+//! One sub-agent's task: wait for a slot, run the agent on the task with the minimal prompt,
+//! keep the lease alive meanwhile, then record the end and announce it.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use switchboard_channels::contract::{Origin, RunEventBody};
+use tokio_util::sync::CancellationToken;
+
+use super::{ORIGIN_KIND, RUN_ID_PREFIX, SHUTDOWN_ERROR, SubagentManager, WITHHELD_TOOLS};
+use crate::agent::{Agent, EventSink, Turn};
+use crate::prompt::{self, PromptInput, PromptMode, Sender};
+use crate::provider::ChatMessage;
+use crate::store::subagents::{NewSubagent, Renewal, SubagentEnd, SubagentStatus};
+use crate::tools::{ToolContext, ToolFilter};
+use crate::workspace::WorkspaceFiles;
+
+/// What a sub-agent's task needs: its record as created, and its tools.
+pub(super) struct Job {
+    pub record: NewSubagent,
+    pub tools: ToolFilter,
+}
+
+/// How the task ended.
+enum Ending {
+    End(SubagentEnd),
+    /// The record is no longer this worker's (a reaper ended it): record nothing.
+    Gone,
+}
+
+/// The parent's tools that the agent has, minus the withheld ones.
+pub(super) fn subagent_tools(agent: &Agent, parent: &ToolFilter) -> ToolFilter {
+    let names: BTreeSet<String> = agent
+        .tool_names()
+        .filter(|name| parent.allows(name) && !WITHHELD_TOOLS.contains(name))
+        .map(str::to_owned)
+        .collect();
+    ToolFilter::Only(names)
+}
+
+pub(super) async fn run(manager: Arc<SubagentManager>, job: Job, cancel: CancellationToken) {
+    let id = job.record.id.clone();
+    // `biased`: a stop that arrived together with the result wins, so a cancelled sub-agent
+    // is never announced.
+    let ending = tokio::select! {
+        biased;
+        _ = manager.stopping.cancelled() => Ending::End(ended(SubagentStatus::Failed, None, Some(SHUTDOWN_ERROR.into()))),
+        _ = cancel.cancelled() => Ending::End(cancelled()),
+        renewal = keep_lease(&manager, &id) => match renewal {
+            Renewal::Gone => Ending::Gone,
+            _ => Ending::End(cancelled()),
+        },
+        end = work(&manager, &job) => Ending::End(end),
+    };
+    manager.forget(&id);
+    let end = match ending {
+        Ending::Gone => {
+            tracing::warn!(subagent = %id, "sub-agent record ended elsewhere (lease lost); dropping its result");
+            return;
+        }
+        Ending::End(end) => end,
+    };
+    tracing::info!(subagent = %id, status = end.status.as_str(), error = ?end.error, "sub-agent ended");
+    match manager.store.finish_subagent(&id, &manager.worker_id, &end, manager.now()).await {
+        Ok(true) if end.status != SubagentStatus::Cancelled => {
+            manager.announce_ended(&id).await;
+        }
+        Ok(true) => {}
+        Ok(false) => tracing::warn!(subagent = %id, "sub-agent was already ended elsewhere; not announcing"),
+        // The lease is no longer renewed: the reaper reports it as lost, never silently.
+        Err(err) => tracing::error!(subagent = %id, %err, "cannot record the sub-agent's end"),
+    }
+}
+
+fn ended(status: SubagentStatus, result: Option<String>, error: Option<String>) -> SubagentEnd {
+    SubagentEnd { status, result, error }
+}
+
+fn cancelled() -> SubagentEnd {
+    ended(SubagentStatus::Cancelled, None, Some("cancelled by /stop".into()))
+}
+
+/// Renews the lease every third of it; returns when the record is gone or cancelling was
+/// requested (by `/stop` on any worker). Store errors are logged and retried: a lease that
+/// runs out meanwhile is reported by the reaper.
+async fn keep_lease(manager: &SubagentManager, id: &str) -> Renewal {
+    let every = manager.settings.renew_every();
+    loop {
+        tokio::time::sleep(every).await;
+        match manager.store.renew_subagent_lease(id, &manager.worker_id, manager.lease_until()).await {
+            Ok(Renewal::Renewed) => {}
+            Ok(other) => return other,
+            Err(err) => tracing::warn!(subagent = %id, %err, "cannot renew the sub-agent's lease"),
+        }
+    }
+}
+
+/// Waits for a slot, marks the record running and runs the agent within the time limit.
+async fn work(manager: &SubagentManager, job: &Job) -> SubagentEnd {
+    let record = &job.record;
+    // Held until the sub-agent ends; the semaphore is never closed.
+    let Ok(_slot) = manager.slots.acquire().await else {
+        return ended(SubagentStatus::Failed, None, Some(SHUTDOWN_ERROR.into()));
+    };
+    match manager.store.start_subagent(&record.id, &manager.worker_id, manager.now(), manager.lease_until()).await {
+        Ok(true) => {}
+        // No longer queued: cancelled (cancel_requested) before it could start.
+        Ok(false) => return cancelled(),
+        Err(err) => return ended(SubagentStatus::Failed, None, Some(format!("cannot start: {err}"))),
+    }
+    let Some(agent) = manager.agent(&record.parent_agent) else {
+        let error = format!("the agent {:?} is not available", record.parent_agent);
+        return ended(SubagentStatus::Failed, None, Some(error));
+    };
+    tracing::info!(subagent = %record.id, "sub-agent running");
+    let turn_prompt = system_prompt(manager, &agent, record, &job.tools).await;
+    let turn = Turn {
+        system_prompt: turn_prompt,
+        history: Vec::new(),
+        input: ChatMessage::user(task_message(&record.task)),
+        ctx: tool_context(&agent, record, &job.tools),
+        tools: job.tools.clone(),
+        events: &NoEvents,
+        steer: None,
+        max_iterations: Some(manager.settings.max_iterations),
+    };
+    let limit = manager.settings.timeout;
+    match tokio::time::timeout(limit, agent.run(turn)).await {
+        Err(_) => {
+            let error = format!("did not finish within {} s and was stopped", limit.as_secs_f64().ceil());
+            ended(SubagentStatus::TimedOut, None, Some(error))
+        }
+        Ok(result) => match result.error {
+            None => ended(SubagentStatus::Completed, Some(result.reply), None),
+            Some(error) => ended(SubagentStatus::Failed, Some(result.reply).filter(|r| !r.is_empty()), Some(error)),
+        },
+    }
+}
+
+/// The user message a sub-agent answers: it sees its task, not the conversation.
+fn task_message(task: &str) -> String {
+    format!(
+        "You are a sub-agent: the main agent gave you one task to do on your own. Nobody reads \
+         your questions, so do not ask any; do the task with your tools and answer with its \
+         result, complete and concise. Your answer goes back to the main agent.\n\nTask: {task}"
+    )
+}
+
+/// The minimal prompt (identity, tools, safety, workspace, time, runtime).
+async fn system_prompt(manager: &SubagentManager, agent: &Agent, record: &NewSubagent, tools: &ToolFilter) -> String {
+    let specs = agent.tool_specs(tools);
+    let settings = agent.settings();
+    let caps = &manager.settings.prompt;
+    let files = WorkspaceFiles::load(&settings.workspace, caps.max_file_chars, caps.memory_max_chars).await;
+    let session_key = format!("{RUN_ID_PREFIX}{}", record.id);
+    prompt::build(&PromptInput {
+        mode: PromptMode::Minimal,
+        files: &files,
+        workspace: &settings.workspace,
+        tools: &specs,
+        operator: &settings.system_prompt,
+        sender: Sender::System,
+        channel: &record.chat.channel,
+        is_group: record.chat.is_group,
+        mentioned: false,
+        now: manager.now(),
+        timezone: caps.timezone,
+        model: &settings.model,
+        agent: &settings.name,
+        session_key: &session_key,
+    })
+}
+
+/// The sub-agent's tool context: its own run id (which tells tools it is a sub-agent), the
+/// parent's chat, and its reduced tools.
+fn tool_context(agent: &Agent, record: &NewSubagent, tools: &ToolFilter) -> ToolContext {
+    let run_id = format!("{RUN_ID_PREFIX}{}", record.id);
+    ToolContext {
+        session_key: run_id.clone(),
+        channel: record.chat.channel.clone(),
+        chat_id: record.chat.chat_id.clone(),
+        thread_id: record.chat.thread_id.clone(),
+        run_id,
+        sender_id: "switchboard".into(),
+        sender_name: "switchboard".into(),
+        workspace: agent.settings().workspace.clone(),
+        agent: agent.settings().name.clone(),
+        is_group: record.chat.is_group,
+        origin: Some(Origin { kind: ORIGIN_KIND.into(), id: record.id.clone() }),
+        tools: tools.clone(),
+    }
+}
+
+/// A sub-agent's steps are not shown in the chat; only its result is announced.
+struct NoEvents;
+
+impl EventSink for NoEvents {
+    fn emit(&self, _: RunEventBody) {}
+}
