@@ -21,8 +21,9 @@ use crate::config::Config;
 use crate::store::StoreError;
 use crate::store::cron::{CronClaim, CronJob, CronRunStatus, CronStore, MissedPolicy, NewCronRun};
 
-/// Missed occurrences counted at most; more are reported as "at least".
-const MAX_COUNTED: u32 = 100_000;
+/// Missed occurrences counted at most; more are reported as "at least". Small, because each
+/// step re-reads the schedule and this runs on the first tick after a long downtime.
+const MAX_COUNTED: u32 = 1_000;
 
 #[derive(Debug, Error)]
 pub enum CronError {
