@@ -62,6 +62,7 @@ async fn add_job(
         generation: 0,
         parent_job: None,
         created_by_run: None,
+        on_behalf_of: None,
     };
     match store.add_cron_job(&job, AddLimits { max_per_session: 100, max_per_run: None }).await.unwrap() {
         AddOutcome::Added(job) => *job,

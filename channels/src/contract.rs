@@ -110,7 +110,7 @@ impl ChatAddress {
 /// A chat name that is not written like a session key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "{0:?} is not a chat: write channel:chat_id, optionally with :topic:N (Telegram) or :thread:N \
+    "{0:?} is not a chat address: write channel:chat_id, optionally with :topic:N (Telegram) or :thread:N \
      (e.g. telegram:-100123:topic:7, discord:55:thread:9, api:me)"
 )]
 pub struct BadAddress(pub String);

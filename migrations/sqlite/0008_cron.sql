@@ -24,6 +24,8 @@ CREATE TABLE cron_jobs (
     generation       INTEGER NOT NULL DEFAULT 0,
     parent_job       TEXT,
     created_by_run   TEXT,
+    -- The identity the job's runs act for (its creator); NULL = the owner.
+    on_behalf_of     TEXT,
     run_requested_at BIGINT
 );
 

@@ -168,6 +168,7 @@ async fn add(config: &Config, store: &SqliteStore, args: AddArgs) -> Result<Stri
         generation: 0,
         parent_job: None,
         created_by_run: None,
+        on_behalf_of: None,
     };
     // The owner is not held to the agent's per-session limit.
     let limits = AddLimits { max_per_session: usize::MAX, max_per_run: None };

@@ -7,7 +7,7 @@ use switchboard_channels::contract::{ChatAddress, InboundMessage, Origin};
 
 use crate::config::MAIN_AGENT;
 use crate::store::cron::{CronJob, Payload};
-use crate::worker::agents::{SYSTEM_AGENT, SYSTEM_SESSION};
+use crate::worker::agents::{SYSTEM_AGENT, SYSTEM_ON_BEHALF_OF, SYSTEM_SESSION};
 
 /// `origin.kind` of cron messages.
 pub const ORIGIN_KIND: &str = "cron";
@@ -58,6 +58,9 @@ pub fn system_message(job: &CronJob, occurrence: &Occurrence<'_>) -> InboundMess
     metadata.insert(META_NAME.into(), json!(job.job.name));
     if job.job.payload == Payload::Reminder {
         metadata.insert(META_DELIVER.into(), json!(DELIVER_VERBATIM));
+    }
+    if let Some(person) = &job.job.on_behalf_of {
+        metadata.insert(SYSTEM_ON_BEHALF_OF.into(), json!(person));
     }
     msg
 }
@@ -149,6 +152,7 @@ mod tests {
                 generation: 0,
                 parent_job: None,
                 created_by_run: None,
+                on_behalf_of: Some("telegram:42".into()),
             },
         }
     }
@@ -177,6 +181,11 @@ mod tests {
         assert!(isolated.content.ends_with("\n\nStand-up!"), "{}", isolated.content);
         let turn = publish(&job("main", "telegram:42", Payload::Turn));
         assert_eq!(turn.metadata[SYSTEM_SESSION], "telegram:42");
+        // Every run of the job acts for its creator; a job from the command line, for the owner.
+        assert_eq!(turn.metadata[SYSTEM_ON_BEHALF_OF], "telegram:42");
+        let mut from_cli = job("main", "telegram:42", Payload::Turn);
+        from_cli.job.on_behalf_of = None;
+        assert!(publish(&from_cli).metadata.get(SYSTEM_ON_BEHALF_OF).is_none());
     }
 
     #[test]

@@ -130,6 +130,7 @@ impl CronTool {
             generation,
             parent_job,
             created_by_run: Some(ctx.run_id.clone()),
+            on_behalf_of: ctx.on_behalf_of.clone(),
         };
         let limits = AddLimits {
             max_per_session: self.settings.max_jobs_per_session,

@@ -96,6 +96,9 @@ pub struct NewCronJob {
     pub parent_job: Option<String>,
     /// The agent run that called the tool (none from the command line).
     pub created_by_run: Option<String>,
+    /// The person the job's runs act for (`telegram:42`), with their tools and budget;
+    /// `None` = the owner (jobs from the command line).
+    pub on_behalf_of: Option<String>,
 }
 
 /// A stored job.

@@ -71,6 +71,10 @@ pub struct ToolContext {
     pub origin: Option<Origin>,
     /// The tools this run may use; work the run starts (a sub-agent) gets no more than these.
     pub tools: ToolFilter,
+    /// The person this run acts for (`telegram:42`): the sender, or for a system message the
+    /// person whose job made it; `None` = the owner. Jobs and sub-agents started by the run
+    /// act for the same person.
+    pub on_behalf_of: Option<String>,
 }
 
 impl ToolContext {
@@ -89,7 +93,17 @@ impl ToolContext {
             is_group: msg.is_group,
             origin: (msg.kind == InboundKind::System).then(|| msg.origin.clone().unwrap_or_default()),
             tools: ToolFilter::All,
+            on_behalf_of: acting_for(msg),
         }
+    }
+}
+
+/// Whom a run of `msg` acts for: its sender, or the person named by a system message.
+fn acting_for(msg: &InboundMessage) -> Option<String> {
+    match msg.kind {
+        InboundKind::User => Some(crate::users::Identity::new(&msg.channel, &msg.sender.id).to_string()),
+        InboundKind::System => crate::worker::agents::system_field(msg, crate::worker::agents::SYSTEM_ON_BEHALF_OF)
+            .map(str::to_owned),
     }
 }
 

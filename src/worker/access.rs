@@ -28,20 +28,27 @@ pub(super) async fn admit(shared: &Shared, agent: &Agent, msg: &InboundMessage) 
     // The agent's registry holds only its allowlisted tools, so this is the intersection of
     // the allowlist and what the sender's level may use.
     let tool_names = agent.tool_names();
-    if msg.kind == InboundKind::System {
-        // Made by switchboard itself (cron prompts, heartbeats, sub-agent results), from jobs
-        // that only a permitted user or the operator could set up: run as owner, count against
-        // no one's budget. Adapters only ever publish `user` messages.
-        let tools = policy.tool_filter(Level::Owner, tool_names);
-        return Ok(Access::Allowed { tools, level: Level::Owner, billing: None });
-    }
-    let identity = Identity::new(&msg.channel, &msg.sender.id);
+    let (identity, name) = match msg.kind {
+        InboundKind::User => (Identity::new(&msg.channel, &msg.sender.id), msg.sender.name.as_str()),
+        // Made by switchboard itself (cron prompts, heartbeats, sub-agent results). One made
+        // for a person (their cron job, their sub-agent) gets that person's tools and budget,
+        // read now, so a job cannot do more than its creator may today. The others were set
+        // up by the operator: run as owner, count against no one. Adapters only ever publish
+        // `user` messages, so no person can choose this.
+        InboundKind::System => match on_behalf_of(msg) {
+            Some(identity) => (identity, ""),
+            None => {
+                let tools = policy.tool_filter(Level::Owner, tool_names);
+                return Ok(Access::Allowed { tools, level: Level::Owner, billing: None });
+            }
+        },
+    };
     let new_level = policy.new_user_level(&identity);
-    let user = shared.store.resolve_user(&identity, &msg.sender.name, new_level).await?;
+    let user = shared.store.resolve_user(&identity, name, new_level).await?;
     let level = policy.effective_level(&identity, &user);
     let now = policy.now();
     // Where `target = "owner"` heartbeats go: an owner's direct chats, never a group.
-    if level == Level::Owner && !msg.is_group {
+    if msg.kind == InboundKind::User && level == Level::Owner && !msg.is_group {
         shared.store.record_owner_chat(&agent.settings().name, &identity.to_string(), &msg.chat(), now).await?;
     }
     let month = month_key(now);
@@ -56,6 +63,20 @@ pub(super) async fn admit(shared: &Shared, agent: &Agent, msg: &InboundMessage) 
     }
     let tools = policy.tool_filter(level, tool_names);
     Ok(Access::Allowed { tools, level, billing: Some(Billing { identity, month }) })
+}
+
+/// The person a system message acts for (`metadata.on_behalf_of`), if it names a valid one.
+fn on_behalf_of(msg: &InboundMessage) -> Option<Identity> {
+    let text = super::agents::system_field(msg, super::agents::SYSTEM_ON_BEHALF_OF)?;
+    match text.parse() {
+        Ok(identity) => Some(identity),
+        Err(err) => {
+            // Only switchboard writes this field; a bad value is a bug, and acting as owner on
+            // it would turn the bug into a privilege, so run as a guest instead.
+            tracing::warn!(id = %msg.id, value = text, %err, "a system message names an invalid person; running it as a guest");
+            Some(Identity::new("invalid", text))
+        }
+    }
 }
 
 /// The sender's level, for commands that need one (`/stop` in a group). System messages act

@@ -89,8 +89,14 @@ pub const SYSTEM_AGENT: &str = "agent";
 /// `metadata.session` of a system message: the session it runs in, instead of its chat's.
 pub const SYSTEM_SESSION: &str = "session";
 
+/// `metadata.on_behalf_of` of a system message: the identity (`telegram:42`) of the person
+/// whose cron job or sub-agent made it. The run gets that person's tools and budget, so a
+/// scheduled job can never do more than its creator could; without it (heartbeats, jobs from
+/// `switchboard cron add`) the run acts for the owner.
+pub const SYSTEM_ON_BEHALF_OF: &str = "on_behalf_of";
+
 /// A non-empty string field of a system message's metadata.
-fn system_field<'m>(msg: &'m InboundMessage, key: &str) -> Option<&'m str> {
+pub(crate) fn system_field<'m>(msg: &'m InboundMessage, key: &str) -> Option<&'m str> {
     if msg.kind != InboundKind::System {
         return None;
     }

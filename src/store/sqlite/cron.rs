@@ -19,7 +19,7 @@ use crate::store::cron::{
 /// The columns [`job_from_row`] reads.
 const JOB_COLUMNS: &str = "id, name, agent, owner_session, chat, payload, message, schedule, tz, missed, enabled, \
      next_run_at, last_run_at, last_status, last_error, created_by_id, created_by_name, created_at, generation, \
-     parent_job, created_by_run, run_requested_at";
+     parent_job, created_by_run, run_requested_at, on_behalf_of";
 
 /// The columns [`run_from_row`] reads.
 const RUN_COLUMNS: &str = "job_id, scheduled_for, inbound_id, claimed_at, fired_at, status, note, error";
@@ -249,8 +249,9 @@ async fn insert_job(tx: &mut Transaction<'_, Sqlite>, job: &NewCronJob) -> Resul
         let id = generate_job_id()?;
         let inserted = sqlx::query(
             "INSERT INTO cron_jobs (id, name, agent, owner_session, chat, payload, message, schedule, tz, \
-             missed, next_run_at, created_by_id, created_by_name, created_at, generation, parent_job, created_by_run) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) \
+             missed, next_run_at, created_by_id, created_by_name, created_at, generation, parent_job, created_by_run, \
+             on_behalf_of) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) \
              ON CONFLICT (id) DO NOTHING",
         )
         .bind(&id)
@@ -270,6 +271,7 @@ async fn insert_job(tx: &mut Transaction<'_, Sqlite>, job: &NewCronJob) -> Resul
         .bind(i64::from(job.generation))
         .bind(&job.parent_job)
         .bind(&job.created_by_run)
+        .bind(&job.on_behalf_of)
         .execute(&mut **tx)
         .await?
         .rows_affected();
@@ -336,6 +338,7 @@ fn job_from_row(row: &SqliteRow) -> Result<CronJob, StoreError> {
         generation: u32::try_from(generation).map_err(|_| corrupt("generation", &generation.to_string()))?,
         parent_job: row.try_get("parent_job")?,
         created_by_run: row.try_get("created_by_run")?,
+        on_behalf_of: row.try_get("on_behalf_of")?,
     };
     let enabled: i64 = row.try_get("enabled")?;
     Ok(CronJob {
