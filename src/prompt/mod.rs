@@ -2,9 +2,10 @@
 //!
 //! Each section is a function of the run ([`PromptInput`]) that returns its text or `None`,
 //! so which sections a run gets is decided in one visible place per section and tests can
-//! check each one. The main agent gets every section ([`PromptMode::Full`]); sub-agents,
-//! cron jobs and the memory flush get the few they need ([`PromptMode::Minimal`]), which
-//! keeps their prompts short and free of chat-only rules (silent replies, heartbeats).
+//! check each one. The main agent gets every section ([`PromptMode::Full`]), also for cron
+//! turns and heartbeats, whose answers go to a chat; sub-agents and the memory flush get the
+//! few they need ([`PromptMode::Minimal`]), which keeps their prompts short and free of
+//! chat-only rules (silent replies, heartbeats).
 
 mod sections;
 #[cfg(test)]
@@ -27,8 +28,8 @@ pub use sections::SECTIONS;
 pub enum PromptMode {
     /// The main agent answering a chat: every section.
     Full,
-    /// Sub-agents, cron jobs, the memory flush: identity, tooling, safety, workspace, time
-    /// and runtime only.
+    /// Sub-agents and the memory flush: identity, tooling, safety, workspace, time and
+    /// runtime only.
     Minimal,
 }
 
