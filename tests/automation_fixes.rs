@@ -1,0 +1,136 @@
+//! Fixes to the automation (heartbeats, sub-agents) found after the first merge, each shown
+//! through the component a user meets it in.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use futures_util::StreamExt;
+use switchboard::agent::{Agent, AgentSettings};
+use switchboard::config::{BudgetsConfig, PermissionsConfig, UsersConfig};
+use switchboard::provider::Role;
+use switchboard::provider::openai::{OpenAiConfig, OpenAiProvider};
+use switchboard::store::Store as _;
+use switchboard::store::sqlite::SqliteStore;
+use switchboard::tools::{ToolLimits, ToolRegistry};
+use switchboard::users::AccessPolicy;
+use switchboard::worker::agents::Agents;
+use switchboard::worker::{Worker, WorkerSettings};
+use switchboard_channels::bus::memory::MemoryBus;
+use switchboard_channels::bus::nats::{NatsBus, NatsOptions};
+use switchboard_channels::contract::{ChatAddress, InboundMessage, Origin, OutboundMessage, Sender};
+use switchboard_channels::{Bus, BusExt, Deliveries};
+use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
+use switchboard_testkit::nats::NatsServer;
+use tokio_util::sync::CancellationToken;
+
+const OWNER_CHAT: &str = "telegram:42";
+
+/// An agent answering with the scripted model, working in `workspace` (created).
+fn agent(llm: &FakeLlm, workspace: &Path) -> Arc<Agent> {
+    std::fs::create_dir_all(workspace).unwrap();
+    let provider = OpenAiProvider::new(OpenAiConfig {
+        name: "fake".into(),
+        base_url: llm.base_url(),
+        api_key: None,
+        request_timeout: Duration::from_secs(30),
+        stream: false,
+        extra_headers: vec![],
+    })
+    .unwrap();
+    let settings = AgentSettings {
+        name: "main".into(),
+        system_prompt: "test".into(),
+        model: "fake-model".into(),
+        max_iterations: 5,
+        max_tokens: None,
+        temperature: None,
+        stream: false,
+        prices: Default::default(),
+        workspace: workspace.to_path_buf(),
+    };
+    Arc::new(Agent::new(Arc::new(provider), ToolRegistry::with_builtins(ToolLimits::default()), settings))
+}
+
+/// A worker for the main agent on `bus` whose owner is `telegram:42`; stops with the token.
+fn start_worker(bus: Arc<dyn Bus>, store: Arc<SqliteStore>, agent: Arc<Agent>) -> CancellationToken {
+    let users = UsersConfig { owners: vec![OWNER_CHAT.into()], ..UsersConfig::default() };
+    let access = AccessPolicy::from_config(&users, &PermissionsConfig::default(), &BudgetsConfig::default()).unwrap();
+    let settings = WorkerSettings { access, heartbeat_ack_max_chars: 300, ..WorkerSettings::default() };
+    let agents = Agents::new(vec![agent], "main", Vec::new()).unwrap();
+    let worker = Worker::with_agents(bus, store, agents, settings);
+    let shutdown = CancellationToken::new();
+    let token = shutdown.clone();
+    tokio::spawn(async move { worker.run(token).await.unwrap() });
+    shutdown
+}
+
+async fn next_reply(out: &mut Deliveries) -> OutboundMessage {
+    let delivery = tokio::time::timeout(Duration::from_secs(15), out.next()).await.expect("no reply").unwrap().unwrap();
+    let reply = delivery.decode().unwrap();
+    delivery.ack().await.unwrap();
+    reply
+}
+
+fn owner_chat() -> ChatAddress {
+    ChatAddress { channel: "telegram".into(), chat_id: "42".into(), thread_id: None, is_group: false }
+}
+
+fn heartbeat(slot: i64) -> InboundMessage {
+    let origin = Origin { kind: "heartbeat".into(), id: "main".into() };
+    InboundMessage::system(format!("heartbeat:main:{slot}"), owner_chat(), origin, "Work through HEARTBEAT.md.")
+}
+
+async fn nats_bus(nats: &NatsServer) -> Arc<dyn Bus> {
+    Arc::new(NatsBus::connect(&nats.url(), NatsOptions::default()).await.unwrap())
+}
+
+// ---- A suppressed heartbeat leaves no transcript ----
+
+async fn suppressed_heartbeats_leave_no_transcript_on(bus: Arc<dyn Bus>) {
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::open(&dir.path().join("s.db")).await.unwrap());
+    let shutdown = start_worker(bus.clone(), store.clone(), agent(&llm, &dir.path().join("workspace")));
+    let mut out = bus.outbound("telegram").await.unwrap();
+    let session = owner_chat().session_key();
+
+    llm.push(Scripted::Text("Hello Olga.".into()));
+    let sender = Sender { id: "42".into(), name: "Olga".into(), is_bot: false };
+    bus.publish_inbound(&InboundMessage::user("telegram", "42", sender, "hi")).await.unwrap();
+    assert_eq!(next_reply(&mut out).await.content, "Hello Olga.");
+    let before = store.history(&session, 100).await.unwrap();
+    assert_eq!(before.len(), 2, "{before:?}");
+
+    let now = Utc::now().timestamp();
+    for (i, quiet) in ["HEARTBEAT_OK", "Nothing to report. HEARTBEAT_OK"].into_iter().enumerate() {
+        llm.push(Scripted::Text(quiet.into()));
+        bus.publish_inbound(&heartbeat(now + i as i64)).await.unwrap();
+        let reply = next_reply(&mut out).await;
+        assert_eq!(reply.metadata.get("suppressed"), Some(&serde_json::json!(true)), "{reply:?}");
+        assert_eq!(store.history(&session, 100).await.unwrap(), before, "after {quiet:?}");
+    }
+    // The runs are recorded all the same: a redelivery is answered from the store.
+    assert_eq!(store.recent_runs(10).await.unwrap().len(), 3);
+
+    llm.push(Scripted::Text("The nightly backup failed.".into()));
+    bus.publish_inbound(&heartbeat(now + 10)).await.unwrap();
+    assert_eq!(next_reply(&mut out).await.content, "The nightly backup failed.");
+    let after = store.history(&session, 100).await.unwrap();
+    assert_eq!(after.len(), 4, "{after:?}");
+    assert_eq!(after[..2], before[..]);
+    assert_eq!((after[3].role, after[3].content.as_str()), (Role::Assistant, "The nightly backup failed."));
+    shutdown.cancel();
+}
+
+#[tokio::test]
+async fn suppressed_heartbeats_leave_no_transcript_on_the_memory_bus() {
+    suppressed_heartbeats_leave_no_transcript_on(Arc::new(MemoryBus::new(64))).await;
+}
+
+#[tokio::test]
+async fn suppressed_heartbeats_leave_no_transcript_on_nats() {
+    let nats = NatsServer::start().await;
+    suppressed_heartbeats_leave_no_transcript_on(nats_bus(&nats).await).await;
+}
