@@ -5,14 +5,16 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{SubsecRound, Utc};
 use futures_util::StreamExt;
 use switchboard::agent::{Agent, AgentSettings};
-use switchboard::config::{BudgetsConfig, PermissionsConfig, UsersConfig};
+use switchboard::clock::ManualClock;
+use switchboard::config::{BudgetsConfig, HeartbeatConfig, PermissionsConfig, UsersConfig};
 use switchboard::provider::Role;
 use switchboard::provider::openai::{OpenAiConfig, OpenAiProvider};
-use switchboard::store::Store as _;
+use switchboard::scheduler::heartbeat::{HeartbeatAgent, HeartbeatOutcome, HeartbeatSettings, Heartbeats, SkipReason};
 use switchboard::store::sqlite::SqliteStore;
+use switchboard::store::{RunClaim, Store as _};
 use switchboard::tools::{ToolLimits, ToolRegistry};
 use switchboard::users::AccessPolicy;
 use switchboard::worker::agents::Agents;
@@ -25,6 +27,7 @@ use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
 use switchboard_testkit::nats::NatsServer;
 use tokio_util::sync::CancellationToken;
 
+const MINUTE: Duration = Duration::from_secs(60);
 const OWNER_CHAT: &str = "telegram:42";
 
 /// An agent answering with the scripted model, working in `workspace` (created).
@@ -133,4 +136,59 @@ async fn suppressed_heartbeats_leave_no_transcript_on_the_memory_bus() {
 async fn suppressed_heartbeats_leave_no_transcript_on_nats() {
     let nats = NatsServer::start().await;
     suppressed_heartbeats_leave_no_transcript_on(nats_bus(&nats).await).await;
+}
+
+// ---- Heartbeat scheduling ----
+
+const TASKS: &str = "# Heartbeat checklist\n\n- [ ] Tell me when the nightly backup failed\n";
+
+/// A store, a memory bus, a hand-moved clock (starting now by the real clock: the store
+/// stamps runs with it) and the main agent's workspace with active tasks.
+struct Rig {
+    dir: tempfile::TempDir,
+    store: Arc<SqliteStore>,
+    bus: Arc<MemoryBus>,
+    clock: ManualClock,
+}
+
+impl Rig {
+    async fn new() -> Rig {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(SqliteStore::open(&dir.path().join("s.db")).await.unwrap());
+        std::fs::create_dir_all(dir.path().join("workspace")).unwrap();
+        std::fs::write(dir.path().join("workspace/HEARTBEAT.md"), TASKS).unwrap();
+        let clock = ManualClock::new(Utc::now().trunc_subsecs(0));
+        Rig { dir, store, bus: Arc::new(MemoryBus::new(64)), clock }
+    }
+
+    fn heartbeats(&self, every_minutes: u64) -> Heartbeats {
+        let config = HeartbeatConfig { target: OWNER_CHAT.into(), every_minutes, ..HeartbeatConfig::default() };
+        let settings = HeartbeatSettings::from_config(&config, "UTC").unwrap();
+        let agent = HeartbeatAgent { name: "main".into(), workspace: self.dir.path().join("workspace"), settings };
+        Heartbeats::new(self.store.clone(), self.bus.clone(), self.clock.clock(), vec![agent])
+    }
+}
+
+async fn tick_one(heartbeats: &Heartbeats) -> HeartbeatOutcome {
+    let mut outcomes = heartbeats.tick().await.unwrap();
+    assert_eq!(outcomes.len(), 1, "{outcomes:?}");
+    outcomes.remove(0)
+}
+
+#[tokio::test]
+async fn a_run_left_running_by_a_crashed_worker_stops_blocking_heartbeats_after_the_message_age() {
+    let rig = Rig::new().await;
+    let heartbeats = rig.heartbeats(30).with_max_message_age(Duration::from_secs(3600));
+    tick_one(&heartbeats).await;
+    // A run that never finishes: its worker died and its message is never redelivered.
+    let claim = rig.store.claim_run("telegram:42:1", &owner_chat().session_key()).await.unwrap();
+    assert!(matches!(claim, RunClaim::New { .. }), "{claim:?}");
+    rig.clock.advance(30 * MINUTE);
+    let busy = HeartbeatOutcome::Skipped { agent: "main".into(), reason: SkipReason::Busy };
+    assert_eq!(tick_one(&heartbeats).await, busy, "a recent running run makes the session busy");
+    rig.clock.advance(29 * MINUTE);
+    assert_eq!(tick_one(&heartbeats).await, busy, "59 minutes old");
+    rig.clock.advance(2 * MINUTE);
+    let outcome = tick_one(&heartbeats).await;
+    assert!(matches!(outcome, HeartbeatOutcome::Fired { .. }), "an hour-old run is abandoned: {outcome:?}");
 }

@@ -117,11 +117,23 @@ pub struct Heartbeats {
     bus: Arc<dyn Bus>,
     clock: Clock,
     agents: Vec<HeartbeatAgent>,
+    /// Runs of the target session started longer ago than this do not make it busy.
+    abandoned_after: Duration,
 }
 
 impl Heartbeats {
     pub fn new(store: Arc<dyn HeartbeatStore>, bus: Arc<dyn Bus>, clock: Clock, agents: Vec<HeartbeatAgent>) -> Self {
-        Self { store, bus, clock, agents }
+        let abandoned_after = crate::config::WorkerConfig::default().max_message_age();
+        Self { store, bus, clock, agents, abandoned_after }
+    }
+
+    /// A run still `running` after `max_message_age` (the worker's `max_message_age_secs`) is
+    /// one whose worker crashed: its message, redelivered, would be dropped as too old, so
+    /// the run never ends and must not keep the session busy forever. The heartbeat interval
+    /// would be the wrong bound: a real turn may well run longer than 5 minutes.
+    pub fn with_max_message_age(mut self, max_message_age: Duration) -> Self {
+        self.abandoned_after = max_message_age;
+        self
     }
 
     /// Handles every agent's slot that is due now.
@@ -171,7 +183,7 @@ impl Heartbeats {
         let Some(chat) = self.target_chat(agent).await? else {
             return self.use_slot(agent, slot, next, now, skip(SkipReason::NoTarget)).await;
         };
-        if self.store.session_has_running_run(&session_key(&agent.name, &chat)).await? {
+        if self.is_busy(&session_key(&agent.name, &chat), now).await? {
             let retry = now + chrono::Duration::from_std(BUSY_RETRY).unwrap_or(every);
             return self.use_slot(agent, slot, retry, now, skip(SkipReason::Busy)).await;
         }
@@ -219,6 +231,13 @@ impl Heartbeats {
         } else {
             Ok(HeartbeatOutcome::ClaimedElsewhere { agent: agent.name.clone() })
         }
+    }
+
+    /// Whether the session runs a turn now; see [`Heartbeats::with_max_message_age`].
+    async fn is_busy(&self, session_key: &str, now: DateTime<Utc>) -> Result<bool, HeartbeatError> {
+        let age = chrono::Duration::from_std(self.abandoned_after).unwrap_or(chrono::Duration::MAX);
+        let started_after = now.checked_sub_signed(age).unwrap_or(DateTime::<Utc>::MIN_UTC);
+        Ok(self.store.session_has_running_run(session_key, started_after).await?)
     }
 
     async fn has_tasks(&self, agent: &HeartbeatAgent) -> Result<bool, HeartbeatError> {

@@ -61,6 +61,11 @@ pub trait HeartbeatStore: Send + Sync {
     /// The direct chat any owner wrote to `agent` in most recently.
     async fn latest_owner_chat(&self, agent: &str) -> Result<Option<OwnerChat>, StoreError>;
 
-    /// Whether a run of the session is `running`.
-    async fn session_has_running_run(&self, session_key: &str) -> Result<bool, StoreError>;
+    /// Whether a run of the session is `running` and started after `started_after`; an older
+    /// one was left behind by a worker that crashed and is not coming back.
+    async fn session_has_running_run(
+        &self,
+        session_key: &str,
+        started_after: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
 }

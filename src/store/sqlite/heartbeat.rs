@@ -91,12 +91,18 @@ impl HeartbeatStore for SqliteStore {
         Ok(Some(OwnerChat { identity, chat, at: time("owner_chats.written_at", at)? }))
     }
 
-    async fn session_has_running_run(&self, session_key: &str) -> Result<bool, StoreError> {
-        let running: bool =
-            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM runs WHERE session_key = $1 AND status = 'running')")
-                .bind(session_key)
-                .fetch_one(self.pool())
-                .await?;
+    async fn session_has_running_run(
+        &self,
+        session_key: &str,
+        started_after: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let running: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM runs WHERE session_key = $1 AND status = 'running' AND started_at > $2)",
+        )
+        .bind(session_key)
+        .bind(millis(started_after))
+        .fetch_one(self.pool())
+        .await?;
         Ok(running)
     }
 }
