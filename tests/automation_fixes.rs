@@ -192,3 +192,25 @@ async fn a_run_left_running_by_a_crashed_worker_stops_blocking_heartbeats_after_
     let outcome = tick_one(&heartbeats).await;
     assert!(matches!(outcome, HeartbeatOutcome::Fired { .. }), "an hour-old run is abandoned: {outcome:?}");
 }
+
+#[tokio::test]
+async fn a_shortened_interval_brings_the_next_heartbeat_forward() {
+    let rig = Rig::new().await;
+    let start = (rig.clock.clock())();
+    let next_at = |outcome: HeartbeatOutcome| match outcome {
+        HeartbeatOutcome::NotDue { next_at, .. } => next_at,
+        other => panic!("not due expected: {other:?}"),
+    };
+    let daily = rig.heartbeats(1440);
+    assert_eq!(next_at(tick_one(&daily).await), start + chrono::Duration::days(1));
+    rig.clock.advance(10 * MINUTE);
+    assert_eq!(next_at(tick_one(&daily).await), start + chrono::Duration::days(1), "a day is within a day");
+    // The owner changes `every_minutes` from 1440 to 30 and restarts.
+    let half_hourly = rig.heartbeats(30);
+    let now = (rig.clock.clock())();
+    assert_eq!(next_at(tick_one(&half_hourly).await), now + chrono::Duration::minutes(30));
+    rig.clock.advance(30 * MINUTE);
+    let outcome = tick_one(&half_hourly).await;
+    assert!(matches!(outcome, HeartbeatOutcome::Fired { .. }), "{outcome:?}");
+    assert_eq!(next_at(tick_one(&half_hourly).await), now + chrono::Duration::minutes(60));
+}

@@ -167,8 +167,10 @@ impl Heartbeats {
         let every = chrono::Duration::from_std(agent.settings.every)
             .map_err(|_| HeartbeatError::Interval { agent: agent.name.clone() })?;
         // The first heartbeat comes one interval after the first scheduler started.
-        let state = self.store.heartbeat_state(&agent.name, now + every).await?;
-        let slot = state.next_at;
+        let mut slot = self.store.heartbeat_state(&agent.name, now + every).await?.next_at;
+        if slot > now + every {
+            slot = self.bring_forward(agent, slot, now + every).await?;
+        }
         if now < slot {
             return Ok(HeartbeatOutcome::NotDue { agent: agent.name.clone(), next_at: slot });
         }
@@ -231,6 +233,23 @@ impl Heartbeats {
         } else {
             Ok(HeartbeatOutcome::ClaimedElsewhere { agent: agent.name.clone() })
         }
+    }
+
+    /// A slot further away than one interval was set under a longer `every_minutes` (say a
+    /// day, now 30 minutes): it moves to `to`, one new interval from now, instead of keeping
+    /// the next heartbeat a day away. Returns the slot now stored (another scheduler may
+    /// have moved it first).
+    async fn bring_forward(
+        &self,
+        agent: &HeartbeatAgent,
+        slot: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> Result<DateTime<Utc>, HeartbeatError> {
+        if self.store.move_heartbeat_slot(&agent.name, slot, to).await? {
+            tracing::info!(agent = %agent.name, from = %slot, %to, "heartbeat interval shortened; next slot brought forward");
+            return Ok(to);
+        }
+        Ok(self.store.heartbeat_state(&agent.name, to).await?.next_at)
     }
 
     /// Whether the session runs a turn now; see [`Heartbeats::with_max_message_age`].

@@ -48,6 +48,16 @@ pub trait HeartbeatStore: Send + Sync {
     /// `claim.slot`: another scheduler claimed the slot first.
     async fn claim_heartbeat_slot(&self, claim: &SlotClaim<'_>) -> Result<bool, StoreError>;
 
+    /// Compare-and-set of the agent's `next_at` alone, from `from` to `to` (a rescheduled
+    /// slot, not a used one: `last_at` and `last_outcome` stay). `false` when `next_at` is no
+    /// longer `from`.
+    async fn move_heartbeat_slot(
+        &self,
+        agent: &str,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
+
     /// Notes that owner `identity` wrote to `agent` in the direct chat `chat` at `at`; an
     /// older time than the one stored changes nothing.
     async fn record_owner_chat(

@@ -55,6 +55,22 @@ impl HeartbeatStore for SqliteStore {
         Ok(updated == 1)
     }
 
+    async fn move_heartbeat_slot(
+        &self,
+        agent: &str,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let updated = sqlx::query("UPDATE heartbeats SET next_at = $1 WHERE agent = $2 AND next_at = $3")
+            .bind(millis(to))
+            .bind(agent)
+            .bind(millis(from))
+            .execute(self.pool())
+            .await?
+            .rows_affected();
+        Ok(updated == 1)
+    }
+
     async fn record_owner_chat(
         &self,
         agent: &str,
