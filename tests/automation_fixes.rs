@@ -1,6 +1,7 @@
 //! Fixes to the automation (heartbeats, sub-agents) found after the first merge, each shown
 //! through the component a user meets it in.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,19 +10,22 @@ use chrono::{SubsecRound, Utc};
 use futures_util::StreamExt;
 use switchboard::agent::{Agent, AgentSettings};
 use switchboard::clock::ManualClock;
-use switchboard::config::{BudgetsConfig, HeartbeatConfig, PermissionsConfig, UsersConfig};
+use switchboard::config::{BudgetsConfig, HeartbeatConfig, ModelPrice, PermissionsConfig, UsersConfig};
 use switchboard::provider::Role;
 use switchboard::provider::openai::{OpenAiConfig, OpenAiProvider};
+use switchboard::provider::pricing::PriceTable;
 use switchboard::scheduler::heartbeat::{HeartbeatAgent, HeartbeatOutcome, HeartbeatSettings, Heartbeats, SkipReason};
 use switchboard::store::sqlite::SqliteStore;
+use switchboard::store::subagents::{SubagentStatus, SubagentStore as _};
 use switchboard::store::{RunClaim, Store as _};
+use switchboard::subagents::{SpawnRequest, SubagentManager};
 use switchboard::tools::{ToolLimits, ToolRegistry};
 use switchboard::users::AccessPolicy;
 use switchboard::worker::agents::Agents;
 use switchboard::worker::{Worker, WorkerSettings};
 use switchboard_channels::bus::memory::MemoryBus;
 use switchboard_channels::bus::nats::{NatsBus, NatsOptions};
-use switchboard_channels::contract::{ChatAddress, InboundMessage, Origin, OutboundMessage, Sender};
+use switchboard_channels::contract::{ChatAddress, InboundMessage, Origin, OutboundMessage, Sender, Usage};
 use switchboard_channels::{Bus, BusExt, Deliveries};
 use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
 use switchboard_testkit::nats::NatsServer;
@@ -32,6 +36,11 @@ const OWNER_CHAT: &str = "telegram:42";
 
 /// An agent answering with the scripted model, working in `workspace` (created).
 fn agent(llm: &FakeLlm, workspace: &Path) -> Arc<Agent> {
+    agent_priced(llm, workspace, PriceTable::default())
+}
+
+/// Like [`agent`], with a price for its model.
+fn agent_priced(llm: &FakeLlm, workspace: &Path, prices: PriceTable) -> Arc<Agent> {
     std::fs::create_dir_all(workspace).unwrap();
     let provider = OpenAiProvider::new(OpenAiConfig {
         name: "fake".into(),
@@ -50,7 +59,7 @@ fn agent(llm: &FakeLlm, workspace: &Path) -> Arc<Agent> {
         max_tokens: None,
         temperature: None,
         stream: false,
-        prices: Default::default(),
+        prices,
         workspace: workspace.to_path_buf(),
     };
     Arc::new(Agent::new(Arc::new(provider), ToolRegistry::with_builtins(ToolLimits::default()), settings))
@@ -213,4 +222,63 @@ async fn a_shortened_interval_brings_the_next_heartbeat_forward() {
     let outcome = tick_one(&half_hourly).await;
     assert!(matches!(outcome, HeartbeatOutcome::Fired { .. }), "{outcome:?}");
     assert_eq!(next_at(tick_one(&half_hourly).await), now + chrono::Duration::minutes(60));
+}
+
+// ---- Sub-agents' model usage ----
+
+async fn a_subagents_usage_is_recorded_and_announced_on(bus: Arc<dyn Bus>) {
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::open(&dir.path().join("s.db")).await.unwrap());
+    let mut inbound = bus.inbound().await.unwrap();
+    let manager = SubagentManager::new(store.clone(), bus.clone(), switchboard::clock::system(), Default::default());
+    let price = ModelPrice { input_per_mtok: 1.0, output_per_mtok: 2.0 };
+    let prices = PriceTable::new(BTreeMap::from([("fake-model".to_owned(), price)]));
+    let main = agent_priced(&llm, &dir.path().join("workspace"), prices);
+    manager.attach([&main]);
+    llm.push(Scripted::Text("42".into()));
+    let request = SpawnRequest {
+        parent_session: owner_chat().session_key(),
+        parent_agent: "main".into(),
+        chat: owner_chat(),
+        label: "answer".into(),
+        task: "Find the answer.".into(),
+        tools: Default::default(),
+    };
+    let id = manager.spawn(request).await.unwrap();
+
+    let delivery = tokio::time::timeout(Duration::from_secs(15), inbound.next()).await.expect("no announcement");
+    let delivery = delivery.unwrap().unwrap();
+    let announcement: InboundMessage = delivery.decode().unwrap();
+    delivery.ack().await.unwrap();
+    assert_eq!(announcement.id, format!("subagent:{id}"));
+    let record = store.subagent(&id).await.unwrap().unwrap();
+    assert_eq!(record.status, SubagentStatus::Completed);
+    // The fake model counts four characters a token (at least one) of what it was sent and answered.
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 1);
+    let sent: usize = requests[0]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap_or_default().chars().count())
+        .sum();
+    let usage = Usage { input_tokens: (sent / 4).max(1) as u64, output_tokens: 1 };
+    assert_eq!(record.usage, usage);
+    let cost = (usage.input_tokens as f64 + 2.0 * usage.output_tokens as f64) / 1e6;
+    assert!(record.cost_usd.is_some_and(|c| (c - cost).abs() < 1e-12), "{:?} vs {cost}", record.cost_usd);
+    assert_eq!(announcement.metadata["usage"], serde_json::json!(usage));
+    assert_eq!(announcement.metadata["cost_usd"], serde_json::json!(record.cost_usd));
+    manager.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_subagents_usage_is_recorded_and_announced_on_the_memory_bus() {
+    a_subagents_usage_is_recorded_and_announced_on(Arc::new(MemoryBus::new(64))).await;
+}
+
+#[tokio::test]
+async fn a_subagents_usage_is_recorded_and_announced_on_nats() {
+    let nats = NatsServer::start().await;
+    a_subagents_usage_is_recorded_and_announced_on(nats_bus(&nats).await).await;
 }
