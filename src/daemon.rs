@@ -347,7 +347,8 @@ fn start_heartbeats(
         })?;
         agents.push(HeartbeatAgent { name: name.to_owned(), workspace: workspace.clone(), settings });
     }
-    let heartbeats = Heartbeats::new(store, bus, crate::clock::system(), agents);
+    let heartbeats = Heartbeats::new(store, bus, crate::clock::system(), agents)
+        .with_max_message_age(config.worker.max_message_age());
     Ok(tokio::spawn(heartbeats.run(shutdown.clone())))
 }
 

@@ -401,7 +401,13 @@ async fn record_life_cycle_and_reannouncement() {
     assert_eq!(store.request_subagent_cancel("test:life").await.unwrap(), ["life-1"]);
     assert_eq!(store.renew_subagent_lease("life-1", "w1", lease(start)).await.unwrap(), Renewal::CancelRequested);
     // The worker finished it before it saw the request: the result stands.
-    let end = SubagentEnd { status: SubagentStatus::Completed, result: Some("42".into()), error: None };
+    let end = SubagentEnd {
+        status: SubagentStatus::Completed,
+        result: Some("42".into()),
+        error: None,
+        usage: Default::default(),
+        cost_usd: None,
+    };
     assert!(store.finish_subagent("life-1", "w1", &end, start).await.unwrap());
     assert!(!store.finish_subagent("life-1", "w1", &end, start).await.unwrap(), "ended once");
     assert_eq!(store.renew_subagent_lease("life-1", "w1", lease(start)).await.unwrap(), Renewal::Gone);

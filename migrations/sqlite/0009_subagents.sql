@@ -23,7 +23,11 @@ CREATE TABLE subagents (
     created_at       BIGINT NOT NULL,
     started_at       BIGINT,
     finished_at      BIGINT,
-    announced        INTEGER NOT NULL DEFAULT 0
+    announced        INTEGER NOT NULL DEFAULT 0,
+    -- The model usage of its turn, and its estimated cost (NULL when the model has no price).
+    input_tokens     BIGINT NOT NULL DEFAULT 0,
+    output_tokens    BIGINT NOT NULL DEFAULT 0,
+    cost_usd         REAL
 );
 
 -- The per-session cap and `/stop` look up a session's live children.

@@ -117,11 +117,23 @@ pub struct Heartbeats {
     bus: Arc<dyn Bus>,
     clock: Clock,
     agents: Vec<HeartbeatAgent>,
+    /// Runs of the target session started longer ago than this do not make it busy.
+    abandoned_after: Duration,
 }
 
 impl Heartbeats {
     pub fn new(store: Arc<dyn HeartbeatStore>, bus: Arc<dyn Bus>, clock: Clock, agents: Vec<HeartbeatAgent>) -> Self {
-        Self { store, bus, clock, agents }
+        let abandoned_after = crate::config::WorkerConfig::default().max_message_age();
+        Self { store, bus, clock, agents, abandoned_after }
+    }
+
+    /// A run still `running` after `max_message_age` (the worker's `max_message_age_secs`) is
+    /// one whose worker crashed: its message, redelivered, would be dropped as too old, so
+    /// the run never ends and must not keep the session busy forever. The heartbeat interval
+    /// would be the wrong bound: a real turn may well run longer than 5 minutes.
+    pub fn with_max_message_age(mut self, max_message_age: Duration) -> Self {
+        self.abandoned_after = max_message_age;
+        self
     }
 
     /// Handles every agent's slot that is due now.
@@ -155,8 +167,10 @@ impl Heartbeats {
         let every = chrono::Duration::from_std(agent.settings.every)
             .map_err(|_| HeartbeatError::Interval { agent: agent.name.clone() })?;
         // The first heartbeat comes one interval after the first scheduler started.
-        let state = self.store.heartbeat_state(&agent.name, now + every).await?;
-        let slot = state.next_at;
+        let mut slot = self.store.heartbeat_state(&agent.name, now + every).await?.next_at;
+        if slot > now + every {
+            slot = self.bring_forward(agent, slot, now + every).await?;
+        }
         if now < slot {
             return Ok(HeartbeatOutcome::NotDue { agent: agent.name.clone(), next_at: slot });
         }
@@ -171,7 +185,7 @@ impl Heartbeats {
         let Some(chat) = self.target_chat(agent).await? else {
             return self.use_slot(agent, slot, next, now, skip(SkipReason::NoTarget)).await;
         };
-        if self.store.session_has_running_run(&session_key(&agent.name, &chat)).await? {
+        if self.is_busy(&session_key(&agent.name, &chat), now).await? {
             let retry = now + chrono::Duration::from_std(BUSY_RETRY).unwrap_or(every);
             return self.use_slot(agent, slot, retry, now, skip(SkipReason::Busy)).await;
         }
@@ -219,6 +233,30 @@ impl Heartbeats {
         } else {
             Ok(HeartbeatOutcome::ClaimedElsewhere { agent: agent.name.clone() })
         }
+    }
+
+    /// A slot further away than one interval was set under a longer `every_minutes` (say a
+    /// day, now 30 minutes): it moves to `to`, one new interval from now, instead of keeping
+    /// the next heartbeat a day away. Returns the slot now stored (another scheduler may
+    /// have moved it first).
+    async fn bring_forward(
+        &self,
+        agent: &HeartbeatAgent,
+        slot: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> Result<DateTime<Utc>, HeartbeatError> {
+        if self.store.move_heartbeat_slot(&agent.name, slot, to).await? {
+            tracing::info!(agent = %agent.name, from = %slot, %to, "heartbeat interval shortened; next slot brought forward");
+            return Ok(to);
+        }
+        Ok(self.store.heartbeat_state(&agent.name, to).await?.next_at)
+    }
+
+    /// Whether the session runs a turn now; see [`Heartbeats::with_max_message_age`].
+    async fn is_busy(&self, session_key: &str, now: DateTime<Utc>) -> Result<bool, HeartbeatError> {
+        let age = chrono::Duration::from_std(self.abandoned_after).unwrap_or(chrono::Duration::MAX);
+        let started_after = now.checked_sub_signed(age).unwrap_or(DateTime::<Utc>::MIN_UTC);
+        Ok(self.store.session_has_running_run(session_key, started_after).await?)
     }
 
     async fn has_tasks(&self, agent: &HeartbeatAgent) -> Result<bool, HeartbeatError> {

@@ -48,6 +48,16 @@ pub trait HeartbeatStore: Send + Sync {
     /// `claim.slot`: another scheduler claimed the slot first.
     async fn claim_heartbeat_slot(&self, claim: &SlotClaim<'_>) -> Result<bool, StoreError>;
 
+    /// Compare-and-set of the agent's `next_at` alone, from `from` to `to` (a rescheduled
+    /// slot, not a used one: `last_at` and `last_outcome` stay). `false` when `next_at` is no
+    /// longer `from`.
+    async fn move_heartbeat_slot(
+        &self,
+        agent: &str,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
+
     /// Notes that owner `identity` wrote to `agent` in the direct chat `chat` at `at`; an
     /// older time than the one stored changes nothing.
     async fn record_owner_chat(
@@ -61,6 +71,11 @@ pub trait HeartbeatStore: Send + Sync {
     /// The direct chat any owner wrote to `agent` in most recently.
     async fn latest_owner_chat(&self, agent: &str) -> Result<Option<OwnerChat>, StoreError>;
 
-    /// Whether a run of the session is `running`.
-    async fn session_has_running_run(&self, session_key: &str) -> Result<bool, StoreError>;
+    /// Whether a run of the session is `running` and started after `started_after`; an older
+    /// one was left behind by a worker that crashed and is not coming back.
+    async fn session_has_running_run(
+        &self,
+        session_key: &str,
+        started_after: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
 }

@@ -447,11 +447,11 @@ fn sql_limit(limit: usize) -> i64 {
 }
 
 /// Token counts beyond `i64::MAX` cannot happen; saturating beats failing a finished run.
-fn to_i64(count: u64) -> i64 {
+pub(super) fn to_i64(count: u64) -> i64 {
     i64::try_from(count).unwrap_or(i64::MAX)
 }
 
-fn to_u64(value: i64, column: &str) -> Result<u64, StoreError> {
+pub(super) fn to_u64(value: i64, column: &str) -> Result<u64, StoreError> {
     u64::try_from(value).map_err(|_| StoreError::Corrupt(format!("{column} is negative: {value}")))
 }
 

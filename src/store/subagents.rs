@@ -7,7 +7,7 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use switchboard_channels::contract::ChatAddress;
+use switchboard_channels::contract::{ChatAddress, Usage};
 
 use super::StoreError;
 
@@ -96,6 +96,10 @@ pub struct SubagentRecord {
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
     pub announced: bool,
+    /// The model usage of its turn; zero until it ended (and for one that never reported any).
+    pub usage: Usage,
+    /// Its estimated cost; `None` when unknown (a model without a price, or not ended).
+    pub cost_usd: Option<f64>,
 }
 
 /// What [`SubagentStore::create_subagent`] did.
@@ -124,6 +128,9 @@ pub struct SubagentEnd {
     pub status: SubagentStatus,
     pub result: Option<String>,
     pub error: Option<String>,
+    /// The model usage of its turn (zero when the turn was cut off: timed out, cancelled).
+    pub usage: Usage,
+    pub cost_usd: Option<f64>,
 }
 
 #[async_trait]

@@ -39,6 +39,9 @@ pub fn announcement(record: &SubagentRecord, max_result_chars: usize) -> Inbound
     if let Some(session) = &record.session {
         msg.metadata.insert(SYSTEM_SESSION.into(), json!(session));
     }
+    msg.metadata.insert("usage".into(), json!(record.usage));
+    // `null` when the cost is unknown, as on replies, so it is never taken for zero.
+    msg.metadata.insert("cost_usd".into(), json!(record.cost_usd));
     msg
 }
 
@@ -169,6 +172,8 @@ mod tests {
             started_at: None,
             finished_at: Some(Utc::now()),
             announced: false,
+            usage: Default::default(),
+            cost_usd: None,
         }
     }
 

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use switchboard_channels::contract::{Origin, RunEventBody};
+use switchboard_channels::contract::{Origin, RunEventBody, Usage};
 use tokio_util::sync::CancellationToken;
 
 use super::{ORIGIN_KIND, RUN_ID_PREFIX, SHUTDOWN_ERROR, SubagentManager, WITHHELD_TOOLS};
@@ -60,7 +60,9 @@ pub(super) async fn run(manager: Arc<SubagentManager>, job: Job, cancel: Cancell
         }
         Ending::End(end) => end,
     };
-    tracing::info!(subagent = %id, status = end.status.as_str(), error = ?end.error, "sub-agent ended");
+    tracing::info!(subagent = %id, status = end.status.as_str(), error = ?end.error,
+        input_tokens = end.usage.input_tokens, output_tokens = end.usage.output_tokens, cost_usd = ?end.cost_usd,
+        "sub-agent ended");
     match manager.store.finish_subagent(&id, &manager.worker_id, &end, manager.now()).await {
         Ok(true) if end.status != SubagentStatus::Cancelled => {
             manager.announce_ended(&id).await;
@@ -72,8 +74,9 @@ pub(super) async fn run(manager: Arc<SubagentManager>, job: Job, cancel: Cancell
     }
 }
 
+/// An end without a model turn to account for (or whose turn was cut off).
 fn ended(status: SubagentStatus, result: Option<String>, error: Option<String>) -> SubagentEnd {
-    SubagentEnd { status, result, error }
+    SubagentEnd { status, result, error, usage: Usage::default(), cost_usd: None }
 }
 
 fn cancelled() -> SubagentEnd {
@@ -130,10 +133,13 @@ async fn work(manager: &SubagentManager, job: &Job) -> SubagentEnd {
             let error = format!("did not finish within {} s and was stopped", limit.as_secs_f64().ceil());
             ended(SubagentStatus::TimedOut, None, Some(error))
         }
-        Ok(result) => match result.error {
-            None => ended(SubagentStatus::Completed, Some(result.reply), None),
-            Some(error) => ended(SubagentStatus::Failed, Some(result.reply).filter(|r| !r.is_empty()), Some(error)),
-        },
+        Ok(result) => {
+            let end = match result.error {
+                None => ended(SubagentStatus::Completed, Some(result.reply), None),
+                Some(error) => ended(SubagentStatus::Failed, Some(result.reply).filter(|r| !r.is_empty()), Some(error)),
+            };
+            SubagentEnd { usage: result.usage, cost_usd: result.cost_usd, ..end }
+        }
     }
 }
 

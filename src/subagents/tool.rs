@@ -69,14 +69,98 @@ impl Tool for SpawnTool {
             task: task.to_owned(),
             tools: ctx.tools.clone(),
         };
-        let id = self.manager.spawn(request).await.map_err(|err| match err {
-            SpawnError::Store(err) => ToolError::Transient(format!("cannot record the sub-agent: {err}")),
-            other => ToolError::Refused(other.to_string()),
-        })?;
+        let id = self.manager.spawn(request).await.map_err(spawn_error)?;
         let name = if label.is_empty() { String::new() } else { format!(" ({label})") };
         Ok(format!(
             "Started sub-agent {id}{name}. Its result will come back as a message; do not wait for it. \
              Tell the user it is on its way."
         ))
+    }
+}
+
+/// A store error is not [`ToolError::Transient`]: the registry would retry it at once, and if
+/// the first insert did commit (an error reported after the commit), a second sub-agent would
+/// start. The model decides whether to call `spawn` again; a record that did commit without
+/// its task is reported by the reaper as lost, never run twice.
+fn spawn_error(err: SpawnError) -> ToolError {
+    match err {
+        SpawnError::Store(err) => ToolError::Failed(format!(
+            "the sub-agent could not be recorded, so it was not started ({err}); you may call spawn again"
+        )),
+        other => ToolError::Refused(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::time::Duration;
+
+    use switchboard_channels::bus::memory::MemoryBus;
+
+    use super::*;
+    use crate::agent::{Agent, AgentSettings};
+    use crate::provider::openai::{OpenAiConfig, OpenAiProvider};
+    use crate::store::sqlite::SqliteStore;
+    use crate::subagents::SubagentSettings;
+    use crate::tools::{ToolLimits, ToolRegistry};
+
+    /// An agent whose model is never called here: spawning fails before the sub-agent runs.
+    fn agent(workspace: &Path) -> Arc<Agent> {
+        let provider = OpenAiProvider::new(OpenAiConfig {
+            name: "unused".into(),
+            base_url: "http://127.0.0.1:9/v1".into(),
+            api_key: None,
+            request_timeout: Duration::from_secs(1),
+            stream: false,
+            extra_headers: vec![],
+        })
+        .unwrap();
+        let settings = AgentSettings {
+            name: "main".into(),
+            system_prompt: "test".into(),
+            model: "unused".into(),
+            max_iterations: 5,
+            max_tokens: None,
+            temperature: None,
+            stream: false,
+            prices: Default::default(),
+            workspace: workspace.to_path_buf(),
+        };
+        Arc::new(Agent::new(Arc::new(provider), ToolRegistry::with_builtins(ToolLimits::default()), settings))
+    }
+
+    #[tokio::test]
+    async fn a_store_error_is_a_failure_for_the_model_not_a_retry() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let store = Arc::new(SqliteStore::open(&path).await.unwrap());
+        // Every insert of a sub-agent fails, as with a full disk.
+        let other = sqlx::SqlitePool::connect(&format!("sqlite://{}", path.display())).await.unwrap();
+        sqlx::query(
+            "CREATE TRIGGER no_room BEFORE INSERT ON subagents BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END",
+        )
+        .execute(&other)
+        .await
+        .unwrap();
+        let bus = Arc::new(MemoryBus::new(8));
+        let manager = SubagentManager::new(store, bus, crate::clock::system(), SubagentSettings::default());
+        let agent = agent(dir.path());
+        manager.attach([&agent]);
+        let tool = SpawnTool::new(manager);
+        let ctx = ToolContext {
+            session_key: "telegram:42".into(),
+            channel: "telegram".into(),
+            chat_id: "42".into(),
+            run_id: "r1".into(),
+            agent: "main".into(),
+            ..ToolContext::default()
+        };
+        let err = tool.execute(json!({"task": "count the files"}), &ctx).await.unwrap_err();
+        let ToolError::Failed(message) = err else {
+            panic!("expected a failure the registry does not retry, got {err:?}")
+        };
+        assert!(message.contains("database or disk is full"), "{message}");
+        assert!(message.contains("you may call spawn again"), "{message}");
     }
 }

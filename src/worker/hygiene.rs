@@ -75,6 +75,14 @@ pub(super) fn clean_reply(result: &mut TurnResult, heartbeat_ack_max_chars: Opti
     if !sanitized.removed.is_empty() {
         tracing::info!(removed = ?sanitized.removed, suppressed = sanitized.suppressed, "reply sanitized");
     }
+    if sanitized.suppressed && heartbeat_ack_max_chars.is_some() {
+        // A heartbeat that found nothing to report leaves no trace in the session: every
+        // interval's prompt and silence would otherwise fill the history (and bring its
+        // compaction closer). The run itself is still recorded, so a redelivery is not run again.
+        result.transcript.clear();
+        result.reply = sanitized.text;
+        return true;
+    }
     let last = result.transcript.len().saturating_sub(1);
     for (i, message) in result.transcript.iter_mut().enumerate() {
         if message.role != Role::Assistant {

@@ -55,6 +55,22 @@ impl HeartbeatStore for SqliteStore {
         Ok(updated == 1)
     }
 
+    async fn move_heartbeat_slot(
+        &self,
+        agent: &str,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let updated = sqlx::query("UPDATE heartbeats SET next_at = $1 WHERE agent = $2 AND next_at = $3")
+            .bind(millis(to))
+            .bind(agent)
+            .bind(millis(from))
+            .execute(self.pool())
+            .await?
+            .rows_affected();
+        Ok(updated == 1)
+    }
+
     async fn record_owner_chat(
         &self,
         agent: &str,
@@ -91,12 +107,18 @@ impl HeartbeatStore for SqliteStore {
         Ok(Some(OwnerChat { identity, chat, at: time("owner_chats.written_at", at)? }))
     }
 
-    async fn session_has_running_run(&self, session_key: &str) -> Result<bool, StoreError> {
-        let running: bool =
-            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM runs WHERE session_key = $1 AND status = 'running')")
-                .bind(session_key)
-                .fetch_one(self.pool())
-                .await?;
+    async fn session_has_running_run(
+        &self,
+        session_key: &str,
+        started_after: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let running: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM runs WHERE session_key = $1 AND status = 'running' AND started_at > $2)",
+        )
+        .bind(session_key)
+        .bind(millis(started_after))
+        .fetch_one(self.pool())
+        .await?;
         Ok(running)
     }
 }

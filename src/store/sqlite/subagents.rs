@@ -8,15 +8,17 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
+use switchboard_channels::contract::Usage;
 
-use super::{SqliteStore, from_millis, sql_limit};
+use super::{SqliteStore, from_millis, sql_limit, to_i64, to_u64};
 use crate::store::StoreError;
 use crate::store::subagents::{
     Created, NewSubagent, Renewal, SubagentEnd, SubagentRecord, SubagentStatus, SubagentStore,
 };
 
 const COLUMNS: &str = "id, parent_session, parent_agent, chat, session, label, task, status, result, error, \
-     worker, lease_until, cancel_requested, created_at, started_at, finished_at, announced";
+     worker, lease_until, cancel_requested, created_at, started_at, finished_at, announced, input_tokens, \
+     output_tokens, cost_usd";
 
 /// The live states, as SQL.
 const LIVE: &str = "('queued', 'running')";
@@ -119,7 +121,8 @@ impl SubagentStore for SqliteStore {
     ) -> Result<bool, StoreError> {
         let changed = sqlx::query(&format!(
             "UPDATE subagents SET status = $3, result = $4, error = $5, finished_at = $6, \
-             announced = CASE WHEN $3 = 'cancelled' THEN 1 ELSE 0 END \
+             announced = CASE WHEN $3 = 'cancelled' THEN 1 ELSE 0 END, \
+             input_tokens = $7, output_tokens = $8, cost_usd = $9 \
              WHERE id = $1 AND worker = $2 AND status IN {LIVE}"
         ))
         .bind(id)
@@ -128,6 +131,9 @@ impl SubagentStore for SqliteStore {
         .bind(&end.result)
         .bind(&end.error)
         .bind(now.timestamp_millis())
+        .bind(to_i64(end.usage.input_tokens))
+        .bind(to_i64(end.usage.output_tokens))
+        .bind(end.cost_usd)
         .execute(self.pool())
         .await?
         .rows_affected();
@@ -226,6 +232,11 @@ fn record(row: &SqliteRow) -> Result<SubagentRecord, StoreError> {
         started_at: optional_time("started_at")?,
         finished_at: optional_time("finished_at")?,
         announced: row.try_get::<i64, _>("announced")? != 0,
+        usage: Usage {
+            input_tokens: to_u64(row.try_get("input_tokens")?, "subagents.input_tokens")?,
+            output_tokens: to_u64(row.try_get("output_tokens")?, "subagents.output_tokens")?,
+        },
+        cost_usd: row.try_get("cost_usd")?,
         id,
     })
 }
