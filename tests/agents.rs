@@ -1,21 +1,20 @@
 //! Named agents through the in-process worker: a bound chat gets its agent's persona,
 //! model, tools and history; other chats get the default agent.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use serde_json::Value;
 mod common;
 
-use common::{fake_agent, start_agents};
+use common::{AgentSpec, BusKind, Setup};
 use switchboard::config::{BudgetsConfig, PermissionsConfig, UsersConfig};
 use switchboard::store::Store;
 use switchboard::users::AccessPolicy;
 use switchboard::worker::WorkerSettings;
-use switchboard::worker::agents::{Agents, Binding, Target};
+use switchboard::worker::agents::{Binding, Target};
 use switchboard_channels::contract::{InboundMessage, OutboundMessage, Sender};
-use switchboard_channels::{Bus, BusExt, Deliveries};
+use switchboard_channels::{BusExt, Deliveries};
 use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
 
 fn msg(chat: &str, content: &str) -> InboundMessage {
@@ -56,17 +55,19 @@ async fn a_bound_chat_gets_its_agent_and_other_chats_the_default() {
     for reply in ["main one", "support one", "support two"] {
         llm.push(Scripted::Text(reply.into()));
     }
-    let h = start_agents(owner_settings(), llm, |dir, bus, llm| {
-        let main_ws = dir.join("workspace");
-        let support_ws = dir.join("agents/support");
-        let main = fake_agent(llm, bus, "main", "main-model", main_ws.clone(), &[]);
-        let support = fake_agent(llm, bus, "support", "support-model", support_ws.clone(), &["current_time"]);
-        std::fs::write(main_ws.join("SOUL.md"), "You are Marvin, the main agent.").unwrap();
-        std::fs::write(support_ws.join("SOUL.md"), "You are Sparky, the support desk.").unwrap();
-        let bindings = vec![Binding { agent: "support".into(), target: Target::Chat("test:help".into()) }];
-        Agents::new(vec![Arc::new(main), Arc::new(support)], "main", bindings).unwrap()
-    })
-    .await;
+    let setup = Setup {
+        settings: owner_settings(),
+        llm: Some(llm),
+        agents: vec![
+            AgentSpec::new("main", "main-model", "workspace"),
+            AgentSpec::new("support", "support-model", "agents/support").allow(&["current_time"]),
+        ],
+        bindings: vec![Binding { agent: "support".into(), target: Target::Chat("test:help".into()) }],
+        ..Setup::new(BusKind::Memory)
+    };
+    let h = setup.start().await;
+    std::fs::write(h.workspace.join("SOUL.md"), "You are Marvin, the main agent.").unwrap();
+    std::fs::write(h.dir.path().join("agents/support/SOUL.md"), "You are Sparky, the support desk.").unwrap();
     let mut out = h.bus.outbound("test").await.unwrap();
     for (chat, text) in [("other", "hello main"), ("help", "first for support"), ("help", "second for support")] {
         h.bus.publish_inbound(&msg(chat, text)).await.unwrap();

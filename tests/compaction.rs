@@ -6,6 +6,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::{BusKind, Setup};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use switchboard::config::CompactionConfig;
@@ -14,8 +15,8 @@ use switchboard::context::compaction::{FLUSH_PROMPT, SUMMARY_PROMPT};
 use switchboard::store::Store;
 use switchboard::worker::WorkerSettings;
 use switchboard_channels::contract::{InboundMessage, OutboundMessage, Sender};
-use switchboard_channels::{Bus, BusExt, Deliveries};
-use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
+use switchboard_channels::{BusExt, Deliveries};
+use switchboard_testkit::fake_llm::Scripted;
 
 const SESSION: &str = "test:chat";
 
@@ -62,7 +63,7 @@ async fn wait_for_summary(store: &dyn Store) -> Option<(String, u32)> {
 
 #[tokio::test]
 async fn a_long_session_is_flushed_to_memory_then_summarised() {
-    let h = common::start_with(settings(), FakeLlm::start().await, true).await;
+    let h = Setup { settings: settings(), file_tools: true, ..Setup::new(BusKind::Memory) }.start().await;
     let mut out = h.bus.outbound("test").await.unwrap();
     // Two turns (four messages): below max_messages, the model just echoes.
     turn(&h, &mut out, "one").await;
@@ -120,7 +121,7 @@ async fn a_long_session_is_flushed_to_memory_then_summarised() {
 
 #[tokio::test]
 async fn a_failed_summary_leaves_history_and_summary_as_they_were() {
-    let h = common::start_with(settings(), FakeLlm::start().await, true).await;
+    let h = Setup { settings: settings(), file_tools: true, ..Setup::new(BusKind::Memory) }.start().await;
     let mut out = h.bus.outbound("test").await.unwrap();
     turn(&h, &mut out, "one").await;
     turn(&h, &mut out, "two").await;

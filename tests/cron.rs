@@ -2,13 +2,15 @@
 //! in-process bus and on NATS: delivery to topics and threads, verbatim reminders, isolated
 //! sessions, exactly-once firing, missed runs, lost publishes, loop limits and failures.
 
+mod common;
 mod cron_support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use cron_support::{BusKind, next_out, no_more_out, person, request_text, start, start_with};
+use common::{BusKind, next_out, nothing_more};
+use cron_support::{person, request_text, start, start_with};
 use serde_json::json;
 use switchboard::scheduler::CronSettings;
 use switchboard::scheduler::job::scheduled_id;
@@ -101,7 +103,7 @@ async fn reminder_in_a_telegram_topic_is_delivered_verbatim(kind: BusKind) {
     assert!(transcript.iter().any(|m| m.content == "Stand-up starts now!"), "{transcript:?}");
     h.clock.advance(HOUR);
     assert!(h.scheduler.tick().await.unwrap().fired.is_empty());
-    no_more_out(&mut out, Duration::from_millis(300)).await;
+    nothing_more(&mut out, Duration::from_millis(300)).await;
 }
 
 async fn turn_job_in_a_discord_thread_answers_there_with_the_sessions_history(kind: BusKind) {
@@ -161,23 +163,8 @@ async fn isolated_job_replies_to_its_target_and_keeps_its_own_history(kind: BusK
 /// Two schedulers (two store handles on one file) and two workers on one bus, ticking at once.
 async fn two_schedulers_fire_each_occurrence_once(kind: BusKind) {
     let h = start(kind).await;
-    let second_store = Arc::new(SqliteStore::open(&h.dir.path().join("s.db")).await.unwrap());
-    // The in-process bus is one per process: share it; on NATS the second gets its own connection.
-    let second_bus = match kind {
-        BusKind::Memory => Arc::clone(&h.bus),
-        BusKind::Nats => cron_support::connect(kind, h.nats.as_ref()).await,
-    };
-    let second_dir = tempfile::tempdir().unwrap();
-    cron_support::spawn_worker(
-        &second_bus,
-        &second_store,
-        &h.llm,
-        &h.clock,
-        &h.settings,
-        second_dir.path(),
-        &h.shutdown,
-    );
-    let second = cron_support::scheduler(&second_store, &second_bus, &h.clock, &h.settings);
+    let beside = h.another_worker(cron_support::worker_setup(kind, &h.clock, &h.settings)).await;
+    let second = cron_support::scheduler(&beside.store, &beside.bus, &h.clock, &h.settings);
     let mut out = h.bus.outbound("telegram").await.unwrap();
     let every = Schedule::Every { every_secs: 3600, anchor: h.clock.now() };
     let job = add_job(&h.store, Payload::Turn, every, MissedPolicy::RunOnce, h.clock.now()).await;
@@ -196,7 +183,7 @@ async fn two_schedulers_fire_each_occurrence_once(kind: BusKind) {
     for _ in 0..4 {
         replies.push(next_out(&mut out).await.in_reply_to.unwrap());
     }
-    no_more_out(&mut out, Duration::from_millis(800)).await;
+    nothing_more(&mut out, Duration::from_millis(800)).await;
     let mut unique = fired.clone();
     unique.sort();
     unique.dedup();
@@ -218,7 +205,7 @@ async fn downtime_with_skip_records_the_missed_runs(kind: BusKind) {
     h.clock.advance(3 * DAY + 5 * MINUTE);
     let report = h.scheduler.tick().await.unwrap();
     assert_eq!((report.fired.len(), report.skipped.clone()), (0, vec![job.id.clone()]));
-    no_more_out(&mut out, Duration::from_millis(500)).await;
+    nothing_more(&mut out, Duration::from_millis(500)).await;
     let history = h.store.cron_history(&job.id, 10).await.unwrap();
     assert_eq!(history.len(), 1);
     assert_eq!(history[0].status, CronRunStatus::Missed);
@@ -238,7 +225,7 @@ async fn downtime_with_run_once_runs_once_and_says_it_is_late(kind: BusKind) {
     assert_eq!(h.scheduler.tick().await.unwrap().fired.len(), 1);
     assert_eq!(h.scheduler.tick().await.unwrap().fired.len(), 0);
     assert_eq!(next_out(&mut out).await.content, "good morning");
-    no_more_out(&mut out, Duration::from_millis(500)).await;
+    nothing_more(&mut out, Duration::from_millis(500)).await;
     let history = h.store.cron_history(&job.id, 10).await.unwrap();
     assert_eq!(history.len(), 1);
     assert!(history[0].note.contains("ran late") && history[0].note.contains("3 run(s) missed"), "{}", history[0].note);
@@ -269,7 +256,7 @@ async fn a_claim_whose_publish_was_lost_is_published_by_the_next_tick(kind: BusK
     assert_eq!((report.fired.len(), report.republished.clone()), (0, vec![inbound]));
     assert_eq!(next_out(&mut out).await.content, "good morning");
     assert!(h.scheduler.tick().await.unwrap().republished.is_empty());
-    no_more_out(&mut out, Duration::from_millis(500)).await;
+    nothing_more(&mut out, Duration::from_millis(500)).await;
 }
 
 /// A cron turn may add one job per run, one generation deeper, up to the limit.

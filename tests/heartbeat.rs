@@ -4,33 +4,28 @@
 //! section, and `HEARTBEAT_OK` suppression.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, SubsecRound, Utc};
 use futures_util::StreamExt;
 use serde_json::json;
-use switchboard::agent::{Agent, AgentSettings};
 use switchboard::clock::ManualClock;
 use switchboard::config::{BudgetsConfig, Config, HeartbeatConfig, PermissionsConfig, UsersConfig};
-use switchboard::provider::openai::{OpenAiConfig, OpenAiProvider};
 use switchboard::scheduler::heartbeat::{HeartbeatAgent, HeartbeatOutcome, HeartbeatSettings, Heartbeats, SkipReason};
 use switchboard::store::sqlite::SqliteStore;
 use switchboard::store::{RunClaim, RunOutcome, RunStatus, Store};
-use switchboard::tools::{ToolLimits, ToolRegistry};
 use switchboard::users::AccessPolicy;
-use switchboard::worker::agents::Agents;
-use switchboard::worker::{Worker, WorkerSettings};
-use switchboard_channels::bus::memory::MemoryBus;
-use switchboard_channels::bus::nats::{NatsBus, NatsOptions};
-use switchboard_channels::contract::{InboundKind, InboundMessage, OutboundMessage, Sender, Usage};
+use switchboard::worker::WorkerSettings;
+use switchboard_channels::contract::{InboundKind, InboundMessage, Sender, Usage};
 use switchboard_channels::{Bus, BusExt, Deliveries};
 use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
-use switchboard_testkit::nats::NatsServer;
-use tokio_util::sync::CancellationToken;
 
+mod common;
 mod support;
+
+use common::{AgentSpec, BusKind, Setup, TestBus, next_out};
 
 const MINUTE: Duration = Duration::from_secs(60);
 const TASKS: &str = "# Heartbeat checklist\n\n- [ ] Tell me when the nightly backup failed\n";
@@ -57,7 +52,7 @@ fn settings(target: &str, active: Option<(&str, &str, &str)>) -> HeartbeatSettin
 struct Rig {
     dir: tempfile::TempDir,
     store: Arc<SqliteStore>,
-    bus: Arc<MemoryBus>,
+    bus: Arc<dyn Bus>,
     inbound: Deliveries,
     clock: ManualClock,
 }
@@ -66,7 +61,7 @@ impl Rig {
     async fn new(start: DateTime<Utc>) -> Rig {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(SqliteStore::open(&dir.path().join("s.db")).await.unwrap());
-        let bus = Arc::new(MemoryBus::new(64));
+        let bus = TestBus::start(BusKind::Memory).await.bus;
         let inbound = bus.inbound().await.unwrap();
         std::fs::create_dir_all(dir.path().join("workspace")).unwrap();
         Rig { dir, store, bus, inbound, clock: ManualClock::new(start) }
@@ -254,55 +249,21 @@ async fn two_schedulers_on_one_store_send_one_message_per_slot() {
 
 // ---- Through a real worker, on both buses ----
 
-/// An agent answering with the scripted model, working in `workspace` (created).
-fn agent(llm: &FakeLlm, name: &str, workspace: &Path) -> Arc<Agent> {
-    std::fs::create_dir_all(workspace).unwrap();
-    let provider = OpenAiProvider::new(OpenAiConfig {
-        name: "fake".into(),
-        base_url: llm.base_url(),
-        api_key: None,
-        request_timeout: Duration::from_secs(30),
-        stream: false,
-        extra_headers: vec![],
-    })
-    .unwrap();
-    let settings = AgentSettings {
-        name: name.into(),
-        system_prompt: "test".into(),
-        model: "fake-model".into(),
-        max_iterations: 5,
-        max_tokens: None,
-        temperature: None,
-        stream: false,
-        prices: Default::default(),
-        workspace: workspace.to_path_buf(),
-    };
-    Arc::new(Agent::new(Arc::new(provider), ToolRegistry::with_builtins(ToolLimits::default()), settings))
-}
-
-/// A worker for `agents` on `bus` whose owner is `telegram:42`; stops with the token.
-/// `ops` has its own `ack_max_chars` of 5.
-fn start_worker(bus: Arc<dyn Bus>, store: Arc<SqliteStore>, agents: Agents) -> CancellationToken {
+/// The worker's settings: the owner is `telegram:42`; `ops` has its own `ack_max_chars` of 5.
+fn worker_settings() -> WorkerSettings {
     let users = UsersConfig { owners: vec!["telegram:42".into()], ..UsersConfig::default() };
     let access = AccessPolicy::from_config(&users, &PermissionsConfig::default(), &BudgetsConfig::default()).unwrap();
-    let settings = WorkerSettings {
+    WorkerSettings {
         access,
         heartbeat_ack_max_chars: 300,
         heartbeat_ack_max_chars_by_agent: HashMap::from([("ops".to_owned(), 5)]),
         ..WorkerSettings::default()
-    };
-    let worker = Worker::with_agents(bus, store, agents, settings);
-    let shutdown = CancellationToken::new();
-    let token = shutdown.clone();
-    tokio::spawn(async move { worker.run(token).await.unwrap() });
-    shutdown
+    }
 }
 
-async fn next_reply(out: &mut Deliveries) -> OutboundMessage {
-    let delivery = tokio::time::timeout(Duration::from_secs(15), out.next()).await.expect("no reply").unwrap().unwrap();
-    let reply = delivery.decode().unwrap();
-    delivery.ack().await.unwrap();
-    reply
+/// A worker for `agents` (only the built-in tools) on a bus of `kind`.
+fn worker_setup(kind: BusKind, agents: Vec<AgentSpec>) -> Setup {
+    Setup { settings: worker_settings(), agents, message_tool: false, ..Setup::new(kind) }
 }
 
 fn owner(chat: &str, text: &str, is_group: bool) -> InboundMessage {
@@ -316,22 +277,18 @@ fn clock_now() -> ManualClock {
     ManualClock::new(Utc::now().trunc_subsecs(0))
 }
 
-async fn owner_direct_chat_on(bus: Arc<dyn Bus>) {
-    let llm = FakeLlm::start().await;
+async fn owner_direct_chat(kind: BusKind) {
+    let h = worker_setup(kind, vec![AgentSpec::new("main", "fake-model", "workspace")]).start().await;
+    let (bus, store, llm, workspace) = (&h.bus, &h.store, &h.llm, h.workspace.clone());
     for reply in ["Hi.", "Hi all.", REPORT] {
         llm.push(Scripted::Text(reply.into()));
     }
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(SqliteStore::open(&dir.path().join("s.db")).await.unwrap());
-    let workspace = dir.path().join("workspace");
-    let main = agent(&llm, "main", &workspace);
-    let shutdown = start_worker(bus.clone(), store.clone(), Agents::single(main));
     let mut out = bus.outbound("telegram").await.unwrap();
     // The owner writes directly, then in a group: the group is never a heartbeat target.
     bus.publish_inbound(&owner("42", "hello in private", false)).await.unwrap();
-    next_reply(&mut out).await;
+    next_out(&mut out).await;
     bus.publish_inbound(&owner("-100555", "hello group", true)).await.unwrap();
-    assert_eq!(next_reply(&mut out).await.chat_id, "-100555");
+    assert_eq!(next_out(&mut out).await.chat_id, "-100555");
 
     std::fs::write(workspace.join("HEARTBEAT.md"), TASKS).unwrap();
     let clock = clock_now();
@@ -342,7 +299,7 @@ async fn owner_direct_chat_on(bus: Arc<dyn Bus>) {
     clock.advance(30 * MINUTE);
     let HeartbeatOutcome::Fired { chat, .. } = tick_one(&heartbeats).await else { panic!("did not fire") };
     assert_eq!((chat.chat_id.as_str(), chat.is_group), ("42", false));
-    let reply = next_reply(&mut out).await;
+    let reply = next_out(&mut out).await;
     assert_eq!((reply.channel.as_str(), reply.chat_id.as_str(), reply.thread_id), ("telegram", "42", None));
     assert_eq!(reply.content, REPORT);
     assert!(matches!(tick_one(&heartbeats).await, HeartbeatOutcome::NotDue { .. }));
@@ -350,16 +307,12 @@ async fn owner_direct_chat_on(bus: Arc<dyn Bus>) {
     let requests = llm.requests();
     assert_eq!(requests.len(), 3);
     assert!(requests[2]["messages"].to_string().contains("read HEARTBEAT.md"), "{}", requests[2]);
-    shutdown.cancel();
+    h.shutdown.cancel();
 }
 
 /// `[heartbeat]` targets a Telegram topic; `[agents.ops.heartbeat]` a Discord thread, every
 /// 10 minutes, in ops's own sessions.
-async fn configured_targets_on(bus: Arc<dyn Bus>) {
-    let llm = FakeLlm::start().await;
-    for _ in 0..3 {
-        llm.push(Scripted::Text(REPORT.into()));
-    }
+async fn configured_targets(kind: BusKind) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("config.toml");
     let text = format!(
@@ -369,11 +322,16 @@ async fn configured_targets_on(bus: Arc<dyn Bus>) {
     );
     std::fs::write(&path, text).unwrap();
     let config = Config::load(Some(&path), &HashMap::new()).unwrap();
-    let store = Arc::new(SqliteStore::open(config.store_path()).await.unwrap());
-    let main = agent(&llm, "main", &config.agent.workspace);
-    let ops = agent(&llm, "ops", &config.agents["ops"].workspace);
-    let agents = Agents::new(vec![main, ops], "main", Vec::new()).unwrap();
-    let shutdown = start_worker(bus.clone(), store.clone(), agents);
+    let agents = vec![
+        AgentSpec::new("main", "fake-model", &config.agent.workspace),
+        AgentSpec::new("ops", "fake-model", &config.agents["ops"].workspace),
+    ];
+    let setup = Setup { store_path: Some(config.store_path().to_path_buf()), ..worker_setup(kind, agents) };
+    let h = setup.start().await;
+    let (bus, store) = (&h.bus, &h.store);
+    for _ in 0..3 {
+        h.llm.push(Scripted::Text(REPORT.into()));
+    }
     let mut heartbeat_agents = Vec::new();
     for (name, workspace) in [("main", &config.agent.workspace), ("ops", &config.agents["ops"].workspace)] {
         std::fs::write(workspace.join("HEARTBEAT.md"), TASKS).unwrap();
@@ -387,45 +345,26 @@ async fn configured_targets_on(bus: Arc<dyn Bus>) {
     clock.advance(10 * MINUTE);
     let outcomes = heartbeats.tick().await.unwrap();
     assert_eq!(outcomes.iter().filter(|o| is_fired(o)).count(), 1, "{outcomes:?}");
-    let reply = next_reply(&mut discord).await;
+    let reply = next_out(&mut discord).await;
     assert_eq!((reply.chat_id.as_str(), reply.thread_id.as_deref()), ("55", Some("9")));
     assert_eq!(reply.metadata["session_key"], json!("ops/discord:55:thread:9"));
     clock.advance(20 * MINUTE);
     let outcomes = heartbeats.tick().await.unwrap();
     assert_eq!(outcomes.iter().filter(|o| is_fired(o)).count(), 2, "{outcomes:?}");
-    let reply = next_reply(&mut telegram).await;
+    let reply = next_out(&mut telegram).await;
     assert_eq!((reply.chat_id.as_str(), reply.thread_id.as_deref()), ("-100123", Some("7")));
     assert_eq!(reply.metadata["session_key"], json!("telegram:-100123:topic:7"));
     assert_eq!(reply.content, REPORT);
-    assert_eq!(next_reply(&mut discord).await.thread_id.as_deref(), Some("9"));
-    shutdown.cancel();
-}
-
-#[tokio::test]
-async fn fires_into_the_owners_direct_chat_on_the_memory_bus() {
-    owner_direct_chat_on(Arc::new(MemoryBus::new(64))).await;
-}
-
-#[tokio::test]
-async fn fires_into_the_owners_direct_chat_on_nats() {
-    let nats = NatsServer::start().await;
-    owner_direct_chat_on(Arc::new(NatsBus::connect(&nats.url(), NatsOptions::default()).await.unwrap())).await;
-}
-
-#[tokio::test]
-async fn fires_into_configured_topics_and_threads_on_the_memory_bus() {
-    configured_targets_on(Arc::new(MemoryBus::new(64))).await;
-}
-
-#[tokio::test]
-async fn fires_into_configured_topics_and_threads_on_nats() {
-    let nats = NatsServer::start().await;
-    configured_targets_on(Arc::new(NatsBus::connect(&nats.url(), NatsOptions::default()).await.unwrap())).await;
+    assert_eq!(next_out(&mut discord).await.thread_id.as_deref(), Some("9"));
+    h.shutdown.cancel();
 }
 
 /// Suppression through a worker; `ops` allows 5 characters besides the token.
-async fn suppression_on(bus: Arc<dyn Bus>) {
-    let llm = FakeLlm::start().await;
+async fn suppression(kind: BusKind) {
+    let agents =
+        vec![AgentSpec::new("main", "fake-model", "workspace"), AgentSpec::new("ops", "fake-model", "agents/ops")];
+    let h = worker_setup(kind, agents).start().await;
+    let (bus, store, llm) = (&h.bus, &h.store, &h.llm);
     let report = "The nightly backup failed: the disk is full. ".repeat(8);
     let report = report.trim_end();
     for reply in [
@@ -439,11 +378,7 @@ async fn suppression_on(bus: Arc<dyn Bus>) {
     ] {
         llm.push(Scripted::Text(reply));
     }
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(SqliteStore::open(&dir.path().join("s.db")).await.unwrap());
-    let (main_ws, ops_ws) = (dir.path().join("workspace"), dir.path().join("agents/ops"));
-    let agents = Agents::new(vec![agent(&llm, "main", &main_ws), agent(&llm, "ops", &ops_ws)], "main", Vec::new());
-    let shutdown = start_worker(bus.clone(), store.clone(), agents.unwrap());
+    let (main_ws, ops_ws) = (h.workspace.clone(), h.dir.path().join("agents/ops"));
     let clock = clock_now();
     let mut by_agent = Vec::new();
     for (name, workspace) in [("main", main_ws), ("ops", ops_ws)] {
@@ -458,31 +393,26 @@ async fn suppression_on(bus: Arc<dyn Bus>) {
     for expected in ["", "", "", "", report] {
         clock.advance(30 * MINUTE);
         assert!(is_fired(&tick_one(main).await));
-        let reply = next_reply(&mut out).await;
+        let reply = next_out(&mut out).await;
         assert_eq!(reply.content, expected);
         assert_eq!(reply.metadata.get("suppressed").is_some(), expected.is_empty(), "{reply:?}");
     }
     assert!(is_fired(&tick_one(ops).await));
-    let reply = next_reply(&mut out).await;
+    let reply = next_out(&mut out).await;
     assert_eq!((reply.content.as_str(), &reply.metadata["session_key"]), ("all quiet.", &json!("ops/telegram:42")));
     // A person's message whose answer is the token is answered as written.
     bus.publish_inbound(&owner("42", "say the heartbeat word", false)).await.unwrap();
-    let reply = next_reply(&mut out).await;
+    let reply = next_out(&mut out).await;
     assert_eq!(reply.content, "HEARTBEAT_OK");
     assert!(reply.metadata.get("suppressed").is_none(), "{reply:?}");
     assert_eq!(store.recent_runs(10).await.unwrap().len(), 7);
-    shutdown.cancel();
+    h.shutdown.cancel();
 }
 
-#[tokio::test]
-async fn heartbeat_ok_replies_are_suppressed_on_the_memory_bus() {
-    suppression_on(Arc::new(MemoryBus::new(64))).await;
-}
-
-#[tokio::test]
-async fn heartbeat_ok_replies_are_suppressed_on_nats() {
-    let nats = NatsServer::start().await;
-    suppression_on(Arc::new(NatsBus::connect(&nats.url(), NatsOptions::default()).await.unwrap())).await;
+both_buses! {
+    fires_into_the_owners_direct_chat => owner_direct_chat();
+    fires_into_configured_topics_and_threads => configured_targets();
+    heartbeat_ok_replies_are_suppressed => suppression();
 }
 
 // ---- The daemon ----

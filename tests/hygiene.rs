@@ -13,7 +13,7 @@ use switchboard::config::{GuardConfig, GuardMode};
 use switchboard::hygiene::Guard;
 use switchboard::worker::WorkerSettings;
 use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, Sender};
-use switchboard_channels::{Bus, BusExt, Deliveries};
+use switchboard_channels::{BusExt, Deliveries};
 use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
 
 fn settings(mode: GuardMode, max_message_chars: usize) -> WorkerSettings {

@@ -2,13 +2,15 @@
 //! `spawn` tool, the announcement back to the origin session and chat, the limits, the `/stop`
 //! cascade and the reports of sub-agents lost with their worker.
 
+mod common;
 #[path = "subagents/harness.rs"]
 mod harness;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use harness::{Rig, Setup, Shape, eventually, message, next_out, nothing_more, subagent_requests, tool_names};
+use common::{BusKind, Harness, next_out, nothing_more};
+use harness::{eventually, message, setup, setup_with, subagent_requests, tool_names};
 use serde_json::json;
 use switchboard::clock::ManualClock;
 use switchboard::store::Store;
@@ -43,10 +45,10 @@ const DISCORD_THREAD: Place =
 
 /// A person asks; the model spawns a sub-agent and says so; the sub-agent answers; its
 /// announcement runs in the origin session and the main agent's reply reaches the chat.
-async fn announce_routing(shape: Shape, place: Place, agent: Option<&'static str>) {
-    let mut setup = Setup::new(shape);
+async fn announce_routing(kind: BusKind, place: Place, agent: Option<&'static str>) {
+    let mut setup = setup(kind);
     if let Some(name) = agent {
-        setup.agents.push(name);
+        setup.agents.push(harness::agent(name));
         setup.bindings.push(Binding { agent: name.into(), target: Target::Channel(place.channel.into()) });
     }
     let rig = setup.start().await;
@@ -92,22 +94,7 @@ async fn announce_routing(shape: Shape, place: Place, agent: Option<&'static str
     rig.stop().await;
 }
 
-/// Each test once on the memory bus and once on NATS JetStream: `name => function(args)`,
-/// called as `function(shape, args)`.
-macro_rules! on_both_buses {
-    ($($name:ident => $f:ident($($arg:expr),*);)*) => {
-        mod memory_bus {
-            use super::*;
-            $(#[tokio::test] async fn $name() { $f(Shape::Memory $(, $arg)*).await })*
-        }
-        mod nats_bus {
-            use super::*;
-            $(#[tokio::test] async fn $name() { $f(Shape::Nats $(, $arg)*).await })*
-        }
-    };
-}
-
-on_both_buses! {
+both_buses! {
     announcement_reaches_a_telegram_forum_topic => announce_routing(TELEGRAM_TOPIC, None);
     announcement_reaches_a_discord_thread => announce_routing(DISCORD_THREAD, None);
     announcement_reaches_a_named_agents_session => announce_routing(TELEGRAM_TOPIC, Some("support"));
@@ -117,8 +104,8 @@ on_both_buses! {
 
 /// A sub-agent started by a turn in an isolated session (a cron job's `metadata.session`) is
 /// announced in that session; the reply still goes to the job's chat topic.
-async fn isolated_session_routing(shape: Shape) {
-    let rig = Setup::new(shape).start().await;
+async fn isolated_session_routing(kind: BusKind) {
+    let rig = setup(kind).start().await;
     rig.llm.push(spawn_call(TASK, "capital"));
     rig.llm.push(Scripted::Text("Asked a helper.".into()));
     rig.llm.push_when(MINIMAL, Scripted::Text("Lima.".into()));
@@ -148,8 +135,8 @@ async fn isolated_session_routing(shape: Shape) {
 
 /// `/stop` in the origin session cancels its hanging sub-agent: recorded `cancelled`, never
 /// announced, counted in the answer; another session's sub-agent keeps running.
-async fn stop_cascade(shape: Shape) {
-    let rig = Setup::new(shape).start().await;
+async fn stop_cascade(kind: BusKind) {
+    let rig = setup(kind).start().await;
     let mut out = rig.outbound("telegram").await;
     for (chat, task) in [("-1001", "Task of chat one."), ("-1002", "Task of chat two.")] {
         rig.llm.push(spawn_call(task, chat));
@@ -175,16 +162,16 @@ async fn stop_cascade(shape: Shape) {
     let two = rig.store.subagents_of("telegram:-1002").await.unwrap().remove(0);
     assert_eq!(two.status, SubagentStatus::Running);
     // A reaper pass finds nothing to report, and no announcement reaches the chat.
-    assert_eq!(rig.manager.tick().await.unwrap().lost, 0);
+    assert_eq!(rig.manager().tick().await.unwrap().lost, 0);
     nothing_more(&mut out, Duration::from_millis(700)).await;
     let runs = rig.store.recent_runs(50).await.unwrap();
     assert!(!runs.iter().any(|run| run.inbound_id == format!("subagent:{}", one.id)), "{runs:#?}");
-    assert_eq!(rig.manager.live_count(), 1);
+    assert_eq!(rig.manager().live_count(), 1);
     rig.stop().await;
 }
 
-async fn memory_rig(settings: SubagentSettings) -> Rig {
-    Setup { settings, ..Setup::new(Shape::Memory) }.start().await
+async fn memory_rig(settings: SubagentSettings) -> Harness {
+    setup_with(BusKind::Memory, settings, switchboard::clock::system()).start().await
 }
 
 #[tokio::test]
@@ -213,7 +200,7 @@ async fn the_sixth_live_child_of_a_session_is_refused() {
     assert!(refused[0].contains("already has 5 sub-agents queued or running"), "{}", refused[0]);
     let records = rig.store.subagents_of("test:cap").await.unwrap();
     assert_eq!(records.len(), 5);
-    assert_eq!(rig.manager.cancel_session("test:cap").await, 5);
+    assert_eq!(rig.manager().cancel_session("test:cap").await, 5);
     rig.stop().await;
 }
 
@@ -278,7 +265,7 @@ async fn the_global_limit_queues_the_rest() {
     rig.llm.wait_for_requests(4, Duration::from_secs(10)).await;
     assert_eq!(subagent_requests(&rig.llm).len(), 2, "the queued one has not called the model");
     // The queued one is cancelled too, without ever running.
-    assert_eq!(rig.manager.cancel_session("test:q").await, 3);
+    assert_eq!(rig.manager().cancel_session("test:q").await, 3);
     eventually("all cancelled", || {
         let store = store.clone();
         async move {
@@ -341,7 +328,7 @@ async fn a_timed_out_subagent_is_announced_as_timed_out() {
 async fn racing_reapers_report_a_lost_subagent_exactly_once() {
     let start = chrono::Utc::now();
     let clock = ManualClock::new(start);
-    let rig = Setup { clock: clock.clock(), ..Setup::new(Shape::Memory) }.start().await;
+    let rig = setup_with(BusKind::Memory, SubagentSettings::default(), clock.clock()).start().await;
     let other = Arc::new(SqliteStore::open(&rig.dir.path().join("s.db")).await.unwrap());
     let mut new = record("dead-1", "telegram:-100123:topic:7", "crashed-worker");
     new.chat = ChatAddress {
@@ -356,11 +343,11 @@ async fn racing_reapers_report_a_lost_subagent_exactly_once() {
     let second = SubagentManager::new(other.clone(), rig.bus.clone(), clock.clock(), SubagentSettings::default());
 
     // Before the lease ran out nothing happens.
-    assert_eq!(rig.manager.tick().await.unwrap().lost, 0);
+    assert_eq!(rig.manager().tick().await.unwrap().lost, 0);
     clock.advance(Duration::from_secs(61));
     rig.llm.push(Scripted::Text("Sorry, the helper for that task crashed; shall I retry?".into()));
     let mut out = rig.outbound("telegram").await;
-    let (a, b) = tokio::join!(rig.manager.tick(), second.tick());
+    let (a, b) = tokio::join!(rig.manager().tick(), second.tick());
     assert_eq!(a.unwrap().lost + b.unwrap().lost, 1);
     let reply = next_out(&mut out).await;
     assert_eq!(reply.content, "Sorry, the helper for that task crashed; shall I retry?");
@@ -371,7 +358,7 @@ async fn racing_reapers_report_a_lost_subagent_exactly_once() {
     assert!(history[0].content.contains("failed") && history[0].content.contains(LOST_ERROR), "{}", history[0].content);
     // Later passes (and a re-announce pass a lease later) add nothing.
     clock.advance(Duration::from_secs(120));
-    let (a, b) = tokio::join!(rig.manager.tick(), second.tick());
+    let (a, b) = tokio::join!(rig.manager().tick(), second.tick());
     assert_eq!(a.unwrap(), Default::default());
     assert_eq!(b.unwrap(), Default::default());
     nothing_more(&mut out, Duration::from_millis(500)).await;
@@ -385,7 +372,7 @@ async fn record_life_cycle_and_reannouncement() {
     // Whole milliseconds, as the store keeps them.
     let start = chrono::DateTime::from_timestamp_millis(chrono::Utc::now().timestamp_millis()).unwrap();
     let clock = ManualClock::new(start);
-    let rig = Setup { clock: clock.clock(), ..Setup::new(Shape::Memory) }.start().await;
+    let rig = setup_with(BusKind::Memory, SubagentSettings::default(), clock.clock()).start().await;
     let store = rig.store.clone();
     let lease = |at: chrono::DateTime<chrono::Utc>| at + chrono::Duration::seconds(60);
     let mut new = record("life-1", "test:life", "w1");
@@ -420,12 +407,12 @@ async fn record_life_cycle_and_reannouncement() {
     // Its worker died before announcing: within a lease of its end nothing is re-sent, after it once.
     let mut out = rig.outbound("test").await;
     rig.llm.push(Scripted::Text("The answer is 42.".into()));
-    assert_eq!(rig.manager.tick().await.unwrap().reannounced, 0);
+    assert_eq!(rig.manager().tick().await.unwrap().reannounced, 0);
     clock.advance(Duration::from_secs(61));
-    assert_eq!(rig.manager.tick().await.unwrap().reannounced, 1);
+    assert_eq!(rig.manager().tick().await.unwrap().reannounced, 1);
     assert_eq!(next_out(&mut out).await.content, "The answer is 42.");
     assert!(store.subagent("life-1").await.unwrap().unwrap().announced);
-    assert_eq!(rig.manager.tick().await.unwrap().reannounced, 0);
+    assert_eq!(rig.manager().tick().await.unwrap().reannounced, 0);
     rig.stop().await;
 }
 
@@ -451,7 +438,7 @@ async fn a_stop_on_one_worker_cancels_a_subagent_running_on_another() {
         async move { store.subagent(&id).await.unwrap().unwrap().status == SubagentStatus::Cancelled }
     })
     .await;
-    assert_eq!(rig.manager.live_count(), 0);
+    assert_eq!(rig.manager().live_count(), 0);
     nothing_more(&mut out, Duration::from_millis(500)).await;
     rig.stop().await;
 }
@@ -468,7 +455,7 @@ async fn shutdown_reports_running_subagents_as_interrupted() {
     rig.send(&message("test", "sd", None, false, "go")).await;
     assert_eq!(next_out(&mut out).await.content, "started");
     rig.llm.wait_for_requests(3, Duration::from_secs(10)).await;
-    rig.manager.shutdown().await;
+    rig.manager().shutdown().await;
     let record = rig.store.subagents_of("test:sd").await.unwrap().remove(0);
     assert_eq!((record.status, record.error.as_deref()), (SubagentStatus::Failed, Some(SHUTDOWN_ERROR)));
     assert!(record.announced);
@@ -480,7 +467,7 @@ async fn shutdown_reports_running_subagents_as_interrupted() {
 async fn a_subagent_cannot_spawn() {
     use switchboard::tools::{Tool, ToolContext, ToolError};
     let rig = memory_rig(SubagentSettings::default()).await;
-    let tool = switchboard::subagents::tool::SpawnTool::new(rig.manager.clone());
+    let tool = switchboard::subagents::tool::SpawnTool::new(rig.manager().clone());
     let ctx = ToolContext { run_id: "subagent:abc".into(), agent: "main".into(), ..ToolContext::default() };
     let err = tool.execute(json!({"task": "more"}), &ctx).await.unwrap_err();
     assert!(matches!(&err, ToolError::Refused(why) if why.contains("cannot start sub-agents")), "{err}");

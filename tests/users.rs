@@ -1,7 +1,10 @@
 //! Users, permission levels and budgets: the worker on the in-process bus with a real SQLite
 //! store and the scripted model server, and the `switchboard users` commands through the binary.
 
+mod common;
 mod support;
+
+use common::{BusKind, Parts, Setup, ToolMaker};
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -11,20 +14,15 @@ use bytes::Bytes;
 use chrono::{DateTime, TimeZone, Utc};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
-use switchboard::agent::{Agent, AgentSettings};
 use switchboard::config::{BudgetsConfig, PermissionsConfig, UsersConfig};
-use switchboard::provider::openai::{OpenAiConfig, OpenAiProvider};
 use switchboard::store::sqlite::SqliteStore;
 use switchboard::store::{RunStatus, Store};
-use switchboard::tools::{Tool, ToolContext, ToolError, ToolLimits, ToolRegistry};
+use switchboard::tools::{Tool, ToolContext, ToolError};
 use switchboard::users::{AccessPolicy, Identity, Level, LinkOutcome, UserStore};
-use switchboard::worker::{Worker, WorkerSettings};
-use switchboard_channels::bus::memory::MemoryBus;
+use switchboard::worker::WorkerSettings;
 use switchboard_channels::contract::{InboundKind, InboundMessage, OutboundKind, OutboundMessage, Sender};
 use switchboard_channels::subject::Flow;
-use switchboard_channels::{Bus, BusExt, Deliveries};
-use switchboard_testkit::fake_llm::FakeLlm;
-use tokio_util::sync::CancellationToken;
+use switchboard_channels::{BusExt, Deliveries};
 
 /// A tool that only has a name: enough to see what the model is offered.
 struct Dummy(&'static str);
@@ -45,15 +43,12 @@ impl Tool for Dummy {
     }
 }
 
+/// The shared worker harness, the chat's outbound stream and the policy's clock.
 struct Harness {
-    bus: Arc<MemoryBus>,
-    store: Arc<SqliteStore>,
-    llm: FakeLlm,
+    base: common::Harness,
     out: Deliveries,
     /// What the worker's policy takes as "now".
     clock: Arc<Mutex<DateTime<Utc>>>,
-    _shutdown: tokio_util::sync::DropGuard,
-    _dir: tempfile::TempDir,
 }
 
 fn jan_31() -> DateTime<Utc> {
@@ -65,46 +60,19 @@ fn policy(owners: &[&str], budgets: BudgetsConfig) -> AccessPolicy {
     AccessPolicy::from_config(&users, &PermissionsConfig::default(), &budgets).unwrap()
 }
 
+/// The worker's agent has three dummy tools besides the built-ins (and no `message` tool).
 async fn start(policy: AccessPolicy) -> Harness {
-    let dir = tempfile::tempdir().unwrap();
-    let llm = FakeLlm::start().await;
-    let bus = Arc::new(MemoryBus::new(64));
-    let store = Arc::new(SqliteStore::open(&dir.path().join("s.db")).await.unwrap());
-    let provider = OpenAiProvider::new(OpenAiConfig {
-        name: "fake".into(),
-        base_url: llm.base_url(),
-        api_key: None,
-        request_timeout: Duration::from_secs(30),
-        stream: false,
-        extra_headers: vec![],
-    })
-    .unwrap();
-    let mut tools = ToolRegistry::with_builtins(ToolLimits::default());
-    for name in ["exec", "write_file", "brand_new_tool"] {
-        tools.register(Arc::new(Dummy(name)));
-    }
-    let agent_settings = AgentSettings {
-        name: "main".into(),
-        system_prompt: "test".into(),
-        model: "fake-model".into(),
-        max_iterations: 5,
-        max_tokens: None,
-        temperature: None,
-        stream: false,
-        prices: Default::default(),
-        workspace: dir.path().join("workspace"),
-    };
-    let agent = Agent::new(Arc::new(provider), tools, agent_settings);
     let clock = Arc::new(Mutex::new(jan_31()));
     let now = Arc::clone(&clock);
     let access = policy.with_clock(Arc::new(move || *now.lock().unwrap()));
+    let dummies: Vec<ToolMaker> = ["exec", "write_file", "brand_new_tool"]
+        .into_iter()
+        .map(|name| Box::new(move |_: &Parts| Arc::new(Dummy(name)) as Arc<dyn Tool>) as ToolMaker)
+        .collect();
     let settings = WorkerSettings { access, ..WorkerSettings::default() };
-    let worker = Worker::new(bus.clone(), store.clone(), Arc::new(agent), settings);
-    let shutdown = CancellationToken::new();
-    let token = shutdown.clone();
-    tokio::spawn(async move { worker.run(token).await.unwrap() });
-    let out = bus.outbound("test").await.unwrap();
-    Harness { bus, store, llm, out, clock, _shutdown: shutdown.drop_guard(), _dir: dir }
+    let base = Setup { settings, message_tool: false, tools: dummies, ..Setup::new(BusKind::Memory) }.start().await;
+    let out = base.outbound("test").await;
+    Harness { base, out, clock }
 }
 
 fn from(sender: &str, content: &str) -> InboundMessage {
@@ -116,7 +84,7 @@ fn from(sender: &str, content: &str) -> InboundMessage {
 impl Harness {
     /// Sends a message and waits for its answer.
     async fn ask(&mut self, msg: &InboundMessage) -> OutboundMessage {
-        self.bus.publish_inbound(msg).await.unwrap();
+        self.base.bus.publish_inbound(msg).await.unwrap();
         let reply = next_reply(&mut self.out).await;
         assert_eq!(reply.in_reply_to.as_deref(), Some(msg.id.as_str()));
         reply
@@ -124,7 +92,7 @@ impl Harness {
 
     /// The tool names offered in the `i`-th model request.
     fn offered(&self, i: usize) -> Vec<String> {
-        let requests = self.llm.requests();
+        let requests = self.base.llm.requests();
         let tools = requests[i]["tools"].as_array().cloned().unwrap_or_default();
         tools.iter().map(|t| t["function"]["name"].as_str().unwrap().to_owned()).collect()
     }
@@ -135,12 +103,12 @@ impl Harness {
 
     async fn user_of(&self, identity: &str) -> switchboard::users::User {
         let identity: Identity = identity.parse().unwrap();
-        self.store.resolve_user(&identity, "", Level::Guest).await.unwrap()
+        self.base.store.resolve_user(&identity, "", Level::Guest).await.unwrap()
     }
 
     async fn used(&self, identity: &str, month: &str) -> u64 {
         let user = self.user_of(identity).await;
-        let usage = self.store.monthly_usage(user.id, month).await.unwrap();
+        let usage = self.base.store.monthly_usage(user.id, month).await.unwrap();
         usage.input_tokens + usage.output_tokens
     }
 }
@@ -165,7 +133,7 @@ async fn a_first_message_creates_a_guest_who_is_offered_guest_tools_only() {
     assert_eq!(reply.content, "echo: hello");
     assert_eq!(h.offered(0), ["current_time"]);
 
-    let users = h.store.list_users("2025-01").await.unwrap();
+    let users = h.base.store.list_users("2025-01").await.unwrap();
     assert_eq!(users.len(), 1, "{users:?}");
     assert_eq!(users[0].user.level, Level::Guest);
     assert_eq!(users[0].identities, [(Identity::new("test", "alice"), "alice name".to_owned())]);
@@ -175,10 +143,10 @@ async fn a_first_message_creates_a_guest_who_is_offered_guest_tools_only() {
 #[tokio::test]
 async fn higher_levels_and_configured_owners_are_offered_more_tools() {
     let mut h = start(policy(&["test:boss"], BudgetsConfig::default())).await;
-    h.store.set_level(&Identity::new("test", "ann"), Level::Admin).await.unwrap();
-    h.store.set_level(&Identity::new("test", "uma"), Level::User).await.unwrap();
+    h.base.store.set_level(&Identity::new("test", "ann"), Level::Admin).await.unwrap();
+    h.base.store.set_level(&Identity::new("test", "uma"), Level::User).await.unwrap();
     // Stored as a guest, but listed in users.owners: acts as owner all the same.
-    h.store.set_level(&Identity::new("test", "boss"), Level::Guest).await.unwrap();
+    h.base.store.set_level(&Identity::new("test", "boss"), Level::Guest).await.unwrap();
     for sender in ["uma", "ann", "boss"] {
         h.ask(&from(sender, "hi")).await;
     }
@@ -219,20 +187,20 @@ async fn a_guest_over_budget_gets_a_notice_and_the_model_is_not_called() {
     let notice = h.ask(&from("alice", "second")).await;
     assert_eq!(notice.kind, OutboundKind::Notice);
     assert_eq!(notice.content, "You have used this month's allowance (1 tokens). It resets on 1 February 2025 (UTC).");
-    assert_eq!(h.llm.requests().len(), 1, "no model call for the refused message");
+    assert_eq!(h.base.llm.requests().len(), 1, "no model call for the refused message");
     // The worker marks the reply delivered just after publishing it: give it a moment.
-    let mut runs = h.store.recent_runs(10).await.unwrap();
+    let mut runs = h.base.store.recent_runs(10).await.unwrap();
     for _ in 0..100 {
         if runs[0].reply_delivered {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        runs = h.store.recent_runs(10).await.unwrap();
+        runs = h.base.store.recent_runs(10).await.unwrap();
     }
     assert_eq!(runs.len(), 2);
     assert_eq!((runs[0].status, runs[0].iterations, runs[0].reply_delivered), (RunStatus::Completed, 0, true));
     // The refused message stays out of the model's history.
-    let history = h.store.history("test:chat-alice", 10).await.unwrap();
+    let history = h.base.store.history("test:chat-alice", 10).await.unwrap();
     assert_eq!(history.len(), 2, "{history:?}");
 }
 
@@ -246,12 +214,12 @@ async fn usage_accumulates_per_month_and_a_new_month_starts_from_zero() {
 
     h.set_now(Utc.with_ymd_and_hms(2025, 2, 1, 0, 0, 0).unwrap());
     assert_eq!(h.ask(&from("alice", "in february")).await.content, "echo: in february");
-    assert_eq!(h.llm.requests().len(), 2);
+    assert_eq!(h.base.llm.requests().len(), 2);
     assert_eq!(h.used("test:alice", "2025-01").await, january, "january is left as it was");
     assert!(h.used("test:alice", "2025-02").await > 0);
 
     // Unlimited budgets still count.
-    h.store.set_budget(&Identity::new("test", "alice"), Some(0), Level::Guest).await.unwrap();
+    h.base.store.set_budget(&Identity::new("test", "alice"), Some(0), Level::Guest).await.unwrap();
     let before = h.used("test:alice", "2025-02").await;
     h.ask(&from("alice", "more")).await;
     assert!(h.used("test:alice", "2025-02").await > before);
@@ -265,20 +233,20 @@ async fn linked_identities_share_one_user_and_one_budget() {
     let (a, b) = (h.used("test:alice", "2025-01").await, h.used("test:alice-d", "2025-01").await);
 
     let (first, second) = (Identity::new("test", "alice"), Identity::new("test", "alice-d"));
-    let outcome = h.store.link(&first, &second, Level::Guest).await.unwrap();
+    let outcome = h.base.store.link(&first, &second, Level::Guest).await.unwrap();
     assert!(matches!(outcome, LinkOutcome::Merged { .. }), "{outcome:?}");
-    let users = h.store.list_users("2025-01").await.unwrap();
+    let users = h.base.store.list_users("2025-01").await.unwrap();
     assert_eq!(users.len(), 1, "{users:?}");
     assert_eq!(users[0].identities.len(), 2);
     assert_eq!(h.used("test:alice-d", "2025-01").await, a + b, "the merged user's usage moved over");
 
     // Whatever either identity uses counts against the one budget.
-    h.store.set_budget(&first, Some(a + b + 1), Level::Guest).await.unwrap();
+    h.base.store.set_budget(&first, Some(a + b + 1), Level::Guest).await.unwrap();
     h.ask(&from("alice-d", "one more")).await;
     assert_eq!(h.ask(&from("alice", "and another")).await.kind, OutboundKind::Notice);
-    assert_eq!(h.llm.requests().len(), 3);
+    assert_eq!(h.base.llm.requests().len(), 3);
     // Linking again changes nothing.
-    let again = h.store.link(&first, &second, Level::Guest).await.unwrap();
+    let again = h.base.store.link(&first, &second, Level::Guest).await.unwrap();
     assert!(matches!(again, LinkOutcome::AlreadyLinked { .. }), "{again:?}");
 }
 
@@ -288,14 +256,14 @@ async fn a_redelivered_message_is_counted_once() {
     let m = from("alice", "count me once");
     let payload = Bytes::from(serde_json::to_vec(&m).unwrap());
     for _ in 0..2 {
-        h.bus.publish_raw(Flow::In, "test", &m.chat_id, None, payload.clone()).await.unwrap();
+        h.base.bus.publish_raw(Flow::In, "test", &m.chat_id, None, payload.clone()).await.unwrap();
     }
     next_reply(&mut h.out).await;
     no_more_replies(&mut h.out).await;
     // And once more after the run finished.
-    h.bus.publish_raw(Flow::In, "test", &m.chat_id, None, payload).await.unwrap();
+    h.base.bus.publish_raw(Flow::In, "test", &m.chat_id, None, payload).await.unwrap();
     no_more_replies(&mut h.out).await;
-    let runs = h.store.recent_runs(10).await.unwrap();
+    let runs = h.base.store.recent_runs(10).await.unwrap();
     assert_eq!(runs.len(), 1);
     let run_tokens = runs[0].usage.input_tokens + runs[0].usage.output_tokens;
     assert_eq!(h.used("test:alice", "2025-01").await, run_tokens);
@@ -308,7 +276,7 @@ async fn system_messages_run_as_owner_and_count_against_no_one() {
     cron.kind = InboundKind::System;
     h.ask(&cron).await;
     assert_eq!(h.offered(0), ["brand_new_tool", "current_time", "exec", "write_file"]);
-    assert!(h.store.list_users("2025-01").await.unwrap().is_empty(), "no user for switchboard itself");
+    assert!(h.base.store.list_users("2025-01").await.unwrap().is_empty(), "no user for switchboard itself");
 }
 
 /// Runs `switchboard users …` with the data dir and returns (success, stdout, stderr).

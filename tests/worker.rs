@@ -14,7 +14,7 @@ use switchboard::store::Store;
 use switchboard::worker::WorkerSettings;
 use switchboard_channels::contract::{InboundMessage, OutboundMessage, RunEventBody, Sender};
 use switchboard_channels::subject::Flow;
-use switchboard_channels::{Bus, BusExt, Deliveries};
+use switchboard_channels::{BusExt, Deliveries};
 use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
 
 fn msg(chat: &str, content: &str) -> InboundMessage {
