@@ -15,7 +15,7 @@ use switchboard::users::{AccessPolicy, Identity, Level, UserStore};
 use switchboard::worker::agents::SYSTEM_ON_BEHALF_OF;
 use switchboard::worker::{Worker, WorkerSettings};
 use switchboard_channels::bus::memory::MemoryBus;
-use switchboard_channels::contract::{ChatAddress, InboundMessage, OutboundMessage, Origin};
+use switchboard_channels::contract::{ChatAddress, InboundMessage, Origin, OutboundMessage};
 use switchboard_channels::{Bus, BusExt};
 use switchboard_testkit::fake_llm::FakeLlm;
 use tokio_util::sync::CancellationToken;

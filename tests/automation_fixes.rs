@@ -243,6 +243,7 @@ async fn a_subagents_usage_is_recorded_and_announced_on(bus: Arc<dyn Bus>) {
         chat: owner_chat(),
         label: "answer".into(),
         task: "Find the answer.".into(),
+        on_behalf_of: None,
         tools: Default::default(),
     };
     let id = manager.spawn(request).await.unwrap();

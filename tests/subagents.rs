@@ -233,6 +233,7 @@ fn record(id: &str, parent: &str, worker: &str) -> NewSubagent {
         chat: ChatAddress { channel: "telegram".into(), chat_id: "1".into(), thread_id: None, is_group: false },
         session: None,
         label: "lbl".into(),
+        on_behalf_of: Some("telegram:1".into()),
         task: "a task".into(),
         worker: worker.into(),
     }
@@ -380,6 +381,8 @@ async fn record_life_cycle_and_reannouncement() {
     store.create_subagent(&new, 5, start, lease(start)).await.unwrap();
     let queued = store.subagent("life-1").await.unwrap().unwrap();
     assert_eq!((queued.status, queued.started_at, queued.announced), (SubagentStatus::Queued, None, false));
+    // Whom its announcement will act for survives in the record, also across a crash.
+    assert_eq!(queued.on_behalf_of.as_deref(), Some("telegram:1"));
     assert!(!store.start_subagent("life-1", "w2", start, lease(start)).await.unwrap(), "another worker's record");
     assert!(store.start_subagent("life-1", "w1", start, lease(start)).await.unwrap());
     assert!(!store.start_subagent("life-1", "w1", start, lease(start)).await.unwrap(), "started once");

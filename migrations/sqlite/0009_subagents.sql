@@ -11,6 +11,8 @@ CREATE TABLE subagents (
     -- The parent's isolated session (`metadata.session`), when it ran in one.
     session          TEXT,
     label            TEXT NOT NULL DEFAULT '',
+    -- The person the spawning run acted for (`telegram:42`); NULL = the owner.
+    on_behalf_of     TEXT,
     task             TEXT NOT NULL,
     -- queued, running, completed, failed, timed_out, cancelled, lost
     status           TEXT NOT NULL,

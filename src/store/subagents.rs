@@ -71,6 +71,9 @@ pub struct NewSubagent {
     /// The parent's isolated session (`metadata.session` of the announcement), if it ran in one.
     pub session: Option<String>,
     pub label: String,
+    /// The person the spawning run acted for (`telegram:42`): the announcement's turn gets
+    /// their tools and budget. `None` = the owner.
+    pub on_behalf_of: Option<String>,
     pub task: String,
     /// The worker instance that runs it.
     pub worker: String,
@@ -85,6 +88,7 @@ pub struct SubagentRecord {
     pub chat: ChatAddress,
     pub session: Option<String>,
     pub label: String,
+    pub on_behalf_of: Option<String>,
     pub task: String,
     pub status: SubagentStatus,
     pub result: Option<String>,

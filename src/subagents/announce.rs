@@ -16,7 +16,7 @@ use super::{LOST_ERROR, ORIGIN_KIND, SubagentManager};
 use crate::store::StoreError;
 use crate::store::subagents::{SubagentRecord, SubagentStatus};
 use crate::tools::truncate_middle;
-use crate::worker::agents::{SYSTEM_AGENT, SYSTEM_SESSION};
+use crate::worker::agents::{SYSTEM_AGENT, SYSTEM_ON_BEHALF_OF, SYSTEM_SESSION};
 
 /// Unannounced results re-announced per reaper tick.
 const REANNOUNCE_BATCH: usize = 50;
@@ -36,6 +36,9 @@ pub fn announcement(record: &SubagentRecord, max_result_chars: usize) -> Inbound
     let text = announcement_text(record, max_result_chars);
     let mut msg = InboundMessage::system(format!("subagent:{}", record.id), record.chat.clone(), origin, &text);
     msg.metadata.insert(SYSTEM_AGENT.into(), json!(record.parent_agent));
+    if let Some(person) = &record.on_behalf_of {
+        msg.metadata.insert(SYSTEM_ON_BEHALF_OF.into(), json!(person));
+    }
     if let Some(session) = &record.session {
         msg.metadata.insert(SYSTEM_SESSION.into(), json!(session));
     }
@@ -161,6 +164,7 @@ mod tests {
             },
             session: Some("cron:daily".into()),
             label: "prices".into(),
+            on_behalf_of: Some("discord:77".into()),
             task: "Compare the prices.".into(),
             status,
             result: result.map(str::to_owned),
@@ -187,6 +191,8 @@ mod tests {
         assert!(msg.is_group && msg.mentioned);
         assert_eq!(msg.metadata[SYSTEM_AGENT], "support");
         assert_eq!(msg.metadata[SYSTEM_SESSION], "cron:daily");
+        // The main agent's turn on the result acts for whoever started the sub-agent.
+        assert_eq!(msg.metadata[SYSTEM_ON_BEHALF_OF], "discord:77");
         assert!(msg.content.contains("The sub-agent \"prices\" you started finished its task."), "{}", msg.content);
         assert!(msg.content.contains("Task: Compare the prices.") && msg.content.contains("Result:\nA is cheaper."));
         assert!(msg.content.contains("in your own words"));

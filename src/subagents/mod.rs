@@ -123,6 +123,8 @@ pub struct SpawnRequest {
     pub chat: ChatAddress,
     pub label: String,
     pub task: String,
+    /// The person the spawning run acts for (`ToolContext::on_behalf_of`).
+    pub on_behalf_of: Option<String>,
     /// The spawning run's tools; the sub-agent gets these minus [`WITHHELD_TOOLS`].
     pub tools: ToolFilter,
 }
@@ -220,6 +222,7 @@ impl SubagentManager {
             parent_agent: request.parent_agent.clone(),
             chat: request.chat.clone(),
             label: request.label.clone(),
+            on_behalf_of: request.on_behalf_of.clone(),
             task: request.task.clone(),
             worker: self.worker_id.clone(),
         };

@@ -194,7 +194,7 @@ fn tool_context(agent: &Agent, record: &NewSubagent, tools: &ToolFilter) -> Tool
         is_group: record.chat.is_group,
         origin: Some(Origin { kind: ORIGIN_KIND.into(), id: record.id.clone() }),
         tools: tools.clone(),
-        on_behalf_of: None,
+        on_behalf_of: record.on_behalf_of.clone(),
     }
 }
 

@@ -67,6 +67,7 @@ impl Tool for SpawnTool {
             },
             label: label.clone(),
             task: task.to_owned(),
+            on_behalf_of: ctx.on_behalf_of.clone(),
             tools: ctx.tools.clone(),
         };
         let id = self.manager.spawn(request).await.map_err(spawn_error)?;

@@ -16,7 +16,7 @@ use crate::store::subagents::{
     Created, NewSubagent, Renewal, SubagentEnd, SubagentRecord, SubagentStatus, SubagentStore,
 };
 
-const COLUMNS: &str = "id, parent_session, parent_agent, chat, session, label, task, status, result, error, \
+const COLUMNS: &str = "id, parent_session, parent_agent, chat, session, label, on_behalf_of, task, status, result, error, \
      worker, lease_until, cancel_requested, created_at, started_at, finished_at, announced, input_tokens, \
      output_tokens, cost_usd";
 
@@ -51,7 +51,8 @@ impl SubagentStore for SqliteStore {
             .map_err(|e| StoreError::Corrupt(format!("cannot encode a chat address: {e}")))?;
         sqlx::query(
             "INSERT INTO subagents (id, parent_session, parent_agent, chat, session, label, task, status, \
-             worker, lease_until, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, 'queued', $8, $9, $10)",
+             worker, lease_until, created_at, on_behalf_of) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 'queued', $8, $9, $10, $11)",
         )
         .bind(&new.id)
         .bind(&new.parent_session)
@@ -63,6 +64,7 @@ impl SubagentStore for SqliteStore {
         .bind(&new.worker)
         .bind(lease_until.timestamp_millis())
         .bind(now.timestamp_millis())
+        .bind(&new.on_behalf_of)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -221,6 +223,7 @@ fn record(row: &SqliteRow) -> Result<SubagentRecord, StoreError> {
         chat,
         session: row.try_get("session")?,
         label: row.try_get("label")?,
+        on_behalf_of: row.try_get("on_behalf_of")?,
         task: row.try_get("task")?,
         status,
         result: row.try_get("result")?,
