@@ -1,10 +1,12 @@
-//! Measures `switchboard run` as a user sees it: start-up time, idle memory, and turns per
-//! second through the API channel with a model server that answers instantly, on the
+//! Measures `switchboard run` as a user sees it: start-up time, idle memory, CPU used while
+//! idle (the cron scheduler, heartbeats and the sub-agent reaper tick in the background), and
+//! turns per second through the API channel with a model server that answers instantly, on the
 //! in-process bus and on NATS JetStream.
 //!
 //! cargo build --release && cargo run --release -p switchboard-testkit --bin bench
 //! Options: --binary PATH (default target/release/switchboard), --seconds N (default 10),
-//! --clients N (default 32), --chats N (default 64), --skip-nats.
+//! --clients N (default 32), --chats N (default 64), --idle N (seconds of idling measured for
+//! CPU, default 20), --skip-nats.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -21,6 +23,7 @@ struct Options {
     seconds: u64,
     clients: usize,
     chats: usize,
+    idle: u64,
     nats: bool,
 }
 
@@ -30,6 +33,7 @@ fn options() -> Options {
         seconds: 10,
         clients: 32,
         chats: 64,
+        idle: 20,
         nats: true,
     };
     let mut args = std::env::args().skip(1);
@@ -40,6 +44,7 @@ fn options() -> Options {
             "--seconds" => opts.seconds = value().parse().expect("--seconds N"),
             "--clients" => opts.clients = value().parse().expect("--clients N"),
             "--chats" => opts.chats = value().parse().expect("--chats N"),
+            "--idle" => opts.idle = value().parse().expect("--idle N"),
             "--skip-nats" => opts.nats = false,
             other => panic!("unknown option {other}"),
         }
@@ -103,6 +108,18 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// CPU time (user + system) the process has used, in milliseconds. `/proc/<pid>/stat` counts
+/// in clock ticks of 1/100 s (USER_HZ is 100 on Linux), so the resolution is 10 ms.
+fn cpu_ms(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start at field 3, `state`;
+    // utime and stime are fields 14 and 15.
+    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let ticks = |n: usize| fields.get(n - 3).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    (ticks(14) + ticks(15)) * 10
+}
+
 /// Posts messages from `clients` concurrent clients over `chats` chats for the given time.
 async fn load(opts: &Options, port: u16) -> (u64, u64, Duration) {
     let done = Arc::new(AtomicU64::new(0));
@@ -138,12 +155,16 @@ async fn measure(opts: &Options, llm: &FakeLlm, label: &str, nats: Option<&str>)
     let (daemon, startup) = launch(opts, llm, nats).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let idle = rss_kib(daemon.child.id());
+    let cpu_before = cpu_ms(daemon.child.id());
+    tokio::time::sleep(Duration::from_secs(opts.idle)).await;
+    let idle_cpu = cpu_ms(daemon.child.id()).saturating_sub(cpu_before);
     let (ok, failed, elapsed) = load(opts, daemon.port).await;
     let after = rss_kib(daemon.child.id());
     println!(
-        "{label:<10} start-up {:>6.1} ms | idle RSS {:>6.1} MiB | {:>7.0} turns/s ({ok} ok, {failed} failed, {} clients, {} chats, {:.1} s) | RSS after load {:>6.1} MiB",
+        "{label:<10} start-up {:>6.1} ms | idle RSS {:>6.1} MiB | idle CPU {idle_cpu} ms in {} s | {:>7.0} turns/s ({ok} ok, {failed} failed, {} clients, {} chats, {:.1} s) | RSS after load {:>6.1} MiB",
         startup.as_secs_f64() * 1000.0,
         idle as f64 / 1024.0,
+        opts.idle,
         ok as f64 / elapsed.as_secs_f64(),
         opts.clients,
         opts.chats,
