@@ -102,8 +102,9 @@ impl ToolContext {
 fn acting_for(msg: &InboundMessage) -> Option<String> {
     match msg.kind {
         InboundKind::User => Some(crate::users::Identity::new(&msg.channel, &msg.sender.id).to_string()),
-        InboundKind::System => crate::worker::agents::system_field(msg, crate::worker::agents::SYSTEM_ON_BEHALF_OF)
-            .map(str::to_owned),
+        InboundKind::System => {
+            crate::worker::agents::system_field(msg, crate::worker::agents::SYSTEM_ON_BEHALF_OF).map(str::to_owned)
+        }
     }
 }
 
