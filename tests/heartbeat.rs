@@ -1,7 +1,7 @@
 //! Heartbeats: when a slot fires or is skipped (with a hand-moved clock and direct `tick()`
 //! calls), exactly once across two schedulers on one store, and through a real worker on both
 //! buses: the owner's direct chat, configured topics and threads, a named agent's own
-//! section, and `HEARTBEAT_OK` suppression.
+//! section, and `HEARTBEAT_OK` suppression (which leaves no transcript).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -13,12 +13,13 @@ use futures_util::StreamExt;
 use serde_json::json;
 use switchboard::clock::ManualClock;
 use switchboard::config::{BudgetsConfig, Config, HeartbeatConfig, PermissionsConfig, UsersConfig};
+use switchboard::provider::Role;
 use switchboard::scheduler::heartbeat::{HeartbeatAgent, HeartbeatOutcome, HeartbeatSettings, Heartbeats, SkipReason};
 use switchboard::store::sqlite::SqliteStore;
 use switchboard::store::{RunClaim, RunOutcome, RunStatus, Store};
 use switchboard::users::AccessPolicy;
 use switchboard::worker::WorkerSettings;
-use switchboard_channels::contract::{InboundKind, InboundMessage, Sender, Usage};
+use switchboard_channels::contract::{ChatAddress, InboundKind, InboundMessage, Origin, Sender, Usage};
 use switchboard_channels::{Bus, BusExt, Deliveries};
 use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
 
@@ -45,6 +46,12 @@ fn settings(target: &str, active: Option<(&str, &str, &str)>) -> HeartbeatSettin
         config.active_hours.end = end.into();
         config.timezone = zone.into();
     }
+    HeartbeatSettings::from_config(&config, "UTC").unwrap()
+}
+
+/// For the owner's chat `telegram:42`, every `minutes`.
+fn every(minutes: u64) -> HeartbeatSettings {
+    let config = HeartbeatConfig { target: "telegram:42".into(), every_minutes: minutes, ..HeartbeatConfig::default() };
     HeartbeatSettings::from_config(&config, "UTC").unwrap()
 }
 
@@ -247,6 +254,49 @@ async fn two_schedulers_on_one_store_send_one_message_per_slot() {
     assert_eq!(ids.len(), 4, "{ids:?}");
 }
 
+#[tokio::test]
+async fn a_run_left_running_by_a_crashed_worker_stops_blocking_heartbeats_after_the_message_age() {
+    // The store stamps runs by the real clock, so the hand clock starts at the real time.
+    let rig = Rig::new(Utc::now().trunc_subsecs(0)).await;
+    rig.write_tasks(TASKS);
+    let heartbeats = rig.heartbeats(every(30)).with_max_message_age(Duration::from_secs(3600));
+    tick_one(&heartbeats).await;
+    // A run that never finishes: its worker died and its message is never redelivered.
+    let claim = rig.store.claim_run("telegram:42:1", &owner_chat().session_key()).await.unwrap();
+    assert!(matches!(claim, RunClaim::New { .. }), "{claim:?}");
+    rig.clock.advance(30 * MINUTE);
+    let busy = skipped(SkipReason::Busy);
+    assert_eq!(tick_one(&heartbeats).await, busy, "a recent running run makes the session busy");
+    rig.clock.advance(29 * MINUTE);
+    assert_eq!(tick_one(&heartbeats).await, busy, "59 minutes old");
+    rig.clock.advance(2 * MINUTE);
+    let outcome = tick_one(&heartbeats).await;
+    assert!(is_fired(&outcome), "an hour-old run is abandoned: {outcome:?}");
+}
+
+#[tokio::test]
+async fn a_shortened_interval_brings_the_next_heartbeat_forward() {
+    let rig = Rig::new(Utc::now().trunc_subsecs(0)).await;
+    rig.write_tasks(TASKS);
+    let start = (rig.clock.clock())();
+    let next_at = |outcome: HeartbeatOutcome| match outcome {
+        HeartbeatOutcome::NotDue { next_at, .. } => next_at,
+        other => panic!("not due expected: {other:?}"),
+    };
+    let daily = rig.heartbeats(every(1440));
+    assert_eq!(next_at(tick_one(&daily).await), start + chrono::Duration::days(1));
+    rig.clock.advance(10 * MINUTE);
+    assert_eq!(next_at(tick_one(&daily).await), start + chrono::Duration::days(1), "a day is within a day");
+    // The owner changes `every_minutes` from 1440 to 30 and restarts.
+    let half_hourly = rig.heartbeats(every(30));
+    let now = (rig.clock.clock())();
+    assert_eq!(next_at(tick_one(&half_hourly).await), now + chrono::Duration::minutes(30));
+    rig.clock.advance(30 * MINUTE);
+    let outcome = tick_one(&half_hourly).await;
+    assert!(is_fired(&outcome), "{outcome:?}");
+    assert_eq!(next_at(tick_one(&half_hourly).await), now + chrono::Duration::minutes(60));
+}
+
 // ---- Through a real worker, on both buses ----
 
 /// The worker's settings: the owner is `telegram:42`; `ops` has its own `ack_max_chars` of 5.
@@ -264,6 +314,16 @@ fn worker_settings() -> WorkerSettings {
 /// A worker for `agents` (only the built-in tools) on a bus of `kind`.
 fn worker_setup(kind: BusKind, agents: Vec<AgentSpec>) -> Setup {
     Setup { settings: worker_settings(), agents, message_tool: false, ..Setup::new(kind) }
+}
+
+fn owner_chat() -> ChatAddress {
+    ChatAddress { channel: "telegram".into(), chat_id: "42".into(), thread_id: None, is_group: false }
+}
+
+/// The heartbeat of `slot` (a Unix time) for `main` into the owner's direct chat.
+fn heartbeat(slot: i64) -> InboundMessage {
+    let origin = Origin { kind: "heartbeat".into(), id: "main".into() };
+    InboundMessage::system(format!("heartbeat:main:{slot}"), owner_chat(), origin, "Work through HEARTBEAT.md.")
 }
 
 fn owner(chat: &str, text: &str, is_group: bool) -> InboundMessage {
@@ -409,10 +469,47 @@ async fn suppression(kind: BusKind) {
     h.shutdown.cancel();
 }
 
+/// A suppressed heartbeat's turn stays out of the session's history (the run is still
+/// recorded); one that reports something is kept.
+async fn no_transcript(kind: BusKind) {
+    let h = worker_setup(kind, vec![AgentSpec::new("main", "fake-model", "workspace")]).start().await;
+    let (bus, store, llm) = (&h.bus, &h.store, &h.llm);
+    let mut out = bus.outbound("telegram").await.unwrap();
+    let session = owner_chat().session_key();
+
+    llm.push(Scripted::Text("Hello Olga.".into()));
+    let sender = Sender { id: "42".into(), name: "Olga".into(), is_bot: false };
+    bus.publish_inbound(&InboundMessage::user("telegram", "42", sender, "hi")).await.unwrap();
+    assert_eq!(next_out(&mut out).await.content, "Hello Olga.");
+    let before = store.history(&session, 100).await.unwrap();
+    assert_eq!(before.len(), 2, "{before:?}");
+
+    let now = Utc::now().timestamp();
+    for (i, quiet) in ["HEARTBEAT_OK", "Nothing to report. HEARTBEAT_OK"].into_iter().enumerate() {
+        llm.push(Scripted::Text(quiet.into()));
+        bus.publish_inbound(&heartbeat(now + i as i64)).await.unwrap();
+        let reply = next_out(&mut out).await;
+        assert_eq!(reply.metadata.get("suppressed"), Some(&json!(true)), "{reply:?}");
+        assert_eq!(store.history(&session, 100).await.unwrap(), before, "after {quiet:?}");
+    }
+    // The runs are recorded all the same: a redelivery is answered from the store.
+    assert_eq!(store.recent_runs(10).await.unwrap().len(), 3);
+
+    llm.push(Scripted::Text(REPORT.into()));
+    bus.publish_inbound(&heartbeat(now + 10)).await.unwrap();
+    assert_eq!(next_out(&mut out).await.content, REPORT);
+    let after = store.history(&session, 100).await.unwrap();
+    assert_eq!(after.len(), 4, "{after:?}");
+    assert_eq!(after[..2], before[..]);
+    assert_eq!((after[3].role, after[3].content.as_str()), (Role::Assistant, REPORT));
+    h.shutdown.cancel();
+}
+
 both_buses! {
     fires_into_the_owners_direct_chat => owner_direct_chat();
     fires_into_configured_topics_and_threads => configured_targets();
     heartbeat_ok_replies_are_suppressed => suppression();
+    suppressed_heartbeats_leave_no_transcript => no_transcript();
 }
 
 // ---- The daemon ----

@@ -1,24 +1,29 @@
 //! Sub-agents through the in-process worker, on the memory bus and on NATS JetStream: the
-//! `spawn` tool, the announcement back to the origin session and chat, the limits, the `/stop`
-//! cascade and the reports of sub-agents lost with their worker.
+//! `spawn` tool, the announcement back to the origin session and chat (with the model usage and
+//! its cost), the limits, the `/stop` cascade and the reports of sub-agents lost with their
+//! worker.
 
 mod common;
 #[path = "subagents/harness.rs"]
 mod harness;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use common::{BusKind, Harness, next_out, nothing_more};
+use futures_util::StreamExt;
 use harness::{eventually, message, setup, setup_with, subagent_requests, tool_names};
 use serde_json::json;
 use switchboard::clock::ManualClock;
+use switchboard::config::ModelPrice;
+use switchboard::provider::pricing::PriceTable;
 use switchboard::store::Store;
 use switchboard::store::sqlite::SqliteStore;
 use switchboard::store::subagents::{NewSubagent, SubagentStatus, SubagentStore};
-use switchboard::subagents::{LOST_ERROR, SHUTDOWN_ERROR, SubagentManager, SubagentSettings};
+use switchboard::subagents::{LOST_ERROR, SHUTDOWN_ERROR, SpawnRequest, SubagentManager, SubagentSettings};
 use switchboard::worker::agents::{Binding, Target};
-use switchboard_channels::contract::{ChatAddress, InboundMessage, Origin, OutboundKind};
+use switchboard_channels::contract::{ChatAddress, InboundMessage, Origin, OutboundKind, Usage};
 use switchboard_testkit::fake_llm::Scripted;
 
 const TASK: &str = "Find the capital of Peru and its population.";
@@ -100,6 +105,58 @@ both_buses! {
     announcement_reaches_a_named_agents_session => announce_routing(TELEGRAM_TOPIC, Some("support"));
     stop_cancels_the_sessions_subagents_only => stop_cascade();
     announcement_returns_to_an_isolated_session => isolated_session_routing();
+    a_subagents_usage_is_recorded_and_announced => usage_and_cost();
+}
+
+/// A sub-agent's model usage, and its cost by the agent's prices, are recorded with it and
+/// sent with its announcement (read here off the inbound queue, so no worker runs).
+async fn usage_and_cost(kind: BusKind) {
+    let price = ModelPrice { input_per_mtok: 1.0, output_per_mtok: 2.0 };
+    let prices = PriceTable::new(BTreeMap::from([("fake-model".to_owned(), price)]));
+    let mut setup = setup(kind);
+    setup.agents = vec![common::AgentSpec::new("main", "fake-model", "workspace").prices(prices)];
+    setup.run_worker = false;
+    let rig = setup.start().await;
+    let mut inbound = rig.bus.inbound().await.unwrap();
+    rig.llm.push(Scripted::Text("42".into()));
+    let chat = ChatAddress { channel: "telegram".into(), chat_id: "42".into(), thread_id: None, is_group: false };
+    let request = SpawnRequest {
+        parent_session: chat.session_key(),
+        parent_agent: "main".into(),
+        chat,
+        label: "answer".into(),
+        task: "Find the answer.".into(),
+        on_behalf_of: Some("telegram:42".into()),
+        tools: Default::default(),
+    };
+    let id = rig.manager().spawn(request).await.unwrap();
+
+    let delivery = tokio::time::timeout(Duration::from_secs(15), inbound.next()).await.expect("no announcement");
+    let delivery = delivery.unwrap().unwrap();
+    let announcement: InboundMessage = delivery.decode().unwrap();
+    delivery.ack().await.unwrap();
+    assert_eq!(announcement.id, format!("subagent:{id}"));
+    let record = rig.store.subagent(&id).await.unwrap().unwrap();
+    assert_eq!(record.status, SubagentStatus::Completed);
+    // The fake model counts four characters a token (at least one) of what it was sent and answered.
+    let requests = rig.llm.requests();
+    assert_eq!(requests.len(), 1);
+    let sent: usize = requests[0]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap_or_default().chars().count())
+        .sum();
+    let usage = Usage { input_tokens: (sent / 4).max(1) as u64, output_tokens: 1 };
+    assert_eq!(record.usage, usage);
+    let cost = (usage.input_tokens as f64 + 2.0 * usage.output_tokens as f64) / 1e6;
+    assert!(record.cost_usd.is_some_and(|c| (c - cost).abs() < 1e-12), "{:?} vs {cost}", record.cost_usd);
+    assert_eq!(announcement.metadata["usage"], json!(usage));
+    // Compared with a tolerance: the JSON round trip may change the last bit of a float.
+    let announced_cost = announcement.metadata["cost_usd"].as_f64().unwrap();
+    assert!((announced_cost - cost).abs() < 1e-12, "{announced_cost} vs {cost}");
+    assert_eq!(announcement.metadata["on_behalf_of"], "telegram:42");
+    rig.manager().shutdown().await;
 }
 
 /// A sub-agent started by a turn in an isolated session (a cron job's `metadata.session`) is

@@ -14,8 +14,9 @@ use std::time::Duration;
 pub use bus::{BusKind, TestBus, next_out, nothing_more};
 use switchboard::agent::{Agent, AgentSettings};
 use switchboard::clock::Clock;
-use switchboard::config::{ExecToolConfig, ToolsConfig};
+use switchboard::config::{ExecToolConfig, FsToolsConfig, ToolsConfig};
 use switchboard::provider::openai::{OpenAiConfig, OpenAiProvider};
+use switchboard::provider::pricing::PriceTable;
 use switchboard::store::sqlite::SqliteStore;
 use switchboard::subagents::tool::SpawnTool;
 use switchboard::subagents::{SubagentManager, SubagentSettings};
@@ -36,11 +37,24 @@ pub struct AgentSpec {
     pub workspace: PathBuf,
     /// Only these tools are offered; all when empty.
     pub allow: Vec<String>,
+    /// What its model costs (for the cost recorded with its usage); none by default.
+    pub prices: PriceTable,
 }
 
 impl AgentSpec {
     pub fn new(name: &str, model: &str, workspace: impl Into<PathBuf>) -> Self {
-        Self { name: name.into(), model: model.into(), workspace: workspace.into(), allow: Vec::new() }
+        Self {
+            name: name.into(),
+            model: model.into(),
+            workspace: workspace.into(),
+            allow: Vec::new(),
+            prices: PriceTable::default(),
+        }
+    }
+
+    pub fn prices(mut self, prices: PriceTable) -> Self {
+        self.prices = prices;
+        self
     }
 
     pub fn allow(mut self, tools: &[&str]) -> Self {
@@ -68,13 +82,18 @@ pub struct Setup {
     pub bindings: Vec<Binding>,
     /// The `message` tool (default on).
     pub message_tool: bool,
-    /// `read_file`, `write_file`, `edit_file` and `list_dir` (not `exec`).
+    /// `read_file`, `write_file`, `edit_file` and `list_dir`.
     pub file_tools: bool,
+    /// The `exec` tool (admin-only under the default levels).
+    pub exec: bool,
     pub tools: Vec<ToolMaker>,
     /// A sub-agent manager on the worker, and the `spawn` tool for every agent.
     pub subagents: Option<(SubagentSettings, Clock)>,
     /// The SQLite file, to share one with another store handle; default: in the temp dir.
     pub store_path: Option<PathBuf>,
+    /// Run the worker task (default on). Off when the test takes the inbound queue itself,
+    /// which a worker would compete for.
+    pub run_worker: bool,
 }
 
 pub struct Harness {
@@ -83,6 +102,7 @@ pub struct Harness {
     pub llm: FakeLlm,
     pub subagents: Option<Arc<SubagentManager>>,
     pub shutdown: CancellationToken,
+    /// The worker task; without a worker, one that keeps the agents until shutdown.
     pub worker: tokio::task::JoinHandle<()>,
     /// The default agent's workspace.
     pub workspace: PathBuf,
@@ -106,9 +126,11 @@ impl Setup {
             bindings: Vec::new(),
             message_tool: true,
             file_tools: false,
+            exec: false,
             tools: Vec::new(),
             subagents: None,
             store_path: None,
+            run_worker: true,
         }
     }
 
@@ -160,7 +182,16 @@ impl Setup {
         }
         let shutdown = CancellationToken::new();
         let token = shutdown.clone();
-        let worker = tokio::spawn(async move { worker.run(token).await.unwrap() });
+        let run_worker = self.run_worker;
+        let worker = tokio::spawn(async move {
+            if run_worker {
+                worker.run(token).await.unwrap()
+            } else {
+                // The worker owns the agents, which the sub-agent manager holds weakly.
+                token.cancelled().await;
+                drop(worker);
+            }
+        });
         Wired { store, subagents, shutdown, worker, workspace }
     }
 
@@ -171,9 +202,10 @@ impl Setup {
         for tool in extra {
             tools.register(Arc::clone(tool));
         }
-        if self.file_tools {
+        if self.file_tools || self.exec {
             let config = ToolsConfig {
-                exec: ExecToolConfig { enabled: false, ..ExecToolConfig::default() },
+                fs: FsToolsConfig { enabled: self.file_tools, ..FsToolsConfig::default() },
+                exec: ExecToolConfig { enabled: self.exec, ..ExecToolConfig::default() },
                 ..ToolsConfig::default()
             };
             register_local_tools(&mut tools, &config).unwrap();
@@ -189,7 +221,7 @@ impl Setup {
             max_tokens: None,
             temperature: None,
             stream: false,
-            prices: Default::default(),
+            prices: spec.prices.clone(),
             workspace,
         };
         Arc::new(Agent::new(Arc::new(provider(llm_url)), tools, settings))
