@@ -92,6 +92,13 @@ async fn announce_routing(kind: BusKind, place: Place, agent: Option<&'static st
     let announced = history.iter().find(|m| m.content.contains("[sub-agent")).expect("announcement in the session");
     assert!(announced.content.contains("\"capital\""), "{}", announced.content);
     assert!(announced.content.contains(TASK) && announced.content.contains("Lima, about 10 million"));
+    // The manager marks the record announced after its publish returned; the worker may have
+    // answered the announcement before that write, so wait for it.
+    eventually("the record marked announced", || {
+        let (store, session) = (rig.store.clone(), session.clone());
+        async move { store.subagents_of(&session).await.unwrap().iter().all(|r| r.announced) }
+    })
+    .await;
     let records = rig.store.subagents_of(&session).await.unwrap();
     assert_eq!(records.len(), 1);
     assert_eq!((records[0].status, records[0].announced), (SubagentStatus::Completed, true));
