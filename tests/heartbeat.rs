@@ -145,6 +145,28 @@ async fn nothing_to_do_in_heartbeat_md_skips_the_slot() {
     assert!(msg.content.contains("HEARTBEAT.md") && msg.content.contains("HEARTBEAT_OK"), "{}", msg.content);
 }
 
+/// One agent whose `HEARTBEAT.md` cannot be read does not keep the others' heartbeats back.
+#[tokio::test]
+async fn one_agents_failure_does_not_hold_up_the_others() {
+    let mut rig = Rig::new(utc("2026-01-15T10:00:00Z")).await;
+    rig.write_tasks(TASKS);
+    // A directory where the file should be: reading it fails.
+    let broken = rig.dir.path().join("broken");
+    std::fs::create_dir_all(broken.join("HEARTBEAT.md")).unwrap();
+    let agents = vec![
+        HeartbeatAgent { name: "broken".into(), workspace: broken, settings: every(30) },
+        HeartbeatAgent { name: "main".into(), workspace: rig.workspace(), settings: every(30) },
+    ];
+    let heartbeats = Heartbeats::new(rig.store.clone(), rig.bus.clone(), rig.clock.clock(), agents);
+    heartbeats.tick().await.unwrap();
+    rig.clock.advance(30 * MINUTE);
+    let err = heartbeats.tick().await.unwrap_err();
+    assert!(err.to_string().contains("HEARTBEAT.md"), "{err}");
+    let published = rig.published().await;
+    assert_eq!(published.len(), 1, "{published:?}");
+    assert_eq!(published[0].metadata["agent"], json!("main"));
+}
+
 #[tokio::test]
 async fn active_hours_are_read_in_their_zone() {
     // Winter: Berlin is UTC+1. The first slot is 21:30 UTC = 22:30 in Berlin.

@@ -136,14 +136,29 @@ impl Heartbeats {
         self
     }
 
-    /// Handles every agent's slot that is due now.
+    /// Handles every agent's slot that is due now. One agent's failure (an unreadable
+    /// `HEARTBEAT.md`, a failed publish) does not hold up the others: every agent is handled,
+    /// then the first error is returned.
     pub async fn tick(&self) -> Result<Vec<HeartbeatOutcome>, HeartbeatError> {
         let now = (self.clock)();
         let mut outcomes = Vec::with_capacity(self.agents.len());
+        let mut first_error = None;
         for agent in &self.agents {
-            outcomes.push(self.tick_agent(agent, now).await?);
+            match self.tick_agent(agent, now).await {
+                Ok(outcome) => {
+                    log_outcome(&outcome);
+                    outcomes.push(outcome);
+                }
+                Err(err) => {
+                    tracing::warn!(agent = %agent.name, %err, "heartbeat failed; trying again at the next tick");
+                    first_error.get_or_insert(err);
+                }
+            }
         }
-        Ok(outcomes)
+        match first_error {
+            Some(err) => Err(err),
+            None => Ok(outcomes),
+        }
     }
 
     /// Ticks until `shutdown` is cancelled. A failed tick is logged and tried again next time.
@@ -151,10 +166,8 @@ impl Heartbeats {
         let names: Vec<&str> = self.agents.iter().map(|agent| agent.name.as_str()).collect();
         tracing::info!(agents = ?names, "heartbeats started");
         loop {
-            match self.tick().await {
-                Ok(outcomes) => log_outcomes(&outcomes),
-                Err(err) => tracing::warn!(%err, "heartbeat tick failed"),
-            }
+            // `tick` logs what it did and what failed.
+            let _ = self.tick().await;
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = tokio::time::sleep(TICK_EVERY) => {}
@@ -296,19 +309,17 @@ pub fn session_key(agent: &str, chat: &ChatAddress) -> String {
     if agent == MAIN_AGENT { key } else { format!("{agent}/{key}") }
 }
 
-fn log_outcomes(outcomes: &[HeartbeatOutcome]) {
-    for outcome in outcomes {
-        match outcome {
-            HeartbeatOutcome::NotDue { .. } => {}
-            HeartbeatOutcome::Skipped { agent, reason } => {
-                tracing::info!(%agent, reason = reason.as_str(), "heartbeat skipped")
-            }
-            HeartbeatOutcome::Fired { agent, id, chat } => {
-                tracing::info!(%agent, %id, session = %chat.session_key(), "heartbeat sent");
-            }
-            HeartbeatOutcome::ClaimedElsewhere { agent } => {
-                tracing::debug!(%agent, "heartbeat slot taken by another scheduler");
-            }
+fn log_outcome(outcome: &HeartbeatOutcome) {
+    match outcome {
+        HeartbeatOutcome::NotDue { .. } => {}
+        HeartbeatOutcome::Skipped { agent, reason } => {
+            tracing::info!(%agent, reason = reason.as_str(), "heartbeat skipped")
+        }
+        HeartbeatOutcome::Fired { agent, id, chat } => {
+            tracing::info!(%agent, %id, session = %chat.session_key(), "heartbeat sent");
+        }
+        HeartbeatOutcome::ClaimedElsewhere { agent } => {
+            tracing::debug!(%agent, "heartbeat slot taken by another scheduler");
         }
     }
 }
