@@ -33,6 +33,26 @@ async fn server_without_jetstream_is_refused() {
     assert!(err.to_string().contains("-js"), "{err}");
 }
 
+/// An agent and a channel process started at once on a fresh server both find the streams
+/// missing and both create them; the one that comes second must accept the streams the
+/// other made instead of failing its start (seen in an end-to-end test: "subjects overlap
+/// with an existing stream"). The window is a few milliseconds wide, so this runs many
+/// rounds of six starts; it does not hit the window every time.
+#[tokio::test]
+async fn processes_starting_at_once_share_the_streams_they_create() {
+    for round in 0..20 {
+        let server = NatsServer::start().await;
+        let url = server.url();
+        let starts = (0..6).map(|_| NatsBus::connect(&url, options()));
+        let results = within(PATIENCE, "connect", futures_util::future::join_all(starts)).await;
+        for result in results {
+            if let Err(err) = result {
+                panic!("round {round}: a process starting at the same time failed: {err}");
+            }
+        }
+    }
+}
+
 #[tokio::test]
 async fn unreachable_server_fails_at_once_without_credentials_in_the_error() {
     let mut server = NatsServer::start().await;

@@ -70,6 +70,26 @@ pub(super) async fn ensure_streams(
 
 async fn ensure_stream(js: &jetstream::Context, wanted: Config, url: &str) -> Result<(), BusError> {
     let name = wanted.name.clone();
+    if let Some(info) = look_up(js, &name, url).await? {
+        return check_compatible(&info.config, &wanted);
+    }
+    match js.create_stream(wanted.clone()).await {
+        Ok(_) => {
+            tracing::info!(stream = %name, "created JetStream stream");
+            Ok(())
+        }
+        // Two processes starting at once on a fresh server (an agent and a channel) both find
+        // the stream missing; the one that creates it second gets an error (the server says
+        // the subjects overlap). Look again: a stream that is there now is checked like any.
+        Err(err) => match look_up(js, &name, url).await? {
+            Some(info) => check_compatible(&info.config, &wanted),
+            None => Err(BusError::Setup(format!("cannot create stream {name}: {err}"))),
+        },
+    }
+}
+
+/// The stream's info, or `None` when it does not exist.
+async fn look_up(js: &jetstream::Context, name: &str, url: &str) -> Result<Option<Info>, BusError> {
     let response: Response<Info> =
         js.request(format!("STREAM.INFO.{name}"), &()).await.map_err(|err| match err.kind() {
             // Nobody answers the JetStream API: the server runs without `-js`.
@@ -77,14 +97,8 @@ async fn ensure_stream(js: &jetstream::Context, wanted: Config, url: &str) -> Re
             _ => BusError::Setup(format!("cannot look up stream {name}: {err}")),
         })?;
     match response {
-        Response::Ok(info) => check_compatible(&info.config, &wanted),
-        Response::Err { error } if error.error_code() == ErrorCode::STREAM_NOT_FOUND => {
-            js.create_stream(wanted)
-                .await
-                .map_err(|err| BusError::Setup(format!("cannot create stream {name}: {err}")))?;
-            tracing::info!(stream = %name, "created JetStream stream");
-            Ok(())
-        }
+        Response::Ok(info) => Ok(Some(info)),
+        Response::Err { error } if error.error_code() == ErrorCode::STREAM_NOT_FOUND => Ok(None),
         Response::Err { error }
             if error.error_code() == ErrorCode::JETSTREAM_NOT_ENABLED
                 || error.error_code() == ErrorCode::JETSTREAM_NOT_ENABLED_FOR_ACCOUNT =>
