@@ -22,6 +22,7 @@ use switchboard::store::Store;
 use switchboard::store::sqlite::SqliteStore;
 use switchboard::store::subagents::{NewSubagent, SubagentStatus, SubagentStore};
 use switchboard::subagents::{LOST_ERROR, SHUTDOWN_ERROR, SpawnRequest, SubagentManager, SubagentSettings};
+use switchboard::users::{Identity, Level, UserStore, month_key};
 use switchboard::worker::agents::{Binding, Target};
 use switchboard_channels::contract::{ChatAddress, InboundMessage, Origin, OutboundKind, Usage};
 use switchboard_testkit::fake_llm::Scripted;
@@ -124,6 +125,9 @@ async fn usage_and_cost(kind: BusKind) {
     setup.agents = vec![common::AgentSpec::new("main", "fake-model", "workspace").prices(prices)];
     setup.run_worker = false;
     let rig = setup.start().await;
+    // The person the sub-agent acts for, known to the store (they wrote the message that spawned it).
+    let person = Identity::new("telegram", "42");
+    let user = rig.store.resolve_user(&person, "Ada", Level::User).await.unwrap();
     let mut inbound = rig.bus.inbound().await.unwrap();
     rig.llm.push(Scripted::Text("42".into()));
     let chat = ChatAddress { channel: "telegram".into(), chat_id: "42".into(), thread_id: None, is_group: false };
@@ -163,6 +167,9 @@ async fn usage_and_cost(kind: BusKind) {
     let announced_cost = announcement.metadata["cost_usd"].as_f64().unwrap();
     assert!((announced_cost - cost).abs() < 1e-12, "{announced_cost} vs {cost}");
     assert_eq!(announcement.metadata["on_behalf_of"], "telegram:42");
+    // Its tokens count against that person's month, like the runs they start.
+    let month = month_key(chrono::Utc::now());
+    assert_eq!(rig.store.monthly_usage(user.id, &month).await.unwrap(), usage);
     rig.manager().shutdown().await;
 }
 
@@ -461,6 +468,7 @@ async fn record_life_cycle_and_reannouncement() {
         error: None,
         usage: Default::default(),
         cost_usd: None,
+        billing: None,
     };
     assert!(store.finish_subagent("life-1", "w1", &end, start).await.unwrap());
     assert!(!store.finish_subagent("life-1", "w1", &end, start).await.unwrap(), "ended once");

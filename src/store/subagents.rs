@@ -135,6 +135,9 @@ pub struct SubagentEnd {
     /// The model usage of its turn (zero when the turn was cut off: timed out, cancelled).
     pub usage: Usage,
     pub cost_usd: Option<f64>,
+    /// Whose monthly usage `usage` is added to, in the same statement as the end (the person
+    /// the sub-agent acted for); `None` for the owner's.
+    pub billing: Option<crate::users::Billing>,
 }
 
 #[async_trait]

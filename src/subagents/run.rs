@@ -13,6 +13,7 @@ use crate::prompt::{self, PromptInput, PromptMode, Sender};
 use crate::provider::ChatMessage;
 use crate::store::subagents::{NewSubagent, Renewal, SubagentEnd, SubagentStatus};
 use crate::tools::{ToolContext, ToolFilter};
+use crate::users::{Billing, Identity, month_key};
 use crate::workspace::WorkspaceFiles;
 
 /// What a sub-agent's task needs: its record as created, and its tools.
@@ -76,7 +77,7 @@ pub(super) async fn run(manager: Arc<SubagentManager>, job: Job, cancel: Cancell
 
 /// An end without a model turn to account for (or whose turn was cut off).
 fn ended(status: SubagentStatus, result: Option<String>, error: Option<String>) -> SubagentEnd {
-    SubagentEnd { status, result, error, usage: Usage::default(), cost_usd: None }
+    SubagentEnd { status, result, error, usage: Usage::default(), cost_usd: None, billing: None }
 }
 
 fn cancelled() -> SubagentEnd {
@@ -138,7 +139,20 @@ async fn work(manager: &SubagentManager, job: &Job) -> SubagentEnd {
                 None => ended(SubagentStatus::Completed, Some(result.reply), None),
                 Some(error) => ended(SubagentStatus::Failed, Some(result.reply).filter(|r| !r.is_empty()), Some(error)),
             };
-            SubagentEnd { usage: result.usage, cost_usd: result.cost_usd, ..end }
+            SubagentEnd { usage: result.usage, cost_usd: result.cost_usd, billing: billing(manager, record), ..end }
+        }
+    }
+}
+
+/// Whose budget a sub-agent's usage counts against: the person it acts for, like the run that
+/// started it; the owner's (no one's) when it acts for nobody in particular.
+fn billing(manager: &SubagentManager, record: &NewSubagent) -> Option<Billing> {
+    let person = record.on_behalf_of.as_deref()?;
+    match person.parse::<Identity>() {
+        Ok(identity) => Some(Billing { identity, month: month_key(manager.now()) }),
+        Err(err) => {
+            tracing::warn!(subagent = %record.id, %err, "the sub-agent acts for an invalid person; its usage is not counted");
+            None
         }
     }
 }

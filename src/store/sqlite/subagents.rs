@@ -121,6 +121,8 @@ impl SubagentStore for SqliteStore {
         end: &SubagentEnd,
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
+        // One transaction: the usage is counted exactly when the end is recorded, never twice.
+        let mut tx = self.begin_write().await?;
         let changed = sqlx::query(&format!(
             "UPDATE subagents SET status = $3, result = $4, error = $5, finished_at = $6, \
              announced = CASE WHEN $3 = 'cancelled' THEN 1 ELSE 0 END, \
@@ -136,9 +138,15 @@ impl SubagentStore for SqliteStore {
         .bind(to_i64(end.usage.input_tokens))
         .bind(to_i64(end.usage.output_tokens))
         .bind(end.cost_usd)
-        .execute(self.pool())
+        .execute(&mut *tx)
         .await?
         .rows_affected();
+        if changed == 1
+            && let Some(billing) = &end.billing
+        {
+            super::users::record_usage(&mut tx, billing, end.usage).await?;
+        }
+        tx.commit().await?;
         Ok(changed == 1)
     }
 
