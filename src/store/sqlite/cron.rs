@@ -157,12 +157,7 @@ impl CronStore for SqliteStore {
         .execute(&mut *tx)
         .await?
         .rows_affected();
-        if updated != 1 {
-            return Ok(CronClaim::AlreadyClaimed);
-        }
-        insert_run(&mut tx, job_id, run, history_limit).await?;
-        tx.commit().await?;
-        Ok(CronClaim::Claimed)
+        claimed_if(tx, updated == 1, job_id, run, history_limit).await
     }
 
     async fn claim_cron_request(
@@ -183,12 +178,7 @@ impl CronStore for SqliteStore {
         .execute(&mut *tx)
         .await?
         .rows_affected();
-        if updated != 1 {
-            return Ok(CronClaim::AlreadyClaimed);
-        }
-        insert_run(&mut tx, job_id, run, history_limit).await?;
-        tx.commit().await?;
-        Ok(CronClaim::Claimed)
+        claimed_if(tx, updated == 1, job_id, run, history_limit).await
     }
 
     async fn pending_cron_runs(&self) -> Result<Vec<CronRun>, StoreError> {
@@ -281,6 +271,23 @@ async fn insert_job(tx: &mut Transaction<'_, Sqlite>, job: &NewCronJob) -> Resul
     }
     Err(crate::store::pairing::RandomSourceError(format!("{ID_ATTEMPTS} fresh cron job ids in a row were taken"))
         .into())
+}
+
+/// Ends a claim: when the compare-and-set took (`won`), records the occurrence in the history
+/// and commits; otherwise another scheduler was first and the transaction is dropped.
+async fn claimed_if(
+    mut tx: Transaction<'_, Sqlite>,
+    won: bool,
+    job_id: &str,
+    run: &NewCronRun,
+    history_limit: usize,
+) -> Result<CronClaim, StoreError> {
+    if !won {
+        return Ok(CronClaim::AlreadyClaimed);
+    }
+    insert_run(&mut tx, job_id, run, history_limit).await?;
+    tx.commit().await?;
+    Ok(CronClaim::Claimed)
 }
 
 /// Adds a history row and drops the job's oldest rows beyond `history_limit`.
