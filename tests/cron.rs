@@ -12,6 +12,7 @@ use chrono::{DateTime, Utc};
 use common::{BusKind, next_out, nothing_more};
 use cron_support::{person, request_text, start, start_with};
 use serde_json::json;
+use switchboard::clock::to_store_precision;
 use switchboard::scheduler::CronSettings;
 use switchboard::scheduler::job::scheduled_id;
 use switchboard::scheduler::schedule::Schedule;
@@ -127,7 +128,7 @@ async fn turn_job_in_a_discord_thread_answers_there_with_the_sessions_history(ki
     assert!(request.contains(asked), "the session's history is missing: {request}");
     let job = only_job(&h.store).await;
     assert_eq!(job.last_status.as_deref(), Some("completed"));
-    assert_eq!(job.job.next_run_at, Some(h.clock.now() + chrono::Duration::hours(1)));
+    assert_eq!(job.job.next_run_at, Some(to_store_precision(h.clock.now()) + chrono::Duration::hours(1)));
 }
 
 async fn isolated_job_replies_to_its_target_and_keeps_its_own_history(kind: BusKind) {
@@ -211,7 +212,7 @@ async fn downtime_with_skip_records_the_missed_runs(kind: BusKind) {
     assert_eq!(history[0].status, CronRunStatus::Missed);
     assert!(history[0].note.contains("skipped 3 missed run(s)"), "{}", history[0].note);
     let job = h.store.cron_job(&job.id).await.unwrap().unwrap();
-    assert_eq!(job.job.next_run_at, Some(start + chrono::Duration::days(4)));
+    assert_eq!(job.job.next_run_at, Some(to_store_precision(start) + chrono::Duration::days(4)));
     assert!(h.scheduler.tick().await.unwrap().skipped.is_empty());
 }
 
@@ -230,7 +231,7 @@ async fn downtime_with_run_once_runs_once_and_says_it_is_late(kind: BusKind) {
     assert_eq!(history.len(), 1);
     assert!(history[0].note.contains("ran late") && history[0].note.contains("3 run(s) missed"), "{}", history[0].note);
     let job = h.store.cron_job(&job.id).await.unwrap().unwrap();
-    assert_eq!(job.job.next_run_at, Some(start + chrono::Duration::days(4)));
+    assert_eq!(job.job.next_run_at, Some(to_store_precision(start) + chrono::Duration::days(4)));
 }
 
 async fn a_claim_whose_publish_was_lost_is_published_by_the_next_tick(kind: BusKind) {

@@ -8,10 +8,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, SubsecRound, Utc};
+use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
 use serde_json::json;
-use switchboard::clock::ManualClock;
+use switchboard::clock::{ManualClock, to_store_precision};
 use switchboard::config::{BudgetsConfig, Config, HeartbeatConfig, PermissionsConfig, UsersConfig};
 use switchboard::provider::Role;
 use switchboard::scheduler::heartbeat::{HeartbeatAgent, HeartbeatOutcome, HeartbeatSettings, Heartbeats, SkipReason};
@@ -279,7 +279,7 @@ async fn two_schedulers_on_one_store_send_one_message_per_slot() {
 #[tokio::test]
 async fn a_run_left_running_by_a_crashed_worker_stops_blocking_heartbeats_after_the_message_age() {
     // The store stamps runs by the real clock, so the hand clock starts at the real time.
-    let rig = Rig::new(Utc::now().trunc_subsecs(0)).await;
+    let rig = Rig::new(common::real_now()).await;
     rig.write_tasks(TASKS);
     let heartbeats = rig.heartbeats(every(30)).with_max_message_age(Duration::from_secs(3600));
     tick_one(&heartbeats).await;
@@ -298,9 +298,9 @@ async fn a_run_left_running_by_a_crashed_worker_stops_blocking_heartbeats_after_
 
 #[tokio::test]
 async fn a_shortened_interval_brings_the_next_heartbeat_forward() {
-    let rig = Rig::new(Utc::now().trunc_subsecs(0)).await;
+    let rig = Rig::new(common::real_now()).await;
     rig.write_tasks(TASKS);
-    let start = (rig.clock.clock())();
+    let start = to_store_precision((rig.clock.clock())());
     let next_at = |outcome: HeartbeatOutcome| match outcome {
         HeartbeatOutcome::NotDue { next_at, .. } => next_at,
         other => panic!("not due expected: {other:?}"),
@@ -311,7 +311,7 @@ async fn a_shortened_interval_brings_the_next_heartbeat_forward() {
     assert_eq!(next_at(tick_one(&daily).await), start + chrono::Duration::days(1), "a day is within a day");
     // The owner changes `every_minutes` from 1440 to 30 and restarts.
     let half_hourly = rig.heartbeats(every(30));
-    let now = (rig.clock.clock())();
+    let now = to_store_precision((rig.clock.clock())());
     assert_eq!(next_at(tick_one(&half_hourly).await), now + chrono::Duration::minutes(30));
     rig.clock.advance(30 * MINUTE);
     let outcome = tick_one(&half_hourly).await;
@@ -356,7 +356,7 @@ fn owner(chat: &str, text: &str, is_group: bool) -> InboundMessage {
 /// Messages older than the worker's age limit (by the real clock) are dropped, so the hand
 /// clock starts at the real time.
 fn clock_now() -> ManualClock {
-    ManualClock::new(Utc::now().trunc_subsecs(0))
+    ManualClock::new(common::real_now())
 }
 
 async fn owner_direct_chat(kind: BusKind) {

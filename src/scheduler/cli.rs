@@ -4,7 +4,6 @@
 
 use std::io::Write as _;
 
-use chrono::Utc;
 use clap::{Args, Subcommand};
 use thiserror::Error;
 
@@ -93,7 +92,7 @@ pub async fn run(config: &Config, command: CronCommand) -> Result<(), CronCliErr
 }
 
 async fn execute(config: &Config, store: &SqliteStore, command: CronCommand) -> Result<String, CronCliError> {
-    let now = Utc::now();
+    let now = crate::clock::now();
     Ok(match command {
         CronCommand::List => {
             let jobs = store.cron_jobs(None).await?;
@@ -134,7 +133,7 @@ async fn execute(config: &Config, store: &SqliteStore, command: CronCommand) -> 
 }
 
 async fn add(config: &Config, store: &SqliteStore, args: AddArgs) -> Result<String, CronCliError> {
-    let now = Utc::now();
+    let now = crate::clock::now();
     let chat = parse_address(&args.to).map_err(CronCliError::Invalid)?;
     let tz = args.tz.unwrap_or_else(|| config.cron.default_timezone(&config.agent.timezone).to_owned());
     let spec = ScheduleSpec { at: args.at.as_deref(), every: args.every.as_deref(), cron: args.cron.as_deref() };

@@ -16,7 +16,7 @@ use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
 use super::job::{Occurrence, local_time, manual_id, scheduled_id, system_message};
-use crate::clock::Clock;
+use crate::clock::{Clock, to_store_precision};
 use crate::config::Config;
 use crate::store::StoreError;
 use crate::store::cron::{CronClaim, CronJob, CronRunStatus, CronStore, MissedPolicy, NewCronRun};
@@ -115,7 +115,7 @@ impl CronScheduler {
 
     /// Does all work due at the clock's current time.
     pub async fn tick(&self) -> Result<TickReport, CronError> {
-        let now = (self.clock)();
+        let now = to_store_precision((self.clock)());
         let mut report = TickReport::default();
         for job in self.store.due_cron_jobs(now).await? {
             if let Err(err) = self.fire_due(&job, now, &mut report).await {

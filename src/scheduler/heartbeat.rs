@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use self::ack::HeartbeatAck;
 pub use self::settings::{ActiveHours, BadHeartbeat, BadTarget, HeartbeatSettings, HeartbeatTarget};
-use crate::clock::Clock;
+use crate::clock::{Clock, to_store_precision};
 use crate::config::MAIN_AGENT;
 use crate::store::StoreError;
 use crate::store::heartbeat::{HeartbeatStore, SlotClaim};
@@ -140,7 +140,7 @@ impl Heartbeats {
     /// `HEARTBEAT.md`, a failed publish) does not hold up the others: every agent is handled,
     /// then the first error is returned.
     pub async fn tick(&self) -> Result<Vec<HeartbeatOutcome>, HeartbeatError> {
-        let now = (self.clock)();
+        let now = to_store_precision((self.clock)());
         let mut outcomes = Vec::with_capacity(self.agents.len());
         let mut first_error = None;
         for agent in &self.agents {

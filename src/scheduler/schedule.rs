@@ -12,16 +12,29 @@ use chrono::{DateTime, NaiveDate, NaiveDateTime, NaiveTime, TimeZone, Utc};
 use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
 
+use crate::clock::to_store_precision;
 use crontab::Crontab;
 
 /// When a job fires. Stored as JSON in the database: keep the serde shape.
+///
+/// Its instants are kept at the store's precision (see [`crate::clock::to_store_precision`]):
+/// the constructors cut them, reading a stored schedule cuts them (jobs stored before this rule
+/// carried nanoseconds), and [`Schedule::next_after`] computes at that precision whatever it
+/// is given, so an occurrence read back from the store is never found "after" itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Schedule {
     /// Once, at an instant.
-    At { at: DateTime<Utc> },
+    At {
+        #[serde(deserialize_with = "stored_time")]
+        at: DateTime<Utc>,
+    },
     /// Every `every_secs` seconds, counted from `anchor` (fires at anchor + k*every, k >= 1).
-    Every { every_secs: u64, anchor: DateTime<Utc> },
+    Every {
+        every_secs: u64,
+        #[serde(deserialize_with = "stored_time")]
+        anchor: DateTime<Utc>,
+    },
     /// A crontab expression as users write it, evaluated in the IANA zone `tz`.
     Cron { expr: String, tz: String },
 }
@@ -100,7 +113,7 @@ impl Schedule {
                 min: format_duration_exact(min),
             });
         }
-        Ok(Schedule::Every { every_secs, anchor: now })
+        Ok(Schedule::Every { every_secs, anchor: to_store_precision(now) })
     }
 
     /// Reads a user-friendly duration like "90s", "15m", "2h", "1d", "1h30m" (for `every` and
@@ -122,6 +135,7 @@ impl Schedule {
                 .ok_or_else(|| ScheduleError::BadDuration { text: rest.to_owned(), reason: "too long" })?,
             None => absolute(text, tz)?,
         };
+        let at = to_store_precision(at);
         if at <= now {
             return Err(ScheduleError::NotInFuture { at, now });
         }
@@ -132,8 +146,11 @@ impl Schedule {
     /// in the past).
     pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
         match self {
-            Schedule::At { at } => (*at > after).then_some(*at),
-            Schedule::Every { every_secs, anchor } => every_next_after(*every_secs, *anchor, after),
+            Schedule::At { at } => {
+                let at = to_store_precision(*at);
+                (at > after).then_some(at)
+            }
+            Schedule::Every { every_secs, anchor } => every_next_after(*every_secs, to_store_precision(*anchor), after),
             Schedule::Cron { expr, tz } => {
                 // A stored schedule that no longer parses never fires; `validate` reports why.
                 let tab = compile(expr).ok()?;
@@ -184,6 +201,11 @@ fn compile(expr: &str) -> Result<Crontab, ScheduleError> {
         }
     }
     Ok(tab)
+}
+
+/// A stored instant, cut to the store's precision as it is read.
+fn stored_time<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<DateTime<Utc>, D::Error> {
+    DateTime::<Utc>::deserialize(deserializer).map(to_store_precision)
 }
 
 fn parse_zone(tz: &str) -> Result<Tz, ScheduleError> {

@@ -14,7 +14,7 @@ use switchboard_channels::contract::ChatAddress;
 use super::cron::CronSettings;
 use super::job::{ORIGIN_KIND, local_time, parse_address};
 use super::spec::{ScheduleSpec, default_name, job_line};
-use crate::clock::Clock;
+use crate::clock::{Clock, to_store_precision};
 use crate::store::cron::{AddLimits, AddOutcome, CronStore, MissedPolicy, NewCronJob, Payload};
 use crate::tools::{Tool, ToolContext, ToolError, required_str};
 
@@ -94,7 +94,7 @@ impl Tool for CronTool {
 
 impl CronTool {
     async fn add(&self, arguments: &Value, ctx: &ToolContext) -> Result<String, ToolError> {
-        let now = (self.clock)();
+        let now = to_store_precision((self.clock)());
         let message = text(arguments, "message")
             .ok_or_else(|| ToolError::InvalidArguments("`message` (what to do or say) is required".into()))?;
         let tz = text(arguments, "tz").unwrap_or(&self.settings.default_timezone).to_owned();

@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::agent::Agent;
-use crate::clock::Clock;
+use crate::clock::{Clock, to_store_precision};
 use crate::config::{MAIN_AGENT, SubagentsConfig};
 use crate::prompt::PromptSettings;
 use crate::store::StoreError;
@@ -199,7 +199,7 @@ impl SubagentManager {
     }
 
     fn now(&self) -> chrono::DateTime<chrono::Utc> {
-        (self.clock)()
+        to_store_precision((self.clock)())
     }
 
     fn lease_until(&self) -> chrono::DateTime<chrono::Utc> {

@@ -28,6 +28,16 @@ use switchboard_channels::{Bus, BusExt, Deliveries};
 use switchboard_testkit::fake_llm::FakeLlm;
 use tokio_util::sync::CancellationToken;
 
+/// The real time as the operating system gives it, with digits below the millisecond (forced,
+/// so that no run happens to read a whole millisecond): what a hand clock starts at, so that
+/// schedules and stored times see the precision users' clocks have.
+pub fn real_now() -> chrono::DateTime<chrono::Utc> {
+    use chrono::Timelike;
+    let now = chrono::Utc::now();
+    let nanos = now.nanosecond() / 1_000_000 * 1_000_000 + 123_457;
+    now.with_nanosecond(nanos).unwrap_or(now)
+}
+
 /// One agent of the worker, answering with the scripted model.
 pub struct AgentSpec {
     pub name: String,

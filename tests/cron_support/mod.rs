@@ -6,7 +6,7 @@
 use std::ops::Deref;
 use std::sync::Arc;
 
-use chrono::{DateTime, SubsecRound, Utc};
+use chrono::{DateTime, Utc};
 use switchboard::clock::ManualClock;
 use switchboard::config::UsersConfig;
 use switchboard::scheduler::{CronScheduler, CronSettings, CronTool};
@@ -37,10 +37,10 @@ impl Deref for Harness {
     }
 }
 
-/// Now, to the second: scheduled inbound ids are whole seconds, and the worker drops
-/// messages older than an hour by the real clock, so the manual one starts at the real time.
+/// Now, with the sub-millisecond digits of a real clock: the worker drops messages older than
+/// an hour by the real clock, so the manual one starts at the real time.
 pub fn start_time() -> DateTime<Utc> {
-    Utc::now().trunc_subsecs(0)
+    common::real_now()
 }
 
 pub async fn start(kind: BusKind) -> Harness {

@@ -275,6 +275,10 @@ async fn insert_job(tx: &mut Transaction<'_, Sqlite>, job: &NewCronJob) -> Resul
 
 /// Ends a claim: when the compare-and-set took (`won`), records the occurrence in the history
 /// and commits; otherwise another scheduler was first and the transaction is dropped.
+///
+/// An occurrence whose message id is already in the history was claimed before: the job still
+/// moves on (the commit), but nothing new is recorded or published. Jobs that earlier versions
+/// left pointing at an occurrence they had already fired get unstuck this way.
 async fn claimed_if(
     mut tx: Transaction<'_, Sqlite>,
     won: bool,
@@ -285,21 +289,26 @@ async fn claimed_if(
     if !won {
         return Ok(CronClaim::AlreadyClaimed);
     }
-    insert_run(&mut tx, job_id, run, history_limit).await?;
+    let recorded = insert_run(&mut tx, job_id, run, history_limit).await?;
     tx.commit().await?;
+    if !recorded {
+        tracing::warn!(job = job_id, inbound = ?run.inbound_id, "occurrence was claimed before; moving the job on");
+        return Ok(CronClaim::AlreadyClaimed);
+    }
     Ok(CronClaim::Claimed)
 }
 
-/// Adds a history row and drops the job's oldest rows beyond `history_limit`.
+/// Adds a history row and drops the job's oldest rows beyond `history_limit`. False when a row
+/// with the run's message id is already there (nothing is added then).
 async fn insert_run(
     tx: &mut Transaction<'_, Sqlite>,
     job_id: &str,
     run: &NewCronRun,
     history_limit: usize,
-) -> Result<(), StoreError> {
-    sqlx::query(
+) -> Result<bool, StoreError> {
+    let inserted = sqlx::query(
         "INSERT INTO cron_runs (job_id, scheduled_for, inbound_id, claimed_at, status, note) \
-         VALUES ($1, $2, $3, $4, $5, $6)",
+         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (inbound_id) DO NOTHING",
     )
     .bind(job_id)
     .bind(run.scheduled_for.timestamp_millis())
@@ -308,7 +317,11 @@ async fn insert_run(
     .bind(run.status.as_str())
     .bind(&run.note)
     .execute(&mut **tx)
-    .await?;
+    .await?
+    .rows_affected();
+    if inserted == 0 {
+        return Ok(false);
+    }
     // Pending rows are never pruned: they still have to be published.
     sqlx::query(
         "DELETE FROM cron_runs WHERE job_id = $1 AND status <> 'pending' AND seq NOT IN \
@@ -318,7 +331,7 @@ async fn insert_run(
     .bind(sql_limit(history_limit.max(1)))
     .execute(&mut **tx)
     .await?;
-    Ok(())
+    Ok(true)
 }
 
 fn job_from_row(row: &SqliteRow) -> Result<CronJob, StoreError> {
