@@ -423,6 +423,7 @@ fn build_agent(
             max_tokens: Some(max_tokens).filter(|&n| n > 0),
             temperature: config.agent.temperature,
             stream,
+            tool_choice: crate::provider::ToolChoice::parse(&config.agent.tool_choice),
             prices: PriceTable::new(config.prices.clone()),
             workspace: overrides.map_or_else(|| config.agent.workspace.clone(), |o| o.workspace.clone()),
         },

@@ -32,8 +32,8 @@ fn format_run(run: &RunRecord) -> String {
         run.started_at.format("%Y-%m-%d %H:%M:%S"),
         run.status.as_str(),
         run.attempt,
-        run.usage.input_tokens,
-        run.usage.output_tokens,
+        tokens(run.usage.input_tokens, run.usage.estimated),
+        tokens(run.usage.output_tokens, run.usage.estimated),
         format_cost(run.cost_usd),
         run.model,
         run.session_key,
@@ -44,6 +44,11 @@ fn format_run(run: &RunRecord) -> String {
     line
 }
 
+/// A token count, `~` in front when switchboard estimated it (the provider reported none).
+fn tokens(count: u64, estimated: bool) -> String {
+    if estimated { format!("~{count}") } else { count.to_string() }
+}
+
 /// `$0.0123`; `-` when unknown (a model without a price), which is not the same as free.
 fn format_cost(cost: Option<f64>) -> String {
     cost.map_or_else(|| "-".to_owned(), |usd| format!("${usd:.4}"))
@@ -51,7 +56,13 @@ fn format_cost(cost: Option<f64>) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::format_cost;
+    use super::{format_cost, tokens};
+
+    #[test]
+    fn estimated_counts_are_marked() {
+        assert_eq!(tokens(1200, true), "~1200");
+        assert_eq!(tokens(1200, false), "1200");
+    }
 
     #[test]
     fn unknown_cost_is_a_dash() {

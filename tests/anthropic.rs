@@ -33,8 +33,7 @@ fn ask(text: &str) -> ChatRequest {
         model: "claude-test".into(),
         messages: vec![ChatMessage::system("be brief"), ChatMessage::user(text)],
         tools: Vec::new(),
-        max_tokens: None,
-        temperature: None,
+        ..ChatRequest::default()
     }
 }
 

@@ -33,6 +33,7 @@ fn ask(text: &str) -> ChatRequest {
         tools: Vec::new(),
         max_tokens: Some(256),
         temperature: Some(0.2),
+        ..ChatRequest::default()
     }
 }
 

@@ -41,7 +41,7 @@ fn completed(run_id: &str, question: &str, answer: &str) -> RunOutcome {
         transcript: vec![ChatMessage::user(question), ChatMessage::assistant(answer, Vec::new())],
         reply: Some(reply(run_id, answer)),
         error: None,
-        usage: Usage { input_tokens: 120, output_tokens: 30 },
+        usage: Usage::new(120, 30),
         model: "test-model".into(),
         cost_usd: Some(0.0042),
         iterations: 1,
@@ -231,7 +231,7 @@ async fn finish_run_records_status_usage_and_failure() {
     assert_eq!(failed.error.as_deref(), Some("the provider answered HTTP 500"));
     assert_eq!(failed.iterations, 3);
     assert_eq!((done.run_id.as_str(), done.status, done.error.as_deref()), (ok.as_str(), RunStatus::Completed, None));
-    assert_eq!(done.usage, Usage { input_tokens: 120, output_tokens: 30 });
+    assert_eq!(done.usage, Usage::new(120, 30));
     // The cost round-trips, and an unknown one stays unknown (NULL), not zero.
     assert_eq!((done.cost_usd, failed.cost_usd), (Some(0.0042), None));
     assert_eq!(

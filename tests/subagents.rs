@@ -158,7 +158,7 @@ async fn usage_and_cost(kind: BusKind) {
         .iter()
         .map(|m| m["content"].as_str().unwrap_or_default().chars().count())
         .sum();
-    let usage = Usage { input_tokens: (sent / 4).max(1) as u64, output_tokens: 1 };
+    let usage = Usage::new((sent / 4).max(1) as u64, 1);
     assert_eq!(record.usage, usage);
     let cost = (usage.input_tokens as f64 + 2.0 * usage.output_tokens as f64) / 1e6;
     assert!(record.cost_usd.is_some_and(|c| (c - cost).abs() < 1e-12), "{:?} vs {cost}", record.cost_usd);

@@ -311,18 +311,38 @@ impl OutboundMessage {
     }
 }
 
-/// Token counts reported by the model provider.
+/// Token counts reported by the model provider, or estimated where it reported none.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Some of the counts are switchboard's estimate: the provider did not report usage (many
+    /// local servers send none in streamed answers). Left out of the JSON when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub estimated: bool,
 }
 
 impl Usage {
+    /// Counts the provider reported.
+    pub fn new(input_tokens: u64, output_tokens: u64) -> Self {
+        Self { input_tokens, output_tokens, estimated: false }
+    }
+
+    /// Counts switchboard estimated.
+    pub fn estimate(input_tokens: u64, output_tokens: u64) -> Self {
+        Self { input_tokens, output_tokens, estimated: true }
+    }
+
+    /// Adds `other`; the sum is estimated when either part is.
     pub fn add(&mut self, other: Usage) {
         self.input_tokens += other.input_tokens;
         self.output_tokens += other.output_tokens;
+        self.estimated |= other.estimated;
+    }
+
+    pub fn total(&self) -> u64 {
+        self.input_tokens + self.output_tokens
     }
 }
 

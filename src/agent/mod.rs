@@ -8,7 +8,7 @@ use switchboard_channels::contract::{RunEventBody, Usage};
 use tracing::Instrument;
 
 use crate::provider::pricing::{CostTally, PriceTable};
-use crate::provider::{ChatMessage, ChatRequest, ChatResponse, Provider, ProviderError, Role};
+use crate::provider::{ChatMessage, ChatRequest, ChatResponse, Provider, ProviderError, Role, ToolChoice};
 use crate::tools::{ToolContext, ToolFilter, ToolRegistry};
 
 /// How an agent talks to its model.
@@ -25,6 +25,9 @@ pub struct AgentSettings {
     pub temperature: Option<f32>,
     /// Stream the model's text as `chunk` events while it is generated.
     pub stream: bool,
+    /// What the first model call of a turn is told about tools (`agent.tool_choice`); later
+    /// calls let the model decide, so it can answer after the tool's result.
+    pub tool_choice: ToolChoice,
     /// For each run's estimated cost.
     pub prices: PriceTable,
     /// The directory file tools and `exec` work in.
@@ -113,9 +116,9 @@ impl Agent {
         let request = ChatRequest {
             model: self.settings.model.clone(),
             messages,
-            tools: Vec::new(),
             max_tokens: self.settings.max_tokens,
             temperature: self.settings.temperature,
+            ..ChatRequest::default()
         };
         self.provider.complete(&request, None).await
     }
@@ -140,7 +143,7 @@ impl Agent {
             error: None,
         };
         let mut cost = CostTally::new(&self.settings.prices);
-        let mut retruncated = false;
+        let mut overflows = 0;
         while result.iterations < max_iterations {
             if let Some(steer) = steer.as_deref_mut() {
                 steer_in(steer, &mut messages);
@@ -148,13 +151,18 @@ impl Agent {
             result.iterations += 1;
             let response = match self.call_model(&messages, &tools, result.iterations, events).await {
                 Ok(response) => response,
-                // Once per run: the history is what can go; a second overflow is reported.
-                Err(ProviderError::ContextOverflow(why)) if !retruncated && first_new > 1 => {
-                    retruncated = true;
-                    let dropped = drop_oldest_history(&mut messages, first_new);
+                // The history is what can go: the oldest half, then the rest, so a message that
+                // fits on its own is always answered. An overflow without history is reported.
+                Err(ProviderError::ContextOverflow(why)) if first_new > 1 => {
+                    overflows += 1;
+                    let dropped = if overflows == 1 {
+                        drop_oldest_history(&mut messages, first_new)
+                    } else {
+                        messages.drain(1..first_new).count()
+                    };
                     first_new -= dropped;
                     result.iterations -= 1;
-                    tracing::warn!(dropped, %why, "context overflow; dropped the oldest half of the history, trying once more");
+                    tracing::warn!(dropped, left = first_new - 1, %why, "context overflow; dropped history, trying again");
                     continue;
                 }
                 Err(err) => {
@@ -195,12 +203,16 @@ impl Agent {
         iteration: u32,
         events: &dyn EventSink,
     ) -> Result<ChatResponse, ProviderError> {
+        let tools = self.tools.specs(tools);
+        let tool_choice =
+            if iteration == 1 { first_call_choice(&self.settings.tool_choice, &tools) } else { ToolChoice::Auto };
         let request = ChatRequest {
             model: self.settings.model.clone(),
             messages: messages.to_vec(),
-            tools: self.tools.specs(tools),
+            tools,
             max_tokens: self.settings.max_tokens,
             temperature: self.settings.temperature,
+            tool_choice,
         };
         let chunk = |text: &str| events.emit(RunEventBody::Chunk { text: text.to_owned() });
         let stream = self.settings.stream.then_some(&chunk as &(dyn Fn(&str) + Send + Sync));
@@ -216,8 +228,18 @@ impl Agent {
             error = tracing::field::Empty,
         );
         let started = std::time::Instant::now();
-        let response = self.provider.complete(&request, stream).instrument(span.clone()).await;
+        let mut response = self.provider.complete(&request, stream).instrument(span.clone()).await;
         span.record("duration_ms", started.elapsed().as_millis() as u64);
+        // Every request has input, so zero input tokens means the provider reported no usage
+        // (local servers often send none when streaming): count an estimate rather than nothing,
+        // so budgets are charged and `/status` tells the truth.
+        if let Ok(answer) = &mut response
+            && answer.usage.input_tokens == 0
+        {
+            answer.usage = crate::context::tokens::estimate_usage(&request, answer);
+            tracing::debug!(parent: &span, input = answer.usage.input_tokens, output = answer.usage.output_tokens,
+                "the provider reported no usage; counting an estimate");
+        }
         match &response {
             Ok(response) => {
                 span.record("answered_by", response.model.as_str());
@@ -282,37 +304,70 @@ fn steer_in(steer: &mut SteerReceiver, messages: &mut Vec<ChatMessage>) {
     }
 }
 
+/// The configured choice, unless it names a tool this run does not offer (a sender whose level
+/// lacks it): then the model decides.
+fn first_call_choice(choice: &ToolChoice, offered: &[crate::provider::ToolSpec]) -> ToolChoice {
+    match choice {
+        ToolChoice::Named(name) if !offered.iter().any(|spec| &spec.name == name) => ToolChoice::Auto,
+        _ if offered.is_empty() => ToolChoice::Auto,
+        other => other.clone(),
+    }
+}
+
 fn last_is_tool_result(messages: &[ChatMessage]) -> bool {
     messages.last().is_some_and(|m| m.role == Role::Tool)
 }
 
 /// Drops the oldest half of the history, `messages[1..first_new]` (after the system prompt,
-/// before this turn), plus any tool results the cut left at its start without the assistant
-/// message that called them. Returns how many messages went.
+/// before this turn), and on up to the next user message, so the history left starts as every
+/// provider accepts (Anthropic refuses one that starts with the assistant, and a tool result
+/// without its call is refused everywhere). Returns how many messages went.
 fn drop_oldest_history(messages: &mut Vec<ChatMessage>, first_new: usize) -> usize {
     let history = first_new.saturating_sub(1);
     let mut cut = 1 + history.div_ceil(2);
-    while cut < first_new && messages[cut].role == Role::Tool {
+    while cut < first_new && messages[cut].role != Role::User {
         cut += 1;
     }
     messages.drain(1..cut);
     cut - 1
 }
 
-/// What the user reads when the model could not be reached.
+/// What the user reads when the model could not answer: what happened, and what helps. Only
+/// failures that pass by themselves say to try again; a bad key or an overflow never do. An
+/// overflow reaches here only once the turn has no history left to drop.
 fn failure_reply(err: &ProviderError) -> String {
-    let why = match err {
-        ProviderError::Http { status: 429, .. } => "the model provider is rate-limiting us".to_owned(),
-        ProviderError::Http { status: 401 | 403, .. } => "the model provider refused our credentials".to_owned(),
-        ProviderError::Http { status, .. } => format!("the model provider answered with an error (HTTP {status})"),
-        ProviderError::ContextOverflow(_) => "the conversation is too long for the model".to_owned(),
-        ProviderError::Network(_) => "the model provider cannot be reached".to_owned(),
-        ProviderError::Timeout(_) => "the model provider did not answer in time".to_owned(),
-        ProviderError::Decode(_) => "the model provider sent an answer I could not read".to_owned(),
-        ProviderError::Config(_) => "the model provider is misconfigured".to_owned(),
-        ProviderError::Interrupted(_) => "the model's answer broke off midway".to_owned(),
+    let what = match err {
+        ProviderError::Http { status: 429, .. } => {
+            "the model provider is rate-limiting us. Please try again in a minute.".to_owned()
+        }
+        ProviderError::Http { status: status @ (401 | 403), .. } => format!(
+            "the model provider refused switchboard's credentials (HTTP {status}). The owner needs to \
+             fix the API key; trying again will not help."
+        ),
+        ProviderError::Http { status, .. } if *status >= 500 => {
+            format!("the model provider had an error (HTTP {status}). Please try again in a moment.")
+        }
+        ProviderError::Http { status, .. } => format!(
+            "the model provider rejected the request (HTTP {status}). The owner needs to check the model \
+             settings; trying again will not help."
+        ),
+        ProviderError::ContextOverflow(_) => "this message does not fit in the model's context window, even \
+             without the earlier conversation. Send a shorter message; the owner can also choose a model \
+             with a larger window (agent.context_window)."
+            .to_owned(),
+        ProviderError::Network(_) => "the model provider cannot be reached. Please try again in a moment.".to_owned(),
+        ProviderError::Timeout(limit) => {
+            format!("the model did not answer within {} seconds. Please try again in a moment.", limit.as_secs())
+        }
+        ProviderError::Decode(_) => "the model provider sent an answer I could not read. Please try again; if \
+             it keeps happening, the owner should check the model server."
+            .to_owned(),
+        ProviderError::Config(_) => {
+            "the model settings are invalid. The owner needs to fix them; trying again will not help.".to_owned()
+        }
+        ProviderError::Interrupted(_) => "the model's answer broke off midway. Please try again.".to_owned(),
     };
-    format!("Sorry, I could not answer: {why}. Please try again in a moment.")
+    format!("Sorry, I could not answer: {what}")
 }
 
 #[cfg(test)]

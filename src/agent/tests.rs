@@ -42,7 +42,7 @@ impl Provider for Scripted {
 fn text(content: &str) -> Result<ChatResponse, ProviderError> {
     Ok(ChatResponse {
         content: content.into(),
-        usage: Usage { input_tokens: 10, output_tokens: 2 },
+        usage: Usage::new(10, 2),
         model: "m-1".into(),
         ..ChatResponse::default()
     })
@@ -54,7 +54,7 @@ fn calls(names: &[(&str, Value)]) -> Result<ChatResponse, ProviderError> {
         .enumerate()
         .map(|(i, (name, args))| ToolCall { id: format!("call_{i}"), name: (*name).into(), arguments: args.clone() })
         .collect();
-    Ok(ChatResponse { tool_calls, usage: Usage { input_tokens: 5, output_tokens: 1 }, ..ChatResponse::default() })
+    Ok(ChatResponse { tool_calls, usage: Usage::new(5, 1), ..ChatResponse::default() })
 }
 
 /// Sleeps for the given milliseconds, then echoes them: lets a test see call order.
@@ -107,6 +107,7 @@ fn agent_with_prices(
         max_tokens: None,
         temperature: None,
         stream: true,
+        tool_choice: Default::default(),
         prices,
         workspace: std::env::temp_dir(),
     };
@@ -152,7 +153,7 @@ async fn parallel_tool_results_come_back_in_call_order() {
     let result = agent.run(turn(vec![], "nap twice", &events)).await;
     assert!(started.elapsed() < Duration::from_millis(160), "tools did not run in parallel");
     assert_eq!(result.reply, "done");
-    assert_eq!(result.usage, Usage { input_tokens: 15, output_tokens: 3 });
+    assert_eq!(result.usage, Usage::new(15, 3));
     let roles: Vec<Role> = result.transcript.iter().map(|m| m.role).collect();
     assert_eq!(roles, [Role::User, Role::Assistant, Role::Tool, Role::Tool, Role::Assistant]);
     assert_eq!(result.transcript[2].content, "napped 80");
@@ -201,7 +202,7 @@ fn overflow() -> Result<ChatResponse, ProviderError> {
     Err(ProviderError::ContextOverflow("prompt is too long: 9000 tokens > 8192 maximum".into()))
 }
 
-/// Six history messages: a plain exchange, then a tool turn.
+/// Eight history messages: a plain exchange, a tool turn, a plain exchange.
 fn long_history() -> Vec<ChatMessage> {
     let call = ToolCall { id: "c1".into(), name: "current_time".into(), arguments: json!({}) };
     vec![
@@ -211,6 +212,8 @@ fn long_history() -> Vec<ChatMessage> {
         ChatMessage::assistant("", vec![call.clone()]),
         ChatMessage::tool_result(&call, "noon"),
         ChatMessage::assistant("It is noon.", vec![]),
+        ChatMessage::user("and the day?"),
+        ChatMessage::assistant("Friday.", vec![]),
     ]
 }
 
@@ -224,16 +227,15 @@ async fn context_overflow_drops_the_oldest_history_once_and_retries() {
     let requests = provider.requests.lock().unwrap();
     assert_eq!(requests.len(), 2);
     let retried: Vec<&str> = requests[1].messages.iter().map(|m| m.content.as_str()).collect();
-    // Half of six is three (user, assistant, user); the cut would start at the tool result's
-    // call (kept, as it is an assistant message), so nothing more goes.
-    assert_eq!(retried, ["be brief", "", "noon", "It is noon.", "and now?"]);
-    assert_eq!(requests[1].messages[1].tool_calls.len(), 1);
+    // Half of eight is four; the cut then goes on past the tool turn to the next user message,
+    // so the history still starts with the user's words.
+    assert_eq!(retried, ["be brief", "and the day?", "Friday.", "and now?"]);
     // The transcript holds this turn only, whatever was dropped from the prompt.
     assert_eq!(result.transcript[0], ChatMessage::user("and now?"));
 }
 
 #[test]
-fn the_cut_never_starts_with_a_tool_result() {
+fn the_cut_never_starts_with_a_tool_result_or_a_reply() {
     let call = ToolCall { id: "c".into(), name: "t".into(), arguments: json!({}) };
     let mut messages = vec![
         ChatMessage::system("s"),
@@ -245,18 +247,42 @@ fn the_cut_never_starts_with_a_tool_result() {
         ChatMessage::user("now"),
     ];
     let dropped = drop_oldest_history(&mut messages, 6);
-    assert_eq!(dropped, 4);
+    // No user message after the cut: the whole history goes rather than start with a reply.
+    assert_eq!(dropped, 5);
     let roles: Vec<Role> = messages.iter().map(|m| m.role).collect();
-    assert_eq!(roles, [Role::System, Role::Assistant, Role::User]);
+    assert_eq!(roles, [Role::System, Role::User]);
 }
 
 #[tokio::test]
-async fn a_second_overflow_is_the_reply() {
-    let (agent, provider) = agent(vec![overflow(), overflow()], 5);
+async fn a_second_overflow_drops_all_history_so_the_message_is_answered() {
+    let (agent, provider) = agent(vec![overflow(), overflow(), text("fits alone")], 5);
     let result = agent.run(turn(long_history(), "and now?", &Recorder::default())).await;
-    assert!(result.reply.contains("too long for the model"), "{}", result.reply);
+    assert_eq!((result.reply.as_str(), result.error), ("fits alone", None));
+    let requests = provider.requests.lock().unwrap();
+    let last: Vec<&str> = requests[2].messages.iter().map(|m| m.content.as_str()).collect();
+    assert_eq!(last, ["be brief", "and now?"]);
+}
+
+#[tokio::test]
+async fn an_overflow_without_history_says_what_helps() {
+    let (agent, provider) = agent(vec![overflow(), overflow(), overflow()], 5);
+    let result = agent.run(turn(long_history(), "and now?", &Recorder::default())).await;
+    assert!(result.reply.contains("does not fit in the model's context window"), "{}", result.reply);
+    assert!(!result.reply.contains("try again in a moment"), "{}", result.reply);
     assert!(result.error.as_deref().is_some_and(|e| e.contains("prompt is too long")));
-    assert_eq!(provider.requests.lock().unwrap().len(), 2);
+    assert_eq!(provider.requests.lock().unwrap().len(), 3);
+}
+
+#[test]
+fn only_failures_that_pass_say_to_try_again() {
+    let http = |status| ProviderError::Http { status, message: "x".into(), retry_after: None };
+    let again = |err: ProviderError| failure_reply(&err).contains("try again");
+    assert!(again(http(500)) && again(http(429)) && again(ProviderError::Network("down".into())));
+    for err in [http(401), http(403), http(404), ProviderError::Config("bad".into())] {
+        let reply = failure_reply(&err);
+        assert!(reply.contains("owner") && reply.contains("will not help"), "{reply}");
+    }
+    assert!(failure_reply(&http(401)).contains("API key"));
 }
 
 #[tokio::test]

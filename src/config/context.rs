@@ -84,6 +84,9 @@ pub(super) fn problem(config: &super::Config) -> Option<(&'static str, String)> 
         );
         return Some(("compaction.keep_recent_messages", reason));
     }
+    if let Some(problem) = window_problem(config) {
+        return Some(problem);
+    }
     // History is read up to this limit; compaction would never see max_messages otherwise.
     if config.agent.history_limit <= compaction.max_messages {
         let reason = format!(
@@ -93,4 +96,70 @@ pub(super) fn problem(config: &super::Config) -> Option<(&'static str, String)> 
         return Some(("agent.history_limit", reason));
     }
     None
+}
+
+/// Output tokens reserved when `agent.max_tokens` is 0 (the provider's default), at most: a
+/// quarter of a smaller window instead, so a local model's 2k–8k window keeps room for input.
+pub const DEFAULT_OUTPUT_RESERVE: u64 = 4096;
+
+/// Output tokens reserved in a window of `window` tokens: `max_tokens` when set, else a quarter
+/// of the window up to [`DEFAULT_OUTPUT_RESERVE`].
+pub fn output_reserve(window: u64, max_tokens: Option<u32>) -> u64 {
+    max_tokens.map_or_else(|| (window / 4).min(DEFAULT_OUTPUT_RESERVE), u64::from)
+}
+
+/// Input tokens a context window must keep beside the completion reserve: less cannot hold
+/// even the minimal system prompt and a message.
+pub const MIN_INPUT_ROOM: u64 = 512;
+
+/// A context window too small for input once the completion reserve is taken.
+fn window_problem(config: &super::Config) -> Option<(&'static str, String)> {
+    let window = config.agent.context_window;
+    let reserve_of = |max_tokens: u32| output_reserve(window, Some(max_tokens).filter(|&n| n > 0));
+    let mut reserves = vec![("agent.max_tokens", reserve_of(config.agent.max_tokens))];
+    reserves.extend(
+        config.agents.values().filter_map(|agent| agent.max_tokens).map(|n| ("agents.*.max_tokens", reserve_of(n))),
+    );
+    let (key, reserve) = reserves.into_iter().max_by_key(|(_, reserve)| *reserve)?;
+    if window.saturating_sub(reserve) >= MIN_INPUT_ROOM {
+        return None;
+    }
+    let reason = if key == "agent.max_tokens" && config.agent.max_tokens == 0 {
+        format!(
+            "{window} tokens is too small: at least {} are needed for a prompt and an answer",
+            MIN_INPUT_ROOM * 4 / 3
+        )
+    } else {
+        format!(
+            "{window} tokens minus {key} = {reserve} for the answer leaves under {MIN_INPUT_ROOM} tokens for the \
+             prompt; lower {key} or raise agent.context_window"
+        )
+    };
+    Some(("agent.context_window", reason))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::load_text;
+    use super::*;
+
+    #[test]
+    fn the_completion_reserve_scales_with_a_small_window() {
+        assert_eq!(output_reserve(128_000, None), DEFAULT_OUTPUT_RESERVE);
+        assert_eq!(output_reserve(2048, None), 512);
+        assert_eq!(output_reserve(2048, Some(300)), 300);
+    }
+
+    #[test]
+    fn a_window_without_room_for_a_prompt_fails_at_start() {
+        // A local model's 2k window with the default max_tokens is usable.
+        assert!(load_text("[agent]\ncontext_window = 2048\n", &[]).is_ok());
+        let err = load_text("[agent]\ncontext_window = 2048\nmax_tokens = 1800\n", &[]).unwrap_err().to_string();
+        assert!(err.contains("agent.context_window") && err.contains("lower agent.max_tokens"), "{err}");
+        let err = load_text("[agent]\ncontext_window = 600\n", &[]).unwrap_err().to_string();
+        assert!(err.contains("agent.context_window") && err.contains("too small"), "{err}");
+        let named = "[agent]\ncontext_window = 4096\n[agents.small]\nmax_tokens = 3900\n";
+        let err = load_text(named, &[]).unwrap_err().to_string();
+        assert!(err.contains("agents.*.max_tokens"), "{err}");
+    }
 }

@@ -37,7 +37,7 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer, Serialize};
 
 pub use agents::{BindingConfig, MAIN_AGENT, NamedAgentConfig};
-pub use context::{CompactionConfig, HistoryConfig};
+pub use context::{CompactionConfig, DEFAULT_OUTPUT_RESERVE, HistoryConfig, output_reserve};
 pub use cron::CronConfig;
 pub use discord::DiscordChannelConfig;
 pub use env::{ENV_PREFIX, NON_KEY_VARS};
@@ -262,11 +262,15 @@ pub struct AgentConfig {
     pub max_tokens: u32,
     /// Sampling temperature; unset = the provider's default.
     pub temperature: Option<f32>,
+    /// What the first model call of each turn is told about tools: `auto` (the model decides),
+    /// `none`, `required`, or a tool's name (call that tool first). Small local models often
+    /// call tools only when named; later calls of the turn are always `auto`.
+    pub tool_choice: String,
     /// Messages of history read from the store before the history pipeline (`[history]`)
     /// chooses what the model sees; keep it above `compaction.max_messages`.
     pub history_limit: usize,
     /// The model's context window in tokens: the input budget is this minus `max_tokens`
-    /// (4096 when 0) minus the offered tools' schemas.
+    /// (when 0: a quarter of the window, at most 4096) minus the offered tools' schemas.
     pub context_window: u64,
     /// The model chain, `"<provider>/<model>"`, first = primary; the next ones are tried when
     /// a model keeps failing transiently. Empty = `[provider]` with `model`.
@@ -293,6 +297,7 @@ impl Default for AgentConfig {
             max_iterations: 20,
             max_tokens: 0,
             temperature: None,
+            tool_choice: "auto".into(),
             history_limit: 200,
             context_window: 128_000,
             models: Vec::new(),

@@ -10,6 +10,9 @@ pub mod compaction;
 pub mod pipeline;
 pub mod tokens;
 
+use std::collections::HashSet;
+use std::sync::{Mutex, PoisonError};
+
 use crate::agent::Agent;
 use crate::config::{CompactionConfig, HistoryConfig};
 use crate::provider::{ChatMessage, ToolSpec};
@@ -17,8 +20,11 @@ use crate::tools::ToolFilter;
 use pipeline::Budget;
 use tokens::Calibration;
 
-/// Output tokens reserved when `agent.max_tokens` is 0 (the provider's default).
-pub const DEFAULT_OUTPUT_RESERVE: u64 = 4096;
+pub use crate::config::{DEFAULT_OUTPUT_RESERVE, output_reserve};
+
+/// The share of the input budget that the fixed part of a turn (system prompt and tool
+/// schemas) may take, so the conversation keeps some room.
+const FIXED_SHARE: f64 = 0.75;
 
 /// The context settings a worker runs with.
 #[derive(Debug, Clone, PartialEq)]
@@ -49,11 +55,42 @@ pub struct Prepared {
 pub struct ContextEngine {
     settings: ContextSettings,
     calibration: Calibration,
+    /// Agents whose degraded prompt was logged at warn level already (once each is enough).
+    degraded_noted: Mutex<HashSet<String>>,
 }
 
 impl ContextEngine {
     pub fn new(settings: ContextSettings) -> Self {
-        Self { settings, calibration: Calibration::default() }
+        Self { settings, calibration: Calibration::default(), degraded_noted: Mutex::default() }
+    }
+
+    /// Says (once per agent at warn level, then at debug) that a turn of `agent` runs with the
+    /// minimal prompt and without the `dropped` tools, and whether even that fits.
+    pub fn note_degraded(&self, agent: &str, dropped: &[String], fits: bool) {
+        let window = self.settings.context_window;
+        let first = self.degraded_noted.lock().unwrap_or_else(PoisonError::into_inner).insert(agent.to_owned());
+        let without = if dropped.is_empty() {
+            "with every tool".to_owned()
+        } else {
+            format!("without the tools {}", dropped.join(", "))
+        };
+        if !fits {
+            tracing::warn!(
+                agent,
+                window,
+                "the context window is too small even for the minimal system prompt \
+                without tools: raise agent.context_window (and the model server's window) or shorten the workspace files"
+            );
+        } else if first {
+            tracing::warn!(
+                agent,
+                window,
+                "the context window is too small for the full system prompt and every tool: \
+                turns use the minimal prompt, {without} (see docs/local-models.md)"
+            );
+        } else {
+            tracing::debug!(agent, window, %without, "minimal prompt for a small context window");
+        }
     }
 
     pub fn settings(&self) -> &ContextSettings {
@@ -66,9 +103,25 @@ impl ContextEngine {
 
     /// Context window − output reserve − the offered tools' schemas.
     pub fn input_budget(&self, agent: &Agent, tools: &[ToolSpec]) -> u64 {
-        let reserve = agent.settings().max_tokens.map_or(DEFAULT_OUTPUT_RESERVE, u64::from);
         let tools = self.calibration.correct(tokens::raw_tools(tools));
-        self.settings.context_window.saturating_sub(reserve).saturating_sub(tools)
+        self.window_for_input(agent).saturating_sub(tools)
+    }
+
+    /// Context window − output reserve.
+    fn window_for_input(&self, agent: &Agent) -> u64 {
+        let window = self.settings.context_window;
+        window.saturating_sub(output_reserve(window, agent.settings().max_tokens))
+    }
+
+    /// Whether a turn with this system prompt and these tools leaves room for the conversation:
+    /// the prompt and the schemas take at most three quarters of the input budget, and the
+    /// message being answered fits beside them.
+    pub fn fixed_part_fits(&self, agent: &Agent, system_prompt: &str, tools: &[ToolSpec], input: &ChatMessage) -> bool {
+        let room = self.window_for_input(agent);
+        let fixed = self.calibration.correct(tokens::raw_messages(&[ChatMessage::system(system_prompt)]))
+            + self.calibration.correct(tokens::raw_tools(tools));
+        let input = self.calibration.messages(std::slice::from_ref(input));
+        (fixed as f64) <= FIXED_SHARE * room as f64 && fixed + input <= room
     }
 
     /// Chooses the history of a turn: `history` is the session's recent transcript, `summary`

@@ -17,6 +17,9 @@ use super::tokens::Calibration;
 pub const CLEARED: &str = "[tool result cleared to save space]";
 /// The result given to a tool call whose result is not in the history any more.
 pub const PLACEHOLDER: &str = "[no result: the result was removed from history]";
+/// What stands in for the reply to a message that got none (its turn failed), so that user and
+/// assistant alternate as chat templates and the Anthropic API require.
+pub const UNANSWERED: &str = "[no reply was sent to this message]";
 /// How a saved session summary starts.
 pub const SUMMARY_PREFIX: &str = "Summary of the earlier conversation: ";
 
@@ -51,7 +54,7 @@ pub fn prepare(
     let mut messages = repair_pairing(keep_user_turns(history, config.keep_user_turns));
     prune_tool_results(&mut messages, budget, config, calibration);
     let messages = fit_budget(messages, budget, calibration);
-    let mut messages = repair_pairing(messages);
+    let mut messages = repair_alternation(repair_pairing(messages));
     if let Some(summary) = summary {
         messages.insert(0, summary);
     }
@@ -143,6 +146,27 @@ pub fn repair_pairing(messages: Vec<ChatMessage>) -> Vec<ChatMessage> {
         out.push(message);
     }
     close_calls(&mut out, &mut pending);
+    out
+}
+
+/// Makes the history one that every provider accepts before the next user message: it starts
+/// with a user message, and a user message that got no reply (a failed turn stores only its
+/// input) is followed by [`UNANSWERED`] instead of by the next user message. Strict chat
+/// templates (Mistral, Gemma) and Anthropic refuse a conversation that starts with the
+/// assistant or has two user messages in a row.
+pub fn repair_alternation(messages: Vec<ChatMessage>) -> Vec<ChatMessage> {
+    let start = messages.iter().position(|m| m.role == Role::User).unwrap_or(messages.len());
+    let mut out: Vec<ChatMessage> = Vec::with_capacity(messages.len() + 1);
+    for message in messages.into_iter().skip(start) {
+        if message.role == Role::User && out.last().is_some_and(|last| last.role == Role::User) {
+            out.push(ChatMessage::assistant(UNANSWERED, Vec::new()));
+        }
+        out.push(message);
+    }
+    // The turn's own input comes next.
+    if out.last().is_some_and(|last| last.role == Role::User) {
+        out.push(ChatMessage::assistant(UNANSWERED, Vec::new()));
+    }
     out
 }
 

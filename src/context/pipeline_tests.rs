@@ -198,3 +198,55 @@ fn a_higher_calibration_ratio_keeps_less() {
     let corrected = prepare(history, None, budget, &HistoryConfig::default(), &cal);
     assert!(corrected.len() < plain.len() / 2 + 4, "{}", corrected.len());
 }
+
+/// The rules the strictest providers check (Anthropic, and chat templates such as Mistral's):
+/// after the system messages, the conversation starts with the user, user and assistant
+/// alternate (the results of one assistant message's calls are one user turn, as Anthropic
+/// sends them), and the turn's own input follows an assistant message.
+fn assert_strictly_alternating(history: &[ChatMessage]) {
+    let mut conversation: Vec<Role> = history.iter().map(|m| m.role).filter(|role| *role != Role::System).collect();
+    conversation.dedup_by(|b, a| *a == Role::Tool && *b == Role::Tool);
+    let conversation: Vec<Role> =
+        conversation.into_iter().map(|role| if role == Role::Tool { Role::User } else { role }).collect();
+    if let Some(first) = conversation.first() {
+        assert_eq!(*first, Role::User, "{history:?}");
+    }
+    for pair in conversation.windows(2) {
+        assert_ne!(pair[0], pair[1], "{history:?}");
+    }
+    assert_ne!(conversation.last(), Some(&Role::User), "the input would follow a user message: {history:?}");
+}
+
+#[test]
+fn failed_turns_leave_a_history_that_strict_providers_accept() {
+    // Two turns failed in a row (their inputs were stored without replies), then a normal one.
+    let mut history = vec![ChatMessage::user("first"), ChatMessage::user("second?")];
+    history.extend(tool_turn(1, "r"));
+    history.push(ChatMessage::user("still there?"));
+    let out = prepare(history, None, roomy(), &HistoryConfig::default(), &Calibration::default());
+    assert_strictly_alternating(&out);
+    assert_paired(&out);
+    let texts: Vec<&str> = out.iter().map(|m| m.content.as_str()).collect();
+    assert_eq!(texts[..3], ["first", UNANSWERED, "second?"]);
+    assert_eq!(out.last().map(|m| m.content.as_str()), Some(UNANSWERED));
+}
+
+#[test]
+fn every_cut_of_a_mixed_history_stays_valid() {
+    // Plain turns, tool turns and failed turns, cut at every budget from nothing to everything.
+    let mut history = Vec::new();
+    for n in 0..6 {
+        match n % 3 {
+            0 => history.extend(tool_turn(n, &"x".repeat(300))),
+            1 => history.push(ChatMessage::user(format!("failed {n}"))),
+            _ => history.extend([ChatMessage::user(format!("q {n}")), ChatMessage::assistant("a", vec![])]),
+        }
+    }
+    let total = raw_messages(&history);
+    for room in (0..=total + 10).step_by(7) {
+        let budget = Budget { input: 100 + room, fixed: 100 };
+        let out = prepare(history.clone(), Some("earlier"), budget, &HistoryConfig::default(), &Calibration::default());
+        assert_strictly_alternating(&out);
+        assert_paired(&out);
+    }
+}

@@ -9,7 +9,9 @@
 
 use std::sync::Mutex;
 
-use crate::provider::{ChatMessage, ToolSpec};
+use switchboard_channels::contract::Usage;
+
+use crate::provider::{ChatMessage, ChatRequest, ChatResponse, ToolSpec};
 
 /// Tokens every message costs beyond its text (role, separators).
 const MESSAGE_OVERHEAD: u64 = 4;
@@ -46,6 +48,13 @@ pub fn raw_tools(tools: &[ToolSpec]) -> u64 {
             chars_to_tokens(spec.name.len() + spec.description.chars().count() + spec.parameters.to_string().len())
         })
         .sum()
+}
+
+/// The usage of one model call whose provider reported none: the request's messages and tool
+/// schemas in, the answer out. Marked estimated, so records and `/status` can say so.
+pub fn estimate_usage(request: &ChatRequest, response: &ChatResponse) -> Usage {
+    let answer = ChatMessage::assistant(response.content.clone(), response.tool_calls.clone());
+    Usage::estimate(raw_messages(&request.messages) + raw_tools(&request.tools), raw_message(&answer))
 }
 
 /// Estimates corrected by the provider's reported usage. Shared by a worker's sessions.

@@ -13,7 +13,7 @@ use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 
 use super::http::{error_chain, is_event_stream, redact_password, sensitive_value, transport_error};
 use super::retry_after::parse_retry_after;
-use super::sse::SseParser;
+use super::sse::{SseParser, StreamEnd};
 use super::{ChatRequest, ChatResponse, Provider, ProviderError, TextSink};
 use stream::StreamAccumulator;
 pub use wire::DEFAULT_MAX_TOKENS;
@@ -109,11 +109,12 @@ impl AnthropicProvider {
 
     async fn complete_streaming(
         &self,
-        body: &wire::WireRequest<'_>,
+        request: &ChatRequest,
         sink: Option<TextSink<'_>>,
     ) -> Result<ChatResponse, ProviderError> {
         let limit = self.config.request_timeout;
-        let response = tokio::time::timeout(limit, self.send(body)).await.map_err(|_| self.timeout())??;
+        let body = wire::encode_request(request, true);
+        let response = tokio::time::timeout(limit, self.send(&body)).await.map_err(|_| self.timeout())??;
         if !is_event_stream(response.headers()) {
             // A proxy that ignores `stream` answers with one JSON document.
             let bytes = tokio::time::timeout(limit, response.bytes())
@@ -122,7 +123,15 @@ impl AnthropicProvider {
                 .map_err(|e| self.transport_error(e))?;
             return decode_whole(&bytes, sink);
         }
-        self.read_event_stream(response, sink).await
+        match self.read_event_stream(response, sink).await? {
+            StreamEnd::Complete(response) => Ok(response),
+            StreamEnd::Unfinished { streamed, why } => {
+                tracing::warn!(provider = %self.config.name, %why, "the streamed answer ended unfinished; asking once more without streaming");
+                // Text already streamed stays in the live view until the reply replaces it.
+                let body = wire::encode_request(request, false);
+                self.complete_once(&body, if streamed { None } else { sink }).await
+            }
+        }
     }
 
     /// Reads events until `message_stop`. The timeout applies to each wait for the next
@@ -131,28 +140,31 @@ impl AnthropicProvider {
         &self,
         response: reqwest::Response,
         sink: Option<TextSink<'_>>,
-    ) -> Result<ChatResponse, ProviderError> {
+    ) -> Result<StreamEnd, ProviderError> {
         let mut bytes = response.bytes_stream();
         let mut parser = SseParser::new();
         let mut acc = StreamAccumulator::default();
         let limit = self.config.request_timeout;
         while let Some(chunk) = tokio::time::timeout(limit, bytes.next()).await.map_err(|_| self.timeout())? {
-            let chunk = chunk.map_err(|e| self.transport_error(e))?;
+            let chunk = match chunk {
+                Ok(chunk) => chunk,
+                Err(err) => return Ok(acc.unfinished(format!("the stream broke off: {}", self.transport_error(err)))),
+            };
             for event in parser.push(&chunk).map_err(|e| ProviderError::Decode(e.to_string()))? {
                 if !event.data.trim().is_empty() && acc.apply(&event.data, sink, self.secret())? {
                     // Do not wait for the connection to close.
-                    return Ok(acc.finish());
+                    return Ok(StreamEnd::Complete(acc.finish()));
                 }
             }
         }
         if let Some(event) = parser.finish().filter(|e| !e.data.trim().is_empty())
             && acc.apply(&event.data, sink, self.secret())?
         {
-            return Ok(acc.finish());
+            return Ok(StreamEnd::Complete(acc.finish()));
         }
-        // Without `message_stop` the answer may be cut short: a dropped connection, worth a retry.
+        // Without `message_stop` the answer may be cut short.
         let what = if acc.is_started() { "before message_stop" } else { "before any event" };
-        Err(ProviderError::Network(format!("{}: the stream ended {what}", self.config.name)))
+        Ok(acc.unfinished(format!("the stream ended {what}")))
     }
 
     /// POSTs the body; a non-2xx answer becomes the matching error.
@@ -189,7 +201,6 @@ impl Provider for AnthropicProvider {
         request: &ChatRequest,
         stream: Option<TextSink<'_>>,
     ) -> Result<ChatResponse, ProviderError> {
-        let body = wire::encode_request(request, self.config.stream);
         tracing::debug!(
             provider = %self.config.name,
             model = %request.model,
@@ -199,9 +210,9 @@ impl Provider for AnthropicProvider {
             "messages request"
         );
         if self.config.stream {
-            self.complete_streaming(&body, stream).await
+            self.complete_streaming(request, stream).await
         } else {
-            self.complete_once(&body, stream).await
+            self.complete_once(&wire::encode_request(request, false), stream).await
         }
     }
 }

@@ -169,13 +169,7 @@ mod tests {
     }
 
     fn request() -> ChatRequest {
-        ChatRequest {
-            model: "ignored".into(),
-            messages: vec![ChatMessage::user("hi")],
-            tools: vec![],
-            max_tokens: None,
-            temperature: None,
-        }
+        ChatRequest { model: "ignored".into(), messages: vec![ChatMessage::user("hi")], ..ChatRequest::default() }
     }
 
     #[tokio::test]

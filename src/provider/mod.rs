@@ -88,14 +88,42 @@ pub struct ToolSpec {
     pub parameters: Value,
 }
 
+/// Whether and which tool the model must call.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum ToolChoice {
+    /// The model decides (nothing is sent: the API's default).
+    #[default]
+    Auto,
+    /// No tool call.
+    None,
+    /// Some tool call.
+    Required,
+    /// A call of this tool. Small local models often call tools only when told which.
+    Named(String),
+}
+
+impl ToolChoice {
+    /// `agent.tool_choice` as written: `auto` (or empty), `none`, `required`, or a tool's name.
+    pub fn parse(text: &str) -> ToolChoice {
+        match text.trim() {
+            "" | "auto" => ToolChoice::Auto,
+            "none" => ToolChoice::None,
+            "required" => ToolChoice::Required,
+            name => ToolChoice::Named(name.to_owned()),
+        }
+    }
+}
+
 /// One call to the model.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ChatRequest {
     pub model: String,
     pub messages: Vec<ChatMessage>,
     pub tools: Vec<ToolSpec>,
     pub max_tokens: Option<u32>,
     pub temperature: Option<f32>,
+    /// Sent only with tools; [`ToolChoice::Auto`] sends nothing.
+    pub tool_choice: ToolChoice,
 }
 
 /// The model's answer to one call.

@@ -13,7 +13,7 @@ use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, Header
 
 use super::http::{error_chain, is_event_stream, redact_password, sensitive_value, transport_error};
 use super::retry_after::parse_retry_after;
-use super::sse::{SseEvent, SseParser};
+use super::sse::{SseEvent, SseParser, StreamEnd};
 use super::{ChatRequest, ChatResponse, Provider, ProviderError, TextSink};
 use wire::{StreamAccumulator, StreamChunk};
 
@@ -106,11 +106,12 @@ impl OpenAiProvider {
 
     async fn complete_streaming(
         &self,
-        body: &wire::WireRequest<'_>,
+        request: &ChatRequest,
         sink: Option<TextSink<'_>>,
     ) -> Result<ChatResponse, ProviderError> {
         let limit = self.config.request_timeout;
-        let response = tokio::time::timeout(limit, self.send(body)).await.map_err(|_| self.timeout())??;
+        let body = wire::encode_request(request, true);
+        let response = tokio::time::timeout(limit, self.send(&body)).await.map_err(|_| self.timeout())??;
         if !is_event_stream(response.headers()) {
             // Some servers ignore `stream: true` and answer with one JSON document.
             let bytes = tokio::time::timeout(limit, response.bytes())
@@ -119,7 +120,16 @@ impl OpenAiProvider {
                 .map_err(|e| self.transport_error(e))?;
             return decode_whole(&bytes, sink);
         }
-        self.read_event_stream(response, sink).await
+        match self.read_event_stream(response, sink).await? {
+            StreamEnd::Complete(response) => Ok(response),
+            StreamEnd::Unfinished { streamed, why } => {
+                tracing::warn!(provider = %self.config.name, %why, "the streamed answer ended unfinished; asking once more without streaming");
+                // Text already streamed stays in the live view until the reply replaces it:
+                // the sink hears nothing more then, or the start would show twice.
+                let body = wire::encode_request(request, false);
+                self.complete_once(&body, if streamed { None } else { sink }).await
+            }
+        }
     }
 
     /// Reads chunks until `[DONE]` (or the end of the body). The timeout applies to each
@@ -128,30 +138,29 @@ impl OpenAiProvider {
         &self,
         response: reqwest::Response,
         sink: Option<TextSink<'_>>,
-    ) -> Result<ChatResponse, ProviderError> {
+    ) -> Result<StreamEnd, ProviderError> {
         let mut bytes = response.bytes_stream();
         let mut parser = SseParser::new();
         let mut acc = StreamAccumulator::default();
         let limit = self.config.request_timeout;
         while let Some(chunk) = tokio::time::timeout(limit, bytes.next()).await.map_err(|_| self.timeout())? {
-            let chunk = chunk.map_err(|e| self.transport_error(e))?;
+            let chunk = match chunk {
+                Ok(chunk) => chunk,
+                Err(err) => return Ok(acc.unfinished(format!("the stream broke off: {}", self.transport_error(err)))),
+            };
             let events = parser.push(&chunk).map_err(|e| ProviderError::Decode(e.to_string()))?;
             for event in events {
                 if event.is_done() {
                     // Do not wait for the connection to close: some servers keep it open.
-                    return Ok(acc.finish());
+                    return Ok(acc.end(true));
                 }
                 self.apply_event(&mut acc, &event, sink)?;
             }
         }
-        // Closed without `[DONE]`: accept what came, as long as something did.
         if let Some(event) = parser.finish().filter(|e| !e.is_done()) {
             self.apply_event(&mut acc, &event, sink)?;
         }
-        if acc.is_empty() {
-            return Err(ProviderError::Decode("the stream ended before any data".into()));
-        }
-        Ok(acc.finish())
+        Ok(acc.end(false))
     }
 
     fn apply_event(
@@ -214,7 +223,6 @@ impl Provider for OpenAiProvider {
         request: &ChatRequest,
         stream: Option<TextSink<'_>>,
     ) -> Result<ChatResponse, ProviderError> {
-        let body = wire::encode_request(request, self.config.stream);
         tracing::debug!(
             provider = %self.config.name,
             model = %request.model,
@@ -224,9 +232,9 @@ impl Provider for OpenAiProvider {
             "chat completion request"
         );
         if self.config.stream {
-            self.complete_streaming(&body, stream).await
+            self.complete_streaming(request, stream).await
         } else {
-            self.complete_once(&body, stream).await
+            self.complete_once(&wire::encode_request(request, false), stream).await
         }
     }
 }

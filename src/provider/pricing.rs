@@ -113,7 +113,7 @@ mod tests {
     #[test]
     fn cost_and_tally() {
         let t = table();
-        let usage = Usage { input_tokens: 1_000_000, output_tokens: 500_000 };
+        let usage = Usage::new(1_000_000, 500_000);
         assert_eq!(t.cost("gpt-4o-mini", usage), Some(0.15 + 0.30));
         let mut tally = CostTally::new(&t);
         tally.add(&t, "openai/gpt-4o-mini", usage);

@@ -25,6 +25,21 @@ impl SseEvent {
     }
 }
 
+/// How a streamed answer ended.
+#[derive(Debug)]
+pub(crate) enum StreamEnd {
+    /// The answer arrived whole.
+    Complete(super::ChatResponse),
+    /// The stream ended before the answer was whole: empty (llama.cpp-style servers answer a
+    /// request over their context window with a 200 and an empty stream), or broken off.
+    /// Asked once more without streaming, which gets the whole answer or the real error.
+    Unfinished {
+        /// Whether some of its text already reached the sink.
+        streamed: bool,
+        why: String,
+    },
+}
+
 /// The stream sent a line or an event larger than the parser accepts.
 #[derive(Debug, Error, PartialEq, Eq)]
 #[error("server-sent event larger than {0} bytes")]

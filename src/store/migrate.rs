@@ -29,6 +29,11 @@ pub(crate) const SQLITE_MIGRATIONS: &[Migration] = &[
     Migration { version: 8, name: "cron", sql: include_str!("../../migrations/sqlite/0008_cron.sql") },
     Migration { version: 9, name: "subagents", sql: include_str!("../../migrations/sqlite/0009_subagents.sql") },
     Migration { version: 10, name: "heartbeat", sql: include_str!("../../migrations/sqlite/0010_heartbeat.sql") },
+    Migration {
+        version: 11,
+        name: "usage_estimated",
+        sql: include_str!("../../migrations/sqlite/0011_usage_estimated.sql"),
+    },
 ];
 
 /// Brings the database up to the newest schema this build knows.

@@ -178,6 +178,8 @@ pub struct SessionInfo {
     pub queue_mode: Option<String>,
     /// Tokens (input + output) of the session's runs since the last `/new`.
     pub tokens_used: u64,
+    /// Some of `tokens_used` are estimates (the provider reported no usage for some runs).
+    pub tokens_estimated: bool,
     /// Compactions of the session's history.
     pub compactions: u64,
 }

@@ -38,7 +38,7 @@ const MAX_CONNECTIONS: u32 = 4;
 
 /// The columns [`RunRecord`] is read from.
 const RUN_COLUMNS: &str = "run_id, inbound_id, session_key, status, attempt, model, input_tokens, \
-     output_tokens, cost_usd, iterations, error, reply_delivered, started_at, finished_at";
+     output_tokens, usage_estimated, cost_usd, iterations, error, reply_delivered, started_at, finished_at";
 
 /// The SQLite implementation of [`Store`]. Cheap to share behind an `Arc`; all methods take
 /// `&self` and use the internal connection pool.
@@ -257,8 +257,9 @@ impl Store for SqliteStore {
             return Ok(SessionInfo::default());
         };
         // Runs since `/new`: those that wrote transcript rows after the archive point, or none.
-        let tokens: i64 = sqlx::query_scalar(
-            "SELECT COALESCE(SUM(input_tokens + output_tokens), 0) FROM runs WHERE session_key = $1 \
+        let (tokens, estimated): (i64, bool) = sqlx::query_as(
+            "SELECT COALESCE(SUM(input_tokens + output_tokens), 0), COALESCE(MAX(usage_estimated), FALSE) \
+             FROM runs WHERE session_key = $1 \
              AND run_id IN (SELECT run_id FROM transcript WHERE session_key = $1 AND id > $2)",
         )
         .bind(session_key)
@@ -268,6 +269,7 @@ impl Store for SqliteStore {
         Ok(SessionInfo {
             queue_mode,
             tokens_used: to_u64(tokens, "tokens")?,
+            tokens_estimated: estimated,
             compactions: to_u64(compactions, "compaction_count")?,
         })
     }
@@ -366,7 +368,8 @@ async fn record_outcome(
 ) -> Result<(), StoreError> {
     sqlx::query(
         "UPDATE runs SET status = $1, model = $2, input_tokens = $3, output_tokens = $4, \
-         iterations = $5, error = $6, reply_json = $7, finished_at = $8, cost_usd = $9 WHERE run_id = $10",
+         iterations = $5, error = $6, reply_json = $7, finished_at = $8, cost_usd = $9, \
+         usage_estimated = $11 WHERE run_id = $10",
     )
     .bind(outcome.status.as_str())
     .bind(&outcome.model)
@@ -378,6 +381,7 @@ async fn record_outcome(
     .bind(now)
     .bind(outcome.cost_usd)
     .bind(run_id)
+    .bind(outcome.usage.estimated)
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -395,6 +399,7 @@ fn run_record(row: &SqliteRow) -> Result<RunRecord, StoreError> {
         usage: Usage {
             input_tokens: to_u64(row.try_get("input_tokens")?, "input_tokens")?,
             output_tokens: to_u64(row.try_get("output_tokens")?, "output_tokens")?,
+            estimated: row.try_get("usage_estimated")?,
         },
         cost_usd: row.try_get("cost_usd")?,
         iterations: to_u32(row.try_get("iterations")?, "iterations")?,

@@ -125,6 +125,7 @@ mod tests {
             max_tokens: None,
             temperature: None,
             stream: false,
+            tool_choice: Default::default(),
             prices: Default::default(),
             workspace: workspace.to_path_buf(),
         };

@@ -186,10 +186,11 @@ async fn status(shared: &Shared, msg: &InboundMessage, key: &str) -> Result<Stri
     };
     let mode = current_mode(shared, key).await?;
     Ok(format!(
-        "Model: {}\nTokens used in this conversation: {}\nRunning: {}\nMessages waiting: {waiting}\n\
+        "Model: {}\nTokens used in this conversation: {}{}\nRunning: {}\nMessages waiting: {waiting}\n\
          Compactions: {}\nQueue mode: {}",
         shared.agents.route(msg).agent.settings().model,
         info.tokens_used,
+        if info.tokens_estimated { " (partly estimated: the model server reports no usage)" } else { "" },
         if running { "yes" } else { "no" },
         info.compactions,
         mode.as_str(),

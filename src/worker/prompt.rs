@@ -5,7 +5,9 @@ use switchboard_channels::contract::{InboundKind, InboundMessage};
 
 use super::Shared;
 use crate::agent::Agent;
+use crate::context::tokens;
 use crate::prompt::{self, PromptInput, PromptMode, Sender};
+use crate::provider::ChatMessage;
 use crate::tools::ToolFilter;
 use crate::users::Level;
 use crate::workspace::WorkspaceFiles;
@@ -45,4 +47,40 @@ pub(super) async fn system_prompt(
         agent: &agent.name,
         session_key,
     })
+}
+
+/// A person's turn's system prompt and tools, fitted to the model's context window. A window too
+/// small for the whole prompt and every tool schema degrades in this order (documented in
+/// docs/local-models.md): the minimal prompt, then tool schemas dropped largest first, until
+/// the fixed part leaves room for the conversation.
+pub(super) async fn fitted_prompt(
+    shared: &Shared,
+    agent: &Agent,
+    msg: &InboundMessage,
+    session_key: &str,
+    level: Level,
+    tools: ToolFilter,
+    input: &ChatMessage,
+) -> (String, ToolFilter) {
+    let engine = &shared.context;
+    let full = system_prompt(shared, agent, msg, session_key, level, &tools, PromptMode::Full).await;
+    if engine.fixed_part_fits(agent, &full, &agent.tool_specs(&tools), input) {
+        return (full, tools);
+    }
+    // Built with every tool, this prompt lists more tools than it will: an upper bound.
+    let minimal = system_prompt(shared, agent, msg, session_key, level, &tools, PromptMode::Minimal).await;
+    let mut specs = agent.tool_specs(&tools);
+    specs.sort_by_key(|spec| std::cmp::Reverse(tokens::raw_tools(std::slice::from_ref(spec))));
+    let mut dropped = Vec::new();
+    while !specs.is_empty() && !engine.fixed_part_fits(agent, &minimal, &specs, input) {
+        dropped.push(specs.remove(0).name);
+    }
+    let fits = engine.fixed_part_fits(agent, &minimal, &specs, input);
+    engine.note_degraded(&agent.settings().name, &dropped, fits);
+    if dropped.is_empty() {
+        return (minimal, tools);
+    }
+    let kept = ToolFilter::Only(specs.into_iter().map(|spec| spec.name).collect());
+    let prompt = system_prompt(shared, agent, msg, session_key, level, &kept, PromptMode::Minimal).await;
+    (prompt, kept)
 }

@@ -186,9 +186,8 @@ async fn run_turn(
     let history = shared.store.history(session_key, shared.settings.history_limit).await.map_err(transient)?;
     let summary = shared.store.session_summary(session_key).await.map_err(transient)?;
     let input = ChatMessage::user(input_text(msg));
-    let system_prompt =
-        super::prompt::system_prompt(shared, agent, msg, session_key, level, &tools, crate::prompt::PromptMode::Full)
-            .await;
+    let (system_prompt, tools) =
+        super::prompt::fitted_prompt(shared, agent, msg, session_key, level, tools, &input).await;
     let summary = summary.as_ref().map(|s| s.0.as_str());
     let prepared = shared.context.prepare(agent, &system_prompt, history, summary, &input, &tools);
     let events = BusEvents::start(Arc::clone(&shared.bus), msg, run_id, session_key);
@@ -207,7 +206,8 @@ async fn run_turn(
         max_iterations: None,
     };
     let mut result = agent.run(turn).await;
-    if result.error.is_none() {
+    // Estimates teach the estimator nothing.
+    if result.error.is_none() && !result.usage.estimated {
         shared.context.learn(prepared.raw_base, &result.transcript, result.usage.input_tokens);
     }
     let ack_limit = hygiene::heartbeat_ack_limit(shared, &agent.settings().name, msg);

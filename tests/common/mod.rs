@@ -231,6 +231,7 @@ impl Setup {
             max_tokens: None,
             temperature: None,
             stream: false,
+            tool_choice: Default::default(),
             prices: spec.prices.clone(),
             workspace,
         };

@@ -9,6 +9,7 @@ use serde_json::Value;
 use switchboard_channels::contract::Usage;
 
 use super::wire::{WireUsage, decode_input, error_from_event};
+use crate::provider::sse::StreamEnd;
 use crate::provider::{ChatResponse, ProviderError, TextSink, ToolCall};
 
 /// One content block being received.
@@ -140,6 +141,12 @@ impl StreamAccumulator {
         self.started
     }
 
+    /// The stream broke off (`why`) before `message_stop`.
+    pub fn unfinished(self, why: String) -> StreamEnd {
+        let streamed = self.blocks.values().any(|block| matches!(block, Block::Text(text) if !text.is_empty()));
+        StreamEnd::Unfinished { streamed, why }
+    }
+
     pub fn finish(self) -> ChatResponse {
         let mut content = String::new();
         let mut tool_calls = Vec::new();
@@ -216,7 +223,7 @@ mod tests {
             response.tool_calls,
             [ToolCall { id: "toolu_1".into(), name: "read_file".into(), arguments: json!({"path": "a.txt"}) }]
         );
-        assert_eq!(response.usage, Usage { input_tokens: 25, output_tokens: 40 });
+        assert_eq!(response.usage, Usage::new(25, 40));
         assert_eq!((response.model.as_str(), response.finish_reason.as_deref()), ("claude-x", Some("tool_use")));
     }
 

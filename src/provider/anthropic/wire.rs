@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use switchboard_channels::contract::Usage;
 
 use crate::provider::http::{looks_like_overflow, redact, text_excerpt};
-use crate::provider::{ChatMessage, ChatRequest, ChatResponse, ProviderError, Role, ToolCall};
+use crate::provider::{ChatMessage, ChatRequest, ChatResponse, ProviderError, Role, ToolCall, ToolChoice};
 
 /// Sent when the request sets no `max_tokens`: the Messages API requires one.
 pub const DEFAULT_MAX_TOKENS: u32 = 4096;
@@ -29,6 +29,8 @@ pub(super) struct WireRequest<'a> {
     messages: Vec<WireMessage>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<f32>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -65,8 +67,19 @@ pub(super) fn encode_request(request: &ChatRequest, stream: bool) -> WireRequest
             .iter()
             .map(|tool| WireTool { name: &tool.name, description: &tool.description, input_schema: &tool.parameters })
             .collect(),
+        tool_choice: if request.tools.is_empty() { None } else { encode_tool_choice(&request.tool_choice) },
         temperature: request.temperature,
         stream,
+    }
+}
+
+/// `tool_choice` as the Messages API spells it; nothing for `auto`, its default.
+fn encode_tool_choice(choice: &ToolChoice) -> Option<Value> {
+    match choice {
+        ToolChoice::Auto => None,
+        ToolChoice::None => Some(json!({"type": "none"})),
+        ToolChoice::Required => Some(json!({"type": "any"})),
+        ToolChoice::Named(name) => Some(json!({"type": "tool", "name": name})),
     }
 }
 
@@ -204,10 +217,7 @@ pub(super) fn decode_response(body: &[u8]) -> Result<ChatResponse, ProviderError
     Ok(ChatResponse {
         content,
         tool_calls,
-        usage: Usage {
-            input_tokens: parsed.usage.input().unwrap_or(0),
-            output_tokens: parsed.usage.output().unwrap_or(0),
-        },
+        usage: Usage::new(parsed.usage.input().unwrap_or(0), parsed.usage.output().unwrap_or(0)),
         model: parsed.model.unwrap_or_default(),
         finish_reason: parsed.stop_reason,
     })

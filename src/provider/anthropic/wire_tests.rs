@@ -8,7 +8,7 @@ fn call(id: &str) -> ToolCall {
 }
 
 fn request(messages: Vec<ChatMessage>) -> ChatRequest {
-    ChatRequest { model: "claude-test".into(), messages, tools: Vec::new(), max_tokens: None, temperature: None }
+    ChatRequest { model: "claude-test".into(), messages, tools: Vec::new(), max_tokens: None, ..ChatRequest::default() }
 }
 
 fn encoded(messages: Vec<ChatMessage>) -> Value {
@@ -107,7 +107,7 @@ fn whole_response_decodes() {
     let response = decode_response(body.to_string().as_bytes()).unwrap();
     assert_eq!(response.content, "Let me check.");
     assert_eq!(response.tool_calls[0].arguments, json!({"path": "x"}));
-    assert_eq!(response.usage, Usage { input_tokens: 15, output_tokens: 7 });
+    assert_eq!(response.usage, Usage::new(15, 7));
     assert_eq!(response.finish_reason.as_deref(), Some("tool_use"));
     assert!(matches!(decode_response(b"<html>"), Err(ProviderError::Decode(_))));
 }

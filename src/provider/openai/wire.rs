@@ -11,7 +11,8 @@ use serde_json::Value;
 use switchboard_channels::contract::Usage;
 
 use crate::provider::http::{looks_like_overflow, redact, text_excerpt};
-use crate::provider::{ChatMessage, ChatRequest, ChatResponse, ProviderError, Role, TextSink, ToolCall};
+use crate::provider::sse::StreamEnd;
+use crate::provider::{ChatMessage, ChatRequest, ChatResponse, ProviderError, Role, TextSink, ToolCall, ToolChoice};
 
 #[derive(Debug, Serialize)]
 pub(super) struct WireRequest<'a> {
@@ -19,6 +20,8 @@ pub(super) struct WireRequest<'a> {
     messages: Vec<WireMessage<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_tokens: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -92,10 +95,21 @@ pub(super) fn encode_request(request: &ChatRequest, stream: bool) -> WireRequest
                 },
             })
             .collect(),
+        tool_choice: if request.tools.is_empty() { None } else { encode_tool_choice(&request.tool_choice) },
         max_tokens: request.max_tokens,
         temperature: request.temperature,
         stream,
         stream_options: stream.then_some(StreamOptions { include_usage: true }),
+    }
+}
+
+/// `tool_choice` as the API spells it; nothing for `auto`, the default everywhere.
+fn encode_tool_choice(choice: &ToolChoice) -> Option<Value> {
+    match choice {
+        ToolChoice::Auto => None,
+        ToolChoice::None => Some(Value::from("none")),
+        ToolChoice::Required => Some(Value::from("required")),
+        ToolChoice::Named(name) => Some(serde_json::json!({"type": "function", "function": {"name": name}})),
     }
 }
 
@@ -163,7 +177,7 @@ struct WireUsage {
 
 impl From<WireUsage> for Usage {
     fn from(usage: WireUsage) -> Self {
-        Usage { input_tokens: usage.prompt_tokens.unwrap_or(0), output_tokens: usage.completion_tokens.unwrap_or(0) }
+        Usage::new(usage.prompt_tokens.unwrap_or(0), usage.completion_tokens.unwrap_or(0))
     }
 }
 
@@ -355,9 +369,22 @@ impl StreamAccumulator {
         call.arguments.push_str(&arguments_text(function.arguments));
     }
 
-    /// Whether any chunk arrived at all: a stream that ends before one is not an answer.
-    pub fn is_empty(&self) -> bool {
-        self.chunks == 0
+    /// The stream is over, with `[DONE]` (`done`) or by the body closing. Whole when the server
+    /// said why the answer finished, or sent `[DONE]` after some of it; anything else was cut
+    /// short or is no answer at all (llama.cpp-style servers send an empty stream for a request
+    /// over their context window).
+    pub fn end(self, done: bool) -> StreamEnd {
+        let answered = !self.content.is_empty() || !self.calls.is_empty();
+        if self.finish_reason.is_some() || (done && answered) {
+            return StreamEnd::Complete(self.finish());
+        }
+        let why = if self.chunks == 0 { "the stream ended before any data" } else { "the stream carried no answer" };
+        self.unfinished(why.to_owned())
+    }
+
+    /// The stream broke off (`why`) before the answer was whole.
+    pub fn unfinished(self, why: String) -> StreamEnd {
+        StreamEnd::Unfinished { streamed: !self.content.is_empty(), why }
     }
 
     pub fn finish(self) -> ChatResponse {

@@ -5,9 +5,17 @@ use serde_json::json;
 
 use super::*;
 use crate::provider::ToolSpec;
+use crate::provider::sse::StreamEnd;
 
 fn request(messages: Vec<ChatMessage>, tools: Vec<ToolSpec>) -> ChatRequest {
-    ChatRequest { model: "m".into(), messages, tools, max_tokens: Some(100), temperature: Some(0.5) }
+    ChatRequest {
+        model: "m".into(),
+        messages,
+        tools,
+        max_tokens: Some(100),
+        temperature: Some(0.5),
+        ..ChatRequest::default()
+    }
 }
 
 fn encode(request: &ChatRequest, stream: bool) -> Value {
@@ -79,7 +87,7 @@ fn decodes_a_whole_answer_with_tool_calls() {
     assert_eq!(response.content, "");
     assert_eq!(response.model, "gpt-x");
     assert_eq!(response.finish_reason.as_deref(), Some("tool_calls"));
-    assert_eq!(response.usage, Usage { input_tokens: 11, output_tokens: 5 });
+    assert_eq!(response.usage, Usage::new(11, 5));
     let calls: Vec<_> =
         response.tool_calls.iter().map(|c| (c.id.as_str(), c.name.as_str(), c.arguments.clone())).collect();
     assert_eq!(
@@ -124,7 +132,7 @@ fn stream_accumulates_text_tool_calls_and_usage() {
     assert_eq!(response.content, "Hello");
     assert_eq!(response.model, "m1");
     assert_eq!(response.finish_reason.as_deref(), Some("tool_calls"));
-    assert_eq!(response.usage, Usage { input_tokens: 3, output_tokens: 4 });
+    assert_eq!(response.usage, Usage::new(3, 4));
     let calls: Vec<_> =
         response.tool_calls.iter().map(|c| (c.id.as_str(), c.name.as_str(), c.arguments.clone())).collect();
     assert_eq!(calls, [("call_a", "f", json!({"p": 1})), ("call_b", "g", json!({"q": 2}))]);
@@ -137,9 +145,36 @@ fn stream_without_indices_or_ids_still_yields_calls() {
         chunk(json!({"choices": [{"delta": {"tool_calls": [{"function": {"name": "f", "arguments": {"a": 1}}}]}}]})),
         None,
     );
-    assert!(!acc.is_empty());
-    let calls = acc.finish().tool_calls;
-    assert_eq!(calls, [ToolCall { id: "call_auto_0".into(), name: "f".into(), arguments: json!({"a": 1}) }]);
+    let StreamEnd::Complete(response) = acc.end(true) else { panic!("calls then [DONE] are a whole answer") };
+    assert_eq!(
+        response.tool_calls,
+        [ToolCall { id: "call_auto_0".into(), name: "f".into(), arguments: json!({"a": 1}) }]
+    );
+}
+
+fn ended(chunks: &[Value], done: bool) -> StreamEnd {
+    let mut acc = StreamAccumulator::default();
+    for value in chunks {
+        acc.apply(chunk(value.clone()), None);
+    }
+    acc.end(done)
+}
+
+#[test]
+fn empty_and_cut_off_streams_are_unfinished() {
+    let role = json!({"choices": [{"delta": {"role": "assistant"}, "finish_reason": null}]});
+    let text = json!({"choices": [{"delta": {"content": "Hel"}, "finish_reason": null}]});
+    let stop = json!({"choices": [{"delta": {}, "finish_reason": "stop"}]});
+    // llama.cpp-style servers answer a request over their window with an empty 200 stream.
+    assert!(
+        matches!(ended(&[], false), StreamEnd::Unfinished { streamed: false, ref why } if why.contains("before any data"))
+    );
+    assert!(matches!(ended(std::slice::from_ref(&role), true), StreamEnd::Unfinished { streamed: false, .. }));
+    // Closed mid-answer: the start was shown already.
+    assert!(matches!(ended(&[role.clone(), text.clone()], false), StreamEnd::Unfinished { streamed: true, .. }));
+    assert!(matches!(ended(&[role.clone(), text.clone()], true), StreamEnd::Complete(_)));
+    // A server that says why it finished but never sends [DONE].
+    assert!(matches!(ended(&[role, text, stop], false), StreamEnd::Complete(r) if r.content == "Hel"));
 }
 
 #[test]

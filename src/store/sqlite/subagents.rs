@@ -18,7 +18,7 @@ use crate::store::subagents::{
 
 const COLUMNS: &str = "id, parent_session, parent_agent, chat, session, label, on_behalf_of, task, status, result, error, \
      worker, lease_until, cancel_requested, created_at, started_at, finished_at, announced, input_tokens, \
-     output_tokens, cost_usd";
+     output_tokens, usage_estimated, cost_usd";
 
 /// The live states, as SQL.
 const LIVE: &str = "('queued', 'running')";
@@ -126,7 +126,7 @@ impl SubagentStore for SqliteStore {
         let changed = sqlx::query(&format!(
             "UPDATE subagents SET status = $3, result = $4, error = $5, finished_at = $6, \
              announced = CASE WHEN $3 = 'cancelled' THEN 1 ELSE 0 END, \
-             input_tokens = $7, output_tokens = $8, cost_usd = $9 \
+             input_tokens = $7, output_tokens = $8, cost_usd = $9, usage_estimated = $10 \
              WHERE id = $1 AND worker = $2 AND status IN {LIVE}"
         ))
         .bind(id)
@@ -138,6 +138,7 @@ impl SubagentStore for SqliteStore {
         .bind(to_i64(end.usage.input_tokens))
         .bind(to_i64(end.usage.output_tokens))
         .bind(end.cost_usd)
+        .bind(end.usage.estimated)
         .execute(&mut *tx)
         .await?
         .rows_affected();
@@ -246,6 +247,7 @@ fn record(row: &SqliteRow) -> Result<SubagentRecord, StoreError> {
         usage: Usage {
             input_tokens: to_u64(row.try_get("input_tokens")?, "subagents.input_tokens")?,
             output_tokens: to_u64(row.try_get("output_tokens")?, "subagents.output_tokens")?,
+            estimated: row.try_get("usage_estimated")?,
         },
         cost_usd: row.try_get("cost_usd")?,
         id,

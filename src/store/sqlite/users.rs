@@ -270,5 +270,5 @@ fn user_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<User, StoreError> {
 }
 
 fn usage(input: i64, output: i64) -> Result<Usage, StoreError> {
-    Ok(Usage { input_tokens: to_u64(input, "input_tokens")?, output_tokens: to_u64(output, "output_tokens")? })
+    Ok(Usage::new(to_u64(input, "input_tokens")?, to_u64(output, "output_tokens")?))
 }

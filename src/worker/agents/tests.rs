@@ -76,6 +76,7 @@ fn agent(name: &str) -> std::sync::Arc<crate::agent::Agent> {
         max_tokens: None,
         temperature: None,
         stream: false,
+        tool_choice: Default::default(),
         prices: Default::default(),
         workspace: std::path::PathBuf::new(),
     };
