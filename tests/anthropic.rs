@@ -181,43 +181,68 @@ async fn overloaded_is_retried_with_retry_after() {
 }
 
 /// A one-route server that streams a fixed body, for shapes the fake does not produce.
-async fn raw_stream(body: &'static str) -> String {
+/// A server that answers streamed requests with `body` as an event stream and others with a
+/// whole message saying "whole answer"; it counts the requests of each kind.
+async fn raw_stream(body: &'static str) -> (String, Arc<Mutex<Vec<bool>>>) {
     use axum::http::header::CONTENT_TYPE;
+    use axum::response::IntoResponse;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = Arc::clone(&seen);
     let router = axum::Router::new().route(
         "/v1/messages",
-        axum::routing::post(move || async move { ([(CONTENT_TYPE, "text/event-stream")], body) }),
+        axum::routing::post(move |axum::Json(request): axum::Json<serde_json::Value>| async move {
+            let streamed = request["stream"] == true;
+            record.lock().unwrap().push(streamed);
+            if streamed {
+                return ([(CONTENT_TYPE, "text/event-stream")], body).into_response();
+            }
+            axum::Json(json!({
+                "id": "msg_1", "type": "message", "role": "assistant", "model": "c", "stop_reason": "end_turn",
+                "content": [{"type": "text", "text": "whole answer"}],
+                "usage": {"input_tokens": 3, "output_tokens": 2}
+            }))
+            .into_response()
+        }),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-    format!("http://{addr}")
+    (format!("http://{addr}"), seen)
+}
+
+const START: &str = r#"{"type":"message_start","message":{"model":"c","usage":{"input_tokens":3}}}"#;
+const TEXT: &str = r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"par"}}"#;
+
+/// Asks `base_url` with a sink; returns the outcome and what the sink heard.
+async fn ask_streaming(base_url: String) -> (Result<switchboard::provider::ChatResponse, ProviderError>, String) {
+    let config = AnthropicConfig { base_url, request_timeout: Duration::from_secs(2), ..AnthropicConfig::default() };
+    let heard = Mutex::new(String::new());
+    let sink = |piece: &str| heard.lock().unwrap().push_str(piece);
+    let outcome = AnthropicProvider::new(config).unwrap().complete(&ask("hi"), Some(&sink)).await;
+    (outcome, heard.into_inner().unwrap())
 }
 
 #[tokio::test]
-async fn error_event_and_cut_stream() {
-    let start = r#"{"type":"message_start","message":{"model":"c","usage":{"input_tokens":3}}}"#;
-    let text = r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"par"}}"#;
+async fn an_error_event_fails_the_call() {
     let error = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
-    let with_error: &'static str =
-        format!("event: message_start\ndata: {start}\n\nevent: content_block_delta\ndata: {text}\n\nevent: error\ndata: {error}\n\n")
-            .leak();
-    let cut: &'static str = format!("data: {start}\n\ndata: {text}\n\n").leak();
-    for (body, check) in [
-        (
-            with_error,
-            (|e: &ProviderError| matches!(e, ProviderError::Http { status: 529, .. })) as fn(&ProviderError) -> bool,
-        ),
-        (cut, |e: &ProviderError| matches!(e, ProviderError::Network(m) if m.contains("before message_stop"))),
-    ] {
-        let base_url = raw_stream(body).await;
-        let config =
-            AnthropicConfig { base_url, request_timeout: Duration::from_secs(2), ..AnthropicConfig::default() };
-        let heard = Mutex::new(String::new());
-        let sink = |piece: &str| heard.lock().unwrap().push_str(piece);
-        let error = AnthropicProvider::new(config).unwrap().complete(&ask("hi"), Some(&sink)).await.unwrap_err();
-        assert!(check(&error), "{error:?}");
-        assert_eq!(heard.into_inner().unwrap(), "par");
-    }
+    let body = format!(
+        "event: message_start\ndata: {START}\n\nevent: content_block_delta\ndata: {TEXT}\n\nevent: error\ndata: {error}\n\n"
+    );
+    let (base_url, seen) = raw_stream(body.leak()).await;
+    let (outcome, heard) = ask_streaming(base_url).await;
+    assert!(matches!(outcome, Err(ProviderError::Http { status: 529, .. })), "{outcome:?}");
+    assert_eq!(heard, "par");
+    assert_eq!(*seen.lock().unwrap(), [true]);
+}
+
+#[tokio::test]
+async fn a_cut_stream_is_asked_again_without_streaming() {
+    let (base_url, seen) = raw_stream(format!("data: {START}\n\ndata: {TEXT}\n\n").leak()).await;
+    let (outcome, heard) = ask_streaming(base_url).await;
+    assert_eq!(outcome.unwrap().content, "whole answer");
+    // The streamed start stays as it was shown; the whole answer is not streamed again.
+    assert_eq!(heard, "par");
+    assert_eq!(*seen.lock().unwrap(), [true, false]);
 }
 
 fn openai_entry(fake: &FakeLlm, model: &str) -> FailoverEntry {

@@ -336,8 +336,10 @@ async fn stream_request_answered_with_plain_json() {
 
 #[tokio::test]
 async fn stream_with_crlf_comments_and_no_done() {
+    // Whole without `[DONE]`: the last chunk says why the answer finished.
     let body = ": keep-alive\r\n\r\ndata: {\"choices\": [{\"delta\": {\"content\": \"a\"}}]}\r\n\r\ndata:\r\n\r\n\
-                event: ping\r\ndata: {}\r\n\r\ndata: {\"choices\": [{\"delta\": {\"content\": \"b\"}}]}";
+                event: ping\r\ndata: {}\r\n\r\n\
+                data: {\"choices\": [{\"delta\": {\"content\": \"b\"}, \"finish_reason\": \"stop\"}]}";
     let response = complete_raw("text/event-stream", body).await.unwrap();
     assert_eq!(response.content, "ab");
 }

@@ -78,6 +78,10 @@ pub struct TurnResult {
     pub iterations: u32,
     /// Set when the turn failed; `reply` then explains it to the user.
     pub error: Option<String>,
+    /// The context window the provider named when it refused a call as too long, if it did.
+    pub context_limit: Option<u64>,
+    /// The turn failed because even its input alone did not fit the context window.
+    pub overflowed: bool,
 }
 
 /// A configured agent: a provider, its tools and its settings.
@@ -141,6 +145,8 @@ impl Agent {
             cost_usd: None,
             iterations: 0,
             error: None,
+            context_limit: None,
+            overflowed: false,
         };
         let mut cost = CostTally::new(&self.settings.prices);
         let mut overflows = 0;
@@ -149,7 +155,11 @@ impl Agent {
                 steer_in(steer, &mut messages);
             }
             result.iterations += 1;
-            let response = match self.call_model(&messages, &tools, result.iterations, events).await {
+            let response = self.call_model(&messages, &tools, result.iterations, events).await;
+            if let Err(err) = &response {
+                result.context_limit = err.context_limit().or(result.context_limit);
+            }
+            let response = match response {
                 Ok(response) => response,
                 // The history is what can go: the oldest half, then the rest, so a message that
                 // fits on its own is always answered. An overflow without history is reported.
@@ -167,6 +177,7 @@ impl Agent {
                 }
                 Err(err) => {
                     tracing::warn!(error = %err, "model call failed");
+                    result.overflowed = matches!(err, ProviderError::ContextOverflow(_));
                     result.reply = failure_reply(&err);
                     result.error = Some(err.to_string());
                     break;

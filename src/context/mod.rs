@@ -9,9 +9,7 @@
 pub mod compaction;
 pub mod pipeline;
 pub mod tokens;
-
-use std::collections::HashSet;
-use std::sync::{Mutex, PoisonError};
+mod window;
 
 use crate::agent::Agent;
 use crate::config::{CompactionConfig, HistoryConfig};
@@ -19,6 +17,7 @@ use crate::provider::{ChatMessage, ToolSpec};
 use crate::tools::ToolFilter;
 use pipeline::Budget;
 use tokens::Calibration;
+pub use window::Windows;
 
 pub use crate::config::{DEFAULT_OUTPUT_RESERVE, output_reserve};
 
@@ -51,46 +50,22 @@ pub struct Prepared {
 }
 
 /// The budget and the estimate correction of one worker.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ContextEngine {
     settings: ContextSettings,
     calibration: Calibration,
-    /// Agents whose degraded prompt was logged at warn level already (once each is enough).
-    degraded_noted: Mutex<HashSet<String>>,
+    windows: Windows,
 }
 
 impl ContextEngine {
     pub fn new(settings: ContextSettings) -> Self {
-        Self { settings, calibration: Calibration::default(), degraded_noted: Mutex::default() }
+        let windows = Windows::new(settings.context_window);
+        Self { settings, calibration: Calibration::default(), windows }
     }
 
-    /// Says (once per agent at warn level, then at debug) that a turn of `agent` runs with the
-    /// minimal prompt and without the `dropped` tools, and whether even that fits.
-    pub fn note_degraded(&self, agent: &str, dropped: &[String], fits: bool) {
-        let window = self.settings.context_window;
-        let first = self.degraded_noted.lock().unwrap_or_else(PoisonError::into_inner).insert(agent.to_owned());
-        let without = if dropped.is_empty() {
-            "with every tool".to_owned()
-        } else {
-            format!("without the tools {}", dropped.join(", "))
-        };
-        if !fits {
-            tracing::warn!(
-                agent,
-                window,
-                "the context window is too small even for the minimal system prompt \
-                without tools: raise agent.context_window (and the model server's window) or shorten the workspace files"
-            );
-        } else if first {
-            tracing::warn!(
-                agent,
-                window,
-                "the context window is too small for the full system prompt and every tool: \
-                turns use the minimal prompt, {without} (see docs/local-models.md)"
-            );
-        } else {
-            tracing::debug!(agent, window, %without, "minimal prompt for a small context window");
-        }
+    /// The window of `agent`'s model, as configured or as its server said (see [`Windows`]).
+    pub fn windows(&self) -> &Windows {
+        &self.windows
     }
 
     pub fn settings(&self) -> &ContextSettings {
@@ -109,7 +84,7 @@ impl ContextEngine {
 
     /// Context window − output reserve.
     fn window_for_input(&self, agent: &Agent) -> u64 {
-        let window = self.settings.context_window;
+        let window = self.windows.of(&agent.settings().name);
         window.saturating_sub(output_reserve(window, agent.settings().max_tokens))
     }
 

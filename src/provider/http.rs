@@ -91,9 +91,34 @@ pub(crate) fn looks_like_overflow(message: &str) -> bool {
         .any(|needle| message.contains(needle))
 }
 
+/// The context window an overflow message names, in the shapes servers write it: OpenAI, vLLM
+/// and llama-cpp-python "maximum context length is 8192 tokens", llama-cpp-python "exceed
+/// context window of 2048", Anthropic "prompt is too long: 9000 tokens > 8192 maximum".
+pub(crate) fn overflow_limit(message: &str) -> Option<u64> {
+    let message = message.to_lowercase();
+    let number_after = |needle: &str| {
+        let rest = &message[message.find(needle)? + needle.len()..];
+        let digits: String = rest.trim_start().chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().ok()
+    };
+    number_after("maximum context length is")
+        .or_else(|| number_after("context window of"))
+        .or_else(|| number_after("tokens >"))
+        .filter(|&limit| limit > 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_window_is_read_from_overflow_messages() {
+        let llama = "This model's maximum context length is 2048 tokens. However, you requested 3010 tokens";
+        assert_eq!(overflow_limit(llama), Some(2048));
+        assert_eq!(overflow_limit("Requested tokens (3010) exceed context window of 2048"), Some(2048));
+        assert_eq!(overflow_limit("prompt is too long: 9000 tokens > 8192 maximum"), Some(8192));
+        assert_eq!(overflow_limit("the request exceeds the available context size"), None);
+    }
 
     #[test]
     fn event_stream_content_type() {

@@ -174,6 +174,14 @@ impl ProviderError {
         }
     }
 
+    /// The context window the provider named when it refused a request as too long.
+    pub fn context_limit(&self) -> Option<u64> {
+        match self {
+            ProviderError::ContextOverflow(message) => http::overflow_limit(message),
+            _ => None,
+        }
+    }
+
     /// The wait the provider asked for, if it did.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {

@@ -16,6 +16,7 @@ mod keepalive;
 mod prompt;
 mod run;
 mod session;
+mod turn;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

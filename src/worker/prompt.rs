@@ -76,7 +76,7 @@ pub(super) async fn fitted_prompt(
         dropped.push(specs.remove(0).name);
     }
     let fits = engine.fixed_part_fits(agent, &minimal, &specs, input);
-    engine.note_degraded(&agent.settings().name, &dropped, fits);
+    engine.windows().note_degraded(&agent.settings().name, &dropped, fits);
     if dropped.is_empty() {
         return (minimal, tools);
     }

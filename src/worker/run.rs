@@ -15,11 +15,11 @@ use super::agents::Route;
 use super::hygiene;
 use super::keepalive::{Held, Settle};
 use super::session::Control;
-use crate::agent::{EventSink, SteerReceiver, Turn};
+use super::turn::TurnPlan;
+use crate::agent::{EventSink, SteerReceiver};
 use crate::context::compaction;
 use crate::provider::ChatMessage;
 use crate::store::{RunClaim, RunOutcome, RunStatus};
-use crate::tools::ToolContext;
 
 /// How long to wait before a message is tried again after the store or bus failed.
 const RETRY_DELAY: Duration = Duration::from_secs(5);
@@ -183,33 +183,11 @@ async fn run_turn(
             return Ok(over_budget(shared, msg, run_id, session_key, notice));
         }
     };
-    let history = shared.store.history(session_key, shared.settings.history_limit).await.map_err(transient)?;
-    let summary = shared.store.session_summary(session_key).await.map_err(transient)?;
-    let input = ChatMessage::user(input_text(msg));
-    let (system_prompt, tools) =
-        super::prompt::fitted_prompt(shared, agent, msg, session_key, level, tools, &input).await;
-    let summary = summary.as_ref().map(|s| s.0.as_str());
-    let prepared = shared.context.prepare(agent, &system_prompt, history, summary, &input, &tools);
     let events = BusEvents::start(Arc::clone(&shared.bus), msg, run_id, session_key);
     events.emit(RunEventBody::Started);
-    let turn = Turn {
-        system_prompt,
-        history: prepared.history,
-        input,
-        ctx: ToolContext {
-            tools: tools.clone(),
-            ..ToolContext::for_message(agent.settings(), session_key, msg, run_id)
-        },
-        tools,
-        events: &events,
-        steer: Some(steer),
-        max_iterations: None,
-    };
-    let mut result = agent.run(turn).await;
-    // Estimates teach the estimator nothing.
-    if result.error.is_none() && !result.usage.estimated {
-        shared.context.learn(prepared.raw_base, &result.transcript, result.usage.input_tokens);
-    }
+    let input = ChatMessage::user(input_text(msg));
+    let plan = TurnPlan { agent, msg, run_id, session_key, level, tools, input };
+    let mut result = super::turn::run_agent(shared, &plan, &events, steer).await.map_err(transient)?;
     let ack_limit = hygiene::heartbeat_ack_limit(shared, &agent.settings().name, msg);
     let suppressed = hygiene::clean_reply(&mut result, ack_limit);
     let status = if result.error.is_some() { RunStatus::Failed } else { RunStatus::Completed };

@@ -10,6 +10,13 @@
 //! split over several chunks, tool calls as indexed deltas with the arguments split, a usage
 //! chunk, `[DONE]`) and others with one JSON document. Every request body is recorded, even
 //! those answered with an error.
+//!
+//! [`FakeLlm::start_with_quirks`] makes it behave like a server users run instead of the hosted
+//! API ([`Quirks::llama_cpp`]: no usage in streams, an empty 200 stream on overflow, …).
+
+mod quirks;
+
+pub use quirks::{Quirks, request_tokens};
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -91,6 +98,7 @@ struct Shared {
     /// The number of requests recorded, for [`FakeLlm::wait_for_requests`].
     received: watch::Sender<usize>,
     api_key: Option<String>,
+    quirks: Quirks,
     next_call_id: AtomicU64,
     /// Set when the [`FakeLlm`] is dropped: releases `Hang` handlers, which would otherwise
     /// keep their connection tasks alive after the accept loop is gone.
@@ -119,21 +127,27 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 impl FakeLlm {
     /// Starts a server that accepts any (or no) API key.
     pub async fn start() -> FakeLlm {
-        Self::spawn(None).await
+        Self::spawn(None, Quirks::default()).await
     }
 
     /// Starts a server that answers 401 unless `Authorization: Bearer <key>` is sent.
     pub async fn start_with_key(key: &str) -> FakeLlm {
-        Self::spawn(Some(key.to_owned())).await
+        Self::spawn(Some(key.to_owned()), Quirks::default()).await
     }
 
-    async fn spawn(api_key: Option<String>) -> FakeLlm {
+    /// Starts a server that behaves like a local one (see [`Quirks`]).
+    pub async fn start_with_quirks(quirks: Quirks) -> FakeLlm {
+        Self::spawn(None, quirks).await
+    }
+
+    async fn spawn(api_key: Option<String>, quirks: Quirks) -> FakeLlm {
         let shared = Arc::new(Shared {
             script: Mutex::new(VecDeque::new()),
             conditional: Mutex::new(Vec::new()),
             requests: Mutex::new(Vec::new()),
             received: watch::Sender::new(0),
             api_key,
+            quirks,
             next_call_id: AtomicU64::new(1),
             stopped: watch::Sender::new(false),
         });
@@ -207,6 +221,9 @@ async fn chat_completions(State(shared): State<Arc<Shared>>, headers: HeaderMap,
         );
     }
 
+    if let Some(refusal) = quirks::refusal(&shared.quirks, &request) {
+        return refusal;
+    }
     let next = take_conditional(&shared, &request).or_else(|| lock(&shared.script).pop_front());
     let mut step = next.unwrap_or_else(|| Scripted::Text(format!("echo: {}", last_user_content(&request))));
     loop {
@@ -220,10 +237,10 @@ async fn chat_completions(State(shared): State<Arc<Shared>>, headers: HeaderMap,
                 return StatusCode::SERVICE_UNAVAILABLE.into_response();
             }
             Scripted::Status { code, retry_after, body } => return status_response(code, retry_after, body),
-            Scripted::Text(text) => return answer(number, &request, Answer::Text(text)),
+            Scripted::Text(text) => return answer(&shared, number, &request, Answer::Text(text)),
             Scripted::ToolCalls(calls) => {
                 let calls = calls.into_iter().map(|(name, args)| (next_call_id(&shared), name, args)).collect();
-                return answer(number, &request, Answer::ToolCalls(calls));
+                return answer(&shared, number, &request, Answer::ToolCalls(calls));
             }
         }
     }
@@ -297,11 +314,12 @@ fn last_user_content(request: &Value) -> String {
         .unwrap_or_default()
 }
 
-fn answer(number: usize, request: &Value, answer: Answer) -> Response {
+fn answer(shared: &Shared, number: usize, request: &Value, answer: Answer) -> Response {
     let model = request.get("model").and_then(Value::as_str).unwrap_or("fake-model").to_owned();
     let usage = usage(request, &answer);
     let id = format!("chatcmpl-fake-{number}");
     if request.get("stream").and_then(Value::as_bool) == Some(true) {
+        let usage = (!shared.quirks.no_stream_usage).then_some(usage);
         stream_answer(&id, &model, answer, usage)
     } else {
         axum::Json(whole_answer(&id, &model, answer, usage)).into_response()
@@ -330,7 +348,7 @@ fn whole_answer(id: &str, model: &str, answer: Answer, usage: Value) -> Value {
     })
 }
 
-fn stream_answer(id: &str, model: &str, answer: Answer, usage: Value) -> Response {
+fn stream_answer(id: &str, model: &str, answer: Answer, usage: Option<Value>) -> Response {
     let chunk = |choices: Value| json!({"id": id, "object": "chat.completion.chunk", "created": 0, "model": model, "choices": choices});
     let delta = |delta: Value| chunk(json!([{"index": 0, "delta": delta, "finish_reason": null}]));
     let mut events = vec![delta(json!({"role": "assistant", "content": ""}))];
@@ -351,9 +369,11 @@ fn stream_answer(id: &str, model: &str, answer: Answer, usage: Value) -> Respons
         }
     };
     events.push(chunk(json!([{"index": 0, "delta": {}, "finish_reason": finish}])));
-    let mut usage_chunk = chunk(json!([]));
-    usage_chunk["usage"] = usage;
-    events.push(usage_chunk);
+    if let Some(usage) = usage {
+        let mut usage_chunk = chunk(json!([]));
+        usage_chunk["usage"] = usage;
+        events.push(usage_chunk);
+    }
 
     let mut frames: Vec<String> = events.iter().map(|event| format!("data: {event}\n\n")).collect();
     frames.push("data: [DONE]\n\n".to_owned());

@@ -1,0 +1,80 @@
+//! The agent's part of a run: the prompt fitted to the model's context window, the history
+//! chosen within it, the agent loop. When the model server refuses the turn as too long and
+//! names a window smaller than the configured one, the window is learned and the turn runs once
+//! more within it, so a local model with the default configuration still answers.
+
+use switchboard_channels::contract::InboundMessage;
+
+use super::Shared;
+use crate::agent::{Agent, EventSink, SteerReceiver, Turn, TurnResult};
+use crate::provider::ChatMessage;
+use crate::store::StoreError;
+use crate::tools::{ToolContext, ToolFilter};
+use crate::users::Level;
+
+/// What a turn is about.
+pub(super) struct TurnPlan<'a> {
+    pub agent: &'a Agent,
+    pub msg: &'a InboundMessage,
+    pub run_id: &'a str,
+    pub session_key: &'a str,
+    pub level: Level,
+    /// The tools the sender may use.
+    pub tools: ToolFilter,
+    pub input: ChatMessage,
+}
+
+/// Runs the turn (see the module docs); store errors reading the history are the caller's.
+pub(super) async fn run_agent(
+    shared: &Shared,
+    plan: &TurnPlan<'_>,
+    events: &dyn EventSink,
+    steer: &mut SteerReceiver,
+) -> Result<TurnResult, StoreError> {
+    let mut result = attempt(shared, plan, events, steer).await?;
+    let agent = &plan.agent.settings().name;
+    if result.overflowed
+        && let Some(limit) = result.context_limit
+        && shared.context.windows().learn(agent, limit)
+    {
+        tracing::info!(limit, "running the turn again within the window the model server named");
+        let first = result;
+        result = attempt(shared, plan, events, steer).await?;
+        result.usage.add(first.usage);
+    }
+    Ok(result)
+}
+
+async fn attempt(
+    shared: &Shared,
+    plan: &TurnPlan<'_>,
+    events: &dyn EventSink,
+    steer: &mut SteerReceiver,
+) -> Result<TurnResult, StoreError> {
+    let TurnPlan { agent, msg, run_id, session_key, level, .. } = *plan;
+    let history = shared.store.history(session_key, shared.settings.history_limit).await?;
+    let summary = shared.store.session_summary(session_key).await?;
+    let (system_prompt, tools) =
+        super::prompt::fitted_prompt(shared, agent, msg, session_key, level, plan.tools.clone(), &plan.input).await;
+    let summary = summary.as_ref().map(|s| s.0.as_str());
+    let prepared = shared.context.prepare(agent, &system_prompt, history, summary, &plan.input, &tools);
+    let turn = Turn {
+        system_prompt,
+        history: prepared.history,
+        input: plan.input.clone(),
+        ctx: ToolContext {
+            tools: tools.clone(),
+            ..ToolContext::for_message(agent.settings(), session_key, msg, run_id)
+        },
+        tools,
+        events,
+        steer: Some(steer),
+        max_iterations: None,
+    };
+    let result = agent.run(turn).await;
+    // Estimates teach the estimator nothing.
+    if result.error.is_none() && !result.usage.estimated {
+        shared.context.learn(prepared.raw_base, &result.transcript, result.usage.input_tokens);
+    }
+    Ok(result)
+}

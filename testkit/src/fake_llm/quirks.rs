@@ -1,0 +1,152 @@
+//! How OpenAI-compatible servers that users run depart from the hosted API, for [`FakeLlm`]
+//! to behave like them. Each quirk was measured against the real server it names.
+//!
+//! [`FakeLlm`]: super::FakeLlm
+
+use axum::body::Body;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::{content_text, error_body, messages, status_response};
+
+/// The departures a fake server shows; none by default (the hosted API's behaviour).
+#[derive(Debug, Clone, Default)]
+pub struct Quirks {
+    /// Streamed answers carry no usage at all: `stream_options.include_usage` is ignored.
+    pub no_stream_usage: bool,
+    /// The server's context window in tokens (counted as about four characters each, over the
+    /// messages and the tool schemas). A request over it gets 400 `context_length_exceeded`
+    /// when not streamed, and 200 with an empty event stream when streamed.
+    pub context_window: Option<usize>,
+    /// 500 for an assistant message with tool calls and `content: null`, and for
+    /// `tool_choice: "required"`.
+    pub strict_requests: bool,
+    /// 400 unless the conversation after the system messages starts with the user and user and
+    /// assistant alternate (tool results follow their call), as the chat templates of Mistral
+    /// and Gemma models require.
+    pub alternating_roles: bool,
+}
+
+impl Quirks {
+    /// llama-cpp-python 0.3's OpenAI-compatible server, as measured: no usage in streams, an
+    /// empty 200 stream for a request over its window, 500s for `content: null` beside tool
+    /// calls and for `tool_choice: "required"`.
+    pub fn llama_cpp(context_window: usize) -> Quirks {
+        Quirks {
+            no_stream_usage: true,
+            context_window: Some(context_window),
+            strict_requests: true,
+            alternating_roles: false,
+        }
+    }
+}
+
+/// The tokens a request asks for, as the fake counts them.
+pub fn request_tokens(request: &Value) -> usize {
+    let messages: usize = messages(request)
+        .map(|m| {
+            let calls = m.get("tool_calls").map_or(0, |calls| calls.to_string().len());
+            4 + (content_text(m).chars().count() + calls).div_ceil(4)
+        })
+        .sum();
+    let tools = request.get("tools").map_or(0, |tools| tools.to_string().len().div_ceil(4));
+    messages + tools
+}
+
+/// The answer the quirks give instead of the scripted one, if any.
+pub(super) fn refusal(quirks: &Quirks, request: &Value) -> Option<Response> {
+    if quirks.strict_requests
+        && let Some(response) = strict_refusal(request)
+    {
+        return Some(response);
+    }
+    if quirks.alternating_roles && !alternates(request) {
+        let body = json!({"error": {"message": "Conversation roles must alternate user/assistant/user/assistant/...",
+            "type": "invalid_request_error", "param": null, "code": null}});
+        return Some(status_response(400, None, body));
+    }
+    let window = quirks.context_window?;
+    let asked = request_tokens(request);
+    if asked <= window {
+        return None;
+    }
+    if request.get("stream").and_then(Value::as_bool) == Some(true) {
+        // What llama-cpp-python does: the error is raised inside the stream's generator.
+        let mut response = Body::empty().into_response();
+        let event_stream = HeaderValue::from_static("text/event-stream; charset=utf-8");
+        response.headers_mut().insert(header::CONTENT_TYPE, event_stream);
+        return Some(response);
+    }
+    let message = format!(
+        "This model's maximum context length is {window} tokens. However, you requested {asked} tokens \
+         ({asked} in the messages, None in the completion). Please reduce the length of the messages or completion."
+    );
+    let mut body = error_body(&message, "invalid_request_error", "context_length_exceeded");
+    body["error"]["param"] = json!("messages");
+    Some(status_response(400, None, body))
+}
+
+fn strict_refusal(request: &Value) -> Option<Response> {
+    let null_beside_calls = messages(request).any(|m| {
+        m.get("role").and_then(Value::as_str) == Some("assistant")
+            && m.get("tool_calls").is_some_and(|calls| calls.as_array().is_some_and(|c| !c.is_empty()))
+            && m.get("content").is_none_or(Value::is_null)
+    });
+    let required = request.get("tool_choice").and_then(Value::as_str) == Some("required");
+    (null_beside_calls || required).then(|| {
+        let body = json!({"error": {"message": "", "type": "internal_server_error", "param": null, "code": null}});
+        status_response(500, None, body)
+    })
+}
+
+/// User and assistant alternate after the system messages, starting with the user; tool
+/// results may follow the assistant message that called them.
+fn alternates(request: &Value) -> bool {
+    let mut last: Option<&str> = None;
+    for message in messages(request) {
+        let role = message.get("role").and_then(Value::as_str).unwrap_or_default();
+        let fits = match (last, role) {
+            (_, "system") => last.is_none(),
+            (None, "user") => true,
+            (Some("assistant" | "tool"), "user") => true,
+            (Some("user" | "tool"), "assistant") => true,
+            (Some("assistant" | "tool"), "tool") => true,
+            _ => false,
+        };
+        if !fits {
+            return false;
+        }
+        if role != "system" {
+            last = Some(role);
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roles(roles: &[&str]) -> Value {
+        json!({"messages": roles.iter().map(|r| json!({"role": r, "content": "x"})).collect::<Vec<_>>()})
+    }
+
+    #[test]
+    fn alternation_is_checked_like_a_strict_chat_template() {
+        assert!(alternates(&roles(&["system", "user", "assistant", "user"])));
+        assert!(alternates(&roles(&["system", "user", "assistant", "tool", "tool", "assistant", "user"])));
+        assert!(!alternates(&roles(&["system", "assistant", "user"])));
+        assert!(!alternates(&roles(&["system", "user", "user"])));
+        assert!(!alternates(&roles(&["user", "system", "user"])));
+    }
+
+    #[test]
+    fn tokens_count_messages_and_tools() {
+        let small = json!({"messages": [{"role": "user", "content": "abcd"}]});
+        assert_eq!(request_tokens(&small), 5);
+        let with_tools =
+            json!({"messages": [{"role": "user", "content": "abcd"}], "tools": [{"name": "x".repeat(40)}]});
+        assert!(request_tokens(&with_tools) > 15);
+    }
+}
