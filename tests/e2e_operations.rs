@@ -1,5 +1,5 @@
 //! What an operator meets running the real binary: one daemon per data dir, a database it
-//! cannot write.
+//! cannot write, logs under systemd (not a terminal), admin commands' output, error messages.
 
 mod support;
 
@@ -68,6 +68,63 @@ fn a_database_the_daemon_cannot_write_stops_it_at_start() {
     assert_eq!(status.code(), Some(1), "the daemon did not refuse: {stderr}");
     assert!(stderr.contains(&format!("the database at {} is not writable", database.display())), "{stderr}");
     assert!(stderr.contains("readonly"), "the reason is missing: {stderr}");
+}
+
+#[tokio::test]
+async fn logs_carry_no_colour_codes_when_not_written_to_a_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    // The log goes to a file, as under systemd it goes to the journal.
+    let daemon = Launch::new(dir.path(), "run", &["run"]).llm("http://127.0.0.1:9/v1").spawn();
+    daemon.wait_for_log("switchboard started").await;
+    let logs = daemon.logs();
+    assert!(!logs.contains('\u{1b}'), "escape codes in the log: {logs:?}");
+}
+
+#[test]
+fn admin_commands_print_their_answer_without_log_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    // A fresh data dir: the database is created and migrated by this command.
+    let (status, stderr, stdout) = run_to_exit(dir.path(), &["users", "list"], &[]);
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.is_empty(), "log lines beside the answer: {stderr}");
+    assert!(!stdout.contains("migration") && !stdout.contains('\u{1b}'), "{stdout}");
+
+    // They are still there for whoever asks.
+    let other = tempfile::tempdir().unwrap();
+    let (status, stderr, _) = run_to_exit(other.path(), &["users", "list"], &[("RUST_LOG", "info")]);
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("applied database migration"), "{stderr}");
+}
+
+#[test]
+fn an_os_error_is_printed_once() {
+    let dir = tempfile::tempdir().unwrap();
+    // A regular file where the config's directory should be: the OS says "Not a directory".
+    let file = dir.path().join("plain-file");
+    std::fs::write(&file, "").unwrap();
+    let config = file.join("config.toml");
+    let (status, stderr, _) = run_to_exit(dir.path(), &["--config", config.to_str().unwrap(), "init"], &[]);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.matches("os error").count(), 1, "{stderr}");
+    assert!(stderr.contains(&file.display().to_string()), "{stderr}");
+}
+
+#[test]
+fn only_the_commands_that_use_a_bus_offer_nats() {
+    let dir = tempfile::tempdir().unwrap();
+    for command in [&["run", "--help"][..], &["agent", "--help"], &["channel", "--help"]] {
+        let (status, stderr, stdout) = run_to_exit(dir.path(), command, &[]);
+        assert!(status.success(), "{stderr}");
+        assert!(stdout.contains("--nats <URL>"), "{command:?}: {stdout}");
+    }
+    for command in [&["--help"][..], &["init", "--help"], &["runs", "--help"], &["users", "list", "--help"]] {
+        let (status, stderr, stdout) = run_to_exit(dir.path(), command, &[]);
+        assert!(status.success(), "{stderr}");
+        assert!(!stdout.contains("--nats"), "{command:?} offers --nats: {stdout}");
+    }
+    let (status, stderr, _) = run_to_exit(dir.path(), &["cron", "list", "--nats", "nats://127.0.0.1:4222"], &[]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("unexpected argument '--nats'"), "{stderr}");
 }
 
 fn is_root() -> bool {
