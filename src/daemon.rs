@@ -28,6 +28,7 @@ use crate::scheduler::heartbeat::{HeartbeatAgent, HeartbeatSettings, Heartbeats}
 use crate::scheduler::{CronScheduler, CronSettings, CronTool};
 use crate::store::StoreError;
 use crate::store::cron::CronStore;
+use crate::store::lock::{LockMode, StoreLock};
 use crate::store::sqlite::SqliteStore;
 use crate::subagents::tool::SpawnTool;
 use crate::subagents::{SubagentManager, SubagentSettings};
@@ -117,10 +118,19 @@ pub async fn run(config: Config, parts: Parts, shutdown: CancellationToken) -> R
             DaemonError::ChannelDisabled("discord")
         });
     }
+    // Held until this function returns; the kernel drops it if the process dies instead.
+    let _lock = match lock_mode(&config, parts) {
+        Some(mode) => Some(StoreLock::acquire(config.store_path(), mode)?),
+        None => None,
+    };
     // The API channel keeps no state; the chat channels keep DM pairings in the store.
     let store = match parts {
         Parts::ApiChannel => None,
-        _ => Some(Arc::new(SqliteStore::open(config.store_path()).await?)),
+        _ => {
+            let store = SqliteStore::open(config.store_path()).await?;
+            store.check_writable().await?;
+            Some(Arc::new(store))
+        }
     };
     let bus = connect_bus(&config, parts, store.clone()).await?;
     let channels = start_channels(&config, parts, &bus, store.as_ref(), &shutdown).await?;
@@ -150,6 +160,17 @@ pub async fn run(config: Config, parts: Parts, shutdown: CancellationToken) -> R
     channels.stop().await?;
     tracing::info!("switchboard stopped");
     Ok(())
+}
+
+/// How this process shares the database with others (see [`crate::store::lock`]): alone for
+/// the embedded `run`, whose bus journal is in it; shared for workers on NATS; channel-only
+/// processes take no lock.
+fn lock_mode(config: &Config, parts: Parts) -> Option<LockMode> {
+    match config.bus_kind() {
+        BusKind::Memory if parts == Parts::All => Some(LockMode::Exclusive),
+        BusKind::Nats(_) if parts.runs_worker() => Some(LockMode::Shared),
+        _ => None,
+    }
 }
 
 /// Starts the cron scheduler (`[cron] enabled`); it stops when `shutdown` is cancelled.

@@ -4,11 +4,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use switchboard::config::Config;
 use switchboard::daemon::{self, Parts};
 use switchboard::pairing_cli::PairingCommand;
 use switchboard::scheduler::cli::CronCommand;
+use switchboard::telemetry::Logs;
 use switchboard::users::cli::UsersCommand;
 use tokio_util::sync::CancellationToken;
 
@@ -25,12 +26,16 @@ struct Cli {
     #[arg(long, short, global = true, value_name = "PATH")]
     config: Option<PathBuf>,
 
-    /// Use this NATS JetStream server as the bus instead of the configured one
-    #[arg(long, global = true, value_name = "URL")]
-    nats: Option<String>,
-
     #[command(subcommand)]
     command: Command,
+}
+
+/// `--nats`, offered only by the commands that use a bus.
+#[derive(Debug, Args)]
+struct BusArgs {
+    /// Use this NATS JetStream server as the bus instead of the configured one
+    #[arg(long, value_name = "URL")]
+    nats: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -38,13 +43,21 @@ enum Command {
     /// Write a config file and the agent's workspace files (existing files are kept)
     Init,
     /// Run everything in one process: channels, bus and agent worker (the embedded default)
-    Run,
+    Run {
+        #[command(flatten)]
+        bus: BusArgs,
+    },
     /// Run only an agent worker, taking messages from a NATS bus
-    Agent,
+    Agent {
+        #[command(flatten)]
+        bus: BusArgs,
+    },
     /// Run only one channel adapter, connected to a NATS bus
     Channel {
         /// The channel to run: api, telegram or discord
         name: String,
+        #[command(flatten)]
+        bus: BusArgs,
     },
     /// List recent runs with their status, model, tokens and errors
     Runs {
@@ -76,7 +89,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             // One clear line (with its causes) rather than a panic or a debug dump.
-            eprintln!("switchboard: {err:#}");
+            eprintln!("switchboard: {}", error_report(&err));
             ExitCode::FAILURE
         }
     }
@@ -88,21 +101,27 @@ fn start(cli: Cli) -> anyhow::Result<()> {
         return init(cli.config);
     }
     let mut config = Config::load_from_process_env(cli.config.as_deref())?;
-    if let Some(url) = cli.nats {
+    let (nats, logs) = match &cli.command {
+        Command::Run { bus } | Command::Agent { bus } | Command::Channel { bus, .. } => {
+            (bus.nats.clone(), Logs::Daemon)
+        }
+        _ => (None, Logs::Command),
+    };
+    if let Some(url) = nats {
         anyhow::ensure!(
             url.starts_with("nats://") || url.starts_with("tls://"),
             "--nats takes a NATS URL such as nats://127.0.0.1:4222"
         );
         config.bus = url;
     }
-    switchboard::telemetry::init(&config);
+    switchboard::telemetry::init(&config, logs);
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
     runtime.block_on(async move {
         match cli.command {
-            Command::Run => serve(config, Parts::All).await,
-            Command::Agent => serve(config, Parts::Agent).await,
-            Command::Channel { name } => match name.as_str() {
+            Command::Run { .. } => serve(config, Parts::All).await,
+            Command::Agent { .. } => serve(config, Parts::Agent).await,
+            Command::Channel { name, .. } => match name.as_str() {
                 "api" => serve(config, Parts::ApiChannel).await,
                 "telegram" => serve(config, Parts::TelegramChannel).await,
                 "discord" => serve(config, Parts::DiscordChannel).await,
@@ -116,6 +135,24 @@ fn start(cli: Cli) -> anyhow::Result<()> {
             Command::Cron { command } => Ok(switchboard::scheduler::cli::run(&config, command).await?),
         }
     })
+}
+
+/// `err` and its causes on one line, each text once: many errors quote their cause in their
+/// own message (`cannot write x: {source}`) and also return it as `source()`, and printing
+/// the chain as it is would repeat the OS error.
+fn error_report(err: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in err.chain() {
+        let message = cause.to_string();
+        if text.contains(&message) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&message);
+    }
+    text
 }
 
 /// `switchboard init`: the config file, then the workspace it points at.

@@ -1,19 +1,62 @@
 //! Logging set-up: `tracing` to stderr, filtered by `RUST_LOG` or the config's `log`.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 use crate::config::Config;
 
+/// What the process is, which decides how much it logs by default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Logs {
+    /// `run`, `agent`, `channel`: the config's `log` filter (default `info`).
+    Daemon,
+    /// The admin commands (`users`, `cron`, …): their output is the answer, so by default
+    /// only warnings and errors are logged (to stderr); `RUST_LOG` still turns on more.
+    Command,
+}
+
+/// The filter for commands when `RUST_LOG` does not name one.
+const COMMAND_FILTER: &str = "warn";
+
 /// Installs the global subscriber. An invalid filter falls back to `info` with a warning.
-pub fn init(config: &Config) {
+pub fn init(config: &Config, logs: Logs) {
     let env: std::collections::HashMap<String, String> = std::env::vars().collect();
-    let wanted = config.log_filter(&env);
+    let wanted = match logs {
+        Logs::Daemon => config.log_filter(&env),
+        Logs::Command => {
+            env.get("RUST_LOG").map(String::as_str).filter(|f| !f.trim().is_empty()).unwrap_or(COMMAND_FILTER)
+        }
+    };
     let (filter, bad) = match EnvFilter::try_new(wanted) {
         Ok(filter) => (filter, None),
         Err(err) => (EnvFilter::new("info"), Some(err)),
     };
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(colours_wanted(std::io::stderr().is_terminal(), std::env::var_os("NO_COLOR")))
+        .try_init();
     if let Some(err) = bad {
         tracing::warn!(%err, filter = wanted, "invalid log filter; using `info`");
+    }
+}
+
+/// Colours only on a terminal: under systemd stderr goes to the journal, where escape codes
+/// are noise; and never when `NO_COLOR` is set (<https://no-color.org>).
+fn colours_wanted(terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
+    terminal && no_color.is_none_or(|value| value.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn colours_only_on_a_terminal_without_no_color() {
+        assert!(colours_wanted(true, None));
+        assert!(colours_wanted(true, Some("".into())));
+        assert!(!colours_wanted(true, Some("1".into())));
+        assert!(!colours_wanted(false, None));
     }
 }

@@ -74,12 +74,38 @@ pub(crate) fn text_excerpt(body: &[u8]) -> String {
     }
 }
 
+/// Keys at least this long are blanked wherever they appear: a string this long does not turn
+/// up inside an error message by chance.
+const MIN_KEY_CHARS_BLANKED_ANYWHERE: usize = 12;
+
 /// Blanks `secret` (the API key) out of a provider's message, should the provider echo it.
+///
+/// A short key (the dummy keys local servers take, such as `x`, `none` or `ollama`) is blanked
+/// only where it stands as a whole word: replaced everywhere, a key `x` would turn
+/// `context_length_exceeded` into `conte[redacted]t_length_e[redacted]ceeded`, unreadable to
+/// people and to the overflow check that reads the message after this.
 pub(crate) fn redact(message: String, secret: Option<&str>) -> String {
-    match secret {
-        Some(secret) if !secret.is_empty() && message.contains(secret) => message.replace(secret, "[redacted]"),
-        _ => message,
+    let Some(secret) = secret.filter(|secret| !secret.is_empty() && message.contains(*secret)) else {
+        return message;
+    };
+    if secret.chars().count() >= MIN_KEY_CHARS_BLANKED_ANYWHERE {
+        return message.replace(secret, "[redacted]");
     }
+    let in_word = |c: char| c.is_alphanumeric() || c == '-' || c == '_';
+    let mut redacted = String::with_capacity(message.len());
+    let mut copied = 0;
+    for (start, _) in message.match_indices(secret) {
+        let end = start + secret.len();
+        let joined = message[..start].chars().next_back().is_some_and(in_word)
+            || message[end..].chars().next().is_some_and(in_word);
+        if !joined {
+            redacted.push_str(&message[copied..start]);
+            redacted.push_str("[redacted]");
+            copied = end;
+        }
+    }
+    redacted.push_str(&message[copied..]);
+    redacted
 }
 
 /// Whether an error message says the prompt does not fit the model's context window
@@ -130,6 +156,21 @@ mod tests {
         assert!(is_event_stream(&content_type("text/event-stream; charset=utf-8")));
         assert!(!is_event_stream(&content_type("application/json")));
         assert!(!is_event_stream(&HeaderMap::new()));
+    }
+
+    #[test]
+    fn long_keys_are_blanked_anywhere_short_ones_only_as_whole_words() {
+        let long = "sk-proj-4f9a8b7c6d5e";
+        let text = format!("Incorrect API key provided: {long}. Also %22{long}%22.");
+        assert_eq!(redact(text, Some(long)), "Incorrect API key provided: [redacted]. Also %22[redacted]%22.");
+        let overflow = "Requested tokens (2300) exceed context window of 2048 (context_length_exceeded)";
+        assert_eq!(redact(overflow.to_owned(), Some("x")), overflow);
+        assert_eq!(redact("invalid key: x".to_owned(), Some("x")), "invalid key: [redacted]");
+        assert_eq!(
+            redact("key 'ollama' refused by ollama-proxy".to_owned(), Some("ollama")),
+            "key '[redacted]' refused by ollama-proxy"
+        );
+        assert_eq!(redact("nothing here".to_owned(), Some("")), "nothing here");
     }
 
     #[test]

@@ -7,6 +7,7 @@
 pub mod cron;
 pub mod heartbeat;
 mod journal;
+pub mod lock;
 mod migrate;
 pub mod pairing;
 pub mod sqlite;
@@ -28,6 +29,27 @@ use crate::users::{Billing, UserStore};
 pub enum StoreError {
     #[error("cannot open the database at {path}: {reason}")]
     Open { path: String, reason: String },
+    /// The database opened but refuses writes (a file or directory owned by another user, a
+    /// read-only mount): found at start, not at the first message.
+    #[error(
+        "the database at {path} is not writable: {reason}. Check that the file, its directory and its -wal and -shm \
+         files belong to the user switchboard runs as"
+    )]
+    NotWritable { path: String, reason: String },
+    #[error("cannot take the lock {path}: {source}")]
+    Lock {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Another process holds a conflicting [`lock::StoreLock`].
+    #[error(
+        "the database {database} is in use by another switchboard process{}: stop it, or give this one another \
+         data dir. `switchboard run` on the in-process bus needs the database to itself; only workers on a NATS \
+         bus share one (lock file {lock})",
+        holder_list(holders)
+    )]
+    InUse { database: String, lock: String, holders: Vec<u32> },
     #[error("database migration {version} failed: {reason}")]
     Migrate { version: i64, reason: String },
     #[error("database error: {0}")]
@@ -47,6 +69,16 @@ pub enum StoreError {
     PairingCode { channel: String, code: String, problem: CodeProblem },
     #[error(transparent)]
     Random(#[from] RandomSourceError),
+}
+
+/// ` (pid 42)`, ` (pids 42, 43)`, or nothing when the holders are unknown.
+fn holder_list(pids: &[u32]) -> String {
+    let list = pids.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+    match pids.len() {
+        0 => String::new(),
+        1 => format!(" (pid {list})"),
+        _ => format!(" (pids {list})"),
+    }
 }
 
 /// What a worker should do with an inbound message, decided atomically by [`Store::claim_run`].

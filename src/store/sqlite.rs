@@ -14,7 +14,7 @@ mod pairing;
 mod subagents;
 mod users;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -45,6 +45,7 @@ const RUN_COLUMNS: &str = "run_id, inbound_id, session_key, status, attempt, mod
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     pool: SqlitePool,
+    path: PathBuf,
 }
 
 impl SqliteStore {
@@ -70,7 +71,23 @@ impl SqliteStore {
             .foreign_keys(true);
         let pool = connect_waiting_for_wal(options).await.map_err(|e| open_err(e.to_string()))?;
         migrate::run(&pool, SQLITE_MIGRATIONS).await?;
-        Ok(SqliteStore { pool })
+        Ok(SqliteStore { pool, path: path.to_owned() })
+    }
+
+    /// Fails with [`StoreError::NotWritable`] unless a write would succeed. SQLite opens a file
+    /// it may not write read-only without a word, and a migrated database needs no write to
+    /// open, so without this a daemon would start and then fail every message.
+    pub async fn check_writable(&self) -> Result<(), StoreError> {
+        let refused =
+            |e: sqlx::Error| StoreError::NotWritable { path: self.path.display().to_string(), reason: e.to_string() };
+        // `BEGIN IMMEDIATE` alone succeeds on a read-only file; the first changed page does not.
+        // The row is rolled back before anything reaches the file.
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(refused)?;
+        sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES (-1, 0)")
+            .execute(&mut *tx)
+            .await
+            .map_err(refused)?;
+        tx.rollback().await.map_err(refused)
     }
 
     /// The connection pool, for the other tables' implementations in this module tree.

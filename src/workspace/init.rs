@@ -45,26 +45,39 @@ pub struct FileReport {
     pub action: FileAction,
 }
 
-/// Writes the config file at `path` unless it exists.
+/// Who may read a new config file: its owner only, since it may come to hold bot tokens and
+/// API keys. (The workspace files are the agent's to read and write and get the usual mode.)
+const CONFIG_MODE: u32 = 0o600;
+
+/// Writes the config file at `path` unless it exists, readable by its owner only.
 pub fn write_config(path: &Path) -> Result<FileReport, InitError> {
-    create_new(path, CONFIG_TEMPLATE)
+    create_new(path, CONFIG_TEMPLATE, Some(CONFIG_MODE))
 }
 
 /// Creates `workspace` and each bootstrap file it lacks.
 pub fn write_workspace(workspace: &Path) -> Result<Vec<FileReport>, InitError> {
     create_dir(workspace)?;
-    BOOTSTRAP_FILES.iter().map(|file| create_new(&workspace.join(file.name), file.template)).collect()
+    BOOTSTRAP_FILES.iter().map(|file| create_new(&workspace.join(file.name), file.template, None)).collect()
 }
 
 /// Writes `contents` to a new file at `path`; an existing file is kept untouched. Uses
 /// `create_new` rather than checking first, so a file that appears in between is not
-/// clobbered either.
-fn create_new(path: &Path, contents: &str) -> Result<FileReport, InitError> {
+/// clobbered either. `mode` (Unix permission bits) is set as the file is created, so there is
+/// no moment in which it is readable by others.
+fn create_new(path: &Path, contents: &str, mode: Option<u32>) -> Result<FileReport, InitError> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         create_dir(parent)?;
     }
     let write_err = |source| InitError::Write { path: path.to_owned(), source };
-    match std::fs::OpenOptions::new().write(true).create_new(true).open(path) {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    if let Some(mode) = mode {
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, mode);
+    }
+    #[cfg(not(unix))]
+    let _ = mode;
+    match options.open(path) {
         Ok(mut file) => {
             file.write_all(contents.as_bytes()).map_err(write_err)?;
             Ok(FileReport { path: path.to_owned(), action: FileAction::Created })
@@ -98,5 +111,17 @@ mod tests {
         assert_eq!(created.len(), 1);
         assert!(created[0].path.ends_with("TOOLS.md"));
         assert_eq!(std::fs::read_to_string(workspace.join("SOUL.md")).unwrap(), "mine");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_config_file_is_readable_by_its_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("etc").join("config.toml");
+        assert_eq!(write_config(&path).unwrap().action, FileAction::Created);
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "config written with mode {mode:o}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), CONFIG_TEMPLATE);
     }
 }

@@ -170,7 +170,25 @@ impl Drop for Daemon {
 
 /// Runs the binary to completion and returns (exit status, stderr, stdout).
 pub fn run_to_exit(data_dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (ExitStatus, String, String) {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_switchboard"));
+    run_to_exit_via(&[], data_dir, args, env)
+}
+
+/// [`run_to_exit`] started through `wrapper` (`["setpriv", "--reuid=65534", …]`), if any.
+pub fn run_to_exit_via(
+    wrapper: &[&str],
+    data_dir: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (ExitStatus, String, String) {
+    let binary = env!("CARGO_BIN_EXE_switchboard");
+    let mut command = match wrapper.split_first() {
+        Some((program, wrapper_args)) => {
+            let mut command = Command::new(program);
+            command.args(wrapper_args).arg(binary);
+            command
+        }
+        None => Command::new(binary),
+    };
     command.args(args).stdin(Stdio::null());
     for (key, _) in std::env::vars() {
         let ours = ["SWITCHBOARD_", "OPENAI_", "ANTHROPIC_", "TELEGRAM_", "DISCORD_"];
@@ -186,7 +204,19 @@ pub fn run_to_exit(data_dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (Exi
     for (key, value) in env {
         command.env(key, value);
     }
-    let output = command.output().unwrap();
+    let child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    // A command that should have exited but keeps running (a daemon that started when it
+    // should have refused) is killed, so the test fails instead of hanging.
+    let pid = child.id().to_string();
+    let (exited, exit_seen) = std::sync::mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        if exit_seen.recv_timeout(Duration::from_secs(60)).is_err() {
+            let _ = Command::new("kill").args(["-KILL", &pid]).status();
+        }
+    });
+    let output = child.wait_with_output().unwrap();
+    let _ = exited.send(());
+    watchdog.join().unwrap();
     let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
     (output.status, text(&output.stderr), text(&output.stdout))
 }

@@ -118,6 +118,13 @@ fn error_bodies() {
         |kind: &str, message: &str| json!({"type": "error", "error": {"type": kind, "message": message}}).to_string();
     let overflow = body("invalid_request_error", "prompt is too long: 210000 tokens > 200000 maximum");
     assert!(matches!(error_from_body(400, None, overflow.as_bytes(), None), ProviderError::ContextOverflow(_)));
+    // A dummy key as short as one letter (a local proxy's) does not blank letters out of the
+    // message, so the overflow is still recognised and the text stays readable.
+    let short_key = error_from_body(400, None, overflow.as_bytes(), Some("o"));
+    assert!(
+        matches!(&short_key, ProviderError::ContextOverflow(message) if message.contains("prompt is too long")),
+        "{short_key}"
+    );
     let overloaded = error_from_body(529, None, body("overloaded_error", "Overloaded").as_bytes(), None);
     assert!(matches!(&overloaded, ProviderError::Http { status: 529, message, .. } if message == "Overloaded"));
     assert!(overloaded.is_transient());
