@@ -241,6 +241,7 @@ async fn connect_bus(
                 prefix: config.bus_options.prefix.clone(),
                 ack_wait: config.bus_options.ack_wait(),
                 duplicate_window: config.bus_options.duplicate_window(),
+                outbound_max_age: config.bus_options.outbound_max_age(),
                 ..NatsOptions::default()
             };
             Ok(Arc::new(NatsBus::connect(url, options).await?))

@@ -158,3 +158,25 @@ async fn malformed_inbound_is_dead_lettered_on_nats() {
     assert_eq!(dead[0].payload, "{not json");
     assert!(dead[0].reason.contains("not a valid InboundMessage"), "{}", dead[0].reason);
 }
+
+/// Starting again on a server that already has the streams is as quiet as the first start
+/// (every start after the first used to warn about the dead-letter stream's duplicate window).
+#[tokio::test]
+async fn restart_on_existing_streams_logs_no_warning() {
+    let nats = NatsServer::start().await;
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["first", "second"] {
+        let mut agent = Launch::new(dir.path(), name, &["agent", "--nats", &nats.url()]).llm(&llm.base_url()).spawn();
+        agent.wait_for_log("worker started").await;
+        agent.signal("TERM");
+        assert!(agent.wait_exit(Duration::from_secs(10)).await.success(), "{}", agent.logs());
+        let logs = agent.logs();
+        let warnings: Vec<&str> = logs.lines().filter(|line| line.contains("WARN") || line.contains("ERROR")).collect();
+        assert!(warnings.is_empty(), "{name} start: {warnings:#?}");
+        if name == "second" {
+            // Nothing to create or bring up to date either: the streams are as it wants them.
+            assert!(!logs.contains("created JetStream stream") && !logs.contains("updated the stream"), "{logs}");
+        }
+    }
+}

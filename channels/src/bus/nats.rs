@@ -47,6 +47,9 @@ pub struct NatsOptions {
     pub worker_consumer: String,
     /// How long one pull request waits on the server for a message before it is renewed.
     pub pull_wait: Duration,
+    /// How long an outbound message waits for its adapter before the server drops it (zero:
+    /// forever). Set on the outbound stream at every start.
+    pub outbound_max_age: Duration,
 }
 
 impl Default for NatsOptions {
@@ -59,6 +62,7 @@ impl Default for NatsOptions {
             max_deliver: 10,
             worker_consumer: "workers".to_owned(),
             pull_wait: Duration::from_secs(5),
+            outbound_max_age: Duration::from_secs(3600),
         }
     }
 }
@@ -73,7 +77,7 @@ pub struct NatsBus {
 }
 
 impl NatsBus {
-    /// Connects and creates (or checks) the streams. Fails at once if the server is down or
+    /// Connects and creates (or updates) the streams. Fails at once if the server is down or
     /// lacks JetStream; once connected, the client reconnects by itself whenever needed.
     pub async fn connect(url: &str, opts: NatsOptions) -> Result<NatsBus, BusError> {
         let subjects = Subjects::new(&opts.prefix)?;
@@ -303,6 +307,8 @@ fn log_event(url: String) -> impl Fn(Event) -> std::future::Ready<()> + Send + S
         match event {
             Event::Connected => tracing::info!(%url, "NATS connection (re)established"),
             Event::Disconnected => tracing::warn!(%url, "NATS connection lost; reconnecting"),
+            // Only ever after the process let go of the client (shutdown): nothing went wrong.
+            Event::Closed => tracing::info!(%url, "NATS connection closed"),
             other => tracing::warn!(%url, event = %other, "NATS client event"),
         }
         std::future::ready(())

@@ -64,6 +64,61 @@ async fn unreachable_server_fails_at_once_without_credentials_in_the_error() {
     assert!(!err.to_string().contains("s3cret"), "{err}");
 }
 
+/// A reply for a channel no adapter serves is dropped by the server after the outbound age
+/// limit instead of waiting forever (and being delivered days late when an adapter appears).
+#[tokio::test]
+async fn outbound_messages_older_than_the_age_limit_are_dropped() {
+    let server = NatsServer::start().await;
+    let short =
+        NatsOptions { outbound_max_age: Duration::from_secs(1), duplicate_window: Duration::from_secs(1), ..options() };
+    let bus = within(PATIENCE, "connect", NatsBus::connect(&server.url(), short)).await.expect("connect");
+    let stale = outbound("nobody", "c1", "too late");
+    within(PATIENCE, "publish", bus.publish_outbound(&stale)).await.expect("publish");
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    let fresh = outbound("nobody", "c1", "in time");
+    within(PATIENCE, "publish", bus.publish_outbound(&fresh)).await.expect("publish");
+    let mut deliveries = bus.outbound("nobody").await.expect("outbound");
+    let got = take(&mut deliveries).await;
+    assert_eq!(got.decode::<OutboundMessage>().expect("json").content, "in time");
+    within(PATIENCE, "ack", got.ack()).await.expect("ack");
+    assert_nothing(&mut deliveries, QUIET).await;
+}
+
+/// A server whose outbound stream an older switchboard made (no age limit) is brought up to
+/// date at start, keeping what the stream holds; the start neither fails nor warns.
+#[tokio::test]
+async fn outbound_stream_without_an_age_limit_is_updated_in_place() {
+    let server = NatsServer::start().await;
+    let client = within(PATIENCE, "connect", async_nats::connect(server.url())).await.expect("connect");
+    let js = async_nats::jetstream::new(client);
+    let old = async_nats::jetstream::stream::Config {
+        name: "SWITCHBOARD_OUT".into(),
+        subjects: vec!["switchboard.out.>".into()],
+        retention: async_nats::jetstream::stream::RetentionPolicy::WorkQueue,
+        storage: async_nats::jetstream::stream::StorageType::File,
+        duplicate_window: Duration::from_secs(120),
+        ..Default::default()
+    };
+    within(PATIENCE, "create", js.create_stream(old)).await.expect("create the old stream");
+    let waiting = outbound("telegram", "t1", "queued before the upgrade");
+    let payload = Bytes::from(serde_json::to_vec(&waiting).expect("json"));
+    within(PATIENCE, "publish", async { js.publish("switchboard.out.telegram.t1", payload).await?.await })
+        .await
+        .expect("publish");
+
+    let bus = connect(&server).await;
+    let mut stream = within(PATIENCE, "stream", js.get_stream("SWITCHBOARD_OUT")).await.expect("stream");
+    let info = within(PATIENCE, "info", stream.info()).await.expect("info");
+    assert_eq!(info.config.max_age, NatsOptions::default().outbound_max_age);
+    assert_eq!(info.state.messages, 1, "the update kept the queued message");
+    let mut deliveries = bus.outbound("telegram").await.expect("outbound");
+    let got = take(&mut deliveries).await;
+    assert_eq!(got.decode::<OutboundMessage>().expect("json").content, "queued before the upgrade");
+    within(PATIENCE, "ack", got.ack()).await.expect("ack");
+    // A second start finds nothing to change.
+    drop(connect(&server).await);
+}
+
 #[tokio::test]
 async fn incompatible_stream_is_refused_with_the_fix() {
     let server = NatsServer::start().await;
