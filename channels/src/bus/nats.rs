@@ -155,7 +155,7 @@ impl Bus for NatsBus {
         }
         let mut publish = Publish::build().payload(payload);
         if let Some(id) = dedupe_id {
-            publish = publish.message_id(message_id(flow, id, &subject)?);
+            publish = publish.message_id(message_id(id, &subject)?);
         }
         self.publish_stored(subject, publish).await
     }
@@ -200,15 +200,17 @@ impl Bus for NatsBus {
     }
 }
 
-/// `Nats-Msg-Id` of a stored message: the flow keeps an inbound and an outbound message with
-/// the same id apart. Header values cannot hold line breaks, so such ids are refused.
-fn message_id(flow: Flow, id: &str, subject: &str) -> Result<String, BusError> {
+/// `Nats-Msg-Id` of a stored message: the message's own id, as `docs/bus.md` tells foreign
+/// publishers to send it, so their publish and ours of one id are deduplicated against each
+/// other. Inbound and outbound live in separate streams, each with its own duplicate window, so
+/// the same id in both flows never collides. Header values cannot hold line breaks, so such ids
+/// are refused.
+fn message_id(id: &str, subject: &str) -> Result<String, BusError> {
     if id.chars().any(char::is_control) {
         let reason = "the dedupe id contains control characters".to_owned();
         return Err(BusError::Publish { subject: subject.to_owned(), reason });
     }
-    let flow = if flow == Flow::In { "in" } else { "out" };
-    Ok(format!("{flow}:{id}"))
+    Ok(id.to_owned())
 }
 
 fn to_delivery(message: jetstream::Message) -> Delivery {
@@ -360,9 +362,8 @@ mod tests {
     }
 
     #[test]
-    fn message_ids_are_namespaced_by_flow() {
-        assert_eq!(message_id(Flow::In, "telegram:1:2", "s").unwrap(), "in:telegram:1:2");
-        assert_eq!(message_id(Flow::Out, "x", "s").unwrap(), "out:x");
-        assert!(message_id(Flow::In, "a\r\nb", "s").is_err());
+    fn message_ids_are_the_message_ids() {
+        assert_eq!(message_id("telegram:1:2", "s").unwrap(), "telegram:1:2");
+        assert!(message_id("a\r\nb", "s").is_err());
     }
 }

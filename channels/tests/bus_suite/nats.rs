@@ -64,6 +64,41 @@ async fn unreachable_server_fails_at_once_without_credentials_in_the_error() {
     assert!(!err.to_string().contains("s3cret"), "{err}");
 }
 
+/// `docs/bus.md` tells adapters in other languages to publish with `Nats-Msg-Id: <id>`: such a
+/// publish and switchboard's own publish of the same message are one message, in either order.
+#[tokio::test]
+async fn foreign_publish_with_the_documented_header_is_deduplicated_against_ours() {
+    let h = harness().await;
+    let server = h._server.as_ref().expect("nats harness");
+    let js = async_nats::jetstream::new(
+        within(PATIENCE, "connect", async_nats::connect(server.url())).await.expect("connect"),
+    );
+    let foreign_publish = |msg: &InboundMessage| {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("Nats-Msg-Id", msg.id.as_str());
+        let subject = Subjects::new(DEFAULT_PREFIX).expect("prefix").chat(Flow::In, &msg.channel, &msg.chat_id);
+        let payload = Bytes::from(serde_json::to_vec(msg).expect("json"));
+        let js = js.clone();
+        async move { js.publish_with_headers(subject, headers, payload).await.expect("publish").await.expect("ack") }
+    };
+    let ours_first = inbound("c1", "ours first");
+    publish(&h, &ours_first).await;
+    let ack = within(PATIENCE, "foreign publish", foreign_publish(&ours_first)).await;
+    assert!(ack.duplicate, "the server took the foreign copy as a new message");
+    let theirs_first = inbound("c1", "theirs first");
+    let ack = within(PATIENCE, "foreign publish", foreign_publish(&theirs_first)).await;
+    assert!(!ack.duplicate);
+    publish(&h, &theirs_first).await;
+
+    let mut deliveries = h.bus.inbound().await.expect("inbound");
+    for want in ["ours first", "theirs first"] {
+        let delivery = take(&mut deliveries).await;
+        assert_eq!(content_of(&delivery), want);
+        within(PATIENCE, "ack", delivery.ack()).await.expect("ack");
+    }
+    assert_nothing(&mut deliveries, QUIET).await;
+}
+
 /// A reply for a channel no adapter serves is dropped by the server after the outbound age
 /// limit instead of waiting forever (and being delivered days late when an adapter appears).
 #[tokio::test]
