@@ -122,7 +122,11 @@ pub async fn run(config: Config, parts: Parts, shutdown: CancellationToken) -> R
         Parts::ApiChannel => None,
         _ => Some(Arc::new(SqliteStore::open(config.store_path()).await?)),
     };
-    let bus = connect_bus(&config, parts, store.clone()).await?;
+    let bus = tokio::select! {
+        bus = connect_bus(&config, parts, store.clone()) => bus?,
+        // A process still waiting for the NATS server (started before it at boot) stops when asked.
+        () = shutdown.cancelled() => return Ok(()),
+    };
     let channels = start_channels(&config, parts, &bus, store.as_ref(), &shutdown).await?;
     let (worker, subagents) = match &store {
         Some(store) if parts.runs_worker() => {

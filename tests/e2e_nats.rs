@@ -159,6 +159,55 @@ async fn malformed_inbound_is_dead_lettered_on_nats() {
     assert!(dead[0].reason.contains("not a valid InboundMessage"), "{}", dead[0].reason);
 }
 
+/// Log lines that say a process tried and failed to reach the NATS server.
+fn connect_failures(logs: &str) -> usize {
+    logs.lines().filter(|line| line.contains("cannot reach the NATS server")).count()
+}
+
+/// An agent started while NATS is still down (both started at boot) does not exit: it logs
+/// each failed attempt, and once the server is up it connects and answers.
+#[tokio::test]
+async fn agent_started_before_nats_waits_for_it() {
+    use switchboard_channels::bus::nats::{NatsBus, NatsOptions};
+    use switchboard_channels::contract::{InboundMessage, OutboundMessage, Sender};
+    use switchboard_channels::{Bus, BusExt};
+
+    let mut nats = NatsServer::start().await;
+    nats.kill().await;
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Launch::new(dir.path(), "agent", &["agent", "--nats", &nats.url()]).llm(&llm.base_url()).spawn();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while connect_failures(&agent.logs()) < 2 {
+        assert!(std::time::Instant::now() < deadline, "no second connect attempt logged:\n{}", agent.logs());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!agent.logs().contains("worker started"), "{}", agent.logs());
+    nats.restart().await;
+    agent.wait_for_log("worker started").await;
+
+    let bus = NatsBus::connect(&nats.url(), NatsOptions::default()).await.unwrap();
+    let mut replies = bus.outbound("test").await.unwrap();
+    let sender = Sender { id: "u1".into(), name: "U".into(), is_bot: false };
+    bus.publish_inbound(&InboundMessage::user("test", "boot", sender, "up now?")).await.unwrap();
+    let delivery = tokio::time::timeout(Duration::from_secs(10), replies.next()).await.unwrap().unwrap().unwrap();
+    assert_eq!(delivery.decode::<OutboundMessage>().unwrap().content, "echo: up now?", "{}", agent.logs());
+    delivery.ack().await.unwrap();
+}
+
+/// A process still waiting for NATS stops at once when asked to (systemd stopping the unit).
+#[tokio::test]
+async fn process_waiting_for_nats_stops_on_sigterm() {
+    let mut nats = NatsServer::start().await;
+    nats.kill().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut api = Launch::new(dir.path(), "api", &["channel", "api"]).env("SWITCHBOARD_BUS", &nats.url()).spawn();
+    api.wait_for_log("cannot reach the NATS server").await;
+    api.signal("TERM");
+    let status = api.wait_exit(Duration::from_secs(5)).await;
+    assert!(status.success(), "{status}\n{}", api.logs());
+}
+
 /// Starting again on a server that already has the streams is as quiet as the first start
 /// (every start after the first used to warn about the dead-letter stream's duplicate window).
 #[tokio::test]

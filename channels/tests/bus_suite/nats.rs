@@ -58,10 +58,28 @@ async fn unreachable_server_fails_at_once_without_credentials_in_the_error() {
     let mut server = NatsServer::start().await;
     let url = format!("nats://user:s3cret@127.0.0.1:{}", server.port());
     server.kill().await;
-    let result = within(PATIENCE, "connect", NatsBus::connect(&url, options())).await;
+    let fail_fast = NatsOptions { wait_for_server: false, ..options() };
+    let result = within(PATIENCE, "connect", NatsBus::connect(&url, fail_fast)).await;
     let err = result.err().expect("connect must fail");
     assert!(matches!(err, BusError::Connect { .. }), "{err}");
     assert!(!err.to_string().contains("s3cret"), "{err}");
+}
+
+/// A process started before the server (at boot, both started by systemd) keeps trying and
+/// is connected, with its streams, once the server is up.
+#[tokio::test]
+async fn connect_waits_for_a_server_that_is_not_up_yet() {
+    let mut server = NatsServer::start().await;
+    server.kill().await;
+    let url = server.url();
+    let connecting = tokio::spawn(async move { NatsBus::connect(&url, options()).await });
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(!connecting.is_finished(), "connect gave up while the server was down");
+    server.restart().await;
+    let bus = within(PATIENCE, "connect", connecting).await.expect("task").expect("connected once the server is up");
+    publish_on(&bus, "after the wait").await;
+    let mut deliveries = bus.inbound().await.expect("inbound");
+    assert_eq!(content_of(&take(&mut deliveries).await), "after the wait");
 }
 
 /// `docs/bus.md` tells adapters in other languages to publish with `Nats-Msg-Id: <id>`: such a
