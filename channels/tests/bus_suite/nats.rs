@@ -82,6 +82,18 @@ async fn connect_waits_for_a_server_that_is_not_up_yet() {
     assert_eq!(content_of(&take(&mut deliveries).await), "after the wait");
 }
 
+/// Waiting is for a server that is not up yet; one that refuses us will not change its mind,
+/// so a refused login stops the start at once, without the password in the error.
+#[tokio::test]
+async fn refused_login_fails_at_once_even_when_waiting_for_the_server() {
+    let server = NatsServer::start_with_auth("switchboard", "right-password").await;
+    let url = format!("nats://switchboard:wrong-password@127.0.0.1:{}", server.port());
+    let err = within(PATIENCE, "connect", NatsBus::connect(&url, options())).await.err().expect("refused");
+    assert!(matches!(err, BusError::Connect { .. }), "{err}");
+    assert!(err.to_string().contains("authorization violation"), "{err}");
+    assert!(!err.to_string().contains("wrong-password"), "{err}");
+}
+
 /// `docs/bus.md` tells adapters in other languages to publish with `Nats-Msg-Id: <id>`: such a
 /// publish and switchboard's own publish of the same message are one message, in either order.
 #[tokio::test]
