@@ -229,3 +229,60 @@ async fn restart_on_existing_streams_logs_no_warning() {
         }
     }
 }
+
+/// The Python interpreter to run the example adapter with, if nats-py is importable there.
+/// `.ci/run` makes one and names it in `SWITCHBOARD_TEST_PYTHON`.
+fn python_with_nats() -> Result<String, String> {
+    let python = std::env::var("SWITCHBOARD_TEST_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let probe = std::process::Command::new(&python).args(["-c", "import nats"]).output();
+    match probe {
+        Ok(output) if output.status.success() => Ok(python),
+        Ok(output) => {
+            Err(format!("{python} cannot import nats-py: {}", String::from_utf8_lossy(&output.stderr).trim()))
+        }
+        Err(err) => Err(format!("cannot run {python}: {err}")),
+    }
+}
+
+/// `docs/examples/python_adapter.py`, written from `docs/bus.md` alone, publishes a message,
+/// gets the reply on the documented consumer and acks it: the doc is enough to write an adapter.
+#[tokio::test]
+async fn python_adapter_written_from_the_bus_doc_gets_its_reply() {
+    use tokio::io::AsyncWriteExt;
+
+    let python = match python_with_nats() {
+        Ok(python) => python,
+        Err(reason) => {
+            eprintln!("skipped: {reason} (set SWITCHBOARD_TEST_PYTHON to a Python with nats-py)");
+            return;
+        }
+    };
+    let nats = NatsServer::start().await;
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Launch::new(dir.path(), "agent", &["agent", "--nats", &nats.url()]).llm(&llm.base_url()).spawn();
+    agent.wait_for_log("worker started").await;
+
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/examples/python_adapter.py");
+    let mut adapter = tokio::process::Command::new(&python)
+        .args([script, "--nats", &nats.url(), "--chat", "kitchen table", "--sender", "42", "--timeout", "20"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = adapter.stdin.take().unwrap();
+    stdin.write_all("hello from python\n".as_bytes()).await.unwrap();
+    drop(stdin);
+    let output = tokio::time::timeout(Duration::from_secs(30), adapter.wait_with_output()).await.unwrap().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let context = format!("{stdout}\n{}\n{}", String::from_utf8_lossy(&output.stderr), agent.logs());
+    assert!(output.status.success(), "{context}");
+    let lines: Vec<Value> = stdout.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    assert_eq!(lines.len(), 2, "{context}");
+    assert_eq!(lines[0]["republish_duplicate"], true, "{context}");
+    assert_eq!(lines[1]["reply"], "echo: hello from python", "{context}");
+    assert_eq!(lines[1]["in_reply_to"], lines[0]["published"], "{context}");
+    assert_eq!(llm.requests().len(), 1, "the republished copy ran again");
+}

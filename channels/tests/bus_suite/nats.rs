@@ -184,6 +184,24 @@ async fn outbound_stream_without_an_age_limit_is_updated_in_place() {
     drop(connect(&server).await);
 }
 
+/// What `docs/bus.md` promises about the outbound consumer an adapter takes its messages from.
+#[tokio::test]
+async fn outbound_consumer_has_the_documented_name_and_settings() {
+    let h = harness().await;
+    drop(h.bus.outbound("my chat").await.expect("outbound"));
+    let server = h._server.as_ref().expect("nats harness");
+    let js = async_nats::jetstream::new(
+        within(PATIENCE, "connect", async_nats::connect(server.url())).await.expect("connect"),
+    );
+    let stream = within(PATIENCE, "stream", js.get_stream("SWITCHBOARD_OUT")).await.expect("stream");
+    let info = within(PATIENCE, "consumer", stream.consumer_info("out-my~20chat")).await.expect("consumer");
+    let config = &info.config;
+    assert_eq!(config.durable_name.as_deref(), Some("out-my~20chat"));
+    assert_eq!(config.filter_subject, "switchboard.out.my~20chat.*");
+    assert_eq!(config.ack_policy, async_nats::jetstream::consumer::AckPolicy::Explicit);
+    assert_eq!((config.ack_wait, config.max_ack_pending, config.max_deliver), (ACK_WAIT, 64, 10));
+}
+
 #[tokio::test]
 async fn incompatible_stream_is_refused_with_the_fix() {
     let server = NatsServer::start().await;
