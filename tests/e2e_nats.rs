@@ -238,7 +238,8 @@ fn python_with_nats() -> Result<String, String> {
     match probe {
         Ok(output) if output.status.success() => Ok(python),
         Ok(output) => {
-            Err(format!("{python} cannot import nats-py: {}", String::from_utf8_lossy(&output.stderr).trim()))
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            Err(format!("{python} cannot import nats-py ({})", stderr.lines().last().unwrap_or_default()))
         }
         Err(err) => Err(format!("cannot run {python}: {err}")),
     }
