@@ -132,7 +132,11 @@ pub async fn run(config: Config, parts: Parts, shutdown: CancellationToken) -> R
             Some(Arc::new(store))
         }
     };
-    let bus = connect_bus(&config, parts, store.clone()).await?;
+    let bus = tokio::select! {
+        bus = connect_bus(&config, parts, store.clone()) => bus?,
+        // A process still waiting for the NATS server (started before it at boot) stops when asked.
+        () = shutdown.cancelled() => return Ok(()),
+    };
     let channels = start_channels(&config, parts, &bus, store.as_ref(), &shutdown).await?;
     let (worker, subagents) = match &store {
         Some(store) if parts.runs_worker() => {
@@ -262,6 +266,7 @@ async fn connect_bus(
                 prefix: config.bus_options.prefix.clone(),
                 ack_wait: config.bus_options.ack_wait(),
                 duplicate_window: config.bus_options.duplicate_window(),
+                outbound_max_age: config.bus_options.outbound_max_age(),
                 ..NatsOptions::default()
             };
             Ok(Arc::new(NatsBus::connect(url, options).await?))

@@ -98,6 +98,10 @@ async fn api_checks_token_and_input() {
     assert!(body["error"]["message"].as_str().unwrap().contains("content"), "{body}");
     let (status, body) = daemon.post_with(json!({"chat_id": " ", "content": "x"}), Some("letmein")).await;
     assert_eq!((status, body["error"]["code"].as_str()), (400, Some("invalid_body")));
+    let (status, body) =
+        daemon.post_with(json!({"chat_id": "me", "content": "x", "sender": ""}), Some("letmein")).await;
+    assert!(body["error"]["message"].as_str().unwrap().contains("sender"), "{body}");
+    assert_eq!(status, 400);
     let (status, body) = daemon.post_with(json!({"chat_id": "me", "content": "x".repeat(4096)}), Some("letmein")).await;
     assert_eq!(status, 413, "{body}");
     assert!(body["error"]["message"].is_string(), "{body}");

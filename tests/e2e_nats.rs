@@ -158,3 +158,132 @@ async fn malformed_inbound_is_dead_lettered_on_nats() {
     assert_eq!(dead[0].payload, "{not json");
     assert!(dead[0].reason.contains("not a valid InboundMessage"), "{}", dead[0].reason);
 }
+
+/// Log lines that say a process tried and failed to reach the NATS server.
+fn connect_failures(logs: &str) -> usize {
+    logs.lines().filter(|line| line.contains("cannot reach the NATS server")).count()
+}
+
+/// An agent started while NATS is still down (both started at boot) does not exit: it logs
+/// each failed attempt, and once the server is up it connects and answers.
+#[tokio::test]
+async fn agent_started_before_nats_waits_for_it() {
+    use switchboard_channels::bus::nats::{NatsBus, NatsOptions};
+    use switchboard_channels::contract::{InboundMessage, OutboundMessage, Sender};
+    use switchboard_channels::{Bus, BusExt};
+
+    let mut nats = NatsServer::start().await;
+    nats.kill().await;
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Launch::new(dir.path(), "agent", &["agent", "--nats", &nats.url()]).llm(&llm.base_url()).spawn();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while connect_failures(&agent.logs()) < 2 {
+        assert!(std::time::Instant::now() < deadline, "no second connect attempt logged:\n{}", agent.logs());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!agent.logs().contains("worker started"), "{}", agent.logs());
+    nats.restart().await;
+    agent.wait_for_log("worker started").await;
+
+    let bus = NatsBus::connect(&nats.url(), NatsOptions::default()).await.unwrap();
+    let mut replies = bus.outbound("test").await.unwrap();
+    let sender = Sender { id: "u1".into(), name: "U".into(), is_bot: false };
+    bus.publish_inbound(&InboundMessage::user("test", "boot", sender, "up now?")).await.unwrap();
+    let delivery = tokio::time::timeout(Duration::from_secs(10), replies.next()).await.unwrap().unwrap().unwrap();
+    assert_eq!(delivery.decode::<OutboundMessage>().unwrap().content, "echo: up now?", "{}", agent.logs());
+    delivery.ack().await.unwrap();
+}
+
+/// A process still waiting for NATS stops at once when asked to (systemd stopping the unit).
+#[tokio::test]
+async fn process_waiting_for_nats_stops_on_sigterm() {
+    let mut nats = NatsServer::start().await;
+    nats.kill().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut api = Launch::new(dir.path(), "api", &["channel", "api"]).env("SWITCHBOARD_BUS", &nats.url()).spawn();
+    api.wait_for_log("cannot reach the NATS server").await;
+    api.signal("TERM");
+    let status = api.wait_exit(Duration::from_secs(5)).await;
+    assert!(status.success(), "{status}\n{}", api.logs());
+}
+
+/// Starting again on a server that already has the streams is as quiet as the first start
+/// (every start after the first used to warn about the dead-letter stream's duplicate window).
+#[tokio::test]
+async fn restart_on_existing_streams_logs_no_warning() {
+    let nats = NatsServer::start().await;
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["first", "second"] {
+        let mut agent = Launch::new(dir.path(), name, &["agent", "--nats", &nats.url()]).llm(&llm.base_url()).spawn();
+        agent.wait_for_log("worker started").await;
+        agent.signal("TERM");
+        assert!(agent.wait_exit(Duration::from_secs(10)).await.success(), "{}", agent.logs());
+        let logs = agent.logs();
+        let warnings: Vec<&str> = logs.lines().filter(|line| line.contains("WARN") || line.contains("ERROR")).collect();
+        assert!(warnings.is_empty(), "{name} start: {warnings:#?}");
+        if name == "second" {
+            // Nothing to create or bring up to date either: the streams are as it wants them.
+            assert!(!logs.contains("created JetStream stream") && !logs.contains("updated the stream"), "{logs}");
+        }
+    }
+}
+
+/// The Python interpreter to run the example adapter with, if nats-py is importable there.
+/// `.ci/run` makes one and names it in `SWITCHBOARD_TEST_PYTHON`.
+fn python_with_nats() -> Result<String, String> {
+    let python = std::env::var("SWITCHBOARD_TEST_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let probe = std::process::Command::new(&python).args(["-c", "import nats"]).output();
+    match probe {
+        Ok(output) if output.status.success() => Ok(python),
+        Ok(output) => {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            Err(format!("{python} cannot import nats-py ({})", stderr.lines().last().unwrap_or_default()))
+        }
+        Err(err) => Err(format!("cannot run {python}: {err}")),
+    }
+}
+
+/// `docs/examples/python_adapter.py`, written from `docs/bus.md` alone, publishes a message,
+/// gets the reply on the documented consumer and acks it: the doc is enough to write an adapter.
+#[tokio::test]
+async fn python_adapter_written_from_the_bus_doc_gets_its_reply() {
+    use tokio::io::AsyncWriteExt;
+
+    let python = match python_with_nats() {
+        Ok(python) => python,
+        Err(reason) => {
+            eprintln!("skipped: {reason} (set SWITCHBOARD_TEST_PYTHON to a Python with nats-py)");
+            return;
+        }
+    };
+    let nats = NatsServer::start().await;
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Launch::new(dir.path(), "agent", &["agent", "--nats", &nats.url()]).llm(&llm.base_url()).spawn();
+    agent.wait_for_log("worker started").await;
+
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/examples/python_adapter.py");
+    let mut adapter = tokio::process::Command::new(&python)
+        .args([script, "--nats", &nats.url(), "--chat", "kitchen table", "--sender", "42", "--timeout", "20"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = adapter.stdin.take().unwrap();
+    stdin.write_all("hello from python\n".as_bytes()).await.unwrap();
+    drop(stdin);
+    let output = tokio::time::timeout(Duration::from_secs(30), adapter.wait_with_output()).await.unwrap().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let context = format!("{stdout}\n{}\n{}", String::from_utf8_lossy(&output.stderr), agent.logs());
+    assert!(output.status.success(), "{context}");
+    let lines: Vec<Value> = stdout.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    assert_eq!(lines.len(), 2, "{context}");
+    assert_eq!(lines[0]["republish_duplicate"], true, "{context}");
+    assert_eq!(lines[1]["reply"], "echo: hello from python", "{context}");
+    assert_eq!(lines[1]["in_reply_to"], lines[0]["published"], "{context}");
+    assert_eq!(llm.requests().len(), 1, "the republished copy ran again");
+}

@@ -102,6 +102,26 @@ async fn malformed_messages_are_dead_lettered_and_the_worker_goes_on() {
     assert!(dead[1].reason.contains("`id` must not be empty"), "{}", dead[1].reason);
 }
 
+/// Users are keyed `<channel>:<sender.id>`: a user message without a sender would be charged
+/// to one nameless user shared by everyone who sends one, so it is refused with the reason.
+/// A system message has no sender of its own and is answered.
+#[tokio::test]
+async fn user_message_without_sender_is_dead_lettered_system_message_is_not() {
+    let h = start(WorkerSettings::default(), FakeLlm::start().await).await;
+    let mut out = h.bus.outbound("test").await.unwrap();
+    let nameless = InboundMessage::user("test", "x", Sender::default(), "who am I?");
+    h.bus.publish_inbound(&nameless).await.unwrap();
+    let system = json!({"id": "cron:1:1", "channel": "test", "chat_id": "x", "kind": "system", "content": "tick"});
+    h.bus.publish_raw(Flow::In, "test", "x", Some("cron:1:1"), Bytes::from(system.to_string())).await.unwrap();
+    assert_eq!(next_reply(&mut out).await.content, "echo: tick");
+    no_more_replies(&mut out).await;
+    assert_eq!(h.llm.requests().len(), 1, "the nameless message reached the model");
+    let dead = h.bus.dead_letters(Flow::In, 10).await.unwrap();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert!(dead[0].reason.contains("sender.id"), "{}", dead[0].reason);
+    assert!(dead[0].payload.contains("who am I?"), "{}", dead[0].payload);
+}
+
 #[tokio::test]
 async fn messages_too_old_are_dropped_not_answered() {
     let h = start(

@@ -172,6 +172,8 @@ pub enum ContractError {
     Missing(&'static str),
     #[error("unsupported contract version {0} (this build speaks {CONTRACT_VERSION})")]
     Version(u32),
+    #[error("a user message needs a non-empty `sender.id`: users are keyed `<channel>:<sender.id>`")]
+    NoSender,
 }
 
 impl InboundMessage {
@@ -224,11 +226,19 @@ impl InboundMessage {
     }
 
     /// Checks what serde cannot: required strings are present and the version is known.
+    ///
+    /// A user message must name its sender: levels, tools and budgets belong to the user
+    /// `<channel>:<sender.id>`, and without an id every such message would be charged to one
+    /// shared nameless user. System messages have no sender of their own.
     pub fn validate(&self) -> Result<(), ContractError> {
         check_version(self.v)?;
         non_empty("id", &self.id)?;
         non_empty("channel", &self.channel)?;
-        non_empty("chat_id", &self.chat_id)
+        non_empty("chat_id", &self.chat_id)?;
+        if self.kind == InboundKind::User && self.sender.id.is_empty() {
+            return Err(ContractError::NoSender);
+        }
+        Ok(())
     }
 }
 
@@ -450,13 +460,26 @@ mod tests {
 
     #[test]
     fn minimal_inbound_json_decodes_with_defaults() {
-        let msg: InboundMessage =
-            serde_json::from_str(r#"{"v":1,"id":"x1","channel":"api","chat_id":"me","content":"hi","future_field":3}"#)
-                .unwrap();
-        assert_eq!(msg.sender, Sender::default());
+        let msg: InboundMessage = serde_json::from_str(
+            r#"{"v":1,"id":"x1","channel":"api","chat_id":"me","sender":{"id":"7"},"content":"hi","future_field":3}"#,
+        )
+        .unwrap();
+        assert_eq!(msg.sender, Sender { id: "7".into(), ..Sender::default() });
         assert_eq!(msg.kind, InboundKind::User);
         assert!(msg.validate().is_ok());
         assert_eq!(msg.session_key(), "api:me");
+    }
+
+    #[test]
+    fn user_messages_need_a_sender_and_system_messages_do_not() {
+        let user: InboundMessage = serde_json::from_str(r#"{"id":"a","channel":"api","chat_id":"me"}"#).unwrap();
+        assert_eq!(user.validate(), Err(ContractError::NoSender));
+        let empty: InboundMessage =
+            serde_json::from_str(r#"{"id":"a","channel":"api","chat_id":"me","sender":{"id":""}}"#).unwrap();
+        assert_eq!(empty.validate(), Err(ContractError::NoSender));
+        let system: InboundMessage =
+            serde_json::from_str(r#"{"id":"a","channel":"api","chat_id":"me","kind":"system"}"#).unwrap();
+        assert_eq!(system.validate(), Ok(()));
     }
 
     #[test]

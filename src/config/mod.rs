@@ -146,13 +146,23 @@ pub struct BusOptions {
     pub ack_wait_secs: u64,
     /// JetStream's `Nats-Msg-Id` deduplication window.
     pub duplicate_window_secs: u64,
+    /// Seconds an outbound message waits in JetStream for its channel's adapter before the
+    /// server drops it (0: no limit).
+    pub outbound_max_age_secs: u64,
     /// Capacity of each in-process queue; publishers wait when it is full.
     pub queue_capacity: usize,
 }
 
 impl Default for BusOptions {
     fn default() -> Self {
-        Self { prefix: "switchboard".into(), ack_wait_secs: 30, duplicate_window_secs: 120, queue_capacity: 1024 }
+        Self {
+            prefix: "switchboard".into(),
+            ack_wait_secs: 30,
+            duplicate_window_secs: 120,
+            // Like `worker.max_message_age_secs`: a reply an hour late is not worth delivering.
+            outbound_max_age_secs: 3600,
+            queue_capacity: 1024,
+        }
     }
 }
 
@@ -163,6 +173,10 @@ impl BusOptions {
 
     pub fn duplicate_window(&self) -> Duration {
         Duration::from_secs(self.duplicate_window_secs)
+    }
+
+    pub fn outbound_max_age(&self) -> Duration {
+        Duration::from_secs(self.outbound_max_age_secs)
     }
 }
 

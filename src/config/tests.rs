@@ -239,6 +239,7 @@ fn validation_names_the_key() {
         ("bus = \"nats://\"\n", "bus"),
         ("log = \"info,[[[\"\n", "log"),
         ("[bus_options]\nprefix = \"a.*\"\n", "bus_options.prefix"),
+        ("[bus_options]\noutbound_max_age_secs = 60\n", "bus_options.outbound_max_age_secs"),
         ("[provider]\nbase_url = \"localhost:11434\"\n", "provider.base_url"),
         ("[agent]\ntemperature = 3.0\n", "agent.temperature"),
         ("[tools.fs]\nmax_read_bytes = 0\n", "tools.fs.max_read_bytes"),

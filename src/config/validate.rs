@@ -35,6 +35,15 @@ pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigE
     if let Some(reason) = subject_prefix_problem(&config.bus_options.prefix) {
         return Err(fail("bus_options.prefix", reason));
     }
+    let bus = &config.bus_options;
+    // JetStream refuses a stream whose duplicate window is longer than its age limit.
+    if bus.outbound_max_age_secs != 0 && bus.outbound_max_age_secs < bus.duplicate_window_secs {
+        let reason = format!(
+            "must be 0 (no limit) or at least bus_options.duplicate_window_secs ({}), not {}",
+            bus.duplicate_window_secs, bus.outbound_max_age_secs
+        );
+        return Err(fail("bus_options.outbound_max_age_secs", reason));
+    }
     if let Some((key, reason)) = provider_problem(config) {
         return Err(fail(&key, reason));
     }

@@ -23,23 +23,30 @@ pub struct NatsServer {
     dir: TempDir,
     port: u16,
     jetstream: bool,
+    /// User and password the server requires, if any.
+    auth: Option<(String, String)>,
     child: Option<Child>,
 }
 
 impl NatsServer {
     /// Starts a server with JetStream on a free port.
     pub async fn start() -> NatsServer {
-        Self::launch(true).await
+        Self::launch(true, None).await
     }
 
     /// Starts a server without JetStream, for tests of the "server lacks JetStream" error.
     pub async fn start_without_jetstream() -> NatsServer {
-        Self::launch(false).await
+        Self::launch(false, None).await
     }
 
-    async fn launch(jetstream: bool) -> NatsServer {
+    /// Starts a server with JetStream that only lets in `user` with `password`.
+    pub async fn start_with_auth(user: &str, password: &str) -> NatsServer {
+        Self::launch(true, Some((user.to_owned(), password.to_owned()))).await
+    }
+
+    async fn launch(jetstream: bool, auth: Option<(String, String)>) -> NatsServer {
         let dir = tempfile::tempdir().unwrap_or_else(|err| panic!("cannot create a temp dir: {err}"));
-        let mut server = NatsServer { dir, port: 0, jetstream, child: None };
+        let mut server = NatsServer { dir, port: 0, jetstream, auth, child: None };
         let child = server.spawn(None);
         let pid = child.id().unwrap_or_else(|| panic!("nats-server exited at once"));
         server.child = Some(child);
@@ -80,6 +87,9 @@ impl NatsServer {
         cmd.args(["-a", "127.0.0.1", "-p", &port]);
         if self.jetstream {
             cmd.arg("-js").arg("-sd").arg(dir);
+        }
+        if let Some((user, password)) = &self.auth {
+            cmd.args(["--user", user, "--pass", password]);
         }
         cmd.arg("--ports_file_dir").arg(dir);
         cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log_file(dir)).kill_on_drop(true);

@@ -69,6 +69,10 @@ async fn post_message(
     if request.content.trim().is_empty() {
         return error(StatusCode::BAD_REQUEST, "invalid_body", "content must not be empty");
     }
+    // Users are keyed by sender id: an empty one would be one user shared by every such client.
+    if request.sender.as_deref().is_some_and(|sender| sender.trim().is_empty()) {
+        return error(StatusCode::BAD_REQUEST, "invalid_body", "sender must not be empty when given");
+    }
     let sender_id = request.sender.unwrap_or_else(|| "api".to_owned());
     let sender = Sender { id: sender_id.clone(), name: sender_id, is_bot: false };
     let msg = InboundMessage::user(CHANNEL, &request.chat_id, sender, &request.content);

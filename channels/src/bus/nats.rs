@@ -17,7 +17,7 @@ use std::time::Duration;
 use async_nats::jetstream::consumer::{AckPolicy, PullConsumer, pull};
 use async_nats::jetstream::message::PublishMessage as Publish;
 use async_nats::jetstream::{self, AckKind};
-use async_nats::{Client, ConnectOptions, Event};
+use async_nats::{Client, ConnectErrorKind, ConnectOptions, Event};
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -29,6 +29,9 @@ use crate::subject::{DEFAULT_PREFIX, Flow, Subjects, encode_token};
 
 /// Dead letters read back per pull request.
 const DEAD_LETTER_BATCH: usize = 256;
+/// First and longest pause between attempts to reach a server that is not up yet.
+const CONNECT_RETRY_MIN: Duration = Duration::from_millis(250);
+const CONNECT_RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// How the NATS bus names and tunes its streams and consumers.
 #[derive(Debug, Clone)]
@@ -47,6 +50,12 @@ pub struct NatsOptions {
     pub worker_consumer: String,
     /// How long one pull request waits on the server for a message before it is renewed.
     pub pull_wait: Duration,
+    /// How long an outbound message waits for its adapter before the server drops it (zero:
+    /// forever). Set on the outbound stream at every start.
+    pub outbound_max_age: Duration,
+    /// Keep trying while the server cannot be reached at start (a process started before NATS
+    /// at boot) instead of failing at once. Wrong credentials or TLS settings still fail at once.
+    pub wait_for_server: bool,
 }
 
 impl Default for NatsOptions {
@@ -59,6 +68,8 @@ impl Default for NatsOptions {
             max_deliver: 10,
             worker_consumer: "workers".to_owned(),
             pull_wait: Duration::from_secs(5),
+            outbound_max_age: Duration::from_secs(3600),
+            wait_for_server: true,
         }
     }
 }
@@ -73,17 +84,13 @@ pub struct NatsBus {
 }
 
 impl NatsBus {
-    /// Connects and creates (or checks) the streams. Fails at once if the server is down or
-    /// lacks JetStream; once connected, the client reconnects by itself whenever needed.
+    /// Connects and creates (or updates) the streams. While the server cannot be reached, tries
+    /// again with a log line per failure (unless `opts.wait_for_server` is off); fails at once if
+    /// the server refuses us or lacks JetStream. Once connected, the client reconnects by itself.
     pub async fn connect(url: &str, opts: NatsOptions) -> Result<NatsBus, BusError> {
         let subjects = Subjects::new(&opts.prefix)?;
         let shown = redact_url(url);
-        let client = ConnectOptions::new()
-            .name("switchboard")
-            .event_callback(log_event(shown.clone()))
-            .connect(url)
-            .await
-            .map_err(|err| BusError::Connect { url: shown.clone(), reason: redact_in(&err.to_string(), url) })?;
+        let client = connect_client(url, &shown, opts.wait_for_server).await?;
         let js = jetstream::new(client.clone());
         let streams = StreamNames::new(subjects.prefix());
         streams::ensure_streams(&js, &subjects, &streams, &opts, &shown).await?;
@@ -151,7 +158,7 @@ impl Bus for NatsBus {
         }
         let mut publish = Publish::build().payload(payload);
         if let Some(id) = dedupe_id {
-            publish = publish.message_id(message_id(flow, id, &subject)?);
+            publish = publish.message_id(message_id(id, &subject)?);
         }
         self.publish_stored(subject, publish).await
     }
@@ -196,15 +203,42 @@ impl Bus for NatsBus {
     }
 }
 
-/// `Nats-Msg-Id` of a stored message: the flow keeps an inbound and an outbound message with
-/// the same id apart. Header values cannot hold line breaks, so such ids are refused.
-fn message_id(flow: Flow, id: &str, subject: &str) -> Result<String, BusError> {
+/// The first connection. A server that is not up yet (connection refused, timed out, name not
+/// resolved) is tried again with backoff when `retry`; anything else is a setup error to report.
+async fn connect_client(url: &str, shown: &str, retry: bool) -> Result<Client, BusError> {
+    let mut delay = CONNECT_RETRY_MIN;
+    let mut attempt = 1u32;
+    loop {
+        let options = ConnectOptions::new().name("switchboard").event_callback(log_event(shown.to_owned()));
+        let err = match options.connect(url).await {
+            Ok(client) => return Ok(client),
+            Err(err) => err,
+        };
+        let reason = redact_in(&err.to_string(), url);
+        let unreachable =
+            matches!(err.kind(), ConnectErrorKind::Io | ConnectErrorKind::TimedOut | ConnectErrorKind::Dns);
+        if !retry || !unreachable {
+            return Err(BusError::Connect { url: shown.to_owned(), reason });
+        }
+        tracing::warn!(url = %shown, attempt, %reason, retry_in_ms = delay.as_millis(),
+            "cannot reach the NATS server; trying again");
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(CONNECT_RETRY_MAX);
+        attempt = attempt.saturating_add(1);
+    }
+}
+
+/// `Nats-Msg-Id` of a stored message: the message's own id, as `docs/bus.md` tells foreign
+/// publishers to send it, so their publish and ours of one id are deduplicated against each
+/// other. Inbound and outbound live in separate streams, each with its own duplicate window, so
+/// the same id in both flows never collides. Header values cannot hold line breaks, so such ids
+/// are refused.
+fn message_id(id: &str, subject: &str) -> Result<String, BusError> {
     if id.chars().any(char::is_control) {
         let reason = "the dedupe id contains control characters".to_owned();
         return Err(BusError::Publish { subject: subject.to_owned(), reason });
     }
-    let flow = if flow == Flow::In { "in" } else { "out" };
-    Ok(format!("{flow}:{id}"))
+    Ok(id.to_owned())
 }
 
 fn to_delivery(message: jetstream::Message) -> Delivery {
@@ -303,6 +337,8 @@ fn log_event(url: String) -> impl Fn(Event) -> std::future::Ready<()> + Send + S
         match event {
             Event::Connected => tracing::info!(%url, "NATS connection (re)established"),
             Event::Disconnected => tracing::warn!(%url, "NATS connection lost; reconnecting"),
+            // Only ever after the process let go of the client (shutdown): nothing went wrong.
+            Event::Closed => tracing::info!(%url, "NATS connection closed"),
             other => tracing::warn!(%url, event = %other, "NATS client event"),
         }
         std::future::ready(())
@@ -354,9 +390,8 @@ mod tests {
     }
 
     #[test]
-    fn message_ids_are_namespaced_by_flow() {
-        assert_eq!(message_id(Flow::In, "telegram:1:2", "s").unwrap(), "in:telegram:1:2");
-        assert_eq!(message_id(Flow::Out, "x", "s").unwrap(), "out:x");
-        assert!(message_id(Flow::In, "a\r\nb", "s").is_err());
+    fn message_ids_are_the_message_ids() {
+        assert_eq!(message_id("telegram:1:2", "s").unwrap(), "telegram:1:2");
+        assert!(message_id("a\r\nb", "s").is_err());
     }
 }

@@ -58,10 +58,148 @@ async fn unreachable_server_fails_at_once_without_credentials_in_the_error() {
     let mut server = NatsServer::start().await;
     let url = format!("nats://user:s3cret@127.0.0.1:{}", server.port());
     server.kill().await;
-    let result = within(PATIENCE, "connect", NatsBus::connect(&url, options())).await;
+    let fail_fast = NatsOptions { wait_for_server: false, ..options() };
+    let result = within(PATIENCE, "connect", NatsBus::connect(&url, fail_fast)).await;
     let err = result.err().expect("connect must fail");
     assert!(matches!(err, BusError::Connect { .. }), "{err}");
     assert!(!err.to_string().contains("s3cret"), "{err}");
+}
+
+/// A process started before the server (at boot, both started by systemd) keeps trying and
+/// is connected, with its streams, once the server is up.
+#[tokio::test]
+async fn connect_waits_for_a_server_that_is_not_up_yet() {
+    let mut server = NatsServer::start().await;
+    server.kill().await;
+    let url = server.url();
+    let connecting = tokio::spawn(async move { NatsBus::connect(&url, options()).await });
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(!connecting.is_finished(), "connect gave up while the server was down");
+    server.restart().await;
+    let bus = within(PATIENCE, "connect", connecting).await.expect("task").expect("connected once the server is up");
+    publish_on(&bus, "after the wait").await;
+    let mut deliveries = bus.inbound().await.expect("inbound");
+    assert_eq!(content_of(&take(&mut deliveries).await), "after the wait");
+}
+
+/// Waiting is for a server that is not up yet; one that refuses us will not change its mind,
+/// so a refused login stops the start at once, without the password in the error.
+#[tokio::test]
+async fn refused_login_fails_at_once_even_when_waiting_for_the_server() {
+    let server = NatsServer::start_with_auth("switchboard", "right-password").await;
+    let url = format!("nats://switchboard:wrong-password@127.0.0.1:{}", server.port());
+    let err = within(PATIENCE, "connect", NatsBus::connect(&url, options())).await.err().expect("refused");
+    assert!(matches!(err, BusError::Connect { .. }), "{err}");
+    assert!(err.to_string().contains("authorization violation"), "{err}");
+    assert!(!err.to_string().contains("wrong-password"), "{err}");
+}
+
+/// `docs/bus.md` tells adapters in other languages to publish with `Nats-Msg-Id: <id>`: such a
+/// publish and switchboard's own publish of the same message are one message, in either order.
+#[tokio::test]
+async fn foreign_publish_with_the_documented_header_is_deduplicated_against_ours() {
+    let h = harness().await;
+    let server = h._server.as_ref().expect("nats harness");
+    let js = async_nats::jetstream::new(
+        within(PATIENCE, "connect", async_nats::connect(server.url())).await.expect("connect"),
+    );
+    let foreign_publish = |msg: &InboundMessage| {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("Nats-Msg-Id", msg.id.as_str());
+        let subject = Subjects::new(DEFAULT_PREFIX).expect("prefix").chat(Flow::In, &msg.channel, &msg.chat_id);
+        let payload = Bytes::from(serde_json::to_vec(msg).expect("json"));
+        let js = js.clone();
+        async move { js.publish_with_headers(subject, headers, payload).await.expect("publish").await.expect("ack") }
+    };
+    let ours_first = inbound("c1", "ours first");
+    publish(&h, &ours_first).await;
+    let ack = within(PATIENCE, "foreign publish", foreign_publish(&ours_first)).await;
+    assert!(ack.duplicate, "the server took the foreign copy as a new message");
+    let theirs_first = inbound("c1", "theirs first");
+    let ack = within(PATIENCE, "foreign publish", foreign_publish(&theirs_first)).await;
+    assert!(!ack.duplicate);
+    publish(&h, &theirs_first).await;
+
+    let mut deliveries = h.bus.inbound().await.expect("inbound");
+    for want in ["ours first", "theirs first"] {
+        let delivery = take(&mut deliveries).await;
+        assert_eq!(content_of(&delivery), want);
+        within(PATIENCE, "ack", delivery.ack()).await.expect("ack");
+    }
+    assert_nothing(&mut deliveries, QUIET).await;
+}
+
+/// A reply for a channel no adapter serves is dropped by the server after the outbound age
+/// limit instead of waiting forever (and being delivered days late when an adapter appears).
+#[tokio::test]
+async fn outbound_messages_older_than_the_age_limit_are_dropped() {
+    let server = NatsServer::start().await;
+    let short =
+        NatsOptions { outbound_max_age: Duration::from_secs(1), duplicate_window: Duration::from_secs(1), ..options() };
+    let bus = within(PATIENCE, "connect", NatsBus::connect(&server.url(), short)).await.expect("connect");
+    let stale = outbound("nobody", "c1", "too late");
+    within(PATIENCE, "publish", bus.publish_outbound(&stale)).await.expect("publish");
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    let fresh = outbound("nobody", "c1", "in time");
+    within(PATIENCE, "publish", bus.publish_outbound(&fresh)).await.expect("publish");
+    let mut deliveries = bus.outbound("nobody").await.expect("outbound");
+    let got = take(&mut deliveries).await;
+    assert_eq!(got.decode::<OutboundMessage>().expect("json").content, "in time");
+    within(PATIENCE, "ack", got.ack()).await.expect("ack");
+    assert_nothing(&mut deliveries, QUIET).await;
+}
+
+/// A server whose outbound stream an older switchboard made (no age limit) is brought up to
+/// date at start, keeping what the stream holds; the start neither fails nor warns.
+#[tokio::test]
+async fn outbound_stream_without_an_age_limit_is_updated_in_place() {
+    let server = NatsServer::start().await;
+    let client = within(PATIENCE, "connect", async_nats::connect(server.url())).await.expect("connect");
+    let js = async_nats::jetstream::new(client);
+    let old = async_nats::jetstream::stream::Config {
+        name: "SWITCHBOARD_OUT".into(),
+        subjects: vec!["switchboard.out.>".into()],
+        retention: async_nats::jetstream::stream::RetentionPolicy::WorkQueue,
+        storage: async_nats::jetstream::stream::StorageType::File,
+        duplicate_window: Duration::from_secs(120),
+        ..Default::default()
+    };
+    within(PATIENCE, "create", js.create_stream(old)).await.expect("create the old stream");
+    let waiting = outbound("telegram", "t1", "queued before the upgrade");
+    let payload = Bytes::from(serde_json::to_vec(&waiting).expect("json"));
+    within(PATIENCE, "publish", async { js.publish("switchboard.out.telegram.t1", payload).await?.await })
+        .await
+        .expect("publish");
+
+    let bus = connect(&server).await;
+    let mut stream = within(PATIENCE, "stream", js.get_stream("SWITCHBOARD_OUT")).await.expect("stream");
+    let info = within(PATIENCE, "info", stream.info()).await.expect("info");
+    assert_eq!(info.config.max_age, NatsOptions::default().outbound_max_age);
+    assert_eq!(info.state.messages, 1, "the update kept the queued message");
+    let mut deliveries = bus.outbound("telegram").await.expect("outbound");
+    let got = take(&mut deliveries).await;
+    assert_eq!(got.decode::<OutboundMessage>().expect("json").content, "queued before the upgrade");
+    within(PATIENCE, "ack", got.ack()).await.expect("ack");
+    // A second start finds nothing to change.
+    drop(connect(&server).await);
+}
+
+/// What `docs/bus.md` promises about the outbound consumer an adapter takes its messages from.
+#[tokio::test]
+async fn outbound_consumer_has_the_documented_name_and_settings() {
+    let h = harness().await;
+    drop(h.bus.outbound("my chat").await.expect("outbound"));
+    let server = h._server.as_ref().expect("nats harness");
+    let js = async_nats::jetstream::new(
+        within(PATIENCE, "connect", async_nats::connect(server.url())).await.expect("connect"),
+    );
+    let stream = within(PATIENCE, "stream", js.get_stream("SWITCHBOARD_OUT")).await.expect("stream");
+    let info = within(PATIENCE, "consumer", stream.consumer_info("out-my~20chat")).await.expect("consumer");
+    let config = &info.config;
+    assert_eq!(config.durable_name.as_deref(), Some("out-my~20chat"));
+    assert_eq!(config.filter_subject, "switchboard.out.my~20chat.*");
+    assert_eq!(config.ack_policy, async_nats::jetstream::consumer::AckPolicy::Explicit);
+    assert_eq!((config.ack_wait, config.max_ack_pending, config.max_deliver), (ACK_WAIT, 64, 10));
 }
 
 #[tokio::test]

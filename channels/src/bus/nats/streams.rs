@@ -3,8 +3,9 @@
 //! An existing stream whose configuration would make the bus behave differently (another
 //! retention policy, another storage type, subjects that do not cover ours) is an error with
 //! the fix spelled out. switchboard never deletes or recreates a stream by itself: the stream
-//! may hold messages nobody has processed yet. Differences in tunable limits are logged and
-//! left as the operator set them.
+//! may hold messages nobody has processed yet. The limits it sets (duplicate window, age and
+//! count limits) come from its configuration and are updated in place when they differ, so a
+//! changed setting, or a limit a newer version adds, takes effect at the next start.
 
 use std::time::Duration;
 
@@ -44,12 +45,13 @@ pub(super) async fn ensure_streams(
     opts: &NatsOptions,
     url: &str,
 ) -> Result<(), BusError> {
-    let work_queue = |name: &str, flow: Flow| Config {
+    let work_queue = |name: &str, flow: Flow, max_age: Duration| Config {
         name: name.to_owned(),
         subjects: vec![subjects.flow_wildcard(flow)],
         retention: RetentionPolicy::WorkQueue,
         storage: StorageType::File,
         duplicate_window: opts.duplicate_window,
+        max_age,
         ..Config::default()
     };
     let dead = Config {
@@ -62,7 +64,11 @@ pub(super) async fn ensure_streams(
         discard: DiscardPolicy::Old,
         ..Config::default()
     };
-    for wanted in [work_queue(&names.inbound, Flow::In), work_queue(&names.outbound, Flow::Out), dead] {
+    // Inbound needs no age limit: workers drop what is too old to answer (and say so in the
+    // log). Outbound does: a reply for a channel no adapter serves would otherwise wait forever.
+    let inbound = work_queue(&names.inbound, Flow::In, Duration::ZERO);
+    let outbound = work_queue(&names.outbound, Flow::Out, opts.outbound_max_age);
+    for wanted in [inbound, outbound, dead] {
         ensure_stream(js, wanted, url).await?;
     }
     Ok(())
@@ -71,7 +77,7 @@ pub(super) async fn ensure_streams(
 async fn ensure_stream(js: &jetstream::Context, wanted: Config, url: &str) -> Result<(), BusError> {
     let name = wanted.name.clone();
     if let Some(info) = look_up(js, &name, url).await? {
-        return check_compatible(&info.config, &wanted);
+        return reconcile(js, info.config, &wanted).await;
     }
     match js.create_stream(wanted.clone()).await {
         Ok(_) => {
@@ -82,10 +88,55 @@ async fn ensure_stream(js: &jetstream::Context, wanted: Config, url: &str) -> Re
         // the stream missing; the one that creates it second gets an error (the server says
         // the subjects overlap). Look again: a stream that is there now is checked like any.
         Err(err) => match look_up(js, &name, url).await? {
-            Some(info) => check_compatible(&info.config, &wanted),
+            Some(info) => reconcile(js, info.config, &wanted).await,
             None => Err(BusError::Setup(format!("cannot create stream {name}: {err}"))),
         },
     }
+}
+
+/// Refuses an incompatible stream; brings the limits switchboard sets up to date.
+async fn reconcile(js: &jetstream::Context, existing: Config, wanted: &Config) -> Result<(), BusError> {
+    check_compatible(&existing, wanted)?;
+    let changed = changed_limits(&existing, wanted);
+    if changed.is_empty() {
+        return Ok(());
+    }
+    let name = &wanted.name;
+    let updated = Config {
+        duplicate_window: if wanted.duplicate_window.is_zero() {
+            existing.duplicate_window
+        } else {
+            wanted.duplicate_window
+        },
+        max_age: wanted.max_age,
+        max_messages: wanted.max_messages,
+        ..existing
+    };
+    js.update_stream(updated).await.map_err(|err| {
+        BusError::Setup(format!("cannot update the limits of stream {name} ({}): {err}", changed.join(", ")))
+    })?;
+    tracing::info!(stream = %name, changed = %changed.join(", "), "updated the stream's limits to switchboard's settings");
+    Ok(())
+}
+
+/// The limits switchboard sets that differ on `existing`, as `field old → new`.
+///
+/// A zero duplicate window in `wanted` means "the server's default" (dead letters carry no
+/// message id): the server fills in its own, which must not count as a difference, or every
+/// start after the first would find one. Zero and negative counts both mean "no limit".
+fn changed_limits(existing: &Config, wanted: &Config) -> Vec<String> {
+    let count = |n: i64| if n <= 0 { -1 } else { n };
+    let mut changed = Vec::new();
+    if !wanted.duplicate_window.is_zero() && existing.duplicate_window != wanted.duplicate_window {
+        changed.push(format!("duplicate_window {:?} → {:?}", existing.duplicate_window, wanted.duplicate_window));
+    }
+    if existing.max_age != wanted.max_age {
+        changed.push(format!("max_age {:?} → {:?}", existing.max_age, wanted.max_age));
+    }
+    if count(existing.max_messages) != count(wanted.max_messages) {
+        changed.push(format!("max_msgs {} → {}", existing.max_messages, wanted.max_messages));
+    }
+    changed
 }
 
 /// The stream's info, or `None` when it does not exist.
@@ -109,30 +160,20 @@ async fn look_up(js: &jetstream::Context, name: &str, url: &str) -> Result<Optio
     }
 }
 
-/// Refuses a stream that would change how the bus behaves; warns about tunable differences.
+/// Refuses a stream that would change how the bus behaves.
 fn check_compatible(existing: &Config, wanted: &Config) -> Result<(), BusError> {
     let name = &wanted.name;
     let problems = incompatibilities(existing, wanted);
-    if !problems.is_empty() {
-        return Err(BusError::Setup(format!(
-            "stream {name} exists with an incompatible configuration: {}. switchboard does not \
-             change or recreate streams by itself, as they may hold unprocessed messages. To fix: \
-             drain it, then delete it (`nats stream rm {name}`) and restart so switchboard creates \
-             it, or use another subject prefix",
-            problems.join("; ")
-        )));
+    if problems.is_empty() {
+        return Ok(());
     }
-    let tunables = [
-        ("duplicate_window", existing.duplicate_window != wanted.duplicate_window),
-        ("max_msgs", wanted.max_messages > 0 && existing.max_messages != wanted.max_messages),
-        ("max_age", wanted.max_age > Duration::ZERO && existing.max_age != wanted.max_age),
-    ];
-    for (field, differs) in tunables {
-        if differs {
-            tracing::warn!(stream = %name, field, "existing stream differs from switchboard's settings; kept as is");
-        }
-    }
-    Ok(())
+    Err(BusError::Setup(format!(
+        "stream {name} exists with an incompatible configuration: {}. switchboard does not \
+         change or recreate streams by itself, as they may hold unprocessed messages. To fix: \
+         drain it, then delete it (`nats stream rm {name}`) and restart so switchboard creates \
+         it, or use another subject prefix",
+        problems.join("; ")
+    )))
 }
 
 fn incompatibilities(existing: &Config, wanted: &Config) -> Vec<String> {
@@ -175,5 +216,17 @@ mod tests {
         assert!(err.contains("retention is Limits"), "{err}");
         assert!(err.contains("nats stream rm SB_IN"), "{err}");
         assert!(check_compatible(&wanted, &wanted).is_ok());
+    }
+
+    #[test]
+    fn defaults_the_server_fills_in_are_no_difference() {
+        // What nats-server reports for a dead-letter stream created without a duplicate window.
+        let wanted = Config { name: "SB_DEAD".into(), max_messages: 10, max_age: DEAD_MAX_AGE, ..Config::default() };
+        let reported = Config { duplicate_window: Duration::from_secs(120), ..wanted.clone() };
+        assert!(changed_limits(&reported, &wanted).is_empty());
+        let unlimited = Config { max_messages: -1, ..Config::default() };
+        assert!(changed_limits(&unlimited, &Config::default()).is_empty());
+        let old_outbound = Config { max_age: Duration::ZERO, ..wanted.clone() };
+        assert_eq!(changed_limits(&old_outbound, &wanted), ["max_age 0ns → 604800s"]);
     }
 }
