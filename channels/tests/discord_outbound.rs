@@ -187,7 +187,7 @@ async fn a_long_reply_arrives_in_ordered_parts_with_balanced_fences() {
 async fn rate_limits_are_waited_out_and_the_message_sent_once() {
     let h = start(DiscordSettings::default()).await;
     for _ in 0..2 {
-        h.fake.fail_next(CREATE, Failure::RateLimited { retry_after_secs: 0.5 });
+        h.fake.fail_next(CREATE, Failure::RateLimited { retry_after_secs: 0.5, global: false });
     }
     h.publish(&reply("r1", DM, "patience")).await;
     let calls = h.fake.wait_for_calls(CREATE, 3, Duration::from_secs(5)).await;
@@ -335,7 +335,7 @@ async fn a_streamed_reply_is_edited_in_place_and_finished_as_the_reply() {
 #[tokio::test]
 async fn a_failed_stream_edit_falls_back_to_a_normal_reply() {
     let h = start(streaming(200)).await;
-    h.fake.fail_next(EDIT, Failure::RateLimited { retry_after_secs: 0.5 });
+    h.fake.fail_next(EDIT, Failure::RateLimited { retry_after_secs: 0.5, global: false });
     h.emit(&chunk(GUILD_CHANNEL, "Draft")).await;
     h.sent(1).await;
     h.emit(&chunk(GUILD_CHANNEL, " text")).await;
