@@ -47,7 +47,8 @@ pub const MESSAGE_LIMIT: usize = 2000;
 pub struct DiscordSettings {
     pub token: String,
     /// Where REST calls go instead of `https://discord.com` (an HTTP proxy such as
-    /// twilight-http-proxy, or a test's fake). With a proxy, serenity's own rate limiter is off and the proxy
+    /// twilight-http-proxy, or a test's fake): it replaces the whole REST base, and the gateway
+    /// URL is asked from it too. With a proxy, serenity's own rate limiter is off and the proxy
     /// owns the limits; 429s are then waited out by the adapter as long as they say.
     pub proxy_url: Option<String>,
     pub dm_policy: DmPolicy,
@@ -130,9 +131,9 @@ pub struct DiscordChannel {
 }
 
 impl DiscordChannel {
-    /// Checks the token, connects to the gateway (retrying in the background while Discord is
-    /// unreachable) and delivers replies, until `shutdown` (receiving) and [`Self::stop`]
-    /// (sending).
+    /// Checks the token, connects to the gateway (checking the token and asking for the gateway
+    /// URL again in the background while Discord is unreachable) and delivers replies, until
+    /// `shutdown` (receiving) and [`Self::stop`] (sending). Fails only for a rejected token.
     pub async fn start(
         bus: Arc<dyn Bus>,
         settings: DiscordSettings,
@@ -161,7 +162,8 @@ impl DiscordChannel {
         if let Some(id) = bot_id {
             ingress.set_bot_id(id);
         }
-        let gateway = tokio::spawn(gateway::run_gateway(settings, Arc::new(ingress), shutdown));
+        let ingress = Arc::new(ingress);
+        let gateway = tokio::spawn(gateway::run_gateway(settings, rest, ingress, bot_id.is_some(), shutdown));
         Ok(DiscordChannel { gateway, sending, stop_sending })
     }
 
@@ -191,14 +193,14 @@ pub(crate) fn build_http(settings: &DiscordSettings) -> Http {
 }
 
 /// One `GET /users/@me` at start: a rejected token stops the start with a clear error; an
-/// unreachable Discord does not (the gateway keeps trying), so an outage never keeps the
-/// daemon down. Returns the bot's user id when known.
+/// unreachable Discord does not (the gateway task checks again, with a backoff), so an outage
+/// never keeps the daemon down. Returns the bot's user id when known.
 async fn check_token(rest: &Rest) -> Result<Option<u64>, DiscordError> {
     match identify_bot(rest).await {
         Ok(id) => Ok(Some(id)),
         Err(err) if err.status() == Some(401) => Err(DiscordError::InvalidToken),
         Err(err) => {
-            tracing::warn!(%err, "cannot reach Discord to check the token; will keep trying");
+            tracing::warn!(%err, "cannot reach Discord to check the token; will keep trying (1 s, doubling to 60 s)");
             Ok(None)
         }
     }

@@ -78,6 +78,16 @@ impl Rest {
         decode(self.execute(Request::new(Route::UserMe, LightMethod::Get)).await?).await
     }
 
+    /// `GET /gateway`: the URL of the gateway to connect to.
+    pub(crate) async fn gateway_url(&self) -> Result<String, RestError> {
+        #[derive(Deserialize)]
+        struct Gateway {
+            url: String,
+        }
+        let gateway: Gateway = decode(self.execute(Request::new(Route::Gateway, LightMethod::Get)).await?).await?;
+        Ok(gateway.url)
+    }
+
     pub(crate) async fn channel(&self, channel_id: ChannelId) -> Result<Channel, RestError> {
         decode(self.execute(Request::new(Route::Channel { channel_id }, LightMethod::Get)).await?).await
     }
