@@ -267,6 +267,56 @@ async fn a_rejected_token_fails_the_start_clearly() {
 }
 
 #[tokio::test]
+async fn a_discord_down_at_start_is_tried_again_until_it_comes_up() {
+    // An address where nothing listens yet: connections are refused, as when Discord (or the
+    // proxy in front of it) is down.
+    let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let settings = DiscordSettings {
+        token: FakeDiscord::TOKEN.into(),
+        proxy_url: Some(format!("http://{addr}")),
+        allow_from: vec![ALICE.to_string()],
+        media_dir: dir.path().join("media"),
+        ..DiscordSettings::default()
+    };
+    let bus = Arc::new(MemoryBus::new(64));
+    let mut inbound = bus.inbound().await.unwrap();
+    let shutdown = CancellationToken::new();
+    let starting = DiscordChannel::start(bus, settings, None, shutdown.clone());
+    let channel = tokio::time::timeout(WAIT, starting).await.expect("the start does not wait for Discord").unwrap();
+    // Down for the first attempts (at start, then after 1 s), up before the one after 2 s more.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let fake = FakeDiscord::start_at(addr).await.unwrap();
+    fake.wait_connected(1, Duration::from_secs(10)).await;
+
+    let calls: Vec<String> = fake.calls().into_iter().map(|call| call.route).collect();
+    assert_eq!(calls[..2], ["GET /users/@me", "GET /gateway"], "token checked, gateway URL asked through the proxy");
+    fake.send_message_create(events::dm_message(DM, ALICE, "alice", 10, "are you there?"));
+    let delivery = tokio::time::timeout(WAIT, inbound.next()).await.expect("the message arrives").unwrap().unwrap();
+    assert_eq!(delivery.decode::<InboundMessage>().unwrap().content, "are you there?");
+    shutdown.cancel();
+    tokio::time::timeout(WAIT, channel.stop()).await.expect("the channel stops in time");
+}
+
+#[tokio::test]
+async fn a_discord_down_at_start_does_not_delay_shutdown() {
+    let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let settings = DiscordSettings {
+        token: FakeDiscord::TOKEN.into(),
+        proxy_url: Some(format!("http://{addr}")),
+        media_dir: dir.path().join("media"),
+        ..DiscordSettings::default()
+    };
+    let shutdown = CancellationToken::new();
+    let channel = DiscordChannel::start(Arc::new(MemoryBus::new(8)), settings, None, shutdown.clone()).await.unwrap();
+    // Long enough to be in a backoff wait.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(1), channel.stop()).await.expect("the retries end at shutdown");
+}
+
+#[tokio::test]
 async fn a_message_sent_while_the_gateway_was_down_arrives_once_after_the_resume() {
     let mut rig = Rig::start(|_| {}).await;
     rig.fake.send_message_create(events::dm_message(DM, ALICE, "alice", 61, "before"));

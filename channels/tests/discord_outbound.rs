@@ -19,7 +19,7 @@ use switchboard_channels::discord::testing::{self, KnownChannel};
 use switchboard_channels::discord::{DiscordSettings, StreamSettings};
 use switchboard_channels::subject::Flow;
 use switchboard_channels::{Bus, BusExt, OutboundMessage, RunEvent};
-use switchboard_testkit::fake_discord::{Failure, FakeDiscord, SentMessage};
+use switchboard_testkit::fake_discord::{Failure, FakeDiscord, LostAnswer, SentMessage};
 use tokio_util::sync::CancellationToken;
 
 const PATIENCE: Duration = Duration::from_secs(4);
@@ -184,16 +184,69 @@ async fn a_long_reply_arrives_in_ordered_parts_with_balanced_fences() {
 }
 
 #[tokio::test]
-async fn rate_limits_are_waited_out_and_the_message_sent_once() {
+async fn a_rate_limit_is_waited_out_as_long_as_discord_says() {
     let h = start(DiscordSettings::default()).await;
-    for _ in 0..2 {
-        h.fake.fail_next(CREATE, Failure::RateLimited { retry_after_secs: 0.5 });
-    }
+    h.fake.fail_next(CREATE, Failure::RateLimited { retry_after_secs: 0.3, global: false });
+    h.fake.fail_next(CREATE, Failure::RateLimited { retry_after_secs: 0.45, global: false });
     h.publish(&reply("r1", DM, "patience")).await;
     let calls = h.fake.wait_for_calls(CREATE, 3, Duration::from_secs(5)).await;
-    assert!(calls[0].failed && calls[1].failed && !calls[2].failed);
-    assert!(calls[1].at.duration_since(calls[0].at) >= Duration::from_millis(900), "backed off");
+    h.sent(1).await;
+    // The fake answers 429 again to a call made before retry_after has passed: none was.
+    let statuses: Vec<u16> = calls.iter().map(|call| call.status).collect();
+    assert_eq!(statuses, [429, 429, 200]);
+    let waits = [calls[1].at.duration_since(calls[0].at), calls[2].at.duration_since(calls[1].at)];
+    assert!(waits[0] >= Duration::from_millis(300) && waits[1] >= Duration::from_millis(450), "{waits:?}");
+    // Not a fixed backoff (1 s, then 2 s) either.
+    assert!(waits[0] < Duration::from_millis(900) && waits[1] < Duration::from_millis(1500), "{waits:?}");
     assert_eq!(h.contents(), ["patience"]);
+}
+
+#[tokio::test]
+async fn a_global_rate_limit_holds_back_every_channel() {
+    let h = start(DiscordSettings::default()).await;
+    h.fake.fail_next(CREATE, Failure::RateLimited { retry_after_secs: 0.6, global: true });
+    h.publish(&reply("r1", GUILD_CHANNEL, "first")).await;
+    let limited = h.fake.wait_for_calls(CREATE, 1, PATIENCE).await.remove(0);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    h.publish(&reply("r2", DM, "elsewhere")).await;
+    h.sent(2).await;
+    let calls = h.fake.calls_to(CREATE);
+    assert_eq!(h.fake.rate_limited_calls(), 1, "no call went out while the global limit held: {calls:#?}");
+    for call in &calls[1..] {
+        assert!(call.at.duration_since(limited.at) >= Duration::from_millis(600), "{call:?}");
+    }
+    let mut contents = h.contents();
+    contents.sort();
+    assert_eq!(contents, ["elsewhere", "first"]);
+}
+
+#[tokio::test]
+async fn a_reply_whose_answer_is_lost_appears_once() {
+    for lost in [LostAnswer::ServerError, LostAnswer::ConnectionDropped] {
+        let h = start(DiscordSettings::default()).await;
+        h.fake.fail_next(CREATE, Failure::AnswerLost(lost));
+        h.publish(&reply("r1", GUILD_CHANNEL, "exactly once")).await;
+        h.publish(&reply("r2", GUILD_CHANNEL, "barrier")).await;
+        let calls = h.fake.wait_for_calls(CREATE, 3, PATIENCE).await;
+        h.sent(2).await;
+        assert_eq!(h.contents(), ["exactly once", "barrier"], "{lost:?}");
+        assert_eq!(calls[1].body["nonce"], calls[0].body["nonce"], "the retry repeats the nonce");
+        assert_eq!(calls[1].body["enforce_nonce"], true);
+        assert_ne!(calls[2].body["nonce"], calls[0].body["nonce"], "another reply, another nonce");
+    }
+}
+
+#[tokio::test]
+async fn every_part_of_a_long_reply_appears_once_when_an_answer_is_lost() {
+    let h = start(DiscordSettings::default()).await;
+    h.fake.fail_next(CREATE, Failure::AnswerLost(LostAnswer::ConnectionDropped));
+    let content = format!("{}\n\n{}", "a".repeat(1500), "b".repeat(1500));
+    h.publish(&reply("r1", GUILD_CHANNEL, &content)).await;
+    let sent = h.sent(2).await;
+    h.publish(&reply("r2", GUILD_CHANNEL, "barrier")).await;
+    h.sent(3).await;
+    assert_eq!(h.contents(), ["a".repeat(1500), "b".repeat(1500), "barrier".into()]);
+    assert_ne!(sent[0].nonce, sent[1].nonce, "each part has its own nonce");
 }
 
 #[tokio::test]
@@ -335,7 +388,7 @@ async fn a_streamed_reply_is_edited_in_place_and_finished_as_the_reply() {
 #[tokio::test]
 async fn a_failed_stream_edit_falls_back_to_a_normal_reply() {
     let h = start(streaming(200)).await;
-    h.fake.fail_next(EDIT, Failure::RateLimited { retry_after_secs: 0.5 });
+    h.fake.fail_next(EDIT, Failure::RateLimited { retry_after_secs: 0.5, global: false });
     h.emit(&chunk(GUILD_CHANNEL, "Draft")).await;
     h.sent(1).await;
     h.emit(&chunk(GUILD_CHANNEL, " text")).await;
@@ -379,7 +432,7 @@ async fn files_are_uploaded_with_the_last_part_and_problems_noted() {
 async fn send_markdown_references_only_the_first_part() {
     let h = start(DiscordSettings::default()).await;
     let text = format!("{}\n\n{}", "a".repeat(1500), "b".repeat(1500));
-    let ids = testing::send_markdown(&h.http, 200, Some(42), &text).await.unwrap();
+    let ids = testing::send_markdown(Arc::clone(&h.http), 200, Some(42), "discord:200:42", &text).await.unwrap();
     let sent = h.fake.sent_messages();
     assert_eq!(ids, sent.iter().map(|m| m.message_id).collect::<Vec<_>>());
     let references: Vec<Option<u64>> = sent.iter().map(|m| m.message_reference).collect();

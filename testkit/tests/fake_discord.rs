@@ -7,11 +7,11 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use serenity::all::{
     Channel, ChannelId, ChannelType, ClientBuilder, Context, CreateAllowedMentions, CreateAttachment, CreateMessage,
-    EditMessage, EventHandler, GatewayIntents, GuildId, Http, HttpBuilder, Message, MessageId, MessageType, Ready,
-    RoleId, ShardManager, UserId,
+    EditMessage, EventHandler, GatewayIntents, GuildId, Http, HttpBuilder, Message, MessageId, MessageType, Nonce,
+    Ready, RoleId, ShardManager, UserId,
 };
 use serenity::http::HttpError;
-use switchboard_testkit::fake_discord::{BOT_ID, Failure, FakeDiscord, events};
+use switchboard_testkit::fake_discord::{BOT_ID, Failure, FakeDiscord, LostAnswer, events};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::task::JoinHandle;
 
@@ -277,13 +277,23 @@ async fn edits_deletes_typing_and_uploads_are_recorded() {
     .await;
 }
 
+/// A message create sent without serenity, so that status, headers and body all stay visible.
+async fn raw_create(fake: &FakeDiscord, channel: u64, body: Value) -> reqwest::Result<reqwest::Response> {
+    reqwest::Client::new()
+        .post(format!("{}/api/v10/channels/{channel}/messages", fake.url()))
+        .header("Authorization", format!("Bot {}", FakeDiscord::TOKEN))
+        .json(&body)
+        .send()
+        .await
+}
+
 #[tokio::test]
 async fn a_scripted_429_reaches_the_bot_as_an_error() {
     limited(async {
         let fake = FakeDiscord::start().await;
         let http = http(&fake);
         let channel = ChannelId::new(CHANNEL);
-        fake.fail_next("POST /channels/{id}/messages", Failure::RateLimited { retry_after_secs: 1.5 });
+        fake.fail_next("POST /channels/{id}/messages", Failure::RateLimited { retry_after_secs: 0.3, global: false });
         let response = unsuccessful(channel.say(&http, "too fast").await);
         assert_eq!(response.status_code.as_u16(), 429);
         // serenity keeps status, URL, method and {code, message}: Discord's 429 body has no `code`,
@@ -293,21 +303,102 @@ async fn a_scripted_429_reaches_the_bot_as_an_error() {
         assert!(response.url.ends_with("/api/v10/channels/200/messages"));
         assert!(fake.sent_messages().is_empty());
         assert!(fake.calls_to("POST /channels/{id}/messages")[0].failed);
-        channel.say(&http, "later").await.expect("the failure is used up");
+        tokio::time::sleep(Duration::from_millis(320)).await;
+        channel.say(&http, "later").await.expect("the limit has passed");
 
         // The fake does send both; a raw client sees them.
-        fake.fail_next("POST /channels/{id}/messages", Failure::RateLimited { retry_after_secs: 1.5 });
-        let raw = reqwest::Client::new()
-            .post(format!("{}/api/v10/channels/{CHANNEL}/messages", fake.url()))
-            .header("Authorization", format!("Bot {}", FakeDiscord::TOKEN))
-            .json(&json!({ "content": "raw" }))
-            .send()
-            .await
-            .expect("raw request");
+        fake.fail_next("POST /channels/{id}/messages", Failure::RateLimited { retry_after_secs: 1.5, global: false });
+        let raw = raw_create(&fake, CHANNEL, json!({ "content": "raw" })).await.expect("raw request");
         assert_eq!(raw.status().as_u16(), 429);
         assert_eq!(raw.headers()["retry-after"], "2");
+        assert_eq!(raw.headers()["x-ratelimit-reset-after"], "1.500");
+        assert!(raw.headers().get("x-ratelimit-global").is_none());
         let body: Value = raw.json().await.expect("429 body");
+        assert_eq!(body["message"], "You are being rate limited.");
         assert_eq!((body["retry_after"].as_f64(), body["global"].as_bool()), (Some(1.5), Some(false)));
+        assert!(body.get("code").is_none(), "Discord's 429 body has no code");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_rate_limited_route_answers_429_until_retry_after_has_passed() {
+    limited(async {
+        let fake = FakeDiscord::start().await;
+        fake.fail_next("POST /channels/{id}/messages", Failure::RateLimited { retry_after_secs: 0.4, global: false });
+        let first = raw_create(&fake, CHANNEL, json!({ "content": "a" })).await.expect("first");
+        assert_eq!(first.status().as_u16(), 429);
+        // Too early, on the same path: another 429 with the time left. Another channel is free.
+        let early = raw_create(&fake, CHANNEL, json!({ "content": "b" })).await.expect("early");
+        assert_eq!(early.status().as_u16(), 429);
+        let left = early.json::<Value>().await.expect("body")["retry_after"].as_f64().unwrap_or_default();
+        assert!(left > 0.0 && left <= 0.4, "{left}");
+        let elsewhere = raw_create(&fake, DM_CHANNEL, json!({ "content": "c" })).await.expect("elsewhere");
+        assert_eq!(elsewhere.status().as_u16(), 200);
+        tokio::time::sleep(Duration::from_millis(420)).await;
+        let later = raw_create(&fake, CHANNEL, json!({ "content": "d" })).await.expect("later");
+        assert_eq!(later.status().as_u16(), 200);
+        assert_eq!(fake.rate_limited_calls(), 2);
+
+        // The global limit holds back every route, and says so.
+        fake.fail_next("POST /channels/{id}/typing", Failure::RateLimited { retry_after_secs: 0.3, global: true });
+        let typing = http(&fake).broadcast_typing(ChannelId::new(CHANNEL)).await;
+        assert_eq!(unsuccessful(typing).status_code.as_u16(), 429);
+        let held = raw_create(&fake, DM_CHANNEL, json!({ "content": "e" })).await.expect("held");
+        assert_eq!(held.headers()["x-ratelimit-global"], "true");
+        assert_eq!(held.json::<Value>().await.expect("body")["global"], true);
+        let contents: Vec<String> = fake.sent_messages().into_iter().map(|m| m.content).collect();
+        assert_eq!(contents, ["c", "d"]);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_repeated_enforced_nonce_returns_the_first_message() {
+    limited(async {
+        let fake = FakeDiscord::start().await;
+        let http = http(&fake);
+        let channel = ChannelId::new(CHANNEL);
+        let once = || CreateMessage::new().content("once").nonce(Nonce::String("a1b2c3".into())).enforce_nonce(true);
+        let first = channel.send_message(&http, once()).await.expect("first");
+        let again = channel.send_message(&http, once()).await.expect("again");
+        assert_eq!(again.id, first.id);
+        assert!(matches!(&first.nonce, Some(Nonce::String(nonce)) if nonce == "a1b2c3"), "{:?}", first.nonce);
+        // Without enforce_nonce, a nonce is only echoed: a second message is posted.
+        let loose = || CreateMessage::new().content("twice").nonce(Nonce::String("d4".into()));
+        let one = channel.send_message(&http, loose()).await.expect("one");
+        let two = channel.send_message(&http, loose()).await.expect("two");
+        assert_ne!(one.id, two.id);
+        let sent: Vec<(String, Option<String>)> =
+            fake.sent_messages().into_iter().map(|m| (m.content, m.nonce)).collect();
+        let nonce = |text: &str| Some(text.to_owned());
+        assert_eq!(
+            sent,
+            [("once".into(), nonce("a1b2c3")), ("twice".into(), nonce("d4")), ("twice".into(), nonce("d4"))]
+        );
+
+        let long = CreateMessage::new().content("x").nonce(Nonce::String("n".repeat(26))).enforce_nonce(true);
+        let refused = unsuccessful(channel.send_message(&http, long).await);
+        assert_eq!((refused.status_code.as_u16(), refused.error.code), (400, 50035));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_lost_answer_still_creates_the_message() {
+    limited(async {
+        let fake = FakeDiscord::start().await;
+        let create = "POST /channels/{id}/messages";
+        fake.fail_next(create, Failure::AnswerLost(LostAnswer::ServerError));
+        let server = raw_create(&fake, CHANNEL, json!({ "content": "first" })).await.expect("an answer");
+        assert_eq!(server.status().as_u16(), 500);
+        fake.fail_next(create, Failure::AnswerLost(LostAnswer::ConnectionDropped));
+        let dropped = raw_create(&fake, CHANNEL, json!({ "content": "second" })).await;
+        assert!(dropped.is_err(), "the connection closes before any answer: {dropped:?}");
+        let contents: Vec<String> = fake.sent_messages().into_iter().map(|m| m.content).collect();
+        assert_eq!(contents, ["first", "second"]);
+        let statuses: Vec<u16> = fake.calls_to(create).iter().map(|call| call.status).collect();
+        assert_eq!(statuses, [500, 0]);
     })
     .await;
 }

@@ -1,8 +1,11 @@
 //! The gateway connection: serenity's client, restarted with a backoff whenever it ends.
 //!
-//! serenity resumes dropped connections by itself; `client.start()` returns only when the
-//! gateway gave up (or refused the token), and then a new client is started here, until
-//! shutdown.
+//! Before each client starts, the gateway URL is asked from Discord (through `proxy_url` when
+//! set) and, until it has succeeded once, the token is checked; either failing counts as a
+//! failed connection and is tried again after the backoff. serenity would otherwise fall back to
+//! the public gateway URL when its own request for it fails, bypassing a proxy. serenity resumes
+//! dropped connections by itself; `client.start()` returns only when the gateway gave up (or
+//! refused the token), and then a new client is started here, until shutdown.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,12 +15,13 @@ use serenity::gateway::GatewayError;
 use tokio_util::sync::CancellationToken;
 
 use super::ingress::Ingress;
-use super::{DiscordSettings, build_http};
+use super::rest::Rest;
+use super::{DiscordSettings, build_http, identify_bot};
 
 /// Restart backoff: doubles from the start up to the cap; reset after a client ran a while.
 const BACKOFF_START: Duration = Duration::from_secs(1);
 const BACKOFF_CAP: Duration = Duration::from_secs(60);
-/// After the gateway refused the token (close 4004): no point in asking again soon.
+/// After Discord refused the token (401, or gateway close 4004): no point in asking again soon.
 const INVALID_TOKEN_WAIT: Duration = Duration::from_secs(600);
 /// How long serenity gets to close its shards at shutdown.
 const STOP_WAIT: Duration = Duration::from_secs(5);
@@ -44,17 +48,39 @@ impl EventHandler for Handler {
     }
 }
 
-/// Runs gateway clients one after the other until `shutdown`.
-pub(crate) async fn run_gateway(settings: Arc<DiscordSettings>, ingress: Arc<Ingress>, shutdown: CancellationToken) {
+/// Runs gateway clients one after the other until `shutdown`. `token_checked`: whether the
+/// token was accepted at start; if not, it is checked before the next connection.
+pub(crate) async fn run_gateway(
+    settings: Arc<DiscordSettings>,
+    rest: Arc<Rest>,
+    ingress: Arc<Ingress>,
+    mut token_checked: bool,
+    shutdown: CancellationToken,
+) {
     let mut backoff = BACKOFF_START;
+    if !token_checked {
+        // The check at start has just failed (and said so): the first wait comes before the next try.
+        if !pause(&shutdown, backoff).await {
+            return;
+        }
+        backoff *= 2;
+    }
     while !shutdown.is_cancelled() {
         let started = Instant::now();
-        let wait = match run_client(&settings, &ingress, &shutdown).await {
+        let prepared = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            prepared = prepare(&rest, &ingress, &mut token_checked) => prepared,
+        };
+        let end = match prepared {
+            Ok(url) => run_client(&settings, url, &ingress, &shutdown).await,
+            Err(end) => end,
+        };
+        let wait = match end {
             ClientEnd::Shutdown => return,
             ClientEnd::InvalidToken => {
                 tracing::error!(
-                    "the Discord gateway rejects the bot token (close 4004): check channels.discord.token or \
-                     DISCORD_BOT_TOKEN; trying again in {} minutes",
+                    "Discord rejects the bot token: check channels.discord.token or DISCORD_BOT_TOKEN; trying again \
+                     in {} minutes",
                     INVALID_TOKEN_WAIT.as_secs() / 60
                 );
                 INVALID_TOKEN_WAIT
@@ -63,16 +89,23 @@ pub(crate) async fn run_gateway(settings: Arc<DiscordSettings>, ingress: Arc<Ing
                 if started.elapsed() > BACKOFF_CAP {
                     backoff = BACKOFF_START;
                 }
-                tracing::warn!(%reason, wait = ?backoff, "the Discord gateway connection ended; starting a new one");
+                tracing::warn!(%reason, wait = ?backoff, "no Discord gateway connection; trying again");
                 let wait = backoff;
                 backoff = (backoff * 2).min(BACKOFF_CAP);
                 wait
             }
         };
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(wait) => {}
+        if !pause(&shutdown, wait).await {
+            return;
         }
+    }
+}
+
+/// Sleeps for `wait`; false if shutdown came first.
+async fn pause(shutdown: &CancellationToken, wait: Duration) -> bool {
+    tokio::select! {
+        _ = shutdown.cancelled() => false,
+        _ = tokio::time::sleep(wait) => true,
     }
 }
 
@@ -82,12 +115,32 @@ enum ClientEnd {
     Failed(String),
 }
 
-async fn run_client(settings: &DiscordSettings, ingress: &Arc<Ingress>, shutdown: &CancellationToken) -> ClientEnd {
+/// Checks the token (until it was accepted once) and asks for the gateway URL.
+async fn prepare(rest: &Rest, ingress: &Ingress, token_checked: &mut bool) -> Result<String, ClientEnd> {
+    if !*token_checked {
+        match identify_bot(rest).await {
+            Ok(id) => ingress.set_bot_id(id),
+            Err(err) if err.status() == Some(401) => return Err(ClientEnd::InvalidToken),
+            Err(err) => return Err(ClientEnd::Failed(format!("cannot check the token: {err}"))),
+        }
+        *token_checked = true;
+    }
+    rest.gateway_url().await.map_err(|err| ClientEnd::Failed(format!("cannot get the gateway URL: {err}")))
+}
+
+async fn run_client(
+    settings: &DiscordSettings,
+    gateway_url: String,
+    ingress: &Arc<Ingress>,
+    shutdown: &CancellationToken,
+) -> ClientEnd {
     let handler = Handler { ingress: Arc::clone(ingress) };
     let mut client = match ClientBuilder::new_with_http(build_http(settings), intents()).event_handler(handler).await {
         Ok(client) => client,
         Err(err) => return ClientEnd::Failed(format!("cannot build the client: {err}")),
     };
+    // The builder asked for the URL itself and, had that failed, put in the public one.
+    *client.ws_url.lock().await = gateway_url;
     let shard_manager = Arc::clone(&client.shard_manager);
     let mut running = tokio::spawn(async move { client.start().await });
     let result = tokio::select! {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use serde_json::{Map, Value};
-use serenity::all::{Channel, ChannelId, ChannelType, GuildId, Http, Message, MessageId, UserId};
+use serenity::all::{Channel, ChannelId, ChannelType, GuildId, Message, MessageId, UserId};
 use tokio_util::sync::CancellationToken;
 
 use super::directory::{ChannelKind, Directory};
@@ -20,6 +20,7 @@ use super::download::fetch_attachments;
 use super::gate::{Place, Verdict, judge};
 use super::inbound::{Incoming, classify};
 use super::outbound::{Target, send_markdown};
+use super::rest::Rest;
 use super::{CHANNEL, DiscordSettings};
 use crate::bus::{Bus, BusError, BusExt};
 use crate::contract::{InboundMessage, Sender};
@@ -33,7 +34,7 @@ const BUS_BACKOFF_CAP: Duration = Duration::from_secs(30);
 
 /// The inbound half of the Discord channel.
 pub(crate) struct Ingress {
-    http: Arc<Http>,
+    rest: Arc<Rest>,
     bus: Arc<dyn Bus>,
     settings: Arc<DiscordSettings>,
     pairing: Option<Arc<dyn PairingStore>>,
@@ -49,7 +50,7 @@ pub(crate) struct Ingress {
 
 impl Ingress {
     pub fn new(
-        http: Arc<Http>,
+        rest: Arc<Rest>,
         bus: Arc<dyn Bus>,
         settings: Arc<DiscordSettings>,
         pairing: Option<Arc<dyn PairingStore>>,
@@ -57,7 +58,7 @@ impl Ingress {
         shutdown: CancellationToken,
     ) -> Self {
         Self {
-            http,
+            rest,
             bus,
             settings,
             pairing,
@@ -144,7 +145,7 @@ impl Ingress {
     }
 
     async fn look_up_channel(&self, guild_id: u64, channel_id: u64) -> ChannelKind {
-        match self.http.get_channel(ChannelId::new(channel_id)).await {
+        match self.rest.channel(ChannelId::new(channel_id)).await {
             Ok(Channel::Guild(channel)) => {
                 let is_thread = matches!(
                     channel.kind,
@@ -185,7 +186,7 @@ impl Ingress {
         {
             return roles.clone();
         }
-        match self.http.get_member(GuildId::new(guild_id), UserId::new(self.bot_id().max(1))).await {
+        match self.rest.member(GuildId::new(guild_id), UserId::new(self.bot_id().max(1))).await {
             Ok(member) => {
                 let roles: Vec<u64> = member.roles.iter().map(|role| role.get()).collect();
                 cache.insert(guild_id, (Instant::now(), roles.clone()));
@@ -266,7 +267,8 @@ impl Ingress {
     async fn answer_locally(&self, msg: &Incoming, text: &str) {
         let reply_to = (!msg.is_direct()).then(|| MessageId::new(msg.message_id));
         let target = Target { channel: ChannelId::new(msg.channel_id), reply_to };
-        if let Err(err) = send_markdown(&self.http, &target, text, &self.shutdown).await {
+        let key = format!("{CHANNEL}:{}:{}", msg.channel_id, msg.message_id);
+        if let Err(err) = send_markdown(&self.rest, &target, &key, text, &self.shutdown).await {
             tracing::warn!(channel_id = msg.channel_id, %err, "cannot send a local answer");
         }
     }

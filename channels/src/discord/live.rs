@@ -16,14 +16,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use serenity::all::{ChannelId, EditMessage, Http, MessageId};
+use serenity::all::{ChannelId, EditMessage, MessageId};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::directory::Directory;
 use super::outbound::{Target, allowed_mentions, parse_id};
-use super::retry::describe;
+use super::rest::{Rest, RestError};
 use super::{CHANNEL, DiscordSettings, MESSAGE_LIMIT};
 use crate::bus::Events;
 use crate::contract::{RunEvent, RunEventBody};
@@ -219,7 +219,7 @@ impl Draft {
 /// Follows the run events of the channel and keeps typing indicators and drafts up to date,
 /// until `shutdown` or the end of `events`.
 pub(crate) async fn run_live(
-    http: Arc<Http>,
+    rest: Arc<Rest>,
     settings: Arc<DiscordSettings>,
     mut events: Events,
     live: Arc<LiveRuns>,
@@ -231,7 +231,7 @@ pub(crate) async fn run_live(
             _ = shutdown.cancelled() => break,
             _ = sweep.tick() => live.sweep(MAX_RUN_AGE),
             event = events.next() => match event {
-                Some(event) => on_event(&http, &settings, &live, &shutdown, event),
+                Some(event) => on_event(&rest, &settings, &live, &shutdown, event),
                 None => break,
             },
         }
@@ -245,7 +245,7 @@ fn run_key(event: &RunEvent) -> &str {
 }
 
 fn on_event(
-    http: &Arc<Http>,
+    rest: &Arc<Rest>,
     settings: &DiscordSettings,
     live: &LiveRuns,
     shutdown: &CancellationToken,
@@ -260,10 +260,10 @@ fn on_event(
         return;
     };
     match &event.body {
-        RunEventBody::Started if settings.typing => start_typing(http, live, key, channel, shutdown.child_token()),
+        RunEventBody::Started if settings.typing => start_typing(rest, live, key, channel, shutdown.child_token()),
         RunEventBody::Chunk { text } if streams_in(settings, live.directory(), channel) => {
             let target = || draft_target(live.directory(), channel, &event);
-            stream_chunk(http, live, key, text, target, settings.stream.edit_interval);
+            stream_chunk(rest, live, key, text, target, settings.stream.edit_interval);
         }
         RunEventBody::Completed { .. } | RunEventBody::Failed { .. } => live.end(key),
         _ => {}
@@ -296,7 +296,7 @@ fn draft_target(directory: &Directory, channel: ChannelId, event: &RunEvent) -> 
 }
 
 /// Starts the run's typing task, unless it has one or has finished.
-fn start_typing(http: &Arc<Http>, live: &LiveRuns, key: &str, channel: ChannelId, stop: CancellationToken) {
+fn start_typing(rest: &Arc<Rest>, live: &LiveRuns, key: &str, channel: ChannelId, stop: CancellationToken) {
     let fresh = live.with_entry(key, |entry| {
         let fresh = entry.typing.is_none();
         if fresh {
@@ -305,19 +305,19 @@ fn start_typing(http: &Arc<Http>, live: &LiveRuns, key: &str, channel: ChannelId
         fresh
     });
     if fresh == Some(true) {
-        tokio::spawn(keep_typing(Arc::clone(http), channel, live.typing_interval, stop));
+        tokio::spawn(keep_typing(Arc::clone(rest), channel, live.typing_interval, stop));
     }
 }
 
 /// Triggers typing every `interval` until `stop` is cancelled or the safety cap passes.
 /// Failures are not worth more than a debug line: the next round tries again.
-async fn keep_typing(http: Arc<Http>, channel: ChannelId, interval: Duration, stop: CancellationToken) {
+async fn keep_typing(rest: Arc<Rest>, channel: ChannelId, interval: Duration, stop: CancellationToken) {
     let deadline = Instant::now() + MAX_RUN_AGE;
     while Instant::now() < deadline {
         tokio::select! {
             _ = stop.cancelled() => return,
-            result = channel.broadcast_typing(&http) => if let Err(err) = result {
-                tracing::debug!(%channel, error = %describe(&err), "typing indicator failed");
+            result = rest.typing(channel) => if let Err(err) = result {
+                tracing::debug!(%channel, error = %err, "typing indicator failed");
             },
         }
         tokio::select! {
@@ -329,7 +329,7 @@ async fn keep_typing(http: Arc<Http>, channel: ChannelId, interval: Duration, st
 
 /// Adds a chunk to the run's draft; the first chunk creates the draft and its editor task.
 fn stream_chunk(
-    http: &Arc<Http>,
+    rest: &Arc<Rest>,
     live: &LiveRuns,
     key: &str,
     text: &str,
@@ -347,7 +347,7 @@ fn stream_chunk(
     let Some((draft, fresh)) = draft else { return };
     draft.append(text);
     if fresh {
-        tokio::spawn(edit_draft(Arc::clone(http), draft, edit_interval));
+        tokio::spawn(edit_draft(Arc::clone(rest), draft, edit_interval));
     }
 }
 
@@ -355,7 +355,7 @@ fn stream_chunk(
 /// draft is closed or a call fails (a 429 included: streaming is a nicety, the reply is not,
 /// and more edits would only deepen the rate limit). Chunks arriving in between are
 /// coalesced into one edit.
-async fn edit_draft(http: Arc<Http>, draft: Arc<Draft>, interval: Duration) {
+async fn edit_draft(rest: Arc<Rest>, draft: Arc<Draft>, interval: Duration) {
     loop {
         tokio::select! {
             _ = draft.closed.cancelled() => return,
@@ -366,8 +366,8 @@ async fn edit_draft(http: Arc<Http>, draft: Arc<Draft>, interval: Duration) {
             if draft.closed.is_cancelled() {
                 return;
             }
-            if let Err(err) = show(&http, &draft, &mut shown).await {
-                tracing::info!(channel = %draft.target.channel, error = %describe(&err), "streaming stopped for a run");
+            if let Err(err) = show(&rest, &draft, &mut shown).await {
+                tracing::info!(channel = %draft.target.channel, error = %err, "streaming stopped for a run");
                 shown.broken = true;
                 return;
             }
@@ -380,7 +380,7 @@ async fn edit_draft(http: Arc<Http>, draft: Arc<Draft>, interval: Duration) {
 }
 
 /// Sends the draft's first message, or edits it to the current text. Once.
-async fn show(http: &Http, draft: &Draft, shown: &mut Shown) -> Result<(), serenity::Error> {
+async fn show(rest: &Rest, draft: &Draft, shown: &mut Shown) -> Result<(), RestError> {
     let text = draft.visible_text();
     if text.is_empty() || text == shown.text {
         return Ok(());
@@ -388,12 +388,11 @@ async fn show(http: &Http, draft: &Draft, shown: &mut Shown) -> Result<(), seren
     let target = &draft.target;
     match shown.message {
         None => {
-            let sent = target.channel.send_message(http, target.message(&text, true)).await?;
-            shown.message = Some(sent.id);
+            shown.message = Some(rest.create_message(target.channel, &target.message(&text, true), &[]).await?);
         }
         Some(message) => {
             let edit = EditMessage::new().content(text.clone()).allowed_mentions(allowed_mentions());
-            target.channel.edit_message(http, message, edit).await?;
+            rest.edit_message(target.channel, message, &edit).await?;
         }
     }
     shown.text = text;

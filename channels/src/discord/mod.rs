@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::directory::Directory;
 use self::ingress::Ingress;
+use self::rest::{Rest, RestError};
 use crate::bus::{Bus, BusError};
 use crate::pairing::PairingStore;
 
@@ -29,6 +30,7 @@ mod inbound;
 mod ingress;
 mod live;
 mod outbound;
+mod rest;
 mod retry;
 mod upload;
 
@@ -44,9 +46,10 @@ pub const MESSAGE_LIMIT: usize = 2000;
 #[derive(Clone)]
 pub struct DiscordSettings {
     pub token: String,
-    /// Where REST calls go instead of discord.com (an HTTP proxy such as twilight-http-proxy,
-    /// or a test's fake). With a proxy, serenity's own rate limiter is off and the proxy owns
-    /// the limits; 429s are then waited out by the adapter.
+    /// Where REST calls go instead of `https://discord.com` (an HTTP proxy such as
+    /// twilight-http-proxy, or a test's fake): it replaces the whole REST base, and the gateway
+    /// URL is asked from it too. With a proxy, serenity's own rate limiter is off and the proxy
+    /// owns the limits; 429s are then waited out by the adapter as long as they say.
     pub proxy_url: Option<String>,
     pub dm_policy: DmPolicy,
     /// User ids or usernames answered in DMs without pairing (and the only ones under `allowlist`).
@@ -128,9 +131,9 @@ pub struct DiscordChannel {
 }
 
 impl DiscordChannel {
-    /// Checks the token, connects to the gateway (retrying in the background while Discord is
-    /// unreachable) and delivers replies, until `shutdown` (receiving) and [`Self::stop`]
-    /// (sending).
+    /// Checks the token, connects to the gateway (checking the token and asking for the gateway
+    /// URL again in the background while Discord is unreachable) and delivers replies, until
+    /// `shutdown` (receiving) and [`Self::stop`] (sending). Fails only for a rejected token.
     pub async fn start(
         bus: Arc<dyn Bus>,
         settings: DiscordSettings,
@@ -138,8 +141,8 @@ impl DiscordChannel {
         shutdown: CancellationToken,
     ) -> Result<DiscordChannel, DiscordError> {
         let settings = Arc::new(settings);
-        let http = Arc::new(build_http(&settings));
-        let bot_id = check_token(&http).await?;
+        let rest = Arc::new(Rest::new(Arc::new(build_http(&settings))));
+        let bot_id = check_token(&rest).await?;
         let directory = Arc::new(Directory::default());
         let stop_sending = CancellationToken::new();
         let live = Arc::new(live::LiveRuns::new(Arc::clone(&directory)));
@@ -147,19 +150,20 @@ impl DiscordChannel {
         let events = bus.events(CHANNEL, None).await?;
         let sending = vec![
             tokio::spawn(outbound::run_outbound(
-                Arc::clone(&http),
+                Arc::clone(&rest),
                 Arc::clone(&settings),
                 replies,
                 Arc::clone(&live),
                 stop_sending.clone(),
             )),
-            tokio::spawn(live::run_live(Arc::clone(&http), Arc::clone(&settings), events, live, stop_sending.clone())),
+            tokio::spawn(live::run_live(Arc::clone(&rest), Arc::clone(&settings), events, live, stop_sending.clone())),
         ];
-        let ingress = Ingress::new(http, bus, Arc::clone(&settings), pairing, directory, shutdown.clone());
+        let ingress = Ingress::new(Arc::clone(&rest), bus, Arc::clone(&settings), pairing, directory, shutdown.clone());
         if let Some(id) = bot_id {
             ingress.set_bot_id(id);
         }
-        let gateway = tokio::spawn(gateway::run_gateway(settings, Arc::new(ingress), shutdown));
+        let ingress = Arc::new(ingress);
+        let gateway = tokio::spawn(gateway::run_gateway(settings, rest, ingress, bot_id.is_some(), shutdown));
         Ok(DiscordChannel { gateway, sending, stop_sending })
     }
 
@@ -189,22 +193,24 @@ pub(crate) fn build_http(settings: &DiscordSettings) -> Http {
 }
 
 /// One `GET /users/@me` at start: a rejected token stops the start with a clear error; an
-/// unreachable Discord does not (the gateway keeps trying), so an outage never keeps the
-/// daemon down. Returns the bot's user id when known.
-async fn check_token(http: &Http) -> Result<Option<u64>, DiscordError> {
-    match http.get_current_user().await {
-        Ok(me) => {
-            tracing::info!(bot = %me.name, "Discord bot identified");
-            Ok(Some(me.id.get()))
-        }
-        Err(serenity::Error::Http(err)) if err.status_code().is_some_and(|status| status.as_u16() == 401) => {
-            Err(DiscordError::InvalidToken)
-        }
+/// unreachable Discord does not (the gateway task checks again, with a backoff), so an outage
+/// never keeps the daemon down. Returns the bot's user id when known.
+async fn check_token(rest: &Rest) -> Result<Option<u64>, DiscordError> {
+    match identify_bot(rest).await {
+        Ok(id) => Ok(Some(id)),
+        Err(err) if err.status() == Some(401) => Err(DiscordError::InvalidToken),
         Err(err) => {
-            tracing::warn!(%err, "cannot reach Discord; will keep trying");
+            tracing::warn!(%err, "cannot reach Discord to check the token; will keep trying (1 s, doubling to 60 s)");
             Ok(None)
         }
     }
+}
+
+/// `GET /users/@me`: the bot's user id.
+async fn identify_bot(rest: &Rest) -> Result<u64, RestError> {
+    let me = rest.current_user().await?;
+    tracing::info!(bot = %me.name, "Discord bot identified");
+    Ok(me.id.get())
 }
 
 /// Test entry points: the outbound side alone (the wiring `DiscordChannel::start` does),
@@ -222,6 +228,7 @@ pub mod testing {
     use super::directory::{ChannelKind, Directory};
     use super::live::{LiveRuns, run_live};
     use super::outbound::{self, Target, run_outbound};
+    use super::rest::Rest;
     use crate::bus::{Deliveries, Events};
 
     /// A channel the directory knows, as the inbound side would have recorded it.
@@ -256,26 +263,30 @@ pub mod testing {
         }
         let live = Arc::new(LiveRuns::new(directory).with_typing_interval(typing_interval));
         let settings = Arc::new(settings);
+        let rest = Arc::new(Rest::new(http));
         tokio::spawn(run_outbound(
-            Arc::clone(&http),
+            Arc::clone(&rest),
             Arc::clone(&settings),
             replies,
             Arc::clone(&live),
             shutdown.clone(),
         ));
-        tokio::spawn(run_live(http, settings, events, live, shutdown));
+        tokio::spawn(run_live(rest, settings, events, live, shutdown));
     }
 
     /// `send_markdown` (the inbound side's way to say things, e.g. pairing codes) to `channel`,
-    /// referencing `reply_to`; the ids of the messages sent, or the error's description.
+    /// referencing `reply_to`, with nonces made from `key`; the ids of the messages sent, or the
+    /// error's description.
     pub async fn send_markdown(
-        http: &Http,
+        http: Arc<Http>,
         channel: u64,
         reply_to: Option<u64>,
+        key: &str,
         markdown: &str,
     ) -> Result<Vec<u64>, String> {
         let target = Target { channel: ChannelId::new(channel), reply_to: reply_to.map(MessageId::new) };
-        let sent = outbound::send_markdown(http, &target, markdown, &CancellationToken::new()).await;
+        let rest = Rest::new(http);
+        let sent = outbound::send_markdown(&rest, &target, key, markdown, &CancellationToken::new()).await;
         sent.map(|ids| ids.into_iter().map(MessageId::get).collect()).map_err(|err| err.to_string())
     }
 }

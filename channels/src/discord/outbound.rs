@@ -17,8 +17,8 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use serde_json::Value;
 use serenity::all::{
-    ChannelId, CreateAllowedMentions, CreateAttachment, CreateMessage, EditMessage, Http, MessageId, MessageReference,
-    MessageReferenceKind,
+    ChannelId, CreateAllowedMentions, CreateAttachment, CreateMessage, EditMessage, MessageId, MessageReference,
+    MessageReferenceKind, Nonce,
 };
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -26,7 +26,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::directory::Directory;
 use super::live::{DraftState, LiveRuns};
-use super::retry::{RetryPolicy, SendError, describe, with_retry};
+use super::rest::Rest;
+use super::retry::{RetryPolicy, SendError, with_retry};
 use super::upload::{self, Uploads};
 use super::{DiscordSettings, MESSAGE_LIMIT};
 use crate::bus::{Acker, Deliveries, Delivery};
@@ -84,6 +85,18 @@ impl Target {
     }
 }
 
+/// The nonce of part `part` of the message known as `key` (an outbound or inbound message id):
+/// the same for every attempt and redelivery, so that Discord, told to `enforce_nonce`, posts
+/// it once. Discord takes at most 25 characters; this is 16 hex digits of a 64-bit FNV-1a hash
+/// (stable across builds, unlike std's hasher).
+pub(crate) fn nonce(key: &str, part: usize) -> String {
+    const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+    let bytes = key.bytes().chain([0xff]).chain((part as u64).to_le_bytes());
+    let hash = bytes.fold(FNV_OFFSET, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(FNV_PRIME));
+    format!("{hash:016x}")
+}
+
 /// A snowflake (a non-zero u64).
 pub(crate) fn parse_id(text: &str) -> Option<u64> {
     text.parse::<u64>().ok().filter(|id| *id != 0)
@@ -96,58 +109,57 @@ pub(crate) fn allowed_mentions() -> CreateAllowedMentions {
 }
 
 /// Splits `markdown` at the message limit and sends the parts in order; the first references
-/// `target.reply_to`. Returns the ids of the messages sent.
+/// `target.reply_to`. `key` names what is sent (the message answered), for the parts' nonces.
+/// Returns the ids of the messages sent.
 pub(crate) async fn send_markdown(
-    http: &Http,
+    rest: &Rest,
     target: &Target,
+    key: &str,
     markdown: &str,
     shutdown: &CancellationToken,
 ) -> Result<Vec<MessageId>, SendError> {
     let mut sent = Vec::new();
-    for (index, part) in split_markdown(markdown, MESSAGE_LIMIT).iter().enumerate() {
-        let first = index == 0;
-        sent.push(send_part(http, &RetryPolicy::DEFAULT, target, part, &[], first, shutdown).await?);
+    for (index, text) in split_markdown(markdown, MESSAGE_LIMIT).into_iter().enumerate() {
+        let step = Step { text, files: Vec::new() };
+        sent.push(
+            send_part(rest, &RetryPolicy::DEFAULT, target, &step, &nonce(key, index), index == 0, shutdown).await?,
+        );
     }
     Ok(sent)
 }
 
-/// Sends one part (at most the limit) with its files.
+/// Sends one part (at most the limit) with its files. Retries carry the same nonce, so a
+/// create whose answer was lost is not posted twice.
 async fn send_part(
-    http: &Http,
+    rest: &Rest,
     retry: &RetryPolicy,
     target: &Target,
-    text: &str,
-    files: &[CreateAttachment],
+    step: &Step,
+    nonce: &str,
     first: bool,
     shutdown: &CancellationToken,
 ) -> Result<MessageId, SendError> {
-    let sent = with_retry(retry, "create message", shutdown, || {
-        let message = target.message(text, first).files(files.iter().cloned());
-        target.channel.send_message(http, message)
-    });
-    Ok(sent.await?.id)
+    let message = target.message(&step.text, first).nonce(Nonce::String(nonce.to_owned())).enforce_nonce(true);
+    with_retry(retry, "create message", shutdown, || rest.create_message(target.channel, &message, &step.files)).await
 }
 
 /// Edits a message into `text` (the first part of a reply).
 async fn edit_text(
-    http: &Http,
+    rest: &Rest,
     retry: &RetryPolicy,
     channel: ChannelId,
     message: MessageId,
     text: &str,
     shutdown: &CancellationToken,
 ) -> Result<(), SendError> {
-    let edited = with_retry(retry, "edit message", shutdown, || {
-        let edit = EditMessage::new().content(text).allowed_mentions(allowed_mentions());
-        channel.edit_message(http, message, edit)
-    });
-    edited.await.map(drop)
+    let edit = EditMessage::new().content(text).allowed_mentions(allowed_mentions());
+    with_retry(retry, "edit message", shutdown, || rest.edit_message(channel, message, &edit)).await
 }
 
 /// Deletes a message, logging instead of failing: used to remove streamed drafts.
-async fn delete_quietly(http: &Http, channel: ChannelId, message: MessageId) {
-    if let Err(err) = channel.delete_message(http, message).await {
-        tracing::info!(%channel, %message, error = %describe(&err), "cannot delete a streamed draft");
+async fn delete_quietly(rest: &Rest, channel: ChannelId, message: MessageId) {
+    if let Err(err) = rest.delete_message(channel, message).await {
+        tracing::info!(%channel, %message, error = %err, "cannot delete a streamed draft");
     }
 }
 
@@ -195,7 +207,7 @@ enum Outcome {
 
 /// The state shared by the delivery tasks.
 struct Sender {
-    http: Arc<Http>,
+    rest: Arc<Rest>,
     retry: RetryPolicy,
     live: Arc<LiveRuns>,
     shutdown: CancellationToken,
@@ -236,7 +248,7 @@ impl Sender {
         let draft = self.take_draft(msg).await;
         if says_nothing(msg) {
             if let DraftState::Shown(message) | DraftState::Broken(Some(message)) = draft {
-                delete_quietly(&self.http, target.channel, message).await;
+                delete_quietly(&self.rest, target.channel, message).await;
             }
             return Outcome::Delivered;
         }
@@ -252,8 +264,8 @@ impl Sender {
     /// Sends the steps from `done` on, recording progress.
     async fn send_steps(&self, msg: &OutboundMessage, target: &Target, steps: &[Step], mut done: usize) -> Outcome {
         while let Some(step) = steps.get(done) {
-            let first = done == 0;
-            let sent = send_part(&self.http, &self.retry, target, &step.text, &step.files, first, &self.shutdown).await;
+            let nonce = nonce(&msg.id, done);
+            let sent = send_part(&self.rest, &self.retry, target, step, &nonce, done == 0, &self.shutdown).await;
             if let Err(err) = sent {
                 return failed(msg, &err);
             }
@@ -287,20 +299,20 @@ impl Sender {
         let message = match draft {
             DraftState::Nothing | DraftState::Broken(None) => return false,
             DraftState::Broken(Some(message)) => {
-                delete_quietly(&self.http, channel, message).await;
+                delete_quietly(&self.rest, channel, message).await;
                 return false;
             }
             DraftState::Shown(message) => message,
         };
         let Some(step) = first.filter(|step| step.files.is_empty()) else {
-            delete_quietly(&self.http, channel, message).await;
+            delete_quietly(&self.rest, channel, message).await;
             return false;
         };
-        match edit_text(&self.http, &self.retry, channel, message, &step.text, &self.shutdown).await {
+        match edit_text(&self.rest, &self.retry, channel, message, &step.text, &self.shutdown).await {
             Ok(()) => true,
             Err(err) => {
                 tracing::info!(%channel, %err, "cannot finish a streamed draft; sending the reply");
-                delete_quietly(&self.http, channel, message).await;
+                delete_quietly(&self.rest, channel, message).await;
                 false
             }
         }
@@ -349,7 +361,7 @@ struct ChannelQueues {
 /// end of `replies`. Replies to runs followed by `run_live` stop their typing and take over
 /// their streamed drafts.
 pub(crate) async fn run_outbound(
-    http: Arc<Http>,
+    rest: Arc<Rest>,
     settings: Arc<DiscordSettings>,
     mut replies: Deliveries,
     live: Arc<LiveRuns>,
@@ -358,7 +370,7 @@ pub(crate) async fn run_outbound(
     tracing::debug!(?settings, "Discord outbound started");
     let ledger = Ledger::new(DELIVERED_KEPT, PROGRESS_KEPT);
     let retry = RetryPolicy::DEFAULT;
-    let sender = Arc::new(Sender { http, retry, live, shutdown: shutdown.clone(), ledger: Mutex::new(ledger) });
+    let sender = Arc::new(Sender { rest, retry, live, shutdown: shutdown.clone(), ledger: Mutex::new(ledger) });
     let sending = Arc::new(Semaphore::new(MAX_SENDING));
     let mut queues = ChannelQueues::default();
     loop {
@@ -444,7 +456,7 @@ impl ChannelQueues {
 #[cfg(test)]
 mod tests {
     use serenity::all::HttpBuilder;
-    use switchboard_testkit::fake_discord::{Failure, FakeDiscord};
+    use switchboard_testkit::fake_discord::{Failure, FakeDiscord, LostAnswer};
 
     use super::*;
     use crate::bus::BusError;
@@ -475,6 +487,7 @@ mod tests {
         const CREATE: &str = "POST /channels/{id}/messages";
         let fake = FakeDiscord::start().await;
         let http = Arc::new(HttpBuilder::new(FakeDiscord::TOKEN).proxy(fake.url()).ratelimiter_disabled(true).build());
+        let rest = Arc::new(Rest::new(http));
         let retry = RetryPolicy {
             first_backoff: Duration::from_millis(1),
             max_backoff: Duration::from_millis(2),
@@ -482,16 +495,18 @@ mod tests {
         };
         let ledger = Ledger::new(8, PROGRESS_KEPT);
         let live = Arc::new(LiveRuns::new(Arc::new(Directory::default())));
-        let sender = Sender { http, retry, live, shutdown: CancellationToken::new(), ledger: Mutex::new(ledger) };
+        let sender = Sender { rest, retry, live, shutdown: CancellationToken::new(), ledger: Mutex::new(ledger) };
         let outcomes = Arc::new(Mutex::new(Vec::new()));
         let msg = OutboundMessage { content: "hi".into(), ..reply("200", None) };
 
-        for _ in 0..3 {
+        // The first attempt posts the message but its answer is lost; the retries fail.
+        fake.fail_next(CREATE, Failure::AnswerLost(LostAnswer::ConnectionDropped));
+        for _ in 0..2 {
             fake.fail_next(CREATE, Failure::ServerError);
         }
         sender.handle(msg.clone(), Box::new(RecordingAcker(Arc::clone(&outcomes)))).await;
-        assert!(fake.sent_messages().is_empty());
-        // Redelivered after the outage: sent now, since it was not recorded as delivered.
+        assert_eq!(fake.sent_messages().len(), 1);
+        // Redelivered after the outage: its nonce makes Discord return the message posted then.
         sender.handle(msg.clone(), Box::new(RecordingAcker(Arc::clone(&outcomes)))).await;
         assert_eq!(fake.sent_messages().len(), 1);
         let forbidden =
@@ -501,6 +516,17 @@ mod tests {
         sender.handle(other, Box::new(RecordingAcker(Arc::clone(&outcomes)))).await;
         assert_eq!(*outcomes.lock().unwrap(), ["nak Some(30s)", "ack", "ack"]);
         assert_eq!(fake.calls_to(CREATE).len(), 5, "three failures, one success, one refusal");
+    }
+
+    #[test]
+    fn nonces_are_short_stable_and_differ_per_message_and_part() {
+        let first = nonce("run-1:reply", 0);
+        assert!(first.len() <= 25, "Discord takes at most 25 characters");
+        assert_eq!(first, nonce("run-1:reply", 0));
+        // Fixed by the algorithm, not by the build: a restarted daemon sends the same nonce.
+        assert_eq!(nonce("", 0), "2032dd643620252e");
+        let others = [nonce("run-1:reply", 1), nonce("run-2:reply", 0), nonce("run-1:repl", 0)];
+        assert!(others.iter().all(|other| *other != first), "{first} {others:?}");
     }
 
     fn reply(chat: &str, thread: Option<&str>) -> OutboundMessage {

@@ -1,26 +1,30 @@
 //! Retrying Discord REST calls: rate limits (429), server errors and network failures.
 //!
-//! With a proxy, serenity's ratelimiter is off and a 429 reaches us as an unsuccessful request
-//! without `retry_after` (serenity keeps neither the headers nor, as the 429 body has no
-//! `code`, the body). So 429s, 5xx answers and network errors are all retried the same way:
-//! exponential backoff from 1 s, capped, a bounded number of times. Without a proxy serenity
-//! waits out 429s itself and this only sees the rest. Every other 4xx (50001 Missing Access,
-//! 50013 Missing Permissions, 10003 Unknown Channel, …) is final and returned at once.
+//! A 429 is waited out for as long as Discord says (`retry_after`; a global limit also holds
+//! back the adapter's other calls, see [`super::rest`]): calling earlier only earns another
+//! 429, and Discord bans clients that collect too many. 5xx answers and network failures are
+//! retried with exponential backoff from 1 s, capped. All of them count toward a bounded number
+//! of attempts. Every other 4xx (50001 Missing Access, 50013 Missing Permissions, 10003 Unknown
+//! Channel, …) is final and returned at once.
+//!
+//! A retried message create is safe because it carries a nonce with `enforce_nonce` (see
+//! [`super::outbound`]): when the first attempt created the message and only its answer was
+//! lost, Discord returns that message instead of posting it again.
 
 use std::future::Future;
 use std::time::Duration;
 
-use serenity::Error;
-use serenity::http::HttpError;
 use tokio_util::sync::CancellationToken;
+
+use super::rest::RestError;
 
 /// How long and how often a call is retried.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RetryPolicy {
-    /// The first backoff; doubled after each further failure.
+    /// The first backoff after a server or network error; doubled after each further one.
     pub first_backoff: Duration,
     pub max_backoff: Duration,
-    /// Attempts in all before giving up (1 s + 2 s + 4 s + 8 s + 16 s of waiting by default).
+    /// Attempts in all before giving up (1 s + 2 s + 4 s + 8 s + 16 s of backoff by default).
     pub max_attempts: u32,
 }
 
@@ -37,37 +41,21 @@ impl RetryPolicy {
 /// What to do about a failed call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Verdict {
-    /// Rate limited, a server error or no answer: worth another try after a backoff.
+    /// Rate limited: call again after exactly this long, not earlier.
+    RetryAfter(Duration),
+    /// A server error or no answer: worth another try after a backoff.
     Transient,
     /// Repeating the call cannot help.
     Final,
 }
 
-/// Sorts a serenity error into a [`Verdict`].
-pub(crate) fn classify(err: &Error) -> Verdict {
+/// Sorts a failed call into a [`Verdict`].
+pub(crate) fn classify(err: &RestError) -> Verdict {
     match err {
-        Error::Http(HttpError::UnsuccessfulRequest(response)) => {
-            let status = response.status_code;
-            if status.as_u16() == 429 || status.is_server_error() { Verdict::Transient } else { Verdict::Final }
-        }
-        Error::Http(HttpError::Request(_)) | Error::Io(_) => Verdict::Transient,
-        _ => Verdict::Final,
-    }
-}
-
-/// A short description for log lines: status, Discord's code and message. It never contains
-/// the token (which only travels in a header) nor request URLs.
-pub(crate) fn describe(err: &Error) -> String {
-    match err {
-        Error::Http(HttpError::UnsuccessfulRequest(response)) => {
-            let json = &response.error;
-            format!("HTTP {} (code {}): {}", response.status_code.as_u16(), json.code, json.message)
-        }
-        Error::Http(HttpError::Request(source)) => {
-            let text = source.to_string();
-            format!("network error: {}", text.split(" for url (").next().unwrap_or_default())
-        }
-        other => other.to_string(),
+        RestError::RateLimited { retry_after, .. } => Verdict::RetryAfter(*retry_after),
+        RestError::Status { status, .. } if *status >= 500 => Verdict::Transient,
+        RestError::Network(_) => Verdict::Transient,
+        RestError::Status { .. } | RestError::Unexpected(_) => Verdict::Final,
     }
 }
 
@@ -75,14 +63,14 @@ pub(crate) fn describe(err: &Error) -> String {
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum SendError {
     /// Discord refused the call; repeating it cannot help (access, permissions, unknown channel).
-    #[error("Discord refused {what}: {detail}")]
-    Refused { what: &'static str, detail: String },
+    #[error("Discord refused {what}: {source}")]
+    Refused { what: &'static str, source: RestError },
     /// Retries were used up, or shutdown interrupted them: try again later.
-    #[error("Discord unavailable for {what}: {detail}")]
-    Unavailable { what: &'static str, detail: String },
+    #[error("Discord unavailable for {what}: {source}")]
+    Unavailable { what: &'static str, source: RestError },
 }
 
-/// Calls `call` until it succeeds, fails for good or `policy`'s retries are used up (see the
+/// Calls `call` until it succeeds, fails for good or `policy`'s attempts are used up (see the
 /// module docs). Cancelling `shutdown` ends any wait.
 pub(crate) async fn with_retry<T, F, Fut>(
     policy: &RetryPolicy,
@@ -92,26 +80,29 @@ pub(crate) async fn with_retry<T, F, Fut>(
 ) -> Result<T, SendError>
 where
     F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, Error>>,
+    Fut: Future<Output = Result<T, RestError>>,
 {
-    let mut failures = 0u32;
+    let (mut attempts, mut failures) = (0u32, 0u32);
     loop {
-        let err = match call().await {
+        let source = match call().await {
             Ok(value) => return Ok(value),
             Err(err) => err,
         };
-        let detail = describe(&err);
-        if classify(&err) == Verdict::Final {
-            return Err(SendError::Refused { what, detail });
+        attempts += 1;
+        let wait = match classify(&source) {
+            Verdict::Final => return Err(SendError::Refused { what, source }),
+            Verdict::RetryAfter(wait) => wait,
+            Verdict::Transient => {
+                failures += 1;
+                policy.backoff(failures)
+            }
+        };
+        if attempts >= policy.max_attempts || shutdown.is_cancelled() {
+            return Err(SendError::Unavailable { what, source });
         }
-        failures += 1;
-        if failures >= policy.max_attempts || shutdown.is_cancelled() {
-            return Err(SendError::Unavailable { what, detail });
-        }
-        let wait = policy.backoff(failures);
-        tracing::warn!(what, attempt = failures, wait_ms = wait.as_millis() as u64, error = %detail, "Discord call failed; retrying");
+        tracing::warn!(what, attempt = attempts, wait_ms = wait.as_millis() as u64, error = %source, "Discord call failed; retrying");
         tokio::select! {
-            _ = shutdown.cancelled() => return Err(SendError::Unavailable { what, detail }),
+            _ = shutdown.cancelled() => return Err(SendError::Unavailable { what, source }),
             _ = tokio::time::sleep(wait) => {}
         }
     }
@@ -128,19 +119,19 @@ mod tests {
         RetryPolicy { first_backoff: Duration::from_millis(1), max_backoff: Duration::from_millis(4), max_attempts: 4 }
     }
 
-    /// A call failing with `io` errors (transient) `transient` times, or once with a final error.
+    /// A call failing with network errors (transient) `transient` times, or once with a final error.
     fn scripted(
         transient: u32,
         final_error: bool,
-    ) -> (Arc<AtomicU32>, impl FnMut() -> std::future::Ready<Result<u32, Error>>) {
+    ) -> (Arc<AtomicU32>, impl FnMut() -> std::future::Ready<Result<u32, RestError>>) {
         let calls = Arc::new(AtomicU32::new(0));
         let counter = Arc::clone(&calls);
         let call = move || {
             let n = counter.fetch_add(1, Ordering::SeqCst);
             std::future::ready(if final_error {
-                Err(Error::Other("refused"))
+                Err(RestError::Status { status: 403, code: 50013, message: "Missing Permissions".into() })
             } else if n < transient {
-                Err(Error::Io(std::io::Error::other("connection reset")))
+                Err(RestError::Network("connection reset".into()))
             } else {
                 Ok(n + 1)
             })
@@ -168,6 +159,33 @@ mod tests {
         let result = with_retry(&fast_policy(), "test", &CancellationToken::new(), call).await;
         assert!(matches!(result, Err(SendError::Unavailable { .. })));
         assert_eq!(calls.load(Ordering::SeqCst), 4);
+    }
+
+    #[test]
+    fn rate_limits_wait_as_told_and_only_server_errors_and_network_failures_back_off() {
+        let limited = RestError::RateLimited { retry_after: Duration::from_millis(2500), global: false };
+        assert_eq!(classify(&limited), Verdict::RetryAfter(Duration::from_millis(2500)));
+        let status = |status| RestError::Status { status, code: 0, message: String::new() };
+        assert_eq!(classify(&status(502)), Verdict::Transient);
+        assert_eq!(classify(&RestError::Network("reset".into())), Verdict::Transient);
+        assert_eq!(classify(&status(404)), Verdict::Final);
+    }
+
+    #[tokio::test]
+    async fn a_rate_limit_is_waited_out_for_its_retry_after_not_a_backoff() {
+        let started = std::time::Instant::now();
+        let times = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = Arc::clone(&times);
+        let call = move || {
+            let mut times = seen.lock().unwrap();
+            times.push(started.elapsed());
+            let limited = RestError::RateLimited { retry_after: Duration::from_millis(300), global: false };
+            std::future::ready(if times.len() == 1 { Err(limited) } else { Ok(()) })
+        };
+        with_retry(&RetryPolicy::DEFAULT, "test", &CancellationToken::new(), call).await.unwrap();
+        let waited = times.lock().unwrap()[1];
+        assert!(waited >= Duration::from_millis(300), "retried early: {waited:?}");
+        assert!(waited < Duration::from_millis(900), "waited the 1 s backoff instead: {waited:?}");
     }
 
     #[tokio::test]

@@ -7,7 +7,12 @@
 //! - REST under `/api/v10` (`Authorization: Bot fake-discord-token`, else 401): the gateway
 //!   URL, the bot user and application, channels, guild members and roles, message
 //!   create/edit/delete (JSON or multipart `payload_json` + `files[n]`) and typing. Every call is
-//!   recorded ([`FakeDiscord::calls`]); failures can be scripted ([`FakeDiscord::fail_next`]).
+//!   recorded with its arrival time and status ([`FakeDiscord::calls`]); failures can be
+//!   scripted ([`FakeDiscord::fail_next`]).
+//! - Discord's rules: a message create repeating the `nonce` of an earlier one with
+//!   `enforce_nonce: true` returns the earlier message instead of posting again (a nonce is at
+//!   most 25 characters); after a 429 a route (or, for the global limit, every route) keeps
+//!   answering 429 until its `retry_after` has passed.
 //! - The gateway at `ws://127.0.0.1:PORT/gateway`: HELLO, IDENTIFY → READY, heartbeats acked,
 //!   RESUME with replay, and dispatches pushed by the test ([`FakeDiscord::dispatch`], payloads
 //!   built with [`events`]).
@@ -41,14 +46,20 @@ pub const APPLICATION_ID: u64 = 5001;
 /// A scripted failure for the next call of one route (see [`FakeDiscord::fail_next`]).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Failure {
-    /// 429 with `Retry-After` (seconds, rounded up) and
-    /// `{"message":"You are being rate limited.","retry_after":…,"global":false}`.
+    /// 429 as Discord sends it (see [`FakeDiscord::fail_next`]): `Retry-After` (seconds,
+    /// rounded up), `X-RateLimit-Reset-After`, and `{"message": "You are being rate limited.",
+    /// "retry_after": …, "global": …}`. Until `retry_after_secs` have passed, every further call
+    /// of the same path (of any path, when `global`) is answered 429 too, with the time left.
     RateLimited {
-        /// Seconds the client must wait (`retry_after` in the body).
+        /// Seconds the client must wait (`retry_after` in the body), e.g. 0.3.
         retry_after_secs: f64,
+        /// Discord's global limit (all calls of the bot), not the limit of one route.
+        global: bool,
     },
-    /// 500 `{"message":"500: Internal Server Error","code":0}`.
+    /// 500 `{"message":"500: Internal Server Error","code":0}`; the call has no effect.
     ServerError,
+    /// The call takes effect (a message is created, an edit made) and then its answer is lost.
+    AnswerLost(LostAnswer),
     /// Any status with any JSON body.
     Status {
         /// The HTTP status.
@@ -56,6 +67,15 @@ pub enum Failure {
         /// The JSON body, e.g. `{"message": "Missing Permissions", "code": 50013}`.
         body: Value,
     },
+}
+
+/// How the answer of a call that took effect is lost (see [`Failure::AnswerLost`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LostAnswer {
+    /// A 500, as a gateway between the client and Discord may send.
+    ServerError,
+    /// The connection breaks before the answer is complete.
+    ConnectionDropped,
 }
 
 /// One recorded REST call (including failed and unauthorized ones) or attachment download.
@@ -73,7 +93,9 @@ pub struct Call {
     pub body: Value,
     /// When the request arrived.
     pub at: Instant,
-    /// Whether the answer was an error.
+    /// The HTTP status answered; 0 when the connection was cut instead.
+    pub status: u16,
+    /// Whether the answer was an error (or none came).
     pub failed: bool,
 }
 
@@ -92,6 +114,8 @@ pub struct SentMessage {
     pub allowed_mentions: Option<Value>,
     /// The uploaded files' names, in order.
     pub file_names: Vec<String>,
+    /// `nonce` as sent (a number is given as its decimal text).
+    pub nonce: Option<String>,
 }
 
 /// The fake bot's identity.
@@ -163,6 +187,16 @@ impl FakeDiscord {
     pub async fn start() -> FakeDiscord {
         // A test helper: failing to bind loopback is an environment problem worth a panic.
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0 for FakeDiscord");
+        FakeDiscord::serve(listener)
+    }
+
+    /// Starts a server on `addr`: a Discord that comes up where a client has been trying to
+    /// reach it (pick the address with a listener bound to port 0 and dropped).
+    pub async fn start_at(addr: SocketAddr) -> std::io::Result<FakeDiscord> {
+        Ok(FakeDiscord::serve(tokio::net::TcpListener::bind(addr).await?))
+    }
+
+    fn serve(listener: tokio::net::TcpListener) -> FakeDiscord {
         let addr = listener.local_addr().expect("FakeDiscord local address");
         let shared = Arc::new(Shared {
             rest: Mutex::new(State::new(format!("http://{addr}"))),
@@ -267,6 +301,11 @@ impl FakeDiscord {
         self.shared.gateway().heartbeats
     }
 
+    /// Calls answered 429 so far: Discord counts them toward its invalid-request limit.
+    pub fn rate_limited_calls(&self) -> usize {
+        self.shared.rest().calls.iter().filter(|call| call.status == 429).count()
+    }
+
     /// Every REST call and download so far, in the order they were answered.
     pub fn calls(&self) -> Vec<Call> {
         self.shared.rest().calls.clone()
@@ -312,6 +351,8 @@ impl FakeDiscord {
     }
 
     /// Makes the next call of `route` fail; several queued failures apply one per call, in order.
+    /// A [`Failure::RateLimited`] then holds back the path it was served on (or every path)
+    /// as Discord would.
     pub fn fail_next(&self, route: &str, failure: Failure) {
         self.shared.rest().failures.entry(route.to_owned()).or_default().push_back(failure);
     }

@@ -12,7 +12,7 @@ use serde_json::{Map, Value, json};
 
 use super::state::Upload;
 use super::wire::{Answer, route_of};
-use super::{Call, FakeDiscord, Shared, gateway};
+use super::{Call, Failure, FakeDiscord, Shared, gateway};
 
 /// Bodies up to this size are accepted (uploads included).
 const BODY_LIMIT: usize = 64 << 20;
@@ -37,13 +37,14 @@ async fn route(State(shared): State<Arc<Shared>>, request: Request) -> Response 
     let Some(api_path) = path.strip_prefix(API_PREFIX) else {
         let route = route_of(&method, &path);
         let body = Value::Null;
-        shared.record(Call { method, route, path, body, at, failed: true });
+        shared.record(Call { method, route, path, body, at, status: 404, failed: true });
         return Answer::not_found().into_response();
     };
     api_call(&shared, &method, api_path.to_owned(), request, at).await
 }
 
-/// One REST call: authorization, a scripted failure, then the route itself; always recorded.
+/// One REST call: authorization, a rate limit in force, a scripted failure, then the route
+/// itself; always recorded.
 async fn api_call(shared: &Shared, method: &str, path: String, request: Request, at: Instant) -> Response {
     let route = route_of(method, &path);
     let authorized = authorized(&request) || route == "GET /gateway";
@@ -51,16 +52,30 @@ async fn api_call(shared: &Shared, method: &str, path: String, request: Request,
         Ok(read) => read,
         Err(error) => (json!({ "unreadable_body": error }), Vec::new()),
     };
-    let answer = if !authorized {
-        Answer::unauthorized()
-    } else {
-        let failure = shared.rest().take_failure(&route);
-        match failure {
-            Some(failure) => failure.into(),
-            None => shared.rest().handle(method, &path, &body, &uploads),
+    let answer = if authorized {
+        let mut state = shared.rest();
+        let bucket = format!("{method} {path}");
+        match state.rate_limit_in_force(&bucket, at) {
+            Some(limited) => limited,
+            None => match state.take_failure(&route) {
+                Some(Failure::RateLimited { retry_after_secs, global }) => {
+                    state.start_rate_limit(&bucket, retry_after_secs, global, at);
+                    Failure::RateLimited { retry_after_secs, global }.into()
+                }
+                Some(lost @ Failure::AnswerLost(_)) => {
+                    // The call takes effect; only its answer goes missing.
+                    let _ = state.handle(method, &path, &body, &uploads);
+                    lost.into()
+                }
+                Some(failure) => failure.into(),
+                None => state.handle(method, &path, &body, &uploads),
+            },
         }
+    } else {
+        Answer::unauthorized()
     };
-    shared.record(Call { method: method.to_owned(), route, path, body, at, failed: answer.is_err() });
+    let (status, failed) = (answer.status(), answer.is_err());
+    shared.record(Call { method: method.to_owned(), route, path, body, at, status, failed });
     answer.into_response()
 }
 
@@ -80,6 +95,7 @@ fn download(shared: &Shared, name: &str, at: Instant) -> Response {
         path,
         body: Value::Null,
         at,
+        status: if bytes.is_some() { 200 } else { 404 },
         failed: bytes.is_none(),
     };
     shared.record(call);

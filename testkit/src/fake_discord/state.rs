@@ -1,6 +1,7 @@
 //! The REST side's state and its routes (everything under `/api/v10` but the gateway socket).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -9,6 +10,10 @@ use super::{BOT_ID, Call, Failure, SentMessage, events};
 
 /// Discord's limit on `content`, in characters.
 const MAX_CONTENT_CHARS: usize = 2000;
+/// Discord's limit on a message's `nonce`, in characters.
+const MAX_NONCE_CHARS: usize = 25;
+/// The bucket of Discord's global rate limit (every call of the bot).
+const GLOBAL_BUCKET: &str = "global";
 
 /// A file part of a multipart request (`files[n]`).
 #[derive(Debug, Clone)]
@@ -31,6 +36,11 @@ pub(super) struct State {
     /// Messages dispatched to the bot, by id (for `referenced_message`).
     seen: HashMap<u64, Value>,
     attachments: HashMap<String, Vec<u8>>,
+    /// Nonces of messages created with `enforce_nonce`, and the message each created.
+    nonces: HashMap<String, (u64, u64)>,
+    /// Rate limits in force: bucket (`METHOD /path`, or the global one) → until when, and
+    /// whether it is the global limit.
+    limits: HashMap<String, (Instant, bool)>,
     next_message_id: u64,
     next_attachment_id: u64,
 }
@@ -47,6 +57,8 @@ impl State {
             created: HashMap::new(),
             seen: HashMap::new(),
             attachments: HashMap::new(),
+            nonces: HashMap::new(),
+            limits: HashMap::new(),
             next_message_id: 9000,
             next_attachment_id: 7000,
         }
@@ -55,6 +67,23 @@ impl State {
     /// The next queued failure for `route`, if any.
     pub(super) fn take_failure(&mut self, route: &str) -> Option<Failure> {
         self.failures.get_mut(route)?.pop_front()
+    }
+
+    /// Starts a rate limit on `bucket` (a concrete `METHOD /path`), or on every call.
+    pub(super) fn start_rate_limit(&mut self, bucket: &str, retry_after_secs: f64, global: bool, now: Instant) {
+        let until = now + Duration::from_secs_f64(retry_after_secs.max(0.0));
+        let bucket = if global { GLOBAL_BUCKET } else { bucket };
+        self.limits.insert(bucket.to_owned(), (until, global));
+    }
+
+    /// A 429 with the time left, if the global limit or `bucket`'s is still in force at `now`:
+    /// calling again early only earns another 429.
+    pub(super) fn rate_limit_in_force(&mut self, bucket: &str, now: Instant) -> Option<Answer> {
+        self.limits.retain(|_, (until, _)| *until > now);
+        let (until, global) = self.limits.get(GLOBAL_BUCKET).or_else(|| self.limits.get(bucket)).copied()?;
+        let left = until.duration_since(now).as_secs_f64();
+        // Discord's `retry_after` has millisecond precision.
+        Some(Answer::RateLimited { retry_after_secs: (left * 1000.0).ceil() / 1000.0, global })
     }
 
     pub(super) fn add_channel(&mut self, channel: Value) {
@@ -161,12 +190,29 @@ impl State {
             return Answer::error(400, "Cannot send an empty message", 50006);
         }
         if content.chars().count() > MAX_CONTENT_CHARS {
-            return too_long();
+            return too_long("content", MAX_CONTENT_CHARS);
+        }
+        let nonce = match &body["nonce"] {
+            Value::String(text) => Some(text.clone()),
+            Value::Number(number) => Some(number.to_string()),
+            _ => None,
+        };
+        if nonce.as_ref().is_some_and(|nonce| nonce.chars().count() > MAX_NONCE_CHARS) {
+            return too_long("nonce", MAX_NONCE_CHARS);
+        }
+        let enforced = nonce.clone().filter(|_| body["enforce_nonce"] == json!(true));
+        if let Some(earlier) = enforced.as_ref().and_then(|nonce| self.nonces.get(nonce)) {
+            // Discord answers a repeated nonce with the message it created the first time.
+            return match self.created.get(earlier) {
+                Some(message) => Answer::ok(message.clone()),
+                None => Answer::error(404, "Unknown Message", 10008),
+            };
         }
         let message_id = self.next_message_id;
         self.next_message_id += 1;
         let mut message = self.new_message(channel_id, message_id, &content, body);
         message["attachments"] = Value::Array(uploads.iter().map(|upload| self.store_upload(upload)).collect());
+        message["nonce"] = nonce.clone().map_or(Value::Null, Value::String);
         self.sent_log.push(SentMessage {
             message_id,
             channel_id,
@@ -174,7 +220,11 @@ impl State {
             message_reference: snowflake(&body["message_reference"]["message_id"]),
             allowed_mentions: body.get("allowed_mentions").filter(|value| !value.is_null()).cloned(),
             file_names: uploads.iter().map(|upload| upload.file_name.clone()).collect(),
+            nonce,
         });
+        if let Some(nonce) = enforced {
+            self.nonces.insert(nonce, (channel_id, message_id));
+        }
         self.created.insert((channel_id, message_id), message.clone());
         Answer::ok(message)
     }
@@ -243,7 +293,7 @@ impl State {
         };
         if let Some(content) = body["content"].as_str() {
             if content.chars().count() > MAX_CONTENT_CHARS {
-                return too_long();
+                return too_long("content", MAX_CONTENT_CHARS);
             }
             message["content"] = json!(content);
         }
@@ -261,12 +311,13 @@ impl State {
     }
 }
 
-/// 400 Invalid Form Body for content over 2000 characters, with Discord's `errors` tree.
-fn too_long() -> Answer {
-    let error = json!({ "code": "BASE_TYPE_MAX_LENGTH", "message": "Must be 2000 or fewer in length." });
+/// 400 Invalid Form Body for a `field` over `limit` characters, with Discord's `errors` tree.
+fn too_long(field: &str, limit: usize) -> Answer {
+    let message = format!("Must be {limit} or fewer in length.");
+    let error = json!({ "code": "BASE_TYPE_MAX_LENGTH", "message": message });
     Answer::Json(
         400,
-        json!({ "message": "Invalid Form Body", "code": 50035, "errors": { "content": { "_errors": [error] } } }),
+        json!({ "message": "Invalid Form Body", "code": 50035, "errors": { field: { "_errors": [error] } } }),
     )
 }
 

@@ -5,14 +5,19 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::{APPLICATION_ID, BOT_ID, BOT_NAME, Failure};
+use super::{APPLICATION_ID, BOT_ID, BOT_NAME, Failure, LostAnswer};
 
-/// One REST answer: a JSON body with a status, or 204 No Content.
+/// One REST answer: a JSON body with a status, 204 No Content, a 429, or none at all.
 #[derive(Debug, Clone)]
 pub(super) enum Answer {
     Json(u16, Value),
     NoContent,
-    RateLimited(f64),
+    RateLimited {
+        retry_after_secs: f64,
+        global: bool,
+    },
+    /// The connection is cut before an answer is complete.
+    Dropped,
 }
 
 impl Answer {
@@ -36,12 +41,18 @@ impl Answer {
         Answer::error(401, "401: Unauthorized", 0)
     }
 
-    pub(super) fn is_err(&self) -> bool {
+    /// The HTTP status sent; 0 when the connection was cut instead.
+    pub(super) fn status(&self) -> u16 {
         match self {
-            Answer::Json(status, _) => *status >= 400,
-            Answer::NoContent => false,
-            Answer::RateLimited(_) => true,
+            Answer::Json(status, _) => *status,
+            Answer::NoContent => 204,
+            Answer::RateLimited { .. } => 429,
+            Answer::Dropped => 0,
         }
+    }
+
+    pub(super) fn is_err(&self) -> bool {
+        !(200..400).contains(&self.status())
     }
 
     pub(super) fn into_response(self) -> Response {
@@ -51,14 +62,17 @@ impl Answer {
                 (status, axum::Json(body)).into_response()
             }
             Answer::NoContent => StatusCode::NO_CONTENT.into_response(),
-            Answer::RateLimited(seconds) => rate_limited(seconds),
+            Answer::RateLimited { retry_after_secs, global } => rate_limited(retry_after_secs, global),
+            Answer::Dropped => dropped(),
         }
     }
 }
 
-/// 429 with `Retry-After` (whole seconds, rounded up), the `X-RateLimit-*` headers and Discord's body.
-fn rate_limited(seconds: f64) -> Response {
-    let body = json!({ "message": "You are being rate limited.", "retry_after": seconds, "global": false });
+/// 429 as Discord sends it: `Retry-After` (whole seconds, rounded up), the `X-RateLimit-*`
+/// headers (`X-RateLimit-Global` only for the global limit) and a body with `retry_after` in
+/// seconds as a float, `global`, and no `code`.
+fn rate_limited(seconds: f64, global: bool) -> Response {
+    let body = json!({ "message": "You are being rate limited.", "retry_after": seconds, "global": global });
     let mut response = (StatusCode::TOO_MANY_REQUESTS, axum::Json(body)).into_response();
     let headers = response.headers_mut();
     let whole = seconds.max(0.0).ceil() as u64;
@@ -67,15 +81,30 @@ fn rate_limited(seconds: f64) -> Response {
         headers.insert("x-ratelimit-reset-after", value);
     }
     headers.insert("x-ratelimit-remaining", HeaderValue::from(0));
-    headers.insert("x-ratelimit-scope", HeaderValue::from_static("user"));
+    if global {
+        headers.insert("x-ratelimit-global", HeaderValue::from_static("true"));
+        headers.insert("x-ratelimit-scope", HeaderValue::from_static("global"));
+    } else {
+        headers.insert("x-ratelimit-scope", HeaderValue::from_static("user"));
+    }
     response
+}
+
+/// A response whose body fails at once: hyper gives up on the connection, so the client gets
+/// no usable answer (as when a connection breaks after Discord acted on the request).
+fn dropped() -> Response {
+    let broken = futures_util::stream::once(async { Err::<bytes::Bytes, _>(std::io::Error::other("connection cut")) });
+    Response::new(axum::body::Body::from_stream(broken))
 }
 
 impl From<Failure> for Answer {
     fn from(failure: Failure) -> Answer {
         match failure {
-            Failure::RateLimited { retry_after_secs } => Answer::RateLimited(retry_after_secs),
-            Failure::ServerError => Answer::error(500, "500: Internal Server Error", 0),
+            Failure::RateLimited { retry_after_secs, global } => Answer::RateLimited { retry_after_secs, global },
+            Failure::ServerError | Failure::AnswerLost(LostAnswer::ServerError) => {
+                Answer::error(500, "500: Internal Server Error", 0)
+            }
+            Failure::AnswerLost(LostAnswer::ConnectionDropped) => Answer::Dropped,
             Failure::Status { code, body } => Answer::Json(code, body),
         }
     }
