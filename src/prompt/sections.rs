@@ -39,10 +39,19 @@ pub fn identity(input: &PromptInput<'_>) -> Option<String> {
     let mut text = String::from("# Identity\n\nYou are a personal AI assistant running inside switchboard.");
     for (name, file) in [("IDENTITY.md", &input.files.identity), ("SOUL.md", &input.files.soul)] {
         if let Some(body) = file.render(name, Keep::Head) {
-            text.push_str(&format!("\n\n{body}"));
+            text.push_str(&format!("\n\n{}", without_title(&body, "Identity")));
         }
     }
     Some(text)
+}
+
+/// A file's text placed under a section titled `title`, without its own first line when that is
+/// a heading saying the same (the templates start with one): a title once is enough.
+pub(super) fn without_title<'a>(body: &'a str, title: &str) -> &'a str {
+    let (first, rest) = body.split_once('\n').unwrap_or((body, ""));
+    let heading = first.trim_start_matches('#');
+    let is_title = heading.len() < first.len() && heading.trim().eq_ignore_ascii_case(title);
+    if is_title { rest.trim_start_matches('\n') } else { body }
 }
 
 /// `agent.system_prompt`, kept for operators who configure the agent in the config file.
@@ -84,7 +93,7 @@ pub fn safety(_: &PromptInput<'_>) -> Option<String> {
 pub fn memory(input: &PromptInput<'_>) -> Option<String> {
     full_only(input)?;
     let body = input.files.memory.render("MEMORY.md", Keep::Tail)?;
-    Some(format!("# Memory\n\nLasting facts you noted earlier (MEMORY.md):\n\n{body}"))
+    Some(format!("# Memory\n\nLasting facts you noted earlier (MEMORY.md):\n\n{}", without_title(&body, "Memory")))
 }
 
 /// Where the agent works, what the bootstrap files are, and `AGENTS.md` / `TOOLS.md`.

@@ -154,3 +154,28 @@ fn groups_are_told_when_to_stay_silent() {
     input.sender = Sender::System;
     assert!(sections::user(&input).unwrap().contains("not from a person"));
 }
+
+#[tokio::test]
+async fn a_fresh_workspace_gives_every_heading_once() {
+    let dir = tempfile::tempdir().unwrap();
+    crate::workspace::init::write_workspace(dir.path()).unwrap();
+    // What a user writes into the templates' files, under the templates' own titles.
+    std::fs::write(dir.path().join("MEMORY.md"), "# Memory\n\n- The owner's cat is called Mia.\n").unwrap();
+    let files = WorkspaceFiles::load(dir.path(), 8000, 8000).await;
+    let tools = tools();
+    let prompt = build(&input(PromptMode::Full, &files, &tools));
+    let mut headings: Vec<&str> = prompt.lines().filter(|line| line.starts_with('#')).collect();
+    let count = headings.len();
+    headings.sort_unstable();
+    headings.dedup();
+    assert_eq!(headings.len(), count, "a heading repeats:\n{prompt}");
+    assert!(prompt.contains("Your name is Switchboard") && prompt.contains("cat is called Mia"), "{prompt}");
+}
+
+#[test]
+fn a_files_own_title_is_dropped_only_when_it_repeats_the_section() {
+    assert_eq!(sections::without_title("# Identity\n\nYou are Ada.", "Identity"), "You are Ada.");
+    assert_eq!(sections::without_title("## identity\nAda", "Identity"), "Ada");
+    assert_eq!(sections::without_title("# Persona\n\nCalm.", "Identity"), "# Persona\n\nCalm.");
+    assert_eq!(sections::without_title("Identity matters.", "Identity"), "Identity matters.");
+}
