@@ -112,14 +112,23 @@ pub(crate) fn redact(message: String, secret: Option<&str>) -> String {
 /// (OpenAI's `context_length_exceeded`, Anthropic's "prompt is too long: N tokens > M maximum").
 pub(crate) fn looks_like_overflow(message: &str) -> bool {
     let message = message.to_lowercase();
-    ["context_length_exceeded", "maximum context length", "context length exceeded", "prompt is too long"]
-        .iter()
+    [
+        "context_length_exceeded",
+        "maximum context length",
+        "context length exceeded",
+        "prompt is too long",
+        // llama.cpp's server (`exceed_context_size_error`).
+        "exceeds the available context size",
+        "exceed_context_size",
+    ]
+    .iter()
         .any(|needle| message.contains(needle))
 }
 
 /// The context window an overflow message names, in the shapes servers write it: OpenAI, vLLM
 /// and llama-cpp-python "maximum context length is 8192 tokens", llama-cpp-python "exceed
-/// context window of 2048", Anthropic "prompt is too long: 9000 tokens > 8192 maximum".
+/// context window of 2048", llama.cpp "exceeds the available context size (4096 tokens)",
+/// Anthropic "prompt is too long: 9000 tokens > 8192 maximum".
 pub(crate) fn overflow_limit(message: &str) -> Option<u64> {
     let message = message.to_lowercase();
     let number_after = |needle: &str| {
@@ -129,6 +138,7 @@ pub(crate) fn overflow_limit(message: &str) -> Option<u64> {
     };
     number_after("maximum context length is")
         .or_else(|| number_after("context window of"))
+        .or_else(|| number_after("available context size ("))
         .or_else(|| number_after("tokens >"))
         .filter(|&limit| limit > 0)
 }
@@ -143,7 +153,11 @@ mod tests {
         assert_eq!(overflow_limit(llama), Some(2048));
         assert_eq!(overflow_limit("Requested tokens (3010) exceed context window of 2048"), Some(2048));
         assert_eq!(overflow_limit("prompt is too long: 9000 tokens > 8192 maximum"), Some(8192));
-        assert_eq!(overflow_limit("the request exceeds the available context size"), None);
+        let llama_cpp = "request (4476 tokens) exceeds the available context size (4096 tokens)";
+        assert_eq!(overflow_limit(llama_cpp), Some(4096));
+        assert!(looks_like_overflow(llama_cpp));
+        assert!(looks_like_overflow("the request exceeds the available context size, try increasing it"));
+        assert_eq!(overflow_limit("the request exceeds the available context size, try increasing it"), None);
     }
 
     #[test]
