@@ -11,7 +11,8 @@ use async_trait::async_trait;
 use futures_util::StreamExt;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 
-use super::http::{error_chain, is_event_stream, redact_password, sensitive_value, transport_error};
+use super::clients::Clients;
+use super::http::{is_event_stream, redact_password, sensitive_value, transport_error};
 use super::retry_after::parse_retry_after;
 use super::sse::{SseParser, StreamEnd};
 use super::{ChatRequest, ChatResponse, Provider, ProviderError, TextSink};
@@ -67,7 +68,7 @@ impl fmt::Debug for AnthropicConfig {
 /// A [`Provider`] speaking the Anthropic Messages API.
 pub struct AnthropicProvider {
     config: AnthropicConfig,
-    client: reqwest::Client,
+    clients: Clients,
     endpoint: reqwest::Url,
 }
 
@@ -82,12 +83,8 @@ impl AnthropicProvider {
     /// Checks the URL and key now, so a bad config fails at start, not on the first call.
     pub fn new(config: AnthropicConfig) -> Result<Self, ProviderError> {
         let endpoint = messages_endpoint(&config.base_url)?;
-        let client = reqwest::Client::builder()
-            .default_headers(default_headers(&config)?)
-            .connect_timeout(config.request_timeout)
-            .build()
-            .map_err(|e| ProviderError::Config(format!("cannot build the HTTP client: {}", error_chain(&e))))?;
-        Ok(Self { config, client, endpoint })
+        let clients = Clients::new(default_headers(&config)?, config.request_timeout)?;
+        Ok(Self { config, clients, endpoint })
     }
 
     fn secret(&self) -> Option<&str> {
@@ -96,11 +93,12 @@ impl AnthropicProvider {
 
     async fn complete_once(
         &self,
+        client: &reqwest::Client,
         body: &wire::WireRequest<'_>,
         sink: Option<TextSink<'_>>,
     ) -> Result<ChatResponse, ProviderError> {
         let exchange = async {
-            let response = self.send(body).await?;
+            let response = self.send(client, body).await?;
             response.bytes().await.map_err(|e| self.transport_error(e))
         };
         let bytes = tokio::time::timeout(self.config.request_timeout, exchange).await.map_err(|_| self.timeout())??;
@@ -114,7 +112,8 @@ impl AnthropicProvider {
     ) -> Result<ChatResponse, ProviderError> {
         let limit = self.config.request_timeout;
         let body = wire::encode_request(request, true);
-        let response = tokio::time::timeout(limit, self.send(&body)).await.map_err(|_| self.timeout())??;
+        let response =
+            tokio::time::timeout(limit, self.send(&self.clients.get(), &body)).await.map_err(|_| self.timeout())??;
         if !is_event_stream(response.headers()) {
             // A proxy that ignores `stream` answers with one JSON document.
             let bytes = tokio::time::timeout(limit, response.bytes())
@@ -129,7 +128,7 @@ impl AnthropicProvider {
                 tracing::warn!(provider = %self.config.name, %why, "the streamed answer ended unfinished; asking once more without streaming");
                 // Text already streamed stays in the live view until the reply replaces it.
                 let body = wire::encode_request(request, false);
-                self.complete_once(&body, if streamed { None } else { sink }).await
+                self.complete_once(&self.clients.renew()?, &body, if streamed { None } else { sink }).await
             }
         }
     }
@@ -168,9 +167,13 @@ impl AnthropicProvider {
     }
 
     /// POSTs the body; a non-2xx answer becomes the matching error.
-    async fn send(&self, body: &wire::WireRequest<'_>) -> Result<reqwest::Response, ProviderError> {
+    async fn send(
+        &self,
+        client: &reqwest::Client,
+        body: &wire::WireRequest<'_>,
+    ) -> Result<reqwest::Response, ProviderError> {
         let response =
-            self.client.post(self.endpoint.clone()).json(body).send().await.map_err(|e| self.transport_error(e))?;
+            client.post(self.endpoint.clone()).json(body).send().await.map_err(|e| self.transport_error(e))?;
         let status = response.status();
         if status.is_success() {
             return Ok(response);
@@ -212,7 +215,7 @@ impl Provider for AnthropicProvider {
         if self.config.stream {
             self.complete_streaming(request, stream).await
         } else {
-            self.complete_once(&wire::encode_request(request, false), stream).await
+            self.complete_once(&self.clients.get(), &wire::encode_request(request, false), stream).await
         }
     }
 }

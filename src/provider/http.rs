@@ -122,7 +122,7 @@ pub(crate) fn looks_like_overflow(message: &str) -> bool {
         "exceed_context_size",
     ]
     .iter()
-        .any(|needle| message.contains(needle))
+    .any(|needle| message.contains(needle))
 }
 
 /// The context window an overflow message names, in the shapes servers write it: OpenAI, vLLM

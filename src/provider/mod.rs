@@ -2,6 +2,7 @@
 //! OpenAI-compatible and Anthropic implementations, the failover chain and the price table.
 
 pub mod anthropic;
+mod clients;
 pub mod failover;
 mod http;
 pub mod openai;

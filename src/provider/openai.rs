@@ -11,7 +11,8 @@ use async_trait::async_trait;
 use futures_util::StreamExt;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 
-use super::http::{error_chain, is_event_stream, redact_password, sensitive_value, transport_error};
+use super::clients::Clients;
+use super::http::{is_event_stream, redact_password, sensitive_value, transport_error};
 use super::retry_after::parse_retry_after;
 use super::sse::{SseEvent, SseParser, StreamEnd};
 use super::{ChatRequest, ChatResponse, Provider, ProviderError, TextSink};
@@ -68,7 +69,7 @@ impl fmt::Debug for OpenAiConfig {
 /// A [`Provider`] speaking the OpenAI chat-completions API.
 pub struct OpenAiProvider {
     config: OpenAiConfig,
-    client: reqwest::Client,
+    clients: Clients,
     endpoint: reqwest::Url,
 }
 
@@ -83,21 +84,18 @@ impl OpenAiProvider {
     /// Checks the URL and headers now, so a bad config fails at start, not on the first call.
     pub fn new(config: OpenAiConfig) -> Result<Self, ProviderError> {
         let endpoint = chat_endpoint(&config.base_url)?;
-        let client = reqwest::Client::builder()
-            .default_headers(default_headers(&config)?)
-            .connect_timeout(config.request_timeout)
-            .build()
-            .map_err(|e| ProviderError::Config(format!("cannot build the HTTP client: {}", error_chain(&e))))?;
-        Ok(Self { config, client, endpoint })
+        let clients = Clients::new(default_headers(&config)?, config.request_timeout)?;
+        Ok(Self { config, clients, endpoint })
     }
 
     async fn complete_once(
         &self,
+        client: &reqwest::Client,
         body: &wire::WireRequest<'_>,
         sink: Option<TextSink<'_>>,
     ) -> Result<ChatResponse, ProviderError> {
         let exchange = async {
-            let response = self.send(body).await?;
+            let response = self.send(client, body).await?;
             response.bytes().await.map_err(|e| self.transport_error(e))
         };
         let bytes = tokio::time::timeout(self.config.request_timeout, exchange).await.map_err(|_| self.timeout())??;
@@ -111,7 +109,8 @@ impl OpenAiProvider {
     ) -> Result<ChatResponse, ProviderError> {
         let limit = self.config.request_timeout;
         let body = wire::encode_request(request, true);
-        let response = tokio::time::timeout(limit, self.send(&body)).await.map_err(|_| self.timeout())??;
+        let response =
+            tokio::time::timeout(limit, self.send(&self.clients.get(), &body)).await.map_err(|_| self.timeout())??;
         if !is_event_stream(response.headers()) {
             // Some servers ignore `stream: true` and answer with one JSON document.
             let bytes = tokio::time::timeout(limit, response.bytes())
@@ -127,7 +126,7 @@ impl OpenAiProvider {
                 // Text already streamed stays in the live view until the reply replaces it:
                 // the sink hears nothing more then, or the start would show twice.
                 let body = wire::encode_request(request, false);
-                self.complete_once(&body, if streamed { None } else { sink }).await
+                self.complete_once(&self.clients.renew()?, &body, if streamed { None } else { sink }).await
             }
         }
     }
@@ -188,9 +187,13 @@ impl OpenAiProvider {
     }
 
     /// POSTs the body; a non-2xx answer becomes the matching error.
-    async fn send(&self, body: &wire::WireRequest<'_>) -> Result<reqwest::Response, ProviderError> {
+    async fn send(
+        &self,
+        client: &reqwest::Client,
+        body: &wire::WireRequest<'_>,
+    ) -> Result<reqwest::Response, ProviderError> {
         let response =
-            self.client.post(self.endpoint.clone()).json(body).send().await.map_err(|e| self.transport_error(e))?;
+            client.post(self.endpoint.clone()).json(body).send().await.map_err(|e| self.transport_error(e))?;
         let status = response.status();
         if status.is_success() {
             return Ok(response);
@@ -234,7 +237,7 @@ impl Provider for OpenAiProvider {
         if self.config.stream {
             self.complete_streaming(request, stream).await
         } else {
-            self.complete_once(&wire::encode_request(request, false), stream).await
+            self.complete_once(&self.clients.get(), &wire::encode_request(request, false), stream).await
         }
     }
 }

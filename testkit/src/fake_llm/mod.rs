@@ -14,6 +14,7 @@
 //! [`FakeLlm::start_with_quirks`] makes it behave like a server users run instead of the hosted
 //! API ([`Quirks::llama_cpp`]: no usage in streams, an empty 200 stream on overflow, …).
 
+mod connection;
 mod quirks;
 
 pub use quirks::{Quirks, request_tokens};
@@ -155,11 +156,7 @@ impl FakeLlm {
         // A test helper: failing to bind loopback is an environment problem worth a panic.
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0 for FakeLlm");
         let addr = listener.local_addr().expect("FakeLlm local address");
-        let server = tokio::spawn(async move {
-            if let Err(error) = axum::serve(listener, router).await {
-                eprintln!("FakeLlm server stopped: {error}");
-            }
-        });
+        let server = tokio::spawn(connection::accept_loop(listener, router));
         FakeLlm { addr, shared, server }
     }
 

@@ -17,7 +17,9 @@ pub struct Quirks {
     pub no_stream_usage: bool,
     /// The server's context window in tokens (counted as about four characters each, over the
     /// messages and the tool schemas). A request over it gets 400 `context_length_exceeded`
-    /// when not streamed, and 200 with an empty event stream when streamed.
+    /// when not streamed, and 200 with an empty event stream when streamed, after which the
+    /// connection is closed while it still looks reusable: the next request sent over it gets
+    /// no answer.
     pub context_window: Option<usize>,
     /// 500 for an assistant message with tool calls and `content: null`, and for
     /// `tool_choice: "required"`.
@@ -72,10 +74,12 @@ pub(super) fn refusal(quirks: &Quirks, request: &Value) -> Option<Response> {
         return None;
     }
     if request.get("stream").and_then(Value::as_bool) == Some(true) {
-        // What llama-cpp-python does: the error is raised inside the stream's generator.
+        // What llama-cpp-python does: the error is raised inside the stream's generator, the
+        // stream ends empty, and the server drops the connection after it.
         let mut response = Body::empty().into_response();
         let event_stream = HeaderValue::from_static("text/event-stream; charset=utf-8");
         response.headers_mut().insert(header::CONTENT_TYPE, event_stream);
+        response.extensions_mut().insert(super::connection::CloseAfter);
         return Some(response);
     }
     let message = format!(
