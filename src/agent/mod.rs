@@ -383,3 +383,5 @@ fn failure_reply(err: &ProviderError) -> String {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_models;

@@ -14,9 +14,9 @@ use crate::provider::{ChatResponse, ProviderError, Role, TextSink, ToolCall};
 use crate::tools::{Tool, ToolError, ToolFilter};
 
 #[derive(Default)]
-struct Scripted {
+pub(super) struct Scripted {
     answers: Mutex<VecDeque<Result<ChatResponse, ProviderError>>>,
-    requests: Mutex<Vec<ChatRequest>>,
+    pub requests: Mutex<Vec<ChatRequest>>,
 }
 
 #[async_trait]
@@ -48,7 +48,7 @@ fn text(content: &str) -> Result<ChatResponse, ProviderError> {
     })
 }
 
-fn calls(names: &[(&str, Value)]) -> Result<ChatResponse, ProviderError> {
+pub(super) fn calls(names: &[(&str, Value)]) -> Result<ChatResponse, ProviderError> {
     let tool_calls = names
         .iter()
         .enumerate()
@@ -79,7 +79,7 @@ impl Tool for Nap {
 }
 
 #[derive(Default)]
-struct Recorder(Mutex<Vec<RunEventBody>>);
+pub(super) struct Recorder(Mutex<Vec<RunEventBody>>);
 
 impl EventSink for Recorder {
     fn emit(&self, body: RunEventBody) {
@@ -87,8 +87,18 @@ impl EventSink for Recorder {
     }
 }
 
-fn agent(script: Vec<Result<ChatResponse, ProviderError>>, max_iterations: u32) -> (Agent, Arc<Scripted>) {
+pub(super) fn agent(script: Vec<Result<ChatResponse, ProviderError>>, max_iterations: u32) -> (Agent, Arc<Scripted>) {
     agent_with_prices(script, max_iterations, PriceTable::default())
+}
+
+/// An agent whose first call of a turn is told `choice`.
+pub(super) fn scripted_agent(
+    script: Vec<Result<ChatResponse, ProviderError>>,
+    choice: ToolChoice,
+) -> (Agent, Arc<Scripted>) {
+    let (agent, provider) = agent(script, 5);
+    let Agent { provider: dyn_provider, tools, settings } = agent;
+    (Agent::new(dyn_provider, tools, AgentSettings { tool_choice: choice, ..settings }), provider)
 }
 
 fn agent_with_prices(
@@ -114,7 +124,7 @@ fn agent_with_prices(
     (Agent::new(provider.clone(), tools, settings), provider)
 }
 
-fn turn<'a>(history: Vec<ChatMessage>, input: &str, events: &'a Recorder) -> Turn<'a> {
+pub(super) fn turn<'a>(history: Vec<ChatMessage>, input: &str, events: &'a Recorder) -> Turn<'a> {
     Turn {
         system_prompt: "be brief".into(),
         history,

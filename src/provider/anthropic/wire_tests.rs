@@ -131,3 +131,45 @@ fn error_bodies() {
     let html = error_from_body(502, None, b"<html>bad gateway</html>", None);
     assert!(matches!(&html, ProviderError::Http { status: 502, message, .. } if message.contains("bad gateway")));
 }
+
+#[test]
+fn tool_choice_as_the_messages_api_spells_it() {
+    let tool = ToolSpec { name: "current_time".into(), description: "d".into(), parameters: json!({}) };
+    let with = |choice: ToolChoice| {
+        let request =
+            ChatRequest { tools: vec![tool.clone()], tool_choice: choice, ..request(vec![ChatMessage::user("hi")]) };
+        serde_json::to_value(encode_request(&request, false)).unwrap()
+    };
+    assert!(with(ToolChoice::Auto).get("tool_choice").is_none());
+    assert_eq!(with(ToolChoice::Required)["tool_choice"], json!({"type": "any"}));
+    assert_eq!(
+        with(ToolChoice::Named("current_time".into()))["tool_choice"],
+        json!({"type": "tool", "name": "current_time"})
+    );
+}
+
+#[test]
+fn a_history_with_failed_turns_reaches_anthropic_alternating_from_the_user() {
+    use crate::context::pipeline::{Budget, prepare};
+    // Two failed turns (their inputs stored without replies), a tool turn, a cut-off start.
+    let (a, b) = (call("a"), call("b"));
+    let history = vec![
+        ChatMessage::assistant("a reply whose question was cut off", vec![]),
+        ChatMessage::user("first"),
+        ChatMessage::user("second?"),
+        ChatMessage::assistant("", vec![a.clone(), b.clone()]),
+        ChatMessage::tool_result(&a, "A"),
+        ChatMessage::tool_result(&b, "B"),
+        ChatMessage::assistant("Done.", vec![]),
+        ChatMessage::user("hello?"),
+    ];
+    let budget = Budget { input: 1_000_000, fixed: 0 };
+    let mut messages = vec![ChatMessage::system("s")];
+    messages.extend(prepare(history, None, budget, &Default::default(), &Default::default()));
+    messages.push(ChatMessage::user("now"));
+    let body = encoded(messages);
+    let roles: Vec<&str> = body["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles.first(), Some(&"user"));
+    assert!(roles.windows(2).all(|pair| pair[0] != pair[1]), "{roles:?}");
+    assert_eq!(roles.last(), Some(&"user"));
+}

@@ -224,3 +224,19 @@ fn errors_inside_a_stream() {
     let openai = json!({"message": "overloaded", "type": "server_error", "code": null});
     assert!(matches!(error_from_stream(&openai, None), ProviderError::Http { status: 500, .. }));
 }
+
+#[test]
+fn tool_choice_is_sent_only_with_tools_and_as_the_api_spells_it() {
+    let tool = ToolSpec { name: "current_time".into(), description: "d".into(), parameters: json!({}) };
+    let with = |choice: ToolChoice, tools: Vec<ToolSpec>| {
+        encode(&ChatRequest { tool_choice: choice, ..request(vec![ChatMessage::user("hi")], tools) }, false)
+    };
+    assert!(with(ToolChoice::Auto, vec![tool.clone()]).get("tool_choice").is_none());
+    assert_eq!(with(ToolChoice::Required, vec![tool.clone()])["tool_choice"], "required");
+    assert_eq!(with(ToolChoice::None, vec![tool.clone()])["tool_choice"], "none");
+    assert_eq!(
+        with(ToolChoice::Named("current_time".into()), vec![tool])["tool_choice"],
+        json!({"type": "function", "function": {"name": "current_time"}})
+    );
+    assert!(with(ToolChoice::Required, vec![]).get("tool_choice").is_none(), "no tools, no choice");
+}
