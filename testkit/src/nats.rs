@@ -18,13 +18,19 @@ use tokio::process::{Child, Command};
 const START_TIMEOUT: Duration = Duration::from_secs(15);
 const POLL_INTERVAL: Duration = Duration::from_millis(20);
 
+/// A login a server requires.
+enum Auth {
+    UserPassword(String, String),
+    Token(String),
+}
+
 /// A running `nats-server` child process, killed on drop.
 pub struct NatsServer {
     dir: TempDir,
     port: u16,
     jetstream: bool,
-    /// User and password the server requires, if any.
-    auth: Option<(String, String)>,
+    /// The login the server requires, if any.
+    auth: Option<Auth>,
     child: Option<Child>,
 }
 
@@ -41,10 +47,15 @@ impl NatsServer {
 
     /// Starts a server with JetStream that only lets in `user` with `password`.
     pub async fn start_with_auth(user: &str, password: &str) -> NatsServer {
-        Self::launch(true, Some((user.to_owned(), password.to_owned()))).await
+        Self::launch(true, Some(Auth::UserPassword(user.to_owned(), password.to_owned()))).await
     }
 
-    async fn launch(jetstream: bool, auth: Option<(String, String)>) -> NatsServer {
+    /// Starts a server with JetStream that only lets in clients sending `token`.
+    pub async fn start_with_token(token: &str) -> NatsServer {
+        Self::launch(true, Some(Auth::Token(token.to_owned()))).await
+    }
+
+    async fn launch(jetstream: bool, auth: Option<Auth>) -> NatsServer {
         let dir = tempfile::tempdir().unwrap_or_else(|err| panic!("cannot create a temp dir: {err}"));
         let mut server = NatsServer { dir, port: 0, jetstream, auth, child: None };
         let child = server.spawn(None);
@@ -88,8 +99,14 @@ impl NatsServer {
         if self.jetstream {
             cmd.arg("-js").arg("-sd").arg(dir);
         }
-        if let Some((user, password)) = &self.auth {
-            cmd.args(["--user", user, "--pass", password]);
+        match &self.auth {
+            Some(Auth::UserPassword(user, password)) => {
+                cmd.args(["--user", user, "--pass", password]);
+            }
+            Some(Auth::Token(token)) => {
+                cmd.args(["--auth", token]);
+            }
+            None => {}
         }
         cmd.arg("--ports_file_dir").arg(dir);
         cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log_file(dir)).kill_on_drop(true);

@@ -10,6 +10,7 @@
 //! come back to another worker while the first one still has it queued.
 
 mod puller;
+mod servers;
 mod streams;
 
 use std::time::Duration;
@@ -205,12 +206,18 @@ impl Bus for NatsBus {
 
 /// The first connection. A server that is not up yet (connection refused, timed out, name not
 /// resolved) is tried again with backoff when `retry`; anything else is a setup error to report.
+/// The login written in the URL is sent as the client's login (see `servers`).
 async fn connect_client(url: &str, shown: &str, retry: bool) -> Result<Client, BusError> {
+    let servers = servers::parse(url)
+        .map_err(|err| BusError::Connect { url: shown.to_owned(), reason: redact_in(&err.to_string(), url) })?;
     let mut delay = CONNECT_RETRY_MIN;
     let mut attempt = 1u32;
     loop {
-        let options = ConnectOptions::new().name("switchboard").event_callback(log_event(shown.to_owned()));
-        let err = match options.connect(url).await {
+        let mut options = ConnectOptions::new().name("switchboard").event_callback(log_event(shown.to_owned()));
+        if let Some(login) = &servers.login {
+            options = login.apply(options);
+        }
+        let err = match options.connect(servers.addrs.as_slice()).await {
             Ok(client) => return Ok(client),
             Err(err) => err,
         };

@@ -83,15 +83,62 @@ async fn connect_waits_for_a_server_that_is_not_up_yet() {
 }
 
 /// Waiting is for a server that is not up yet; one that refuses us will not change its mind,
-/// so a refused login stops the start at once, without the password in the error.
+/// so a refused login stops the start at once, without the password or token in the error (in
+/// the URL's percent-encoded form or decoded).
 #[tokio::test]
 async fn refused_login_fails_at_once_even_when_waiting_for_the_server() {
     let server = NatsServer::start_with_auth("switchboard", "right-password").await;
-    let url = format!("nats://switchboard:wrong-password@127.0.0.1:{}", server.port());
+    let url = format!("nats://switchboard:wr0ng%2Fp%40ss@127.0.0.1:{}", server.port());
     let err = within(PATIENCE, "connect", NatsBus::connect(&url, options())).await.err().expect("refused");
+    assert_refused_without(&err, &["wr0ng", "p@ss", "p%40ss"]);
+
+    let server = NatsServer::start_with_token("right-token").await;
+    let url = format!("nats://wrong-token@127.0.0.1:{}", server.port());
+    let err = within(PATIENCE, "connect", NatsBus::connect(&url, options())).await.err().expect("refused");
+    assert_refused_without(&err, &["wrong-token"]);
+}
+
+fn assert_refused_without(err: &BusError, secrets: &[&str]) {
     assert!(matches!(err, BusError::Connect { .. }), "{err}");
     assert!(err.to_string().contains("authorization violation"), "{err}");
-    assert!(!err.to_string().contains("wrong-password"), "{err}");
+    for secret in secrets {
+        assert!(!err.to_string().contains(secret), "{secret} in: {err}");
+    }
+}
+
+/// Connects to `url` and passes one message through the bus.
+async fn assert_logged_in(url: &str) {
+    let bus =
+        within(PATIENCE, "connect", NatsBus::connect(url, options())).await.expect("connect with the URL's login");
+    publish_on(&bus, "logged in").await;
+    let mut deliveries = bus.inbound().await.expect("inbound");
+    assert_eq!(content_of(&take(&mut deliveries).await), "logged in");
+}
+
+/// `bus = "nats://user:password@host"` logs in with them; characters a URL cannot hold as they
+/// are (`@ : /`) are written percent-encoded.
+#[tokio::test]
+async fn user_and_password_written_in_the_url_log_in() {
+    let server = NatsServer::start_with_auth("switchboard", "p@ss:w/rd").await;
+    assert_logged_in(&format!("nats://switchboard:p%40ss%3Aw%2Frd@127.0.0.1:{}", server.port())).await;
+}
+
+/// `nats://TOKEN@host`: a user part without a password is a token, as in other NATS clients.
+#[tokio::test]
+async fn token_written_in_the_url_logs_in() {
+    let server = NatsServer::start_with_token("s3cret-token").await;
+    assert_logged_in(&format!("nats://s3cret-token@127.0.0.1:{}", server.port())).await;
+}
+
+/// In a comma-separated server list the login may be written once; a server that is down is
+/// passed over for one that is up.
+#[tokio::test]
+async fn a_server_list_shares_the_login_written_in_one_url() {
+    let mut down = NatsServer::start().await;
+    down.kill().await;
+    let server = NatsServer::start_with_auth("switchboard", "right-password").await;
+    let url = format!("nats://switchboard:right-password@127.0.0.1:{},nats://127.0.0.1:{}", down.port(), server.port());
+    assert_logged_in(&url).await;
 }
 
 /// `docs/bus.md` tells adapters in other languages to publish with `Nats-Msg-Id: <id>`: such a
