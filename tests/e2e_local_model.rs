@@ -133,3 +133,32 @@ async fn a_bad_key_says_who_can_fix_it() {
     assert!(reply.contains("API key") && reply.contains("owner"), "{reply}");
     assert!(!reply.contains("try again in a moment"), "{reply}");
 }
+
+#[tokio::test]
+async fn a_window_named_while_dropping_history_is_kept_for_later_turns() {
+    let llm = FakeLlm::start_with_quirks(Quirks::llama_cpp(4096)).await;
+    let dir = tempfile::tempdir().unwrap();
+    // A guest (without a budget): a short prompt, so only the growing conversation passes the
+    // server's window.
+    let daemon = daemon(dir.path(), &llm, &[("SWITCHBOARD_BUDGETS__GUEST", "0")]).await;
+    let paragraph = "The quick brown fox jumps over the lazy dog.".repeat(30);
+    let mut overflowed_at = None;
+    for n in 0..12 {
+        let text = format!("{n}: {paragraph}");
+        assert_eq!(say(&daemon, &text).await["reply"], format!("echo: {text}"), "turn {n}");
+        // The turn's own model calls (compaction may add calls of its own).
+        let sent = llm.requests().iter().filter(|r| last_user_text(r) == text).count();
+        match overflowed_at {
+            None if sent > 1 => overflowed_at = Some(n),
+            None => {}
+            Some(_) => assert_eq!(sent, 1, "turn {n} should fit the learned window at once"),
+        }
+    }
+    assert!(overflowed_at.is_some(), "the conversation never reached the server's window");
+    daemon.wait_for_log("Set agent.context_window = 4096").await;
+}
+
+fn last_user_text(request: &Value) -> &str {
+    let messages = request["messages"].as_array().map(Vec::as_slice).unwrap_or_default();
+    messages.iter().rev().find(|m| m["role"] == "user").and_then(|m| m["content"].as_str()).unwrap_or_default()
+}

@@ -1,7 +1,8 @@
 //! The agent's part of a run: the prompt fitted to the model's context window, the history
-//! chosen within it, the agent loop. When the model server refuses the turn as too long and
-//! names a window smaller than the configured one, the window is learned and the turn runs once
-//! more within it, so a local model with the default configuration still answers.
+//! chosen within it, the agent loop. When the model server refuses a call as too long and names
+//! a window smaller than the configured one, the window is learned for the turns to come; a turn
+//! that failed on it runs once more within it, so a local model with the default configuration
+//! still answers.
 
 use switchboard_channels::contract::InboundMessage;
 
@@ -33,11 +34,10 @@ pub(super) async fn run_agent(
 ) -> Result<TurnResult, StoreError> {
     let mut result = attempt(shared, plan, events, steer).await?;
     let agent = &plan.agent.settings().name;
-    if result.overflowed
-        && let Some(limit) = result.context_limit
-        && shared.context.windows().learn(agent, limit)
-    {
-        tracing::info!(limit, "running the turn again within the window the model server named");
+    // Learned whenever the server names it, so later turns fit without a refusal first.
+    let shrank = result.context_limit.is_some_and(|limit| shared.context.windows().learn(agent, limit));
+    if shrank && result.overflowed {
+        tracing::info!(limit = ?result.context_limit, "running the turn again within the window the model server named");
         let first = result;
         result = attempt(shared, plan, events, steer).await?;
         result.usage.add(first.usage);
