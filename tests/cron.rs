@@ -10,19 +10,16 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use common::{BusKind, next_out, nothing_more};
-use cron_support::{person, request_text, start, start_with};
+use cron_support::{add_job, person, request_text, start, start_with};
 use serde_json::json;
 use switchboard::clock::to_store_precision;
 use switchboard::scheduler::CronSettings;
 use switchboard::scheduler::job::scheduled_id;
 use switchboard::scheduler::schedule::Schedule;
 use switchboard::store::Store;
-use switchboard::store::cron::{
-    AddLimits, AddOutcome, CronJob, CronRunStatus, CronStore, MissedPolicy, NewCronJob, NewCronRun, Payload,
-};
+use switchboard::store::cron::{CronJob, CronRunStatus, CronStore, MissedPolicy, NewCronRun, Payload};
 use switchboard::store::sqlite::SqliteStore;
 use switchboard_channels::bus::BusExt;
-use switchboard_channels::contract::ChatAddress;
 use switchboard_testkit::fake_llm::Scripted;
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -37,40 +34,6 @@ async fn only_job(store: &SqliteStore) -> CronJob {
     let jobs = store.cron_jobs(None).await.unwrap();
     assert_eq!(jobs.len(), 1, "{jobs:?}");
     jobs.into_iter().next().unwrap()
-}
-
-/// A job added straight to the store, as `switchboard cron add` does.
-async fn add_job(
-    store: &SqliteStore,
-    payload: Payload,
-    schedule: Schedule,
-    missed: MissedPolicy,
-    now: DateTime<Utc>,
-) -> CronJob {
-    let chat = ChatAddress { channel: "telegram".into(), chat_id: "42".into(), thread_id: None, is_group: false };
-    let job = NewCronJob {
-        name: "daily".into(),
-        agent: "main".into(),
-        owner_session: chat.session_key(),
-        chat,
-        payload,
-        message: "good morning".into(),
-        next_run_at: schedule.next_after(now),
-        schedule,
-        tz: "UTC".into(),
-        missed,
-        created_by_id: "cli".into(),
-        created_by_name: "test".into(),
-        created_at: now,
-        generation: 0,
-        parent_job: None,
-        created_by_run: None,
-        on_behalf_of: None,
-    };
-    match store.add_cron_job(&job, AddLimits { max_per_session: 100, max_per_run: None }).await.unwrap() {
-        AddOutcome::Added(job) => *job,
-        other => panic!("{other:?}"),
-    }
 }
 
 async fn reminder_in_a_telegram_topic_is_delivered_verbatim(kind: BusKind) {

@@ -8,19 +8,16 @@ mod cron_support;
 use std::time::Duration;
 
 use common::{BusKind, next_out, nothing_more};
-use cron_support::{person, start, start_with};
+use cron_support::{add_job, person, start, start_with};
 use serde_json::json;
 use switchboard::clock::to_store_precision;
 use switchboard::scheduler::CronSettings;
 use switchboard::scheduler::job::scheduled_id;
 use switchboard::scheduler::schedule::Schedule;
-use switchboard::store::cron::{
-    AddLimits, AddOutcome, CronClaim, CronJob, CronRunStatus, CronStore, MissedPolicy, NewCronJob, NewCronRun, Payload,
-};
+use switchboard::store::cron::{CronClaim, CronJob, CronRunStatus, CronStore, MissedPolicy, NewCronRun, Payload};
 use switchboard::store::sqlite::SqliteStore;
 use switchboard_channels::Deliveries;
 use switchboard_channels::bus::BusExt;
-use switchboard_channels::contract::ChatAddress;
 use switchboard_testkit::fake_llm::Scripted;
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -108,7 +105,7 @@ async fn a_job_stuck_on_an_occurrence_it_already_fired_moves_on(kind: BusKind) {
     let mut out = h.bus.outbound("telegram").await.unwrap();
     let now = h.clock.now();
     let schedule: Schedule = serde_json::from_value(json!({"kind": "every", "every_secs": 60, "anchor": now})).unwrap();
-    let job = add_reminder(&h.store, schedule, now).await;
+    let job = add_job(&h.store, Payload::Reminder, schedule, MissedPolicy::RunOnce, now).await;
     let due = job.job.next_run_at.unwrap();
     assert_eq!(due, to_store_precision(now) + chrono::Duration::minutes(1));
     let inbound = scheduled_id(&job.id, due);
@@ -133,35 +130,8 @@ async fn a_job_stuck_on_an_occurrence_it_already_fired_moves_on(kind: BusKind) {
         h.scheduler.tick().await.unwrap().fired,
         vec![scheduled_id(&job.id, due + chrono::Duration::minutes(1))]
     );
-    assert_eq!(next_out(&mut out).await.content, "wake up");
+    assert_eq!(next_out(&mut out).await.content, "good morning");
     nothing_more(&mut out, Duration::from_millis(300)).await;
-}
-
-async fn add_reminder(store: &SqliteStore, schedule: Schedule, now: chrono::DateTime<chrono::Utc>) -> CronJob {
-    let chat = ChatAddress { channel: "telegram".into(), chat_id: "42".into(), thread_id: None, is_group: false };
-    let job = NewCronJob {
-        name: "wake".into(),
-        agent: "main".into(),
-        owner_session: chat.session_key(),
-        chat,
-        payload: Payload::Reminder,
-        message: "wake up".into(),
-        next_run_at: schedule.next_after(now),
-        schedule,
-        tz: "UTC".into(),
-        missed: MissedPolicy::RunOnce,
-        created_by_id: "cli".into(),
-        created_by_name: "test".into(),
-        created_at: now,
-        generation: 0,
-        parent_job: None,
-        created_by_run: None,
-        on_behalf_of: None,
-    };
-    match store.add_cron_job(&job, AddLimits { max_per_session: 100, max_per_run: None }).await.unwrap() {
-        AddOutcome::Added(job) => *job,
-        other => panic!("{other:?}"),
-    }
 }
 
 both_buses!(

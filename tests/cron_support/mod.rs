@@ -9,13 +9,14 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use switchboard::clock::ManualClock;
 use switchboard::config::UsersConfig;
+use switchboard::scheduler::schedule::Schedule;
 use switchboard::scheduler::{CronScheduler, CronSettings, CronTool};
-use switchboard::store::cron::CronStore;
+use switchboard::store::cron::{AddLimits, AddOutcome, CronJob, CronStore, MissedPolicy, NewCronJob, Payload};
 use switchboard::store::sqlite::SqliteStore;
 use switchboard::users::{AccessPolicy, Level};
 use switchboard::worker::WorkerSettings;
 use switchboard_channels::Bus;
-use switchboard_channels::contract::{InboundMessage, Sender};
+use switchboard_channels::contract::{ChatAddress, InboundMessage, Sender};
 use switchboard_testkit::fake_llm::FakeLlm;
 
 use crate::common::{self, BusKind, Setup, ToolMaker};
@@ -110,4 +111,38 @@ pub fn turn_tool_results(llm: &FakeLlm, n: usize) -> Vec<String> {
         .filter(|m| m["role"] == "tool")
         .map(|m| m["content"].as_str().unwrap_or("").to_owned())
         .collect()
+}
+
+/// A job added straight to the store, as `switchboard cron add` does.
+pub async fn add_job(
+    store: &SqliteStore,
+    payload: Payload,
+    schedule: Schedule,
+    missed: MissedPolicy,
+    now: DateTime<Utc>,
+) -> CronJob {
+    let chat = ChatAddress { channel: "telegram".into(), chat_id: "42".into(), thread_id: None, is_group: false };
+    let job = NewCronJob {
+        name: "daily".into(),
+        agent: "main".into(),
+        owner_session: chat.session_key(),
+        chat,
+        payload,
+        message: "good morning".into(),
+        next_run_at: schedule.next_after(now),
+        schedule,
+        tz: "UTC".into(),
+        missed,
+        created_by_id: "cli".into(),
+        created_by_name: "test".into(),
+        created_at: now,
+        generation: 0,
+        parent_job: None,
+        created_by_run: None,
+        on_behalf_of: None,
+    };
+    match store.add_cron_job(&job, AddLimits { max_per_session: 100, max_per_run: None }).await.unwrap() {
+        AddOutcome::Added(job) => *job,
+        other => panic!("{other:?}"),
+    }
 }
