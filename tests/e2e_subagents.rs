@@ -33,6 +33,17 @@ async fn sent(fake: &FakeTelegram, n: usize, logs: &dyn Fn() -> String) -> Vec<S
     fake.sent_messages()
 }
 
+/// Waits until the embedded bus has nothing left to deliver (its journal is empty).
+async fn settled(database: &std::path::Path) {
+    use switchboard_channels::bus::journal::Journal;
+    let store = switchboard::store::sqlite::SqliteStore::open(database).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !store.pending().await.unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "the bus never settled");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test]
 async fn a_subagent_lost_in_a_crash_is_reported_to_its_chat_once_after_restart() {
     let (llm, fake) = (FakeLlm::start().await, FakeTelegram::start().await);
@@ -47,6 +58,9 @@ async fn a_subagent_lost_in_a_crash_is_reported_to_its_chat_once_after_restart()
     let before = sent(&fake, 1, &|| first.logs()).await;
     assert_eq!(before[0].text.as_deref(), Some("A helper is looking it up."));
     llm.wait_for_requests(3, Duration::from_secs(10)).await;
+    // Killed while the sub-agent hangs, not between Telegram taking the reply and the channel
+    // noting it delivered: no channel can undo a send whose answer it never recorded.
+    settled(&dir.path().join("switchboard.db")).await;
     first.kill_hard();
 
     llm.push(Scripted::Text("Sorry, the helper for the tides stopped; shall I try again?".into()));
