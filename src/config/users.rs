@@ -14,11 +14,16 @@ pub struct UsersConfig {
     pub owners: Vec<String>,
     /// The level of a user created by their first message.
     pub default_level: Level,
+    /// The level the owner gives a sender by approving them (`switchboard pairing approve`
+    /// or `pairing add`); a sender who has a higher level keeps it.
+    pub approved_level: Level,
 }
 
 impl Default for UsersConfig {
     fn default() -> Self {
-        Self { owners: Vec::new(), default_level: Level::Guest }
+        // Someone the owner approved by name is trusted with the everyday tools, not treated
+        // like a stranger.
+        Self { owners: Vec::new(), default_level: Level::Guest, approved_level: Level::User }
     }
 }
 
