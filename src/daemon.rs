@@ -322,12 +322,7 @@ fn build_worker(
         access: AccessPolicy::from_config(&config.users, &config.permissions, &config.budgets)?,
         prompt: prompt_settings(&config.agent)?,
         guard: Some(Arc::new(Guard::new(&config.guard)?)),
-        queue: crate::worker::QueueSettings {
-            mode: config.worker.queue_mode,
-            collect_window: std::time::Duration::from_millis(config.worker.collect_window_ms),
-            max_depth: config.worker.max_queue_depth,
-            debounce: std::time::Duration::from_millis(config.worker.debounce_ms),
-        },
+        queue: crate::worker::QueueSettings::from_config(&config.worker),
         heartbeat_ack_max_chars: config.heartbeat.ack_max_chars,
         heartbeat_ack_max_chars_by_agent: config
             .agents

@@ -11,6 +11,7 @@ use clap::Subcommand;
 use crate::config::Config;
 use crate::store::pairing::{PairingEntry, PairingState};
 use crate::store::sqlite::SqliteStore;
+use crate::users::Level;
 
 #[derive(Debug, Subcommand)]
 pub enum PairingCommand {
@@ -82,35 +83,42 @@ impl FromStr for PairingChannel {
 /// Runs one `pairing` command against the configured store, printing the result on stdout.
 pub async fn run(config: &Config, command: PairingCommand) -> anyhow::Result<()> {
     let store = SqliteStore::open(config.store_path()).await?;
-    let result = execute(&store, command).await;
+    let result = execute(&store, command, config.users.approved_level).await;
     store.close().await;
     std::io::stdout().lock().write_all(result?.as_bytes())?;
     Ok(())
 }
 
-async fn execute(store: &SqliteStore, command: PairingCommand) -> anyhow::Result<String> {
+/// `level`: what an approved sender gets (`users.approved_level`).
+async fn execute(store: &SqliteStore, command: PairingCommand, level: Level) -> anyhow::Result<String> {
     Ok(match command {
         PairingCommand::List { channel } => {
             format_list(&store.list_pairings(channel.map(PairingChannel::as_str)).await?)
         }
         PairingCommand::Approve { channel, code } => {
-            let approved = store.approve_pairing(channel.as_str(), &code).await?;
-            format!("approved {}\n", describe_sender(channel.as_str(), &approved.sender_id, &approved.sender_name))
+            let approved = store.approve_pairing(channel.as_str(), &code, level).await?;
+            let sender = describe_sender(channel.as_str(), &approved.sender_id, &approved.sender_name);
+            format!("approved {sender} as {}\n", approved.level)
         }
         PairingCommand::Revoke { channel, sender_id } => {
             let sender = describe_sender(channel.as_str(), &sender_id, "");
             if store.revoke_pairing(channel.as_str(), &sender_id).await? {
-                format!("revoked {sender}\n")
+                // Revoking closes direct messages; the level is the users table's business.
+                format!(
+                    "revoked {sender}\nTheir level is unchanged; `switchboard users set-level {channel}:{sender_id} \
+                     guest` lowers it.\n"
+                )
             } else {
                 format!("{sender} was not approved; nothing changed\n")
             }
         }
         PairingCommand::Add { channel, sender_id, name } => {
             let sender = describe_sender(channel.as_str(), &sender_id, &name);
-            if store.approve_sender(channel.as_str(), &sender_id, &name).await? {
-                format!("approved {sender}\n")
+            let approval = store.approve_sender(channel.as_str(), &sender_id, &name, level).await?;
+            if approval.added {
+                format!("approved {sender} as {}\n", approval.level)
             } else {
-                format!("{sender} was approved already; nothing changed\n")
+                format!("{sender} was approved already; level {}\n", approval.level)
             }
         }
     })

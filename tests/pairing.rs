@@ -9,6 +9,7 @@ use std::time::Duration;
 use switchboard::store::StoreError;
 use switchboard::store::pairing::{CODE_ALPHABET, CodeProblem, PairingState};
 use switchboard::store::sqlite::SqliteStore;
+use switchboard::users::{Identity, Level, UserStore};
 use switchboard_channels::pairing::{PairingRequest, PairingStore};
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -62,13 +63,13 @@ async fn an_expired_code_is_replaced_and_cannot_be_approved() {
     assert!(fresh.new);
     assert_ne!(fresh.code, old.code);
 
-    let err = store.approve_pairing("telegram", &old.code).await.unwrap_err();
+    let err = store.approve_pairing("telegram", &old.code, Level::User).await.unwrap_err();
     assert_eq!(problem(&err), Some(CodeProblem::Expired), "{err}");
     assert!(err.to_string().contains("expired"), "{err}");
     assert!(!store.is_approved("telegram", "1").await.unwrap());
     // A ttl of zero is expired at once.
     let zero = code_for(&store, "telegram", "2", Duration::ZERO).await;
-    let err = store.approve_pairing("telegram", &zero.code).await.unwrap_err();
+    let err = store.approve_pairing("telegram", &zero.code, Level::User).await.unwrap_err();
     assert_eq!(problem(&err), Some(CodeProblem::Expired), "{err}");
 }
 
@@ -84,7 +85,7 @@ async fn the_pending_cap_refuses_new_senders_but_not_waiting_ones() {
     // The cap is per channel.
     assert!(store.request("discord", "3", "three", HOUR, 2).await.unwrap().is_some());
     // An approved code no longer counts.
-    store.approve_pairing("telegram", &first.code).await.unwrap();
+    store.approve_pairing("telegram", &first.code, Level::User).await.unwrap();
     assert!(store.request("telegram", "3", "three", HOUR, 2).await.unwrap().is_some());
 }
 
@@ -93,14 +94,14 @@ async fn approval_holds_on_its_channel_until_revoked() {
     let (store, _dir) = open().await;
     let request = code_for(&store, "telegram", "123", HOUR).await;
     assert!(!store.is_approved("telegram", "123").await.unwrap());
-    let approved = store.approve_pairing("telegram", &request.code).await.unwrap();
+    let approved = store.approve_pairing("telegram", &request.code, Level::User).await.unwrap();
     assert_eq!((approved.channel.as_str(), approved.sender_id.as_str()), ("telegram", "123"));
     assert_eq!(approved.sender_name, "123 name");
     assert!(store.is_approved("telegram", "123").await.unwrap());
     assert!(!store.is_approved("discord", "123").await.unwrap());
 
     // The code is spent.
-    let err = store.approve_pairing("telegram", &request.code).await.unwrap_err();
+    let err = store.approve_pairing("telegram", &request.code, Level::User).await.unwrap_err();
     assert_eq!(problem(&err), Some(CodeProblem::Used), "{err}");
 
     assert!(store.revoke_pairing("telegram", "123").await.unwrap());
@@ -113,7 +114,7 @@ async fn approval_ignores_case_spaces_and_dashes() {
     let (store, _dir) = open().await;
     let code = code_for(&store, "telegram", "1", HOUR).await.code;
     let typed = format!(" {}-{} ", code[..4].to_lowercase(), code[4..].to_lowercase());
-    store.approve_pairing("telegram", &typed).await.unwrap();
+    store.approve_pairing("telegram", &typed, Level::User).await.unwrap();
     assert!(store.is_approved("telegram", "1").await.unwrap());
 }
 
@@ -121,9 +122,9 @@ async fn approval_ignores_case_spaces_and_dashes() {
 async fn unknown_codes_and_codes_of_another_channel_are_refused() {
     let (store, _dir) = open().await;
     let code = code_for(&store, "telegram", "1", HOUR).await.code;
-    let err = store.approve_pairing("discord", &code).await.unwrap_err();
+    let err = store.approve_pairing("discord", &code, Level::User).await.unwrap_err();
     assert_eq!(problem(&err), Some(CodeProblem::Unknown), "{err}");
-    let err = store.approve_pairing("telegram", "ZZZZZZZZ").await.unwrap_err();
+    let err = store.approve_pairing("telegram", "ZZZZZZZZ", Level::User).await.unwrap_err();
     assert_eq!(problem(&err), Some(CodeProblem::Unknown), "{err}");
     assert!(!store.is_approved("telegram", "1").await.unwrap());
 }
@@ -152,8 +153,8 @@ async fn the_list_shows_pending_and_approved_senders() {
     let (store, _dir) = open().await;
     let waiting = code_for(&store, "telegram", "1", HOUR).await;
     code_for(&store, "telegram", "2", Duration::ZERO).await;
-    assert!(store.approve_sender("discord", "9", "nine").await.unwrap());
-    assert!(!store.approve_sender("discord", "9", "").await.unwrap());
+    assert!(store.approve_sender("discord", "9", "nine", Level::User).await.unwrap().added);
+    assert!(!store.approve_sender("discord", "9", "", Level::User).await.unwrap().added);
 
     let all = store.list_pairings(None).await.unwrap();
     assert_eq!(all.len(), 2, "the expired code is not listed: {all:?}");
@@ -171,10 +172,10 @@ async fn the_list_shows_pending_and_approved_senders() {
 async fn approving_by_id_spends_the_senders_code() {
     let (store, _dir) = open().await;
     let code = code_for(&store, "telegram", "1", HOUR).await.code;
-    store.approve_sender("telegram", "1", "").await.unwrap();
+    store.approve_sender("telegram", "1", "", Level::User).await.unwrap();
     let entries = store.list_pairings(None).await.unwrap();
     assert_eq!(entries.len(), 1, "no pending entry left: {entries:?}");
-    let err = store.approve_pairing("telegram", &code).await.unwrap_err();
+    let err = store.approve_pairing("telegram", &code, Level::User).await.unwrap_err();
     assert_eq!(problem(&err), Some(CodeProblem::Used), "{err}");
 }
 
@@ -199,8 +200,10 @@ async fn the_owner_approves_a_code_on_the_command_line() {
 
     let (ok, out, err) = pairing_cli(dir.path(), &["approve", "telegram", &code.to_lowercase()]);
     assert!(ok, "{err}");
-    assert_eq!(out, "approved telegram user 123 (alice)\n");
+    assert_eq!(out, "approved telegram user 123 (alice) as user\n");
     assert!(store.is_approved("telegram", "123").await.unwrap());
+    // The person the owner approved is a user (everyday tools, a user's budget), not a guest.
+    assert_eq!(level_of(&store, "telegram:123").await, Level::User);
 
     let (ok, out, err) = pairing_cli(dir.path(), &["list"]);
     assert!(ok, "{err}");
@@ -209,12 +212,53 @@ async fn the_owner_approves_a_code_on_the_command_line() {
     assert!(row.starts_with("telegram") && row.contains("123") && row.contains("approved 20"), "{out}");
 
     let (ok, out, err) = pairing_cli(dir.path(), &["revoke", "telegram", "123"]);
-    assert!(ok && out == "revoked telegram user 123\n", "{out}{err}");
+    assert!(ok && out.starts_with("revoked telegram user 123\n"), "{out}{err}");
+    assert!(out.contains("switchboard users set-level telegram:123 guest"), "{out}");
     assert!(!store.is_approved("telegram", "123").await.unwrap());
 
     let (ok, out, err) = pairing_cli(dir.path(), &["add", "discord", "77", "--name", "bob"]);
-    assert!(ok && out == "approved discord user 77 (bob)\n", "{out}{err}");
+    assert!(ok && out == "approved discord user 77 (bob) as user\n", "{out}{err}");
     assert!(store.is_approved("discord", "77").await.unwrap());
+    assert_eq!(level_of(&store, "discord:77").await, Level::User);
+}
+
+/// The stored level of the user behind `identity` (who exists already).
+async fn level_of(store: &SqliteStore, identity: &str) -> Level {
+    let identity: Identity = identity.parse().unwrap();
+    store.resolve_user(&identity, "", Level::Guest).await.unwrap().level
+}
+
+#[tokio::test]
+async fn the_configured_approved_level_is_given_and_a_higher_level_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(&dir.path().join("switchboard.db")).await.unwrap();
+    // A stranger who wrote before (a guest in the store), and an admin who asks for a code.
+    let stranger = store.request("telegram", "5", "eve", HOUR, 10).await.unwrap().unwrap().code;
+    store.resolve_user(&"telegram:5".parse().unwrap(), "eve", Level::Guest).await.unwrap();
+    let admin = store.request("telegram", "6", "ada", HOUR, 10).await.unwrap().unwrap().code;
+    store.set_level(&"telegram:6".parse().unwrap(), Level::Admin).await.unwrap();
+    store.close().await;
+
+    let approve = |code: &str| {
+        let args = ["pairing", "approve", "telegram", code];
+        support::run_to_exit(
+            dir.path(),
+            &args,
+            &[("SWITCHBOARD_LOG", "warn"), ("SWITCHBOARD_USERS__APPROVED_LEVEL", "admin")],
+        )
+    };
+    let (status, err, out) = approve(&stranger);
+    assert!(status.success() && out == "approved telegram user 5 (eve) as admin\n", "{out}{err}");
+    let (status, err, out) = approve(&admin);
+    assert!(status.success() && out == "approved telegram user 6 (ada) as admin\n", "{out}{err}");
+
+    let store = SqliteStore::open(&dir.path().join("switchboard.db")).await.unwrap();
+    assert_eq!(level_of(&store, "telegram:5").await, Level::Admin);
+    // Approving never lowers: an owner approved at the default level stays owner.
+    store.set_level(&"telegram:6".parse().unwrap(), Level::Owner).await.unwrap();
+    let approval = store.approve_sender("telegram", "6", "", Level::User).await.unwrap();
+    assert_eq!((approval.added, approval.level), (false, Level::Owner));
+    assert_eq!(level_of(&store, "telegram:6").await, Level::Owner);
 }
 
 #[tokio::test]

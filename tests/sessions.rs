@@ -120,22 +120,6 @@ async fn new_starts_a_conversation_without_earlier_history() {
 }
 
 #[tokio::test]
-async fn a_full_queue_tells_the_sender_to_wait() {
-    let settings = WorkerSettings { queue: QueueSettings { max_depth: 1, ..Default::default() }, ..Default::default() };
-    let (h, mut out) = harness(settings, vec![slow(1500, "first done")]).await;
-    h.bus.publish_inbound(&msg("f", "first")).await.unwrap();
-    h.llm.wait_for_requests(1, Duration::from_secs(5)).await;
-    h.bus.publish_inbound(&msg("f", "second")).await.unwrap();
-    h.bus.publish_inbound(&msg("f", "third")).await.unwrap();
-    let notice = next_reply(&mut out).await;
-    assert_eq!(notice.content, "I'm still working on earlier messages; please wait.");
-    assert_eq!(notice.kind, OutboundKind::Notice);
-    assert_eq!(next_reply(&mut out).await.content, "first done");
-    assert_eq!(next_reply(&mut out).await.content, "echo: second");
-    no_more_replies(&mut out, Duration::from_millis(500)).await;
-}
-
-#[tokio::test]
 async fn a_redelivered_command_is_not_executed_twice() {
     let (h, mut out) = harness(WorkerSettings::default(), vec![]).await;
     h.bus.publish_inbound(&msg("r", "before")).await.unwrap();
@@ -170,8 +154,12 @@ async fn a_guest_cannot_stop_a_group_run() {
 }
 
 #[tokio::test]
-async fn followup_answers_each_message_in_order() {
-    let (h, mut out) = harness(WorkerSettings::default(), vec![slow(500, "one")]).await;
+async fn followup_without_debouncing_answers_each_message_in_order() {
+    let settings = WorkerSettings {
+        queue: QueueSettings { debounce: Duration::ZERO, ..Default::default() },
+        ..Default::default()
+    };
+    let (h, mut out) = harness(settings, vec![slow(500, "one")]).await;
     for text in ["m1", "m2", "m3"] {
         h.bus.publish_inbound(&msg("fo", text)).await.unwrap();
     }

@@ -149,15 +149,18 @@ async fn usage_and_cost(kind: BusKind) {
     assert_eq!(announcement.id, format!("subagent:{id}"));
     let record = rig.store.subagent(&id).await.unwrap().unwrap();
     assert_eq!(record.status, SubagentStatus::Completed);
-    // The fake model counts four characters a token (at least one) of what it was sent and answered.
+    // The fake model counts four characters a token (at least one) of what it was sent (the
+    // messages and the tool schemas) and answered.
     let requests = rig.llm.requests();
     assert_eq!(requests.len(), 1);
+    let tools = requests[0].get("tools").map_or(0, |tools| tools.to_string().chars().count());
     let sent: usize = requests[0]["messages"]
         .as_array()
         .unwrap()
         .iter()
         .map(|m| m["content"].as_str().unwrap_or_default().chars().count())
-        .sum();
+        .sum::<usize>()
+        + tools;
     let usage = Usage::new((sent / 4).max(1) as u64, 1);
     assert_eq!(record.usage, usage);
     let cost = (usage.input_tokens as f64 + 2.0 * usage.output_tokens as f64) / 1e6;

@@ -338,3 +338,48 @@ async fn the_users_commands_list_link_and_set_levels_and_budgets() {
     assert_eq!(users.len(), 1);
     assert_eq!((users[0].user.level, users[0].user.budget), (Level::Admin, None));
 }
+
+/// What a guest's trial costs, measured rather than assumed: one conversation of messages of
+/// about 150 characters answered with about 600 (a brief chat answer), against the system
+/// prompt of a workspace `switchboard init` wrote, the default operator prompt and the tools a
+/// guest is offered, with the history growing turn by turn as the default history settings
+/// keep it. The model reports usage as real servers do (about four characters a token, tool
+/// schemas included). The default guest budget must last for at least 50 such messages.
+#[tokio::test]
+async fn the_default_guest_budget_lasts_a_trial_of_fifty_messages() {
+    const AT_LEAST: usize = 50;
+    let mut agent = common::AgentSpec::new("main", "fake-model", "workspace");
+    agent.system_prompt = switchboard::config::Config::default().agent.system_prompt;
+    let settings = WorkerSettings {
+        // Not a queueing test: each message is answered before the next is sent.
+        queue: switchboard::worker::QueueSettings { debounce: Duration::ZERO, ..Default::default() },
+        ..WorkerSettings::default()
+    };
+    let llm = switchboard_testkit::fake_llm::FakeLlm::start().await;
+    let answer = "Here is what I found. ".repeat(27); // 594 characters
+    for _ in 0..4 * AT_LEAST {
+        llm.push(switchboard_testkit::fake_llm::Scripted::Text(answer.clone()));
+    }
+    let h = Setup { settings, llm: Some(llm), agents: vec![agent], ..Setup::new(BusKind::Memory) }.start().await;
+    switchboard::workspace::init::write_workspace(&h.workspace).unwrap();
+    let mut out = h.outbound("test").await;
+
+    let mut answered = 0;
+    let refused = loop {
+        let text = format!("Question {answered}: {}", "what would you suggest for this week's plans? ".repeat(3));
+        h.send(&from("trial", &text)).await;
+        let reply = next_reply(&mut out).await;
+        if reply.kind == OutboundKind::Notice {
+            break reply;
+        }
+        answered += 1;
+        assert!(answered < 4 * AT_LEAST, "the guest budget never ran out");
+    };
+    assert!(refused.content.starts_with("You have used this month's allowance"), "{}", refused.content);
+    // The turns were the size they claim: a guest's prompt, one tool, the whole init workspace.
+    let first = &h.llm.requests()[0];
+    let system = first["messages"][0]["content"].as_str().unwrap();
+    assert!(system.contains("## AGENTS.md") && system.contains("level guest"), "{system}");
+    assert_eq!(first["tools"].as_array().map(Vec::len), Some(1), "{}", first["tools"]);
+    assert!(answered >= AT_LEAST, "the default guest budget lasted {answered} messages");
+}

@@ -11,7 +11,7 @@ mod common;
 
 use common::start;
 use switchboard::store::Store;
-use switchboard::worker::WorkerSettings;
+use switchboard::worker::{QueueSettings, WorkerSettings};
 use switchboard_channels::contract::{InboundMessage, OutboundMessage, RunEventBody, Sender};
 use switchboard_channels::subject::Flow;
 use switchboard_channels::{BusExt, Deliveries};
@@ -28,6 +28,11 @@ async fn next_reply(out: &mut Deliveries) -> OutboundMessage {
     reply
 }
 
+/// One turn per message: what `followup` does without debouncing, which these tests are about.
+fn turn_per_message() -> WorkerSettings {
+    WorkerSettings { queue: QueueSettings { debounce: Duration::ZERO, ..Default::default() }, ..Default::default() }
+}
+
 async fn no_more_replies(out: &mut Deliveries) {
     if let Ok(Some(Ok(d))) = tokio::time::timeout(Duration::from_millis(500), out.next()).await {
         panic!("unexpected reply {:?}", String::from_utf8_lossy(&d.payload));
@@ -40,7 +45,7 @@ async fn one_session_runs_in_order_and_sessions_run_in_parallel() {
     for _ in 0..4 {
         llm.push(Scripted::Delay(Duration::from_millis(400), Box::new(Scripted::Text("ok".into()))));
     }
-    let h = start(WorkerSettings::default(), llm).await;
+    let h = start(turn_per_message(), llm).await;
     let mut out = h.bus.outbound("test").await.unwrap();
     let started = Instant::now();
     for (chat, text) in [("a", "a1"), ("b", "b1"), ("a", "a2"), ("b", "b2")] {
@@ -143,7 +148,7 @@ async fn messages_too_old_are_dropped_not_answered() {
 async fn shutdown_finishes_running_turns_and_returns_queued_ones() {
     let llm = FakeLlm::start().await;
     llm.push(Scripted::Delay(Duration::from_millis(600), Box::new(Scripted::Text("finished".into()))));
-    let settings = WorkerSettings { shutdown_grace: Duration::from_secs(5), ..Default::default() };
+    let settings = WorkerSettings { shutdown_grace: Duration::from_secs(5), ..turn_per_message() };
     let h = start(settings, llm).await;
     let mut out = h.bus.outbound("test").await.unwrap();
     h.bus.publish_inbound(&msg("s", "first")).await.unwrap();

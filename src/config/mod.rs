@@ -349,9 +349,11 @@ pub struct WorkerConfig {
     pub queue_mode: crate::worker::QueueMode,
     /// Quiet time before queued messages are merged into one turn (`collect` mode).
     pub collect_window_ms: u64,
-    /// Messages waiting behind a session's running turn; more get a "please wait" notice.
+    /// Turns waiting behind a session's running one (a merged burst counts once); a message
+    /// that would start one more is not kept, and the chat is told once which ones were not.
     pub max_queue_depth: usize,
     /// Quiet time after which rapid messages of one sender are merged into one turn; 0 = off.
+    /// On by default: a forwarded conversation arrives as a burst and deserves one answer.
     pub debounce_ms: u64,
 }
 
@@ -364,7 +366,9 @@ impl Default for WorkerConfig {
             queue_mode: crate::worker::QueueMode::Followup,
             collect_window_ms: 1500,
             max_queue_depth: 10,
-            debounce_ms: 0,
+            // Long enough for a forward that arrives as a burst (messages milliseconds apart),
+            // short enough that a single message is not noticeably held back.
+            debounce_ms: 1500,
         }
     }
 }

@@ -14,11 +14,16 @@ pub struct UsersConfig {
     pub owners: Vec<String>,
     /// The level of a user created by their first message.
     pub default_level: Level,
+    /// The level the owner gives a sender by approving them (`switchboard pairing approve`
+    /// or `pairing add`); a sender who has a higher level keeps it.
+    pub approved_level: Level,
 }
 
 impl Default for UsersConfig {
     fn default() -> Self {
-        Self { owners: Vec::new(), default_level: Level::Guest }
+        // Someone the owner approved by name is trusted with the everyday tools, not treated
+        // like a stranger.
+        Self { owners: Vec::new(), default_level: Level::Guest, approved_level: Level::User }
     }
 }
 
@@ -66,6 +71,13 @@ pub struct BudgetsConfig {
 
 impl Default for BudgetsConfig {
     fn default() -> Self {
-        Self { guest: 20_000, user: 1_000_000, admin: 0, owner: 0 }
+        // A guest's turn re-sends the fixed part (the system prompt of an `init` workspace and
+        // the one guest tool schema, about 850 tokens) plus the history, which the default
+        // `history.keep_user_turns = 20` lets grow to about 4,000 tokens for brief exchanges
+        // (150-character messages, 600-character answers): about 1,000 tokens for a first
+        // message, about 5,000 once a conversation is long. 250,000 tokens is thus about 60
+        // messages in one long conversation and far more in short ones: a real trial, at a
+        // cost an owner does not notice. tests/users.rs measures it with real turns.
+        Self { guest: 250_000, user: 1_000_000, admin: 0, owner: 0 }
     }
 }

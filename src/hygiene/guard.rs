@@ -159,6 +159,11 @@ impl Guard {
         self.mode
     }
 
+    /// Longer messages are cut to this many characters.
+    pub fn max_message_chars(&self) -> usize {
+        self.max_message_chars
+    }
+
     /// Every suspicious piece of `text`, in pattern order (control characters first).
     pub fn scan(&self, text: &str) -> Vec<Finding> {
         let mut findings = Vec::new();

@@ -7,6 +7,8 @@ use std::fmt;
 
 use chrono::{DateTime, Utc};
 
+use crate::users::Level;
+
 /// The characters of a pairing code: no 0/O or 1/I look-alikes. 32 of them, so a random byte
 /// modulo the length picks each one with equal chance.
 pub const CODE_ALPHABET: &[u8; 32] = b"ABCDEFGHJKLMNPQRSTUVWXYZ23456789";
@@ -59,6 +61,17 @@ pub struct ApprovedPairing {
     pub channel: String,
     pub sender_id: String,
     pub sender_name: String,
+    /// The sender's level now: the approved level, or a higher one they had.
+    pub level: Level,
+}
+
+/// What approving a sender by id did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SenderApproval {
+    /// False when the sender was approved already.
+    pub added: bool,
+    /// The sender's level now: the approved level, or a higher one they had.
+    pub level: Level,
 }
 
 /// One line of the owner's list: a sender waiting with a code, or an approved one.

@@ -163,7 +163,7 @@ mod tests {
     #[test]
     fn budgets_come_from_the_level_unless_the_user_has_one() {
         let policy = policy(&[]);
-        assert_eq!(policy.budget(Level::Guest, &user(Level::Guest, None)), Some(20_000));
+        assert_eq!(policy.budget(Level::Guest, &user(Level::Guest, None)), Some(250_000));
         assert_eq!(policy.budget(Level::Admin, &user(Level::Admin, None)), None);
         assert_eq!(policy.budget(Level::Guest, &user(Level::Guest, Some(5))), Some(5));
         // An override of 0 means unlimited, like a level budget of 0.

@@ -9,10 +9,12 @@
 
 mod access;
 pub mod agents;
+mod batch;
 mod commands;
 mod cron_hooks;
 mod hygiene;
 mod keepalive;
+mod overflow;
 mod prompt;
 mod run;
 mod session;
@@ -113,6 +115,8 @@ pub(crate) struct Shared {
     runs: Arc<Semaphore>,
     /// Sessions with work in this worker; see `session` for the state machine.
     sessions: Mutex<HashMap<String, Session>>,
+    /// Per session, the messages a full queue did not keep since its last notice.
+    overflow: Mutex<HashMap<String, Vec<overflow::NotKept>>>,
     /// Numbers messages in arrival order.
     arrivals: AtomicU64,
     /// Cancelled when shutdown starts: no new runs start.
@@ -145,6 +149,7 @@ impl Worker {
             settings,
             runs,
             sessions: Mutex::new(HashMap::new()),
+            overflow: Mutex::new(HashMap::new()),
             arrivals: AtomicU64::new(0),
             stopping: CancellationToken::new(),
             subagents: std::sync::OnceLock::new(),
@@ -230,7 +235,7 @@ async fn intake(
         return None;
     }
     let seq = shared.arrivals.fetch_add(1, Ordering::Relaxed);
-    Some(Job { msg, held, seq, _slot: slot })
+    Some(Job { msg, held, seq, arrived: tokio::time::Instant::now(), _slot: slot })
 }
 
 async fn dead_letter(shared: &Shared, info: &DeliveryInfo, reason: String, held: Held) {
@@ -267,9 +272,14 @@ fn dispatch(shared: &Arc<Shared>, job: Job, tasks: &mut JoinSet<()>) {
             tasks.spawn(session::session_loop(Arc::clone(shared), key));
         }
         Placed::Queued => {}
-        Placed::Full(job) => {
-            let notice = "I'm still working on earlier messages; please wait.".to_owned();
-            tasks.spawn(commands::answer(Arc::clone(shared), *job, notice));
+        // One notice per busy spell, carried by its first message not kept; the others are
+        // recorded and acked at once.
+        Placed::Full { job, first: true } => {
+            tasks.spawn(overflow::notify(Arc::clone(shared), key, *job));
+        }
+        Placed::Full { job, first: false } => {
+            let shared = Arc::clone(shared);
+            tasks.spawn(async move { commands::settle_unanswered(&shared, *job, overflow::NOT_KEPT).await });
         }
         Placed::Interrupted(dropped) => {
             let shared = Arc::clone(shared);

@@ -1,5 +1,7 @@
 //! The per-session state machine: which message runs next, what a message arriving during a
 //! run does (the queue mode), and the handle by which `/stop` and `interrupt` cancel a run.
+//! Which waiting messages make one turn, and when it may start, is [`batch`]'s rule; what a
+//! full queue tells the chat is [`overflow`]'s.
 //!
 //! All of a session's state sits in one map entry behind the worker's `sessions` mutex. The
 //! mutex is only held for short, synchronous decisions (never across an `.await`), so the
@@ -15,8 +17,9 @@ use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::batch::{self, Batching};
 use super::keepalive::{Held, Settle};
-use super::{Shared, commands, run};
+use super::{Shared, commands, overflow, run};
 use crate::agent::SteerReceiver;
 
 /// What a message does that arrives while its session is running a turn.
@@ -51,26 +54,34 @@ impl QueueMode {
     }
 }
 
-/// How sessions queue messages.
+/// How sessions queue messages (`[worker]`).
 #[derive(Debug, Clone)]
 pub struct QueueSettings {
     /// The mode of sessions that did not choose one with `/queue`.
     pub mode: QueueMode,
     pub collect_window: Duration,
-    /// Messages waiting behind a running turn; more are answered with a notice.
+    /// Turns waiting behind a running one (a merged burst counts once); a message that would
+    /// start one more is not kept, and the chat is told once (see `overflow`).
     pub max_depth: usize,
-    /// Quiet time after which one sender's rapid messages are merged; zero = off.
+    /// Quiet time after which one sender's rapid messages are merged into one turn; zero = off.
     pub debounce: Duration,
 }
 
-impl Default for QueueSettings {
-    fn default() -> Self {
+impl QueueSettings {
+    pub fn from_config(config: &crate::config::WorkerConfig) -> Self {
         Self {
-            mode: QueueMode::Followup,
-            collect_window: Duration::from_millis(1500),
-            max_depth: 10,
-            debounce: Duration::ZERO,
+            mode: config.queue_mode,
+            collect_window: Duration::from_millis(config.collect_window_ms),
+            max_depth: config.max_queue_depth,
+            debounce: Duration::from_millis(config.debounce_ms),
         }
+    }
+}
+
+impl Default for QueueSettings {
+    /// What the default configuration gives.
+    fn default() -> Self {
+        Self::from_config(&crate::config::WorkerConfig::default())
     }
 }
 
@@ -80,6 +91,8 @@ pub(super) struct Job {
     pub held: Held,
     /// Arrival order across the worker: `/stop` drops only what arrived before it.
     pub seq: u64,
+    /// When the worker took it: debouncing waits for quiet after the newest of a burst.
+    pub arrived: Instant,
     pub _slot: OwnedSemaphorePermit,
 }
 
@@ -106,7 +119,8 @@ pub(super) struct Session {
     pub queue: VecDeque<Job>,
     pub active: Option<ActiveRun>,
     pub mode: QueueMode,
-    last_arrival: Instant,
+    /// When a message for this session last arrived (the full-queue notice waits for quiet).
+    pub last_arrival: Instant,
 }
 
 /// Where `place` put a message.
@@ -114,8 +128,12 @@ pub(super) enum Placed {
     /// The session was idle: the caller starts its task.
     Started,
     Queued,
-    /// The queue is full: the sender is told to wait.
-    Full(Box<Job>),
+    /// The queue is full and the message is not kept. `first` = the first of this busy spell:
+    /// it carries the one notice that names every message not kept (see `overflow`).
+    Full {
+        job: Box<Job>,
+        first: bool,
+    },
     /// `interrupt`: the running turn was cancelled and these older waiting messages dropped.
     Interrupted(Vec<Job>),
 }
@@ -140,29 +158,47 @@ pub(super) fn place(shared: &Shared, key: &str, job: Job) -> Placed {
         session.queue.push_back(job);
         return Placed::Interrupted(dropped);
     }
-    let waiting = session.queue.len() + session.active.as_ref().map_or(0, |active| active.steered.len());
-    if waiting >= queue_settings.max_depth.max(1) {
-        return Placed::Full(Box::new(job));
+    // Turns, not messages, are counted: a message joining the last waiting turn (the same
+    // sender's burst, or anything in `collect`) costs nothing, so a burst is never cut short.
+    let steered = session.active.as_ref().map_or(0, |active| active.steered.len());
+    session.queue.push_back(job);
+    if batching(shared, session.mode).turns(&session.queue) + steered > queue_settings.max_depth.max(1) {
+        let Some(job) = session.queue.pop_back() else { return Placed::Queued };
+        let first = overflow::note(shared, key, &job.msg);
+        return Placed::Full { job: Box::new(job), first };
     }
     if let Some(active) = session.active.as_mut().filter(|_| session.mode == QueueMode::Steer) {
         // Sent under the lock the session task takes to end the run, so the text is either
         // read by the turn or still in the channel when it is counted there.
-        if active.steer.send(run::input_text(&job.msg)).is_ok() {
-            active.steered.push(job);
-            return Placed::Queued;
+        if let Some(job) = session.queue.pop_back() {
+            if active.steer.send(run::input_text(&job.msg)).is_ok() {
+                active.steered.push(job);
+            } else {
+                session.queue.push_back(job);
+            }
         }
     }
-    session.queue.push_back(job);
     Placed::Queued
+}
+
+/// The batching rule for a session in `mode`.
+pub(super) fn batching(shared: &Shared, mode: QueueMode) -> Batching {
+    let settings = &shared.settings.queue;
+    Batching {
+        mode,
+        debounce: settings.debounce,
+        collect_window: settings.collect_window,
+        max_chars: shared.settings.guard.as_ref().map_or(usize::MAX, |guard| guard.max_message_chars()),
+    }
 }
 
 /// Runs one session's turns in order until its queue is empty, then removes the session.
 pub(super) async fn session_loop(shared: Arc<Shared>, key: String) {
     load_mode(&shared, &key).await;
     loop {
-        wait_for_quiet(&shared, &key).await;
+        wait_for_turn(&shared, &key).await;
         let Some(Batch { first, rest, cancel, mut steer }) = next_batch(&shared, &key) else { return };
-        let (primary, merged) = merge(first, rest, mode_of(&shared, &key));
+        let (primary, merged) = batch::merge(first, rest, mode_of(&shared, &key));
         let control = Control { cancel: &cancel, steer: &mut steer };
         let acked = run::process(&shared, primary.msg, primary.held, control).await;
         let steered = end_run(&shared, &key, &mut steer);
@@ -223,28 +259,25 @@ fn mode_of(shared: &Shared, key: &str) -> QueueMode {
     sessions.get(key).map_or(shared.settings.queue.mode, |session| session.mode)
 }
 
-/// In `collect` mode (or with debouncing on) waits until no message arrived for the window,
-/// so a burst becomes one turn. Sleeps without the lock and re-checks the last arrival.
-async fn wait_for_quiet(shared: &Shared, key: &str) {
-    let window = match mode_of(shared, key) {
-        QueueMode::Collect => shared.settings.queue.collect_window,
-        _ => shared.settings.queue.debounce,
-    };
-    if window.is_zero() {
-        return;
-    }
+/// Waits until the turn at the front of the queue may start: in `collect` mode, or with
+/// debouncing on, until its burst is over (see [`Batching::start_at`]). Sleeps without the lock
+/// and looks again, since a message that arrived meanwhile moves the time.
+async fn wait_for_turn(shared: &Shared, key: &str) {
     loop {
-        let quiet_at = {
+        let start_at = {
             let sessions = shared.sessions.lock().unwrap_or_else(PoisonError::into_inner);
-            match sessions.get(key) {
-                Some(session) => session.last_arrival + window,
-                None => return,
-            }
+            let Some(session) = sessions.get(key) else { return };
+            batching(shared, session.mode).start_at(&session.queue)
         };
-        if Instant::now() >= quiet_at || shared.stopping.is_cancelled() {
-            return;
+        match start_at {
+            Some(at) if Instant::now() < at && !shared.stopping.is_cancelled() => {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(at) => {}
+                    _ = shared.stopping.cancelled() => {}
+                }
+            }
+            _ => return,
         }
-        tokio::time::sleep_until(quiet_at).await;
     }
 }
 
@@ -254,23 +287,14 @@ async fn wait_for_quiet(shared: &Shared, key: &str) {
 fn next_batch(shared: &Shared, key: &str) -> Option<Batch> {
     let mut sessions = shared.sessions.lock().unwrap_or_else(PoisonError::into_inner);
     let session = sessions.get_mut(key)?;
-    let first = match session.queue.pop_front() {
-        Some(job) => job,
-        None => {
-            sessions.remove(key);
-            return None;
-        }
-    };
-    let mut rest = Vec::new();
-    let merge_all = session.mode == QueueMode::Collect;
-    let debounce = !shared.settings.queue.debounce.is_zero();
-    while let Some(next) = session.queue.front() {
-        let same_sender = next.msg.sender.id == first.msg.sender.id;
-        if !(merge_all || (debounce && same_sender)) {
-            break;
-        }
-        rest.extend(session.queue.pop_front());
+    if session.queue.is_empty() {
+        sessions.remove(key);
+        return None;
     }
+    let len = batching(shared, session.mode).len_at(&session.queue, 0);
+    let mut jobs = session.queue.drain(..len);
+    let first = jobs.next()?;
+    let rest: Vec<Job> = jobs.collect();
     let cancel = CancellationToken::new();
     let (tx, steer) = mpsc::unbounded_channel();
     let active =
@@ -285,23 +309,4 @@ struct Batch {
     rest: Vec<Job>,
     cancel: CancellationToken,
     steer: SteerReceiver,
-}
-
-/// Makes one turn of a batch: the newest message carries the joined texts (with sender
-/// names when several people wrote) and gets the reply; the others are settled after it.
-fn merge(first: Job, mut rest: Vec<Job>, mode: QueueMode) -> (Job, Vec<Job>) {
-    let Some(mut primary) = rest.pop() else { return (first, rest) };
-    let mut batch = vec![first];
-    batch.extend(rest);
-    let named = mode == QueueMode::Collect;
-    let line = |msg: &InboundMessage| {
-        if named { format!("{}: {}", msg.sender.name, msg.content) } else { msg.content.clone() }
-    };
-    let mut text: Vec<String> = batch.iter().map(|job| line(&job.msg)).collect();
-    text.push(line(&primary.msg));
-    primary.msg.content = text.join("\n");
-    for job in &batch {
-        primary.msg.media.extend(job.msg.media.iter().cloned());
-    }
-    (primary, batch)
 }

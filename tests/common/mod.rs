@@ -49,6 +49,8 @@ pub struct AgentSpec {
     pub allow: Vec<String>,
     /// What its model costs (for the cost recorded with its usage); none by default.
     pub prices: PriceTable,
+    /// `agent.system_prompt`, the operator's instructions in the prompt; "test" by default.
+    pub system_prompt: String,
 }
 
 impl AgentSpec {
@@ -59,6 +61,7 @@ impl AgentSpec {
             workspace: workspace.into(),
             allow: Vec::new(),
             prices: PriceTable::default(),
+            system_prompt: "test".into(),
         }
     }
 
@@ -225,7 +228,7 @@ impl Setup {
         }
         let settings = AgentSettings {
             name: spec.name.clone(),
-            system_prompt: "test".into(),
+            system_prompt: spec.system_prompt.clone(),
             model: spec.model.clone(),
             max_iterations: 5,
             max_tokens: None,

@@ -10,11 +10,13 @@ use async_trait::async_trait;
 use sqlx::{Sqlite, Transaction};
 use switchboard_channels::pairing::{PairingError, PairingRequest, PairingStore};
 
-use super::{SqliteStore, from_millis, now_millis};
+use super::{SqliteStore, from_millis, now_millis, users};
 use crate::store::StoreError;
 use crate::store::pairing::{
-    ApprovedPairing, CodeProblem, PairingEntry, PairingState, RandomSourceError, generate_code, normalize_code,
+    ApprovedPairing, CodeProblem, PairingEntry, PairingState, RandomSourceError, SenderApproval, generate_code,
+    normalize_code,
 };
+use crate::users::{Identity, Level};
 
 /// How long requests are kept after they expire: approving such a code says "expired"
 /// rather than "unknown". Used codes expire too, so they go the same way.
@@ -83,10 +85,16 @@ impl SqliteStore {
         Ok(request)
     }
 
-    /// Approves the sender a pending code belongs to and marks the code used. `code` may be in
-    /// any case and contain spaces or dashes. Fails with [`StoreError::PairingCode`] when the
-    /// code is unknown on `channel`, has expired or was used already.
-    pub async fn approve_pairing(&self, channel: &str, code: &str) -> Result<ApprovedPairing, StoreError> {
+    /// Approves the sender a pending code belongs to, marks the code used and gives the
+    /// sender's user at least `level` (`users.approved_level`). `code` may be in any case and
+    /// contain spaces or dashes. Fails with [`StoreError::PairingCode`] when the code is
+    /// unknown on `channel`, has expired or was used already.
+    pub async fn approve_pairing(
+        &self,
+        channel: &str,
+        code: &str,
+        level: Level,
+    ) -> Result<ApprovedPairing, StoreError> {
         let code = normalize_code(code);
         let mut tx = self.begin_write().await?;
         let row: Option<(String, String, i64, Option<i64>)> = sqlx::query_as(
@@ -107,17 +115,26 @@ impl SqliteStore {
         };
         let sender = Sender { channel, id: &sender_id, name: &sender_name };
         approve(&mut tx, &sender, now).await?;
+        let user = users::raise_level(&mut tx, &Identity::new(channel, &sender_id), &sender_name, level).await?;
         tx.commit().await?;
-        Ok(ApprovedPairing { channel: channel.to_owned(), sender_id, sender_name })
+        Ok(ApprovedPairing { channel: channel.to_owned(), sender_id, sender_name, level: user.level })
     }
 
-    /// Approves a sender by id, without a code; their valid codes are marked used. False
-    /// when they were approved already (their stored name is kept).
-    pub async fn approve_sender(&self, channel: &str, sender_id: &str, sender_name: &str) -> Result<bool, StoreError> {
+    /// Approves a sender by id, without a code; their valid codes are marked used and their
+    /// user gets at least `level`. `added` is false when they were approved already (their
+    /// stored name is kept).
+    pub async fn approve_sender(
+        &self,
+        channel: &str,
+        sender_id: &str,
+        sender_name: &str,
+        level: Level,
+    ) -> Result<SenderApproval, StoreError> {
         let mut tx = self.begin_write().await?;
         let added = approve(&mut tx, &Sender { channel, id: sender_id, name: sender_name }, now_millis()).await?;
+        let user = users::raise_level(&mut tx, &Identity::new(channel, sender_id), sender_name, level).await?;
         tx.commit().await?;
-        Ok(added)
+        Ok(SenderApproval { added, level: user.level })
     }
 
     /// Withdraws a sender's approval; false when they were not approved.

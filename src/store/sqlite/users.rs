@@ -184,6 +184,28 @@ async fn ensure_user(
     Ok(User { id: UserId(id), level, budget: None, created_at: from_millis(now)? })
 }
 
+/// Gives the user `identity` belongs to at least `level` (an identity never seen gets a new
+/// user at `level`); a higher level is kept. Part of a pairing approval's transaction, so an
+/// approved sender is never left at the level of a stranger.
+pub(super) async fn raise_level(
+    tx: &mut Transaction<'_, Sqlite>,
+    identity: &Identity,
+    display_name: &str,
+    level: Level,
+) -> Result<User, StoreError> {
+    let user = ensure_user(tx, identity, display_name, level).await?;
+    if user.level >= level {
+        return Ok(user);
+    }
+    sqlx::query("UPDATE users SET level = $1, updated_at = $2 WHERE id = $3")
+        .bind(level.as_str())
+        .bind(now_millis())
+        .bind(user.id.0)
+        .execute(&mut **tx)
+        .await?;
+    Ok(User { level, ..user })
+}
+
 /// Adds an identity to a user; false if the identity exists already.
 async fn insert_identity(
     tx: &mut Transaction<'_, Sqlite>,

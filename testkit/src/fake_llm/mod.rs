@@ -278,9 +278,11 @@ enum Answer {
     ToolCalls(Vec<(String, String, Value)>),
 }
 
-/// Plausible usage: about four characters per token.
+/// Plausible usage: about four characters per token. Like real servers, the prompt count
+/// includes the tool schemas offered, which the model reads as part of its input.
 fn usage(request: &Value, answer: &Answer) -> Value {
-    let prompt_chars: usize = messages(request).map(|m| content_text(m).chars().count()).sum();
+    let tool_chars = request.get("tools").map_or(0, |tools| tools.to_string().chars().count());
+    let prompt_chars: usize = messages(request).map(|m| content_text(m).chars().count()).sum::<usize>() + tool_chars;
     let completion_chars = match answer {
         Answer::Text(text) => text.chars().count(),
         Answer::ToolCalls(calls) => calls.iter().map(|(_, name, args)| name.len() + args.to_string().len()).sum(),

@@ -1,0 +1,140 @@
+//! A full queue, said once and truthfully.
+//!
+//! A message that would start a turn beyond `max_queue_depth` is not kept: its outcome is
+//! stored (no turn) and it is acked. The chat hears about it once per busy spell: the spell's
+//! first message not kept is held until the chat has been quiet for a moment, then answered
+//! with one notice quoting every message not kept since, so the senders know what to send
+//! again. A notice per message would be noise, and "please wait" would promise an answer
+//! that never comes.
+
+use std::sync::{Arc, PoisonError};
+use std::time::Duration;
+
+use switchboard_channels::contract::InboundMessage;
+use tokio::time::Instant;
+
+use super::session::Job;
+use super::{Shared, commands};
+
+/// Why a message not kept was settled without a turn (logged and stored with its run).
+pub(super) const NOT_KEPT: &str = "not kept: the session's queue was full";
+
+/// Quiet time before the notice goes out, unless debouncing waits longer.
+const MIN_QUIET: Duration = Duration::from_secs(1);
+/// The notice goes out at the latest this many quiet windows after the first message not kept.
+const MAX_WAIT_WINDOWS: u32 = 4;
+/// The notice quotes this many messages at most and counts the rest.
+const QUOTED: usize = 5;
+/// Characters quoted of each message.
+const QUOTE_CHARS: usize = 40;
+
+/// A message a full queue did not keep, as the notice quotes it.
+pub(super) struct NotKept {
+    sender: String,
+    is_group: bool,
+    text: String,
+}
+
+/// Records a message the queue cannot take. True when it is the first since the chat was last
+/// told: the caller then hands it to [`notify`]. Called under the sessions lock.
+pub(super) fn note(shared: &Shared, key: &str, msg: &InboundMessage) -> bool {
+    let mut overflow = shared.overflow.lock().unwrap_or_else(PoisonError::into_inner);
+    let not_kept = overflow.entry(key.to_owned()).or_default();
+    not_kept.push(NotKept { sender: msg.sender.name.clone(), is_group: msg.is_group, text: quote(&msg.content) });
+    not_kept.len() == 1
+}
+
+/// Holds `carrier` (the spell's first message not kept) until the chat is quiet, then answers
+/// it with the notice naming every message not kept meanwhile.
+pub(super) async fn notify(shared: Arc<Shared>, key: String, carrier: Job) {
+    wait_for_quiet(&shared, &key, carrier.arrived).await;
+    let not_kept = {
+        let mut overflow = shared.overflow.lock().unwrap_or_else(PoisonError::into_inner);
+        overflow.remove(&key).unwrap_or_default()
+    };
+    tracing::info!(session = %key, not_kept = not_kept.len(), "the queue was full; telling the chat what it did not keep");
+    commands::answer(shared, carrier, notice(&not_kept)).await;
+}
+
+/// Until no message arrived for the session for a window (at most [`MAX_WAIT_WINDOWS`]
+/// windows after `since`), or shutdown starts.
+async fn wait_for_quiet(shared: &Shared, key: &str, since: Instant) {
+    let window = shared.settings.queue.debounce.max(MIN_QUIET);
+    let latest = since + window * MAX_WAIT_WINDOWS;
+    loop {
+        let quiet_at = {
+            let sessions = shared.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+            sessions.get(key).map_or(Instant::now(), |session| session.last_arrival + window).min(latest)
+        };
+        if Instant::now() >= quiet_at || shared.stopping.is_cancelled() {
+            return;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep_until(quiet_at) => {}
+            _ = shared.stopping.cancelled() => {}
+        }
+    }
+}
+
+/// "Too many messages were waiting, so I did not keep 2 of them: "…", "…". Send again what
+/// you still need answered." Senders are named in groups.
+fn notice(not_kept: &[NotKept]) -> String {
+    let quoted: Vec<String> = not_kept
+        .iter()
+        .take(QUOTED)
+        .map(|msg| if msg.is_group { format!("{}: \"{}\"", msg.sender, msg.text) } else { format!("\"{}\"", msg.text) })
+        .collect();
+    let mut list = quoted.join(", ");
+    let more = not_kept.len().saturating_sub(QUOTED);
+    if more > 0 {
+        list.push_str(&format!(" and {more} more"));
+    }
+    format!(
+        "Too many messages were waiting, so I did not keep {} of them: {list}. Send again what you still need answered.",
+        not_kept.len()
+    )
+}
+
+/// The start of a message's text on one line, marked when cut.
+fn quote(content: &str) -> String {
+    let line = content.split_whitespace().collect::<Vec<_>>().join(" ");
+    if line.is_empty() {
+        return "(no text)".to_owned();
+    }
+    let mut quoted: String = line.chars().take(QUOTE_CHARS).collect();
+    if line.chars().count() > QUOTE_CHARS {
+        quoted.push('…');
+    }
+    quoted
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn not_kept(sender: &str, is_group: bool, text: &str) -> NotKept {
+        NotKept { sender: sender.into(), is_group, text: quote(text) }
+    }
+
+    #[test]
+    fn the_notice_quotes_what_was_not_kept_and_counts_the_rest() {
+        let one = [not_kept("Ann", false, "where   is\nthe report?")];
+        assert_eq!(
+            notice(&one),
+            "Too many messages were waiting, so I did not keep 1 of them: \"where is the report?\". \
+             Send again what you still need answered."
+        );
+        let many: Vec<NotKept> = (1..=7).map(|i| not_kept("Bob", true, &format!("question {i}"))).collect();
+        let text = notice(&many);
+        assert!(text.contains("did not keep 7 of them: Bob: \"question 1\", "), "{text}");
+        assert!(text.contains("Bob: \"question 5\" and 2 more."), "{text}");
+        assert!(!text.contains("question 6"), "{text}");
+    }
+
+    #[test]
+    fn quotes_are_cut_on_one_line() {
+        assert_eq!(quote(&"x".repeat(41)), format!("{}…", "x".repeat(40)));
+        assert_eq!(quote(&"é".repeat(40)), "é".repeat(40));
+        assert_eq!(quote(" \n "), "(no text)");
+    }
+}
