@@ -227,3 +227,20 @@ async fn killed_daemon_finishes_the_accepted_message_after_restart() {
     }
     assert_eq!(llm.requests().len(), 2);
 }
+
+#[tokio::test]
+async fn api_requests_in_one_chat_each_get_their_own_answer_at_once() {
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    // The default settings: a chat's bursts are merged (worker.debounce_ms), but not the API's.
+    let mut daemon = Launch::new(dir.path(), "run", &["run"]).llm(&llm.base_url()).spawn();
+    daemon.wait_healthy().await;
+    let started = std::time::Instant::now();
+    let (first, second) = tokio::join!(
+        daemon.post(json!({"chat_id": "me", "content": "one"})),
+        daemon.post(json!({"chat_id": "me", "content": "two"})),
+    );
+    assert_eq!((first.0, first.1["reply"].as_str()), (200, Some("echo: one")), "{}", first.1);
+    assert_eq!((second.0, second.1["reply"].as_str()), (200, Some("echo: two")), "{}", second.1);
+    assert!(started.elapsed() < Duration::from_millis(1500), "an API request waited {:?}", started.elapsed());
+}

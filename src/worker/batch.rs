@@ -10,6 +10,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use switchboard_channels::api;
 use switchboard_channels::contract::{InboundKind, InboundMessage};
 use tokio::time::Instant;
 
@@ -81,8 +82,11 @@ impl Batching {
         if self.mode == QueueMode::Collect { self.collect_window } else { self.debounce }
     }
 
+    /// Debouncing merges a person's burst in a chat. Not on the API channel: each of its
+    /// requests waits for the answer to its own message, which a merged turn would not give.
     fn can_grow(&self, first: &InboundMessage) -> bool {
-        self.mode == QueueMode::Collect || (!self.debounce.is_zero() && first.kind == InboundKind::User)
+        self.mode == QueueMode::Collect
+            || (!self.debounce.is_zero() && first.kind == InboundKind::User && first.channel != api::CHANNEL)
     }
 
     /// Whether `next` joins the turn `first` starts.
