@@ -46,8 +46,9 @@ impl Windows {
         true
     }
 
-    /// Says (once per agent at warn level, then at debug) that a turn of `agent` runs with the
-    /// minimal prompt and without the `dropped` tools, and whether even that fits.
+    /// Says (once per agent at warn level, then at debug: it holds for every turn after) that a
+    /// turn of `agent` runs with the minimal prompt and without the `dropped` tools, and
+    /// whether even that fits.
     pub fn note_degraded(&self, agent: &str, dropped: &[String], fits: bool) {
         let window = self.of(agent);
         let first = self.degraded_noted.lock().unwrap_or_else(PoisonError::into_inner).insert(agent.to_owned());
@@ -56,22 +57,22 @@ impl Windows {
         } else {
             format!("without the tools {}", dropped.join(", "))
         };
-        if !fits {
+        if !first {
+            tracing::debug!(agent, window, %without, fits, "minimal prompt for a small context window");
+        } else if !fits {
             tracing::warn!(
                 agent,
                 window,
-                "the context window is too small even for the minimal system prompt without tools: raise \
-                 agent.context_window (and the model server's window) or shorten the workspace files"
+                "the context window leaves little room beside even the minimal system prompt without tools: \
+                 raise agent.context_window (and the model server's window) or shorten the workspace files"
             );
-        } else if first {
+        } else {
             tracing::warn!(
                 agent,
                 window,
                 "the context window is too small for the full system prompt and every tool: turns use the \
                  minimal prompt, {without} (see docs/local-models.md)"
             );
-        } else {
-            tracing::debug!(agent, window, %without, "minimal prompt for a small context window");
         }
     }
 }
