@@ -14,7 +14,7 @@ use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, Header
 use super::clients::Clients;
 use super::http::{is_event_stream, redact_password, sensitive_value, transport_error};
 use super::retry_after::parse_retry_after;
-use super::sse::{SseEvent, SseParser, StreamEnd};
+use super::sse::{SseEvent, SseParser, StreamEnd, resume_sink};
 use super::{ChatRequest, ChatResponse, Provider, ProviderError, TextSink};
 use wire::{StreamAccumulator, StreamChunk};
 
@@ -122,11 +122,8 @@ impl OpenAiProvider {
         match self.read_event_stream(response, sink).await? {
             StreamEnd::Complete(response) => Ok(response),
             StreamEnd::Unfinished { streamed, why } => {
-                tracing::warn!(provider = %self.config.name, %why, "the streamed answer ended unfinished; asking once more without streaming");
-                // Text already streamed stays in the live view until the reply replaces it:
-                // the sink hears nothing more then, or the start would show twice.
-                let body = wire::encode_request(request, false);
-                self.complete_once(&self.clients.renew()?, &body, if streamed { None } else { sink }).await
+                let sink = resume_sink(&self.config.name, streamed, &why, sink);
+                self.complete_once(&self.clients.renew()?, &wire::encode_request(request, false), sink).await
             }
         }
     }

@@ -40,6 +40,19 @@ pub(crate) enum StreamEnd {
     },
 }
 
+/// Before asking again without streaming: logs why, and gives the sink the whole answer may go
+/// to. Text already streamed stays in the live view until the reply replaces it, so after any
+/// the sink hears nothing more, or the start would show twice.
+pub(crate) fn resume_sink<'a>(
+    provider: &str,
+    streamed: bool,
+    why: &str,
+    sink: Option<super::TextSink<'a>>,
+) -> Option<super::TextSink<'a>> {
+    tracing::warn!(provider, why, "the streamed answer ended unfinished; asking once more without streaming");
+    if streamed { None } else { sink }
+}
+
 /// The stream sent a line or an event larger than the parser accepts.
 #[derive(Debug, Error, PartialEq, Eq)]
 #[error("server-sent event larger than {0} bytes")]
