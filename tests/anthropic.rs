@@ -57,6 +57,17 @@ async fn plain_reply_whole_and_streamed() {
 }
 
 #[tokio::test]
+async fn a_stream_cut_before_message_stop_is_asked_again_without_streaming() {
+    let fake = FakeAnthropic::start().await;
+    fake.push(Scripted::Interrupted);
+    fake.push(Scripted::Text("whole".into()));
+    let response = provider(&fake, true).complete(&ask("hi"), None).await.unwrap();
+    assert_eq!(response.content, "whole");
+    let streamed: Vec<bool> = fake.requests().iter().map(|r| r["stream"] == true).collect();
+    assert_eq!(streamed, [true, false]);
+}
+
+#[tokio::test]
 async fn streamed_text_reaches_the_sink_in_order() {
     let fake = FakeAnthropic::start().await;
     let text = "The quick brown fox jumps over the lazy dog: ünïcödé too.";

@@ -116,6 +116,22 @@ async fn streamed_text_reaches_the_sink_in_order() {
 }
 
 #[tokio::test]
+async fn a_stream_a_newer_request_interrupted_is_asked_again_without_streaming() {
+    // llama-cpp-python cuts a running stream when another request arrives: role chunk, [DONE].
+    let fake = FakeLlm::start().await;
+    fake.push(Scripted::Interrupted);
+    fake.push(Scripted::Text("the whole answer".into()));
+    let pieces = Mutex::new(Vec::new());
+    let sink = |piece: &str| pieces.lock().unwrap().push(piece.to_owned());
+    let response = provider(&fake, true).complete(&ask("hi"), Some(&sink)).await.unwrap();
+    assert_eq!(response.content, "the whole answer");
+    // Nothing was streamed before the cut, so the sink hears the whole answer once.
+    assert_eq!(pieces.into_inner().unwrap(), ["the whole answer"]);
+    let streamed: Vec<bool> = fake.requests().iter().map(|r| r["stream"] == true).collect();
+    assert_eq!(streamed, [true, false]);
+}
+
+#[tokio::test]
 async fn without_wire_streaming_the_sink_gets_the_whole_text_once() {
     let fake = FakeLlm::start().await;
     let pieces = Mutex::new(Vec::new());

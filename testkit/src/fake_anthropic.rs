@@ -206,6 +206,15 @@ async fn messages(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: B
                 return StatusCode::SERVICE_UNAVAILABLE.into_response();
             }
             Scripted::Status { code, retry_after, body } => return status_response(code, retry_after, body),
+            // A stream cut short: `message_start`, then the body ends without `message_stop`.
+            Scripted::Interrupted if request["stream"] == true => {
+                let start = json!({"type": "message_start", "message": {"id": "msg_fake", "type": "message",
+                    "role": "assistant", "model": request["model"], "content": [], "usage": {"input_tokens": 1, "output_tokens": 0}}});
+                let mut response = format!("event: message_start\ndata: {start}\n\n").into_response();
+                response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+                return response;
+            }
+            Scripted::Interrupted => step = Scripted::Text(format!("echo: {}", last_user_text(&request))),
             Scripted::Text(text) => return answer(&request, vec![json!({"type": "text", "text": text})]),
             Scripted::ToolCalls(calls) => {
                 let blocks = calls

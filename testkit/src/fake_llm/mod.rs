@@ -51,6 +51,10 @@ pub enum Scripted {
     Delay(Duration, Box<Scripted>),
     /// Never answer (for timeouts).
     Hang,
+    /// A streamed request is cut short the way llama-cpp-python cuts the stream a newer request
+    /// interrupts: the role chunk, then `[DONE]`, no text and no finish reason. A request that
+    /// is not streamed gets the echo.
+    Interrupted,
 }
 
 impl Scripted {
@@ -234,6 +238,10 @@ async fn chat_completions(State(shared): State<Arc<Shared>>, headers: HeaderMap,
                 return StatusCode::SERVICE_UNAVAILABLE.into_response();
             }
             Scripted::Status { code, retry_after, body } => return status_response(code, retry_after, body),
+            Scripted::Interrupted if request.get("stream").and_then(Value::as_bool) == Some(true) => {
+                return interrupted_stream(number, &request);
+            }
+            Scripted::Interrupted => step = Scripted::Text(format!("echo: {}", last_user_content(&request))),
             Scripted::Text(text) => return answer(&shared, number, &request, Answer::Text(text)),
             Scripted::ToolCalls(calls) => {
                 let calls = calls.into_iter().map(|(name, args)| (next_call_id(&shared), name, args)).collect();
@@ -384,6 +392,15 @@ fn stream_answer(id: &str, model: &str, answer: Answer, usage: Option<Value>) ->
     let mut response = Body::from_stream(body).into_response();
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}
+
+fn interrupted_stream(number: usize, request: &Value) -> Response {
+    let model = request.get("model").and_then(Value::as_str).unwrap_or("fake-model");
+    let role = json!({"id": format!("chatcmpl-fake-{number}"), "object": "chat.completion.chunk", "created": 0,
+        "model": model, "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": null}]});
+    let mut response = Body::from(format!("data: {role}\n\ndata: [DONE]\n\n")).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     response
 }
 
