@@ -3,6 +3,7 @@
 //! ([`fake_discord`]), and an isolated `nats-server` per test
 //! ([`nats`]). Dev-only; never linked into the daemon.
 
+pub mod daemon_process;
 pub mod fake_anthropic;
 pub mod fake_discord;
 pub mod fake_llm;

@@ -8,13 +8,12 @@
 //! --clients N (default 32), --chats N (default 64), --idle N (seconds of idling measured for
 //! CPU, default 20), --skip-nats.
 
-use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use switchboard_testkit::daemon_process::MeasuredDaemon;
 use switchboard_testkit::fake_llm::FakeLlm;
 use switchboard_testkit::nats::NatsServer;
 
@@ -52,74 +51,6 @@ fn options() -> Options {
     opts
 }
 
-struct Daemon {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Starts the daemon and returns it with the time until `/healthz` first answered.
-async fn launch(opts: &Options, llm: &FakeLlm, nats: Option<&str>) -> (Daemon, Duration) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
-    let mut command = Command::new(&opts.binary);
-    command.arg("run").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
-    if let Some(url) = nats {
-        command.args(["--nats", url]);
-    }
-    command
-        .env("HOME", dir.path())
-        .env("SWITCHBOARD_DATA_DIR", dir.path())
-        .env("SWITCHBOARD_CHANNELS__API__LISTEN", format!("127.0.0.1:{port}"))
-        .env("SWITCHBOARD_LOG", "warn")
-        .env("SWITCHBOARD_WORKER__MAX_CONCURRENT_RUNS", "64")
-        // Every request comes from one API sender, a guest: its monthly budget must not end the run.
-        .env("SWITCHBOARD_BUDGETS__GUEST", "0")
-        .env("OPENAI_BASE_URL", llm.base_url())
-        .env("OPENAI_API_KEY", "bench")
-        .env("SWITCHBOARD_MODEL", "bench-model");
-    let started = Instant::now();
-    let child = command.spawn().expect("cannot start the switchboard binary (build it with --release first)");
-    let client = reqwest::Client::new();
-    let health = format!("http://127.0.0.1:{port}/healthz");
-    loop {
-        if client.get(&health).send().await.is_ok_and(|r| r.status().is_success()) {
-            break;
-        }
-        assert!(started.elapsed() < Duration::from_secs(30), "daemon did not become healthy");
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    (Daemon { child, port, _dir: dir }, started.elapsed())
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
-/// CPU time (user + system) the process has used, in milliseconds. `/proc/<pid>/stat` counts
-/// in clock ticks of 1/100 s (USER_HZ is 100 on Linux), so the resolution is 10 ms.
-fn cpu_ms(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which may hold spaces) start at field 3, `state`;
-    // utime and stime are fields 14 and 15.
-    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let ticks = |n: usize| fields.get(n - 3).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    (ticks(14) + ticks(15)) * 10
-}
-
 /// Posts messages from `clients` concurrent clients over `chats` chats for the given time.
 async fn load(opts: &Options, port: u16) -> (u64, u64, Duration) {
     let done = Arc::new(AtomicU64::new(0));
@@ -152,14 +83,14 @@ async fn load(opts: &Options, port: u16) -> (u64, u64, Duration) {
 }
 
 async fn measure(opts: &Options, llm: &FakeLlm, label: &str, nats: Option<&str>) {
-    let (daemon, startup) = launch(opts, llm, nats).await;
+    let (daemon, startup) = MeasuredDaemon::launch(&opts.binary, &llm.base_url(), nats, &[]).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let idle = rss_kib(daemon.child.id());
-    let cpu_before = cpu_ms(daemon.child.id());
+    let idle = daemon.rss_kib();
+    let cpu_before = daemon.cpu_ms();
     tokio::time::sleep(Duration::from_secs(opts.idle)).await;
-    let idle_cpu = cpu_ms(daemon.child.id()).saturating_sub(cpu_before);
+    let idle_cpu = daemon.cpu_ms().saturating_sub(cpu_before);
     let (ok, failed, elapsed) = load(opts, daemon.port).await;
-    let after = rss_kib(daemon.child.id());
+    let after = daemon.rss_kib();
     println!(
         "{label:<10} start-up {:>6.1} ms | idle RSS {:>6.1} MiB | idle CPU {idle_cpu} ms in {} s | {:>7.0} turns/s ({ok} ok, {failed} failed, {} clients, {} chats, {:.1} s) | RSS after load {:>6.1} MiB",
         startup.as_secs_f64() * 1000.0,

@@ -187,6 +187,12 @@ impl FakeLlm {
         lock(&self.shared.requests).clone()
     }
 
+    /// Drops the recorded request bodies (the count [`FakeLlm::wait_for_requests`] waits on
+    /// keeps growing), so a run of many thousand turns does not hold them all.
+    pub fn forget_requests(&self) {
+        lock(&self.shared.requests).clear();
+    }
+
     /// Waits until at least `n` requests arrived or `timeout` passed; returns them all
     /// either way (the caller asserts on the count).
     pub async fn wait_for_requests(&self, n: usize, timeout: Duration) -> Vec<Value> {

@@ -1,0 +1,103 @@
+//! A release build of the daemon started the way a user starts it, for the benchmark and the
+//! soak: its own data directory, the API channel on a free port, a model server of the
+//! caller's choosing, and readings of what the process uses from `/proc`.
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `switchboard run`; killed when dropped.
+pub struct MeasuredDaemon {
+    child: Child,
+    pub port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for MeasuredDaemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl MeasuredDaemon {
+    /// Starts `binary run` (on NATS when `nats` is a URL) and returns it with the time until
+    /// `/healthz` first answered. `env` is set after the defaults, so it can override them.
+    pub async fn launch(
+        binary: &Path,
+        llm_base_url: &str,
+        nats: Option<&str>,
+        env: &[(&str, &str)],
+    ) -> (MeasuredDaemon, Duration) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
+        let mut command = Command::new(binary);
+        command.arg("run").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+        if let Some(url) = nats {
+            command.args(["--nats", url]);
+        }
+        command
+            .env("HOME", dir.path())
+            .env("SWITCHBOARD_DATA_DIR", dir.path())
+            .env("SWITCHBOARD_CHANNELS__API__LISTEN", format!("127.0.0.1:{port}"))
+            .env("SWITCHBOARD_LOG", "warn")
+            .env("SWITCHBOARD_WORKER__MAX_CONCURRENT_RUNS", "64")
+            // Every request comes from one API sender, a guest: its monthly budget must not end the run.
+            .env("SWITCHBOARD_BUDGETS__GUEST", "0")
+            .env("OPENAI_BASE_URL", llm_base_url)
+            .env("OPENAI_API_KEY", "bench")
+            .env("SWITCHBOARD_MODEL", "bench-model");
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let started = Instant::now();
+        let child = command.spawn().expect("cannot start the switchboard binary (build it with --release first)");
+        let client = reqwest::Client::new();
+        let health = format!("http://127.0.0.1:{port}/healthz");
+        loop {
+            if client.get(&health).send().await.is_ok_and(|r| r.status().is_success()) {
+                break;
+            }
+            assert!(started.elapsed() < Duration::from_secs(30), "daemon did not become healthy");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        (MeasuredDaemon { child, port, _dir: dir }, started.elapsed())
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Resident memory in KiB (`VmRSS`), 0 when the process is gone.
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// CPU time (user + system) the process has used, in milliseconds. `/proc/<pid>/stat`
+    /// counts in clock ticks of 1/100 s (USER_HZ is 100 on Linux), so the resolution is 10 ms.
+    pub fn cpu_ms(&self) -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap_or_default();
+        // Fields after the command name (which may hold spaces) start at field 3, `state`;
+        // utime and stime are fields 14 and 15.
+        let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        let fields: Vec<&str> = after_name.split_whitespace().collect();
+        let ticks = |n: usize| fields.get(n - 3).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        (ticks(14) + ticks(15)) * 10
+    }
+
+    /// Open file descriptors (sockets, files, pipes), 0 when they cannot be listed.
+    pub fn open_fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid())).map_or(0, |dir| dir.count())
+    }
+
+    /// True while the process has not exited.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
