@@ -93,7 +93,7 @@ async fn start(llm: &FakeLlm, data_dir: &Path, user: Option<(u32, u32)>) -> Daem
     }
     if let Some((uid, gid)) = user {
         std::os::unix::fs::chown(data_dir, Some(uid), Some(gid)).unwrap();
-        launch = launch.as_user(uid, gid);
+        launch = launch.run_as(uid, gid);
     }
     let mut daemon = launch.spawn();
     daemon.wait_healthy().await;

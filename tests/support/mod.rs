@@ -37,7 +37,7 @@ impl<'a> Launch<'a> {
     }
 
     /// Runs the daemon as `uid`/`gid` (the test must run as root to switch).
-    pub fn as_user(mut self, uid: u32, gid: u32) -> Self {
+    pub fn run_as(mut self, uid: u32, gid: u32) -> Self {
         self.user = Some((uid, gid));
         self
     }
