@@ -116,12 +116,14 @@ async fn pid_written_to(ctx: &ToolContext, file: &str) -> String {
 
 /// What docs/security.md says of `setsid`: a process that has left the command's process group
 /// outlives the command; one that still writes to the output dies of SIGPIPE once the output
-/// is no longer read (OUTPUT_GRACE after the command ended).
+/// is no longer read (OUTPUT_GRACE after the command ended). The commands wait until the
+/// detached process has written its pid, which it does after setsid(): when the command ends
+/// first, the group kill and setsid() race (the doc says so), and the test would be a coin toss.
 #[tokio::test]
 async fn a_setsid_process_outlives_the_command_unless_it_keeps_writing_to_the_output() {
     let (_dir, ctx) = context();
     let exec = exec_with(&config());
-    let detached = "setsid -f sh -c 'echo $$ > quiet.pid; exec sleep 60' > /dev/null 2>&1";
+    let detached = "setsid -f sh -c 'echo $$ > quiet.pid; exec sleep 60' > /dev/null 2>&1; until [ -s quiet.pid ]; do sleep 0.05; done";
     assert_eq!(run_ok(&exec, &ctx, json!({"command": detached})).await, "[exit code 0]\n(no output)");
     let quiet = pid_written_to(&ctx, "quiet.pid").await;
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -131,7 +133,8 @@ async fn a_setsid_process_outlives_the_command_unless_it_keeps_writing_to_the_ou
     assert!(survived, "the detached process {quiet} did not outlive the command");
 
     let started = Instant::now();
-    let writer = "setsid -f sh -c 'echo $$ > writer.pid; while :; do echo tick; sleep 0.2; done'";
+    let writer = "setsid -f sh -c 'echo $$ > writer.pid; while :; do echo tick; sleep 0.2; done'; \
+                  until [ -s writer.pid ]; do sleep 0.05; done";
     let out = run_ok(&exec, &ctx, json!({"command": writer})).await;
     let waited = started.elapsed();
     assert!(waited >= OUTPUT_GRACE && waited < Duration::from_secs(10), "returned after {waited:?}");
