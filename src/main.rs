@@ -84,6 +84,13 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // First of all, before any secret is read into memory or any command can run: the
+    // environment and memory of this process become unreadable to other processes without
+    // CAP_SYS_PTRACE, whatever their user (see src/tools/exec_privileges.rs).
+    if let Err(err) = switchboard::tools::exec::keep_memory_private() {
+        eprintln!("switchboard: {err}");
+        return ExitCode::FAILURE;
+    }
     let cli = Cli::parse();
     match start(cli) {
         Ok(()) => ExitCode::SUCCESS,

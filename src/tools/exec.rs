@@ -1,9 +1,11 @@
 //! `exec`: runs a shell command in the workspace, with a time limit that kills everything the
-//! command started, a cleared environment, capped output and a deny-list of destructive
-//! commands.
+//! command started, a cleared environment, no capabilities, capped output and a deny-list of
+//! destructive commands.
 //!
-//! This is not a sandbox: a command that is allowed can read and write whatever this process
-//! may. The deny-list catches accidents, not an adversary (see docs/security.md).
+//! This is not a sandbox: a command that is allowed can read and write whatever files this
+//! process's user may (without the capabilities root has beyond its files). What it cannot
+//! reach is the daemon's environment and memory ([`privileges`]). The deny-list catches
+//! accidents, not an adversary (see docs/security.md).
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
@@ -24,6 +26,10 @@ use tokio_util::sync::CancellationToken;
 use super::fs::Workspace;
 use super::{Tool, ToolContext, ToolError, required_str};
 use crate::config::ExecToolConfig;
+
+#[path = "exec_privileges.rs"]
+mod privileges;
+pub use privileges::{MemoryNotPrivate, keep_memory_private};
 
 /// How long output is still read after the command ended and its process group was killed.
 /// Only a process that left the group (`setsid`) can keep the pipe open that long.
@@ -69,7 +75,8 @@ impl Exec {
             .collect::<Result<_, _>>()?;
         let description = format!(
             "Runs a shell command (sh -c) in the workspace and returns its exit code and output (stdout and \
-             stderr together). stdin is empty; only a few environment variables are set. The command and \
+             stderr together). stdin is empty; only a few environment variables are set; it runs without privileges, so sudo \
+             and setuid programs do not work. The command and \
              everything it started are killed after timeout_secs (default {}, at most {}) and when it ends, \
              so background processes do not outlive it. Destructive commands are refused.",
             config.timeout_secs, config.max_timeout_secs
@@ -203,6 +210,11 @@ async fn run(
         // Its own process group, so that a timeout can kill everything the command started.
         .process_group(0)
         .kill_on_drop(true);
+    // SAFETY: `drop_privileges` makes only system calls (prctl, capset): no allocation, no
+    // locks, nothing that the fork of a multi-threaded process makes unsafe.
+    unsafe {
+        cmd.pre_exec(privileges::drop_privileges);
+    }
     let mut child = cmd.spawn().map_err(|e| failed("start sh", e))?;
     // Our copies of the pipe's write end live in `cmd`: close them, or EOF never comes.
     drop(cmd);

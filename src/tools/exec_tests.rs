@@ -58,6 +58,24 @@ async fn stdin_is_empty_and_the_environment_is_allow_listed() {
     assert_eq!(out, "[exit code 1]\n[][C.UTF-8]\n0\n");
 }
 
+/// The command holds no capabilities and cannot gain any (no_new_privs); a root test process
+/// also empties the bounding set.
+#[tokio::test]
+async fn the_command_runs_without_capabilities_and_cannot_gain_any() {
+    let (_dir, ctx) = context();
+    let exec = exec_with(&config());
+    let out = run_ok(&exec, &ctx, json!({"command": "grep -E '^(Cap|NoNewPrivs)' /proc/self/status"})).await;
+    let none = "0000000000000000";
+    for line in ["CapInh", "CapPrm", "CapEff", "CapAmb"] {
+        assert!(out.contains(&format!("{line}:\t{none}\n")), "{line} not empty:\n{out}");
+    }
+    assert!(out.contains("NoNewPrivs:\t1\n"), "{out}");
+    // SAFETY: geteuid(2) takes no arguments and cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        assert!(out.contains(&format!("CapBnd:\t{none}\n")), "root keeps a bounding set:\n{out}");
+    }
+}
+
 #[tokio::test]
 async fn timeout_kills_the_whole_process_group() {
     let (_dir, ctx) = context();
@@ -81,6 +99,48 @@ async fn background_jobs_do_not_outlive_a_finished_command() {
     assert!(started.elapsed() < Duration::from_secs(10), "waited for the background job");
     let pid = out.lines().nth(1).unwrap();
     assert!(wait_gone(pid).await, "background job {pid} survived");
+}
+
+/// The pid a detached process wrote to `file` in the workspace, once it has.
+async fn pid_written_to(ctx: &ToolContext, file: &str) -> String {
+    for _ in 0..50 {
+        if let Ok(pid) = std::fs::read_to_string(ctx.workspace.join(file))
+            && pid.ends_with('\n')
+        {
+            return pid.trim().to_owned();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no pid in {file}");
+}
+
+/// What docs/security.md says of `setsid`: a process that has left the command's process group
+/// outlives the command; one that still writes to the output dies of SIGPIPE once the output
+/// is no longer read (OUTPUT_GRACE after the command ended). The commands wait until the
+/// detached process has written its pid, which it does after setsid(): when the command ends
+/// first, the group kill and setsid() race (the doc says so), and the test would be a coin toss.
+#[tokio::test]
+async fn a_setsid_process_outlives_the_command_unless_it_keeps_writing_to_the_output() {
+    let (_dir, ctx) = context();
+    let exec = exec_with(&config());
+    let detached = "setsid -f sh -c 'echo $$ > quiet.pid; exec sleep 60' > /dev/null 2>&1; until [ -s quiet.pid ]; do sleep 0.05; done";
+    assert_eq!(run_ok(&exec, &ctx, json!({"command": detached})).await, "[exit code 0]\n(no output)");
+    let quiet = pid_written_to(&ctx, "quiet.pid").await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let survived = !process_is_gone(&quiet);
+    // SAFETY: kill(2) takes no pointers; the pid is the detached test process.
+    unsafe { libc::kill(quiet.parse().unwrap(), libc::SIGKILL) };
+    assert!(survived, "the detached process {quiet} did not outlive the command");
+
+    let started = Instant::now();
+    let writer = "setsid -f sh -c 'echo $$ > writer.pid; while :; do echo tick; sleep 0.2; done'; \
+                  until [ -s writer.pid ]; do sleep 0.05; done";
+    let out = run_ok(&exec, &ctx, json!({"command": writer})).await;
+    let waited = started.elapsed();
+    assert!(waited >= OUTPUT_GRACE && waited < Duration::from_secs(10), "returned after {waited:?}");
+    assert!(out.contains("tick") && out.contains("kept the output open"), "{out}");
+    let writer = pid_written_to(&ctx, "writer.pid").await;
+    assert!(wait_gone(&writer).await, "the detached writer {writer} lived on after its output closed");
 }
 
 #[tokio::test]

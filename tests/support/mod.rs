@@ -27,11 +27,19 @@ pub struct Launch<'a> {
     pub env: Vec<(String, String)>,
     pub data_dir: &'a Path,
     pub name: &'a str,
+    /// Run the daemon as this (uid, gid) instead of the test's own user (needs root).
+    pub user: Option<(u32, u32)>,
 }
 
 impl<'a> Launch<'a> {
     pub fn new(data_dir: &'a Path, name: &'a str, args: &[&str]) -> Self {
-        Self { args: args.iter().map(|a| a.to_string()).collect(), env: Vec::new(), data_dir, name }
+        Self { args: args.iter().map(|a| a.to_string()).collect(), env: Vec::new(), data_dir, name, user: None }
+    }
+
+    /// Runs the daemon as `uid`/`gid` (the test must run as root to switch).
+    pub fn run_as(mut self, uid: u32, gid: u32) -> Self {
+        self.user = Some((uid, gid));
+        self
     }
 
     pub fn env(mut self, key: &str, value: &str) -> Self {
@@ -71,6 +79,11 @@ impl<'a> Launch<'a> {
             .env("SWITCHBOARD_LOG", "info,switchboard=debug");
         for (key, value) in &self.env {
             command.env(key, value);
+        }
+        if let Some((uid, gid)) = self.user {
+            use std::os::unix::process::CommandExt;
+            // std clears the supplementary groups when root switches user.
+            command.uid(uid).gid(gid);
         }
         Daemon { child: Some(command.spawn().unwrap()), port, log }
     }
