@@ -1,6 +1,7 @@
 //! `[rate_limits]` through the real worker, on both buses, with a real SQLite store and a
 //! scripted model: one member of a group floods it; they get one notice and no more turns,
 //! while another member of the same group is answered and the flooder's commands still work.
+//! And `worker.max_concurrent_runs`: sessions beyond it wait for a free slot, none is lost.
 
 mod common;
 
@@ -13,9 +14,13 @@ use switchboard::users::AccessPolicy;
 use switchboard::worker::{QueueSettings, WorkerSettings};
 use switchboard_channels::Deliveries;
 use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, Sender};
-use switchboard_testkit::fake_llm::FakeLlm;
+use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
 
-both_buses!(a_flooding_member_is_told_once_and_the_others_are_still_answered, owners_are_not_limited_by_default,);
+both_buses!(
+    a_flooding_member_is_told_once_and_the_others_are_still_answered,
+    owners_are_not_limited_by_default,
+    no_more_sessions_run_at_once_than_max_concurrent_runs,
+);
 
 /// Guests may start 4 turns a minute. Debouncing is off, so every message is a turn of its own
 /// and counts (with it on, a burst merged into one turn counts once: see tests/bursts.rs).
@@ -135,5 +140,38 @@ async fn owners_are_not_limited_by_default(kind: BusKind) {
         assert_eq!(got[&msg.id].content, format!("echo: {}", msg.content));
     }
     assert_eq!(model_inputs(&h).len(), 8);
+    h.stop().await;
+}
+
+/// Six chats write at once to a worker that runs two sessions at a time, each turn taking
+/// 600 ms: two model calls are in flight at any moment, the other chats wait their turn, and
+/// all six are answered (in three waves, so about 1.8 s).
+async fn no_more_sessions_run_at_once_than_max_concurrent_runs(kind: BusKind) {
+    let llm = FakeLlm::start().await;
+    for _ in 0..6 {
+        llm.push(Scripted::Delay(Duration::from_millis(600), Box::new(Scripted::Text("done".into()))));
+    }
+    let settings = WorkerSettings { max_concurrent_runs: 2, ..settings(&[]) };
+    let h = Setup { settings, llm: Some(llm), ..Setup::new(kind) }.start().await;
+    let mut out = h.outbound("test").await;
+    let started = std::time::Instant::now();
+    let chats: Vec<InboundMessage> = (1..=6)
+        .map(|i| {
+            let person = Sender { id: format!("p{i}"), name: format!("P{i}"), is_bot: false };
+            InboundMessage::user("test", &format!("chat{i}"), person, "hello")
+        })
+        .collect();
+    for msg in &chats {
+        h.send(msg).await;
+    }
+    h.llm.wait_for_requests(2, Duration::from_secs(5)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(h.llm.requests().len(), 2, "only two turns started while two run");
+    let got = all_out(&mut out, 6).await;
+    for msg in &chats {
+        assert_eq!(got[&msg.id].content, "done");
+    }
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(1800), "three waves of two: {took:?}");
     h.stop().await;
 }
