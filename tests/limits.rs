@@ -19,6 +19,7 @@ use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
 both_buses!(
     a_flooding_member_is_told_once_and_the_others_are_still_answered,
     owners_are_not_limited_by_default,
+    the_api_channel_is_not_limited,
     no_more_sessions_run_at_once_than_max_concurrent_runs,
 );
 
@@ -173,5 +174,23 @@ async fn no_more_sessions_run_at_once_than_max_concurrent_runs(kind: BusKind) {
     }
     let took = started.elapsed();
     assert!(took >= Duration::from_millis(1800), "three waves of two: {took:?}");
+    h.stop().await;
+}
+
+/// The API takes the sender from the request, so a per-sender limit would not hold there: its
+/// requests are not counted, and a guest's ninth request in a minute is answered like the first.
+async fn the_api_channel_is_not_limited(kind: BusKind) {
+    let h = Setup { settings: settings(&[]), ..Setup::new(kind) }.start().await;
+    let mut out = h.outbound("api").await;
+    let person = Sender { id: "client".into(), name: "client".into(), is_bot: false };
+    let requests: Vec<InboundMessage> =
+        (1..=9).map(|i| InboundMessage::user("api", &format!("c{i}"), person.clone(), &format!("q{i}"))).collect();
+    for msg in &requests {
+        h.send(msg).await;
+    }
+    let got = all_out(&mut out, 9).await;
+    for msg in &requests {
+        assert_eq!(got[&msg.id].content, format!("echo: {}", msg.content));
+    }
     h.stop().await;
 }

@@ -267,11 +267,15 @@ async fn dead_letter(shared: &Shared, info: &DeliveryInfo, reason: String, held:
     }
 }
 
-/// Applies `[rate_limits]` to a person's message (commands excepted): `None` when it is over
-/// its sender's limit and was settled here, with the sender's one notice or without answer.
+/// Applies `[rate_limits]` to a person's message (commands and the API channel excepted):
+/// `None` when it is over its sender's limit and was settled here, with the sender's one
+/// notice or without answer.
 async fn limit_rate(shared: &Arc<Shared>, job: Job, tasks: &mut JoinSet<()>) -> Option<Job> {
     let msg = &job.msg;
-    if msg.kind != InboundKind::User || commands::parse(&msg.content).is_some() {
+    // The API channel takes the sender from the request, so a per-sender limit would not hold
+    // there (a client names a new sender); its token and HTTP limits guard it instead.
+    let api = msg.channel == switchboard_channels::api::CHANNEL;
+    if msg.kind != InboundKind::User || api || commands::parse(&msg.content).is_some() {
         return Some(job);
     }
     let key = shared.agents.session_key(msg);
@@ -296,8 +300,7 @@ async fn limit_rate(shared: &Arc<Shared>, job: Job, tasks: &mut JoinSet<()>) -> 
     let rate::Verdict::Limited { notify, retry_after, per_minute } = verdict else { return Some(job) };
     tracing::info!(id = %msg.id, session = %key, %sender, notify, "sender over their rate limit; not answering");
     let shared = Arc::clone(shared);
-    // Each API request waits for its own answer, so each gets the notice.
-    if notify || msg.channel == switchboard_channels::api::CHANNEL {
+    if notify {
         let text = rate::notice(&msg.sender.name, msg.is_group, per_minute, retry_after);
         tasks.spawn(commands::answer(shared, job, text));
     } else {

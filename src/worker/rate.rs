@@ -9,9 +9,10 @@
 //! count.
 //!
 //! A sender past their limit gets one notice saying when to send again; their later messages
-//! in that spell are settled without an answer (the API channel, where each request waits for
-//! its own answer, gets the notice every time). The limit is per worker process: with several
-//! workers on NATS a sender may get up to that many times the rate.
+//! in that spell are settled without an answer. The API channel is not limited: it takes the
+//! sender from the request, so a client could name a new sender for every message. The limit
+//! is per worker process: with several workers on NATS a sender may get up to that many times
+//! the rate.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
