@@ -323,6 +323,7 @@ fn build_worker(
         prompt: prompt_settings(&config.agent)?,
         guard: Some(Arc::new(Guard::new(&config.guard)?)),
         queue: crate::worker::QueueSettings::from_config(&config.worker),
+        rate_limits: config.rate_limits,
         heartbeat_ack_max_chars: config.heartbeat.ack_max_chars,
         heartbeat_ack_max_chars_by_agent: config
             .agents

@@ -1,7 +1,8 @@
 //! Bursts and a full queue with the settings users get: a forwarded conversation arrives as
 //! many messages of one sender a few milliseconds apart (as Telegram delivers a forward), and
 //! a busy group can fill a session's queue. On both buses, with a real SQLite store, the
-//! default input guard and a scripted model.
+//! default input guard, the default rate limits (a guest's forwarded burst counts as one turn)
+//! and a scripted model.
 
 mod common;
 
@@ -9,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{BusKind, Harness, Setup, next_out, nothing_more};
-use switchboard::config::{GuardConfig, WorkerConfig};
+use switchboard::config::{GuardConfig, RateLimitsConfig, WorkerConfig};
 use switchboard::hygiene::Guard;
 use switchboard::worker::{QueueSettings, WorkerSettings};
 use switchboard_channels::Deliveries;
@@ -29,6 +30,7 @@ fn default_settings(guard: GuardConfig) -> WorkerSettings {
     WorkerSettings {
         queue: QueueSettings::from_config(&WorkerConfig::default()),
         guard: Some(Arc::new(Guard::new(&guard).unwrap())),
+        rate_limits: RateLimitsConfig::default(),
         ..WorkerSettings::default()
     }
 }

@@ -61,7 +61,11 @@ async fn the_agent_writes_reads_and_runs_in_its_workspace_only() {
     let (status, body) = daemon.post(json!({"chat_id": "w", "content": "cat it"})).await;
     assert_eq!((status, body["reply"].as_str()), (200, Some("Ran it.")), "{body}");
     let ran = tool_result(&llm.requests()[5]);
-    assert_eq!(ran, "[exit code 0]\nhi from the agent\n[]\n", "the API key must not reach commands");
+    assert_eq!(
+        ran,
+        "<<<UNTRUSTED_CONTENT source=\"exec output\">>>\n[exit code 0]\nhi from the agent\n[]\n<<<END_UNTRUSTED_CONTENT>>>",
+        "the API key must not reach commands"
+    );
 
     let (status, body) = daemon.post(json!({"chat_id": "w", "content": "fix the greeting"})).await;
     assert_eq!((status, body["reply"].as_str()), (200, Some("Edited.")), "{body}");

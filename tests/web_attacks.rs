@@ -82,6 +82,11 @@ const CASES: &[Case] = &[
     Case { tries: "binary content", url: "http://allowed.test:PORT/image", allow: &["allowed.test"], expect: Failed("image/png"), served: 1 },
     Case { tries: "missing page", url: "http://allowed.test:PORT/missing", allow: &["allowed.test"], expect: Failed("HTTP 404"), served: 1 },
     Case { tries: "server error", url: "http://allowed.test:PORT/error", allow: &["allowed.test"], expect: Transient("HTTP 500"), served: 1 },
+    Case { tries: "gzip sent without being asked", url: "http://allowed.test:PORT/gzip-always", allow: &["allowed.test"], expect: Text(&["URL: http://allowed.test:PORT/gzip-always\n\ncompressed text, sent whatever the request asked"]), served: 1 },
+    Case { tries: "gzip after Accept-Encoding: gzip", url: "http://allowed.test:PORT/gzip-negotiated", allow: &["allowed.test"], expect: Text(&["\n\ncompressed because the request asked for gzip"]), served: 1 },
+    Case { tries: "gzip bomb: a few KiB expanding to 8 MiB", url: "http://allowed.test:PORT/gzip-bomb", allow: &["allowed.test"], expect: Text(&["[cut: showing 20000 of 2097152", "[the page is larger than 2097152 bytes"]), served: 1 },
+    Case { tries: "broken gzip", url: "http://allowed.test:PORT/gzip-broken", allow: &["allowed.test"], expect: Failed("gzip body that does not decode"), served: 1 },
+    Case { tries: "an encoding web_fetch does not decode", url: "http://allowed.test:PORT/brotli", allow: &["allowed.test"], expect: Failed("encoded as br"), served: 1 },
 ];
 
 /// The test names of the module docs, and the system resolver for the rest.
@@ -112,13 +117,50 @@ impl Resolver for TestResolver {
 const PAGE: &str = "<!doctype html><html><head><title>Local page</title><script>alert('x')</script></head>\
                     <body><h1>Hello</h1><p>From the <b>test</b> server.</p><ul><li>one</li><li>two</li></ul><p><a href=\"/plain\">More</a></p></body></html>";
 
+fn gzip(data: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder.write_all(data).unwrap();
+    encoder.finish().unwrap()
+}
+
+/// 8 MiB of spaces, a few KiB compressed: made once.
+fn gzip_bomb() -> &'static [u8] {
+    static BOMB: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    BOMB.get_or_init(|| gzip(&vec![b' '; 8 * 1024 * 1024]))
+}
+
+/// A gzip body marked as such; real servers send it even when the request did not ask.
+fn gzipped(body: Vec<u8>) -> Response {
+    ([(header::CONTENT_TYPE, "text/plain"), (header::CONTENT_ENCODING, "gzip")], body).into_response()
+}
+
 async fn route(
     State(hits): State<Arc<AtomicUsize>>,
     uri: axum::http::Uri,
     query: Query<HashMap<String, String>>,
+    headers: header::HeaderMap,
 ) -> Response {
     hits.fetch_add(1, Ordering::SeqCst);
+    let asked_for_gzip = headers
+        .get(header::ACCEPT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|e| e.trim().starts_with("gzip")));
     match uri.path() {
+        "/gzip-always" => gzipped(gzip(b"compressed text, sent whatever the request asked")),
+        "/gzip-negotiated" if asked_for_gzip => gzipped(gzip(b"compressed because the request asked for gzip")),
+        "/gzip-negotiated" => ([(header::CONTENT_TYPE, "text/plain")], "plain: no gzip was asked for").into_response(),
+        "/gzip-bomb" => {
+            let body = gzip_bomb().to_vec();
+            assert!(body.len() < 64 * 1024, "a small body: {} bytes", body.len());
+            gzipped(body)
+        }
+        "/gzip-broken" => gzipped(b"\x1f\x8b\x08\x00 this is not deflate data at all".to_vec()),
+        "/brotli" => (
+            [(header::CONTENT_TYPE, "text/plain"), (header::CONTENT_ENCODING, "br")],
+            b"\x0b\x02\x80hello\x03".to_vec(),
+        )
+            .into_response(),
         "/" => ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], PAGE).into_response(),
         "/plain" => ([(header::CONTENT_TYPE, "text/plain")], "just text").into_response(),
         "/redirect" => (StatusCode::FOUND, [(header::LOCATION, query.0["to"].clone())]).into_response(),

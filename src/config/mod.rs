@@ -49,7 +49,7 @@ pub use secret::Secret;
 pub use subagents::SubagentsConfig;
 pub use telegram::{DmPolicyConfig, GroupPolicyConfig, TelegramChannelConfig, TelegramMode};
 pub use tools::{ExecToolConfig, FsToolsConfig, ToolsConfig, WebToolsConfig};
-pub use users::{BudgetsConfig, PermissionsConfig, UsersConfig};
+pub use users::{BudgetsConfig, PermissionsConfig, RateLimitsConfig, UsersConfig};
 
 /// The provider URL used when neither the config nor `OPENAI_BASE_URL` names one.
 pub const OPENAI_DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -88,6 +88,8 @@ pub struct Config {
     pub users: UsersConfig,
     pub permissions: PermissionsConfig,
     pub budgets: BudgetsConfig,
+    /// Messages per minute a sender may send, by level.
+    pub rate_limits: RateLimitsConfig,
     pub channels: ChannelsConfig,
     /// Scheduled jobs: the scheduler and the `cron` tool's limits.
     pub cron: CronConfig,
@@ -119,6 +121,7 @@ impl Default for Config {
             users: UsersConfig::default(),
             permissions: PermissionsConfig::default(),
             budgets: BudgetsConfig::default(),
+            rate_limits: RateLimitsConfig::default(),
             channels: ChannelsConfig::default(),
             cron: CronConfig::default(),
             heartbeat: HeartbeatConfig::default(),

@@ -1,4 +1,5 @@
-//! `[users]`, `[permissions]` and `[budgets]`: who may do what, and how many tokens a month.
+//! `[users]`, `[permissions]`, `[budgets]` and `[rate_limits]`: who may do what, how many tokens
+//! a month, and how many messages a minute.
 
 use std::collections::BTreeMap;
 
@@ -79,5 +80,46 @@ impl Default for BudgetsConfig {
         // messages in one long conversation and far more in short ones: a real trial, at a
         // cost an owner does not notice. tests/users.rs measures it with real turns.
         Self { guest: 250_000, user: 1_000_000, admin: 0, owner: 0 }
+    }
+}
+
+/// Messages a sender may send per minute, by level; 0 = unlimited. A burst that the worker's
+/// debounce answers as one turn counts once; commands (`/stop`, ...) never count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RateLimitsConfig {
+    pub guest: u32,
+    pub user: u32,
+    pub admin: u32,
+    pub owner: u32,
+}
+
+impl Default for RateLimitsConfig {
+    fn default() -> Self {
+        // A person in conversation rarely starts more than a few turns a minute; 10 leaves room
+        // for quick corrections while one sender cannot keep a group's queue full. Admins and
+        // owners run the bot and are not limited.
+        Self { guest: 10, user: 30, admin: 0, owner: 0 }
+    }
+}
+
+impl RateLimitsConfig {
+    /// No limit for anyone.
+    pub const UNLIMITED: RateLimitsConfig = RateLimitsConfig { guest: 0, user: 0, admin: 0, owner: 0 };
+
+    /// The limit of `level`; `None` = unlimited.
+    pub fn per_minute(&self, level: Level) -> Option<u32> {
+        let limit = match level {
+            Level::Guest => self.guest,
+            Level::User => self.user,
+            Level::Admin => self.admin,
+            Level::Owner => self.owner,
+        };
+        (limit > 0).then_some(limit)
+    }
+
+    /// The lowest limit of any level: below it no sender needs their level looked up.
+    pub fn lowest(&self) -> Option<u32> {
+        Level::ALL.into_iter().filter_map(|level| self.per_minute(level)).min()
     }
 }

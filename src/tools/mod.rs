@@ -6,6 +6,7 @@ pub mod exec;
 pub mod fs;
 mod message;
 mod truncate;
+pub mod untrusted;
 pub mod web;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -263,7 +264,9 @@ impl ToolRegistry {
 pub fn register_local_tools(registry: &mut ToolRegistry, config: &ToolsConfig) -> Result<(), ConfigError> {
     if config.fs.enabled {
         let settings = fs::FsSettings::from(&config.fs);
-        registry.register(Arc::new(fs::ReadFile::new(settings)));
+        // What a file says is data, whoever wrote it (a web page saved there, a user's upload).
+        let read = Arc::new(fs::ReadFile::new(settings));
+        registry.register(Arc::new(untrusted::Untrusted::new(read, untrusted::file)));
         registry.register(Arc::new(fs::WriteFile::new(settings)));
         registry.register(Arc::new(fs::EditFile::new(settings)));
         registry.register(Arc::new(fs::ListDir::new(settings)));
@@ -275,7 +278,8 @@ pub fn register_local_tools(registry: &mut ToolRegistry, config: &ToolsConfig) -
             origin: crate::config::Origin::Default,
             reason: error.to_string(),
         })?;
-        registry.register(Arc::new(exec));
+        // Command output carries what commands read (files, `curl`): data too.
+        registry.register(Arc::new(untrusted::Untrusted::new(Arc::new(exec), untrusted::command_output)));
     }
     Ok(())
 }

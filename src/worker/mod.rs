@@ -16,13 +16,14 @@ mod hygiene;
 mod keepalive;
 mod overflow;
 mod prompt;
+mod rate;
 mod run;
 mod session;
 mod turn;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -35,11 +36,12 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::Agent;
+use crate::config::RateLimitsConfig;
 use crate::context::{ContextEngine, ContextSettings};
 use crate::hygiene::Guard;
 use crate::store::Store;
 use crate::subagents::SubagentManager;
-use crate::users::AccessPolicy;
+use crate::users::{self, AccessPolicy};
 use agents::Agents;
 use keepalive::{Held, Settle};
 use session::{Job, Placed, Session};
@@ -76,6 +78,8 @@ pub struct WorkerSettings {
     pub guard: Option<Arc<Guard>>,
     /// What messages arriving during a run do.
     pub queue: QueueSettings,
+    /// Turns a sender may start per minute, by level (`[rate_limits]`).
+    pub rate_limits: RateLimitsConfig,
     /// A heartbeat's reply of `HEARTBEAT_OK` with at most this many other characters is
     /// suppressed (`heartbeat.ack_max_chars`).
     pub heartbeat_ack_max_chars: usize,
@@ -97,6 +101,8 @@ impl Default for WorkerSettings {
             prompt: crate::prompt::PromptSettings::default(),
             guard: None,
             queue: QueueSettings::default(),
+            // Off unless asked for: the daemon passes `[rate_limits]`, whose defaults limit.
+            rate_limits: RateLimitsConfig::UNLIMITED,
             heartbeat_ack_max_chars: 300,
             heartbeat_ack_max_chars_by_agent: HashMap::new(),
         }
@@ -117,6 +123,8 @@ pub(crate) struct Shared {
     sessions: Mutex<HashMap<String, Session>>,
     /// Per session, the messages a full queue did not keep since its last notice.
     overflow: Mutex<HashMap<String, Vec<overflow::NotKept>>>,
+    /// Per-sender turn counts for `[rate_limits]`.
+    rate: Mutex<rate::RateLimiter>,
     /// Numbers messages in arrival order.
     arrivals: AtomicU64,
     /// Cancelled when shutdown starts: no new runs start.
@@ -141,6 +149,7 @@ impl Worker {
     pub fn with_agents(bus: Arc<dyn Bus>, store: Arc<dyn Store>, agents: Agents, settings: WorkerSettings) -> Self {
         let runs = Arc::new(Semaphore::new(settings.max_concurrent_runs.max(1)));
         let context = ContextEngine::new(settings.context.clone());
+        let rate = Mutex::new(rate::RateLimiter::new(settings.rate_limits, settings.queue.debounce));
         let shared = Shared {
             bus,
             store,
@@ -150,6 +159,7 @@ impl Worker {
             runs,
             sessions: Mutex::new(HashMap::new()),
             overflow: Mutex::new(HashMap::new()),
+            rate,
             arrivals: AtomicU64::new(0),
             stopping: CancellationToken::new(),
             subagents: std::sync::OnceLock::new(),
@@ -190,7 +200,8 @@ impl Worker {
                 Some(Ok(delivery)) => {
                     let (info, acker) = delivery.into_parts();
                     let held = Held::start(acker, shared.settings.progress_interval);
-                    if let Some(job) = intake(&shared, info, held, slot).await {
+                    let Some(job) = intake(&shared, info, held, slot).await else { continue };
+                    if let Some(job) = limit_rate(&shared, job, &mut tasks).await {
                         dispatch(&shared, job, &mut tasks);
                     }
                 }
@@ -254,6 +265,48 @@ async fn dead_letter(shared: &Shared, info: &DeliveryInfo, reason: String, held:
             held.settle(Settle::Nak(Some(Duration::from_secs(5)))).await;
         }
     }
+}
+
+/// Applies `[rate_limits]` to a person's message (commands and the API channel excepted):
+/// `None` when it is over its sender's limit and was settled here, with the sender's one
+/// notice or without answer.
+async fn limit_rate(shared: &Arc<Shared>, job: Job, tasks: &mut JoinSet<()>) -> Option<Job> {
+    let msg = &job.msg;
+    // The API channel takes the sender from the request, so a per-sender limit would not hold
+    // there (a client names a new sender); its token and HTTP limits guard it instead.
+    let api = msg.channel == switchboard_channels::api::CHANNEL;
+    if msg.kind != InboundKind::User || api || commands::parse(&msg.content).is_some() {
+        return Some(job);
+    }
+    let key = shared.agents.session_key(msg);
+    let sender = users::Identity::new(&msg.channel, &msg.sender.id).to_string();
+    let check = |level| {
+        let mut limiter = shared.rate.lock().unwrap_or_else(PoisonError::into_inner);
+        limiter.check(&key, &sender, tokio::time::Instant::now(), level)
+    };
+    let mut verdict = check(None);
+    if verdict == rate::Verdict::NeedLevel {
+        let level = match access::level(shared, msg).await {
+            Ok(level) => level,
+            Err(err) => {
+                // The run would fail on the store too; let it, and be retried, rather than
+                // refuse someone for a store error.
+                tracing::warn!(%err, id = %msg.id, "cannot look up the sender's level for the rate limit");
+                return Some(job);
+            }
+        };
+        verdict = check(Some(level));
+    }
+    let rate::Verdict::Limited { notify, retry_after, per_minute } = verdict else { return Some(job) };
+    tracing::info!(id = %msg.id, session = %key, %sender, notify, "sender over their rate limit; not answering");
+    let shared = Arc::clone(shared);
+    if notify {
+        let text = rate::notice(&msg.sender.name, msg.is_group, per_minute, retry_after);
+        tasks.spawn(commands::answer(shared, job, text));
+    } else {
+        tasks.spawn(async move { commands::settle_unanswered(&shared, job, "over the sender's rate limit").await });
+    }
+    None
 }
 
 /// Sends a job where it goes: a command runs now, beside any running turn (guarantee 3: it

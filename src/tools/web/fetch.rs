@@ -2,7 +2,7 @@
 //!
 //! Each request gets its own client, pinned to the addresses the guard checked and unable to
 //! resolve any other name, with redirects off: redirects are followed here, each new URL
-//! checked again. Bodies are read up to a byte cap, the whole fetch is under a time cap, and
+//! checked again. Bodies are read up to a byte cap (decoded bytes, for gzip: see `body`), the whole fetch is under a time cap, and
 //! the text is cut after `max_chars` characters, head only: the start of a page (title,
 //! introduction) is what matters, its end is mostly footer.
 
@@ -145,8 +145,8 @@ impl WebFetch {
         let kind = classify(&content_type).ok_or_else(|| {
             ToolError::Failed(format!("{url} is {content_type}; web_fetch reads only HTML, plain text and JSON"))
         })?;
-        let (bytes, cut_at_bytes) = read_capped(response, self.settings.max_bytes).await?;
-        Ok(Fetched { url, kind, body: decode(&bytes, &content_type), cut_at_bytes })
+        let body = super::body::read_capped(response, self.settings.max_bytes).await?;
+        Ok(Fetched { url, kind, body: decode(&body.bytes, &content_type), cut_at_bytes: body.cut_at_bytes })
     }
 }
 
@@ -167,13 +167,15 @@ async fn send(url: &Url, target: &Target, timeout: Duration) -> Result<Response,
     client
         .get(url.clone())
         .header("Accept", "text/html, application/xhtml+xml, text/plain, application/json;q=0.9, */*;q=0.1")
+        // Decoded in `body`, within the byte cap.
+        .header("Accept-Encoding", "gzip")
         .send()
         .await
         .map_err(|error| request_error(url, &error))
 }
 
 /// Connection failures and timeouts may pass: worth the registry's one retry.
-fn request_error(url: &Url, error: &reqwest::Error) -> ToolError {
+pub(super) fn request_error(url: &Url, error: &reqwest::Error) -> ToolError {
     let mut message = format!("cannot fetch {url}");
     // reqwest's own message repeats the URL and says little; the cause (refused, reset,
     // TLS…) is further down the chain.
@@ -228,22 +230,6 @@ fn classify(content_type: &str) -> Option<Kind> {
         "" | "text/plain" | "text/markdown" | "text/csv" | "text/xml" | "application/xml" => Some(Kind::Text),
         _ => None,
     }
-}
-
-/// Reads the body until its end or `max_bytes`, whichever comes first.
-async fn read_capped(mut response: Response, max_bytes: usize) -> Result<(Vec<u8>, Option<usize>), ToolError> {
-    let url = response.url().clone();
-    let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|error| request_error(&url, &error))? {
-        let room = max_bytes - body.len();
-        if chunk.len() > room {
-            body.extend_from_slice(&chunk[..room]);
-            // Dropping the response here closes the connection: the rest is never read.
-            return Ok((body, Some(max_bytes)));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok((body, None))
 }
 
 /// UTF-8, or Latin-1 when the content type says so (its bytes are its code points; the
