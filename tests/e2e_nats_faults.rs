@@ -113,6 +113,15 @@ async fn a_bad_message_whose_dead_letter_exceeds_max_payload_is_dead_lettered_tr
     assert!(lines[0].contains("truncated=true"), "{}", lines[0]);
 }
 
+/// The timestamp that starts a log line.
+fn log_time(line: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+    line.split_whitespace().next()?.parse().ok()
+}
+
+fn started_line(logs: &str) -> String {
+    logs.lines().find(|line| line.contains("worker started")).unwrap_or_default().to_owned()
+}
+
 const SESSIONS: usize = 20;
 const PER_SESSION: usize = 5;
 
@@ -133,7 +142,12 @@ async fn a_chat_keeps_its_order_across_a_worker_crash() {
         }
     }
     let dir = tempfile::tempdir().unwrap();
-    let launch = |name| Launch::new(dir.path(), name, &["agent", "--nats", &nats.url()]).llm(&llm.base_url());
+    // Each message its own turn (no merging of one sender's burst), as in the report.
+    let launch = |name| {
+        Launch::new(dir.path(), name, &["agent", "--nats", &nats.url()])
+            .llm(&llm.base_url())
+            .env("SWITCHBOARD_WORKER__DEBOUNCE_MS", "0")
+    };
     let mut first = launch("agent-1").spawn();
     first.wait_for_log("worker started").await;
     let bus = NatsBus::connect(&nats.url(), NatsOptions::default()).await.unwrap();
@@ -177,5 +191,10 @@ async fn a_chat_keeps_its_order_across_a_worker_crash() {
     let logs = second.logs();
     let resumed = logs.lines().filter(|line| line.contains("resuming a run")).count();
     assert!(resumed > 0, "no run was in flight at the crash:\n{logs}");
-    eprintln!("crash order: {resumed} runs resumed; all {total} answered {all_done:?} after the kill");
+    let first_resumed = logs.lines().find(|line| line.contains("resuming a run")).and_then(log_time);
+    let back_after = first_resumed.zip(log_time(&started_line(&logs))).map(|(r, s)| r - s);
+    eprintln!(
+        "crash order: {resumed} runs resumed, the first {back_after:?} after the new worker started; all {total} \
+         answered {all_done:?} after the kill"
+    );
 }
