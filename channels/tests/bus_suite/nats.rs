@@ -367,3 +367,28 @@ async fn stored_inbound_names_the_oldest_unacked_message_of_a_chat() {
     within(PATIENCE, "ack", second.ack()).await.expect("ack");
     assert_eq!(bus.stored_inbound(&subject, 1).await.expect("lookup"), None);
 }
+
+/// A deployment upgraded from a version whose workers' consumer stopped after 10 deliveries
+/// gets the unlimited one at the next start (a message waiting for an older one of its chat is
+/// handed back many times).
+#[tokio::test]
+async fn an_older_workers_consumer_is_updated_to_unlimited_deliveries() {
+    use async_nats::jetstream::consumer::{AckPolicy, pull};
+    let server = NatsServer::start().await;
+    drop(connect(&server).await);
+    let js = async_nats::jetstream::new(within(PATIENCE, "connect", async_nats::connect(server.url())).await.unwrap());
+    let old = pull::Config {
+        durable_name: Some("workers".into()),
+        ack_policy: AckPolicy::Explicit,
+        ack_wait: Duration::from_secs(30),
+        max_deliver: 10,
+        max_ack_pending: 64,
+        ..pull::Config::default()
+    };
+    within(PATIENCE, "old consumer", js.create_consumer_on_stream(old, "SWITCHBOARD_IN")).await.expect("create");
+    let bus = connect(&server).await;
+    drop(within(PATIENCE, "inbound", bus.inbound()).await.expect("updated"));
+    let stream = within(PATIENCE, "stream", js.get_stream("SWITCHBOARD_IN")).await.expect("stream");
+    let info = within(PATIENCE, "info", stream.consumer_info("workers")).await.expect("consumer");
+    assert_eq!((info.config.max_deliver, info.config.ack_wait), (-1, ACK_WAIT));
+}
