@@ -113,6 +113,37 @@ async fn a_bad_message_whose_dead_letter_exceeds_max_payload_is_dead_lettered_tr
     assert!(lines[0].contains("truncated=true"), "{}", lines[0]);
 }
 
+/// A reply the bus can never take (over the server's max payload) is a permanent failure: the
+/// message is dead-lettered with the reason and acked, not run again every few seconds.
+#[tokio::test]
+async fn a_message_whose_reply_can_never_be_published_is_dead_lettered() {
+    let nats = NatsServer::start().await;
+    let llm = FakeLlm::start().await;
+    llm.push(Scripted::Text("y".repeat(1_200_000)));
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Launch::new(dir.path(), "agent", &["agent", "--nats", &nats.url()]).llm(&llm.base_url()).spawn();
+    agent.wait_for_log("worker started").await;
+    let bus = NatsBus::connect(&nats.url(), NatsOptions::default()).await.unwrap();
+    let sender = Sender { id: "u1".into(), name: "U".into(), is_bot: false };
+    bus.publish_inbound(&InboundMessage::user("test", "big", sender.clone(), "say a lot")).await.unwrap();
+    agent.wait_for_log("message dead-lettered").await;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let dead = bus.dead_letters(Flow::In, 10).await.unwrap();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert!(dead[0].reason.contains("reply cannot be published"), "{}", dead[0].reason);
+    assert!(dead[0].payload.contains("say a lot"), "{}", dead[0].payload);
+    assert_eq!(stored_inbound(&nats).await, 0);
+    assert_eq!(llm.requests().len(), 1, "the turn ran again");
+    // The worker goes on: the next message of the chat is answered (from another sender: the
+    // long reply used up the first one's monthly token allowance).
+    let mut replies = bus.outbound("test").await.unwrap();
+    let other = Sender { id: "u2".into(), ..sender };
+    bus.publish_inbound(&InboundMessage::user("test", "big", other, "short now")).await.unwrap();
+    let delivery = tokio::time::timeout(Duration::from_secs(10), replies.next()).await.unwrap().unwrap().unwrap();
+    assert_eq!(delivery.decode::<OutboundMessage>().unwrap().content, "echo: short now");
+    assert_eq!(disconnects(&agent.logs()), 0, "{}", agent.logs());
+}
+
 /// The timestamp that starts a log line.
 fn log_time(line: &str) -> Option<chrono::DateTime<chrono::Utc>> {
     line.split_whitespace().next()?.parse().ok()
