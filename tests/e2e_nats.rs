@@ -209,21 +209,30 @@ async fn process_waiting_for_nats_stops_on_sigterm() {
 }
 
 /// Starting again on a server that already has the streams is as quiet as the first start
-/// (every start after the first used to warn about the dead-letter stream's duplicate window).
+/// (every start after the first used to warn about the dead-letter stream's duplicate window,
+/// which the server fills in), for a worker and for a channel process alike.
 #[tokio::test]
 async fn restart_on_existing_streams_logs_no_warning() {
     let nats = NatsServer::start().await;
     let llm = FakeLlm::start().await;
     let dir = tempfile::tempdir().unwrap();
-    for name in ["first", "second"] {
-        let mut agent = Launch::new(dir.path(), name, &["agent", "--nats", &nats.url()]).llm(&llm.base_url()).spawn();
-        agent.wait_for_log("worker started").await;
-        agent.signal("TERM");
-        assert!(agent.wait_exit(Duration::from_secs(10)).await.success(), "{}", agent.logs());
-        let logs = agent.logs();
+    let starts = [("first", "agent"), ("second", "agent"), ("channel", "channel")];
+    for (name, kind) in starts {
+        let launch = match kind {
+            "agent" => Launch::new(dir.path(), name, &["agent", "--nats", &nats.url()]).llm(&llm.base_url()),
+            _ => Launch::new(dir.path(), name, &["channel", "api"]).env("SWITCHBOARD_BUS", &nats.url()),
+        };
+        let mut process = launch.spawn();
+        process.wait_for_log("switchboard started").await;
+        if kind == "agent" {
+            process.wait_for_log("worker started").await;
+        }
+        process.signal("TERM");
+        assert!(process.wait_exit(Duration::from_secs(10)).await.success(), "{}", process.logs());
+        let logs = process.logs();
         let warnings: Vec<&str> = logs.lines().filter(|line| line.contains("WARN") || line.contains("ERROR")).collect();
         assert!(warnings.is_empty(), "{name} start: {warnings:#?}");
-        if name == "second" {
+        if name != "first" {
             // Nothing to create or bring up to date either: the streams are as it wants them.
             assert!(!logs.contains("created JetStream stream") && !logs.contains("updated the stream"), "{logs}");
         }

@@ -8,8 +8,25 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+mod dead_letter;
+pub use dead_letter::DeadLetter;
+
 /// The contract version written into every message.
 pub const CONTRACT_VERSION: u32 = 1;
+
+/// Longest channel name, in UTF-8 bytes. Channel names are short words (`telegram`, `api`).
+pub const MAX_CHANNEL_BYTES: usize = 64;
+/// Longest chat id, in UTF-8 bytes: ample for Telegram and Discord ids (about 20 digits) and
+/// for the names API clients choose. With the channel name it becomes a NATS subject, which
+/// must fit the server's control line (see [`crate::subject`]).
+pub const MAX_CHAT_ID_BYTES: usize = 256;
+/// Longest sender id and forum topic / thread id, in UTF-8 bytes (they go into user and
+/// session keys).
+pub const MAX_SENDER_ID_BYTES: usize = 256;
+pub const MAX_THREAD_ID_BYTES: usize = 256;
+/// Longest message id, in UTF-8 bytes: it travels as the `Nats-Msg-Id` header and is built
+/// from a chat id and a platform message id (`telegram:<chat>:<msg>`).
+pub const MAX_MESSAGE_ID_BYTES: usize = 512;
 
 fn contract_version() -> u32 {
     CONTRACT_VERSION
@@ -174,6 +191,21 @@ pub enum ContractError {
     Version(u32),
     #[error("a user message needs a non-empty `sender.id`: users are keyed `<channel>:<sender.id>`")]
     NoSender,
+    #[error("field `{field}` is {len} bytes long; the limit is {limit} bytes")]
+    TooLong { field: &'static str, len: usize, limit: usize },
+}
+
+/// Refuses a value longer than `limit` UTF-8 bytes.
+pub fn check_length(field: &'static str, value: &str, limit: usize) -> Result<(), ContractError> {
+    if value.len() > limit { Err(ContractError::TooLong { field, len: value.len(), limit }) } else { Ok(()) }
+}
+
+/// The limits every id that reaches the bus keeps (see the `MAX_*` constants).
+fn check_ids(id: &str, channel: &str, chat_id: &str, thread_id: Option<&str>) -> Result<(), ContractError> {
+    check_length("id", id, MAX_MESSAGE_ID_BYTES)?;
+    check_length("channel", channel, MAX_CHANNEL_BYTES)?;
+    check_length("chat_id", chat_id, MAX_CHAT_ID_BYTES)?;
+    check_length("thread_id", thread_id.unwrap_or_default(), MAX_THREAD_ID_BYTES)
 }
 
 impl InboundMessage {
@@ -235,6 +267,8 @@ impl InboundMessage {
         non_empty("id", &self.id)?;
         non_empty("channel", &self.channel)?;
         non_empty("chat_id", &self.chat_id)?;
+        check_ids(&self.id, &self.channel, &self.chat_id, self.thread_id.as_deref())?;
+        check_length("sender.id", &self.sender.id, MAX_SENDER_ID_BYTES)?;
         if self.kind == InboundKind::User && self.sender.id.is_empty() {
             return Err(ContractError::NoSender);
         }
@@ -317,7 +351,8 @@ impl OutboundMessage {
         check_version(self.v)?;
         non_empty("id", &self.id)?;
         non_empty("channel", &self.channel)?;
-        non_empty("chat_id", &self.chat_id)
+        non_empty("chat_id", &self.chat_id)?;
+        check_ids(&self.id, &self.channel, &self.chat_id, self.thread_id.as_deref())
     }
 }
 
@@ -402,33 +437,6 @@ pub enum RunEventBody {
     /// An event type this build does not know (from a newer worker).
     #[serde(other)]
     Unknown,
-}
-
-/// A message that could not be processed, published on `…dead.<kind>` with the reason.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct DeadLetter {
-    #[serde(default = "contract_version")]
-    pub v: u32,
-    /// The subject the message was taken from.
-    pub subject: String,
-    pub reason: String,
-    /// The payload as received (lossy UTF-8 if it was not valid UTF-8).
-    pub payload: String,
-    #[serde(default = "Utc::now")]
-    pub at: DateTime<Utc>,
-}
-
-impl Default for DeadLetter {
-    fn default() -> Self {
-        Self {
-            v: CONTRACT_VERSION,
-            subject: String::new(),
-            reason: String::new(),
-            payload: String::new(),
-            at: Utc::now(),
-        }
-    }
 }
 
 /// The session key for a chat, optionally narrowed to a topic or thread.

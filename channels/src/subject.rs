@@ -5,10 +5,34 @@
 //! other input produces. So every string maps to exactly one non-empty token without `.`,
 //! `*`, `>`, whitespace or `$`, and decodes back to itself.
 
+//!
+//! Subjects are bounded. nats-server closes the connection of a client that sends a control
+//! line (`HPUB <subject> <reply> <sizes>`) longer than 4,096 bytes (its `max_control_line`
+//! default), so every subject switchboard derives from an id must fit in one with room for the
+//! reply inbox and the sizes. The contract bounds the ids ([`MAX_CHANNEL_BYTES`],
+//! [`MAX_CHAT_ID_BYTES`]); an id is encoded to at most three bytes per byte; the prefix is
+//! bounded here. [`LONGEST_SUBJECT_BYTES`] is the result, checked against the line at compile time.
+
 use thiserror::Error;
+
+use crate::contract::{MAX_CHANNEL_BYTES, MAX_CHAT_ID_BYTES};
 
 /// The default subject prefix.
 pub const DEFAULT_PREFIX: &str = "switchboard";
+
+/// Longest subject prefix, in bytes. Stream names are made from it too, and nats-server keeps
+/// each stream in a directory of that name.
+pub const MAX_PREFIX_BYTES: usize = 128;
+/// nats-server's default (and usual) limit on one protocol line.
+pub const SERVER_CONTROL_LINE_BYTES: usize = 4096;
+/// What a publish line holds besides the subject: `HPUB `, the reply inbox (async-nats writes
+/// `_INBOX.<22 characters>.<token>`; a custom inbox prefix may be longer), two sizes of up to
+/// ten digits, the spaces and the line end.
+const CONTROL_LINE_OVERHEAD_BYTES: usize = 256;
+/// The longest subject any bounded id gives: `<prefix>.events.<channel>.<chat>`, both encoded.
+pub const LONGEST_SUBJECT_BYTES: usize =
+    MAX_PREFIX_BYTES + ".events.".len() + 3 * MAX_CHANNEL_BYTES + 1 + 3 * MAX_CHAT_ID_BYTES;
+const _: () = assert!(LONGEST_SUBJECT_BYTES + CONTROL_LINE_OVERHEAD_BYTES <= SERVER_CONTROL_LINE_BYTES);
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum SubjectError {
@@ -16,6 +40,13 @@ pub enum SubjectError {
     BadToken(String),
     #[error("subject prefix `{0}` must be dot-separated tokens of letters, digits, `-` and `_`")]
     BadPrefix(String),
+    #[error(
+        "subject prefix is {0} bytes long; the limit is {MAX_PREFIX_BYTES} bytes, so that every subject \
+         fits nats-server's {SERVER_CONTROL_LINE_BYTES}-byte protocol line"
+    )]
+    LongPrefix(usize),
+    #[error("{what} is {len} bytes long; the limit is {limit} bytes (it becomes part of a NATS subject)")]
+    TooLong { what: &'static str, len: usize, limit: usize },
     #[error("subject `{subject}` does not start with `{prefix}.`")]
     ForeignSubject { subject: String, prefix: String },
 }
@@ -84,6 +115,16 @@ fn decode_hex_pair(hex: &[u8]) -> Option<u8> {
     Some(digit(hex[0])? << 4 | digit(hex[1])?)
 }
 
+/// Refuses a channel name or chat id too long to be part of a subject.
+pub fn check_ids(channel: &str, chat_id: &str) -> Result<(), SubjectError> {
+    for (what, value, limit) in [("channel", channel, MAX_CHANNEL_BYTES), ("chat_id", chat_id, MAX_CHAT_ID_BYTES)] {
+        if value.len() > limit {
+            return Err(SubjectError::TooLong { what, len: value.len(), limit });
+        }
+    }
+    Ok(())
+}
+
 /// True when `token` can stand as one token of a NATS subject.
 pub fn is_valid_token(token: &str) -> bool {
     !token.is_empty() && token.bytes().all(|b| b > b' ' && b != 0x7f && b != b'.' && b != b'*' && b != b'>')
@@ -116,7 +157,19 @@ impl Flow {
 impl Subjects {
     pub fn new(prefix: &str) -> Result<Self, SubjectError> {
         let valid = !prefix.is_empty() && prefix.split('.').all(|t| !t.is_empty() && t.bytes().all(is_plain));
-        if valid { Ok(Self { prefix: prefix.to_owned() }) } else { Err(SubjectError::BadPrefix(prefix.to_owned())) }
+        if !valid {
+            return Err(SubjectError::BadPrefix(prefix.to_owned()));
+        }
+        if prefix.len() > MAX_PREFIX_BYTES {
+            return Err(SubjectError::LongPrefix(prefix.len()));
+        }
+        Ok(Self { prefix: prefix.to_owned() })
+    }
+
+    /// [`Subjects::chat`] for ids within the limits, so the subject fits the server's line.
+    pub fn checked_chat(&self, flow: Flow, channel: &str, chat_id: &str) -> Result<String, SubjectError> {
+        check_ids(channel, chat_id)?;
+        Ok(self.chat(flow, channel, chat_id))
     }
 
     pub fn prefix(&self) -> &str {
@@ -196,6 +249,35 @@ mod tests {
         assert!(Subjects::new("bad prefix").is_err());
         assert!(Subjects::new("a..b").is_err());
         assert!(s.parse_chat("other.in.a.b").is_err());
+    }
+
+    #[test]
+    fn the_longest_ids_under_the_longest_prefix_fit_the_server_line() {
+        let prefix = vec!["p"; MAX_PREFIX_BYTES / 2].join(".") + "q";
+        let s = Subjects::new(&prefix).unwrap();
+        // Every byte escaped: the worst case of the encoding.
+        let channel = "\u{e9}".repeat(MAX_CHANNEL_BYTES / 2);
+        let chat = "\u{e9}".repeat(MAX_CHAT_ID_BYTES / 2);
+        let subject = s.checked_chat(Flow::Events, &channel, &chat).unwrap();
+        assert_eq!(subject.len(), LONGEST_SUBJECT_BYTES - (MAX_PREFIX_BYTES - prefix.len()));
+        let line = format!("HPUB {subject} _INBOX.{}.{} 1048576 1048576\r\n", "x".repeat(22), "y".repeat(22));
+        assert!(line.len() <= SERVER_CONTROL_LINE_BYTES, "{}", line.len());
+    }
+
+    #[test]
+    fn over_long_ids_and_prefixes_are_refused() {
+        let s = Subjects::new(DEFAULT_PREFIX).unwrap();
+        let chat = "x".repeat(MAX_CHAT_ID_BYTES + 1);
+        assert_eq!(
+            s.checked_chat(Flow::Out, "api", &chat),
+            Err(SubjectError::TooLong { what: "chat_id", len: MAX_CHAT_ID_BYTES + 1, limit: MAX_CHAT_ID_BYTES })
+        );
+        assert!(s.checked_chat(Flow::In, &"c".repeat(MAX_CHANNEL_BYTES + 1), "1").is_err());
+        assert!(s.checked_chat(Flow::In, "api", &"x".repeat(MAX_CHAT_ID_BYTES)).is_ok());
+        assert_eq!(
+            Subjects::new(&"a".repeat(MAX_PREFIX_BYTES + 1)),
+            Err(SubjectError::LongPrefix(MAX_PREFIX_BYTES + 1))
+        );
     }
 
     proptest! {

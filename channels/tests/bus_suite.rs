@@ -265,6 +265,32 @@ async fn odd_chat_ids_round_trip(h: Harness) {
     assert_eq!(got, ids.iter().map(|s| (*s).to_owned()).collect());
 }
 
+/// An id too long for a subject is refused before anything is sent, with an error that says
+/// trying again will not help; the bus stays usable and nothing of the refused message arrives.
+async fn over_long_ids_are_refused_as_permanent(h: Harness) {
+    use switchboard_channels::contract::{MAX_CHANNEL_BYTES, MAX_CHAT_ID_BYTES, MAX_MESSAGE_ID_BYTES};
+    let mut deliveries = h.bus.inbound().await.expect("inbound");
+    let long_chat = "x".repeat(4016);
+    let err = h.bus.publish_inbound(&inbound(&long_chat, "too long")).await.expect_err("refused");
+    assert!(err.is_permanent(), "{err}");
+    assert!(err.to_string().contains(&format!("limit is {MAX_CHAT_ID_BYTES} bytes")), "{err}");
+    let reply = OutboundMessage { id: "o1".into(), channel: "api".into(), chat_id: long_chat, ..Default::default() };
+    assert!(h.bus.publish_outbound(&reply).await.expect_err("refused").is_permanent());
+    let mut long_channel = inbound("c", "x");
+    long_channel.channel = "c".repeat(MAX_CHANNEL_BYTES + 1);
+    assert!(h.bus.publish_inbound(&long_channel).await.expect_err("refused").is_permanent());
+    let mut long_id = inbound("c", "x");
+    long_id.id = "i".repeat(MAX_MESSAGE_ID_BYTES + 1);
+    assert!(h.bus.publish_inbound(&long_id).await.expect_err("refused").is_permanent());
+    // At the limit, every byte escaped in the subject: accepted and delivered.
+    let at_limit = "é".repeat(MAX_CHAT_ID_BYTES / 2);
+    publish(&h, &inbound(&at_limit, "just fits")).await;
+    let delivery = take(&mut deliveries).await;
+    assert_eq!(delivery.decode::<InboundMessage>().expect("json").content, "just fits");
+    within(PATIENCE, "ack", delivery.ack()).await.expect("ack");
+    assert_nothing(&mut deliveries, QUIET).await;
+}
+
 macro_rules! shared_suite {
     ($($behaviour:ident),* $(,)?) => {
         mod memory_bus {
@@ -288,6 +314,7 @@ shared_suite!(
     events_are_filtered_by_chat,
     dead_letters_are_kept_with_reason,
     odd_chat_ids_round_trip,
+    over_long_ids_are_refused_as_permanent,
 );
 
 // ---------------------------------------------------------------------------------------------

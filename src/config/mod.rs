@@ -145,7 +145,9 @@ pub enum BusKind<'a> {
 pub struct BusOptions {
     /// First token of every NATS subject and stream name.
     pub prefix: String,
-    /// How long JetStream waits for an ack before redelivering to another worker.
+    /// How long JetStream waits for a worker's ack (or progress) before redelivering an
+    /// inbound message; workers send progress every third of it, so a short one costs little
+    /// and brings a dead worker's messages back soon. Adapters' replies keep 30 s.
     pub ack_wait_secs: u64,
     /// JetStream's `Nats-Msg-Id` deduplication window.
     pub duplicate_window_secs: u64,
@@ -160,7 +162,7 @@ impl Default for BusOptions {
     fn default() -> Self {
         Self {
             prefix: "switchboard".into(),
-            ack_wait_secs: 30,
+            ack_wait_secs: 6,
             duplicate_window_secs: 120,
             // Like `worker.max_message_age_secs`: a reply an hour late is not worth delivering.
             outbound_max_age_secs: 3600,

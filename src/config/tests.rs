@@ -252,6 +252,9 @@ fn validation_names_the_key() {
     }
     let vars = [("SWITCHBOARD_BUS", "amqp://x")];
     assert!(err_text(load_env(&vars)).starts_with("bus (from SWITCHBOARD_BUS): "));
+    let long_prefix = format!("[bus_options]\nprefix = \"{}\"\n", "p".repeat(129));
+    let message = err_text(load_text(&long_prefix, &[]));
+    assert!(message.starts_with("bus_options.prefix (in ") && message.contains("limit is 128 bytes"), "{message}");
 }
 
 #[test]

@@ -183,14 +183,11 @@ fn is_bus(bus: &str) -> bool {
     ["nats://", "tls://"].iter().any(|scheme| bus.strip_prefix(scheme).is_some_and(|rest| !rest.is_empty()))
 }
 
-/// Why `prefix` cannot start NATS subjects, if it cannot: it must be one or more non-empty
-/// dot-separated tokens without wildcards or whitespace.
+/// Why `prefix` cannot start NATS subjects, if it cannot: it must be dot-separated tokens of
+/// letters, digits, `-` and `_`, short enough that every subject made from it fits the server's
+/// protocol line (the same check the bus makes when it connects).
 fn subject_prefix_problem(prefix: &str) -> Option<String> {
-    let bad_char = |c: char| c == '*' || c == '>' || c.is_whitespace();
-    if prefix.split('.').any(str::is_empty) || prefix.contains(bad_char) {
-        return Some(format!("{prefix:?} is not a NATS subject prefix (dot-separated tokens without spaces, * or >)"));
-    }
-    None
+    switchboard_channels::subject::Subjects::new(prefix).err().map(|err| err.to_string())
 }
 
 /// The first bad `[tools.web]` value, with its key. The Brave API takes at most 20 results.

@@ -18,19 +18,35 @@ pub enum Settle {
 pub struct Held {
     settle: Option<oneshot::Sender<Settle>>,
     done: Option<oneshot::Receiver<()>>,
+    /// Marks the message's stream position as held by this worker until it is settled.
+    position: Option<super::order::SeqGuard>,
+    /// The subject the message came from, for a dead letter.
+    subject: String,
 }
 
 impl Held {
-    /// Starts holding `acker`, sending progress every `interval`.
-    pub fn start(acker: Box<dyn Acker>, interval: Duration) -> Self {
+    /// Starts holding `acker` of a message from `subject`, sending progress every `interval`.
+    pub fn start(acker: Box<dyn Acker>, subject: String, interval: Duration) -> Self {
         let (settle_tx, settle_rx) = oneshot::channel();
         let (done_tx, done_rx) = oneshot::channel();
         tokio::spawn(hold(acker, interval, settle_rx, done_tx));
-        Self { settle: Some(settle_tx), done: Some(done_rx) }
+        Self { settle: Some(settle_tx), done: Some(done_rx), position: None, subject }
+    }
+
+    pub fn subject(&self) -> &str {
+        &self.subject
+    }
+
+    /// Keeps `position` until the delivery is settled (or dropped).
+    pub(super) fn keep_position(&mut self, position: super::order::SeqGuard) {
+        self.position = Some(position);
     }
 
     /// Acks or naks and waits until the bus has been told.
     pub async fn settle(mut self, how: Settle) {
+        // Released first: once the bus has the verdict, a later message of the chat must no
+        // longer take this one for held here.
+        self.position = None;
         if let Some(tx) = self.settle.take() {
             let _ = tx.send(how);
         }

@@ -14,6 +14,7 @@ mod commands;
 mod cron_hooks;
 mod hygiene;
 mod keepalive;
+mod order;
 mod overflow;
 mod prompt;
 mod rate;
@@ -127,6 +128,8 @@ pub(crate) struct Shared {
     rate: Mutex<rate::RateLimiter>,
     /// Numbers messages in arrival order.
     arrivals: AtomicU64,
+    /// Stream positions of the inbound messages held here (see `order`).
+    held_seqs: order::HeldSeqs,
     /// Cancelled when shutdown starts: no new runs start.
     stopping: CancellationToken,
     /// The sub-agents `/stop` and `/new` cancel, when sub-agents are enabled.
@@ -161,6 +164,7 @@ impl Worker {
             overflow: Mutex::new(HashMap::new()),
             rate,
             arrivals: AtomicU64::new(0),
+            held_seqs: order::HeldSeqs::default(),
             stopping: CancellationToken::new(),
             subagents: std::sync::OnceLock::new(),
             abandon: CancellationToken::new(),
@@ -199,7 +203,7 @@ impl Worker {
             match delivery {
                 Some(Ok(delivery)) => {
                     let (info, acker) = delivery.into_parts();
-                    let held = Held::start(acker, shared.settings.progress_interval);
+                    let held = Held::start(acker, info.subject.clone(), shared.settings.progress_interval);
                     let Some(job) = intake(&shared, info, held, slot).await else { continue };
                     if let Some(job) = limit_rate(&shared, job, &mut tasks).await {
                         dispatch(&shared, job, &mut tasks);
@@ -245,23 +249,59 @@ async fn intake(
         held.settle(Settle::Ack).await;
         return None;
     }
+    let held = match wait_in_order(shared, &info, &msg, held).await {
+        Some(held) => held,
+        None => return None,
+    };
     let seq = shared.arrivals.fetch_add(1, Ordering::Relaxed);
     Some(Job { msg, held, seq, arrived: tokio::time::Instant::now(), _slot: slot })
 }
 
+/// Hands the delivery back while an older message of its chat is not done elsewhere (see
+/// `order`); otherwise marks its stream position as held here and returns it. Commands are
+/// exempt: they bypass the session's queue anyway (`/stop` must not wait for the run it stops).
+async fn wait_in_order(shared: &Shared, info: &DeliveryInfo, msg: &InboundMessage, mut held: Held) -> Option<Held> {
+    let Some(position) = info.stream_seq else { return Some(held) };
+    if msg.kind == InboundKind::User && commands::parse(&msg.content).is_some() {
+        return Some(held);
+    }
+    match order::wait_for_older(shared.bus.as_ref(), &shared.held_seqs, info).await {
+        Ok(None) => {
+            held.keep_position(shared.held_seqs.hold(position));
+            Some(held)
+        }
+        Ok(Some(delay)) => {
+            held.settle(Settle::Nak(Some(delay))).await;
+            None
+        }
+        Err(err) => {
+            tracing::warn!(%err, "cannot tell whether an older message of the chat is pending; trying later");
+            held.settle(Settle::Nak(Some(Duration::from_secs(1)))).await;
+            None
+        }
+    }
+}
+
 async fn dead_letter(shared: &Shared, info: &DeliveryInfo, reason: String, held: Held) {
-    tracing::warn!(subject = %info.subject, %reason, "dead-lettering an inbound message");
-    let letter = DeadLetter {
-        subject: info.subject.clone(),
-        reason,
-        payload: String::from_utf8_lossy(&info.payload).into_owned(),
-        ..DeadLetter::default()
-    };
+    let payload = String::from_utf8_lossy(&info.payload).into_owned();
+    dead_letter_payload(shared, &info.subject, payload, reason, held).await;
+}
+
+/// Sets a message aside with the reason and acks it. When the dead letter cannot be published
+/// for a reason that would recur, the message is acked all the same (and the log says it was
+/// dropped): going round forever would be worse.
+pub(crate) async fn dead_letter_payload(shared: &Shared, subject: &str, payload: String, reason: String, held: Held) {
+    let letter = DeadLetter { subject: subject.to_owned(), reason, payload, ..DeadLetter::default() };
     match shared.bus.dead_letter(Flow::In, &letter).await {
         Ok(()) => held.settle(Settle::Ack).await,
+        Err(err) if err.is_permanent() => {
+            tracing::error!(%err, %subject, reason = %letter.reason,
+                "cannot dead-letter an inbound message; dropping it");
+            held.settle(Settle::Ack).await;
+        }
         // Keep the message rather than lose it; it comes back and is tried again.
         Err(err) => {
-            tracing::error!(%err, "cannot publish a dead letter");
+            tracing::error!(%err, %subject, "cannot publish a dead letter now; the message will come back");
             held.settle(Settle::Nak(Some(Duration::from_secs(5)))).await;
         }
     }

@@ -28,6 +28,8 @@ const RETRY_DELAY: Duration = Duration::from_secs(5);
 enum Giveback {
     Stopping,
     Transient(String),
+    /// It can never be finished (its reply is one the bus refuses): dead-letter it.
+    Permanent(String),
 }
 
 /// Runs `msg`'s turn and settles its delivery; true when it was acked (its outcome stored).
@@ -48,6 +50,13 @@ pub(super) async fn process(shared: &Shared, msg: InboundMessage, held: Held, co
         Err(Giveback::Transient(reason)) => {
             tracing::warn!(parent: &span, %reason, "giving the message back to the bus to retry");
             Settle::Nak(Some(RETRY_DELAY))
+        }
+        Err(Giveback::Permanent(reason)) => {
+            let subject = held.subject().to_owned();
+            let payload = serde_json::to_string(&msg)
+                .unwrap_or_else(|err| format!("(the message cannot be encoded again: {err})"));
+            super::dead_letter_payload(shared, &subject, payload, reason, held).await;
+            return true;
         }
     };
     let acked = settle == Settle::Ack;
@@ -156,7 +165,13 @@ fn transient(err: impl std::fmt::Display) -> Giveback {
 }
 
 async fn deliver(shared: &Shared, run_id: &str, reply: &OutboundMessage) -> Result<(), Giveback> {
-    shared.bus.publish_outbound(reply).await.map_err(transient)?;
+    shared.bus.publish_outbound(reply).await.map_err(|err| {
+        if err.is_permanent() {
+            Giveback::Permanent(format!("its reply cannot be published: {err}"))
+        } else {
+            transient(err)
+        }
+    })?;
     shared.store.mark_reply_delivered(run_id).await.map_err(transient)
 }
 

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use super::{ApiSettings, CHANNEL, Waiters};
 use crate::bus::{Bus, BusExt};
-use crate::contract::{InboundMessage, Sender};
+use crate::contract::{ContractError, InboundMessage, MAX_CHAT_ID_BYTES, MAX_SENDER_ID_BYTES, Sender, check_length};
 
 struct AppState {
     bus: Arc<dyn Bus>,
@@ -41,6 +41,13 @@ struct PostMessage {
     content: String,
     #[serde(default)]
     sender: Option<String>,
+}
+
+/// The ids of a request within the bus's limits: a chat id becomes part of NATS subjects,
+/// and a longer one would be refused by the bus (or, unchecked, break the NATS connection).
+fn check_id_lengths(request: &PostMessage) -> Result<(), ContractError> {
+    check_length("chat_id", &request.chat_id, MAX_CHAT_ID_BYTES)?;
+    check_length("sender", request.sender.as_deref().unwrap_or_default(), MAX_SENDER_ID_BYTES)
 }
 
 async fn healthz() -> Response {
@@ -72,6 +79,9 @@ async fn post_message(
     // Users are keyed by sender id: an empty one would be one user shared by every such client.
     if request.sender.as_deref().is_some_and(|sender| sender.trim().is_empty()) {
         return error(StatusCode::BAD_REQUEST, "invalid_body", "sender must not be empty when given");
+    }
+    if let Err(problem) = check_id_lengths(&request) {
+        return error(StatusCode::BAD_REQUEST, "invalid_body", &problem.to_string());
     }
     let sender_id = request.sender.unwrap_or_else(|| "api".to_owned());
     let sender = Sender { id: sender_id.clone(), name: sender_id, is_bot: false };

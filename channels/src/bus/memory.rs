@@ -237,6 +237,7 @@ impl Bus for MemoryBus {
         dedupe_id: Option<&str>,
         payload: Bytes,
     ) -> Result<(), BusError> {
+        super::check_publish(channel, chat_id, dedupe_id)?;
         let subject = self.subjects.chat(flow, channel, chat_id);
         if flow == Flow::Events {
             // No subscriber is not an error: events are for whoever happens to watch.

@@ -23,7 +23,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use thiserror::Error;
 
-use crate::contract::{DeadLetter, InboundMessage, OutboundMessage, RunEvent};
+use crate::contract::{DeadLetter, InboundMessage, MAX_MESSAGE_ID_BYTES, OutboundMessage, RunEvent};
 use crate::subject::{Flow, SubjectError};
 
 #[derive(Debug, Error)]
@@ -44,8 +44,41 @@ pub enum BusError {
     Encode(#[from] serde_json::Error),
     #[error(transparent)]
     Subject(#[from] SubjectError),
+    #[error("the bus refuses a message for {subject}: {reason}")]
+    Refused { subject: String, reason: String },
+    #[error("a message of {size} bytes for {subject} exceeds the bus's limit of {max} bytes")]
+    TooLarge { subject: String, size: usize, max: usize },
     #[error("the bus is closed")]
     Closed,
+}
+
+impl BusError {
+    /// True when trying again cannot help: the message itself is what the bus refuses (an id
+    /// too long for a subject, a payload over the server's limit). Anything else (a lost
+    /// connection, a server restarting) may pass on a later attempt.
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self,
+            BusError::Encode(_) | BusError::Subject(_) | BusError::Refused { .. } | BusError::TooLarge { .. }
+        )
+    }
+}
+
+/// Refuses ids that cannot travel on the bus: a channel or chat id too long for a subject, or a
+/// dedupe id too long for, or not allowed in, a message header. Both buses check the same, so
+/// a message the in-process bus takes would also pass on NATS.
+pub(crate) fn check_publish(channel: &str, chat_id: &str, dedupe_id: Option<&str>) -> Result<(), BusError> {
+    crate::subject::check_ids(channel, chat_id)?;
+    let Some(id) = dedupe_id else { return Ok(()) };
+    let refused = |reason: String| BusError::Refused { subject: format!("{channel}:{chat_id}"), reason };
+    if id.len() > MAX_MESSAGE_ID_BYTES {
+        return Err(refused(format!("the message id is {} bytes long; the limit is {MAX_MESSAGE_ID_BYTES}", id.len())));
+    }
+    // Header values cannot hold line breaks.
+    if id.chars().any(char::is_control) {
+        return Err(refused("the message id contains control characters".to_owned()));
+    }
+    Ok(())
 }
 
 /// What a consumer does with a delivery when it is finished with it.
@@ -64,6 +97,8 @@ pub struct Delivery {
     pub payload: Bytes,
     /// 1 on the first delivery, more on redeliveries.
     pub attempt: u64,
+    /// The message's position in its stream, on buses that number them (NATS).
+    pub stream_seq: Option<u64>,
     acker: Box<dyn Acker>,
 }
 
@@ -75,7 +110,13 @@ impl std::fmt::Debug for Delivery {
 
 impl Delivery {
     pub fn new(subject: String, payload: Bytes, attempt: u64, acker: Box<dyn Acker>) -> Self {
-        Self { subject, payload, attempt, acker }
+        Self { subject, payload, attempt, stream_seq: None, acker }
+    }
+
+    /// The same delivery, numbered by its stream.
+    pub fn with_stream_seq(mut self, seq: u64) -> Self {
+        self.stream_seq = Some(seq);
+        self
     }
 
     /// Decodes the payload as JSON.
@@ -101,7 +142,13 @@ impl Delivery {
     /// Splits the delivery into its data and its acknowledgement handle, so that a task can
     /// hold the handle (sending progress, then ack or nak) while the data is worked on.
     pub fn into_parts(self) -> (DeliveryInfo, Box<dyn Acker>) {
-        (DeliveryInfo { subject: self.subject, payload: self.payload, attempt: self.attempt }, self.acker)
+        let info = DeliveryInfo {
+            subject: self.subject,
+            payload: self.payload,
+            attempt: self.attempt,
+            stream_seq: self.stream_seq,
+        };
+        (info, self.acker)
     }
 }
 
@@ -111,6 +158,7 @@ pub struct DeliveryInfo {
     pub subject: String,
     pub payload: Bytes,
     pub attempt: u64,
+    pub stream_seq: Option<u64>,
 }
 
 /// A stream of deliveries; it ends when the bus closes.
@@ -149,6 +197,16 @@ pub trait Bus: Send + Sync + 'static {
 
     /// Dead letters published so far that are still kept (newest last), for operators and tests.
     async fn dead_letters(&self, flow: Flow, limit: usize) -> Result<Vec<DeadLetter>, BusError>;
+
+    /// The stream position of the first inbound message at or after position `from` still
+    /// stored on `subject` (not acked yet: waiting, in flight at some worker, or waiting to be
+    /// redelivered after a crash), on buses whose inbound queue is a stream shared by several
+    /// processes. A worker runs a message only when nothing older of its chat is left elsewhere,
+    /// which keeps a chat's order across crashes and workers. `None` on buses that deliver in
+    /// order by themselves.
+    async fn stored_inbound(&self, _subject: &str, _from: u64) -> Result<Option<u64>, BusError> {
+        Ok(None)
+    }
 }
 
 /// Typed publishing on top of [`Bus::publish_raw`].

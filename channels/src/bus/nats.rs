@@ -9,6 +9,7 @@
 //! a prefetched message would sit in a busy worker's buffer with its `ack_wait` running, and
 //! come back to another worker while the first one still has it queued.
 
+mod order;
 mod puller;
 mod servers;
 mod streams;
@@ -39,13 +40,21 @@ const CONNECT_RETRY_MAX: Duration = Duration::from_secs(5);
 pub struct NatsOptions {
     /// Subject prefix; stream names are derived from it (`sb.prod` → `SB_PROD_IN`).
     pub prefix: String,
-    /// How long a delivery may stay unacked before JetStream gives it to another consumer.
+    /// How long an inbound delivery may stay unacked before JetStream gives it to another
+    /// worker. Workers send progress every third of it while they hold a message, so it can be
+    /// short, and a dead worker's messages come back soon.
     pub ack_wait: Duration,
+    /// The same for outbound deliveries. Adapters send no progress while they deliver a reply
+    /// (rate limits may hold one back for a while), so it stays long.
+    pub outbound_ack_wait: Duration,
     /// How long a `Nats-Msg-Id` is remembered for deduplication (set when streams are created).
     pub duplicate_window: Duration,
     /// Unacked deliveries per consumer, across all its subscribers.
     pub max_ack_pending: i64,
-    /// Deliveries of one message before JetStream stops redelivering it.
+    /// Deliveries of one outbound message before JetStream stops redelivering it. Inbound
+    /// messages are redelivered without limit: a message waiting for an older one of its chat
+    /// is handed back many times, and one JetStream stopped delivering would stay in the stream
+    /// and hold its chat up for good. Workers ack or dead-letter what they cannot process.
     pub max_deliver: i64,
     /// Durable name of the consumer the workers share.
     pub worker_consumer: String,
@@ -63,7 +72,8 @@ impl Default for NatsOptions {
     fn default() -> Self {
         Self {
             prefix: DEFAULT_PREFIX.to_owned(),
-            ack_wait: Duration::from_secs(30),
+            ack_wait: Duration::from_secs(6),
+            outbound_ack_wait: Duration::from_secs(30),
             duplicate_window: Duration::from_secs(120),
             max_ack_pending: 64,
             max_deliver: 10,
@@ -104,15 +114,35 @@ impl NatsBus {
         &self.client
     }
 
+    /// The most a message may weigh, headers included: the server's limit, from its INFO.
+    fn max_payload(&self) -> usize {
+        self.client.server_info().max_payload
+    }
+
+    /// Refuses a message the server would refuse, before it is sent.
+    fn check_size(&self, subject: &str, payload: usize, dedupe_id: usize) -> Result<(), BusError> {
+        // `NATS/1.0\r\nNats-Msg-Id: <id>\r\n\r\n`, with room to spare.
+        let size = payload + if dedupe_id > 0 { dedupe_id + 32 } else { 0 };
+        let max = self.max_payload();
+        if size > max {
+            return Err(BusError::TooLarge { subject: subject.to_owned(), size, max });
+        }
+        Ok(())
+    }
+
     /// Creates the durable consumer, or updates the settings a running one may change.
-    async fn consumer(&self, stream: &str, name: &str, filter: String) -> Result<PullConsumer, BusError> {
+    async fn consumer(&self, stream: &str, name: &str, filter: String, flow: Flow) -> Result<PullConsumer, BusError> {
+        let (ack_wait, max_deliver) = match flow {
+            Flow::In => (self.opts.ack_wait, -1),
+            _ => (self.opts.outbound_ack_wait, self.opts.max_deliver),
+        };
         let config = pull::Config {
             durable_name: Some(name.to_owned()),
             filter_subject: filter,
             ack_policy: AckPolicy::Explicit,
-            ack_wait: self.opts.ack_wait,
+            ack_wait,
             max_ack_pending: self.opts.max_ack_pending,
-            max_deliver: self.opts.max_deliver,
+            max_deliver,
             ..pull::Config::default()
         };
         self.js.create_consumer_on_stream(config, stream).await.map_err(|err| {
@@ -149,7 +179,11 @@ impl Bus for NatsBus {
         dedupe_id: Option<&str>,
         payload: Bytes,
     ) -> Result<(), BusError> {
+        // Checked before anything is sent: nats-server drops the connection of a client whose
+        // protocol line is too long, and with it every delivery the process holds.
+        super::check_publish(channel, chat_id, dedupe_id)?;
         let subject = self.subjects.chat(flow, channel, chat_id);
+        self.check_size(&subject, payload.len(), dedupe_id.map_or(0, str::len))?;
         if flow == Flow::Events {
             return self
                 .client
@@ -159,7 +193,7 @@ impl Bus for NatsBus {
         }
         let mut publish = Publish::build().payload(payload);
         if let Some(id) = dedupe_id {
-            publish = publish.message_id(message_id(id, &subject)?);
+            publish = publish.message_id(id);
         }
         self.publish_stored(subject, publish).await
     }
@@ -167,20 +201,23 @@ impl Bus for NatsBus {
     async fn inbound(&self) -> Result<Deliveries, BusError> {
         // No filter: the stream holds only inbound subjects, and a work-queue stream allows
         // one unfiltered consumer, which all workers share.
-        let consumer = self.consumer(&self.streams.inbound, &self.opts.worker_consumer, String::new()).await?;
+        let consumer =
+            self.consumer(&self.streams.inbound, &self.opts.worker_consumer, String::new(), Flow::In).await?;
         puller::deliveries(self.js.clone(), consumer, self.opts.pull_wait).await
     }
 
     async fn outbound(&self, channel: &str) -> Result<Deliveries, BusError> {
+        crate::subject::check_ids(channel, "")?;
         let name = format!("out-{}", encode_token(channel));
         let filter = self.subjects.channel_wildcard(Flow::Out, channel);
-        let consumer = self.consumer(&self.streams.outbound, &name, filter).await?;
+        let consumer = self.consumer(&self.streams.outbound, &name, filter, Flow::Out).await?;
         puller::deliveries(self.js.clone(), consumer, self.opts.pull_wait).await
     }
 
     async fn events(&self, channel: &str, chat_id: Option<&str>) -> Result<Events, BusError> {
+        // A subscription's protocol line carries the subject too.
         let subject = match chat_id {
-            Some(chat) => self.subjects.chat(Flow::Events, channel, chat),
+            Some(chat) => self.subjects.checked_chat(Flow::Events, channel, chat)?,
             None => self.subjects.channel_wildcard(Flow::Events, channel),
         };
         let subscriber = self.client.subscribe(subject).await.map_err(|e| BusError::Receive(e.to_string()))?;
@@ -191,9 +228,23 @@ impl Bus for NatsBus {
     }
 
     async fn dead_letter(&self, flow: Flow, letter: &DeadLetter) -> Result<(), BusError> {
-        tracing::warn!(subject = %letter.subject, reason = %letter.reason, "message dead-lettered");
-        let payload = Bytes::from(serde_json::to_vec(letter)?);
-        self.publish_stored(self.subjects.dead_letter(flow), Publish::build().payload(payload)).await
+        let subject = self.subjects.dead_letter(flow);
+        let max = self.max_payload();
+        let (encoded, truncated) = letter.encode_within(max).ok_or_else(|| BusError::TooLarge {
+            subject: subject.clone(),
+            size: letter.payload.len(),
+            max,
+        })?;
+        let size = encoded.len();
+        self.publish_stored(subject, Publish::build().payload(Bytes::from(encoded))).await?;
+        // Only now: the letter is in the stream.
+        tracing::warn!(subject = %letter.subject, reason = %letter.reason, payload_bytes = letter.payload.len(),
+            truncated, dead_letter_bytes = size, "message dead-lettered");
+        Ok(())
+    }
+
+    async fn stored_inbound(&self, subject: &str, from: u64) -> Result<Option<u64>, BusError> {
+        order::first_stored(&self.js, &self.streams.inbound, subject, from).await
     }
 
     async fn dead_letters(&self, flow: Flow, limit: usize) -> Result<Vec<DeadLetter>, BusError> {
@@ -235,23 +286,18 @@ async fn connect_client(url: &str, shown: &str, retry: bool) -> Result<Client, B
     }
 }
 
-/// `Nats-Msg-Id` of a stored message: the message's own id, as `docs/bus.md` tells foreign
-/// publishers to send it, so their publish and ours of one id are deduplicated against each
-/// other. Inbound and outbound live in separate streams, each with its own duplicate window, so
-/// the same id in both flows never collides. Header values cannot hold line breaks, so such ids
-/// are refused.
-fn message_id(id: &str, subject: &str) -> Result<String, BusError> {
-    if id.chars().any(char::is_control) {
-        let reason = "the dedupe id contains control characters".to_owned();
-        return Err(BusError::Publish { subject: subject.to_owned(), reason });
-    }
-    Ok(id.to_owned())
-}
+// `Nats-Msg-Id` of a stored message is the message's own id, as `docs/bus.md` tells foreign
+// publishers to send it, so their publish and ours of one id are deduplicated against each
+// other. Inbound and outbound live in separate streams, each with its own duplicate window, so
+// the same id in both flows never collides. `check_publish` refuses ids a header cannot hold.
 
 fn to_delivery(message: jetstream::Message) -> Delivery {
-    let attempt = message.info().ok().and_then(|info| u64::try_from(info.delivered).ok()).unwrap_or(1);
+    let info = message.info().ok().map(|info| (u64::try_from(info.delivered).unwrap_or(1), info.stream_sequence));
     let (message, acker) = message.split();
-    Delivery::new(message.subject.to_string(), message.payload, attempt, Box::new(NatsAcker(acker)))
+    let (attempt, seq) = info.unwrap_or((1, 0));
+    let delivery = Delivery::new(message.subject.to_string(), message.payload, attempt, Box::new(NatsAcker(acker)));
+    // Sequences start at 1: 0 means the reply subject could not be read.
+    if seq > 0 { delivery.with_stream_seq(seq) } else { delivery }
 }
 
 struct NatsAcker(jetstream::message::Acker);
@@ -394,11 +440,5 @@ mod tests {
         assert_eq!(redact_url("tok@h:1,nats://a:b@h2"), "***@h:1,nats://***@h2");
         let msg = redact_in("failed: nats://user:secret@host:4222 (user:secret)", "nats://user:secret@host:4222");
         assert!(!msg.contains("secret"), "{msg}");
-    }
-
-    #[test]
-    fn message_ids_are_the_message_ids() {
-        assert_eq!(message_id("telegram:1:2", "s").unwrap(), "telegram:1:2");
-        assert!(message_id("a\r\nb", "s").is_err());
     }
 }

@@ -11,7 +11,12 @@ const ACK_WAIT: Duration = Duration::from_secs(2);
 /// Pull requests outlive every test, so no redelivery falls in the gap between two requests,
 /// where nats-server 2.9 postpones it by a whole `ack_wait` (see `puller.rs`).
 fn options() -> NatsOptions {
-    NatsOptions { ack_wait: ACK_WAIT, pull_wait: Duration::from_secs(20), ..NatsOptions::default() }
+    NatsOptions {
+        ack_wait: ACK_WAIT,
+        outbound_ack_wait: ACK_WAIT,
+        pull_wait: Duration::from_secs(20),
+        ..NatsOptions::default()
+    }
 }
 
 async fn connect(server: &NatsServer) -> NatsBus {
@@ -276,6 +281,8 @@ async fn consumer_settings_update_and_conflicts_are_explained() {
     let stream = within(PATIENCE, "stream", js.get_stream("SWITCHBOARD_IN")).await.expect("stream");
     let info = within(PATIENCE, "info", stream.consumer_info("workers")).await.expect("consumer");
     assert_eq!(info.config.ack_wait, Duration::from_secs(5));
+    // Messages waiting for an older one of their chat are handed back often: no delivery limit.
+    assert_eq!(info.config.max_deliver, -1);
     let other = NatsOptions { worker_consumer: "others".into(), ..options() };
     let third = within(PATIENCE, "connect", NatsBus::connect(&server.url(), other)).await.expect("connect");
     let err = within(PATIENCE, "inbound", third.inbound()).await.err().expect("second unfiltered consumer");
@@ -318,4 +325,70 @@ async fn unacked_message_survives_a_server_restart() {
 
 async fn publish_on(bus: &NatsBus, content: &str) {
     within(PATIENCE, "publish", bus.publish_inbound(&inbound("c1", content))).await.expect("publish");
+}
+
+/// A dead letter whose JSON would exceed the server's max payload (escaping makes a control
+/// character six bytes) is published cut to fit, saying so, rather than refused.
+#[tokio::test]
+async fn a_dead_letter_too_large_for_the_server_is_truncated_to_fit() {
+    let server = NatsServer::start().await;
+    let bus = connect(&server).await;
+    let payload = "\u{1}".repeat(1_000_000);
+    let letter =
+        DeadLetter { subject: "switchboard.in.api.x".into(), reason: "bad".into(), payload, ..Default::default() };
+    within(PATIENCE, "dead letter", bus.dead_letter(Flow::In, &letter)).await.expect("published");
+    let kept = within(PATIENCE, "read", bus.dead_letters(Flow::In, 10)).await.expect("read");
+    assert_eq!(kept.len(), 1);
+    assert!(kept[0].truncated && kept[0].original_bytes == Some(1_000_000), "{:?}", kept[0].original_bytes);
+    assert!(kept[0].payload.len() > 100_000, "kept {} bytes", kept[0].payload.len());
+    assert!(kept[0].payload.bytes().all(|b| b == 1));
+}
+
+/// The oldest message still stored on a chat's subject is what a worker checks before it runs
+/// a later one: acked messages are gone from the work queue, unacked ones are not.
+#[tokio::test]
+async fn stored_inbound_names_the_oldest_unacked_message_of_a_chat() {
+    let server = NatsServer::start().await;
+    let bus = connect(&server).await;
+    let mut deliveries = bus.inbound().await.expect("inbound");
+    for content in ["first", "second"] {
+        publish_on(&bus, content).await;
+    }
+    within(PATIENCE, "other chat", bus.publish_inbound(&inbound("c2", "elsewhere"))).await.expect("publish");
+    let first = take(&mut deliveries).await;
+    let second = take(&mut deliveries).await;
+    let (first_seq, second_seq) = (first.stream_seq.expect("seq"), second.stream_seq.expect("seq"));
+    assert!(first_seq < second_seq);
+    let subject = first.subject.clone();
+    assert_eq!(bus.stored_inbound(&subject, 1).await.expect("lookup"), Some(first_seq));
+    assert_eq!(bus.stored_inbound(&subject, first_seq + 1).await.expect("lookup"), Some(second_seq));
+    within(PATIENCE, "ack", first.ack()).await.expect("ack");
+    assert_eq!(bus.stored_inbound(&subject, 1).await.expect("lookup"), Some(second_seq));
+    within(PATIENCE, "ack", second.ack()).await.expect("ack");
+    assert_eq!(bus.stored_inbound(&subject, 1).await.expect("lookup"), None);
+}
+
+/// A deployment upgraded from a version whose workers' consumer stopped after 10 deliveries
+/// gets the unlimited one at the next start (a message waiting for an older one of its chat is
+/// handed back many times).
+#[tokio::test]
+async fn an_older_workers_consumer_is_updated_to_unlimited_deliveries() {
+    use async_nats::jetstream::consumer::{AckPolicy, pull};
+    let server = NatsServer::start().await;
+    drop(connect(&server).await);
+    let js = async_nats::jetstream::new(within(PATIENCE, "connect", async_nats::connect(server.url())).await.unwrap());
+    let old = pull::Config {
+        durable_name: Some("workers".into()),
+        ack_policy: AckPolicy::Explicit,
+        ack_wait: Duration::from_secs(30),
+        max_deliver: 10,
+        max_ack_pending: 64,
+        ..pull::Config::default()
+    };
+    within(PATIENCE, "old consumer", js.create_consumer_on_stream(old, "SWITCHBOARD_IN")).await.expect("create");
+    let bus = connect(&server).await;
+    drop(within(PATIENCE, "inbound", bus.inbound()).await.expect("updated"));
+    let stream = within(PATIENCE, "stream", js.get_stream("SWITCHBOARD_IN")).await.expect("stream");
+    let info = within(PATIENCE, "info", stream.consumer_info("workers")).await.expect("consumer");
+    assert_eq!((info.config.max_deliver, info.config.ack_wait), (-1, ACK_WAIT));
 }

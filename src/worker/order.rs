@@ -1,0 +1,100 @@
+//! A chat's messages in order across crashes and workers (NATS).
+//!
+//! JetStream hands a worker messages in stream order, but a message whose worker died comes
+//! back only after `ack_wait`, behind the ones delivered meanwhile; and with several workers
+//! two messages of one chat may be at two workers at once. So before a message at stream
+//! position `q` on subject `S` is taken on, the worker asks the bus which messages of `S` are
+//! still stored before `q` (in a work-queue stream, acked ones are gone). If one is neither held
+//! by this worker (where the session queue keeps the order) nor the message itself, it is still
+//! waiting, running elsewhere or due for redelivery: this message is handed back with a short,
+//! growing delay and looked at again then. The in-process bus delivers in order by itself and
+//! reports no stream positions, so nothing is looked up there.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use switchboard_channels::bus::{Bus, BusError, DeliveryInfo};
+
+/// The first and the longest pause before a message that waits for an older one is seen again.
+/// Short enough that a chat goes on soon after its older message is acked; growing so that a
+/// message waiting behind a long turn costs a lookup every two seconds, not a storm.
+const WAIT_MIN: Duration = Duration::from_millis(200);
+const WAIT_MAX: Duration = Duration::from_secs(2);
+
+/// Stream positions of the inbound messages this worker holds (queued or running).
+#[derive(Clone, Default)]
+pub(super) struct HeldSeqs(Arc<Mutex<HashSet<u64>>>);
+
+impl HeldSeqs {
+    fn contains(&self, seq: u64) -> bool {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).contains(&seq)
+    }
+
+    /// Records `seq` as held until the guard is dropped.
+    pub(super) fn hold(&self, seq: u64) -> SeqGuard {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).insert(seq);
+        SeqGuard { seqs: self.clone(), seq }
+    }
+}
+
+/// Keeps a stream position in [`HeldSeqs`] while it lives.
+pub(super) struct SeqGuard {
+    seqs: HeldSeqs,
+    seq: u64,
+}
+
+impl Drop for SeqGuard {
+    fn drop(&mut self) {
+        self.seqs.0.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.seq);
+    }
+}
+
+/// When the delivery must wait for an older message of its chat: how long to hand it back for.
+pub(super) async fn wait_for_older(
+    bus: &dyn Bus,
+    held: &HeldSeqs,
+    info: &DeliveryInfo,
+) -> Result<Option<Duration>, BusError> {
+    let Some(seq) = info.stream_seq else { return Ok(None) };
+    let mut from = 1;
+    // Each step skips one message this worker holds, so the walk ends.
+    while let Some(older) = bus.stored_inbound(&info.subject, from).await? {
+        if older >= seq {
+            return Ok(None);
+        }
+        if !held.contains(older) {
+            tracing::debug!(subject = %info.subject, seq, older, "an older message of the chat is not done; waiting");
+            return Ok(Some(delay(info.attempt)));
+        }
+        from = older + 1;
+    }
+    Ok(None)
+}
+
+/// Grows with the deliveries so far, up to [`WAIT_MAX`].
+fn delay(attempt: u64) -> Duration {
+    let factor = u32::try_from(attempt.clamp(1, 10)).unwrap_or(10);
+    (WAIT_MIN * factor).min(WAIT_MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wait_grows_and_is_capped() {
+        assert_eq!(delay(1), WAIT_MIN);
+        assert_eq!(delay(3), WAIT_MIN * 3);
+        assert_eq!(delay(1000), WAIT_MAX);
+    }
+
+    #[test]
+    fn a_position_is_held_while_its_guard_lives() {
+        let held = HeldSeqs::default();
+        let guard = held.hold(7);
+        assert!(held.contains(7));
+        drop(guard);
+        assert!(!held.contains(7));
+    }
+}
