@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use switchboard_channels::Bus;
-use switchboard_channels::api::{ApiChannel, ApiError, ApiSettings};
+use switchboard_channels::api::{ApiChannel, ApiError, ApiSettings, ConnectionLimits, ReplayCache};
 use switchboard_channels::bus::memory::MemoryBus;
 use switchboard_channels::bus::nats::{NatsBus, NatsOptions};
 use switchboard_channels::discord::{DiscordChannel, DiscordError};
@@ -509,6 +509,13 @@ fn api_settings(config: &Config) -> ApiSettings {
         token: Some(api.token.expose().to_owned()).filter(|t| !t.is_empty()),
         reply_timeout: api.reply_timeout(),
         max_body_bytes: api.max_body_bytes,
+        limits: ConnectionLimits {
+            header_timeout: api.header_timeout(),
+            idle_timeout: api.idle_timeout(),
+            max_connections: api.max_connections,
+            max_header_bytes: api.max_header_bytes,
+        },
+        replay: ReplayCache { ttl: api.idempotency_ttl(), max_entries: api.idempotency_max_entries },
     }
 }
 
