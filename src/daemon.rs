@@ -227,6 +227,7 @@ async fn start_channels(
     let mut channels = Channels::default();
     if matches!(parts, Parts::All | Parts::ApiChannel) {
         if config.channels.api.enabled {
+            warn_if_descriptors_short(config.channels.api.max_connections);
             let api = ApiChannel::start(Arc::clone(bus), api_settings(config), shutdown.clone()).await?;
             channels.api = Some(api);
         } else if parts == Parts::ApiChannel {
@@ -500,6 +501,29 @@ fn build_provider(entry: &ChainEntry) -> Result<Arc<dyn Provider>, ProviderError
             stream: settings.stream,
         })?),
     })
+}
+
+/// Descriptors the process needs beside the API's connections (bus, store, model requests,
+/// exec pipes, channel clients).
+const DESCRIPTORS_BESIDE_API: u64 = 256;
+
+/// Says so at start when the API's connection limit does not fit the descriptor limit: a
+/// flood of connections would then starve everything else of descriptors.
+fn warn_if_descriptors_short(max_connections: usize) {
+    let mut rlimit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit only writes the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rlimit) } != 0 {
+        return;
+    }
+    let needed = u64::try_from(max_connections).unwrap_or(u64::MAX).saturating_add(DESCRIPTORS_BESIDE_API);
+    if rlimit.rlim_cur != libc::RLIM_INFINITY && rlimit.rlim_cur < needed {
+        tracing::warn!(
+            descriptor_limit = rlimit.rlim_cur,
+            max_connections,
+            needed,
+            "channels.api.max_connections does not fit the descriptor limit; lower it or raise the limit (ulimit -n, LimitNOFILE=)"
+        );
+    }
 }
 
 fn api_settings(config: &Config) -> ApiSettings {

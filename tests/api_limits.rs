@@ -190,8 +190,7 @@ async fn at_the_connection_limit_idle_connections_make_room_and_busy_ones_are_ke
     let dir = tempfile::tempdir().unwrap();
     let daemon = daemon(dir.path(), &llm, &[("SWITCHBOARD_CHANNELS__API__MAX_CONNECTIONS", "2")]).await;
     // Two idle connections fill the limit; a request on a third still gets through.
-    let mut idle =
-        vec![TcpStream::connect(addr(&daemon)).await.unwrap(), TcpStream::connect(addr(&daemon)).await.unwrap()];
+    let mut idle = [TcpStream::connect(addr(&daemon)).await.unwrap(), TcpStream::connect(addr(&daemon)).await.unwrap()];
     tokio::time::sleep(Duration::from_millis(200)).await;
     let health = reqwest::get(daemon.url("/healthz")).await.unwrap();
     assert_eq!(health.status(), 200);
