@@ -13,6 +13,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -47,13 +48,19 @@ impl CloseReason {
 #[derive(Debug)]
 pub(super) struct ConnState {
     phase: Mutex<Phase>,
+    /// Wakes the deadline watcher when the phase changes, so it sleeps to the right deadline.
+    changed: Notify,
     /// Cancelled to make the connection close (evicted at the connection limit).
     pub(super) evict: CancellationToken,
 }
 
 impl ConnState {
     fn new() -> Self {
-        Self { phase: Mutex::new(Phase::Idle { since: Instant::now() }), evict: CancellationToken::new() }
+        Self {
+            phase: Mutex::new(Phase::Idle { since: Instant::now() }),
+            changed: Notify::new(),
+            evict: CancellationToken::new(),
+        }
     }
 
     fn with_phase<T>(&self, f: impl FnOnce(&mut Phase) -> T) -> T {
@@ -62,21 +69,28 @@ impl ConnState {
 
     /// Bytes arrived: on an idle connection they start a request head.
     fn on_read(&self) {
-        self.with_phase(|phase| {
-            if let Phase::Idle { .. } = phase {
+        let started = self.with_phase(|phase| {
+            let idle = matches!(phase, Phase::Idle { .. });
+            if idle {
                 *phase = Phase::ReadingHead { since: Instant::now() };
             }
+            idle
         });
+        if started {
+            self.changed.notify_one();
+        }
     }
 
     /// hyper parsed a head and called the service.
     pub(super) fn request_started(&self) {
         self.with_phase(|phase| *phase = Phase::Busy);
+        self.changed.notify_one();
     }
 
     /// The response is ready; the connection waits for the next request from now.
     pub(super) fn request_finished(&self) {
         self.with_phase(|phase| *phase = Phase::Idle { since: Instant::now() });
+        self.changed.notify_one();
     }
 
     /// When the connection has been idle (or slow) since, if it is not busy.
@@ -94,10 +108,13 @@ impl ConnState {
             let (due, reason) = match phase {
                 Phase::Idle { since } => (since + idle, CloseReason::Idle),
                 Phase::ReadingHead { since } => (since + header, CloseReason::HeaderTimeout),
-                // A request may wait minutes for its reply: look again later.
-                Phase::Busy => (Instant::now() + idle.min(header), CloseReason::Idle),
+                // A request may wait minutes for its reply: wait for it to end.
+                Phase::Busy => (Instant::now() + idle.max(header), CloseReason::Idle),
             };
-            tokio::time::sleep_until(due).await;
+            tokio::select! {
+                _ = tokio::time::sleep_until(due) => {}
+                _ = self.changed.notified() => continue,
+            }
             // The phase may have moved on while sleeping: only an unchanged one is overdue.
             let still = self.with_phase(|now| match (*now, phase) {
                 (Phase::Idle { since: a }, Phase::Idle { since: b }) => a == b,
@@ -210,6 +227,45 @@ mod tests {
         let Admission::Admitted { .. } = conns.admit(2) else { panic!("refused") };
         assert!(first.evict.is_cancelled(), "the idle connection was not closed");
         assert!(!second.evict.is_cancelled(), "a busy connection was closed");
+    }
+
+    /// The head starts after the watcher went to sleep on the (long) idle deadline: it must
+    /// wake up and hold the head to the header timeout.
+    #[tokio::test(start_paused = true)]
+    async fn a_head_started_while_watching_idle_gets_the_header_deadline() {
+        let state = ConnState::new();
+        let started = Instant::now();
+        let watch = state.deadline(Duration::from_secs(60), Duration::from_secs(2));
+        let reading = async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            state.on_read();
+            std::future::pending::<()>().await;
+        };
+        let reason = tokio::select! {
+            reason = watch => reason,
+            _ = reading => unreachable!(),
+        };
+        assert_eq!(reason, CloseReason::HeaderTimeout);
+        assert_eq!(started.elapsed(), Duration::from_millis(2100));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_busy_connection_is_not_closed_and_idles_from_its_last_reply() {
+        let state = ConnState::new();
+        state.request_started();
+        let started = Instant::now();
+        let watch = state.deadline(Duration::from_secs(5), Duration::from_secs(2));
+        let request = async {
+            tokio::time::sleep(Duration::from_secs(100)).await;
+            state.request_finished();
+            std::future::pending::<()>().await;
+        };
+        let reason = tokio::select! {
+            reason = watch => reason,
+            _ = request => unreachable!(),
+        };
+        assert_eq!(reason, CloseReason::Idle);
+        assert_eq!(started.elapsed(), Duration::from_secs(105));
     }
 
     #[test]
