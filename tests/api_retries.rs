@@ -183,7 +183,9 @@ async fn a_retry_after_a_restart_gets_the_stored_reply_without_a_second_turn() {
     let body = json!({"chat_id": "c", "content": "remember me <7>"});
     let (status, first, _) = post_keyed(&client, &daemon, "restart-key", &body).await;
     assert_eq!(status, 200, "{first}");
-    daemon.kill_hard();
+    // A clean stop: every message is acked, so the reply is nowhere but in the store.
+    daemon.signal("TERM");
+    daemon.wait_exit(Duration::from_secs(20)).await;
     let mut daemon = launch().spawn();
     daemon.wait_healthy().await;
     let started = Instant::now();
