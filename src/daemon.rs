@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use switchboard_channels::Bus;
-use switchboard_channels::api::{ApiChannel, ApiError, ApiSettings};
+use switchboard_channels::api::{ApiChannel, ApiError, ApiSettings, ConnectionLimits, ReplayCache};
 use switchboard_channels::bus::memory::MemoryBus;
 use switchboard_channels::bus::nats::{NatsBus, NatsOptions};
 use switchboard_channels::discord::{DiscordChannel, DiscordError};
@@ -227,6 +227,7 @@ async fn start_channels(
     let mut channels = Channels::default();
     if matches!(parts, Parts::All | Parts::ApiChannel) {
         if config.channels.api.enabled {
+            warn_if_descriptors_short(config.channels.api.max_connections);
             let api = ApiChannel::start(Arc::clone(bus), api_settings(config), shutdown.clone()).await?;
             channels.api = Some(api);
         } else if parts == Parts::ApiChannel {
@@ -503,6 +504,29 @@ fn build_provider(entry: &ChainEntry) -> Result<Arc<dyn Provider>, ProviderError
     })
 }
 
+/// Descriptors the process needs beside the API's connections (bus, store, model requests,
+/// exec pipes, channel clients).
+const DESCRIPTORS_BESIDE_API: u64 = 256;
+
+/// Says so at start when the API's connection limit does not fit the descriptor limit: a
+/// flood of connections would then starve everything else of descriptors.
+fn warn_if_descriptors_short(max_connections: usize) {
+    let mut rlimit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit only writes the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rlimit) } != 0 {
+        return;
+    }
+    let needed = u64::try_from(max_connections).unwrap_or(u64::MAX).saturating_add(DESCRIPTORS_BESIDE_API);
+    if rlimit.rlim_cur != libc::RLIM_INFINITY && rlimit.rlim_cur < needed {
+        tracing::warn!(
+            descriptor_limit = rlimit.rlim_cur,
+            max_connections,
+            needed,
+            "channels.api.max_connections does not fit the descriptor limit; lower it or raise the limit (ulimit -n, LimitNOFILE=)"
+        );
+    }
+}
+
 fn api_settings(config: &Config) -> ApiSettings {
     let api = &config.channels.api;
     ApiSettings {
@@ -510,6 +534,13 @@ fn api_settings(config: &Config) -> ApiSettings {
         token: Some(api.token.expose().to_owned()).filter(|t| !t.is_empty()),
         reply_timeout: api.reply_timeout(),
         max_body_bytes: api.max_body_bytes,
+        limits: ConnectionLimits {
+            header_timeout: api.header_timeout(),
+            idle_timeout: api.idle_timeout(),
+            max_connections: api.max_connections,
+            max_header_bytes: api.max_header_bytes,
+        },
+        replay: ReplayCache { ttl: api.idempotency_ttl(), max_entries: api.idempotency_max_entries },
     }
 }
 

@@ -149,3 +149,22 @@ fn systemd_accepts_the_units() {
     let report = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success() && report.trim().is_empty(), "systemd-analyze verify {names:?}:\n{report}");
 }
+
+/// The API's connection limit must fit under the descriptor limit with room to spare, or a
+/// flood of idle connections starves the bus, the store and the model requests of descriptors.
+#[test]
+fn every_unit_has_descriptors_for_the_api_connection_limit() {
+    let connections = switchboard::config::ApiChannelConfig::default().max_connections;
+    for (path, unit) in units() {
+        let limit: usize = unit
+            .get("Service", "LimitNOFILE")
+            .unwrap_or_else(|| panic!("{}: no LimitNOFILE", path.display()))
+            .parse()
+            .unwrap_or_else(|err| panic!("{}: LimitNOFILE is not a number: {err}", unit.name));
+        assert!(
+            limit >= 2 * connections + 1024,
+            "{}: LimitNOFILE={limit} leaves too little beside {connections} connections",
+            unit.name
+        );
+    }
+}

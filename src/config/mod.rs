@@ -417,6 +417,18 @@ pub struct ApiChannelConfig {
     /// How long a synchronous request waits for the agent's reply.
     pub reply_timeout_secs: u64,
     pub max_body_bytes: usize,
+    /// Largest request head (request line and headers), at least 8192.
+    pub max_header_bytes: usize,
+    /// Seconds a request head may take from its first byte to its end.
+    pub header_timeout_secs: u64,
+    /// Seconds a connection with no request in progress stays open.
+    pub idle_timeout_secs: u64,
+    /// Connections open at once.
+    pub max_connections: usize,
+    /// Seconds replies to requests sent with an Idempotency-Key are kept for their retries.
+    pub idempotency_ttl_secs: u64,
+    /// Replies to requests sent with an Idempotency-Key kept at most.
+    pub idempotency_max_entries: usize,
 }
 
 impl Default for ApiChannelConfig {
@@ -427,6 +439,12 @@ impl Default for ApiChannelConfig {
             token: Secret::default(),
             reply_timeout_secs: 120,
             max_body_bytes: 65536,
+            max_header_bytes: 16384,
+            header_timeout_secs: 10,
+            idle_timeout_secs: 30,
+            max_connections: 512,
+            idempotency_ttl_secs: 600,
+            idempotency_max_entries: 1000,
         }
     }
 }
@@ -434,6 +452,18 @@ impl Default for ApiChannelConfig {
 impl ApiChannelConfig {
     pub fn reply_timeout(&self) -> Duration {
         Duration::from_secs(self.reply_timeout_secs)
+    }
+
+    pub fn header_timeout(&self) -> Duration {
+        Duration::from_secs(self.header_timeout_secs)
+    }
+
+    pub fn idle_timeout(&self) -> Duration {
+        Duration::from_secs(self.idle_timeout_secs)
+    }
+
+    pub fn idempotency_ttl(&self) -> Duration {
+        Duration::from_secs(self.idempotency_ttl_secs)
     }
 }
 

@@ -44,6 +44,11 @@ pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigE
         );
         return Err(fail("bus_options.outbound_max_age_secs", reason));
     }
+    let min_header = switchboard_channels::api::MIN_HEADER_BYTES;
+    if config.channels.api.max_header_bytes < min_header {
+        let reason = format!("must be at least {min_header}, not {}", config.channels.api.max_header_bytes);
+        return Err(fail("channels.api.max_header_bytes", reason));
+    }
     if let Some((key, reason)) = provider_problem(config) {
         return Err(fail(&key, reason));
     }
@@ -146,6 +151,11 @@ fn zero_counts(config: &Config) -> Option<(&'static str, u64)> {
         ("worker.max_queue_depth", as_u64(config.worker.max_queue_depth)),
         ("channels.api.reply_timeout_secs", config.channels.api.reply_timeout_secs),
         ("channels.api.max_body_bytes", as_u64(config.channels.api.max_body_bytes)),
+        ("channels.api.header_timeout_secs", config.channels.api.header_timeout_secs),
+        ("channels.api.idle_timeout_secs", config.channels.api.idle_timeout_secs),
+        ("channels.api.max_connections", as_u64(config.channels.api.max_connections)),
+        ("channels.api.idempotency_ttl_secs", config.channels.api.idempotency_ttl_secs),
+        ("channels.api.idempotency_max_entries", as_u64(config.channels.api.idempotency_max_entries)),
         ("channels.telegram.poll_timeout_secs", config.channels.telegram.poll_timeout_secs),
         ("channels.telegram.pairing_code_ttl_secs", config.channels.telegram.pairing_code_ttl_secs),
         ("channels.telegram.pairing_max_pending", as_u64(config.channels.telegram.pairing_max_pending)),

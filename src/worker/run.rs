@@ -109,8 +109,10 @@ async fn process_inner(
     let run_id = match claim {
         RunClaim::Finished { run_id, reply, delivered } => {
             tracing::info!(%run_id, delivered, "message already answered; not running it again");
-            if let (Some(reply), false) = (reply, delivered) {
-                deliver(shared, &run_id, &reply).await?;
+            match (reply, delivered) {
+                (Some(reply), false) => deliver(shared, &run_id, &reply).await?,
+                (Some(reply), true) if wants_reply_again(msg) => resend(shared, &reply).await?,
+                _ => {}
             }
             return Ok(());
         }
@@ -162,6 +164,20 @@ fn stopped(shared: &Shared, msg: &InboundMessage, run_id: &str, session_key: &st
 
 fn transient(err: impl std::fmt::Display) -> Giveback {
     Giveback::Transient(err.to_string())
+}
+
+/// A client retry of an API request sent with an idempotency key, arriving after its reply
+/// went out (the API process may have restarted and lost it): it asks for the reply again.
+fn wants_reply_again(msg: &InboundMessage) -> bool {
+    msg.metadata.get(switchboard_channels::api::RESEND_REPLY).and_then(serde_json::Value::as_bool) == Some(true)
+}
+
+/// Sends a stored reply again under a new id, so the bus's dedupe of the first one (within
+/// its window) does not swallow it. The run is not touched.
+async fn resend(shared: &Shared, reply: &OutboundMessage) -> Result<(), Giveback> {
+    let mut again = reply.clone();
+    again.id = format!("{}:again:{}", reply.id, uuid::Uuid::now_v7());
+    shared.bus.publish_outbound(&again).await.map_err(transient)
 }
 
 async fn deliver(shared: &Shared, run_id: &str, reply: &OutboundMessage) -> Result<(), Giveback> {

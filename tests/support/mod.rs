@@ -25,6 +25,8 @@ pub struct Daemon {
 pub struct Launch<'a> {
     pub args: Vec<String>,
     pub env: Vec<(String, String)>,
+    /// Soft and hard `RLIMIT_NOFILE` of the daemon process, when set.
+    pub nofile: Option<u64>,
     pub data_dir: &'a Path,
     pub name: &'a str,
     /// Run the daemon as this (uid, gid) instead of the test's own user (needs root).
@@ -33,7 +35,14 @@ pub struct Launch<'a> {
 
 impl<'a> Launch<'a> {
     pub fn new(data_dir: &'a Path, name: &'a str, args: &[&str]) -> Self {
-        Self { args: args.iter().map(|a| a.to_string()).collect(), env: Vec::new(), data_dir, name, user: None }
+        Self {
+            args: args.iter().map(|a| a.to_string()).collect(),
+            env: Vec::new(),
+            nofile: None,
+            data_dir,
+            name,
+            user: None,
+        }
     }
 
     /// Runs the daemon as `uid`/`gid` (the test must run as root to switch).
@@ -48,6 +57,12 @@ impl<'a> Launch<'a> {
     }
 
     /// Points the daemon at a fake OpenAI-compatible server.
+    /// Runs the daemon with at most `limit` open descriptors.
+    pub fn nofile(mut self, limit: u64) -> Self {
+        self.nofile = Some(limit);
+        self
+    }
+
     pub fn llm(self, base_url: &str) -> Self {
         self.env("OPENAI_BASE_URL", base_url)
             .env("OPENAI_API_KEY", "sk-test-secret")
@@ -84,6 +99,19 @@ impl<'a> Launch<'a> {
             use std::os::unix::process::CommandExt;
             // std clears the supplementary groups when root switches user.
             command.uid(uid).gid(gid);
+        }
+        if let Some(limit) = self.nofile {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: setrlimit is async-signal-safe and touches only the child's limits.
+            unsafe {
+                command.pre_exec(move || {
+                    let rlimit = libc::rlimit { rlim_cur: limit, rlim_max: limit };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &rlimit) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
         }
         Daemon { child: Some(command.spawn().unwrap()), port, log }
     }

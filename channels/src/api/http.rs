@@ -12,19 +12,20 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{ApiSettings, CHANNEL, Waiters};
-use crate::bus::{Bus, BusExt};
+use super::replies::Replies;
+use super::{ApiSettings, CHANNEL, exchange, idempotency};
+use crate::bus::Bus;
 use crate::contract::{ContractError, InboundMessage, MAX_CHAT_ID_BYTES, MAX_SENDER_ID_BYTES, Sender, check_length};
 
-struct AppState {
-    bus: Arc<dyn Bus>,
-    settings: ApiSettings,
-    waiters: Arc<Waiters>,
+pub(super) struct AppState {
+    pub(super) bus: Arc<dyn Bus>,
+    pub(super) settings: ApiSettings,
+    pub(super) replies: Arc<Replies>,
 }
 
-pub(super) fn router(bus: Arc<dyn Bus>, settings: ApiSettings, waiters: Arc<Waiters>) -> Router {
+pub(super) fn router(bus: Arc<dyn Bus>, settings: ApiSettings, replies: Arc<Replies>) -> Router {
     let limit = settings.max_body_bytes;
-    let state = Arc::new(AppState { bus, settings, waiters });
+    let state = Arc::new(AppState { bus, settings, replies });
     Router::new()
         .route("/v1/messages", post(post_message))
         .route("/healthz", get(healthz))
@@ -85,54 +86,31 @@ async fn post_message(
     }
     let sender_id = request.sender.unwrap_or_else(|| "api".to_owned());
     let sender = Sender { id: sender_id.clone(), name: sender_id, is_bot: false };
-    let msg = InboundMessage::user(CHANNEL, &request.chat_id, sender, &request.content);
-    let waiting = state.waiters.register(&msg.id);
-    if let Err(err) = state.bus.publish_inbound(&msg).await {
-        state.waiters.forget(&msg.id);
-        tracing::error!(%err, "cannot publish an API message");
-        return error(StatusCode::SERVICE_UNAVAILABLE, "bus_unavailable", "the message bus is unavailable");
-    }
-    match tokio::time::timeout(state.settings.reply_timeout, waiting).await {
-        Ok(Ok(reply)) => {
-            let mut body = json!({
-                "reply": reply.content,
-                "kind": reply.kind,
-                "message_id": msg.id,
-                "reply_id": reply.id,
-                "session_key": msg.session_key(),
-            });
-            // `suppressed`: the model chose not to answer (`reply` is then empty).
-            for key in ["run_id", "model", "usage", "cost_usd", "suppressed"] {
-                if let Some(value) = reply.metadata.get(key) {
-                    body[key] = value.clone();
-                }
-            }
-            (StatusCode::OK, axum::Json(body)).into_response()
-        }
-        Ok(Err(_)) => error_with(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "shutting_down",
-            "switchboard is stopping; the message was accepted and will be answered after restart",
-            json!({"message_id": msg.id}),
-        ),
-        Err(_) => {
-            state.waiters.forget(&msg.id);
-            let secs = state.settings.reply_timeout.as_secs();
-            let text = format!("no reply within {secs} s; the message was accepted and may still be answered");
-            error_with(StatusCode::GATEWAY_TIMEOUT, "reply_timeout", &text, json!({"message_id": msg.id}))
-        }
-    }
+    let key = match idempotency::key(&headers) {
+        Ok(key) => key,
+        Err(text) => return error(StatusCode::BAD_REQUEST, "invalid_idempotency_key", &text),
+    };
+    let mut msg = InboundMessage::user(CHANNEL, &request.chat_id, sender, &request.content);
+    let fingerprint = key.map(|key| {
+        idempotency::apply(&mut msg, &key);
+        idempotency::fingerprint(&request.content)
+    });
+    exchange::exchange(&state, msg, fingerprint).await
 }
 
 /// True when no token is configured or the request carries the right one.
 fn authorized(settings: &ApiSettings, headers: &HeaderMap) -> bool {
     let Some(expected) = settings.token.as_deref() else { return true };
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
+    let given =
+        headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(bearer_credentials).unwrap_or("");
     constant_time_eq(given.as_bytes(), expected.as_bytes())
+}
+
+/// The credentials of a `Bearer` authorization; the scheme name is case-insensitive
+/// (RFC 9110, section 11.1).
+fn bearer_credentials(value: &str) -> Option<&str> {
+    let (scheme, credentials) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| credentials.trim_start_matches(' '))
 }
 
 /// Compares without an early exit, so response timing does not reveal the token.
@@ -140,11 +118,11 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-fn error(status: StatusCode, code: &str, message: &str) -> Response {
+pub(super) fn error(status: StatusCode, code: &str, message: &str) -> Response {
     error_with(status, code, message, Value::Null)
 }
 
-fn error_with(status: StatusCode, code: &str, message: &str, extra: Value) -> Response {
+pub(super) fn error_with(status: StatusCode, code: &str, message: &str, extra: Value) -> Response {
     let mut body = json!({"error": {"code": code, "message": message}});
     if let Value::Object(extra) = extra {
         for (key, value) in extra {

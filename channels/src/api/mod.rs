@@ -2,24 +2,32 @@
 //! reply; `GET /healthz` says the process is up.
 //!
 //! Replies come back on the `api` outbound queue. This process matches them to waiting
-//! requests by the inbound id they answer; a reply with nobody waiting (the client gave up)
-//! is acked and dropped with a log line.
+//! requests by the inbound id they answer; a reply to an idempotent request (one sent with
+//! `Idempotency-Key`) is also kept for a while, so a retry gets it again. Any other reply with
+//! nobody waiting (the client gave up) is acked and dropped with a log line.
 
+mod conn;
+mod exchange;
 mod http;
+mod idempotency;
+mod replies;
+mod server;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use thiserror::Error;
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::bus::{Bus, BusError, Deliveries};
 use crate::contract::{OutboundKind, OutboundMessage};
+pub use idempotency::RESEND_REPLY;
+pub use replies::ReplayCache;
+use replies::Replies;
+pub use server::{ConnectionLimits, MIN_HEADER_BYTES};
 
 /// The channel name of this adapter on the bus.
 pub const CHANNEL: &str = "api";
@@ -43,6 +51,9 @@ pub struct ApiSettings {
     /// How long `POST /v1/messages` waits for the reply before answering 504.
     pub reply_timeout: Duration,
     pub max_body_bytes: usize,
+    pub limits: ConnectionLimits,
+    /// Replies to idempotent requests kept for their retries.
+    pub replay: ReplayCache,
 }
 
 impl std::fmt::Debug for ApiSettings {
@@ -52,37 +63,9 @@ impl std::fmt::Debug for ApiSettings {
             .field("token", &self.token.as_ref().map(|_| "***"))
             .field("reply_timeout", &self.reply_timeout)
             .field("max_body_bytes", &self.max_body_bytes)
+            .field("limits", &self.limits)
+            .field("replay", &self.replay)
             .finish()
-    }
-}
-
-/// Requests waiting for their reply, by inbound message id.
-#[derive(Default)]
-pub(crate) struct Waiters {
-    pending: Mutex<HashMap<String, oneshot::Sender<OutboundMessage>>>,
-}
-
-impl Waiters {
-    pub(crate) fn register(&self, inbound_id: &str) -> oneshot::Receiver<OutboundMessage> {
-        let (tx, rx) = oneshot::channel();
-        self.pending.lock().unwrap_or_else(PoisonError::into_inner).insert(inbound_id.to_owned(), tx);
-        rx
-    }
-
-    pub(crate) fn forget(&self, inbound_id: &str) {
-        self.pending.lock().unwrap_or_else(PoisonError::into_inner).remove(inbound_id);
-    }
-
-    /// Drops every waiting request; their handlers answer that the service is stopping.
-    fn release_all(&self) {
-        self.pending.lock().unwrap_or_else(PoisonError::into_inner).clear();
-    }
-
-    /// Hands a reply to its waiting request; false when nobody waits for it.
-    fn resolve(&self, reply: OutboundMessage) -> bool {
-        let Some(id) = reply.in_reply_to.clone() else { return false };
-        let waiter = self.pending.lock().unwrap_or_else(PoisonError::into_inner).remove(&id);
-        waiter.is_some_and(|tx| tx.send(reply).is_ok())
     }
 }
 
@@ -106,18 +89,15 @@ impl ApiChannel {
             .await
             .map_err(|source| ApiError::Bind { addr: settings.listen, source })?;
         let local_addr = listener.local_addr().map_err(ApiError::Serve)?;
-        let waiters = Arc::new(Waiters::default());
-        let replies = bus.outbound(CHANNEL).await?;
+        let replies = Arc::new(Replies::new(settings.replay));
+        let deliveries = bus.outbound(CHANNEL).await?;
         let stop_routing = CancellationToken::new();
-        let router = tokio::spawn(route_replies(replies, Arc::clone(&waiters), stop_routing.clone()));
-        let app = http::router(bus, settings, waiters);
-        tracing::info!(%local_addr, "API channel listening");
-        let server = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move { shutdown.cancelled().await })
-                .await
-                .map_err(ApiError::Serve)
-        });
+        let router = tokio::spawn(route_replies(deliveries, Arc::clone(&replies), stop_routing.clone()));
+        let limits = settings.limits;
+        let app = http::router(bus, settings, replies);
+        tracing::info!(%local_addr, ?limits, "API channel listening");
+        let server =
+            tokio::spawn(async move { server::serve(listener, app, limits, shutdown).await.map_err(ApiError::Serve) });
         Ok(ApiChannel { local_addr, server, router, stop_routing })
     }
 
@@ -138,14 +118,14 @@ impl ApiChannel {
 const DRAIN_IDLE: Duration = Duration::from_millis(250);
 
 /// Takes replies for the `api` channel off the bus and hands them to waiting requests.
-async fn route_replies(mut replies: Deliveries, waiters: Arc<Waiters>, shutdown: CancellationToken) {
+async fn route_replies(mut deliveries: Deliveries, replies: Arc<Replies>, shutdown: CancellationToken) {
     loop {
         let next = tokio::select! {
             _ = shutdown.cancelled() => break,
-            next = replies.next() => next,
+            next = deliveries.next() => next,
         };
         match next {
-            Some(Ok(delivery)) => route_one(delivery, &waiters).await,
+            Some(Ok(delivery)) => route_one(delivery, &replies).await,
             Some(Err(err)) => {
                 tracing::warn!(%err, "receiving API replies failed; retrying in 1 s");
                 tokio::time::sleep(Duration::from_secs(1)).await;
@@ -154,18 +134,19 @@ async fn route_replies(mut replies: Deliveries, waiters: Arc<Waiters>, shutdown:
         }
     }
     // Replies published just before shutdown may still be queued: hand them over first.
-    while let Ok(Some(Ok(delivery))) = tokio::time::timeout(DRAIN_IDLE, replies.next()).await {
-        route_one(delivery, &waiters).await;
+    while let Ok(Some(Ok(delivery))) = tokio::time::timeout(DRAIN_IDLE, deliveries.next()).await {
+        route_one(delivery, &replies).await;
     }
-    waiters.release_all();
+    replies.release_all();
 }
 
-async fn route_one(delivery: crate::bus::Delivery, waiters: &Waiters) {
+async fn route_one(delivery: crate::bus::Delivery, replies: &Replies) {
     match delivery.decode::<OutboundMessage>() {
         Ok(reply) if reply.kind == OutboundKind::Progress => {}
         Ok(reply) => {
             let id = reply.id.clone();
-            if !waiters.resolve(reply) {
+            let keep = reply.in_reply_to.as_deref().is_some_and(idempotency::is_keyed);
+            if !replies.resolve(reply, keep) && !keep {
                 tracing::info!(reply_id = %id, "API reply arrived with nobody waiting; dropped");
             }
         }

@@ -1,0 +1,145 @@
+//! One request's message on its way: published until the bus confirms it, then its reply
+//! awaited, within the request's deadline. Retries of an idempotent request join the first.
+
+use std::time::Duration;
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::http::{AppState, error, error_with};
+use super::replies::{self, Claim, Fingerprint};
+use crate::bus::{BusError, BusExt};
+use crate::contract::{InboundMessage, OutboundMessage};
+
+/// First pause between two publishes of a message the bus did not confirm, and the longest.
+const PUBLISH_RETRY_MIN: Duration = Duration::from_millis(100);
+const PUBLISH_RETRY_MAX: Duration = Duration::from_secs(2);
+/// What `Retry-After` suggests when the bus stayed unavailable.
+const RETRY_AFTER_SECS: u64 = 5;
+/// Marks a reply served again to a retry of an idempotent request.
+const REPLAYED_HEADER: &str = "idempotent-replayed";
+
+/// Publishes `msg` (unless a request for it is under way already) and answers with its reply.
+pub(super) async fn exchange(state: &AppState, msg: InboundMessage, fingerprint: Option<Fingerprint>) -> Response {
+    let deadline = Instant::now() + state.settings.reply_timeout;
+    let (mut receiver, publish) = match state.replies.claim(&msg.id, fingerprint) {
+        Claim::Replied(reply) => return replied(&msg, &reply, true),
+        Claim::Conflict => return key_reused(state),
+        Claim::First(receiver) => (receiver, true),
+        Claim::Joined { receiver, accepted } => (receiver, !accepted),
+    };
+    if publish {
+        if let Err(err) = publish_until(state, &msg, deadline).await {
+            state.replies.release(&msg.id, receiver);
+            return unconfirmed(state, &msg, &err);
+        }
+        state.replies.accepted(&msg.id);
+    }
+    let outcome = tokio::time::timeout_at(deadline, replies::wait(&mut receiver)).await;
+    state.replies.release(&msg.id, receiver);
+    match outcome {
+        Ok(Some(reply)) => replied(&msg, &reply, false),
+        Ok(None) => error_with(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "shutting_down",
+            "switchboard is stopping; the message was accepted and will be answered after restart",
+            json!({"message_id": msg.id}),
+        ),
+        Err(_) => {
+            let secs = state.settings.reply_timeout.as_secs();
+            let text = format!("no reply within {secs} s; the message was accepted and may still be answered");
+            error_with(StatusCode::GATEWAY_TIMEOUT, "reply_timeout", &text, json!({"message_id": msg.id}))
+        }
+    }
+}
+
+/// Publishes until the bus confirms or the deadline passes. A publish whose confirmation did
+/// not come may still have been stored; publishing again with the same id is safe, as the
+/// bus drops a second message with an id it has seen.
+async fn publish_until(state: &AppState, msg: &InboundMessage, deadline: Instant) -> Result<(), BusError> {
+    let mut pause = PUBLISH_RETRY_MIN;
+    let mut attempt = 1u32;
+    loop {
+        let err = match tokio::time::timeout_at(deadline, state.bus.publish_inbound(msg)).await {
+            Ok(Ok(())) => {
+                if attempt > 1 {
+                    tracing::info!(message_id = %msg.id, attempt, "API message confirmed by the bus after retrying");
+                }
+                return Ok(());
+            }
+            Ok(Err(err)) if !worth_retrying(&err) => return Err(err),
+            Ok(Err(err)) => err,
+            Err(_) => return Err(BusError::Publish { subject: msg.chat_id.clone(), reason: "no confirmation".into() }),
+        };
+        if Instant::now() + pause >= deadline {
+            return Err(err);
+        }
+        tracing::warn!(%err, message_id = %msg.id, attempt, retry_in_ms = pause.as_millis(),
+            "the bus did not confirm an API message; publishing it again");
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(PUBLISH_RETRY_MAX);
+        attempt = attempt.saturating_add(1);
+    }
+}
+
+/// Errors that another try cannot fix: the message itself cannot be sent.
+fn worth_retrying(err: &BusError) -> bool {
+    !err.is_permanent() && !matches!(err, BusError::Closed)
+}
+
+fn replied(msg: &InboundMessage, reply: &OutboundMessage, replayed: bool) -> Response {
+    let mut body = json!({
+        "reply": reply.content,
+        "kind": reply.kind,
+        "message_id": msg.id,
+        "reply_id": reply.id,
+        "session_key": msg.session_key(),
+    });
+    // `suppressed`: the model chose not to answer (`reply` is then empty).
+    for key in ["run_id", "model", "usage", "cost_usd", "suppressed"] {
+        if let Some(value) = reply.metadata.get(key) {
+            body[key] = value.clone();
+        }
+    }
+    let mut response = (StatusCode::OK, axum::Json(body)).into_response();
+    if replayed {
+        response.headers_mut().insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
+    }
+    response
+}
+
+fn key_reused(state: &AppState) -> Response {
+    let secs = state.settings.replay.ttl.as_secs();
+    let text = format!(
+        "this Idempotency-Key was used for a request with other content in the last {secs} s; \
+         send a new key for a new message"
+    );
+    error(StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused", &text)
+}
+
+/// 503: the bus never confirmed the message. It may have been stored all the same.
+fn unconfirmed(state: &AppState, msg: &InboundMessage, err: &BusError) -> Response {
+    if err.is_permanent() {
+        // The bus refused the message itself (its size or ids): a retry cannot help.
+        let status = match err {
+            BusError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            _ => StatusCode::BAD_REQUEST,
+        };
+        return error_with(status, "invalid_body", &format!("the message cannot be sent: {err}"), Value::Null);
+    }
+    tracing::error!(%err, message_id = %msg.id, "the bus did not confirm an API message before the deadline");
+    let secs = state.settings.reply_timeout.as_secs();
+    let advice = if super::idempotency::is_keyed(&msg.id) {
+        "retry with the same Idempotency-Key: it will not run twice"
+    } else {
+        "a retry without an Idempotency-Key may run it twice"
+    };
+    let text =
+        format!("the message bus did not confirm the message within {secs} s; it may have been accepted ({advice})");
+    let extra = json!({"message_id": msg.id, "may_have_been_accepted": true});
+    let mut response = error_with(StatusCode::SERVICE_UNAVAILABLE, "bus_unavailable", &text, extra);
+    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+    response
+}

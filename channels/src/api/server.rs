@@ -1,0 +1,132 @@
+//! The API channel's accept loop: HTTP/1 connections served by hyper with a header timeout,
+//! an idle timeout, a bound on header size and a connection limit (axum::serve has none of
+//! these).
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::Request;
+use hyper::body::Incoming;
+use hyper::service::Service as _;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::conn::{Admission, ConnState, Connections, TrackedIo};
+
+/// hyper's smallest read buffer; a head must fit in it.
+pub const MIN_HEADER_BYTES: usize = 8192;
+/// Pause after `accept` failed (out of descriptors, for one), so the loop does not spin.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+
+/// The limits every connection is held to.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLimits {
+    /// A request head must be complete this long after its first byte.
+    pub header_timeout: Duration,
+    /// A connection with no request in progress is closed after this long.
+    pub idle_timeout: Duration,
+    /// Connections open at once.
+    pub max_connections: usize,
+    /// Largest request head (request line and headers); at least [`MIN_HEADER_BYTES`].
+    pub max_header_bytes: usize,
+}
+
+/// Serves `app` until `shutdown`, then lets requests in progress finish.
+pub(super) async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: ConnectionLimits,
+    shutdown: CancellationToken,
+) -> io::Result<()> {
+    let connections = Arc::new(Connections::default());
+    let mut tasks = JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => accepted,
+        };
+        // Reap finished connection tasks so the set does not grow with every connection.
+        while tasks.try_join_next().is_some() {}
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(err) => {
+                // EMFILE and friends: the connection stays in the kernel's queue until a
+                // descriptor is free again.
+                tracing::warn!(%err, "cannot accept an API connection; retrying shortly");
+                tokio::time::sleep(ACCEPT_RETRY).await;
+                continue;
+            }
+        };
+        match connections.admit(limits.max_connections) {
+            Admission::Admitted { id, state } => {
+                let connections = Arc::clone(&connections);
+                let (app, shutdown) = (app.clone(), shutdown.clone());
+                tasks.spawn(async move {
+                    serve_connection(stream, app, state, limits, shutdown).await;
+                    connections.remove(id);
+                });
+            }
+            Admission::Refused => {
+                tracing::warn!(max = limits.max_connections, "API connection limit reached; new connection closed");
+                drop(stream);
+            }
+        }
+    }
+    drop(listener);
+    while tasks.join_next().await.is_some() {}
+    Ok(())
+}
+
+async fn serve_connection(
+    stream: TcpStream,
+    app: Router,
+    state: Arc<ConnState>,
+    limits: ConnectionLimits,
+    shutdown: CancellationToken,
+) {
+    let io = TokioIo::new(TrackedIo::new(stream, Arc::clone(&state)));
+    let tower = TowerToHyperService::new(app);
+    let tracked = Arc::clone(&state);
+    let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+        tracked.request_started();
+        let response = tower.call(request);
+        let tracked = Arc::clone(&tracked);
+        async move {
+            let response = response.await;
+            tracked.request_finished();
+            response
+        }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    // The timeouts are kept by `ConnState`; hyper's header timer would also cut idle waits.
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(None)
+        .max_buf_size(limits.max_header_bytes.max(MIN_HEADER_BYTES));
+    let conn = builder.serve_connection(io, service);
+    tokio::pin!(conn);
+    tokio::select! {
+        result = conn.as_mut() => {
+            if let Err(err) = result {
+                tracing::debug!(%err, "API connection ended with an error");
+            }
+        }
+        reason = state.deadline(limits.idle_timeout, limits.header_timeout) => {
+            tracing::debug!(reason = reason.as_str(), "API connection closed");
+        }
+        _ = state.evict.cancelled() => {
+            tracing::debug!("API connection closed to make room under the connection limit");
+        }
+        _ = shutdown.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            if let Err(err) = conn.await {
+                tracing::debug!(%err, "API connection ended with an error during shutdown");
+            }
+        }
+    }
+}
