@@ -107,7 +107,7 @@ impl ApiChannel {
             .map_err(|source| ApiError::Bind { addr: settings.listen, source })?;
         let local_addr = listener.local_addr().map_err(ApiError::Serve)?;
         let waiters = Arc::new(Waiters::default());
-        let replies = bus.outbound(CHANNEL).await?;
+        let replies = crate::bus::screen::deliverable_outbound(Arc::clone(&bus), CHANNEL).await?;
         let stop_routing = CancellationToken::new();
         let router = tokio::spawn(route_replies(replies, Arc::clone(&waiters), stop_routing.clone()));
         let app = http::router(bus, settings, waiters);
