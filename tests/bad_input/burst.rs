@@ -58,7 +58,10 @@ fn asked_for(requests: &[serde_json::Value]) -> Vec<usize> {
 }
 
 async fn burst_in_one_chat(shape: Shape) {
-    let mut rig = Rig::start(shape, TELEGRAM, &[]).await;
+    // Alice as the owner: a thousand turns on a growing history would otherwise use up a
+    // guest's monthly token budget, and its notices would mix into the count.
+    let owners = format!(r#"["telegram:{ALICE}"]"#);
+    let mut rig = Rig::start(shape, TELEGRAM, &[("SWITCHBOARD_USERS__OWNERS", owners.as_str())]).await;
     let bot = rig.telegram.bot().username;
     // Warm up (first turn, first reply) before measuring.
     rig.assert_still_healthy().await;
