@@ -130,6 +130,18 @@ impl Daemon {
         self.child.as_ref().unwrap().id()
     }
 
+    /// Whether the process is still running (not exited, not killed).
+    pub fn is_alive(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|child| child.try_wait().unwrap().is_none())
+    }
+
+    /// The resident set size in KiB (`VmRSS` of `/proc/<pid>/status`).
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        let line = status.lines().find(|line| line.starts_with("VmRSS:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+
     /// Waits until `GET /healthz` answers 200.
     pub async fn wait_healthy(&mut self) {
         let client = reqwest::Client::new();

@@ -90,7 +90,7 @@ impl ApiChannel {
             .map_err(|source| ApiError::Bind { addr: settings.listen, source })?;
         let local_addr = listener.local_addr().map_err(ApiError::Serve)?;
         let replies = Arc::new(Replies::new(settings.replay));
-        let deliveries = bus.outbound(CHANNEL).await?;
+        let deliveries = crate::bus::screen::deliverable_outbound(Arc::clone(&bus), CHANNEL).await?;
         let stop_routing = CancellationToken::new();
         let router = tokio::spawn(route_replies(deliveries, Arc::clone(&replies), stop_routing.clone()));
         let limits = settings.limits;

@@ -146,7 +146,7 @@ impl DiscordChannel {
         let directory = Arc::new(Directory::default());
         let stop_sending = CancellationToken::new();
         let live = Arc::new(live::LiveRuns::new(Arc::clone(&directory)));
-        let replies = bus.outbound(CHANNEL).await?;
+        let replies = crate::bus::screen::deliverable_outbound(Arc::clone(&bus), CHANNEL).await?;
         let events = bus.events(CHANNEL, None).await?;
         let sending = vec![
             tokio::spawn(outbound::run_outbound(

@@ -199,7 +199,7 @@ async fn start_sending(
     stop: &CancellationToken,
 ) -> Result<Vec<JoinHandle<()>>, TelegramError> {
     let live = Arc::new(live::LiveRuns::new());
-    let replies = bus.outbound(CHANNEL).await?;
+    let replies = crate::bus::screen::deliverable_outbound(Arc::clone(bus), CHANNEL).await?;
     let events = bus.events(CHANNEL, None).await?;
     let outbound = outbound::run_outbound(bot.clone(), Arc::clone(settings), replies, Arc::clone(&live), stop.clone());
     let live = live::run_live(bot.clone(), Arc::clone(settings), events, live, stop.clone());

@@ -147,6 +147,12 @@ impl Gateway {
         true
     }
 
+    /// Sends `text` as it is on the live connection (not logged, not numbered): for frames
+    /// Discord would never send. False when no connection is live.
+    pub(super) fn send_raw(&mut self, text: &str) -> bool {
+        self.live.as_ref().is_some_and(|live| live.tx.send(Outgoing::Text(text.to_owned())).is_ok())
+    }
+
     /// Closes the live connection with 4000 (serenity resumes); later dispatches are logged.
     pub(super) fn drop_connection(&mut self) {
         if let Some(live) = self.live.take() {

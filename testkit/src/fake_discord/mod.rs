@@ -257,6 +257,12 @@ impl FakeDiscord {
         self.shared.gateway().dispatch(event, data)
     }
 
+    /// Sends a raw text frame on the live gateway connection, outside the session's sequence
+    /// (an unknown op, a frame that is not JSON); false when no connection is live.
+    pub fn send_raw(&self, text: &str) -> bool {
+        self.shared.gateway().send_raw(text)
+    }
+
     /// Dispatches `MESSAGE_CREATE` (build `message` with [`events`]); returns its sequence number.
     pub fn send_message_create(&self, message: Value) -> u64 {
         self.dispatch("MESSAGE_CREATE", message)
