@@ -190,6 +190,7 @@ impl Worker {
         let mut tasks = JoinSet::new();
         tracing::info!(max_concurrent_runs = shared.settings.max_concurrent_runs, "worker started");
         loop {
+            reap_finished(&mut tasks);
             // Take a slot before pulling, so a busy worker leaves messages on the bus for others.
             let slot = tokio::select! {
                 _ = shutdown.cancelled() => break,
@@ -351,6 +352,18 @@ async fn limit_rate(shared: &Arc<Shared>, job: Job, tasks: &mut JoinSet<()>) -> 
 
 /// Sends a job where it goes: a command runs now, beside any running turn (guarantee 3: it
 /// bypasses the queue); anything else goes through its session's queue.
+/// Frees the tasks that have finished. A JoinSet keeps a finished task (its whole future)
+/// until it is joined, so without this every message handled would stay in memory.
+fn reap_finished(tasks: &mut JoinSet<()>) {
+    while let Some(result) = tasks.try_join_next() {
+        if let Err(err) = result
+            && err.is_panic()
+        {
+            tracing::error!(%err, "a worker task panicked");
+        }
+    }
+}
+
 fn dispatch(shared: &Arc<Shared>, job: Job, tasks: &mut JoinSet<()>) {
     // Only people type commands; a system message (cron prompt, sub-agent result) that
     // happens to start with "/stop" is text for the model.
