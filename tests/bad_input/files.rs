@@ -47,15 +47,22 @@ async fn invalid_utf8_files(shape: Shape) {
         let result = &results[index];
         assert!(result.contains(&format!("`{path}` is not a UTF-8 text file")), "call {index}: {result}");
     }
-    assert_eq!(results[2], "line three\n", "the lines after the bad one read fine");
+    // File contents reach the model marked as untrusted; what is inside the marks is the file.
+    assert_eq!(untrusted_inside(&results[2]), Some("line three\n"), "the lines after the bad one: {}", results[2]);
     let wide = &results[3];
     assert!(wide.contains("only its start is shown") && !wide.contains('\u{fffd}'), "{}", &wide[wide.len() - 300..]);
-    let shown = wide.split('\n').next().unwrap();
+    let shown = untrusted_inside(wide).and_then(|inside| inside.split('\n').next()).unwrap();
     assert!(shown.chars().all(|c| c == '\u{e9}') && !shown.is_empty(), "a character was split");
     // The refused edit changed nothing.
     assert_eq!(std::fs::read(workspace.join("latin1.txt")).unwrap(), b"line one\nna\xEFve in Latin-1\nline three\n");
     rig.assert_still_healthy().await;
     rig.report("invalid UTF-8 files");
+}
+
+/// The text between the untrusted-content marks a tool result is wrapped in.
+fn untrusted_inside(result: &str) -> Option<&str> {
+    let (_, rest) = result.split_once(">>>\n")?;
+    Some(rest.split_once("<<<END_UNTRUSTED_CONTENT>>>")?.0)
 }
 
 #[tokio::test]
