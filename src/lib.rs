@@ -7,6 +7,9 @@ pub mod clock;
 pub mod config;
 pub mod context;
 pub mod daemon;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod hygiene;
 pub mod pairing_cli;
 pub mod prompt;

@@ -109,7 +109,13 @@ async fn run_exec(llm: &FakeLlm, daemon: &Daemon, command: &str) -> String {
     assert_eq!((status, body["reply"].as_str()), (200, Some("done")), "{body}");
     let requests = llm.requests();
     assert_eq!(requests.len(), before + 2, "the model was not asked again after the tool call");
-    tool_result(&requests[before + 1])
+    let result = tool_result(&requests[before + 1]);
+    // Command output reaches the model marked as untrusted; the attack reads what is inside.
+    let inside = result.split_once(">>>\n").and_then(|(_, rest)| rest.rsplit_once("\n<<<END_UNTRUSTED_CONTENT>>>"));
+    match inside {
+        Some((output, _)) => format!("{output}\n"),
+        None => panic!("exec output not marked as untrusted: {result}"),
+    }
 }
 
 /// The attack, then the checks; `root` says whether the daemon runs as root.

@@ -148,7 +148,7 @@ fn split_prose(text: &str, limit: usize) -> Vec<String> {
             push_trimmed(&mut pieces, std::mem::take(&mut current));
         }
         if len(unit) > limit {
-            pieces.extend(hard_split(unit.trim_end(), limit));
+            pieces.extend(hard_split(unit.trim_end(), limit).into_iter().filter(|piece| !piece.trim().is_empty()));
         } else {
             current.push_str(unit);
         }
@@ -171,7 +171,10 @@ fn split_code(open: &str, lines: &[String], close: Option<&str>, limit: usize) -
     let closing = close.map_or(fence, str::to_owned);
     // Room for the body once the opening and closing lines (and their line breaks) are in.
     let Some(room) = limit.checked_sub(len(open) + len(&closing) + 2).filter(|room| *room > 0) else {
-        return hard_split(&[open.to_owned(), lines.join("\n")].join("\n"), limit);
+        // No room for a body between fences: the block as written, closing fence included.
+        let whole = std::iter::once(open).chain(lines.iter().map(String::as_str)).chain(close);
+        let pieces = hard_split(&whole.collect::<Vec<_>>().join("\n"), limit);
+        return pieces.into_iter().filter(|piece| !piece.trim().is_empty()).collect();
     };
     let mut bodies: Vec<String> = Vec::new();
     let mut body = String::new();
@@ -277,6 +280,22 @@ mod tests {
             assert!(part.ends_with("\n```"), "{part}");
         }
         assert!(!parts.last().unwrap().ends_with("```"), "the model's unclosed block stays unclosed");
+    }
+
+    #[test]
+    fn a_limit_too_small_for_fences_keeps_the_closing_fence() {
+        // The hard split used to drop the closing `~~~` (the chunking fuzz target checks this).
+        let parts = split_markdown("~~~\nab\n~~~", 5);
+        assert_eq!(parts, ["~~~\na", "b\n~~~"]);
+    }
+
+    #[test]
+    fn a_long_run_of_whitespace_makes_no_blank_part() {
+        // Found by fuzzing: a word of 64 carriage returns was cut into parts of nothing but them.
+        let text = format!("[l{}ink]", "\r".repeat(64));
+        let parts = split_markdown(&text, 32);
+        assert!(parts.iter().all(|part| !part.trim().is_empty()), "{parts:?}");
+        assert_eq!(parts.concat().replace('\r', ""), "[link]");
     }
 
     #[test]

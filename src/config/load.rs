@@ -40,6 +40,14 @@ impl Config {
             .collect();
         Self::load(path, &env)
     }
+
+    /// Loading with `text` as the file's content (named `path` in errors) and no environment:
+    /// the fuzz targets' entry point. Not part of the API.
+    #[cfg(feature = "fuzzing")]
+    #[doc(hidden)]
+    pub fn load_text_for_fuzzing(path: &Path, text: &str) -> Result<Self, ConfigError> {
+        load_text(Some((path.to_path_buf(), text.to_owned())), &HashMap::new())
+    }
 }
 
 /// [`Config::load`] with the fallback file location as a parameter, for tests.
@@ -48,9 +56,14 @@ pub(super) fn load_with(
     env: &HashMap<String, String>,
     fallback: Option<PathBuf>,
 ) -> Result<Config, ConfigError> {
+    let file = read_source(path, env, fallback)?;
+    load_text(file, env)
+}
+
+/// Loading once the file (its path and text), if any, has been read.
+pub(super) fn load_text(file: Option<(PathBuf, String)>, env: &HashMap<String, String>) -> Result<Config, ConfigError> {
     let mut origins = Origins::new();
     let mut tree = to_table(&Config::default())?;
-    let file = read_source(path, env, fallback)?;
     if let Some((path, text)) = &file {
         let table = parse_file(path, text)?;
         record_origins(&table, "", &Origin::File(path.clone()), &mut origins);

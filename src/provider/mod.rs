@@ -9,7 +9,7 @@ pub mod openai;
 pub mod pricing;
 mod retry;
 mod retry_after;
-mod sse;
+pub(crate) mod sse;
 
 use std::time::Duration;
 

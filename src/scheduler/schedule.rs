@@ -113,7 +113,12 @@ impl Schedule {
                 min: format_duration_exact(min),
             });
         }
-        Ok(Schedule::Every { every_secs, anchor: to_store_precision(now) })
+        let anchor = to_store_precision(now);
+        // An interval past the end of the calendar would be accepted and never fire.
+        if every_next_after(every_secs, anchor, anchor).is_none() {
+            return Err(ScheduleError::BadDuration { text: format_duration_exact(every), reason: "too long" });
+        }
+        Ok(Schedule::Every { every_secs, anchor })
     }
 
     /// Reads a user-friendly duration like "90s", "15m", "2h", "1d", "1h30m" (for `every` and

@@ -23,7 +23,7 @@ use super::outbound::{Target, send_markdown};
 use super::rest::Rest;
 use super::{CHANNEL, DiscordSettings};
 use crate::bus::{Bus, BusError, BusExt};
-use crate::contract::{InboundMessage, Sender};
+use crate::contract::{InboundMessage, Media, Sender};
 use crate::pairing::{PairingAnswer, PairingDesk, PairingStore};
 
 /// How long the roles the bot holds in a guild are trusted before they are looked up again.
@@ -217,24 +217,7 @@ impl Ingress {
             }
             content.push_str(&marker);
         }
-        let (chat_id, thread_id) = match place {
-            Place::Thread { parent_id, thread_id, .. } => (parent_id, Some(thread_id.to_string())),
-            Place::Direct { channel_id } | Place::Guild { channel_id, .. } => (channel_id, None),
-        };
-        InboundMessage {
-            id: format!("{CHANNEL}:{}:{}", msg.channel_id, msg.message_id),
-            channel: CHANNEL.to_owned(),
-            chat_id: chat_id.to_string(),
-            sender: Sender { id: msg.author.id.to_string(), name: msg.author.name.clone(), is_bot: msg.author.is_bot },
-            content,
-            media,
-            thread_id,
-            is_group: !msg.is_direct(),
-            mentioned,
-            received_at: Utc::now(),
-            metadata: metadata(msg),
-            ..InboundMessage::default()
-        }
+        inbound_message(msg, place, mentioned, content, media)
     }
 
     async fn check_pairing(&self, msg: &Incoming, place: Place) -> Result<(), BusError> {
@@ -271,6 +254,35 @@ impl Ingress {
         if let Err(err) = send_markdown(&self.rest, &target, &key, text, &self.shutdown).await {
             tracing::warn!(channel_id = msg.channel_id, %err, "cannot send a local answer");
         }
+    }
+}
+
+/// The bus message for a classified message posted at `place`, with its content (text and
+/// attachment markers) and downloaded media already put together.
+pub(crate) fn inbound_message(
+    msg: &Incoming,
+    place: Place,
+    mentioned: bool,
+    content: String,
+    media: Vec<Media>,
+) -> InboundMessage {
+    let (chat_id, thread_id) = match place {
+        Place::Thread { parent_id, thread_id, .. } => (parent_id, Some(thread_id.to_string())),
+        Place::Direct { channel_id } | Place::Guild { channel_id, .. } => (channel_id, None),
+    };
+    InboundMessage {
+        id: format!("{CHANNEL}:{}:{}", msg.channel_id, msg.message_id),
+        channel: CHANNEL.to_owned(),
+        chat_id: chat_id.to_string(),
+        sender: Sender { id: msg.author.id.to_string(), name: msg.author.name.clone(), is_bot: msg.author.is_bot },
+        content,
+        media,
+        thread_id,
+        is_group: !msg.is_direct(),
+        mentioned,
+        received_at: Utc::now(),
+        metadata: metadata(msg),
+        ..InboundMessage::default()
     }
 }
 

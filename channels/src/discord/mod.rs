@@ -24,6 +24,9 @@ use crate::pairing::PairingStore;
 
 mod directory;
 mod download;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod gate;
 mod gateway;
 mod inbound;

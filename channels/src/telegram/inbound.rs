@@ -2,7 +2,7 @@
 //! wrote it, whether it addresses the bot, and what it carries.
 
 use chrono::{DateTime, Utc};
-use teloxide::types::{Message, MessageEntityKind, MessageEntityRef, User, UserId};
+use teloxide::types::{Message, MessageEntity, MessageEntityKind, MessageEntityRef, User, UserId};
 
 /// The bot's own identity, from `getMe`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,11 +101,13 @@ pub(crate) enum Skip {
 /// Classifies a message for the bot `me`.
 pub(crate) fn classify(msg: &Message, me: &BotIdentity) -> Result<Incoming, Skip> {
     let user = msg.from.as_ref().filter(|_| msg.sender_chat.is_none()).ok_or(Skip::NoAuthor)?;
-    let (raw_text, entities) = match (msg.text(), msg.caption()) {
-        (Some(_), _) => (msg.text().unwrap_or_default(), msg.parse_entities().unwrap_or_default()),
-        (None, Some(caption)) => (caption, msg.parse_caption_entities().unwrap_or_default()),
-        (None, None) => ("", Vec::new()),
+    let (raw_text, raw_entities) = match (msg.text(), msg.caption()) {
+        (Some(text), _) => (text, msg.entities()),
+        (None, Some(caption)) => (caption, msg.caption_entities()),
+        (None, None) => ("", None),
     };
+    let sound = sound_entities(raw_text, raw_entities.unwrap_or_default());
+    let entities = MessageEntityRef::parse(raw_text, &sound);
     let attachments = attachments(msg);
     if raw_text.trim().is_empty() && attachments.is_empty() {
         return Err(Skip::NoContent);
@@ -133,6 +135,27 @@ pub(crate) fn classify(msg: &Message, me: &BotIdentity) -> Result<Incoming, Skip
         attachments,
         date: msg.date,
     })
+}
+
+/// The entities that start and end on character boundaries within the text. teloxide converts
+/// their UTF-16 offsets without checking them: it asserts on an offset inside a character and
+/// leaves one past the end unconverted (then `text()` may panic). Telegram sends none such; a
+/// forged update could.
+fn sound_entities(text: &str, entities: &[MessageEntity]) -> Vec<MessageEntity> {
+    let boundaries: Vec<usize> = std::iter::once(0)
+        .chain(text.chars().scan(0, |units, ch| {
+            *units += ch.len_utf16();
+            Some(*units)
+        }))
+        .collect();
+    let on_boundary = |offset: usize| boundaries.binary_search(&offset).is_ok();
+    entities
+        .iter()
+        .filter(|entity| {
+            entity.offset.checked_add(entity.length).is_some_and(on_boundary) && on_boundary(entity.offset)
+        })
+        .cloned()
+        .collect()
 }
 
 fn chat_type(msg: &Message) -> &'static str {
@@ -250,4 +273,44 @@ fn attachments(msg: &Message) -> Vec<Attachment> {
         });
     }
     found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entity_past_the_end_of_the_text_is_ignored() {
+        // Found by fuzzing: a mention reaching past the end of the text panicked in `text()`.
+        let update: teloxide::types::Update = serde_json::from_str(
+            r#"{"update_id": 1, "message": {"message_id": 7, "date": 1764000000,
+                "chat": {"id": -100123, "type": "supergroup", "title": "G"},
+                "from": {"id": 111, "is_bot": false, "first_name": "Alice"},
+                "text": "hey @switchboard_bot what's up? \u00e9", "entities": [{"type": "mention", "offset": 4, "length": 38}]}}"#,
+        )
+        .unwrap();
+        let teloxide::types::UpdateKind::Message(message) = &update.kind else { panic!("not a message") };
+        let me = BotIdentity { id: UserId(5000), username: "switchboard_bot".into() };
+        let msg = classify(message, &me).unwrap();
+        assert_eq!(msg.text, "hey @switchboard_bot what's up? é");
+        assert_eq!(msg.address, Address::None);
+    }
+
+    #[test]
+    fn an_entity_inside_a_character_is_ignored() {
+        // Found by fuzzing: an entity ending inside the surrogate pair of an emoji, and one
+        // starting inside it, failed an assertion in teloxide; the sound mention still counts.
+        let update: teloxide::types::Update = serde_json::from_str(
+            r#"{"update_id": 1, "message": {"message_id": 7, "date": 1764000000,
+                "chat": {"id": -100123, "type": "supergroup", "title": "G"},
+                "from": {"id": 111, "is_bot": false, "first_name": "Alice"},
+                "text": "\ud83d\ude00 @switchboard_bot", "entities": [{"type": "bold", "offset": 0, "length": 1},
+                {"type": "italic", "offset": 1, "length": 2}, {"type": "mention", "offset": 3, "length": 16}]}}"#,
+        )
+        .unwrap();
+        let teloxide::types::UpdateKind::Message(message) = &update.kind else { panic!("not a message") };
+        let me = BotIdentity { id: UserId(5000), username: "switchboard_bot".into() };
+        let msg = classify(message, &me).unwrap();
+        assert_eq!(msg.address, Address::Mention);
+    }
 }

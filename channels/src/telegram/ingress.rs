@@ -19,7 +19,7 @@ use super::inbound::{BotIdentity, Incoming, classify};
 use super::outbound::{Target, send_markdown};
 use super::{CHANNEL, TelegramSettings};
 use crate::bus::{Bus, BusError, BusExt};
-use crate::contract::{InboundMessage, Sender};
+use crate::contract::{InboundMessage, Media, Sender};
 use crate::pairing::{PairingAnswer, PairingDesk, PairingStore};
 
 /// The inbound half of the Telegram channel.
@@ -111,20 +111,7 @@ impl Ingress {
                 content = format!("{context}\n\n{content}");
             }
         }
-        InboundMessage {
-            id: format!("{CHANNEL}:{}:{}", msg.chat_id, msg.message_id),
-            channel: CHANNEL.to_owned(),
-            chat_id: msg.chat_id.to_string(),
-            sender: Sender { id: msg.author.id.to_string(), name: msg.author.name.clone(), is_bot: msg.author.is_bot },
-            content,
-            media,
-            thread_id: msg.topic.map(|topic| topic.to_string()),
-            is_group: !msg.private,
-            mentioned: msg.addressed(),
-            received_at: Utc::now(),
-            metadata: metadata(msg),
-            ..InboundMessage::default()
-        }
+        inbound_message(msg, content, media)
     }
 
     async fn check_pairing(&self, msg: &Incoming) -> Result<(), BusError> {
@@ -181,6 +168,25 @@ impl Ingress {
 
     fn lock_context(&self) -> std::sync::MutexGuard<'_, GroupContext> {
         self.context.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The bus message for a classified message, with its content (text, attachment markers and
+/// group context) and downloaded media already put together.
+pub(crate) fn inbound_message(msg: &Incoming, content: String, media: Vec<Media>) -> InboundMessage {
+    InboundMessage {
+        id: format!("{CHANNEL}:{}:{}", msg.chat_id, msg.message_id),
+        channel: CHANNEL.to_owned(),
+        chat_id: msg.chat_id.to_string(),
+        sender: Sender { id: msg.author.id.to_string(), name: msg.author.name.clone(), is_bot: msg.author.is_bot },
+        content,
+        media,
+        thread_id: msg.topic.map(|topic| topic.to_string()),
+        is_group: !msg.private,
+        mentioned: msg.addressed(),
+        received_at: Utc::now(),
+        metadata: metadata(msg),
+        ..InboundMessage::default()
     }
 }
 

@@ -116,6 +116,9 @@ impl Default for TelegramSettings {
 }
 mod context;
 mod download;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod gate;
 mod inbound;
 mod ingress;

@@ -220,6 +220,18 @@ fn every_fires_on_the_anchor_grid() {
 }
 
 #[test]
+fn every_rejects_an_interval_that_would_never_fire() {
+    // Found by fuzzing: "1M1m301118m…" parsed to an interval past the end of the calendar, and
+    // the job was created but could never fire.
+    let now = utc("2026-01-01T00:00:00Z");
+    let huge = Schedule::parse_duration("9999999999999w").unwrap();
+    let err = Schedule::every(huge, now, Duration::from_secs(60)).err().map(|e| e.to_string());
+    assert_eq!(err.as_deref(), Some("duration `69999999999993d`: too long"));
+    let long = Schedule::every(Duration::from_secs(100 * 365 * 86_400), now, Duration::from_secs(60)).unwrap();
+    assert!(long.next_after(now).is_some_and(|next| next > now));
+}
+
+#[test]
 fn every_rejects_short_intervals() {
     let now = utc("2026-01-01T00:00:00Z");
     let min = Duration::from_secs(60);
