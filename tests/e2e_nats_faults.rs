@@ -178,6 +178,9 @@ async fn a_chat_keeps_its_order_across_a_worker_crash() {
         Launch::new(dir.path(), name, &["agent", "--nats", &nats.url()])
             .llm(&llm.base_url())
             .env("SWITCHBOARD_WORKER__DEBOUNCE_MS", "0")
+            // One sender writes 100 messages at once: the per-sender rate limit is not under test.
+            .env("SWITCHBOARD_RATE_LIMITS__GUEST", "0")
+            .env("SWITCHBOARD_RATE_LIMITS__USER", "0")
     };
     let mut first = launch("agent-1").spawn();
     first.wait_for_log("worker started").await;
