@@ -71,10 +71,20 @@ impl MeasuredDaemon {
 
     /// Resident memory in KiB (`VmRSS`), 0 when the process is gone.
     pub fn rss_kib(&self) -> u64 {
+        self.status_kib("VmRSS:")
+    }
+
+    /// The anonymous part of resident memory in KiB (`RssAnon`: the heap and stacks, not the
+    /// pages of the binary and libraries, which `VmRSS` also counts as they are touched).
+    pub fn rss_anon_kib(&self) -> u64 {
+        self.status_kib("RssAnon:")
+    }
+
+    fn status_kib(&self, field: &str) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
         status
             .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .find_map(|l| l.strip_prefix(field))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
             .unwrap_or(0)
     }

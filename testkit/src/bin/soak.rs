@@ -111,7 +111,19 @@ async fn steady_load(opts: &Options, port: u16, counts: Arc<Counts>, deadline: I
 struct Reading {
     minute: f64,
     rss_kib: u64,
+    anon_kib: u64,
     fds: usize,
+}
+
+impl Reading {
+    fn take(daemon: &MeasuredDaemon, started: Instant) -> Reading {
+        Reading {
+            minute: started.elapsed().as_secs_f64() / 60.0,
+            rss_kib: daemon.rss_kib(),
+            anon_kib: daemon.rss_anon_kib(),
+            fds: daemon.open_fds(),
+        }
+    }
 }
 
 #[tokio::main]
@@ -135,15 +147,12 @@ async fn main() {
             every.tick().await;
             // The fake model server would otherwise keep every request body it received.
             llm.forget_requests();
-            let reading = Reading {
-                minute: started.elapsed().as_secs_f64() / 60.0,
-                rss_kib: daemon.rss_kib(),
-                fds: daemon.open_fds(),
-            };
+            let reading = Reading::take(&daemon, started);
             println!(
-                "{:>6.1} min | RSS {:>7.1} MiB | fds {:>4} | sent {} answered {} failed {}",
+                "{:>6.1} min | RSS {:>7.1} MiB (anon {:>6.1}) | fds {:>4} | sent {} answered {} failed {}",
                 reading.minute,
                 reading.rss_kib as f64 / 1024.0,
+                reading.anon_kib as f64 / 1024.0,
                 reading.fds,
                 counts.sent.load(Ordering::Relaxed),
                 counts.answered.load(Ordering::Relaxed),
@@ -153,8 +162,7 @@ async fn main() {
         }
     };
     tokio::join!(load, sampling);
-    let end =
-        Reading { minute: started.elapsed().as_secs_f64() / 60.0, rss_kib: daemon.rss_kib(), fds: daemon.open_fds() };
+    let end = Reading::take(&daemon, started);
     let code = verdict(&opts, &readings, &end, &counts, daemon.alive());
     // `exit` runs no destructors: stop the daemon (and the NATS server) first.
     drop(daemon);
@@ -170,6 +178,7 @@ fn verdict(opts: &Options, readings: &[Reading], end: &Reading, counts: &Counts,
     };
     let peak = readings.iter().map(|r| r.rss_kib).max().unwrap_or(end.rss_kib).max(end.rss_kib);
     let growth = (end.rss_kib as f64 - baseline.rss_kib as f64) / baseline.rss_kib as f64 * 100.0;
+    let anon_growth = (end.anon_kib as f64 - baseline.anon_kib as f64) / baseline.anon_kib.max(1) as f64 * 100.0;
     let fd_growth = end.fds as i64 - baseline.fds as i64;
     let (sent, answered, failed) = (
         counts.sent.load(Ordering::Relaxed),
@@ -177,12 +186,14 @@ fn verdict(opts: &Options, readings: &[Reading], end: &Reading, counts: &Counts,
         counts.failed.load(Ordering::Relaxed),
     );
     println!(
-        "RSS {:.1} MiB at {:.1} min → {:.1} MiB at {:.1} min ({growth:+.1} %, peak {:.1} MiB); fds {} → {} ({fd_growth:+}); {sent} sent, {answered} answered, {failed} failed",
+        "RSS {:.1} MiB at {:.1} min → {:.1} MiB at {:.1} min ({growth:+.1} %, peak {:.1} MiB; anon {:.1} → {:.1} MiB, {anon_growth:+.1} %); fds {} → {} ({fd_growth:+}); {sent} sent, {answered} answered, {failed} failed",
         baseline.rss_kib as f64 / 1024.0,
         baseline.minute,
         end.rss_kib as f64 / 1024.0,
         end.minute,
         peak as f64 / 1024.0,
+        baseline.anon_kib as f64 / 1024.0,
+        end.anon_kib as f64 / 1024.0,
         baseline.fds,
         end.fds,
     );
