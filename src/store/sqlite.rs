@@ -36,6 +36,13 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// SQLite has one writer at a time anyway; a few connections let reads overlap a write.
 const MAX_CONNECTIONS: u32 = 4;
 
+/// SQLite's page cache per connection, in KiB (`cache_size` counts KiB when negative); SQLite's
+/// default is 2,000. In WAL mode a connection empties its cache whenever another one has
+/// written since its last read, which under steady traffic is before nearly every read, so a
+/// large cache buys little; the kernel keeps the file's pages anyway. This bounds what the
+/// store holds at about `MAX_CONNECTIONS` times this, however large the file grows.
+const PAGE_CACHE_KIB: i64 = 512;
+
 /// The columns [`RunRecord`] is read from.
 const RUN_COLUMNS: &str = "run_id, inbound_id, session_key, status, attempt, model, input_tokens, \
      output_tokens, usage_estimated, cost_usd, iterations, error, reply_delivered, started_at, finished_at";
@@ -68,7 +75,8 @@ impl SqliteStore {
             // last commits, which the bus redelivers.
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(BUSY_TIMEOUT)
-            .foreign_keys(true);
+            .foreign_keys(true)
+            .pragma("cache_size", format!("-{PAGE_CACHE_KIB}"));
         let pool = connect_waiting_for_wal(options).await.map_err(|e| open_err(e.to_string()))?;
         migrate::run(&pool, SQLITE_MIGRATIONS).await?;
         Ok(SqliteStore { pool, path: path.to_owned() })
