@@ -4,12 +4,14 @@
 //! cargo build --release && cargo run --release -p switchboard-testkit --bin soak
 //! Options: --binary PATH (default target/release/switchboard), --minutes N (default 30),
 //! --rate N (messages per second, default 20), --chats N (default 64), --sample N (seconds
-//! between readings, default 60), --warmup N (minutes before the baseline reading, default 5),
+//! between readings, default 10), --warmup N (minutes before the baseline, default 5),
 //! --nats (run on a test-spawned NATS JetStream instead of the in-process bus).
 //!
-//! Prints one line per reading and a verdict: the growth of resident memory from the end of
-//! the warm-up to the end (at most 5 %) and of open descriptors (at most 8, for the connections
-//! that come and go). Exits 1 when either is exceeded or a message went unanswered.
+//! Prints one line per reading and a verdict: the growth of resident memory from the minute
+//! after the warm-up to the last minute (at most 5 %) and of open descriptors (at most 8, for
+//! the connections that come and go). Each of the two is the median of that minute's readings,
+//! so one reading taken while a burst of turns is in flight does not decide the verdict (the
+//! peak is printed too). Exits 1 when either is exceeded or a message went unanswered.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -44,7 +46,7 @@ fn options() -> Options {
         minutes: 30,
         rate: 20,
         chats: 64,
-        sample: 60,
+        sample: 10,
         warmup: 5,
         nats: false,
     };
@@ -162,21 +164,39 @@ async fn main() {
         }
     };
     tokio::join!(load, sampling);
-    let end = Reading::take(&daemon, started);
-    let code = verdict(&opts, &readings, &end, &counts, daemon.alive());
+    readings.push(Reading::take(&daemon, started));
+    let code = verdict(&opts, &readings, &counts, daemon.alive());
     // `exit` runs no destructors: stop the daemon (and the NATS server) first.
     drop(daemon);
     drop(nats);
     std::process::exit(code);
 }
 
+/// The median of each measure over the readings taken within one minute from `from`.
+fn minute_median(readings: &[Reading], from: f64) -> Option<Reading> {
+    let window: Vec<&Reading> = readings.iter().filter(|r| r.minute >= from && r.minute < from + 1.0).collect();
+    let median = |mut values: Vec<u64>| {
+        values.sort_unstable();
+        values.get(values.len() / 2).copied()
+    };
+    Some(Reading {
+        minute: window.first()?.minute,
+        rss_kib: median(window.iter().map(|r| r.rss_kib).collect())?,
+        anon_kib: median(window.iter().map(|r| r.anon_kib).collect())?,
+        fds: median(window.iter().map(|r| r.fds as u64).collect())? as usize,
+    })
+}
+
 /// Prints the summary and returns the exit code.
-fn verdict(opts: &Options, readings: &[Reading], end: &Reading, counts: &Counts, alive: bool) -> i32 {
-    let Some(baseline) = readings.iter().find(|r| r.minute >= opts.warmup as f64) else {
+fn verdict(opts: &Options, readings: &[Reading], counts: &Counts, alive: bool) -> i32 {
+    let last_minute = readings.last().map_or(0.0, |r| r.minute - 1.0);
+    let (Some(baseline), Some(end)) =
+        (minute_median(readings, opts.warmup as f64), minute_median(readings, last_minute))
+    else {
         println!("no reading after the warm-up; run longer");
         return 1;
     };
-    let peak = readings.iter().map(|r| r.rss_kib).max().unwrap_or(end.rss_kib).max(end.rss_kib);
+    let peak = readings.iter().map(|r| r.rss_kib).max().unwrap_or(end.rss_kib);
     let growth = (end.rss_kib as f64 - baseline.rss_kib as f64) / baseline.rss_kib as f64 * 100.0;
     let anon_growth = (end.anon_kib as f64 - baseline.anon_kib as f64) / baseline.anon_kib.max(1) as f64 * 100.0;
     let fd_growth = end.fds as i64 - baseline.fds as i64;
