@@ -15,6 +15,7 @@ use futures_util::StreamExt;
 use tokio::sync::{Mutex as AsyncMutex, broadcast, mpsc};
 
 use super::journal::{Journal, JournalEntry};
+use super::recent::RecentIds;
 use super::{Acker, Bus, BusError, Deliveries, Delivery, Events};
 use crate::contract::{DeadLetter, RunEvent};
 use crate::subject::{DEFAULT_PREFIX, Flow, Subjects};
@@ -129,7 +130,7 @@ pub struct MemoryBus {
     inbound: Queue,
     outbound: Mutex<HashMap<String, Arc<Queue>>>,
     events: broadcast::Sender<(String, String, Bytes)>,
-    seen: Mutex<HashMap<String, Instant>>,
+    seen: Mutex<RecentIds>,
     dead: Mutex<HashMap<&'static str, VecDeque<DeadLetter>>>,
     journal: Option<Arc<dyn Journal>>,
 }
@@ -144,7 +145,7 @@ impl MemoryBus {
             inbound: Queue::new(capacity),
             outbound: Mutex::new(HashMap::new()),
             events: broadcast::channel(EVENT_BUFFER).0,
-            seen: Mutex::new(HashMap::new()),
+            seen: Mutex::new(RecentIds::new(DEDUPE_WINDOW)),
             dead: Mutex::new(HashMap::new()),
             journal: None,
         }
@@ -188,18 +189,13 @@ impl MemoryBus {
     fn seen_recently(&self, id: &str, remember: bool) -> bool {
         let now = Instant::now();
         let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
-        if seen.len() > 10_000 {
-            seen.retain(|_, at| now.duration_since(*at) < DEDUPE_WINDOW);
+        if seen.contains(id, now) {
+            return true;
         }
-        match seen.get(id) {
-            Some(at) if now.duration_since(*at) < DEDUPE_WINDOW => true,
-            _ => {
-                if remember {
-                    seen.insert(id.to_owned(), now);
-                }
-                false
-            }
+        if remember {
+            seen.record(id, now);
         }
+        false
     }
 
     /// Writes the message to the journal; `None` when the journal already holds its dedupe id.

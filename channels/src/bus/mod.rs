@@ -13,6 +13,7 @@ pub mod journal;
 pub mod memory;
 #[cfg(feature = "nats")]
 pub mod nats;
+mod recent;
 pub mod screen;
 
 use std::time::Duration;
