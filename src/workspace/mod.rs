@@ -128,15 +128,34 @@ impl WorkspaceFiles {
     /// Reads every bootstrap file of `dir`, each capped at `max_chars` (`MEMORY.md` at
     /// `memory_max_chars`, keeping its end).
     pub async fn load(dir: &Path, max_chars: usize, memory_max_chars: usize) -> Self {
-        let head = |name| read_capped(dir, name, max_chars, Keep::Head);
+        let dir = dir.to_owned();
+        // One trip to the blocking pool for all seven files, not one per file: every turn
+        // reads them, and each trip may start a thread whose stack stays resident.
+        let read = tokio::task::spawn_blocking(move || Self::load_now(&dir, max_chars, memory_max_chars));
+        read.await.unwrap_or_else(|err| {
+            let unreadable = || FileText::Unreadable(format!("the read stopped: {err}"));
+            Self {
+                agents: unreadable(),
+                soul: unreadable(),
+                user: unreadable(),
+                identity: unreadable(),
+                tools: unreadable(),
+                heartbeat: unreadable(),
+                memory: unreadable(),
+            }
+        })
+    }
+
+    fn load_now(dir: &Path, max_chars: usize, memory_max_chars: usize) -> Self {
+        let head = |name| read_capped_now(dir, name, max_chars, Keep::Head);
         Self {
-            agents: head("AGENTS.md").await,
-            soul: head("SOUL.md").await,
-            user: head("USER.md").await,
-            identity: head("IDENTITY.md").await,
-            tools: head("TOOLS.md").await,
-            heartbeat: head("HEARTBEAT.md").await,
-            memory: read_capped(dir, "MEMORY.md", memory_max_chars, Keep::Tail).await,
+            agents: head("AGENTS.md"),
+            soul: head("SOUL.md"),
+            user: head("USER.md"),
+            identity: head("IDENTITY.md"),
+            tools: head("TOOLS.md"),
+            heartbeat: head("HEARTBEAT.md"),
+            memory: read_capped_now(dir, "MEMORY.md", memory_max_chars, Keep::Tail),
         }
     }
 }
@@ -144,8 +163,16 @@ impl WorkspaceFiles {
 /// Reads one file of the workspace. Errors other than "not found" are logged and reported
 /// in the result, never turned into an empty file.
 pub async fn read_capped(dir: &Path, name: &str, max_chars: usize, keep: Keep) -> FileText {
+    let (dir, name) = (dir.to_owned(), name.to_owned());
+    tokio::task::spawn_blocking(move || read_capped_now(&dir, &name, max_chars, keep))
+        .await
+        .unwrap_or_else(|err| FileText::Unreadable(format!("the read stopped: {err}")))
+}
+
+/// [`read_capped`], on the calling thread.
+fn read_capped_now(dir: &Path, name: &str, max_chars: usize, keep: Keep) -> FileText {
     let path = dir.join(name);
-    match tokio::fs::read(&path).await {
+    match std::fs::read(&path) {
         Ok(bytes) => {
             let text = strip_comments(&String::from_utf8_lossy(&bytes));
             // A template left as it came (a title and comments) says nothing to the model.
