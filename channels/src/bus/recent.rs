@@ -4,9 +4,9 @@ use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 /// Ids seen within the last `window`. Holds what arrived in one window and no more: at 100
-/// messages a second and two minutes, 12,000 ids (about 1 MB). Each call first forgets the
-/// ids that have aged out, oldest first, so the work per message stays the same however many
-/// ids are held.
+/// messages a second and two minutes, 12,000 ids (about 2 MB, each id kept twice). Each call
+/// first forgets the ids that have aged out, oldest first, so the work per message stays the
+/// same however many ids are held.
 #[derive(Debug)]
 pub(super) struct RecentIds {
     window: Duration,
