@@ -130,7 +130,7 @@ impl WorkspaceFiles {
     pub async fn load(dir: &Path, max_chars: usize, memory_max_chars: usize) -> Self {
         let dir = dir.to_owned();
         // One trip to the blocking pool for all seven files, not one per file: every turn
-        // reads them, and each trip may start a thread whose stack stays resident.
+        // reads them, and each trip is a hand-off to another thread and back.
         let read = tokio::task::spawn_blocking(move || Self::load_now(&dir, max_chars, memory_max_chars));
         read.await.unwrap_or_else(|err| {
             let unreadable = || FileText::Unreadable(format!("the read stopped: {err}"));
@@ -147,7 +147,7 @@ impl WorkspaceFiles {
     }
 
     fn load_now(dir: &Path, max_chars: usize, memory_max_chars: usize) -> Self {
-        let head = |name| read_capped_now(dir, name, max_chars, Keep::Head);
+        let head = |name| read_capped(dir, name, max_chars, Keep::Head);
         Self {
             agents: head("AGENTS.md"),
             soul: head("SOUL.md"),
@@ -155,22 +155,15 @@ impl WorkspaceFiles {
             identity: head("IDENTITY.md"),
             tools: head("TOOLS.md"),
             heartbeat: head("HEARTBEAT.md"),
-            memory: read_capped_now(dir, "MEMORY.md", memory_max_chars, Keep::Tail),
+            memory: read_capped(dir, "MEMORY.md", memory_max_chars, Keep::Tail),
         }
     }
 }
 
-/// Reads one file of the workspace. Errors other than "not found" are logged and reported
-/// in the result, never turned into an empty file.
-pub async fn read_capped(dir: &Path, name: &str, max_chars: usize, keep: Keep) -> FileText {
-    let (dir, name) = (dir.to_owned(), name.to_owned());
-    tokio::task::spawn_blocking(move || read_capped_now(&dir, &name, max_chars, keep))
-        .await
-        .unwrap_or_else(|err| FileText::Unreadable(format!("the read stopped: {err}")))
-}
-
-/// [`read_capped`], on the calling thread.
-fn read_capped_now(dir: &Path, name: &str, max_chars: usize, keep: Keep) -> FileText {
+/// Reads one file of the workspace, blocking (callers run it on the blocking pool). Errors
+/// other than "not found" are logged and reported in the result, never turned into an empty
+/// file.
+pub fn read_capped(dir: &Path, name: &str, max_chars: usize, keep: Keep) -> FileText {
     let path = dir.join(name);
     match std::fs::read(&path) {
         Ok(bytes) => {

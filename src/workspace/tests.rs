@@ -36,7 +36,7 @@ async fn an_unreadable_file_is_reported_not_emptied() {
     // (and does so even when the tests run as root, unlike a chmod).
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("USER.md")).unwrap();
-    let text = read_capped(dir.path(), "USER.md", 100, Keep::Head).await;
+    let text = read_capped(dir.path(), "USER.md", 100, Keep::Head);
     assert!(matches!(text, FileText::Unreadable(_)), "{text:?}");
     assert!(text.render("USER.md", Keep::Head).unwrap().contains("could not be read"));
 }
