@@ -150,3 +150,32 @@ async fn a_failed_summary_leaves_history_and_summary_as_they_were() {
     let sent: Vec<&str> = messages(next).iter().skip(1).map(|m| m["content"].as_str().unwrap_or("")).collect();
     assert_eq!(sent, ["one", "echo: one", "two", "echo: two", "three", "third answer", "four"]);
 }
+
+/// Every later turn carries the summary: it must not grow with each compaction, even when the
+/// model would write more (the fake echoes all it is asked to summarise, previous summary included).
+#[tokio::test]
+async fn the_summary_stays_within_its_bound_however_often_the_session_is_compacted() {
+    let mut settings = settings();
+    settings.context.compaction.summary_max_tokens = 50;
+    settings.queue.debounce = Duration::ZERO;
+    let h = Setup { settings, ..Setup::new(BusKind::Memory) }.start().await;
+    let mut out = h.bus.outbound("test").await.unwrap();
+    let long = "a long message that the summary would repeat word for word. ".repeat(20);
+    let mut compactions = 0;
+    for n in 0..12 {
+        turn(&h, &mut out, &format!("{n}: {long}")).await;
+        // A compaction runs after its turn's reply, before the session's next turn.
+        let saved = h.store.session_summary(SESSION).await.unwrap();
+        if let Some((summary, count)) = saved.filter(|(_, count)| *count > compactions) {
+            compactions = count;
+            assert!(summary.chars().count() <= 200, "compaction {count}: {} chars", summary.chars().count());
+        }
+    }
+    assert!(compactions >= 2, "only {compactions} compactions");
+    let summary_calls: Vec<_> =
+        h.llm.requests().into_iter().filter(|r| messages(r)[0]["content"] == SUMMARY_PROMPT).collect();
+    assert!(!summary_calls.is_empty());
+    for call in summary_calls {
+        assert_eq!(call["max_tokens"], 50, "the summary call asks for at most the bound");
+    }
+}

@@ -115,12 +115,13 @@ impl Agent {
     }
 
     /// One model call without tools and without streaming, for housekeeping such as
-    /// compaction summaries. Retries and failover are the provider's, as for turns.
-    pub async fn complete(&self, messages: Vec<ChatMessage>) -> Result<ChatResponse, ProviderError> {
+    /// compaction summaries, answering in at most `max_tokens` (or the agent's own
+    /// `max_tokens`, when lower). Retries and failover are the provider's, as for turns.
+    pub async fn complete(&self, messages: Vec<ChatMessage>, max_tokens: u32) -> Result<ChatResponse, ProviderError> {
         let request = ChatRequest {
             model: self.settings.model.clone(),
             messages,
-            max_tokens: self.settings.max_tokens,
+            max_tokens: Some(self.settings.max_tokens.map_or(max_tokens, |own| own.min(max_tokens))),
             temperature: self.settings.temperature,
             ..ChatRequest::default()
         };

@@ -45,11 +45,21 @@ pub struct CompactionConfig {
     pub keep_recent_messages: usize,
     /// Seconds the memory flush turn (writing lasting facts to MEMORY.md) may take.
     pub flush_timeout_secs: u64,
+    /// Longest summary, in tokens: the summary call asks for at most this much (and at most
+    /// the agent's output reserve), and a longer answer is cut. Every later turn carries the
+    /// summary, so this bounds what a turn costs however long the conversation grows.
+    pub summary_max_tokens: u32,
 }
 
 impl Default for CompactionConfig {
     fn default() -> Self {
-        Self { max_messages: 120, context_share: 0.8, keep_recent_messages: 20, flush_timeout_secs: 60 }
+        Self {
+            max_messages: 120,
+            context_share: 0.8,
+            keep_recent_messages: 20,
+            flush_timeout_secs: 60,
+            summary_max_tokens: 2000,
+        }
     }
 }
 

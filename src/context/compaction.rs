@@ -158,13 +158,30 @@ async fn compact(
     let old = truncate_middle(&render(previous.as_deref(), &history[..cut]), room);
     flush_memory(deps, msg, history, previous.as_deref()).await;
     let request = vec![ChatMessage::system(SUMMARY_PROMPT), ChatMessage::user(old)];
-    let summary = deps.agent.complete(request).await?.content.trim().to_owned();
+    let max_tokens = summary_max_tokens(deps);
+    let summary = deps.agent.complete(request, max_tokens).await?.content;
+    // A server that ignores `max_tokens` must not make every later turn carry a longer one.
+    let summary = truncate_middle(summary.trim(), summary_max_chars(max_tokens));
     if summary.is_empty() {
         return Err(CompactionError::EmptySummary);
     }
     let through_id = rows[cut - 1].0;
     deps.store.finish_compaction(key, &summary, through_id).await?;
     Ok(Outcome::Compacted { summarized: cut, through_id })
+}
+
+/// The summary's bound: the configured one, within the agent's output reserve (a small local
+/// model's window leaves less room).
+fn summary_max_tokens(deps: Deps<'_>) -> u32 {
+    let configured = deps.engine.settings().compaction.summary_max_tokens.max(1);
+    let window = deps.engine.windows().of(&deps.agent.settings().name);
+    let reserve = crate::config::output_reserve(window, deps.agent.settings().max_tokens);
+    u32::try_from(reserve).map_or(configured, |reserve| configured.min(reserve.max(1)))
+}
+
+/// About four characters a token, as the usage estimate counts.
+fn summary_max_chars(max_tokens: u32) -> usize {
+    usize::try_from(max_tokens).unwrap_or(usize::MAX).saturating_mul(4)
 }
 
 /// The memory flush turn. Its outcome is only logged: a failed flush loses nothing that the

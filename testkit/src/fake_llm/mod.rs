@@ -248,7 +248,7 @@ async fn chat_completions(State(shared): State<Arc<Shared>>, headers: HeaderMap,
                 return interrupted_stream(number, &request);
             }
             Scripted::Interrupted => step = Scripted::Text(format!("echo: {}", last_user_content(&request))),
-            Scripted::Text(text) => return answer(&shared, number, &request, Answer::Text(text)),
+            Scripted::Text(text) => return answer(&shared, number, &request, within_max_tokens(&request, text)),
             Scripted::ToolCalls(calls) => {
                 let calls = calls.into_iter().map(|(name, args)| (next_call_id(&shared), name, args)).collect();
                 return answer(&shared, number, &request, Answer::ToolCalls(calls));
@@ -273,6 +273,16 @@ fn take_conditional(shared: &Shared, request: &Value) -> Option<Scripted> {
     Some(conditional.remove(index).1)
 }
 
+/// Like a real server, stops at the request's `max_tokens` (or `max_completion_tokens`),
+/// about four characters a token, and says so with `finish_reason: "length"`.
+fn within_max_tokens(request: &Value, text: String) -> Answer {
+    let limit = ["max_completion_tokens", "max_tokens"].iter().find_map(|key| request.get(*key)?.as_u64());
+    match limit.and_then(|tokens| text.char_indices().nth(usize::try_from(tokens).ok()?.saturating_mul(4))) {
+        Some((cut, _)) => Answer::Text(text[..cut].to_owned(), "length"),
+        None => Answer::Text(text, "stop"),
+    }
+}
+
 fn next_call_id(shared: &Shared) -> String {
     format!("call_{}", shared.next_call_id.fetch_add(1, Ordering::Relaxed))
 }
@@ -287,7 +297,8 @@ fn status_response(code: u16, retry_after: Option<u64>, body: Value) -> Response
 }
 
 enum Answer {
-    Text(String),
+    /// The text and why it ended: `stop`, or `length` when `max_tokens` cut it.
+    Text(String, &'static str),
     /// (id, name, arguments)
     ToolCalls(Vec<(String, String, Value)>),
 }
@@ -298,7 +309,7 @@ fn usage(request: &Value, answer: &Answer) -> Value {
     let tool_chars = request.get("tools").map_or(0, |tools| tools.to_string().chars().count());
     let prompt_chars: usize = messages(request).map(|m| content_text(m).chars().count()).sum::<usize>() + tool_chars;
     let completion_chars = match answer {
-        Answer::Text(text) => text.chars().count(),
+        Answer::Text(text, _) => text.chars().count(),
         Answer::ToolCalls(calls) => calls.iter().map(|(_, name, args)| name.len() + args.to_string().len()).sum(),
     };
     let prompt = (prompt_chars / 4).max(1);
@@ -348,7 +359,7 @@ fn wire_calls(calls: &[(String, String, Value)]) -> Vec<Value> {
 
 fn whole_answer(id: &str, model: &str, answer: Answer, usage: Value) -> Value {
     let (message, finish) = match answer {
-        Answer::Text(text) => (json!({"role": "assistant", "content": text}), "stop"),
+        Answer::Text(text, finish) => (json!({"role": "assistant", "content": text}), finish),
         // Like OpenAI: `content` is null when the model only calls tools.
         Answer::ToolCalls(calls) => {
             (json!({"role": "assistant", "content": null, "tool_calls": wire_calls(&calls)}), "tool_calls")
@@ -366,9 +377,9 @@ fn stream_answer(id: &str, model: &str, answer: Answer, usage: Option<Value>) ->
     let delta = |delta: Value| chunk(json!([{"index": 0, "delta": delta, "finish_reason": null}]));
     let mut events = vec![delta(json!({"role": "assistant", "content": ""}))];
     let finish = match answer {
-        Answer::Text(text) => {
+        Answer::Text(text, finish) => {
             events.extend(split_text(&text, 4).into_iter().map(|piece| delta(json!({"content": piece}))));
-            "stop"
+            finish
         }
         Answer::ToolCalls(calls) => {
             for (index, (call_id, name, args)) in calls.iter().enumerate() {
