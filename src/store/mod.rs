@@ -196,8 +196,13 @@ pub trait Store: UserStore + CronStore + HeartbeatStore + SubagentStore + Send +
     /// before now. The transcript itself is kept.
     async fn archive_session(&self, session_key: &str) -> Result<(), StoreError>;
 
-    /// What `/status` and the queue need to know about a session (defaults if it is new).
+    /// What `/status` needs to know about a session (defaults if it is new). Its token count
+    /// reads every run since `/new`: for commands, not for every turn.
     async fn session_info(&self, session_key: &str) -> Result<SessionInfo, StoreError>;
+
+    /// The queue mode the session chose with `/queue`; `None` = the configured default (also
+    /// for a new session). One row, read when a session's task starts.
+    async fn queue_mode(&self, session_key: &str) -> Result<Option<String>, StoreError>;
 
     /// Stores the session's queue mode (`/queue <mode>`); `None` = the configured default.
     async fn set_queue_mode(&self, session_key: &str, mode: Option<&str>) -> Result<(), StoreError>;

@@ -299,6 +299,14 @@ impl Store for SqliteStore {
         })
     }
 
+    async fn queue_mode(&self, session_key: &str) -> Result<Option<String>, StoreError> {
+        let mode: Option<Option<String>> = sqlx::query_scalar("SELECT queue_mode FROM sessions WHERE key = $1")
+            .bind(session_key)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(mode.flatten())
+    }
+
     async fn set_queue_mode(&self, session_key: &str, mode: Option<&str>) -> Result<(), StoreError> {
         let mut tx = self.begin_write().await?;
         let now = now_millis();

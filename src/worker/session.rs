@@ -234,8 +234,8 @@ fn end_run(shared: &Shared, key: &str, steer: &mut SteerReceiver) -> Vec<Job> {
 
 /// Reads the session's own queue mode from the store, if it chose one.
 async fn load_mode(shared: &Shared, key: &str) {
-    let mode = match shared.store.session_info(key).await {
-        Ok(info) => info.queue_mode.as_deref().and_then(QueueMode::parse),
+    let mode = match shared.store.queue_mode(key).await {
+        Ok(mode) => mode.as_deref().and_then(QueueMode::parse),
         Err(err) => {
             tracing::warn!(%err, session = %key, "cannot read the session's queue mode; using the default");
             None
