@@ -18,6 +18,7 @@ use crate::config::{BusKind, Config, ConfigError};
 use crate::config::{ChainEntry, MAIN_AGENT, ProviderKind};
 use crate::context::ContextSettings;
 use crate::hygiene::{Guard, GuardError};
+use crate::metrics::GaugeSource;
 use crate::prompt::PromptSettings;
 use crate::provider::anthropic::{AnthropicConfig, AnthropicProvider};
 use crate::provider::failover::{FailoverEntry, FailoverProvider};
@@ -66,6 +67,8 @@ pub enum DaemonError {
     NeedsNats(&'static str),
     #[error(transparent)]
     Guard(#[from] GuardError),
+    #[error(transparent)]
+    Metrics(#[from] crate::metrics::MetricsError),
     #[error("users.owners: {0}")]
     Owner(#[from] BadIdentity),
     #[error("unknown channel `{0}`; available: api, telegram, discord")]
@@ -151,6 +154,10 @@ pub async fn run(config: Config, parts: Parts, shutdown: CancellationToken) -> R
         background.extend(start_cron(&config, &bus, store, &shutdown).map(|task| ("cron scheduler", task)));
         background.push(("heartbeats", start_heartbeats(&config, Arc::clone(&bus), Arc::clone(store), &shutdown)?));
     }
+    if let Some(listen) = config.metrics.listen {
+        let sources = gauge_sources(&bus, &channels, worker.as_ref());
+        background.push(("metrics endpoint", crate::metrics::start(listen, sources, shutdown.clone()).await?));
+    }
     tracing::info!(version = env!("CARGO_PKG_VERSION"), bus = %bus_label(&config), ?parts, "switchboard started");
     if let Some(worker) = worker {
         worker.run(shutdown.clone()).await?;
@@ -215,6 +222,19 @@ impl Channels {
         }
         Ok(())
     }
+}
+
+/// The parts whose memory the metrics endpoint reports.
+fn gauge_sources(bus: &Arc<dyn Bus>, channels: &Channels, worker: Option<&Worker>) -> Vec<GaugeSource> {
+    let bus = Arc::clone(bus);
+    let mut sources: Vec<GaugeSource> = vec![Box::new(move || bus.gauges())];
+    if let Some(api) = channels.api.as_ref().map(ApiChannel::gauges) {
+        sources.push(Box::new(move || api.read()));
+    }
+    if let Some(worker) = worker.map(Worker::gauges) {
+        sources.push(Box::new(move || worker.read()));
+    }
+    sources
 }
 
 async fn start_channels(

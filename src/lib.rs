@@ -11,6 +11,7 @@ pub mod daemon;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod hygiene;
+pub mod metrics;
 pub mod pairing_cli;
 pub mod prompt;
 pub mod provider;

@@ -5,6 +5,7 @@ pub mod bus;
 pub mod chunking;
 pub mod contract;
 pub mod delivery;
+pub mod gauge;
 pub mod media_files;
 pub mod pairing;
 pub mod policy;
@@ -19,3 +20,4 @@ pub mod telegram;
 
 pub use bus::{Bus, BusError, BusExt, Deliveries, Delivery};
 pub use contract::{InboundMessage, OutboundMessage, RunEvent, RunEventBody};
+pub use gauge::Gauge;

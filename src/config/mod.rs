@@ -19,6 +19,7 @@ mod error;
 mod guard;
 mod heartbeat;
 mod load;
+mod metrics;
 mod providers;
 mod secret;
 mod subagents;
@@ -44,6 +45,7 @@ pub use env::{ENV_PREFIX, NON_KEY_VARS};
 pub use error::{ConfigError, Origin};
 pub use guard::{GuardConfig, GuardMode};
 pub use heartbeat::{ActiveHoursConfig, DEFAULT_HEARTBEAT_PROMPT, HeartbeatConfig, MIN_HEARTBEAT_MINUTES};
+pub use metrics::MetricsConfig;
 pub use providers::{ANTHROPIC_DEFAULT_BASE_URL, ChainEntry};
 pub use secret::Secret;
 pub use subagents::SubagentsConfig;
@@ -96,6 +98,8 @@ pub struct Config {
     /// Periodic wake-ups of the main agent (`[agents.<name>.heartbeat]` for the others).
     pub heartbeat: HeartbeatConfig,
     pub subagents: SubagentsConfig,
+    /// The Prometheus endpoint.
+    pub metrics: MetricsConfig,
 }
 
 impl Default for Config {
@@ -126,6 +130,7 @@ impl Default for Config {
             cron: CronConfig::default(),
             heartbeat: HeartbeatConfig::default(),
             subagents: SubagentsConfig::default(),
+            metrics: MetricsConfig::default(),
         }
     }
 }

@@ -525,3 +525,12 @@ fn inconsistent_history_and_compaction_settings_are_refused() {
     let message = err_text(load_text("[agent]\nhistory_limit = 100\n", &[]));
     assert!(message.starts_with("agent.history_limit") && message.contains("120"), "{message}");
 }
+
+#[test]
+fn the_metrics_endpoint_is_off_until_given_an_address() {
+    assert_eq!(load_env(&[]).unwrap().metrics.listen, None);
+    let config = load_env(&[("SWITCHBOARD_METRICS__LISTEN", "127.0.0.1:9464")]).unwrap();
+    assert_eq!(config.metrics.listen, Some("127.0.0.1:9464".parse().unwrap()));
+    let message = err_text(load_text("[metrics]\nlisten = \"localhost\"\n", &[]));
+    assert!(message.starts_with("metrics.listen") && message.contains("ip:port"), "{message}");
+}

@@ -23,11 +23,12 @@ mod session;
 mod turn;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use switchboard_channels::Gauge;
 use switchboard_channels::bus::{Bus, BusError, DeliveryInfo};
 use switchboard_channels::contract::{DeadLetter, InboundKind, InboundMessage};
 use switchboard_channels::subject::Flow;
@@ -136,6 +137,8 @@ pub(crate) struct Shared {
     subagents: std::sync::OnceLock<Arc<SubagentManager>>,
     /// Cancelled when the grace period is over: running turns are abandoned.
     abandon: CancellationToken,
+    /// Tasks of the intake loop not yet joined (session loops, commands, notices).
+    tasks: AtomicUsize,
 }
 
 /// Consumes the inbound queue until `shutdown` is cancelled, then drains.
@@ -168,6 +171,7 @@ impl Worker {
             stopping: CancellationToken::new(),
             subagents: std::sync::OnceLock::new(),
             abandon: CancellationToken::new(),
+            tasks: AtomicUsize::new(0),
         };
         Self { shared: Arc::new(shared) }
     }
@@ -181,6 +185,11 @@ impl Worker {
         self
     }
 
+    /// Reads what this worker holds while it runs, for the metrics endpoint.
+    pub fn gauges(&self) -> WorkerGauges {
+        WorkerGauges(Arc::clone(&self.shared))
+    }
+
     /// Runs until `shutdown` is cancelled: stops taking messages, lets running turns finish
     /// within the grace period, and gives everything else back to the bus.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), WorkerError> {
@@ -190,16 +199,18 @@ impl Worker {
         let mut tasks = JoinSet::new();
         tracing::info!(max_concurrent_runs = shared.settings.max_concurrent_runs, "worker started");
         loop {
-            reap_finished(&mut tasks);
             // Take a slot before pulling, so a busy worker leaves messages on the bus for others.
             let slot = tokio::select! {
                 _ = shutdown.cancelled() => break,
                 slot = Arc::clone(&slots).acquire_owned() => slot,
+                Some(joined) = tasks.join_next() => { reaped(&shared, joined, &tasks); continue; }
             };
             let Ok(slot) = slot else { break };
             let delivery = tokio::select! {
                 _ = shutdown.cancelled() => break,
                 next = deliveries.next() => next,
+                // Finished tasks are freed while the queue is quiet too, not at the next message.
+                Some(joined) = tasks.join_next() => { reaped(&shared, joined, &tasks); continue; }
             };
             match delivery {
                 Some(Ok(delivery)) => {
@@ -209,6 +220,7 @@ impl Worker {
                     if let Some(job) = limit_rate(&shared, job, &mut tasks).await {
                         dispatch(&shared, job, &mut tasks);
                     }
+                    shared.tasks.store(tasks.len(), Ordering::Relaxed);
                 }
                 Some(Err(err)) => {
                     tracing::warn!(%err, "receiving from the bus failed; retrying in 1 s");
@@ -222,6 +234,41 @@ impl Worker {
         }
         drain(&shared, tasks).await;
         Ok(())
+    }
+}
+
+/// Reads what a worker holds, while it runs; see [`Worker::gauges`].
+#[derive(Clone)]
+pub struct WorkerGauges(Arc<Shared>);
+
+impl WorkerGauges {
+    pub fn read(&self) -> Vec<Gauge> {
+        let shared = &self.0;
+        let sessions = shared.sessions.lock().unwrap_or_else(PoisonError::into_inner).len();
+        let overflow = shared.overflow.lock().unwrap_or_else(PoisonError::into_inner).len();
+        let rate = shared.rate.lock().unwrap_or_else(PoisonError::into_inner).remembered();
+        vec![
+            Gauge::new(
+                "worker_tasks",
+                "Tasks of the worker's intake loop not yet joined (one per busy session, command or notice)",
+                shared.tasks.load(Ordering::Relaxed),
+            ),
+            Gauge::new(
+                "worker_sessions",
+                "Sessions with a running turn or queued messages (each forgotten when its queue is empty)",
+                sessions,
+            ),
+            Gauge::new(
+                "worker_sessions_over_capacity",
+                "Sessions whose queue was full since their last notice",
+                overflow,
+            ),
+            Gauge::new(
+                "worker_rate_limit_entries",
+                "Senders and chats the rate limiter remembers (those idle for a minute are dropped once a map holds 1024, or twice its active entries)",
+                rate,
+            ),
+        ]
     }
 }
 
@@ -350,20 +397,20 @@ async fn limit_rate(shared: &Arc<Shared>, job: Job, tasks: &mut JoinSet<()>) -> 
     None
 }
 
-/// Sends a job where it goes: a command runs now, beside any running turn (guarantee 3: it
-/// bypasses the queue); anything else goes through its session's queue.
-/// Frees the tasks that have finished. A JoinSet keeps a finished task (its whole future)
-/// until it is joined, so without this every message handled would stay in memory.
-fn reap_finished(tasks: &mut JoinSet<()>) {
-    while let Some(result) = tasks.try_join_next() {
-        if let Err(err) = result
-            && err.is_panic()
-        {
-            tracing::error!(%err, "a worker task panicked");
-        }
+/// Notes a task the intake loop joined. A JoinSet keeps a finished task (its whole future)
+/// until it is joined, so the loop joins them as they finish: otherwise every message
+/// handled would stay in memory.
+fn reaped(shared: &Shared, joined: Result<(), tokio::task::JoinError>, tasks: &JoinSet<()>) {
+    if let Err(err) = joined
+        && err.is_panic()
+    {
+        tracing::error!(%err, "a worker task panicked");
     }
+    shared.tasks.store(tasks.len(), Ordering::Relaxed);
 }
 
+/// Sends a job where it goes: a command runs now, beside any running turn (guarantee 3: it
+/// bypasses the queue); anything else goes through its session's queue.
 fn dispatch(shared: &Arc<Shared>, job: Job, tasks: &mut JoinSet<()>) {
     // Only people type commands; a system message (cron prompt, sub-agent result) that
     // happens to start with "/stop" is text for the model.

@@ -82,6 +82,11 @@ impl RateLimiter {
     /// Decides about a person's message from `sender` in session `chat` arriving `now`.
     /// `level` is the sender's level when the caller looked it up after [`Verdict::NeedLevel`].
     /// Nothing is recorded until the verdict is `Pass` or `Limited`.
+    /// Senders and chats remembered.
+    pub fn remembered(&self) -> usize {
+        self.senders.len() + self.chats.len()
+    }
+
     pub fn check(&mut self, chat: &str, sender: &str, now: Instant, level: Option<Level>) -> Verdict {
         let Some(lowest) = self.limits.lowest() else { return Verdict::Pass };
         if let Some(passed) = self.continues_burst(chat, sender, now) {

@@ -56,13 +56,13 @@ impl<'a> Launch<'a> {
         self
     }
 
-    /// Points the daemon at a fake OpenAI-compatible server.
     /// Runs the daemon with at most `limit` open descriptors.
     pub fn nofile(mut self, limit: u64) -> Self {
         self.nofile = Some(limit);
         self
     }
 
+    /// Points the daemon at a fake OpenAI-compatible server.
     pub fn llm(self, base_url: &str) -> Self {
         self.env("OPENAI_BASE_URL", base_url)
             .env("OPENAI_API_KEY", "sk-test-secret")

@@ -172,6 +172,11 @@ impl Connections {
         Admission::Admitted { id, state }
     }
 
+    /// Connections open now, those asked to close included.
+    pub(super) fn open(&self) -> usize {
+        self.open.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
     pub(super) fn remove(&self, id: u64) {
         self.open.lock().unwrap_or_else(PoisonError::into_inner).remove(&id);
     }

@@ -22,8 +22,10 @@ use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::Gauge;
 use crate::bus::{Bus, BusError, Deliveries};
 use crate::contract::{OutboundKind, OutboundMessage};
+use conn::Connections;
 pub use idempotency::RESEND_REPLY;
 pub use replies::ReplayCache;
 use replies::Replies;
@@ -75,6 +77,8 @@ pub struct ApiChannel {
     server: tokio::task::JoinHandle<Result<(), ApiError>>,
     router: tokio::task::JoinHandle<()>,
     stop_routing: CancellationToken,
+    replies: Arc<Replies>,
+    connections: Arc<Connections>,
 }
 
 impl ApiChannel {
@@ -94,11 +98,17 @@ impl ApiChannel {
         let stop_routing = CancellationToken::new();
         let router = tokio::spawn(route_replies(deliveries, Arc::clone(&replies), stop_routing.clone()));
         let limits = settings.limits;
-        let app = http::router(bus, settings, replies);
+        let app = http::router(bus, settings, Arc::clone(&replies));
         tracing::info!(%local_addr, ?limits, "API channel listening");
-        let server =
-            tokio::spawn(async move { server::serve(listener, app, limits, shutdown).await.map_err(ApiError::Serve) });
-        Ok(ApiChannel { local_addr, server, router, stop_routing })
+        let connections = Arc::new(Connections::default());
+        let serving = server::serve(listener, app, limits, Arc::clone(&connections), shutdown);
+        let server = tokio::spawn(async move { serving.await.map_err(ApiError::Serve) });
+        Ok(ApiChannel { local_addr, server, router, stop_routing, replies, connections })
+    }
+
+    /// Reads what the channel keeps in memory while it runs, for the metrics endpoint.
+    pub fn gauges(&self) -> ApiGauges {
+        ApiGauges { replies: Arc::clone(&self.replies), connections: Arc::clone(&self.connections) }
     }
 
     /// Stops routing replies, answers requests still waiting with 503, and waits for the
@@ -111,6 +121,32 @@ impl ApiChannel {
             Ok(result) => result,
             Err(err) => Err(ApiError::Serve(std::io::Error::other(err))),
         }
+    }
+}
+
+/// What a running API channel holds; see [`ApiChannel::gauges`].
+#[derive(Clone)]
+pub struct ApiGauges {
+    replies: Arc<Replies>,
+    connections: Arc<Connections>,
+}
+
+impl ApiGauges {
+    pub fn read(&self) -> Vec<Gauge> {
+        let (waiting, kept) = self.replies.sizes();
+        vec![
+            Gauge::new("api_requests_waiting", "API requests waiting for their reply", waiting),
+            Gauge::new(
+                "api_replies_kept",
+                "API replies kept for retries with the same Idempotency-Key (channels.api.idempotency_*)",
+                kept,
+            ),
+            Gauge::new(
+                "api_connections",
+                "Open API connections (at most channels.api.max_connections)",
+                self.connections.open(),
+            ),
+        ]
     }
 }
 

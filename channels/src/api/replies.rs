@@ -130,6 +130,12 @@ impl Replies {
         waited
     }
 
+    /// Requests waiting for a reply, and replies kept for retries.
+    pub(crate) fn sizes(&self) -> (usize, usize) {
+        let inner = self.lock();
+        (inner.pending.len(), inner.done.len())
+    }
+
     /// Drops every waiting request; their handlers answer that the service is stopping.
     pub(crate) fn release_all(&self) {
         self.lock().pending.clear();

@@ -41,9 +41,9 @@ pub(super) async fn serve(
     listener: TcpListener,
     app: Router,
     limits: ConnectionLimits,
+    connections: Arc<Connections>,
     shutdown: CancellationToken,
 ) -> io::Result<()> {
-    let connections = Arc::new(Connections::default());
     let mut tasks = JoinSet::new();
     loop {
         let accepted = tokio::select! {

@@ -17,6 +17,7 @@ use tokio::sync::{Mutex as AsyncMutex, broadcast, mpsc};
 use super::journal::{Journal, JournalEntry};
 use super::recent::RecentIds;
 use super::{Acker, Bus, BusError, Deliveries, Delivery, Events};
+use crate::Gauge;
 use crate::contract::{DeadLetter, RunEvent};
 use crate::subject::{DEFAULT_PREFIX, Flow, Subjects};
 
@@ -45,6 +46,11 @@ impl Queue {
     fn new(capacity: usize) -> Self {
         let (tx, rx) = mpsc::channel(capacity.max(1));
         Self { tx, rx: Arc::new(AsyncMutex::new(rx)) }
+    }
+
+    /// Messages sent and not yet received.
+    fn queued(&self) -> usize {
+        self.tx.max_capacity() - self.tx.capacity()
     }
 
     fn deliveries(&self, journal: Option<Arc<dyn Journal>>) -> Deliveries {
@@ -318,6 +324,36 @@ impl Bus for MemoryBus {
         let dead = self.dead.lock().unwrap_or_else(PoisonError::into_inner);
         let kept = dead.get(flow_key(flow)).map(|q| q.iter().cloned().collect::<Vec<_>>()).unwrap_or_default();
         Ok(kept[kept.len().saturating_sub(limit)..].to_vec())
+    }
+
+    fn gauges(&self) -> Vec<Gauge> {
+        let dedupe_ids = self.seen.lock().unwrap_or_else(PoisonError::into_inner).len();
+        let dead_letters: usize =
+            self.dead.lock().unwrap_or_else(PoisonError::into_inner).values().map(VecDeque::len).sum();
+        let outbound: usize =
+            self.outbound.lock().unwrap_or_else(PoisonError::into_inner).values().map(|q| q.queued()).sum();
+        vec![
+            Gauge::new(
+                "bus_dedupe_ids",
+                "Message ids the in-process bus remembers (those of the last 2 minutes)",
+                dedupe_ids,
+            ),
+            Gauge::new(
+                "bus_dead_letters",
+                "Dead letters the in-process bus keeps (at most 1000 per flow)",
+                dead_letters,
+            ),
+            Gauge::new(
+                "bus_inbound_queued",
+                "Inbound messages waiting in the in-process bus (at most bus_options.queue_capacity)",
+                self.inbound.queued(),
+            ),
+            Gauge::new(
+                "bus_outbound_queued",
+                "Outbound messages waiting in the in-process bus (at most bus_options.queue_capacity per channel)",
+                outbound,
+            ),
+        ]
     }
 }
 

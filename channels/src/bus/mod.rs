@@ -209,6 +209,12 @@ pub trait Bus: Send + Sync + 'static {
     async fn stored_inbound(&self, _subject: &str, _from: u64) -> Result<Option<u64>, BusError> {
         Ok(None)
     }
+
+    /// What this bus keeps in this process's memory, for the metrics endpoint. Nothing on
+    /// buses whose state lives on a server.
+    fn gauges(&self) -> Vec<crate::Gauge> {
+        Vec::new()
+    }
 }
 
 /// Typed publishing on top of [`Bus::publish_raw`].
