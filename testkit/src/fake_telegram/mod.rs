@@ -210,6 +210,12 @@ impl FakeTelegram {
         self.shared.state().calls.iter().filter(|call| call.method == method).cloned().collect()
     }
 
+    /// How many calls of one method (case-insensitive) were answered, without copying them.
+    pub fn count_calls(&self, method: &str) -> usize {
+        let method = method.to_ascii_lowercase();
+        self.shared.state().calls.iter().filter(|call| call.method == method).count()
+    }
+
     /// Waits until `n` calls of `method` were answered; panics with a listing of all calls on timeout.
     pub async fn wait_for_calls(&self, method: &str, n: usize, timeout: Duration) -> Vec<Call> {
         let mut recorded = self.shared.recorded.subscribe();
