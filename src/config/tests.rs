@@ -520,6 +520,8 @@ fn inconsistent_history_and_compaction_settings_are_refused() {
     assert!(message.starts_with("history.hard_clear_ratio (in "), "{message}");
     let message = err_text(load_env(&[("SWITCHBOARD_COMPACTION__CONTEXT_SHARE", "1.5")]));
     assert!(message.contains("compaction.context_share") && message.contains("1.5"), "{message}");
+    let message = err_text(load_text("[compaction]\nsummary_max_tokens = 0\n", &[]));
+    assert!(message.starts_with("compaction.summary_max_tokens") && message.contains("at least 1"), "{message}");
     let message = err_text(load_text("[compaction]\nkeep_recent_messages = 120\n", &[]));
     assert!(message.starts_with("compaction.keep_recent_messages"), "{message}");
     let message = err_text(load_text("[agent]\nhistory_limit = 100\n", &[]));

@@ -145,6 +145,7 @@ fn zero_counts(config: &Config) -> Option<(&'static str, u64)> {
         ("history.soft_trim_chars", as_u64(config.history.soft_trim_chars)),
         ("compaction.max_messages", as_u64(config.compaction.max_messages)),
         ("compaction.flush_timeout_secs", config.compaction.flush_timeout_secs),
+        ("compaction.summary_max_tokens", u64::from(config.compaction.summary_max_tokens)),
         ("worker.max_concurrent_runs", as_u64(config.worker.max_concurrent_runs)),
         ("worker.max_message_age_secs", config.worker.max_message_age_secs),
         ("guard.max_message_chars", as_u64(config.guard.max_message_chars)),

@@ -173,6 +173,7 @@ async fn compact(
 /// The summary's bound: the configured one, within the agent's output reserve (a small local
 /// model's window leaves less room).
 fn summary_max_tokens(deps: Deps<'_>) -> u32 {
+    // At least 1: the config refuses 0, and settings built in code get the same floor.
     let configured = deps.engine.settings().compaction.summary_max_tokens.max(1);
     let window = deps.engine.windows().of(&deps.agent.settings().name);
     let reserve = crate::config::output_reserve(window, deps.agent.settings().max_tokens);

@@ -172,18 +172,19 @@ async fn main() {
     std::process::exit(code);
 }
 
-/// The daemon's gauges by name; a gauge it does not report reads 0.
+/// The daemon's gauges by name. A reading without them would be no reading: a failed scrape
+/// or a missing gauge stops the soak.
 async fn scrape(url: &str) -> impl Fn(&str) -> u64 {
     let text = match reqwest::get(url).await {
-        Ok(response) => response.text().await.unwrap_or_default(),
-        Err(_) => String::new(),
+        Ok(response) => response.text().await.expect("the metrics endpoint's answer"),
+        Err(err) => panic!("cannot read the daemon's metrics at {url}: {err}"),
     };
     move |name: &str| {
         text.lines()
             .filter_map(|line| line.split_once(' '))
             .find(|(metric, _)| *metric == name)
             .and_then(|(_, value)| value.trim().parse().ok())
-            .unwrap_or(0)
+            .unwrap_or_else(|| panic!("the daemon's metrics lack {name}:\n{text}"))
     }
 }
 
