@@ -78,7 +78,7 @@ impl Default for BudgetsConfig {
         // (150-character messages, 600-character answers): about 1,000 tokens for a first
         // message, about 5,000 once a conversation is long. 250,000 tokens is thus about 60
         // messages in one long conversation and far more in short ones: a real trial, at a
-        // cost an owner does not notice. tests/users.rs measures it with real turns.
+        // cost an owner does not notice. tests/it/users.rs measures it with real turns.
         Self { guest: 250_000, user: 1_000_000, admin: 0, owner: 0 }
     }
 }

@@ -1,0 +1,27 @@
+//! End-to-end tests: the real `switchboard` binary run as a child process against fake chat
+//! platforms and models on loopback. One binary, one module per area.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod agents;
+mod api_limits;
+mod api_retries;
+mod bad_input;
+mod cron;
+mod discord;
+mod embedded;
+mod exec_secrets;
+mod local_model;
+mod nats;
+mod nats_faults;
+mod operations;
+mod pairing;
+mod providers;
+mod steady_state;
+mod subagents;
+mod systemd_units;
+mod telegram;
+mod tools;
+mod web;
+mod workspace;

@@ -1,0 +1,179 @@
+//! Compaction through the worker against the scripted model: the memory flush (file tools
+//! only, MEMORY.md written, reply never delivered), the summary call, the shorter history of
+//! the next turn, and a failed summary that leaves everything as it was.
+
+use std::time::Duration;
+
+use crate::common::{BusKind, Setup};
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use switchboard::config::CompactionConfig;
+use switchboard::context::ContextSettings;
+use switchboard::context::compaction::{FLUSH_PROMPT, SUMMARY_PROMPT};
+use switchboard::store::Store;
+use switchboard::worker::WorkerSettings;
+use switchboard_channels::contract::{InboundMessage, OutboundMessage, Sender};
+use switchboard_channels::{BusExt, Deliveries};
+use switchboard_testkit::fake_llm::Scripted;
+
+const SESSION: &str = "test:chat";
+
+fn settings() -> WorkerSettings {
+    let compaction = CompactionConfig { max_messages: 5, keep_recent_messages: 2, ..CompactionConfig::default() };
+    WorkerSettings {
+        context: ContextSettings { compaction, ..ContextSettings::default() },
+        ..WorkerSettings::default()
+    }
+}
+
+fn msg(content: &str) -> InboundMessage {
+    InboundMessage::user("test", "chat", Sender { id: "u1".into(), name: "U".into(), is_bot: false }, content)
+}
+
+async fn turn(h: &crate::common::Harness, out: &mut Deliveries, content: &str) -> OutboundMessage {
+    h.bus.publish_inbound(&msg(content)).await.unwrap();
+    let delivery = tokio::time::timeout(Duration::from_secs(10), out.next()).await.expect("no reply").unwrap().unwrap();
+    let reply = delivery.decode().unwrap();
+    delivery.ack().await.unwrap();
+    reply
+}
+
+fn messages(request: &Value) -> &Vec<Value> {
+    request["messages"].as_array().unwrap()
+}
+
+fn tool_names(request: &Value) -> Vec<String> {
+    let tools = request["tools"].as_array().cloned().unwrap_or_default();
+    let mut names: Vec<String> = tools.iter().map(|t| t["function"]["name"].as_str().unwrap().to_owned()).collect();
+    names.sort();
+    names
+}
+
+async fn wait_for_summary(store: &dyn Store) -> Option<(String, u32)> {
+    for _ in 0..100 {
+        if let Some(summary) = store.session_summary(SESSION).await.unwrap() {
+            return Some(summary);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    None
+}
+
+#[tokio::test]
+async fn a_long_session_is_flushed_to_memory_then_summarised() {
+    let h = Setup { settings: settings(), file_tools: true, ..Setup::new(BusKind::Memory) }.start().await;
+    let mut out = h.bus.outbound("test").await.unwrap();
+    // Two turns (four messages): below max_messages, the model just echoes.
+    turn(&h, &mut out, "one").await;
+    turn(&h, &mut out, "two").await;
+    assert_eq!(h.llm.requests().len(), 2, "no compaction yet");
+
+    h.llm.push(Scripted::Text("third answer".into()));
+    let memory = json!({"path": "MEMORY.md", "content": "- The user likes green tea.\n"});
+    h.llm.push(Scripted::ToolCalls(vec![("write_file".into(), memory)]));
+    h.llm.push(Scripted::Text("NO_REPLY".into()));
+    h.llm.push(Scripted::Text("The user likes green tea; nothing is open.".into()));
+    assert_eq!(turn(&h, &mut out, "three").await.content, "third answer");
+    let requests = h.llm.wait_for_requests(6, Duration::from_secs(10)).await;
+    assert_eq!(requests.len(), 6, "turn, two flush calls, summary");
+
+    // The flush: only the file tools, the flush instruction, the history before it.
+    let flush = &requests[3];
+    assert_eq!(tool_names(flush), ["edit_file", "list_dir", "read_file", "write_file"]);
+    assert_eq!(messages(flush).last().unwrap()["content"], FLUSH_PROMPT);
+    assert!(messages(flush).iter().any(|m| m["content"] == "one"));
+    assert_eq!(tool_names(&requests[4]), tool_names(flush));
+    // The summary: one call, no tools, the older messages rendered as text.
+    let summary = &requests[5];
+    assert!(tool_names(summary).is_empty());
+    assert_eq!(messages(summary)[0]["content"], SUMMARY_PROMPT);
+    let text = messages(summary)[1]["content"].as_str().unwrap();
+    assert!(text.contains("user: one") && text.contains("user: two"), "{text}");
+    assert!(!text.contains("user: three"), "the most recent messages stay verbatim: {text}");
+
+    let memory = std::fs::read_to_string(h.workspace.join("MEMORY.md")).unwrap();
+    assert_eq!(memory, "- The user likes green tea.\n");
+    let (saved, count) = wait_for_summary(h.store.as_ref()).await.expect("no summary saved");
+    assert_eq!((saved.as_str(), count), ("The user likes green tea; nothing is open.", 1));
+
+    // The next turn starts with the summary and carries only the recent messages.
+    assert_eq!(turn(&h, &mut out, "four").await.content, "echo: four");
+    let next = &h.llm.requests()[6];
+    // The first message is the run's system prompt (with the operator's "test" in it).
+    let sent: Vec<(&str, &str)> =
+        messages(next).iter().map(|m| (m["role"].as_str().unwrap(), m["content"].as_str().unwrap_or(""))).collect();
+    assert_eq!(sent[0].0, "system");
+    assert!(sent[0].1.contains("# Operator instructions\n\ntest"), "{}", sent[0].1);
+    assert_eq!(
+        sent[1..],
+        [
+            ("system", "Summary of the earlier conversation: The user likes green tea; nothing is open."),
+            ("user", "three"),
+            ("assistant", "third answer"),
+            ("user", "four"),
+        ]
+    );
+    // The flush's NO_REPLY never reached the chat, and the transcript kept every row.
+    assert!(tokio::time::timeout(Duration::from_millis(300), out.next()).await.is_err(), "unexpected delivery");
+}
+
+#[tokio::test]
+async fn a_failed_summary_leaves_history_and_summary_as_they_were() {
+    let h = Setup { settings: settings(), file_tools: true, ..Setup::new(BusKind::Memory) }.start().await;
+    let mut out = h.bus.outbound("test").await.unwrap();
+    turn(&h, &mut out, "one").await;
+    turn(&h, &mut out, "two").await;
+    h.llm.push(Scripted::Text("third answer".into()));
+    h.llm.push(Scripted::Text("NO_REPLY".into()));
+    h.llm.push(Scripted::server_error());
+    turn(&h, &mut out, "three").await;
+    assert_eq!(h.llm.wait_for_requests(5, Duration::from_secs(10)).await.len(), 5);
+    // The mark is cleared once the failure is handled: a new compaction may start.
+    let mut free = false;
+    for _ in 0..100 {
+        if h.store.begin_compaction(SESSION).await.unwrap() {
+            free = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(free, "the compaction mark was never cleared");
+    h.store.abort_compaction(SESSION).await.unwrap();
+    assert_eq!(h.store.session_summary(SESSION).await.unwrap(), None);
+    assert_eq!(h.store.history(SESSION, 100).await.unwrap().len(), 6);
+
+    h.llm.push(Scripted::Text("fourth answer".into()));
+    turn(&h, &mut out, "four").await;
+    let next = &h.llm.requests()[5];
+    let sent: Vec<&str> = messages(next).iter().skip(1).map(|m| m["content"].as_str().unwrap_or("")).collect();
+    assert_eq!(sent, ["one", "echo: one", "two", "echo: two", "three", "third answer", "four"]);
+}
+
+/// Every later turn carries the summary: it must not grow with each compaction, even when the
+/// model would write more (the fake echoes all it is asked to summarise, previous summary included).
+#[tokio::test]
+async fn the_summary_stays_within_its_bound_however_often_the_session_is_compacted() {
+    let mut settings = settings();
+    settings.context.compaction.summary_max_tokens = 50;
+    settings.queue.debounce = Duration::ZERO;
+    let h = Setup { settings, ..Setup::new(BusKind::Memory) }.start().await;
+    let mut out = h.bus.outbound("test").await.unwrap();
+    let long = "a long message that the summary would repeat word for word. ".repeat(20);
+    let mut compactions = 0;
+    for n in 0..12 {
+        turn(&h, &mut out, &format!("{n}: {long}")).await;
+        // A compaction runs after its turn's reply, before the session's next turn.
+        let saved = h.store.session_summary(SESSION).await.unwrap();
+        if let Some((summary, count)) = saved.filter(|(_, count)| *count > compactions) {
+            compactions = count;
+            assert!(summary.chars().count() <= 200, "compaction {count}: {} chars", summary.chars().count());
+        }
+    }
+    assert!(compactions >= 2, "only {compactions} compactions");
+    let summary_calls: Vec<_> =
+        h.llm.requests().into_iter().filter(|r| messages(r)[0]["content"] == SUMMARY_PROMPT).collect();
+    assert!(!summary_calls.is_empty());
+    for call in summary_calls {
+        assert_eq!(call["max_tokens"], 50, "the summary call asks for at most the bound");
+    }
+}

@@ -1,0 +1,33 @@
+//! In-process integration tests: the daemon's parts assembled in the test process (through
+//! the production builder), real SQLite files, real NATS servers, fake chat platforms and models.
+//! One binary, one module per area.
+
+mod common;
+mod cron_support;
+#[path = "../support/mod.rs"]
+mod support;
+
+mod acting_for;
+mod agents;
+mod anthropic;
+mod bursts;
+mod compaction;
+mod cron;
+mod cron_clock;
+mod discord;
+mod heartbeat;
+mod hygiene;
+mod journal;
+mod limits;
+mod provider;
+mod query_plans;
+mod sessions;
+mod store;
+mod store_memory;
+mod subagents;
+mod telegram;
+mod tool_attacks;
+mod traces;
+mod users;
+mod web_attacks;
+mod worker;
