@@ -84,6 +84,8 @@ fn event(body: RunEventBody) -> RunEvent {
         channel: "telegram".into(),
         chat_id: "-100".into(),
         inbound_id: Some("telegram:-100:42".into()),
+        thread_id: None,
+        reply_to: None,
         at: at(),
         body,
     }

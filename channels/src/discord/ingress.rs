@@ -288,7 +288,7 @@ pub(crate) fn inbound_message(
 
 fn metadata(msg: &Incoming) -> Map<String, Value> {
     let mut metadata = Map::new();
-    metadata.insert("message_id".into(), Value::String(msg.message_id.to_string()));
+    metadata.insert(crate::contract::MESSAGE_ID.into(), Value::String(msg.message_id.to_string()));
     metadata.insert("channel_id".into(), Value::String(msg.channel_id.to_string()));
     if let Some(guild_id) = msg.guild_id {
         metadata.insert("guild_id".into(), Value::String(guild_id.to_string()));

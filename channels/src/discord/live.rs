@@ -239,11 +239,6 @@ pub(crate) async fn run_live(
     live.close_all();
 }
 
-/// The key a run is known by to both sides: the inbound id it answers, else its run id.
-fn run_key(event: &RunEvent) -> &str {
-    event.inbound_id.as_deref().unwrap_or(&event.run_id)
-}
-
 fn on_event(
     rest: &Arc<Rest>,
     settings: &DiscordSettings,
@@ -254,7 +249,7 @@ fn on_event(
     if event.channel != CHANNEL {
         return;
     }
-    let key = run_key(&event);
+    let key = event.run_key();
     let Some(channel) = channel_of(&event) else {
         tracing::debug!(chat_id = %event.chat_id, "run event for a channel id that is not numeric");
         return;
@@ -270,11 +265,9 @@ fn on_event(
     }
 }
 
-/// The channel a run shows in: the thread of a `discord:<parent>:thread:<thread>` session,
-/// else the chat.
+/// The channel a run shows in: its thread if it is in one, else the chat.
 fn channel_of(event: &RunEvent) -> Option<ChannelId> {
-    let thread = event.session_key.rsplit_once(":thread:").map(|(_, thread)| thread);
-    thread.and_then(parse_id).or_else(|| parse_id(&event.chat_id)).map(ChannelId::new)
+    event.thread_id.as_deref().and_then(parse_id).or_else(|| parse_id(&event.chat_id)).map(ChannelId::new)
 }
 
 fn streams_in(settings: &DiscordSettings, directory: &Directory, channel: ChannelId) -> bool {
@@ -282,16 +275,9 @@ fn streams_in(settings: &DiscordSettings, directory: &Directory, channel: Channe
 }
 
 /// Where a draft goes: the run's channel, referencing the triggering message as the reply
-/// would (in guild channels). The trigger is the last part of the inbound id
-/// (`discord:<channel>:<message>`).
+/// would (in guild channels).
 fn draft_target(directory: &Directory, channel: ChannelId, event: &RunEvent) -> Target {
-    let trigger = event
-        .inbound_id
-        .as_deref()
-        .and_then(|id| id.strip_prefix("discord:"))
-        .and_then(|rest| rest.rsplit_once(':'))
-        .and_then(|(_, message)| parse_id(message))
-        .filter(|_| !directory.is_direct(channel.get()));
+    let trigger = event.reply_to.as_deref().and_then(parse_id).filter(|_| !directory.is_direct(channel.get()));
     Target { channel, reply_to: trigger.map(MessageId::new) }
 }
 
@@ -412,6 +398,8 @@ mod tests {
             channel: "discord".into(),
             chat_id: chat.into(),
             inbound_id: inbound_id.map(str::to_owned),
+            thread_id: session_key.rsplit_once(":thread:").map(|(_, thread)| thread.to_owned()),
+            reply_to: inbound_id.and_then(|id| id.rsplit_once(':')).map(|(_, message)| message.to_owned()),
             at: chrono::Utc::now(),
             body: RunEventBody::Started,
         }

@@ -15,7 +15,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use serde_json::Value;
 use serenity::all::{
     ChannelId, CreateAllowedMentions, CreateAttachment, CreateMessage, EditMessage, MessageId, MessageReference,
     MessageReferenceKind, Nonce,
@@ -32,7 +31,7 @@ use super::upload::{self, Uploads};
 use super::{DiscordSettings, MESSAGE_LIMIT};
 use crate::bus::{Acker, Deliveries, Delivery};
 use crate::chunking::split_markdown;
-use crate::contract::{OutboundKind, OutboundMessage};
+use crate::contract::{OutboundKind, OutboundMessage, reply};
 use crate::delivery::Ledger;
 
 /// Channels whose messages are being sent at the same time.
@@ -246,7 +245,7 @@ impl Sender {
             }
         };
         let draft = self.take_draft(msg).await;
-        if says_nothing(msg) {
+        if reply::says_nothing(msg) {
             if let DraftState::Shown(message) | DraftState::Broken(Some(message)) = draft {
                 delete_quietly(&self.rest, target.channel, message).await;
             }
@@ -281,7 +280,7 @@ impl Sender {
         if msg.kind == OutboundKind::Progress {
             return DraftState::Nothing;
         }
-        let run_id = msg.metadata.get("run_id").and_then(Value::as_str);
+        let run_id = reply::run_id(msg);
         let mut state = DraftState::Nothing;
         for key in msg.in_reply_to.as_deref().into_iter().chain(run_id) {
             if let Some(draft) = self.live.finish(key) {
@@ -333,12 +332,6 @@ fn failed(msg: &OutboundMessage, err: &SendError) -> Outcome {
     }
 }
 
-/// Empty content means "nothing to say" (unless files come with it); a suppressed reply
-/// (`NO_REPLY`) sends nothing at all.
-fn says_nothing(msg: &OutboundMessage) -> bool {
-    let suppressed = msg.metadata.get("suppressed").and_then(Value::as_bool) == Some(true);
-    msg.content.trim().is_empty() && (suppressed || msg.media.is_empty())
-}
 
 /// A delivery waiting for its turn in its channel.
 struct Job {

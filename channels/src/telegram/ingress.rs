@@ -192,7 +192,7 @@ pub(crate) fn inbound_message(msg: &Incoming, content: String, media: Vec<Media>
 
 fn metadata(msg: &Incoming) -> Map<String, Value> {
     let mut metadata = Map::new();
-    metadata.insert("message_id".into(), Value::String(msg.message_id.to_string()));
+    metadata.insert(crate::contract::MESSAGE_ID.into(), Value::String(msg.message_id.to_string()));
     metadata.insert("chat_type".into(), Value::String(msg.chat_type.to_owned()));
     if let Some(title) = &msg.chat_title {
         metadata.insert("chat_title".into(), Value::String(title.clone()));

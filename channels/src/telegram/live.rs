@@ -255,23 +255,18 @@ pub async fn run_live(
     live.close_all();
 }
 
-/// The key a run is known by to both sides: the inbound id it answers, else its run id.
-fn run_key(event: &RunEvent) -> &str {
-    event.inbound_id.as_deref().unwrap_or(&event.run_id)
-}
-
 fn on_event(bot: &Bot, settings: &TelegramSettings, live: &LiveRuns, shutdown: &CancellationToken, event: RunEvent) {
     if event.channel != CHANNEL {
         return;
     }
-    let key = run_key(&event);
+    let key = event.run_key();
     let Ok(chat) = event.chat_id.parse::<i64>().map(ChatId) else {
         tracing::debug!(chat_id = %event.chat_id, "run event for a chat id that is not numeric");
         return;
     };
     match &event.body {
         RunEventBody::Started if settings.typing => {
-            start_typing(bot, live, key, chat, topic_of(&event.session_key), shutdown.child_token());
+            start_typing(bot, live, key, chat, topic_of(&event), shutdown.child_token());
         }
         RunEventBody::Chunk { text } if streams_in(settings, chat) => {
             let target = || draft_target(settings, chat, &event);
@@ -331,25 +326,18 @@ fn streams_in(settings: &TelegramSettings, chat: ChatId) -> bool {
     if chat.0 > 0 { settings.stream.private } else { settings.stream.groups }
 }
 
-/// The forum topic in a session key (`[agent/]telegram:<chat>:topic:<n>`).
-fn topic_of(session_key: &str) -> Option<ThreadId> {
-    let (_, topic) = session_key.rsplit_once(":topic:")?;
+/// The forum topic a run's chat is in, as the worker addressed the event.
+fn topic_of(event: &RunEvent) -> Option<ThreadId> {
+    let topic = event.thread_id.as_deref()?;
     topic.parse::<i32>().ok().map(|id| ThreadId(MessageId(id)))
 }
 
 /// Where a draft goes: the run's chat and topic, quoting the triggering message as the reply
-/// would. The triggering message id is the last part of the inbound id
-/// (`telegram:<chat>:<message>`).
+/// would.
 fn draft_target(settings: &TelegramSettings, chat: ChatId, event: &RunEvent) -> Target {
-    let trigger = event
-        .inbound_id
-        .as_deref()
-        .and_then(|id| id.strip_prefix("telegram:"))
-        .and_then(|rest| rest.rsplit_once(':'))
-        .and_then(|(_, message)| message.parse::<i32>().ok())
-        .map(MessageId);
+    let trigger = event.reply_to.as_deref().and_then(|message| message.parse::<i32>().ok()).map(MessageId);
     let reply_to = trigger.filter(|_| chat.0 < 0 && settings.quote_in_groups);
-    Target { chat, thread: topic_of(&event.session_key), reply_to }
+    Target { chat, thread: topic_of(event), reply_to }
 }
 
 /// Sends `typing` every `interval` until `stop` is cancelled or the safety cap passes.
@@ -452,14 +440,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn topics_are_read_from_session_keys() {
-        assert_eq!(topic_of("telegram:-100:topic:7"), Some(ThreadId(MessageId(7))));
-        assert_eq!(topic_of("support/telegram:-100:topic:12"), Some(ThreadId(MessageId(12))));
-        assert_eq!(topic_of("telegram:-100"), None);
-        assert_eq!(topic_of("telegram:-100:topic:x"), None);
-    }
-
-    #[test]
     fn finished_runs_are_not_started_again() {
         let live = LiveRuns::new();
         assert!(live.with_entry("in-1", |_| ()).is_some());
@@ -490,6 +470,8 @@ mod tests {
             channel: "telegram".into(),
             chat_id: chat.into(),
             inbound_id: Some(format!("telegram:{chat}:42")),
+            thread_id: Some("3".into()),
+            reply_to: Some("42".into()),
             at: chrono::Utc::now(),
             body: RunEventBody::Started,
         };
@@ -497,5 +479,9 @@ mod tests {
         assert_eq!(group.reply_to, Some(MessageId(42)));
         assert_eq!(group.thread, Some(ThreadId(MessageId(3))));
         assert_eq!(draft_target(&settings, ChatId(5), &event("5")).reply_to, None);
+        let no_topic = RunEvent { thread_id: None, ..event("-100") };
+        assert_eq!(draft_target(&settings, ChatId(-100), &no_topic).thread, None);
+        let not_a_topic = RunEvent { thread_id: Some("x".into()), ..event("-100") };
+        assert_eq!(draft_target(&settings, ChatId(-100), &not_a_topic).thread, None);
     }
 }

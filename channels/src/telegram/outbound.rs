@@ -10,7 +10,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use serde_json::Value;
 use teloxide::prelude::*;
 use teloxide::types::{MessageId, ParseMode, ReplyParameters, ThreadId};
 use teloxide::{ApiError, RequestError};
@@ -24,7 +23,7 @@ use super::live::{DraftState, LiveRuns};
 use super::retry::{Verdict, classify, describe, with_retry};
 use super::upload::send_media;
 use crate::bus::{Acker, Deliveries, Delivery};
-use crate::contract::{OutboundKind, OutboundMessage};
+use crate::contract::{OutboundKind, OutboundMessage, reply};
 use crate::delivery::Ledger;
 
 /// Chats whose messages are being sent at the same time.
@@ -246,7 +245,7 @@ impl Sender {
             }
         };
         let draft = self.take_draft(msg).await;
-        if says_nothing(msg) {
+        if reply::says_nothing(msg) {
             if let DraftState::Shown(message) | DraftState::Broken(Some(message)) = draft {
                 delete_quietly(&self.bot, target.chat, message).await;
             }
@@ -293,7 +292,7 @@ impl Sender {
         if msg.kind == OutboundKind::Progress {
             return DraftState::Nothing;
         }
-        let run_id = msg.metadata.get("run_id").and_then(Value::as_str);
+        let run_id = reply::run_id(msg);
         let mut state = DraftState::Nothing;
         for key in msg.in_reply_to.as_deref().into_iter().chain(run_id) {
             if let Some(draft) = self.live.finish(key) {
@@ -341,12 +340,6 @@ impl Sender {
     }
 }
 
-/// Empty content means "nothing to say" (unless files come with it); a suppressed reply
-/// (`NO_REPLY`) sends nothing at all.
-fn says_nothing(msg: &OutboundMessage) -> bool {
-    let suppressed = msg.metadata.get("suppressed").and_then(Value::as_bool) == Some(true);
-    msg.content.trim().is_empty() && (suppressed || msg.media.is_empty())
-}
 
 /// A delivery waiting for its turn in its chat.
 struct Job {
