@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+pub mod commands;
 mod dead_letter;
 pub mod reply;
 pub use dead_letter::DeadLetter;

@@ -15,11 +15,11 @@ use tokio_util::sync::CancellationToken;
 use super::context::GroupContext;
 use super::download::fetch_attachments;
 use super::gate::{Verdict, judge};
-use super::inbound::{BotIdentity, Incoming, classify};
+use super::inbound::{BotIdentity, Incoming, START, classify};
 use super::outbound::{Target, send_markdown};
 use super::{CHANNEL, TelegramSettings};
 use crate::bus::{Bus, BusError, BusExt};
-use crate::contract::{InboundMessage, Media, Sender};
+use crate::contract::{InboundMessage, Media, Sender, commands};
 use crate::pairing::{PairingAnswer, PairingDesk, PairingStore};
 
 /// The inbound half of the Telegram channel.
@@ -75,7 +75,7 @@ impl Ingress {
 
     async fn forward(&self, msg: &Incoming) -> Result<(), BusError> {
         let local_answer = match msg.command.as_deref() {
-            Some("start") => Some(self.greeting()),
+            Some(START) => Some(self.greeting()),
             Some("help") => Some(self.help()),
             _ => None,
         };
@@ -158,12 +158,12 @@ impl Ingress {
     }
 
     fn help(&self) -> String {
-        format!(
+        let intro = format!(
             "In a direct chat, every message is for me. In groups, mention @{name} or reply to one of my \
-             messages.\n\n/new – start a new conversation\n/stop – stop the answer in progress\n/status – what \
-             I'm doing\n/help – this message",
+             messages.\n",
             name = self.me.username
-        )
+        );
+        commands::help_text(&intro)
     }
 
     fn lock_context(&self) -> std::sync::MutexGuard<'_, GroupContext> {
