@@ -16,11 +16,13 @@ use super::context::GroupContext;
 use super::download::fetch_attachments;
 use super::gate::{Verdict, judge};
 use super::inbound::{BotIdentity, Incoming, START, classify};
-use super::outbound::{Target, send_markdown};
+use super::send::send_markdown;
+use super::target::Target;
 use super::{CHANNEL, TelegramSettings};
 use crate::bus::{Bus, BusError, BusExt};
 use crate::contract::{InboundMessage, Media, Sender, commands};
-use crate::pairing::{PairingAnswer, PairingDesk, PairingStore};
+use crate::delivery::pairing::PairingCheck;
+use crate::pairing::{PairingAnswer, PairingStore};
 
 /// The inbound half of the Telegram channel.
 pub(crate) struct Ingress {
@@ -28,9 +30,8 @@ pub(crate) struct Ingress {
     pub bus: Arc<dyn Bus>,
     pub settings: Arc<TelegramSettings>,
     pub me: BotIdentity,
-    pub pairing: Option<Arc<dyn PairingStore>>,
+    pairing: PairingCheck,
     context: Mutex<GroupContext>,
-    pairing_desk: PairingDesk,
     /// Local answers stop retrying when the channel shuts down.
     shutdown: CancellationToken,
 }
@@ -45,7 +46,8 @@ impl Ingress {
         shutdown: CancellationToken,
     ) -> Self {
         let context = Mutex::new(GroupContext::new(settings.group_context_messages));
-        Self { bot, bus, settings, me, pairing, context, pairing_desk: PairingDesk::default(), shutdown }
+        let pairing = PairingCheck::new(CHANNEL, pairing, settings.pairing_ttl, settings.pairing_max_pending);
+        Self { bot, bus, settings, me, pairing, context, shutdown }
     }
 
     /// Handles one update. `Err` means the bus did not take the message: retry the update.
@@ -115,23 +117,7 @@ impl Ingress {
     }
 
     async fn check_pairing(&self, msg: &Incoming) -> Result<(), BusError> {
-        let Some(store) = &self.pairing else {
-            tracing::warn!(sender = msg.author.id, "direct message from an unknown user and no pairing store; ignored");
-            return Ok(());
-        };
-        let settings = &self.settings;
-        let sender = msg.author.id.to_string();
-        let answer = self
-            .pairing_desk
-            .answer(
-                store.as_ref(),
-                CHANNEL,
-                &sender,
-                &msg.author.name,
-                settings.pairing_ttl,
-                settings.pairing_max_pending,
-            )
-            .await;
+        let answer = self.pairing.check(&msg.author.id.to_string(), &msg.author.name).await;
         match answer {
             PairingAnswer::Approved => return self.forward(msg).await,
             PairingAnswer::Reply(text) => self.answer_locally(msg, &text).await,

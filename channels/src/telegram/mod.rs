@@ -123,9 +123,12 @@ pub mod fuzzing;
 mod gate;
 mod inbound;
 mod ingress;
+mod platform;
 mod poll;
 mod retry;
+mod send;
 mod split;
+mod target;
 mod upload;
 mod webhook;
 

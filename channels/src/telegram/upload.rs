@@ -13,7 +13,8 @@ use teloxide::prelude::*;
 use teloxide::types::InputFile;
 use tokio_util::sync::CancellationToken;
 
-use super::outbound::{Target, send_plain};
+use super::send::send_plain;
+use super::target::Target;
 use super::retry::{Verdict, classify, describe, with_retry};
 use crate::contract::Media;
 
