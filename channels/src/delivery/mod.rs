@@ -5,6 +5,8 @@
 //!
 //! `docs/architecture.md` ("The delivery core") says what a new channel implements.
 
+#[cfg(any(feature = "discord", feature = "telegram"))]
+pub mod download;
 mod ledger;
 pub mod live;
 pub mod outbound;

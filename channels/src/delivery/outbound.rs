@@ -99,7 +99,13 @@ impl<P: Platform> Sender<P> {
     }
 
     /// Sends the steps from `done` on, recording progress.
-    async fn send_steps(&self, msg: &OutboundMessage, target: &mut P::Target, steps: &[P::Step], mut done: usize) -> Outcome {
+    async fn send_steps(
+        &self,
+        msg: &OutboundMessage,
+        target: &mut P::Target,
+        steps: &[P::Step],
+        mut done: usize,
+    ) -> Outcome {
         let mut redirected = false;
         while let Some(step) = steps.get(done) {
             match self.platform.send_step(target, &msg.id, done, step, &self.shutdown).await {
@@ -136,12 +142,7 @@ impl<P: Platform> Sender<P> {
     /// to finish or the edit failed; then the draft is deleted (if possible) and the whole
     /// reply is sent as usual, so the chat shows it exactly once either way. A first step the
     /// platform cannot edit a message into (files) is sent anew too.
-    async fn finish_draft(
-        &self,
-        draft: DraftState<P::MessageId>,
-        target: &P::Target,
-        first: Option<&P::Step>,
-    ) -> bool {
+    async fn finish_draft(&self, draft: DraftState<P::MessageId>, target: &P::Target, first: Option<&P::Step>) -> bool {
         let message = match draft {
             DraftState::Nothing | DraftState::Broken(None) => return false,
             DraftState::Broken(Some(message)) => {

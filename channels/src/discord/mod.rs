@@ -18,8 +18,8 @@ use tokio_util::sync::CancellationToken;
 
 use self::directory::Directory;
 use self::ingress::Ingress;
-use self::rest::{Rest, RestError};
 use self::platform::DiscordPlatform;
+use self::rest::{Rest, RestError};
 use crate::bus::{Bus, BusError, Deliveries, Events};
 use crate::delivery::{self, LiveRuns};
 use crate::pairing::PairingStore;

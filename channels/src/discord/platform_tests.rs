@@ -37,11 +37,8 @@ async fn an_outage_naks_for_later_and_a_refusal_acks() {
     let fake = FakeDiscord::start().await;
     let http = Arc::new(HttpBuilder::new(FakeDiscord::TOKEN).proxy(fake.url()).ratelimiter_disabled(true).build());
     let rest = Arc::new(Rest::new(http));
-    let retry = RetryPolicy {
-        first_backoff: Duration::from_millis(1),
-        max_backoff: Duration::from_millis(2),
-        max_attempts: 3,
-    };
+    let retry =
+        RetryPolicy { first_backoff: Duration::from_millis(1), max_backoff: Duration::from_millis(2), max_attempts: 3 };
     let ledger = Ledger::new(8, 256);
     let platform = DiscordPlatform::new(rest, Arc::new(Directory::default()), Arc::new(DiscordSettings::default()));
     let live = Arc::new(LiveRuns::new());

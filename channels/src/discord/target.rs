@@ -6,7 +6,9 @@
 //! owner), never `@everyone`/`@here` or roles, and a reply never pings the author of the
 //! message it references.
 
-use serenity::all::{ChannelId, CreateAllowedMentions, CreateMessage, MessageId, MessageReference, MessageReferenceKind};
+use serenity::all::{
+    ChannelId, CreateAllowedMentions, CreateMessage, MessageId, MessageReference, MessageReferenceKind,
+};
 
 use super::directory::Directory;
 use crate::contract::OutboundMessage;
