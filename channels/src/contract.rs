@@ -8,7 +8,9 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+pub mod commands;
 mod dead_letter;
+pub mod reply;
 pub use dead_letter::DeadLetter;
 
 /// The contract version written into every message.
@@ -27,6 +29,9 @@ pub const MAX_THREAD_ID_BYTES: usize = 256;
 /// Longest message id, in UTF-8 bytes: it travels as the `Nats-Msg-Id` header and is built
 /// from a chat id and a platform message id (`telegram:<chat>:<msg>`).
 pub const MAX_MESSAGE_ID_BYTES: usize = 512;
+
+/// `metadata.message_id` of an inbound message: the platform's own id of the message.
+pub const MESSAGE_ID: &str = "message_id";
 
 fn contract_version() -> u32 {
     CONTRACT_VERSION
@@ -241,6 +246,12 @@ impl InboundMessage {
         }
     }
 
+    /// The platform's id of this message (`metadata.message_id`, set by chat adapters), which
+    /// answers quote.
+    pub fn platform_message_id(&self) -> Option<String> {
+        self.metadata.get(MESSAGE_ID).and_then(Value::as_str).map(str::to_owned)
+    }
+
     /// The chat this message came from, to address an answer to it later.
     pub fn chat(&self) -> ChatAddress {
         ChatAddress {
@@ -341,7 +352,7 @@ impl OutboundMessage {
             chat_id: inbound.chat_id.clone(),
             thread_id: inbound.thread_id.clone(),
             content,
-            reply_to: inbound.metadata.get("message_id").and_then(Value::as_str).map(str::to_owned),
+            reply_to: inbound.platform_message_id(),
             kind,
             ..Self::default()
         }
@@ -402,10 +413,43 @@ pub struct RunEvent {
     pub chat_id: String,
     #[serde(default)]
     pub inbound_id: Option<String>,
+    /// The Telegram forum topic or Discord thread the run's chat is in (the inbound message's
+    /// `thread_id`), so that adapters show typing and drafts there without reading session
+    /// keys. Left out when there is none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_id: Option<String>,
+    /// Platform id of the message the run answers (the one its reply quotes), for a streamed
+    /// draft to quote it the same way. Left out when there is none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_to: Option<String>,
     #[serde(default = "Utc::now")]
     pub at: DateTime<Utc>,
     #[serde(flatten)]
     pub body: RunEventBody,
+}
+
+impl RunEvent {
+    /// An event of run `run_id` answering `inbound`, addressed where its reply will go.
+    pub fn answering(inbound: &InboundMessage, run_id: &str, session_key: &str, body: RunEventBody) -> Self {
+        Self {
+            v: CONTRACT_VERSION,
+            run_id: run_id.to_owned(),
+            session_key: session_key.to_owned(),
+            channel: inbound.channel.clone(),
+            chat_id: inbound.chat_id.clone(),
+            inbound_id: Some(inbound.id.clone()),
+            thread_id: inbound.thread_id.clone(),
+            reply_to: inbound.platform_message_id(),
+            at: Utc::now(),
+            body,
+        }
+    }
+
+    /// The key a run is known by to adapters: the inbound id it answers, else its run id (a
+    /// reply's `in_reply_to` or `run_id` metadata names the same run).
+    pub fn run_key(&self) -> &str {
+        self.inbound_id.as_deref().unwrap_or(&self.run_id)
+    }
 }
 
 /// The event-specific part of a [`RunEvent`], tagged by `type`.
@@ -517,6 +561,8 @@ mod tests {
             channel: "api".into(),
             chat_id: "me".into(),
             inbound_id: None,
+            thread_id: None,
+            reply_to: None,
             at: Utc::now(),
             body: RunEventBody::Chunk { text: "he".into() },
         };
@@ -525,6 +571,9 @@ mod tests {
         assert_eq!(json["text"], "he");
         let back: RunEvent = serde_json::from_value(json).unwrap();
         assert_eq!(back, ev);
+        let addressed = RunEvent { thread_id: Some("9".into()), reply_to: Some("42".into()), ..ev };
+        let json = serde_json::to_value(&addressed).unwrap();
+        assert_eq!((json["thread_id"].as_str(), json["reply_to"].as_str()), (Some("9"), Some("42")));
         let unknown: RunEvent =
             serde_json::from_str(r#"{"run_id":"r","session_key":"k","channel":"c","chat_id":"d","type":"run.paused"}"#)
                 .unwrap();

@@ -202,6 +202,8 @@ fn event(channel: &str, chat: &str, run_id: &str) -> RunEvent {
         channel: channel.into(),
         chat_id: chat.into(),
         inbound_id: None,
+        thread_id: None,
+        reply_to: None,
         at: chrono::Utc::now(),
         body: RunEventBody::Chunk { text: "hi".into() },
     }

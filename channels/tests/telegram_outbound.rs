@@ -83,6 +83,9 @@ fn event(chat: &str, session_key: &str, body: RunEventBody) -> RunEvent {
         channel: "telegram".into(),
         chat_id: chat.into(),
         inbound_id: Some(format!("telegram:{chat}:42")),
+        // As the worker addresses it: the inbound message's thread and platform message id.
+        thread_id: session_key.rsplit_once(":topic:").map(|(_, thread)| thread.to_owned()),
+        reply_to: Some("42".into()),
         at: chrono::Utc::now(),
         body,
     }

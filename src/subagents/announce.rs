@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 use switchboard_channels::BusExt;
-use switchboard_channels::contract::{InboundMessage, Origin};
+use switchboard_channels::contract::{InboundMessage, Origin, reply};
 use tokio_util::sync::CancellationToken;
 
 use super::{LOST_ERROR, ORIGIN_KIND, SubagentManager};
@@ -42,9 +42,8 @@ pub fn announcement(record: &SubagentRecord, max_result_chars: usize) -> Inbound
     if let Some(session) = &record.session {
         msg.metadata.insert(SYSTEM_SESSION.into(), json!(session));
     }
-    msg.metadata.insert("usage".into(), json!(record.usage));
-    // `null` when the cost is unknown, as on replies, so it is never taken for zero.
-    msg.metadata.insert("cost_usd".into(), json!(record.cost_usd));
+    // `cost_usd` is `null` when unknown, as on replies, so it is never taken for zero.
+    reply::set_cost(&mut msg.metadata, record.usage, record.cost_usd);
     msg
 }
 

@@ -10,7 +10,7 @@ use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use switchboard_channels::bus::{BusError, BusExt};
-use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, Usage};
+use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, Usage, commands};
 use thiserror::Error;
 
 use super::keepalive::Settle;
@@ -44,25 +44,17 @@ pub(super) enum Command {
 
 /// Reads a command from a message's text: `/name`, `/name@botname`, then arguments.
 pub(super) fn parse(content: &str) -> Option<Command> {
-    let mut words = content.trim_start().strip_prefix('/')?.split_whitespace();
-    let name = words.next()?;
-    let name = name.split_once('@').map_or(name, |(name, _bot)| name);
-    Some(match name.to_ascii_lowercase().as_str() {
+    let (name, mut args) = commands::split(content)?;
+    Some(match commands::find(name)?.name {
         "new" => Command::New,
         "stop" => Command::Stop,
         "status" => Command::Status,
         "help" => Command::Help,
-        "queue" => Command::Queue(words.next().map(str::to_owned)),
+        "queue" => Command::Queue(args.next().map(str::to_owned)),
+        // A command of the table this worker does not implement (from a newer contract).
         _ => return None,
     })
 }
-
-const HELP: &str = "Commands:\n\
-    /new: start a new conversation (earlier messages are forgotten)\n\
-    /stop: stop the current answer and drop messages waiting behind it\n\
-    /status: model, tokens used, messages waiting, queue mode\n\
-    /queue [followup|collect|interrupt|steer]: show or set what messages sent during an answer do\n\
-    /help: this list";
 
 /// Runs a command and answers it, once per inbound id.
 pub(super) async fn handle(shared: Arc<Shared>, job: Job, command: Command) {
@@ -88,7 +80,7 @@ async fn execute(shared: &Shared, job: &Job, key: &str, command: Command) -> Res
         return Ok("Only members with the user level or above can do that in a group.".into());
     }
     Ok(match command {
-        Command::Help => HELP.into(),
+        Command::Help => commands::help_text("Commands:"),
         Command::Status => status(shared, &job.msg, key).await?,
         Command::Stop => {
             let subagents = cancel_subagents(shared, key).await;

@@ -3,7 +3,6 @@
 
 use std::borrow::Cow;
 
-use serde_json::json;
 use switchboard_channels::contract::{InboundKind, InboundMessage, OutboundMessage};
 
 use super::Shared;
@@ -112,6 +111,6 @@ pub(super) fn heartbeat_ack_limit(shared: &Shared, agent: &str, msg: &InboundMes
 /// which adapters deliver as nothing.
 pub(super) fn mark_suppressed(reply: &mut OutboundMessage, suppressed: bool) {
     if suppressed {
-        reply.metadata.insert("suppressed".into(), json!(true));
+        switchboard_channels::contract::reply::set_suppressed(reply);
     }
 }

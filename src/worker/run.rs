@@ -3,9 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::json;
 use switchboard_channels::bus::BusExt;
-use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, RunEvent, RunEventBody, Usage};
+use switchboard_channels::contract::{
+    InboundMessage, OutboundKind, OutboundMessage, RunEvent, RunEventBody, Usage, reply,
+};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
@@ -225,10 +226,8 @@ async fn run_turn(
     let kind = if result.error.is_some() { OutboundKind::Notice } else { OutboundKind::Reply };
     let mut reply = reply_to(msg, run_id, session_key, kind, result.reply.clone());
     hygiene::mark_suppressed(&mut reply, suppressed);
-    reply.metadata.insert("model".into(), json!(result.model));
-    reply.metadata.insert("usage".into(), json!(result.usage));
-    // `null` when the cost is unknown (a model without a price), so it is never taken for zero.
-    reply.metadata.insert("cost_usd".into(), json!(result.cost_usd));
+    // `cost_usd` is `null` when unknown (a model without a price), so it is never taken for zero.
+    reply::set_model(&mut reply, &result.model, result.usage, result.cost_usd);
     events.emit(match &result.error {
         None => RunEventBody::Completed {
             reply: result.reply.clone(),
@@ -287,8 +286,7 @@ pub(super) fn reply_to(
     text: String,
 ) -> OutboundMessage {
     let mut reply = OutboundMessage::answering(msg, format!("{run_id}:reply"), kind, text);
-    reply.metadata.insert("run_id".into(), json!(run_id));
-    reply.metadata.insert("session_key".into(), json!(session_key));
+    reply::set_run(&mut reply, run_id, session_key);
     reply
 }
 
@@ -310,16 +308,7 @@ struct BusEvents {
 impl BusEvents {
     fn start(bus: Arc<dyn switchboard_channels::Bus>, msg: &InboundMessage, run_id: &str, session_key: &str) -> Self {
         let (tx, mut rx) = mpsc::unbounded_channel::<RunEventBody>();
-        let template = RunEvent {
-            v: switchboard_channels::contract::CONTRACT_VERSION,
-            run_id: run_id.to_owned(),
-            session_key: session_key.to_owned(),
-            channel: msg.channel.clone(),
-            chat_id: msg.chat_id.clone(),
-            inbound_id: Some(msg.id.clone()),
-            at: chrono::Utc::now(),
-            body: RunEventBody::Started,
-        };
+        let template = RunEvent::answering(msg, run_id, session_key, RunEventBody::Started);
         tokio::spawn(async move {
             while let Some(body) = rx.recv().await {
                 let event = RunEvent { at: chrono::Utc::now(), body, ..template.clone() };

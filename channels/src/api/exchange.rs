@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::http::{AppState, error, error_with};
 use super::replies::{self, Claim, Fingerprint};
 use crate::bus::{BusError, BusExt};
-use crate::contract::{InboundMessage, OutboundMessage};
+use crate::contract::{InboundMessage, OutboundMessage, reply};
 
 /// First pause between two publishes of a message the bus did not confirm, and the longest.
 const PUBLISH_RETRY_MIN: Duration = Duration::from_millis(100);
@@ -98,7 +98,7 @@ fn replied(msg: &InboundMessage, reply: &OutboundMessage, replayed: bool) -> Res
         "session_key": msg.session_key(),
     });
     // `suppressed`: the model chose not to answer (`reply` is then empty).
-    for key in ["run_id", "model", "usage", "cost_usd", "suppressed"] {
+    for key in reply::API_FIELDS {
         if let Some(value) = reply.metadata.get(key) {
             body[key] = value.clone();
         }

@@ -19,12 +19,14 @@ use super::directory::{ChannelKind, Directory};
 use super::download::fetch_attachments;
 use super::gate::{Place, Verdict, judge};
 use super::inbound::{Incoming, classify};
-use super::outbound::{Target, send_markdown};
 use super::rest::Rest;
+use super::send::send_markdown;
+use super::target::Target;
 use super::{CHANNEL, DiscordSettings};
 use crate::bus::{Bus, BusError, BusExt};
 use crate::contract::{InboundMessage, Media, Sender};
-use crate::pairing::{PairingAnswer, PairingDesk, PairingStore};
+use crate::delivery::pairing::PairingCheck;
+use crate::pairing::{PairingAnswer, PairingStore};
 
 /// How long the roles the bot holds in a guild are trusted before they are looked up again.
 const BOT_ROLES_TTL: Duration = Duration::from_secs(600);
@@ -37,14 +39,13 @@ pub(crate) struct Ingress {
     rest: Arc<Rest>,
     bus: Arc<dyn Bus>,
     settings: Arc<DiscordSettings>,
-    pairing: Option<Arc<dyn PairingStore>>,
+    pairing: PairingCheck,
     directory: Arc<Directory>,
     downloads: reqwest::Client,
     /// The bot's user id: from `GET /users/@me` at start, else from the gateway's READY
     /// (which always comes before any message). 0 = not known yet.
     bot_id: AtomicU64,
     bot_roles: tokio::sync::Mutex<HashMap<u64, (Instant, Vec<u64>)>>,
-    pairing_desk: PairingDesk,
     shutdown: CancellationToken,
 }
 
@@ -57,6 +58,7 @@ impl Ingress {
         directory: Arc<Directory>,
         shutdown: CancellationToken,
     ) -> Self {
+        let pairing = PairingCheck::new(CHANNEL, pairing, settings.pairing_ttl, settings.pairing_max_pending);
         Self {
             rest,
             bus,
@@ -66,7 +68,6 @@ impl Ingress {
             downloads: reqwest::Client::new(),
             bot_id: AtomicU64::new(0),
             bot_roles: tokio::sync::Mutex::new(HashMap::new()),
-            pairing_desk: PairingDesk::default(),
             shutdown,
         }
     }
@@ -221,23 +222,7 @@ impl Ingress {
     }
 
     async fn check_pairing(&self, msg: &Incoming, place: Place) -> Result<(), BusError> {
-        let Some(store) = &self.pairing else {
-            tracing::warn!(sender = msg.author.id, "direct message from an unknown user and no pairing store; ignored");
-            return Ok(());
-        };
-        let settings = &self.settings;
-        let sender = msg.author.id.to_string();
-        let answer = self
-            .pairing_desk
-            .answer(
-                store.as_ref(),
-                CHANNEL,
-                &sender,
-                &msg.author.name,
-                settings.pairing_ttl,
-                settings.pairing_max_pending,
-            )
-            .await;
+        let answer = self.pairing.check(&msg.author.id.to_string(), &msg.author.name).await;
         match answer {
             PairingAnswer::Approved => return self.forward(msg, place).await,
             PairingAnswer::Reply(text) => self.answer_locally(msg, &text).await,
@@ -288,7 +273,7 @@ pub(crate) fn inbound_message(
 
 fn metadata(msg: &Incoming) -> Map<String, Value> {
     let mut metadata = Map::new();
-    metadata.insert("message_id".into(), Value::String(msg.message_id.to_string()));
+    metadata.insert(crate::contract::MESSAGE_ID.into(), Value::String(msg.message_id.to_string()));
     metadata.insert("channel_id".into(), Value::String(msg.channel_id.to_string()));
     if let Some(guild_id) = msg.guild_id {
         metadata.insert("guild_id".into(), Value::String(guild_id.to_string()));

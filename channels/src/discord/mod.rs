@@ -18,8 +18,10 @@ use tokio_util::sync::CancellationToken;
 
 use self::directory::Directory;
 use self::ingress::Ingress;
+use self::platform::DiscordPlatform;
 use self::rest::{Rest, RestError};
-use crate::bus::{Bus, BusError};
+use crate::bus::{Bus, BusError, Deliveries, Events};
+use crate::delivery::{self, LiveRuns};
 use crate::pairing::PairingStore;
 
 mod directory;
@@ -31,10 +33,11 @@ mod gate;
 mod gateway;
 mod inbound;
 mod ingress;
-mod live;
-mod outbound;
+mod platform;
 mod rest;
 mod retry;
+mod send;
+mod target;
 mod upload;
 
 pub use crate::policy::{DmPolicy, StreamSettings};
@@ -148,19 +151,10 @@ impl DiscordChannel {
         let bot_id = check_token(&rest).await?;
         let directory = Arc::new(Directory::default());
         let stop_sending = CancellationToken::new();
-        let live = Arc::new(live::LiveRuns::new(Arc::clone(&directory)));
         let replies = crate::bus::screen::deliverable_outbound(Arc::clone(&bus), CHANNEL).await?;
         let events = bus.events(CHANNEL, None).await?;
-        let sending = vec![
-            tokio::spawn(outbound::run_outbound(
-                Arc::clone(&rest),
-                Arc::clone(&settings),
-                replies,
-                Arc::clone(&live),
-                stop_sending.clone(),
-            )),
-            tokio::spawn(live::run_live(Arc::clone(&rest), Arc::clone(&settings), events, live, stop_sending.clone())),
-        ];
+        let platform = Arc::new(DiscordPlatform::new(Arc::clone(&rest), Arc::clone(&directory), Arc::clone(&settings)));
+        let sending = spawn_sending(platform, LiveRuns::new(), replies, events, &stop_sending);
         let ingress = Ingress::new(Arc::clone(&rest), bus, Arc::clone(&settings), pairing, directory, shutdown.clone());
         if let Some(id) = bot_id {
             ingress.set_bot_id(id);
@@ -183,6 +177,20 @@ impl DiscordChannel {
             }
         }
     }
+}
+
+/// Replies, typing and streaming: the outbound queue and the channel's run events, sharing one
+/// record of the runs in progress.
+fn spawn_sending(
+    platform: Arc<DiscordPlatform>,
+    live: LiveRuns<DiscordPlatform>,
+    replies: Deliveries,
+    events: Events,
+    stop: &CancellationToken,
+) -> Vec<JoinHandle<()>> {
+    let live = Arc::new(live);
+    let outbound = delivery::run_outbound(Arc::clone(&platform), replies, Arc::clone(&live), stop.clone());
+    vec![tokio::spawn(outbound), tokio::spawn(delivery::run_live(platform, events, live, stop.clone()))]
 }
 
 /// serenity's REST client. Through a proxy, serenity's rate limiter must be off (it would
@@ -227,12 +235,13 @@ pub mod testing {
     use serenity::http::Http;
     use tokio_util::sync::CancellationToken;
 
-    use super::DiscordSettings;
     use super::directory::{ChannelKind, Directory};
-    use super::live::{LiveRuns, run_live};
-    use super::outbound::{self, Target, run_outbound};
+    use super::platform::DiscordPlatform;
     use super::rest::Rest;
+    use super::target::Target;
+    use super::{DiscordSettings, send};
     use crate::bus::{Deliveries, Events};
+    use crate::delivery::LiveRuns;
 
     /// A channel the directory knows, as the inbound side would have recorded it.
     #[derive(Debug, Clone, Copy)]
@@ -264,17 +273,10 @@ pub mod testing {
             };
             directory.insert(channel, kind);
         }
-        let live = Arc::new(LiveRuns::new(directory).with_typing_interval(typing_interval));
-        let settings = Arc::new(settings);
         let rest = Arc::new(Rest::new(http));
-        tokio::spawn(run_outbound(
-            Arc::clone(&rest),
-            Arc::clone(&settings),
-            replies,
-            Arc::clone(&live),
-            shutdown.clone(),
-        ));
-        tokio::spawn(run_live(rest, settings, events, live, shutdown));
+        let platform = Arc::new(DiscordPlatform::new(rest, directory, Arc::new(settings)));
+        let live = LiveRuns::new().with_typing_interval(typing_interval);
+        super::spawn_sending(platform, live, replies, events, &shutdown);
     }
 
     /// `send_markdown` (the inbound side's way to say things, e.g. pairing codes) to `channel`,
@@ -289,7 +291,7 @@ pub mod testing {
     ) -> Result<Vec<u64>, String> {
         let target = Target { channel: ChannelId::new(channel), reply_to: reply_to.map(MessageId::new) };
         let rest = Rest::new(http);
-        let sent = outbound::send_markdown(&rest, &target, key, markdown, &CancellationToken::new()).await;
+        let sent = send::send_markdown(&rest, &target, key, markdown, &CancellationToken::new()).await;
         sent.map(|ids| ids.into_iter().map(MessageId::get).collect()).map_err(|err| err.to_string())
     }
 }

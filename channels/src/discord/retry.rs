@@ -68,6 +68,28 @@ pub(crate) enum SendError {
     /// Retries were used up, or shutdown interrupted them: try again later.
     #[error("Discord unavailable for {what}: {source}")]
     Unavailable { what: &'static str, source: RestError },
+    /// A call made once, without retries (typing, drafts: niceties).
+    #[error("{what} failed: {source}")]
+    Once { what: &'static str, source: RestError },
+}
+
+impl SendError {
+    /// Repeating the message cannot help.
+    pub(crate) fn is_final(&self) -> bool {
+        match self {
+            SendError::Refused { .. } => true,
+            SendError::Unavailable { .. } => false,
+            SendError::Once { source, .. } => classify(source) == Verdict::Final,
+        }
+    }
+}
+
+/// Makes one call, without retries.
+pub(crate) async fn once<T>(
+    what: &'static str,
+    call: impl Future<Output = Result<T, RestError>>,
+) -> Result<T, SendError> {
+    call.await.map_err(|source| SendError::Once { what, source })
 }
 
 /// Calls `call` until it succeeds, fails for good or `policy`'s attempts are used up (see the

@@ -4,29 +4,19 @@
 
 use std::path::{Path, PathBuf};
 
-use futures_util::StreamExt;
 use teloxide::Bot;
 use teloxide::net::Download;
 use teloxide::prelude::Requester;
 use teloxide::types::FileId;
-use tokio::io::AsyncWriteExt;
 use tokio_util::sync::CancellationToken;
 
 use super::inbound::{Attachment, Incoming};
 use super::retry::{describe, with_retry};
 use crate::contract::Media;
+use crate::delivery::download::{DownloadError, save_stream};
 use crate::media_files::saved_file_name;
 
-/// Why an attachment was not saved; the reason goes into the marker the model sees.
-#[derive(Debug, thiserror::Error)]
-enum DownloadError {
-    #[error("too large to download ({0} bytes)")]
-    TooLarge(u64),
-    #[error("Telegram would not serve it: {0}")]
-    Telegram(String),
-    #[error("cannot save it: {0}")]
-    Save(#[from] std::io::Error),
-}
+const PLATFORM: &str = "Telegram";
 
 /// Downloads every attachment of `msg` (those within `max_bytes`) into `dir/<chat>/` and
 /// returns the media, and marker lines for the message text about those that could not be saved. A failed download becomes a
@@ -76,43 +66,11 @@ async fn fetch(
     }
     let file = with_retry("getFile", shutdown, || bot.get_file(FileId(attachment.file_id.clone())).into_future())
         .await
-        .map_err(|err| DownloadError::Telegram(describe(&err)))?;
+        .map_err(|err| DownloadError::NotServed { platform: PLATFORM, reason: describe(&err) })?;
     if u64::from(file.meta.size) > max_bytes {
         return Err(DownloadError::TooLarge(u64::from(file.meta.size)));
     }
-    if let Some(parent) = target.parent() {
-        tokio::fs::create_dir_all(parent).await?;
-    }
-    // Written under a temporary name and renamed, so a half-written file is never shown.
-    let partial = target.with_extension("part");
-    let result = stream_to(bot, &file.path, &partial, max_bytes).await;
-    match result {
-        Ok(size) => {
-            tokio::fs::rename(&partial, target).await?;
-            Ok(size)
-        }
-        Err(err) => {
-            let _ = tokio::fs::remove_file(&partial).await;
-            Err(err)
-        }
-    }
-}
-
-async fn stream_to(bot: &Bot, remote: &str, local: &Path, max_bytes: u64) -> Result<u64, DownloadError> {
-    let mut out = tokio::fs::File::create(local).await?;
-    let mut stream = bot.download_file_stream(remote);
-    let mut written = 0u64;
-    while let Some(chunk) = stream.next().await {
-        // reqwest's error would show the download URL, which holds the bot token.
-        let chunk = chunk.map_err(|err| DownloadError::Telegram(err.without_url().to_string()))?;
-        written += chunk.len() as u64;
-        if written > max_bytes {
-            return Err(DownloadError::TooLarge(written));
-        }
-        out.write_all(&chunk).await?;
-    }
-    out.flush().await?;
-    Ok(written)
+    save_stream(PLATFORM, target, max_bytes, bot.download_file_stream(&file.path)).await
 }
 
 fn file_name(message_id: i32, index: usize, attachment: &Attachment) -> PathBuf {

@@ -4,6 +4,8 @@
 use chrono::{DateTime, Utc};
 use teloxide::types::{Message, MessageEntity, MessageEntityKind, MessageEntityRef, User, UserId};
 
+use crate::contract::commands;
+
 /// The bot's own identity, from `getMe`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct BotIdentity {
@@ -12,15 +14,13 @@ pub(crate) struct BotIdentity {
     pub username: String,
 }
 
-/// Commands the bot lists in Telegram's menu; a bare `/command` in a group counts as
-/// addressed to the bot only for these.
-pub(crate) const KNOWN_COMMANDS: &[(&str, &str)] = &[
-    ("start", "Say hello and see what I can do"),
-    ("help", "How to talk to me"),
-    ("new", "Start a new conversation"),
-    ("stop", "Stop the answer in progress"),
-    ("status", "What I am doing right now"),
-];
+/// The command the Telegram adapter answers itself (besides `/help`): Telegram's greeting.
+pub(crate) const START: &str = "start";
+
+/// A bare `/command` in a group counts as addressed to the bot only for known commands.
+pub(crate) fn is_known_command(name: &str) -> bool {
+    name.eq_ignore_ascii_case(START) || commands::find(name).is_some()
+}
 
 /// How a message addresses the bot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -219,7 +219,7 @@ fn address(
     }
     match cmd {
         Some(cmd) if cmd.target.is_some() => Address::Command,
-        Some(cmd) if KNOWN_COMMANDS.iter().any(|(name, _)| name.eq_ignore_ascii_case(cmd.name)) => Address::Command,
+        Some(cmd) if is_known_command(cmd.name) => Address::Command,
         _ => Address::None,
     }
 }

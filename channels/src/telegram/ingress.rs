@@ -15,12 +15,14 @@ use tokio_util::sync::CancellationToken;
 use super::context::GroupContext;
 use super::download::fetch_attachments;
 use super::gate::{Verdict, judge};
-use super::inbound::{BotIdentity, Incoming, classify};
-use super::outbound::{Target, send_markdown};
+use super::inbound::{BotIdentity, Incoming, START, classify};
+use super::send::send_markdown;
+use super::target::Target;
 use super::{CHANNEL, TelegramSettings};
 use crate::bus::{Bus, BusError, BusExt};
-use crate::contract::{InboundMessage, Media, Sender};
-use crate::pairing::{PairingAnswer, PairingDesk, PairingStore};
+use crate::contract::{InboundMessage, Media, Sender, commands};
+use crate::delivery::pairing::PairingCheck;
+use crate::pairing::{PairingAnswer, PairingStore};
 
 /// The inbound half of the Telegram channel.
 pub(crate) struct Ingress {
@@ -28,9 +30,8 @@ pub(crate) struct Ingress {
     pub bus: Arc<dyn Bus>,
     pub settings: Arc<TelegramSettings>,
     pub me: BotIdentity,
-    pub pairing: Option<Arc<dyn PairingStore>>,
+    pairing: PairingCheck,
     context: Mutex<GroupContext>,
-    pairing_desk: PairingDesk,
     /// Local answers stop retrying when the channel shuts down.
     shutdown: CancellationToken,
 }
@@ -45,7 +46,8 @@ impl Ingress {
         shutdown: CancellationToken,
     ) -> Self {
         let context = Mutex::new(GroupContext::new(settings.group_context_messages));
-        Self { bot, bus, settings, me, pairing, context, pairing_desk: PairingDesk::default(), shutdown }
+        let pairing = PairingCheck::new(CHANNEL, pairing, settings.pairing_ttl, settings.pairing_max_pending);
+        Self { bot, bus, settings, me, pairing, context, shutdown }
     }
 
     /// Handles one update. `Err` means the bus did not take the message: retry the update.
@@ -75,7 +77,7 @@ impl Ingress {
 
     async fn forward(&self, msg: &Incoming) -> Result<(), BusError> {
         let local_answer = match msg.command.as_deref() {
-            Some("start") => Some(self.greeting()),
+            Some(START) => Some(self.greeting()),
             Some("help") => Some(self.help()),
             _ => None,
         };
@@ -115,23 +117,7 @@ impl Ingress {
     }
 
     async fn check_pairing(&self, msg: &Incoming) -> Result<(), BusError> {
-        let Some(store) = &self.pairing else {
-            tracing::warn!(sender = msg.author.id, "direct message from an unknown user and no pairing store; ignored");
-            return Ok(());
-        };
-        let settings = &self.settings;
-        let sender = msg.author.id.to_string();
-        let answer = self
-            .pairing_desk
-            .answer(
-                store.as_ref(),
-                CHANNEL,
-                &sender,
-                &msg.author.name,
-                settings.pairing_ttl,
-                settings.pairing_max_pending,
-            )
-            .await;
+        let answer = self.pairing.check(&msg.author.id.to_string(), &msg.author.name).await;
         match answer {
             PairingAnswer::Approved => return self.forward(msg).await,
             PairingAnswer::Reply(text) => self.answer_locally(msg, &text).await,
@@ -158,12 +144,12 @@ impl Ingress {
     }
 
     fn help(&self) -> String {
-        format!(
+        let intro = format!(
             "In a direct chat, every message is for me. In groups, mention @{name} or reply to one of my \
-             messages.\n\n/new – start a new conversation\n/stop – stop the answer in progress\n/status – what \
-             I'm doing\n/help – this message",
+             messages.\n",
             name = self.me.username
-        )
+        );
+        commands::help_text(&intro)
     }
 
     fn lock_context(&self) -> std::sync::MutexGuard<'_, GroupContext> {
@@ -192,7 +178,7 @@ pub(crate) fn inbound_message(msg: &Incoming, content: String, media: Vec<Media>
 
 fn metadata(msg: &Incoming) -> Map<String, Value> {
     let mut metadata = Map::new();
-    metadata.insert("message_id".into(), Value::String(msg.message_id.to_string()));
+    metadata.insert(crate::contract::MESSAGE_ID.into(), Value::String(msg.message_id.to_string()));
     metadata.insert("chat_type".into(), Value::String(msg.chat_type.to_owned()));
     if let Some(title) = &msg.chat_title {
         metadata.insert("chat_title".into(), Value::String(title.clone()));

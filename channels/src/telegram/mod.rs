@@ -20,11 +20,12 @@ use thiserror::Error;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use self::inbound::{BotIdentity, KNOWN_COMMANDS};
+use self::inbound::{BotIdentity, START};
 use self::ingress::Ingress;
 use self::poll::sleep_or_cancel;
 use self::retry::describe;
 use crate::bus::{Bus, BusError};
+use crate::contract::commands;
 use crate::pairing::PairingStore;
 
 pub use crate::policy::{DmPolicy, StreamSettings};
@@ -122,9 +123,12 @@ pub mod fuzzing;
 mod gate;
 mod inbound;
 mod ingress;
+mod platform;
 mod poll;
 mod retry;
+mod send;
 mod split;
+mod target;
 mod upload;
 mod webhook;
 
@@ -282,8 +286,9 @@ async fn receive_by_polling(pending: PendingIngress, timeout: Duration, shutdown
 
 /// The command menu Telegram shows; best effort.
 async fn register_commands(bot: &Bot) {
-    let commands: Vec<BotCommand> =
-        KNOWN_COMMANDS.iter().map(|(name, description)| BotCommand::new(*name, *description)).collect();
+    let start = BotCommand::new(START, "say hello and see what I can do");
+    let known = commands::COMMANDS.iter().map(|command| BotCommand::new(command.name, command.description));
+    let commands: Vec<BotCommand> = std::iter::once(start).chain(known).collect();
     if let Err(err) = bot.set_my_commands(commands).await {
         tracing::warn!(err = %describe(&err), "cannot register the command menu");
     }

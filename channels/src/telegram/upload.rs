@@ -13,8 +13,9 @@ use teloxide::prelude::*;
 use teloxide::types::InputFile;
 use tokio_util::sync::CancellationToken;
 
-use super::outbound::{Target, send_plain};
 use super::retry::{Verdict, classify, describe, with_retry};
+use super::send::send_plain;
+use super::target::Target;
 use crate::contract::Media;
 
 /// The Bot API's limit for photos; larger images go as documents.

@@ -1,4 +1,4 @@
-//! Bookkeeping the chat adapters share when they deliver replies: which outbound messages
+//! Bookkeeping of deliveries: which outbound messages
 //! were delivered, and how far a partly sent one got, so that a redelivery from the bus
 //! neither repeats nor skips anything. In memory, per process.
 

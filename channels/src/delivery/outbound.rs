@@ -1,0 +1,205 @@
+//! Delivering outbound messages: each delivery planned into steps by the platform, sent in
+//! order, and acked once it is in the chat; a streamed draft becomes the reply's first part.
+//!
+//! [`run_outbound`] takes deliveries off the bus and hands them to per-chat sequences (see
+//! [`ChatQueues`](super::queues::ChatQueues)): messages for one chat are sent one after the
+//! other in arrival order, different chats concurrently.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::Ledger;
+use super::live::{DraftState, LiveRuns};
+use super::platform::Platform;
+use super::queues::ChatQueues;
+use crate::bus::{Acker, Deliveries};
+use crate::contract::{OutboundKind, OutboundMessage, reply};
+
+/// Outbound ids remembered as delivered, so a redelivery is not sent twice.
+const DELIVERED_KEPT: usize = 1024;
+/// Partly sent messages whose progress is remembered for their redelivery.
+const PROGRESS_KEPT: usize = 256;
+/// When the platform cannot be reached, the bus offers the message again after this long.
+const REDELIVER_AFTER: Duration = Duration::from_secs(30);
+
+/// What became of one delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// In the chat, or nothing to send: ack.
+    Delivered,
+    /// Can never be delivered (bad address, bot blocked, chat gone): ack after the log line.
+    GivenUp,
+    /// The platform could not be reached: let the bus offer it again later.
+    Later,
+}
+
+/// The state shared by the delivery tasks of one platform.
+pub struct Sender<P: Platform> {
+    platform: Arc<P>,
+    live: Arc<LiveRuns<P>>,
+    shutdown: CancellationToken,
+    ledger: Mutex<Ledger>,
+}
+
+impl<P: Platform> Sender<P> {
+    pub fn new(platform: Arc<P>, live: Arc<LiveRuns<P>>, shutdown: CancellationToken) -> Self {
+        Self::with_ledger(platform, live, shutdown, Ledger::new(DELIVERED_KEPT, PROGRESS_KEPT))
+    }
+
+    pub fn with_ledger(platform: Arc<P>, live: Arc<LiveRuns<P>>, shutdown: CancellationToken, ledger: Ledger) -> Self {
+        Self { platform, live, shutdown, ledger: Mutex::new(ledger) }
+    }
+
+    fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger> {
+        self.ledger.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Delivers one message and acks or naks it.
+    pub async fn handle(&self, msg: OutboundMessage, mut acker: Box<dyn Acker>) {
+        let result = match self.deliver(&msg).await {
+            Outcome::Delivered | Outcome::GivenUp => {
+                self.ledger().record_delivered(&msg.id);
+                acker.ack().await
+            }
+            Outcome::Later => acker.nak(Some(REDELIVER_AFTER)).await,
+        };
+        if let Err(err) = result {
+            tracing::warn!(%err, id = %msg.id, "cannot acknowledge an outbound delivery");
+        }
+    }
+
+    async fn deliver(&self, msg: &OutboundMessage) -> Outcome {
+        if self.ledger().is_delivered(&msg.id) {
+            tracing::info!(id = %msg.id, "outbound message already delivered; not sent again");
+            return Outcome::Delivered;
+        }
+        let mut target = match self.platform.target_of(msg) {
+            Ok(target) => target,
+            Err(err) => {
+                tracing::warn!(%err, id = %msg.id, "outbound message cannot be addressed; dropped");
+                return Outcome::GivenUp;
+            }
+        };
+        let draft = self.take_draft(msg).await;
+        if reply::says_nothing(msg) {
+            if let DraftState::Shown(message) | DraftState::Broken(Some(message)) = draft {
+                self.delete_quietly(&target, message).await;
+            }
+            return Outcome::Delivered;
+        }
+        let steps = self.platform.plan(msg).await;
+        let mut done = self.ledger().progress_of(&msg.id);
+        if done == 0 && self.finish_draft(draft, &target, steps.first()).await {
+            done = 1;
+            self.ledger().record_progress(&msg.id, done);
+        }
+        self.send_steps(msg, &mut target, &steps, done).await
+    }
+
+    /// Sends the steps from `done` on, recording progress.
+    async fn send_steps(
+        &self,
+        msg: &OutboundMessage,
+        target: &mut P::Target,
+        steps: &[P::Step],
+        mut done: usize,
+    ) -> Outcome {
+        let mut redirected = false;
+        while let Some(step) = steps.get(done) {
+            match self.platform.send_step(target, &msg.id, done, step, &self.shutdown).await {
+                Ok(()) => {}
+                // The chat moved: the same step goes to its new place (once; two moves is odd).
+                Err(err) if !redirected && self.platform.redirect(target, &err) => {
+                    redirected = true;
+                    continue;
+                }
+                Err(err) => return self.failed(msg, &err),
+            }
+            done += 1;
+            self.ledger().record_progress(&msg.id, done);
+        }
+        Outcome::Delivered
+    }
+
+    /// Finishes the run this message answers (a reply or notice, not a progress update): stops
+    /// its typing and takes over its streamed draft, if any.
+    async fn take_draft(&self, msg: &OutboundMessage) -> DraftState<P::MessageId> {
+        if msg.kind == OutboundKind::Progress {
+            return DraftState::Nothing;
+        }
+        let mut state = DraftState::Nothing;
+        for key in msg.in_reply_to.as_deref().into_iter().chain(reply::run_id(msg)) {
+            if let Some(draft) = self.live.finish(key) {
+                state = draft.settle().await;
+            }
+        }
+        state
+    }
+
+    /// Turns a streamed draft into the first step of the reply. False when there was no draft
+    /// to finish or the edit failed; then the draft is deleted (if possible) and the whole
+    /// reply is sent as usual, so the chat shows it exactly once either way. A first step the
+    /// platform cannot edit a message into (files) is sent anew too.
+    async fn finish_draft(&self, draft: DraftState<P::MessageId>, target: &P::Target, first: Option<&P::Step>) -> bool {
+        let message = match draft {
+            DraftState::Nothing | DraftState::Broken(None) => return false,
+            DraftState::Broken(Some(message)) => {
+                self.delete_quietly(target, message).await;
+                return false;
+            }
+            DraftState::Shown(message) => message,
+        };
+        let Some(step) = first.filter(|step| self.platform.can_edit_into(step)) else {
+            self.delete_quietly(target, message).await;
+            return false;
+        };
+        match self.platform.edit_into(target, message, step, &self.shutdown).await {
+            Ok(()) => true,
+            Err(err) => {
+                let error = self.platform.describe(&err);
+                tracing::info!(?target, %error, "cannot finish a streamed draft; sending the reply");
+                self.delete_quietly(target, message).await;
+                false
+            }
+        }
+    }
+
+    /// Deletes a message, logging instead of failing: used to remove streamed drafts.
+    async fn delete_quietly(&self, target: &P::Target, message: P::MessageId) {
+        if let Err(err) = self.platform.delete(target, message).await {
+            let error = self.platform.describe(&err);
+            tracing::info!(?target, ?message, %error, "cannot delete a streamed draft");
+        }
+    }
+
+    /// Logs a failed send once and decides between giving up and trying later.
+    fn failed(&self, msg: &OutboundMessage, err: &P::Error) -> Outcome {
+        let (name, error) = (P::NAME, self.platform.describe(err));
+        if self.platform.is_final(err) {
+            tracing::warn!(id = %msg.id, chat = %msg.chat_id, %error, "{name} refused an outbound message; given up");
+            Outcome::GivenUp
+        } else {
+            tracing::warn!(id = %msg.id, chat = %msg.chat_id, %error, "{name} unreachable; the message will be retried");
+            Outcome::Later
+        }
+    }
+
+    pub(super) fn queue_key(&self, msg: &OutboundMessage) -> String {
+        self.platform.queue_key(msg)
+    }
+}
+
+/// Takes the platform's outbound messages off the bus and delivers them until `shutdown` or
+/// the end of `replies`. Replies to runs followed by [`run_live`](super::live::run_live) stop
+/// their typing and take over their streamed drafts.
+pub async fn run_outbound<P: Platform>(
+    platform: Arc<P>,
+    replies: Deliveries,
+    live: Arc<LiveRuns<P>>,
+    shutdown: CancellationToken,
+) {
+    let sender = Arc::new(Sender::new(platform, live, shutdown.clone()));
+    ChatQueues::new(sender).run(replies, shutdown).await;
+}
