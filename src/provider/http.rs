@@ -23,6 +23,12 @@ pub(crate) fn sensitive_value(text: &str) -> Option<HeaderValue> {
     Some(value)
 }
 
+/// The API key as a header value, or a config error that does not echo it.
+pub(crate) fn key_header_value(text: &str) -> Result<HeaderValue, super::ProviderError> {
+    sensitive_value(text)
+        .ok_or_else(|| super::ProviderError::Config("api_key contains characters not allowed in a header".into()))
+}
+
 pub(crate) fn is_event_stream(headers: &HeaderMap) -> bool {
     headers
         .get(CONTENT_TYPE)

@@ -21,7 +21,7 @@ pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 const OMITTED_HISTORY: &str = "(earlier messages omitted)";
 
 #[derive(Debug, Serialize)]
-pub(super) struct WireRequest<'a> {
+pub struct WireRequest<'a> {
     model: &'a str,
     max_tokens: u32,
     #[serde(skip_serializing_if = "String::is_empty")]
