@@ -114,6 +114,24 @@ pub(crate) fn redact(message: String, secret: Option<&str>) -> String {
     redacted
 }
 
+/// What a refused request's body said, as an error: its message (or, without one, an excerpt
+/// of the body) with `secret` blanked out; a context overflow when the API's error code says so
+/// (`overflow_code`) or the message reads like one, else the HTTP status.
+pub(crate) fn refusal(
+    status: u16,
+    retry_after: Option<std::time::Duration>,
+    message: Option<String>,
+    body: &[u8],
+    overflow_code: bool,
+    secret: Option<&str>,
+) -> super::ProviderError {
+    let message = redact(message.unwrap_or_else(|| text_excerpt(body)), secret);
+    if overflow_code || looks_like_overflow(&message) {
+        return super::ProviderError::ContextOverflow(message);
+    }
+    super::ProviderError::Http { status, message, retry_after }
+}
+
 /// Whether an error message says the prompt does not fit the model's context window
 /// (OpenAI's `context_length_exceeded`, Anthropic's "prompt is too long: N tokens > M maximum").
 pub(crate) fn looks_like_overflow(message: &str) -> bool {

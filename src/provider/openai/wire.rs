@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use switchboard_channels::contract::Usage;
 
-use crate::provider::http::{looks_like_overflow, redact, text_excerpt};
+use crate::provider::http::refusal;
 use crate::provider::http_provider::StreamDecoder;
 use crate::provider::sse::{SseEvent, StreamEnd};
 use crate::provider::{ChatMessage, ChatRequest, ChatResponse, ProviderError, Role, TextSink, ToolCall, ToolChoice};
@@ -478,12 +478,8 @@ pub(super) fn error_from_body(
         Some(value) => error_fields(value),
         None => (None, None),
     };
-    let message = redact(message.unwrap_or_else(|| text_excerpt(body)), secret);
-    let overflow = code.as_deref() == Some("context_length_exceeded") || looks_like_overflow(&message);
-    if overflow {
-        return ProviderError::ContextOverflow(message);
-    }
-    ProviderError::Http { status, message, retry_after }
+    let overflow_code = code.as_deref() == Some("context_length_exceeded");
+    refusal(status, retry_after, message, body, overflow_code, secret)
 }
 
 /// An `error` object inside a stream (after the 200): its `code` is the HTTP status some
