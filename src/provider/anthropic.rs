@@ -7,7 +7,7 @@ mod wire;
 use std::fmt;
 use std::time::Duration;
 
-use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
 use super::http::{key_header_value, redact_password};
 use super::http_provider::{HttpProvider, Settings, WireFormat};
@@ -88,8 +88,14 @@ impl WireFormat for AnthropicWire {
         messages_endpoint(&config.base_url)
     }
 
+    /// The API version and the key.
     fn headers(config: &AnthropicConfig) -> Result<HeaderMap, ProviderError> {
-        default_headers(config)
+        let mut headers = HeaderMap::new();
+        headers.insert(HeaderName::from_static("anthropic-version"), HeaderValue::from_static(API_VERSION));
+        if let Some(key) = config.api_key.as_deref().filter(|k| !k.is_empty()) {
+            headers.insert(HeaderName::from_static("x-api-key"), key_header_value(key)?);
+        }
+        Ok(headers)
     }
 
     fn encode_request(request: &ChatRequest, stream: bool) -> wire::WireRequest<'_> {
@@ -115,16 +121,6 @@ fn messages_endpoint(base_url: &str) -> Result<reqwest::Url, ProviderError> {
         "http" | "https" => Ok(url),
         other => Err(ProviderError::Config(format!("base_url: scheme {other:?} is not http or https"))),
     }
-}
-
-fn default_headers(config: &AnthropicConfig) -> Result<HeaderMap, ProviderError> {
-    let mut headers = HeaderMap::new();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    headers.insert(HeaderName::from_static("anthropic-version"), HeaderValue::from_static(API_VERSION));
-    if let Some(key) = config.api_key.as_deref().filter(|k| !k.is_empty()) {
-        headers.insert(HeaderName::from_static("x-api-key"), key_header_value(key)?);
-    }
-    Ok(headers)
 }
 
 #[cfg(test)]

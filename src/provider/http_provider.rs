@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use futures_util::StreamExt;
-use reqwest::header::HeaderMap;
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
 use serde::Serialize;
 
 use super::clients::Clients;
@@ -52,7 +52,8 @@ pub trait WireFormat: Send + Sync + 'static {
     fn settings(config: &Self::Config) -> Settings<'_>;
     /// The URL every request is POSTed to.
     fn endpoint(config: &Self::Config) -> Result<reqwest::Url, ProviderError>;
-    /// Sent with every request; keys marked sensitive so that reqwest never prints them.
+    /// Sent with every request besides `Content-Type`; keys marked sensitive so that reqwest
+    /// never prints them.
     fn headers(config: &Self::Config) -> Result<HeaderMap, ProviderError>;
     fn encode_request(request: &ChatRequest, stream: bool) -> Self::Body<'_>;
     /// Decodes a whole (non-streamed) answer.
@@ -108,7 +109,9 @@ impl<W: WireFormat> HttpProvider<W> {
     /// Checks the URL and headers now, so a bad config fails at start, not on the first call.
     pub fn new(config: W::Config) -> Result<Self, ProviderError> {
         let endpoint = W::endpoint(&config)?;
-        let clients = Clients::new(W::headers(&config)?, W::settings(&config).request_timeout)?;
+        let mut headers = W::headers(&config)?;
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        let clients = Clients::new(headers, W::settings(&config).request_timeout)?;
         Ok(Self { config, clients, endpoint, format: PhantomData })
     }
 

@@ -7,7 +7,7 @@ mod wire;
 use std::fmt;
 use std::time::Duration;
 
-use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName};
 
 use super::http::{key_header_value, redact_password, sensitive_value};
 use super::http_provider::{HttpProvider, Settings, WireFormat};
@@ -89,8 +89,21 @@ impl WireFormat for OpenAiWire {
         chat_endpoint(&config.base_url)
     }
 
+    /// The key and the extra headers.
     fn headers(config: &OpenAiConfig) -> Result<HeaderMap, ProviderError> {
-        default_headers(config)
+        let mut headers = HeaderMap::new();
+        if let Some(key) = config.api_key.as_deref().filter(|k| !k.is_empty()) {
+            headers.insert(AUTHORIZATION, key_header_value(&format!("Bearer {key}"))?);
+        }
+        for (name, value) in &config.extra_headers {
+            let header = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| ProviderError::Config(format!("extra header name {name:?} is not valid")))?;
+            let value = sensitive_value(value).ok_or_else(|| {
+                ProviderError::Config(format!("extra header {name:?} has a value not allowed in a header"))
+            })?;
+            headers.insert(header, value);
+        }
+        Ok(headers)
     }
 
     fn encode_request(request: &ChatRequest, stream: bool) -> wire::WireRequest<'_> {
@@ -113,24 +126,6 @@ fn chat_endpoint(base_url: &str) -> Result<reqwest::Url, ProviderError> {
         "http" | "https" => Ok(url),
         other => Err(ProviderError::Config(format!("base_url {base_url:?}: scheme {other:?} is not http or https"))),
     }
-}
-
-/// The key and the extra headers, marked sensitive so that reqwest never prints them.
-fn default_headers(config: &OpenAiConfig) -> Result<HeaderMap, ProviderError> {
-    let mut headers = HeaderMap::new();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    if let Some(key) = config.api_key.as_deref().filter(|k| !k.is_empty()) {
-        headers.insert(AUTHORIZATION, key_header_value(&format!("Bearer {key}"))?);
-    }
-    for (name, value) in &config.extra_headers {
-        let header = HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| ProviderError::Config(format!("extra header name {name:?} is not valid")))?;
-        let value = sensitive_value(value).ok_or_else(|| {
-            ProviderError::Config(format!("extra header {name:?} has a value not allowed in a header"))
-        })?;
-        headers.insert(header, value);
-    }
-    Ok(headers)
 }
 
 #[cfg(test)]
