@@ -23,6 +23,12 @@ pub(crate) fn sensitive_value(text: &str) -> Option<HeaderValue> {
     Some(value)
 }
 
+/// The API key as a header value, or a config error that does not echo it.
+pub(crate) fn key_header_value(text: &str) -> Result<HeaderValue, super::ProviderError> {
+    sensitive_value(text)
+        .ok_or_else(|| super::ProviderError::Config("api_key contains characters not allowed in a header".into()))
+}
+
 pub(crate) fn is_event_stream(headers: &HeaderMap) -> bool {
     headers
         .get(CONTENT_TYPE)
@@ -106,6 +112,24 @@ pub(crate) fn redact(message: String, secret: Option<&str>) -> String {
     }
     redacted.push_str(&message[copied..]);
     redacted
+}
+
+/// What a refused request's body said, as an error: its message (or, without one, an excerpt
+/// of the body) with `secret` blanked out; a context overflow when the API's error code says so
+/// (`overflow_code`) or the message reads like one, else the HTTP status.
+pub(crate) fn refusal(
+    status: u16,
+    retry_after: Option<std::time::Duration>,
+    message: Option<String>,
+    body: &[u8],
+    overflow_code: bool,
+    secret: Option<&str>,
+) -> super::ProviderError {
+    let message = redact(message.unwrap_or_else(|| text_excerpt(body)), secret);
+    if overflow_code || looks_like_overflow(&message) {
+        return super::ProviderError::ContextOverflow(message);
+    }
+    super::ProviderError::Http { status, message, retry_after }
 }
 
 /// Whether an error message says the prompt does not fit the model's context window

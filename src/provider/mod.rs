@@ -5,6 +5,7 @@ pub mod anthropic;
 mod clients;
 pub mod failover;
 mod http;
+mod http_provider;
 pub mod openai;
 pub mod pricing;
 mod retry;

@@ -9,7 +9,7 @@ use thiserror::Error;
 
 /// One dispatched event.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct SseEvent {
+pub struct SseEvent {
     /// The `event:` field, if the server named the event type.
     pub event: Option<String>,
     /// The `data:` lines, joined with `\n`.
@@ -27,7 +27,7 @@ impl SseEvent {
 
 /// How a streamed answer ended.
 #[derive(Debug)]
-pub(crate) enum StreamEnd {
+pub enum StreamEnd {
     /// The answer arrived whole.
     Complete(super::ChatResponse),
     /// The stream ended before the answer was whole: empty (llama.cpp-style servers answer a

@@ -9,26 +9,24 @@
 //! answered with an error. Requests without `anthropic-version` or `max_tokens` get a 400,
 //! as from the real API.
 
-use std::collections::{BTreeMap, VecDeque};
-use std::convert::Infallible;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use futures_util::StreamExt;
 use serde_json::{Value, json};
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
-pub use crate::fake_llm::Scripted;
-use crate::fake_llm::split_text;
+pub use crate::fake_server::Scripted;
+use crate::fake_server::{
+    CallLog, ModelScript, ServerTask, Settled, bind_loopback, event_stream, event_stream_at_once, json_or_text,
+    json_status, split_text,
+};
 
 /// An Anthropic-style error body.
 pub fn error_body(kind: &str, message: &str) -> Value {
@@ -66,30 +64,22 @@ pub struct Recorded {
 }
 
 struct Shared {
-    script: Mutex<VecDeque<Scripted>>,
-    requests: Mutex<Vec<Recorded>>,
-    received: watch::Sender<usize>,
+    script: ModelScript,
+    requests: CallLog<Recorded>,
     api_key: Option<String>,
-    next_call_id: AtomicU64,
-    stopped: watch::Sender<bool>,
 }
 
 /// The running server; stops when dropped.
 pub struct FakeAnthropic {
     addr: SocketAddr,
     shared: Arc<Shared>,
-    server: JoinHandle<()>,
+    _server: ServerTask,
 }
 
 impl Drop for FakeAnthropic {
     fn drop(&mut self) {
-        self.shared.stopped.send_replace(true);
-        self.server.abort();
+        self.shared.script.release_hangs();
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl FakeAnthropic {
@@ -104,23 +94,11 @@ impl FakeAnthropic {
     }
 
     async fn spawn(api_key: Option<String>) -> FakeAnthropic {
-        let shared = Arc::new(Shared {
-            script: Mutex::new(VecDeque::new()),
-            requests: Mutex::new(Vec::new()),
-            received: watch::Sender::new(0),
-            api_key,
-            next_call_id: AtomicU64::new(1),
-            stopped: watch::Sender::new(false),
-        });
+        let shared = Arc::new(Shared { script: ModelScript::new(), requests: CallLog::new(), api_key });
         let router = Router::new().route("/v1/messages", post(messages)).with_state(shared.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0 for FakeAnthropic");
-        let addr = listener.local_addr().expect("FakeAnthropic local address");
-        let server = tokio::spawn(async move {
-            if let Err(error) = axum::serve(listener, router).await {
-                eprintln!("FakeAnthropic server stopped: {error}");
-            }
-        });
-        FakeAnthropic { addr, shared, server }
+        let (listener, addr) = bind_loopback("FakeAnthropic").await;
+        let server = ServerTask::serve("FakeAnthropic", listener, router);
+        FakeAnthropic { addr, shared, _server: server }
     }
 
     /// `http://127.0.0.1:PORT`, ready for a provider's `base_url` (no `/v1`).
@@ -130,40 +108,33 @@ impl FakeAnthropic {
 
     /// Queues an answer; answers are used in the order queued.
     pub fn push(&self, step: Scripted) {
-        lock(&self.shared.script).push_back(step);
+        self.shared.script.push(step);
     }
 
     /// Every request body received so far, in order.
     pub fn requests(&self) -> Vec<Value> {
-        lock(&self.shared.requests).iter().map(|r| r.body.clone()).collect()
+        self.shared.requests.with(|requests| requests.iter().map(|r| r.body.clone()).collect())
     }
 
     /// Every request with its headers.
     pub fn recorded(&self) -> Vec<Recorded> {
-        lock(&self.shared.requests).clone()
+        self.shared.requests.all()
     }
 
     /// Waits until at least `n` requests arrived or `timeout` passed; returns them all.
     pub async fn wait_for_requests(&self, n: usize, timeout: Duration) -> Vec<Value> {
-        let mut received = self.shared.received.subscribe();
-        let _ = tokio::time::timeout(timeout, received.wait_for(|count| *count >= n)).await;
+        self.shared.requests.wait_for_count(n, timeout).await;
         self.requests()
     }
 }
 
 fn record(shared: &Shared, headers: &HeaderMap, body: &Bytes) -> Value {
-    let request: Value =
-        serde_json::from_slice(body).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into_owned()));
+    let request = json_or_text(body);
     let headers = headers
         .iter()
         .map(|(name, value)| (name.as_str().to_owned(), String::from_utf8_lossy(value.as_bytes()).into_owned()))
         .collect();
-    let number = {
-        let mut requests = lock(&shared.requests);
-        requests.push(Recorded { headers, body: request.clone() });
-        requests.len()
-    };
-    shared.received.send_modify(|count| *count = (*count).max(number));
+    shared.requests.record(Recorded { headers, body: request.clone() });
     request
 }
 
@@ -173,17 +144,17 @@ fn refusal(shared: &Shared, headers: &HeaderMap, request: &Value) -> Option<Resp
     if let Some(key) = &shared.api_key
         && header("x-api-key") != Some(key.as_str())
     {
-        return Some(status_response(401, None, error_body("authentication_error", "invalid x-api-key")));
+        return Some(json_status(401, None, error_body("authentication_error", "invalid x-api-key")));
     }
     if header("anthropic-version").is_none() {
-        return Some(status_response(
+        return Some(json_status(
             400,
             None,
             error_body("invalid_request_error", "anthropic-version: header is required"),
         ));
     }
     if !request.is_object() || request.get("max_tokens").and_then(Value::as_u64).is_none() {
-        return Some(status_response(400, None, error_body("invalid_request_error", "max_tokens: Field required")));
+        return Some(json_status(400, None, error_body("invalid_request_error", "max_tokens: Field required")));
     }
     None
 }
@@ -193,50 +164,27 @@ async fn messages(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: B
     if let Some(response) = refusal(&shared, &headers, &request) {
         return response;
     }
-    let next = lock(&shared.script).pop_front();
-    let mut step = next.unwrap_or_else(|| Scripted::Text(format!("echo: {}", last_user_text(&request))));
-    loop {
-        match step {
-            Scripted::Delay(wait, then) => {
-                tokio::time::sleep(wait).await;
-                step = *then;
-            }
-            Scripted::Hang => {
-                let _ = shared.stopped.subscribe().wait_for(|stopped| *stopped).await;
-                return StatusCode::SERVICE_UNAVAILABLE.into_response();
-            }
-            Scripted::Status { code, retry_after, body } => return status_response(code, retry_after, body),
-            // A stream cut short: `message_start`, then the body ends without `message_stop`.
-            Scripted::Interrupted if request["stream"] == true => {
-                let start = json!({"type": "message_start", "message": {"id": "msg_fake", "type": "message",
-                    "role": "assistant", "model": request["model"], "content": [], "usage": {"input_tokens": 1, "output_tokens": 0}}});
-                let mut response = format!("event: message_start\ndata: {start}\n\n").into_response();
-                response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-                return response;
-            }
-            Scripted::Interrupted => step = Scripted::Text(format!("echo: {}", last_user_text(&request))),
-            Scripted::Text(text) => return answer(&request, vec![json!({"type": "text", "text": text})]),
-            Scripted::ToolCalls(calls) => {
-                let blocks = calls
-                    .into_iter()
-                    .map(|(name, input)| {
-                        let id = format!("toolu_{}", shared.next_call_id.fetch_add(1, Ordering::Relaxed));
-                        json!({"type": "tool_use", "id": id, "name": name, "input": input})
-                    })
-                    .collect();
-                return answer(&request, blocks);
-            }
+    let streamed = request["stream"] == true;
+    match shared.script.play(None, streamed, &last_user_text(&request)).await {
+        Settled::Response(response) => response,
+        // A stream cut short: `message_start`, then the body ends without `message_stop`.
+        Settled::Interrupted => {
+            let start = json!({"type": "message_start", "message": {"id": "msg_fake", "type": "message",
+                "role": "assistant", "model": request["model"], "content": [], "usage": {"input_tokens": 1, "output_tokens": 0}}});
+            event_stream_at_once(format!("event: message_start\ndata: {start}\n\n"))
+        }
+        Settled::Text(text) => answer(&request, vec![json!({"type": "text", "text": text})]),
+        Settled::ToolCalls(calls) => {
+            let blocks = calls
+                .into_iter()
+                .map(|(name, input)| {
+                    let id = format!("toolu_{}", shared.script.next_call_id());
+                    json!({"type": "tool_use", "id": id, "name": name, "input": input})
+                })
+                .collect();
+            answer(&request, blocks)
         }
     }
-}
-
-fn status_response(code: u16, retry_after: Option<u64>, body: Value) -> Response {
-    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut response = (status, axum::Json(body)).into_response();
-    if let Some(seconds) = retry_after {
-        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
-    }
-    response
 }
 
 /// The text of the last user message that has any (tool results are not user text).
@@ -295,15 +243,8 @@ fn stream_answer(model: &str, blocks: Vec<Value>, stop_reason: &str, (input, out
         json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": null}, "usage": {"output_tokens": output}}),
     ));
     events.push(("message_stop", json!({"type": "message_stop"})));
-    let frames: Vec<String> = events.iter().map(|(name, data)| format!("event: {name}\ndata: {data}\n\n")).collect();
-    // A short pause between frames, so the client really sees them arrive one by one.
-    let body = futures_util::stream::iter(frames).then(|frame| async move {
-        tokio::time::sleep(Duration::from_millis(2)).await;
-        Ok::<_, Infallible>(frame)
-    });
-    let mut response = Body::from_stream(body).into_response();
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    response
+    let frames = events.iter().map(|(name, data)| format!("event: {name}\ndata: {data}\n\n")).collect();
+    event_stream(frames)
 }
 
 /// `content_block_start`, the deltas (text in four pieces, tool input JSON in three), `_stop`.

@@ -7,5 +7,6 @@ pub mod daemon_process;
 pub mod fake_anthropic;
 pub mod fake_discord;
 pub mod fake_llm;
+mod fake_server;
 pub mod fake_telegram;
 pub mod nats;

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use switchboard::context::pipeline::{Budget, prepare};
 use switchboard::provider::anthropic::{API_VERSION, AnthropicConfig, AnthropicProvider};
 use switchboard::provider::failover::{FailoverEntry, FailoverProvider};
 use switchboard::provider::openai::{OpenAiConfig, OpenAiProvider};
@@ -102,6 +103,38 @@ async fn tool_calls_whole_and_streamed_with_split_json() {
         assert!(response.tool_calls.iter().all(|c| c.id.starts_with("toolu_")));
         assert_eq!(response.finish_reason.as_deref(), Some("tool_use"));
     }
+}
+
+/// The context pipeline's output, sent through the Anthropic wire: the Messages API refuses a
+/// conversation whose roles do not alternate from the user.
+#[tokio::test]
+async fn a_history_with_failed_turns_reaches_anthropic_alternating_from_the_user() {
+    let fake = FakeAnthropic::start().await;
+    // Two failed turns (their inputs stored without replies), a tool turn, a cut-off start.
+    let call = |id: &str| ToolCall { id: id.into(), name: "read_file".into(), arguments: json!({"path": id}) };
+    let (a, b) = (call("a"), call("b"));
+    let history = vec![
+        ChatMessage::assistant("a reply whose question was cut off", vec![]),
+        ChatMessage::user("first"),
+        ChatMessage::user("second?"),
+        ChatMessage::assistant("", vec![a.clone(), b.clone()]),
+        ChatMessage::tool_result(&a, "A"),
+        ChatMessage::tool_result(&b, "B"),
+        ChatMessage::assistant("Done.", vec![]),
+        ChatMessage::user("hello?"),
+    ];
+    let budget = Budget { input: 1_000_000, fixed: 0 };
+    let mut request = ask("unused");
+    request.messages = vec![ChatMessage::system("s")];
+    request.messages.extend(prepare(history, None, budget, &Default::default(), &Default::default()));
+    request.messages.push(ChatMessage::user("now"));
+    provider(&fake, false).complete(&request, None).await.unwrap();
+    let sent = fake.requests();
+    let roles: Vec<&str> =
+        sent[0]["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles.first(), Some(&"user"));
+    assert!(roles.windows(2).all(|pair| pair[0] != pair[1]), "{roles:?}");
+    assert_eq!(roles.last(), Some(&"user"));
 }
 
 #[tokio::test]

@@ -9,7 +9,8 @@ use serde_json::Value;
 use switchboard_channels::contract::Usage;
 
 use super::wire::{WireUsage, decode_input, error_from_event};
-use crate::provider::sse::StreamEnd;
+use crate::provider::http_provider::StreamDecoder;
+use crate::provider::sse::{SseEvent, StreamEnd};
 use crate::provider::{ChatResponse, ProviderError, TextSink, ToolCall};
 
 /// One content block being received.
@@ -51,7 +52,7 @@ struct StartMessage {
 }
 
 #[derive(Debug, Default)]
-pub(super) struct StreamAccumulator {
+pub struct StreamAccumulator {
     blocks: BTreeMap<usize, Block>,
     usage: Usage,
     model: String,
@@ -136,17 +137,6 @@ impl StreamAccumulator {
         }
     }
 
-    /// Whether the stream really started: a body without `message_start` is not an answer.
-    pub fn is_started(&self) -> bool {
-        self.started
-    }
-
-    /// The stream broke off (`why`) before `message_stop`.
-    pub fn unfinished(self, why: String) -> StreamEnd {
-        let streamed = self.blocks.values().any(|block| matches!(block, Block::Text(text) if !text.is_empty()));
-        StreamEnd::Unfinished { streamed, why }
-    }
-
     pub fn finish(self) -> ChatResponse {
         let mut content = String::new();
         let mut tool_calls = Vec::new();
@@ -160,6 +150,33 @@ impl StreamAccumulator {
             }
         }
         ChatResponse { content, tool_calls, usage: self.usage, model: self.model, finish_reason: self.stop_reason }
+    }
+}
+
+impl StreamDecoder for StreamAccumulator {
+    fn apply_event(
+        &mut self,
+        event: &SseEvent,
+        sink: Option<TextSink<'_>>,
+        secret: Option<&str>,
+    ) -> Result<Option<StreamEnd>, ProviderError> {
+        if event.data.trim().is_empty() || !self.apply(&event.data, sink, secret)? {
+            return Ok(None);
+        }
+        Ok(Some(StreamEnd::Complete(std::mem::take(self).finish())))
+    }
+
+    /// Without `message_stop` the answer may be cut short; a body without `message_start` is
+    /// no answer at all.
+    fn body_closed(self) -> StreamEnd {
+        let what = if self.started { "before message_stop" } else { "before any event" };
+        self.unfinished(format!("the stream ended {what}"))
+    }
+
+    /// The stream broke off (`why`) before `message_stop`.
+    fn unfinished(self, why: String) -> StreamEnd {
+        let streamed = self.blocks.values().any(|block| matches!(block, Block::Text(text) if !text.is_empty()));
+        StreamEnd::Unfinished { streamed, why }
     }
 }
 

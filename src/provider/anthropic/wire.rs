@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use switchboard_channels::contract::Usage;
 
-use crate::provider::http::{looks_like_overflow, redact, text_excerpt};
+use crate::provider::http::refusal;
 use crate::provider::{ChatMessage, ChatRequest, ChatResponse, ProviderError, Role, ToolCall, ToolChoice};
 
 /// Sent when the request sets no `max_tokens`: the Messages API requires one.
@@ -21,7 +21,7 @@ pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 const OMITTED_HISTORY: &str = "(earlier messages omitted)";
 
 #[derive(Debug, Serialize)]
-pub(super) struct WireRequest<'a> {
+pub struct WireRequest<'a> {
     model: &'a str,
     max_tokens: u32,
     #[serde(skip_serializing_if = "String::is_empty")]
@@ -232,15 +232,9 @@ pub(super) fn error_from_body(
     secret: Option<&str>,
 ) -> ProviderError {
     let json: Option<Value> = serde_json::from_slice(body).ok();
-    let message = json
-        .as_ref()
-        .and_then(|v| v["error"]["message"].as_str().or(v["message"].as_str()).map(str::to_owned))
-        .unwrap_or_else(|| text_excerpt(body));
-    let message = redact(message, secret);
-    if looks_like_overflow(&message) {
-        return ProviderError::ContextOverflow(message);
-    }
-    ProviderError::Http { status, message, retry_after }
+    let message =
+        json.as_ref().and_then(|v| v["error"]["message"].as_str().or(v["message"].as_str()).map(str::to_owned));
+    refusal(status, retry_after, message, body, false, secret)
 }
 
 /// An `error` event inside a stream (after the 200): its error type says which status the

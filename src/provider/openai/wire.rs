@@ -10,12 +10,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use switchboard_channels::contract::Usage;
 
-use crate::provider::http::{looks_like_overflow, redact, text_excerpt};
-use crate::provider::sse::StreamEnd;
+use crate::provider::http::refusal;
+use crate::provider::http_provider::StreamDecoder;
+use crate::provider::sse::{SseEvent, StreamEnd};
 use crate::provider::{ChatMessage, ChatRequest, ChatResponse, ProviderError, Role, TextSink, ToolCall, ToolChoice};
 
 #[derive(Debug, Serialize)]
-pub(super) struct WireRequest<'a> {
+pub struct WireRequest<'a> {
     model: &'a str,
     messages: Vec<WireMessage<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -312,7 +313,7 @@ struct PartialCall {
 
 /// Builds a [`ChatResponse`] from streamed chunks.
 #[derive(Debug, Default)]
-pub(super) struct StreamAccumulator {
+pub struct StreamAccumulator {
     content: String,
     /// By the `index` the deltas carry: a call's id and name come in its first delta, its
     /// arguments in pieces over the following ones.
@@ -324,7 +325,7 @@ pub(super) struct StreamAccumulator {
 }
 
 impl StreamAccumulator {
-    pub fn apply(&mut self, chunk: StreamChunk, sink: Option<TextSink<'_>>) {
+    pub(super) fn apply(&mut self, chunk: StreamChunk, sink: Option<TextSink<'_>>) {
         self.chunks += 1;
         if let Some(model) = chunk.model.filter(|m| !m.is_empty()) {
             self.model = model;
@@ -382,11 +383,6 @@ impl StreamAccumulator {
         self.unfinished(why.to_owned())
     }
 
-    /// The stream broke off (`why`) before the answer was whole.
-    pub fn unfinished(self, why: String) -> StreamEnd {
-        StreamEnd::Unfinished { streamed: !self.content.is_empty(), why }
-    }
-
     pub fn finish(self) -> ChatResponse {
         let tool_calls = self
             .calls
@@ -407,6 +403,68 @@ impl StreamAccumulator {
     }
 }
 
+impl StreamDecoder for StreamAccumulator {
+    fn apply_event(
+        &mut self,
+        event: &SseEvent,
+        sink: Option<TextSink<'_>>,
+        secret: Option<&str>,
+    ) -> Result<Option<StreamEnd>, ProviderError> {
+        if event.is_done() {
+            return Ok(Some(std::mem::take(self).end(true)));
+        }
+        self.apply_data(event, sink, secret)?;
+        Ok(None)
+    }
+
+    /// A `[DONE]` without its blank line is no end marker: the answer must be whole by itself.
+    fn apply_trailing_event(
+        &mut self,
+        event: &SseEvent,
+        sink: Option<TextSink<'_>>,
+        secret: Option<&str>,
+    ) -> Result<Option<StreamEnd>, ProviderError> {
+        if !event.is_done() {
+            self.apply_data(event, sink, secret)?;
+        }
+        Ok(None)
+    }
+
+    fn body_closed(self) -> StreamEnd {
+        self.end(false)
+    }
+
+    fn unfinished(self, why: String) -> StreamEnd {
+        StreamEnd::Unfinished { streamed: !self.content.is_empty(), why }
+    }
+}
+
+impl StreamAccumulator {
+    fn apply_data(
+        &mut self,
+        event: &SseEvent,
+        sink: Option<TextSink<'_>>,
+        secret: Option<&str>,
+    ) -> Result<(), ProviderError> {
+        if event.data.trim().is_empty() {
+            // A keep-alive written as an empty `data:` line.
+            return Ok(());
+        }
+        let chunk: StreamChunk = match event.event.as_deref() {
+            None | Some("message") | Some("error") => {
+                serde_json::from_str(&event.data).map_err(|e| ProviderError::Decode(format!("stream chunk: {e}")))?
+            }
+            // Named events (pings and the like) are not part of the OpenAI format.
+            Some(_) => return Ok(()),
+        };
+        if let Some(error) = &chunk.error {
+            return Err(error_from_stream(error, secret));
+        }
+        self.apply(chunk, sink);
+        Ok(())
+    }
+}
+
 /// Maps an error answer to a [`ProviderError`], with the provider's own message.
 /// `secret` (the API key) is blanked out of the message should the provider echo it.
 pub(super) fn error_from_body(
@@ -420,12 +478,8 @@ pub(super) fn error_from_body(
         Some(value) => error_fields(value),
         None => (None, None),
     };
-    let message = redact(message.unwrap_or_else(|| text_excerpt(body)), secret);
-    let overflow = code.as_deref() == Some("context_length_exceeded") || looks_like_overflow(&message);
-    if overflow {
-        return ProviderError::ContextOverflow(message);
-    }
-    ProviderError::Http { status, message, retry_after }
+    let overflow_code = code.as_deref() == Some("context_length_exceeded");
+    refusal(status, retry_after, message, body, overflow_code, secret)
 }
 
 /// An `error` object inside a stream (after the 200): its `code` is the HTTP status some

@@ -31,8 +31,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
+use crate::fake_server::{CallLog, Describe, ServerTask, bind_loopback, local_addr, lock};
 use gateway::Gateway;
 use state::State;
 
@@ -99,6 +99,13 @@ pub struct Call {
     pub failed: bool,
 }
 
+impl Describe for Call {
+    fn describe(&self) -> String {
+        let failed = if self.failed { " (failed)" } else { "" };
+        format!("{} {}{failed} {}", self.method, self.path, self.body)
+    }
+}
+
 /// A message the bot created successfully.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SentMessage {
@@ -132,8 +139,8 @@ pub struct BotUser {
 struct Shared {
     rest: Mutex<State>,
     gateway: Mutex<Gateway>,
-    /// The number of REST calls recorded, for [`FakeDiscord::wait_for_calls`].
-    recorded: watch::Sender<usize>,
+    /// Every REST call and download, in the order they were answered.
+    calls: CallLog<Call>,
     /// Successful IDENTIFYs plus RESUMEs, for [`FakeDiscord::wait_connected`].
     connected: watch::Sender<usize>,
 }
@@ -148,26 +155,7 @@ impl Shared {
     }
 
     fn record(&self, call: Call) {
-        let count = {
-            let mut state = self.rest();
-            state.calls.push(call);
-            state.calls.len()
-        };
-        self.recorded.send_modify(|recorded| *recorded = (*recorded).max(count));
-    }
-}
-
-/// A poisoned lock only means another test thread panicked; the data is still usable.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Aborts the accept loop when the last handle is dropped.
-struct ServerTask(JoinHandle<()>);
-
-impl Drop for ServerTask {
-    fn drop(&mut self) {
-        self.0.abort();
+        self.calls.record(call);
     }
 }
 
@@ -185,8 +173,7 @@ impl FakeDiscord {
 
     /// Starts a server on 127.0.0.1, a random port.
     pub async fn start() -> FakeDiscord {
-        // A test helper: failing to bind loopback is an environment problem worth a panic.
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0 for FakeDiscord");
+        let (listener, _) = bind_loopback("FakeDiscord").await;
         FakeDiscord::serve(listener)
     }
 
@@ -197,20 +184,15 @@ impl FakeDiscord {
     }
 
     fn serve(listener: tokio::net::TcpListener) -> FakeDiscord {
-        let addr = listener.local_addr().expect("FakeDiscord local address");
+        let addr = local_addr("FakeDiscord", &listener);
         let shared = Arc::new(Shared {
             rest: Mutex::new(State::new(format!("http://{addr}"))),
             gateway: Mutex::new(Gateway::new()),
-            recorded: watch::Sender::new(0),
+            calls: CallLog::new(),
             connected: watch::Sender::new(0),
         });
-        let router = server::router(shared.clone());
-        let task = tokio::spawn(async move {
-            if let Err(error) = axum::serve(listener, router).await {
-                eprintln!("FakeDiscord server stopped: {error}");
-            }
-        });
-        FakeDiscord { addr, shared, _server: Arc::new(ServerTask(task)) }
+        let server = ServerTask::serve("FakeDiscord", listener, server::router(shared.clone()));
+        FakeDiscord { addr, shared, _server: Arc::new(server) }
     }
 
     /// `http://127.0.0.1:PORT`, what serenity's `HttpBuilder::proxy` takes.
@@ -309,41 +291,22 @@ impl FakeDiscord {
 
     /// Calls answered 429 so far: Discord counts them toward its invalid-request limit.
     pub fn rate_limited_calls(&self) -> usize {
-        self.shared.rest().calls.iter().filter(|call| call.status == 429).count()
+        self.shared.calls.with(|calls| calls.iter().filter(|call| call.status == 429).count())
     }
 
     /// Every REST call and download so far, in the order they were answered.
     pub fn calls(&self) -> Vec<Call> {
-        self.shared.rest().calls.clone()
+        self.shared.calls.all()
     }
 
     /// The calls of one route, e.g. `"POST /channels/{id}/messages"`.
     pub fn calls_to(&self, method_and_route: &str) -> Vec<Call> {
-        self.shared.rest().calls.iter().filter(|call| call.route == method_and_route).cloned().collect()
+        self.shared.calls.matching(|call| call.route == method_and_route)
     }
 
     /// Waits until `n` calls of `route` were answered; panics with a listing of all calls on timeout.
     pub async fn wait_for_calls(&self, route: &str, n: usize, timeout: Duration) -> Vec<Call> {
-        let mut recorded = self.shared.recorded.subscribe();
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let calls = self.calls_to(route);
-            if calls.len() >= n {
-                return calls;
-            }
-            if tokio::time::timeout_at(deadline, recorded.changed()).await.is_err() {
-                panic!("{}", self.timeout_report(route, n, calls.len(), timeout));
-            }
-        }
-    }
-
-    fn timeout_report(&self, route: &str, n: usize, got: usize, timeout: Duration) -> String {
-        let mut report = format!("FakeDiscord: wanted {n} `{route}` call(s) within {timeout:?}, got {got}. All calls:");
-        for (index, call) in self.calls().iter().enumerate() {
-            let failed = if call.failed { " (failed)" } else { "" };
-            report.push_str(&format!("\n  #{index} {} {}{failed} {}", call.method, call.path, call.body));
-        }
-        report
+        self.shared.calls.wait_for(("FakeDiscord", route), |call| call.route == route, n, timeout).await
     }
 
     /// Messages created successfully, in order.

@@ -5,14 +5,15 @@ use std::time::Instant;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, FromRequest, Multipart, Request, State};
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::header;
+use axum::response::Response;
 use axum::routing::get;
 use serde_json::{Map, Value, json};
 
 use super::state::Upload;
 use super::wire::{Answer, route_of};
 use super::{Call, Failure, FakeDiscord, Shared, gateway};
+use crate::fake_server::{file_response, is_multipart, read_json};
 
 /// Bodies up to this size are accepted (uploads included).
 const BODY_LIMIT: usize = 64 << 20;
@@ -100,23 +101,18 @@ fn download(shared: &Shared, name: &str, at: Instant) -> Response {
     };
     shared.record(call);
     match bytes {
-        Some(bytes) => (StatusCode::OK, [(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response(),
+        Some(bytes) => file_response(bytes),
         None => Answer::not_found().into_response(),
     }
 }
 
 /// A JSON body, or a multipart body's `payload_json` plus a `files` summary of its file parts.
 async fn read_body(request: Request) -> Result<(Value, Vec<Upload>), String> {
-    let content_type = request.headers().get(header::CONTENT_TYPE).and_then(|value| value.to_str().ok());
-    if content_type.is_some_and(|value| value.starts_with("multipart/form-data")) {
+    if is_multipart(&request) {
         let multipart = Multipart::from_request(request, &()).await.map_err(|error| error.body_text())?;
         return read_multipart(multipart).await;
     }
-    let bytes = axum::body::to_bytes(request.into_body(), BODY_LIMIT).await.map_err(|error| error.to_string())?;
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Ok((Value::Null, Vec::new()));
-    }
-    let body = serde_json::from_slice(&bytes).map_err(|error| error.to_string())?;
+    let body = read_json(request, BODY_LIMIT).await?.unwrap_or(Value::Null);
     Ok((body, Vec::new()))
 }
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::wire::{self, Answer, snowflake};
-use super::{BOT_ID, Call, Failure, SentMessage, events};
+use super::{BOT_ID, Failure, SentMessage, events};
 
 /// Discord's limit on `content`, in characters.
 const MAX_CONTENT_CHARS: usize = 2000;
@@ -25,7 +25,6 @@ pub(super) struct Upload {
 pub(super) struct State {
     /// `http://127.0.0.1:PORT`.
     base_url: String,
-    pub(super) calls: Vec<Call>,
     pub(super) sent_log: Vec<SentMessage>,
     pub(super) failures: HashMap<String, VecDeque<Failure>>,
     /// Guild id → the roles the bot's member holds.
@@ -49,7 +48,6 @@ impl State {
     pub(super) fn new(base_url: String) -> State {
         State {
             base_url,
-            calls: Vec::new(),
             sent_log: Vec::new(),
             failures: HashMap::new(),
             guilds: BTreeMap::new(),

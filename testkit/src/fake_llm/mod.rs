@@ -19,43 +19,24 @@ mod quirks;
 
 pub use quirks::{Quirks, request_tokens};
 
-use std::collections::VecDeque;
-use std::convert::Infallible;
+pub use crate::fake_server::{Scripted, split_text};
+
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use futures_util::StreamExt;
 use serde_json::{Value, json};
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
-/// One scripted answer.
-#[derive(Debug, Clone)]
-pub enum Scripted {
-    /// A plain assistant reply.
-    Text(String),
-    /// The assistant asks for these tools (name, arguments). Ids are `call_1`, `call_2`, …
-    /// counted over the server's lifetime, so they stay unique across turns.
-    ToolCalls(Vec<(String, Value)>),
-    /// An error answer, e.g. 429 with `retry_after`, 500, or 400 `context_length_exceeded`.
-    Status { code: u16, retry_after: Option<u64>, body: Value },
-    /// Wait, then answer.
-    Delay(Duration, Box<Scripted>),
-    /// Never answer (for timeouts).
-    Hang,
-    /// A streamed request is cut short the way llama-cpp-python cuts the stream a newer request
-    /// interrupts: the role chunk, then `[DONE]`, no text and no finish reason. A request that
-    /// is not streamed gets the echo.
-    Interrupted,
-}
+use crate::fake_server::{
+    CallLog, ModelScript, ServerTask, Settled, bind_loopback, event_stream, event_stream_at_once, json_or_text,
+    json_status, lock,
+};
 
 impl Scripted {
     /// A 400 with OpenAI's `context_length_exceeded` error body.
@@ -96,37 +77,25 @@ pub fn error_body(message: &str, kind: &str, code: &str) -> Value {
 }
 
 struct Shared {
-    script: Mutex<VecDeque<Scripted>>,
+    script: ModelScript,
     /// (needle, answer), tried before `script`, oldest first; each answers one request.
     conditional: Mutex<Vec<(String, Scripted)>>,
-    requests: Mutex<Vec<Value>>,
-    /// The number of requests recorded, for [`FakeLlm::wait_for_requests`].
-    received: watch::Sender<usize>,
+    requests: CallLog<Value>,
     api_key: Option<String>,
     quirks: Quirks,
-    next_call_id: AtomicU64,
-    /// Set when the [`FakeLlm`] is dropped: releases `Hang` handlers, which would otherwise
-    /// keep their connection tasks alive after the accept loop is gone.
-    stopped: watch::Sender<bool>,
 }
 
 /// The running server; stops when dropped.
 pub struct FakeLlm {
     addr: SocketAddr,
     shared: Arc<Shared>,
-    server: JoinHandle<()>,
+    _server: ServerTask,
 }
 
 impl Drop for FakeLlm {
     fn drop(&mut self) {
-        self.shared.stopped.send_replace(true);
-        self.server.abort();
+        self.shared.script.release_hangs();
     }
-}
-
-/// A poisoned lock only means another test thread panicked; the data is still usable.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl FakeLlm {
@@ -147,21 +116,17 @@ impl FakeLlm {
 
     async fn spawn(api_key: Option<String>, quirks: Quirks) -> FakeLlm {
         let shared = Arc::new(Shared {
-            script: Mutex::new(VecDeque::new()),
+            script: ModelScript::new(),
             conditional: Mutex::new(Vec::new()),
-            requests: Mutex::new(Vec::new()),
-            received: watch::Sender::new(0),
+            requests: CallLog::new(),
             api_key,
             quirks,
-            next_call_id: AtomicU64::new(1),
-            stopped: watch::Sender::new(false),
         });
         let router = Router::new().route("/v1/chat/completions", post(chat_completions)).with_state(shared.clone());
-        // A test helper: failing to bind loopback is an environment problem worth a panic.
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0 for FakeLlm");
-        let addr = listener.local_addr().expect("FakeLlm local address");
-        let server = tokio::spawn(connection::accept_loop(listener, router));
-        FakeLlm { addr, shared, server }
+        let (listener, addr) = bind_loopback("FakeLlm").await;
+        // Its own accept loop, so that an answer can close its connection (see `connection`).
+        let server = ServerTask::spawn(connection::accept_loop(listener, router));
+        FakeLlm { addr, shared, _server: server }
     }
 
     /// `http://127.0.0.1:PORT/v1`, ready for a provider's `base_url`.
@@ -171,7 +136,7 @@ impl FakeLlm {
 
     /// Queues an answer; answers are used in the order queued.
     pub fn push(&self, step: Scripted) {
-        lock(&self.shared.script).push_back(step);
+        self.shared.script.push(step);
     }
 
     /// Queues an answer for the first request whose system message or last user message
@@ -184,77 +149,60 @@ impl FakeLlm {
 
     /// Every request body received so far, in order.
     pub fn requests(&self) -> Vec<Value> {
-        lock(&self.shared.requests).clone()
+        self.shared.requests.all()
     }
 
     /// Drops the recorded request bodies (the count [`FakeLlm::wait_for_requests`] waits on
     /// keeps growing), so a run of many thousand turns does not hold them all.
     pub fn forget_requests(&self) {
-        lock(&self.shared.requests).clear();
+        self.shared.requests.forget();
     }
 
     /// Waits until at least `n` requests arrived or `timeout` passed; returns them all
     /// either way (the caller asserts on the count).
     pub async fn wait_for_requests(&self, n: usize, timeout: Duration) -> Vec<Value> {
-        let mut received = self.shared.received.subscribe();
-        let _ = tokio::time::timeout(timeout, received.wait_for(|count| *count >= n)).await;
+        self.shared.requests.wait_for_count(n, timeout).await;
         self.requests()
     }
 }
 
 async fn chat_completions(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
-    let request: Value =
-        serde_json::from_slice(&body).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
-    let number = {
-        let mut requests = lock(&shared.requests);
-        requests.push(request.clone());
-        requests.len()
-    };
-    // Concurrent handlers may get here out of order: the count only ever grows.
-    shared.received.send_modify(|count| *count = (*count).max(number));
+    let request = json_or_text(&body);
+    let number = shared.requests.record(request.clone());
+    if let Some(refusal) = refusal(&shared, &headers, &request) {
+        return refusal;
+    }
+    let streamed = request.get("stream").and_then(Value::as_bool) == Some(true);
+    let chosen = take_conditional(&shared, &request);
+    match shared.script.play(chosen, streamed, &last_user_content(&request)).await {
+        Settled::Response(response) => response,
+        Settled::Interrupted => interrupted_stream(number, &request),
+        Settled::Text(text) => answer(&shared, number, &request, within_max_tokens(&request, text)),
+        Settled::ToolCalls(calls) => {
+            let calls = calls.into_iter().map(|(name, args)| (next_call_id(&shared), name, args)).collect();
+            answer(&shared, number, &request, Answer::ToolCalls(calls))
+        }
+    }
+}
 
+/// What the server refuses before looking at the script: a wrong key, a body that is no JSON
+/// object, and what its quirks refuse.
+fn refusal(shared: &Shared, headers: &HeaderMap, request: &Value) -> Option<Response> {
     if let Some(key) = &shared.api_key {
         let expected = format!("Bearer {key}");
         if headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) != Some(expected.as_str()) {
             let body = error_body("Incorrect API key provided.", "invalid_request_error", "invalid_api_key");
-            return status_response(401, None, body);
+            return Some(json_status(401, None, body));
         }
     }
     if !request.is_object() {
-        return status_response(
+        return Some(json_status(
             400,
             None,
             error_body("We could not parse the JSON body of your request.", "invalid_request_error", "invalid_json"),
-        );
+        ));
     }
-
-    if let Some(refusal) = quirks::refusal(&shared.quirks, &request) {
-        return refusal;
-    }
-    let next = take_conditional(&shared, &request).or_else(|| lock(&shared.script).pop_front());
-    let mut step = next.unwrap_or_else(|| Scripted::Text(format!("echo: {}", last_user_content(&request))));
-    loop {
-        match step {
-            Scripted::Delay(wait, then) => {
-                tokio::time::sleep(wait).await;
-                step = *then;
-            }
-            Scripted::Hang => {
-                let _ = shared.stopped.subscribe().wait_for(|stopped| *stopped).await;
-                return StatusCode::SERVICE_UNAVAILABLE.into_response();
-            }
-            Scripted::Status { code, retry_after, body } => return status_response(code, retry_after, body),
-            Scripted::Interrupted if request.get("stream").and_then(Value::as_bool) == Some(true) => {
-                return interrupted_stream(number, &request);
-            }
-            Scripted::Interrupted => step = Scripted::Text(format!("echo: {}", last_user_content(&request))),
-            Scripted::Text(text) => return answer(&shared, number, &request, within_max_tokens(&request, text)),
-            Scripted::ToolCalls(calls) => {
-                let calls = calls.into_iter().map(|(name, args)| (next_call_id(&shared), name, args)).collect();
-                return answer(&shared, number, &request, Answer::ToolCalls(calls));
-            }
-        }
-    }
+    quirks::refusal(&shared.quirks, request)
 }
 
 /// The oldest conditional answer whose needle is in the request's system or last user message.
@@ -284,16 +232,7 @@ fn within_max_tokens(request: &Value, text: String) -> Answer {
 }
 
 fn next_call_id(shared: &Shared) -> String {
-    format!("call_{}", shared.next_call_id.fetch_add(1, Ordering::Relaxed))
-}
-
-fn status_response(code: u16, retry_after: Option<u64>, body: Value) -> Response {
-    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut response = (status, axum::Json(body)).into_response();
-    if let Some(seconds) = retry_after {
-        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
-    }
-    response
+    format!("call_{}", shared.script.next_call_id())
 }
 
 enum Answer {
@@ -401,47 +340,19 @@ fn stream_answer(id: &str, model: &str, answer: Answer, usage: Option<Value>) ->
 
     let mut frames: Vec<String> = events.iter().map(|event| format!("data: {event}\n\n")).collect();
     frames.push("data: [DONE]\n\n".to_owned());
-    // A short pause between frames, so the client really sees them arrive one by one.
-    let body = futures_util::stream::iter(frames).then(|frame| async move {
-        tokio::time::sleep(Duration::from_millis(2)).await;
-        Ok::<_, Infallible>(frame)
-    });
-    let mut response = Body::from_stream(body).into_response();
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    response
+    event_stream(frames)
 }
 
 fn interrupted_stream(number: usize, request: &Value) -> Response {
     let model = request.get("model").and_then(Value::as_str).unwrap_or("fake-model");
     let role = json!({"id": format!("chatcmpl-fake-{number}"), "object": "chat.completion.chunk", "created": 0,
         "model": model, "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": null}]});
-    let mut response = Body::from(format!("data: {role}\n\ndata: [DONE]\n\n")).into_response();
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    response
-}
-
-/// Splits text into at most `parts` non-empty pieces on character boundaries.
-pub fn split_text(text: &str, parts: usize) -> Vec<String> {
-    let chars: Vec<char> = text.chars().collect();
-    if chars.is_empty() {
-        return Vec::new();
-    }
-    let size = chars.len().div_ceil(parts.max(1));
-    chars.chunks(size).map(|piece| piece.iter().collect()).collect()
+    event_stream_at_once(format!("data: {role}\n\ndata: [DONE]\n\n"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn split_text_keeps_characters_whole() {
-        assert_eq!(split_text("héllo wörld", 4), ["hél", "lo ", "wör", "ld"]);
-        assert_eq!(split_text("ab", 4), ["a", "b"]);
-        assert!(split_text("", 4).is_empty());
-        assert_eq!(split_text("héllo wörld", 4).concat(), "héllo wörld");
-    }
 
     fn text_of(response: Value) -> String {
         response["choices"][0]["message"]["content"].as_str().unwrap_or_default().to_owned()

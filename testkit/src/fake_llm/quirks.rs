@@ -8,7 +8,8 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::{content_text, error_body, messages, status_response};
+use super::{content_text, error_body, messages};
+use crate::fake_server::json_status;
 
 /// The departures a fake server shows; none by default (the hosted API's behaviour).
 #[derive(Debug, Clone, Default)]
@@ -66,7 +67,7 @@ pub(super) fn refusal(quirks: &Quirks, request: &Value) -> Option<Response> {
     if quirks.alternating_roles && !alternates(request) {
         let body = json!({"error": {"message": "Conversation roles must alternate user/assistant/user/assistant/...",
             "type": "invalid_request_error", "param": null, "code": null}});
-        return Some(status_response(400, None, body));
+        return Some(json_status(400, None, body));
     }
     let window = quirks.context_window?;
     let asked = request_tokens(request);
@@ -88,7 +89,7 @@ pub(super) fn refusal(quirks: &Quirks, request: &Value) -> Option<Response> {
     );
     let mut body = error_body(&message, "invalid_request_error", "context_length_exceeded");
     body["error"]["param"] = json!("messages");
-    Some(status_response(400, None, body))
+    Some(json_status(400, None, body))
 }
 
 fn strict_refusal(request: &Value) -> Option<Response> {
@@ -100,7 +101,7 @@ fn strict_refusal(request: &Value) -> Option<Response> {
     let required = request.get("tool_choice").and_then(Value::as_str) == Some("required");
     (null_beside_calls || required).then(|| {
         let body = json!({"error": {"message": "", "type": "internal_server_error", "param": null, "code": null}});
-        status_response(500, None, body)
+        json_status(500, None, body)
     })
 }
 

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
+use crate::fake_server::{CallLog, Describe, ServerTask, bind_loopback, lock};
 use state::State;
 
 /// A scripted failure for the next call of one method (see [`FakeTelegram::fail_next`]).
@@ -58,6 +58,13 @@ pub struct Call {
     pub at: Instant,
     /// Whether the answer was an error.
     pub failed: bool,
+}
+
+impl Describe for Call {
+    fn describe(&self) -> String {
+        let failed = if self.failed { " (failed)" } else { "" };
+        format!("{}{failed} {}", self.method, self.params)
+    }
 }
 
 /// A message the bot sent successfully (`sendMessage`, `sendPhoto`, `sendDocument`, `sendVoice`).
@@ -103,8 +110,8 @@ struct Shared {
     state: Mutex<State>,
     /// Bumped on every pushed update: wakes long-polling `getUpdates`.
     pushed: watch::Sender<u64>,
-    /// The number of calls recorded, for [`FakeTelegram::wait_for_calls`].
-    recorded: watch::Sender<usize>,
+    /// Every call, in the order they were answered.
+    calls: CallLog<Call>,
 }
 
 impl Shared {
@@ -113,26 +120,7 @@ impl Shared {
     }
 
     fn record(&self, call: Call) {
-        let count = {
-            let mut state = self.state();
-            state.calls.push(call);
-            state.calls.len()
-        };
-        self.recorded.send_modify(|recorded| *recorded = (*recorded).max(count));
-    }
-}
-
-/// A poisoned lock only means another test thread panicked; the data is still usable.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Aborts the accept loop when the last handle is dropped.
-struct ServerTask(JoinHandle<()>);
-
-impl Drop for ServerTask {
-    fn drop(&mut self) {
-        self.0.abort();
+        self.calls.record(call);
     }
 }
 
@@ -150,21 +138,11 @@ impl FakeTelegram {
 
     /// Starts a server on 127.0.0.1, a random port.
     pub async fn start() -> FakeTelegram {
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State::new()),
-            pushed: watch::Sender::new(0),
-            recorded: watch::Sender::new(0),
-        });
-        let router = server::router(shared.clone());
-        // A test helper: failing to bind loopback is an environment problem worth a panic.
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0 for FakeTelegram");
-        let addr = listener.local_addr().expect("FakeTelegram local address");
-        let task = tokio::spawn(async move {
-            if let Err(error) = axum::serve(listener, router).await {
-                eprintln!("FakeTelegram server stopped: {error}");
-            }
-        });
-        FakeTelegram { addr, shared, _server: Arc::new(ServerTask(task)) }
+        let shared =
+            Arc::new(Shared { state: Mutex::new(State::new()), pushed: watch::Sender::new(0), calls: CallLog::new() });
+        let (listener, addr) = bind_loopback("FakeTelegram").await;
+        let server = ServerTask::serve("FakeTelegram", listener, server::router(shared.clone()));
+        FakeTelegram { addr, shared, _server: Arc::new(server) }
     }
 
     /// `http://127.0.0.1:PORT`, what teloxide's `Bot::set_api_url` takes.
@@ -201,44 +179,25 @@ impl FakeTelegram {
 
     /// Every call so far, in the order they were answered.
     pub fn calls(&self) -> Vec<Call> {
-        self.shared.state().calls.clone()
+        self.shared.calls.all()
     }
 
     /// The calls of one method (case-insensitive, e.g. `"sendMessage"` or `"sendmessage"`).
     pub fn calls_to(&self, method: &str) -> Vec<Call> {
         let method = method.to_ascii_lowercase();
-        self.shared.state().calls.iter().filter(|call| call.method == method).cloned().collect()
+        self.shared.calls.matching(|call| call.method == method)
     }
 
     /// How many calls of one method (case-insensitive) were answered, without copying them.
     pub fn count_calls(&self, method: &str) -> usize {
         let method = method.to_ascii_lowercase();
-        self.shared.state().calls.iter().filter(|call| call.method == method).count()
+        self.shared.calls.with(|calls| calls.iter().filter(|call| call.method == method).count())
     }
 
     /// Waits until `n` calls of `method` were answered; panics with a listing of all calls on timeout.
     pub async fn wait_for_calls(&self, method: &str, n: usize, timeout: Duration) -> Vec<Call> {
-        let mut recorded = self.shared.recorded.subscribe();
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let calls = self.calls_to(method);
-            if calls.len() >= n {
-                return calls;
-            }
-            if tokio::time::timeout_at(deadline, recorded.changed()).await.is_err() {
-                panic!("{}", self.timeout_report(method, n, calls.len(), timeout));
-            }
-        }
-    }
-
-    fn timeout_report(&self, method: &str, n: usize, got: usize, timeout: Duration) -> String {
-        let mut report =
-            format!("FakeTelegram: wanted {n} `{method}` call(s) within {timeout:?}, got {got}. All calls:");
-        for (index, call) in self.calls().iter().enumerate() {
-            let failed = if call.failed { " (failed)" } else { "" };
-            report.push_str(&format!("\n  #{index} {}{failed} {}", call.method, call.params));
-        }
-        report
+        let lower = method.to_ascii_lowercase();
+        self.shared.calls.wait_for(("FakeTelegram", method), |call| call.method == lower, n, timeout).await
     }
 
     /// Messages sent successfully, in order.

@@ -6,13 +6,13 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, FromRequest, Multipart, Request, State};
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use serde_json::{Map, Value, json};
 
 use super::state::Upload;
 use super::wire::{Answer, int};
 use super::{Call, FakeTelegram, Shared};
+use crate::fake_server::{file_response, is_multipart, read_json};
 
 /// Bodies up to this size are accepted (uploads included).
 const BODY_LIMIT: usize = 64 << 20;
@@ -88,23 +88,18 @@ fn download(shared: &Shared, token: &str, file_path: &str, at: Instant) -> Respo
     let params = json!({ "file_path": file_path });
     shared.record(Call { method: "download_file".to_owned(), params, at, failed: bytes.is_none() });
     match bytes {
-        Some(bytes) => (StatusCode::OK, [(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response(),
+        Some(bytes) => file_response(bytes),
         None => Answer::error(404, "Not Found").into_response(),
     }
 }
 
 /// The parameters of a JSON or multipart body; uploads are keyed by the parameter naming them.
 async fn read_params(request: Request) -> Result<(Value, HashMap<String, Upload>), String> {
-    let content_type = request.headers().get(header::CONTENT_TYPE).and_then(|value| value.to_str().ok());
-    if content_type.is_some_and(|value| value.starts_with("multipart/form-data")) {
+    if is_multipart(&request) {
         let multipart = Multipart::from_request(request, &()).await.map_err(|error| error.body_text())?;
         return read_multipart(multipart).await;
     }
-    let bytes = axum::body::to_bytes(request.into_body(), BODY_LIMIT).await.map_err(|error| error.to_string())?;
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Ok((json!({}), HashMap::new()));
-    }
-    let params = serde_json::from_slice(&bytes).map_err(|error| error.to_string())?;
+    let params = read_json(request, BODY_LIMIT).await?.unwrap_or_else(|| json!({}));
     Ok((params, HashMap::new()))
 }
 

@@ -5,7 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use serde_json::{Value, json};
 
 use super::wire::{self, Answer, EDIT_NOT_FOUND, INVALID_FILE_ID, int, object, string};
-use super::{Call, Failure, SentMessage};
+use super::{Failure, SentMessage};
 
 /// A file uploaded in a multipart request, keyed by the parameter that referenced it.
 #[derive(Debug, Clone)]
@@ -32,7 +32,6 @@ pub(super) struct State {
     pub(super) updates: VecDeque<Value>,
     next_update_id: i64,
     pub(super) confirmed_offset: i64,
-    pub(super) calls: Vec<Call>,
     pub(super) sent_log: Vec<SentMessage>,
     pub(super) failures: HashMap<String, VecDeque<Failure>>,
     pub(super) reject_html: Vec<String>,
@@ -53,7 +52,6 @@ impl State {
             updates: VecDeque::new(),
             next_update_id: 1,
             confirmed_offset: 0,
-            calls: Vec::new(),
             sent_log: Vec::new(),
             failures: HashMap::new(),
             reject_html: Vec::new(),
