@@ -8,7 +8,6 @@ mod common;
 use common::{BusKind, Setup, next_out};
 use switchboard::users::{AccessPolicy, Identity, Level, UserStore};
 use switchboard::worker::WorkerSettings;
-use switchboard::worker::agents::SYSTEM_ON_BEHALF_OF;
 use switchboard_channels::contract::{ChatAddress, InboundMessage, Origin};
 use switchboard_testkit::fake_llm::FakeLlm;
 
@@ -17,7 +16,7 @@ fn cron_message(id: &str, on_behalf_of: Option<&str>) -> InboundMessage {
     let origin = Origin { kind: "cron".into(), id: "job1".into() };
     let mut msg = InboundMessage::system(id.into(), chat, origin, "scheduled: tidy up");
     if let Some(person) = on_behalf_of {
-        msg.metadata.insert(SYSTEM_ON_BEHALF_OF.into(), person.into());
+        msg.set_on_behalf_of(person);
     }
     msg
 }

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 mod dead_letter;
+mod system;
 pub use dead_letter::DeadLetter;
 
 /// The contract version written into every message.

@@ -67,7 +67,7 @@ pub(super) async fn admit(shared: &Shared, agent: &Agent, msg: &InboundMessage) 
 
 /// The person a system message acts for (`metadata.on_behalf_of`), if it names a valid one.
 fn on_behalf_of(msg: &InboundMessage) -> Option<Identity> {
-    let text = super::agents::system_field(msg, super::agents::SYSTEM_ON_BEHALF_OF)?;
+    let text = msg.on_behalf_of()?;
     match text.parse() {
         Ok(identity) => Some(identity),
         Err(err) => {

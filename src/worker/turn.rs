@@ -64,7 +64,7 @@ async fn attempt(
         input: plan.input.clone(),
         ctx: ToolContext {
             tools: tools.clone(),
-            ..ToolContext::for_message(agent.settings(), session_key, msg, run_id)
+            ..ToolContext::for_message(&agent.settings().name, &agent.settings().workspace, session_key, msg, run_id)
         },
         tools,
         events,
