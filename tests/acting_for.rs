@@ -6,7 +6,9 @@
 mod common;
 
 use common::{BusKind, Setup, next_out};
-use switchboard::users::{AccessPolicy, Identity, Level, UserStore};
+use switchboard::config::{Identity, Level};
+use switchboard::store::users::UserStore;
+use switchboard::users::AccessPolicy;
 use switchboard::worker::WorkerSettings;
 use switchboard_channels::contract::{ChatAddress, InboundMessage, Origin};
 use switchboard_testkit::fake_llm::FakeLlm;

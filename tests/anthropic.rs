@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use switchboard::context::pipeline::{Budget, prepare};
 use switchboard::provider::anthropic::{API_VERSION, AnthropicConfig, AnthropicProvider};
 use switchboard::provider::failover::{FailoverEntry, FailoverProvider};
 use switchboard::provider::openai::{OpenAiConfig, OpenAiProvider};
@@ -189,6 +190,38 @@ async fn overloaded_is_retried_with_retry_after() {
     assert_eq!(response.content, "finally");
     assert!(started.elapsed() >= Duration::from_secs(1));
     assert_eq!(fake.requests().len(), 3);
+}
+
+/// The history pipeline (which lives above the provider) and the Anthropic encoding together:
+/// failed turns, a tool turn and a cut-off start still reach the API alternating from the user.
+#[tokio::test]
+async fn a_history_with_failed_turns_reaches_anthropic_alternating_from_the_user() {
+    let fake = FakeAnthropic::start().await;
+    let call = |id: &str| ToolCall { id: id.into(), name: "read_file".into(), arguments: json!({"path": id}) };
+    // Two failed turns (their inputs stored without replies), a tool turn, a cut-off start.
+    let (a, b) = (call("a"), call("b"));
+    let history = vec![
+        ChatMessage::assistant("a reply whose question was cut off", vec![]),
+        ChatMessage::user("first"),
+        ChatMessage::user("second?"),
+        ChatMessage::assistant("", vec![a.clone(), b.clone()]),
+        ChatMessage::tool_result(&a, "A"),
+        ChatMessage::tool_result(&b, "B"),
+        ChatMessage::assistant("Done.", vec![]),
+        ChatMessage::user("hello?"),
+    ];
+    let budget = Budget { input: 1_000_000, fixed: 0 };
+    let mut request = ask("now");
+    request.messages = vec![ChatMessage::system("s")];
+    request.messages.extend(prepare(history, None, budget, &Default::default(), &Default::default()));
+    request.messages.push(ChatMessage::user("now"));
+    provider(&fake, false).complete(&request, None).await.unwrap();
+
+    let body = fake.recorded().remove(0).body;
+    let roles: Vec<&str> = body["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles.first(), Some(&"user"));
+    assert!(roles.windows(2).all(|pair| pair[0] != pair[1]), "{roles:?}");
+    assert_eq!(roles.last(), Some(&"user"));
 }
 
 /// A one-route server that streams a fixed body, for shapes the fake does not produce.

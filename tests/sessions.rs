@@ -8,8 +8,9 @@ use futures_util::StreamExt;
 mod common;
 
 use common::{Harness, start};
+use switchboard::config::QueueMode;
 use switchboard::store::Store;
-use switchboard::worker::{QueueMode, QueueSettings, WorkerSettings};
+use switchboard::worker::{QueueSettings, WorkerSettings};
 use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, Sender};
 use switchboard_channels::subject::Flow;
 use switchboard_channels::{BusExt, Deliveries};

@@ -23,9 +23,9 @@ use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
 pub use self::ack::HeartbeatAck;
-pub use self::settings::{ActiveHours, BadHeartbeat, BadTarget, HeartbeatSettings, HeartbeatTarget};
+pub use self::settings::{BadHeartbeat, HeartbeatSettings};
 use crate::clock::{Clock, to_store_precision};
-use crate::config::MAIN_AGENT;
+use crate::config::{HeartbeatTarget, MAIN_AGENT};
 use crate::store::StoreError;
 use crate::store::heartbeat::{HeartbeatStore, SlotClaim};
 

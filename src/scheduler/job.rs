@@ -137,7 +137,7 @@ mod tests {
                 chat,
                 payload,
                 message: "Stand-up!".into(),
-                schedule: crate::scheduler::schedule::Schedule::At { at },
+                schedule: crate::schedule::Schedule::At { at },
                 tz: "UTC".into(),
                 missed: crate::store::cron::MissedPolicy::RunOnce,
                 next_run_at: Some(at),

@@ -102,7 +102,7 @@ impl ToolContext {
 /// Whom a run of `msg` acts for: its sender, or the person named by a system message.
 fn acting_for(msg: &InboundMessage) -> Option<String> {
     match msg.kind {
-        InboundKind::User => Some(crate::users::Identity::new(&msg.channel, &msg.sender.id).to_string()),
+        InboundKind::User => Some(crate::config::Identity::new(&msg.channel, &msg.sender.id).to_string()),
         InboundKind::System => msg.on_behalf_of().map(str::to_owned),
     }
 }

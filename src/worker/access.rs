@@ -7,9 +7,11 @@ use switchboard_channels::contract::{InboundKind, InboundMessage};
 
 use super::Shared;
 use crate::agent::Agent;
+use crate::config::{Identity, Level};
 use crate::store::StoreError;
+use crate::store::users::Billing;
 use crate::tools::ToolFilter;
-use crate::users::{Billing, Identity, Level, month_key, next_month_start};
+use crate::users::{month_key, next_month_start};
 
 /// What the sender of a message may do now.
 pub(super) enum Access {

@@ -14,10 +14,11 @@ use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessa
 use thiserror::Error;
 
 use super::keepalive::Settle;
-use super::session::{Job, QueueMode, set_mode};
+use super::session::{Job, set_mode};
 use super::{Shared, access, run};
+use crate::config::Level;
+use crate::config::QueueMode;
 use crate::store::{RunClaim, RunOutcome, RunStatus, StoreError};
-use crate::users::Level;
 
 /// How long `/new` waits for a cancelled run to store its outcome before archiving.
 const STOP_WAIT: Duration = Duration::from_secs(10);

@@ -43,11 +43,11 @@ use crate::context::{ContextEngine, ContextSettings};
 use crate::hygiene::Guard;
 use crate::store::Store;
 use crate::subagents::SubagentManager;
-use crate::users::{self, AccessPolicy};
+use crate::users::AccessPolicy;
 use agents::Agents;
 use keepalive::{Held, Settle};
+pub use session::QueueSettings;
 use session::{Job, Placed, Session};
-pub use session::{QueueMode, QueueSettings};
 
 #[derive(Debug, Error)]
 pub enum WorkerError {
@@ -367,7 +367,7 @@ async fn limit_rate(shared: &Arc<Shared>, job: Job, tasks: &mut JoinSet<()>) -> 
         return Some(job);
     }
     let key = shared.agents.session_key(msg);
-    let sender = users::Identity::new(&msg.channel, &msg.sender.id).to_string();
+    let sender = crate::config::Identity::new(&msg.channel, &msg.sender.id).to_string();
     let check = |level| {
         let mut limiter = shared.rate.lock().unwrap_or_else(PoisonError::into_inner);
         limiter.check(&key, &sender, tokio::time::Instant::now(), level)

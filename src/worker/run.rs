@@ -71,7 +71,7 @@ pub(super) async fn process(shared: &Shared, msg: InboundMessage, held: Held, co
             &route.agent,
             &msg,
             &route.key,
-            crate::users::Level::Owner,
+            crate::config::Level::Owner,
             &flush_tools,
             crate::prompt::PromptMode::Minimal,
         )

@@ -11,7 +11,6 @@ use std::collections::VecDeque;
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use switchboard_channels::contract::InboundMessage;
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tokio::time::Instant;
@@ -21,38 +20,7 @@ use super::batch::{self, Batching};
 use super::keepalive::{Held, Settle};
 use super::{Shared, commands, overflow, run};
 use crate::agent::SteerReceiver;
-
-/// What a message does that arrives while its session is running a turn.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum QueueMode {
-    /// It becomes its own turn afterwards, in arrival order.
-    #[default]
-    Followup,
-    /// Waiting messages are merged into one turn once the chat has been quiet for a moment.
-    Collect,
-    /// The running turn is cancelled; only the newest message is answered.
-    Interrupt,
-    /// It is added to the running turn before its next model call.
-    Steer,
-}
-
-impl QueueMode {
-    pub const ALL: [QueueMode; 4] = [QueueMode::Followup, QueueMode::Collect, QueueMode::Interrupt, QueueMode::Steer];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            QueueMode::Followup => "followup",
-            QueueMode::Collect => "collect",
-            QueueMode::Interrupt => "interrupt",
-            QueueMode::Steer => "steer",
-        }
-    }
-
-    pub fn parse(name: &str) -> Option<QueueMode> {
-        QueueMode::ALL.into_iter().find(|mode| mode.as_str().eq_ignore_ascii_case(name))
-    }
-}
+use crate::config::QueueMode;
 
 /// How sessions queue messages (`[worker]`).
 #[derive(Debug, Clone)]

@@ -8,10 +8,10 @@ use switchboard_channels::contract::InboundMessage;
 
 use super::Shared;
 use crate::agent::{Agent, EventSink, SteerReceiver, Turn, TurnResult};
+use crate::config::Level;
 use crate::provider::ChatMessage;
 use crate::store::StoreError;
 use crate::tools::{ToolContext, ToolFilter};
-use crate::users::Level;
 
 /// What a turn is about.
 pub(super) struct TurnPlan<'a> {

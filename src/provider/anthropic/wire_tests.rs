@@ -147,29 +147,3 @@ fn tool_choice_as_the_messages_api_spells_it() {
         json!({"type": "tool", "name": "current_time"})
     );
 }
-
-#[test]
-fn a_history_with_failed_turns_reaches_anthropic_alternating_from_the_user() {
-    use crate::context::pipeline::{Budget, prepare};
-    // Two failed turns (their inputs stored without replies), a tool turn, a cut-off start.
-    let (a, b) = (call("a"), call("b"));
-    let history = vec![
-        ChatMessage::assistant("a reply whose question was cut off", vec![]),
-        ChatMessage::user("first"),
-        ChatMessage::user("second?"),
-        ChatMessage::assistant("", vec![a.clone(), b.clone()]),
-        ChatMessage::tool_result(&a, "A"),
-        ChatMessage::tool_result(&b, "B"),
-        ChatMessage::assistant("Done.", vec![]),
-        ChatMessage::user("hello?"),
-    ];
-    let budget = Budget { input: 1_000_000, fixed: 0 };
-    let mut messages = vec![ChatMessage::system("s")];
-    messages.extend(prepare(history, None, budget, &Default::default(), &Default::default()));
-    messages.push(ChatMessage::user("now"));
-    let body = encoded(messages);
-    let roles: Vec<&str> = body["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
-    assert_eq!(roles.first(), Some(&"user"));
-    assert!(roles.windows(2).all(|pair| pair[0] != pair[1]), "{roles:?}");
-    assert_eq!(roles.last(), Some(&"user"));
-}

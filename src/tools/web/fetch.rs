@@ -15,8 +15,9 @@ use reqwest::header::{CONTENT_TYPE, LOCATION};
 use reqwest::{Client, Response, StatusCode, Url, redirect};
 use serde_json::{Value, json};
 
-use super::guard::{AllowList, Guard, Resolver, SystemResolver, Target};
+use super::guard::{Guard, Resolver, SystemResolver, Target};
 use super::html;
+use crate::config::AllowList;
 use crate::tools::{Tool, ToolContext, ToolError, required_str};
 
 /// Redirects followed before giving up.
