@@ -14,7 +14,7 @@ use switchboard_channels::api;
 use switchboard_channels::contract::{InboundKind, InboundMessage};
 use tokio::time::Instant;
 
-use super::session::Job;
+use super::job::Job;
 use crate::config::QueueMode;
 
 /// How long a turn may wait for quiet, in windows, after its first message arrived: a chat

@@ -24,7 +24,7 @@ pub(super) fn reminder(msg: &InboundMessage, run_id: &str, session_key: &str) ->
     }
     let name = msg.metadata.get(META_NAME).and_then(serde_json::Value::as_str).unwrap_or("");
     let note = format!("[switchboard: reminder \"{name}\" (cron job {job}) was delivered to the chat]");
-    let reply = super::run::reply_to(msg, run_id, session_key, OutboundKind::Reply, msg.content.clone());
+    let reply = super::settle::reply_to(msg, run_id, session_key, OutboundKind::Reply, msg.content.clone());
     Some(RunOutcome {
         status: RunStatus::Completed,
         transcript: vec![ChatMessage::user(note), ChatMessage::assistant(msg.content.clone(), Vec::new())],

@@ -13,6 +13,7 @@ mod batch;
 mod commands;
 mod cron_hooks;
 mod hygiene;
+mod job;
 mod keepalive;
 mod order;
 mod overflow;
@@ -20,6 +21,7 @@ mod prompt;
 mod rate;
 mod run;
 mod session;
+mod settle;
 mod turn;
 
 use std::collections::HashMap;
@@ -45,9 +47,10 @@ use crate::store::Store;
 use crate::subagents::SubagentManager;
 use crate::users::AccessPolicy;
 use agents::Agents;
+use job::Job;
 use keepalive::{Held, Settle};
 pub use session::QueueSettings;
-use session::{Job, Placed, Session};
+use session::{Placed, Session};
 
 #[derive(Debug, Error)]
 pub enum WorkerError {
@@ -390,9 +393,9 @@ async fn limit_rate(shared: &Arc<Shared>, job: Job, tasks: &mut JoinSet<()>) -> 
     let shared = Arc::clone(shared);
     if notify {
         let text = rate::notice(&msg.sender.name, msg.is_group, per_minute, retry_after);
-        tasks.spawn(commands::answer(shared, job, text));
+        tasks.spawn(settle::answer(shared, job, text));
     } else {
-        tasks.spawn(async move { commands::settle_unanswered(&shared, job, "over the sender's rate limit").await });
+        tasks.spawn(async move { settle::settle_unanswered(&shared, job, "over the sender's rate limit").await });
     }
     None
 }
@@ -432,13 +435,13 @@ fn dispatch(shared: &Arc<Shared>, job: Job, tasks: &mut JoinSet<()>) {
         }
         Placed::Full { job, first: false } => {
             let shared = Arc::clone(shared);
-            tasks.spawn(async move { commands::settle_unanswered(&shared, *job, overflow::NOT_KEPT).await });
+            tasks.spawn(async move { settle::settle_unanswered(&shared, *job, overflow::NOT_KEPT).await });
         }
         Placed::Interrupted(dropped) => {
             let shared = Arc::clone(shared);
             tasks.spawn(async move {
                 for job in dropped {
-                    commands::settle_unanswered(&shared, job, "dropped by a newer message (interrupt mode)").await;
+                    settle::settle_unanswered(&shared, job, "dropped by a newer message (interrupt mode)").await;
                 }
             });
         }

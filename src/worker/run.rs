@@ -13,8 +13,9 @@ use super::Shared;
 use super::access::{self, Access};
 use super::agents::Route;
 use super::hygiene;
+use super::job::Control;
 use super::keepalive::{Held, Settle};
-use super::session::Control;
+use super::settle::reply_to;
 use super::turn::TurnPlan;
 use crate::agent::{EventSink, SteerReceiver};
 use crate::context::compaction;
@@ -275,21 +276,6 @@ fn over_budget(shared: &Shared, msg: &InboundMessage, run_id: &str, session_key:
         billing: None,
         cost_usd: None,
     }
-}
-
-/// The run's answer to `msg`. Its id is derived from the run, so a redelivery publishes the
-/// same message again and the bus's dedupe (or the adapter) drops the copy.
-pub(super) fn reply_to(
-    msg: &InboundMessage,
-    run_id: &str,
-    session_key: &str,
-    kind: OutboundKind,
-    text: String,
-) -> OutboundMessage {
-    let mut reply = OutboundMessage::answering(msg, format!("{run_id}:reply"), kind, text);
-    reply.metadata.insert("run_id".into(), json!(run_id));
-    reply.metadata.insert("session_key".into(), json!(session_key));
-    reply
 }
 
 /// The text the model sees for an inbound message: its content, plus a line per attachment.
