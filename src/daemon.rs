@@ -14,6 +14,7 @@ use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{Agent, AgentSettings};
+use crate::config::BadIdentity;
 use crate::config::{BusKind, Config, ConfigError};
 use crate::config::{ChainEntry, MAIN_AGENT, ProviderKind};
 use crate::context::ContextSettings;
@@ -35,7 +36,7 @@ use crate::subagents::tool::SpawnTool;
 use crate::subagents::{SubagentManager, SubagentSettings};
 use crate::tools::web::register_web_tools;
 use crate::tools::{MessageTool, ToolLimits, ToolRegistry, register_local_tools};
-use crate::users::{AccessPolicy, BadIdentity};
+use crate::users::AccessPolicy;
 use crate::worker::agents::{Agents, Binding};
 use crate::worker::{Worker, WorkerError, WorkerSettings};
 

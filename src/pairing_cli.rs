@@ -9,9 +9,9 @@ use chrono::{DateTime, Utc};
 use clap::Subcommand;
 
 use crate::config::Config;
+use crate::config::Level;
 use crate::store::pairing::{PairingEntry, PairingState};
 use crate::store::sqlite::SqliteStore;
-use crate::users::Level;
 
 #[derive(Debug, Subcommand)]
 pub enum PairingCommand {

@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 pub mod commands;
 mod dead_letter;
 pub mod reply;
+mod system;
 pub use dead_letter::DeadLetter;
 
 /// The contract version written into every message.

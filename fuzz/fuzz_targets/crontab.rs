@@ -7,7 +7,7 @@
 
 use chrono::{DateTime, Duration, TimeZone, Timelike, Utc};
 use libfuzzer_sys::fuzz_target;
-use switchboard::scheduler::schedule::{Schedule, ScheduleError};
+use switchboard::schedule::{Schedule, ScheduleError};
 
 const ZONES: [&str; 5] = ["UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Asia/Kolkata"];
 

@@ -248,7 +248,7 @@ impl Agent {
         if let Ok(answer) = &mut response
             && answer.usage.input_tokens == 0
         {
-            answer.usage = crate::context::tokens::estimate_usage(&request, answer);
+            answer.usage = crate::tokens::estimate_usage(&request, answer);
             tracing::debug!(parent: &span, input = answer.usage.input_tokens, output = answer.usage.output_tokens,
                 "the provider reported no usage; counting an estimate");
         }

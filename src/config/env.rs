@@ -15,8 +15,7 @@ use std::collections::HashMap;
 
 use toml::{Table, Value};
 
-use super::error::{ConfigError, Origin};
-use super::load::Origins;
+use super::error::{ConfigError, Origin, Origins};
 
 /// Prefix of every variable that overrides a config key.
 pub const ENV_PREFIX: &str = "SWITCHBOARD_";

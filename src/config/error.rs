@@ -1,5 +1,6 @@
 //! [`ConfigError`]: every way loading a config can fail, each naming what to fix.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::path::PathBuf;
 
@@ -15,6 +16,10 @@ pub enum Origin {
     /// An environment variable, by name.
     Env(String),
 }
+
+/// Where each key path (`channels.api.listen`) that did not keep its default came from:
+/// written while loading, read by the steps after it (env overrides, conventions, validation).
+pub(super) type Origins = HashMap<String, Origin>;
 
 impl fmt::Display for Origin {
     /// Renders as a parenthesised suffix (empty for defaults), ready to follow a key path.

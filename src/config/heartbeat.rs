@@ -1,10 +1,14 @@
 //! `[heartbeat]`: periodic wake-ups that let the agent work through `HEARTBEAT.md`, for the
 //! main agent and, through `[agents.<name>.heartbeat]`, for each named agent.
 
+use std::fmt;
+use std::str::FromStr;
+
 use serde::{Deserialize, Serialize};
+use switchboard_channels::contract::ChatAddress;
 
 use super::Config;
-use crate::scheduler::heartbeat::{ActiveHours, HeartbeatTarget};
+use super::active_hours::ActiveHours;
 
 /// The shortest interval: heartbeats are for periodic checks, not polling.
 pub const MIN_HEARTBEAT_MINUTES: u64 = 5;
@@ -101,9 +105,47 @@ fn section_problem(heartbeat: &HeartbeatConfig) -> Option<(&'static str, String)
     None
 }
 
+/// Where a heartbeat goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeartbeatTarget {
+    /// The most recent direct chat an owner wrote in to this agent; never a group.
+    Owner,
+    /// A configured chat: `telegram:123`, `telegram:-100123:topic:7`, `discord:55:thread:9`.
+    Chat(ChatAddress),
+}
+
+/// A `target` that is neither `owner` nor a session key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{0:?} is not a heartbeat target: use \"owner\" or a chat as a session key (\"telegram:123\", \
+     \"telegram:-100123:topic:7\", \"discord:55:thread:9\")"
+)]
+pub struct BadTarget(pub String);
+
+impl FromStr for HeartbeatTarget {
+    type Err = BadTarget;
+
+    fn from_str(text: &str) -> Result<Self, BadTarget> {
+        if text.trim() == "owner" {
+            return Ok(Self::Owner);
+        }
+        ChatAddress::parse(text).map(Self::Chat).map_err(|_| BadTarget(text.to_owned()))
+    }
+}
+
+impl fmt::Display for HeartbeatTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Owner => f.write_str("owner"),
+            Self::Chat(chat) => f.write_str(&chat.session_key()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::tests::load_text;
+    use super::{ChatAddress, HeartbeatTarget};
 
     fn error_of(text: &str) -> String {
         load_text(text, &[]).expect_err("load should fail").to_string()
@@ -149,5 +191,24 @@ mod tests {
         assert!(message.contains("heartbeat.every_minute"), "{message}");
         let message = error_of("[agents.ops.heartbeat.active_hours]\nbegin = \"08:00\"\n");
         assert!(message.contains("agents.ops.heartbeat.active_hours.begin"), "{message}");
+    }
+
+    #[test]
+    fn targets_are_owner_or_session_keys() {
+        assert_eq!("owner".parse::<HeartbeatTarget>(), Ok(HeartbeatTarget::Owner));
+        let topic = ChatAddress {
+            channel: "telegram".into(),
+            chat_id: "-100123".into(),
+            thread_id: Some("7".into()),
+            is_group: true,
+        };
+        assert_eq!("telegram:-100123:topic:7".parse::<HeartbeatTarget>(), Ok(HeartbeatTarget::Chat(topic)));
+        let dm = ChatAddress { channel: "telegram".into(), chat_id: "123".into(), thread_id: None, is_group: false };
+        assert_eq!("telegram:123".parse::<HeartbeatTarget>(), Ok(HeartbeatTarget::Chat(dm)));
+        let Ok(HeartbeatTarget::Chat(thread)) = "discord:55:thread:9".parse::<HeartbeatTarget>() else { panic!() };
+        assert_eq!(thread.session_key(), "discord:55:thread:9");
+        for bad in ["", "telegram", "telegram:", "telegram:1:thread:2", "discord:5:topic:1", "tg x:1"] {
+            assert!(bad.parse::<HeartbeatTarget>().is_err(), "{bad:?}");
+        }
     }
 }

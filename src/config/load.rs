@@ -8,13 +8,10 @@ use std::path::{Path, PathBuf};
 
 use toml::{Table, Value};
 
-use super::error::{ConfigError, Origin};
+use super::error::{ConfigError, Origin, Origins};
 use super::{
     AgentConfig, BindingConfig, Config, ModelPrice, NamedAgentConfig, ProviderConfig, env, providers, validate,
 };
-
-/// Where each key path (`channels.api.listen`) that did not keep its default came from.
-pub(super) type Origins = HashMap<String, Origin>;
 
 /// Names the config file when no path is given.
 const CONFIG_PATH_VAR: &str = "SWITCHBOARD_CONFIG";

@@ -10,7 +10,9 @@
 //! applied (see [`providers`] for the model chain).
 //! `Config::default()` is the raw defaults, with those fields still empty.
 
+mod active_hours;
 mod agents;
+pub mod allow_list;
 mod context;
 mod cron;
 mod discord;
@@ -18,9 +20,11 @@ mod env;
 mod error;
 mod guard;
 mod heartbeat;
+mod identity;
 mod load;
 mod metrics;
 mod providers;
+mod queue_mode;
 mod secret;
 mod subagents;
 mod telegram;
@@ -37,16 +41,22 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+pub use active_hours::ActiveHours;
 pub use agents::{BindingConfig, MAIN_AGENT, NamedAgentConfig};
+pub use allow_list::AllowList;
 pub use context::{CompactionConfig, DEFAULT_OUTPUT_RESERVE, HistoryConfig, output_reserve};
 pub use cron::CronConfig;
 pub use discord::DiscordChannelConfig;
 pub use env::{ENV_PREFIX, NON_KEY_VARS};
 pub use error::{ConfigError, Origin};
 pub use guard::{GuardConfig, GuardMode};
-pub use heartbeat::{ActiveHoursConfig, DEFAULT_HEARTBEAT_PROMPT, HeartbeatConfig, MIN_HEARTBEAT_MINUTES};
+pub use heartbeat::{
+    ActiveHoursConfig, BadTarget, DEFAULT_HEARTBEAT_PROMPT, HeartbeatConfig, HeartbeatTarget, MIN_HEARTBEAT_MINUTES,
+};
+pub use identity::{BadIdentity, BadLevel, Identity, Level};
 pub use metrics::MetricsConfig;
 pub use providers::{ANTHROPIC_DEFAULT_BASE_URL, ChainEntry};
+pub use queue_mode::QueueMode;
 pub use secret::Secret;
 pub use subagents::SubagentsConfig;
 pub use telegram::{DmPolicyConfig, GroupPolicyConfig, TelegramChannelConfig, TelegramMode};
@@ -356,7 +366,7 @@ pub struct WorkerConfig {
     /// How long running sessions may take to finish on shutdown.
     pub shutdown_grace_secs: u64,
     /// What messages arriving during a run do, unless a session set its own with `/queue`.
-    pub queue_mode: crate::worker::QueueMode,
+    pub queue_mode: QueueMode,
     /// Quiet time before queued messages are merged into one turn (`collect` mode).
     pub collect_window_ms: u64,
     /// Turns waiting behind a session's running one (a merged burst counts once); a message
@@ -373,7 +383,7 @@ impl Default for WorkerConfig {
             max_concurrent_runs: 16,
             max_message_age_secs: 3600,
             shutdown_grace_secs: 30,
-            queue_mode: crate::worker::QueueMode::Followup,
+            queue_mode: QueueMode::Followup,
             collect_window_ms: 1500,
             max_queue_depth: 10,
             // Long enough for a forward that arrives as a burst (messages milliseconds apart),

@@ -15,8 +15,7 @@
 
 use std::collections::HashMap;
 
-use super::error::{ConfigError, Origin};
-use super::load::Origins;
+use super::error::{ConfigError, Origin, Origins};
 use super::{Config, ProviderConfig, ProviderKind};
 
 /// The Anthropic URL used when neither the config nor `ANTHROPIC_BASE_URL` names one.

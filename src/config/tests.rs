@@ -464,14 +464,14 @@ fn users_permissions_and_budgets_from_file_and_env() {
     ];
     let config = load_text(text, &vars).unwrap();
     assert_eq!(config.users.owners, ["telegram:1"]);
-    assert_eq!(config.users.default_level, crate::users::Level::User);
-    assert_eq!(config.permissions.unlisted_tools, crate::users::Level::Admin);
+    assert_eq!(config.users.default_level, Level::User);
+    assert_eq!(config.permissions.unlisted_tools, Level::Admin);
     let tools = &config.permissions.tools;
-    assert_eq!(tools["exec"], crate::users::Level::Owner);
-    assert_eq!(tools["spawn"], crate::users::Level::User);
-    assert_eq!(tools["web_fetch"], crate::users::Level::Guest);
+    assert_eq!(tools["exec"], Level::Owner);
+    assert_eq!(tools["spawn"], Level::User);
+    assert_eq!(tools["web_fetch"], Level::Guest);
     // The file adds to the default map rather than replacing it.
-    assert_eq!(tools["write_file"], crate::users::Level::User);
+    assert_eq!(tools["write_file"], Level::User);
     assert_eq!(config.budgets, BudgetsConfig { guest: 5, user: 0, ..BudgetsConfig::default() });
 
     let owners = [("SWITCHBOARD_USERS__OWNERS", r#"["api:me", "discord:2"]"#)];

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::users::Level;
+use super::identity::Level;
 
 /// Users and owners.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

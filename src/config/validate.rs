@@ -3,12 +3,11 @@
 
 use tracing_subscriber::EnvFilter;
 
-use super::error::{ConfigError, Origin};
-use super::load::Origins;
+use super::allow_list::AllowList;
+use super::error::{ConfigError, Origin, Origins};
+use super::identity::{BadIdentity, Identity};
 use super::providers::parse_model_spec;
 use super::{Config, WebToolsConfig};
-use crate::tools::web::AllowList;
-use crate::users::{BadIdentity, Identity};
 
 pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigError> {
     let fail = |key: &str, reason: String| ConfigError::Invalid {

@@ -214,7 +214,13 @@ async fn flush_memory(deps: Deps<'_>, msg: &InboundMessage, history: Vec<ChatMes
 }
 
 fn flush_context(agent: &Agent, session_key: &str, msg: &InboundMessage) -> ToolContext {
-    ToolContext::for_message(agent.settings(), session_key, msg, &format!("{}:memory-flush", msg.id))
+    ToolContext::for_message(
+        &agent.settings().name,
+        &agent.settings().workspace,
+        session_key,
+        msg,
+        &format!("{}:memory-flush", msg.id),
+    )
 }
 
 /// The flush's events go nowhere: nobody is waiting for this turn.

@@ -8,15 +8,14 @@
 
 pub mod compaction;
 pub mod pipeline;
-pub mod tokens;
 mod window;
 
 use crate::agent::Agent;
 use crate::config::{CompactionConfig, HistoryConfig};
 use crate::provider::{ChatMessage, ToolSpec};
+use crate::tokens::{self, Calibration};
 use crate::tools::ToolFilter;
 use pipeline::Budget;
-use tokens::Calibration;
 pub use window::Windows;
 
 pub use crate::config::{DEFAULT_OUTPUT_RESERVE, output_reserve};

@@ -11,7 +11,7 @@ use crate::config::HistoryConfig;
 use crate::provider::{ChatMessage, Role, ToolCall};
 use crate::tools::truncate_middle;
 
-use super::tokens::Calibration;
+use crate::tokens::Calibration;
 
 /// What a cleared tool result says instead.
 pub const CLEARED: &str = "[tool result cleared to save space]";

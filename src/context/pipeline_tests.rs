@@ -1,7 +1,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::context::tokens::raw_messages;
+use crate::tokens::raw_messages;
 
 fn call(id: &str) -> ToolCall {
     ToolCall { id: id.into(), name: "read_file".into(), arguments: json!({"path": "notes.txt"}) }

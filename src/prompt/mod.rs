@@ -16,8 +16,8 @@ use std::path::Path;
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
+use crate::config::Level;
 use crate::provider::ToolSpec;
-use crate::users::Level;
 use crate::workspace::WorkspaceFiles;
 
 pub use sections::HEARTBEAT_OK;

@@ -17,19 +17,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use serde_json::json;
 use switchboard_channels::contract::{ChatAddress, InboundMessage, Origin};
 use switchboard_channels::{Bus, BusError, BusExt};
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
 pub use self::ack::HeartbeatAck;
-pub use self::settings::{ActiveHours, BadHeartbeat, BadTarget, HeartbeatSettings, HeartbeatTarget};
+pub use self::settings::{BadHeartbeat, HeartbeatSettings};
 use crate::clock::{Clock, to_store_precision};
-use crate::config::MAIN_AGENT;
+use crate::config::{HeartbeatTarget, MAIN_AGENT};
 use crate::store::StoreError;
 use crate::store::heartbeat::{HeartbeatStore, SlotClaim};
-use crate::worker::agents::SYSTEM_AGENT;
 
 /// `origin.kind` of heartbeat messages.
 pub const HEARTBEAT_ORIGIN: &str = "heartbeat";
@@ -214,7 +212,7 @@ impl Heartbeats {
             Origin { kind: HEARTBEAT_ORIGIN.into(), id: agent.name.clone() },
             &agent.settings.prompt,
         );
-        msg.metadata.insert(SYSTEM_AGENT.into(), json!(agent.name));
+        msg.set_system_agent(&agent.name);
         msg.received_at = now;
         if let Err(source) = self.bus.publish_inbound(&msg).await {
             // Give the slot back so the next tick tries again; the id makes a second publish

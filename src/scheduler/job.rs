@@ -7,13 +7,9 @@ use switchboard_channels::contract::{ChatAddress, InboundMessage, Origin};
 
 use crate::config::MAIN_AGENT;
 use crate::store::cron::{CronJob, Payload};
-use crate::worker::agents::{SYSTEM_AGENT, SYSTEM_ON_BEHALF_OF, SYSTEM_SESSION};
 
 /// `origin.kind` of cron messages.
 pub const ORIGIN_KIND: &str = "cron";
-/// Metadata key: how the worker answers; [`DELIVER_VERBATIM`] = the text itself, no model.
-pub const META_DELIVER: &str = "deliver";
-pub const DELIVER_VERBATIM: &str = "verbatim";
 /// Metadata keys naming the job.
 pub const META_JOB: &str = "cron_job";
 pub const META_NAME: &str = "cron_name";
@@ -51,16 +47,15 @@ pub fn system_message(job: &CronJob, occurrence: &Occurrence<'_>) -> InboundMess
         // The creating session, even when results go to another chat.
         Payload::Turn | Payload::Reminder => owner_base_session(job),
     };
-    let metadata = &mut msg.metadata;
-    metadata.insert(SYSTEM_AGENT.into(), json!(job.job.agent));
-    metadata.insert(SYSTEM_SESSION.into(), json!(session));
-    metadata.insert(META_JOB.into(), json!(job.id));
-    metadata.insert(META_NAME.into(), json!(job.job.name));
+    msg.set_system_agent(&job.job.agent);
+    msg.set_system_session(&session);
+    msg.metadata.insert(META_JOB.into(), json!(job.id));
+    msg.metadata.insert(META_NAME.into(), json!(job.job.name));
     if job.job.payload == Payload::Reminder {
-        metadata.insert(META_DELIVER.into(), json!(DELIVER_VERBATIM));
+        msg.set_deliver_verbatim();
     }
     if let Some(person) = &job.job.on_behalf_of {
-        metadata.insert(SYSTEM_ON_BEHALF_OF.into(), json!(person));
+        msg.set_on_behalf_of(person);
     }
     msg
 }
@@ -142,7 +137,7 @@ mod tests {
                 chat,
                 payload,
                 message: "Stand-up!".into(),
-                schedule: crate::scheduler::schedule::Schedule::At { at },
+                schedule: crate::schedule::Schedule::At { at },
                 tz: "UTC".into(),
                 missed: crate::store::cron::MissedPolicy::RunOnce,
                 next_run_at: Some(at),
@@ -168,24 +163,25 @@ mod tests {
         let reminder = publish(&job("ops", "ops/discord:55:thread:9", Payload::Reminder));
         assert_eq!(reminder.content, "Stand-up!");
         assert_eq!((reminder.chat_id.as_str(), reminder.thread_id.as_deref()), ("-100123", Some("7")));
-        assert_eq!(reminder.metadata[SYSTEM_AGENT], "ops");
+        assert_eq!(reminder.system_agent(), Some("ops"));
         // The worker adds the agent prefix back.
-        assert_eq!(reminder.metadata[SYSTEM_SESSION], "discord:55:thread:9");
-        assert_eq!(reminder.metadata[META_DELIVER], DELIVER_VERBATIM);
+        assert_eq!(reminder.system_session(), Some("discord:55:thread:9"));
+        assert_eq!(reminder.metadata["deliver"], "verbatim");
+        assert!(reminder.delivers_verbatim());
         assert_eq!(reminder.metadata[META_JOB], "ab12cd34");
         assert_eq!(reminder.origin.as_ref().map(|o| o.kind.as_str()), Some(ORIGIN_KIND));
         let isolated = publish(&job("main", "telegram:42", Payload::Isolated));
-        assert_eq!(isolated.metadata[SYSTEM_SESSION], "cron:ab12cd34");
-        assert!(isolated.metadata.get(META_DELIVER).is_none());
+        assert_eq!(isolated.system_session(), Some("cron:ab12cd34"));
+        assert!(!isolated.delivers_verbatim() && isolated.metadata.get("deliver").is_none());
         assert!(isolated.content.starts_with("[Scheduled job \"standup\" (id ab12cd34"), "{}", isolated.content);
         assert!(isolated.content.ends_with("\n\nStand-up!"), "{}", isolated.content);
         let turn = publish(&job("main", "telegram:42", Payload::Turn));
-        assert_eq!(turn.metadata[SYSTEM_SESSION], "telegram:42");
+        assert_eq!(turn.system_session(), Some("telegram:42"));
         // Every run of the job acts for its creator; a job from the command line, for the owner.
-        assert_eq!(turn.metadata[SYSTEM_ON_BEHALF_OF], "telegram:42");
+        assert_eq!(turn.on_behalf_of(), Some("telegram:42"));
         let mut from_cli = job("main", "telegram:42", Payload::Turn);
         from_cli.job.on_behalf_of = None;
-        assert!(publish(&from_cli).metadata.get(SYSTEM_ON_BEHALF_OF).is_none());
+        assert_eq!(publish(&from_cli).on_behalf_of(), None);
     }
 
     #[test]

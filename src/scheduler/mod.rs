@@ -5,7 +5,6 @@ pub mod cli;
 pub mod cron;
 pub mod heartbeat;
 pub mod job;
-pub mod schedule;
 pub mod spec;
 pub mod tool;
 

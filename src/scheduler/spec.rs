@@ -6,7 +6,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::job::local_time;
-use super::schedule::Schedule;
+use crate::schedule::Schedule;
 use crate::store::cron::CronJob;
 
 /// Consecutive firings of a cron expression checked against the minimum interval.

@@ -11,7 +11,7 @@ use switchboard_channels::contract::ChatAddress;
 
 use super::StoreError;
 use super::pairing::RandomSourceError;
-use crate::scheduler::schedule::Schedule;
+use crate::schedule::Schedule;
 
 /// What a job does when it fires.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

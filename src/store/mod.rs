@@ -12,6 +12,7 @@ mod migrate;
 pub mod pairing;
 pub mod sqlite;
 pub mod subagents;
+pub mod users;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -22,8 +23,8 @@ use self::cron::CronStore;
 use self::heartbeat::HeartbeatStore;
 use self::pairing::{CodeProblem, RandomSourceError};
 use self::subagents::SubagentStore;
+use self::users::{Billing, UserStore};
 use crate::provider::ChatMessage;
-use crate::users::{Billing, UserStore};
 
 #[derive(Debug, Error)]
 pub enum StoreError {

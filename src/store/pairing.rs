@@ -7,7 +7,7 @@ use std::fmt;
 
 use chrono::{DateTime, Utc};
 
-use crate::users::Level;
+use crate::config::Level;
 
 /// The characters of a pairing code: no 0/O or 1/I look-alikes. 32 of them, so a random byte
 /// modulo the length picks each one with equal chance.

@@ -137,7 +137,7 @@ pub struct SubagentEnd {
     pub cost_usd: Option<f64>,
     /// Whose monthly usage `usage` is added to, in the same statement as the end (the person
     /// the sub-agent acted for); `None` for the owner's.
-    pub billing: Option<crate::users::Billing>,
+    pub billing: Option<super::users::Billing>,
 }
 
 #[async_trait]

@@ -16,7 +16,6 @@ use super::{LOST_ERROR, ORIGIN_KIND, SubagentManager};
 use crate::store::StoreError;
 use crate::store::subagents::{SubagentRecord, SubagentStatus};
 use crate::tools::truncate_middle;
-use crate::worker::agents::{SYSTEM_AGENT, SYSTEM_ON_BEHALF_OF, SYSTEM_SESSION};
 
 /// Unannounced results re-announced per reaper tick.
 const REANNOUNCE_BATCH: usize = 50;
@@ -35,12 +34,12 @@ pub fn announcement(record: &SubagentRecord, max_result_chars: usize) -> Inbound
     let origin = Origin { kind: ORIGIN_KIND.into(), id: record.id.clone() };
     let text = announcement_text(record, max_result_chars);
     let mut msg = InboundMessage::system(format!("subagent:{}", record.id), record.chat.clone(), origin, &text);
-    msg.metadata.insert(SYSTEM_AGENT.into(), json!(record.parent_agent));
+    msg.set_system_agent(&record.parent_agent);
     if let Some(person) = &record.on_behalf_of {
-        msg.metadata.insert(SYSTEM_ON_BEHALF_OF.into(), json!(person));
+        msg.set_on_behalf_of(person);
     }
     if let Some(session) = &record.session {
-        msg.metadata.insert(SYSTEM_SESSION.into(), json!(session));
+        msg.set_system_session(session);
     }
     // `cost_usd` is `null` when unknown, as on replies, so it is never taken for zero.
     reply::set_cost(&mut msg.metadata, record.usage, record.cost_usd);
@@ -188,10 +187,10 @@ mod tests {
         assert_eq!(msg.origin, Some(Origin { kind: "subagent".into(), id: "01ab".into() }));
         assert_eq!(msg.session_key(), "discord:55:thread:9");
         assert!(msg.is_group && msg.mentioned);
-        assert_eq!(msg.metadata[SYSTEM_AGENT], "support");
-        assert_eq!(msg.metadata[SYSTEM_SESSION], "cron:daily");
+        assert_eq!(msg.system_agent(), Some("support"));
+        assert_eq!(msg.system_session(), Some("cron:daily"));
         // The main agent's turn on the result acts for whoever started the sub-agent.
-        assert_eq!(msg.metadata[SYSTEM_ON_BEHALF_OF], "discord:77");
+        assert_eq!(msg.on_behalf_of(), Some("discord:77"));
         assert!(msg.content.contains("The sub-agent \"prices\" you started finished its task."), "{}", msg.content);
         assert!(msg.content.contains("Task: Compare the prices.") && msg.content.contains("Result:\nA is cheaper."));
         assert!(msg.content.contains("in your own words"));

@@ -9,11 +9,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::{ORIGIN_KIND, RUN_ID_PREFIX, SHUTDOWN_ERROR, SubagentManager, WITHHELD_TOOLS};
 use crate::agent::{Agent, EventSink, Turn};
+use crate::config::Identity;
 use crate::prompt::{self, PromptInput, PromptMode, Sender};
 use crate::provider::ChatMessage;
 use crate::store::subagents::{NewSubagent, Renewal, SubagentEnd, SubagentStatus};
+use crate::store::users::Billing;
 use crate::tools::{ToolContext, ToolFilter};
-use crate::users::{Billing, Identity, month_key};
+use crate::users::month_key;
 use crate::workspace::WorkspaceFiles;
 
 /// What a sub-agent's task needs: its record as created, and its tools.

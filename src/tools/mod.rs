@@ -10,7 +10,7 @@ pub mod untrusted;
 pub mod web;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,7 +24,6 @@ pub use truncate::truncate_middle;
 
 use switchboard_channels::contract::{InboundKind, InboundMessage, Origin};
 
-use crate::agent::AgentSettings;
 use crate::config::{ConfigError, ToolsConfig};
 use crate::provider::{ToolCall, ToolSpec};
 
@@ -79,8 +78,9 @@ pub struct ToolContext {
 }
 
 impl ToolContext {
-    /// The context of a run of `agent` answering `msg` in `session_key`.
-    pub fn for_message(agent: &AgentSettings, session_key: &str, msg: &InboundMessage, run_id: &str) -> Self {
+    /// The context of a run of the agent `agent` (working in `workspace`) answering `msg` in
+    /// `session_key`.
+    pub fn for_message(agent: &str, workspace: &Path, session_key: &str, msg: &InboundMessage, run_id: &str) -> Self {
         Self {
             session_key: session_key.to_owned(),
             channel: msg.channel.clone(),
@@ -89,8 +89,8 @@ impl ToolContext {
             run_id: run_id.to_owned(),
             sender_id: msg.sender.id.clone(),
             sender_name: msg.sender.name.clone(),
-            workspace: agent.workspace.clone(),
-            agent: agent.name.clone(),
+            workspace: workspace.to_owned(),
+            agent: agent.to_owned(),
             is_group: msg.is_group,
             origin: (msg.kind == InboundKind::System).then(|| msg.origin.clone().unwrap_or_default()),
             tools: ToolFilter::All,
@@ -102,10 +102,8 @@ impl ToolContext {
 /// Whom a run of `msg` acts for: its sender, or the person named by a system message.
 fn acting_for(msg: &InboundMessage) -> Option<String> {
     match msg.kind {
-        InboundKind::User => Some(crate::users::Identity::new(&msg.channel, &msg.sender.id).to_string()),
-        InboundKind::System => {
-            crate::worker::agents::system_field(msg, crate::worker::agents::SYSTEM_ON_BEHALF_OF).map(str::to_owned)
-        }
+        InboundKind::User => Some(crate::config::Identity::new(&msg.channel, &msg.sender.id).to_string()),
+        InboundKind::System => msg.on_behalf_of().map(str::to_owned),
     }
 }
 

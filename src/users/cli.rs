@@ -6,9 +6,11 @@ use std::str::FromStr;
 
 use clap::Subcommand;
 
-use super::{AccessPolicy, Identity, Level, LinkOutcome, User, UserStore, UserSummary, month_key};
+use super::{AccessPolicy, month_key};
 use crate::config::Config;
+use crate::config::{Identity, Level};
 use crate::store::sqlite::SqliteStore;
+use crate::store::users::{LinkOutcome, User, UserStore, UserSummary};
 
 #[derive(Debug, Subcommand)]
 pub enum UsersCommand {

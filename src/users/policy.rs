@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-use super::{BadIdentity, Identity, Level, User};
+use crate::config::{BadIdentity, Identity, Level};
 use crate::config::{BudgetsConfig, PermissionsConfig, UsersConfig};
+use crate::store::users::User;
 use crate::tools::ToolFilter;
 
 pub use crate::clock::Clock;
@@ -124,7 +125,7 @@ impl AccessPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::users::UserId;
+    use crate::store::users::UserId;
 
     fn user(level: Level, budget: Option<u64>) -> User {
         User { id: UserId(1), level, budget, created_at: Utc::now() }

@@ -7,9 +7,11 @@ use switchboard_channels::contract::{InboundKind, InboundMessage};
 
 use super::Shared;
 use crate::agent::Agent;
+use crate::config::{Identity, Level};
 use crate::store::StoreError;
+use crate::store::users::Billing;
 use crate::tools::ToolFilter;
-use crate::users::{Billing, Identity, Level, month_key, next_month_start};
+use crate::users::{month_key, next_month_start};
 
 /// What the sender of a message may do now.
 pub(super) enum Access {
@@ -67,7 +69,7 @@ pub(super) async fn admit(shared: &Shared, agent: &Agent, msg: &InboundMessage) 
 
 /// The person a system message acts for (`metadata.on_behalf_of`), if it names a valid one.
 fn on_behalf_of(msg: &InboundMessage) -> Option<Identity> {
-    let text = super::agents::system_field(msg, super::agents::SYSTEM_ON_BEHALF_OF)?;
+    let text = msg.on_behalf_of()?;
     match text.parse() {
         Ok(identity) => Some(identity),
         Err(err) => {

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use switchboard_channels::contract::{InboundKind, InboundMessage, session_key};
+use switchboard_channels::contract::{InboundMessage, session_key};
 
 use crate::agent::Agent;
 use crate::config::{BindingConfig, MAIN_AGENT};
@@ -84,25 +84,6 @@ pub fn resolve<'a>(bindings: &'a [Binding], msg: &InboundMessage) -> Option<&'a 
     best.map(|(_, binding)| binding.agent.as_str())
 }
 
-/// `metadata.agent` of a system message: the agent that answers it.
-pub const SYSTEM_AGENT: &str = "agent";
-/// `metadata.session` of a system message: the session it runs in, instead of its chat's.
-pub const SYSTEM_SESSION: &str = "session";
-
-/// `metadata.on_behalf_of` of a system message: the identity (`telegram:42`) of the person
-/// whose cron job or sub-agent made it. The run gets that person's tools and budget, so a
-/// scheduled job can never do more than its creator could; without it (heartbeats, jobs from
-/// `switchboard cron add`) the run acts for the owner.
-pub const SYSTEM_ON_BEHALF_OF: &str = "on_behalf_of";
-
-/// A non-empty string field of a system message's metadata.
-pub(crate) fn system_field<'m>(msg: &'m InboundMessage, key: &str) -> Option<&'m str> {
-    if msg.kind != InboundKind::System {
-        return None;
-    }
-    msg.metadata.get(key).and_then(serde_json::Value::as_str).filter(|value| !value.is_empty())
-}
-
 /// A message's agent and the session key its history is stored under.
 pub(crate) struct Route {
     pub agent: Arc<Agent>,
@@ -147,12 +128,12 @@ impl Agents {
     /// sub-agent made it) and its session (`metadata.session`: an isolated cron session);
     /// a person's message never chooses either.
     pub(crate) fn route(&self, msg: &InboundMessage) -> Route {
-        let named = system_field(msg, SYSTEM_AGENT).and_then(|name| self.by_name.get(name));
+        let named = msg.system_agent().and_then(|name| self.by_name.get(name));
         let agent = named
             .or_else(|| resolve(&self.bindings, msg).and_then(|name| self.by_name.get(name)))
             .unwrap_or(&self.default);
         let name = &agent.settings().name;
-        let base = system_field(msg, SYSTEM_SESSION).map_or_else(|| msg.session_key(), str::to_owned);
+        let base = msg.system_session().map_or_else(|| msg.session_key(), str::to_owned);
         let key = if name == MAIN_AGENT { base } else { format!("{name}/{base}") };
         Route { agent: Arc::clone(agent), key }
     }

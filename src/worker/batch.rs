@@ -14,7 +14,8 @@ use switchboard_channels::api;
 use switchboard_channels::contract::{InboundKind, InboundMessage};
 use tokio::time::Instant;
 
-use super::session::{Job, QueueMode};
+use super::job::Job;
+use crate::config::QueueMode;
 
 /// How long a turn may wait for quiet, in windows, after its first message arrived: a chat
 /// that never pauses (a busy group, a sender writing every second) is still answered.

@@ -3,33 +3,24 @@
 //!
 //! A command is recorded like a run (claimed by its inbound id, finished with its answer), so
 //! a redelivered command is not executed again: its stored answer is re-sent if it never went
-//! out. The same helpers settle messages that never get a turn of their own (queue full,
-//! dropped by `/stop` or `interrupt`, merged into another turn).
+//! out (see [`super::settle`]).
 
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
-use switchboard_channels::bus::{BusError, BusExt};
-use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, Usage, commands};
-use thiserror::Error;
+use switchboard_channels::contract::{InboundMessage, commands};
 
+use super::job::Job;
 use super::keepalive::Settle;
-use super::session::{Job, QueueMode, set_mode};
-use super::{Shared, access, run};
-use crate::store::{RunClaim, RunOutcome, RunStatus, StoreError};
-use crate::users::Level;
+use super::session::set_mode;
+use super::settle::{claim, finish, give_back, settle_unanswered};
+use super::{Shared, access};
+use crate::config::Level;
+use crate::config::QueueMode;
+use crate::store::{RunStatus, StoreError};
 
 /// How long `/new` waits for a cancelled run to store its outcome before archiving.
 const STOP_WAIT: Duration = Duration::from_secs(10);
-
-/// Why a command or notice could not be handled now (the message is given back to the bus).
-#[derive(Debug, Error)]
-enum HandleError {
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error(transparent)]
-    Bus(#[from] BusError),
-}
 
 /// A chat command.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -192,94 +183,6 @@ async fn status(shared: &Shared, msg: &InboundMessage, key: &str) -> Result<Stri
 async fn current_mode(shared: &Shared, key: &str) -> Result<QueueMode, StoreError> {
     let info = shared.store.session_info(key).await?;
     Ok(info.queue_mode.as_deref().and_then(QueueMode::parse).unwrap_or(shared.settings.queue.mode))
-}
-
-/// Answers a message with `text` instead of running it (queue full), once per inbound id.
-pub(super) async fn answer(shared: Arc<Shared>, job: Job, text: String) {
-    let result = async {
-        if let Some(run_id) = claim(&shared, &job.msg).await? {
-            finish(&shared, &job.msg, &run_id, RunStatus::Completed, Some(text)).await?;
-        }
-        Ok::<_, HandleError>(())
-    }
-    .await;
-    match result {
-        Ok(()) => job.held.settle(Settle::Ack).await,
-        Err(err) => give_back(job, err).await,
-    }
-}
-
-/// Records that a message got no turn of its own (`why`), then acks it; its outcome is
-/// stored first, so a redelivery does not run it.
-pub(super) async fn settle_unanswered(shared: &Shared, job: Job, why: &str) {
-    tracing::info!(id = %job.msg.id, session = %shared.agents.session_key(&job.msg), why, "settling a message without a turn");
-    let result = async {
-        if let Some(run_id) = claim(shared, &job.msg).await? {
-            finish(shared, &job.msg, &run_id, RunStatus::Failed, None).await?;
-        }
-        Ok::<_, HandleError>(())
-    }
-    .await;
-    match result {
-        Ok(()) => job.held.settle(Settle::Ack).await,
-        Err(err) => give_back(job, err).await,
-    }
-}
-
-/// Claims the message's run; `None` when it was already handled (its stored answer, if
-/// never delivered, is delivered now).
-async fn claim(shared: &Shared, msg: &InboundMessage) -> Result<Option<String>, HandleError> {
-    match shared.store.claim_run(&msg.id, &shared.agents.session_key(msg)).await? {
-        RunClaim::New { run_id } | RunClaim::Resumed { run_id, .. } => Ok(Some(run_id)),
-        RunClaim::Finished { run_id, reply, delivered } => {
-            tracing::info!(%run_id, "command already handled; not running it again");
-            if let (Some(reply), false) = (reply, delivered) {
-                deliver(shared, &run_id, &reply).await?;
-            }
-            Ok(None)
-        }
-    }
-}
-
-/// Stores the outcome (no transcript: the model never saw the message), then publishes.
-async fn finish(
-    shared: &Shared,
-    msg: &InboundMessage,
-    run_id: &str,
-    status: RunStatus,
-    text: Option<String>,
-) -> Result<(), HandleError> {
-    let key = shared.agents.session_key(msg);
-    let reply = text.map(|text| run::reply_to(msg, run_id, &key, OutboundKind::Notice, text));
-    let outcome = RunOutcome {
-        status,
-        transcript: Vec::new(),
-        error: (status == RunStatus::Failed).then(|| "no turn of its own".to_owned()),
-        reply,
-        usage: Usage::default(),
-        model: String::new(),
-        cost_usd: None,
-        iterations: 0,
-        billing: None,
-    };
-    shared.store.finish_run(run_id, &outcome).await?;
-    if let Some(reply) = &outcome.reply {
-        deliver(shared, run_id, reply).await?;
-    }
-    Ok(())
-}
-
-/// Publishes a stored answer (its id comes from the run, so a republish is deduplicated).
-async fn deliver(shared: &Shared, run_id: &str, reply: &OutboundMessage) -> Result<(), HandleError> {
-    shared.bus.publish_outbound(reply).await?;
-    Ok(shared.store.mark_reply_delivered(run_id).await?)
-}
-
-/// A store or bus failure: the message comes back later and is tried again.
-async fn give_back(job: Job, err: impl Into<HandleError>) {
-    let err = err.into();
-    tracing::warn!(%err, id = %job.msg.id, "cannot handle a message now; giving it back to the bus");
-    job.held.settle(Settle::Nak(Some(Duration::from_secs(5)))).await;
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@ use switchboard_channels::contract::{InboundKind, InboundMessage, OutboundKind, 
 
 use super::Shared;
 use crate::provider::ChatMessage;
-use crate::scheduler::job::{DELIVER_VERBATIM, META_DELIVER, ORIGIN_KIND};
+use crate::scheduler::job::{META_NAME, ORIGIN_KIND};
 use crate::store::{RunOutcome, RunStatus};
 
 /// The job id of a message a cron job published; `None` for any other message.
@@ -19,13 +19,12 @@ fn cron_job(msg: &InboundMessage) -> Option<&str> {
 /// message that is not a reminder.
 pub(super) fn reminder(msg: &InboundMessage, run_id: &str, session_key: &str) -> Option<RunOutcome> {
     let job = cron_job(msg)?;
-    let verbatim = msg.metadata.get(META_DELIVER).and_then(serde_json::Value::as_str) == Some(DELIVER_VERBATIM);
-    if !verbatim {
+    if !msg.delivers_verbatim() {
         return None;
     }
-    let name = msg.metadata.get(crate::scheduler::job::META_NAME).and_then(serde_json::Value::as_str).unwrap_or("");
+    let name = msg.metadata.get(META_NAME).and_then(serde_json::Value::as_str).unwrap_or("");
     let note = format!("[switchboard: reminder \"{name}\" (cron job {job}) was delivered to the chat]");
-    let reply = super::run::reply_to(msg, run_id, session_key, OutboundKind::Reply, msg.content.clone());
+    let reply = super::settle::reply_to(msg, run_id, session_key, OutboundKind::Reply, msg.content.clone());
     Some(RunOutcome {
         status: RunStatus::Completed,
         transcript: vec![ChatMessage::user(note), ChatMessage::assistant(msg.content.clone(), Vec::new())],

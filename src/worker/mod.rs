@@ -13,6 +13,7 @@ mod batch;
 mod commands;
 mod cron_hooks;
 mod hygiene;
+mod job;
 mod keepalive;
 mod order;
 mod overflow;
@@ -20,6 +21,7 @@ mod prompt;
 mod rate;
 mod run;
 mod session;
+mod settle;
 mod turn;
 
 use std::collections::HashMap;
@@ -43,11 +45,12 @@ use crate::context::{ContextEngine, ContextSettings};
 use crate::hygiene::Guard;
 use crate::store::Store;
 use crate::subagents::SubagentManager;
-use crate::users::{self, AccessPolicy};
+use crate::users::AccessPolicy;
 use agents::Agents;
+use job::Job;
 use keepalive::{Held, Settle};
-use session::{Job, Placed, Session};
-pub use session::{QueueMode, QueueSettings};
+pub use session::QueueSettings;
+use session::{Placed, Session};
 
 #[derive(Debug, Error)]
 pub enum WorkerError {
@@ -367,7 +370,7 @@ async fn limit_rate(shared: &Arc<Shared>, job: Job, tasks: &mut JoinSet<()>) -> 
         return Some(job);
     }
     let key = shared.agents.session_key(msg);
-    let sender = users::Identity::new(&msg.channel, &msg.sender.id).to_string();
+    let sender = crate::config::Identity::new(&msg.channel, &msg.sender.id).to_string();
     let check = |level| {
         let mut limiter = shared.rate.lock().unwrap_or_else(PoisonError::into_inner);
         limiter.check(&key, &sender, tokio::time::Instant::now(), level)
@@ -390,9 +393,9 @@ async fn limit_rate(shared: &Arc<Shared>, job: Job, tasks: &mut JoinSet<()>) -> 
     let shared = Arc::clone(shared);
     if notify {
         let text = rate::notice(&msg.sender.name, msg.is_group, per_minute, retry_after);
-        tasks.spawn(commands::answer(shared, job, text));
+        tasks.spawn(settle::answer(shared, job, text));
     } else {
-        tasks.spawn(async move { commands::settle_unanswered(&shared, job, "over the sender's rate limit").await });
+        tasks.spawn(async move { settle::settle_unanswered(&shared, job, "over the sender's rate limit").await });
     }
     None
 }
@@ -432,13 +435,13 @@ fn dispatch(shared: &Arc<Shared>, job: Job, tasks: &mut JoinSet<()>) {
         }
         Placed::Full { job, first: false } => {
             let shared = Arc::clone(shared);
-            tasks.spawn(async move { commands::settle_unanswered(&shared, *job, overflow::NOT_KEPT).await });
+            tasks.spawn(async move { settle::settle_unanswered(&shared, *job, overflow::NOT_KEPT).await });
         }
         Placed::Interrupted(dropped) => {
             let shared = Arc::clone(shared);
             tasks.spawn(async move {
                 for job in dropped {
-                    commands::settle_unanswered(&shared, job, "dropped by a newer message (interrupt mode)").await;
+                    settle::settle_unanswered(&shared, job, "dropped by a newer message (interrupt mode)").await;
                 }
             });
         }

@@ -13,8 +13,8 @@ use std::time::Duration;
 use switchboard_channels::contract::InboundMessage;
 use tokio::time::Instant;
 
-use super::session::Job;
-use super::{Shared, commands};
+use super::job::Job;
+use super::{Shared, settle};
 
 /// Why a message not kept was settled without a turn (logged and stored with its run).
 pub(super) const NOT_KEPT: &str = "not kept: the session's queue was full";
@@ -53,7 +53,7 @@ pub(super) async fn notify(shared: Arc<Shared>, key: String, carrier: Job) {
         overflow.remove(&key).unwrap_or_default()
     };
     tracing::info!(session = %key, not_kept = not_kept.len(), "the queue was full; telling the chat what it did not keep");
-    commands::answer(shared, carrier, notice(&not_kept)).await;
+    settle::answer(shared, carrier, notice(&not_kept)).await;
 }
 
 /// Until no message arrived for the session for a window (at most [`MAX_WAIT_WINDOWS`]

@@ -5,11 +5,11 @@ use switchboard_channels::contract::{InboundKind, InboundMessage};
 
 use super::Shared;
 use crate::agent::Agent;
-use crate::context::tokens;
+use crate::config::Level;
 use crate::prompt::{self, PromptInput, PromptMode, Sender};
 use crate::provider::ChatMessage;
+use crate::tokens;
 use crate::tools::ToolFilter;
-use crate::users::Level;
 use crate::workspace::WorkspaceFiles;
 
 /// The prompt for a run about `msg`: full mode for the main agent's turns, minimal mode for

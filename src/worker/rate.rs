@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::config::Level;
 use crate::config::RateLimitsConfig;
-use crate::users::Level;
 
 /// The window limits are counted over.
 pub(super) const WINDOW: Duration = Duration::from_secs(60);

@@ -14,8 +14,9 @@ use super::Shared;
 use super::access::{self, Access};
 use super::agents::Route;
 use super::hygiene;
+use super::job::Control;
 use super::keepalive::{Held, Settle};
-use super::session::Control;
+use super::settle::reply_to;
 use super::turn::TurnPlan;
 use crate::agent::{EventSink, SteerReceiver};
 use crate::context::compaction;
@@ -72,7 +73,7 @@ pub(super) async fn process(shared: &Shared, msg: InboundMessage, held: Held, co
             &route.agent,
             &msg,
             &route.key,
-            crate::users::Level::Owner,
+            crate::config::Level::Owner,
             &flush_tools,
             crate::prompt::PromptMode::Minimal,
         )
@@ -274,20 +275,6 @@ fn over_budget(shared: &Shared, msg: &InboundMessage, run_id: &str, session_key:
         billing: None,
         cost_usd: None,
     }
-}
-
-/// The run's answer to `msg`. Its id is derived from the run, so a redelivery publishes the
-/// same message again and the bus's dedupe (or the adapter) drops the copy.
-pub(super) fn reply_to(
-    msg: &InboundMessage,
-    run_id: &str,
-    session_key: &str,
-    kind: OutboundKind,
-    text: String,
-) -> OutboundMessage {
-    let mut reply = OutboundMessage::answering(msg, format!("{run_id}:reply"), kind, text);
-    reply::set_run(&mut reply, run_id, session_key);
-    reply
 }
 
 /// The text the model sees for an inbound message: its content, plus a line per attachment.

@@ -11,48 +11,16 @@ use std::collections::VecDeque;
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-use switchboard_channels::contract::InboundMessage;
-use tokio::sync::{OwnedSemaphorePermit, mpsc};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::batch::{self, Batching};
-use super::keepalive::{Held, Settle};
-use super::{Shared, commands, overflow, run};
+use super::job::{Control, Job};
+use super::keepalive::Settle;
+use super::{Shared, overflow, run, settle};
 use crate::agent::SteerReceiver;
-
-/// What a message does that arrives while its session is running a turn.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum QueueMode {
-    /// It becomes its own turn afterwards, in arrival order.
-    #[default]
-    Followup,
-    /// Waiting messages are merged into one turn once the chat has been quiet for a moment.
-    Collect,
-    /// The running turn is cancelled; only the newest message is answered.
-    Interrupt,
-    /// It is added to the running turn before its next model call.
-    Steer,
-}
-
-impl QueueMode {
-    pub const ALL: [QueueMode; 4] = [QueueMode::Followup, QueueMode::Collect, QueueMode::Interrupt, QueueMode::Steer];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            QueueMode::Followup => "followup",
-            QueueMode::Collect => "collect",
-            QueueMode::Interrupt => "interrupt",
-            QueueMode::Steer => "steer",
-        }
-    }
-
-    pub fn parse(name: &str) -> Option<QueueMode> {
-        QueueMode::ALL.into_iter().find(|mode| mode.as_str().eq_ignore_ascii_case(name))
-    }
-}
+use crate::config::QueueMode;
 
 /// How sessions queue messages (`[worker]`).
 #[derive(Debug, Clone)]
@@ -85,17 +53,6 @@ impl Default for QueueSettings {
     }
 }
 
-/// A message taken from the bus and decoded, waiting for its session's turn.
-pub(super) struct Job {
-    pub msg: InboundMessage,
-    pub held: Held,
-    /// Arrival order across the worker: `/stop` drops only what arrived before it.
-    pub seq: u64,
-    /// When the worker took it: debouncing waits for quiet after the newest of a burst.
-    pub arrived: Instant,
-    pub _slot: OwnedSemaphorePermit,
-}
-
 /// The running turn of a session.
 pub(super) struct ActiveRun {
     /// Cancelled by `/stop`, `/new` and `interrupt`; the run then stores "stopped".
@@ -106,12 +63,6 @@ pub(super) struct ActiveRun {
     steer: mpsc::UnboundedSender<String>,
     /// ... and their messages, held (not acked) until the turn's outcome is stored.
     steered: Vec<Job>,
-}
-
-/// What a session's running turn is controlled by.
-pub(super) struct Control<'a> {
-    pub cancel: &'a CancellationToken,
-    pub steer: &'a mut SteerReceiver,
 }
 
 /// One session with work in this worker. It exists exactly while a session task runs for it.
@@ -204,7 +155,7 @@ pub(super) async fn session_loop(shared: Arc<Shared>, key: String) {
         let steered = end_run(&shared, &key, &mut steer);
         for job in merged.into_iter().chain(steered) {
             if acked {
-                commands::settle_unanswered(&shared, job, "merged into another turn").await;
+                settle::settle_unanswered(&shared, job, "merged into another turn").await;
             } else {
                 // The turn went back to the bus; so do the messages it stood for.
                 job.held.settle(Settle::Nak(None)).await;

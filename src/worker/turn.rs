@@ -8,10 +8,10 @@ use switchboard_channels::contract::InboundMessage;
 
 use super::Shared;
 use crate::agent::{Agent, EventSink, SteerReceiver, Turn, TurnResult};
+use crate::config::Level;
 use crate::provider::ChatMessage;
 use crate::store::StoreError;
 use crate::tools::{ToolContext, ToolFilter};
-use crate::users::Level;
 
 /// What a turn is about.
 pub(super) struct TurnPlan<'a> {
@@ -64,7 +64,7 @@ async fn attempt(
         input: plan.input.clone(),
         ctx: ToolContext {
             tools: tools.clone(),
-            ..ToolContext::for_message(agent.settings(), session_key, msg, run_id)
+            ..ToolContext::for_message(&agent.settings().name, &agent.settings().workspace, session_key, msg, run_id)
         },
         tools,
         events,

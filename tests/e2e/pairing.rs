@@ -4,10 +4,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use switchboard::config::{Identity, Level};
 use switchboard::store::StoreError;
 use switchboard::store::pairing::{CODE_ALPHABET, CodeProblem, PairingState};
 use switchboard::store::sqlite::SqliteStore;
-use switchboard::users::{Identity, Level, UserStore};
+use switchboard::store::users::UserStore;
 use switchboard_channels::pairing::{PairingRequest, PairingStore};
 
 const HOUR: Duration = Duration::from_secs(3600);

@@ -4,9 +4,10 @@
 //! offered.
 
 use crate::common::{BusKind, Setup, next_out};
-use switchboard::users::{AccessPolicy, Identity, Level, UserStore};
+use switchboard::config::{Identity, Level};
+use switchboard::store::users::UserStore;
+use switchboard::users::AccessPolicy;
 use switchboard::worker::WorkerSettings;
-use switchboard::worker::agents::SYSTEM_ON_BEHALF_OF;
 use switchboard_channels::contract::{ChatAddress, InboundMessage, Origin};
 use switchboard_testkit::fake_llm::FakeLlm;
 
@@ -15,7 +16,7 @@ fn cron_message(id: &str, on_behalf_of: Option<&str>) -> InboundMessage {
     let origin = Origin { kind: "cron".into(), id: "job1".into() };
     let mut msg = InboundMessage::system(id.into(), chat, origin, "scheduled: tidy up");
     if let Some(person) = on_behalf_of {
-        msg.metadata.insert(SYSTEM_ON_BEHALF_OF.into(), person.into());
+        msg.set_on_behalf_of(person);
     }
     msg
 }

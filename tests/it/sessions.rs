@@ -5,10 +5,10 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-
 use crate::common::{Harness, start};
+use switchboard::config::QueueMode;
 use switchboard::store::Store;
-use switchboard::worker::{QueueMode, QueueSettings, WorkerSettings};
+use switchboard::worker::{QueueSettings, WorkerSettings};
 use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, Sender};
 use switchboard_channels::subject::Flow;
 use switchboard_channels::{BusExt, Deliveries};

@@ -15,12 +15,14 @@ use harness::{eventually, message, setup, setup_with, subagent_requests, tool_na
 use serde_json::json;
 use switchboard::clock::ManualClock;
 use switchboard::config::ModelPrice;
+use switchboard::config::{Identity, Level};
 use switchboard::provider::pricing::PriceTable;
 use switchboard::store::Store;
 use switchboard::store::sqlite::SqliteStore;
 use switchboard::store::subagents::{NewSubagent, SubagentStatus, SubagentStore};
+use switchboard::store::users::UserStore;
 use switchboard::subagents::{LOST_ERROR, SHUTDOWN_ERROR, SpawnRequest, SubagentManager, SubagentSettings};
-use switchboard::users::{Identity, Level, UserStore, month_key};
+use switchboard::users::month_key;
 use switchboard::worker::agents::{Binding, Target};
 use switchboard_channels::contract::{ChatAddress, InboundMessage, Origin, OutboundKind, Usage};
 use switchboard_testkit::fake_llm::Scripted;

@@ -12,10 +12,12 @@ use chrono::{DateTime, TimeZone, Utc};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use switchboard::config::{BudgetsConfig, PermissionsConfig, UsersConfig};
+use switchboard::config::{Identity, Level};
 use switchboard::store::sqlite::SqliteStore;
+use switchboard::store::users::{LinkOutcome, UserStore};
 use switchboard::store::{RunStatus, Store};
 use switchboard::tools::{Tool, ToolContext, ToolError};
-use switchboard::users::{AccessPolicy, Identity, Level, LinkOutcome, UserStore};
+use switchboard::users::AccessPolicy;
 use switchboard::worker::WorkerSettings;
 use switchboard_channels::contract::{InboundKind, InboundMessage, OutboundKind, OutboundMessage, Sender};
 use switchboard_channels::subject::Flow;
@@ -98,7 +100,7 @@ impl Harness {
         *self.clock.lock().unwrap() = now;
     }
 
-    async fn user_of(&self, identity: &str) -> switchboard::users::User {
+    async fn user_of(&self, identity: &str) -> switchboard::store::users::User {
         let identity: Identity = identity.parse().unwrap();
         self.base.store.resolve_user(&identity, "", Level::Guest).await.unwrap()
     }

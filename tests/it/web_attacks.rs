@@ -21,7 +21,8 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::json;
-use switchboard::tools::web::{AllowList, FetchSettings, Resolver, SystemResolver, WebFetch};
+use switchboard::config::AllowList;
+use switchboard::tools::web::{FetchSettings, Resolver, SystemResolver, WebFetch};
 use switchboard::tools::{Tool, ToolContext, ToolError};
 
 /// What must happen.

@@ -11,12 +11,12 @@ use sqlx::{Sqlite, Transaction};
 use switchboard_channels::pairing::{PairingError, PairingRequest, PairingStore};
 
 use super::{SqliteStore, from_millis, now_millis, users};
+use crate::config::{Identity, Level};
 use crate::store::StoreError;
 use crate::store::pairing::{
     ApprovedPairing, CodeProblem, PairingEntry, PairingState, RandomSourceError, SenderApproval, generate_code,
     normalize_code,
 };
-use crate::users::{Identity, Level};
 
 /// How long requests are kept after they expire: approving such a code says "expired"
 /// rather than "unknown". Used codes expire too, so they go the same way.

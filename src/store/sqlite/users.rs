@@ -11,8 +11,9 @@ use sqlx::{Row, Sqlite, SqliteConnection, Transaction};
 use switchboard_channels::contract::Usage;
 
 use super::{SqliteStore, from_millis, now_millis, to_i64, to_u64};
+use crate::config::{Identity, Level};
 use crate::store::StoreError;
-use crate::users::{Billing, Identity, Level, LinkOutcome, User, UserId, UserStore, UserSummary};
+use crate::store::users::{Billing, LinkOutcome, User, UserId, UserStore, UserSummary};
 
 const USER_COLUMNS: &str = "u.id, u.level, u.budget_tokens, u.created_at";
 

@@ -9,8 +9,8 @@
 use std::io::{self, Write};
 
 use flate2::write::GzDecoder;
-use reqwest::Response;
 use reqwest::header::CONTENT_ENCODING;
+use reqwest::{Response, Url};
 
 use crate::tools::ToolError;
 
@@ -30,7 +30,7 @@ enum Encoding {
 /// Reads the body until its end or `max_bytes` decoded bytes, whichever comes first.
 pub(super) async fn read_capped(mut response: Response, max_bytes: usize) -> Result<Body, ToolError> {
     let url = response.url().clone();
-    let failed = |error: reqwest::Error| super::fetch::request_error(&url, &error);
+    let failed = |error: reqwest::Error| request_error(&url, &error);
     let encoding = encoding(&response).map_err(|name| {
         ToolError::Failed(format!("{url} sent its body encoded as {name}; web_fetch decodes only gzip"))
     })?;
@@ -121,4 +121,20 @@ impl Write for Capped {
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
+}
+
+/// Connection failures and timeouts may pass: worth the registry's one retry.
+pub(super) fn request_error(url: &Url, error: &reqwest::Error) -> ToolError {
+    let mut message = format!("cannot fetch {url}");
+    // reqwest's own message repeats the URL and says little; the cause (refused, reset,
+    // TLS…) is further down the chain.
+    let mut source = std::error::Error::source(error);
+    if source.is_none() {
+        message.push_str(&format!(": {error}"));
+    }
+    while let Some(cause) = source {
+        message.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    ToolError::Transient(message)
 }

@@ -15,8 +15,9 @@ use reqwest::header::{CONTENT_TYPE, LOCATION};
 use reqwest::{Client, Response, StatusCode, Url, redirect};
 use serde_json::{Value, json};
 
-use super::guard::{AllowList, Guard, Resolver, SystemResolver, Target};
+use super::guard::{Guard, Resolver, SystemResolver, Target};
 use super::html;
+use crate::config::AllowList;
 use crate::tools::{Tool, ToolContext, ToolError, required_str};
 
 /// Redirects followed before giving up.
@@ -171,23 +172,7 @@ async fn send(url: &Url, target: &Target, timeout: Duration) -> Result<Response,
         .header("Accept-Encoding", "gzip")
         .send()
         .await
-        .map_err(|error| request_error(url, &error))
-}
-
-/// Connection failures and timeouts may pass: worth the registry's one retry.
-pub(super) fn request_error(url: &Url, error: &reqwest::Error) -> ToolError {
-    let mut message = format!("cannot fetch {url}");
-    // reqwest's own message repeats the URL and says little; the cause (refused, reset,
-    // TLS…) is further down the chain.
-    let mut source = std::error::Error::source(error);
-    if source.is_none() {
-        message.push_str(&format!(": {error}"));
-    }
-    while let Some(cause) = source {
-        message.push_str(&format!(": {cause}"));
-        source = cause.source();
-    }
-    ToolError::Transient(message)
+        .map_err(|error| super::body::request_error(url, &error))
 }
 
 /// The next URL when `response` is a redirect.

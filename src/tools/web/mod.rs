@@ -9,8 +9,9 @@ mod search;
 
 use std::sync::Arc;
 
+use crate::config::AllowList;
 pub use fetch::{FetchSettings, WebFetch};
-pub use guard::{AllowList, Guard, Resolver, SystemResolver, Target, blocked_reason};
+pub use guard::{Guard, Resolver, SystemResolver, Target, blocked_reason};
 pub use search::{SearchSettings, WebSearch};
 
 use crate::config::WebToolsConfig;

@@ -85,7 +85,7 @@ fn agent(name: &str) -> std::sync::Arc<crate::agent::Agent> {
 
 #[test]
 fn system_messages_name_their_agent_and_session_but_people_cannot() {
-    use super::{Agents, SYSTEM_AGENT, SYSTEM_SESSION};
+    use super::Agents;
     use switchboard_channels::contract::{ChatAddress, Origin};
     let agents = Agents::new(vec![agent("main"), agent("ops")], "main", vec![]).unwrap();
     let chat =
@@ -93,17 +93,17 @@ fn system_messages_name_their_agent_and_session_but_people_cannot() {
     let origin = Origin { kind: "cron".into(), id: "job1".into() };
     let mut system = InboundMessage::system("cron:job1:1".into(), chat, origin, "daily summary");
     assert_eq!(agents.route(&system).key, "telegram:-100:topic:7");
-    system.metadata.insert(SYSTEM_AGENT.into(), "ops".into());
+    system.set_system_agent("ops");
     assert_eq!(agents.route(&system).key, "ops/telegram:-100:topic:7");
-    system.metadata.insert(SYSTEM_SESSION.into(), "cron:job1".into());
+    system.set_system_session("cron:job1");
     let route = agents.route(&system);
     assert_eq!((route.agent.settings().name.as_str(), route.key.as_str()), ("ops", "ops/cron:job1"));
     // An unknown agent falls back to the bindings and the default.
-    system.metadata.insert(SYSTEM_AGENT.into(), "gone".into());
+    system.set_system_agent("gone");
     assert_eq!(agents.route(&system).key, "cron:job1");
     // The same metadata on a person's message is ignored.
     let mut user = msg("telegram", "-100", Some("7"), None);
     user.metadata = system.metadata.clone();
-    user.metadata.insert(SYSTEM_AGENT.into(), "ops".into());
+    user.set_system_agent("ops");
     assert_eq!(agents.route(&user).key, "telegram:-100:topic:7");
 }

@@ -8,12 +8,13 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use switchboard::clock::ManualClock;
+use switchboard::config::Level;
 use switchboard::config::UsersConfig;
-use switchboard::scheduler::schedule::Schedule;
+use switchboard::schedule::Schedule;
 use switchboard::scheduler::{CronScheduler, CronSettings, CronTool};
 use switchboard::store::cron::{AddLimits, AddOutcome, CronJob, CronStore, MissedPolicy, NewCronJob, Payload};
 use switchboard::store::sqlite::SqliteStore;
-use switchboard::users::{AccessPolicy, Level};
+use switchboard::users::AccessPolicy;
 use switchboard::worker::WorkerSettings;
 use switchboard_channels::Bus;
 use switchboard_channels::contract::{ChatAddress, InboundMessage, Sender};

@@ -1,0 +1,128 @@
+//! Settling a message: the reply addressed to it, and the recorded outcome of a message
+//! answered without a turn of the model. Commands use it, and so does every path that gives a
+//! message no turn of its own (queue full, dropped by `/stop` or `interrupt`, merged into
+//! another turn): the outcome is stored under the message's inbound id first, so a
+//! redelivery is not run again and a stored answer that never went out is re-sent.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use switchboard_channels::bus::{BusError, BusExt};
+use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, Usage, reply};
+use thiserror::Error;
+
+use super::Shared;
+use super::job::Job;
+use super::keepalive::Settle;
+use crate::store::{RunClaim, RunOutcome, RunStatus, StoreError};
+
+/// Why a command or notice could not be handled now (the message is given back to the bus).
+#[derive(Debug, Error)]
+pub(super) enum HandleError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Bus(#[from] BusError),
+}
+
+/// The run's answer to `msg`. Its id is derived from the run, so a redelivery publishes the
+/// same message again and the bus's dedupe (or the adapter) drops the copy.
+pub(super) fn reply_to(
+    msg: &InboundMessage,
+    run_id: &str,
+    session_key: &str,
+    kind: OutboundKind,
+    text: String,
+) -> OutboundMessage {
+    let mut reply = OutboundMessage::answering(msg, format!("{run_id}:reply"), kind, text);
+    reply::set_run(&mut reply, run_id, session_key);
+    reply
+}
+
+/// Answers a message with `text` instead of running it (queue full), once per inbound id.
+pub(super) async fn answer(shared: Arc<Shared>, job: Job, text: String) {
+    let result = async {
+        if let Some(run_id) = claim(&shared, &job.msg).await? {
+            finish(&shared, &job.msg, &run_id, RunStatus::Completed, Some(text)).await?;
+        }
+        Ok::<_, HandleError>(())
+    }
+    .await;
+    match result {
+        Ok(()) => job.held.settle(Settle::Ack).await,
+        Err(err) => give_back(job, err).await,
+    }
+}
+
+/// Records that a message got no turn of its own (`why`), then acks it; its outcome is
+/// stored first, so a redelivery does not run it.
+pub(super) async fn settle_unanswered(shared: &Shared, job: Job, why: &str) {
+    tracing::info!(id = %job.msg.id, session = %shared.agents.session_key(&job.msg), why, "settling a message without a turn");
+    let result = async {
+        if let Some(run_id) = claim(shared, &job.msg).await? {
+            finish(shared, &job.msg, &run_id, RunStatus::Failed, None).await?;
+        }
+        Ok::<_, HandleError>(())
+    }
+    .await;
+    match result {
+        Ok(()) => job.held.settle(Settle::Ack).await,
+        Err(err) => give_back(job, err).await,
+    }
+}
+
+/// Claims the message's run; `None` when it was already handled (its stored answer, if
+/// never delivered, is delivered now).
+pub(super) async fn claim(shared: &Shared, msg: &InboundMessage) -> Result<Option<String>, HandleError> {
+    match shared.store.claim_run(&msg.id, &shared.agents.session_key(msg)).await? {
+        RunClaim::New { run_id } | RunClaim::Resumed { run_id, .. } => Ok(Some(run_id)),
+        RunClaim::Finished { run_id, reply, delivered } => {
+            tracing::info!(%run_id, "command already handled; not running it again");
+            if let (Some(reply), false) = (reply, delivered) {
+                deliver(shared, &run_id, &reply).await?;
+            }
+            Ok(None)
+        }
+    }
+}
+
+/// Stores the outcome (no transcript: the model never saw the message), then publishes.
+pub(super) async fn finish(
+    shared: &Shared,
+    msg: &InboundMessage,
+    run_id: &str,
+    status: RunStatus,
+    text: Option<String>,
+) -> Result<(), HandleError> {
+    let key = shared.agents.session_key(msg);
+    let reply = text.map(|text| reply_to(msg, run_id, &key, OutboundKind::Notice, text));
+    let outcome = RunOutcome {
+        status,
+        transcript: Vec::new(),
+        error: (status == RunStatus::Failed).then(|| "no turn of its own".to_owned()),
+        reply,
+        usage: Usage::default(),
+        model: String::new(),
+        cost_usd: None,
+        iterations: 0,
+        billing: None,
+    };
+    shared.store.finish_run(run_id, &outcome).await?;
+    if let Some(reply) = &outcome.reply {
+        deliver(shared, run_id, reply).await?;
+    }
+    Ok(())
+}
+
+/// Publishes a stored answer (its id comes from the run, so a republish is deduplicated).
+pub(super) async fn deliver(shared: &Shared, run_id: &str, reply: &OutboundMessage) -> Result<(), HandleError> {
+    shared.bus.publish_outbound(reply).await?;
+    Ok(shared.store.mark_reply_delivered(run_id).await?)
+}
+
+/// A store or bus failure: the message comes back later and is tried again.
+pub(super) async fn give_back(job: Job, err: impl Into<HandleError>) {
+    let err = err.into();
+    tracing::warn!(%err, id = %job.msg.id, "cannot handle a message now; giving it back to the bus");
+    job.held.settle(Settle::Nak(Some(Duration::from_secs(5)))).await;
+}
