@@ -2,7 +2,7 @@
 //! `switchboard-channels` crate.
 
 pub mod agent;
-pub mod channel_settings;
+pub mod assembly;
 pub mod clock;
 pub mod config;
 pub mod context;

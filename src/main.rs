@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
+use switchboard::assembly::ChannelKind;
 use switchboard::config::Config;
 use switchboard::daemon::{self, Parts};
 use switchboard::pairing_cli::PairingCommand;
@@ -54,8 +55,9 @@ enum Command {
     },
     /// Run only one channel adapter, connected to a NATS bus
     Channel {
-        /// The channel to run: api, telegram or discord
-        name: String,
+        /// The channel to run
+        #[arg(value_enum)]
+        name: ChannelKind,
         #[command(flatten)]
         bus: BusArgs,
     },
@@ -154,12 +156,7 @@ fn start(cli: Cli) -> anyhow::Result<()> {
         match cli.command {
             Command::Run { .. } => serve(config, Parts::All).await,
             Command::Agent { .. } => serve(config, Parts::Agent).await,
-            Command::Channel { name, .. } => match name.as_str() {
-                "api" => serve(config, Parts::ApiChannel).await,
-                "telegram" => serve(config, Parts::TelegramChannel).await,
-                "discord" => serve(config, Parts::DiscordChannel).await,
-                other => Err(daemon::DaemonError::UnknownChannel(other.to_owned()).into()),
-            },
+            Command::Channel { name, .. } => serve(config, Parts::Channel(name)).await,
             // Handled before the config is loaded, above.
             Command::Init => Ok(()),
             Command::Runs { limit } => switchboard::report::print_runs(&config, limit).await,
