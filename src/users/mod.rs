@@ -5,7 +5,6 @@
 //! offered, and a monthly token budget (from its level, or its own override). Persistence is
 //! behind [`UserStore`], so each store backend implements it next to its [`crate::store::Store`].
 
-pub mod cli;
 mod month;
 mod policy;
 
