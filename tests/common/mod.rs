@@ -15,7 +15,9 @@ use std::time::Duration;
 pub use bus::{BusKind, TestBus, next_out, nothing_more};
 use switchboard::assembly::{AssembledWorker, Assembly, Overrides};
 use switchboard::clock::Clock;
-use switchboard::config::{BindingConfig, Config, MAIN_AGENT, ModelPrice, NamedAgentConfig, ProviderConfig};
+use switchboard::config::{
+    AgentConfig, BindingConfig, Config, MAIN_AGENT, ModelPrice, NamedAgentConfig, ProviderConfig, StoreConfig,
+};
 use switchboard::scheduler::CronSettings;
 use switchboard::store::sqlite::SqliteStore;
 use switchboard::subagents::{SubagentManager, SubagentSettings};
@@ -183,9 +185,6 @@ impl Setup {
     /// The config the agents are read from: each answers with the scripted model on the
     /// provider `fake`, which neither streams nor retries; only the tools asked for.
     fn config(&self, dir: &Path, llm_url: &str) -> Config {
-        let mut config = Config::default();
-        config.data_dir = dir.to_owned();
-        config.store.path = self.store_path.clone().unwrap_or_else(|| dir.join("s.db"));
         let fake = ProviderConfig {
             base_url: llm_url.to_owned(),
             request_timeout_secs: 60,
@@ -193,14 +192,16 @@ impl Setup {
             max_retries: 0,
             ..ProviderConfig::default()
         };
-        config.providers.insert("fake".into(), fake);
         let (main, others) = self.agents.split_first().expect("at least one agent");
         assert_eq!(main.name, MAIN_AGENT, "the first agent is [agent], `main`");
-        config.agent.models = vec![format!("fake/{}", main.model)];
-        config.agent.max_iterations = 5;
-        config.agent.system_prompt = main.system_prompt.clone();
-        config.agent.workspace = workspace(dir, main);
-        for spec in others {
+        let agent = AgentConfig {
+            models: vec![format!("fake/{}", main.model)],
+            max_iterations: 5,
+            system_prompt: main.system_prompt.clone(),
+            workspace: workspace(dir, main),
+            ..AgentConfig::default()
+        };
+        let agents = others.iter().map(|spec| {
             let agent = NamedAgentConfig {
                 workspace: workspace(dir, spec),
                 models: vec![format!("fake/{}", spec.model)],
@@ -208,10 +209,18 @@ impl Setup {
                 system_prompt: Some(spec.system_prompt.clone()),
                 ..NamedAgentConfig::default()
             };
-            config.agents.insert(spec.name.clone(), agent);
-        }
-        config.bindings = self.bindings.clone();
-        config.prices = self.prices.clone();
+            (spec.name.clone(), agent)
+        });
+        let mut config = Config {
+            data_dir: dir.to_owned(),
+            store: StoreConfig { path: self.store_path.clone().unwrap_or_else(|| dir.join("s.db")) },
+            providers: BTreeMap::from([("fake".to_owned(), fake)]),
+            agent,
+            agents: agents.collect(),
+            bindings: self.bindings.clone(),
+            prices: self.prices.clone(),
+            ..Config::default()
+        };
         config.tools.web.enabled = false;
         config.tools.fs.enabled = self.file_tools;
         config.tools.exec.enabled = self.exec;
