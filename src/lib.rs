@@ -2,7 +2,8 @@
 //! `switchboard-channels` crate.
 
 pub mod agent;
-pub mod channel_settings;
+pub mod assembly;
+pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod context;
@@ -12,10 +13,8 @@ pub mod daemon;
 pub mod fuzzing;
 pub mod hygiene;
 pub mod metrics;
-pub mod pairing_cli;
 pub mod prompt;
 pub mod provider;
-pub mod report;
 pub mod schedule;
 pub mod scheduler;
 pub mod store;

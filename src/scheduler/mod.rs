@@ -1,7 +1,6 @@
-//! Things that happen on a schedule: cron jobs (their scheduler, the `cron` tool and the
-//! `switchboard cron` command) and heartbeat wake-ups.
+//! Things that happen on a schedule: cron jobs (their scheduler and the `cron` tool; the
+//! `switchboard cron` command is in [`crate::cli`]) and heartbeat wake-ups.
 
-pub mod cli;
 pub mod cron;
 pub mod heartbeat;
 pub mod job;

@@ -7,7 +7,6 @@
 
 use std::sync::Arc;
 
-use serde_json::json;
 use switchboard_channels::BusExt;
 use switchboard_channels::contract::{InboundMessage, Origin, reply};
 use tokio_util::sync::CancellationToken;

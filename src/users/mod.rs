@@ -6,7 +6,6 @@
 //! [identities](crate::config::Identity) are plain values in the config; users are stored
 //! behind [`UserStore`](crate::store::users::UserStore), next to the other sub-stores of [`crate::store::Store`].
 
-pub mod cli;
 mod month;
 mod policy;
 

@@ -2,6 +2,8 @@
 //! platforms and models on loopback. One binary, one module per area.
 
 #[path = "../support/mod.rs"]
+mod support;
+
 mod agents;
 mod api_limits;
 mod api_retries;

@@ -7,11 +7,10 @@ use futures_util::StreamExt;
 use serde_json::Value;
 
 use crate::common::{AgentSpec, BusKind, Setup};
-use switchboard::config::{BudgetsConfig, PermissionsConfig, UsersConfig};
+use switchboard::config::{BindingConfig, BudgetsConfig, PermissionsConfig, UsersConfig};
 use switchboard::store::Store;
 use switchboard::users::AccessPolicy;
 use switchboard::worker::WorkerSettings;
-use switchboard::worker::agents::{Binding, Target};
 use switchboard_channels::contract::{InboundMessage, OutboundMessage, Sender};
 use switchboard_channels::{BusExt, Deliveries};
 use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
@@ -61,7 +60,7 @@ async fn a_bound_chat_gets_its_agent_and_other_chats_the_default() {
             AgentSpec::new("main", "main-model", "workspace"),
             AgentSpec::new("support", "support-model", "agents/support").allow(&["current_time"]),
         ],
-        bindings: vec![Binding { agent: "support".into(), target: Target::Chat("test:help".into()) }],
+        bindings: vec![BindingConfig { agent: "support".into(), chat: "test:help".into(), ..BindingConfig::default() }],
         ..Setup::new(BusKind::Memory)
     };
     let h = setup.start().await;

@@ -2,7 +2,11 @@
 //! the production builder), real SQLite files, real NATS servers, fake chat platforms and models.
 //! One binary, one module per area.
 
+mod common;
+mod cron_support;
 #[path = "../support/mod.rs"]
+mod support;
+
 mod acting_for;
 mod agents;
 mod anthropic;

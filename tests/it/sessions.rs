@@ -3,9 +3,9 @@
 
 use std::time::{Duration, Instant};
 
+use crate::common::{Harness, start};
 use bytes::Bytes;
 use futures_util::StreamExt;
-use crate::common::{Harness, start};
 use switchboard::config::QueueMode;
 use switchboard::store::Store;
 use switchboard::worker::{QueueSettings, WorkerSettings};

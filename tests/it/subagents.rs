@@ -14,16 +14,14 @@ use futures_util::StreamExt;
 use harness::{eventually, message, setup, setup_with, subagent_requests, tool_names};
 use serde_json::json;
 use switchboard::clock::ManualClock;
-use switchboard::config::ModelPrice;
+use switchboard::config::{BindingConfig, ModelPrice};
 use switchboard::config::{Identity, Level};
-use switchboard::provider::pricing::PriceTable;
 use switchboard::store::Store;
 use switchboard::store::sqlite::SqliteStore;
 use switchboard::store::subagents::{NewSubagent, SubagentStatus, SubagentStore};
 use switchboard::store::users::UserStore;
 use switchboard::subagents::{LOST_ERROR, SHUTDOWN_ERROR, SpawnRequest, SubagentManager, SubagentSettings};
 use switchboard::users::month_key;
-use switchboard::worker::agents::{Binding, Target};
 use switchboard_channels::contract::{ChatAddress, InboundMessage, Origin, OutboundKind, Usage};
 use switchboard_testkit::fake_llm::Scripted;
 
@@ -55,7 +53,11 @@ async fn announce_routing(kind: BusKind, place: Place, agent: Option<&'static st
     let mut setup = setup(kind);
     if let Some(name) = agent {
         setup.agents.push(harness::agent(name));
-        setup.bindings.push(Binding { agent: name.into(), target: Target::Channel(place.channel.into()) });
+        setup.bindings.push(BindingConfig {
+            agent: name.into(),
+            channel: place.channel.into(),
+            ..BindingConfig::default()
+        });
     }
     let rig = setup.start().await;
     rig.llm.push(spawn_call(TASK, "capital"));
@@ -120,9 +122,9 @@ crate::both_buses! {
 /// sent with its announcement (read here off the inbound queue, so no worker runs).
 async fn usage_and_cost(kind: BusKind) {
     let price = ModelPrice { input_per_mtok: 1.0, output_per_mtok: 2.0 };
-    let prices = PriceTable::new(BTreeMap::from([("fake-model".to_owned(), price)]));
     let mut setup = setup(kind);
-    setup.agents = vec![crate::common::AgentSpec::new("main", "fake-model", "workspace").prices(prices)];
+    setup.agents = vec![crate::common::AgentSpec::new("main", "fake-model", "workspace")];
+    setup.prices = BTreeMap::from([("fake-model".to_owned(), price)]);
     setup.run_worker = false;
     let rig = setup.start().await;
     // The person the sub-agent acts for, known to the store (they wrote the message that spawned it).

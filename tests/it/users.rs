@@ -1,7 +1,7 @@
 //! Users, permission levels and budgets: the worker on the in-process bus with a real SQLite
 //! store and the scripted model server, and the `switchboard users` commands through the binary.
 
-use crate::common::{BusKind, Parts, Setup, ToolMaker};
+use crate::common::{BusKind, Setup};
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -64,9 +64,9 @@ async fn start(policy: AccessPolicy) -> Harness {
     let clock = Arc::new(Mutex::new(jan_31()));
     let now = Arc::clone(&clock);
     let access = policy.with_clock(Arc::new(move || *now.lock().unwrap()));
-    let dummies: Vec<ToolMaker> = ["exec", "write_file", "brand_new_tool"]
+    let dummies: Vec<Arc<dyn Tool>> = ["exec", "write_file", "brand_new_tool"]
         .into_iter()
-        .map(|name| Box::new(move |_: &Parts| Arc::new(Dummy(name)) as Arc<dyn Tool>) as ToolMaker)
+        .map(|name| Arc::new(Dummy(name)) as Arc<dyn Tool>)
         .collect();
     let settings = WorkerSettings { access, ..WorkerSettings::default() };
     let base = Setup { settings, message_tool: false, tools: dummies, ..Setup::new(BusKind::Memory) }.start().await;

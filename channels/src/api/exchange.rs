@@ -8,8 +8,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::http::{AppState, error, error_with};
 use super::replies::{self, Claim, Fingerprint};
+use super::state::{AppState, error, error_with};
 use crate::bus::{BusError, BusExt};
 use crate::contract::{InboundMessage, OutboundMessage, reply};
 

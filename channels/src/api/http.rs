@@ -10,18 +10,13 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::replies::Replies;
+use super::state::{AppState, error};
 use super::{ApiSettings, CHANNEL, exchange, idempotency};
 use crate::bus::Bus;
 use crate::contract::{ContractError, InboundMessage, MAX_CHAT_ID_BYTES, MAX_SENDER_ID_BYTES, Sender, check_length};
-
-pub(super) struct AppState {
-    pub(super) bus: Arc<dyn Bus>,
-    pub(super) settings: ApiSettings,
-    pub(super) replies: Arc<Replies>,
-}
 
 pub(super) fn router(bus: Arc<dyn Bus>, settings: ApiSettings, replies: Arc<Replies>) -> Router {
     let limit = settings.max_body_bytes;
@@ -116,18 +111,4 @@ fn bearer_credentials(value: &str) -> Option<&str> {
 /// Compares without an early exit, so response timing does not reveal the token.
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-pub(super) fn error(status: StatusCode, code: &str, message: &str) -> Response {
-    error_with(status, code, message, Value::Null)
-}
-
-pub(super) fn error_with(status: StatusCode, code: &str, message: &str, extra: Value) -> Response {
-    let mut body = json!({"error": {"code": code, "message": message}});
-    if let Value::Object(extra) = extra {
-        for (key, value) in extra {
-            body["error"][key] = value;
-        }
-    }
-    (status, axum::Json(body)).into_response()
 }

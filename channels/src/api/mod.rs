@@ -12,6 +12,7 @@ mod http;
 mod idempotency;
 mod replies;
 mod server;
+mod state;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -16,8 +16,9 @@ mod queues;
 
 pub use ledger::{Ledger, RecentIds};
 pub use live::{DraftState, LiveRuns, run_live};
-pub use outbound::{Sender, run_outbound};
+pub use outbound::Sender;
 pub use platform::{DraftLimits, Platform};
+pub use queues::run_outbound;
 
 #[cfg(test)]
 pub(crate) mod testing {

@@ -13,8 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::Ledger;
 use super::live::{DraftState, LiveRuns};
 use super::platform::Platform;
-use super::queues::ChatQueues;
-use crate::bus::{Acker, Deliveries};
+use crate::bus::Acker;
 use crate::contract::{OutboundKind, OutboundMessage, reply};
 
 /// Outbound ids remembered as delivered, so a redelivery is not sent twice.
@@ -189,17 +188,4 @@ impl<P: Platform> Sender<P> {
     pub(super) fn queue_key(&self, msg: &OutboundMessage) -> String {
         self.platform.queue_key(msg)
     }
-}
-
-/// Takes the platform's outbound messages off the bus and delivers them until `shutdown` or
-/// the end of `replies`. Replies to runs followed by [`run_live`](super::live::run_live) stop
-/// their typing and take over their streamed drafts.
-pub async fn run_outbound<P: Platform>(
-    platform: Arc<P>,
-    replies: Deliveries,
-    live: Arc<LiveRuns<P>>,
-    shutdown: CancellationToken,
-) {
-    let sender = Arc::new(Sender::new(platform, live, shutdown.clone()));
-    ChatQueues::new(sender).run(replies, shutdown).await;
 }

@@ -12,6 +12,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use super::live::LiveRuns;
 use super::outbound::Sender;
 use super::platform::Platform;
 use crate::bus::{Acker, Deliveries, Delivery};
@@ -130,4 +131,17 @@ impl<P: Platform> ChatQueues<P> {
         });
         self.running_chats.insert(task.id(), chat);
     }
+}
+
+/// Takes the platform's outbound messages off the bus and delivers them until `shutdown` or
+/// the end of `replies`. Replies to runs followed by [`run_live`](super::live::run_live) stop
+/// their typing and take over their streamed drafts.
+pub async fn run_outbound<P: Platform>(
+    platform: Arc<P>,
+    replies: Deliveries,
+    live: Arc<LiveRuns<P>>,
+    shutdown: CancellationToken,
+) {
+    let sender = Arc::new(Sender::new(platform, live, shutdown.clone()));
+    ChatQueues::new(sender).run(replies, shutdown).await;
 }

@@ -4,10 +4,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use switchboard::assembly::Assembly;
+use switchboard::config::Config;
 use switchboard_channels::Bus;
 use switchboard_channels::bus::Deliveries;
-use switchboard_channels::bus::memory::MemoryBus;
-use switchboard_channels::bus::nats::{NatsBus, NatsOptions};
 use switchboard_channels::contract::OutboundMessage;
 use switchboard_testkit::nats::NatsServer;
 
@@ -26,15 +26,14 @@ pub struct TestBus {
 }
 
 impl TestBus {
+    /// The bus as the production assembly connects it, without a journal.
     pub async fn start(kind: BusKind) -> TestBus {
-        match kind {
-            BusKind::Memory => TestBus { bus: Arc::new(MemoryBus::new(256)), server: None },
-            BusKind::Nats => {
-                let server = NatsServer::start().await;
-                let bus = NatsBus::connect(&server.url(), NatsOptions::default()).await.unwrap();
-                TestBus { bus: Arc::new(bus), server: Some(server) }
-            }
-        }
+        let server = match kind {
+            BusKind::Memory => None,
+            BusKind::Nats => Some(NatsServer::start().await),
+        };
+        let bus = connect(server.as_ref()).await;
+        TestBus { bus, server }
     }
 
     /// The bus as a second process would see it: the in-process bus is one per process, so
@@ -42,9 +41,19 @@ impl TestBus {
     pub async fn connect_again(&self) -> Arc<dyn Bus> {
         match &self.server {
             None => Arc::clone(&self.bus),
-            Some(server) => Arc::new(NatsBus::connect(&server.url(), NatsOptions::default()).await.unwrap()),
+            Some(server) => connect(Some(server)).await,
         }
     }
+}
+
+/// The in-process bus, or a connection to `server`, with the default `[bus_options]`.
+async fn connect(server: Option<&NatsServer>) -> Arc<dyn Bus> {
+    let mut config = Config::default();
+    config.bus_options.queue_capacity = 256;
+    if let Some(server) = server {
+        config.bus = server.url();
+    }
+    Assembly::new(config).connect_bus(None).await.unwrap()
 }
 
 /// Runs each scenario once per bus, as `memory::<name>` and `nats::<name>`. Either

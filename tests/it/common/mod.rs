@@ -1,28 +1,28 @@
-//! The worker wired in-process for tests, on either bus: a real SQLite store in a tempdir,
-//! agents on the OpenAI-compatible provider against a scripted model server, and the worker
-//! task. [`Setup`] says what to wire; [`both_buses!`] runs a scenario on each bus.
+//! The worker assembled in-process for tests, on either bus, by the production assembly
+//! ([`switchboard::assembly`]): a real SQLite store in a tempdir, agents on the
+//! OpenAI-compatible provider against a scripted model server, and the worker task. [`Setup`] says what to wire; [`both_buses!`] runs a scenario on each bus.
 
 #![allow(dead_code)]
 
 mod bus;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 #[allow(unused_imports)] // Not every test binary reads outbound messages this way.
 pub use bus::{BusKind, TestBus, next_out, nothing_more};
-use switchboard::agent::{Agent, AgentSettings};
+use switchboard::assembly::{AssembledWorker, Assembly, Overrides};
 use switchboard::clock::Clock;
-use switchboard::config::{ExecToolConfig, FsToolsConfig, ToolsConfig};
-use switchboard::provider::openai::{OpenAiConfig, OpenAiProvider};
-use switchboard::provider::pricing::PriceTable;
+use switchboard::config::{
+    AgentConfig, BindingConfig, Config, MAIN_AGENT, ModelPrice, NamedAgentConfig, ProviderConfig, StoreConfig,
+};
+use switchboard::scheduler::CronSettings;
 use switchboard::store::sqlite::SqliteStore;
-use switchboard::subagents::tool::SpawnTool;
 use switchboard::subagents::{SubagentManager, SubagentSettings};
-use switchboard::tools::{MessageTool, Tool, ToolLimits, ToolRegistry, register_local_tools};
-use switchboard::worker::agents::{Agents, Binding};
-use switchboard::worker::{Worker, WorkerSettings};
+use switchboard::tools::Tool;
+use switchboard::worker::WorkerSettings;
 use switchboard_channels::contract::InboundMessage;
 use switchboard_channels::{Bus, BusExt, Deliveries};
 use switchboard_testkit::fake_llm::FakeLlm;
@@ -38,18 +38,17 @@ pub fn real_now() -> chrono::DateTime<chrono::Utc> {
     now.with_nanosecond(nanos).unwrap_or(now)
 }
 
-/// One agent of the worker, answering with the scripted model.
+/// One agent of the worker, answering with the scripted model: `[agent]` when it is the
+/// first (which must be `main`), else an `[agents.<name>]`.
 pub struct AgentSpec {
     pub name: String,
     /// What the model requests name (tests tell agents apart by it).
     pub model: String,
     /// Relative to the harness's temp dir, or absolute; created.
     pub workspace: PathBuf,
-    /// Only these tools are offered; all when empty.
+    /// Only these tools are offered; all when empty (`[agents.<name>] tools`).
     pub allow: Vec<String>,
-    /// What its model costs (for the cost recorded with its usage); none by default.
-    pub prices: PriceTable,
-    /// `agent.system_prompt`, the operator's instructions in the prompt; "test" by default.
+    /// `system_prompt`, the operator's instructions in the prompt; "test" by default.
     pub system_prompt: String,
 }
 
@@ -60,14 +59,8 @@ impl AgentSpec {
             model: model.into(),
             workspace: workspace.into(),
             allow: Vec::new(),
-            prices: PriceTable::default(),
             system_prompt: "test".into(),
         }
-    }
-
-    pub fn prices(mut self, prices: PriceTable) -> Self {
-        self.prices = prices;
-        self
     }
 
     pub fn allow(mut self, tools: &[&str]) -> Self {
@@ -76,30 +69,27 @@ impl AgentSpec {
     }
 }
 
-/// What a tool maker may need; tools are made once and given to every agent.
-pub struct Parts<'a> {
-    pub bus: &'a Arc<dyn Bus>,
-    pub store: &'a Arc<SqliteStore>,
-}
-
-pub type ToolMaker = Box<dyn Fn(&Parts) -> Arc<dyn Tool> + Send>;
-
-/// What to wire. Every agent gets the built-in tools, then what the fields add.
+/// What to wire: a config for the production assembly ([`Assembly`]) and its overrides.
+/// Every agent gets the built-in tools, then what the fields add.
 pub struct Setup {
     pub kind: BusKind,
     pub settings: WorkerSettings,
     /// A scripted model of the test's own (to script it before the worker starts); else a new one.
     pub llm: Option<FakeLlm>,
-    /// The first is the default agent. Default: `main` as `fake-model` in `workspace`.
+    /// The first is `main`, the default agent. Default: `main` as `fake-model` in `workspace`.
     pub agents: Vec<AgentSpec>,
-    pub bindings: Vec<Binding>,
+    pub bindings: Vec<BindingConfig>,
+    /// `[prices]`: what the models cost (for the cost recorded with their usage); none by default.
+    pub prices: BTreeMap<String, ModelPrice>,
     /// The `message` tool (default on).
     pub message_tool: bool,
     /// `read_file`, `write_file`, `edit_file` and `list_dir`.
     pub file_tools: bool,
     /// The `exec` tool (admin-only under the default levels).
     pub exec: bool,
-    pub tools: Vec<ToolMaker>,
+    pub tools: Vec<Arc<dyn Tool>>,
+    /// The `cron` tool, with these settings on this clock.
+    pub cron: Option<(CronSettings, Clock)>,
     /// A sub-agent manager on the worker, and the `spawn` tool for every agent.
     pub subagents: Option<(SubagentSettings, Clock)>,
     /// The SQLite file, to share one with another store handle; default: in the temp dir.
@@ -137,10 +127,12 @@ impl Setup {
             llm: None,
             agents: vec![AgentSpec::new("main", "fake-model", "workspace")],
             bindings: Vec::new(),
+            prices: BTreeMap::new(),
             message_tool: true,
             file_tools: false,
             exec: false,
             tools: Vec::new(),
+            cron: None,
             subagents: None,
             store_path: None,
             run_worker: true,
@@ -168,34 +160,16 @@ impl Setup {
         }
     }
 
-    /// Builds the agents and the worker on `bus`, with the store and workspaces under `dir`.
+    /// Assembles the worker on `bus`, with the store and workspaces under `dir`.
     async fn wire(self, bus: &Arc<dyn Bus>, dir: &Path, llm_url: &str) -> Wired {
-        let path = self.store_path.clone().unwrap_or_else(|| dir.join("s.db"));
-        let store = Arc::new(SqliteStore::open(&path).await.unwrap());
-        let parts = Parts { bus, store: &store };
-        let mut tools: Vec<Arc<dyn Tool>> = self.tools.iter().map(|make| make(&parts)).collect();
-        if self.message_tool {
-            tools.push(Arc::new(MessageTool::new(Arc::clone(bus))));
-        }
-        let subagents = self.subagents.as_ref().map(|(settings, clock)| {
-            SubagentManager::new(store.clone(), Arc::clone(bus), clock.clone(), settings.clone())
-        });
-        if let Some(manager) = &subagents {
-            tools.push(Arc::new(SpawnTool::new(manager.clone())));
-        }
-        let agents: Vec<Arc<Agent>> = self.agents.iter().map(|spec| self.agent(spec, dir, llm_url, &tools)).collect();
-        let workspace = agents[0].settings().workspace.clone();
-        let agents = Agents::new(agents, &self.agents[0].name, self.bindings).unwrap();
-        if let Some(manager) = &subagents {
-            manager.attach(agents.all());
-        }
-        let mut worker = Worker::with_agents(Arc::clone(bus), store.clone(), agents, self.settings);
-        if let Some(manager) = &subagents {
-            worker = worker.with_subagents(manager.clone());
-        }
+        let config = self.config(dir, llm_url);
+        let workspace = config.agent.workspace.clone();
+        let run_worker = self.run_worker;
+        let assembly = Assembly::with_overrides(config, self.overrides());
+        let store = assembly.open_store().await.unwrap();
+        let AssembledWorker { worker, subagents } = assembly.worker(bus, &store).unwrap();
         let shutdown = CancellationToken::new();
         let token = shutdown.clone();
-        let run_worker = self.run_worker;
         let worker = tokio::spawn(async move {
             if run_worker {
                 worker.run(token).await.unwrap()
@@ -208,38 +182,72 @@ impl Setup {
         Wired { store, subagents, shutdown, worker, workspace }
     }
 
-    fn agent(&self, spec: &AgentSpec, dir: &Path, llm_url: &str, extra: &[Arc<dyn Tool>]) -> Arc<Agent> {
-        let workspace = dir.join(&spec.workspace);
-        std::fs::create_dir_all(&workspace).unwrap();
-        let mut tools = ToolRegistry::with_builtins(ToolLimits::default());
-        for tool in extra {
-            tools.register(Arc::clone(tool));
-        }
-        if self.file_tools || self.exec {
-            let config = ToolsConfig {
-                fs: FsToolsConfig { enabled: self.file_tools, ..FsToolsConfig::default() },
-                exec: ExecToolConfig { enabled: self.exec, ..ExecToolConfig::default() },
-                ..ToolsConfig::default()
-            };
-            register_local_tools(&mut tools, &config).unwrap();
-        }
-        if !spec.allow.is_empty() {
-            tools.retain(&spec.allow);
-        }
-        let settings = AgentSettings {
-            name: spec.name.clone(),
-            system_prompt: spec.system_prompt.clone(),
-            model: spec.model.clone(),
-            max_iterations: 5,
-            max_tokens: None,
-            temperature: None,
+    /// The config the agents are read from: each answers with the scripted model on the
+    /// provider `fake`, which neither streams nor retries; only the tools asked for.
+    fn config(&self, dir: &Path, llm_url: &str) -> Config {
+        let fake = ProviderConfig {
+            base_url: llm_url.to_owned(),
+            request_timeout_secs: 60,
             stream: false,
-            tool_choice: Default::default(),
-            prices: spec.prices.clone(),
-            workspace,
+            max_retries: 0,
+            ..ProviderConfig::default()
         };
-        Arc::new(Agent::new(Arc::new(provider(llm_url)), tools, settings))
+        let (main, others) = self.agents.split_first().expect("at least one agent");
+        assert_eq!(main.name, MAIN_AGENT, "the first agent is [agent], `main`");
+        let agent = AgentConfig {
+            models: vec![format!("fake/{}", main.model)],
+            max_iterations: 5,
+            system_prompt: main.system_prompt.clone(),
+            workspace: workspace(dir, main),
+            ..AgentConfig::default()
+        };
+        let agents = others.iter().map(|spec| {
+            let agent = NamedAgentConfig {
+                workspace: workspace(dir, spec),
+                models: vec![format!("fake/{}", spec.model)],
+                tools: spec.allow.clone(),
+                system_prompt: Some(spec.system_prompt.clone()),
+                ..NamedAgentConfig::default()
+            };
+            (spec.name.clone(), agent)
+        });
+        let mut config = Config {
+            data_dir: dir.to_owned(),
+            store: StoreConfig { path: self.store_path.clone().unwrap_or_else(|| dir.join("s.db")) },
+            providers: BTreeMap::from([("fake".to_owned(), fake)]),
+            agent,
+            agents: agents.collect(),
+            bindings: self.bindings.clone(),
+            prices: self.prices.clone(),
+            ..Config::default()
+        };
+        config.tools.web.enabled = false;
+        config.tools.fs.enabled = self.file_tools;
+        config.tools.exec.enabled = self.exec;
+        config.cron.enabled = self.cron.is_some();
+        config.subagents.enabled = self.subagents.is_some();
+        config
     }
+
+    fn overrides(self) -> Overrides {
+        let cron_clock = self.cron.as_ref().map(|(_, clock)| clock.clone());
+        let clock = cron_clock.or_else(|| self.subagents.as_ref().map(|(_, clock)| clock.clone()));
+        Overrides {
+            clock: clock.unwrap_or_else(switchboard::clock::system),
+            worker: Some(self.settings),
+            subagents: self.subagents.map(|(settings, _)| settings),
+            cron: self.cron.map(|(settings, _)| settings),
+            tools: self.tools,
+            message_tool: self.message_tool,
+        }
+    }
+}
+
+/// An agent's workspace under `dir`, created.
+fn workspace(dir: &Path, spec: &AgentSpec) -> PathBuf {
+    let workspace = dir.join(&spec.workspace);
+    std::fs::create_dir_all(&workspace).unwrap();
+    workspace
 }
 
 /// What [`Setup::wire`] made.
@@ -288,16 +296,4 @@ impl Harness {
         self.shutdown.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(10), self.worker).await;
     }
-}
-
-fn provider(base_url: &str) -> OpenAiProvider {
-    OpenAiProvider::new(OpenAiConfig {
-        name: "fake".into(),
-        base_url: base_url.to_owned(),
-        api_key: None,
-        request_timeout: Duration::from_secs(60),
-        stream: false,
-        extra_headers: vec![],
-    })
-    .unwrap()
 }

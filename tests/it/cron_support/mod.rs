@@ -11,7 +11,7 @@ use switchboard::clock::ManualClock;
 use switchboard::config::Level;
 use switchboard::config::UsersConfig;
 use switchboard::schedule::Schedule;
-use switchboard::scheduler::{CronScheduler, CronSettings, CronTool};
+use switchboard::scheduler::{CronScheduler, CronSettings};
 use switchboard::store::cron::{AddLimits, AddOutcome, CronJob, CronStore, MissedPolicy, NewCronJob, Payload};
 use switchboard::store::sqlite::SqliteStore;
 use switchboard::users::AccessPolicy;
@@ -20,7 +20,7 @@ use switchboard_channels::Bus;
 use switchboard_channels::contract::{ChatAddress, InboundMessage, Sender};
 use switchboard_testkit::fake_llm::FakeLlm;
 
-use crate::common::{BusKind, Setup, ToolMaker};
+use crate::common::{BusKind, Setup};
 
 /// The shared harness's worker, with the clock, the settings and a scheduler of its own.
 pub struct Harness {
@@ -67,16 +67,12 @@ pub fn scheduler(
 }
 
 /// A worker whose agent has the `cron` tool (and not `message`); every sender is a user.
-pub fn worker_setup(kind: BusKind, clock: &ManualClock, settings: &CronSettings) -> Setup {
-    let (clock, cron) = (clock.clock(), settings.clone());
-    let cron_tool: ToolMaker = Box::new(move |parts| {
-        let store = Arc::clone(parts.store) as Arc<dyn CronStore>;
-        Arc::new(CronTool::new(store, clock.clone(), cron.clone()))
-    });
+pub fn worker_setup(kind: BusKind, clock: &ManualClock, cron: &CronSettings) -> Setup {
     let users = UsersConfig { default_level: Level::User, ..UsersConfig::default() };
     let access = AccessPolicy::from_config(&users, &Default::default(), &Default::default()).unwrap();
     let settings = WorkerSettings { access, ..WorkerSettings::default() };
-    Setup { settings, message_tool: false, tools: vec![cron_tool], ..Setup::new(kind) }
+    let cron = Some((cron.clone(), clock.clock()));
+    Setup { settings, message_tool: false, cron, ..Setup::new(kind) }
 }
 
 /// A person's message in a chat, optionally in a topic or thread.

@@ -6,11 +6,12 @@ use std::str::FromStr;
 
 use clap::Subcommand;
 
-use super::{AccessPolicy, month_key};
+use super::CliError;
 use crate::config::Config;
 use crate::config::{Identity, Level};
 use crate::store::sqlite::SqliteStore;
 use crate::store::users::{LinkOutcome, User, UserStore, UserSummary};
+use crate::users::{AccessPolicy, month_key};
 
 #[derive(Debug, Subcommand)]
 pub enum UsersCommand {
@@ -60,7 +61,7 @@ impl FromStr for BudgetArg {
 }
 
 /// Runs one `users` command against the configured store, printing the result on stdout.
-pub async fn run(config: &Config, command: UsersCommand) -> anyhow::Result<()> {
+pub(super) async fn run(config: &Config, command: UsersCommand) -> Result<(), CliError> {
     let policy = AccessPolicy::from_config(&config.users, &config.permissions, &config.budgets)?;
     let store = SqliteStore::open(config.store_path()).await?;
     let text = match command {
@@ -94,8 +95,10 @@ async fn link(
     policy: &AccessPolicy,
     first: &Identity,
     second: &Identity,
-) -> anyhow::Result<String> {
-    anyhow::ensure!(first != second, "cannot link {first} to itself");
+) -> Result<String, CliError> {
+    if first == second {
+        return Err(CliError::SelfLink(first.clone()));
+    }
     let outcome = store.link(first, second, policy.new_user_level(first)).await?;
     Ok(match outcome {
         LinkOutcome::Linked { user } => format!("{second} now belongs to user {} with {first}.\n", user.id),
@@ -123,7 +126,7 @@ async fn link(
     })
 }
 
-async fn list(store: &SqliteStore, policy: &AccessPolicy) -> anyhow::Result<String> {
+async fn list(store: &SqliteStore, policy: &AccessPolicy) -> Result<String, CliError> {
     let month = month_key(policy.now());
     let users = store.list_users(&month).await?;
     let mut text = format!("{:>5}  {:<7}  {:<28}  {:>12}  IDENTITIES\n", "USER", "LEVEL", "BUDGET", "USED");

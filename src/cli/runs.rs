@@ -2,12 +2,13 @@
 
 use std::io::Write;
 
+use super::CliError;
 use crate::config::Config;
 use crate::store::sqlite::SqliteStore;
 use crate::store::{RunRecord, Store};
 
 /// Prints the most recent runs as a table on stdout.
-pub async fn print_runs(config: &Config, limit: usize) -> anyhow::Result<()> {
+pub(super) async fn print(config: &Config, limit: usize) -> Result<(), CliError> {
     let store = SqliteStore::open(config.store_path()).await?;
     let runs = store.recent_runs(limit).await?;
     let mut out = std::io::stdout().lock();

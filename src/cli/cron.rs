@@ -5,26 +5,13 @@
 use std::io::Write as _;
 
 use clap::{Args, Subcommand};
-use thiserror::Error;
 
-use super::job::{local_time, parse_address};
-use super::spec::{ScheduleSpec, default_name, job_line};
+use super::CliError;
 use crate::config::{Config, MAIN_AGENT};
-use crate::store::StoreError;
+use crate::scheduler::job::{local_time, parse_address};
+use crate::scheduler::spec::{ScheduleSpec, default_name, job_line};
 use crate::store::cron::{AddLimits, AddOutcome, CronStore, MissedPolicy, NewCronJob, Payload};
 use crate::store::sqlite::SqliteStore;
-
-#[derive(Debug, Error)]
-pub enum CronCliError {
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("{0}")]
-    Invalid(String),
-    #[error("there is no cron job {0:?}; `switchboard cron list` shows the jobs")]
-    NoSuchJob(String),
-    #[error("cannot write the output: {0}")]
-    Output(#[from] std::io::Error),
-}
 
 #[derive(Debug, Subcommand)]
 pub enum CronCommand {
@@ -83,7 +70,7 @@ pub struct AddArgs {
 }
 
 /// Runs `command` against the configured store and prints its answer.
-pub async fn run(config: &Config, command: CronCommand) -> Result<(), CronCliError> {
+pub(super) async fn run(config: &Config, command: CronCommand) -> Result<(), CliError> {
     let store = SqliteStore::open(config.store_path()).await?;
     let result = execute(config, &store, command).await;
     store.close().await;
@@ -91,7 +78,7 @@ pub async fn run(config: &Config, command: CronCommand) -> Result<(), CronCliErr
     Ok(())
 }
 
-async fn execute(config: &Config, store: &SqliteStore, command: CronCommand) -> Result<String, CronCliError> {
+async fn execute(config: &Config, store: &SqliteStore, command: CronCommand) -> Result<String, CliError> {
     let now = crate::clock::now();
     Ok(match command {
         CronCommand::List => {
@@ -112,7 +99,7 @@ async fn execute(config: &Config, store: &SqliteStore, command: CronCommand) -> 
             format!("paused {id}\n")
         }
         CronCommand::Resume { id } => {
-            let job = store.cron_job(&id).await?.ok_or_else(|| CronCliError::NoSuchJob(id.clone()))?;
+            let job = store.cron_job(&id).await?.ok_or_else(|| CliError::NoSuchJob(id.clone()))?;
             let next = job.job.schedule.next_after(now);
             found(store.set_cron_enabled(&id, None, true, next).await?, &id)?;
             match next {
@@ -132,16 +119,16 @@ async fn execute(config: &Config, store: &SqliteStore, command: CronCommand) -> 
     })
 }
 
-async fn add(config: &Config, store: &SqliteStore, args: AddArgs) -> Result<String, CronCliError> {
+async fn add(config: &Config, store: &SqliteStore, args: AddArgs) -> Result<String, CliError> {
     let now = crate::clock::now();
-    let chat = parse_address(&args.to).map_err(CronCliError::Invalid)?;
+    let chat = parse_address(&args.to).map_err(CliError::Invalid)?;
     let tz = args.tz.unwrap_or_else(|| config.cron.default_timezone(&config.agent.timezone).to_owned());
     let spec = ScheduleSpec { at: args.at.as_deref(), every: args.every.as_deref(), cron: args.cron.as_deref() };
-    let schedule = spec.build(&tz, now, config.cron.min_interval()).map_err(CronCliError::Invalid)?;
+    let schedule = spec.build(&tz, now, config.cron.min_interval()).map_err(CliError::Invalid)?;
     let missed = MissedPolicy::parse(&args.missed)
-        .ok_or_else(|| CronCliError::Invalid(format!("--missed {:?} is not run_once or skip", args.missed)))?;
+        .ok_or_else(|| CliError::Invalid(format!("--missed {:?} is not run_once or skip", args.missed)))?;
     if args.agent != MAIN_AGENT && !config.agents.contains_key(&args.agent) {
-        return Err(CronCliError::Invalid(format!("no agent named {:?} in the config", args.agent)));
+        return Err(CliError::Invalid(format!("no agent named {:?} in the config", args.agent)));
     }
     let payload = match (args.reminder, args.isolated) {
         (true, _) => Payload::Reminder,
@@ -174,13 +161,13 @@ async fn add(config: &Config, store: &SqliteStore, args: AddArgs) -> Result<Stri
     match store.add_cron_job(&job, limits).await? {
         AddOutcome::Added(job) => Ok(format!("added {}\n{}\n", job.id, job_line(&job))),
         AddOutcome::SessionFull(_) | AddOutcome::RunFull(_) => {
-            Err(CronCliError::Invalid("the job store refused the job".into()))
+            Err(CliError::Invalid("the job store refused the job".into()))
         }
     }
 }
 
-async fn history(store: &SqliteStore, id: &str) -> Result<String, CronCliError> {
-    let job = store.cron_job(id).await?.ok_or_else(|| CronCliError::NoSuchJob(id.to_owned()))?;
+async fn history(store: &SqliteStore, id: &str) -> Result<String, CliError> {
+    let job = store.cron_job(id).await?.ok_or_else(|| CliError::NoSuchJob(id.to_owned()))?;
     let runs = store.cron_history(id, usize::MAX).await?;
     if runs.is_empty() {
         return Ok(format!("{id} has not run yet\n"));
@@ -196,6 +183,6 @@ async fn history(store: &SqliteStore, id: &str) -> Result<String, CronCliError> 
         .collect())
 }
 
-fn found(found: bool, id: &str) -> Result<(), CronCliError> {
-    if found { Ok(()) } else { Err(CronCliError::NoSuchJob(id.to_owned())) }
+fn found(found: bool, id: &str) -> Result<(), CliError> {
+    if found { Ok(()) } else { Err(CliError::NoSuchJob(id.to_owned())) }
 }

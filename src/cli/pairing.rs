@@ -8,6 +8,7 @@ use std::str::FromStr;
 use chrono::{DateTime, Utc};
 use clap::Subcommand;
 
+use super::CliError;
 use crate::config::Config;
 use crate::config::Level;
 use crate::store::pairing::{PairingEntry, PairingState};
@@ -81,7 +82,7 @@ impl FromStr for PairingChannel {
 }
 
 /// Runs one `pairing` command against the configured store, printing the result on stdout.
-pub async fn run(config: &Config, command: PairingCommand) -> anyhow::Result<()> {
+pub(super) async fn run(config: &Config, command: PairingCommand) -> Result<(), CliError> {
     let store = SqliteStore::open(config.store_path()).await?;
     let result = execute(&store, command, config.users.approved_level).await;
     store.close().await;
@@ -90,7 +91,7 @@ pub async fn run(config: &Config, command: PairingCommand) -> anyhow::Result<()>
 }
 
 /// `level`: what an approved sender gets (`users.approved_level`).
-async fn execute(store: &SqliteStore, command: PairingCommand, level: Level) -> anyhow::Result<String> {
+async fn execute(store: &SqliteStore, command: PairingCommand, level: Level) -> Result<String, CliError> {
     Ok(match command {
         PairingCommand::List { channel } => {
             format_list(&store.list_pairings(channel.map(PairingChannel::as_str)).await?)

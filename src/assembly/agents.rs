@@ -1,0 +1,87 @@
+//! The agents of a worker: the implicit `main` (`[agent]`) and every `[agents.<name>]`, each
+//! with its model chain and its tools, and the bindings that route chats to them.
+
+use std::sync::Arc;
+
+use switchboard_channels::Bus;
+
+use super::{Assembly, AssemblyError, settings};
+use crate::agent::Agent;
+use crate::config::MAIN_AGENT;
+use crate::scheduler::CronTool;
+use crate::store::cron::CronStore;
+use crate::store::sqlite::SqliteStore;
+use crate::subagents::SubagentManager;
+use crate::subagents::tool::SpawnTool;
+use crate::tools::web::register_web_tools;
+use crate::tools::{MessageTool, ToolRegistry, register_local_tools};
+use crate::worker::agents::{Agents, Binding};
+
+impl Assembly {
+    /// Every agent, with the bindings; `subagents` gives each a `spawn` tool.
+    pub(super) fn agents(
+        &self,
+        bus: &Arc<dyn Bus>,
+        store: &Arc<SqliteStore>,
+        subagents: Option<&Arc<SubagentManager>>,
+    ) -> Result<Agents, AssemblyError> {
+        let config = &self.config;
+        let mut agents = vec![Arc::new(self.agent(bus, store, subagents, MAIN_AGENT)?)];
+        for name in config.agents.keys() {
+            agents.push(Arc::new(self.agent(bus, store, subagents, name)?));
+        }
+        let bindings = config.bindings.iter().filter_map(Binding::from_config).collect();
+        // Validated at load; a hand-built config that names an unknown agent fails here.
+        Agents::new(agents, &config.agent.default, bindings)
+            .map_err(|err| AssemblyError::Config(settings::invalid("bindings".into(), err.to_string())))
+    }
+
+    /// One agent: `[agent]`, overridden by `[agents.<name>]` when `name` is not `main`.
+    fn agent(
+        &self,
+        bus: &Arc<dyn Bus>,
+        store: &Arc<SqliteStore>,
+        subagents: Option<&Arc<SubagentManager>>,
+        name: &str,
+    ) -> Result<Agent, AssemblyError> {
+        let chain = self.config.agent_model_chain(name)?;
+        let provider = super::providers::chain(&chain)?;
+        tracing::info!(agent = name, chain = %crate::provider::Provider::name(&provider), "model chain");
+        let tools = self.tools(name, bus, store, subagents)?;
+        Ok(Agent::new(Arc::new(provider), tools, settings::agent(&self.config, name, &chain)))
+    }
+
+    /// The tools agent `name` may offer: the built-in ones, those the config enables, the
+    /// extra ones of the overrides, narrowed to `[agents.<name>] tools` when that is set.
+    fn tools(
+        &self,
+        name: &str,
+        bus: &Arc<dyn Bus>,
+        store: &Arc<SqliteStore>,
+        subagents: Option<&Arc<SubagentManager>>,
+    ) -> Result<ToolRegistry, AssemblyError> {
+        let config = &self.config;
+        let mut tools = ToolRegistry::with_builtins(settings::tool_limits(config));
+        if self.overrides.message_tool {
+            tools.register(Arc::new(MessageTool::new(Arc::clone(bus))));
+        }
+        if config.tools.web.enabled {
+            register_web_tools(&mut tools, &config.tools.web);
+        }
+        register_local_tools(&mut tools, &config.tools)?;
+        if config.cron.enabled {
+            let store = Arc::clone(store) as Arc<dyn CronStore>;
+            tools.register(Arc::new(CronTool::new(store, self.overrides.clock.clone(), self.cron_settings())));
+        }
+        if let Some(manager) = subagents {
+            tools.register(Arc::new(SpawnTool::new(Arc::clone(manager))));
+        }
+        for tool in &self.overrides.tools {
+            tools.register(Arc::clone(tool));
+        }
+        if let Some(allowed) = config.agents.get(name).map(|o| &o.tools).filter(|tools| !tools.is_empty()) {
+            tools.retain(allowed);
+        }
+        Ok(tools)
+    }
+}

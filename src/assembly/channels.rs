@@ -1,0 +1,193 @@
+//! The channel adapters a process runs, as one list of [`RunningChannel`]s.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use switchboard_channels::Bus;
+use switchboard_channels::api::ApiChannel;
+use switchboard_channels::discord::DiscordChannel;
+use switchboard_channels::pairing::PairingStore;
+use switchboard_channels::telegram::TelegramChannel;
+use tokio_util::sync::CancellationToken;
+
+use super::{Assembly, AssemblyError, channel_settings, settings};
+use crate::config::Config;
+use crate::metrics::GaugeSource;
+use crate::store::sqlite::SqliteStore;
+
+/// A channel adapter by name, as `switchboard channel <name>` takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ChannelKind {
+    /// The HTTP API (`[channels.api]`).
+    Api,
+    /// The Telegram bot (`[channels.telegram]`).
+    Telegram,
+    /// The Discord bot (`[channels.discord]`).
+    Discord,
+}
+
+impl ChannelKind {
+    pub const ALL: [ChannelKind; 3] = [ChannelKind::Api, ChannelKind::Telegram, ChannelKind::Discord];
+
+    /// Its name in the config (`channels.<name>`) and on the bus.
+    pub fn name(self) -> &'static str {
+        match self {
+            ChannelKind::Api => "api",
+            ChannelKind::Telegram => "telegram",
+            ChannelKind::Discord => "discord",
+        }
+    }
+
+    /// Whether the config enables it (and, for the chat channels, gives it a token).
+    fn is_active(self, config: &Config) -> bool {
+        match self {
+            ChannelKind::Api => config.channels.api.enabled,
+            ChannelKind::Telegram => config.channels.telegram.is_active(),
+            ChannelKind::Discord => config.channels.discord.is_active(),
+        }
+    }
+
+    /// Why a process asked to run only this channel cannot: disabled, or without a token.
+    pub fn refusal(self, config: &Config) -> Option<AssemblyError> {
+        let enabled = match self {
+            ChannelKind::Api => config.channels.api.enabled,
+            ChannelKind::Telegram => config.channels.telegram.enabled,
+            ChannelKind::Discord => config.channels.discord.enabled,
+        };
+        match (self.is_active(config), enabled, self) {
+            (true, _, _) => None,
+            (false, false, _) => Some(AssemblyError::ChannelDisabled(self.name())),
+            (false, true, ChannelKind::Telegram) => Some(AssemblyError::NoTelegramToken),
+            (false, true, _) => Some(AssemblyError::NoDiscordToken),
+        }
+    }
+}
+
+/// A started channel adapter.
+#[async_trait]
+pub trait RunningChannel: Send {
+    fn kind(&self) -> ChannelKind;
+
+    /// What the metrics endpoint reads of it, if it reports anything.
+    fn gauges(&self) -> Option<GaugeSource> {
+        None
+    }
+
+    /// Stops it; in-flight deliveries end first.
+    async fn stop(self: Box<Self>) -> Result<(), AssemblyError>;
+}
+
+#[async_trait]
+impl RunningChannel for ApiChannel {
+    fn kind(&self) -> ChannelKind {
+        ChannelKind::Api
+    }
+
+    fn gauges(&self) -> Option<GaugeSource> {
+        let gauges = ApiChannel::gauges(self);
+        Some(Box::new(move || gauges.read()))
+    }
+
+    async fn stop(self: Box<Self>) -> Result<(), AssemblyError> {
+        Ok(ApiChannel::stop(*self).await?)
+    }
+}
+
+#[async_trait]
+impl RunningChannel for TelegramChannel {
+    fn kind(&self) -> ChannelKind {
+        ChannelKind::Telegram
+    }
+
+    async fn stop(self: Box<Self>) -> Result<(), AssemblyError> {
+        TelegramChannel::stop(*self).await;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl RunningChannel for DiscordChannel {
+    fn kind(&self) -> ChannelKind {
+        ChannelKind::Discord
+    }
+
+    async fn stop(self: Box<Self>) -> Result<(), AssemblyError> {
+        DiscordChannel::stop(*self).await;
+        Ok(())
+    }
+}
+
+impl Assembly {
+    /// Starts those of `kinds` the config enables. The chat channels keep DM pairings in
+    /// `store` when there is one.
+    pub async fn start_channels(
+        &self,
+        kinds: &[ChannelKind],
+        bus: &Arc<dyn Bus>,
+        store: Option<&Arc<SqliteStore>>,
+        shutdown: &CancellationToken,
+    ) -> Result<Vec<Box<dyn RunningChannel>>, AssemblyError> {
+        let mut channels = Vec::new();
+        for &kind in kinds.iter().filter(|kind| kind.is_active(&self.config)) {
+            channels.push(self.start_channel(kind, Arc::clone(bus), store, shutdown.clone()).await?);
+        }
+        Ok(channels)
+    }
+
+    async fn start_channel(
+        &self,
+        kind: ChannelKind,
+        bus: Arc<dyn Bus>,
+        store: Option<&Arc<SqliteStore>>,
+        shutdown: CancellationToken,
+    ) -> Result<Box<dyn RunningChannel>, AssemblyError> {
+        let config = &self.config;
+        let pairing = store.map(|store| Arc::clone(store) as Arc<dyn PairingStore>);
+        Ok(match kind {
+            ChannelKind::Api => {
+                warn_if_descriptors_short(config.channels.api.max_connections);
+                Box::new(ApiChannel::start(bus, settings::api(config), shutdown).await?)
+            }
+            ChannelKind::Telegram => {
+                let settings = channel_settings::telegram(config);
+                Box::new(TelegramChannel::start(bus, settings, pairing, shutdown).await?)
+            }
+            ChannelKind::Discord => {
+                let settings = channel_settings::discord(config);
+                Box::new(DiscordChannel::start(bus, settings, pairing, shutdown).await?)
+            }
+        })
+    }
+}
+
+/// Stops `channels`, the last started first (the API, started first, goes last), after the
+/// worker has drained, so finished turns are still delivered.
+pub async fn stop_all(channels: Vec<Box<dyn RunningChannel>>) -> Result<(), AssemblyError> {
+    for channel in channels.into_iter().rev() {
+        channel.stop().await?;
+    }
+    Ok(())
+}
+
+/// Descriptors the process needs beside the API's connections (bus, store, model requests,
+/// exec pipes, channel clients).
+const DESCRIPTORS_BESIDE_API: u64 = 256;
+
+/// Says so at start when the API's connection limit does not fit the descriptor limit: a
+/// flood of connections would then starve everything else of descriptors.
+fn warn_if_descriptors_short(max_connections: usize) {
+    let mut rlimit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit only writes the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rlimit) } != 0 {
+        return;
+    }
+    let needed = u64::try_from(max_connections).unwrap_or(u64::MAX).saturating_add(DESCRIPTORS_BESIDE_API);
+    if rlimit.rlim_cur != libc::RLIM_INFINITY && rlimit.rlim_cur < needed {
+        tracing::warn!(
+            descriptor_limit = rlimit.rlim_cur,
+            max_connections,
+            needed,
+            "channels.api.max_connections does not fit the descriptor limit; lower it or raise the limit (ulimit -n, LimitNOFILE=)"
+        );
+    }
+}

@@ -1,0 +1,221 @@
+//! The composition root: one [`Config`] in, the running parts out. `switchboard run`,
+//! `switchboard agent`, `switchboard channel <name>` ([`crate::daemon`]) and the test
+//! harnesses all assemble through [`Assembly`]; the tests add their [`Overrides`] (a manual
+//! clock, settings of their own, extra tools) rather than wiring the parts by hand.
+//!
+//! [`settings`] and [`channel_settings`] turn the config into the settings of every part.
+
+mod agents;
+pub mod channel_settings;
+mod channels;
+mod providers;
+pub mod settings;
+
+use std::sync::Arc;
+
+pub use channels::{ChannelKind, RunningChannel, stop_all};
+use switchboard_channels::Bus;
+use switchboard_channels::api::ApiError;
+use switchboard_channels::bus::memory::MemoryBus;
+use switchboard_channels::bus::nats::NatsBus;
+use switchboard_channels::discord::DiscordError;
+use switchboard_channels::telegram::TelegramError;
+use thiserror::Error;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::Clock;
+use crate::config::BadIdentity;
+use crate::config::{BusKind, Config, ConfigError};
+use crate::hygiene::GuardError;
+use crate::provider::ProviderError;
+use crate::scheduler::heartbeat::Heartbeats;
+use crate::scheduler::{CronScheduler, CronSettings};
+use crate::store::StoreError;
+use crate::store::cron::CronStore;
+use crate::store::sqlite::SqliteStore;
+use crate::subagents::{SubagentManager, SubagentSettings};
+use crate::tools::Tool;
+use crate::worker::{Worker, WorkerSettings};
+
+#[derive(Debug, Error)]
+pub enum AssemblyError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Bus(#[from] switchboard_channels::BusError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot set up the model provider: {0}")]
+    Provider(#[from] ProviderError),
+    #[error(transparent)]
+    Guard(#[from] GuardError),
+    #[error("users.owners: {0}")]
+    Owner(#[from] BadIdentity),
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    #[error(transparent)]
+    Telegram(#[from] TelegramError),
+    #[error("the Telegram channel needs a bot token: set channels.telegram.token or TELEGRAM_BOT_TOKEN")]
+    NoTelegramToken,
+    #[error(transparent)]
+    Discord(#[from] DiscordError),
+    #[error("the Discord channel needs a bot token: set channels.discord.token or DISCORD_BOT_TOKEN")]
+    NoDiscordToken,
+    #[error("the {0} channel is disabled in the config (channels.{0}.enabled = false)")]
+    ChannelDisabled(&'static str),
+}
+
+/// What a test changes in the production assembly. Production uses the default.
+pub struct Overrides {
+    /// The clock of the sub-agents, the cron scheduler and tool, and the heartbeats.
+    pub clock: Clock,
+    /// Instead of the settings read from the config.
+    pub worker: Option<WorkerSettings>,
+    pub subagents: Option<SubagentSettings>,
+    pub cron: Option<CronSettings>,
+    /// Given to every agent, beside the configured ones.
+    pub tools: Vec<Arc<dyn Tool>>,
+    /// The `message` tool (on in production).
+    pub message_tool: bool,
+}
+
+impl Default for Overrides {
+    fn default() -> Self {
+        Self {
+            clock: crate::clock::system(),
+            worker: None,
+            subagents: None,
+            cron: None,
+            tools: Vec::new(),
+            message_tool: true,
+        }
+    }
+}
+
+/// Builds the parts of a process from one config.
+pub struct Assembly {
+    config: Config,
+    overrides: Overrides,
+}
+
+/// A worker and, when `[subagents]` is enabled, the sub-agent manager its agents share.
+pub struct AssembledWorker {
+    pub worker: Worker,
+    pub subagents: Option<Arc<SubagentManager>>,
+}
+
+impl Assembly {
+    pub fn new(config: Config) -> Self {
+        Self { config, overrides: Overrides::default() }
+    }
+
+    pub fn with_overrides(config: Config, overrides: Overrides) -> Self {
+        Self { config, overrides }
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The SQLite store at `store.path`, checked writable.
+    pub async fn open_store(&self) -> Result<Arc<SqliteStore>, AssemblyError> {
+        let store = SqliteStore::open(self.config.store_path()).await?;
+        store.check_writable().await?;
+        Ok(Arc::new(store))
+    }
+
+    /// The configured bus. The in-process bus journals to `store` when there is one, so what
+    /// it accepted survives a crash.
+    pub async fn connect_bus(&self, store: Option<Arc<SqliteStore>>) -> Result<Arc<dyn Bus>, AssemblyError> {
+        let config = &self.config;
+        Ok(match (config.bus_kind(), store) {
+            (BusKind::Memory, Some(store)) => {
+                Arc::new(MemoryBus::with_journal(config.bus_options.queue_capacity, store).await?)
+            }
+            (BusKind::Memory, None) => Arc::new(MemoryBus::new(config.bus_options.queue_capacity)),
+            (BusKind::Nats(url), _) => Arc::new(NatsBus::connect(url, settings::nats(config)).await?),
+        })
+    }
+
+    /// The worker with every agent; the sub-agent manager is built before the agents, whose
+    /// `spawn` tools hold it, and the agents are attached to it after.
+    pub fn worker(&self, bus: &Arc<dyn Bus>, store: &Arc<SqliteStore>) -> Result<AssembledWorker, AssemblyError> {
+        let subagents = match self.config.subagents.enabled {
+            true => Some(SubagentManager::new(
+                Arc::clone(store) as _,
+                Arc::clone(bus),
+                self.overrides.clock.clone(),
+                self.subagent_settings()?,
+            )),
+            false => None,
+        };
+        let agents = self.agents(bus, store, subagents.as_ref())?;
+        if let Some(manager) = &subagents {
+            manager.attach(agents.all());
+        }
+        let settings = match &self.overrides.worker {
+            Some(settings) => settings.clone(),
+            None => settings::worker(&self.config)?,
+        };
+        let mut worker = Worker::with_agents(Arc::clone(bus), Arc::clone(store) as _, agents, settings);
+        if let Some(manager) = &subagents {
+            worker = worker.with_subagents(Arc::clone(manager));
+        }
+        Ok(AssembledWorker { worker, subagents })
+    }
+
+    /// The cron scheduler (`[cron] enabled`), running until `shutdown`.
+    pub fn start_cron(
+        &self,
+        bus: &Arc<dyn Bus>,
+        store: &Arc<SqliteStore>,
+        shutdown: &CancellationToken,
+    ) -> Option<JoinHandle<()>> {
+        if !self.config.cron.enabled {
+            return None;
+        }
+        let store = Arc::clone(store) as Arc<dyn CronStore>;
+        let scheduler = CronScheduler::new(store, Arc::clone(bus), self.overrides.clock.clone(), self.cron_settings());
+        Some(tokio::spawn(scheduler.run(shutdown.clone())))
+    }
+
+    /// The heartbeats of every agent whose heartbeat is enabled, running until `shutdown`.
+    pub fn start_heartbeats(
+        &self,
+        bus: &Arc<dyn Bus>,
+        store: &Arc<SqliteStore>,
+        shutdown: &CancellationToken,
+    ) -> Result<JoinHandle<()>, AssemblyError> {
+        let agents = settings::heartbeat_agents(&self.config)?;
+        let heartbeats = Heartbeats::new(Arc::clone(store) as _, Arc::clone(bus), self.overrides.clock.clone(), agents)
+            .with_max_message_age(self.config.worker.max_message_age());
+        Ok(tokio::spawn(heartbeats.run(shutdown.clone())))
+    }
+
+    fn cron_settings(&self) -> CronSettings {
+        self.overrides.cron.clone().unwrap_or_else(|| CronSettings::from_config(&self.config))
+    }
+
+    fn subagent_settings(&self) -> Result<SubagentSettings, ConfigError> {
+        match &self.overrides.subagents {
+            Some(settings) => Ok(settings.clone()),
+            None => settings::subagents(&self.config),
+        }
+    }
+}
+
+/// Starts the sub-agent reaper. On shutdown, stops the running sub-agents (each recorded and
+/// announced as failed while the bus is still up; see [`crate::subagents`]); await the handle
+/// before the channels stop.
+pub fn start_subagents(manager: Arc<SubagentManager>, shutdown: &CancellationToken) -> JoinHandle<()> {
+    let reaper = manager.start_reaper(shutdown.clone());
+    let shutdown = shutdown.clone();
+    tokio::spawn(async move {
+        shutdown.cancelled().await;
+        manager.shutdown().await;
+        if let Err(err) = reaper.await {
+            tracing::warn!(%err, "the sub-agent reaper ended abnormally");
+        }
+    })
+}

@@ -1,0 +1,167 @@
+//! The settings of every part, read from a loaded [`Config`]: the parts themselves take
+//! plain settings and know nothing of the config file. The channel adapters' settings are in
+//! [`super::channel_settings`].
+
+use std::sync::Arc;
+
+use switchboard_channels::api::{ApiSettings, ConnectionLimits, ReplayCache};
+use switchboard_channels::bus::nats::NatsOptions;
+
+use super::AssemblyError;
+use crate::agent::AgentSettings;
+use crate::config::{BusKind, ChainEntry, Config, ConfigError, MAIN_AGENT, Origin};
+use crate::context::ContextSettings;
+use crate::hygiene::Guard;
+use crate::prompt::PromptSettings;
+use crate::provider::ToolChoice;
+use crate::provider::pricing::PriceTable;
+use crate::scheduler::heartbeat::{HeartbeatAgent, HeartbeatSettings};
+use crate::subagents::SubagentSettings;
+use crate::tools::ToolLimits;
+use crate::users::AccessPolicy;
+use crate::worker::{QueueSettings, WorkerSettings};
+
+/// `[worker]`, with what the worker takes from `[agent]`, `[users]`, `[guard]` and the rest.
+pub fn worker(config: &Config) -> Result<WorkerSettings, AssemblyError> {
+    Ok(WorkerSettings {
+        max_concurrent_runs: config.worker.max_concurrent_runs,
+        max_held: config.worker.max_concurrent_runs * 4,
+        max_message_age: config.worker.max_message_age(),
+        // A third of the ack wait, so one lost progress message does not cost the delivery.
+        progress_interval: config.bus_options.ack_wait() / 3,
+        shutdown_grace: config.worker.shutdown_grace(),
+        history_limit: config.agent.history_limit,
+        context: ContextSettings {
+            context_window: config.agent.context_window,
+            history: config.history.clone(),
+            compaction: config.compaction.clone(),
+        },
+        access: AccessPolicy::from_config(&config.users, &config.permissions, &config.budgets)?,
+        prompt: prompt(config)?,
+        guard: Some(Arc::new(Guard::new(&config.guard)?)),
+        queue: QueueSettings::from_config(&config.worker),
+        rate_limits: config.rate_limits,
+        heartbeat_ack_max_chars: config.heartbeat.ack_max_chars,
+        heartbeat_ack_max_chars_by_agent: config
+            .agents
+            .iter()
+            .filter_map(|(name, agent)| Some((name.clone(), agent.heartbeat.as_ref()?.ack_max_chars)))
+            .collect(),
+    })
+}
+
+/// The time zone and file caps of the system prompt (`[agent]`).
+pub fn prompt(config: &Config) -> Result<PromptSettings, ConfigError> {
+    let agent = &config.agent;
+    // Validated at load; only a hand-built config fails here.
+    let timezone = agent.time_zone().map_err(|err| invalid("agent.timezone".into(), err.to_string()))?;
+    Ok(PromptSettings { timezone, max_file_chars: agent.bootstrap_max_chars, memory_max_chars: agent.memory_max_chars })
+}
+
+/// `[subagents]`.
+pub fn subagents(config: &Config) -> Result<SubagentSettings, ConfigError> {
+    Ok(SubagentSettings::from_config(&config.subagents, prompt(config)?))
+}
+
+/// The limits of every agent's tools.
+pub fn tool_limits(config: &Config) -> ToolLimits {
+    ToolLimits {
+        timeout: config.agent.tool_timeout(),
+        max_result_chars: config.tools.max_result_chars,
+        ..ToolLimits::default()
+    }
+}
+
+/// One agent: `[agent]`, overridden by `[agents.<name>]` when `name` is not `main`; `chain`
+/// is its resolved model chain.
+pub fn agent(config: &Config, name: &str, chain: &[ChainEntry]) -> AgentSettings {
+    let overrides = config.agents.get(name);
+    let max_tokens = overrides.and_then(|o| o.max_tokens).unwrap_or(config.agent.max_tokens);
+    AgentSettings {
+        name: name.to_owned(),
+        system_prompt: overrides
+            .and_then(|o| o.system_prompt.clone())
+            .unwrap_or_else(|| config.agent.system_prompt.clone()),
+        model: chain.first().map(|entry| entry.model.clone()).unwrap_or_default(),
+        max_iterations: config.agent.max_iterations,
+        max_tokens: Some(max_tokens).filter(|&n| n > 0),
+        temperature: config.agent.temperature,
+        // Chunks are streamed to the user when the primary streams; the others follow suit.
+        stream: chain.first().is_none_or(|entry| entry.settings.stream),
+        tool_choice: ToolChoice::parse(&config.agent.tool_choice),
+        prices: PriceTable::new(config.prices.clone()),
+        workspace: overrides.map_or_else(|| config.agent.workspace.clone(), |o| o.workspace.clone()),
+    }
+}
+
+/// The agents whose heartbeat is enabled (`[heartbeat]` for `main`,
+/// `[agents.<name>.heartbeat]` or else `[heartbeat]` for the others).
+pub fn heartbeat_agents(config: &Config) -> Result<Vec<HeartbeatAgent>, ConfigError> {
+    let workspaces = std::iter::once((MAIN_AGENT, &config.agent.workspace))
+        .chain(config.agents.iter().map(|(name, agent)| (name.as_str(), &agent.workspace)));
+    let mut agents = Vec::new();
+    for (name, workspace) in workspaces {
+        let heartbeat = config.heartbeat_for(name);
+        if !heartbeat.enabled {
+            continue;
+        }
+        // Validated at load with the key path; a hand-built config fails here.
+        let settings = HeartbeatSettings::from_config(heartbeat, &config.agent.timezone).map_err(|err| {
+            let key = match name {
+                MAIN_AGENT => format!("heartbeat.{}", err.key),
+                _ => format!("agents.{name}.heartbeat.{}", err.key),
+            };
+            invalid(key, err.reason)
+        })?;
+        agents.push(HeartbeatAgent { name: name.to_owned(), workspace: workspace.clone(), settings });
+    }
+    Ok(agents)
+}
+
+/// `[channels.api]`.
+pub fn api(config: &Config) -> ApiSettings {
+    let api = &config.channels.api;
+    ApiSettings {
+        listen: api.listen,
+        token: Some(api.token.expose().to_owned()).filter(|t| !t.is_empty()),
+        reply_timeout: api.reply_timeout(),
+        max_body_bytes: api.max_body_bytes,
+        limits: ConnectionLimits {
+            header_timeout: api.header_timeout(),
+            idle_timeout: api.idle_timeout(),
+            max_connections: api.max_connections,
+            max_header_bytes: api.max_header_bytes,
+        },
+        replay: ReplayCache { ttl: api.idempotency_ttl(), max_entries: api.idempotency_max_entries },
+    }
+}
+
+/// `[bus_options]` for a NATS bus.
+pub fn nats(config: &Config) -> NatsOptions {
+    NatsOptions {
+        prefix: config.bus_options.prefix.clone(),
+        ack_wait: config.bus_options.ack_wait(),
+        duplicate_window: config.bus_options.duplicate_window(),
+        outbound_max_age: config.bus_options.outbound_max_age(),
+        ..NatsOptions::default()
+    }
+}
+
+/// The bus for logs, without credentials a NATS URL may carry.
+pub fn bus_label(config: &Config) -> String {
+    match config.bus_kind() {
+        BusKind::Memory => "memory".to_owned(),
+        BusKind::Nats(url) => match url.split_once('@') {
+            Some((scheme_and_auth, host)) => {
+                let scheme = scheme_and_auth.split("://").next().unwrap_or("nats");
+                format!("{scheme}://***@{host}")
+            }
+            None => url.to_owned(),
+        },
+    }
+}
+
+/// A hand-built config's problem, said like the loader says it.
+pub(super) fn invalid(key: String, reason: String) -> ConfigError {
+    ConfigError::Invalid { key, origin: Origin::Default, reason }
+}
