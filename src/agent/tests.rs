@@ -328,3 +328,5 @@ async fn unknown_price_means_unknown_cost() {
     let (unpriced, _) = agent(vec![text("hi")], 5);
     assert_eq!(unpriced.run(turn(vec![], "hi", &Recorder::default())).await.cost_usd, None);
 }
+
+mod models;

@@ -177,5 +177,4 @@ fn close_calls(out: &mut Vec<ChatMessage>, pending: &mut Vec<ToolCall>) {
 }
 
 #[cfg(test)]
-#[path = "pipeline_tests.rs"]
 mod tests;

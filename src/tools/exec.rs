@@ -27,7 +27,6 @@ use super::fs::Workspace;
 use super::{Tool, ToolContext, ToolError, required_str};
 use crate::config::ExecToolConfig;
 
-#[path = "exec_privileges.rs"]
 mod privileges;
 pub use privileges::{MemoryNotPrivate, keep_memory_private};
 
@@ -363,5 +362,4 @@ impl Captured {
 }
 
 #[cfg(test)]
-#[path = "exec_tests.rs"]
 mod tests;

@@ -146,5 +146,4 @@ impl Platform for DiscordPlatform {
 }
 
 #[cfg(test)]
-#[path = "platform_tests.rs"]
 mod tests;

@@ -255,5 +255,4 @@ pub(super) fn error_from_event(data: &str, secret: Option<&str>) -> ProviderErro
 }
 
 #[cfg(test)]
-#[path = "wire_tests.rs"]
 mod tests;

@@ -502,5 +502,4 @@ fn error_fields(body: &Value) -> (Option<String>, Option<String>) {
 }
 
 #[cfg(test)]
-#[path = "wire_tests.rs"]
 mod tests;

@@ -187,5 +187,4 @@ impl Guard {
 }
 
 #[cfg(test)]
-#[path = "guard_tests.rs"]
 mod tests;

@@ -455,5 +455,4 @@ impl Output {
 }
 
 #[cfg(test)]
-#[path = "html_tests.rs"]
 mod tests;

@@ -168,5 +168,4 @@ fn render(query: &str, results: &[BraveResult]) -> String {
 }
 
 #[cfg(test)]
-#[path = "search_tests.rs"]
 mod tests;

@@ -4,8 +4,8 @@
 use serde_json::json;
 use switchboard_channels::contract::Usage;
 
-use super::tests::{Recorder, agent, calls, scripted_agent, turn};
-use super::*;
+use super::{Recorder, agent, calls, scripted_agent, turn};
+use crate::agent::*;
 use crate::provider::ChatResponse;
 use crate::tools::ToolFilter;
 

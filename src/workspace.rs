@@ -24,37 +24,37 @@ pub const BOOTSTRAP_FILES: [BootstrapFile; 7] = [
     BootstrapFile {
         name: "AGENTS.md",
         purpose: "operating instructions: how to work, what to always or never do",
-        template: include_str!("../../templates/workspace/AGENTS.md"),
+        template: include_str!("../templates/workspace/AGENTS.md"),
     },
     BootstrapFile {
         name: "SOUL.md",
         purpose: "persona: character, tone and style",
-        template: include_str!("../../templates/workspace/SOUL.md"),
+        template: include_str!("../templates/workspace/SOUL.md"),
     },
     BootstrapFile {
         name: "USER.md",
         purpose: "about the owner",
-        template: include_str!("../../templates/workspace/USER.md"),
+        template: include_str!("../templates/workspace/USER.md"),
     },
     BootstrapFile {
         name: "IDENTITY.md",
         purpose: "the agent's name and how it presents itself",
-        template: include_str!("../../templates/workspace/IDENTITY.md"),
+        template: include_str!("../templates/workspace/IDENTITY.md"),
     },
     BootstrapFile {
         name: "TOOLS.md",
         purpose: "notes on tools and local conventions",
-        template: include_str!("../../templates/workspace/TOOLS.md"),
+        template: include_str!("../templates/workspace/TOOLS.md"),
     },
     BootstrapFile {
         name: "HEARTBEAT.md",
         purpose: "checklist of periodic tasks for heartbeat wake-ups",
-        template: include_str!("../../templates/workspace/HEARTBEAT.md"),
+        template: include_str!("../templates/workspace/HEARTBEAT.md"),
     },
     BootstrapFile {
         name: "MEMORY.md",
         purpose: "lasting facts; append new ones here",
-        template: include_str!("../../templates/workspace/MEMORY.md"),
+        template: include_str!("../templates/workspace/MEMORY.md"),
     },
 ];
 

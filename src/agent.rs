@@ -384,5 +384,3 @@ fn failure_reply(err: &ProviderError) -> String {
 
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_models;
