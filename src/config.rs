@@ -42,7 +42,7 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer, Serialize};
 
 pub use active_hours::ActiveHours;
-pub use agents::{BindingConfig, MAIN_AGENT, NamedAgentConfig};
+pub use agents::{BindingConfig, MAIN_AGENT, NamedAgentConfig, agent_session_key, base_session_key};
 pub use allow_list::AllowList;
 pub use context::{CompactionConfig, DEFAULT_OUTPUT_RESERVE, HistoryConfig, output_reserve};
 pub use cron::CronConfig;

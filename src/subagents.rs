@@ -31,7 +31,7 @@ use tracing::Instrument;
 
 use crate::agent::Agent;
 use crate::clock::{Clock, to_store_precision};
-use crate::config::{MAIN_AGENT, SubagentsConfig};
+use crate::config::{SubagentsConfig, base_session_key};
 use crate::prompt::PromptSettings;
 use crate::store::StoreError;
 use crate::store::subagents::{Created, NewSubagent, SubagentStore};
@@ -307,11 +307,7 @@ impl SubagentManager {
 /// The parent's isolated session (`metadata.session`), when its session is not its chat's:
 /// its key without the `<agent>/` prefix, if that differs from the chat's key.
 pub fn isolated_session(parent_session: &str, parent_agent: &str, chat: &ChatAddress) -> Option<String> {
-    let base = if parent_agent == MAIN_AGENT {
-        parent_session
-    } else {
-        parent_session.strip_prefix(&format!("{parent_agent}/")).unwrap_or(parent_session)
-    };
+    let base = base_session_key(parent_agent, parent_session);
     (base != chat.session_key()).then(|| base.to_owned())
 }
 

@@ -7,7 +7,7 @@ use std::io::Write as _;
 use clap::{Args, Subcommand};
 
 use super::CliError;
-use crate::config::{Config, MAIN_AGENT};
+use crate::config::{Config, MAIN_AGENT, agent_session_key};
 use crate::scheduler::job::{local_time, parse_address};
 use crate::scheduler::spec::{ScheduleSpec, default_name, job_line};
 use crate::store::cron::{AddLimits, AddOutcome, CronStore, MissedPolicy, NewCronJob, Payload};
@@ -135,8 +135,7 @@ async fn add(config: &Config, store: &SqliteStore, args: AddArgs) -> Result<Stri
         (_, true) => Payload::Isolated,
         _ => Payload::Turn,
     };
-    let base = chat.session_key();
-    let owner_session = if args.agent == MAIN_AGENT { base } else { format!("{}/{base}", args.agent) };
+    let owner_session = agent_session_key(&args.agent, &chat.session_key());
     let job = NewCronJob {
         name: args.name.unwrap_or_else(|| default_name(&args.message)),
         agent: args.agent,

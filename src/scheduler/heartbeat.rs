@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 pub use self::ack::HeartbeatAck;
 pub use self::settings::{BadHeartbeat, HeartbeatSettings};
 use crate::clock::{Clock, to_store_precision};
-use crate::config::{HeartbeatTarget, MAIN_AGENT};
+use crate::config::{HeartbeatTarget, agent_session_key};
 use crate::store::StoreError;
 use crate::store::heartbeat::{HeartbeatStore, SlotClaim};
 
@@ -303,8 +303,7 @@ fn next_slot(slot: DateTime<Utc>, now: DateTime<Utc>, every: chrono::Duration) -
 /// The session a heartbeat of `agent` runs in: the chat's, under the agent's prefix as the
 /// worker's routing gives it (see `crate::worker::agents`).
 pub fn session_key(agent: &str, chat: &ChatAddress) -> String {
-    let key = chat.session_key();
-    if agent == MAIN_AGENT { key } else { format!("{agent}/{key}") }
+    agent_session_key(agent, &chat.session_key())
 }
 
 fn log_outcome(outcome: &HeartbeatOutcome) {

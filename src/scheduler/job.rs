@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use serde_json::json;
 use switchboard_channels::contract::{ChatAddress, InboundMessage, Origin};
 
-use crate::config::MAIN_AGENT;
+use crate::config::base_session_key;
 use crate::store::cron::{CronJob, Payload};
 
 /// `origin.kind` of cron messages.
@@ -80,11 +80,7 @@ fn turn_text(job: &CronJob, occurrence: &Occurrence<'_>) -> String {
 
 /// The owner session without the agent prefix the worker adds back (`<agent>/…`).
 fn owner_base_session(job: &CronJob) -> String {
-    let owner = &job.job.owner_session;
-    if job.job.agent == MAIN_AGENT {
-        return owner.clone();
-    }
-    owner.strip_prefix(&format!("{}/", job.job.agent)).unwrap_or(owner).to_owned()
+    base_session_key(&job.job.agent, &job.job.owner_session).to_owned()
 }
 
 /// `time` in the IANA zone `tz` (UTC when the zone is unknown), e.g. `2026-11-23 08:00 CET`.

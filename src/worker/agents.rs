@@ -10,7 +10,7 @@ use std::sync::Arc;
 use switchboard_channels::contract::{InboundMessage, session_key};
 
 use crate::agent::Agent;
-use crate::config::{BindingConfig, MAIN_AGENT};
+use crate::config::{BindingConfig, agent_session_key};
 
 /// Where a binding applies.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,7 +134,7 @@ impl Agents {
             .unwrap_or(&self.default);
         let name = &agent.settings().name;
         let base = msg.system_session().map_or_else(|| msg.session_key(), str::to_owned);
-        let key = if name == MAIN_AGENT { base } else { format!("{name}/{base}") };
+        let key = agent_session_key(name, &base);
         Route { agent: Arc::clone(agent), key }
     }
 

@@ -1,5 +1,5 @@
-//! What an operator sees of a run: `tracing` spans with their fields. The only test in this
-//! binary, because it installs a global subscriber.
+//! What an operator sees of a run: `tracing` spans with their fields. The test installs a global
+//! subscriber, which is sound because nextest runs every test in a process of its own.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -83,11 +83,11 @@ fn msg(chat: &str, content: &str) -> InboundMessage {
 
 #[tokio::test]
 async fn a_run_leaves_spans_for_the_run_each_model_call_and_each_tool_call() {
-    // Global, so spans from every thread and task are seen; the only test in this binary that
-    // installs a subscriber, and spans are told apart by session below.
+    // Global, so spans from every thread and task are seen (nextest gives each test its own
+    // process); spans are told apart by session below.
     let capture = Capture::default();
     let subscriber = tracing_subscriber::registry().with(capture.clone());
-    tracing::subscriber::set_global_default(subscriber).expect("the only global subscriber of this binary");
+    tracing::subscriber::set_global_default(subscriber).expect("the only global subscriber of this process");
 
     let llm = FakeLlm::start().await;
     llm.push(Scripted::ToolCalls(vec![("current_time".into(), json!({})), ("no_such_tool".into(), json!({}))]));
@@ -100,7 +100,16 @@ async fn a_run_leaves_spans_for_the_run_each_model_call_and_each_tool_call() {
     h.shutdown.cancel();
     h.worker.await.unwrap();
 
-    let runs: Vec<_> = capture.named("run").into_iter().filter(|r| r["session"] == "test:spans").collect();
+    // A span closes when the last handle to it is dropped, which for a run may be a task that
+    // ends just after the worker returned; wait for it rather than race it.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let runs = loop {
+        let runs: Vec<_> = capture.named("run").into_iter().filter(|r| r["session"] == "test:spans").collect();
+        if !runs.is_empty() || tokio::time::Instant::now() > deadline {
+            break runs;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     assert_eq!(runs.len(), 1, "{runs:?}");
     let run = &runs[0];
     assert_eq!((run["agent"].as_str(), run["session"].as_str()), ("main", "test:spans"));
