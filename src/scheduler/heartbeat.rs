@@ -300,8 +300,8 @@ fn next_slot(slot: DateTime<Utc>, now: DateTime<Utc>, every: chrono::Duration) -
     slot + chrono::Duration::milliseconds((behind / every_ms + 1) * every_ms)
 }
 
-/// The session a heartbeat of `agent` runs in: the chat's, under the agent's prefix as the
-/// worker's routing gives it (see `crate::worker::agents`).
+/// The session a heartbeat of `agent` runs in: the chat's, under the agent's prefix, the same key
+/// the worker's routing gives that chat's messages.
 pub fn session_key(agent: &str, chat: &ChatAddress) -> String {
     agent_session_key(agent, &chat.session_key())
 }
