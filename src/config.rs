@@ -292,6 +292,9 @@ pub struct AgentConfig {
     pub system_prompt: String,
     /// LLM calls per run before the run is stopped.
     pub max_iterations: u32,
+    /// Seconds a whole run (every model call and tool of one turn) may take before it is
+    /// stopped and the chat told; the chat's next message waits no longer than this.
+    pub run_timeout_secs: u64,
     /// Completion token limit per LLM call; 0 = the provider's default.
     pub max_tokens: u32,
     /// Sampling temperature; unset = the provider's default.
@@ -329,6 +332,9 @@ impl Default for AgentConfig {
                             they help."
                 .into(),
             max_iterations: 20,
+            // A turn with a few tool calls on a slow local model takes a minute or two; five
+            // minutes is a loop, and the chat's next message should not wait longer.
+            run_timeout_secs: 300,
             max_tokens: 0,
             temperature: None,
             tool_choice: "auto".into(),
@@ -345,6 +351,10 @@ impl Default for AgentConfig {
 }
 
 impl AgentConfig {
+    pub fn run_timeout(&self) -> Duration {
+        Duration::from_secs(self.run_timeout_secs)
+    }
+
     pub fn tool_timeout(&self) -> Duration {
         Duration::from_secs(self.tool_timeout_secs)
     }

@@ -7,6 +7,7 @@
 //! not run again (the store keys runs by inbound id); a message that cannot be decoded goes to
 //! the dead-letter subject and is acked, so it is never retried forever.
 
+mod abort;
 mod access;
 pub mod agents;
 mod batch;
@@ -73,6 +74,8 @@ pub struct WorkerSettings {
     pub shutdown_grace: Duration,
     /// Messages of history read from the store for a turn, before the history pipeline.
     pub history_limit: usize,
+    /// How long one run may take in all (`agent.run_timeout_secs`).
+    pub run_timeout: Duration,
     /// Token budget, history pipeline and compaction.
     pub context: ContextSettings,
     /// Levels, tool permissions and budgets of the senders.
@@ -101,6 +104,7 @@ impl Default for WorkerSettings {
             progress_interval: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(30),
             history_limit: 200,
+            run_timeout: Duration::from_secs(300),
             context: ContextSettings::default(),
             access: AccessPolicy::default(),
             prompt: crate::prompt::PromptSettings::default(),

@@ -31,6 +31,7 @@ pub fn worker(config: &Config) -> Result<WorkerSettings, AssemblyError> {
         progress_interval: config.bus_options.ack_wait() / 3,
         shutdown_grace: config.worker.shutdown_grace(),
         history_limit: config.agent.history_limit,
+        run_timeout: config.agent.run_timeout(),
         context: ContextSettings {
             context_window: config.agent.context_window,
             history: config.history.clone(),

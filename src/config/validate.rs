@@ -136,6 +136,7 @@ fn zero_counts(config: &Config) -> Option<(&'static str, u64)> {
         ("provider.request_timeout_secs", config.provider.request_timeout_secs),
         ("agent.max_iterations", u64::from(config.agent.max_iterations)),
         ("agent.tool_timeout_secs", config.agent.tool_timeout_secs),
+        ("agent.run_timeout_secs", config.agent.run_timeout_secs),
         ("agent.bootstrap_max_chars", as_u64(config.agent.bootstrap_max_chars)),
         ("agent.memory_max_chars", as_u64(config.agent.memory_max_chars)),
         ("agent.history_limit", as_u64(config.agent.history_limit)),

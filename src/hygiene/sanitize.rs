@@ -1,7 +1,8 @@
 //! What a model wrote, cleaned before a chat sees it.
 //!
 //! Models leak their scaffolding: tool calls written as text when the server did not parse
-//! them, reasoning inside `<think>` tags, `<final>` wrappers, echoes of the system prompt, a
+//! them (as XML, JSON or bracketed text), reasoning inside `<think>`, `<thought>` or
+//! `<antThinking>` tags, echoed tool results, `<final>` wrappers, echoes of the system prompt, a
 //! paragraph repeated twice. None of it is meant for the user, and if it stayed in the
 //! transcript the model would read it back next turn and write more of it. `NO_REPLY` is the
 //! model's way of choosing silence (a group chat it was not addressed in, a heartbeat with
@@ -37,14 +38,22 @@ const NO_REPLY: &str = "no_reply";
 /// lowercased text with `(?s)` where a block spans lines.
 const BLOCKS: &[(&str, &str)] = &[
     ("thinking", r"(?s)<think(?:ing)?>.*?</think(?:ing)?>"),
+    // Gemma-style and Claude-style reasoning tags.
+    ("thinking", r"(?s)<thought>.*?</thought>"),
+    ("thinking", r"(?s)<antthinking>.*?</antthinking>"),
     ("tool_call_xml", r"(?s)<tool_call>.*?</tool_call>"),
-    ("tool_call_xml", r"(?s)<function_calls>.*?</function_calls>"),
+    ("tool_call_xml", r"(?s)<tool_use>.*?</tool_use>"),
+    ("tool_call_xml", r"(?s)<function_calls?>.*?</function_calls?>"),
     ("tool_call_xml", r#"(?s)<invoke name="[^"]*">.*?</invoke>"#),
     // Cut off mid-call (the token limit): an opener at the start of a line, to the end. An
     // opener inside a sentence is someone talking about the tags, and stays.
-    ("tool_call_xml", r"(?sm)^[ \t]*<(?:tool_call|function_calls|invoke name=)[^\n]*.*\z"),
+    ("tool_call_xml", r"(?sm)^[ \t]*<(?:tool_call|tool_use|function_calls?|invoke name=)[^\n]*.*\z"),
     // Mistral's marker, followed by a JSON array on the same line.
     ("text_tool_call", r"\[tool_calls\][^\n]*"),
+    // Transcripts rendered as text and echoed back: `[Tool Call: name(args)]` lines, and a
+    // `[Tool Result …]` header with the rest of its paragraph. Only at the start of a line.
+    ("text_tool_call", r"(?m)^[ \t]*\[tool call:[^\n]*"),
+    ("tool_result_echo", r"(?m)^[ \t]*\[tool result[^\]\n]*\][^\n]*(?:\n[ \t]*\S[^\n]*)*"),
     // A JSON object alone on its line that is shaped like a tool call.
     (
         "text_tool_call",

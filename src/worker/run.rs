@@ -1,7 +1,10 @@
 //! One inbound message, from claim to acknowledgement.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
+
+use futures_util::FutureExt;
 
 use switchboard_channels::bus::BusExt;
 use switchboard_channels::contract::{
@@ -11,6 +14,7 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::Shared;
+use super::abort;
 use super::access::{self, Access};
 use super::agents::Route;
 use super::hygiene;
@@ -27,7 +31,7 @@ use crate::store::{RunClaim, RunOutcome, RunStatus};
 const RETRY_DELAY: Duration = Duration::from_secs(5);
 
 /// Why a message goes back to the bus instead of being acked.
-enum Giveback {
+pub(super) enum Giveback {
     Stopping,
     Transient(String),
     /// It can never be finished (its reply is one the bus refuses): dead-letter it.
@@ -42,10 +46,20 @@ pub(super) async fn process(shared: &Shared, msg: InboundMessage, held: Held, co
         inbound = %msg.id, run_id = tracing::field::Empty, status = tracing::field::Empty,
         duration_ms = tracing::field::Empty);
     let started = std::time::Instant::now();
-    let verdict = process_inner(shared, &route, &msg, control).instrument(span.clone()).await;
+    // A panic anywhere in the run is a bug, but it must cost one answer, not the chat: the
+    // session task would die with the session still marked busy.
+    let inner = AssertUnwindSafe(process_inner(shared, &route, &msg, control)).catch_unwind();
+    let (verdict, panicked) = match inner.instrument(span.clone()).await {
+        Ok(verdict) => (verdict, false),
+        Err(panic) => {
+            let text = abort::panic_text(panic.as_ref());
+            abort::recover_from_panic(shared, &msg, &route.key, &text).instrument(span.clone()).await;
+            (Ok(()), true)
+        }
+    };
     span.record("duration_ms", started.elapsed().as_millis() as u64);
     // Not while stopping: a compaction would only eat into the shutdown grace period.
-    let compact = verdict.is_ok() && !shared.stopping.is_cancelled();
+    let compact = verdict.is_ok() && !panicked && !shared.stopping.is_cancelled();
     let settle = match verdict {
         Ok(()) => Settle::Ack,
         Err(Giveback::Stopping) => Settle::Nak(None),
@@ -133,7 +147,10 @@ async fn process_inner(
     let outcome = tokio::select! {
         biased;
         _ = shared.abandon.cancelled() => return Err(Giveback::Stopping),
-        _ = cancel.cancelled() => stopped(shared, msg, &run_id, session_key),
+        _ = cancel.cancelled() => abort::stopped(shared, msg, &run_id, session_key),
+        () = tokio::time::sleep(shared.settings.run_timeout) => {
+            abort::timed_out(shared, msg, &run_id, session_key, shared.settings.run_timeout)
+        }
         outcome = run_turn(shared, route, msg, &run_id, access, steer) => outcome?,
     };
     tracing::Span::current().record("status", outcome.status.as_str());
@@ -143,25 +160,6 @@ async fn process_inner(
         deliver(shared, &run_id, reply).await?;
     }
     Ok(())
-}
-
-/// A run cancelled by `/stop`, `/new` or `interrupt`: recorded as failed, no reply (the
-/// command answers), and none of its partial work enters the transcript. Live views that saw
-/// `run.started` are told it failed.
-fn stopped(shared: &Shared, msg: &InboundMessage, run_id: &str, session_key: &str) -> RunOutcome {
-    let events = BusEvents::start(Arc::clone(&shared.bus), msg, run_id, session_key);
-    events.emit(RunEventBody::Failed { error: "stopped".into() });
-    RunOutcome {
-        status: RunStatus::Failed,
-        transcript: Vec::new(),
-        reply: None,
-        error: Some("stopped".into()),
-        usage: Usage::default(),
-        model: String::new(),
-        cost_usd: None,
-        iterations: 0,
-        billing: None,
-    }
 }
 
 fn transient(err: impl std::fmt::Display) -> Giveback {
@@ -182,7 +180,7 @@ async fn resend(shared: &Shared, reply: &OutboundMessage) -> Result<(), Giveback
     shared.bus.publish_outbound(&again).await.map_err(transient)
 }
 
-async fn deliver(shared: &Shared, run_id: &str, reply: &OutboundMessage) -> Result<(), Giveback> {
+pub(super) async fn deliver(shared: &Shared, run_id: &str, reply: &OutboundMessage) -> Result<(), Giveback> {
     shared.bus.publish_outbound(reply).await.map_err(|err| {
         if err.is_permanent() {
             Giveback::Permanent(format!("its reply cannot be published: {err}"))
@@ -288,12 +286,17 @@ pub(super) fn input_text(msg: &InboundMessage) -> String {
 }
 
 /// Publishes run events in order from a background task, so emitting never blocks the run.
-struct BusEvents {
+pub(super) struct BusEvents {
     tx: mpsc::UnboundedSender<RunEventBody>,
 }
 
 impl BusEvents {
-    fn start(bus: Arc<dyn switchboard_channels::Bus>, msg: &InboundMessage, run_id: &str, session_key: &str) -> Self {
+    pub(super) fn start(
+        bus: Arc<dyn switchboard_channels::Bus>,
+        msg: &InboundMessage,
+        run_id: &str,
+        session_key: &str,
+    ) -> Self {
         let (tx, mut rx) = mpsc::unbounded_channel::<RunEventBody>();
         let template = RunEvent::answering(msg, run_id, session_key, RunEventBody::Started);
         tokio::spawn(async move {

@@ -8,9 +8,11 @@
 //! intake loop, session tasks and commands can all consult it without blocking each other.
 
 use std::collections::VecDeque;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -151,7 +153,15 @@ pub(super) async fn session_loop(shared: Arc<Shared>, key: String) {
         let Some(Batch { first, rest, cancel, mut steer }) = next_batch(&shared, &key) else { return };
         let (primary, merged) = batch::merge(first, rest, mode_of(&shared, &key));
         let control = Control { cancel: &cancel, steer: &mut steer };
-        let acked = run::process(&shared, primary.msg, primary.held, control).await;
+        // `process` catches a panic of the run itself; this one is for its bookkeeping around
+        // the run (settling, compaction). Unwinding out of here would leave the session marked
+        // running forever, and every later message of the chat queued behind nothing.
+        let turn = AssertUnwindSafe(run::process(&shared, primary.msg, primary.held, control)).catch_unwind();
+        let acked = turn.await.unwrap_or_else(|panic| {
+            let panic = super::abort::panic_text(panic.as_ref());
+            tracing::error!(session = %key, %panic, "a session task panicked after its run; the session goes on");
+            false
+        });
         let steered = end_run(&shared, &key, &mut steer);
         for job in merged.into_iter().chain(steered) {
             if acked {

@@ -22,6 +22,7 @@ mod journal;
 mod limits;
 mod provider;
 mod query_plans;
+mod run_limits;
 mod sessions;
 mod store;
 mod store_memory;

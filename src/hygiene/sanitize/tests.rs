@@ -55,6 +55,34 @@ const CASES: &[(&str, Option<&str>, &[&str])] = &[
         None,
         &["text_tool_call"],
     ),
+    ("<thought>The user wants the date.</thought>It is Thursday.", Some("It is Thursday."), &["thinking"]),
+    (
+        "<antThinking>A short answer suits here.</antThinking>\nYes, that works.",
+        Some("Yes, that works."),
+        &["thinking"],
+    ),
+    (
+        "On it.\n<tool_use>\n{\"name\": \"web_search\", \"input\": {\"query\": \"news\"}}\n</tool_use>",
+        Some("On it."),
+        &["tool_call_xml"],
+    ),
+    (
+        "<function_call>{\"name\": \"current_time\", \"arguments\": {}}</function_call>\nIt is noon.",
+        Some("It is noon."),
+        &["tool_call_xml"],
+    ),
+    ("Let me check.\n<tool_use>{\"name\": \"exec\", \"inp", Some("Let me check."), &["tool_call_xml"]),
+    (
+        "[Tool Call: web_search({\"query\": \"weather Berlin\"})]\nIt will rain tomorrow.",
+        Some("It will rain tomorrow."),
+        &["text_tool_call"],
+    ),
+    (
+        "Here is what I found.\n[Tool Result for call_1]\n{\"temp\": 12}\nwind 20 km/h\n\nIt is 12 degrees.",
+        Some("Here is what I found.\n\nIt is 12 degrees."),
+        &["tool_result_echo"],
+    ),
+    ("Write [Tool Call: x] to see how it looks.", Some("Write [Tool Call: x] to see how it looks."), &[]),
     ("<final>The answer is 42.</final>", Some("The answer is 42."), &["final_tags"]),
     (
         "<think>math</think>\n<final>\nThe answer is 42.\n</final>",
