@@ -19,6 +19,7 @@ use chrono_tz::Tz;
 use crate::config::Level;
 use crate::provider::ToolSpec;
 use crate::workspace::WorkspaceFiles;
+use crate::workspace::memory::MemoryScope;
 
 pub use sections::HEARTBEAT_OK;
 pub use sections::SECTIONS;
@@ -74,6 +75,9 @@ pub struct PromptInput<'a> {
     pub is_group: bool,
     /// In a group: whether the message addressed the agent (mention or reply).
     pub mentioned: bool,
+    /// Whose memory the run uses: `files.memory` is this scope's file, and only the owner's
+    /// scope has `USER.md` and `MEMORY.md`.
+    pub memory: &'a MemoryScope,
     pub now: DateTime<Utc>,
     pub timezone: Tz,
     pub model: &'a str,

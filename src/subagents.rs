@@ -36,6 +36,7 @@ use crate::prompt::PromptSettings;
 use crate::store::StoreError;
 use crate::store::subagents::{Created, NewSubagent, SubagentStore};
 use crate::tools::ToolFilter;
+use crate::workspace::memory::MemoryScope;
 
 pub use announce::{TickReport, announcement};
 
@@ -127,6 +128,9 @@ pub struct SpawnRequest {
     pub on_behalf_of: Option<String>,
     /// The spawning run's tools; the sub-agent gets these minus [`WITHHELD_TOOLS`].
     pub tools: ToolFilter,
+    /// The spawning run's memory scope (`ToolContext::memory`), which the sub-agent keeps: one
+    /// started from a group cannot reach the owner's memory either.
+    pub memory: MemoryScope,
 }
 
 /// A sub-agent this process runs, as `/stop` needs to find it.
@@ -236,7 +240,7 @@ impl SubagentManager {
         self.lock_live()
             .insert(id.clone(), Live { parent_session: new.parent_session.clone(), cancel: cancel.clone() });
         let tools = run::subagent_tools(&agent, &request.tools);
-        let job = run::Job { record: new, tools };
+        let job = run::Job { record: new, tools, memory: request.memory.clone() };
         let mut tasks = self.tasks.lock().await;
         while tasks.try_join_next().is_some() {}
         let span = tracing::info_span!("subagent", subagent = %id, parent = %request.parent_session);

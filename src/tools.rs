@@ -26,6 +26,7 @@ use switchboard_channels::contract::{InboundKind, InboundMessage, Origin};
 
 use crate::config::{ConfigError, ToolsConfig};
 use crate::provider::{ToolCall, ToolSpec};
+use crate::workspace::memory::{MemoryScope, Reach};
 
 /// Why a tool call did not produce a result. The message goes back to the model as the
 /// tool's result, so it should say what to do differently.
@@ -75,12 +76,24 @@ pub struct ToolContext {
     /// person whose job made it; `None` = the owner. Jobs and sub-agents started by the run
     /// act for the same person.
     pub on_behalf_of: Option<String>,
+    /// Whose memory the run uses, decided by the worker from the chat: the file tools refuse
+    /// other scopes' memory files. The default, [`MemoryScope::None`], refuses them all.
+    pub memory: MemoryScope,
+    /// How far the file tools reach within the scope.
+    pub memory_reach: Reach,
 }
 
 impl ToolContext {
     /// The context of a run of the agent `agent` (working in `workspace`) answering `msg` in
-    /// `session_key`.
-    pub fn for_message(agent: &str, workspace: &Path, session_key: &str, msg: &InboundMessage, run_id: &str) -> Self {
+    /// `session_key`, with the memory of `memory`.
+    pub fn for_message(
+        agent: &str,
+        workspace: &Path,
+        session_key: &str,
+        msg: &InboundMessage,
+        run_id: &str,
+        memory: MemoryScope,
+    ) -> Self {
         Self {
             session_key: session_key.to_owned(),
             channel: msg.channel.clone(),
@@ -95,6 +108,8 @@ impl ToolContext {
             origin: (msg.kind == InboundKind::System).then(|| msg.origin.clone().unwrap_or_default()),
             tools: ToolFilter::All,
             on_behalf_of: acting_for(msg),
+            memory,
+            memory_reach: Reach::Workspace,
         }
     }
 }

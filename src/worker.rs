@@ -16,6 +16,7 @@ mod cron_hooks;
 mod hygiene;
 mod job;
 mod keepalive;
+mod memory;
 mod order;
 mod overflow;
 mod prompt;

@@ -7,8 +7,11 @@
 //! the model's context.
 
 pub mod init;
+pub mod memory;
 
 use std::path::Path;
+
+use memory::{MemoryScope, Reach, Target};
 
 /// One bootstrap file: its name in the workspace, what it is for, and its template.
 #[derive(Debug, Clone, Copy)]
@@ -33,7 +36,7 @@ pub const BOOTSTRAP_FILES: [BootstrapFile; 7] = [
     },
     BootstrapFile {
         name: "USER.md",
-        purpose: "about the owner",
+        purpose: "about the owner (read in the owner's direct chats only)",
         template: include_str!("../templates/workspace/USER.md"),
     },
     BootstrapFile {
@@ -53,7 +56,7 @@ pub const BOOTSTRAP_FILES: [BootstrapFile; 7] = [
     },
     BootstrapFile {
         name: "MEMORY.md",
-        purpose: "lasting facts; append new ones here",
+        purpose: "lasting facts from the owner's direct chats; append new ones here",
         template: include_str!("../templates/workspace/MEMORY.md"),
     },
 ];
@@ -125,13 +128,15 @@ impl Default for WorkspaceFiles {
 }
 
 impl WorkspaceFiles {
-    /// Reads every bootstrap file of `dir`, each capped at `max_chars` (`MEMORY.md` at
-    /// `memory_max_chars`, keeping its end).
-    pub async fn load(dir: &Path, max_chars: usize, memory_max_chars: usize) -> Self {
+    /// Reads every bootstrap file of `dir`, each capped at `max_chars`, and the memory of
+    /// `scope` capped at `memory_max_chars`, keeping its end. `USER.md` and `MEMORY.md` are
+    /// read only for the owner's scope; another scope's `memory` is its own file.
+    pub async fn load(dir: &Path, max_chars: usize, memory_max_chars: usize, scope: &MemoryScope) -> Self {
         let dir = dir.to_owned();
+        let scope = scope.clone();
         // One trip to the blocking pool for all seven files, not one per file: every turn
         // reads them, and each trip is a hand-off to another thread and back.
-        let read = tokio::task::spawn_blocking(move || Self::load_now(&dir, max_chars, memory_max_chars));
+        let read = tokio::task::spawn_blocking(move || Self::load_now(&dir, max_chars, memory_max_chars, &scope));
         read.await.unwrap_or_else(|err| {
             let unreadable = || FileText::Unreadable(format!("the read stopped: {err}"));
             Self {
@@ -146,18 +151,40 @@ impl WorkspaceFiles {
         })
     }
 
-    fn load_now(dir: &Path, max_chars: usize, memory_max_chars: usize) -> Self {
+    fn load_now(dir: &Path, max_chars: usize, memory_max_chars: usize, scope: &MemoryScope) -> Self {
         let head = |name| read_capped(dir, name, max_chars, Keep::Head);
         Self {
             agents: head("AGENTS.md"),
             soul: head("SOUL.md"),
-            user: head("USER.md"),
+            user: if scope.is_owner() { head(memory::OWNER_PROFILE) } else { FileText::Missing },
             identity: head("IDENTITY.md"),
             tools: head("TOOLS.md"),
             heartbeat: head("HEARTBEAT.md"),
-            memory: read_capped(dir, "MEMORY.md", memory_max_chars, Keep::Tail),
+            memory: read_memory(dir, memory_max_chars, scope),
         }
     }
+}
+
+/// The scope's memory file. Outside the owner's scope the file must really be the scope's own
+/// (not a link to the owner's memory or another chat's), as for the file tools.
+fn read_memory(dir: &Path, max_chars: usize, scope: &MemoryScope) -> FileText {
+    let Some(file) = scope.file() else { return FileText::Missing };
+    let name = file.to_string_lossy();
+    if !scope.is_owner() {
+        let real = dir.canonicalize().and_then(|root| Ok((dir.join(&file).canonicalize()?, root)));
+        match real {
+            Ok((real, root)) => {
+                if let Err(refusal) = memory::check_real_path(scope, &root, &real, Target::File, Reach::Workspace) {
+                    tracing::warn!(file = %name, %refusal, "a chat's memory file leads elsewhere; leaving it out of the prompt");
+                    return FileText::Unreadable(format!("it leads to another file: {refusal}"));
+                }
+            }
+            // Missing: simply no memory yet. Other errors are for the read below to report.
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return FileText::Missing,
+            Err(_) => {}
+        }
+    }
+    read_capped(dir, &name, max_chars, Keep::Tail)
 }
 
 /// Reads one file of the workspace, blocking (callers run it on the blocking pool). Errors

@@ -6,8 +6,9 @@
 //! compaction mark ([`Store::begin_compaction`]) keeps two compactions of one session apart.
 //!
 //! Steps: (1) a memory flush, a turn offered only the file tools and asked to write lasting
-//! facts to `MEMORY.md`, bounded by a timeout, its reply never delivered and its messages
-//! never stored; (2) one model call that summarises all but the most recent messages (with
+//! facts to the memory file of the session's scope (`MEMORY.md` in the owner's direct chats,
+//! the chat's own file elsewhere, and only that file there), bounded by a timeout, its reply
+//! never delivered and its messages never stored; (2) one model call that summarises all but the most recent messages (with
 //! the previous summary); (3) the summary is saved and the covered transcript rows hidden
 //! from history. A failure before (3) leaves summary and transcript as they were.
 
@@ -22,16 +23,33 @@ use crate::agent::{Agent, EventSink, Turn};
 use crate::provider::{ChatMessage, ProviderError, Role};
 use crate::store::{Store, StoreError};
 use crate::tools::{ToolContext, ToolFilter, truncate_middle};
+use crate::workspace::memory::{MemoryScope, Reach};
 
 /// The only tools the memory flush is offered.
 pub const FILE_TOOLS: [&str; 4] = ["read_file", "write_file", "edit_file", "list_dir"];
 
-/// The flush turn's instruction.
-pub const FLUSH_PROMPT: &str = "The earlier part of this conversation is about to be summarised and \
-     removed from your context. Before that happens, write any lasting facts worth remembering (the \
-     user's preferences, decisions, names, open tasks) to MEMORY.md in the workspace: read it first and \
-     add to it, do not repeat what is already there. If there is nothing worth keeping, reply only \
-     NO_REPLY. This reply is not shown to the user.";
+/// The flush turn's instruction: it names the memory file of the session's scope.
+pub fn flush_prompt(memory: &MemoryScope) -> String {
+    let Some(file) = memory.file_shown() else {
+        return "This conversation is about to be summarised. There is no memory file to write to here, \
+                so reply only NO_REPLY."
+            .to_owned();
+    };
+    let mut text = format!(
+        "The earlier part of this conversation is about to be summarised and removed from your context. \
+         Before that happens, write any lasting facts worth remembering (the user's preferences, decisions, \
+         names, open tasks) to {file} in the workspace: read it first and add to it, do not repeat what is \
+         already there. If there is nothing worth keeping, reply only NO_REPLY. This reply is not shown to \
+         the user."
+    );
+    if !memory.is_owner() {
+        text.push_str(&format!(
+            " {file} is the memory of {}; it may not exist yet, and it is the only file you can use now.",
+            memory.describe()
+        ));
+    }
+    text
+}
 
 /// The summary call's instruction.
 pub const SUMMARY_PROMPT: &str = "You summarise conversations for an assistant that will continue \
@@ -78,6 +96,8 @@ pub struct Deps<'a> {
     pub history_limit: usize,
     /// The system prompt of the memory flush turn (minimal mode).
     pub flush_prompt: &'a str,
+    /// The session's memory scope: the flush writes there and nowhere else's.
+    pub memory: &'a MemoryScope,
 }
 
 /// The tools the memory flush may use: the file tools only.
@@ -189,13 +209,13 @@ fn summary_max_chars(max_tokens: u32) -> usize {
 /// summary does not keep, so the compaction goes on.
 async fn flush_memory(deps: Deps<'_>, msg: &InboundMessage, history: Vec<ChatMessage>, summary: Option<&str>) {
     let filter = flush_filter();
-    let input = ChatMessage::user(FLUSH_PROMPT);
+    let input = ChatMessage::user(flush_prompt(deps.memory));
     let prepared = deps.engine.prepare(deps.agent, deps.flush_prompt, history, summary, &input, &filter);
     let turn = Turn {
         system_prompt: deps.flush_prompt.to_owned(),
         history: prepared.history,
         input,
-        ctx: flush_context(deps.agent, deps.session_key, msg),
+        ctx: flush_context(deps.agent, deps.session_key, msg, deps.memory),
         tools: filter,
         events: &NoEvents,
         steer: None,
@@ -213,14 +233,19 @@ async fn flush_memory(deps: Deps<'_>, msg: &InboundMessage, history: Vec<ChatMes
     }
 }
 
-fn flush_context(agent: &Agent, session_key: &str, msg: &InboundMessage) -> ToolContext {
-    ToolContext::for_message(
+/// Outside the owner's scope the flush reaches only the scope's memory file: its only job, and
+/// what a conversation of strangers could otherwise steer into any workspace file.
+fn flush_context(agent: &Agent, session_key: &str, msg: &InboundMessage, memory: &MemoryScope) -> ToolContext {
+    let ctx = ToolContext::for_message(
         &agent.settings().name,
         &agent.settings().workspace,
         session_key,
         msg,
         &format!("{}:memory-flush", msg.id),
-    )
+        memory.clone(),
+    );
+    let memory_reach = if memory.is_owner() { Reach::Workspace } else { Reach::OwnFile };
+    ToolContext { memory_reach, ..ctx }
 }
 
 /// The flush's events go nowhere: nobody is waiting for this turn.

@@ -2,6 +2,7 @@
 //! does not belong in this run (wrong mode, nothing to say).
 
 use super::{PromptInput, PromptMode, Sender};
+use crate::workspace::memory::{self, MemoryScope};
 use crate::workspace::{BOOTSTRAP_FILES, Keep};
 
 /// A section: its name (for tests and logs) and the function that writes it.
@@ -90,22 +91,30 @@ pub fn safety(_: &PromptInput<'_>) -> Option<String> {
     )
 }
 
-/// `MEMORY.md`: what the agent decided to remember.
+/// The memory of the run's scope: `MEMORY.md` in the owner's direct chats, the chat's own
+/// file elsewhere.
 pub fn memory(input: &PromptInput<'_>) -> Option<String> {
     full_only(input)?;
-    let body = input.files.memory.render("MEMORY.md", Keep::Tail)?;
-    Some(format!("# Memory\n\nLasting facts you noted earlier (MEMORY.md):\n\n{}", without_title(&body, "Memory")))
+    let file = input.memory.file_shown()?;
+    let body = input.files.memory.render(&file, Keep::Tail)?;
+    let whose = if input.memory.is_owner() { String::new() } else { format!(" in {}", input.memory.describe()) };
+    Some(format!("# Memory\n\nLasting facts you noted earlier{whose} ({file}):\n\n{}", without_title(&body, "Memory")))
 }
 
-/// Where the agent works, what the bootstrap files are, and `AGENTS.md` / `TOOLS.md`.
+/// Where the agent works, what the bootstrap files are, which memory file is this chat's, and
+/// `AGENTS.md` / `TOOLS.md`.
 pub fn workspace(input: &PromptInput<'_>) -> Option<String> {
     let mut text = format!(
         "# Workspace\n\nYour workspace is {}. File tools and commands work there. These files in it \
          shape you; edit them when asked to change how you behave:\n",
         input.workspace.display()
     );
-    for file in BOOTSTRAP_FILES {
+    let owner = input.memory.is_owner();
+    for file in BOOTSTRAP_FILES.iter().filter(|file| owner || !is_owner_memory(file.name)) {
         text.push_str(&format!("\n- {}: {}", file.name, file.purpose));
+    }
+    if !owner {
+        text.push_str(&format!("\n\n{}", scope_note(input.memory)));
     }
     for (name, file) in [("AGENTS.md", &input.files.agents), ("TOOLS.md", &input.files.tools)] {
         if let Some(body) = file.render(name, Keep::Head) {
@@ -115,7 +124,26 @@ pub fn workspace(input: &PromptInput<'_>) -> Option<String> {
     Some(text)
 }
 
-/// Who is talking, where, and what they may do; `USER.md` describes the owner.
+fn is_owner_memory(name: &str) -> bool {
+    name == memory::OWNER_MEMORY || name == memory::OWNER_PROFILE
+}
+
+/// Outside the owner's direct chats: which file is this chat's memory, and what is not here.
+fn scope_note(scope: &MemoryScope) -> String {
+    let unavailable = "The owner's private memory (MEMORY.md, USER.md) and other chats' memory files \
+                       (under memory/) are not available in this chat.";
+    match scope.file_shown() {
+        Some(file) => format!(
+            "Memory: {file} is the memory of {}. Note lasting facts about it there (create the file if it \
+             does not exist); they come back to you in this chat only. {unavailable}",
+            scope.describe()
+        ),
+        None => format!("Memory: this run has no memory file. {unavailable}"),
+    }
+}
+
+/// Who is talking, where, and what they may do; `USER.md` describes the owner (in the owner's
+/// direct chats only).
 pub fn user(input: &PromptInput<'_>) -> Option<String> {
     full_only(input)?;
     let place = if input.is_group { "a group chat" } else { "a direct chat" };
@@ -130,6 +158,9 @@ pub fn user(input: &PromptInput<'_>) -> Option<String> {
             input.channel
         ),
     };
+    if !input.memory.is_owner() {
+        return Some(text);
+    }
     if let Some(body) = input.files.user.render("USER.md", Keep::Head) {
         text.push_str(&format!("\n\nAbout the owner (USER.md):\n\n{body}"));
     }

@@ -5,6 +5,7 @@ use serde_json::json;
 
 use super::*;
 use crate::workspace::FileText;
+use crate::workspace::memory::MemoryScope;
 
 fn text(s: &str) -> FileText {
     FileText::Text { text: s.into(), cut_chars: 0 }
@@ -41,6 +42,7 @@ fn input<'a>(mode: PromptMode, files: &'a WorkspaceFiles, tools: &'a [ToolSpec])
         channel: "telegram",
         is_group: false,
         mentioned: false,
+        memory: &MemoryScope::Owner,
         now: Utc.with_ymd_and_hms(2026, 7, 1, 10, 30, 0).unwrap(),
         timezone: Tz::UTC,
         model: "gpt-test",
@@ -161,7 +163,7 @@ async fn a_fresh_workspace_gives_every_heading_once() {
     crate::workspace::init::write_workspace(dir.path()).unwrap();
     // What a user writes into the templates' files, under the templates' own titles.
     std::fs::write(dir.path().join("MEMORY.md"), "# Memory\n\n- The owner's cat is called Mia.\n").unwrap();
-    let files = WorkspaceFiles::load(dir.path(), 8000, 8000).await;
+    let files = WorkspaceFiles::load(dir.path(), 8000, 8000, &MemoryScope::Owner).await;
     let tools = tools();
     let prompt = build(&input(PromptMode::Full, &files, &tools));
     let mut headings: Vec<&str> = prompt.lines().filter(|line| line.starts_with('#')).collect();
@@ -178,4 +180,35 @@ fn a_files_own_title_is_dropped_only_when_it_repeats_the_section() {
     assert_eq!(sections::without_title("## identity\nAda", "Identity"), "Ada");
     assert_eq!(sections::without_title("# Persona\n\nCalm.", "Identity"), "# Persona\n\nCalm.");
     assert_eq!(sections::without_title("Identity matters.", "Identity"), "Identity matters.");
+}
+
+#[test]
+fn a_group_sees_its_own_memory_file_and_nothing_of_the_owners() {
+    // What `WorkspaceFiles::load` gives a group: its own file as `memory`, no USER.md.
+    let files = WorkspaceFiles { memory: text("GROUP-MEMORY"), user: FileText::Missing, ..all_files() };
+    let tools = tools();
+    let scope = MemoryScope::Group { channel: "telegram".into(), chat_id: "-100123".into() };
+    let mut input = input(PromptMode::Full, &files, &tools);
+    input.is_group = true;
+    input.memory = &scope;
+    let prompt = build(&input);
+    let memory = sections::memory(&input).unwrap();
+    assert!(memory.contains("in this group chat (memory/groups/telegram_-100123.md):\n\nGROUP-MEMORY"), "{memory}");
+    let workspace = sections::workspace(&input).unwrap();
+    assert!(workspace.contains("memory/groups/telegram_-100123.md is the memory of this group chat"), "{workspace}");
+    assert!(workspace.contains("(MEMORY.md, USER.md) and other chats' memory files"), "{workspace}");
+    assert!(!workspace.contains("- MEMORY.md:") && !workspace.contains("- USER.md:"), "{workspace}");
+    assert!(!prompt.contains("append new ones here") && !prompt.contains("About the owner"), "{prompt}");
+}
+
+#[test]
+fn the_owner_s_direct_chat_keeps_memory_md_and_user_md() {
+    let files = all_files();
+    let tools = tools();
+    let input = input(PromptMode::Full, &files, &tools);
+    let prompt = build(&input);
+    assert!(prompt.contains("Lasting facts you noted earlier (MEMORY.md):\n\nMEMORY-BODY"), "{prompt}");
+    assert!(prompt.contains("About the owner (USER.md):\n\nUSER-BODY"), "{prompt}");
+    assert!(prompt.contains("- MEMORY.md: lasting facts from the owner's direct chats"), "{prompt}");
+    assert!(!prompt.contains("not available in this chat"), "{prompt}");
 }

@@ -71,6 +71,10 @@ pub trait HeartbeatStore: Send + Sync {
     /// The direct chat any owner wrote to `agent` in most recently.
     async fn latest_owner_chat(&self, agent: &str) -> Result<Option<OwnerChat>, StoreError>;
 
+    /// Every owner's latest direct chat with `agent` (one per owner identity): where a system
+    /// message acting for nobody may use the owner's memory.
+    async fn owner_chats(&self, agent: &str) -> Result<Vec<OwnerChat>, StoreError>;
+
     /// Whether a run of the session is `running` and started after `started_after`; an older
     /// one was left behind by a worker that crashed and is not coming back.
     async fn session_has_running_run(

@@ -17,11 +17,14 @@ use crate::store::users::Billing;
 use crate::tools::{ToolContext, ToolFilter};
 use crate::users::month_key;
 use crate::workspace::WorkspaceFiles;
+use crate::workspace::memory::{MemoryScope, Reach};
 
 /// What a sub-agent's task needs: its record as created, and its tools.
 pub(super) struct Job {
     pub record: NewSubagent,
     pub tools: ToolFilter,
+    /// The spawning run's memory scope.
+    pub memory: MemoryScope,
 }
 
 /// How the task ended.
@@ -119,12 +122,12 @@ async fn work(manager: &SubagentManager, job: &Job) -> SubagentEnd {
         return ended(SubagentStatus::Failed, None, Some(error));
     };
     tracing::info!(subagent = %record.id, "sub-agent running");
-    let turn_prompt = system_prompt(manager, &agent, record, &job.tools).await;
+    let turn_prompt = system_prompt(manager, &agent, job).await;
     let turn = Turn {
         system_prompt: turn_prompt,
         history: Vec::new(),
         input: ChatMessage::user(task_message(&record.task)),
-        ctx: tool_context(&agent, record, &job.tools),
+        ctx: tool_context(&agent, job),
         tools: job.tools.clone(),
         events: &NoEvents,
         steer: None,
@@ -169,11 +172,13 @@ fn task_message(task: &str) -> String {
 }
 
 /// The minimal prompt (identity, tools, safety, workspace, time, runtime).
-async fn system_prompt(manager: &SubagentManager, agent: &Agent, record: &NewSubagent, tools: &ToolFilter) -> String {
-    let specs = agent.tool_specs(tools);
+async fn system_prompt(manager: &SubagentManager, agent: &Agent, job: &Job) -> String {
+    let record = &job.record;
+    let specs = agent.tool_specs(&job.tools);
     let settings = agent.settings();
     let caps = &manager.settings.prompt;
-    let files = WorkspaceFiles::load(&settings.workspace, caps.max_file_chars, caps.memory_max_chars).await;
+    let files =
+        WorkspaceFiles::load(&settings.workspace, caps.max_file_chars, caps.memory_max_chars, &job.memory).await;
     let session_key = format!("{RUN_ID_PREFIX}{}", record.id);
     prompt::build(&PromptInput {
         mode: PromptMode::Minimal,
@@ -185,6 +190,7 @@ async fn system_prompt(manager: &SubagentManager, agent: &Agent, record: &NewSub
         channel: &record.chat.channel,
         is_group: record.chat.is_group,
         mentioned: false,
+        memory: &job.memory,
         now: manager.now(),
         timezone: caps.timezone,
         model: &settings.model,
@@ -194,8 +200,9 @@ async fn system_prompt(manager: &SubagentManager, agent: &Agent, record: &NewSub
 }
 
 /// The sub-agent's tool context: its own run id (which tells tools it is a sub-agent), the
-/// parent's chat, and its reduced tools.
-fn tool_context(agent: &Agent, record: &NewSubagent, tools: &ToolFilter) -> ToolContext {
+/// parent's chat and memory scope, and its reduced tools.
+fn tool_context(agent: &Agent, job: &Job) -> ToolContext {
+    let (record, tools) = (&job.record, &job.tools);
     let run_id = format!("{RUN_ID_PREFIX}{}", record.id);
     ToolContext {
         session_key: run_id.clone(),
@@ -211,6 +218,8 @@ fn tool_context(agent: &Agent, record: &NewSubagent, tools: &ToolFilter) -> Tool
         origin: Some(Origin { kind: ORIGIN_KIND.into(), id: record.id.clone() }),
         tools: tools.clone(),
         on_behalf_of: record.on_behalf_of.clone(),
+        memory: job.memory.clone(),
+        memory_reach: Reach::Workspace,
     }
 }
 

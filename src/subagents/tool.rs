@@ -69,6 +69,7 @@ impl Tool for SpawnTool {
             task: task.to_owned(),
             on_behalf_of: ctx.on_behalf_of.clone(),
             tools: ctx.tools.clone(),
+            memory: ctx.memory.clone(),
         };
         let id = self.manager.spawn(request).await.map_err(spawn_error)?;
         let name = if label.is_empty() { String::new() } else { format!(" ({label})") };

@@ -47,7 +47,7 @@ impl Default for FsSettings {
 
 impl FsSettings {
     fn workspace(&self, ctx: &ToolContext) -> Result<Workspace, ToolError> {
-        Workspace::open(&ctx.workspace, self.allow_outside_workspace)
+        Workspace::for_run(ctx, self.allow_outside_workspace)
     }
 }
 

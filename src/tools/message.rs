@@ -92,7 +92,8 @@ fn attachments(arguments: &Value, ctx: &ToolContext) -> Result<Vec<Media>, ToolE
         .filter(|paths| paths.len() <= MAX_FILES)
         .and_then(|paths| paths.iter().map(Value::as_str).collect::<Option<Vec<&str>>>())
         .ok_or_else(|| ToolError::InvalidArguments(format!("`files` must be a list of at most {MAX_FILES} paths")))?;
-    let workspace = Workspace::open(&ctx.workspace, false)?;
+    // Checked against the memory scope: a file sent is a file read.
+    let workspace = Workspace::for_run(ctx, false)?;
     paths.into_iter().map(|path| attachment(&workspace, path)).collect()
 }
 

@@ -11,22 +11,33 @@ use crate::provider::ChatMessage;
 use crate::tokens;
 use crate::tools::ToolFilter;
 use crate::workspace::WorkspaceFiles;
+use crate::workspace::memory::MemoryScope;
 
-/// The prompt for a run about `msg`: full mode for the main agent's turns, minimal mode for
-/// housekeeping turns (the memory flush; later sub-agents and cron jobs).
+/// What a prompt is for: the message a run answers, in which session, for whom.
+pub(super) struct PromptFor<'a> {
+    pub msg: &'a InboundMessage,
+    pub session_key: &'a str,
+    /// The sender's level, as the prompt tells the model.
+    pub level: Level,
+    /// Whose memory the prompt shows.
+    pub memory: &'a MemoryScope,
+}
+
+/// The prompt for a run about `run.msg`: full mode for the main agent's turns, minimal mode
+/// for housekeeping turns (the memory flush; later sub-agents and cron jobs).
 pub(super) async fn system_prompt(
     shared: &Shared,
     agent: &Agent,
-    msg: &InboundMessage,
-    session_key: &str,
-    level: Level,
+    run: &PromptFor<'_>,
     tools: &ToolFilter,
     mode: PromptMode,
 ) -> String {
+    let PromptFor { msg, session_key, level, memory } = *run;
     let tools = agent.tool_specs(tools);
     let agent = agent.settings();
     let settings = &shared.settings.prompt;
-    let files = WorkspaceFiles::load(&agent.workspace, settings.max_file_chars, settings.memory_max_chars).await;
+    let files =
+        WorkspaceFiles::load(&agent.workspace, settings.max_file_chars, settings.memory_max_chars, memory).await;
     let sender = match msg.kind {
         InboundKind::System => Sender::System,
         InboundKind::User => Sender::Person { id: &msg.sender.id, name: &msg.sender.name, level },
@@ -41,6 +52,7 @@ pub(super) async fn system_prompt(
         channel: &msg.channel,
         is_group: msg.is_group,
         mentioned: msg.mentioned,
+        memory,
         now: chrono::Utc::now(),
         timezone: settings.timezone,
         model: &agent.model,
@@ -56,19 +68,17 @@ pub(super) async fn system_prompt(
 pub(super) async fn fitted_prompt(
     shared: &Shared,
     agent: &Agent,
-    msg: &InboundMessage,
-    session_key: &str,
-    level: Level,
+    run: &PromptFor<'_>,
     tools: ToolFilter,
     input: &ChatMessage,
 ) -> (String, ToolFilter) {
     let engine = &shared.context;
-    let full = system_prompt(shared, agent, msg, session_key, level, &tools, PromptMode::Full).await;
+    let full = system_prompt(shared, agent, run, &tools, PromptMode::Full).await;
     if engine.fixed_part_fits(agent, &full, &agent.tool_specs(&tools), input) {
         return (full, tools);
     }
     // Built with every tool, this prompt lists more tools than it will: an upper bound.
-    let minimal = system_prompt(shared, agent, msg, session_key, level, &tools, PromptMode::Minimal).await;
+    let minimal = system_prompt(shared, agent, run, &tools, PromptMode::Minimal).await;
     let mut specs = agent.tool_specs(&tools);
     specs.sort_by_key(|spec| std::cmp::Reverse(tokens::raw_tools(std::slice::from_ref(spec))));
     let mut dropped = Vec::new();
@@ -81,6 +91,6 @@ pub(super) async fn fitted_prompt(
         return (minimal, tools);
     }
     let kept = ToolFilter::Only(specs.into_iter().map(|spec| spec.name).collect());
-    let prompt = system_prompt(shared, agent, msg, session_key, level, &kept, PromptMode::Minimal).await;
+    let prompt = system_prompt(shared, agent, run, &kept, PromptMode::Minimal).await;
     (prompt, kept)
 }

@@ -80,30 +80,40 @@ pub(super) async fn process(shared: &Shared, msg: InboundMessage, held: Held, co
     // After the ack, still in the session's task: the next turn of this session waits for
     // the compaction, other sessions do not.
     if compact {
-        // The memory flush is housekeeping: the minimal prompt, with only the file tools.
-        let flush_tools = compaction::flush_filter();
-        let flush_prompt = super::prompt::system_prompt(
-            shared,
-            &route.agent,
-            &msg,
-            &route.key,
-            crate::config::Level::Owner,
-            &flush_tools,
-            crate::prompt::PromptMode::Minimal,
-        )
-        .await;
-        let deps = compaction::Deps {
-            engine: &shared.context,
-            store: shared.store.as_ref(),
-            agent: &route.agent,
-            session_key: &route.key,
-            history_limit: shared.settings.history_limit,
-            flush_prompt: &flush_prompt,
-        };
-        let span = tracing::info_span!(parent: &span, "compaction", session = %route.key);
-        compaction::after_turn(deps, &msg, &shared.abandon).instrument(span).await;
+        compact_session(shared, &route, &msg, &span).await;
     }
     acked
+}
+
+/// Compacts the session if due, its memory flush in the memory scope of the chat (the scope
+/// decided as for the turn). When the scope cannot be decided, nothing is compacted now: the
+/// next turn tries again, and no flush ever runs in a scope it was not given.
+async fn compact_session(shared: &Shared, route: &Route, msg: &InboundMessage, span: &tracing::Span) {
+    let memory = match super::memory::scope(shared, &route.agent, msg).await {
+        Ok(memory) => memory,
+        Err(err) => {
+            tracing::warn!(parent: span, %err, "cannot decide the memory scope; not compacting now");
+            return;
+        }
+    };
+    // The memory flush is housekeeping: the minimal prompt, with only the file tools.
+    let flush_tools = compaction::flush_filter();
+    let run =
+        super::prompt::PromptFor { msg, session_key: &route.key, level: crate::config::Level::Owner, memory: &memory };
+    let flush_prompt =
+        super::prompt::system_prompt(shared, &route.agent, &run, &flush_tools, crate::prompt::PromptMode::Minimal)
+            .await;
+    let deps = compaction::Deps {
+        engine: &shared.context,
+        store: shared.store.as_ref(),
+        agent: &route.agent,
+        session_key: &route.key,
+        history_limit: shared.settings.history_limit,
+        flush_prompt: &flush_prompt,
+        memory: &memory,
+    };
+    let span = tracing::info_span!(parent: span, "compaction", session = %route.key);
+    compaction::after_turn(deps, msg, &shared.abandon).instrument(span).await;
 }
 
 async fn process_inner(

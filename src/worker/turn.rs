@@ -12,6 +12,7 @@ use crate::config::Level;
 use crate::provider::ChatMessage;
 use crate::store::StoreError;
 use crate::tools::{ToolContext, ToolFilter};
+use crate::workspace::memory::MemoryScope;
 
 /// What a turn is about.
 pub(super) struct TurnPlan<'a> {
@@ -25,21 +26,23 @@ pub(super) struct TurnPlan<'a> {
     pub input: ChatMessage,
 }
 
-/// Runs the turn (see the module docs); store errors reading the history are the caller's.
+/// Runs the turn (see the module docs) in the memory scope of its chat; store errors reading
+/// the history or deciding the scope are the caller's.
 pub(super) async fn run_agent(
     shared: &Shared,
     plan: &TurnPlan<'_>,
     events: &dyn EventSink,
     steer: &mut SteerReceiver,
 ) -> Result<TurnResult, StoreError> {
-    let mut result = attempt(shared, plan, events, steer).await?;
+    let memory = super::memory::scope(shared, plan.agent, plan.msg).await?;
+    let mut result = attempt(shared, plan, &memory, events, steer).await?;
     let agent = &plan.agent.settings().name;
     // Learned whenever the server names it, so later turns fit without a refusal first.
     let shrank = result.context_limit.is_some_and(|limit| shared.context.windows().learn(agent, limit));
     if shrank && result.overflowed {
         tracing::info!(limit = ?result.context_limit, "running the turn again within the window the model server named");
         let first = result;
-        result = attempt(shared, plan, events, steer).await?;
+        result = attempt(shared, plan, &memory, events, steer).await?;
         result.usage.add(first.usage);
     }
     Ok(result)
@@ -48,14 +51,16 @@ pub(super) async fn run_agent(
 async fn attempt(
     shared: &Shared,
     plan: &TurnPlan<'_>,
+    memory: &MemoryScope,
     events: &dyn EventSink,
     steer: &mut SteerReceiver,
 ) -> Result<TurnResult, StoreError> {
     let TurnPlan { agent, msg, run_id, session_key, level, .. } = *plan;
     let history = shared.store.history(session_key, shared.settings.history_limit).await?;
     let summary = shared.store.session_summary(session_key).await?;
+    let run = super::prompt::PromptFor { msg, session_key, level, memory };
     let (system_prompt, tools) =
-        super::prompt::fitted_prompt(shared, agent, msg, session_key, level, plan.tools.clone(), &plan.input).await;
+        super::prompt::fitted_prompt(shared, agent, &run, plan.tools.clone(), &plan.input).await;
     let summary = summary.as_ref().map(|s| s.0.as_str());
     let prepared = shared.context.prepare(agent, &system_prompt, history, summary, &plan.input, &tools);
     let turn = Turn {
@@ -64,7 +69,14 @@ async fn attempt(
         input: plan.input.clone(),
         ctx: ToolContext {
             tools: tools.clone(),
-            ..ToolContext::for_message(&agent.settings().name, &agent.settings().workspace, session_key, msg, run_id)
+            ..ToolContext::for_message(
+                &agent.settings().name,
+                &agent.settings().workspace,
+                session_key,
+                msg,
+                run_id,
+                memory.clone(),
+            )
         },
         tools,
         events,

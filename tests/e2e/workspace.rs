@@ -63,7 +63,7 @@ fn init_also_creates_each_named_agent_workspace() {
 }
 
 #[tokio::test]
-async fn the_persona_in_soul_md_reaches_the_model() {
+async fn the_persona_in_soul_md_and_the_owners_memory_reach_the_model() {
     let llm = FakeLlm::start().await;
     let dir = tempfile::tempdir().unwrap();
     let workspace = dir.path().join("workspace");
@@ -73,6 +73,7 @@ async fn the_persona_in_soul_md_reaches_the_model() {
     let mut daemon = Launch::new(dir.path(), "run", &["run"])
         .llm(&llm.base_url())
         .env("SWITCHBOARD_AGENT__TIMEZONE", "Europe/Berlin")
+        .env("SWITCHBOARD_USERS__OWNERS", r#"["api:alice"]"#)
         .spawn();
     daemon.wait_healthy().await;
 
@@ -93,4 +94,11 @@ async fn the_persona_in_soul_md_reaches_the_model() {
     ] {
         assert!(prompt.contains(needle), "system prompt lacks {needle:?}:\n{prompt}");
     }
+
+    // MEMORY.md is the owner's: someone else's direct chat gets a memory file of its own.
+    let (status, body) = daemon.post(json!({"chat_id": "bob", "content": "hi", "sender": "bob"})).await;
+    assert_eq!(status, 200, "{body}");
+    let prompt = llm.requests()[1]["messages"][0]["content"].as_str().unwrap().to_owned();
+    assert!(prompt.contains("cheerful pirate") && !prompt.contains("Biscuit"), "{prompt}");
+    assert!(prompt.contains("memory/users/api_bob.md is the memory of this direct chat"), "{prompt}");
 }

@@ -7,21 +7,27 @@ use std::time::Duration;
 use crate::common::{BusKind, Setup};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
-use switchboard::config::CompactionConfig;
+use switchboard::config::{BudgetsConfig, CompactionConfig, PermissionsConfig, UsersConfig};
 use switchboard::context::ContextSettings;
-use switchboard::context::compaction::{FLUSH_PROMPT, SUMMARY_PROMPT};
+use switchboard::context::compaction::{SUMMARY_PROMPT, flush_prompt};
 use switchboard::store::Store;
+use switchboard::users::AccessPolicy;
 use switchboard::worker::WorkerSettings;
+use switchboard::workspace::memory::MemoryScope;
 use switchboard_channels::contract::{InboundMessage, OutboundMessage, Sender};
 use switchboard_channels::{BusExt, Deliveries};
 use switchboard_testkit::fake_llm::Scripted;
 
 const SESSION: &str = "test:chat";
 
+/// `u1` is the owner, so this direct chat's memory is `MEMORY.md` (docs/memory.md).
 fn settings() -> WorkerSettings {
     let compaction = CompactionConfig { max_messages: 5, keep_recent_messages: 2, ..CompactionConfig::default() };
+    let users = UsersConfig { owners: vec!["test:u1".into()], ..UsersConfig::default() };
+    let access = AccessPolicy::from_config(&users, &PermissionsConfig::default(), &BudgetsConfig::default()).unwrap();
     WorkerSettings {
         context: ContextSettings { compaction, ..ContextSettings::default() },
+        access,
         ..WorkerSettings::default()
     }
 }
@@ -80,7 +86,7 @@ async fn a_long_session_is_flushed_to_memory_then_summarised() {
     // The flush: only the file tools, the flush instruction, the history before it.
     let flush = &requests[3];
     assert_eq!(tool_names(flush), ["edit_file", "list_dir", "read_file", "write_file"]);
-    assert_eq!(messages(flush).last().unwrap()["content"], FLUSH_PROMPT);
+    assert_eq!(messages(flush).last().unwrap()["content"], flush_prompt(&MemoryScope::Owner));
     assert!(messages(flush).iter().any(|m| m["content"] == "one"));
     assert_eq!(tool_names(&requests[4]), tool_names(flush));
     // The summary: one call, no tools, the older messages rendered as text.

@@ -20,6 +20,7 @@ mod heartbeat;
 mod hygiene;
 mod journal;
 mod limits;
+mod memory_scopes;
 mod provider;
 mod query_plans;
 mod run_limits;

@@ -141,6 +141,7 @@ async fn usage_and_cost(kind: BusKind) {
         task: "Find the answer.".into(),
         on_behalf_of: Some("telegram:42".into()),
         tools: Default::default(),
+        memory: Default::default(),
     };
     let id = rig.manager().spawn(request).await.unwrap();
 

@@ -93,6 +93,16 @@ impl HeartbeatStore for SqliteStore {
         Ok(())
     }
 
+    async fn owner_chats(&self, agent: &str) -> Result<Vec<OwnerChat>, StoreError> {
+        let rows: Vec<(String, String, i64)> = sqlx::query_as(
+            "SELECT identity, chat_json, written_at FROM owner_chats WHERE agent = $1 ORDER BY identity",
+        )
+        .bind(agent)
+        .fetch_all(self.pool())
+        .await?;
+        rows.into_iter().map(|(identity, chat_json, at)| owner_chat(agent, identity, &chat_json, at)).collect()
+    }
+
     async fn latest_owner_chat(&self, agent: &str) -> Result<Option<OwnerChat>, StoreError> {
         let row: Option<(String, String, i64)> = sqlx::query_as(
             "SELECT identity, chat_json, written_at FROM owner_chats WHERE agent = $1 \
@@ -102,9 +112,7 @@ impl HeartbeatStore for SqliteStore {
         .fetch_optional(self.pool())
         .await?;
         let Some((identity, chat_json, at)) = row else { return Ok(None) };
-        let chat = serde_json::from_str(&chat_json)
-            .map_err(|e| StoreError::Corrupt(format!("owner_chats.chat_json of {agent}/{identity}: {e}")))?;
-        Ok(Some(OwnerChat { identity, chat, at: time("owner_chats.written_at", at)? }))
+        owner_chat(agent, identity, &chat_json, at).map(Some)
     }
 
     async fn session_has_running_run(
@@ -121,4 +129,11 @@ impl HeartbeatStore for SqliteStore {
         .await?;
         Ok(running)
     }
+}
+
+/// An `owner_chats` row.
+fn owner_chat(agent: &str, identity: String, chat_json: &str, at: i64) -> Result<OwnerChat, StoreError> {
+    let chat = serde_json::from_str(chat_json)
+        .map_err(|e| StoreError::Corrupt(format!("owner_chats.chat_json of {agent}/{identity}: {e}")))?;
+    Ok(OwnerChat { identity, chat, at: time("owner_chats.written_at", at)? })
 }

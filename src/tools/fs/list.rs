@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use super::workspace::io_error;
-use super::{FsSettings, Resolved, blocking};
+use super::{FsSettings, Resolved, Workspace, blocking};
 use crate::tools::{Tool, ToolContext, ToolError};
 
 /// Lists a directory, sorted by name, at most `max_list_entries` entries.
@@ -50,11 +50,11 @@ impl Tool for ListDir {
         };
         let workspace = self.settings.workspace(ctx)?;
         let max_entries = self.settings.max_list_entries;
-        blocking(move || list(&workspace.resolve(&path)?, max_entries)).await
+        blocking(move || list(&workspace, &workspace.resolve_dir(&path)?, max_entries)).await
     }
 }
 
-fn list(resolved: &Resolved, max_entries: usize) -> Result<String, ToolError> {
+fn list(workspace: &Workspace, resolved: &Resolved, max_entries: usize) -> Result<String, ToolError> {
     let shown = &resolved.shown;
     let metadata = resolved.path.metadata().map_err(|e| io_error("list", shown, &e))?;
     if !metadata.is_dir() {
@@ -63,6 +63,7 @@ fn list(resolved: &Resolved, max_entries: usize) -> Result<String, ToolError> {
     let mut entries = std::fs::read_dir(&resolved.path)
         .and_then(|dir| dir.collect::<Result<Vec<_>, _>>())
         .map_err(|e| io_error("list", shown, &e))?;
+    entries.retain(|entry| workspace.shows(&entry.path()));
     if entries.is_empty() {
         return Ok(format!("`{shown}` is empty"));
     }

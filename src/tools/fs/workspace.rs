@@ -10,7 +10,8 @@
 use std::io::ErrorKind;
 use std::path::{Component, Path, PathBuf};
 
-use crate::tools::ToolError;
+use crate::tools::{ToolContext, ToolError};
+use crate::workspace::memory::{MemoryScope, Reach, Target, check_real_path};
 
 /// A workspace directory and how strictly paths are confined to it.
 #[derive(Debug, Clone)]
@@ -20,6 +21,9 @@ pub struct Workspace {
     /// Its canonical form: symlinks resolved, so prefix checks compare like with like.
     root: PathBuf,
     allow_outside: bool,
+    /// The memory scope the paths are checked against; `None`: not checked (`exec`, which
+    /// no path check could confine anyway).
+    memory: Option<(MemoryScope, Reach)>,
 }
 
 /// A path the model named, resolved.
@@ -43,7 +47,13 @@ impl Workspace {
             .canonicalize()
             .map_err(|e| ToolError::Failed(format!("cannot open the workspace {}: {e}", dir.display())))?;
         let configured = std::path::absolute(dir).unwrap_or_else(|_| root.clone());
-        Ok(Self { configured: normalize(&configured), root, allow_outside })
+        Ok(Self { configured: normalize(&configured), root, allow_outside, memory: None })
+    }
+
+    /// The workspace of the run `ctx`, its paths checked against the run's memory scope.
+    pub fn for_run(ctx: &ToolContext, allow_outside: bool) -> Result<Self, ToolError> {
+        let workspace = Self::open(&ctx.workspace, allow_outside)?;
+        Ok(Self { memory: Some((ctx.memory.clone(), ctx.memory_reach)), ..workspace })
     }
 
     /// The canonical workspace directory.
@@ -51,9 +61,41 @@ impl Workspace {
         &self.root
     }
 
-    /// Resolves `requested` (relative to the workspace, or absolute) and checks it stays
-    /// inside the workspace unless that is allowed.
+    /// Resolves `requested` (relative to the workspace, or absolute) as a file to read or
+    /// write, and checks it stays inside the workspace unless that is allowed, and within the
+    /// run's memory scope.
     pub fn resolve(&self, requested: &str) -> Result<Resolved, ToolError> {
+        self.resolve_as(requested, Target::File)
+    }
+
+    /// Like [`Workspace::resolve`], for a directory to list.
+    pub fn resolve_dir(&self, requested: &str) -> Result<Resolved, ToolError> {
+        self.resolve_as(requested, Target::Dir)
+    }
+
+    fn resolve_as(&self, requested: &str, target: Target) -> Result<Resolved, ToolError> {
+        let resolved = self.resolve_path(requested)?;
+        if let Some((scope, reach)) = &self.memory
+            && let Err(refusal) = check_real_path(scope, &self.root, &resolved.path, target, *reach)
+        {
+            let own = match scope.file_shown() {
+                Some(file) => format!("this chat's memory file is `{file}`"),
+                None => "this run has no memory file".to_owned(),
+            };
+            return Err(ToolError::Refused(format!("`{requested}` is not available here: {refusal}; {own}")));
+        }
+        Ok(resolved)
+    }
+
+    /// Whether an entry found by listing a directory (its real path, not followed) may be
+    /// shown: other scopes' memory files are not even named.
+    pub fn shows(&self, entry: &Path) -> bool {
+        let Some((scope, reach)) = &self.memory else { return true };
+        let Ok(relative) = entry.strip_prefix(&self.root) else { return true };
+        scope.reach(relative, Target::File, *reach) || scope.reach(relative, Target::Dir, *reach)
+    }
+
+    fn resolve_path(&self, requested: &str) -> Result<Resolved, ToolError> {
         if requested.contains('\0') {
             return Err(ToolError::InvalidArguments("the path contains a NUL byte".into()));
         }

@@ -1,0 +1,61 @@
+//! The memory scope of a run, decided from the chat and the people in it (see
+//! [`crate::workspace::memory`]); the model has no say in it. The turn, its sub-agents and
+//! the memory flush after it all ask here, so they agree.
+
+use switchboard_channels::contract::{InboundKind, InboundMessage};
+
+use super::Shared;
+use crate::agent::Agent;
+use crate::config::{Identity, Level};
+use crate::store::StoreError;
+use crate::workspace::memory::{Acting, MemoryScope, ScopeFacts};
+
+/// The scope of a run of `agent` answering `msg`. Store errors are the caller's: a scope
+/// that cannot be decided is never guessed.
+pub(super) async fn scope(shared: &Shared, agent: &Agent, msg: &InboundMessage) -> Result<MemoryScope, StoreError> {
+    let mut facts = ScopeFacts {
+        channel: &msg.channel,
+        chat_id: &msg.chat_id,
+        is_group: msg.is_group,
+        from_person: msg.kind == InboundKind::User,
+        acting: None,
+        owner_chat: false,
+    };
+    // A group's scope is the group, whoever writes: nothing to look up.
+    if msg.is_group {
+        return Ok(MemoryScope::decide(&facts));
+    }
+    let identity = match msg.kind {
+        InboundKind::User => Some(Identity::new(&msg.channel, &msg.sender.id)),
+        // An invalid name acts as a guest (see `access::admit`): nobody's owner memory.
+        InboundKind::System => {
+            msg.on_behalf_of().map(|text| text.parse().unwrap_or_else(|_| Identity::new("invalid", text)))
+        }
+    };
+    let level = match &identity {
+        Some(identity) => Some(level_of(shared, identity, &msg.sender.name).await?),
+        None => None,
+    };
+    facts.acting = identity.as_ref().zip(level).map(|(identity, level)| Acting {
+        channel: &identity.channel,
+        id: &identity.sender_id,
+        is_owner: level == Level::Owner,
+    });
+    if msg.kind == InboundKind::System && facts.acting.is_none_or(|acting| acting.is_owner) {
+        facts.owner_chat = is_owner_chat(shared, agent, msg).await?;
+    }
+    Ok(MemoryScope::decide(&facts))
+}
+
+/// The effective level of `identity`, as `access::admit` computes it.
+async fn level_of(shared: &Shared, identity: &Identity, name: &str) -> Result<Level, StoreError> {
+    let policy = &shared.settings.access;
+    let user = shared.store.resolve_user(identity, name, policy.new_user_level(identity)).await?;
+    Ok(policy.effective_level(identity, &user))
+}
+
+/// Whether `msg`'s chat is a direct chat an owner wrote to `agent` in.
+async fn is_owner_chat(shared: &Shared, agent: &Agent, msg: &InboundMessage) -> Result<bool, StoreError> {
+    let chats = shared.store.owner_chats(&agent.settings().name).await?;
+    Ok(chats.iter().any(|owner| owner.chat.channel == msg.channel && owner.chat.chat_id == msg.chat_id))
+}
