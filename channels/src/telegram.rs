@@ -115,7 +115,6 @@ impl Default for TelegramSettings {
         }
     }
 }
-mod context;
 mod download;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
@@ -124,6 +123,7 @@ mod gate;
 mod inbound;
 mod ingress;
 mod platform;
+mod replied;
 mod poll;
 mod retry;
 mod send;
