@@ -13,6 +13,7 @@ mod batch;
 mod commands;
 mod cron_hooks;
 mod hygiene;
+mod input;
 mod job;
 mod keepalive;
 mod order;
