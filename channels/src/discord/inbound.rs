@@ -78,7 +78,8 @@ pub(crate) fn classify(msg: &Message, bot_id: u64) -> Result<Incoming, Skip> {
     // Only a reply (type 19) answers a message; other references are forwards, crossposts, pins.
     let is_reply = msg.kind == MessageType::InlineReply;
     let reply_to = msg.message_reference.as_ref().and_then(|reference| reference.message_id).filter(|_| is_reply);
-    let replied_to = msg.referenced_message.as_deref().filter(|_| is_reply).map(|replied| replied_message(replied, bot_id));
+    let replied_to =
+        msg.referenced_message.as_deref().filter(|_| is_reply).map(|replied| replied_message(replied, bot_id));
     Ok(Incoming {
         channel_id: msg.channel_id.get(),
         message_id: msg.id.get(),
@@ -196,7 +197,8 @@ mod tests {
     #[test]
     fn a_reply_carries_the_replied_message() {
         let bob = json!({"id": "222", "username": "bob", "global_name": "Bobby", "discriminator": "0", "avatar": null});
-        let mut replied = serde_json::to_value(message(json!({"id": "9", "author": bob, "content": "meet at 6?"}))).unwrap();
+        let mut replied =
+            serde_json::to_value(message(json!({"id": "9", "author": bob, "content": "meet at 6?"}))).unwrap();
         replied["referenced_message"] = Value::Null;
         let reference = json!({"type": 0, "message_id": "9", "channel_id": "200", "guild_id": "100"});
         let msg = message(json!({"type": 19, "message_reference": reference.clone(), "referenced_message": replied}));

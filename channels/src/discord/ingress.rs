@@ -6,8 +6,8 @@
 //! redeliver a dispatch it already handed over).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
@@ -121,8 +121,12 @@ impl Ingress {
             Verdict::Forward => self.forward(&msg, place).await,
             Verdict::ForwardIfAddressed if self.addressed(&msg).await => self.forward(&msg, place).await,
             Verdict::ForwardIfAddressed => {
-                tracing::debug!(channel_id = msg.channel_id, "discord message does not address the bot; kept as context");
-                let at = chrono::DateTime::from_timestamp(message.timestamp.unix_timestamp(), 0).unwrap_or_else(Utc::now);
+                tracing::debug!(
+                    channel_id = msg.channel_id,
+                    "discord message does not address the bot; kept as context"
+                );
+                let at =
+                    chrono::DateTime::from_timestamp(message.timestamp.unix_timestamp(), 0).unwrap_or_else(Utc::now);
                 self.lock_context().remember(session_place(place), &msg.author.name, &msg.text, at);
                 Ok(())
             }

@@ -86,7 +86,11 @@ impl Incoming {
 
     /// This message's conversation (chat and topic), as its session key.
     pub fn place(&self) -> String {
-        crate::contract::session_key(super::CHANNEL, &self.chat_id.to_string(), self.topic.map(|t| t.to_string()).as_deref())
+        crate::contract::session_key(
+            super::CHANNEL,
+            &self.chat_id.to_string(),
+            self.topic.map(|t| t.to_string()).as_deref(),
+        )
     }
 }
 
