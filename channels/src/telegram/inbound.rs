@@ -140,7 +140,7 @@ pub(crate) fn classify(msg: &Message, me: &BotIdentity) -> Result<Incoming, Skip
         command,
         address,
         attachments,
-        replied_to: replied_to(msg, me),
+        replied_to: replied_to(msg, me.id),
         date: msg.date,
     })
 }
@@ -232,7 +232,7 @@ fn address(
     }
 }
 
-pub(crate) fn attachments(msg: &Message) -> Vec<Attachment> {
+fn attachments(msg: &Message) -> Vec<Attachment> {
     let mut found = Vec::new();
     // Telegram sends every size of a photo; the last is the largest.
     if let Some(photo) = msg.photo().and_then(<[_]>::last) {
