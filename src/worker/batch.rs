@@ -130,11 +130,25 @@ pub(super) fn merge(first: Job, mut rest: Vec<Job>, mode: QueueMode) -> (Job, Ve
     // Attachments in arrival order too.
     let media = unique.iter().flat_map(|msg| msg.media.iter().cloned()).collect();
     if named && unique.len() > 1 {
-        primary.msg.metadata.insert(MERGED_WITH_NAMES.into(), serde_json::Value::Bool(true));
+        mark_merged_with_names(&mut primary.msg);
     }
     primary.msg.content = text;
     primary.msg.media = media;
     (primary, batch)
+}
+
+fn mark_merged_with_names(msg: &mut InboundMessage) {
+    msg.metadata.insert(MERGED_WITH_NAMES.into(), serde_json::Value::Bool(true));
+}
+
+/// A turn [`merge`] would make of `messages` in `collect` mode (their texts only), for tests.
+#[cfg(test)]
+pub(super) fn merged_for_test(messages: &[InboundMessage]) -> InboundMessage {
+    let Some(last) = messages.last() else { return InboundMessage::default() };
+    let mut merged = last.clone();
+    merged.content = messages.iter().map(|msg| line(msg, true)).collect::<Vec<_>>().join("\n");
+    mark_merged_with_names(&mut merged);
+    merged
 }
 
 /// Whether `msg` is a turn [`merge`] made of several people's named lines.

@@ -80,6 +80,13 @@ mod tests {
     }
 
     #[test]
+    fn a_turn_merged_from_named_lines_has_no_single_author() {
+        let bobs = InboundMessage { sender: bob(), ..alice("seven") };
+        let merged = message(&batch::merged_for_test(&[alice("six?"), bobs]));
+        assert_eq!((merged.content.as_str(), merged.author), ("Alice: six?\nBob: seven", None));
+    }
+
+    #[test]
     fn a_reply_names_whom_it_answers_and_what_was_quoted() {
         let mut msg = alice("@bot is that right?");
         msg.replied_to = Some(RepliedTo::new("41".into(), bob(), false, "the sun is cold", Some("cold")));
