@@ -57,10 +57,14 @@ pub struct Turn<'a> {
     pub steer: Option<&'a mut SteerReceiver>,
     /// This turn's own iteration limit (a sub-agent's), instead of the agent's.
     pub max_iterations: Option<u32>,
+    /// A group chat: every user message with an author is shown to the model with its
+    /// author's name ([`ChatMessage::with_speaker`]), so it can tell who said what. Direct
+    /// chats have one person and stay unprefixed.
+    pub name_speakers: bool,
 }
 
-/// The receiving end of a run's steering messages.
-pub type SteerReceiver = tokio::sync::mpsc::UnboundedReceiver<String>;
+/// The receiving end of a run's steering messages (user messages, with their authors).
+pub type SteerReceiver = tokio::sync::mpsc::UnboundedReceiver<ChatMessage>;
 
 /// What a turn produced.
 #[derive(Debug, Clone, PartialEq)]
@@ -131,7 +135,7 @@ impl Agent {
     /// Runs one turn to its end. Never fails: a provider failure becomes an apologetic reply
     /// with `error` set, so the user always hears back.
     pub async fn run(&self, turn: Turn<'_>) -> TurnResult {
-        let Turn { system_prompt, history, input, ctx, tools, events, mut steer, max_iterations } = turn;
+        let Turn { system_prompt, history, input, ctx, tools, events, mut steer, max_iterations, name_speakers } = turn;
         let max_iterations = max_iterations.unwrap_or(self.settings.max_iterations);
         let mut messages = Vec::with_capacity(history.len() + 2);
         messages.push(ChatMessage::system(system_prompt));
@@ -156,7 +160,8 @@ impl Agent {
                 steer_in(steer, &mut messages);
             }
             result.iterations += 1;
-            let response = self.call_model(&messages, &tools, result.iterations, events).await;
+            let call = ModelCall { tools: &tools, iteration: result.iterations, name_speakers };
+            let response = self.call_model(&messages, call, events).await;
             if let Err(err) = &response {
                 result.context_limit = err.context_limit().or(result.context_limit);
             }
@@ -211,16 +216,19 @@ impl Agent {
     async fn call_model(
         &self,
         messages: &[ChatMessage],
-        tools: &ToolFilter,
-        iteration: u32,
+        call: ModelCall<'_>,
         events: &dyn EventSink,
     ) -> Result<ChatResponse, ProviderError> {
+        let ModelCall { tools, iteration, name_speakers } = call;
         let tools = self.tools.specs(tools);
         let tool_choice =
             if iteration == 1 { first_call_choice(&self.settings.tool_choice, &tools) } else { ToolChoice::Auto };
+        // Rendered here, not stored: the transcript keeps the author apart from the text.
+        let messages =
+            if name_speakers { messages.iter().map(ChatMessage::with_speaker).collect() } else { messages.to_vec() };
         let request = ChatRequest {
             model: self.settings.model.clone(),
-            messages: messages.to_vec(),
+            messages,
             tools,
             max_tokens: self.settings.max_tokens,
             temperature: self.settings.temperature,
@@ -307,12 +315,20 @@ impl Agent {
     }
 }
 
+/// What one model call of a turn is made with, besides the messages.
+#[derive(Clone, Copy)]
+struct ModelCall<'a> {
+    tools: &'a ToolFilter,
+    iteration: u32,
+    name_speakers: bool,
+}
+
 /// Adds the steering messages that arrived since the last model call (at a tool boundary:
 /// after the tool results, before the model sees them).
 fn steer_in(steer: &mut SteerReceiver, messages: &mut Vec<ChatMessage>) {
-    while let Ok(text) = steer.try_recv() {
+    while let Ok(message) = steer.try_recv() {
         tracing::info!("adding a message the user sent during the run");
-        messages.push(ChatMessage::user(text));
+        messages.push(message);
     }
 }
 

@@ -56,15 +56,64 @@ pub struct ChatMessage {
     /// Tool messages: the tool's name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// User messages: the person who wrote it, when one person did (not a merged batch, not a
+    /// system message). Stored with the transcript; shown to the model in group chats.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub author: Option<Author>,
+}
+
+/// The person who wrote a user message, as their chat platform names them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Author {
+    /// The platform's id of the person (`sender.id` on the bus).
+    pub id: String,
+    /// Their display name.
+    #[serde(default)]
+    pub name: String,
+}
+
+impl Author {
+    /// How the model is told who spoke: `Alice (id 111)`; the id tells apart two people with
+    /// one name, and a person who renamed themselves stays recognisable.
+    pub fn label(&self) -> String {
+        match self.name.trim() {
+            "" => format!("id {}", self.id),
+            name => format!("{name} (id {})", self.id),
+        }
+    }
 }
 
 impl ChatMessage {
     pub fn system(content: impl Into<String>) -> Self {
-        Self { role: Role::System, content: content.into(), tool_calls: Vec::new(), tool_call_id: None, name: None }
+        Self {
+            role: Role::System,
+            content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            name: None,
+            author: None,
+        }
     }
 
     pub fn user(content: impl Into<String>) -> Self {
         Self { role: Role::User, ..Self::system(content) }
+    }
+
+    /// A user message written by `author`.
+    pub fn user_by(author: Author, content: impl Into<String>) -> Self {
+        Self { author: Some(author), ..Self::user(content) }
+    }
+
+    /// This message as the model sees it in a group chat: a user message's author named in a
+    /// prefix (`[Alice (id 111)] text`). A prefix rather than OpenAI's `name` field, which
+    /// Anthropic and llama.cpp ignore and which refuses names with spaces.
+    pub fn with_speaker(&self) -> ChatMessage {
+        match (&self.role, &self.author) {
+            (Role::User, Some(author)) => {
+                ChatMessage { content: format!("[{}] {}", author.label(), self.content), author: None, ..self.clone() }
+            }
+            _ => self.clone(),
+        }
     }
 
     pub fn assistant(content: impl Into<String>, tool_calls: Vec<ToolCall>) -> Self {
@@ -206,4 +255,30 @@ pub trait Provider: Send + Sync {
         request: &ChatRequest,
         stream: Option<TextSink<'_>>,
     ) -> Result<ChatResponse, ProviderError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transcript_rows_without_an_author_still_decode_and_new_ones_keep_it() {
+        let old: ChatMessage = serde_json::from_str(r#"{"role":"user","content":"hi"}"#).unwrap();
+        assert_eq!(old, ChatMessage::user("hi"));
+        assert_eq!(serde_json::to_string(&old).unwrap(), r#"{"role":"user","content":"hi"}"#);
+        let alice = ChatMessage::user_by(Author { id: "111".into(), name: "Alice".into() }, "hi");
+        let json = serde_json::to_string(&alice).unwrap();
+        assert_eq!(json, r#"{"role":"user","content":"hi","author":{"id":"111","name":"Alice"}}"#);
+        assert_eq!(serde_json::from_str::<ChatMessage>(&json).unwrap(), alice);
+    }
+
+    #[test]
+    fn speakers_are_named_in_one_short_form() {
+        let alice = ChatMessage::user_by(Author { id: "111".into(), name: "Alice".into() }, "hi");
+        assert_eq!(alice.with_speaker().content, "[Alice (id 111)] hi");
+        let nameless = ChatMessage::user_by(Author { id: "9".into(), name: " ".into() }, "hi");
+        assert_eq!(nameless.with_speaker().content, "[id 9] hi");
+        let answer = ChatMessage::assistant("hello", Vec::new());
+        assert_eq!(answer.with_speaker(), answer, "only people's messages are named");
+    }
 }

@@ -32,7 +32,10 @@ pub fn raw_message(message: &ChatMessage) -> u64 {
         .iter()
         .map(|call| call.id.len() + call.name.len() + call.arguments.to_string().chars().count())
         .sum();
-    MESSAGE_OVERHEAD + chars_to_tokens(message.content.chars().count() + calls)
+    // A group chat shows the author in a prefix (`[Alice (id 111)] `): counted wherever it is
+    // set, so budgets never fall short (in a direct chat they are a few tokens generous).
+    let author = message.author.as_ref().map_or(0, |author| author.label().chars().count() + 3);
+    MESSAGE_OVERHEAD + chars_to_tokens(message.content.chars().count() + calls + author)
 }
 
 /// The heuristic estimate of several messages.

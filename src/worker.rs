@@ -14,6 +14,7 @@ mod batch;
 mod commands;
 mod cron_hooks;
 mod hygiene;
+mod input;
 mod job;
 mod keepalive;
 mod memory;

@@ -10,9 +10,11 @@ use serde_json::{Map, Value};
 
 pub mod commands;
 mod dead_letter;
+mod replied;
 pub mod reply;
 mod system;
 pub use dead_letter::DeadLetter;
+pub use replied::{CUT_MARKER, MAX_REPLIED_CHARS, RepliedTo};
 
 /// The contract version written into every message.
 pub const CONTRACT_VERSION: u32 = 1;
@@ -153,6 +155,10 @@ pub struct InboundMessage {
     pub media: Vec<Media>,
     /// Platform id of the message this one answers, if any.
     pub reply_to: Option<String>,
+    /// The message this one answers: its author, its (cut) text and the quoted part, when the
+    /// platform sent it along. Left out of the JSON when there is none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replied_to: Option<RepliedTo>,
     /// Telegram forum topic or Discord thread id.
     pub thread_id: Option<String>,
     pub is_group: bool,
@@ -177,6 +183,7 @@ impl Default for InboundMessage {
             content: String::new(),
             media: Vec::new(),
             reply_to: None,
+            replied_to: None,
             thread_id: None,
             is_group: false,
             mentioned: false,
@@ -199,6 +206,8 @@ pub enum ContractError {
     NoSender,
     #[error("field `{field}` is {len} bytes long; the limit is {limit} bytes")]
     TooLong { field: &'static str, len: usize, limit: usize },
+    #[error("field `{field}` is {len} characters long; the limit is {limit} characters")]
+    TooManyChars { field: &'static str, len: usize, limit: usize },
 }
 
 /// Refuses a value longer than `limit` UTF-8 bytes.
@@ -284,7 +293,7 @@ impl InboundMessage {
         if self.kind == InboundKind::User && self.sender.id.is_empty() {
             return Err(ContractError::NoSender);
         }
-        Ok(())
+        self.replied_to.as_ref().map_or(Ok(()), RepliedTo::validate)
     }
 }
 

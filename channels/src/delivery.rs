@@ -1,12 +1,15 @@
 //! The delivery core every chat platform shares: per-chat queues of outbound messages, the
 //! send loop with its redelivery bookkeeping, and live feedback (typing, streamed drafts)
-//! while a run goes on. A platform adapter implements [`Platform`], the calls only it can
+//! while a run goes on; on the way in, the pairing check and the recent unaddressed group
+//! messages kept as context. A platform adapter implements [`Platform`], the calls only it can
 //! make, and starts [`run_outbound`] and [`run_live`] with one shared [`LiveRuns`].
 //!
 //! `docs/architecture.md` ("The delivery core") says what a new channel implements.
 
 #[cfg(any(feature = "discord", feature = "telegram"))]
 pub mod download;
+#[cfg(any(feature = "discord", feature = "telegram"))]
+pub(crate) mod group_context;
 mod ledger;
 pub mod live;
 pub mod outbound;

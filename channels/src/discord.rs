@@ -73,6 +73,9 @@ pub struct DiscordSettings {
     pub require_mention: bool,
     /// Whether messages from other bots are answered.
     pub allow_bots: bool,
+    /// Guild messages that do not address the bot (where a mention is required), kept per
+    /// channel or thread as context for the next one that does; 0 = none.
+    pub group_context_messages: usize,
     pub pairing_ttl: Duration,
     pub pairing_max_pending: usize,
     pub stream: StreamSettings,
@@ -107,6 +110,7 @@ impl Default for DiscordSettings {
             answer_all_in: Vec::new(),
             require_mention: true,
             allow_bots: false,
+            group_context_messages: 20,
             pairing_ttl: Duration::from_secs(3600),
             pairing_max_pending: 20,
             stream: StreamSettings { private: false, groups: false, edit_interval: Duration::from_millis(1500) },

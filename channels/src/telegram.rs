@@ -115,7 +115,6 @@ impl Default for TelegramSettings {
         }
     }
 }
-mod context;
 mod download;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
@@ -125,6 +124,7 @@ mod inbound;
 mod ingress;
 mod platform;
 mod poll;
+mod replied;
 mod retry;
 mod send;
 mod split;

@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value, json};
 use switchboard_channels::contract::{
-    InboundMessage, Media, OutboundKind, OutboundMessage, RunEvent, RunEventBody, Sender, Usage,
+    InboundMessage, Media, OutboundKind, OutboundMessage, RepliedTo, RunEvent, RunEventBody, Sender, Usage,
 };
 
 fn at() -> DateTime<Utc> {
@@ -49,6 +49,29 @@ fn an_inbound_user_message_keeps_its_json() {
         r#""received_at":"2024-05-01T12:00:00Z","metadata":{"chat_type":"supergroup","message_id":"42"}}"#
     );
     assert_eq!(serde_json::to_string(&inbound()).unwrap(), expected);
+}
+
+#[test]
+fn a_reply_to_another_message_carries_it_after_reply_to() {
+    let bob = Sender { id: "8".into(), name: "Bob".into(), is_bot: false };
+    let mut msg = InboundMessage { media: Vec::new(), ..inbound() };
+    msg.replied_to = Some(RepliedTo::new("41".into(), bob, false, "meet at 6?", Some("at 6")));
+    let expected = concat!(
+        r#"{"v":1,"id":"telegram:-100:42","channel":"telegram","chat_id":"-100","#,
+        r#""sender":{"id":"7","name":"Ann","is_bot":false},"content":"look","media":[],"reply_to":"41","#,
+        r#""replied_to":{"message_id":"41","sender":{"id":"8","name":"Bob","is_bot":false},"#,
+        r#""text":"meet at 6?","quote":"at 6"},"#,
+        r#""thread_id":"9","is_group":true,"mentioned":true,"kind":"user","origin":null,"#,
+        r#""received_at":"2024-05-01T12:00:00Z","metadata":{"chat_type":"supergroup","message_id":"42"}}"#
+    );
+    let json = serde_json::to_string(&msg).unwrap();
+    assert_eq!(json, expected);
+    let back: InboundMessage = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, msg);
+    // A reply to the bot's own message says so; a reader that knows no `replied_to` ignores it.
+    let own = RepliedTo { from_self: true, quote: None, ..msg.replied_to.clone().unwrap() };
+    let own = serde_json::to_value(&own).unwrap();
+    assert_eq!((own["from_self"].as_bool(), own.get("quote")), (Some(true), None));
 }
 
 #[test]

@@ -134,6 +134,7 @@ pub(super) fn turn<'a>(history: Vec<ChatMessage>, input: &str, events: &'a Recor
         events,
         steer: None,
         max_iterations: None,
+        name_speakers: false,
     }
 }
 
@@ -330,3 +331,25 @@ async fn unknown_price_means_unknown_cost() {
 }
 
 mod models;
+
+fn by(id: &str, name: &str, text: &str) -> ChatMessage {
+    ChatMessage::user_by(crate::provider::Author { id: id.into(), name: name.into() }, text)
+}
+
+#[tokio::test]
+async fn a_group_turn_names_every_speaker_and_the_transcript_keeps_the_text_apart() {
+    let (agent, provider) = agent(vec![text("six works"), text("sure")], 5);
+    let events = Recorder::default();
+    let history = vec![by("111", "Alice", "meet at six?"), ChatMessage::assistant("ok", vec![])];
+    let group =
+        Turn { input: by("222", "Bob", "fine by me"), name_speakers: true, ..turn(history.clone(), "", &events) };
+    let result = agent.run(group).await;
+    let sent: Vec<String> = provider.requests.lock().unwrap()[0].messages.iter().map(|m| m.content.clone()).collect();
+    assert_eq!(sent[1..], ["[Alice (id 111)] meet at six?", "ok", "[Bob (id 222)] fine by me"]);
+    assert_eq!(result.transcript[0], by("222", "Bob", "fine by me"), "stored without the prefix, with the author");
+    // A direct chat's request has no prefix.
+    let direct = Turn { input: by("111", "Alice", "and you?"), ..turn(history, "", &events) };
+    agent.run(direct).await;
+    let sent = &provider.requests.lock().unwrap()[1].messages;
+    assert_eq!((sent[1].content.as_str(), sent[3].content.as_str()), ("meet at six?", "and you?"));
+}

@@ -63,6 +63,7 @@ pub fn discord(config: &Config) -> DiscordSettings {
         answer_all_in: discord.answer_all_in.clone(),
         require_mention: discord.require_mention,
         allow_bots: discord.allow_bots,
+        group_context_messages: discord.group_context_messages,
         pairing_ttl: discord.pairing_code_ttl(),
         pairing_max_pending: discord.pairing_max_pending,
         stream: StreamSettings {

@@ -30,6 +30,9 @@ pub struct DiscordChannelConfig {
     pub require_mention: bool,
     /// Whether other bots' messages are answered.
     pub allow_bots: bool,
+    /// Unaddressed guild messages kept per channel or thread as context for the next one that
+    /// mentions the bot (0 = none).
+    pub group_context_messages: usize,
     /// How long a pairing code stays valid.
     pub pairing_code_ttl_secs: u64,
     /// Pending pairing codes at most.
@@ -61,6 +64,7 @@ impl Default for DiscordChannelConfig {
             answer_all_in: Vec::new(),
             require_mention: true,
             allow_bots: false,
+            group_context_messages: 20,
             pairing_code_ttl_secs: 3600,
             pairing_max_pending: 20,
             stream_private: false,

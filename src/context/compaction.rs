@@ -220,6 +220,7 @@ async fn flush_memory(deps: Deps<'_>, msg: &InboundMessage, history: Vec<ChatMes
         events: &NoEvents,
         steer: None,
         max_iterations: None,
+        name_speakers: msg.is_group,
     };
     let timeout = deps.engine.settings().compaction.flush_timeout();
     match tokio::time::timeout(timeout, deps.agent.run(turn)).await {
@@ -265,7 +266,11 @@ pub fn render(previous: Option<&str>, messages: &[ChatMessage]) -> String {
     for message in messages {
         let who = match message.role {
             Role::System => "system".to_owned(),
-            Role::User => "user".to_owned(),
+            // Named, so the summary can keep who said what in a group.
+            Role::User => match &message.author {
+                Some(author) => format!("user {}", author.label()),
+                None => "user".to_owned(),
+            },
             Role::Assistant => "assistant".to_owned(),
             Role::Tool => format!("tool {}", message.name.as_deref().unwrap_or("result")),
         };
@@ -315,11 +320,13 @@ mod tests {
             Some("old facts"),
             &[
                 ChatMessage::user("hi"),
+                ChatMessage::user_by(crate::provider::Author { id: "222".into(), name: "Bob".into() }, "me too"),
                 ChatMessage::assistant("", vec![call.clone()]),
                 ChatMessage::tool_result(&call, "x".repeat(5000)),
             ],
         );
         assert!(text.starts_with("Previous summary:\nold facts\n"), "{text}");
+        assert!(text.contains("user: hi\nuser Bob (id 222): me too\n"), "{text}");
         assert!(text.contains("user: hi\n") && text.contains("assistant called read_file({\"path\":\"a\"})"), "{text}");
         assert!(text.contains("tool read_file: ") && text.len() < 2500, "{}", text.len());
     }

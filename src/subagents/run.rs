@@ -132,6 +132,7 @@ async fn work(manager: &SubagentManager, job: &Job) -> SubagentEnd {
         events: &NoEvents,
         steer: None,
         max_iterations: Some(manager.settings.max_iterations),
+        name_speakers: false,
     };
     let limit = manager.settings.timeout;
     match tokio::time::timeout(limit, agent.run(turn)).await {

@@ -17,6 +17,11 @@ use tokio::time::Instant;
 use super::job::Job;
 use crate::config::QueueMode;
 
+/// `metadata` key the worker sets on a turn merged from several messages in `collect` mode,
+/// whose lines name their authors: the turn as a whole has no single author. Only the
+/// worker's own copy carries it; it never goes back on the bus.
+const MERGED_WITH_NAMES: &str = "merged_with_names";
+
 /// How long a turn may wait for quiet, in windows, after its first message arrived: a chat
 /// that never pauses (a busy group, a sender writing every second) is still answered.
 const MAX_WAIT_WINDOWS: u32 = 4;
@@ -124,7 +129,29 @@ pub(super) fn merge(first: Job, mut rest: Vec<Job>, mode: QueueMode) -> (Job, Ve
     let text = unique.iter().map(|msg| line(msg, named)).collect::<Vec<_>>().join("\n");
     // Attachments in arrival order too.
     let media = unique.iter().flat_map(|msg| msg.media.iter().cloned()).collect();
+    if named && unique.len() > 1 {
+        mark_merged_with_names(&mut primary.msg);
+    }
     primary.msg.content = text;
     primary.msg.media = media;
     (primary, batch)
+}
+
+fn mark_merged_with_names(msg: &mut InboundMessage) {
+    msg.metadata.insert(MERGED_WITH_NAMES.into(), serde_json::Value::Bool(true));
+}
+
+/// A turn [`merge`] would make of `messages` in `collect` mode (their texts only), for tests.
+#[cfg(test)]
+pub(super) fn merged_for_test(messages: &[InboundMessage]) -> InboundMessage {
+    let Some(last) = messages.last() else { return InboundMessage::default() };
+    let mut merged = last.clone();
+    merged.content = messages.iter().map(|msg| line(msg, true)).collect::<Vec<_>>().join("\n");
+    mark_merged_with_names(&mut merged);
+    merged
+}
+
+/// Whether `msg` is a turn [`merge`] made of several people's named lines.
+pub(super) fn merged_with_names(msg: &InboundMessage) -> bool {
+    msg.metadata.get(MERGED_WITH_NAMES).and_then(serde_json::Value::as_bool) == Some(true)
 }

@@ -24,7 +24,6 @@ use super::settle::reply_to;
 use super::turn::TurnPlan;
 use crate::agent::{EventSink, SteerReceiver};
 use crate::context::compaction;
-use crate::provider::ChatMessage;
 use crate::store::{RunClaim, RunOutcome, RunStatus};
 
 /// How long to wait before a message is tried again after the store or bus failed.
@@ -226,7 +225,7 @@ async fn run_turn(
     };
     let events = BusEvents::start(Arc::clone(&shared.bus), msg, run_id, session_key);
     events.emit(RunEventBody::Started);
-    let input = ChatMessage::user(input_text(msg));
+    let input = super::input::message(msg);
     let plan = TurnPlan { agent, msg, run_id, session_key, level, tools, input };
     let mut result = super::turn::run_agent(shared, &plan, &events, steer).await.map_err(transient)?;
     let ack_limit = hygiene::heartbeat_ack_limit(shared, &agent.settings().name, msg);
@@ -283,16 +282,6 @@ fn over_budget(shared: &Shared, msg: &InboundMessage, run_id: &str, session_key:
         billing: None,
         cost_usd: None,
     }
-}
-
-/// The text the model sees for an inbound message: its content, plus a line per attachment.
-pub(super) fn input_text(msg: &InboundMessage) -> String {
-    let mut text = msg.content.clone();
-    for media in &msg.media {
-        let place = media.path.as_deref().or(media.url.as_deref()).unwrap_or("(not downloaded)");
-        text.push_str(&format!("\n[{} attached: {place}]", media.kind));
-    }
-    text
 }
 
 /// Publishes run events in order from a background task, so emitting never blocks the run.

@@ -61,8 +61,8 @@ pub(super) struct ActiveRun {
     pub cancel: CancellationToken,
     /// Cancelled by the session task once the run's outcome is stored.
     pub finished: CancellationToken,
-    /// `steer` mode: texts for the running turn's next model call ...
-    steer: mpsc::UnboundedSender<String>,
+    /// `steer` mode: user messages for the running turn's next model call ...
+    steer: mpsc::UnboundedSender<crate::provider::ChatMessage>,
     /// ... and their messages, held (not acked) until the turn's outcome is stored.
     steered: Vec<Job>,
 }
@@ -124,7 +124,7 @@ pub(super) fn place(shared: &Shared, key: &str, job: Job) -> Placed {
         // Sent under the lock the session task takes to end the run, so the text is either
         // read by the turn or still in the channel when it is counted there.
         if let Some(job) = session.queue.pop_back() {
-            if active.steer.send(run::input_text(&job.msg)).is_ok() {
+            if active.steer.send(super::input::message(&job.msg)).is_ok() {
                 active.steered.push(job);
             } else {
                 session.queue.push_back(job);

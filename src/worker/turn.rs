@@ -82,6 +82,7 @@ async fn attempt(
         events,
         steer: Some(steer),
         max_iterations: None,
+        name_speakers: msg.is_group,
     };
     let result = agent.run(turn).await;
     // Estimates teach the estimator nothing.

@@ -200,7 +200,8 @@ async fn a_full_queue_says_once_which_messages_it_did_not_keep(kind: BusKind) {
     let inputs = turn_inputs(&h);
     assert_eq!(inputs.len(), 11, "{inputs:#?}");
     for i in 1..=10 {
-        assert!(inputs.contains(&format!("question {i:02} from me")), "{inputs:#?}");
+        // A group chat: the model sees each member's name before their message.
+        assert!(inputs.contains(&format!("[M{i:02} (id m{i:02})] question {i:02} from me")), "{inputs:#?}");
     }
     assert!(!inputs.iter().any(|input| input.contains("question 11")), "{inputs:#?}");
     h.stop().await;

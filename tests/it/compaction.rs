@@ -94,8 +94,9 @@ async fn a_long_session_is_flushed_to_memory_then_summarised() {
     assert!(tool_names(summary).is_empty());
     assert_eq!(messages(summary)[0]["content"], SUMMARY_PROMPT);
     let text = messages(summary)[1]["content"].as_str().unwrap();
-    assert!(text.contains("user: one") && text.contains("user: two"), "{text}");
-    assert!(!text.contains("user: three"), "the most recent messages stay verbatim: {text}");
+    // Each user turn is rendered with its author.
+    assert!(text.contains("user U (id u1): one") && text.contains("user U (id u1): two"), "{text}");
+    assert!(!text.contains("user U (id u1): three"), "the most recent messages stay verbatim: {text}");
 
     let memory = std::fs::read_to_string(h.workspace.join("MEMORY.md")).unwrap();
     assert_eq!(memory, "- The user likes green tea.\n");

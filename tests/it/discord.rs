@@ -150,13 +150,45 @@ async fn guild_messages_are_answered_only_when_addressed() {
     let received = rig.drain().await;
     assert_eq!(message_ids(&received), ids(&expected));
     let mentioned = received.iter().find(|m| m.metadata["message_id"] == "12").unwrap();
-    assert_eq!(mentioned.content, "<@5000> hi", "the mention stays in the text");
+    // The chatter before it comes along as context; the mention stays in the text.
+    assert!(
+        mentioned.content.ends_with("Alice: plain chatter\n[End of recent messages]\n\n<@5000> hi"),
+        "{}",
+        mentioned.content
+    );
     assert_eq!((mentioned.chat_id.as_str(), mentioned.id.as_str()), ("200", "discord:200:12"));
     assert!(mentioned.is_group && mentioned.mentioned);
     assert_eq!(mentioned.metadata["guild_id"], "100");
     let unmentioned = received.iter().find(|m| m.metadata["message_id"] == "17").unwrap();
     assert!(!unmentioned.mentioned, "answered in an answer_all_in channel without a mention");
     assert_eq!(rig.fake.calls_to("GET /guilds/{id}/members/{id}").len(), 1, "the bot's roles are cached");
+    rig.stop().await;
+}
+
+/// Unaddressed messages are kept per channel or thread and come along with the next mention
+/// there, once, with their authors' display names; a reply also says what it answers.
+#[tokio::test]
+async fn unaddressed_guild_messages_become_context_for_the_next_mention_in_their_place() {
+    let mut rig = Rig::start(|_| {}).await;
+    rig.fake.add_channel(events::thread(GUILD, THREAD, CHANNEL));
+    rig.fake.send_message_create(events::guild_message(GUILD, CHANNEL, BOB, "bob", 30, "let's meet at 6"));
+    rig.fake.send_message_create(events::guild_message(GUILD, THREAD, BOB, "bob", 31, "in the thread"));
+    let in_channel = events::mentioning_user(guild_message(32, "<@5000> thoughts?"), BOT_ID);
+    let reply =
+        events::replying_to(in_channel, events::guild_message(GUILD, CHANNEL, BOB, "bob", 30, "let's meet at 6"));
+    rig.fake.send_message_create(reply);
+    let first = rig.next().await;
+    let expected = "[Recent messages in this chat, not addressed to you, for context]\nBob: let's meet at 6\n\
+                    [End of recent messages]\n\n<@5000> thoughts?";
+    assert_eq!(first.content, expected, "the thread's message stays in the thread");
+    assert_eq!(first.reply_to.as_deref(), Some("30"));
+    let replied = first.replied_to.unwrap();
+    assert_eq!((replied.sender.name.as_str(), replied.text.as_str()), ("Bob", "let's meet at 6"));
+    rig.fake.send_message_create(events::mentioning_user(guild_message(33, "<@5000> again"), BOT_ID));
+    assert_eq!(rig.next().await.content, "<@5000> again", "context is shown once");
+    let in_thread = events::guild_message(GUILD, THREAD, ALICE, "alice", 34, "<@5000> and here?");
+    rig.fake.send_message_create(events::mentioning_user(in_thread, BOT_ID));
+    assert!(rig.next().await.content.contains("Bob: in the thread\n"));
     rig.stop().await;
 }
 

@@ -113,13 +113,14 @@ async fn a_flooding_member_is_told_once_and_the_others_are_still_answered(kind: 
     for msg in &flood[5..] {
         assert!(!got.contains_key(&msg.id), "no answer and no second notice for {}", msg.content);
     }
-    assert_eq!(got[&ann_first.id].content, "echo: what time is the meeting?");
-    assert_eq!(got[&ann_last.id].content, "echo: and where?");
+    // A group chat: the model sees (and the fake echoes) each member's name before their message.
+    assert_eq!(got[&ann_first.id].content, "echo: [ANN (id ann)] what time is the meeting?");
+    assert_eq!(got[&ann_last.id].content, "echo: [ANN (id ann)] and where?");
     assert!(got[&status.id].content.starts_with("Model: "), "{}", got[&status.id].content);
 
     let inputs = model_inputs(&h);
-    let mut expected: Vec<String> = (1..=4).map(|i| format!("spam {i:02}")).collect();
-    expected.extend(["what time is the meeting?".to_owned(), "and where?".to_owned()]);
+    let mut expected: Vec<String> = (1..=4).map(|i| format!("[SAM (id sam)] spam {i:02}")).collect();
+    expected.extend(["[ANN (id ann)] what time is the meeting?".to_owned(), "[ANN (id ann)] and where?".to_owned()]);
     let mut seen = inputs.clone();
     seen.sort();
     expected.sort();

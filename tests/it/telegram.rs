@@ -172,6 +172,35 @@ async fn unaddressed_group_messages_become_context_for_the_next_mention() {
     rig.stop().await;
 }
 
+/// A reply carries the message it answers: its id, author, text and the quoted part; in a
+/// forum topic, the topic's creation message is not taken for one.
+#[tokio::test]
+async fn a_reply_carries_the_replied_message_and_its_quote() {
+    let mut rig = Rig::start(|s| s.group_policy = GroupPolicy::Open).await;
+    let bobs = updates::group_text(GROUP, 222, "bob", 5, "the launch moves to friday");
+    let reply = updates::with_quote(
+        updates::reply_to(updates::group_text(GROUP, ALICE, "alice", 6, "sure?"), bobs),
+        "friday",
+        20,
+    );
+    rig.fake.push_message(reply);
+    rig.fake.push_message(updates::topic_text(GROUP, 55, ALICE, "alice", 60, "in the topic"));
+    let msg = rig.next().await;
+    assert_eq!(msg.reply_to.as_deref(), Some("5"));
+    let replied = msg.replied_to.unwrap();
+    assert_eq!(
+        (replied.message_id.as_str(), replied.sender.id.as_str(), replied.sender.name.as_str()),
+        ("5", "222", "Bob")
+    );
+    assert_eq!(
+        (replied.text.as_str(), replied.quote.as_deref(), replied.from_self),
+        ("the launch moves to friday", Some("friday"), false)
+    );
+    let in_topic = rig.next().await;
+    assert_eq!((in_topic.reply_to, in_topic.replied_to), (None, None));
+    rig.stop().await;
+}
+
 #[tokio::test]
 async fn forum_topics_are_sessions_of_their_own() {
     let mut rig = Rig::start(|s| s.group_policy = GroupPolicy::Open).await;

@@ -100,6 +100,8 @@ mod tests {
             mentions_bot: false,
             mention_roles: Vec::new(),
             replies_to_bot: false,
+            reply_to: None,
+            replied_to: None,
             attachments: Vec::new(),
         }
     }

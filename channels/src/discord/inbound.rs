@@ -2,7 +2,9 @@
 //! wrote it, how it addresses the bot, and what it carries. Pure: the lookups that need the
 //! network (is the channel a thread? which roles does the bot hold?) are the ingress's.
 
-use serenity::all::{Message, User};
+use serenity::all::{Message, MessageType, User};
+
+use crate::contract::{RepliedTo, Sender};
 
 /// Who wrote a message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +43,10 @@ pub(crate) struct Incoming {
     pub mention_roles: Vec<u64>,
     /// A reply to one of the bot's messages.
     pub replies_to_bot: bool,
+    /// The id of the message this one replies to (also when Discord no longer has it).
+    pub reply_to: Option<u64>,
+    /// The message this one replies to, when Discord sent it along.
+    pub replied_to: Option<RepliedTo>,
     pub attachments: Vec<Attachment>,
 }
 
@@ -69,6 +75,11 @@ pub(crate) fn classify(msg: &Message, bot_id: u64) -> Result<Incoming, Skip> {
         return Err(Skip::NoContent);
     }
     let replies_to_bot = msg.referenced_message.as_ref().is_some_and(|replied| replied.author.id.get() == bot_id);
+    // Only a reply (type 19) answers a message; other references are forwards, crossposts, pins.
+    let is_reply = msg.kind == MessageType::InlineReply;
+    let reply_to = msg.message_reference.as_ref().and_then(|reference| reference.message_id).filter(|_| is_reply);
+    let replied_to =
+        msg.referenced_message.as_deref().filter(|_| is_reply).map(|replied| replied_message(replied, bot_id));
     Ok(Incoming {
         channel_id: msg.channel_id.get(),
         message_id: msg.id.get(),
@@ -78,8 +89,22 @@ pub(crate) fn classify(msg: &Message, bot_id: u64) -> Result<Incoming, Skip> {
         mentions_bot: msg.mentions.iter().any(|user| user.id.get() == bot_id),
         mention_roles: msg.mention_roles.iter().map(|role| role.get()).collect(),
         replies_to_bot,
+        reply_to: reply_to.map(|id| id.get()),
+        replied_to,
         attachments,
     })
+}
+
+/// A replied-to message for the bus: its author, its text (else its first attachment's kind).
+fn replied_message(replied: &Message, bot_id: u64) -> RepliedTo {
+    let author = author(&replied.author);
+    let sender = Sender { id: author.id.to_string(), name: author.name, is_bot: author.is_bot };
+    let text = match replied.attachments.first() {
+        _ if !replied.content.trim().is_empty() => replied.content.clone(),
+        Some(first) => format!("[{}]", attachment(first).kind),
+        None => String::new(),
+    };
+    RepliedTo::new(replied.id.get().to_string(), sender, author.id == bot_id, &text, None)
 }
 
 fn author(user: &User) -> Author {
@@ -162,8 +187,29 @@ mod tests {
         )
         .unwrap();
         assert!(msg.mentions_bot && msg.replies_to_bot);
+        // Not a reply (type 0): the reference is not taken for one.
+        assert_eq!((msg.reply_to, msg.replied_to), (None, None));
         assert_eq!(msg.attachments[0].kind, "photo");
         assert_eq!(msg.attachments[1].kind, "document");
         assert_eq!(msg.attachments[1].size, 4);
+    }
+
+    #[test]
+    fn a_reply_carries_the_replied_message() {
+        let bob = json!({"id": "222", "username": "bob", "global_name": "Bobby", "discriminator": "0", "avatar": null});
+        let mut replied =
+            serde_json::to_value(message(json!({"id": "9", "author": bob, "content": "meet at 6?"}))).unwrap();
+        replied["referenced_message"] = Value::Null;
+        let reference = json!({"type": 0, "message_id": "9", "channel_id": "200", "guild_id": "100"});
+        let msg = message(json!({"type": 19, "message_reference": reference.clone(), "referenced_message": replied}));
+        let msg = classify(&msg, BOT).unwrap();
+        assert_eq!(msg.reply_to, Some(9));
+        let replied = msg.replied_to.unwrap();
+        assert_eq!(replied.sender, Sender { id: "222".into(), name: "Bobby".into(), is_bot: false });
+        assert_eq!((replied.message_id.as_str(), replied.text.as_str()), ("9", "meet at 6?"));
+        assert!(!replied.from_self && replied.quote.is_none());
+        // A reply to a deleted message still says which one it answered.
+        let deleted = classify(&message(json!({"type": 19, "message_reference": reference})), BOT).unwrap();
+        assert_eq!((deleted.reply_to, deleted.replied_to), (Some(9), None));
     }
 }

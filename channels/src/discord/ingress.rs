@@ -6,8 +6,8 @@
 //! redeliver a dispatch it already handed over).
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
@@ -25,6 +25,7 @@ use super::target::Target;
 use super::{CHANNEL, DiscordSettings};
 use crate::bus::{Bus, BusError, BusExt};
 use crate::contract::{InboundMessage, Media, Sender};
+use crate::delivery::group_context::GroupContext;
 use crate::delivery::pairing::PairingCheck;
 use crate::pairing::{PairingAnswer, PairingStore};
 
@@ -46,6 +47,8 @@ pub(crate) struct Ingress {
     /// (which always comes before any message). 0 = not known yet.
     bot_id: AtomicU64,
     bot_roles: tokio::sync::Mutex<HashMap<u64, (Instant, Vec<u64>)>>,
+    /// Recent guild messages that did not address the bot, for the next one that does.
+    context: Mutex<GroupContext>,
     shutdown: CancellationToken,
 }
 
@@ -59,6 +62,7 @@ impl Ingress {
         shutdown: CancellationToken,
     ) -> Self {
         let pairing = PairingCheck::new(CHANNEL, pairing, settings.pairing_ttl, settings.pairing_max_pending);
+        let context = Mutex::new(GroupContext::new(settings.group_context_messages));
         Self {
             rest,
             bus,
@@ -68,6 +72,7 @@ impl Ingress {
             downloads: reqwest::Client::new(),
             bot_id: AtomicU64::new(0),
             bot_roles: tokio::sync::Mutex::new(HashMap::new()),
+            context,
             shutdown,
         }
     }
@@ -116,7 +121,13 @@ impl Ingress {
             Verdict::Forward => self.forward(&msg, place).await,
             Verdict::ForwardIfAddressed if self.addressed(&msg).await => self.forward(&msg, place).await,
             Verdict::ForwardIfAddressed => {
-                tracing::debug!(channel_id = msg.channel_id, "discord message does not address the bot; ignored");
+                tracing::debug!(
+                    channel_id = msg.channel_id,
+                    "discord message does not address the bot; kept as context"
+                );
+                let at =
+                    chrono::DateTime::from_timestamp(message.timestamp.unix_timestamp(), 0).unwrap_or_else(Utc::now);
+                self.lock_context().remember(session_place(place), &msg.author.name, &msg.text, at);
                 Ok(())
             }
             Verdict::CheckPairing => self.check_pairing(&msg, place).await,
@@ -204,6 +215,10 @@ impl Ingress {
         let mentioned = msg.is_direct() || self.addressed(msg).await;
         let inbound = self.to_inbound(msg, place, mentioned).await;
         self.bus.publish_inbound(&inbound).await?;
+        // Only now: a message the bus did not take keeps its context for the retry.
+        if takes_context(msg) {
+            self.lock_context().clear(&session_place(place));
+        }
         tracing::debug!(id = %inbound.id, "discord message accepted");
         Ok(())
     }
@@ -217,6 +232,9 @@ impl Ingress {
                 content.push('\n');
             }
             content.push_str(&marker);
+        }
+        if takes_context(msg) {
+            content = self.lock_context().before(&session_place(place), content, Utc::now());
         }
         inbound_message(msg, place, mentioned, content, media)
     }
@@ -240,6 +258,30 @@ impl Ingress {
             tracing::warn!(channel_id = msg.channel_id, %err, "cannot send a local answer");
         }
     }
+
+    fn lock_context(&self) -> std::sync::MutexGuard<'_, GroupContext> {
+        self.context.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Whether recent unaddressed messages go before this one: in guild channels, unless it is a
+/// command (which must stay first in the text, where the worker looks for it).
+fn takes_context(msg: &Incoming) -> bool {
+    !msg.is_direct() && !msg.text.trim_start().starts_with('/')
+}
+
+/// The conversation a message belongs to, as its session key (the group context's key).
+fn session_place(place: Place) -> String {
+    let (chat_id, thread_id) = chat_and_thread(place);
+    crate::contract::session_key(CHANNEL, &chat_id.to_string(), thread_id.map(|id| id.to_string()).as_deref())
+}
+
+/// The bus's chat id and thread id of a place: a thread is a thread of its parent channel.
+fn chat_and_thread(place: Place) -> (u64, Option<u64>) {
+    match place {
+        Place::Thread { parent_id, thread_id, .. } => (parent_id, Some(thread_id)),
+        Place::Direct { channel_id } | Place::Guild { channel_id, .. } => (channel_id, None),
+    }
 }
 
 /// The bus message for a classified message posted at `place`, with its content (text and
@@ -251,10 +293,7 @@ pub(crate) fn inbound_message(
     content: String,
     media: Vec<Media>,
 ) -> InboundMessage {
-    let (chat_id, thread_id) = match place {
-        Place::Thread { parent_id, thread_id, .. } => (parent_id, Some(thread_id.to_string())),
-        Place::Direct { channel_id } | Place::Guild { channel_id, .. } => (channel_id, None),
-    };
+    let (chat_id, thread_id) = chat_and_thread(place);
     InboundMessage {
         id: format!("{CHANNEL}:{}:{}", msg.channel_id, msg.message_id),
         channel: CHANNEL.to_owned(),
@@ -262,7 +301,9 @@ pub(crate) fn inbound_message(
         sender: Sender { id: msg.author.id.to_string(), name: msg.author.name.clone(), is_bot: msg.author.is_bot },
         content,
         media,
-        thread_id,
+        reply_to: msg.reply_to.map(|id| id.to_string()),
+        replied_to: msg.replied_to.clone(),
+        thread_id: thread_id.map(|id| id.to_string()),
         is_group: !msg.is_direct(),
         mentioned,
         received_at: Utc::now(),

@@ -86,6 +86,7 @@ mod tests {
             command: None,
             address,
             attachments: Vec::new(),
+            replied_to: None,
             date: Utc::now(),
         }
     }

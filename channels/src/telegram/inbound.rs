@@ -4,7 +4,8 @@
 use chrono::{DateTime, Utc};
 use teloxide::types::{Message, MessageEntity, MessageEntityKind, MessageEntityRef, User, UserId};
 
-use crate::contract::commands;
+use super::replied::replied_to;
+use crate::contract::{RepliedTo, commands};
 
 /// The bot's own identity, from `getMe`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,6 +73,8 @@ pub(crate) struct Incoming {
     pub command: Option<String>,
     pub address: Address,
     pub attachments: Vec<Attachment>,
+    /// The message this one replies to.
+    pub replied_to: Option<RepliedTo>,
     pub date: DateTime<Utc>,
 }
 
@@ -81,9 +84,13 @@ impl Incoming {
         self.private || self.address != Address::None
     }
 
-    /// The key of this message's conversation within the chat (chat and topic).
-    pub fn place(&self) -> (i64, Option<i32>) {
-        (self.chat_id, self.topic)
+    /// This message's conversation (chat and topic), as its session key.
+    pub fn place(&self) -> String {
+        crate::contract::session_key(
+            super::CHANNEL,
+            &self.chat_id.to_string(),
+            self.topic.map(|t| t.to_string()).as_deref(),
+        )
     }
 }
 
@@ -133,6 +140,7 @@ pub(crate) fn classify(msg: &Message, me: &BotIdentity) -> Result<Incoming, Skip
         command,
         address,
         attachments,
+        replied_to: replied_to(msg, me.id),
         date: msg.date,
     })
 }

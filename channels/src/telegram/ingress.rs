@@ -12,7 +12,6 @@ use teloxide::Bot;
 use teloxide::types::{ChatId, MessageId, ThreadId, Update, UpdateKind};
 use tokio_util::sync::CancellationToken;
 
-use super::context::GroupContext;
 use super::download::fetch_attachments;
 use super::gate::{Verdict, judge};
 use super::inbound::{BotIdentity, Incoming, START, classify};
@@ -21,6 +20,7 @@ use super::target::Target;
 use super::{CHANNEL, TelegramSettings};
 use crate::bus::{Bus, BusError, BusExt};
 use crate::contract::{InboundMessage, Media, Sender, commands};
+use crate::delivery::group_context::GroupContext;
 use crate::delivery::pairing::PairingCheck;
 use crate::pairing::{PairingAnswer, PairingStore};
 
@@ -89,7 +89,7 @@ impl Ingress {
         self.bus.publish_inbound(&inbound).await?;
         // Only now: a message the bus did not take keeps its context for the retry.
         if msg.command.is_none() && !msg.private {
-            self.lock_context().clear(msg.place());
+            self.lock_context().clear(&msg.place());
         }
         tracing::debug!(id = %inbound.id, "telegram message accepted");
         Ok(())
@@ -108,10 +108,7 @@ impl Ingress {
         }
         // Commands stay first in the text, where the worker looks for them.
         if msg.command.is_none() && !msg.private {
-            let context = self.lock_context().peek(msg.place(), Utc::now());
-            if let Some(context) = context {
-                content = format!("{context}\n\n{content}");
-            }
+            content = self.lock_context().before(&msg.place(), content, Utc::now());
         }
         inbound_message(msg, content, media)
     }
@@ -167,6 +164,8 @@ pub(crate) fn inbound_message(msg: &Incoming, content: String, media: Vec<Media>
         sender: Sender { id: msg.author.id.to_string(), name: msg.author.name.clone(), is_bot: msg.author.is_bot },
         content,
         media,
+        reply_to: msg.replied_to.as_ref().map(|replied| replied.message_id.clone()),
+        replied_to: msg.replied_to.clone(),
         thread_id: msg.topic.map(|topic| topic.to_string()),
         is_group: !msg.private,
         mentioned: msg.addressed(),

@@ -115,6 +115,13 @@ pub fn reply_to(mut message: Value, replied: Value) -> Value {
     message
 }
 
+/// Sets `quote`: the part of the replied-to message the sender selected, with its offset in
+/// that message in UTF-16 units, as Telegram sends it beside `reply_to_message`.
+pub fn with_quote(mut message: Value, text: &str, position: usize) -> Value {
+    message["quote"] = json!({ "text": text, "position": position, "is_manual": true });
+    message
+}
+
 /// A message the bot itself sent (`from` = the bot), to use with [`reply_to`].
 pub fn from_bot(chat_id: i64, message_id: i64, text: &str) -> Value {
     let chat = if chat_id > 0 {

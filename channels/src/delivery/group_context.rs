@@ -1,6 +1,10 @@
 //! Recent unaddressed group messages, kept so that the next message that addresses the bot
 //! can carry them as context ("what do you think of Bob's idea?"). Bounded per chat and in
 //! the number of chats; kept in memory only, since it is context, not work to be done.
+//!
+//! Both chat adapters keep it the same way: a place is the session key of the conversation
+//! (`telegram:-100123:topic:7`, `discord:55:thread:9`), which each adapter forms with
+//! [`crate::contract::session_key`].
 
 use std::collections::{HashMap, VecDeque};
 
@@ -13,8 +17,8 @@ const MAX_CHATS: usize = 1000;
 /// One line's text is cut to this many characters.
 const MAX_LINE_CHARS: usize = 500;
 
-/// A chat and, in forums, a topic.
-pub(crate) type Place = (i64, Option<i32>);
+/// The conversation lines are kept for: a chat and its topic or thread, as a session key.
+pub(crate) type Place = String;
 
 #[derive(Debug, Clone)]
 struct Line {
@@ -55,8 +59,8 @@ impl GroupContext {
 
     /// The lines kept for `place`, formatted as a block to put before the addressed message;
     /// `None` when there is nothing recent.
-    pub fn peek(&self, place: Place, now: DateTime<Utc>) -> Option<String> {
-        let (_, lines) = self.per_chat.get(&place)?;
+    pub fn peek(&self, place: &str, now: DateTime<Utc>) -> Option<String> {
+        let (_, lines) = self.per_chat.get(place)?;
         let recent: Vec<String> = lines
             .iter()
             .filter(|line| now - line.at <= MAX_AGE)
@@ -71,13 +75,21 @@ impl GroupContext {
         ))
     }
 
+    /// `content` with the lines kept for `place` before it, if there are any recent ones.
+    pub fn before(&self, place: &str, content: String, now: DateTime<Utc>) -> String {
+        match self.peek(place, now) {
+            Some(block) => format!("{block}\n\n{content}"),
+            None => content,
+        }
+    }
+
     /// Forgets the lines of `place` once they were shown to the agent.
-    pub fn clear(&mut self, place: Place) {
-        self.per_chat.remove(&place);
+    pub fn clear(&mut self, place: &str) {
+        self.per_chat.remove(place);
     }
 
     fn forget_least_recent(&mut self) {
-        let oldest = self.per_chat.iter().min_by_key(|(_, (touched, _))| *touched).map(|(place, _)| *place);
+        let oldest = self.per_chat.iter().min_by_key(|(_, (touched, _))| *touched).map(|(place, _)| place.clone());
         if let Some(place) = oldest {
             self.per_chat.remove(&place);
         }
@@ -89,50 +101,63 @@ mod tests {
     use super::*;
 
     impl GroupContext {
-        fn take(&mut self, place: Place, now: DateTime<Utc>) -> Option<String> {
+        fn take(&mut self, place: &str, now: DateTime<Utc>) -> Option<String> {
             let block = self.peek(place, now);
             self.clear(place);
             block
         }
     }
 
+    const CHAT: &str = "telegram:-1";
+
     #[test]
     fn keeps_the_last_lines_of_a_chat_and_shows_them_once() {
         let mut context = GroupContext::new(2);
         let now = Utc::now();
         for (i, text) in ["one", "two", "three"].iter().enumerate() {
-            context.remember((-1, None), &format!("user{i}"), text, now);
+            context.remember(CHAT.into(), &format!("user{i}"), text, now);
         }
-        context.remember((-2, None), "other", "elsewhere", now);
-        let block = context.take((-1, None), now).unwrap();
+        context.remember("telegram:-2".into(), "other", "elsewhere", now);
+        let block = context.take(CHAT, now).unwrap();
         assert!(!block.contains("one"), "{block}");
         assert!(block.contains("user1: two\nuser2: three"), "{block}");
-        assert_eq!(context.take((-1, None), now), None);
-        assert!(context.take((-2, None), now).unwrap().contains("other: elsewhere"));
+        assert_eq!(context.take(CHAT, now), None);
+        assert!(context.take("telegram:-2", now).unwrap().contains("other: elsewhere"));
     }
 
     #[test]
     fn topics_are_separate_and_old_lines_are_dropped() {
         let mut context = GroupContext::new(10);
         let now = Utc::now();
-        context.remember((-1, Some(5)), "a", "in topic five", now);
-        context.remember((-1, Some(6)), "b", "stale", now - Duration::hours(7));
-        assert_eq!(context.take((-1, None), now), None);
-        assert!(context.take((-1, Some(5)), now).unwrap().contains("in topic five"));
-        assert_eq!(context.take((-1, Some(6)), now), None);
+        context.remember("telegram:-1:topic:5".into(), "a", "in topic five", now);
+        context.remember("telegram:-1:topic:6".into(), "b", "stale", now - Duration::hours(7));
+        assert_eq!(context.take(CHAT, now), None);
+        assert!(context.take("telegram:-1:topic:5", now).unwrap().contains("in topic five"));
+        assert_eq!(context.take("telegram:-1:topic:6", now), None);
+    }
+
+    #[test]
+    fn the_block_goes_before_the_addressed_message() {
+        let mut context = GroupContext::new(10);
+        let now = Utc::now();
+        assert_eq!(context.before(CHAT, "hi".into(), now), "hi");
+        context.remember(CHAT.into(), "Bob", "six?", now);
+        let expected = "[Recent messages in this chat, not addressed to you, for context]\nBob: six?\n\
+                        [End of recent messages]\n\nhi";
+        assert_eq!(context.before(CHAT, "hi".into(), now), expected);
     }
 
     #[test]
     fn zero_limit_keeps_nothing_and_chats_are_bounded() {
         let mut off = GroupContext::new(0);
-        off.remember((-1, None), "a", "x", Utc::now());
-        assert_eq!(off.take((-1, None), Utc::now()), None);
+        off.remember(CHAT.into(), "a", "x", Utc::now());
+        assert_eq!(off.take(CHAT, Utc::now()), None);
         let mut context = GroupContext::new(1);
         let start = Utc::now();
         for chat in 0..(MAX_CHATS as i64 + 10) {
-            context.remember((-chat, None), "a", "x", start + Duration::seconds(chat));
+            context.remember(format!("telegram:{}", -chat), "a", "x", start + Duration::seconds(chat));
         }
         assert_eq!(context.per_chat.len(), MAX_CHATS);
-        assert_eq!(context.take((0, None), start + Duration::hours(1)), None, "the oldest chat was forgotten");
+        assert_eq!(context.take("telegram:0", start + Duration::hours(1)), None, "the oldest chat was forgotten");
     }
 }

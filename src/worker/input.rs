@@ -1,0 +1,108 @@
+//! What the model is given for an inbound message: the person who wrote it (see
+//! [`ChatMessage::author`]), the message it replies to, its text, and a line per attachment.
+
+use switchboard_channels::contract::{InboundKind, InboundMessage, RepliedTo};
+
+use super::batch;
+use crate::provider::{Author, ChatMessage};
+
+/// The user message of a turn (or of a steering message) for `msg`.
+pub(super) fn message(msg: &InboundMessage) -> ChatMessage {
+    let text = text(msg);
+    match author(msg) {
+        Some(author) => ChatMessage::user_by(author, text),
+        None => ChatMessage::user(text),
+    }
+}
+
+/// The person who wrote `msg`: none for system messages, nor for a turn merged from several
+/// messages whose lines name their authors themselves.
+fn author(msg: &InboundMessage) -> Option<Author> {
+    if msg.kind != InboundKind::User || batch::merged_with_names(msg) || msg.sender.id.is_empty() {
+        return None;
+    }
+    Some(Author { id: msg.sender.id.clone(), name: msg.sender.name.clone() })
+}
+
+/// The text the model sees: the replied-to message, the content, a line per attachment.
+pub(super) fn text(msg: &InboundMessage) -> String {
+    let mut text = msg.replied_to.as_ref().map(replied_block).unwrap_or_default();
+    text.push_str(&msg.content);
+    for media in &msg.media {
+        let place = media.path.as_deref().or(media.url.as_deref()).unwrap_or("(not downloaded)");
+        text.push_str(&format!("\n[{} attached: {place}]", media.kind));
+    }
+    text
+}
+
+/// A short block naming the message replied to and what it said (already cut by the adapter),
+/// and the fragment quoted from it, each on its own line before the message.
+fn replied_block(replied: &RepliedTo) -> String {
+    let whom = if replied.from_self {
+        "your earlier message".to_owned()
+    } else {
+        let author = Author { id: replied.sender.id.clone(), name: replied.sender.name.clone() };
+        format!("a message by {}", author.label())
+    };
+    let mut block = match replied.text.as_str() {
+        "" => format!("[Replying to {whom}]\n"),
+        text => format!("[Replying to {whom}: {text}]\n"),
+    };
+    if let Some(quote) = &replied.quote {
+        block.push_str(&format!("[Quoting from it: {quote}]\n"));
+    }
+    block
+}
+
+#[cfg(test)]
+mod tests {
+    use switchboard_channels::contract::{Media, Sender};
+
+    use super::*;
+
+    fn alice(content: &str) -> InboundMessage {
+        let sender = Sender { id: "111".into(), name: "Alice".into(), is_bot: false };
+        InboundMessage { is_group: true, ..InboundMessage::user("telegram", "-100", sender, content) }
+    }
+
+    fn bob() -> Sender {
+        Sender { id: "222".into(), name: "Bob".into(), is_bot: false }
+    }
+
+    #[test]
+    fn a_persons_message_carries_its_author_and_a_system_message_none() {
+        let message = message(&alice("hi"));
+        let expected = Author { id: "111".into(), name: "Alice".into() };
+        assert_eq!((message.content.as_str(), message.author), ("hi", Some(expected)));
+        let mut system = alice("cron prompt");
+        system.kind = InboundKind::System;
+        assert_eq!(super::message(&system).author, None);
+    }
+
+    #[test]
+    fn a_turn_merged_from_named_lines_has_no_single_author() {
+        let bobs = InboundMessage { sender: bob(), ..alice("seven") };
+        let merged = message(&batch::merged_for_test(&[alice("six?"), bobs]));
+        assert_eq!((merged.content.as_str(), merged.author), ("Alice: six?\nBob: seven", None));
+    }
+
+    #[test]
+    fn a_reply_names_whom_it_answers_and_what_was_quoted() {
+        let mut msg = alice("@bot is that right?");
+        msg.replied_to = Some(RepliedTo::new("41".into(), bob(), false, "the sun is cold", Some("cold")));
+        msg.media = vec![Media { kind: "photo".into(), path: Some("media/a.jpg".into()), ..Media::default() }];
+        let expected = "[Replying to a message by Bob (id 222): the sun is cold]\n[Quoting from it: cold]\n\
+                        @bot is that right?\n[photo attached: media/a.jpg]";
+        assert_eq!(text(&msg), expected);
+    }
+
+    #[test]
+    fn a_reply_to_the_bot_says_so_and_an_empty_one_names_only_the_author() {
+        let mut msg = alice("why?");
+        let helper = Sender { id: "5000".into(), name: "Helper".into(), is_bot: true };
+        msg.replied_to = Some(RepliedTo::new("41".into(), helper, true, "It rains.", None));
+        assert_eq!(text(&msg), "[Replying to your earlier message: It rains.]\nwhy?");
+        msg.replied_to = Some(RepliedTo::new("42".into(), bob(), false, "", None));
+        assert_eq!(text(&msg), "[Replying to a message by Bob (id 222)]\nwhy?");
+    }
+}
