@@ -10,6 +10,8 @@ use crate::config::{BudgetsConfig, PermissionsConfig, UsersConfig};
 use crate::store::users::User;
 use crate::tools::ToolFilter;
 
+use super::groups::{GroupPlace, GroupRule, GroupRules};
+
 pub use crate::clock::Clock;
 
 /// Who is an owner, which level each tool needs, and how many tokens each level may use a month.
@@ -20,6 +22,7 @@ pub struct AccessPolicy {
     tool_levels: BTreeMap<String, Level>,
     unlisted_tools: Level,
     budgets: BudgetsConfig,
+    groups: GroupRules,
     clock: Clock,
 }
 
@@ -31,6 +34,7 @@ impl std::fmt::Debug for AccessPolicy {
             .field("tool_levels", &self.tool_levels)
             .field("unlisted_tools", &self.unlisted_tools)
             .field("budgets", &self.budgets)
+            .field("groups", &self.groups)
             .finish_non_exhaustive()
     }
 }
@@ -66,6 +70,7 @@ impl AccessPolicy {
             tool_levels: permissions.tools.clone(),
             unlisted_tools: permissions.unlisted_tools,
             budgets: budgets.clone(),
+            groups: GroupRules::from_config(&users.groups),
             clock: Arc::new(Utc::now),
         }
     }
@@ -92,6 +97,22 @@ impl AccessPolicy {
     /// owner whatever the stored level says (so the config cannot be overridden from the store).
     pub fn effective_level(&self, identity: &Identity, user: &User) -> Level {
         if self.is_owner(identity) { Level::Owner } else { user.level }
+    }
+
+    /// The configured group a message written at `place` belongs to, if any.
+    pub fn group(&self, place: GroupPlace<'_>) -> Option<&GroupRule> {
+        self.groups.find(place)
+    }
+
+    /// Every configured group.
+    pub fn groups(&self) -> impl Iterator<Item = &GroupRule> {
+        self.groups.all()
+    }
+
+    /// The level someone whose own level is `level` runs with in `group`: the group's level if
+    /// that is higher. A group never lowers anyone.
+    pub fn level_in(&self, level: Level, group: Option<&GroupRule>) -> Level {
+        group.map_or(level, |group| level.max(group.level))
     }
 
     /// The minimum level a tool needs. Tools the config does not list need `unlisted_tools`
@@ -169,6 +190,19 @@ mod tests {
         assert_eq!(policy.budget(Level::Guest, &user(Level::Guest, Some(5))), Some(5));
         // An override of 0 means unlimited, like a level budget of 0.
         assert_eq!(policy.budget(Level::Guest, &user(Level::Guest, Some(0))), None);
+    }
+
+    #[test]
+    fn a_group_raises_levels_but_never_lowers_them() {
+        let groups = [("telegram:-100".to_owned(), crate::config::GroupAccessConfig { level: Level::User, budget: 0 })];
+        let users = UsersConfig { groups: groups.into(), ..UsersConfig::default() };
+        let policy =
+            AccessPolicy::from_config(&users, &PermissionsConfig::default(), &BudgetsConfig::default()).unwrap();
+        let group = policy.group(GroupPlace { channel: "telegram", chat_id: "-100", guild_id: None });
+        assert_eq!(group.map(|g| g.key.as_str()), Some("telegram:-100"));
+        assert_eq!(policy.level_in(Level::Guest, group), Level::User);
+        assert_eq!(policy.level_in(Level::Admin, group), Level::Admin);
+        assert_eq!(policy.level_in(Level::Guest, None), Level::Guest);
     }
 
     #[test]
