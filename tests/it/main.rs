@@ -16,6 +16,7 @@ mod compaction;
 mod cron;
 mod cron_clock;
 mod discord;
+mod groups;
 mod heartbeat;
 mod hygiene;
 mod journal;
