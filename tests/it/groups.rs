@@ -22,17 +22,19 @@ use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessa
 
 use crate::common::{BusKind, Setup};
 
+mod channels;
+
 const FAMILY: &str = "-1001234567890";
 const OTHER_GROUP: &str = "-1009876543210";
 const GUILD: &str = "100";
 const CHANNEL: &str = "200";
 const THREAD: &str = "400";
 /// What a guest is offered, and what a user is (of the tools the test agent has).
-const GUEST_TOOLS: [&str; 1] = ["current_time"];
-const USER_TOOLS: [&str; 2] = ["current_time", "write_file"];
+pub(crate) const GUEST_TOOLS: [&str; 1] = ["current_time"];
+pub(crate) const USER_TOOLS: [&str; 2] = ["current_time", "write_file"];
 
 /// A tool that only has a name: enough to see what the model is offered.
-struct Dummy(&'static str);
+pub(crate) struct Dummy(pub &'static str);
 
 #[async_trait]
 impl Tool for Dummy {
@@ -56,7 +58,7 @@ struct Harness {
     discord: Deliveries,
 }
 
-fn policy(groups: &[(&str, Level, u64)], budgets: BudgetsConfig) -> AccessPolicy {
+pub(crate) fn policy(groups: &[(&str, Level, u64)], budgets: BudgetsConfig) -> AccessPolicy {
     let groups =
         groups.iter().map(|&(key, level, budget)| (key.to_owned(), GroupAccessConfig { level, budget })).collect();
     let users = UsersConfig { owners: vec!["telegram:1".into()], groups, ..UsersConfig::default() };
@@ -285,4 +287,35 @@ async fn usage_answers_a_member_whose_budget_is_used_up() {
     let report = h.ask(&telegram_dm("55", "/usage")).await;
     assert!(report.content.contains("\nYour allowance: 1 tokens a month, 0 left\n"), "{}", report.content);
     assert_eq!(h.model_calls(), 1);
+}
+
+#[tokio::test]
+async fn users_list_shows_each_group_with_its_level_pool_and_usage() {
+    let data = tempfile::tempdir().unwrap();
+    let family = format!("telegram:{FAMILY}");
+    let settings =
+        WorkerSettings { access: policy(&[(&family, Level::User, 0)], BudgetsConfig::default()), ..Default::default() };
+    let store_path = Some(data.path().join("switchboard.db"));
+    let base = Setup { settings, store_path, ..Setup::new(BusKind::Memory) }.start().await;
+    let mut out = base.outbound("telegram").await;
+    base.send(&in_telegram_group(FAMILY, "55", "hello")).await;
+    tokio::time::timeout(Duration::from_secs(10), out.next()).await.expect("no reply").unwrap().unwrap();
+    let used = base.store.group_usage(&family, &switchboard::users::month_key(Utc::now())).await.unwrap();
+    assert!(used.input_tokens > 0);
+    base.stop().await;
+
+    let groups =
+        format!(r#"{{"{family}" = {{level = "user"}}, "discord:guild:100" = {{level = "admin", budget = 500000}}}}"#);
+    let env = [("SWITCHBOARD_USERS__GROUPS", groups.as_str()), ("SWITCHBOARD_LOG", "warn")];
+    let (status, stderr, stdout) = crate::support::run_to_exit(data.path(), &["users", "list"], &env);
+    assert!(status.success(), "{stderr}");
+    let row =
+        |key: &str| stdout.lines().find(|line| line.starts_with(key)).unwrap_or_else(|| panic!("{stdout}")).to_owned();
+    let words = |line: String| line.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+    let total = (used.input_tokens + used.output_tokens).to_string();
+    assert_eq!(words(row(&family)), [family.as_str(), "user", "none", total.as_str()]);
+    assert_eq!(words(row("discord:guild:100")), ["discord:guild:100", "admin", "500000", "tokens", "0"]);
+    // The member is listed at their own level.
+    let member = stdout.lines().find(|line| line.contains("telegram:55")).unwrap_or_else(|| panic!("{stdout}"));
+    assert!(member.contains(" guest "), "{stdout}");
 }
