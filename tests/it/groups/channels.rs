@@ -101,22 +101,31 @@ async fn a_discord_server_entry_gives_its_thread_members_user_tools_and_a_pool()
     };
     let posted = "POST /channels/{id}/messages";
 
-    fake.send_message_create(in_thread(10, "hello from the thread"));
+    let bot = fake_discord::BOT_ID;
+    fake.send_message_create(in_thread(10, &format!("<@{bot}> hello from the thread")));
     fake.wait_for_calls(posted, 1, WAIT).await;
     assert_eq!(fake.sent_messages()[0].channel_id, THREAD);
     assert_eq!(offered(&h, 0), USER_TOOLS);
 
     // The server's pool of 1 token is used up: the next message there gets the notice.
-    fake.send_message_create(in_thread(11, "once more"));
+    fake.send_message_create(in_thread(11, &format!("<@{bot}> once more")));
     fake.wait_for_calls(posted, 2, WAIT).await;
     let notice = &fake.sent_messages()[1].content;
     assert!(notice.starts_with("This group has used its shared allowance for this month (1 tokens)."), "{notice}");
     assert_eq!(h.llm.requests().len(), 1);
 
+    // `/usage` (the command first, then the mention) still answers, with the pool used up.
+    fake.send_message_create(in_thread(12, &format!("/usage <@{bot}>")));
+    fake.wait_for_calls(posted, 3, WAIT).await;
+    let usage = &fake.sent_messages()[2].content;
+    assert!(usage.starts_with("Your level here: user (this group"), "{usage}");
+    assert!(usage.contains("\nThis group's shared allowance: 1 tokens a month, "), "{usage}");
+    assert!(usage.contains(" used, 0 left\n"), "{usage}");
+
     // A DM is not the server's: answered, as a guest.
     fake.add_channel(fake_discord::events::dm_channel(DM, ALICE));
-    fake.send_message_create(fake_discord::events::dm_message(DM, ALICE, "alice", 12, "in private"));
-    fake.wait_for_calls(posted, 3, WAIT).await;
+    fake.send_message_create(fake_discord::events::dm_message(DM, ALICE, "alice", 13, "in private"));
+    fake.wait_for_calls(posted, 4, WAIT).await;
     assert_eq!(offered(&h, 1), GUEST_TOOLS);
 
     shutdown.cancel();
