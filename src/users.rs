@@ -12,6 +12,6 @@ mod groups;
 mod month;
 mod policy;
 
-pub use groups::{GroupPlace, GroupRule, GroupRules};
+pub use groups::{BadGroup, GroupPlace, GroupRule, GroupRules};
 pub use month::{month_key, next_month_start};
-pub use policy::{AccessPolicy, Clock};
+pub use policy::{AccessPolicy, Clock, PolicyError};

@@ -4,6 +4,14 @@ use std::collections::BTreeMap;
 
 use crate::config::{GroupAccessConfig, GroupKey, Level};
 
+/// A `[users.groups]` key that names no group.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("users.groups.{key}: {reason}")]
+pub struct BadGroup {
+    pub key: String,
+    pub reason: String,
+}
+
 /// What one configured group gives its members.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupRule {
@@ -34,9 +42,9 @@ pub struct GroupRules {
 }
 
 impl GroupRules {
-    /// The rules of `[users.groups]`. Keys that are not groups are skipped (config validation
-    /// refuses them, with their key, before anything is built).
-    pub fn from_config(groups: &BTreeMap<String, GroupAccessConfig>) -> Self {
+    /// The rules of `[users.groups]`; fails on the first key that names no group (config
+    /// validation reports that earlier, with the key path).
+    pub fn from_config(groups: &BTreeMap<String, GroupAccessConfig>) -> Result<Self, BadGroup> {
         let mut rules = GroupRules::default();
         for (key, group) in groups {
             let rule =
@@ -48,10 +56,10 @@ impl GroupRules {
                 Ok(GroupKey::DiscordGuild { guild_id }) => {
                     rules.guilds.insert(guild_id.to_owned(), rule);
                 }
-                Err(reason) => tracing::warn!(%reason, "ignoring a [users.groups] entry"),
+                Err(reason) => return Err(BadGroup { key: key.clone(), reason }),
             }
         }
-        rules
+        Ok(rules)
     }
 
     /// The rule of the group at `place`: the chat's own entry, else its Discord server's.
@@ -74,7 +82,7 @@ mod tests {
     fn rules(entries: &[(&str, Level, u64)]) -> GroupRules {
         let config =
             entries.iter().map(|&(key, level, budget)| (key.to_owned(), GroupAccessConfig { level, budget })).collect();
-        GroupRules::from_config(&config)
+        GroupRules::from_config(&config).unwrap()
     }
 
     fn place<'a>(channel: &'a str, chat_id: &'a str, guild_id: Option<&'a str>) -> GroupPlace<'a> {
@@ -91,6 +99,13 @@ mod tests {
         assert_eq!(found(place("discord", "201", None)), None);
         // A guild id only means something on Discord.
         assert_eq!(found(place("telegram", "-5", Some("100"))), None);
+    }
+
+    #[test]
+    fn a_key_that_names_no_group_is_refused() {
+        let config = [("telegram:family".to_owned(), GroupAccessConfig::default())].into();
+        let err = GroupRules::from_config(&config).unwrap_err();
+        assert!(err.to_string().starts_with("users.groups.telegram:family: "), "{err}");
     }
 
     #[test]

@@ -10,9 +10,18 @@ use crate::config::{BudgetsConfig, PermissionsConfig, UsersConfig};
 use crate::store::users::User;
 use crate::tools::ToolFilter;
 
-use super::groups::{GroupPlace, GroupRule, GroupRules};
+use super::groups::{BadGroup, GroupPlace, GroupRule, GroupRules};
 
 pub use crate::clock::Clock;
+
+/// A config the policy cannot be built from.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("users.owners: {0}")]
+    Owner(#[from] BadIdentity),
+    #[error(transparent)]
+    Group(#[from] BadGroup),
+}
 
 /// Who is an owner, which level each tool needs, and how many tokens each level may use a month.
 #[derive(Clone)]
@@ -42,24 +51,33 @@ impl std::fmt::Debug for AccessPolicy {
 impl Default for AccessPolicy {
     /// The policy of the default configuration: no owners, new users are guests.
     fn default() -> Self {
-        Self::build(BTreeSet::new(), &UsersConfig::default(), &PermissionsConfig::default(), &BudgetsConfig::default())
+        let users = UsersConfig::default();
+        Self::build(
+            BTreeSet::new(),
+            GroupRules::default(),
+            &users,
+            &PermissionsConfig::default(),
+            &BudgetsConfig::default(),
+        )
     }
 }
 
 impl AccessPolicy {
-    /// The policy the config describes. Fails on an owner that is not `channel:sender_id`
-    /// (config validation reports that earlier, with the key).
+    /// The policy the config describes. Fails on an owner that is not `channel:sender_id` or
+    /// a group key that names no group (config validation reports both earlier, with the key).
     pub fn from_config(
         users: &UsersConfig,
         permissions: &PermissionsConfig,
         budgets: &BudgetsConfig,
-    ) -> Result<Self, BadIdentity> {
+    ) -> Result<Self, PolicyError> {
         let owners = users.owners.iter().map(|owner| owner.parse()).collect::<Result<_, _>>()?;
-        Ok(Self::build(owners, users, permissions, budgets))
+        let groups = GroupRules::from_config(&users.groups)?;
+        Ok(Self::build(owners, groups, users, permissions, budgets))
     }
 
     fn build(
         owners: BTreeSet<Identity>,
+        groups: GroupRules,
         users: &UsersConfig,
         permissions: &PermissionsConfig,
         budgets: &BudgetsConfig,
@@ -70,7 +88,7 @@ impl AccessPolicy {
             tool_levels: permissions.tools.clone(),
             unlisted_tools: permissions.unlisted_tools,
             budgets: budgets.clone(),
-            groups: GroupRules::from_config(&users.groups),
+            groups,
             clock: Arc::new(Utc::now),
         }
     }
