@@ -157,8 +157,8 @@ async fn list_groups(store: &SqliteStore, policy: &AccessPolicy, month: &str) ->
     }
     if !text.is_empty() {
         text.push_str(
-            "In a group, everyone runs with at least the group's LEVEL (and that level's budget); \
-             LEVEL above is a user's own, used everywhere else.\n",
+            "In a group, everyone runs with at least the group's LEVEL (and that level's budget);\n\
+             a user's LEVEL above is their own, used everywhere else.\n",
         );
     }
     Ok(text)
