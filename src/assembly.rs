@@ -25,7 +25,6 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
-use crate::config::BadIdentity;
 use crate::config::{BusKind, Config, ConfigError};
 use crate::hygiene::GuardError;
 use crate::provider::ProviderError;
@@ -36,6 +35,7 @@ use crate::store::cron::CronStore;
 use crate::store::sqlite::SqliteStore;
 use crate::subagents::{SubagentManager, SubagentSettings};
 use crate::tools::Tool;
+use crate::users::PolicyError;
 use crate::worker::{Worker, WorkerSettings};
 
 #[derive(Debug, Error)]
@@ -50,8 +50,8 @@ pub enum AssemblyError {
     Provider(#[from] ProviderError),
     #[error(transparent)]
     Guard(#[from] GuardError),
-    #[error("users.owners: {0}")]
-    Owner(#[from] BadIdentity),
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
     #[error(transparent)]
     Api(#[from] ApiError),
     #[error(transparent)]

@@ -108,6 +108,8 @@ pub enum CliError {
     #[error(transparent)]
     Identity(#[from] BadIdentity),
     #[error(transparent)]
+    Policy(#[from] crate::users::PolicyError),
+    #[error(transparent)]
     Init(#[from] InitError),
     #[error("cannot start the async runtime")]
     Runtime(#[source] std::io::Error),

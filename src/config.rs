@@ -61,7 +61,7 @@ pub use secret::Secret;
 pub use subagents::SubagentsConfig;
 pub use telegram::{DmPolicyConfig, GroupPolicyConfig, TelegramChannelConfig, TelegramMode};
 pub use tools::{ExecToolConfig, FsToolsConfig, ToolsConfig, WebToolsConfig};
-pub use users::{BudgetsConfig, PermissionsConfig, RateLimitsConfig, UsersConfig};
+pub use users::{BudgetsConfig, GroupAccessConfig, GroupKey, PermissionsConfig, RateLimitsConfig, UsersConfig};
 
 /// The provider URL used when neither the config nor `OPENAI_BASE_URL` names one.
 pub const OPENAI_DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";

@@ -26,6 +26,7 @@ mod run;
 mod session;
 mod settle;
 mod turn;
+mod usage;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -383,7 +384,7 @@ async fn limit_rate(shared: &Arc<Shared>, job: Job, tasks: &mut JoinSet<()>) -> 
     };
     let mut verdict = check(None);
     if verdict == rate::Verdict::NeedLevel {
-        let level = match access::level(shared, msg).await {
+        let level = match access::own_level(shared, msg).await {
             Ok(level) => level,
             Err(err) => {
                 // The run would fail on the store too; let it, and be retried, rather than

@@ -15,7 +15,8 @@ use crate::users::{AccessPolicy, month_key};
 
 #[derive(Debug, Subcommand)]
 pub enum UsersCommand {
-    /// List users with their level, budget, tokens used this month and identities
+    /// List users with their level, budget, tokens used this month and identities, then the
+    /// configured groups with their level, shared budget and tokens used this month
     List,
     /// Make the second identity belong to the first one's user. If the second already has a
     /// user of its own, that user is merged in: its identities and usage move over, and the
@@ -138,6 +139,28 @@ async fn list(store: &SqliteStore, policy: &AccessPolicy) -> Result<String, CliE
         text.push_str("(no users yet)\n");
     }
     let _ = writeln!(text, "USED is input + output tokens in {month} (UTC).");
+    text.push_str(&list_groups(store, policy, &month).await?);
+    Ok(text)
+}
+
+/// The `[users.groups]` table with each group's usage this month; empty without groups.
+async fn list_groups(store: &SqliteStore, policy: &AccessPolicy, month: &str) -> Result<String, CliError> {
+    let mut text = String::new();
+    for group in policy.groups() {
+        if text.is_empty() {
+            let _ = writeln!(text, "\n{:<32}  {:<7}  {:<16}  {:>12}", "GROUP", "LEVEL", "SHARED BUDGET", "USED");
+        }
+        let used = store.group_usage(&group.key, month).await?;
+        let budget = group.budget.map_or_else(|| "none".to_owned(), |tokens| format!("{tokens} tokens"));
+        let used = used.input_tokens.saturating_add(used.output_tokens);
+        let _ = writeln!(text, "{:<32}  {:<7}  {:<16}  {:>12}", group.key, group.level, budget, used);
+    }
+    if !text.is_empty() {
+        text.push_str(
+            "In a group, everyone runs with at least the group's LEVEL (and that level's budget);\n\
+             a user's LEVEL above is their own, used everywhere else.\n",
+        );
+    }
     Ok(text)
 }
 

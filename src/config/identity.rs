@@ -33,8 +33,9 @@ impl Level {
 }
 
 impl fmt::Display for Level {
+    /// Honours width and alignment, so levels line up in tables (`{:<7}`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 

@@ -388,7 +388,8 @@ fn example_file_documents_every_key() {
 }
 
 /// `section.key` for every line `key = …` or `# key = …` of the example; a commented
-/// `# [providers.NAME]` section counts too, as the schema's `providers.*`, and a commented
+/// `# [providers.NAME]` section counts too, as the schema's `providers.*` (and a commented
+/// `# [users.groups."<group>"]` as `users.groups.*`), and a commented
 /// `# [[bindings]]` as the keys of the schema's one sample binding.
 fn example_keys() -> BTreeSet<String> {
     let mut section = String::new();
@@ -407,6 +408,8 @@ fn example_keys() -> BTreeSet<String> {
                     Some((_, inner)) => format!("{map}.*.{inner}."),
                     None => format!("{map}.*."),
                 },
+                // `users.groups."telegram:-100…"`: the quoted group name stands for any.
+                Some(("users", rest)) if rest.starts_with("groups.") => "users.groups.*.".to_owned(),
                 _ => format!("{name}."),
             };
         } else if let Some((key, _)) = line.trim_start_matches("# ").split_once(" = ")
@@ -535,4 +538,40 @@ fn the_metrics_endpoint_is_off_until_given_an_address() {
     assert_eq!(config.metrics.listen, Some("127.0.0.1:9464".parse().unwrap()));
     let message = err_text(load_text("[metrics]\nlisten = \"localhost\"\n", &[]));
     assert!(message.starts_with("metrics.listen") && message.contains("ip:port"), "{message}");
+}
+
+#[test]
+fn group_settings_load_and_bad_ones_name_their_key() {
+    let text = r#"
+        [users.groups."telegram:-1001234567890"]
+        level = "user"
+        budget = 500000
+        [users.groups."discord:guild:100"]
+        level = "admin"
+    "#;
+    let groups = load_text(text, &[]).unwrap().users.groups;
+    assert_eq!(groups["telegram:-1001234567890"], GroupAccessConfig { level: Level::User, budget: 500_000 });
+    assert_eq!(groups["discord:guild:100"], GroupAccessConfig { level: Level::Admin, budget: 0 });
+    let whole = [("SWITCHBOARD_USERS__GROUPS", r#"{"discord:200" = {level = "user"}}"#)];
+    assert_eq!(load_env(&whole).unwrap().users.groups["discord:200"].level, Level::User);
+
+    let message = err_text(load_text("[users.groups.\"telegram:-100\"]\nlevel = \"owner\"\n", &[]));
+    assert!(message.starts_with("users.groups.telegram:-100.level (in "), "{message}");
+    assert!(message.contains("cannot make its members owners"), "{message}");
+    let message = err_text(load_env(&[("SWITCHBOARD_USERS__GROUPS", r#"{"discord:1" = {level = "owner"}}"#)]));
+    assert!(message.starts_with("users.groups.discord:1.level (from SWITCHBOARD_USERS__GROUPS): "), "{message}");
+    let message = err_text(load_text("[users.groups.\"telegram:-100\"]\nlevle = \"user\"\n", &[]));
+    assert!(message.starts_with("unknown key users.groups.telegram:-100.levle in "), "{message}");
+    let message = err_text(load_text("[users.groups.\"telegram:-100\"]\nlevel = \"root\"\n", &[]));
+    assert!(message.starts_with("users.groups.telegram:-100.level (in "), "{message}");
+    for (key, problem) in [
+        ("telegram:123", "not a Telegram group"),
+        ("telegram:family", "not a Telegram group"),
+        ("discord:guild:abc", "not a Discord channel or server"),
+        ("matrix:!room", "is not a group"),
+    ] {
+        let message = err_text(load_text(&format!("[users.groups.\"{key}\"]\nlevel = \"user\"\n"), &[]));
+        assert!(message.starts_with(&format!("users.groups.{key} (in ")), "{message}");
+        assert!(message.contains(problem), "{message}");
+    }
 }

@@ -18,13 +18,26 @@ pub struct UsersConfig {
     /// The level the owner gives a sender by approving them (`switchboard pairing approve`
     /// or `pairing add`); a sender who has a higher level keeps it.
     pub approved_level: Level,
+    /// Per-group settings, keyed by the group: `telegram:<chat id>`, `discord:<channel id>`
+    /// or `discord:guild:<server id>`.
+    pub groups: BTreeMap<String, GroupAccessConfig>,
+}
+
+/// `[users.groups."<group>"]`: what members get in one group.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GroupAccessConfig {
+    /// The lowest level anyone runs with in this group; never `owner`.
+    pub level: Level,
+    /// Tokens per UTC month that everyone in the group uses together; 0 = no shared limit.
+    pub budget: u64,
 }
 
 impl Default for UsersConfig {
     fn default() -> Self {
         // Someone the owner approved by name is trusted with the everyday tools, not treated
         // like a stranger.
-        Self { owners: Vec::new(), default_level: Level::Guest, approved_level: Level::User }
+        Self { owners: Vec::new(), default_level: Level::Guest, approved_level: Level::User, groups: BTreeMap::new() }
     }
 }
 
@@ -122,4 +135,51 @@ impl RateLimitsConfig {
     pub fn lowest(&self) -> Option<u32> {
         Level::ALL.into_iter().filter_map(|level| self.per_minute(level)).min()
     }
+}
+
+/// How a `[users.groups]` key names its group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupKey<'a> {
+    /// A Telegram group or a Discord channel (with its topics or threads): `<channel>:<chat id>`.
+    Chat { channel: &'a str, chat_id: &'a str },
+    /// Every channel and thread of a Discord server: `discord:guild:<server id>`.
+    DiscordGuild { guild_id: &'a str },
+}
+
+impl<'a> GroupKey<'a> {
+    /// Reads a key, or says what is wrong with it.
+    pub fn parse(key: &'a str) -> Result<GroupKey<'a>, String> {
+        let numeric = |id: &str| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit());
+        let expected = "expected telegram:<group chat id>, discord:<channel id> or discord:guild:<server id>";
+        match key.split_once(':') {
+            // Telegram gives every group and supergroup a negative id; a positive one is a person.
+            Some(("telegram", chat_id)) if chat_id.strip_prefix('-').is_some_and(numeric) => {
+                Ok(GroupKey::Chat { channel: "telegram", chat_id })
+            }
+            Some(("telegram", _)) => {
+                Err(format!("{key:?} is not a Telegram group: group chat ids are negative numbers (-100…)"))
+            }
+            Some(("discord", rest)) => match rest.strip_prefix("guild:") {
+                Some(guild_id) if numeric(guild_id) => Ok(GroupKey::DiscordGuild { guild_id }),
+                None if numeric(rest) => Ok(GroupKey::Chat { channel: "discord", chat_id: rest }),
+                _ => Err(format!("{key:?} is not a Discord channel or server: {expected}")),
+            },
+            _ => Err(format!("{key:?} is not a group: {expected}")),
+        }
+    }
+}
+
+/// The first bad `[users.groups]` entry, with its key path.
+pub(super) fn groups_problem(users: &UsersConfig) -> Option<(String, String)> {
+    for (key, group) in &users.groups {
+        if let Err(reason) = GroupKey::parse(key) {
+            return Some((format!("users.groups.{key}"), reason));
+        }
+        if group.level == Level::Owner {
+            // Owner means everything, the shell included; that is for named people only.
+            let reason = "a group cannot make its members owners; name owners in users.owners".to_owned();
+            return Some((format!("users.groups.{key}.level"), reason));
+        }
+    }
+    None
 }

@@ -12,7 +12,7 @@ use super::{Config, WebToolsConfig};
 pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigError> {
     let fail = |key: &str, reason: String| ConfigError::Invalid {
         key: key.to_owned(),
-        origin: origins.get(key).cloned().unwrap_or(Origin::Default),
+        origin: origin_of(origins, key).cloned().unwrap_or(Origin::Default),
         reason,
     };
     if let Some((key, value)) = zero_counts(config) {
@@ -54,6 +54,9 @@ pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigE
     if let Some(owner) = config.users.owners.iter().find(|owner| owner.parse::<Identity>().is_err()) {
         return Err(fail("users.owners", BadIdentity(owner.clone()).to_string()));
     }
+    if let Some((key, reason)) = super::users::groups_problem(&config.users) {
+        return Err(fail(&key, reason));
+    }
     if let Some((key, reason)) = web_problem(&config.tools.web) {
         return Err(fail(key, reason));
     }
@@ -92,6 +95,27 @@ pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigE
         return Err(fail("tools.exec.deny_patterns", reason));
     }
     Ok(())
+}
+
+/// Where `key` came from: its own origin; for a table, that of a key inside it (a file's
+/// `[users.groups."x"]`); else that of the table it is in (a whole map set from the
+/// environment).
+fn origin_of<'a>(origins: &'a Origins, key: &str) -> Option<&'a Origin> {
+    if let Some(origin) = origins.get(key) {
+        return Some(origin);
+    }
+    let inside = format!("{key}.");
+    if let Some((_, origin)) = origins.iter().find(|(path, _)| path.starts_with(&inside)) {
+        return Some(origin);
+    }
+    let mut parent = key;
+    while let Some((up, _)) = parent.rsplit_once('.') {
+        if let Some(origin) = origins.get(up) {
+            return Some(origin);
+        }
+        parent = up;
+    }
+    None
 }
 
 /// The first problem of `[provider]`, `[providers.*]`, `agent.models` or `[prices.*]`.

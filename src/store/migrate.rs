@@ -34,6 +34,7 @@ pub(crate) const SQLITE_MIGRATIONS: &[Migration] = &[
         name: "usage_estimated",
         sql: include_str!("../../migrations/sqlite/0011_usage_estimated.sql"),
     },
+    Migration { version: 12, name: "group_usage", sql: include_str!("../../migrations/sqlite/0012_group_usage.sql") },
 ];
 
 /// Brings the database up to the newest schema this build knows.

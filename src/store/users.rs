@@ -1,4 +1,5 @@
-//! Users as stored: records, identities linked to them and monthly usage, behind
+//! Users as stored: records, identities linked to them and monthly usage (theirs and that of
+//! configured groups), behind
 //! [`UserStore`]. The rules about users (levels, budgets, who may do what) are in
 //! [`crate::users`].
 
@@ -51,6 +52,9 @@ pub struct Billing {
     pub identity: Identity,
     /// `YYYY-MM` (UTC) of the month the run started in, the month its budget was checked in.
     pub month: String,
+    /// The configured group (`[users.groups]` key) the run was in: its tokens count for the
+    /// group's month too.
+    pub group: Option<String>,
 }
 
 /// What [`UserStore::link`] did.
@@ -88,6 +92,9 @@ pub trait UserStore: Send + Sync {
 
     /// Tokens a user used in `month` (`YYYY-MM`).
     async fn monthly_usage(&self, user: UserId, month: &str) -> Result<Usage, StoreError>;
+
+    /// Tokens used in `month` in the configured group `group` (its `[users.groups]` key).
+    async fn group_usage(&self, group: &str, month: &str) -> Result<Usage, StoreError>;
 
     /// Every user with its identities and its usage in `month`, by id.
     async fn list_users(&self, month: &str) -> Result<Vec<UserSummary>, StoreError>;

@@ -155,7 +155,9 @@ async fn work(manager: &SubagentManager, job: &Job) -> SubagentEnd {
 fn billing(manager: &SubagentManager, record: &NewSubagent) -> Option<Billing> {
     let person = record.on_behalf_of.as_deref()?;
     match person.parse::<Identity>() {
-        Ok(identity) => Some(Billing { identity, month: month_key(manager.now()) }),
+        // Counted for the person only: a sub-agent's record does not say which configured
+        // group (a Discord server, say) its parent ran in.
+        Ok(identity) => Some(Billing { identity, month: month_key(manager.now()), group: None }),
         Err(err) => {
             tracing::warn!(subagent = %record.id, %err, "the sub-agent acts for an invalid person; its usage is not counted");
             None

@@ -10,7 +10,18 @@ use crate::config::{BudgetsConfig, PermissionsConfig, UsersConfig};
 use crate::store::users::User;
 use crate::tools::ToolFilter;
 
+use super::groups::{BadGroup, GroupPlace, GroupRule, GroupRules};
+
 pub use crate::clock::Clock;
+
+/// A config the policy cannot be built from.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("users.owners: {0}")]
+    Owner(#[from] BadIdentity),
+    #[error(transparent)]
+    Group(#[from] BadGroup),
+}
 
 /// Who is an owner, which level each tool needs, and how many tokens each level may use a month.
 #[derive(Clone)]
@@ -20,6 +31,7 @@ pub struct AccessPolicy {
     tool_levels: BTreeMap<String, Level>,
     unlisted_tools: Level,
     budgets: BudgetsConfig,
+    groups: GroupRules,
     clock: Clock,
 }
 
@@ -31,6 +43,7 @@ impl std::fmt::Debug for AccessPolicy {
             .field("tool_levels", &self.tool_levels)
             .field("unlisted_tools", &self.unlisted_tools)
             .field("budgets", &self.budgets)
+            .field("groups", &self.groups)
             .finish_non_exhaustive()
     }
 }
@@ -38,24 +51,33 @@ impl std::fmt::Debug for AccessPolicy {
 impl Default for AccessPolicy {
     /// The policy of the default configuration: no owners, new users are guests.
     fn default() -> Self {
-        Self::build(BTreeSet::new(), &UsersConfig::default(), &PermissionsConfig::default(), &BudgetsConfig::default())
+        let users = UsersConfig::default();
+        Self::build(
+            BTreeSet::new(),
+            GroupRules::default(),
+            &users,
+            &PermissionsConfig::default(),
+            &BudgetsConfig::default(),
+        )
     }
 }
 
 impl AccessPolicy {
-    /// The policy the config describes. Fails on an owner that is not `channel:sender_id`
-    /// (config validation reports that earlier, with the key).
+    /// The policy the config describes. Fails on an owner that is not `channel:sender_id` or
+    /// a group key that names no group (config validation reports both earlier, with the key).
     pub fn from_config(
         users: &UsersConfig,
         permissions: &PermissionsConfig,
         budgets: &BudgetsConfig,
-    ) -> Result<Self, BadIdentity> {
+    ) -> Result<Self, PolicyError> {
         let owners = users.owners.iter().map(|owner| owner.parse()).collect::<Result<_, _>>()?;
-        Ok(Self::build(owners, users, permissions, budgets))
+        let groups = GroupRules::from_config(&users.groups)?;
+        Ok(Self::build(owners, groups, users, permissions, budgets))
     }
 
     fn build(
         owners: BTreeSet<Identity>,
+        groups: GroupRules,
         users: &UsersConfig,
         permissions: &PermissionsConfig,
         budgets: &BudgetsConfig,
@@ -66,6 +88,7 @@ impl AccessPolicy {
             tool_levels: permissions.tools.clone(),
             unlisted_tools: permissions.unlisted_tools,
             budgets: budgets.clone(),
+            groups,
             clock: Arc::new(Utc::now),
         }
     }
@@ -92,6 +115,22 @@ impl AccessPolicy {
     /// owner whatever the stored level says (so the config cannot be overridden from the store).
     pub fn effective_level(&self, identity: &Identity, user: &User) -> Level {
         if self.is_owner(identity) { Level::Owner } else { user.level }
+    }
+
+    /// The configured group a message written at `place` belongs to, if any.
+    pub fn group(&self, place: GroupPlace<'_>) -> Option<&GroupRule> {
+        self.groups.find(place)
+    }
+
+    /// Every configured group.
+    pub fn groups(&self) -> impl Iterator<Item = &GroupRule> {
+        self.groups.all()
+    }
+
+    /// The level someone whose own level is `level` runs with in `group`: the group's level if
+    /// that is higher. A group never lowers anyone.
+    pub fn level_in(&self, level: Level, group: Option<&GroupRule>) -> Level {
+        group.map_or(level, |group| level.max(group.level))
     }
 
     /// The minimum level a tool needs. Tools the config does not list need `unlisted_tools`
@@ -169,6 +208,19 @@ mod tests {
         assert_eq!(policy.budget(Level::Guest, &user(Level::Guest, Some(5))), Some(5));
         // An override of 0 means unlimited, like a level budget of 0.
         assert_eq!(policy.budget(Level::Guest, &user(Level::Guest, Some(0))), None);
+    }
+
+    #[test]
+    fn a_group_raises_levels_but_never_lowers_them() {
+        let groups = [("telegram:-100".to_owned(), crate::config::GroupAccessConfig { level: Level::User, budget: 0 })];
+        let users = UsersConfig { groups: groups.into(), ..UsersConfig::default() };
+        let policy =
+            AccessPolicy::from_config(&users, &PermissionsConfig::default(), &BudgetsConfig::default()).unwrap();
+        let group = policy.group(GroupPlace { channel: "telegram", chat_id: "-100", guild_id: None });
+        assert_eq!(group.map(|g| g.key.as_str()), Some("telegram:-100"));
+        assert_eq!(policy.level_in(Level::Guest, group), Level::User);
+        assert_eq!(policy.level_in(Level::Admin, group), Level::Admin);
+        assert_eq!(policy.level_in(Level::Guest, None), Level::Guest);
     }
 
     #[test]

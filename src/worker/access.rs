@@ -1,27 +1,44 @@
-//! Who sent a message and what they may do: the user behind the sender, the tools offered to
-//! the model, and the monthly budget check. Runs after the run is claimed, so a redelivered
-//! message that already has its answer is never checked (or charged) again.
+//! Who sent a message and what they may do: the user behind the sender, the level they run
+//! with here (their own, raised by a configured group they write in), the tools offered to the
+//! model, and the monthly budget checks (theirs and the group's pool). Runs after the run is
+//! claimed, so a redelivered message that already has its answer is never checked (or charged)
+//! again.
 
 use chrono::{DateTime, Utc};
-use switchboard_channels::contract::{InboundKind, InboundMessage};
+use switchboard_channels::contract::{InboundKind, InboundMessage, Usage};
 
 use super::Shared;
 use crate::agent::Agent;
 use crate::config::{Identity, Level};
 use crate::store::StoreError;
-use crate::store::users::Billing;
+use crate::store::users::{Billing, User};
 use crate::tools::ToolFilter;
-use crate::users::{month_key, next_month_start};
+use crate::users::{GroupPlace, GroupRule, month_key, next_month_start};
+
+/// The metadata key the Discord channel puts a server message's guild id under.
+const DISCORD_GUILD_ID: &str = "guild_id";
 
 /// What the sender of a message may do now.
 pub(super) enum Access {
     /// Run the turn offering `tools` to a sender of `level`; add its usage to `billing`'s month.
     Allowed { tools: ToolFilter, level: Level, billing: Option<Billing> },
-    /// The sender's budget for this month is used up: answer with `notice`, call no model.
+    /// The sender's budget (or their group's) for this month is used up: answer with
+    /// `notice`, call no model.
     OverBudget { notice: String },
     /// The input guard refused the message (`[guard] mode = "block"`): answer with `notice`,
     /// call no model.
     Blocked { notice: String },
+}
+
+/// A person as they stand in the chat a message came from.
+pub(super) struct Standing {
+    pub user: User,
+    /// Their own level (a configured owner's is owner).
+    pub own_level: Level,
+    /// What they run with here: `own_level`, raised by the group's.
+    pub level: Level,
+    /// The configured group the message was written in.
+    pub group: Option<GroupRule>,
 }
 
 /// Resolves the sender to a user (created on first sight) and decides.
@@ -45,26 +62,61 @@ pub(super) async fn admit(shared: &Shared, agent: &Agent, msg: &InboundMessage) 
             }
         },
     };
-    let new_level = policy.new_user_level(&identity);
-    let user = shared.store.resolve_user(&identity, name, new_level).await?;
-    let level = policy.effective_level(&identity, &user);
+    let standing = stand(shared, msg, &identity, name).await?;
+    let Standing { user, level, group, .. } = standing;
     let now = policy.now();
     // Where `target = "owner"` heartbeats go: an owner's direct chats, never a group.
     if msg.kind == InboundKind::User && level == Level::Owner && !msg.is_group {
         shared.store.record_owner_chat(&agent.settings().name, &identity.to_string(), &msg.chat(), now).await?;
     }
     let month = month_key(now);
-    tracing::debug!(user = %user.id, %level, %month, "sender resolved");
+    tracing::debug!(user = %user.id, %level, %month, group = group.as_ref().map(|g| g.key.as_str()), "sender resolved");
     if let Some(budget) = policy.budget(level, &user) {
-        let used = shared.store.monthly_usage(user.id, &month).await?;
-        let used = used.input_tokens.saturating_add(used.output_tokens);
+        let used = tokens(shared.store.monthly_usage(user.id, &month).await?);
         if used >= budget {
             tracing::info!(user = %user.id, used, budget, "monthly token budget used up; not calling the model");
             return Ok(Access::OverBudget { notice: over_budget_notice(budget, now) });
         }
     }
+    if let Some(group) = &group
+        && let Some(budget) = group.budget
+    {
+        let used = tokens(shared.store.group_usage(&group.key, &month).await?);
+        if used >= budget {
+            tracing::info!(group = %group.key, used, budget, "the group's monthly token budget is used up; not calling the model");
+            return Ok(Access::OverBudget { notice: group_over_budget_notice(budget, now) });
+        }
+    }
     let tools = policy.tool_filter(level, tool_names);
-    Ok(Access::Allowed { tools, level, billing: Some(Billing { identity, month }) })
+    let billing = Billing { identity, month, group: group.map(|group| group.key) };
+    Ok(Access::Allowed { tools, level, billing: Some(billing) })
+}
+
+/// The user behind `identity` (created on first sight) and the level they run with for
+/// `msg`. Only what people write in a group takes the group's settings: switchboard's own
+/// messages for a person (their cron jobs, sub-agent results) run at the person's own level.
+pub(super) async fn stand(
+    shared: &Shared,
+    msg: &InboundMessage,
+    identity: &Identity,
+    name: &str,
+) -> Result<Standing, StoreError> {
+    let policy = &shared.settings.access;
+    let user = shared.store.resolve_user(identity, name, policy.new_user_level(identity)).await?;
+    let own_level = policy.effective_level(identity, &user);
+    let group = (msg.kind == InboundKind::User).then(|| group_of(shared, msg)).flatten();
+    let level = policy.level_in(own_level, group.as_ref());
+    Ok(Standing { user, own_level, level, group })
+}
+
+/// The configured group a person's message was written in, if any.
+pub(super) fn group_of(shared: &Shared, msg: &InboundMessage) -> Option<GroupRule> {
+    if !msg.is_group {
+        return None;
+    }
+    let guild_id = msg.metadata.get(DISCORD_GUILD_ID).and_then(serde_json::Value::as_str);
+    let place = GroupPlace { channel: &msg.channel, chat_id: &msg.chat_id, guild_id };
+    shared.settings.access.group(place).cloned()
 }
 
 /// The person a system message acts for (`metadata.on_behalf_of`), if it names a valid one.
@@ -81,9 +133,19 @@ fn on_behalf_of(msg: &InboundMessage) -> Option<Identity> {
     }
 }
 
-/// The sender's level, for commands that need one (`/stop` in a group). System messages act
-/// as owner, like their runs.
-pub(super) async fn level(shared: &Shared, msg: &InboundMessage) -> Result<Level, StoreError> {
+/// The sender's level here (a group's raises it), for commands that need one (`/stop` in a
+/// group). System messages act as owner, like their runs.
+pub(super) async fn level_here(shared: &Shared, msg: &InboundMessage) -> Result<Level, StoreError> {
+    if msg.kind == InboundKind::System {
+        return Ok(Level::Owner);
+    }
+    let identity = Identity::new(&msg.channel, &msg.sender.id);
+    Ok(stand(shared, msg, &identity, &msg.sender.name).await?.level)
+}
+
+/// The sender's own level, whatever group they write in: what `[rate_limits]` go by, as the
+/// limiter remembers a sender's level across their chats.
+pub(super) async fn own_level(shared: &Shared, msg: &InboundMessage) -> Result<Level, StoreError> {
     if msg.kind == InboundKind::System {
         return Ok(Level::Owner);
     }
@@ -93,10 +155,27 @@ pub(super) async fn level(shared: &Shared, msg: &InboundMessage) -> Result<Level
     Ok(policy.effective_level(&identity, &user))
 }
 
+/// Input and output tokens together, as budgets count them.
+pub(super) fn tokens(usage: Usage) -> u64 {
+    usage.input_tokens.saturating_add(usage.output_tokens)
+}
+
 /// The polite answer to a user whose allowance is used up.
 fn over_budget_notice(budget: u64, now: DateTime<Utc>) -> String {
-    let resets = next_month_start(now).format("%-d %B %Y");
-    format!("You have used this month's allowance ({budget} tokens). It resets on {resets} (UTC).")
+    format!("You have used this month's allowance ({budget} tokens). It resets on {} (UTC).", reset_day(now))
+}
+
+/// The answer in a group whose shared allowance is used up.
+fn group_over_budget_notice(budget: u64, now: DateTime<Utc>) -> String {
+    format!(
+        "This group has used its shared allowance for this month ({budget} tokens). It resets on {} (UTC).",
+        reset_day(now)
+    )
+}
+
+/// When the allowances of the month `now` falls in reset: "1 February 2025".
+pub(super) fn reset_day(now: DateTime<Utc>) -> String {
+    next_month_start(now).format("%-d %B %Y").to_string()
 }
 
 #[cfg(test)]
@@ -111,6 +190,11 @@ mod tests {
         assert_eq!(
             over_budget_notice(20_000, now),
             "You have used this month's allowance (20000 tokens). It resets on 1 January 2026 (UTC)."
+        );
+        assert_eq!(
+            group_over_budget_notice(500_000, now),
+            "This group has used its shared allowance for this month (500000 tokens). It resets on 1 January \
+             2026 (UTC)."
         );
     }
 }

@@ -1,4 +1,4 @@
-//! Chat commands (`/new`, `/stop`, `/status`, `/help`, `/queue`): handled when they arrive,
+//! Chat commands (`/new`, `/stop`, `/status`, `/usage`, `/help`, `/queue`): handled when they arrive,
 //! not behind the session's running turn, and answered with a `notice`.
 //!
 //! A command is recorded like a run (claimed by its inbound id, finished with its answer), so
@@ -28,6 +28,8 @@ pub(super) enum Command {
     New,
     Stop,
     Status,
+    /// The sender's level here, tokens used this month and what is left.
+    Usage,
     Help,
     /// `/queue` shows the mode; `/queue <mode>` sets it.
     Queue(Option<String>),
@@ -40,6 +42,7 @@ pub(super) fn parse(content: &str) -> Option<Command> {
         "new" => Command::New,
         "stop" => Command::Stop,
         "status" => Command::Status,
+        "usage" => Command::Usage,
         "help" => Command::Help,
         "queue" => Command::Queue(args.next().map(str::to_owned)),
         // A command of the table this worker does not implement (from a newer contract).
@@ -67,12 +70,13 @@ pub(super) async fn handle(shared: Arc<Shared>, job: Job, command: Command) {
 
 async fn execute(shared: &Shared, job: &Job, key: &str, command: Command) -> Result<String, StoreError> {
     let needs_user = matches!(command, Command::New | Command::Stop | Command::Queue(Some(_)));
-    if needs_user && job.msg.is_group && access::level(shared, &job.msg).await? < Level::User {
+    if needs_user && job.msg.is_group && access::level_here(shared, &job.msg).await? < Level::User {
         return Ok("Only members with the user level or above can do that in a group.".into());
     }
     Ok(match command {
         Command::Help => commands::help_text("Commands:"),
         Command::Status => status(shared, &job.msg, key).await?,
+        Command::Usage => super::usage::report(shared, &job.msg).await?,
         Command::Stop => {
             let subagents = cancel_subagents(shared, key).await;
             stop(shared, key, job.seq, subagents).await
@@ -195,6 +199,7 @@ mod tests {
         assert_eq!(parse("  /new@switchboard_bot"), Some(Command::New));
         assert_eq!(parse("/queue collect"), Some(Command::Queue(Some("collect".into()))));
         assert_eq!(parse("/Status"), Some(Command::Status));
+        assert_eq!(parse("/usage@switchboard_bot"), Some(Command::Usage));
         assert_eq!(parse("/unknown"), None);
         assert_eq!(parse("stop"), None);
         assert_eq!(parse("/"), None);

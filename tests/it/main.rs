@@ -17,6 +17,7 @@ mod cron;
 mod cron_clock;
 mod discord;
 mod group_chat;
+mod groups;
 mod heartbeat;
 mod hygiene;
 mod journal;

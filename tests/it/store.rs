@@ -453,3 +453,43 @@ async fn a_new_conversation_drops_the_old_summary_and_status_counts_compactions(
     assert_eq!(store.session_summary(SESSION).await.unwrap().map(|s| s.0), None);
     assert!(store.history(SESSION, 100).await.unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn a_groups_usage_is_counted_with_its_runs_once_per_run_and_per_month() {
+    use switchboard::config::{Identity, Level};
+    use switchboard::store::users::{Billing, UserStore};
+    const GROUP: &str = "telegram:-1001234567890";
+    let (dir, store) = fresh().await;
+    let alice = Identity::new("telegram", "42");
+    store.resolve_user(&alice, "Alice", Level::Guest).await.unwrap();
+    let billing = |month: &str, group: Option<&str>| {
+        Some(Billing { identity: alice.clone(), month: month.into(), group: group.map(str::to_owned) })
+    };
+    let finish = |inbound: &'static str, billing: Option<Billing>| {
+        let store = &store;
+        async move {
+            let run_id = claim_new(store, inbound, GROUP).await;
+            let outcome = RunOutcome { billing, ..completed(&run_id, "q", "a") };
+            store.finish_run(&run_id, &outcome).await.unwrap();
+            (run_id, outcome)
+        }
+    };
+    let (run_id, outcome) = finish("in-1", billing("2025-01", Some(GROUP))).await;
+    finish("in-2", billing("2025-01", Some(GROUP))).await;
+    finish("in-3", billing("2025-02", Some(GROUP))).await;
+    // A run in no configured group counts for the person only.
+    finish("in-4", billing("2025-01", None)).await;
+    // Finishing a finished run again is refused and counts nothing.
+    assert!(matches!(store.finish_run(&run_id, &outcome).await, Err(StoreError::Finish { .. })));
+
+    assert_eq!(store.group_usage(GROUP, "2025-01").await.unwrap(), Usage::new(240, 60));
+    assert_eq!(store.group_usage(GROUP, "2025-02").await.unwrap(), Usage::new(120, 30));
+    assert_eq!(store.group_usage(GROUP, "2025-03").await.unwrap(), Usage::default());
+    assert_eq!(store.group_usage("discord:guild:1", "2025-01").await.unwrap(), Usage::default());
+    let user = store.resolve_user(&alice, "", Level::Guest).await.unwrap();
+    assert_eq!(store.monthly_usage(user.id, "2025-01").await.unwrap(), Usage::new(360, 90));
+    // Kept in the file.
+    store.close().await;
+    let reopened = SqliteStore::open(&dir.path().join("store.db")).await.unwrap();
+    assert_eq!(reopened.group_usage(GROUP, "2025-01").await.unwrap(), Usage::new(240, 60));
+}

@@ -1,5 +1,5 @@
 //! [`UserStore`] for the SQLite store: users, identities and monthly usage
-//! (`migrations/sqlite/0002_users.sql`).
+//! (`migrations/sqlite/0003_users.sql`), and groups' monthly usage (`0012_group_usage.sql`).
 //!
 //! Every write runs in a `BEGIN IMMEDIATE` transaction, like the rest of the store, so the
 //! check-then-insert of a new user cannot interleave with another process doing the same.
@@ -94,6 +94,17 @@ impl UserStore for SqliteStore {
         row.map_or(Ok(Usage::default()), |(input, output)| usage(input, output))
     }
 
+    async fn group_usage(&self, group: &str, month: &str) -> Result<Usage, StoreError> {
+        let row: Option<(i64, i64)> = sqlx::query_as(
+            "SELECT input_tokens, output_tokens FROM group_usage_monthly WHERE group_key = $1 AND month = $2",
+        )
+        .bind(group)
+        .bind(month)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map_or(Ok(Usage::default()), |(input, output)| usage(input, output))
+    }
+
     async fn list_users(&self, month: &str) -> Result<Vec<UserSummary>, StoreError> {
         // One read transaction: users and identities from the same snapshot.
         let mut tx = self.pool.begin().await?;
@@ -115,8 +126,9 @@ impl UserStore for SqliteStore {
     }
 }
 
-/// Adds a finished run's tokens to its user's month, inside `finish_run`'s transaction, so a
-/// run is counted exactly when it is finished: never twice, never without its transcript.
+/// Adds a finished run's tokens to its user's month (and its group's, when it ran in a
+/// configured group), inside `finish_run`'s transaction, so a run is counted exactly when it
+/// is finished: never twice, never without its transcript.
 pub(super) async fn record_usage(
     tx: &mut Transaction<'_, Sqlite>,
     billing: &Billing,
@@ -141,6 +153,20 @@ pub(super) async fn record_usage(
         // Identities are only ever moved, never deleted, so this needs a hand-edited database.
         // Failing would only make the message run (and cost) again, with the same result.
         tracing::warn!(identity = %billing.identity, "a run's usage has no user to be counted for");
+    }
+    if let Some(group) = &billing.group {
+        sqlx::query(
+            "INSERT INTO group_usage_monthly (group_key, month, input_tokens, output_tokens) \
+             VALUES ($1, $2, $3, $4) ON CONFLICT (group_key, month) DO UPDATE SET \
+             input_tokens = input_tokens + excluded.input_tokens, \
+             output_tokens = output_tokens + excluded.output_tokens",
+        )
+        .bind(group)
+        .bind(&billing.month)
+        .bind(to_i64(used.input_tokens))
+        .bind(to_i64(used.output_tokens))
+        .execute(&mut **tx)
+        .await?;
     }
     Ok(())
 }
