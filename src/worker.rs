@@ -13,6 +13,7 @@ pub mod agents;
 mod batch;
 mod commands;
 mod cron_hooks;
+mod events;
 mod hygiene;
 mod input;
 mod job;

@@ -7,10 +7,11 @@ use std::any::Any;
 use std::sync::Arc;
 use std::time::Duration;
 
-use switchboard_channels::contract::{InboundMessage, OutboundKind, RunEventBody, Usage};
+use switchboard_channels::bus::BusExt;
+use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, RunEventBody, Usage};
 
 use super::Shared;
-use super::run::{BusEvents, deliver};
+use super::events::BusEvents;
 use super::settle::reply_to;
 use crate::agent::EventSink;
 use crate::store::{RunClaim, RunOutcome, RunStatus};
@@ -51,10 +52,7 @@ pub(super) async fn recover_from_panic(shared: &Shared, msg: &InboundMessage, se
         Ok(RunClaim::New { run_id } | RunClaim::Resumed { run_id, .. }) => run_id,
         // The panic came after the outcome was stored: only the delivery may be missing.
         Ok(RunClaim::Finished { run_id, reply: Some(reply), delivered: false }) => {
-            if deliver(shared, &run_id, &reply).await.is_err() {
-                tracing::error!(%run_id, "cannot deliver the reply of a run that panicked after it finished");
-            }
-            return;
+            return deliver(shared, &run_id, &reply).await;
         }
         Ok(RunClaim::Finished { .. }) => return,
         Err(err) => {
@@ -69,10 +67,20 @@ pub(super) async fn recover_from_panic(shared: &Shared, msg: &InboundMessage, se
         tracing::error!(%run_id, %err, "cannot record the run that panicked");
         return;
     }
-    if let Some(reply) = &outcome.reply
-        && deliver(shared, &run_id, reply).await.is_err()
-    {
-        tracing::error!(%run_id, "cannot tell the chat that its run panicked");
+    if let Some(reply) = &outcome.reply {
+        deliver(shared, &run_id, reply).await;
+    }
+}
+
+/// Publishes a panicked run's reply and marks it sent; failures are logged (see
+/// [`recover_from_panic`]).
+async fn deliver(shared: &Shared, run_id: &str, reply: &OutboundMessage) {
+    if let Err(err) = shared.bus.publish_outbound(reply).await {
+        tracing::error!(%run_id, %err, "cannot tell the chat that its run panicked");
+        return;
+    }
+    if let Err(err) = shared.store.mark_reply_delivered(run_id).await {
+        tracing::error!(%run_id, %err, "cannot mark the reply of a run that panicked as sent");
     }
 }
 

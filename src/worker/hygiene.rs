@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 
-use switchboard_channels::contract::{InboundKind, InboundMessage, OutboundMessage};
+use switchboard_channels::contract::{InboundKind, InboundMessage, OutboundMessage, RepliedTo};
 
 use super::Shared;
 use super::access::Access;
@@ -40,11 +40,35 @@ pub(super) fn screen_input<'m>(
             Verdict::Block(notice) => return (Cow::Borrowed(msg), Access::Blocked { notice }),
         }
     };
-    if content == msg.content {
+    let replied_to = msg.replied_to.as_ref().map(|replied| screen_replied(guard, replied));
+    if content == msg.content && replied_to == msg.replied_to {
         return (Cow::Borrowed(msg), access);
     }
-    (Cow::Owned(InboundMessage { content, ..msg.clone() }), access)
+    (Cow::Owned(InboundMessage { content, replied_to, ..msg.clone() }), access)
 }
+
+/// The message a person replied to reaches the model beside theirs, so it is screened like
+/// theirs: it may be a stranger's text the bot was never addressed with. A replied-to text
+/// the guard would block is withheld rather than refusing the person who quoted it.
+fn screen_replied(guard: &crate::hygiene::Guard, replied: &RepliedTo) -> RepliedTo {
+    let screen = |text: &str| match guard.screen(text).verdict {
+        Verdict::Pass(text) => Some(text),
+        Verdict::Block(_) => None,
+    };
+    // The quote is a part of the text: withheld with it.
+    let (text, quote) = match screen(&replied.text) {
+        Some(text) => (text, replied.quote.as_deref().map(|quote| screen(quote).unwrap_or_else(withheld))),
+        None => (withheld(), replied.quote.as_ref().map(|_| withheld())),
+    };
+    RepliedTo { text, quote, ..replied.clone() }
+}
+
+fn withheld() -> String {
+    WITHHELD.to_owned()
+}
+
+/// What the model reads instead of a replied-to text the guard blocks.
+const WITHHELD: &str = "[withheld: it looked like an attempt to give you instructions]";
 
 /// Cleans the model's answer of a successful turn (a failed turn's reply is switchboard's
 /// own apology and stays). Returns whether the answer is suppressed: nothing to deliver.

@@ -7,16 +7,14 @@ use std::time::Duration;
 use futures_util::FutureExt;
 
 use switchboard_channels::bus::BusExt;
-use switchboard_channels::contract::{
-    InboundMessage, OutboundKind, OutboundMessage, RunEvent, RunEventBody, Usage, reply,
-};
-use tokio::sync::mpsc;
+use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, RunEventBody, Usage, reply};
 use tracing::Instrument;
 
 use super::Shared;
 use super::abort;
 use super::access::{self, Access};
 use super::agents::Route;
+use super::events::BusEvents;
 use super::hygiene;
 use super::job::Control;
 use super::keepalive::{Held, Settle};
@@ -30,7 +28,7 @@ use crate::store::{RunClaim, RunOutcome, RunStatus};
 const RETRY_DELAY: Duration = Duration::from_secs(5);
 
 /// Why a message goes back to the bus instead of being acked.
-pub(super) enum Giveback {
+enum Giveback {
     Stopping,
     Transient(String),
     /// It can never be finished (its reply is one the bus refuses): dead-letter it.
@@ -189,7 +187,7 @@ async fn resend(shared: &Shared, reply: &OutboundMessage) -> Result<(), Giveback
     shared.bus.publish_outbound(&again).await.map_err(transient)
 }
 
-pub(super) async fn deliver(shared: &Shared, run_id: &str, reply: &OutboundMessage) -> Result<(), Giveback> {
+async fn deliver(shared: &Shared, run_id: &str, reply: &OutboundMessage) -> Result<(), Giveback> {
     shared.bus.publish_outbound(reply).await.map_err(|err| {
         if err.is_permanent() {
             Giveback::Permanent(format!("its reply cannot be published: {err}"))
@@ -281,37 +279,5 @@ fn over_budget(shared: &Shared, msg: &InboundMessage, run_id: &str, session_key:
         iterations: 0,
         billing: None,
         cost_usd: None,
-    }
-}
-
-/// Publishes run events in order from a background task, so emitting never blocks the run.
-pub(super) struct BusEvents {
-    tx: mpsc::UnboundedSender<RunEventBody>,
-}
-
-impl BusEvents {
-    pub(super) fn start(
-        bus: Arc<dyn switchboard_channels::Bus>,
-        msg: &InboundMessage,
-        run_id: &str,
-        session_key: &str,
-    ) -> Self {
-        let (tx, mut rx) = mpsc::unbounded_channel::<RunEventBody>();
-        let template = RunEvent::answering(msg, run_id, session_key, RunEventBody::Started);
-        tokio::spawn(async move {
-            while let Some(body) = rx.recv().await {
-                let event = RunEvent { at: chrono::Utc::now(), body, ..template.clone() };
-                if let Err(err) = bus.publish_event(&event).await {
-                    tracing::debug!(%err, "cannot publish a run event");
-                }
-            }
-        });
-        Self { tx }
-    }
-}
-
-impl EventSink for BusEvents {
-    fn emit(&self, body: RunEventBody) {
-        let _ = self.tx.send(body);
     }
 }
