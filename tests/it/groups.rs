@@ -92,6 +92,12 @@ fn in_telegram_group(chat: &str, from: &str, text: &str) -> InboundMessage {
     msg
 }
 
+/// What the echoing model answers in a group, where it sees each message with its speaker.
+fn group_echo(from: &str, text: &str) -> String {
+    let sender = sender(from);
+    format!("echo: [{} (id {})] {text}", sender.name, sender.id)
+}
+
 /// A direct message on Telegram: the chat is the person.
 fn telegram_dm(from: &str, text: &str) -> InboundMessage {
     InboundMessage::user("telegram", from, sender(from), text)
@@ -147,7 +153,7 @@ impl Harness {
 async fn a_configured_telegram_group_gives_a_new_member_its_level_there_only() {
     let family = format!("telegram:{FAMILY}");
     let mut h = start(policy(&[(&family, Level::User, 0)], BudgetsConfig::default())).await;
-    assert_eq!(h.ask(&in_telegram_group(FAMILY, "55", "hello family")).await.content, "echo: hello family");
+    assert_eq!(h.ask(&in_telegram_group(FAMILY, "55", "hello family")).await.content, group_echo("55", "hello family"));
     assert_eq!(h.offered(0), USER_TOOLS, "a new member of the family group gets the user tools there");
     h.ask(&telegram_dm("55", "hello in private")).await;
     assert_eq!(h.offered(1), GUEST_TOOLS, "in their DM they are a guest");
@@ -203,7 +209,7 @@ async fn a_discord_server_entry_covers_its_channels_and_threads() {
 async fn a_used_up_shared_budget_stops_the_group_but_not_the_members_dms() {
     let family = format!("telegram:{FAMILY}");
     let mut h = start(policy(&[(&family, Level::User, 1)], BudgetsConfig::default())).await;
-    assert_eq!(h.ask(&in_telegram_group(FAMILY, "55", "first")).await.content, "echo: first");
+    assert_eq!(h.ask(&in_telegram_group(FAMILY, "55", "first")).await.content, group_echo("55", "first"));
     // Anyone else in the group now gets the notice, and the model is not called.
     let notice = h.ask(&in_telegram_group(FAMILY, "56", "second")).await;
     assert_eq!(notice.kind, OutboundKind::Notice);
@@ -235,7 +241,7 @@ async fn a_members_own_budget_still_applies_in_the_group() {
     let notice = h.ask(&in_telegram_group(FAMILY, "55", "second")).await;
     assert!(notice.content.starts_with("You have used this month's allowance (1 tokens)."), "{}", notice.content);
     // Another member is not stopped by it.
-    assert_eq!(h.ask(&in_telegram_group(FAMILY, "56", "third")).await.content, "echo: third");
+    assert_eq!(h.ask(&in_telegram_group(FAMILY, "56", "third")).await.content, group_echo("56", "third"));
     assert_eq!(h.model_calls(), 2);
 }
 
