@@ -21,7 +21,7 @@ use switchboard::config::{
 use switchboard::scheduler::CronSettings;
 use switchboard::store::sqlite::SqliteStore;
 use switchboard::subagents::{SubagentManager, SubagentSettings};
-use switchboard::tools::Tool;
+use switchboard::tools::{Tool, ToolContext, ToolError};
 use switchboard::worker::WorkerSettings;
 use switchboard_channels::contract::InboundMessage;
 use switchboard_channels::{Bus, BusExt, Deliveries};
@@ -282,6 +282,13 @@ impl Harness {
         self.bus.publish_inbound(msg).await.unwrap();
     }
 
+    /// The tool names the `i`-th model request offered.
+    pub fn offered_tools(&self, i: usize) -> Vec<String> {
+        let requests = self.llm.requests();
+        let tools = requests[i]["tools"].as_array().cloned().unwrap_or_default();
+        tools.iter().map(|t| t["function"]["name"].as_str().unwrap_or_default().to_owned()).collect()
+    }
+
     pub async fn outbound(&self, channel: &str) -> Deliveries {
         self.bus.outbound(channel).await.unwrap()
     }
@@ -295,5 +302,43 @@ impl Harness {
     pub async fn stop(self) {
         self.shutdown.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(10), self.worker).await;
+    }
+}
+
+/// A tool that only has a name (it answers "done"): enough to see what the model is offered.
+pub struct NamedTool(pub &'static str);
+
+#[async_trait::async_trait]
+impl Tool for NamedTool {
+    fn name(&self) -> &str {
+        self.0
+    }
+    fn description(&self) -> &str {
+        "test tool"
+    }
+    fn parameters(&self) -> serde_json::Value {
+        serde_json::json!({"type": "object", "properties": {}})
+    }
+    async fn execute(&self, _arguments: serde_json::Value, _ctx: &ToolContext) -> Result<String, ToolError> {
+        Ok("done".into())
+    }
+}
+
+/// The Telegram channel's settings for a test against `fake`: long polling with a short wait,
+/// `allowed` answered in direct messages, media saved under `dir`.
+pub fn fake_telegram_settings(
+    fake: &switchboard_testkit::fake_telegram::FakeTelegram,
+    dir: &Path,
+    allowed: i64,
+) -> switchboard_channels::telegram::TelegramSettings {
+    use switchboard_channels::telegram::{Receive, TelegramSettings};
+    use switchboard_testkit::fake_telegram::FakeTelegram;
+    TelegramSettings {
+        token: FakeTelegram::TOKEN.into(),
+        api_url: Some(fake.api_url()),
+        receive: Receive::Polling { timeout: Duration::from_secs(1) },
+        allow_from: vec![allowed.to_string()],
+        media_dir: dir.join("media"),
+        ..TelegramSettings::default()
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use switchboard_channels::discord::{DiscordChannel, DiscordSettings, DmPolicy};
-use switchboard_channels::telegram::{Receive, TelegramChannel, TelegramSettings};
+use switchboard_channels::telegram::TelegramChannel;
 use switchboard_testkit::fake_discord::{BOT_ID as DISCORD_BOT, FakeDiscord, events};
 use switchboard_testkit::fake_telegram::{BOT_USERNAME, FakeTelegram, updates};
 use tokio_util::sync::CancellationToken;
@@ -45,14 +45,7 @@ impl TelegramRig {
     async fn start() -> TelegramRig {
         let h = Setup::new(BusKind::Memory).start().await;
         let fake = FakeTelegram::start().await;
-        let settings = TelegramSettings {
-            token: FakeTelegram::TOKEN.into(),
-            api_url: Some(fake.api_url()),
-            receive: Receive::Polling { timeout: Duration::from_secs(1) },
-            allow_from: vec![ALICE.to_string()],
-            media_dir: h.dir.path().join("media"),
-            ..TelegramSettings::default()
-        };
+        let settings = crate::common::fake_telegram_settings(&fake, h.dir.path(), ALICE);
         let shutdown = CancellationToken::new();
         let channel = TelegramChannel::start(Arc::clone(&h.bus), settings, None, shutdown.clone()).await.unwrap();
         TelegramRig { h, fake, channel, shutdown }

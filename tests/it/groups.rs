@@ -6,21 +6,20 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use chrono::{DateTime, TimeZone, Utc};
 use futures_util::StreamExt;
-use serde_json::{Value, json};
+use serde_json::Value;
 use switchboard::config::{BudgetsConfig, GroupAccessConfig, PermissionsConfig, UsersConfig};
 use switchboard::config::{Identity, Level};
 use switchboard::store::Store;
 use switchboard::store::users::UserStore;
-use switchboard::tools::{Tool, ToolContext, ToolError};
+use switchboard::tools::Tool;
 use switchboard::users::AccessPolicy;
 use switchboard::worker::WorkerSettings;
 use switchboard_channels::Deliveries;
 use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, Sender};
 
-use crate::common::{BusKind, Setup};
+use crate::common::{BusKind, NamedTool, Setup};
 
 mod channels;
 
@@ -32,25 +31,6 @@ const THREAD: &str = "400";
 /// What a guest is offered, and what a user is (of the tools the test agent has).
 pub(crate) const GUEST_TOOLS: [&str; 1] = ["current_time"];
 pub(crate) const USER_TOOLS: [&str; 2] = ["current_time", "write_file"];
-
-/// A tool that only has a name: enough to see what the model is offered.
-pub(crate) struct Dummy(pub &'static str);
-
-#[async_trait]
-impl Tool for Dummy {
-    fn name(&self) -> &str {
-        self.0
-    }
-    fn description(&self) -> &str {
-        "test tool"
-    }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {}})
-    }
-    async fn execute(&self, _arguments: Value, _ctx: &ToolContext) -> Result<String, ToolError> {
-        Ok("done".into())
-    }
-}
 
 struct Harness {
     base: crate::common::Harness,
@@ -72,7 +52,7 @@ fn mid_january() -> DateTime<Utc> {
 async fn start(policy: AccessPolicy) -> Harness {
     let now = Arc::new(Mutex::new(mid_january()));
     let access = policy.with_clock(Arc::new(move || *now.lock().unwrap()));
-    let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(Dummy("write_file")), Arc::new(Dummy("exec"))];
+    let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(NamedTool("write_file")), Arc::new(NamedTool("exec"))];
     let settings = WorkerSettings { access, ..WorkerSettings::default() };
     let base = Setup { settings, message_tool: false, tools, ..Setup::new(BusKind::Memory) }.start().await;
     let telegram = base.outbound("telegram").await;
@@ -127,9 +107,7 @@ impl Harness {
 
     /// The tool names the `i`-th model request offered.
     fn offered(&self, i: usize) -> Vec<String> {
-        let requests = self.base.llm.requests();
-        let tools = requests[i]["tools"].as_array().cloned().unwrap_or_default();
-        tools.iter().map(|t| t["function"]["name"].as_str().unwrap().to_owned()).collect()
+        self.base.offered_tools(i)
     }
 
     fn model_calls(&self) -> usize {

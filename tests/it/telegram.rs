@@ -39,14 +39,7 @@ impl Rig {
         let store = Arc::new(SqliteStore::open(&dir.path().join("store.db")).await.unwrap());
         let bus = Arc::new(MemoryBus::new(capacity));
         let inbound = bus.inbound().await.unwrap();
-        let mut settings = TelegramSettings {
-            token: FakeTelegram::TOKEN.into(),
-            api_url: Some(fake.api_url()),
-            receive: Receive::Polling { timeout: Duration::from_secs(1) },
-            allow_from: vec![ALICE.to_string()],
-            media_dir: dir.path().join("media"),
-            ..TelegramSettings::default()
-        };
+        let mut settings = crate::common::fake_telegram_settings(&fake, dir.path(), ALICE);
         configure(&mut settings);
         let shutdown = CancellationToken::new();
         let pairing = Some(Arc::clone(&store) as Arc<dyn PairingStore>);

@@ -1,46 +1,25 @@
 //! Users, permission levels and budgets: the worker on the in-process bus with a real SQLite
 //! store and the scripted model server, and the `switchboard users` commands through the binary.
 
-use crate::common::{BusKind, Setup};
+use crate::common::{BusKind, NamedTool, Setup};
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use bytes::Bytes;
 use chrono::{DateTime, TimeZone, Utc};
 use futures_util::StreamExt;
-use serde_json::{Value, json};
 use switchboard::config::{BudgetsConfig, PermissionsConfig, UsersConfig};
 use switchboard::config::{Identity, Level};
 use switchboard::store::sqlite::SqliteStore;
 use switchboard::store::users::{LinkOutcome, UserStore};
 use switchboard::store::{RunStatus, Store};
-use switchboard::tools::{Tool, ToolContext, ToolError};
+use switchboard::tools::Tool;
 use switchboard::users::AccessPolicy;
 use switchboard::worker::WorkerSettings;
 use switchboard_channels::contract::{InboundKind, InboundMessage, OutboundKind, OutboundMessage, Sender};
 use switchboard_channels::subject::Flow;
 use switchboard_channels::{BusExt, Deliveries};
-
-/// A tool that only has a name: enough to see what the model is offered.
-struct Dummy(&'static str);
-
-#[async_trait]
-impl Tool for Dummy {
-    fn name(&self) -> &str {
-        self.0
-    }
-    fn description(&self) -> &str {
-        "test tool"
-    }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {}})
-    }
-    async fn execute(&self, _arguments: Value, _ctx: &ToolContext) -> Result<String, ToolError> {
-        Ok("done".into())
-    }
-}
 
 /// The shared worker harness, the chat's outbound stream and the policy's clock.
 struct Harness {
@@ -66,7 +45,7 @@ async fn start(policy: AccessPolicy) -> Harness {
     let access = policy.with_clock(Arc::new(move || *now.lock().unwrap()));
     let dummies: Vec<Arc<dyn Tool>> = ["exec", "write_file", "brand_new_tool"]
         .into_iter()
-        .map(|name| Arc::new(Dummy(name)) as Arc<dyn Tool>)
+        .map(|name| Arc::new(NamedTool(name)) as Arc<dyn Tool>)
         .collect();
     let settings = WorkerSettings { access, ..WorkerSettings::default() };
     let base = Setup { settings, message_tool: false, tools: dummies, ..Setup::new(BusKind::Memory) }.start().await;
@@ -91,9 +70,7 @@ impl Harness {
 
     /// The tool names offered in the `i`-th model request.
     fn offered(&self, i: usize) -> Vec<String> {
-        let requests = self.base.llm.requests();
-        let tools = requests[i]["tools"].as_array().cloned().unwrap_or_default();
-        tools.iter().map(|t| t["function"]["name"].as_str().unwrap().to_owned()).collect()
+        self.base.offered_tools(i)
     }
 
     fn set_now(&self, now: DateTime<Utc>) {

@@ -8,12 +8,13 @@ use switchboard::config::Level;
 use switchboard::tools::Tool;
 use switchboard::worker::WorkerSettings;
 use switchboard_channels::discord::{DiscordChannel, DiscordSettings};
-use switchboard_channels::telegram::{Receive, TelegramChannel, TelegramSettings};
+use switchboard_channels::telegram::TelegramChannel;
 use switchboard_testkit::fake_discord::{self, FakeDiscord};
 use switchboard_testkit::fake_telegram::{FakeTelegram, updates};
 use tokio_util::sync::CancellationToken;
 
-use super::{Dummy, GUEST_TOOLS, USER_TOOLS, policy};
+use super::{GUEST_TOOLS, USER_TOOLS, policy};
+use crate::common::NamedTool;
 use crate::common::{BusKind, Harness, Setup};
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -22,7 +23,7 @@ const ALICE: i64 = 111;
 /// The worker with the dummy `write_file` tool, under `[users.groups]` entries.
 async fn worker(groups: &[(&str, Level, u64)]) -> Harness {
     let settings = WorkerSettings { access: policy(groups, Default::default()), ..WorkerSettings::default() };
-    let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(Dummy("write_file"))];
+    let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(NamedTool("write_file"))];
     Setup { settings, message_tool: false, tools, ..Setup::new(BusKind::Memory) }.start().await
 }
 
@@ -38,14 +39,7 @@ async fn a_telegram_family_group_gives_a_new_member_user_tools_and_usage_says_so
     const FAMILY: i64 = -1001234567890;
     let h = worker(&[(&format!("telegram:{FAMILY}"), Level::User, 0)]).await;
     let fake = FakeTelegram::start().await;
-    let settings = TelegramSettings {
-        token: FakeTelegram::TOKEN.into(),
-        api_url: Some(fake.api_url()),
-        receive: Receive::Polling { timeout: Duration::from_secs(1) },
-        allow_from: vec![ALICE.to_string()],
-        media_dir: h.dir.path().join("media"),
-        ..TelegramSettings::default()
-    };
+    let settings = crate::common::fake_telegram_settings(&fake, h.dir.path(), ALICE);
     let shutdown = CancellationToken::new();
     let channel = TelegramChannel::start(Arc::clone(&h.bus), settings, None, shutdown.clone()).await.unwrap();
     let bot = fake.bot().username;
