@@ -259,6 +259,9 @@ pub struct ProviderConfig {
     pub stream: bool,
     /// Retries of a failed request on transient errors (429, 5xx, network).
     pub max_retries: u32,
+    /// Its models accept images: the photos of the message being answered go along as image
+    /// parts (see `provider::images`).
+    pub vision: bool,
 }
 
 impl Default for ProviderConfig {
@@ -270,6 +273,7 @@ impl Default for ProviderConfig {
             request_timeout_secs: 120,
             stream: true,
             max_retries: 3,
+            vision: false,
         }
     }
 }

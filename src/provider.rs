@@ -6,6 +6,7 @@ mod clients;
 pub mod failover;
 mod http;
 mod http_provider;
+pub mod images;
 pub mod openai;
 pub mod pricing;
 mod retry;
@@ -60,6 +61,20 @@ pub struct ChatMessage {
     /// system message). Stored with the transcript; shown to the model in group chats.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub author: Option<Author>,
+    /// User messages: images attached to it (photos the adapter saved). Models with `vision`
+    /// see the newest user message's images as image parts (see [`images`]); the text names
+    /// their paths either way.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<ImageRef>,
+}
+
+/// An image attached to a user message: a file the adapter saved, and its type as the
+/// platform named it (the file's own bytes decide what is sent).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageRef {
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mime_type: Option<String>,
 }
 
 /// The person who wrote a user message, as their chat platform names them.
@@ -92,6 +107,7 @@ impl ChatMessage {
             tool_call_id: None,
             name: None,
             author: None,
+            images: Vec::new(),
         }
     }
 
@@ -114,6 +130,11 @@ impl ChatMessage {
             }
             _ => self.clone(),
         }
+    }
+
+    /// This user message with `images` attached.
+    pub fn with_images(self, images: Vec<ImageRef>) -> Self {
+        Self { images, ..self }
     }
 
     pub fn assistant(content: impl Into<String>, tool_calls: Vec<ToolCall>) -> Self {

@@ -15,6 +15,11 @@ use crate::provider::{ChatMessage, ChatRequest, ChatResponse, ToolSpec};
 
 /// Tokens every message costs beyond its text (role, separators).
 const MESSAGE_OVERHEAD: u64 = 4;
+/// What an attached image is counted as: roughly what a photo costs a vision model (OpenAI:
+/// 765 tokens for a 1024×1024 image in high detail; Anthropic: width×height/750, about 1,600
+/// at most). Counted on every message that has images, although only the newest one's are
+/// sent, so budgets of chats with photos are on the generous side.
+pub const IMAGE_TOKENS: u64 = 1_000;
 /// The correction ratio stays within these bounds, so one odd report cannot wreck budgets.
 const MIN_RATIO: f64 = 0.5;
 const MAX_RATIO: f64 = 3.0;
@@ -35,7 +40,8 @@ pub fn raw_message(message: &ChatMessage) -> u64 {
     // A group chat shows the author in a prefix (`[Alice (id 111)] `): counted wherever it is
     // set, so budgets never fall short (in a direct chat they are a few tokens generous).
     let author = message.author.as_ref().map_or(0, |author| author.label().chars().count() + 3);
-    MESSAGE_OVERHEAD + chars_to_tokens(message.content.chars().count() + calls + author)
+    let images = IMAGE_TOKENS * u64::try_from(message.images.len()).unwrap_or(u64::MAX);
+    MESSAGE_OVERHEAD + chars_to_tokens(message.content.chars().count() + calls + author) + images
 }
 
 /// The heuristic estimate of several messages.
@@ -129,6 +135,9 @@ mod tests {
         let call = ToolCall { id: "c1".into(), name: "read_file".into(), arguments: json!({"path": "x".repeat(400)}) };
         let with_call = raw_message(&ChatMessage::assistant("", vec![call]));
         assert!(with_call > 100, "{with_call}");
+        let image = crate::provider::ImageRef { path: "media/a.jpg".into(), mime_type: None };
+        let photo = ChatMessage::user("abcdefgh").with_images(vec![image.clone(), image]);
+        assert_eq!(raw_message(&photo), MESSAGE_OVERHEAD + 2 + 2 * IMAGE_TOKENS);
     }
 
     #[test]

@@ -39,6 +39,7 @@ fn provider(entry: &ChainEntry) -> Result<Arc<dyn Provider>, ProviderError> {
             api_key,
             request_timeout: settings.request_timeout(),
             stream: settings.stream,
+            vision: settings.vision,
             extra_headers: Vec::new(),
         })?),
         ProviderKind::Anthropic => Arc::new(AnthropicProvider::new(AnthropicConfig {
@@ -47,6 +48,7 @@ fn provider(entry: &ChainEntry) -> Result<Arc<dyn Provider>, ProviderError> {
             api_key,
             request_timeout: settings.request_timeout(),
             stream: settings.stream,
+            vision: settings.vision,
         })?),
     })
 }

@@ -11,6 +11,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
 use super::http::{key_header_value, redact_password};
 use super::http_provider::{HttpProvider, Settings, WireFormat};
+use super::images::Attached;
 use super::{ChatRequest, ChatResponse, ProviderError};
 use stream::StreamAccumulator;
 pub use wire::DEFAULT_MAX_TOKENS;
@@ -32,6 +33,8 @@ pub struct AnthropicConfig {
     pub api_key: Option<String>,
     /// Non-streamed: the whole call. Streamed: until the answer starts, then between events.
     pub request_timeout: Duration,
+    /// The models accept images (see [`images`](super::images)).
+    pub vision: bool,
     /// Ask for server-sent events.
     pub stream: bool,
 }
@@ -44,6 +47,7 @@ impl Default for AnthropicConfig {
             api_key: None,
             request_timeout: Duration::from_secs(120),
             stream: true,
+            vision: false,
         }
     }
 }
@@ -57,6 +61,7 @@ impl fmt::Debug for AnthropicConfig {
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("request_timeout", &self.request_timeout)
             .field("stream", &self.stream)
+            .field("vision", &self.vision)
             .finish()
     }
 }
@@ -81,6 +86,7 @@ impl WireFormat for AnthropicWire {
             api_key: config.api_key.as_deref(),
             request_timeout: config.request_timeout,
             stream: config.stream,
+            vision: config.vision,
         }
     }
 
@@ -98,8 +104,12 @@ impl WireFormat for AnthropicWire {
         Ok(headers)
     }
 
-    fn encode_request(request: &ChatRequest, stream: bool) -> wire::WireRequest<'_> {
-        wire::encode_request(request, stream)
+    fn encode_request<'a>(
+        request: &'a ChatRequest,
+        stream: bool,
+        images: Option<&'a Attached>,
+    ) -> wire::WireRequest<'a> {
+        wire::encode_request(request, stream, images)
     }
 
     fn decode_response(body: &[u8]) -> Result<ChatResponse, ProviderError> {

@@ -14,6 +14,7 @@ use serde::Serialize;
 
 use super::clients::Clients;
 use super::http::{is_event_stream, transport_error};
+use super::images::{self, Attached};
 use super::retry_after::parse_retry_after;
 use super::sse::{SseEvent, SseParser, StreamEnd, resume_sink};
 use super::{ChatRequest, ChatResponse, Provider, ProviderError, TextSink};
@@ -30,6 +31,8 @@ pub struct Settings<'a> {
     pub request_timeout: Duration,
     /// Ask for server-sent events.
     pub stream: bool,
+    /// The models accept images: the newest user message's images go along as image parts.
+    pub vision: bool,
 }
 
 /// One model API's wire format: a marker type, never instantiated.
@@ -55,7 +58,9 @@ pub trait WireFormat: Send + Sync + 'static {
     /// Sent with every request besides `Content-Type`; keys marked sensitive so that reqwest
     /// never prints them.
     fn headers(config: &Self::Config) -> Result<HeaderMap, ProviderError>;
-    fn encode_request(request: &ChatRequest, stream: bool) -> Self::Body<'_>;
+    /// The body of `request`; `images`, when given, are those of one of its messages, read
+    /// for a vision model.
+    fn encode_request<'a>(request: &'a ChatRequest, stream: bool, images: Option<&'a Attached>) -> Self::Body<'a>;
     /// Decodes a whole (non-streamed) answer.
     fn decode_response(body: &[u8]) -> Result<ChatResponse, ProviderError>;
     /// Maps a non-2xx answer to an error, with the provider's own message; `secret` is blanked
@@ -137,10 +142,11 @@ impl<W: WireFormat> HttpProvider<W> {
     async fn complete_streaming(
         &self,
         request: &ChatRequest,
+        images: Option<&Attached>,
         sink: Option<TextSink<'_>>,
     ) -> Result<ChatResponse, ProviderError> {
         let limit = self.settings().request_timeout;
-        let body = W::encode_request(request, true);
+        let body = W::encode_request(request, true, images);
         let response =
             tokio::time::timeout(limit, self.send(&self.clients.get(), &body)).await.map_err(|_| self.timeout())??;
         if !is_event_stream(response.headers()) {
@@ -155,7 +161,7 @@ impl<W: WireFormat> HttpProvider<W> {
             StreamEnd::Complete(response) => Ok(response),
             StreamEnd::Unfinished { streamed, why } => {
                 let sink = resume_sink(self.settings().name, streamed, &why, sink);
-                self.complete_once(&self.clients.renew()?, &W::encode_request(request, false), sink).await
+                self.complete_once(&self.clients.renew()?, &W::encode_request(request, false, images), sink).await
             }
         }
     }
@@ -241,10 +247,12 @@ impl<W: WireFormat> Provider for HttpProvider<W> {
             "{}",
             W::REQUEST_LOG
         );
+        let images = if settings.vision { images::attach(&request.messages).await } else { None };
+        let images = images.as_ref();
         if settings.stream {
-            self.complete_streaming(request, stream).await
+            self.complete_streaming(request, images, stream).await
         } else {
-            self.complete_once(&self.clients.get(), &W::encode_request(request, false), stream).await
+            self.complete_once(&self.clients.get(), &W::encode_request(request, false, images), stream).await
         }
     }
 }

@@ -11,6 +11,7 @@ use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName};
 
 use super::http::{key_header_value, redact_password, sensitive_value};
 use super::http_provider::{HttpProvider, Settings, WireFormat};
+use super::images::Attached;
 use super::{ChatRequest, ChatResponse, ProviderError};
 use wire::StreamAccumulator;
 
@@ -27,6 +28,8 @@ pub struct OpenAiConfig {
     /// Non-streamed: the whole call. Streamed: until the answer starts, then between chunks,
     /// so a long answer that keeps flowing is not cut off.
     pub request_timeout: Duration,
+    /// The models accept images (see [`images`](super::images)).
+    pub vision: bool,
     /// Ask for server-sent events. Off for servers that cannot stream tool calls.
     pub stream: bool,
     /// Sent with every request (e.g. `OpenAI-Organization`, or a proxy's own key).
@@ -41,6 +44,7 @@ impl Default for OpenAiConfig {
             api_key: None,
             request_timeout: Duration::from_secs(120),
             stream: true,
+            vision: false,
             extra_headers: Vec::new(),
         }
     }
@@ -57,6 +61,7 @@ impl fmt::Debug for OpenAiConfig {
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("request_timeout", &self.request_timeout)
             .field("stream", &self.stream)
+            .field("vision", &self.vision)
             .field("extra_headers", &header_names)
             .finish()
     }
@@ -82,6 +87,7 @@ impl WireFormat for OpenAiWire {
             api_key: config.api_key.as_deref(),
             request_timeout: config.request_timeout,
             stream: config.stream,
+            vision: config.vision,
         }
     }
 
@@ -106,8 +112,12 @@ impl WireFormat for OpenAiWire {
         Ok(headers)
     }
 
-    fn encode_request(request: &ChatRequest, stream: bool) -> wire::WireRequest<'_> {
-        wire::encode_request(request, stream)
+    fn encode_request<'a>(
+        request: &'a ChatRequest,
+        stream: bool,
+        images: Option<&'a Attached>,
+    ) -> wire::WireRequest<'a> {
+        wire::encode_request(request, stream, images)
     }
 
     fn decode_response(body: &[u8]) -> Result<ChatResponse, ProviderError> {

@@ -115,6 +115,7 @@ mod tests {
             api_key: None,
             request_timeout: Duration::from_secs(1),
             stream: false,
+            vision: false,
             extra_headers: vec![],
         })
         .unwrap();

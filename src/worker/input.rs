@@ -1,18 +1,27 @@
 //! What the model is given for an inbound message: the person who wrote it (see
-//! [`ChatMessage::author`]), the message it replies to, its text, and a line per attachment.
+//! [`ChatMessage::author`]), the message it replies to, its text, a line per attachment, and
+//! the saved photos as images (which a vision model sees, see [`crate::provider::images`]).
 
-use switchboard_channels::contract::{InboundKind, InboundMessage, RepliedTo};
+use switchboard_channels::contract::{InboundKind, InboundMessage, Media, RepliedTo};
 
 use super::batch;
-use crate::provider::{Author, ChatMessage};
+use crate::provider::{Author, ChatMessage, ImageRef};
 
 /// The user message of a turn (or of a steering message) for `msg`.
 pub(super) fn message(msg: &InboundMessage) -> ChatMessage {
     let text = text(msg);
-    match author(msg) {
+    let message = match author(msg) {
         Some(author) => ChatMessage::user_by(author, text),
         None => ChatMessage::user(text),
-    }
+    };
+    message.with_images(msg.media.iter().filter_map(image).collect())
+}
+
+/// A photo saved on disk (the adapters call images `photo`); other files stay paths only.
+fn image(media: &Media) -> Option<ImageRef> {
+    let is_image = media.kind == "photo" || media.mime_type.as_deref().is_some_and(|m| m.starts_with("image/"));
+    let path = media.path.as_ref().filter(|_| is_image)?;
+    Some(ImageRef { path: path.clone(), mime_type: media.mime_type.clone() })
 }
 
 /// The person who wrote `msg`: none for system messages, nor for a turn merged from several
@@ -77,6 +86,22 @@ mod tests {
         let mut system = alice("cron prompt");
         system.kind = InboundKind::System;
         assert_eq!(super::message(&system).author, None);
+    }
+
+    #[test]
+    fn saved_photos_become_images_and_other_files_stay_lines() {
+        let mut msg = alice("look");
+        let photo = Media { kind: "photo".into(), path: Some("m/a.jpg".into()), ..Media::default() };
+        let pdf = Media { kind: "document".into(), path: Some("m/b.pdf".into()), ..Media::default() };
+        let linked = Media { kind: "photo".into(), url: Some("https://x/c.png".into()), ..Media::default() };
+        msg.media = vec![photo, pdf, linked];
+        let message = message(&msg);
+        assert_eq!(message.images, vec![ImageRef { path: "m/a.jpg".into(), mime_type: None }]);
+        assert!(
+            message.content.ends_with(
+                "[photo attached: m/a.jpg]\n[document attached: m/b.pdf]\n[photo attached: https://x/c.png]"
+            )
+        );
     }
 
     #[test]

@@ -22,6 +22,7 @@ fn config(fake: &FakeAnthropic, stream: bool) -> AnthropicConfig {
         api_key: Some("sk-ant-test".into()),
         request_timeout: Duration::from_secs(5),
         stream,
+        vision: false,
     }
 }
 

@@ -18,6 +18,7 @@ fn config(fake: &FakeLlm, stream: bool) -> OpenAiConfig {
         api_key: None,
         request_timeout: Duration::from_secs(5),
         stream,
+        vision: false,
         extra_headers: Vec::new(),
     }
 }

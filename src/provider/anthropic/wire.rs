@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use switchboard_channels::contract::Usage;
 
 use crate::provider::http::refusal;
+use crate::provider::images::Attached;
 use crate::provider::{ChatMessage, ChatRequest, ChatResponse, ProviderError, Role, ToolCall, ToolChoice};
 
 /// Sent when the request sets no `max_tokens`: the Messages API requires one.
@@ -50,7 +51,11 @@ struct WireTool<'a> {
     input_schema: &'a Value,
 }
 
-pub(super) fn encode_request(request: &ChatRequest, stream: bool) -> WireRequest<'_> {
+pub(super) fn encode_request<'a>(
+    request: &'a ChatRequest,
+    stream: bool,
+    images: Option<&'a Attached>,
+) -> WireRequest<'a> {
     let system: Vec<&str> = request
         .messages
         .iter()
@@ -61,7 +66,7 @@ pub(super) fn encode_request(request: &ChatRequest, stream: bool) -> WireRequest
         model: &request.model,
         max_tokens: request.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
         system: system.join("\n\n"),
-        messages: encode_messages(&request.messages),
+        messages: encode_messages(&request.messages, images),
         tools: request
             .tools
             .iter()
@@ -83,13 +88,14 @@ fn encode_tool_choice(choice: &ToolChoice) -> Option<Value> {
     }
 }
 
-/// Turns the transcript into alternating user/assistant messages of content blocks.
-pub(super) fn encode_messages(messages: &[ChatMessage]) -> Vec<WireMessage> {
+/// Turns the transcript into alternating user/assistant messages of content blocks; `images`
+/// (read for a vision model) go with their message.
+pub(super) fn encode_messages(messages: &[ChatMessage], images: Option<&Attached>) -> Vec<WireMessage> {
     let mut out: Vec<WireMessage> = Vec::new();
-    for message in messages {
+    for (index, message) in messages.iter().enumerate() {
         let (role, blocks) = match message.role {
             Role::System => continue,
-            Role::User => ("user", text_block(&message.content).into_iter().collect()),
+            Role::User => ("user", user_blocks(&message.content, Attached::of(images, index))),
             Role::Assistant => ("assistant", assistant_blocks(message)),
             // A tool result whose call was cut off with older history would be refused
             // ("unexpected tool_use_id"): leave it out.
@@ -124,6 +130,21 @@ fn push_blocks(out: &mut Vec<WireMessage>, role: &'static str, blocks: Vec<Value
 /// The API refuses empty text blocks.
 fn text_block(text: &str) -> Option<Value> {
     (!text.trim().is_empty()).then(|| json!({"type": "text", "text": text}))
+}
+
+/// A user message's text; with images, an `image` block per image before it (as the API's
+/// documentation advises) and a line per image left out.
+fn user_blocks(content: &str, images: Option<&Attached>) -> Vec<Value> {
+    let Some(images) = images else { return text_block(content).into_iter().collect() };
+    let mut blocks: Vec<Value> = images
+        .images
+        .iter()
+        .map(|image| {
+            json!({"type": "image", "source": {"type": "base64", "media_type": image.media_type, "data": image.data}})
+        })
+        .collect();
+    blocks.extend(text_block(&images.text(content)));
+    blocks
 }
 
 fn assistant_blocks(message: &ChatMessage) -> Vec<Value> {

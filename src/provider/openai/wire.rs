@@ -4,6 +4,7 @@
 //! Decoding is deliberately liberal: local servers (Ollama, llama.cpp, vLLM) leave out fields,
 //! send `null` where OpenAI sends `[]`, or send tool arguments as objects instead of strings.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -12,6 +13,7 @@ use switchboard_channels::contract::Usage;
 
 use crate::provider::http::refusal;
 use crate::provider::http_provider::StreamDecoder;
+use crate::provider::images::Attached;
 use crate::provider::sse::{SseEvent, StreamEnd};
 use crate::provider::{ChatMessage, ChatRequest, ChatResponse, ProviderError, Role, TextSink, ToolCall, ToolChoice};
 
@@ -41,13 +43,22 @@ struct StreamOptions {
 #[derive(Debug, Serialize)]
 struct WireMessage<'a> {
     role: Role,
-    /// Always a string, never `null`: llama.cpp-style servers answer 500 to an assistant
-    /// message with tool calls and `content: null`.
-    content: &'a str,
+    /// Never `null`: llama.cpp-style servers answer 500 to an assistant message with tool
+    /// calls and `content: null`.
+    content: WireContent<'a>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tool_calls: Vec<WireToolCall<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_call_id: Option<&'a str>,
+}
+
+/// A string, or (a user message with images, for a vision model) content parts: the text,
+/// then one `image_url` part with a `data:` URL per image.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum WireContent<'a> {
+    Text(Cow<'a, str>),
+    Parts(Vec<Value>),
 }
 
 #[derive(Debug, Serialize)]
@@ -80,10 +91,19 @@ struct WireFunctionDef<'a> {
 }
 
 /// Builds the request body. With `stream`, also asks for the usage chunk at the end.
-pub(super) fn encode_request(request: &ChatRequest, stream: bool) -> WireRequest<'_> {
+pub(super) fn encode_request<'a>(
+    request: &'a ChatRequest,
+    stream: bool,
+    images: Option<&'a Attached>,
+) -> WireRequest<'a> {
     WireRequest {
         model: &request.model,
-        messages: request.messages.iter().map(encode_message).collect(),
+        messages: request
+            .messages
+            .iter()
+            .enumerate()
+            .map(|(index, message)| encode_message(message, Attached::of(images, index)))
+            .collect(),
         tools: request
             .tools
             .iter()
@@ -114,7 +134,7 @@ fn encode_tool_choice(choice: &ToolChoice) -> Option<Value> {
     }
 }
 
-fn encode_message(message: &ChatMessage) -> WireMessage<'_> {
+fn encode_message<'a>(message: &'a ChatMessage, images: Option<&'a Attached>) -> WireMessage<'a> {
     let tool_calls = message
         .tool_calls
         .iter()
@@ -126,11 +146,27 @@ fn encode_message(message: &ChatMessage) -> WireMessage<'_> {
         .collect();
     WireMessage {
         role: message.role,
-        content: &message.content,
+        content: encode_content(&message.content, images),
         tool_calls,
         // Only tool results carry the id; `name` is left out, as strict servers refuse it.
         tool_call_id: (message.role == Role::Tool).then_some(message.tool_call_id.as_deref()).flatten(),
     }
+}
+
+fn encode_content<'a>(content: &'a str, images: Option<&'a Attached>) -> WireContent<'a> {
+    let Some(images) = images else { return WireContent::Text(Cow::Borrowed(content)) };
+    let text = images.text(content);
+    if images.images.is_empty() {
+        return WireContent::Text(Cow::Owned(text));
+    }
+    let mut parts = vec![serde_json::json!({"type": "text", "text": text})];
+    parts.extend(
+        images
+            .images
+            .iter()
+            .map(|image| serde_json::json!({"type": "image_url", "image_url": {"url": image.data_url()}})),
+    );
+    WireContent::Parts(parts)
 }
 
 /// Arguments the model wrote as invalid JSON were kept as a string: send them back verbatim.

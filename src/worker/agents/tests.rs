@@ -65,6 +65,7 @@ fn agent(name: &str) -> std::sync::Arc<crate::agent::Agent> {
         api_key: None,
         request_timeout: std::time::Duration::from_secs(1),
         stream: false,
+        vision: false,
         extra_headers: vec![],
     })
     .unwrap();

@@ -12,7 +12,7 @@ fn request(messages: Vec<ChatMessage>) -> ChatRequest {
 }
 
 fn encoded(messages: Vec<ChatMessage>) -> Value {
-    serde_json::to_value(encode_request(&request(messages), false)).unwrap()
+    serde_json::to_value(encode_request(&request(messages), false, None)).unwrap()
 }
 
 #[test]
@@ -87,7 +87,7 @@ fn tools_and_invalid_arguments() {
     ]);
     req.tools.push(ToolSpec { name: "t".into(), description: "d".into(), parameters: json!({"type": "object"}) });
     req.max_tokens = Some(100);
-    let body = serde_json::to_value(encode_request(&req, true)).unwrap();
+    let body = serde_json::to_value(encode_request(&req, true, None)).unwrap();
     assert_eq!(body["tools"], json!([{"name": "t", "description": "d", "input_schema": {"type": "object"}}]));
     assert_eq!(body["messages"][1]["content"][0]["input"], json!({"input": "{bad"}));
     assert_eq!((body["max_tokens"].as_u64(), body["stream"].as_bool()), (Some(100), Some(true)));
@@ -138,7 +138,7 @@ fn tool_choice_as_the_messages_api_spells_it() {
     let with = |choice: ToolChoice| {
         let request =
             ChatRequest { tools: vec![tool.clone()], tool_choice: choice, ..request(vec![ChatMessage::user("hi")]) };
-        serde_json::to_value(encode_request(&request, false)).unwrap()
+        serde_json::to_value(encode_request(&request, false, None)).unwrap()
     };
     assert!(with(ToolChoice::Auto).get("tool_choice").is_none());
     assert_eq!(with(ToolChoice::Required)["tool_choice"], json!({"type": "any"}));
@@ -146,4 +146,25 @@ fn tool_choice_as_the_messages_api_spells_it() {
         with(ToolChoice::Named("current_time".into()))["tool_choice"],
         json!({"type": "tool", "name": "current_time"})
     );
+}
+
+#[test]
+fn images_of_the_attached_message_become_base64_image_blocks_before_its_text() {
+    let image = crate::provider::images::InlineImage { media_type: "image/jpeg", data: "/9j/".into() };
+    let attached = Attached { message: 1, images: vec![image], notes: vec!["[image b.png not shown]".into()] };
+    let messages = vec![ChatMessage::system("be brief"), ChatMessage::user("what is this?")];
+    let body = serde_json::to_value(encode_request(&request(messages), false, Some(&attached))).unwrap();
+    assert_eq!(
+        body["messages"],
+        json!([{"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": "/9j/"}},
+            {"type": "text", "text": "what is this?\n[image b.png not shown]"},
+        ]}])
+    );
+    // A photo without a caption: the image block alone.
+    let attached = Attached { message: 0, notes: vec![], ..attached };
+    let body =
+        serde_json::to_value(encode_request(&request(vec![ChatMessage::user("")]), false, Some(&attached))).unwrap();
+    assert_eq!(body["messages"][0]["content"].as_array().unwrap().len(), 1);
+    assert_eq!(body["messages"][0]["content"][0]["type"], "image");
 }

@@ -19,7 +19,7 @@ fn request(messages: Vec<ChatMessage>, tools: Vec<ToolSpec>) -> ChatRequest {
 }
 
 fn encode(request: &ChatRequest, stream: bool) -> Value {
-    serde_json::to_value(encode_request(request, stream)).unwrap()
+    serde_json::to_value(encode_request(request, stream, None)).unwrap()
 }
 
 #[test]
@@ -239,4 +239,32 @@ fn tool_choice_is_sent_only_with_tools_and_as_the_api_spells_it() {
         json!({"type": "function", "function": {"name": "current_time"}})
     );
     assert!(with(ToolChoice::Required, vec![]).get("tool_choice").is_none(), "no tools, no choice");
+}
+
+fn png(data: &str) -> crate::provider::images::InlineImage {
+    crate::provider::images::InlineImage { media_type: "image/png", data: data.into() }
+}
+
+#[test]
+fn images_of_the_attached_message_become_image_url_parts_after_its_text() {
+    let messages = vec![ChatMessage::user("older"), ChatMessage::assistant("ok", vec![]), ChatMessage::user("look")];
+    let attached = Attached { message: 2, images: vec![png("iVBO")], notes: vec!["[image b.png not shown]".into()] };
+    let body = serde_json::to_value(encode_request(&request(messages, vec![]), false, Some(&attached))).unwrap();
+    assert_eq!(body["messages"][0]["content"], "older", "other messages stay plain strings");
+    assert_eq!(
+        body["messages"][2]["content"],
+        json!([
+            {"type": "text", "text": "look\n[image b.png not shown]"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO"}},
+        ])
+    );
+    // Every image left out: a plain string with the notes.
+    let none_sent = Attached { images: vec![], ..attached };
+    let body = serde_json::to_value(encode_request(
+        &request(vec![ChatMessage::user("a"), ChatMessage::user("b")], vec![]),
+        false,
+        Some(&Attached { message: 1, ..none_sent }),
+    ))
+    .unwrap();
+    assert_eq!(body["messages"][1]["content"], "b\n[image b.png not shown]");
 }
