@@ -7,7 +7,8 @@
 //! `input_json_delta`s, `message_delta` with usage, `message_stop`, a `ping` in between);
 //! others get one JSON message. Every request is recorded with its headers, even those
 //! answered with an error. Requests without `anthropic-version` or `max_tokens` get a 400,
-//! as from the real API.
+//! as from the real API, and so do `image` blocks whose base64 source is not a JPEG, PNG, GIF
+//! or WebP of the declared `media_type`; [`sent_images`] decodes those a request carried.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -22,11 +23,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::{Value, json};
 
-pub use crate::fake_server::Scripted;
+use crate::fake_server::images;
 use crate::fake_server::{
     CallLog, ModelScript, ServerTask, Settled, bind_loopback, event_stream, event_stream_at_once, json_or_text,
     json_status, split_text,
 };
+pub use crate::fake_server::{Scripted, SentImage};
 
 /// An Anthropic-style error body.
 pub fn error_body(kind: &str, message: &str) -> Value {
@@ -156,7 +158,26 @@ fn refusal(shared: &Shared, headers: &HeaderMap, request: &Value) -> Option<Resp
     if !request.is_object() || request.get("max_tokens").and_then(Value::as_u64).is_none() {
         return Some(json_status(400, None, error_body("invalid_request_error", "max_tokens: Field required")));
     }
+    if let Some(why) = image_blocks(request).find_map(Result::err) {
+        return Some(json_status(400, None, error_body("invalid_request_error", &why)));
+    }
     None
+}
+
+/// The images a request carried as `image` blocks (base64 sources), in order.
+pub fn sent_images(request: &Value) -> Vec<SentImage> {
+    image_blocks(request).filter_map(Result::ok).collect()
+}
+
+fn image_blocks(request: &Value) -> impl Iterator<Item = Result<SentImage, String>> {
+    images::parts(request).filter(|block| block["type"] == "image").map(|block| {
+        let source = &block["source"];
+        if source["type"] != "base64" {
+            return Err("image.source.type: this fake takes \"base64\" sources only".to_owned());
+        }
+        let field = |name: &str| source[name].as_str().ok_or(format!("image.source.{name}: Field required"));
+        images::decode(field("media_type")?, field("data")?)
+    })
 }
 
 async fn messages(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {

@@ -9,7 +9,9 @@
 //! It answers `"stream": true` requests with server-sent events shaped like OpenAI's (text
 //! split over several chunks, tool calls as indexed deltas with the arguments split, a usage
 //! chunk, `[DONE]`) and others with one JSON document. Every request body is recorded, even
-//! those answered with an error.
+//! those answered with an error. `image_url` parts must be base64 `data:` URLs of a JPEG, PNG,
+//! GIF or WebP whose bytes match the declared type, else a 400 as from OpenAI;
+//! [`sent_images`] decodes those a request carried.
 //!
 //! [`FakeLlm::start_with_quirks`] makes it behave like a server users run instead of the hosted
 //! API ([`Quirks::llama_cpp`]: no usage in streams, an empty 200 stream on overflow, …).
@@ -19,7 +21,7 @@ mod quirks;
 
 pub use quirks::{Quirks, request_tokens};
 
-pub use crate::fake_server::{Scripted, split_text};
+pub use crate::fake_server::{Scripted, SentImage, split_text};
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -34,7 +36,7 @@ use axum::routing::post;
 use serde_json::{Value, json};
 
 use crate::fake_server::{
-    CallLog, ModelScript, ServerTask, Settled, bind_loopback, event_stream, event_stream_at_once, json_or_text,
+    CallLog, ModelScript, ServerTask, Settled, bind_loopback, event_stream, event_stream_at_once, images, json_or_text,
     json_status, lock,
 };
 
@@ -202,7 +204,22 @@ fn refusal(shared: &Shared, headers: &HeaderMap, request: &Value) -> Option<Resp
             error_body("We could not parse the JSON body of your request.", "invalid_request_error", "invalid_json"),
         ));
     }
+    if let Some(why) = image_parts(request).find_map(Result::err) {
+        return Some(json_status(400, None, error_body(&why, "invalid_request_error", "invalid_image_format")));
+    }
     quirks::refusal(&shared.quirks, request)
+}
+
+/// The images a request carried as `image_url` parts (a `data:` URL each), in order.
+pub fn sent_images(request: &Value) -> Vec<SentImage> {
+    image_parts(request).filter_map(Result::ok).collect()
+}
+
+fn image_parts(request: &Value) -> impl Iterator<Item = Result<SentImage, String>> {
+    images::parts(request).filter(|part| part["type"] == "image_url").map(|part| {
+        let url = part["image_url"]["url"].as_str().ok_or("image_url.url: a string is required")?;
+        images::decode_data_url(url)
+    })
 }
 
 /// The oldest conditional answer whose needle is in the request's system or last user message.

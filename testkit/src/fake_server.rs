@@ -4,9 +4,11 @@
 //! server-sent events they are written as.
 
 mod call_log;
+pub(crate) mod images;
 mod script;
 
 pub(crate) use call_log::{CallLog, Describe};
+pub use images::SentImage;
 pub(crate) use script::{ModelScript, Settled, event_stream, event_stream_at_once};
 pub use script::{Scripted, split_text};
 

@@ -16,7 +16,8 @@ pub use bus::{BusKind, TestBus, next_out, nothing_more};
 use switchboard::assembly::{AssembledWorker, Assembly, Overrides};
 use switchboard::clock::Clock;
 use switchboard::config::{
-    AgentConfig, BindingConfig, Config, MAIN_AGENT, ModelPrice, NamedAgentConfig, ProviderConfig, StoreConfig,
+    AgentConfig, BindingConfig, Config, MAIN_AGENT, ModelPrice, NamedAgentConfig, ProviderConfig, ProviderKind,
+    StoreConfig,
 };
 use switchboard::scheduler::CronSettings;
 use switchboard::store::sqlite::SqliteStore;
@@ -94,6 +95,11 @@ pub struct Setup {
     pub subagents: Option<(SubagentSettings, Clock)>,
     /// The SQLite file, to share one with another store handle; default: in the temp dir.
     pub store_path: Option<PathBuf>,
+    /// The provider's `vision` key: its model gets photos as image parts (default off).
+    pub vision: bool,
+    /// The base URL of a `FakeAnthropic`: the provider speaks the Messages API to it instead
+    /// of the OpenAI API to `llm` (which then gets no calls).
+    pub anthropic: Option<String>,
     /// Run the worker task (default on). Off when the test takes the inbound queue itself,
     /// which a worker would compete for.
     pub run_worker: bool,
@@ -135,6 +141,8 @@ impl Setup {
             cron: None,
             subagents: None,
             store_path: None,
+            vision: false,
+            anthropic: None,
             run_worker: true,
         }
     }
@@ -185,11 +193,14 @@ impl Setup {
     /// The config the agents are read from: each answers with the scripted model on the
     /// provider `fake`, which neither streams nor retries; only the tools asked for.
     fn config(&self, dir: &Path, llm_url: &str) -> Config {
+        let kind = if self.anthropic.is_some() { ProviderKind::Anthropic } else { ProviderKind::Openai };
         let fake = ProviderConfig {
-            base_url: llm_url.to_owned(),
+            kind,
+            base_url: self.anthropic.clone().unwrap_or_else(|| llm_url.to_owned()),
             request_timeout_secs: 60,
             stream: false,
             max_retries: 0,
+            vision: self.vision,
             ..ProviderConfig::default()
         };
         let (main, others) = self.agents.split_first().expect("at least one agent");

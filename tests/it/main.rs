@@ -34,5 +34,6 @@ mod telegram;
 mod tool_attacks;
 mod traces;
 mod users;
+mod vision;
 mod web_attacks;
 mod worker;
