@@ -87,6 +87,7 @@ async fn a_fact_past_the_prompt_cap_is_found_in_the_owners_chat() {
     assert!(h.offered_tools(0).contains(&"memory_search".to_owned()), "{:?}", h.offered_tools(0));
     let prompt = requests[0]["messages"][0]["content"].as_str().unwrap_or_default();
     assert!(prompt.contains("- note 599") && !prompt.contains(SECRET), "the prompt shows only MEMORY.md's end");
+    assert!(prompt.contains("find older facts with memory_search"), "the prompt says how to find the rest");
     let [result] = &last_tool_results(&h)[..] else { panic!("one tool result") };
     assert!(result.contains("1. MEMORY.md line 3\n") && result.contains(SECRET), "{result}");
     h.stop().await;
