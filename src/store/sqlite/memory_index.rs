@@ -139,3 +139,59 @@ async fn delete_chunks(
         .await?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(line: u32, text: &str) -> MemoryChunk {
+        MemoryChunk { start_line: line, end_line: line, text: text.into() }
+    }
+
+    async fn search(store: &SqliteStore, root: &str, paths: &[&str], words: &[&str]) -> Vec<(String, u32)> {
+        let paths: Vec<String> = paths.iter().map(|p| (*p).to_owned()).collect();
+        let terms: Vec<String> = words.iter().map(|w| (*w).to_owned()).collect();
+        let query = MemoryQuery { root, paths: &paths, terms: &terms, limit: 10 };
+        let hits = store.search_memory(&query).await.unwrap();
+        hits.into_iter().map(|hit| (hit.path, hit.start_line)).collect()
+    }
+
+    async fn integrity(store: &SqliteStore) {
+        sqlx::query("INSERT INTO memory_fts (memory_fts, rank) VALUES ('integrity-check', 1)")
+            .execute(store.pool())
+            .await
+            .expect("the FTS index matches its chunks");
+    }
+
+    #[test]
+    fn queries_quote_every_term() {
+        let terms = ["zebra", "or", "a\"b", "x*"].map(String::from);
+        assert_eq!(fts5_query(&terms), "\"zebra\"* OR \"or\" OR \"a\"\"b\"* OR \"x*\"");
+    }
+
+    #[tokio::test]
+    async fn files_are_replaced_forgotten_and_kept_apart_per_workspace() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("s.db")).await.unwrap();
+        store
+            .index_memory_file("/a", "MEMORY.md", "1:x", &[chunk(1, "Zebra"), chunk(3, "Lion and zebra")])
+            .await
+            .unwrap();
+        store.index_memory_file("/b", "MEMORY.md", "1:y", &[chunk(7, "zebra")]).await.unwrap();
+        store.index_memory_file("/a", "USER.md", "1:z", &[chunk(2, "zebras")]).await.unwrap();
+        assert_eq!(store.memory_fingerprint("/a", "MEMORY.md").await.unwrap().as_deref(), Some("1:x"));
+        let hits = search(&store, "/a", &["MEMORY.md"], &["zebra", "lion"]).await;
+        assert_eq!(hits, [("MEMORY.md".to_owned(), 3), ("MEMORY.md".to_owned(), 1)]);
+        assert_eq!(search(&store, "/a", &["USER.md", "MEMORY.md"], &["zebra"]).await.len(), 3);
+        assert!(search(&store, "/a", &[], &["zebra"]).await.is_empty());
+
+        store.index_memory_file("/a", "MEMORY.md", "2:x", &[chunk(5, "Only a lion now")]).await.unwrap();
+        assert!(search(&store, "/a", &["MEMORY.md"], &["zebra"]).await.is_empty());
+        assert_eq!(search(&store, "/a", &["MEMORY.md"], &["lion"]).await, [("MEMORY.md".to_owned(), 5)]);
+        store.forget_memory_file("/a", "MEMORY.md").await.unwrap();
+        assert!(search(&store, "/a", &["MEMORY.md"], &["lion"]).await.is_empty());
+        assert_eq!(store.memory_fingerprint("/a", "MEMORY.md").await.unwrap(), None);
+        assert_eq!(search(&store, "/b", &["MEMORY.md"], &["zebra"]).await, [("MEMORY.md".to_owned(), 7)]);
+        integrity(&store).await;
+    }
+}
