@@ -26,19 +26,18 @@ impl Tool for MemoryGet {
     }
 
     fn description(&self) -> &str {
-        "Reads lines of one of this chat's memory files (a path memory_search named, such as MEMORY.md), \
-         from_line on (1-based)."
+        "Reads lines of a memory file that memory_search named."
     }
 
     fn parameters(&self) -> Value {
         json!({
             "type": "object",
             "properties": {
-                "path": {"type": "string", "description": "Memory file, relative to the workspace"},
-                "from_line": {"type": "integer", "minimum": 1, "description": "First line to read; default 1"},
+                "path": {"type": "string", "description": "e.g. MEMORY.md"},
+                "from_line": {"type": "integer", "minimum": 1, "description": "1-based; default 1"},
                 "lines": {
                     "type": "integer", "minimum": 1, "maximum": self.settings.max_get_lines,
-                    "description": format!("Lines to read; default and most {}", self.settings.max_get_lines)
+                    "description": format!("Default {}", self.settings.max_get_lines)
                 }
             },
             "required": ["path"]

@@ -51,18 +51,17 @@ impl Tool for MemorySearch {
     }
 
     fn description(&self) -> &str {
-        "Searches this chat's long-term memory files (all of them, also what the prompt leaves out) for \
-         words, best matches first. Each hit names the file and its lines; read more with memory_get."
+        "Searches this chat's memory files, also past what the prompt shows. Hits name file and lines."
     }
 
     fn parameters(&self) -> Value {
         json!({
             "type": "object",
             "properties": {
-                "query": {"type": "string", "description": "Words to look for (names, topics, facts)"},
+                "query": {"type": "string", "description": "Words to look for"},
                 "max_results": {
                     "type": "integer", "minimum": 1, "maximum": self.settings.max_results,
-                    "description": format!("Most hits to return; default {}", self.settings.default_results)
+                    "description": format!("Default {}", self.settings.default_results)
                 }
             },
             "required": ["query"]
