@@ -60,7 +60,7 @@ pub use queue_mode::QueueMode;
 pub use secret::Secret;
 pub use subagents::SubagentsConfig;
 pub use telegram::{DmPolicyConfig, GroupPolicyConfig, TelegramChannelConfig, TelegramMode};
-pub use tools::{ExecToolConfig, FsToolsConfig, ToolsConfig, WebToolsConfig};
+pub use tools::{ExecToolConfig, FsToolsConfig, MemoryToolsConfig, ToolsConfig, WebToolsConfig};
 pub use users::{BudgetsConfig, GroupAccessConfig, GroupKey, PermissionsConfig, RateLimitsConfig, UsersConfig};
 
 /// The provider URL used when neither the config nor `OPENAI_BASE_URL` names one.

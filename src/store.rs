@@ -8,6 +8,7 @@ pub mod cron;
 pub mod heartbeat;
 mod journal;
 pub mod lock;
+pub mod memory_index;
 mod migrate;
 pub mod pairing;
 pub mod sqlite;

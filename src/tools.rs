@@ -4,6 +4,7 @@
 mod current_time;
 pub mod exec;
 pub mod fs;
+pub mod memory;
 mod message;
 mod truncate;
 pub mod untrusted;

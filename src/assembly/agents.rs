@@ -10,6 +10,7 @@ use crate::agent::Agent;
 use crate::config::MAIN_AGENT;
 use crate::scheduler::CronTool;
 use crate::store::cron::CronStore;
+use crate::store::memory_index::MemoryIndex;
 use crate::store::sqlite::SqliteStore;
 use crate::subagents::SubagentManager;
 use crate::subagents::tool::SpawnTool;
@@ -69,6 +70,7 @@ impl Assembly {
             register_web_tools(&mut tools, &config.tools.web);
         }
         register_local_tools(&mut tools, &config.tools)?;
+        crate::tools::memory::register(&mut tools, Arc::clone(store) as Arc<dyn MemoryIndex>, &config.tools.memory);
         if config.cron.enabled {
             let store = Arc::clone(store) as Arc<dyn CronStore>;
             tools.register(Arc::new(CronTool::new(store, self.overrides.clock.clone(), self.cron_settings())));

@@ -246,6 +246,8 @@ fn validation_names_the_key() {
         ("[agent]\ntemperature = 3.0\n", "agent.temperature"),
         ("[tools.fs]\nmax_read_bytes = 0\n", "tools.fs.max_read_bytes"),
         ("[tools.exec]\ntimeout_secs = 400\n", "tools.exec.timeout_secs"),
+        ("[tools.memory]\nmax_results = 0\n", "tools.memory.max_results"),
+        ("[tools.memory]\ndefault_results = 30\n", "tools.memory.default_results"),
         ("[tools.exec]\ndeny_patterns = ['rm (']\n", "tools.exec.deny_patterns"),
     ];
     for (text, key) in cases {

@@ -2,12 +2,14 @@
 
 mod exec;
 mod fs;
+mod memory;
 mod web;
 
 use serde::{Deserialize, Serialize};
 
 pub use exec::ExecToolConfig;
 pub use fs::FsToolsConfig;
+pub use memory::MemoryToolsConfig;
 pub use web::WebToolsConfig;
 
 /// The agent's tools.
@@ -18,6 +20,7 @@ pub struct ToolsConfig {
     pub max_result_chars: usize,
     pub fs: FsToolsConfig,
     pub exec: ExecToolConfig,
+    pub memory: MemoryToolsConfig,
     pub web: WebToolsConfig,
 }
 
@@ -27,6 +30,7 @@ impl Default for ToolsConfig {
             max_result_chars: 16_000,
             fs: FsToolsConfig::default(),
             exec: ExecToolConfig::default(),
+            memory: MemoryToolsConfig::default(),
             web: WebToolsConfig::default(),
         }
     }

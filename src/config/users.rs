@@ -64,6 +64,8 @@ impl Default for PermissionsConfig {
             ("message", Level::User),
             ("cron", Level::User),
             ("spawn", Level::User),
+            ("memory_search", Level::User),
+            ("memory_get", Level::User),
             ("exec", Level::Admin),
         ];
         Self {

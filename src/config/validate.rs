@@ -57,6 +57,12 @@ pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigE
     if let Some((key, reason)) = super::users::groups_problem(&config.users) {
         return Err(fail(&key, reason));
     }
+    let memory = &config.tools.memory;
+    if memory.default_results > memory.max_results {
+        let reason =
+            format!("{} is more than tools.memory.max_results ({})", memory.default_results, memory.max_results);
+        return Err(fail("tools.memory.default_results", reason));
+    }
     if let Some((key, reason)) = web_problem(&config.tools.web) {
         return Err(fail(key, reason));
     }
@@ -197,6 +203,10 @@ fn zero_counts(config: &Config) -> Option<(&'static str, u64)> {
         ("tools.fs.max_read_bytes", as_u64(config.tools.fs.max_read_bytes)),
         ("tools.fs.max_write_bytes", as_u64(config.tools.fs.max_write_bytes)),
         ("tools.fs.max_list_entries", as_u64(config.tools.fs.max_list_entries)),
+        ("tools.memory.default_results", as_u64(config.tools.memory.default_results)),
+        ("tools.memory.max_results", as_u64(config.tools.memory.max_results)),
+        ("tools.memory.max_file_bytes", as_u64(config.tools.memory.max_file_bytes)),
+        ("tools.memory.max_get_lines", as_u64(config.tools.memory.max_get_lines)),
         ("tools.exec.timeout_secs", config.tools.exec.timeout_secs),
         ("tools.exec.max_timeout_secs", config.tools.exec.max_timeout_secs),
         ("tools.exec.max_output_bytes", as_u64(config.tools.exec.max_output_bytes)),

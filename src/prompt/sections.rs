@@ -3,7 +3,7 @@
 
 use super::{PromptInput, PromptMode, Sender};
 use crate::workspace::memory::{self, MemoryScope};
-use crate::workspace::{BOOTSTRAP_FILES, Keep};
+use crate::workspace::{BOOTSTRAP_FILES, FileText, Keep};
 
 /// A section: its name (for tests and logs) and the function that writes it.
 pub type Section = fn(&PromptInput<'_>) -> Option<String>;
@@ -98,7 +98,14 @@ pub fn memory(input: &PromptInput<'_>) -> Option<String> {
     let file = input.memory.file_shown()?;
     let body = input.files.memory.render(&file, Keep::Tail)?;
     let whose = if input.memory.is_owner() { String::new() } else { format!(" in {}", input.memory.describe()) };
-    Some(format!("# Memory\n\nLasting facts you noted earlier{whose} ({file}):\n\n{}", without_title(&body, "Memory")))
+    let body = without_title(&body, "Memory");
+    let cut = matches!(input.files.memory, FileText::Text { cut_chars, .. } if cut_chars > 0);
+    let search = input.tools.iter().any(|tool| tool.name == "memory_search");
+    let hint = match cut && search {
+        true => "\n\nOnly the newest part is shown here: find older facts with memory_search.",
+        false => "",
+    };
+    Some(format!("# Memory\n\nLasting facts you noted earlier{whose} ({file}):\n\n{body}{hint}"))
 }
 
 /// Where the agent works, what the bootstrap files are, which memory file is this chat's, and

@@ -212,3 +212,17 @@ fn the_owner_s_direct_chat_keeps_memory_md_and_user_md() {
     assert!(prompt.contains("- MEMORY.md: lasting facts from the owner's direct chats"), "{prompt}");
     assert!(!prompt.contains("not available in this chat"), "{prompt}");
 }
+
+#[test]
+fn a_cut_memory_file_points_to_memory_search_when_it_is_offered() {
+    let files = WorkspaceFiles { memory: FileText::Text { text: "NEWEST".into(), cut_chars: 500 }, ..all_files() };
+    let hint = "find older facts with memory_search";
+    let without = sections::memory(&input(PromptMode::Full, &files, &tools())).unwrap();
+    assert!(without.contains("NEWEST") && !without.contains(hint), "{without}");
+    let mut offered = tools();
+    offered.push(ToolSpec { name: "memory_search".into(), description: "Searches.".into(), parameters: json!({}) });
+    let with = sections::memory(&input(PromptMode::Full, &files, &offered)).unwrap();
+    assert!(with.ends_with(&format!("NEWEST\n\nOnly the newest part is shown here: {hint}.")), "{with}");
+    let whole = sections::memory(&input(PromptMode::Full, &all_files(), &offered)).unwrap();
+    assert!(!whole.contains(hint), "{whole}");
+}

@@ -35,6 +35,7 @@ pub(crate) const SQLITE_MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../migrations/sqlite/0011_usage_estimated.sql"),
     },
     Migration { version: 12, name: "group_usage", sql: include_str!("../../migrations/sqlite/0012_group_usage.sql") },
+    Migration { version: 13, name: "memory_index", sql: include_str!("../../migrations/sqlite/0013_memory_index.sql") },
 ];
 
 /// Brings the database up to the newest schema this build knows.

@@ -10,6 +10,7 @@
 mod compaction;
 mod cron;
 mod heartbeat;
+mod memory_index;
 mod pairing;
 mod subagents;
 mod users;

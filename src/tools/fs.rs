@@ -62,7 +62,7 @@ where
 /// Opens an existing regular file for reading. `O_NONBLOCK` so that a FIFO swapped in after
 /// resolution cannot hang the open; `O_NOFOLLOW` so that a symlink swapped in for the last
 /// component is not followed. The type is then checked on the open handle itself.
-fn open_regular(resolved: &Resolved) -> Result<(File, Metadata), ToolError> {
+pub(crate) fn open_regular(resolved: &Resolved) -> Result<(File, Metadata), ToolError> {
     let file = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
@@ -77,7 +77,7 @@ fn open_regular(resolved: &Resolved) -> Result<(File, Metadata), ToolError> {
 }
 
 /// Text of `bytes`, or an error saying the file is not text.
-fn as_text(bytes: Vec<u8>, shown: &str) -> Result<String, ToolError> {
+pub(crate) fn as_text(bytes: Vec<u8>, shown: &str) -> Result<String, ToolError> {
     let not_text = || {
         ToolError::Failed(format!(
             "`{shown}` is not a UTF-8 text file (binary data?); read_file and edit_file only handle text"

@@ -88,6 +88,8 @@ pub struct Setup {
     pub file_tools: bool,
     /// The `exec` tool (admin-only under the default levels).
     pub exec: bool,
+    /// `memory_search` and `memory_get`.
+    pub memory_tools: bool,
     pub tools: Vec<Arc<dyn Tool>>,
     /// The `cron` tool, with these settings on this clock.
     pub cron: Option<(CronSettings, Clock)>,
@@ -137,6 +139,7 @@ impl Setup {
             message_tool: true,
             file_tools: false,
             exec: false,
+            memory_tools: false,
             tools: Vec::new(),
             cron: None,
             subagents: None,
@@ -235,6 +238,7 @@ impl Setup {
         config.tools.web.enabled = false;
         config.tools.fs.enabled = self.file_tools;
         config.tools.exec.enabled = self.exec;
+        config.tools.memory.enabled = self.memory_tools;
         config.cron.enabled = self.cron.is_some();
         config.subagents.enabled = self.subagents.is_some();
         config

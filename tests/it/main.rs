@@ -23,6 +23,7 @@ mod hygiene;
 mod journal;
 mod limits;
 mod memory_scopes;
+mod memory_search;
 mod provider;
 mod query_plans;
 mod run_limits;

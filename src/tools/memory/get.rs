@@ -1,0 +1,99 @@
+//! `memory_get`: lines of a memory file the run's scope may read.
+
+use std::io::{BufRead, BufReader};
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use super::{MemorySettings, blocking, is_memory_file, workspace};
+use crate::tools::fs::{Resolved, open_regular, workspace::io_error};
+use crate::tools::{Tool, ToolContext, ToolError, required_str};
+
+pub struct MemoryGet {
+    settings: MemorySettings,
+}
+
+impl MemoryGet {
+    pub fn new(settings: MemorySettings) -> Self {
+        Self { settings }
+    }
+}
+
+#[async_trait]
+impl Tool for MemoryGet {
+    fn name(&self) -> &str {
+        "memory_get"
+    }
+
+    fn description(&self) -> &str {
+        "Reads lines of a memory file that memory_search named."
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "e.g. MEMORY.md"},
+                "from_line": {"type": "integer", "minimum": 1, "description": "1-based; default 1"},
+                "lines": {
+                    "type": "integer", "minimum": 1, "maximum": self.settings.max_get_lines,
+                    "description": format!("Default {}", self.settings.max_get_lines)
+                }
+            },
+            "required": ["path"]
+        })
+    }
+
+    async fn execute(&self, arguments: Value, ctx: &ToolContext) -> Result<String, ToolError> {
+        let path = required_str(&arguments, "path")?;
+        let from = positive(&arguments, "from_line")?.unwrap_or(1);
+        let count =
+            positive(&arguments, "lines")?.unwrap_or(self.settings.max_get_lines).min(self.settings.max_get_lines);
+        // Refuses another scope's memory, as the file tools do (real path, links resolved).
+        let resolved = workspace(ctx)?.resolve(path)?;
+        if !is_memory_file(&resolved.shown) {
+            return Err(ToolError::Refused(format!(
+                "`{path}` is not a memory file; memory_get reads MEMORY.md, USER.md and the .md files under \
+                 memory/ (other files: read_file)"
+            )));
+        }
+        blocking(move || read_lines(&resolved, from, count)).await
+    }
+}
+
+/// An optional integer argument of at least 1.
+fn positive(arguments: &Value, key: &str) -> Result<Option<usize>, ToolError> {
+    match arguments.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => match value.as_u64().and_then(|n| usize::try_from(n).ok()) {
+            Some(n) if n >= 1 => Ok(Some(n)),
+            _ => Err(ToolError::InvalidArguments(format!("`{key}` must be an integer of at least 1"))),
+        },
+    }
+}
+
+fn read_lines(resolved: &Resolved, from: usize, count: usize) -> Result<String, ToolError> {
+    let shown = &resolved.shown;
+    let (file, _) = open_regular(resolved)?;
+    let mut kept = Vec::new();
+    let mut total = 0;
+    for line in BufReader::new(file).split(b'\n') {
+        let line = line.map_err(|e| io_error("read", shown, &e))?;
+        total += 1;
+        if total >= from && kept.len() < count {
+            kept.push(String::from_utf8_lossy(&line).trim_end_matches('\r').to_owned());
+        }
+    }
+    if kept.is_empty() {
+        return Ok(match total {
+            0 => format!("(`{shown}` is empty)"),
+            _ => format!("(`{shown}` has {total} lines; nothing from line {from} on)"),
+        });
+    }
+    let last = from + kept.len() - 1;
+    let more = match last < total {
+        true => format!("; to read on, from_line={}", last + 1),
+        false => String::new(),
+    };
+    Ok(format!("[{shown} lines {from}-{last} of {total}{more}]\n{}", kept.join("\n")))
+}

@@ -1,0 +1,139 @@
+//! `memory_search` and `memory_get` through the worker, against the scripted model and a real
+//! SQLite file: a fact the prompt's cap leaves out of a long `MEMORY.md` is found in the
+//! owner's direct chat; a group's search finds the group's own memory and never the owner's;
+//! `memory_get` refuses the owner's file in a group. See docs/memory.md, "Search".
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use switchboard::config::{BudgetsConfig, Level, PermissionsConfig, UsersConfig};
+use switchboard::users::AccessPolicy;
+use switchboard::worker::WorkerSettings;
+use switchboard_channels::contract::{InboundMessage, Sender};
+use switchboard_testkit::fake_llm::Scripted;
+
+use crate::common::{BusKind, Harness, Setup, next_out, nothing_more};
+
+const OWNER: &str = "42";
+const MEMBER: &str = "9";
+const GROUP: &str = "-1001234";
+/// The owner's fact, near the start of a long MEMORY.md.
+const SECRET: &str = "ZEBRA-4711";
+
+/// The owner is `telegram:42`; group members (guests) may use the memory tools here, so the
+/// test can show what they reach.
+fn settings() -> WorkerSettings {
+    let users = UsersConfig { owners: vec![format!("telegram:{OWNER}")], ..UsersConfig::default() };
+    let mut permissions = PermissionsConfig::default();
+    for tool in ["memory_search", "memory_get"] {
+        permissions.tools.insert(tool.into(), Level::Guest);
+    }
+    let access = AccessPolicy::from_config(&users, &permissions, &BudgetsConfig::default()).unwrap();
+    let mut settings = WorkerSettings { access, ..WorkerSettings::default() };
+    settings.queue.debounce = Duration::ZERO;
+    settings
+}
+
+async fn start() -> Harness {
+    let h = Setup { settings: settings(), memory_tools: true, ..Setup::new(BusKind::Memory) }.start().await;
+    std::fs::write(h.workspace.join("MEMORY.md"), long_memory()).unwrap();
+    h
+}
+
+/// About 24,000 characters, three times `agent.memory_max_chars`; the locker code on line 3.
+fn long_memory() -> String {
+    let mut text = format!("# Memory\n\nThe locker code at the zoo is {SECRET}.\n\n");
+    for i in 0..600 {
+        text.push_str(&format!("- note {i}: a quiet day\n"));
+    }
+    text
+}
+
+fn dm(content: &str) -> InboundMessage {
+    let sender = Sender { id: OWNER.into(), name: "Owner".into(), is_bot: false };
+    InboundMessage::user("telegram", OWNER, sender, content)
+}
+
+fn in_group(content: &str) -> InboundMessage {
+    let sender = Sender { id: MEMBER.into(), name: "Member".into(), is_bot: false };
+    let mut msg = InboundMessage::user("telegram", GROUP, sender, content);
+    msg.is_group = true;
+    msg.mentioned = true;
+    msg
+}
+
+fn call(tool: &str, arguments: Value) -> (String, Value) {
+    (tool.to_owned(), arguments)
+}
+
+/// The tool results the last model request carries, in call order.
+fn last_tool_results(h: &Harness) -> Vec<String> {
+    let requests = h.llm.requests();
+    let messages = requests.last().unwrap()["messages"].as_array().cloned().unwrap_or_default();
+    let tools = messages.iter().filter(|m| m["role"] == "tool");
+    tools.map(|m| m["content"].as_str().unwrap_or_default().to_owned()).collect()
+}
+
+#[tokio::test]
+async fn a_fact_past_the_prompt_cap_is_found_in_the_owners_chat() {
+    let h = start().await;
+    let mut out = h.outbound("telegram").await;
+    h.llm.push(Scripted::ToolCalls(vec![call("memory_search", json!({"query": "locker code"}))]));
+    h.llm.push(Scripted::Text(format!("The code is {SECRET}.")));
+    h.send(&dm("What was the locker code?")).await;
+    assert_eq!(next_out(&mut out).await.content, format!("The code is {SECRET}."));
+
+    let requests = h.llm.requests();
+    assert!(h.offered_tools(0).contains(&"memory_search".to_owned()), "{:?}", h.offered_tools(0));
+    let prompt = requests[0]["messages"][0]["content"].as_str().unwrap_or_default();
+    assert!(prompt.contains("- note 599") && !prompt.contains(SECRET), "the prompt shows only MEMORY.md's end");
+    assert!(prompt.contains("find older facts with memory_search"), "the prompt says how to find the rest");
+    let [result] = &last_tool_results(&h)[..] else { panic!("one tool result") };
+    assert!(result.contains("1. MEMORY.md line 3\n") && result.contains(SECRET), "{result}");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_groups_search_finds_its_own_memory_and_never_the_owners() {
+    let h = start().await;
+    let own = format!("memory/groups/telegram_{GROUP}.md");
+    std::fs::create_dir_all(h.workspace.join("memory/groups")).unwrap();
+    std::fs::write(h.workspace.join(&own), "# Group\n\nOur zoo mascot is a zebra called Stripes.\n").unwrap();
+    let mut out = h.outbound("telegram").await;
+    h.llm.push(Scripted::ToolCalls(vec![
+        call("memory_search", json!({"query": "zoo locker code zebra"})),
+        call("memory_get", json!({"path": "MEMORY.md"})),
+        call("memory_get", json!({"path": own, "from_line": 3})),
+    ]));
+    h.llm.push(Scripted::Text("Stripes.".into()));
+    h.send(&in_group("What do we know about the zoo?")).await;
+    assert_eq!(next_out(&mut out).await.content, "Stripes.");
+    nothing_more(&mut out, Duration::from_millis(200)).await;
+
+    let [search, owners, group] = &last_tool_results(&h)[..] else { panic!("three tool results") };
+    assert!(search.contains(&format!("1. {own} line 3")) && search.contains("Stripes"), "{search}");
+    assert!(!search.contains("MEMORY.md") && !search.contains("2. "), "{search}");
+    assert!(owners.starts_with("error: refused:") && owners.contains("owner's private memory"), "{owners}");
+    assert!(group.contains(&format!("[{own} lines 3-3 of 3]")) && group.contains("Stripes"), "{group}");
+    for (i, request) in h.llm.requests().iter().enumerate() {
+        assert!(!request.to_string().contains(SECRET), "request {i} of the group carries the owner's fact");
+    }
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn guests_are_not_offered_memory_search_by_default() {
+    let users = UsersConfig { owners: vec![format!("telegram:{OWNER}")], ..UsersConfig::default() };
+    let access = AccessPolicy::from_config(&users, &PermissionsConfig::default(), &BudgetsConfig::default()).unwrap();
+    let mut settings = WorkerSettings { access, ..WorkerSettings::default() };
+    settings.queue.debounce = Duration::ZERO;
+    let h = Setup { settings, memory_tools: true, ..Setup::new(BusKind::Memory) }.start().await;
+    let mut out = h.outbound("telegram").await;
+    h.llm.push(Scripted::Text("Hi.".into()));
+    h.send(&in_group("hello")).await;
+    assert_eq!(next_out(&mut out).await.content, "Hi.");
+    let offered = h.offered_tools(0);
+    assert!(offered.contains(&"current_time".to_owned()), "{offered:?}");
+    assert!(!offered.iter().any(|tool| tool.starts_with("memory_")), "{offered:?}");
+    h.stop().await;
+}
