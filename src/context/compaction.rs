@@ -72,7 +72,7 @@ pub enum CompactionError {
     Cancelled,
 }
 
-/// What [`maybe_compact`] did.
+/// What [`compact_due`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     NotNeeded,
@@ -92,8 +92,6 @@ pub struct Deps<'a> {
     pub agent: &'a Agent,
     /// The session's key: it records the agent the session belongs to.
     pub session_key: &'a str,
-    /// Messages read from the store, as for a turn.
-    pub history_limit: usize,
     /// The system prompt of the memory flush turn (minimal mode).
     pub flush_prompt: &'a str,
     /// The session's memory scope: the flush writes there and nowhere else's.
@@ -105,10 +103,35 @@ pub fn flush_filter() -> ToolFilter {
     ToolFilter::Only(FILE_TOOLS.iter().map(|&name| name.to_owned()).collect::<BTreeSet<_>>())
 }
 
-/// Compacts `msg`'s session if it is due; failures are logged, never passed on: the turn
-/// already succeeded, and the next turn tries again.
-pub async fn after_turn(deps: Deps<'_>, msg: &InboundMessage, stop: &CancellationToken) {
-    match maybe_compact(deps, msg, stop).await {
+/// A session whose history is due for compaction: its rows as read, and where to cut them.
+#[derive(Debug)]
+pub struct Due {
+    rows: Vec<(i64, ChatMessage)>,
+    cut: usize,
+}
+
+/// Whether `session_key`'s history passes `max_messages` or `context_share` of the input
+/// budget. Called after every turn, so it only reads the history: the rest a compaction needs
+/// (the memory scope, the flush's prompt) is prepared by the caller only when one is due.
+pub async fn due(
+    engine: &ContextEngine,
+    store: &dyn Store,
+    agent: &Agent,
+    session_key: &str,
+    history_limit: usize,
+) -> Result<Option<Due>, StoreError> {
+    let rows = store.history_rows(session_key, history_limit).await?;
+    let keep = engine.settings().compaction.keep_recent_messages;
+    if !is_due(engine, agent, &rows) {
+        return Ok(None);
+    }
+    Ok(split_point(&rows, keep).map(|cut| Due { rows, cut }))
+}
+
+/// Compacts `msg`'s due session; failures are logged, never passed on: the turn already
+/// succeeded, and the next turn tries again.
+pub async fn after_turn(deps: Deps<'_>, msg: &InboundMessage, due: Due, stop: &CancellationToken) {
+    match compact_due(deps, msg, due, stop).await {
         Ok(Outcome::Compacted { summarized, through_id }) => {
             tracing::info!(summarized, through_id, "compacted the session's history");
         }
@@ -118,22 +141,19 @@ pub async fn after_turn(deps: Deps<'_>, msg: &InboundMessage, stop: &Cancellatio
     }
 }
 
-/// Compacts the session when its history passes `max_messages` or `context_share` of the
-/// input budget.
-pub async fn maybe_compact(
+/// Compacts a session [`due`] found due, unless another compaction of it is running.
+pub async fn compact_due(
     deps: Deps<'_>,
     msg: &InboundMessage,
+    due: Due,
     stop: &CancellationToken,
 ) -> Result<Outcome, CompactionError> {
     let key = deps.session_key;
-    let rows = deps.store.history_rows(key, deps.history_limit).await?;
-    let keep = deps.engine.settings().compaction.keep_recent_messages;
-    let (true, Some(cut)) = (is_due(deps, &rows), split_point(&rows, keep)) else { return Ok(Outcome::NotNeeded) };
     if !deps.store.begin_compaction(key).await? {
         return Ok(Outcome::Busy);
     }
     let result = tokio::select! {
-        result = compact(deps, msg, &rows, cut) => result,
+        result = compact(deps, msg, &due.rows, due.cut) => result,
         () = stop.cancelled() => Err(CompactionError::Cancelled),
     };
     if result.is_err()
@@ -144,14 +164,14 @@ pub async fn maybe_compact(
     result
 }
 
-fn is_due(deps: Deps<'_>, rows: &[(i64, ChatMessage)]) -> bool {
-    let config = &deps.engine.settings().compaction;
+fn is_due(engine: &ContextEngine, agent: &Agent, rows: &[(i64, ChatMessage)]) -> bool {
+    let config = &engine.settings().compaction;
     if rows.len() > config.max_messages {
         return true;
     }
     let messages: Vec<ChatMessage> = rows.iter().map(|(_, m)| m.clone()).collect();
-    let budget = deps.engine.input_budget(deps.agent, &deps.agent.tool_specs(&ToolFilter::All));
-    deps.engine.calibration().messages(&messages) as f64 > config.context_share * budget as f64
+    let budget = engine.input_budget(agent, &agent.tool_specs(&ToolFilter::All));
+    engine.calibration().messages(&messages) as f64 > config.context_share * budget as f64
 }
 
 /// How many of the oldest rows to summarise: all but the last `keep`, moved back to a user

@@ -86,7 +86,17 @@ pub(super) async fn process(shared: &Shared, msg: InboundMessage, held: Held, co
 /// decided as for the turn). When the scope cannot be decided, nothing is compacted now: the
 /// next turn tries again, and no flush ever runs in a scope it was not given.
 async fn compact_session(shared: &Shared, route: &Route, msg: &InboundMessage, span: &tracing::Span) {
-    let memory = match super::memory::scope(shared, &route.agent, msg).await {
+    let (engine, store, agent) = (&shared.context, shared.store.as_ref(), &route.agent);
+    // Most turns end here: the scope and the flush prompt are prepared only for a compaction.
+    let due = match compaction::due(engine, store, agent, &route.key, shared.settings.history_limit).await {
+        Ok(Some(due)) => due,
+        Ok(None) => return,
+        Err(err) => {
+            tracing::warn!(parent: span, %err, "cannot read the history to see whether to compact; not compacting now");
+            return;
+        }
+    };
+    let memory = match super::memory::scope(shared, agent, msg).await {
         Ok(memory) => memory,
         Err(err) => {
             tracing::warn!(parent: span, %err, "cannot decide the memory scope; not compacting now");
@@ -98,19 +108,17 @@ async fn compact_session(shared: &Shared, route: &Route, msg: &InboundMessage, s
     let run =
         super::prompt::PromptFor { msg, session_key: &route.key, level: crate::config::Level::Owner, memory: &memory };
     let flush_prompt =
-        super::prompt::system_prompt(shared, &route.agent, &run, &flush_tools, crate::prompt::PromptMode::Minimal)
-            .await;
+        super::prompt::system_prompt(shared, agent, &run, &flush_tools, crate::prompt::PromptMode::Minimal).await;
     let deps = compaction::Deps {
-        engine: &shared.context,
-        store: shared.store.as_ref(),
-        agent: &route.agent,
+        engine,
+        store,
+        agent,
         session_key: &route.key,
-        history_limit: shared.settings.history_limit,
         flush_prompt: &flush_prompt,
         memory: &memory,
     };
     let span = tracing::info_span!(parent: span, "compaction", session = %route.key);
-    compaction::after_turn(deps, msg, &shared.abandon).instrument(span).await;
+    compaction::after_turn(deps, msg, due, &shared.abandon).instrument(span).await;
 }
 
 async fn process_inner(
