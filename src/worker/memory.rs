@@ -10,9 +10,16 @@ use crate::config::{Identity, Level};
 use crate::store::StoreError;
 use crate::workspace::memory::{Acting, MemoryScope, ScopeFacts};
 
-/// The scope of a run of `agent` answering `msg`. Store errors are the caller's: a scope
-/// that cannot be decided is never guessed.
-pub(super) async fn scope(shared: &Shared, agent: &Agent, msg: &InboundMessage) -> Result<MemoryScope, StoreError> {
+/// The scope of a run of `agent` answering `msg`. `known_level` is the level of the person
+/// the message acts for when the caller has it already (a turn, after `access::admit`); else
+/// it is looked up. Store errors are the caller's: a scope that cannot be decided is never
+/// guessed.
+pub(super) async fn scope(
+    shared: &Shared,
+    agent: &Agent,
+    msg: &InboundMessage,
+    known_level: Option<Level>,
+) -> Result<MemoryScope, StoreError> {
     let mut facts = ScopeFacts {
         channel: &msg.channel,
         chat_id: &msg.chat_id,
@@ -32,9 +39,10 @@ pub(super) async fn scope(shared: &Shared, agent: &Agent, msg: &InboundMessage) 
             msg.on_behalf_of().map(|text| text.parse().unwrap_or_else(|_| Identity::new("invalid", text)))
         }
     };
-    let level = match &identity {
-        Some(identity) => Some(level_of(shared, identity, &msg.sender.name).await?),
-        None => None,
+    let level = match (&identity, known_level) {
+        (Some(_), Some(level)) => Some(level),
+        (Some(identity), None) => Some(level_of(shared, identity, &msg.sender.name).await?),
+        (None, _) => None,
     };
     facts.acting = identity.as_ref().zip(level).map(|(identity, level)| Acting {
         channel: &identity.channel,

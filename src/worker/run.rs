@@ -96,7 +96,7 @@ async fn compact_session(shared: &Shared, route: &Route, msg: &InboundMessage, s
             return;
         }
     };
-    let memory = match super::memory::scope(shared, agent, msg).await {
+    let memory = match super::memory::scope(shared, agent, msg, None).await {
         Ok(memory) => memory,
         Err(err) => {
             tracing::warn!(parent: span, %err, "cannot decide the memory scope; not compacting now");

@@ -34,7 +34,8 @@ pub(super) async fn run_agent(
     events: &dyn EventSink,
     steer: &mut SteerReceiver,
 ) -> Result<TurnResult, StoreError> {
-    let memory = super::memory::scope(shared, plan.agent, plan.msg).await?;
+    // The level `access::admit` found for the person the message acts for: no second lookup.
+    let memory = super::memory::scope(shared, plan.agent, plan.msg, Some(plan.level)).await?;
     let mut result = attempt(shared, plan, &memory, events, steer).await?;
     let agent = &plan.agent.settings().name;
     // Learned whenever the server names it, so later turns fit without a refusal first.
