@@ -135,6 +135,10 @@ pub struct RunOutcome {
     /// Whose monthly usage `usage` is added to, in the same transaction; `None` for runs that
     /// count against no user (system messages).
     pub billing: Option<Billing>,
+    /// The memory scope the run was in (`<agent>/<scope>`, see
+    /// [`crate::workspace::memory::MemoryScope::label`]), kept with its transcript rows so
+    /// memory search finds them in that scope only; `None`: never searched.
+    pub memory_scope: Option<String>,
 }
 
 /// A run as listed for operators.

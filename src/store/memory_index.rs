@@ -8,8 +8,17 @@
 //! PostgreSQL store.
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 
 use super::StoreError;
+use crate::provider::{ChatMessage, Role};
+
+/// The path prefix of a conversation's chunks and hits: `conversation/<session_key>`, with the
+/// transcript id of a message as its line.
+pub const CONVERSATION_PREFIX: &str = "conversation/";
+
+/// Characters of one transcript message in one chunk; a longer message gets several.
+const MESSAGE_CHUNK_CHARS: usize = 2_000;
 
 /// A piece of a memory file: a paragraph or a run of lines.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,18 +36,22 @@ pub struct MemoryQuery<'a> {
     pub root: &'a str,
     /// The files to search, relative to `root`: only these, whatever else is indexed.
     pub paths: &'a [String],
+    /// The memory scope whose indexed conversations are searched too (see
+    /// [`MemoryIndex::index_conversations`]); `None`: files only.
+    pub scope: Option<&'a str>,
     /// Words to look for, lowercase, without operators; a chunk with any of them matches, and
     /// chunks with more of them, and rarer ones, rank higher.
     pub terms: &'a [String],
     pub limit: usize,
 }
 
-/// One ranked match.
+/// One ranked match: a chunk of a file (its lines), or of a conversation (`path`
+/// [`CONVERSATION_PREFIX`]`<session_key>`, the message's transcript id as its lines).
 #[derive(Debug, Clone, PartialEq)]
 pub struct MemoryHit {
     pub path: String,
-    pub start_line: u32,
-    pub end_line: u32,
+    pub start_line: u64,
+    pub end_line: u64,
     /// The matching part of the chunk, matched words between `**`.
     pub snippet: String,
     /// Higher is better; comparable only within one search.
@@ -64,4 +77,43 @@ pub trait MemoryIndex: Send + Sync {
 
     /// The best matches of the query, best first.
     async fn search_memory(&self, query: &MemoryQuery<'_>) -> Result<Vec<MemoryHit>, StoreError>;
+
+    /// Indexes, for searches in `root`, the transcript messages written in memory scope
+    /// `scope` since the last call (see [`conversation_chunks`]). Transcript rows are never
+    /// changed, so what is indexed stays right.
+    async fn index_conversations(&self, root: &str, scope: &str) -> Result<(), StoreError>;
+
+    /// Up to `limit` messages of a conversation from transcript id `from_id` on, only those
+    /// written in `scope`, oldest first, as [`conversation_text`] shows them.
+    async fn conversation(
+        &self,
+        scope: &str,
+        session_key: &str,
+        from_id: i64,
+        limit: usize,
+    ) -> Result<Vec<(i64, String)>, StoreError>;
+}
+
+/// How a transcript message reads in search: a header with its time (UTC, to the minute) and
+/// who spoke, then its text. `None` for what is not conversation: tool results, system
+/// messages, an assistant message that only called tools.
+pub fn conversation_text(message: &ChatMessage, at: DateTime<Utc>) -> Option<String> {
+    let text = message.content.trim();
+    let speaker = match message.role {
+        Role::User => message.author.as_ref().map_or_else(|| "user".to_owned(), |author| author.label()),
+        Role::Assistant => "assistant".to_owned(),
+        Role::System | Role::Tool => return None,
+    };
+    if text.is_empty() {
+        return None;
+    }
+    Some(format!("[{} UTC] {speaker}: {text}", at.format("%Y-%m-%d %H:%M")))
+}
+
+/// The chunks of one transcript message (transcript id `id`): its [`conversation_text`], cut
+/// into pieces of at most 2,000 characters that all carry the id as their line.
+pub fn conversation_chunks(id: i64, message: &ChatMessage, at: DateTime<Utc>) -> Vec<(i64, String)> {
+    let Some(text) = conversation_text(message, at) else { return Vec::new() };
+    let chars: Vec<char> = text.chars().collect();
+    chars.chunks(MESSAGE_CHUNK_CHARS).map(|piece| (id, piece.iter().collect())).collect()
 }

@@ -36,6 +36,11 @@ pub(crate) const SQLITE_MIGRATIONS: &[Migration] = &[
     },
     Migration { version: 12, name: "group_usage", sql: include_str!("../../migrations/sqlite/0012_group_usage.sql") },
     Migration { version: 13, name: "memory_index", sql: include_str!("../../migrations/sqlite/0013_memory_index.sql") },
+    Migration {
+        version: 14,
+        name: "memory_transcripts",
+        sql: include_str!("../../migrations/sqlite/0014_memory_transcripts.sql"),
+    },
 ];
 
 /// Brings the database up to the newest schema this build knows.

@@ -10,6 +10,7 @@
 mod compaction;
 mod cron;
 mod heartbeat;
+mod memory_conversations;
 mod memory_index;
 mod pairing;
 mod subagents;
@@ -218,7 +219,8 @@ impl Store for SqliteStore {
             return Err(refuse("it has already finished"));
         }
         let now = now_millis();
-        append_transcript(&mut tx, &session_key, run_id, &outcome.transcript, now).await?;
+        let rows = TranscriptRows { session_key: &session_key, run_id, memory_scope: outcome.memory_scope.as_deref() };
+        append_transcript(&mut tx, &rows, &outcome.transcript, now).await?;
         record_outcome(&mut tx, run_id, outcome, reply_json, now).await?;
         if let Some(billing) = &outcome.billing {
             users::record_usage(&mut tx, billing, outcome.usage).await?;
@@ -369,24 +371,31 @@ async fn run_state(tx: &mut Transaction<'_, Sqlite>, run_id: &str) -> Result<Opt
     row.map(|(session, status)| Ok((session, parse_status(&status)?))).transpose()
 }
 
+/// Where a run's transcript rows go.
+struct TranscriptRows<'a> {
+    session_key: &'a str,
+    run_id: &'a str,
+    memory_scope: Option<&'a str>,
+}
+
 async fn append_transcript(
     tx: &mut Transaction<'_, Sqlite>,
-    session_key: &str,
-    run_id: &str,
+    rows: &TranscriptRows<'_>,
     messages: &[ChatMessage],
     now: i64,
 ) -> Result<(), StoreError> {
     for (seq, message) in messages.iter().enumerate() {
         sqlx::query(
-            "INSERT INTO transcript (session_key, run_id, seq, role, message_json, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6)",
+            "INSERT INTO transcript (session_key, run_id, seq, role, message_json, created_at, memory_scope) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
         )
-        .bind(session_key)
-        .bind(run_id)
+        .bind(rows.session_key)
+        .bind(rows.run_id)
         .bind(i64::try_from(seq).unwrap_or(i64::MAX))
         .bind(role_name(message.role))
         .bind(encode(message)?)
         .bind(now)
+        .bind(rows.memory_scope)
         .execute(&mut **tx)
         .await?;
     }

@@ -60,9 +60,9 @@ pub fn register(registry: &mut ToolRegistry, index: Arc<dyn MemoryIndex>, config
         return;
     }
     let settings = MemorySettings::from(config);
-    let search = Arc::new(MemorySearch::new(index, settings));
+    let search = Arc::new(MemorySearch::new(Arc::clone(&index), settings));
     registry.register(Arc::new(untrusted::Untrusted::new(search, search_source)));
-    registry.register(Arc::new(untrusted::Untrusted::new(Arc::new(MemoryGet::new(settings)), get_source)));
+    registry.register(Arc::new(untrusted::Untrusted::new(Arc::new(MemoryGet::new(index, settings)), get_source)));
 }
 
 fn search_source(arguments: &Value) -> String {

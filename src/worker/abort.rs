@@ -114,6 +114,7 @@ fn ended_early(
         cost_usd: None,
         iterations: 0,
         billing: None,
+        memory_scope: None,
     }
 }
 

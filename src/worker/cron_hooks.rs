@@ -35,6 +35,7 @@ pub(super) fn reminder(msg: &InboundMessage, run_id: &str, session_key: &str) ->
         cost_usd: None,
         iterations: 0,
         billing: None,
+        memory_scope: None,
     })
 }
 

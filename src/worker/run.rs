@@ -232,7 +232,10 @@ async fn run_turn(
     let events = BusEvents::start(Arc::clone(&shared.bus), msg, run_id, session_key);
     events.emit(RunEventBody::Started);
     let input = super::input::message(msg);
-    let plan = TurnPlan { agent, msg, run_id, session_key, level, tools, input };
+    // The level `access::admit` found for the person the message acts for: no second lookup.
+    let memory = super::memory::scope(shared, agent, msg, Some(level)).await.map_err(transient)?;
+    let memory_scope = memory.label(&agent.settings().name);
+    let plan = TurnPlan { agent, msg, run_id, session_key, level, tools, input, memory };
     let mut result = super::turn::run_agent(shared, &plan, &events, steer).await.map_err(transient)?;
     let ack_limit = hygiene::heartbeat_ack_limit(shared, &agent.settings().name, msg);
     let suppressed = hygiene::clean_reply(&mut result, ack_limit);
@@ -261,6 +264,7 @@ async fn run_turn(
         cost_usd: result.cost_usd,
         iterations: result.iterations,
         billing,
+        memory_scope,
     })
 }
 
@@ -286,6 +290,7 @@ fn over_budget(shared: &Shared, msg: &InboundMessage, run_id: &str, session_key:
         model: String::new(),
         iterations: 0,
         billing: None,
+        memory_scope: None,
         cost_usd: None,
     }
 }

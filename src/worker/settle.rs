@@ -106,6 +106,7 @@ pub(super) async fn finish(
         cost_usd: None,
         iterations: 0,
         billing: None,
+        memory_scope: None,
     };
     shared.store.finish_run(run_id, &outcome).await?;
     if let Some(reply) = &outcome.reply {

@@ -24,26 +24,27 @@ pub(super) struct TurnPlan<'a> {
     /// The tools the sender may use.
     pub tools: ToolFilter,
     pub input: ChatMessage,
+    /// Whose memory the turn reads and writes (decided by the worker, see docs/memory.md).
+    pub memory: MemoryScope,
 }
 
-/// Runs the turn (see the module docs) in the memory scope of its chat; store errors reading
-/// the history or deciding the scope are the caller's.
+/// Runs the turn (see the module docs) in the memory scope of its plan; store errors reading
+/// the history are the caller's.
 pub(super) async fn run_agent(
     shared: &Shared,
     plan: &TurnPlan<'_>,
     events: &dyn EventSink,
     steer: &mut SteerReceiver,
 ) -> Result<TurnResult, StoreError> {
-    // The level `access::admit` found for the person the message acts for: no second lookup.
-    let memory = super::memory::scope(shared, plan.agent, plan.msg, Some(plan.level)).await?;
-    let mut result = attempt(shared, plan, &memory, events, steer).await?;
+    let memory = &plan.memory;
+    let mut result = attempt(shared, plan, memory, events, steer).await?;
     let agent = &plan.agent.settings().name;
     // Learned whenever the server names it, so later turns fit without a refusal first.
     let shrank = result.context_limit.is_some_and(|limit| shared.context.windows().learn(agent, limit));
     if shrank && result.overflowed {
         tracing::info!(limit = ?result.context_limit, "running the turn again within the window the model server named");
         let first = result;
-        result = attempt(shared, plan, &memory, events, steer).await?;
+        result = attempt(shared, plan, memory, events, steer).await?;
         result.usage.add(first.usage);
     }
     Ok(result)

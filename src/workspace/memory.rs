@@ -103,6 +103,19 @@ impl MemoryScope {
         self.file().map(|file| file.to_string_lossy().into_owned())
     }
 
+    /// The scope as transcript rows record it for memory search, with the agent whose
+    /// workspace holds it: `main/owner`, `main/group:telegram:-100123`,
+    /// `main/person:discord:998877`; `None` for [`MemoryScope::None`] (never searched).
+    pub fn label(&self, agent: &str) -> Option<String> {
+        let scope = match self {
+            Self::None => return None,
+            Self::Owner => "owner".to_owned(),
+            Self::Group { channel, chat_id } => format!("group:{channel}:{chat_id}"),
+            Self::Person { channel, id } => format!("person:{channel}:{id}"),
+        };
+        Some(format!("{agent}/{scope}"))
+    }
+
     /// What kind of chat this memory belongs to, for the prompt ("this group chat").
     pub fn describe(&self) -> &'static str {
         match self {

@@ -224,6 +224,7 @@ async fn a_busy_target_session_is_tried_again_after_a_minute() {
         cost_usd: None,
         iterations: 0,
         billing: None,
+        memory_scope: None,
     };
     rig.store.finish_run(&run_id, &finished).await.unwrap();
     rig.clock.advance(MINUTE);

@@ -1,12 +1,15 @@
 //! `memory_search` and `memory_get` through the worker, against the scripted model and a real
 //! SQLite file: a fact the prompt's cap leaves out of a long `MEMORY.md` is found in the
 //! owner's direct chat; a group's search finds the group's own memory and never the owner's;
-//! `memory_get` refuses the owner's file in a group. See docs/memory.md, "Search".
+//! `memory_get` refuses the owner's file in a group; a fact that compaction took out of the
+//! history is found in the past conversation, in the owner's scope only. See docs/memory.md,
+//! "Search".
 
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use switchboard::config::{BudgetsConfig, Level, PermissionsConfig, UsersConfig};
+use switchboard::config::{BudgetsConfig, CompactionConfig, Level, PermissionsConfig, UsersConfig};
+use switchboard::store::Store;
 use switchboard::users::AccessPolicy;
 use switchboard::worker::WorkerSettings;
 use switchboard_channels::contract::{InboundMessage, Sender};
@@ -136,4 +139,61 @@ async fn guests_are_not_offered_memory_search_by_default() {
     assert!(offered.contains(&"current_time".to_owned()), "{offered:?}");
     assert!(!offered.iter().any(|tool| tool.starts_with("memory_")), "{offered:?}");
     h.stop().await;
+}
+
+/// The owner's passport number, said once early in a long direct conversation.
+const PASSPORT: &str = "X9-55-1234";
+
+#[tokio::test]
+async fn a_fact_compaction_took_out_of_the_history_is_found_in_the_past_conversation() {
+    let mut settings = settings();
+    settings.context.compaction = CompactionConfig { max_messages: 5, keep_recent_messages: 2, ..Default::default() };
+    let h = Setup { settings, memory_tools: true, ..Setup::new(BusKind::Memory) }.start().await;
+    let mut out = h.outbound("telegram").await;
+    h.send(&dm(&format!("My passport number is {PASSPORT}."))).await;
+    next_out(&mut out).await;
+    h.send(&dm("Nice weather today.")).await;
+    next_out(&mut out).await;
+    // The third turn makes the session long enough: a flush that writes nothing, a summary
+    // that leaves the number out.
+    h.llm.push(Scripted::Text("Indeed.".into()));
+    h.llm.push(Scripted::Text("NO_REPLY".into()));
+    h.llm.push(Scripted::Text("The owner talked about the weather.".into()));
+    h.send(&dm("Let us go for a walk.")).await;
+    assert_eq!(next_out(&mut out).await.content, "Indeed.");
+    wait_for_compaction(&h, &format!("telegram:{OWNER}"), 1).await;
+
+    let before = h.llm.requests().len();
+    h.llm.push(Scripted::ToolCalls(vec![call("memory_search", json!({"query": "passport number"}))]));
+    h.llm.push(Scripted::Text("Found it.".into()));
+    h.send(&dm("What is my passport number?")).await;
+    assert_eq!(next_out(&mut out).await.content, "Found it.");
+    let asked = &h.llm.requests()[before];
+    assert!(!asked.to_string().contains(PASSPORT), "the history still carries the number: {asked}");
+    let [result] = &last_tool_results(&h)[..] else { panic!("one tool result") };
+    assert!(result.contains(&format!("1. conversation telegram:{OWNER}, message ")), "{result}");
+    assert!(result.contains("1234") && result.contains("Owner (id 42): My **passport** **number**"), "{result}");
+
+    // That turn compacts the session again (flush and summary); then the group asks.
+    h.llm.push(Scripted::Text("NO_REPLY".into()));
+    h.llm.push(Scripted::Text("The owner asked for a number.".into()));
+    wait_for_compaction(&h, &format!("telegram:{OWNER}"), 2).await;
+    // A group's search does not reach the owner's direct conversation.
+    h.llm.push(Scripted::ToolCalls(vec![call("memory_search", json!({"query": "passport number X9"}))]));
+    h.llm.push(Scripted::Text("No idea.".into()));
+    h.send(&in_group("What is the owner's passport number?")).await;
+    assert_eq!(next_out(&mut out).await.content, "No idea.");
+    let [group_result] = &last_tool_results(&h)[..] else { panic!("one tool result") };
+    assert!(group_result.contains("No match for") && !group_result.contains("1234"), "{group_result}");
+    h.stop().await;
+}
+
+async fn wait_for_compaction(h: &Harness, session: &str, count: u32) {
+    for _ in 0..200 {
+        if h.store.session_summary(session).await.unwrap().is_some_and(|(_, done)| done >= count) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("the session was never compacted");
 }

@@ -46,6 +46,7 @@ fn completed(run_id: &str, question: &str, answer: &str) -> RunOutcome {
         cost_usd: Some(0.0042),
         iterations: 1,
         billing: None,
+        memory_scope: None,
     }
 }
 

@@ -32,6 +32,7 @@ fn outcome(question: &str, answer: &str) -> RunOutcome {
         cost_usd: None,
         iterations: 1,
         billing: None,
+        memory_scope: None,
     }
 }
 

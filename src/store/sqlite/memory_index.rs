@@ -90,14 +90,15 @@ impl MemoryIndex for SqliteStore {
     }
 
     async fn search_memory(&self, query: &MemoryQuery<'_>) -> Result<Vec<MemoryHit>, StoreError> {
-        if query.terms.is_empty() || query.paths.is_empty() || query.limit == 0 {
+        if query.terms.is_empty() || (query.paths.is_empty() && query.scope.is_none()) || query.limit == 0 {
             return Ok(Vec::new());
         }
         let paths = serde_json::to_string(query.paths).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         let rows: Vec<(String, i64, i64, String, f64)> = sqlx::query_as(
             "SELECT c.path, c.start_line, c.end_line, snippet(memory_fts, 0, '**', '**', '…', $5), bm25(memory_fts) \
              FROM memory_fts JOIN memory_chunks c ON c.id = memory_fts.rowid \
-             WHERE memory_fts MATCH $1 AND c.root = $2 AND c.path IN (SELECT value FROM json_each($3)) \
+             WHERE memory_fts MATCH $1 AND c.root = $2 \
+               AND (c.path IN (SELECT value FROM json_each($3)) OR c.scope = $6) \
              ORDER BY bm25(memory_fts), c.path, c.start_line LIMIT $4",
         )
         .bind(fts5_query(query.terms))
@@ -105,15 +106,30 @@ impl MemoryIndex for SqliteStore {
         .bind(paths)
         .bind(i64::try_from(query.limit).unwrap_or(i64::MAX))
         .bind(SNIPPET_TOKENS)
+        .bind(query.scope)
         .fetch_all(self.pool())
         .await?;
-        let line = |value: i64| u32::try_from(value).map_err(|_| StoreError::Corrupt(format!("line {value}")));
+        let line = |value: i64| u64::try_from(value).map_err(|_| StoreError::Corrupt(format!("line {value}")));
         rows.into_iter()
             .map(|(path, start, end, snippet, bm25)| {
                 // FTS5's bm25() is lower for better matches.
                 Ok(MemoryHit { path, start_line: line(start)?, end_line: line(end)?, snippet, score: -bm25 })
             })
             .collect()
+    }
+
+    async fn index_conversations(&self, root: &str, scope: &str) -> Result<(), StoreError> {
+        super::memory_conversations::index(self, root, scope).await
+    }
+
+    async fn conversation(
+        &self,
+        scope: &str,
+        session_key: &str,
+        from_id: i64,
+        limit: usize,
+    ) -> Result<Vec<(i64, String)>, StoreError> {
+        super::memory_conversations::read(self, scope, session_key, from_id, limit).await
     }
 }
 
@@ -148,10 +164,10 @@ mod tests {
         MemoryChunk { start_line: line, end_line: line, text: text.into() }
     }
 
-    async fn search(store: &SqliteStore, root: &str, paths: &[&str], words: &[&str]) -> Vec<(String, u32)> {
+    async fn search(store: &SqliteStore, root: &str, paths: &[&str], words: &[&str]) -> Vec<(String, u64)> {
         let paths: Vec<String> = paths.iter().map(|p| (*p).to_owned()).collect();
         let terms: Vec<String> = words.iter().map(|w| (*w).to_owned()).collect();
-        let query = MemoryQuery { root, paths: &paths, terms: &terms, limit: 10 };
+        let query = MemoryQuery { root, paths: &paths, scope: None, terms: &terms, limit: 10 };
         let hits = store.search_memory(&query).await.unwrap();
         hits.into_iter().map(|hit| (hit.path, hit.start_line)).collect()
     }

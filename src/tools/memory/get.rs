@@ -1,21 +1,55 @@
 //! `memory_get`: lines of a memory file the run's scope may read.
 
 use std::io::{BufRead, BufReader};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use super::{MemorySettings, blocking, is_memory_file, workspace};
+use super::{MemorySettings, blocking, index_error, is_memory_file, workspace};
+use crate::store::memory_index::{CONVERSATION_PREFIX, MemoryIndex};
 use crate::tools::fs::{Resolved, open_regular, workspace::io_error};
 use crate::tools::{Tool, ToolContext, ToolError, required_str};
 
+/// Messages of a conversation `memory_get` returns when `lines` is not given.
+const DEFAULT_MESSAGES: usize = 20;
+
 pub struct MemoryGet {
+    index: Arc<dyn MemoryIndex>,
     settings: MemorySettings,
 }
 
 impl MemoryGet {
-    pub fn new(settings: MemorySettings) -> Self {
-        Self { settings }
+    pub fn new(index: Arc<dyn MemoryIndex>, settings: MemorySettings) -> Self {
+        Self { index, settings }
+    }
+
+    /// Messages of a past conversation of the run's scope, from message `from` on.
+    async fn conversation(
+        &self,
+        ctx: &ToolContext,
+        session: &str,
+        from: usize,
+        count: usize,
+    ) -> Result<String, ToolError> {
+        let refused = || ToolError::Refused(format!("conversation `{session}` is not one of this chat's"));
+        let scope = ctx.memory.label(&ctx.agent).ok_or_else(refused)?;
+        let from_id = i64::try_from(from).unwrap_or(i64::MAX);
+        let messages = self.index.conversation(&scope, session, from_id, count).await.map_err(index_error)?;
+        let (Some(first), Some(last)) = (messages.first(), messages.last()) else {
+            // Also what another scope's conversation gives: nothing to tell it from a wrong name.
+            return Err(ToolError::Failed(format!(
+                "no message of this chat's conversation `{session}` from message {from} on"
+            )));
+        };
+        let lines: Vec<&str> = messages.iter().map(|(_, text)| text.as_str()).collect();
+        Ok(format!(
+            "[conversation {session} messages {}-{}; to read on, from_line={}]\n{}",
+            first.0,
+            last.0,
+            last.0 + 1,
+            lines.join("\n")
+        ))
     }
 }
 
@@ -26,7 +60,7 @@ impl Tool for MemoryGet {
     }
 
     fn description(&self) -> &str {
-        "Reads lines of a memory file that memory_search named."
+        "Reads lines of a memory file, or messages of a conversation, that memory_search named."
     }
 
     fn parameters(&self) -> Value {
@@ -47,8 +81,12 @@ impl Tool for MemoryGet {
     async fn execute(&self, arguments: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let path = required_str(&arguments, "path")?;
         let from = positive(&arguments, "from_line")?.unwrap_or(1);
-        let count =
-            positive(&arguments, "lines")?.unwrap_or(self.settings.max_get_lines).min(self.settings.max_get_lines);
+        let lines = positive(&arguments, "lines")?;
+        if let Some(session) = path.strip_prefix(CONVERSATION_PREFIX) {
+            let count = lines.unwrap_or(DEFAULT_MESSAGES).min(self.settings.max_get_lines);
+            return self.conversation(ctx, session, from, count).await;
+        }
+        let count = lines.unwrap_or(self.settings.max_get_lines).min(self.settings.max_get_lines);
         // Refuses another scope's memory, as the file tools do (real path, links resolved).
         let resolved = workspace(ctx)?.resolve(path)?;
         if !is_memory_file(&resolved.shown) {

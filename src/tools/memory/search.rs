@@ -1,5 +1,6 @@
 //! `memory_search`: ranked full-text search over the scope's memory files.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -8,9 +9,15 @@ use serde_json::{Value, json};
 use super::{
     MemorySettings, blocking, chunks, fingerprint, index_error, read_capped, searched_files, terms, workspace,
 };
-use crate::store::memory_index::{MemoryHit, MemoryIndex, MemoryQuery};
+use crate::store::memory_index::{CONVERSATION_PREFIX, MemoryHit, MemoryIndex, MemoryQuery};
 use crate::tools::fs::Workspace;
 use crate::tools::{Tool, ToolContext, ToolError, required_str};
+use crate::workspace::memory::MEMORY_DIR;
+
+/// Daily note files searched at most (about a year of them).
+const MAX_NOTES: usize = 400;
+/// Files a result names one by one; the rest are counted.
+const MAX_NAMED_FILES: usize = 6;
 
 pub struct MemorySearch {
     index: Arc<dyn MemoryIndex>,
@@ -25,7 +32,12 @@ impl MemorySearch {
     /// Brings the index of each searched file up to date; returns the files that exist.
     async fn refresh(&self, workspace: &Workspace, root: &str, ctx: &ToolContext) -> Result<Vec<String>, ToolError> {
         let mut present = Vec::new();
-        for file in searched_files(&ctx.memory) {
+        let mut files = searched_files(&ctx.memory);
+        if ctx.memory.is_owner() {
+            let notes_dir = workspace.root().join(MEMORY_DIR);
+            files.extend(blocking(move || Ok(daily_notes(&notes_dir))).await?);
+        }
+        for file in files {
             // Refused: a link leading to another scope's file. Not searched, never indexed.
             let Ok(resolved) = workspace.resolve(&file) else { continue };
             let max_bytes = self.settings.max_file_bytes;
@@ -51,7 +63,7 @@ impl Tool for MemorySearch {
     }
 
     fn description(&self) -> &str {
-        "Searches this chat's memory files, also past what the prompt shows. Hits name file and lines."
+        "Searches this chat's memory files and past conversations, also what the prompt no longer shows."
     }
 
     fn parameters(&self) -> Value {
@@ -87,29 +99,66 @@ impl Tool for MemorySearch {
         let workspace = workspace(ctx)?;
         let root = workspace.root().to_string_lossy().into_owned();
         let paths = self.refresh(&workspace, &root, ctx).await?;
-        if paths.is_empty() {
-            return Ok(format!("No memory file exists yet for {}.", ctx.memory.describe()));
+        let scope = ctx.memory.label(&ctx.agent);
+        if let Some(scope) = &scope {
+            self.index.index_conversations(&root, scope).await.map_err(index_error)?;
         }
-        let search = MemoryQuery { root: &root, paths: &paths, terms: &terms, limit };
+        let search = MemoryQuery { root: &root, paths: &paths, scope: scope.as_deref(), terms: &terms, limit };
         let hits = self.index.search_memory(&search).await.map_err(index_error)?;
+        if hits.is_empty() && paths.is_empty() {
+            let whose = ctx.memory.describe();
+            return Ok(format!("No match for {query:?} in past conversations; no memory file exists yet for {whose}."));
+        }
         Ok(render(query, &paths, &hits))
     }
 }
 
-fn render(query: &str, paths: &[String], hits: &[MemoryHit]) -> String {
-    let files = paths.join(", ");
-    if hits.is_empty() {
-        return format!("No match for {query:?} in {files}.");
+/// The owner's daily notes: the `.md` files directly in `memory/` (by convention one per
+/// day, `memory/2026-11-26.md`), newest name first, at most [`MAX_NOTES`]. Not its
+/// subdirectories: those hold the other scopes' files.
+fn daily_notes(notes_dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(notes_dir) else { return Vec::new() };
+    let mut names: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter(|entry| entry.file_type().is_ok_and(|kind| kind.is_file()))
+        .filter_map(|entry| entry.file_name().into_string().ok())
+        .filter(|name| name.to_lowercase().ends_with(".md"))
+        .collect();
+    names.sort_unstable_by(|a, b| b.cmp(a));
+    names.truncate(MAX_NOTES);
+    names.into_iter().map(|name| format!("{MEMORY_DIR}/{name}")).collect()
+}
+
+/// What was searched, as the result names it: the files, then the scope's conversations.
+fn searched(paths: &[String]) -> String {
+    let mut parts = paths.to_vec();
+    if parts.len() > MAX_NAMED_FILES {
+        let more = parts.len() - MAX_NAMED_FILES;
+        parts.truncate(MAX_NAMED_FILES);
+        parts.push(format!("{more} more note file(s)"));
     }
-    let mut out = format!("{} match(es) for {query:?} in {files}, best first:\n", hits.len());
+    parts.push("past conversations".to_owned());
+    parts.join(", ")
+}
+
+fn render(query: &str, paths: &[String], hits: &[MemoryHit]) -> String {
+    let searched = searched(paths);
+    if hits.is_empty() {
+        return format!("No match for {query:?} in {searched}.");
+    }
+    let mut out = format!("{} match(es) for {query:?} in {searched}, best first:\n", hits.len());
     for (rank, hit) in hits.iter().enumerate() {
-        let lines = match hit.end_line == hit.start_line {
-            true => format!("line {}", hit.start_line),
-            false => format!("lines {}-{}", hit.start_line, hit.end_line),
+        let place = match hit.path.strip_prefix(CONVERSATION_PREFIX) {
+            Some(session) => format!("conversation {session}, message {}", hit.start_line),
+            None if hit.end_line == hit.start_line => format!("{} line {}", hit.path, hit.start_line),
+            None => format!("{} lines {}-{}", hit.path, hit.start_line, hit.end_line),
         };
         let snippet = hit.snippet.lines().map(str::trim).collect::<Vec<_>>().join(" / ");
-        out.push_str(&format!("\n{}. {} {lines}\n   {snippet}\n", rank + 1, hit.path));
+        out.push_str(&format!("\n{}. {place}\n   {snippet}\n", rank + 1));
     }
-    out.push_str("\nRead a hit in full with memory_get {path, from_line}.");
+    out.push_str(
+        "\nRead a hit in full with memory_get {path, from_line}: for a conversation the path is \
+         conversation/<its name> and from_line the message number.",
+    );
     out
 }

@@ -5,12 +5,15 @@ use std::sync::Arc;
 use serde_json::json;
 
 use super::*;
+use crate::provider::{Author, ChatMessage};
 use crate::store::sqlite::SqliteStore;
+use crate::store::{RunClaim, RunOutcome, RunStatus, Store};
 use crate::tools::Tool;
 
 struct Rig {
     _dir: tempfile::TempDir,
     ws: std::path::PathBuf,
+    store: Arc<SqliteStore>,
     search: MemorySearch,
     get: MemoryGet,
 }
@@ -22,7 +25,36 @@ impl Rig {
         std::fs::create_dir_all(ws.join("memory/groups")).unwrap();
         let store = Arc::new(SqliteStore::open(&dir.path().join("s.db")).await.unwrap());
         let settings = MemorySettings::default();
-        Self { search: MemorySearch::new(store, settings), get: MemoryGet::new(settings), ws, _dir: dir }
+        let search = MemorySearch::new(store.clone(), settings);
+        Self { get: MemoryGet::new(store.clone(), settings), search, store, ws, _dir: dir }
+    }
+
+    /// A finished run in `session` whose transcript is `said` (user, assistant, …), written in
+    /// `scope`'s memory (as the worker records it).
+    async fn converse(&self, session: &str, scope: &MemoryScope, said: &[&str]) {
+        let inbound = uuid::Uuid::now_v7().to_string();
+        let RunClaim::New { run_id } = self.store.claim_run(&inbound, session).await.unwrap() else { panic!() };
+        let transcript = said
+            .iter()
+            .enumerate()
+            .map(|(i, text)| match i % 2 {
+                0 => ChatMessage::user_by(Author { id: "7".into(), name: "Ann".into() }, *text),
+                _ => ChatMessage::assistant(*text, Vec::new()),
+            })
+            .collect();
+        let outcome = RunOutcome {
+            status: RunStatus::Completed,
+            transcript,
+            reply: None,
+            error: None,
+            usage: Default::default(),
+            model: String::new(),
+            cost_usd: None,
+            iterations: 1,
+            billing: None,
+            memory_scope: scope.label("main"),
+        };
+        self.store.finish_run(&run_id, &outcome).await.unwrap();
     }
 
     fn write(&self, path: &str, text: &str) {
@@ -30,7 +62,7 @@ impl Rig {
     }
 
     fn ctx(&self, memory: MemoryScope) -> ToolContext {
-        ToolContext { workspace: self.ws.clone(), memory, ..ToolContext::default() }
+        ToolContext { workspace: self.ws.clone(), memory, agent: "main".into(), ..ToolContext::default() }
     }
 
     async fn get(&self, memory: MemoryScope, arguments: serde_json::Value) -> Result<String, ToolError> {
@@ -85,7 +117,7 @@ async fn ranks_chunks_with_more_and_rarer_words_first() {
     let tea = rig.search(MemoryScope::Owner, "tea").await;
     assert!(tea.contains("USER.md line 1") && tea.contains("MEMORY.md line 1"), "{tea}");
     let none = rig.search(MemoryScope::Owner, "giraffe").await;
-    assert_eq!(none, "No match for \"giraffe\" in MEMORY.md, USER.md.");
+    assert_eq!(none, "No match for \"giraffe\" in MEMORY.md, USER.md, past conversations.");
 }
 
 #[tokio::test]
@@ -98,7 +130,10 @@ async fn an_edited_file_is_searched_as_it_is_now() {
     assert!(out.contains("1. MEMORY.md line 3") && !out.contains("Tiger"), "{out}");
     std::fs::remove_file(rig.ws.join("MEMORY.md")).unwrap();
     let gone = rig.search(MemoryScope::Owner, "lion").await;
-    assert_eq!(gone, "No memory file exists yet for the owner's direct chats.", "{gone}");
+    assert_eq!(
+        gone,
+        "No match for \"lion\" in past conversations; no memory file exists yet for the owner's direct chats."
+    );
 }
 
 #[tokio::test]
@@ -109,7 +144,7 @@ async fn a_group_searches_only_its_own_file() {
     rig.write("memory/groups/telegram_-101.md", "Another group's zebra.\n");
     let own = group().file_shown().unwrap();
     let out = rig.search(group(), "zebra").await;
-    assert_eq!(out, "No memory file exists yet for this group chat.");
+    assert!(out.starts_with("No match") && out.ends_with("no memory file exists yet for this group chat."), "{out}");
     rig.write(&own, "We meet at the zebra crossing.\n");
     let out = rig.search(group(), "zebra secret keeper").await;
     assert!(out.contains(&format!("1. {own} line 1")) && !out.contains("2. "), "{out}");
@@ -118,7 +153,7 @@ async fn a_group_searches_only_its_own_file() {
     std::fs::remove_file(rig.ws.join(&own)).unwrap();
     std::fs::hard_link(rig.ws.join("MEMORY.md"), rig.ws.join(&own)).unwrap();
     let out = rig.search(group(), "zebra").await;
-    assert!(!out.contains("4711") && out.contains("No memory file"), "{out}");
+    assert!(!out.contains("4711") && out.contains("no memory file"), "{out}");
 }
 
 #[tokio::test]
@@ -142,6 +177,64 @@ async fn memory_get_reads_only_memory_files_of_the_scope() {
     assert!(owner.contains("three"), "{owner}");
     let none = rig.search.execute(json!({"query": "x"}), &rig.ctx(MemoryScope::None)).await.unwrap_err();
     assert!(matches!(none, ToolError::Refused(_)), "{none}");
+}
+
+#[tokio::test]
+async fn past_conversations_are_searched_in_their_own_scope_only() {
+    let rig = Rig::new().await;
+    let owner = MemoryScope::Owner;
+    rig.converse("telegram:42", &owner, &["My bike lock code is 3141.", "Noted."]).await;
+    rig.converse("telegram:-100", &group(), &["Band practice moves to Thursday.", "Got it."]).await;
+    // Another agent's owner chats are its own (a workspace of its own).
+    let other = RunOutcome { memory_scope: Some("other/owner".into()), ..completed() };
+    let inbound = uuid::Uuid::now_v7().to_string();
+    let RunClaim::New { run_id } = rig.store.claim_run(&inbound, "telegram:42").await.unwrap() else { panic!() };
+    rig.store.finish_run(&run_id, &other).await.unwrap();
+
+    let out = rig.search(owner.clone(), "bike lock code").await;
+    assert!(out.contains("1. conversation telegram:42, message "), "{out}");
+    assert!(out.contains("Ann (id 7): My **bike** **lock** **code** is 3141"), "{out}");
+    assert!(!out.contains("harmonica"), "another agent's conversation: {out}");
+    let group_out = rig.search(group(), "bike lock code thursday").await;
+    assert!(group_out.contains("conversation telegram:-100") && group_out.contains("**Thursday**"), "{group_out}");
+    assert!(!group_out.contains("3141") && !group_out.contains("telegram:42"), "{group_out}");
+
+    // Read on from the hit: the conversation's messages; another scope's conversation: nothing.
+    let id: u64 = out.split("message ").nth(1).unwrap().split('\n').next().unwrap().parse().unwrap();
+    let path = json!({"path": "conversation/telegram:42", "from_line": id});
+    let read = rig.get(owner.clone(), path.clone()).await.unwrap();
+    assert!(read.starts_with(&format!("[conversation telegram:42 messages {id}-{}", id + 1)), "{read}");
+    assert!(read.contains("Ann (id 7): My bike lock code is 3141.") && read.contains("assistant: Noted."), "{read}");
+    assert!(rig.get(group(), path).await.is_err(), "a group reads the owner's conversation");
+    // Messages written later are found at the next search.
+    rig.converse("telegram:42", &owner, &["The spare key is under the blue pot."]).await;
+    assert!(rig.search(owner, "spare key").await.contains("1. conversation telegram:42"));
+}
+
+#[tokio::test]
+async fn the_owners_daily_notes_are_searched_and_a_groups_search_skips_them() {
+    let rig = Rig::new().await;
+    rig.write("memory/2026-11-25.md", "# 2026-11-25\n\nCalled the plumber about the boiler.\n");
+    rig.write("memory/groups/telegram_-100.md", "Group notes.\n");
+    let out = rig.search(MemoryScope::Owner, "plumber boiler").await;
+    assert!(out.contains("1. memory/2026-11-25.md line 3"), "{out}");
+    let group_out = rig.search(group(), "plumber boiler").await;
+    assert!(!group_out.contains("Called") && group_out.starts_with("No match"), "{group_out}");
+}
+
+fn completed() -> RunOutcome {
+    RunOutcome {
+        status: RunStatus::Completed,
+        transcript: vec![ChatMessage::user("I play the harmonica, bike lock code 9999.")],
+        reply: None,
+        error: None,
+        usage: Default::default(),
+        model: String::new(),
+        cost_usd: None,
+        iterations: 1,
+        billing: None,
+        memory_scope: None,
+    }
 }
 
 #[test]
