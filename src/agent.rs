@@ -9,6 +9,7 @@ use tracing::Instrument;
 
 use crate::provider::pricing::{CostTally, PriceTable};
 use crate::provider::{ChatMessage, ChatRequest, ChatResponse, Provider, ProviderError, Role, ToolChoice};
+use crate::tools::memory::MemorySearcher;
 use crate::tools::{ToolContext, ToolFilter, ToolRegistry};
 
 /// How an agent talks to its model.
@@ -97,11 +98,22 @@ pub struct Agent {
     provider: Arc<dyn Provider>,
     tools: ToolRegistry,
     settings: AgentSettings,
+    /// Searches the memory of a run's scope, for recall (`[memory] recall`); `None`: no recall.
+    memory: Option<Arc<MemorySearcher>>,
 }
 
 impl Agent {
     pub fn new(provider: Arc<dyn Provider>, tools: ToolRegistry, settings: AgentSettings) -> Self {
-        Self { provider, tools, settings }
+        Self { provider, tools, settings, memory: None }
+    }
+
+    /// The agent with a memory search for recall.
+    pub fn with_memory(self, searcher: Arc<MemorySearcher>) -> Self {
+        Self { memory: Some(searcher), ..self }
+    }
+
+    pub fn memory(&self) -> Option<&Arc<MemorySearcher>> {
+        self.memory.as_ref()
     }
 
     pub fn settings(&self) -> &AgentSettings {

@@ -97,7 +97,7 @@ pub(super) fn scripted_agent(
     choice: ToolChoice,
 ) -> (Agent, Arc<Scripted>) {
     let (agent, provider) = agent(script, 5);
-    let Agent { provider: dyn_provider, tools, settings } = agent;
+    let Agent { provider: dyn_provider, tools, settings, .. } = agent;
     (Agent::new(dyn_provider, tools, AgentSettings { tool_choice: choice, ..settings }), provider)
 }
 

@@ -14,6 +14,7 @@ use crate::store::memory_index::MemoryIndex;
 use crate::store::sqlite::SqliteStore;
 use crate::subagents::SubagentManager;
 use crate::subagents::tool::SpawnTool;
+use crate::tools::memory::{MemorySearcher, MemorySettings};
 use crate::tools::web::register_web_tools;
 use crate::tools::{MessageTool, ToolRegistry, register_local_tools};
 use crate::worker::agents::{Agents, Binding};
@@ -48,8 +49,16 @@ impl Assembly {
         let chain = self.config.agent_model_chain(name)?;
         let provider = super::providers::chain(&chain)?;
         tracing::info!(agent = name, chain = %crate::provider::Provider::name(&provider), "model chain");
-        let tools = self.tools(name, bus, store, subagents)?;
-        Ok(Agent::new(Arc::new(provider), tools, settings::agent(&self.config, name, &chain)))
+        let searcher = self.memory_searcher(store);
+        let tools = self.tools(name, bus, store, subagents, &searcher)?;
+        let agent = Agent::new(Arc::new(provider), tools, settings::agent(&self.config, name, &chain));
+        Ok(agent.with_memory(searcher))
+    }
+
+    /// The memory search of an agent: `memory_search` and recall (`[memory] recall`).
+    fn memory_searcher(&self, store: &Arc<SqliteStore>) -> Arc<MemorySearcher> {
+        let index = Arc::clone(store) as Arc<dyn MemoryIndex>;
+        Arc::new(MemorySearcher::new(index, MemorySettings::from(&self.config.tools.memory)))
     }
 
     /// The tools agent `name` may offer: the built-in ones, those the config enables, the
@@ -60,6 +69,7 @@ impl Assembly {
         bus: &Arc<dyn Bus>,
         store: &Arc<SqliteStore>,
         subagents: Option<&Arc<SubagentManager>>,
+        searcher: &Arc<MemorySearcher>,
     ) -> Result<ToolRegistry, AssemblyError> {
         let config = &self.config;
         let mut tools = ToolRegistry::with_builtins(settings::tool_limits(config));
@@ -70,7 +80,7 @@ impl Assembly {
             register_web_tools(&mut tools, &config.tools.web);
         }
         register_local_tools(&mut tools, &config.tools)?;
-        crate::tools::memory::register(&mut tools, Arc::clone(store) as Arc<dyn MemoryIndex>, &config.tools.memory);
+        crate::tools::memory::register(&mut tools, searcher, &config.tools.memory);
         if config.cron.enabled {
             let store = Arc::clone(store) as Arc<dyn CronStore>;
             tools.register(Arc::new(CronTool::new(store, self.overrides.clock.clone(), self.cron_settings())));

@@ -8,6 +8,7 @@
 mod chunk;
 mod get;
 mod search;
+mod searcher;
 
 use std::io::Read;
 use std::sync::Arc;
@@ -18,12 +19,12 @@ use sha2::Digest;
 pub use chunk::{chunks, terms};
 pub use get::MemoryGet;
 pub use search::MemorySearch;
+pub use searcher::{Found, MemorySearcher};
 
 use super::fs::{Resolved, Workspace, open_regular};
 use super::{ToolContext, ToolError, ToolRegistry, untrusted};
 use crate::config::MemoryToolsConfig;
 use crate::store::StoreError;
-use crate::store::memory_index::MemoryIndex;
 use crate::workspace::memory::{MEMORY_DIR, MemoryScope, OWNER_MEMORY, OWNER_PROFILE};
 
 /// Limits of the memory tools (from `[tools.memory]`).
@@ -52,17 +53,17 @@ impl Default for MemorySettings {
     }
 }
 
-/// Adds `memory_search` and `memory_get` when `[tools.memory]` enables them. What they return
-/// is wrapped as untrusted content, like `read_file`'s: a group's memory holds what its
-/// members said.
-pub fn register(registry: &mut ToolRegistry, index: Arc<dyn MemoryIndex>, config: &MemoryToolsConfig) {
+/// Adds `memory_search` and `memory_get` over `searcher` when `[tools.memory]` enables them.
+/// What they return is wrapped as untrusted content, like `read_file`'s: a group's memory
+/// holds what its members said.
+pub fn register(registry: &mut ToolRegistry, searcher: &Arc<MemorySearcher>, config: &MemoryToolsConfig) {
     if !config.enabled {
         return;
     }
-    let settings = MemorySettings::from(config);
-    let search = Arc::new(MemorySearch::new(Arc::clone(&index), settings));
+    let search = Arc::new(MemorySearch::new(Arc::clone(searcher)));
     registry.register(Arc::new(untrusted::Untrusted::new(search, search_source)));
-    registry.register(Arc::new(untrusted::Untrusted::new(Arc::new(MemoryGet::new(index, settings)), get_source)));
+    let get = Arc::new(MemoryGet::new(Arc::clone(searcher.index()), *searcher.settings()));
+    registry.register(Arc::new(untrusted::Untrusted::new(get, get_source)));
 }
 
 fn search_source(arguments: &Value) -> String {

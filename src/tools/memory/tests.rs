@@ -25,7 +25,7 @@ impl Rig {
         std::fs::create_dir_all(ws.join("memory/groups")).unwrap();
         let store = Arc::new(SqliteStore::open(&dir.path().join("s.db")).await.unwrap());
         let settings = MemorySettings::default();
-        let search = MemorySearch::new(store.clone(), settings);
+        let search = MemorySearch::new(Arc::new(MemorySearcher::new(store.clone(), settings)));
         Self { get: MemoryGet::new(store.clone(), settings), search, store, ws, _dir: dir }
     }
 
