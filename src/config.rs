@@ -22,6 +22,7 @@ mod guard;
 mod heartbeat;
 mod identity;
 mod load;
+mod memory;
 mod metrics;
 mod providers;
 mod queue_mode;
@@ -54,6 +55,7 @@ pub use heartbeat::{
     ActiveHoursConfig, BadTarget, DEFAULT_HEARTBEAT_PROMPT, HeartbeatConfig, HeartbeatTarget, MIN_HEARTBEAT_MINUTES,
 };
 pub use identity::{BadIdentity, BadLevel, Identity, Level};
+pub use memory::MemoryConfig;
 pub use metrics::MetricsConfig;
 pub use providers::{ANTHROPIC_DEFAULT_BASE_URL, ChainEntry};
 pub use queue_mode::QueueMode;
@@ -97,6 +99,8 @@ pub struct Config {
     pub guard: GuardConfig,
     pub store: StoreConfig,
     pub tools: ToolsConfig,
+    /// Recall from the memory of a chat's scope into each turn.
+    pub memory: MemoryConfig,
     pub users: UsersConfig,
     pub permissions: PermissionsConfig,
     pub budgets: BudgetsConfig,
@@ -132,6 +136,7 @@ impl Default for Config {
             guard: GuardConfig::default(),
             store: StoreConfig::default(),
             tools: ToolsConfig::default(),
+            memory: MemoryConfig::default(),
             users: UsersConfig::default(),
             permissions: PermissionsConfig::default(),
             budgets: BudgetsConfig::default(),
