@@ -13,12 +13,17 @@
 //! GIF or WebP whose bytes match the declared type, else a 400 as from OpenAI;
 //! [`sent_images`] decodes those a request carried.
 //!
+//! `POST /v1/embeddings` answers with a deterministic embedding in which synonyms are close
+//! ([`embeddings`]); its calls are recorded apart from the chat requests.
+//!
 //! [`FakeLlm::start_with_quirks`] makes it behave like a server users run instead of the hosted
 //! API ([`Quirks::llama_cpp`]: no usage in streams, an empty 200 stream on overflow, …).
 
 mod connection;
+pub mod embeddings;
 mod quirks;
 
+pub use embeddings::EmbeddingCall;
 pub use quirks::{Quirks, request_tokens};
 
 pub use crate::fake_server::{Scripted, SentImage, split_text};
@@ -83,6 +88,8 @@ struct Shared {
     /// (needle, answer), tried before `script`, oldest first; each answers one request.
     conditional: Mutex<Vec<(String, Scripted)>>,
     requests: CallLog<Value>,
+    embedding_calls: CallLog<EmbeddingCall>,
+    embeddings_failing: embeddings::Failing,
     api_key: Option<String>,
     quirks: Quirks,
 }
@@ -121,10 +128,15 @@ impl FakeLlm {
             script: ModelScript::new(),
             conditional: Mutex::new(Vec::new()),
             requests: CallLog::new(),
+            embedding_calls: CallLog::new(),
+            embeddings_failing: embeddings::Failing::default(),
             api_key,
             quirks,
         });
-        let router = Router::new().route("/v1/chat/completions", post(chat_completions)).with_state(shared.clone());
+        let router = Router::new()
+            .route("/v1/chat/completions", post(chat_completions))
+            .route("/v1/embeddings", post(embeddings::embeddings))
+            .with_state(shared.clone());
         let (listener, addr) = bind_loopback("FakeLlm").await;
         // Its own accept loop, so that an answer can close its connection (see `connection`).
         let server = ServerTask::spawn(connection::accept_loop(listener, router));
@@ -166,6 +178,16 @@ impl FakeLlm {
         self.shared.requests.wait_for_count(n, timeout).await;
         self.requests()
     }
+
+    /// Every call of `/v1/embeddings` so far, in order, refused ones included.
+    pub fn embedding_calls(&self) -> Vec<EmbeddingCall> {
+        self.shared.embedding_calls.all()
+    }
+
+    /// From now on `/v1/embeddings` answers 500 (`true`) or works again (`false`).
+    pub fn fail_embeddings(&self, failing: bool) {
+        self.shared.embeddings_failing.set(failing);
+    }
 }
 
 async fn chat_completions(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
@@ -190,12 +212,8 @@ async fn chat_completions(State(shared): State<Arc<Shared>>, headers: HeaderMap,
 /// What the server refuses before looking at the script: a wrong key, a body that is no JSON
 /// object, and what its quirks refuse.
 fn refusal(shared: &Shared, headers: &HeaderMap, request: &Value) -> Option<Response> {
-    if let Some(key) = &shared.api_key {
-        let expected = format!("Bearer {key}");
-        if headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) != Some(expected.as_str()) {
-            let body = error_body("Incorrect API key provided.", "invalid_request_error", "invalid_api_key");
-            return Some(json_status(401, None, body));
-        }
+    if let Some(refusal) = wrong_key(shared, headers) {
+        return Some(refusal);
     }
     if !request.is_object() {
         return Some(json_status(
@@ -208,6 +226,17 @@ fn refusal(shared: &Shared, headers: &HeaderMap, request: &Value) -> Option<Resp
         return Some(json_status(400, None, error_body(&why, "invalid_request_error", "invalid_image_format")));
     }
     quirks::refusal(&shared.quirks, request)
+}
+
+/// A 401 when the server wants a key and the request does not carry it.
+fn wrong_key(shared: &Shared, headers: &HeaderMap) -> Option<Response> {
+    let key = shared.api_key.as_ref()?;
+    let expected = format!("Bearer {key}");
+    if headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) == Some(expected.as_str()) {
+        return None;
+    }
+    let body = error_body("Incorrect API key provided.", "invalid_request_error", "invalid_api_key");
+    Some(json_status(401, None, body))
 }
 
 /// The images a request carried as `image_url` parts (a `data:` URL each), in order.
