@@ -55,7 +55,7 @@ pub use heartbeat::{
     ActiveHoursConfig, BadTarget, DEFAULT_HEARTBEAT_PROMPT, HeartbeatConfig, HeartbeatTarget, MIN_HEARTBEAT_MINUTES,
 };
 pub use identity::{BadIdentity, BadLevel, Identity, Level};
-pub use memory::MemoryConfig;
+pub use memory::{EmbeddingsConfig, MemoryConfig};
 pub use metrics::MetricsConfig;
 pub use providers::{ANTHROPIC_DEFAULT_BASE_URL, ChainEntry};
 pub use queue_mode::QueueMode;
@@ -99,7 +99,7 @@ pub struct Config {
     pub guard: GuardConfig,
     pub store: StoreConfig,
     pub tools: ToolsConfig,
-    /// Recall from the memory of a chat's scope into each turn.
+    /// Recall from the memory of a chat's scope into each turn; embeddings for memory search.
     pub memory: MemoryConfig,
     pub users: UsersConfig,
     pub permissions: PermissionsConfig,

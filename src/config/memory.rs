@@ -1,6 +1,12 @@
-//! `[memory]`: what the agent recalls from its memory on its own (docs/memory.md, "Recall").
+//! `[memory]`: what the agent recalls from its memory on its own (docs/memory.md, "Recall"),
+//! and `[memory.embeddings]` for memory search.
+
+mod embeddings;
 
 use serde::{Deserialize, Serialize};
+
+pub use embeddings::EmbeddingsConfig;
+pub(super) use embeddings::problem as embeddings_problem;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -10,10 +16,13 @@ pub struct MemoryConfig {
     pub recall: usize,
     /// Characters of recalled text per turn at most; hits past it are left out.
     pub recall_max_chars: usize,
+    /// Embeddings for memory search (off by default).
+    #[serde(default)]
+    pub embeddings: EmbeddingsConfig,
 }
 
 impl Default for MemoryConfig {
     fn default() -> Self {
-        Self { recall: 0, recall_max_chars: 2_000 }
+        Self { recall: 0, recall_max_chars: 2_000, embeddings: EmbeddingsConfig::default() }
     }
 }

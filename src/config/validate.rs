@@ -63,6 +63,9 @@ pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigE
             format!("{} is more than tools.memory.max_results ({})", memory.default_results, memory.max_results);
         return Err(fail("tools.memory.default_results", reason));
     }
+    if let Some((key, reason)) = super::memory::embeddings_problem(config) {
+        return Err(fail(key, reason));
+    }
     if let Some((key, reason)) = web_problem(&config.tools.web) {
         return Err(fail(key, reason));
     }
