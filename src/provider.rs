@@ -1,8 +1,10 @@
 //! Model providers: the [`Provider`] trait, the chat types the agent loop speaks, the
-//! OpenAI-compatible and Anthropic implementations, the failover chain and the price table.
+//! OpenAI-compatible and Anthropic implementations, the failover chain, the price table and the
+//! embeddings client ([`embeddings`]).
 
 pub mod anthropic;
 mod clients;
+pub mod embeddings;
 pub mod failover;
 mod http;
 mod http_provider;
