@@ -6,9 +6,16 @@
 //! A query is plain words ([`MemoryQuery::terms`]), not a backend's query syntax, so each
 //! backend builds its own: SQLite FTS5 `MATCH` with BM25 here, `tsvector`/`ts_rank` in a
 //! PostgreSQL store.
+//!
+//! With embeddings on (`[memory.embeddings]`), the index also hands out the chunks a search
+//! ranks by meaning ([`MemoryIndex::memory_chunks`]) and keeps their vectors by model and
+//! [`text_hash`], so a chunk whose text is unchanged is never embedded again, whatever its id.
+
+use std::collections::HashMap;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use sha2::Digest;
 
 use super::StoreError;
 use crate::provider::{ChatMessage, Role};
@@ -45,10 +52,34 @@ pub struct MemoryQuery<'a> {
     pub limit: usize,
 }
 
+/// The chunks a search covers, for ranking by meaning: the same files and scope as a
+/// [`MemoryQuery`].
+#[derive(Debug, Clone, Copy)]
+pub struct ChunkQuery<'a> {
+    pub root: &'a str,
+    pub paths: &'a [String],
+    pub scope: Option<&'a str>,
+    /// Chunks at most: those of the files first, then the scope's conversations, newest first.
+    pub limit: usize,
+}
+
+/// A chunk of the index as it is, with its text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexedChunk {
+    /// Its id in the index (as in [`MemoryHit::chunk_id`]).
+    pub id: i64,
+    pub path: String,
+    pub start_line: u64,
+    pub end_line: u64,
+    pub text: String,
+}
+
 /// One ranked match: a chunk of a file (its lines), or of a conversation (`path`
 /// [`CONVERSATION_PREFIX`]`<session_key>`, the message's transcript id as its lines).
 #[derive(Debug, Clone, PartialEq)]
 pub struct MemoryHit {
+    /// The chunk's id in the index: tells apart the chunks of one long line or message.
+    pub chunk_id: i64,
     pub path: String,
     pub start_line: u64,
     pub end_line: u64,
@@ -92,6 +123,36 @@ pub trait MemoryIndex: Send + Sync {
         from_id: i64,
         limit: usize,
     ) -> Result<Vec<(i64, String)>, StoreError>;
+
+    /// The indexed chunks `query` covers, at most `query.limit`: the files' chunks first, then
+    /// the scope's conversation chunks, newest first.
+    async fn memory_chunks(&self, query: &ChunkQuery<'_>) -> Result<Vec<IndexedChunk>, StoreError>;
+
+    /// The vectors of `model` kept for these [`text_hash`]es; hashes without one are not in
+    /// the map.
+    async fn cached_embeddings(&self, model: &str, hashes: &[String]) -> Result<HashMap<String, Vec<f32>>, StoreError>;
+
+    /// Keeps vectors of `model` by [`text_hash`]; a hash that has one keeps it.
+    async fn store_embeddings(&self, model: &str, vectors: &[(String, Vec<f32>)]) -> Result<(), StoreError>;
+}
+
+/// What embeddings are cached by: the SHA-256 of a chunk's text, in hex.
+pub fn text_hash(text: &str) -> String {
+    sha2::Sha256::digest(text.as_bytes()).iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// A vector as bytes to keep: its numbers as little-endian `f32`s.
+pub fn vector_to_bytes(vector: &[f32]) -> Vec<u8> {
+    vector.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// The vector [`vector_to_bytes`] made; `None` when the length is no multiple of four.
+pub fn vector_from_bytes(bytes: &[u8]) -> Option<Vec<f32>> {
+    if bytes.len() % 4 != 0 {
+        return None;
+    }
+    let numbers = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+    Some(numbers.collect())
 }
 
 /// How a transcript message reads in search: a header with its time (UTC, to the minute) and

@@ -41,6 +41,11 @@ pub(crate) const SQLITE_MIGRATIONS: &[Migration] = &[
         name: "memory_transcripts",
         sql: include_str!("../../migrations/sqlite/0014_memory_transcripts.sql"),
     },
+    Migration {
+        version: 15,
+        name: "memory_embeddings",
+        sql: include_str!("../../migrations/sqlite/0015_memory_embeddings.sql"),
+    },
 ];
 
 /// Brings the database up to the newest schema this build knows.

@@ -11,6 +11,7 @@ mod compaction;
 mod cron;
 mod heartbeat;
 mod memory_conversations;
+mod memory_embeddings;
 mod memory_index;
 mod pairing;
 mod subagents;

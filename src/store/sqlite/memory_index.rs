@@ -1,12 +1,14 @@
 //! [`MemoryIndex`] for SQLite (`migrations/sqlite/0013_memory_index.sql`): FTS5 with BM25
 //! ranking over `memory_chunks`, kept in step by hand (external content table).
 
+use std::collections::HashMap;
+
 use async_trait::async_trait;
 use chrono::Utc;
 
 use super::SqliteStore;
 use crate::store::StoreError;
-use crate::store::memory_index::{MemoryChunk, MemoryHit, MemoryIndex, MemoryQuery};
+use crate::store::memory_index::{ChunkQuery, IndexedChunk, MemoryChunk, MemoryHit, MemoryIndex, MemoryQuery};
 
 /// Words of context FTS5's `snippet()` shows around a match.
 const SNIPPET_TOKENS: i64 = 24;
@@ -94,8 +96,8 @@ impl MemoryIndex for SqliteStore {
             return Ok(Vec::new());
         }
         let paths = serde_json::to_string(query.paths).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        let rows: Vec<(String, i64, i64, String, f64)> = sqlx::query_as(
-            "SELECT c.path, c.start_line, c.end_line, snippet(memory_fts, 0, '**', '**', '…', $5), bm25(memory_fts) \
+        let rows: Vec<(i64, String, i64, i64, String, f64)> = sqlx::query_as(
+            "SELECT c.id, c.path, c.start_line, c.end_line, snippet(memory_fts, 0, '**', '**', '…', $5), bm25(memory_fts) \
              FROM memory_fts JOIN memory_chunks c ON c.id = memory_fts.rowid \
              WHERE memory_fts MATCH $1 AND c.root = $2 \
                AND (c.path IN (SELECT value FROM json_each($3)) OR c.scope = $6) \
@@ -111,9 +113,10 @@ impl MemoryIndex for SqliteStore {
         .await?;
         let line = |value: i64| u64::try_from(value).map_err(|_| StoreError::Corrupt(format!("line {value}")));
         rows.into_iter()
-            .map(|(path, start, end, snippet, bm25)| {
+            .map(|(chunk_id, path, start, end, snippet, bm25)| {
                 // FTS5's bm25() is lower for better matches.
-                Ok(MemoryHit { path, start_line: line(start)?, end_line: line(end)?, snippet, score: -bm25 })
+                let (start_line, end_line) = (line(start)?, line(end)?);
+                Ok(MemoryHit { chunk_id, path, start_line, end_line, snippet, score: -bm25 })
             })
             .collect()
     }
@@ -130,6 +133,18 @@ impl MemoryIndex for SqliteStore {
         limit: usize,
     ) -> Result<Vec<(i64, String)>, StoreError> {
         super::memory_conversations::read(self, scope, session_key, from_id, limit).await
+    }
+
+    async fn memory_chunks(&self, query: &ChunkQuery<'_>) -> Result<Vec<IndexedChunk>, StoreError> {
+        super::memory_embeddings::chunks(self, query).await
+    }
+
+    async fn cached_embeddings(&self, model: &str, hashes: &[String]) -> Result<HashMap<String, Vec<f32>>, StoreError> {
+        super::memory_embeddings::cached(self, model, hashes).await
+    }
+
+    async fn store_embeddings(&self, model: &str, vectors: &[(String, Vec<f32>)]) -> Result<(), StoreError> {
+        super::memory_embeddings::store(self, model, vectors).await
     }
 }
 
