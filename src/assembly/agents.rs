@@ -14,7 +14,7 @@ use crate::store::memory_index::MemoryIndex;
 use crate::store::sqlite::SqliteStore;
 use crate::subagents::SubagentManager;
 use crate::subagents::tool::SpawnTool;
-use crate::tools::memory::{MemorySearcher, MemorySettings};
+use crate::tools::memory::{EmbeddingSettings, MemorySearcher, MemorySettings};
 use crate::tools::web::register_web_tools;
 use crate::tools::{MessageTool, ToolRegistry, register_local_tools};
 use crate::worker::agents::{Agents, Binding};
@@ -49,16 +49,24 @@ impl Assembly {
         let chain = self.config.agent_model_chain(name)?;
         let provider = super::providers::chain(&chain)?;
         tracing::info!(agent = name, chain = %crate::provider::Provider::name(&provider), "model chain");
-        let searcher = self.memory_searcher(store);
+        let searcher = self.memory_searcher(store)?;
         let tools = self.tools(name, bus, store, subagents, &searcher)?;
         let agent = Agent::new(Arc::new(provider), tools, settings::agent(&self.config, name, &chain));
         Ok(agent.with_memory(searcher))
     }
 
-    /// The memory search of an agent: `memory_search` and recall (`[memory] recall`).
-    fn memory_searcher(&self, store: &Arc<SqliteStore>) -> Arc<MemorySearcher> {
+    /// The memory search of an agent: `memory_search` and recall (`[memory] recall`), ranked
+    /// by meaning too when `[memory.embeddings]` names a provider.
+    fn memory_searcher(&self, store: &Arc<SqliteStore>) -> Result<Arc<MemorySearcher>, AssemblyError> {
         let index = Arc::clone(store) as Arc<dyn MemoryIndex>;
-        Arc::new(MemorySearcher::new(index, MemorySettings::from(&self.config.tools.memory)))
+        let searcher = MemorySearcher::new(index, MemorySettings::from(&self.config.tools.memory));
+        let embeddings = &self.config.memory.embeddings;
+        if !embeddings.is_enabled() {
+            return Ok(Arc::new(searcher));
+        }
+        let embedder = super::providers::embedder(&self.config, embeddings)?;
+        tracing::info!(provider = %embeddings.provider, model = %embeddings.model, "memory search ranks by meaning too");
+        Ok(Arc::new(searcher.with_embeddings(embedder, EmbeddingSettings::from(embeddings))))
     }
 
     /// The tools agent `name` may offer: the built-in ones, those the config enables, the

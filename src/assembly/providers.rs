@@ -3,11 +3,14 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::config::{ChainEntry, ProviderKind};
+use crate::config::{ChainEntry, Config, EmbeddingsConfig, ProviderKind};
 use crate::provider::anthropic::{AnthropicConfig, AnthropicProvider};
+use crate::provider::embeddings::{Embedder, EmbeddingsSettings, OpenAiEmbeddings};
 use crate::provider::failover::{FailoverEntry, FailoverProvider};
 use crate::provider::openai::{OpenAiConfig, OpenAiProvider};
 use crate::provider::{Provider, ProviderError, RetryPolicy};
+
+use super::AssemblyError;
 
 /// One provider per name (entries of one provider share its HTTP client), each entry with
 /// its provider's retry policy.
@@ -51,4 +54,24 @@ fn provider(entry: &ChainEntry) -> Result<Arc<dyn Provider>, ProviderError> {
             vision: settings.vision,
         })?),
     })
+}
+
+/// The embedder `[memory.embeddings]` names: its provider's server and key, its model. The
+/// provider was checked at load (known, OpenAI-compatible); a hand-built config that names
+/// an unknown or Anthropic one fails here.
+pub fn embedder(config: &Config, embeddings: &EmbeddingsConfig) -> Result<Arc<dyn Embedder>, AssemblyError> {
+    let name = embeddings.provider.as_str();
+    let invalid = |reason| AssemblyError::Config(super::settings::invalid("memory.embeddings.provider".into(), reason));
+    let settings = config.provider_named(name).ok_or_else(|| invalid(format!("no provider named {name:?}")))?;
+    if settings.kind != ProviderKind::Openai {
+        return Err(invalid(format!("provider {name:?} has no OpenAI-compatible embeddings endpoint")));
+    }
+    let embedder = OpenAiEmbeddings::new(EmbeddingsSettings {
+        name: name.to_owned(),
+        base_url: settings.base_url.clone(),
+        api_key: Some(settings.api_key.expose().to_owned()).filter(|key| !key.is_empty()),
+        model: embeddings.model.clone(),
+        timeout: settings.request_timeout(),
+    })?;
+    Ok(Arc::new(embedder))
 }

@@ -148,7 +148,7 @@ pub fn vector_to_bytes(vector: &[f32]) -> Vec<u8> {
 
 /// The vector [`vector_to_bytes`] made; `None` when the length is no multiple of four.
 pub fn vector_from_bytes(bytes: &[u8]) -> Option<Vec<f32>> {
-    if bytes.len() % 4 != 0 {
+    if !bytes.len().is_multiple_of(4) {
         return None;
     }
     let numbers = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));

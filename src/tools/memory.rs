@@ -9,6 +9,7 @@ mod chunk;
 mod get;
 mod search;
 mod searcher;
+mod semantic;
 
 use std::io::Read;
 use std::sync::Arc;
@@ -20,6 +21,7 @@ pub use chunk::{chunks, terms};
 pub use get::MemoryGet;
 pub use search::MemorySearch;
 pub use searcher::{Found, MemorySearcher};
+pub use semantic::EmbeddingSettings;
 
 use super::fs::{Resolved, Workspace, open_regular};
 use super::{ToolContext, ToolError, ToolRegistry, untrusted};

@@ -138,7 +138,7 @@ mod tests {
         assert_eq!(store.cached_embeddings("small", &[text_hash(texts[1])]).await.unwrap()[&car], [0.25, -1.5, 3.0]);
         // Storing again replaces.
         store.store_embeddings("small", &[(car.clone(), vec![1.0])]).await.unwrap();
-        assert_eq!(store.cached_embeddings("small", &[car.clone()]).await.unwrap()[&car], [1.0]);
+        assert_eq!(store.cached_embeddings("small", std::slice::from_ref(&car)).await.unwrap()[&car], [1.0]);
     }
 
     #[tokio::test]

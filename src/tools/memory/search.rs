@@ -61,7 +61,7 @@ impl Tool for MemorySearch {
         if terms.is_empty() {
             return Err(ToolError::InvalidArguments("`query` has no words to look for".into()));
         }
-        let Found { paths, hits } = self.searcher.find(ctx, &terms, limit).await?;
+        let Found { paths, hits } = self.searcher.find(ctx, query, &terms, limit).await?;
         if hits.is_empty() && paths.is_empty() {
             let whose = ctx.memory.describe();
             return Ok(format!("No match for {query:?} in past conversations; no memory file exists yet for {whose}."));

@@ -1,17 +1,23 @@
 //! The search behind `memory_search` and recall: the scope's memory files brought up to date
-//! in the index, its past conversations indexed, one ranked query over both.
+//! in the index, its past conversations indexed, one ranked query over both; with embeddings
+//! on, that ranking fused with one by meaning ([`super::semantic`]).
 
 use std::path::Path;
 use std::sync::Arc;
 
+use super::semantic::{EmbeddingSettings, Semantic, fuse};
 use super::{MemorySettings, blocking, chunks, fingerprint, index_error, read_capped, searched_files, workspace};
-use crate::store::memory_index::{MemoryHit, MemoryIndex, MemoryQuery};
+use crate::provider::embeddings::Embedder;
+use crate::store::memory_index::{ChunkQuery, MemoryHit, MemoryIndex, MemoryQuery};
 use crate::tools::fs::Workspace;
 use crate::tools::{ToolContext, ToolError};
 use crate::workspace::memory::MEMORY_DIR;
 
 /// Daily note files searched at most (about a year of them).
 const MAX_NOTES: usize = 400;
+
+/// Hits of each ranking that reciprocal rank fusion looks at (at least the limit asked for).
+const FUSION_DEPTH: usize = 50;
 
 /// What a search found.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,11 +32,18 @@ pub struct Found {
 pub struct MemorySearcher {
     index: Arc<dyn MemoryIndex>,
     settings: MemorySettings,
+    /// Ranking by meaning too (`[memory.embeddings]`); `None`: full text only.
+    semantic: Option<Semantic>,
 }
 
 impl MemorySearcher {
     pub fn new(index: Arc<dyn MemoryIndex>, settings: MemorySettings) -> Self {
-        Self { index, settings }
+        Self { index, settings, semantic: None }
+    }
+
+    /// Ranks by meaning too, with vectors from `embedder`.
+    pub fn with_embeddings(self, embedder: Arc<dyn Embedder>, settings: EmbeddingSettings) -> Self {
+        Self { semantic: Some(Semantic::new(embedder, settings)), ..self }
     }
 
     pub fn settings(&self) -> &MemorySettings {
@@ -41,9 +54,16 @@ impl MemorySearcher {
         &self.index
     }
 
-    /// The best `limit` matches of `terms` (see [`super::terms`]) in the memory files and
-    /// past conversations of `ctx`'s scope. A run without a scope is refused.
-    pub async fn find(&self, ctx: &ToolContext, terms: &[String], limit: usize) -> Result<Found, ToolError> {
+    /// The best `limit` matches of `text` in the memory files and past conversations of
+    /// `ctx`'s scope: by its `terms` (see [`super::terms`]), and with embeddings on by its
+    /// meaning too. A run without a scope is refused.
+    pub async fn find(
+        &self,
+        ctx: &ToolContext,
+        text: &str,
+        terms: &[String],
+        limit: usize,
+    ) -> Result<Found, ToolError> {
         if searched_files(&ctx.memory).is_empty() {
             return Err(ToolError::Refused("this run has no memory to search".into()));
         }
@@ -55,7 +75,21 @@ impl MemorySearcher {
             self.index.index_conversations(&root, scope).await.map_err(index_error)?;
         }
         let query = MemoryQuery { root: &root, paths: &paths, scope: scope.as_deref(), terms, limit };
-        let hits = self.index.search_memory(&query).await.map_err(index_error)?;
+        let Some(semantic) = &self.semantic else {
+            let hits = self.index.search_memory(&query).await.map_err(index_error)?;
+            return Ok(Found { paths, hits });
+        };
+        let depth = limit.max(FUSION_DEPTH);
+        let mut hits = self.index.search_memory(&MemoryQuery { limit: depth, ..query }).await.map_err(index_error)?;
+        let chunks = ChunkQuery { root: &root, paths: &paths, scope: scope.as_deref(), limit: semantic.max_chunks() };
+        match semantic.rank(self.index.as_ref(), chunks, text, depth).await {
+            Ok(similar) => hits = fuse(hits, similar, limit),
+            Err(error) => {
+                // The model gets the full-text ranking, as without embeddings; the operator the log.
+                tracing::warn!(%error, "memory search: ranking by words only, embeddings failed");
+                hits.truncate(limit);
+            }
+        }
         Ok(Found { paths, hits })
     }
 

@@ -4,7 +4,10 @@ use std::sync::Arc;
 
 use serde_json::json;
 
+use switchboard_testkit::fake_llm::FakeLlm;
+
 use super::*;
+use crate::provider::embeddings::{EmbeddingsSettings, OpenAiEmbeddings};
 use crate::provider::{Author, ChatMessage};
 use crate::store::sqlite::SqliteStore;
 use crate::store::{RunClaim, RunOutcome, RunStatus, Store};
@@ -20,12 +23,29 @@ struct Rig {
 
 impl Rig {
     async fn new() -> Self {
+        Self::searching(|searcher| searcher).await
+    }
+
+    /// Ranking by meaning too, with `llm`'s embeddings.
+    async fn with_embeddings(llm: &FakeLlm, settings: EmbeddingSettings) -> Self {
+        let embedder = OpenAiEmbeddings::new(EmbeddingsSettings {
+            name: "fake".into(),
+            base_url: llm.base_url(),
+            api_key: None,
+            model: "embed-small".into(),
+            timeout: std::time::Duration::from_secs(10),
+        })
+        .unwrap();
+        Self::searching(|searcher| searcher.with_embeddings(Arc::new(embedder), settings)).await
+    }
+
+    async fn searching(setup: impl FnOnce(MemorySearcher) -> MemorySearcher) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path().join("ws");
         std::fs::create_dir_all(ws.join("memory/groups")).unwrap();
         let store = Arc::new(SqliteStore::open(&dir.path().join("s.db")).await.unwrap());
         let settings = MemorySettings::default();
-        let search = MemorySearch::new(Arc::new(MemorySearcher::new(store.clone(), settings)));
+        let search = MemorySearch::new(Arc::new(setup(MemorySearcher::new(store.clone(), settings))));
         Self { get: MemoryGet::new(store.clone(), settings), search, store, ws, _dir: dir }
     }
 
@@ -235,6 +255,50 @@ fn completed() -> RunOutcome {
         billing: None,
         memory_scope: None,
     }
+}
+
+const EMBEDDINGS: EmbeddingSettings = EmbeddingSettings { batch: 64, max_chunks: 2_000, min_similarity: 0.25 };
+
+#[tokio::test]
+async fn with_embeddings_an_edit_embeds_only_the_new_text() {
+    let llm = FakeLlm::start().await;
+    let rig = Rig::with_embeddings(&llm, EMBEDDINGS).await;
+    rig.write("MEMORY.md", "I drive an automobile from 1998.\n\nAnna's birthday is in May.\n");
+    let out = rig.search(MemoryScope::Owner, "car").await;
+    assert!(out.contains("1. MEMORY.md line 1\n   I drive an automobile from 1998.") && !out.contains("2. "), "{out}");
+    rig.write(
+        "MEMORY.md",
+        "The dog is called Rex.\n\nI drive an automobile from 1998.\n\nAnna's birthday is in May.\n",
+    );
+    let out = rig.search(MemoryScope::Owner, "puppy").await;
+    assert!(out.contains("1. MEMORY.md line 1\n   The dog is called Rex."), "{out}");
+
+    let inputs: Vec<Vec<String>> = llm.embedding_calls().into_iter().map(|call| call.inputs).collect();
+    let both = ["I drive an automobile from 1998.", "Anna's birthday is in May."];
+    assert_eq!(inputs, [vec!["car"], both.to_vec(), vec!["puppy"], vec!["The dog is called Rex."]]);
+}
+
+#[tokio::test]
+async fn a_search_embeds_at_most_max_chunks_in_batches() {
+    let llm = FakeLlm::start().await;
+    let settings = EmbeddingSettings { batch: 2, max_chunks: 3, ..EMBEDDINGS };
+    let rig = Rig::with_embeddings(&llm, settings).await;
+    rig.write("MEMORY.md", "one\n\ntwo\n\nthree\n\nfour\n\nfive\n");
+    rig.search(MemoryScope::Owner, "two").await;
+    let sizes: Vec<usize> = llm.embedding_calls().iter().map(|call| call.inputs.len()).collect();
+    assert_eq!(sizes, [1, 2, 1], "the query, then three chunks two at a time");
+}
+
+#[tokio::test]
+async fn when_embeddings_fail_the_search_ranks_by_words() {
+    let llm = FakeLlm::start().await;
+    let rig = Rig::with_embeddings(&llm, EMBEDDINGS).await;
+    rig.write("MEMORY.md", "I drive an automobile.\n\nThe car wash is on Main Street.\n");
+    let words_only = Rig::new().await;
+    words_only.write("MEMORY.md", "I drive an automobile.\n\nThe car wash is on Main Street.\n");
+    llm.fail_embeddings(true);
+    assert_eq!(rig.search(MemoryScope::Owner, "car").await, words_only.search(MemoryScope::Owner, "car").await);
+    assert_eq!(llm.embedding_calls().len(), 1, "one failed request for the query, no more");
 }
 
 #[test]
