@@ -16,8 +16,8 @@ pub use bus::{BusKind, TestBus, next_out, nothing_more};
 use switchboard::assembly::{AssembledWorker, Assembly, Overrides};
 use switchboard::clock::Clock;
 use switchboard::config::{
-    AgentConfig, BindingConfig, Config, MAIN_AGENT, ModelPrice, NamedAgentConfig, ProviderConfig, ProviderKind,
-    StoreConfig,
+    AgentConfig, BindingConfig, Config, EmbeddingsConfig, MAIN_AGENT, ModelPrice, NamedAgentConfig, ProviderConfig,
+    ProviderKind, StoreConfig,
 };
 use switchboard::scheduler::CronSettings;
 use switchboard::store::sqlite::SqliteStore;
@@ -90,6 +90,9 @@ pub struct Setup {
     pub exec: bool,
     /// `memory_search` and `memory_get`.
     pub memory_tools: bool,
+    /// `[memory.embeddings]`, e.g. on the provider `fake` (the scripted model's server, which
+    /// answers `/v1/embeddings`); off by default.
+    pub embeddings: Option<EmbeddingsConfig>,
     pub tools: Vec<Arc<dyn Tool>>,
     /// The `cron` tool, with these settings on this clock.
     pub cron: Option<(CronSettings, Clock)>,
@@ -140,6 +143,7 @@ impl Setup {
             file_tools: false,
             exec: false,
             memory_tools: false,
+            embeddings: None,
             tools: Vec::new(),
             cron: None,
             subagents: None,
@@ -239,6 +243,7 @@ impl Setup {
         config.tools.fs.enabled = self.file_tools;
         config.tools.exec.enabled = self.exec;
         config.tools.memory.enabled = self.memory_tools;
+        config.memory.embeddings = self.embeddings.clone().unwrap_or_default();
         config.cron.enabled = self.cron.is_some();
         config.subagents.enabled = self.subagents.is_some();
         config

@@ -22,6 +22,7 @@ mod heartbeat;
 mod hygiene;
 mod journal;
 mod limits;
+mod memory_embeddings;
 mod memory_scopes;
 mod memory_search;
 mod provider;

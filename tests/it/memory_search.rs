@@ -25,7 +25,7 @@ const SECRET: &str = "ZEBRA-4711";
 
 /// The owner is `telegram:42`; group members (guests) may use the memory tools here, so the
 /// test can show what they reach.
-fn settings() -> WorkerSettings {
+pub(crate) fn settings() -> WorkerSettings {
     let users = UsersConfig { owners: vec![format!("telegram:{OWNER}")], ..UsersConfig::default() };
     let mut permissions = PermissionsConfig::default();
     for tool in ["memory_search", "memory_get"] {
@@ -52,7 +52,7 @@ fn long_memory() -> String {
     text
 }
 
-fn dm(content: &str) -> InboundMessage {
+pub(crate) fn dm(content: &str) -> InboundMessage {
     let sender = Sender { id: OWNER.into(), name: "Owner".into(), is_bot: false };
     InboundMessage::user("telegram", OWNER, sender, content)
 }
@@ -65,12 +65,12 @@ fn in_group(content: &str) -> InboundMessage {
     msg
 }
 
-fn call(tool: &str, arguments: Value) -> (String, Value) {
+pub(crate) fn call(tool: &str, arguments: Value) -> (String, Value) {
     (tool.to_owned(), arguments)
 }
 
 /// The tool results the last model request carries, in call order.
-fn last_tool_results(h: &Harness) -> Vec<String> {
+pub(crate) fn last_tool_results(h: &Harness) -> Vec<String> {
     let requests = h.llm.requests();
     let messages = requests.last().unwrap()["messages"].as_array().cloned().unwrap_or_default();
     let tools = messages.iter().filter(|m| m["role"] == "tool");
