@@ -23,6 +23,7 @@ mod order;
 mod overflow;
 mod prompt;
 mod rate;
+mod recall;
 mod run;
 mod session;
 mod settle;
@@ -54,6 +55,7 @@ use crate::users::AccessPolicy;
 use agents::Agents;
 use job::Job;
 use keepalive::{Held, Settle};
+pub use recall::RecallSettings;
 pub use session::QueueSettings;
 use session::{Placed, Session};
 
@@ -97,6 +99,8 @@ pub struct WorkerSettings {
     pub heartbeat_ack_max_chars: usize,
     /// The same for agents with their own `[agents.<name>.heartbeat]`, by agent name.
     pub heartbeat_ack_max_chars_by_agent: HashMap<String, usize>,
+    /// Memory recalled into each turn's prompt (`[memory]`).
+    pub recall: RecallSettings,
 }
 
 impl Default for WorkerSettings {
@@ -118,6 +122,7 @@ impl Default for WorkerSettings {
             rate_limits: RateLimitsConfig::UNLIMITED,
             heartbeat_ack_max_chars: 300,
             heartbeat_ack_max_chars_by_agent: HashMap::new(),
+            recall: RecallSettings::default(),
         }
     }
 }

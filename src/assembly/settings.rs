@@ -19,7 +19,7 @@ use crate::scheduler::heartbeat::{HeartbeatAgent, HeartbeatSettings};
 use crate::subagents::SubagentSettings;
 use crate::tools::ToolLimits;
 use crate::users::AccessPolicy;
-use crate::worker::{QueueSettings, WorkerSettings};
+use crate::worker::{QueueSettings, RecallSettings, WorkerSettings};
 
 /// `[worker]`, with what the worker takes from `[agent]`, `[users]`, `[guard]` and the rest.
 pub fn worker(config: &Config) -> Result<WorkerSettings, AssemblyError> {
@@ -48,6 +48,7 @@ pub fn worker(config: &Config) -> Result<WorkerSettings, AssemblyError> {
             .iter()
             .filter_map(|(name, agent)| Some((name.clone(), agent.heartbeat.as_ref()?.ack_max_chars)))
             .collect(),
+        recall: RecallSettings::from(&config.memory),
     })
 }
 

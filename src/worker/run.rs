@@ -105,8 +105,13 @@ async fn compact_session(shared: &Shared, route: &Route, msg: &InboundMessage, s
     };
     // The memory flush is housekeeping: the minimal prompt, with only the file tools.
     let flush_tools = compaction::flush_filter();
-    let run =
-        super::prompt::PromptFor { msg, session_key: &route.key, level: crate::config::Level::Owner, memory: &memory };
+    let run = super::prompt::PromptFor {
+        msg,
+        session_key: &route.key,
+        level: crate::config::Level::Owner,
+        memory: &memory,
+        recalled: None,
+    };
     let flush_prompt =
         super::prompt::system_prompt(shared, agent, &run, &flush_tools, crate::prompt::PromptMode::Minimal).await;
     let deps = compaction::Deps {
