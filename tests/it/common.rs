@@ -99,6 +99,8 @@ pub struct Setup {
     pub store_path: Option<PathBuf>,
     /// The provider's `vision` key: its model gets photos as image parts (default off).
     pub vision: bool,
+    /// The provider's `stream` key: answers come as server-sent events (default off).
+    pub stream: bool,
     /// The base URL of a `FakeAnthropic`: the provider speaks the Messages API to it instead
     /// of the OpenAI API to `llm` (which then gets no calls).
     pub anthropic: Option<String>,
@@ -145,6 +147,7 @@ impl Setup {
             subagents: None,
             store_path: None,
             vision: false,
+            stream: false,
             anthropic: None,
             run_worker: true,
         }
@@ -201,7 +204,7 @@ impl Setup {
             kind,
             base_url: self.anthropic.clone().unwrap_or_else(|| llm_url.to_owned()),
             request_timeout_secs: 60,
-            stream: false,
+            stream: self.stream,
             max_retries: 0,
             vision: self.vision,
             ..ProviderConfig::default()
