@@ -18,7 +18,7 @@ use sha2::Digest;
 
 pub use chunk::{chunks, terms};
 pub use get::MemoryGet;
-pub use search::MemorySearch;
+pub use search::{MemorySearch, place};
 pub use searcher::{Found, MemorySearcher};
 
 use super::fs::{Resolved, Workspace, open_regular};

@@ -8,7 +8,7 @@ use super::Shared;
 use super::turn::TurnPlan;
 use crate::config::MemoryConfig;
 use crate::store::memory_index::{CONVERSATION_PREFIX, MemoryHit};
-use crate::tools::memory::terms;
+use crate::tools::memory::{place, terms};
 use crate::tools::{ToolContext, untrusted};
 
 /// Words that say nothing about what to recall; a message of only these recalls nothing.
@@ -85,11 +85,7 @@ fn section(hits: &[&MemoryHit], max_chars: usize) -> Option<String> {
     for hit in hits {
         let text = hit.snippet.replace("**", "");
         let text = text.lines().map(str::trim).collect::<Vec<_>>().join(" / ");
-        let place = match hit.path.strip_prefix(CONVERSATION_PREFIX) {
-            Some(session) => format!("conversation {session}, message {}", hit.start_line),
-            None => format!("{} line {}", hit.path, hit.start_line),
-        };
-        let line = format!("- {place}: {text}");
+        let line = format!("- {}: {text}", place(hit));
         if used + line.chars().count() > max_chars {
             break;
         }
