@@ -28,6 +28,7 @@ mod session;
 mod settle;
 mod turn;
 mod usage;
+mod voice;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -48,6 +49,7 @@ use crate::agent::Agent;
 use crate::config::RateLimitsConfig;
 use crate::context::{ContextEngine, ContextSettings};
 use crate::hygiene::Guard;
+use crate::provider::transcribe::Transcriber;
 use crate::store::Store;
 use crate::subagents::SubagentManager;
 use crate::users::AccessPolicy;
@@ -97,6 +99,9 @@ pub struct WorkerSettings {
     pub heartbeat_ack_max_chars: usize,
     /// The same for agents with their own `[agents.<name>.heartbeat]`, by agent name.
     pub heartbeat_ack_max_chars_by_agent: HashMap<String, usize>,
+    /// Turns voice notes into text before a turn (`[transcription]`); `None`: they reach the
+    /// model as their path.
+    pub transcriber: Option<Arc<Transcriber>>,
 }
 
 impl Default for WorkerSettings {
@@ -118,6 +123,7 @@ impl Default for WorkerSettings {
             rate_limits: RateLimitsConfig::UNLIMITED,
             heartbeat_ack_max_chars: 300,
             heartbeat_ack_max_chars_by_agent: HashMap::new(),
+            transcriber: None,
         }
     }
 }

@@ -231,7 +231,7 @@ async fn run_turn(
     };
     let events = BusEvents::start(Arc::clone(&shared.bus), msg, run_id, session_key);
     events.emit(RunEventBody::Started);
-    let input = super::input::message(msg);
+    let input = super::voice::turn_input(shared, msg).await;
     let plan = TurnPlan { agent, msg, run_id, session_key, level, tools, input };
     let mut result = super::turn::run_agent(shared, &plan, &events, steer).await.map_err(transient)?;
     let ack_limit = hygiene::heartbeat_ack_limit(shared, &agent.settings().name, msg);
