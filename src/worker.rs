@@ -29,6 +29,7 @@ mod session;
 mod settle;
 mod turn;
 mod usage;
+mod voice;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -49,6 +50,7 @@ use crate::agent::Agent;
 use crate::config::RateLimitsConfig;
 use crate::context::{ContextEngine, ContextSettings};
 use crate::hygiene::Guard;
+use crate::provider::transcribe::Transcriber;
 use crate::store::Store;
 use crate::subagents::SubagentManager;
 use crate::users::AccessPolicy;
@@ -101,6 +103,9 @@ pub struct WorkerSettings {
     pub heartbeat_ack_max_chars_by_agent: HashMap<String, usize>,
     /// Memory recalled into each turn's prompt (`[memory]`).
     pub recall: RecallSettings,
+    /// Turns voice notes into text before a turn (`[transcription]`); `None`: they reach the
+    /// model as their path.
+    pub transcriber: Option<Arc<Transcriber>>,
 }
 
 impl Default for WorkerSettings {
@@ -123,6 +128,7 @@ impl Default for WorkerSettings {
             heartbeat_ack_max_chars: 300,
             heartbeat_ack_max_chars_by_agent: HashMap::new(),
             recall: RecallSettings::default(),
+            transcriber: None,
         }
     }
 }

@@ -90,7 +90,7 @@ pub(super) fn parse_model_spec(spec: &str) -> Result<(&str, &str), String> {
 }
 
 /// A key, or a server other than the hosted API (a local server may need no key).
-fn is_configured(provider: &ProviderConfig) -> bool {
+pub(super) fn is_configured(provider: &ProviderConfig) -> bool {
     let base_url = provider.base_url.trim_end_matches('/');
     let default = provider.kind.default_base_url().trim_end_matches('/');
     !provider.api_key.is_empty() || (!base_url.is_empty() && base_url != default)

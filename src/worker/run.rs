@@ -236,7 +236,7 @@ async fn run_turn(
     };
     let events = BusEvents::start(Arc::clone(&shared.bus), msg, run_id, session_key);
     events.emit(RunEventBody::Started);
-    let input = super::input::message(msg);
+    let input = super::voice::turn_input(shared, msg).await;
     // The level `access::admit` found for the person the message acts for: no second lookup.
     let memory = super::memory::scope(shared, agent, msg, Some(level)).await.map_err(transient)?;
     let memory_scope = memory.label(&agent.settings().name);

@@ -13,13 +13,20 @@
 //! GIF or WebP whose bytes match the declared type, else a 400 as from OpenAI;
 //! [`sent_images`] decodes those a request carried.
 //!
+//! `POST /v1/audio/transcriptions` answers transcription requests (see `transcriptions`):
+//! [`FakeLlm::push_transcript`] scripts them, [`FakeLlm::transcriptions`] lists them.
+//!
 //! [`FakeLlm::start_with_quirks`] makes it behave like a server users run instead of the hosted
 //! API ([`Quirks::llama_cpp`]: no usage in streams, an empty 200 stream on overflow, …).
 
 mod connection;
 mod quirks;
+mod transcriptions;
 
 pub use quirks::{Quirks, request_tokens};
+pub use transcriptions::{
+    FORMATS as TRANSCRIPTION_FORMATS, MAX_FILE_BYTES as MAX_TRANSCRIPTION_BYTES, TranscriptionCall,
+};
 
 pub use crate::fake_server::{Scripted, SentImage, split_text};
 
@@ -29,7 +36,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -83,6 +90,9 @@ struct Shared {
     /// (needle, answer), tried before `script`, oldest first; each answers one request.
     conditional: Mutex<Vec<(String, Scripted)>>,
     requests: CallLog<Value>,
+    /// Answers to transcription requests, in order.
+    transcript_script: ModelScript,
+    transcriptions: CallLog<TranscriptionCall>,
     api_key: Option<String>,
     quirks: Quirks,
 }
@@ -97,6 +107,7 @@ pub struct FakeLlm {
 impl Drop for FakeLlm {
     fn drop(&mut self) {
         self.shared.script.release_hangs();
+        self.shared.transcript_script.release_hangs();
     }
 }
 
@@ -121,10 +132,17 @@ impl FakeLlm {
             script: ModelScript::new(),
             conditional: Mutex::new(Vec::new()),
             requests: CallLog::new(),
+            transcript_script: ModelScript::new(),
+            transcriptions: CallLog::new(),
             api_key,
             quirks,
         });
-        let router = Router::new().route("/v1/chat/completions", post(chat_completions)).with_state(shared.clone());
+        let transcriptions =
+            post(transcriptions::transcriptions).layer(DefaultBodyLimit::max(transcriptions::BODY_LIMIT));
+        let router = Router::new()
+            .route("/v1/chat/completions", post(chat_completions))
+            .route("/v1/audio/transcriptions", transcriptions)
+            .with_state(shared.clone());
         let (listener, addr) = bind_loopback("FakeLlm").await;
         // Its own accept loop, so that an answer can close its connection (see `connection`).
         let server = ServerTask::spawn(connection::accept_loop(listener, router));
@@ -149,7 +167,18 @@ impl FakeLlm {
         lock(&self.shared.conditional).push((needle.to_owned(), step));
     }
 
-    /// Every request body received so far, in order.
+    /// Queues the answer to a transcription request: `Scripted::Text` is the transcript,
+    /// `Scripted::Status` an error (`Scripted::server_error()`), `Scripted::Delay` a slow one.
+    pub fn push_transcript(&self, step: Scripted) {
+        self.shared.transcript_script.push(step);
+    }
+
+    /// Every transcription request received so far, in order.
+    pub fn transcriptions(&self) -> Vec<TranscriptionCall> {
+        self.shared.transcriptions.all()
+    }
+
+    /// Every chat request body received so far, in order.
     pub fn requests(&self) -> Vec<Value> {
         self.shared.requests.all()
     }
@@ -190,12 +219,8 @@ async fn chat_completions(State(shared): State<Arc<Shared>>, headers: HeaderMap,
 /// What the server refuses before looking at the script: a wrong key, a body that is no JSON
 /// object, and what its quirks refuse.
 fn refusal(shared: &Shared, headers: &HeaderMap, request: &Value) -> Option<Response> {
-    if let Some(key) = &shared.api_key {
-        let expected = format!("Bearer {key}");
-        if headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) != Some(expected.as_str()) {
-            let body = error_body("Incorrect API key provided.", "invalid_request_error", "invalid_api_key");
-            return Some(json_status(401, None, body));
-        }
+    if let Some(refusal) = key_refusal(shared, headers) {
+        return Some(refusal);
     }
     if !request.is_object() {
         return Some(json_status(
@@ -208,6 +233,17 @@ fn refusal(shared: &Shared, headers: &HeaderMap, request: &Value) -> Option<Resp
         return Some(json_status(400, None, error_body(&why, "invalid_request_error", "invalid_image_format")));
     }
     quirks::refusal(&shared.quirks, request)
+}
+
+/// A 401 when the server wants a key and the request does not carry it.
+fn key_refusal(shared: &Shared, headers: &HeaderMap) -> Option<Response> {
+    let key = shared.api_key.as_ref()?;
+    let expected = format!("Bearer {key}");
+    if headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) == Some(expected.as_str()) {
+        return None;
+    }
+    let body = error_body("Incorrect API key provided.", "invalid_request_error", "invalid_api_key");
+    Some(json_status(401, None, body))
 }
 
 /// The images a request carried as `image_url` parts (a `data:` URL each), in order.

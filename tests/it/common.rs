@@ -17,7 +17,7 @@ use switchboard::assembly::{AssembledWorker, Assembly, Overrides};
 use switchboard::clock::Clock;
 use switchboard::config::{
     AgentConfig, BindingConfig, Config, MAIN_AGENT, ModelPrice, NamedAgentConfig, ProviderConfig, ProviderKind,
-    StoreConfig,
+    StoreConfig, TranscriptionConfig,
 };
 use switchboard::scheduler::CronSettings;
 use switchboard::store::sqlite::SqliteStore;
@@ -107,6 +107,8 @@ pub struct Setup {
     /// Run the worker task (default on). Off when the test takes the inbound queue itself,
     /// which a worker would compete for.
     pub run_worker: bool,
+    /// `[transcription]` (off by default); `provider = "fake"` sends voice notes to `llm`.
+    pub transcription: TranscriptionConfig,
 }
 
 pub struct Harness {
@@ -150,6 +152,7 @@ impl Setup {
             stream: false,
             anthropic: None,
             run_worker: true,
+            transcription: TranscriptionConfig::default(),
         }
     }
 
@@ -179,7 +182,12 @@ impl Setup {
         let config = self.config(dir, llm_url);
         let workspace = config.agent.workspace.clone();
         let run_worker = self.run_worker;
-        let assembly = Assembly::with_overrides(config, self.overrides());
+        let mut overrides = self.overrides();
+        // The test's worker settings replace the config's: the transcriber comes from the config.
+        if let Some(settings) = overrides.worker.as_mut() {
+            settings.transcriber = switchboard::assembly::settings::transcriber(&config).unwrap();
+        }
+        let assembly = Assembly::with_overrides(config, overrides);
         let store = assembly.open_store().await.unwrap();
         let AssembledWorker { worker, subagents } = assembly.worker(bus, &store).unwrap();
         let shutdown = CancellationToken::new();
@@ -244,6 +252,7 @@ impl Setup {
         config.tools.memory.enabled = self.memory_tools;
         config.cron.enabled = self.cron.is_some();
         config.subagents.enabled = self.subagents.is_some();
+        config.transcription = self.transcription.clone();
         config
     }
 
