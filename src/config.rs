@@ -32,6 +32,7 @@ mod telegram;
 #[cfg(test)]
 mod tests;
 mod tools;
+mod transcription;
 mod users;
 mod validate;
 
@@ -63,6 +64,7 @@ pub use secret::Secret;
 pub use subagents::SubagentsConfig;
 pub use telegram::{DmPolicyConfig, GroupPolicyConfig, TelegramChannelConfig, TelegramMode};
 pub use tools::{ExecToolConfig, FsToolsConfig, MemoryToolsConfig, ToolsConfig, WebToolsConfig};
+pub use transcription::{DEFAULT_TRANSCRIPTION_MAX_BYTES, TranscriptionConfig};
 pub use users::{BudgetsConfig, GroupAccessConfig, GroupKey, PermissionsConfig, RateLimitsConfig, UsersConfig};
 
 /// The provider URL used when neither the config nor `OPENAI_BASE_URL` names one.
@@ -114,6 +116,8 @@ pub struct Config {
     pub subagents: SubagentsConfig,
     /// The Prometheus endpoint.
     pub metrics: MetricsConfig,
+    /// Voice notes turned into text before the model sees them.
+    pub transcription: TranscriptionConfig,
 }
 
 impl Default for Config {
@@ -146,6 +150,7 @@ impl Default for Config {
             heartbeat: HeartbeatConfig::default(),
             subagents: SubagentsConfig::default(),
             metrics: MetricsConfig::default(),
+            transcription: TranscriptionConfig::default(),
         }
     }
 }

@@ -14,6 +14,7 @@ pub mod pricing;
 mod retry;
 mod retry_after;
 pub(crate) mod sse;
+pub mod transcribe;
 
 use std::time::Duration;
 

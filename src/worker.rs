@@ -23,11 +23,13 @@ mod order;
 mod overflow;
 mod prompt;
 mod rate;
+mod recall;
 mod run;
 mod session;
 mod settle;
 mod turn;
 mod usage;
+mod voice;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -48,12 +50,14 @@ use crate::agent::Agent;
 use crate::config::RateLimitsConfig;
 use crate::context::{ContextEngine, ContextSettings};
 use crate::hygiene::Guard;
+use crate::provider::transcribe::Transcriber;
 use crate::store::Store;
 use crate::subagents::SubagentManager;
 use crate::users::AccessPolicy;
 use agents::Agents;
 use job::Job;
 use keepalive::{Held, Settle};
+pub use recall::RecallSettings;
 pub use session::QueueSettings;
 use session::{Placed, Session};
 
@@ -97,6 +101,11 @@ pub struct WorkerSettings {
     pub heartbeat_ack_max_chars: usize,
     /// The same for agents with their own `[agents.<name>.heartbeat]`, by agent name.
     pub heartbeat_ack_max_chars_by_agent: HashMap<String, usize>,
+    /// Memory recalled into each turn's prompt (`[memory]`).
+    pub recall: RecallSettings,
+    /// Turns voice notes into text before a turn (`[transcription]`); `None`: they reach the
+    /// model as their path.
+    pub transcriber: Option<Arc<Transcriber>>,
 }
 
 impl Default for WorkerSettings {
@@ -118,6 +127,8 @@ impl Default for WorkerSettings {
             rate_limits: RateLimitsConfig::UNLIMITED,
             heartbeat_ack_max_chars: 300,
             heartbeat_ack_max_chars_by_agent: HashMap::new(),
+            recall: RecallSettings::default(),
+            transcriber: None,
         }
     }
 }

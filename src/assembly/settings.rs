@@ -15,11 +15,12 @@ use crate::hygiene::Guard;
 use crate::prompt::PromptSettings;
 use crate::provider::ToolChoice;
 use crate::provider::pricing::PriceTable;
+use crate::provider::transcribe::{Transcriber, TranscriptionSettings};
 use crate::scheduler::heartbeat::{HeartbeatAgent, HeartbeatSettings};
 use crate::subagents::SubagentSettings;
 use crate::tools::ToolLimits;
 use crate::users::AccessPolicy;
-use crate::worker::{QueueSettings, WorkerSettings};
+use crate::worker::{QueueSettings, RecallSettings, WorkerSettings};
 
 /// `[worker]`, with what the worker takes from `[agent]`, `[users]`, `[guard]` and the rest.
 pub fn worker(config: &Config) -> Result<WorkerSettings, AssemblyError> {
@@ -48,7 +49,31 @@ pub fn worker(config: &Config) -> Result<WorkerSettings, AssemblyError> {
             .iter()
             .filter_map(|(name, agent)| Some((name.clone(), agent.heartbeat.as_ref()?.ack_max_chars)))
             .collect(),
+        recall: RecallSettings::from(&config.memory),
+        transcriber: transcriber(config)?,
     })
+}
+
+/// The transcriber `[transcription]` asks for, on the provider entry it names; `None` when
+/// transcription is off.
+pub fn transcriber(config: &Config) -> Result<Option<Arc<Transcriber>>, AssemblyError> {
+    let transcription = &config.transcription;
+    if !transcription.is_enabled() {
+        return Ok(None);
+    }
+    // Validated at load; only a hand-built config fails here.
+    let provider = config.transcription_provider().ok_or_else(|| {
+        invalid("transcription.provider".into(), format!("no provider named {:?}", transcription.provider))
+    })?;
+    let settings = TranscriptionSettings {
+        base_url: provider.base_url.clone(),
+        api_key: Some(provider.api_key.expose().to_owned()).filter(|key| !key.is_empty()),
+        model: transcription.model.clone(),
+        language: Some(transcription.language.trim().to_owned()).filter(|language| !language.is_empty()),
+        max_bytes: transcription.max_bytes,
+        timeout: transcription.timeout(),
+    };
+    Ok(Some(Arc::new(Transcriber::new(settings)?)))
 }
 
 /// The time zone and file caps of the system prompt (`[agent]`).

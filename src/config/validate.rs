@@ -95,6 +95,9 @@ pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigE
     if let Some((key, reason)) = super::subagents::problem(&config.subagents) {
         return Err(fail(key, reason));
     }
+    if let Some((key, reason)) = super::transcription::problem(config) {
+        return Err(fail(key, reason));
+    }
     let exec = &config.tools.exec;
     if exec.timeout_secs > exec.max_timeout_secs {
         let reason = format!("{} is above tools.exec.max_timeout_secs ({})", exec.timeout_secs, exec.max_timeout_secs);

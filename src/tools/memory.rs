@@ -19,7 +19,7 @@ use sha2::Digest;
 
 pub use chunk::{chunks, terms};
 pub use get::MemoryGet;
-pub use search::MemorySearch;
+pub use search::{MemorySearch, place};
 pub use searcher::{Found, MemorySearcher};
 pub use semantic::EmbeddingSettings;
 

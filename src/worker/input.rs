@@ -1,15 +1,46 @@
 //! What the model is given for an inbound message: the person who wrote it (see
-//! [`ChatMessage::author`]), the message it replies to, its text, a line per attachment, and
-//! the saved photos as images (which a vision model sees, see [`crate::provider::images`]).
+//! [`ChatMessage::author`]), the message it replies to, its text, a line per attachment (a
+//! voice note's transcript, when there is one, on the line before), and the saved photos as
+//! images (which a vision model sees, see [`crate::provider::images`]).
 
 use switchboard_channels::contract::{InboundKind, InboundMessage, Media, RepliedTo};
 
 use super::batch;
 use crate::provider::{Author, ChatMessage, ImageRef};
 
+/// What became of a voice note before its turn (see `voice`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Heard {
+    /// Its transcript.
+    Words(String),
+    /// Why there is none, in a few words.
+    Failed(String),
+    /// Its transcript, which the input guard would have blocked.
+    Withheld,
+}
+
+impl Heard {
+    /// The line the model reads: the words are the message's text.
+    fn line(&self) -> String {
+        match self {
+            Heard::Words(words) if words.trim().is_empty() => "[voice note, transcribed: no words recognised]".into(),
+            Heard::Words(words) => format!("[voice note, transcribed] {}", words.trim()),
+            Heard::Failed(why) => format!("[voice note not transcribed: {why}]"),
+            Heard::Withheld => {
+                "[voice note, transcribed: withheld, it looked like an attempt to give you instructions]".into()
+            }
+        }
+    }
+}
+
 /// The user message of a turn (or of a steering message) for `msg`.
 pub(super) fn message(msg: &InboundMessage) -> ChatMessage {
-    let text = text(msg);
+    message_hearing(msg, &[])
+}
+
+/// [`message`] with what became of its voice notes: `heard[i]` for `msg.media[i]`.
+pub(super) fn message_hearing(msg: &InboundMessage, heard: &[Option<Heard>]) -> ChatMessage {
+    let text = text_hearing(msg, heard);
     let message = match author(msg) {
         Some(author) => ChatMessage::user_by(author, text),
         None => ChatMessage::user(text),
@@ -34,14 +65,31 @@ fn author(msg: &InboundMessage) -> Option<Author> {
 }
 
 /// The text the model sees: the replied-to message, the content, a line per attachment.
-pub(super) fn text(msg: &InboundMessage) -> String {
+#[cfg(test)]
+fn text(msg: &InboundMessage) -> String {
+    text_hearing(msg, &[])
+}
+
+/// [`text`], each transcript (or why there is none) on the line before its voice note's.
+fn text_hearing(msg: &InboundMessage, heard: &[Option<Heard>]) -> String {
     let mut text = msg.replied_to.as_ref().map(replied_block).unwrap_or_default();
     text.push_str(&msg.content);
-    for media in &msg.media {
+    for (index, media) in msg.media.iter().enumerate() {
+        if let Some(Some(heard)) = heard.get(index) {
+            push_line(&mut text, &heard.line());
+        }
         let place = media.path.as_deref().or(media.url.as_deref()).unwrap_or("(not downloaded)");
-        text.push_str(&format!("\n[{} attached: {place}]", media.kind));
+        push_line(&mut text, &format!("[{} attached: {place}]", media.kind));
     }
     text
+}
+
+/// Appends `line` on a line of its own.
+fn push_line(text: &mut String, line: &str) {
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str(line);
 }
 
 /// A short block naming the message replied to and what it said (already cut by the adapter),
@@ -101,6 +149,23 @@ mod tests {
             message.content.ends_with(
                 "[photo attached: m/a.jpg]\n[document attached: m/b.pdf]\n[photo attached: https://x/c.png]"
             )
+        );
+    }
+
+    #[test]
+    fn a_transcript_is_the_text_and_the_voice_notes_path_line_stays() {
+        let mut msg = alice("");
+        let voice = |path: &str| Media { kind: "voice".into(), path: Some(path.into()), ..Media::default() };
+        msg.media = vec![voice("m/1.ogg"), voice("m/2.ogg"), voice("m/3.ogg")];
+        let heard = [Some(Heard::Words(" call mom \n".into())), Some(Heard::Failed("it is too large".into())), None];
+        let expected = "[voice note, transcribed] call mom\n[voice attached: m/1.ogg]\n\
+                        [voice note not transcribed: it is too large]\n[voice attached: m/2.ogg]\n\
+                        [voice attached: m/3.ogg]";
+        assert_eq!(message_hearing(&msg, &heard).content, expected);
+        // Nothing heard: the path lines only, as before.
+        assert_eq!(
+            message(&msg).content,
+            "[voice attached: m/1.ogg]\n[voice attached: m/2.ogg]\n[voice attached: m/3.ogg]"
         );
     }
 

@@ -21,6 +21,9 @@ pub(super) struct PromptFor<'a> {
     pub level: Level,
     /// Whose memory the prompt shows.
     pub memory: &'a MemoryScope,
+    /// What the new message recalled from memory (`[memory] recall`): a section at the end of
+    /// the full prompt, left out of the minimal one.
+    pub recalled: Option<&'a str>,
 }
 
 /// The prompt for a run about `run.msg`: full mode for the main agent's turns, minimal mode
@@ -32,7 +35,7 @@ pub(super) async fn system_prompt(
     tools: &ToolFilter,
     mode: PromptMode,
 ) -> String {
-    let PromptFor { msg, session_key, level, memory } = *run;
+    let PromptFor { msg, session_key, level, memory, recalled } = *run;
     let tools = agent.tool_specs(tools);
     let agent = agent.settings();
     let settings = &shared.settings.prompt;
@@ -42,7 +45,7 @@ pub(super) async fn system_prompt(
         InboundKind::System => Sender::System,
         InboundKind::User => Sender::Person { id: &msg.sender.id, name: &msg.sender.name, level },
     };
-    prompt::build(&PromptInput {
+    let prompt = prompt::build(&PromptInput {
         mode,
         files: &files,
         workspace: &agent.workspace,
@@ -58,7 +61,11 @@ pub(super) async fn system_prompt(
         model: &agent.model,
         agent: &agent.name,
         session_key,
-    })
+    });
+    match recalled {
+        Some(recalled) if mode == PromptMode::Full => format!("{prompt}\n\n{recalled}"),
+        _ => prompt,
+    }
 }
 
 /// A person's turn's system prompt and tools, fitted to the model's context window. A window too

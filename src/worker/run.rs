@@ -105,8 +105,13 @@ async fn compact_session(shared: &Shared, route: &Route, msg: &InboundMessage, s
     };
     // The memory flush is housekeeping: the minimal prompt, with only the file tools.
     let flush_tools = compaction::flush_filter();
-    let run =
-        super::prompt::PromptFor { msg, session_key: &route.key, level: crate::config::Level::Owner, memory: &memory };
+    let run = super::prompt::PromptFor {
+        msg,
+        session_key: &route.key,
+        level: crate::config::Level::Owner,
+        memory: &memory,
+        recalled: None,
+    };
     let flush_prompt =
         super::prompt::system_prompt(shared, agent, &run, &flush_tools, crate::prompt::PromptMode::Minimal).await;
     let deps = compaction::Deps {
@@ -231,7 +236,7 @@ async fn run_turn(
     };
     let events = BusEvents::start(Arc::clone(&shared.bus), msg, run_id, session_key);
     events.emit(RunEventBody::Started);
-    let input = super::input::message(msg);
+    let input = super::voice::turn_input(shared, msg).await;
     // The level `access::admit` found for the person the message acts for: no second lookup.
     let memory = super::memory::scope(shared, agent, msg, Some(level)).await.map_err(transient)?;
     let memory_scope = memory.label(&agent.settings().name);

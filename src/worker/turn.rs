@@ -36,31 +36,40 @@ pub(super) async fn run_agent(
     events: &dyn EventSink,
     steer: &mut SteerReceiver,
 ) -> Result<TurnResult, StoreError> {
-    let memory = &plan.memory;
-    let mut result = attempt(shared, plan, memory, events, steer).await?;
+    let recalled = super::recall::recall(shared, plan, &tool_context(plan)).await;
+    let recalled = recalled.as_deref();
+    let mut result = attempt(shared, plan, recalled, events, steer).await?;
     let agent = &plan.agent.settings().name;
     // Learned whenever the server names it, so later turns fit without a refusal first.
     let shrank = result.context_limit.is_some_and(|limit| shared.context.windows().learn(agent, limit));
     if shrank && result.overflowed {
         tracing::info!(limit = ?result.context_limit, "running the turn again within the window the model server named");
         let first = result;
-        result = attempt(shared, plan, memory, events, steer).await?;
+        result = attempt(shared, plan, recalled, events, steer).await?;
         result.usage.add(first.usage);
     }
     Ok(result)
 }
 
+/// The tools' view of the turn, before the tools offered are chosen.
+fn tool_context(plan: &TurnPlan<'_>) -> ToolContext {
+    let settings = plan.agent.settings();
+    let memory = plan.memory.clone();
+    ToolContext::for_message(&settings.name, &settings.workspace, plan.session_key, plan.msg, plan.run_id, memory)
+}
+
 async fn attempt(
     shared: &Shared,
     plan: &TurnPlan<'_>,
-    memory: &MemoryScope,
+    recalled: Option<&str>,
     events: &dyn EventSink,
     steer: &mut SteerReceiver,
 ) -> Result<TurnResult, StoreError> {
-    let TurnPlan { agent, msg, run_id, session_key, level, .. } = *plan;
+    let TurnPlan { agent, msg, session_key, level, .. } = *plan;
+    let memory = &plan.memory;
     let history = shared.store.history(session_key, shared.settings.history_limit).await?;
     let summary = shared.store.session_summary(session_key).await?;
-    let run = super::prompt::PromptFor { msg, session_key, level, memory };
+    let run = super::prompt::PromptFor { msg, session_key, level, memory, recalled };
     let (system_prompt, tools) =
         super::prompt::fitted_prompt(shared, agent, &run, plan.tools.clone(), &plan.input).await;
     let summary = summary.as_ref().map(|s| s.0.as_str());
@@ -69,17 +78,7 @@ async fn attempt(
         system_prompt,
         history: prepared.history,
         input: plan.input.clone(),
-        ctx: ToolContext {
-            tools: tools.clone(),
-            ..ToolContext::for_message(
-                &agent.settings().name,
-                &agent.settings().workspace,
-                session_key,
-                msg,
-                run_id,
-                memory.clone(),
-            )
-        },
+        ctx: ToolContext { tools: tools.clone(), ..tool_context(plan) },
         tools,
         events,
         steer: Some(steer),

@@ -16,15 +16,22 @@
 //! `POST /v1/embeddings` answers with a deterministic embedding in which synonyms are close
 //! ([`embeddings`]); its calls are recorded apart from the chat requests.
 //!
+//! `POST /v1/audio/transcriptions` answers transcription requests (see `transcriptions`):
+//! [`FakeLlm::push_transcript`] scripts them, [`FakeLlm::transcriptions`] lists them.
+//!
 //! [`FakeLlm::start_with_quirks`] makes it behave like a server users run instead of the hosted
 //! API ([`Quirks::llama_cpp`]: no usage in streams, an empty 200 stream on overflow, …).
 
 mod connection;
 pub mod embeddings;
 mod quirks;
+mod transcriptions;
 
 pub use embeddings::EmbeddingCall;
 pub use quirks::{Quirks, request_tokens};
+pub use transcriptions::{
+    FORMATS as TRANSCRIPTION_FORMATS, MAX_FILE_BYTES as MAX_TRANSCRIPTION_BYTES, TranscriptionCall,
+};
 
 pub use crate::fake_server::{Scripted, SentImage, split_text};
 
@@ -34,7 +41,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -90,6 +97,9 @@ struct Shared {
     requests: CallLog<Value>,
     embedding_calls: CallLog<EmbeddingCall>,
     embeddings_failing: embeddings::Failing,
+    /// Answers to transcription requests, in order.
+    transcript_script: ModelScript,
+    transcriptions: CallLog<TranscriptionCall>,
     api_key: Option<String>,
     quirks: Quirks,
 }
@@ -104,6 +114,7 @@ pub struct FakeLlm {
 impl Drop for FakeLlm {
     fn drop(&mut self) {
         self.shared.script.release_hangs();
+        self.shared.transcript_script.release_hangs();
     }
 }
 
@@ -130,12 +141,17 @@ impl FakeLlm {
             requests: CallLog::new(),
             embedding_calls: CallLog::new(),
             embeddings_failing: embeddings::Failing::default(),
+            transcript_script: ModelScript::new(),
+            transcriptions: CallLog::new(),
             api_key,
             quirks,
         });
+        let transcriptions =
+            post(transcriptions::transcriptions).layer(DefaultBodyLimit::max(transcriptions::BODY_LIMIT));
         let router = Router::new()
             .route("/v1/chat/completions", post(chat_completions))
             .route("/v1/embeddings", post(embeddings::embeddings))
+            .route("/v1/audio/transcriptions", transcriptions)
             .with_state(shared.clone());
         let (listener, addr) = bind_loopback("FakeLlm").await;
         // Its own accept loop, so that an answer can close its connection (see `connection`).
@@ -161,7 +177,18 @@ impl FakeLlm {
         lock(&self.shared.conditional).push((needle.to_owned(), step));
     }
 
-    /// Every request body received so far, in order.
+    /// Queues the answer to a transcription request: `Scripted::Text` is the transcript,
+    /// `Scripted::Status` an error (`Scripted::server_error()`), `Scripted::Delay` a slow one.
+    pub fn push_transcript(&self, step: Scripted) {
+        self.shared.transcript_script.push(step);
+    }
+
+    /// Every transcription request received so far, in order.
+    pub fn transcriptions(&self) -> Vec<TranscriptionCall> {
+        self.shared.transcriptions.all()
+    }
+
+    /// Every chat request body received so far, in order.
     pub fn requests(&self) -> Vec<Value> {
         self.shared.requests.all()
     }
@@ -212,7 +239,7 @@ async fn chat_completions(State(shared): State<Arc<Shared>>, headers: HeaderMap,
 /// What the server refuses before looking at the script: a wrong key, a body that is no JSON
 /// object, and what its quirks refuse.
 fn refusal(shared: &Shared, headers: &HeaderMap, request: &Value) -> Option<Response> {
-    if let Some(refusal) = wrong_key(shared, headers) {
+    if let Some(refusal) = key_refusal(shared, headers) {
         return Some(refusal);
     }
     if !request.is_object() {
@@ -229,7 +256,7 @@ fn refusal(shared: &Shared, headers: &HeaderMap, request: &Value) -> Option<Resp
 }
 
 /// A 401 when the server wants a key and the request does not carry it.
-fn wrong_key(shared: &Shared, headers: &HeaderMap) -> Option<Response> {
+fn key_refusal(shared: &Shared, headers: &HeaderMap) -> Option<Response> {
     let key = shared.api_key.as_ref()?;
     let expected = format!("Bearer {key}");
     if headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) == Some(expected.as_str()) {

@@ -17,7 +17,7 @@ use switchboard::assembly::{AssembledWorker, Assembly, Overrides};
 use switchboard::clock::Clock;
 use switchboard::config::{
     AgentConfig, BindingConfig, Config, EmbeddingsConfig, MAIN_AGENT, ModelPrice, NamedAgentConfig, ProviderConfig,
-    ProviderKind, StoreConfig,
+    ProviderKind, StoreConfig, TranscriptionConfig,
 };
 use switchboard::scheduler::CronSettings;
 use switchboard::store::sqlite::SqliteStore;
@@ -102,12 +102,16 @@ pub struct Setup {
     pub store_path: Option<PathBuf>,
     /// The provider's `vision` key: its model gets photos as image parts (default off).
     pub vision: bool,
+    /// The provider's `stream` key: answers come as server-sent events (default off).
+    pub stream: bool,
     /// The base URL of a `FakeAnthropic`: the provider speaks the Messages API to it instead
     /// of the OpenAI API to `llm` (which then gets no calls).
     pub anthropic: Option<String>,
     /// Run the worker task (default on). Off when the test takes the inbound queue itself,
     /// which a worker would compete for.
     pub run_worker: bool,
+    /// `[transcription]` (off by default); `provider = "fake"` sends voice notes to `llm`.
+    pub transcription: TranscriptionConfig,
 }
 
 pub struct Harness {
@@ -149,8 +153,10 @@ impl Setup {
             subagents: None,
             store_path: None,
             vision: false,
+            stream: false,
             anthropic: None,
             run_worker: true,
+            transcription: TranscriptionConfig::default(),
         }
     }
 
@@ -180,7 +186,12 @@ impl Setup {
         let config = self.config(dir, llm_url);
         let workspace = config.agent.workspace.clone();
         let run_worker = self.run_worker;
-        let assembly = Assembly::with_overrides(config, self.overrides());
+        let mut overrides = self.overrides();
+        // The test's worker settings replace the config's: the transcriber comes from the config.
+        if let Some(settings) = overrides.worker.as_mut() {
+            settings.transcriber = switchboard::assembly::settings::transcriber(&config).unwrap();
+        }
+        let assembly = Assembly::with_overrides(config, overrides);
         let store = assembly.open_store().await.unwrap();
         let AssembledWorker { worker, subagents } = assembly.worker(bus, &store).unwrap();
         let shutdown = CancellationToken::new();
@@ -205,7 +216,7 @@ impl Setup {
             kind,
             base_url: self.anthropic.clone().unwrap_or_else(|| llm_url.to_owned()),
             request_timeout_secs: 60,
-            stream: false,
+            stream: self.stream,
             max_retries: 0,
             vision: self.vision,
             ..ProviderConfig::default()
@@ -246,6 +257,7 @@ impl Setup {
         config.memory.embeddings = self.embeddings.clone().unwrap_or_default();
         config.cron.enabled = self.cron.is_some();
         config.subagents.enabled = self.subagents.is_some();
+        config.transcription = self.transcription.clone();
         config
     }
 

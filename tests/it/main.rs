@@ -37,5 +37,6 @@ mod tool_attacks;
 mod traces;
 mod users;
 mod vision;
+mod voice;
 mod web_attacks;
 mod worker;

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use switchboard::config::{BudgetsConfig, CompactionConfig, Level, PermissionsConfig, UsersConfig};
 use switchboard::store::Store;
 use switchboard::users::AccessPolicy;
-use switchboard::worker::WorkerSettings;
+use switchboard::worker::{RecallSettings, WorkerSettings};
 use switchboard_channels::contract::{InboundMessage, Sender};
 use switchboard_testkit::fake_llm::Scripted;
 
@@ -196,4 +196,50 @@ async fn wait_for_compaction(h: &Harness, session: &str, count: u32) {
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     panic!("the session was never compacted");
+}
+
+#[tokio::test]
+async fn recall_puts_the_best_hits_into_the_prompt_in_the_chats_own_scope() {
+    let mut settings = settings();
+    settings.recall = RecallSettings { results: 2, max_chars: 2_000 };
+    let h = Setup { settings, memory_tools: true, ..Setup::new(BusKind::Memory) }.start().await;
+    std::fs::write(h.workspace.join("MEMORY.md"), long_memory()).unwrap();
+    let own = format!("memory/groups/telegram_{GROUP}.md");
+    std::fs::create_dir_all(h.workspace.join("memory/groups")).unwrap();
+    std::fs::write(h.workspace.join(&own), "# Group\n\nThe zoo trip is on Saturday.\n").unwrap();
+    let mut out = h.outbound("telegram").await;
+
+    h.send(&dm("Which code opens my zoo locker?")).await;
+    next_out(&mut out).await;
+    let prompt = system_prompt(&h.llm.requests()[0]);
+    let recalled = prompt.split("# Recalled from memory").nth(1).expect("a recall section");
+    assert!(recalled.contains(&format!("- MEMORY.md line 3: The locker code at the zoo is {SECRET}.")), "{recalled}");
+    assert!(!recalled.contains("note 599"), "only hits are recalled: {recalled}");
+
+    h.send(&in_group("When is the zoo trip? And the locker code?")).await;
+    next_out(&mut out).await;
+    let group_prompt = system_prompt(&h.llm.requests()[1]);
+    assert!(group_prompt.contains(&format!("- {own} line 3: The zoo trip is on Saturday.")), "{group_prompt}");
+    assert!(!group_prompt.contains(SECRET), "a group recalled the owner's memory");
+
+    // A message with nothing to look for recalls nothing.
+    h.send(&dm("Hi, how are you?")).await;
+    next_out(&mut out).await;
+    assert!(!system_prompt(&h.llm.requests()[2]).contains("# Recalled from memory"));
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn without_recall_the_prompt_has_no_recalled_memory() {
+    let h = start().await;
+    let mut out = h.outbound("telegram").await;
+    h.send(&dm("Which code opens my zoo locker?")).await;
+    next_out(&mut out).await;
+    let prompt = system_prompt(&h.llm.requests()[0]);
+    assert!(!prompt.contains("# Recalled from memory") && !prompt.contains(SECRET), "{prompt}");
+    h.stop().await;
+}
+
+fn system_prompt(request: &Value) -> String {
+    request["messages"][0]["content"].as_str().unwrap_or_default().to_owned()
 }

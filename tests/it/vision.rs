@@ -10,7 +10,7 @@ use futures_util::StreamExt;
 use serde_json::Value;
 
 use crate::common::{BusKind, Harness, Setup};
-use switchboard_channels::contract::{InboundMessage, Media, Sender};
+use switchboard_channels::contract::{InboundMessage, Media, OutboundMessage, Sender};
 use switchboard_channels::{BusExt, Deliveries};
 use switchboard_testkit::fake_anthropic::{self, FakeAnthropic};
 use switchboard_testkit::fake_llm::{self, SentImage};
@@ -91,6 +91,22 @@ async fn openai_vision_model_gets_the_photo_as_a_data_url_and_later_turns_only_i
     );
     assert_eq!(fake_llm::sent_images(&requests[1]), vec![], "an earlier photo is not sent again");
     assert!(requests[1].to_string().contains(&format!("[photo attached: {}]", path.display())));
+}
+
+#[tokio::test]
+async fn a_streamed_request_carries_the_photo_and_the_streamed_answer_is_delivered() {
+    let setup = Setup { vision: true, stream: true, ..Setup::new(BusKind::Memory) };
+    let h = setup.start().await;
+    let mut out = h.bus.outbound("test").await.unwrap();
+    let path = save(&h, "1-0-cat.png", PNG);
+    h.bus.publish_inbound(&photo_message("what is this?", &path)).await.unwrap();
+    let delivery = tokio::time::timeout(Duration::from_secs(10), out.next()).await.expect("no reply").unwrap().unwrap();
+    let reply: OutboundMessage = delivery.decode().unwrap();
+    delivery.ack().await.unwrap();
+    let request = &h.llm.requests()[0];
+    assert_eq!(request["stream"], true);
+    assert_eq!(fake_llm::sent_images(request), vec![png()]);
+    assert!(reply.content.contains("what is this?"), "the fake's echo of the text: {}", reply.content);
 }
 
 #[tokio::test]

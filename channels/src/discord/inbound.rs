@@ -2,7 +2,7 @@
 //! wrote it, how it addresses the bot, and what it carries. Pure: the lookups that need the
 //! network (is the channel a thread? which roles does the bot hold?) are the ingress's.
 
-use serenity::all::{Message, MessageType, User};
+use serenity::all::{Message, MessageFlags, MessageType, User};
 
 use crate::contract::{RepliedTo, Sender};
 
@@ -19,7 +19,7 @@ pub(crate) struct Author {
 /// A file attached to a message, not downloaded yet.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Attachment {
-    /// `photo` for images, else `document`.
+    /// `photo` for images, `voice` for the recording of a voice message, else `document`.
     pub kind: &'static str,
     pub url: String,
     pub file_name: String,
@@ -70,7 +70,7 @@ pub(crate) fn classify(msg: &Message, bot_id: u64) -> Result<Incoming, Skip> {
     if msg.author.id.get() == bot_id {
         return Err(Skip::Own);
     }
-    let attachments: Vec<Attachment> = msg.attachments.iter().map(attachment).collect();
+    let attachments: Vec<Attachment> = msg.attachments.iter().map(|a| attachment(a, is_voice_message(msg))).collect();
     if msg.content.trim().is_empty() && attachments.is_empty() {
         return Err(Skip::NoContent);
     }
@@ -101,7 +101,7 @@ fn replied_message(replied: &Message, bot_id: u64) -> RepliedTo {
     let sender = Sender { id: author.id.to_string(), name: author.name, is_bot: author.is_bot };
     let text = match replied.attachments.first() {
         _ if !replied.content.trim().is_empty() => replied.content.clone(),
-        Some(first) => format!("[{}]", attachment(first).kind),
+        Some(first) => format!("[{}]", attachment(first, is_voice_message(replied)).kind),
         None => String::new(),
     };
     RepliedTo::new(replied.id.get().to_string(), sender, author.id == bot_id, &text, None)
@@ -116,11 +116,24 @@ fn author(user: &User) -> Author {
     }
 }
 
-fn attachment(attachment: &serenity::all::Attachment) -> Attachment {
+/// A voice message (recorded in the app, flag `IS_VOICE_MESSAGE`): its one attachment is the
+/// recording, `audio/ogg`. Audio files sent as attachments carry no such flag.
+fn is_voice_message(msg: &Message) -> bool {
+    msg.flags.is_some_and(|flags| flags.contains(MessageFlags::IS_VOICE_MESSAGE))
+}
+
+fn attachment(attachment: &serenity::all::Attachment, in_voice_message: bool) -> Attachment {
     let mime_type = attachment.content_type.clone();
-    let is_image = mime_type.as_deref().is_some_and(|mime| mime.starts_with("image/"));
+    let is_type = |prefix: &str| mime_type.as_deref().is_some_and(|mime| mime.starts_with(prefix));
+    let kind = if is_type("image/") {
+        "photo"
+    } else if in_voice_message && is_type("audio/") {
+        "voice"
+    } else {
+        "document"
+    };
     Attachment {
-        kind: if is_image { "photo" } else { "document" },
+        kind,
         url: attachment.url.clone(),
         file_name: attachment.filename.clone(),
         mime_type,
@@ -192,6 +205,21 @@ mod tests {
         assert_eq!(msg.attachments[0].kind, "photo");
         assert_eq!(msg.attachments[1].kind, "document");
         assert_eq!(msg.attachments[1].size, 4);
+    }
+
+    #[test]
+    fn a_voice_message_is_a_voice_note_and_an_audio_file_stays_a_document() {
+        let recording = json!({"id": "1", "filename": "voice-message.ogg", "size": 9000,
+            "url": "http://x/voice-message.ogg", "proxy_url": "http://x/voice-message.ogg",
+            "content_type": "audio/ogg", "duration_secs": 3.5, "waveform": "AAAA"});
+        let voice = message(json!({"content": "", "flags": 8192, "attachments": [recording.clone()]}));
+        let voice = classify(&voice, BOT).unwrap();
+        assert_eq!(
+            (voice.attachments[0].kind, voice.attachments[0].mime_type.as_deref()),
+            ("voice", Some("audio/ogg"))
+        );
+        let file = classify(&message(json!({"content": "", "attachments": [recording]})), BOT).unwrap();
+        assert_eq!(file.attachments[0].kind, "document");
     }
 
     #[test]

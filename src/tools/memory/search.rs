@@ -82,6 +82,16 @@ fn searched(paths: &[String]) -> String {
     parts.join(", ")
 }
 
+/// Where a hit is, as results and recall name it: `MEMORY.md lines 3-5`, or
+/// `conversation telegram:42, message 1877`.
+pub fn place(hit: &MemoryHit) -> String {
+    match hit.path.strip_prefix(CONVERSATION_PREFIX) {
+        Some(session) => format!("conversation {session}, message {}", hit.start_line),
+        None if hit.end_line == hit.start_line => format!("{} line {}", hit.path, hit.start_line),
+        None => format!("{} lines {}-{}", hit.path, hit.start_line, hit.end_line),
+    }
+}
+
 fn render(query: &str, paths: &[String], hits: &[MemoryHit]) -> String {
     let searched = searched(paths);
     if hits.is_empty() {
@@ -89,13 +99,8 @@ fn render(query: &str, paths: &[String], hits: &[MemoryHit]) -> String {
     }
     let mut out = format!("{} match(es) for {query:?} in {searched}, best first:\n", hits.len());
     for (rank, hit) in hits.iter().enumerate() {
-        let place = match hit.path.strip_prefix(CONVERSATION_PREFIX) {
-            Some(session) => format!("conversation {session}, message {}", hit.start_line),
-            None if hit.end_line == hit.start_line => format!("{} line {}", hit.path, hit.start_line),
-            None => format!("{} lines {}-{}", hit.path, hit.start_line, hit.end_line),
-        };
         let snippet = hit.snippet.lines().map(str::trim).collect::<Vec<_>>().join(" / ");
-        out.push_str(&format!("\n{}. {place}\n   {snippet}\n", rank + 1));
+        out.push_str(&format!("\n{}. {}\n   {snippet}\n", rank + 1, place(hit)));
     }
     out.push_str(
         "\nRead a hit in full with memory_get {path, from_line}: for a conversation the path is \

@@ -18,7 +18,7 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::{Shared, error_body, wrong_key};
+use super::{Shared, error_body, key_refusal};
 use crate::fake_server::{json_or_text, json_status};
 
 /// Groups of words the fake embeds alike, one dimension each.
@@ -92,7 +92,7 @@ pub(super) async fn embeddings(
     let model = request.get("model").and_then(Value::as_str).unwrap_or_default().to_owned();
     let inputs = inputs(&request);
     shared.embedding_calls.record(EmbeddingCall { model: model.clone(), inputs: inputs.clone().unwrap_or_default() });
-    if let Some(refusal) = wrong_key(&shared, &headers) {
+    if let Some(refusal) = key_refusal(&shared, &headers) {
         return refusal;
     }
     if shared.embeddings_failing.get() {
