@@ -2,10 +2,10 @@
 //! memory of the run's scope, and the best hits go into the system prompt, so the model sees
 //! what it was told long ago without having to ask (see docs/memory.md, "Recall").
 
-use switchboard_channels::contract::InboundKind;
+use switchboard_channels::contract::{InboundKind, InboundMessage};
 
 use super::Shared;
-use super::turn::TurnPlan;
+use crate::agent::Agent;
 use crate::config::MemoryConfig;
 use crate::store::memory_index::{CONVERSATION_PREFIX, MemoryHit};
 use crate::tools::memory::{place, terms};
@@ -38,18 +38,25 @@ impl From<&MemoryConfig> for RecallSettings {
 /// The prompt section of what the new message recalls; `None` when recall is off, the run is
 /// not a person's message, nothing matches, or the search fails (logged: a turn is not lost
 /// for want of recall).
-pub(super) async fn recall(shared: &Shared, plan: &TurnPlan<'_>, ctx: &ToolContext) -> Option<String> {
+/// `text` is what the model reads of `msg`; `ctx` the tools' view of the turn (its scope).
+pub(super) async fn recall(
+    shared: &Shared,
+    agent: &Agent,
+    msg: &InboundMessage,
+    text: &str,
+    ctx: &ToolContext,
+) -> Option<String> {
     let settings = shared.settings.recall;
-    if settings.results == 0 || plan.msg.kind != InboundKind::User {
+    if settings.results == 0 || msg.kind != InboundKind::User {
         return None;
     }
-    let searcher = plan.agent.memory()?;
-    let terms = telling_terms(&plan.input.content);
+    let searcher = agent.memory()?;
+    let terms = telling_terms(text);
     if terms.is_empty() {
         return None;
     }
     // Hits the history still shows are not recalled again: only rows older than its oldest.
-    let visible_from = match shared.store.history_rows(plan.session_key, shared.settings.history_limit).await {
+    let visible_from = match shared.store.history_rows(&ctx.session_key, shared.settings.history_limit).await {
         Ok(rows) => rows.first().map_or(i64::MAX, |(id, _)| *id),
         Err(err) => {
             tracing::warn!(%err, "cannot read the history for recall; recalling nothing");
@@ -57,14 +64,14 @@ pub(super) async fn recall(shared: &Shared, plan: &TurnPlan<'_>, ctx: &ToolConte
         }
     };
     // A few more than asked for, as hits the history shows are dropped.
-    let found = match searcher.find(ctx, &plan.input.content, &terms, settings.results + 5).await {
+    let found = match searcher.find(ctx, text, &terms, settings.results + 5).await {
         Ok(found) => found,
         Err(err) => {
             tracing::warn!(%err, "memory search for recall failed; recalling nothing");
             return None;
         }
     };
-    let current = format!("{CONVERSATION_PREFIX}{}", plan.session_key);
+    let current = format!("{CONVERSATION_PREFIX}{}", ctx.session_key);
     let shown =
         |hit: &MemoryHit| hit.path == current && i64::try_from(hit.start_line).unwrap_or(i64::MAX) >= visible_from;
     let hits: Vec<&MemoryHit> = found.hits.iter().filter(|hit| !shown(hit)).take(settings.results).collect();
