@@ -22,7 +22,7 @@ pub(super) struct PromptFor<'a> {
     /// Whose memory the prompt shows.
     pub memory: &'a MemoryScope,
     /// What the new message recalled from memory (`[memory] recall`): a section at the end of
-    /// the full prompt, left out of the minimal one.
+    /// the prompt.
     pub recalled: Option<&'a str>,
 }
 
@@ -63,15 +63,16 @@ pub(super) async fn system_prompt(
         session_key,
     });
     match recalled {
-        Some(recalled) if mode == PromptMode::Full => format!("{prompt}\n\n{recalled}"),
-        _ => prompt,
+        Some(recalled) => format!("{prompt}\n\n{recalled}"),
+        None => prompt,
     }
 }
 
 /// A person's turn's system prompt and tools, fitted to the model's context window. A window too
 /// small for the whole prompt and every tool schema degrades in this order (documented in
-/// docs/local-models.md): the minimal prompt, then tool schemas dropped largest first, until
-/// the fixed part leaves room for the conversation.
+/// docs/local-models.md): the minimal prompt (with what the message recalled, then without),
+/// then tool schemas dropped largest first, until the fixed part leaves room for the
+/// conversation.
 pub(super) async fn fitted_prompt(
     shared: &Shared,
     agent: &Agent,
@@ -84,6 +85,15 @@ pub(super) async fn fitted_prompt(
     if engine.fixed_part_fits(agent, &full, &agent.tool_specs(&tools), input) {
         return (full, tools);
     }
+    // A small model calls memory_search least reliably: recall is what keeps its memory, so
+    // the minimal prompt keeps it when that fits with every tool; else it goes before tools do.
+    if run.recalled.is_some() {
+        let recalling = system_prompt(shared, agent, run, &tools, PromptMode::Minimal).await;
+        if engine.fixed_part_fits(agent, &recalling, &agent.tool_specs(&tools), input) {
+            return (recalling, tools);
+        }
+    }
+    let run = &PromptFor { recalled: None, ..*run };
     // Built with every tool, this prompt lists more tools than it will: an upper bound.
     let minimal = system_prompt(shared, agent, run, &tools, PromptMode::Minimal).await;
     let mut specs = agent.tool_specs(&tools);

@@ -229,6 +229,24 @@ async fn recall_puts_the_best_hits_into_the_prompt_in_the_chats_own_scope() {
     h.stop().await;
 }
 
+/// A local model's 2,048-token window: MEMORY.md does not fit (the minimal prompt), what the
+/// message recalls does.
+#[tokio::test]
+async fn a_small_window_keeps_what_the_message_recalled() {
+    let mut settings = settings();
+    settings.recall = RecallSettings { results: 2, max_chars: 2_000 };
+    settings.context.context_window = 2048;
+    let h = Setup { settings, memory_tools: true, ..Setup::new(BusKind::Memory) }.start().await;
+    std::fs::write(h.workspace.join("MEMORY.md"), long_memory()).unwrap();
+    let mut out = h.outbound("telegram").await;
+    h.send(&dm("Which code opens my zoo locker?")).await;
+    next_out(&mut out).await;
+    let prompt = system_prompt(&h.llm.requests()[0]);
+    assert!(!prompt.contains("- note 599"), "the minimal prompt, without MEMORY.md: {prompt}");
+    assert!(prompt.contains(&format!("- MEMORY.md line 3: The locker code at the zoo is {SECRET}.")), "{prompt}");
+    h.stop().await;
+}
+
 #[tokio::test]
 async fn without_recall_the_prompt_has_no_recalled_memory() {
     let h = start().await;
