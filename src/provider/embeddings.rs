@@ -79,7 +79,39 @@ struct EmbeddingsAnswer {
 #[derive(Deserialize)]
 struct Embedding {
     index: usize,
-    embedding: Vec<f32>,
+    embedding: Vector,
+}
+
+/// One vector per text, or one per token: llama-cpp-python answers so for a model without
+/// pooling (measured with SmolLM2); those are averaged, the pooling such models are used with.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Vector {
+    Pooled(Vec<f32>),
+    PerToken(Vec<Vec<f32>>),
+}
+
+impl Vector {
+    /// The text's vector; empty when there is none (no tokens, or tokens of unequal length).
+    fn pooled(self) -> Vec<f32> {
+        match self {
+            Vector::Pooled(vector) => vector,
+            Vector::PerToken(tokens) => mean(&tokens),
+        }
+    }
+}
+
+fn mean(tokens: &[Vec<f32>]) -> Vec<f32> {
+    let Some(width) = tokens.first().map(Vec::len) else { return Vec::new() };
+    if tokens.iter().any(|token| token.len() != width) {
+        return Vec::new();
+    }
+    let mut sum = vec![0.0_f32; width];
+    for token in tokens {
+        sum.iter_mut().zip(token).for_each(|(total, value)| *total += value);
+    }
+    let count = tokens.len() as f32;
+    sum.into_iter().map(|total| total / count).collect()
 }
 
 impl OpenAiEmbeddings {
@@ -130,6 +162,7 @@ fn vectors(body: &[u8], count: usize) -> Result<Vec<Vec<f32>>, ProviderError> {
         serde_json::from_slice(body).map_err(|e| ProviderError::Decode(format!("not an embeddings answer: {e}")))?;
     let mut slots: Vec<Option<Vec<f32>>> = vec![None; count];
     for Embedding { index, embedding } in answer.data {
+        let embedding = embedding.pooled();
         let slot = slots
             .get_mut(index)
             .ok_or_else(|| ProviderError::Decode(format!("embedding index {index} for {count} text(s)")))?;
@@ -156,8 +189,8 @@ fn endpoint(base_url: &str) -> Result<reqwest::Url, ProviderError> {
 
 #[cfg(test)]
 mod tests {
-    use switchboard_testkit::fake_llm::FakeLlm;
     use switchboard_testkit::fake_llm::embeddings::embed;
+    use switchboard_testkit::fake_llm::{FakeLlm, Quirks};
 
     use super::*;
 
@@ -225,6 +258,28 @@ mod tests {
         ] {
             assert!(matches!(vectors(body, 2), Err(ProviderError::Decode(_))), "{}", String::from_utf8_lossy(body));
         }
+    }
+
+    #[test]
+    fn per_token_vectors_are_averaged() {
+        let body = br#"{"data":[{"index":0,"embedding":[[1.0,0.0],[0.0,1.0]]},{"index":1,"embedding":[[2.0,4.0]]}]}"#;
+        assert_eq!(vectors(body, 2).unwrap(), vec![vec![0.5, 0.5], vec![2.0, 4.0]]);
+        let uneven = br#"{"data":[{"index":0,"embedding":[[1.0,0.0],[1.0]]}]}"#;
+        assert!(matches!(vectors(uneven, 1), Err(ProviderError::Decode(_))));
+    }
+
+    /// llama-cpp-python answers a model without pooling with a vector per token.
+    #[tokio::test]
+    async fn a_server_answering_per_token_gives_one_vector_per_text() {
+        let llm = FakeLlm::start_with_quirks(Quirks::llama_cpp(2048)).await;
+        let embedder = OpenAiEmbeddings::new(settings(llm.base_url(), None)).unwrap();
+        let got = embedder.embed(&texts(&["a red car", "an automobile"])).await.unwrap();
+        assert_eq!(got.len(), 2);
+        let cosine = |a: &[f32], b: &[f32]| {
+            let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+            dot / (a.iter().map(|x| x * x).sum::<f32>().sqrt() * b.iter().map(|x| x * x).sum::<f32>().sqrt())
+        };
+        assert!(cosine(&got[0], &got[1]) > 0.25, "the pooled vectors of synonyms are close");
     }
 
     #[test]

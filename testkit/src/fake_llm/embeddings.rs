@@ -76,6 +76,11 @@ pub fn embed(text: &str) -> Vec<f32> {
     vector
 }
 
+/// One vector per word, as a server without pooling gives one per token.
+fn per_token(text: &str) -> Vec<Vec<f32>> {
+    text.split(|c: char| !c.is_alphanumeric()).filter(|word| !word.is_empty()).map(embed).collect()
+}
+
 fn fnv1a(word: &str) -> usize {
     let hash = word
         .bytes()
@@ -109,7 +114,13 @@ pub(super) async fn embeddings(
     let data: Vec<Value> = inputs
         .iter()
         .enumerate()
-        .map(|(index, text)| json!({"object": "embedding", "index": index, "embedding": embed(text)}))
+        .map(|(index, text)| {
+            let embedding = match shared.quirks.per_token_embeddings {
+                true => json!(per_token(text)),
+                false => json!(embed(text)),
+            };
+            json!({"object": "embedding", "index": index, "embedding": embedding})
+        })
         .collect();
     let tokens: usize = inputs.iter().map(|text| text.split_whitespace().count()).sum();
     // Each embedding says which input it is (`index`); the fake lists them last first, so a

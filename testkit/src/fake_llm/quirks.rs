@@ -29,18 +29,22 @@ pub struct Quirks {
     /// assistant alternate (tool results follow their call), as the chat templates of Mistral
     /// and Gemma models require.
     pub alternating_roles: bool,
+    /// `/v1/embeddings` answers each input with one vector per token (`[[…], […]]`) instead of
+    /// one vector, as llama-cpp-python does for a model without pooling (SmolLM2, measured).
+    pub per_token_embeddings: bool,
 }
 
 impl Quirks {
     /// llama-cpp-python 0.3's OpenAI-compatible server, as measured: no usage in streams, an
     /// empty 200 stream for a request over its window, 500s for `content: null` beside tool
-    /// calls and for `tool_choice: "required"`.
+    /// calls and for `tool_choice: "required"`, per-token embeddings.
     pub fn llama_cpp(context_window: usize) -> Quirks {
         Quirks {
             no_stream_usage: true,
             context_window: Some(context_window),
             strict_requests: true,
             alternating_roles: false,
+            per_token_embeddings: true,
         }
     }
 }
