@@ -8,6 +8,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
@@ -29,17 +30,30 @@ const SNIPPET_CHARS: usize = 160;
 /// first ranks.
 const RRF_K: f64 = 60.0;
 
+/// How long a search goes on embedding chunks not yet cached: after a batch that ends past
+/// it, the search ranks what has vectors and leaves the rest to the next searches. A local
+/// embedder can take a second per chunk (SmolLM2 under llama-cpp-python on one core), and a
+/// first search of a large memory must not hold a turn, or a tool call, for minutes.
+pub const EMBEDDING_BUDGET: Duration = Duration::from_secs(5);
+
 /// How ranking by meaning works (from `[memory.embeddings]`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EmbeddingSettings {
     pub batch: usize,
     pub max_chunks: usize,
     pub min_similarity: f32,
+    /// See [`EMBEDDING_BUDGET`]; at least one batch is embedded per search.
+    pub budget: Duration,
 }
 
 impl From<&EmbeddingsConfig> for EmbeddingSettings {
     fn from(config: &EmbeddingsConfig) -> Self {
-        Self { batch: config.batch.max(1), max_chunks: config.max_chunks, min_similarity: config.min_similarity }
+        Self {
+            batch: config.batch.max(1),
+            max_chunks: config.max_chunks,
+            min_similarity: config.min_similarity,
+            budget: EMBEDDING_BUDGET,
+        }
     }
 }
 
@@ -104,7 +118,7 @@ impl Semantic {
 
     /// A vector for each chunk's text, by text hash: those kept in the index, and the others
     /// embedded batch by batch and kept (each batch as it comes, so a failure later keeps the
-    /// work done).
+    /// work done) until the budget is spent.
     async fn vectors(
         &self,
         index: &dyn MemoryIndex,
@@ -120,12 +134,17 @@ impl Semantic {
         let hashes: Vec<String> = texts.iter().map(|(hash, _)| hash.clone()).collect();
         let mut vectors = index.cached_embeddings(model, &hashes).await?;
         let missing: Vec<&(String, &str)> = texts.iter().filter(|(hash, _)| !vectors.contains_key(hash)).collect();
+        let started = Instant::now();
         for batch in missing.chunks(self.settings.batch) {
             let inputs: Vec<String> = batch.iter().map(|(_, text)| (*text).to_owned()).collect();
             let embedded = self.embedder.embed(&inputs).await?;
             let rows: Vec<(String, Vec<f32>)> = batch.iter().map(|(hash, _)| hash.clone()).zip(embedded).collect();
             index.store_embeddings(model, &rows).await?;
             vectors.extend(rows);
+            if started.elapsed() >= self.settings.budget {
+                tracing::debug!(cached = vectors.len(), "embedding budget spent; the rest waits for later searches");
+                break;
+            }
         }
         Ok(vectors)
     }

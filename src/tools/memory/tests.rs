@@ -257,7 +257,8 @@ fn completed() -> RunOutcome {
     }
 }
 
-const EMBEDDINGS: EmbeddingSettings = EmbeddingSettings { batch: 64, max_chunks: 2_000, min_similarity: 0.25 };
+const EMBEDDINGS: EmbeddingSettings =
+    EmbeddingSettings { batch: 64, max_chunks: 2_000, min_similarity: 0.25, budget: super::semantic::EMBEDDING_BUDGET };
 
 #[tokio::test]
 async fn with_embeddings_an_edit_embeds_only_the_new_text() {
@@ -287,6 +288,23 @@ async fn a_search_embeds_at_most_max_chunks_in_batches() {
     rig.search(MemoryScope::Owner, "two").await;
     let sizes: Vec<usize> = llm.embedding_calls().iter().map(|call| call.inputs.len()).collect();
     assert_eq!(sizes, [1, 2, 1], "the query, then three chunks two at a time");
+}
+
+/// A slow embedder: once the budget is spent, a search ranks what has vectors and the next
+/// one goes on where it stopped.
+#[tokio::test]
+async fn a_search_past_its_embedding_budget_leaves_the_rest_to_the_next() {
+    let llm = FakeLlm::start().await;
+    let settings = EmbeddingSettings { batch: 2, budget: std::time::Duration::ZERO, ..EMBEDDINGS };
+    let rig = Rig::with_embeddings(&llm, settings).await;
+    rig.write("MEMORY.md", "one\n\ntwo\n\nthree\n\nfour\n\nI drive an automobile.\n");
+    let first = rig.search(MemoryScope::Owner, "car").await;
+    assert!(!first.contains("automobile"), "its chunk has no vector yet: {first}");
+    rig.search(MemoryScope::Owner, "car").await;
+    let third = rig.search(MemoryScope::Owner, "car").await;
+    assert!(third.contains("1. MEMORY.md line 9\n   I drive an automobile."), "{third}");
+    let sizes: Vec<usize> = llm.embedding_calls().iter().map(|call| call.inputs.len()).collect();
+    assert_eq!(sizes, [1, 2, 1, 2, 1, 1], "each search: the query, then one batch");
 }
 
 #[tokio::test]
