@@ -70,9 +70,9 @@ pub(super) async fn system_prompt(
 
 /// A person's turn's system prompt and tools, fitted to the model's context window. A window too
 /// small for the whole prompt and every tool schema degrades in this order (documented in
-/// docs/local-models.md): the minimal prompt (with what the message recalled, then without),
-/// then tool schemas dropped largest first, until the fixed part leaves room for the
-/// conversation.
+/// docs/local-models.md): the minimal prompt, then tool schemas dropped largest first, until
+/// the fixed part leaves room for the conversation; what the message recalled from memory goes
+/// last, only when even no tool leaves room for it.
 pub(super) async fn fitted_prompt(
     shared: &Shared,
     agent: &Agent,
@@ -85,29 +85,46 @@ pub(super) async fn fitted_prompt(
     if engine.fixed_part_fits(agent, &full, &agent.tool_specs(&tools), input) {
         return (full, tools);
     }
-    // A small model calls memory_search least reliably: recall is what keeps its memory, so
-    // the minimal prompt keeps it when that fits with every tool; else it goes before tools do.
-    if run.recalled.is_some() {
-        let recalling = system_prompt(shared, agent, run, &tools, PromptMode::Minimal).await;
-        if engine.fixed_part_fits(agent, &recalling, &agent.tool_specs(&tools), input) {
-            return (recalling, tools);
-        }
+    // A small model calls memory_search least reliably, and tools it calls badly at best:
+    // recall (turned on by the operator) is how it keeps its memory, so it outlasts the tools.
+    let mut fitted = fit_tools(shared, agent, run, &tools, input).await;
+    if !fitted.fits && run.recalled.is_some() {
+        fitted = fit_tools(shared, agent, &PromptFor { recalled: None, ..*run }, &tools, input).await;
     }
-    let run = &PromptFor { recalled: None, ..*run };
+    engine.windows().note_degraded(&agent.settings().name, &fitted.dropped, fitted.fits);
+    (fitted.prompt, fitted.tools)
+}
+
+/// The minimal prompt with the tools that fit beside it.
+struct Fitted {
+    prompt: String,
+    tools: ToolFilter,
+    dropped: Vec<String>,
+    fits: bool,
+}
+
+/// The minimal prompt for `run`, with tool schemas dropped largest first until it fits.
+async fn fit_tools(
+    shared: &Shared,
+    agent: &Agent,
+    run: &PromptFor<'_>,
+    tools: &ToolFilter,
+    input: &ChatMessage,
+) -> Fitted {
+    let engine = &shared.context;
     // Built with every tool, this prompt lists more tools than it will: an upper bound.
-    let minimal = system_prompt(shared, agent, run, &tools, PromptMode::Minimal).await;
-    let mut specs = agent.tool_specs(&tools);
+    let minimal = system_prompt(shared, agent, run, tools, PromptMode::Minimal).await;
+    let mut specs = agent.tool_specs(tools);
     specs.sort_by_key(|spec| std::cmp::Reverse(tokens::raw_tools(std::slice::from_ref(spec))));
     let mut dropped = Vec::new();
     while !specs.is_empty() && !engine.fixed_part_fits(agent, &minimal, &specs, input) {
         dropped.push(specs.remove(0).name);
     }
     let fits = engine.fixed_part_fits(agent, &minimal, &specs, input);
-    engine.windows().note_degraded(&agent.settings().name, &dropped, fits);
     if dropped.is_empty() {
-        return (minimal, tools);
+        return Fitted { prompt: minimal, tools: tools.clone(), dropped, fits };
     }
     let kept = ToolFilter::Only(specs.into_iter().map(|spec| spec.name).collect());
     let prompt = system_prompt(shared, agent, run, &kept, PromptMode::Minimal).await;
-    (prompt, kept)
+    Fitted { prompt, tools: kept, dropped, fits }
 }
