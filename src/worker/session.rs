@@ -120,7 +120,10 @@ pub(super) fn place(shared: &Shared, key: &str, job: Job) -> Placed {
         let first = overflow::note(shared, key, &job.msg);
         return Placed::Full { job: Box::new(job), first };
     }
-    if let Some(active) = session.active.as_mut().filter(|_| session.mode == QueueMode::Steer) {
+    // A voice note to transcribe waits for a turn of its own: transcribing is async work this
+    // lock cannot wait for, and steered in it would reach the model as a path only.
+    let hearable = shared.settings.transcriber.is_some() && job_has_voice_note(session.queue.back());
+    if let Some(active) = session.active.as_mut().filter(|_| session.mode == QueueMode::Steer && !hearable) {
         // Sent under the lock the session task takes to end the run, so the text is either
         // read by the turn or still in the channel when it is counted there.
         if let Some(job) = session.queue.pop_back() {
@@ -132,6 +135,10 @@ pub(super) fn place(shared: &Shared, key: &str, job: Job) -> Placed {
         }
     }
     Placed::Queued
+}
+
+fn job_has_voice_note(job: Option<&Job>) -> bool {
+    job.is_some_and(|job| job.msg.media.iter().any(super::voice::is_voice_note))
 }
 
 /// The batching rule for a session in `mode`.

@@ -26,7 +26,7 @@ pub(super) async fn turn_input(shared: &Shared, msg: &InboundMessage) -> ChatMes
 }
 
 /// A voice note the adapter saved: a Telegram voice note, a Discord voice message.
-fn is_voice_note(media: &Media) -> bool {
+pub(super) fn is_voice_note(media: &Media) -> bool {
     media.kind == "voice" && media.path.is_some()
 }
 

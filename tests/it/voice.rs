@@ -167,3 +167,31 @@ async fn a_slow_transcription_counts_against_the_run_time_limit() {
     assert!(h.llm.requests().is_empty(), "the model was never called");
     h.stop().await;
 }
+
+/// In `steer` mode a voice note sent during a run waits for a turn of its own, where it is
+/// transcribed, instead of joining the running turn as a path.
+#[tokio::test]
+async fn a_voice_note_sent_while_a_steered_run_goes_on_gets_its_own_transcribed_turn() {
+    let llm = FakeLlm::start().await;
+    let call = Scripted::ToolCalls(vec![("current_time".into(), serde_json::json!({}))]);
+    llm.push(Scripted::Delay(Duration::from_millis(800), Box::new(call)));
+    llm.push(Scripted::Text("first answer".into()));
+    llm.push_transcript(Scripted::Text("And book the train.".into()));
+    let mut setup = setup(on_the_fake(), llm);
+    setup.settings.queue.mode = switchboard::config::QueueMode::Steer;
+    let h = setup.start().await;
+    let mut out = h.outbound("test").await;
+    let sender = Sender { id: "u1".into(), name: "U".into(), is_bot: false };
+    h.bus.publish_inbound(&InboundMessage::user("test", "c1", sender, "plan a trip")).await.unwrap();
+    h.llm.wait_for_requests(1, WAIT).await;
+    let (voice, _) = voice_note(&h, "2-0-voice.ogg", 100);
+    h.bus.publish_inbound(&voice).await.unwrap();
+    for _ in 0..2 {
+        let delivery = tokio::time::timeout(WAIT, out.next()).await.expect("no reply").unwrap().unwrap();
+        delivery.ack().await.unwrap();
+    }
+    let requests = h.llm.requests();
+    assert_eq!(requests.len(), 3, "the first turn's two calls, then the voice note's turn");
+    assert!(!requests[1].to_string().contains("voice"), "steered into the running turn: {}", requests[1]);
+    assert!(last_user_text(&requests[2]).starts_with("[voice note, transcribed] And book the train."));
+}
