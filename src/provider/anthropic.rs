@@ -125,12 +125,7 @@ fn messages_endpoint(base_url: &str) -> Result<reqwest::Url, ProviderError> {
     // Accept a base URL given with the version too (`…/v1`), as OpenAI-style URLs are.
     let base = base_url.trim_end_matches('/');
     let base = base.strip_suffix("/v1").unwrap_or(base);
-    let url = reqwest::Url::parse(&format!("{base}/v1/messages"))
-        .map_err(|e| ProviderError::Config(format!("base_url {:?}: {e}", redact_password(base_url))))?;
-    match url.scheme() {
-        "http" | "https" => Ok(url),
-        other => Err(ProviderError::Config(format!("base_url: scheme {other:?} is not http or https"))),
-    }
+    super::http::endpoint(base, "v1/messages")
 }
 
 #[cfg(test)]

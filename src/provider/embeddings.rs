@@ -11,7 +11,7 @@ use reqwest::header::{AUTHORIZATION, HeaderMap};
 use serde::{Deserialize, Serialize};
 
 use super::ProviderError;
-use super::http::{error_chain, key_header_value, redact_password, transport_error};
+use super::http::{endpoint, error_chain, key_header_value, redact_password, transport_error};
 use super::http_provider::WireFormat;
 use super::openai::OpenAiWire;
 
@@ -117,7 +117,7 @@ fn mean(tokens: &[Vec<f32>]) -> Vec<f32> {
 impl OpenAiEmbeddings {
     /// Fails on a base URL that is not http(s) or a key not allowed in a header.
     pub fn new(settings: EmbeddingsSettings) -> Result<Self, ProviderError> {
-        let endpoint = endpoint(&settings.base_url)?;
+        let endpoint = endpoint(&settings.base_url, "embeddings")?;
         let mut headers = HeaderMap::new();
         if let Some(key) = settings.api_key.as_deref().filter(|key| !key.is_empty()) {
             headers.insert(AUTHORIZATION, key_header_value(&format!("Bearer {key}"))?);
@@ -175,16 +175,6 @@ fn vectors(body: &[u8], count: usize) -> Result<Vec<Vec<f32>>, ProviderError> {
         return Err(ProviderError::Decode(format!("{} embedding(s) for {count} text(s)", vectors.len())));
     }
     Ok(vectors)
-}
-
-fn endpoint(base_url: &str) -> Result<reqwest::Url, ProviderError> {
-    let url = format!("{}/embeddings", base_url.trim_end_matches('/'));
-    let shown = redact_password(base_url);
-    let url = reqwest::Url::parse(&url).map_err(|e| ProviderError::Config(format!("base_url {shown:?}: {e}")))?;
-    match url.scheme() {
-        "http" | "https" => Ok(url),
-        other => Err(ProviderError::Config(format!("base_url {shown:?}: scheme {other:?} is not http or https"))),
-    }
 }
 
 #[cfg(test)]

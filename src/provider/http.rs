@@ -16,6 +16,19 @@ pub(crate) fn redact_password(url: &str) -> String {
     }
 }
 
+/// `{base_url}/{path}` as an http(s) URL; an error names the base URL with its password
+/// redacted.
+pub(crate) fn endpoint(base_url: &str, path: &str) -> Result<reqwest::Url, super::ProviderError> {
+    let shown = || redact_password(base_url);
+    let config = |problem: String| super::ProviderError::Config(format!("base_url {:?}: {problem}", shown()));
+    let url = reqwest::Url::parse(&format!("{}/{path}", base_url.trim_end_matches('/')))
+        .map_err(|e| config(e.to_string()))?;
+    match url.scheme() {
+        "http" | "https" => Ok(url),
+        other => Err(config(format!("scheme {other:?} is not http or https"))),
+    }
+}
+
 /// A header value reqwest will never print (keys live in headers).
 pub(crate) fn sensitive_value(text: &str) -> Option<HeaderValue> {
     let mut value = HeaderValue::from_str(text).ok()?;

@@ -130,12 +130,7 @@ impl WireFormat for OpenAiWire {
 }
 
 fn chat_endpoint(base_url: &str) -> Result<reqwest::Url, ProviderError> {
-    let url = format!("{}/chat/completions", base_url.trim_end_matches('/'));
-    let url = reqwest::Url::parse(&url).map_err(|e| ProviderError::Config(format!("base_url {base_url:?}: {e}")))?;
-    match url.scheme() {
-        "http" | "https" => Ok(url),
-        other => Err(ProviderError::Config(format!("base_url {base_url:?}: scheme {other:?} is not http or https"))),
-    }
+    super::http::endpoint(base_url, "chat/completions")
 }
 
 #[cfg(test)]

@@ -82,9 +82,7 @@ pub struct Transcriber {
 
 impl Transcriber {
     pub fn new(settings: TranscriptionSettings) -> Result<Self, ProviderError> {
-        let url = format!("{}/audio/transcriptions", settings.base_url.trim_end_matches('/'));
-        let endpoint = reqwest::Url::parse(&url)
-            .map_err(|err| ProviderError::Config(format!("the transcription URL is not a URL: {err}")))?;
+        let endpoint = super::http::endpoint(&settings.base_url, "audio/transcriptions")?;
         let mut headers = HeaderMap::new();
         if let Some(key) = &settings.api_key {
             headers.insert(AUTHORIZATION, key_header_value(&format!("Bearer {key}"))?);
