@@ -62,18 +62,7 @@ impl Rig {
                 _ => ChatMessage::assistant(*text, Vec::new()),
             })
             .collect();
-        let outcome = RunOutcome {
-            status: RunStatus::Completed,
-            transcript,
-            reply: None,
-            error: None,
-            usage: Default::default(),
-            model: String::new(),
-            cost_usd: None,
-            iterations: 1,
-            billing: None,
-            memory_scope: scope.label("main"),
-        };
+        let outcome = RunOutcome { transcript, memory_scope: scope.label("main"), ..completed() };
         self.store.finish_run(&run_id, &outcome).await.unwrap();
     }
 
