@@ -87,6 +87,8 @@ pub struct MemoryHit {
     pub snippet: String,
     /// Higher is better; comparable only within one search.
     pub score: f64,
+    /// A conversation message the agent wrote (see [`spoken_by_agent`]), not one it was told.
+    pub by_agent: bool,
 }
 
 #[async_trait]
@@ -159,22 +161,67 @@ pub fn vector_from_bytes(bytes: &[u8]) -> Option<Vec<f32>> {
 /// who spoke, then its text. `None` for what is not conversation: tool results, system
 /// messages, an assistant message that only called tools.
 pub fn conversation_text(message: &ChatMessage, at: DateTime<Utc>) -> Option<String> {
+    conversation_parts(message, at).map(|(header, text)| format!("{header}{text}"))
+}
+
+/// A message's header and text, as [`conversation_text`] joins them.
+fn conversation_parts(message: &ChatMessage, at: DateTime<Utc>) -> Option<(String, &str)> {
     let text = message.content.trim();
     let speaker = match message.role {
         Role::User => message.author.as_ref().map_or_else(|| "user".to_owned(), |author| author.label()),
         Role::Assistant => "assistant".to_owned(),
         Role::System | Role::Tool => return None,
     };
-    if text.is_empty() {
-        return None;
-    }
-    Some(format!("[{} UTC] {speaker}: {text}", at.format("%Y-%m-%d %H:%M")))
+    (!text.is_empty()).then(|| (header(at, &speaker), text))
+}
+
+/// `[2026-11-20 14:03 UTC] Ann (id 7): `: what starts every chunk of a message.
+fn header(at: DateTime<Utc>, speaker: &str) -> String {
+    format!("[{} UTC] {speaker}: ", at.format("%Y-%m-%d %H:%M"))
+}
+
+/// Whether a conversation chunk's text (its start is enough) is one the agent wrote: its
+/// header names `assistant` as the speaker (a person is always named with an id).
+pub fn spoken_by_agent(chunk_start: &str) -> bool {
+    chunk_start.starts_with('[')
+        && chunk_start.split_once(" UTC] ").is_some_and(|(_, rest)| rest.starts_with("assistant: "))
 }
 
 /// The chunks of one transcript message (transcript id `id`): its [`conversation_text`], cut
-/// into pieces of at most 2,000 characters that all carry the id as their line.
+/// into pieces of at most 2,000 characters that all carry the id as their line and start
+/// with the message's header, so each piece says when and by whom.
 pub fn conversation_chunks(id: i64, message: &ChatMessage, at: DateTime<Utc>) -> Vec<(i64, String)> {
-    let Some(text) = conversation_text(message, at) else { return Vec::new() };
+    let Some((header, text)) = conversation_parts(message, at) else { return Vec::new() };
+    let room = MESSAGE_CHUNK_CHARS.saturating_sub(header.chars().count()).max(MESSAGE_CHUNK_CHARS / 2);
     let chars: Vec<char> = text.chars().collect();
-    chars.chunks(MESSAGE_CHUNK_CHARS).map(|piece| (id, piece.iter().collect())).collect()
+    chars.chunks(room).map(|piece| (id, format!("{header}{}", piece.iter().collect::<String>()))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+
+    use super::*;
+    use crate::provider::Author;
+
+    #[test]
+    fn every_piece_of_a_long_message_says_when_and_who() {
+        let at = Utc.with_ymd_and_hms(2026, 11, 20, 14, 3, 59).unwrap();
+        let long = ChatMessage::user_by(Author { id: "7".into(), name: "Ann".into() }, "word ".repeat(900));
+        let pieces = conversation_chunks(12, &long, at);
+        assert_eq!(pieces.len(), 3);
+        for (id, text) in &pieces {
+            assert_eq!(*id, 12);
+            assert!(text.starts_with("[2026-11-20 14:03 UTC] Ann (id 7): "), "{text}");
+            assert!(text.chars().count() <= MESSAGE_CHUNK_CHARS, "{}", text.chars().count());
+            assert!(!spoken_by_agent(text));
+        }
+        let reply = ChatMessage::assistant("Noted.", Vec::new());
+        let [(_, text)] = &conversation_chunks(13, &reply, at)[..] else { panic!("one chunk") };
+        assert_eq!(text, "[2026-11-20 14:03 UTC] assistant: Noted.");
+        assert!(spoken_by_agent(text));
+        let named = ChatMessage::user_by(Author { id: "8".into(), name: "assistant".into() }, "hi");
+        assert!(!spoken_by_agent(&conversation_text(&named, at).unwrap()), "a person named assistant");
+        assert!(conversation_chunks(14, &ChatMessage::assistant("  ", Vec::new()), at).is_empty());
+    }
 }

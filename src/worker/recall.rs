@@ -63,8 +63,8 @@ pub(super) async fn recall(
             return None;
         }
     };
-    // A few more than asked for, as hits the history shows are dropped.
-    let found = match searcher.find(ctx, text, &terms, settings.results + 5).await {
+    // More than asked for, as hits the history shows and the agent's own are dropped.
+    let found = match searcher.find(ctx, text, &terms, settings.results * 3 + 5).await {
         Ok(found) => found,
         Err(err) => {
             tracing::warn!(%err, "memory search for recall failed; recalling nothing");
@@ -74,7 +74,10 @@ pub(super) async fn recall(
     let current = format!("{CONVERSATION_PREFIX}{}", ctx.session_key);
     let shown =
         |hit: &MemoryHit| hit.path == current && i64::try_from(hit.start_line).unwrap_or(i64::MAX) >= visible_from;
-    let hits: Vec<&MemoryHit> = found.hits.iter().filter(|hit| !shown(hit)).take(settings.results).collect();
+    // What the agent said itself is left out: recalled, a wrong answer would be taken for a
+    // fact and repeated (seen with a small local model); memory_search still finds it.
+    let hits: Vec<&MemoryHit> =
+        found.hits.iter().filter(|hit| !shown(hit) && !hit.by_agent).take(settings.results).collect();
     section(&hits, settings.max_chars)
 }
 
@@ -115,7 +118,7 @@ mod tests {
 
     fn hit(path: &str, line: u64, snippet: &str) -> MemoryHit {
         let (chunk_id, path, snippet) = (i64::try_from(line).unwrap(), path.into(), snippet.into());
-        MemoryHit { chunk_id, path, start_line: line, end_line: line, snippet, score: 1.0 }
+        MemoryHit { chunk_id, path, start_line: line, end_line: line, snippet, score: 1.0, by_agent: false }
     }
 
     #[test]

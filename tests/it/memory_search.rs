@@ -247,6 +247,27 @@ async fn a_small_window_keeps_what_the_message_recalled() {
     h.stop().await;
 }
 
+/// What the person said is recalled, not the agent's reply to it: a wrong answer recalled
+/// would be taken for a fact.
+#[tokio::test]
+async fn recall_brings_back_what_the_person_said_and_not_the_agents_replies() {
+    let mut settings = settings();
+    settings.recall = RecallSettings { results: 3, max_chars: 2_000 };
+    let h = Setup { settings, memory_tools: true, ..Setup::new(BusKind::Memory) }.start().await;
+    let mut out = h.outbound("telegram").await;
+    h.send(&dm("My bike is a blue Gazelle.")).await;
+    assert_eq!(next_out(&mut out).await.content, "echo: My bike is a blue Gazelle.");
+    h.send(&dm("/new")).await;
+    next_out(&mut out).await;
+    h.send(&dm("Which bike do I ride, the Gazelle?")).await;
+    next_out(&mut out).await;
+    let prompt = system_prompt(h.llm.requests().last().unwrap());
+    let recalled = prompt.split("# Recalled from memory").nth(1).expect("a recall section");
+    assert!(recalled.contains("Owner (id 42): My bike is a blue Gazelle."), "{recalled}");
+    assert!(!recalled.contains("assistant:"), "the agent's own reply was recalled: {recalled}");
+    h.stop().await;
+}
+
 #[tokio::test]
 async fn without_recall_the_prompt_has_no_recalled_memory() {
     let h = start().await;

@@ -8,7 +8,13 @@ use chrono::Utc;
 
 use super::SqliteStore;
 use crate::store::StoreError;
-use crate::store::memory_index::{ChunkQuery, IndexedChunk, MemoryChunk, MemoryHit, MemoryIndex, MemoryQuery};
+use crate::store::memory_index::{
+    ChunkQuery, IndexedChunk, MemoryChunk, MemoryHit, MemoryIndex, MemoryQuery, spoken_by_agent,
+};
+
+/// A search's row: chunk id, path, lines, snippet, BM25, and a conversation chunk's start
+/// (empty for a file's), which says who wrote it.
+type Hit = (i64, String, i64, i64, String, f64, String);
 
 /// Words of context FTS5's `snippet()` shows around a match.
 const SNIPPET_TOKENS: i64 = 24;
@@ -96,8 +102,9 @@ impl MemoryIndex for SqliteStore {
             return Ok(Vec::new());
         }
         let paths = serde_json::to_string(query.paths).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        let rows: Vec<(i64, String, i64, i64, String, f64)> = sqlx::query_as(
-            "SELECT c.id, c.path, c.start_line, c.end_line, snippet(memory_fts, 0, '**', '**', '…', $5), bm25(memory_fts) \
+        let rows: Vec<Hit> = sqlx::query_as(
+            "SELECT c.id, c.path, c.start_line, c.end_line, snippet(memory_fts, 0, '**', '**', '…', $5), bm25(memory_fts), \
+                    CASE WHEN c.scope IS NULL THEN '' ELSE substr(c.body, 1, 64) END \
              FROM memory_fts JOIN memory_chunks c ON c.id = memory_fts.rowid \
              WHERE memory_fts MATCH $1 AND c.root = $2 \
                AND (c.path IN (SELECT value FROM json_each($3)) OR c.scope = $6) \
@@ -113,10 +120,11 @@ impl MemoryIndex for SqliteStore {
         .await?;
         let line = |value: i64| u64::try_from(value).map_err(|_| StoreError::Corrupt(format!("line {value}")));
         rows.into_iter()
-            .map(|(chunk_id, path, start, end, snippet, bm25)| {
+            .map(|(chunk_id, path, start, end, snippet, bm25, start_of_message)| {
                 // FTS5's bm25() is lower for better matches.
                 let (start_line, end_line) = (line(start)?, line(end)?);
-                Ok(MemoryHit { chunk_id, path, start_line, end_line, snippet, score: -bm25 })
+                let by_agent = spoken_by_agent(&start_of_message);
+                Ok(MemoryHit { chunk_id, path, start_line, end_line, snippet, score: -bm25, by_agent })
             })
             .collect()
     }

@@ -16,7 +16,9 @@ use crate::config::EmbeddingsConfig;
 use crate::provider::ProviderError;
 use crate::provider::embeddings::Embedder;
 use crate::store::StoreError;
-use crate::store::memory_index::{ChunkQuery, IndexedChunk, MemoryHit, MemoryIndex, text_hash};
+use crate::store::memory_index::{
+    CONVERSATION_PREFIX, ChunkQuery, IndexedChunk, MemoryHit, MemoryIndex, spoken_by_agent, text_hash,
+};
 
 /// Characters of the query that are embedded (a chunk has at most 2,000 too).
 const MAX_QUERY_CHARS: usize = 2_000;
@@ -181,6 +183,7 @@ pub(super) fn fuse(full_text: Vec<MemoryHit>, similar: Vec<Similar>, limit: usiz
             Some(&at) => fused[at].score += contribution(rank),
             None => fused.push(MemoryHit {
                 chunk_id: chunk.id,
+                by_agent: chunk.path.starts_with(CONVERSATION_PREFIX) && spoken_by_agent(&chunk.text),
                 snippet: opening(&chunk.text),
                 path: chunk.path,
                 start_line: chunk.start_line,
@@ -216,6 +219,7 @@ mod tests {
             end_line: line,
             snippet: "**x**".into(),
             score: 1.0,
+            by_agent: false,
         }
     }
 
