@@ -38,13 +38,14 @@ impl From<&MemoryConfig> for RecallSettings {
 /// The prompt section of what the new message recalls; `None` when recall is off, the run is
 /// not a person's message, nothing matches, or the search fails (logged: a turn is not lost
 /// for want of recall).
-/// `text` is what the model reads of `msg`; `ctx` the tools' view of the turn (its scope).
+/// `text` is what the model reads of `msg`; `tool_context` makes the tools' view of the turn
+/// (its scope), only when there is something to recall.
 pub(super) async fn recall(
     shared: &Shared,
     agent: &Agent,
     msg: &InboundMessage,
     text: &str,
-    ctx: &ToolContext,
+    tool_context: impl FnOnce() -> ToolContext,
 ) -> Option<String> {
     let settings = shared.settings.recall;
     if settings.results == 0 || msg.kind != InboundKind::User {
@@ -55,6 +56,7 @@ pub(super) async fn recall(
     if terms.is_empty() {
         return None;
     }
+    let ctx = &tool_context();
     // Hits the history still shows are not recalled again: only rows older than its oldest.
     let visible_from = match shared.store.history_rows(&ctx.session_key, shared.settings.history_limit).await {
         Ok(rows) => rows.first().map_or(i64::MAX, |(id, _)| *id),

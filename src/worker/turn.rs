@@ -36,7 +36,8 @@ pub(super) async fn run_agent(
     events: &dyn EventSink,
     steer: &mut SteerReceiver,
 ) -> Result<TurnResult, StoreError> {
-    let recalled = super::recall::recall(shared, plan.agent, plan.msg, &plan.input.content, &tool_context(plan)).await;
+    let recalled =
+        super::recall::recall(shared, plan.agent, plan.msg, &plan.input.content, || tool_context(plan)).await;
     let recalled = recalled.as_deref();
     let mut result = attempt(shared, plan, recalled, events, steer).await?;
     let agent = &plan.agent.settings().name;
