@@ -25,7 +25,7 @@
 mod connection;
 pub mod embeddings;
 mod quirks;
-mod transcriptions;
+pub mod transcriptions;
 
 pub use embeddings::EmbeddingCall;
 pub use quirks::{Quirks, request_tokens};

@@ -14,7 +14,7 @@ use switchboard::worker::{QueueSettings, WorkerSettings};
 use switchboard_channels::contract::{InboundMessage, Media, OutboundMessage, Sender};
 use switchboard_channels::telegram::TelegramChannel;
 use switchboard_channels::{BusExt, Deliveries};
-use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
+use switchboard_testkit::fake_llm::{FakeLlm, Scripted, transcriptions};
 use switchboard_testkit::fake_telegram::{FakeTelegram, updates};
 use tokio_util::sync::CancellationToken;
 
@@ -51,7 +51,7 @@ async fn a_telegram_voice_note_reaches_the_model_as_its_words_and_later_turns_st
     let shutdown = CancellationToken::new();
     let channel = TelegramChannel::start(Arc::clone(&h.bus), settings, None, shutdown.clone()).await.unwrap();
 
-    fake.add_file("voice-1", vec![5u8; 4000]);
+    fake.add_file("voice-1", transcriptions::recording(4000));
     fake.push_message(updates::voice(updates::private_text(ALICE, "alice", 1, ""), "voice-1", 3, 4000));
     assert_eq!(fake.wait_for_calls("sendmessage", 1, WAIT).await.len(), 1, "the voice note was not answered");
     let saved = h.dir.path().join("media").join(ALICE.to_string()).join("1-0-voice.ogg");
@@ -78,7 +78,7 @@ fn voice_note(h: &Harness, name: &str, len: usize) -> (InboundMessage, PathBuf) 
     let dir = h.workspace.join("media").join("test");
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(name);
-    std::fs::write(&path, vec![3u8; len]).unwrap();
+    std::fs::write(&path, transcriptions::recording(len)).unwrap();
     let sender = Sender { id: "u1".into(), name: "U".into(), is_bot: false };
     let mut msg = InboundMessage::user("test", "c1", sender, "");
     msg.media = vec![voice_media(&path, len)];

@@ -22,7 +22,7 @@ fn settings(base_url: &str) -> TranscriptionSettings {
 fn recording_file(name: &str, len: usize) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(name);
-    std::fs::write(&path, vec![7u8; len]).unwrap();
+    std::fs::write(&path, switchboard_testkit::fake_llm::transcriptions::recording(len)).unwrap();
     (dir, path)
 }
 
@@ -41,6 +41,7 @@ async fn the_recording_goes_up_as_a_multipart_form_and_the_text_comes_back() {
         file_name: Some("12-0-voice.ogg".into()),
         content_type: Some("audio/ogg".into()),
         bytes_len: 640,
+        head: switchboard_testkit::fake_llm::transcriptions::recording(12),
         model: Some("whisper-1".into()),
         language: Some("de".into()),
         response_format: Some("json".into()),

@@ -3,7 +3,9 @@
 //! a `model`, else a 400 (413 for a file too large) with OpenAI's error body. The answer is the
 //! next scripted one ([`FakeLlm::push_transcript`](super::FakeLlm::push_transcript)), else
 //! `echo: <file name>`; `{"text": …}`, or the bare text for `response_format=text`. Every form
-//! received is recorded ([`TranscriptionCall`]), refused ones too.
+//! received is recorded ([`TranscriptionCall`]), refused ones too. Like the real API, which
+//! decodes the audio, it refuses bytes that do not begin as their extension's container does
+//! (an `.ogg` not starting with `OggS`): test recordings are [`recording`]s.
 
 use std::sync::Arc;
 
@@ -24,6 +26,27 @@ pub(super) const BODY_LIMIT: usize = MAX_FILE_BYTES + 1024 * 1024;
 /// What OpenAI accepts, by the file name's extension.
 pub const FORMATS: [&str; 10] = ["flac", "m4a", "mp3", "mp4", "mpeg", "mpga", "oga", "ogg", "wav", "webm"];
 
+/// Bytes that pass for a recording in an Ogg container (a Telegram voice note, a Discord voice
+/// message): the `OggS` capture pattern, then `len - 4` bytes of filler.
+pub fn recording(len: usize) -> Vec<u8> {
+    let mut bytes = b"OggS".to_vec();
+    bytes.resize(len.max(4), 0);
+    bytes
+}
+
+/// Whether `head` (a file's first bytes) begins as files with `extension` do.
+fn container_matches(extension: &str, head: &[u8]) -> bool {
+    match extension {
+        "ogg" | "oga" => head.starts_with(b"OggS"),
+        "wav" => head.starts_with(b"RIFF"),
+        "flac" => head.starts_with(b"fLaC"),
+        "webm" => head.starts_with(&[0x1A, 0x45, 0xDF, 0xA3]),
+        "mp3" | "mpga" | "mpeg" => head.starts_with(b"ID3") || head.first() == Some(&0xFF),
+        "m4a" | "mp4" => head.get(4..8) == Some(b"ftyp"),
+        _ => false,
+    }
+}
+
 /// One transcription request, as the fake read it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TranscriptionCall {
@@ -33,6 +56,8 @@ pub struct TranscriptionCall {
     pub content_type: Option<String>,
     /// The `file` part's length in bytes.
     pub bytes_len: usize,
+    /// Its first 12 bytes.
+    pub head: Vec<u8>,
     pub model: Option<String>,
     pub language: Option<String>,
     pub response_format: Option<String>,
@@ -81,7 +106,9 @@ async fn read_form(mut multipart: Multipart, call: &mut TranscriptionCall) -> Re
         if name == "file" {
             call.file_name = field.file_name().map(str::to_owned);
             call.content_type = field.content_type().map(str::to_owned);
-            call.bytes_len = field.bytes().await.map_err(|error| error.body_text())?.len();
+            let bytes = field.bytes().await.map_err(|error| error.body_text())?;
+            call.bytes_len = bytes.len();
+            call.head = bytes.iter().take(12).copied().collect();
             continue;
         }
         let text = field.text().await.map_err(|error| error.body_text())?;
@@ -112,6 +139,9 @@ fn refusal(call: &TranscriptionCall) -> Option<Response> {
         let message = format!("Invalid file format. Supported formats: {FORMATS:?}");
         return Some(invalid(400, &message, Some("file")));
     }
+    if !container_matches(&extension, &call.head) {
+        return Some(invalid(400, "Audio file might be corrupted or unsupported", Some("file")));
+    }
     None
 }
 
@@ -137,7 +167,7 @@ mod tests {
     }
 
     fn voice(name: &str, len: usize) -> Part {
-        Part::bytes(vec![1u8; len]).file_name(name.to_owned())
+        Part::bytes(recording(len)).file_name(name.to_owned())
     }
 
     #[tokio::test]
@@ -147,7 +177,8 @@ mod tests {
         let form =
             Form::new().part("file", voice("1-0-voice.ogg", 300)).text("model", "whisper-1").text("language", "en");
         assert_eq!(send(&llm, form).await, (200, json!({"text": "call mom at six"})));
-        let form = Form::new().part("file", voice("2-0-note.MP3", 10)).text("model", "whisper-1");
+        let mp3 = Part::bytes(b"ID3\x04\0\0\0\0\0\0".to_vec()).file_name("2-0-note.MP3");
+        let form = Form::new().part("file", mp3).text("model", "whisper-1");
         assert_eq!(send(&llm, form).await, (200, json!({"text": "echo: 2-0-note.MP3"})));
         let calls = llm.transcriptions();
         assert_eq!(calls.len(), 2);
@@ -174,6 +205,13 @@ mod tests {
         let form = Form::new().part("file", voice("big.ogg", MAX_FILE_BYTES + 1)).text("model", "whisper-1");
         let (status, body) = send(&llm, form).await;
         assert_eq!(status, 413, "{body}");
-        assert_eq!(llm.transcriptions().len(), 4);
+        // Bytes that are no recording of their kind, as the API decodes them.
+        let noise = Part::bytes(vec![5u8; 400]).file_name("1-0-voice.ogg");
+        let (status, body) = send(&llm, Form::new().part("file", noise).text("model", "whisper-1")).await;
+        assert_eq!(
+            (status, body["error"]["message"].as_str()),
+            (400, Some("Audio file might be corrupted or unsupported"))
+        );
+        assert_eq!(llm.transcriptions().len(), 5);
     }
 }
