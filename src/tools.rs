@@ -316,5 +316,21 @@ pub fn required_str<'a>(arguments: &'a Value, key: &str) -> Result<&'a str, Tool
         .ok_or_else(|| ToolError::InvalidArguments(format!("`{key}` (a string) is required")))
 }
 
+/// An optional integer argument of at least 1; `None` when absent or null.
+pub fn optional_positive(arguments: &Value, key: &str) -> Result<Option<u64>, ToolError> {
+    match arguments.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => match value.as_u64() {
+            Some(n) if n >= 1 => Ok(Some(n)),
+            _ => Err(ToolError::InvalidArguments(format!("`{key}` must be an integer of at least 1"))),
+        },
+    }
+}
+
+/// [`optional_positive`] as a count, at most `cap` (counts past `usize` are past any cap).
+pub fn optional_count(arguments: &Value, key: &str, cap: usize) -> Result<Option<usize>, ToolError> {
+    Ok(optional_positive(arguments, key)?.map(|n| usize::try_from(n).unwrap_or(usize::MAX).min(cap)))
+}
+
 #[cfg(test)]
 mod tests;

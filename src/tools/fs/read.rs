@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use super::{FsSettings, as_text, blocking, open_regular};
-use crate::tools::{Tool, ToolContext, ToolError, required_str};
+use crate::tools::{Tool, ToolContext, ToolError, optional_positive, required_str};
 
 /// Reads a UTF-8 text file, at most `max_read_bytes` per call, whole lines at a time.
 pub struct ReadFile {
@@ -52,22 +52,13 @@ impl Tool for ReadFile {
 
     async fn execute(&self, arguments: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let path = required_str(&arguments, "path")?.to_owned();
-        let range =
-            Range { first: positive(&arguments, "offset")?.unwrap_or(1), limit: positive(&arguments, "limit")? };
+        let range = Range {
+            first: optional_positive(&arguments, "offset")?.unwrap_or(1),
+            limit: optional_positive(&arguments, "limit")?,
+        };
         let workspace = self.settings.workspace(ctx)?;
         let max_bytes = self.settings.max_read_bytes;
         blocking(move || read(&workspace.resolve(&path)?, range, max_bytes)).await
-    }
-}
-
-/// An optional integer argument of at least 1.
-fn positive(arguments: &Value, key: &str) -> Result<Option<u64>, ToolError> {
-    match arguments.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(value) => match value.as_u64() {
-            Some(n) if n >= 1 => Ok(Some(n)),
-            _ => Err(ToolError::InvalidArguments(format!("`{key}` must be an integer of at least 1"))),
-        },
     }
 }
 

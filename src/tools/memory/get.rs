@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use super::{MemorySettings, blocking, index_error, is_memory_file, workspace};
 use crate::store::memory_index::{CONVERSATION_PREFIX, MemoryIndex};
 use crate::tools::fs::{Resolved, open_regular, workspace::io_error};
-use crate::tools::{Tool, ToolContext, ToolError, required_str};
+use crate::tools::{Tool, ToolContext, ToolError, optional_count, required_str};
 
 /// Messages of a conversation `memory_get` returns when `lines` is not given.
 const DEFAULT_MESSAGES: usize = 20;
@@ -80,13 +80,14 @@ impl Tool for MemoryGet {
 
     async fn execute(&self, arguments: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let path = required_str(&arguments, "path")?;
-        let from = positive(&arguments, "from_line")?.unwrap_or(1);
-        let lines = positive(&arguments, "lines")?;
+        let from = optional_count(&arguments, "from_line", usize::MAX)?.unwrap_or(1);
+        let max_lines = self.settings.max_get_lines;
+        let lines = optional_count(&arguments, "lines", max_lines)?;
         if let Some(session) = path.strip_prefix(CONVERSATION_PREFIX) {
-            let count = lines.unwrap_or(DEFAULT_MESSAGES).min(self.settings.max_get_lines);
+            let count = lines.unwrap_or(DEFAULT_MESSAGES.min(max_lines));
             return self.conversation(ctx, session, from, count).await;
         }
-        let count = lines.unwrap_or(self.settings.max_get_lines).min(self.settings.max_get_lines);
+        let count = lines.unwrap_or(max_lines);
         // Refuses another scope's memory, as the file tools do (real path, links resolved).
         let resolved = workspace(ctx)?.resolve(path)?;
         if !is_memory_file(&resolved.shown) {
@@ -96,17 +97,6 @@ impl Tool for MemoryGet {
             )));
         }
         blocking(move || read_lines(&resolved, from, count)).await
-    }
-}
-
-/// An optional integer argument of at least 1.
-fn positive(arguments: &Value, key: &str) -> Result<Option<usize>, ToolError> {
-    match arguments.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(value) => match value.as_u64().and_then(|n| usize::try_from(n).ok()) {
-            Some(n) if n >= 1 => Ok(Some(n)),
-            _ => Err(ToolError::InvalidArguments(format!("`{key}` must be an integer of at least 1"))),
-        },
     }
 }
 

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use super::searcher::{Found, MemorySearcher};
 use super::terms;
 use crate::store::memory_index::{CONVERSATION_PREFIX, MemoryHit};
-use crate::tools::{Tool, ToolContext, ToolError, required_str};
+use crate::tools::{Tool, ToolContext, ToolError, optional_count, required_str};
 
 /// Files a result names one by one; the rest are counted.
 const MAX_NAMED_FILES: usize = 6;
@@ -50,13 +50,9 @@ impl Tool for MemorySearch {
 
     async fn execute(&self, arguments: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let query = required_str(&arguments, "query")?;
-        let limit = match arguments.get("max_results") {
-            None | Some(Value::Null) => self.searcher.settings().default_results,
-            Some(value) => match value.as_u64().and_then(|n| usize::try_from(n).ok()) {
-                Some(n) if n >= 1 => n.min(self.searcher.settings().max_results),
-                _ => return Err(ToolError::InvalidArguments("`max_results` must be an integer of at least 1".into())),
-            },
-        };
+        let settings = self.searcher.settings();
+        let limit =
+            optional_count(&arguments, "max_results", settings.max_results)?.unwrap_or(settings.default_results);
         let terms = terms(query);
         if terms.is_empty() {
             return Err(ToolError::InvalidArguments("`query` has no words to look for".into()));
