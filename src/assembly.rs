@@ -97,6 +97,8 @@ impl Default for Overrides {
 pub struct Assembly {
     config: Config,
     overrides: Overrides,
+    /// One count of requests in flight per limited provider, for all agents' chains.
+    provider_limits: crate::provider::limit::ProviderLimits,
 }
 
 /// A worker and, when `[subagents]` is enabled, the sub-agent manager its agents share.
@@ -107,11 +109,11 @@ pub struct AssembledWorker {
 
 impl Assembly {
     pub fn new(config: Config) -> Self {
-        Self { config, overrides: Overrides::default() }
+        Self::with_overrides(config, Overrides::default())
     }
 
     pub fn with_overrides(config: Config, overrides: Overrides) -> Self {
-        Self { config, overrides }
+        Self { config, overrides, provider_limits: Default::default() }
     }
 
     pub fn config(&self) -> &Config {

@@ -9,6 +9,7 @@ pub mod failover;
 mod http;
 mod http_provider;
 pub mod images;
+pub mod limit;
 pub mod openai;
 pub mod pricing;
 mod retry;

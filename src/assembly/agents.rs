@@ -47,7 +47,7 @@ impl Assembly {
         name: &str,
     ) -> Result<Agent, AssemblyError> {
         let chain = self.config.agent_model_chain(name)?;
-        let provider = super::providers::chain(&chain)?;
+        let provider = super::providers::chain(&chain, &self.provider_limits)?;
         tracing::info!(agent = name, chain = %crate::provider::Provider::name(&provider), "model chain");
         let searcher = self.memory_searcher(store)?;
         let tools = self.tools(name, bus, store, subagents, &searcher)?;

@@ -7,6 +7,7 @@ use crate::config::{ChainEntry, Config, EmbeddingsConfig, ProviderKind};
 use crate::provider::anthropic::{AnthropicConfig, AnthropicProvider};
 use crate::provider::embeddings::{Embedder, EmbeddingsSettings, OpenAiEmbeddings};
 use crate::provider::failover::{FailoverEntry, FailoverProvider};
+use crate::provider::limit::ProviderLimits;
 use crate::provider::openai::{OpenAiConfig, OpenAiProvider};
 use crate::provider::{Provider, ProviderError, RetryPolicy};
 
@@ -14,14 +15,14 @@ use super::AssemblyError;
 
 /// One provider per name (entries of one provider share its HTTP client), each entry with
 /// its provider's retry policy.
-pub fn chain(chain: &[ChainEntry]) -> Result<FailoverProvider, ProviderError> {
+pub fn chain(chain: &[ChainEntry], limits: &ProviderLimits) -> Result<FailoverProvider, ProviderError> {
     let mut built: HashMap<&str, Arc<dyn Provider>> = HashMap::new();
     let mut entries = Vec::with_capacity(chain.len());
     for entry in chain {
         let provider = match built.get(entry.provider.as_str()) {
             Some(provider) => Arc::clone(provider),
             None => {
-                let provider = provider(entry)?;
+                let provider = limits.apply(&entry.provider, entry.settings.max_concurrent_requests, provider(entry)?);
                 built.insert(&entry.provider, Arc::clone(&provider));
                 provider
             }
