@@ -181,6 +181,10 @@ pub struct BusOptions {
     pub outbound_max_age_secs: u64,
     /// Capacity of each in-process queue; publishers wait when it is full.
     pub queue_capacity: usize,
+    /// Deliveries JetStream hands out unacked per consumer, across all the processes that
+    /// share it: all workers' held messages, or one channel's replies being sent. Each worker
+    /// holds at most 4 × `worker.max_concurrent_runs` itself; this bounds them all together.
+    pub max_ack_pending: u64,
 }
 
 impl Default for BusOptions {
@@ -192,6 +196,8 @@ impl Default for BusOptions {
             // Like `worker.max_message_age_secs`: a reply an hour late is not worth delivering.
             outbound_max_age_secs: 3600,
             queue_capacity: 1024,
+            // Room for several workers at the default `max_concurrent_runs`.
+            max_ack_pending: 20_000,
         }
     }
 }
@@ -272,6 +278,9 @@ pub struct ProviderConfig {
     /// Its models accept images: the photos of the message being answered go along as image
     /// parts (see `provider::images`).
     pub vision: bool,
+    /// Requests to this provider in flight at once, across all agents; 0 = no limit. For a
+    /// local server that works on one or a few at a time.
+    pub max_concurrent_requests: usize,
 }
 
 impl Default for ProviderConfig {
@@ -284,6 +293,7 @@ impl Default for ProviderConfig {
             stream: true,
             max_retries: 3,
             vision: false,
+            max_concurrent_requests: 0,
         }
     }
 }
@@ -379,11 +389,18 @@ impl AgentConfig {
     }
 }
 
+/// Runs at once by default: with a model that answers in 500 ms, 1,000 chats keep about this
+/// many in flight. A waiting run holds little (its history and one connection), so memory,
+/// not the two or four cores of a small host, is what bounds it.
+pub const DEFAULT_MAX_CONCURRENT_RUNS: usize = 1024;
+
 /// Agent workers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct WorkerConfig {
-    /// Sessions processed in parallel (runs within one session are always sequential).
+    /// Sessions processed in parallel (runs within one session are always sequential). A run
+    /// spends nearly all its time waiting for the model, so this is sized for thousands of
+    /// chats whose model takes seconds, not for the machine's cores.
     pub max_concurrent_runs: usize,
     /// Deliveries older than this are dropped with a log line, never replayed.
     pub max_message_age_secs: u64,
@@ -404,7 +421,7 @@ pub struct WorkerConfig {
 impl Default for WorkerConfig {
     fn default() -> Self {
         Self {
-            max_concurrent_runs: 16,
+            max_concurrent_runs: DEFAULT_MAX_CONCURRENT_RUNS,
             max_message_age_secs: 3600,
             shutdown_grace_secs: 30,
             queue_mode: QueueMode::Followup,

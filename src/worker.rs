@@ -111,8 +111,8 @@ pub struct WorkerSettings {
 impl Default for WorkerSettings {
     fn default() -> Self {
         Self {
-            max_concurrent_runs: 16,
-            max_held: 64,
+            max_concurrent_runs: crate::config::DEFAULT_MAX_CONCURRENT_RUNS,
+            max_held: crate::config::DEFAULT_MAX_CONCURRENT_RUNS * 4,
             max_message_age: Duration::from_secs(3600),
             progress_interval: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(30),

@@ -169,6 +169,7 @@ pub fn nats(config: &Config) -> NatsOptions {
         ack_wait: config.bus_options.ack_wait(),
         duplicate_window: config.bus_options.duplicate_window(),
         outbound_max_age: config.bus_options.outbound_max_age(),
+        max_ack_pending: i64::try_from(config.bus_options.max_ack_pending).unwrap_or(i64::MAX),
         ..NatsOptions::default()
     }
 }

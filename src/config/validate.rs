@@ -169,6 +169,7 @@ fn zero_counts(config: &Config) -> Option<(&'static str, u64)> {
         ("bus_options.ack_wait_secs", config.bus_options.ack_wait_secs),
         ("bus_options.duplicate_window_secs", config.bus_options.duplicate_window_secs),
         ("bus_options.queue_capacity", as_u64(config.bus_options.queue_capacity)),
+        ("bus_options.max_ack_pending", config.bus_options.max_ack_pending),
         ("provider.request_timeout_secs", config.provider.request_timeout_secs),
         ("agent.max_iterations", u64::from(config.agent.max_iterations)),
         ("agent.tool_timeout_secs", config.agent.tool_timeout_secs),
