@@ -17,6 +17,7 @@ pub mod users;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use switchboard_channels::bus::journal::JournalRecord;
 use switchboard_channels::contract::{OutboundMessage, Usage};
 use thiserror::Error;
 
@@ -141,6 +142,25 @@ pub struct RunOutcome {
     pub memory_scope: Option<String>,
 }
 
+/// A session's history and summary, as a turn reads them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Conversation {
+    /// The newest messages not covered by the summary, oldest first.
+    pub history: Vec<ChatMessage>,
+    /// The summary of older messages and how many compactions made it.
+    pub summary: Option<(String, u32)>,
+}
+
+/// The in-process bus's journal writes a finishing run makes in its own transaction (see
+/// `Bus::outbound_record` and `Acker::journal_row`).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct BusWrites<'a> {
+    /// The reply's record, to be appended.
+    pub reply: Option<&'a JournalRecord>,
+    /// The journal row of the message answered, to be deleted.
+    pub answered_row: Option<i64>,
+}
+
 /// A run as listed for operators.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunRecord {
@@ -177,6 +197,10 @@ pub trait Store: UserStore + CronStore + HeartbeatStore + SubagentStore + Send +
     /// The session's saved summary and how many compactions made it; `None` before the first.
     async fn session_summary(&self, session_key: &str) -> Result<Option<(String, u32)>, StoreError>;
 
+    /// What a turn reads of its session: [`Store::history`] and [`Store::session_summary`]
+    /// together, from a copy in memory when this process stored the session's last turn.
+    async fn conversation(&self, session_key: &str, limit: usize) -> Result<Conversation, StoreError>;
+
     /// Marks a compaction of the session as running. `false` when one already is (and is
     /// not stale), in which case the caller must not compact. Atomic across processes.
     async fn begin_compaction(&self, session_key: &str) -> Result<bool, StoreError>;
@@ -191,6 +215,17 @@ pub trait Store: UserStore + CronStore + HeartbeatStore + SubagentStore + Send +
     /// Finishes a run: appends its transcript, stores the reply, sets status, usage and timings,
     /// and adds the usage to its user's month (`billing`), all in one transaction.
     async fn finish_run(&self, run_id: &str, outcome: &RunOutcome) -> Result<(), StoreError>;
+
+    /// [`Store::finish_run`] with the in-process bus's journal writes in the same transaction:
+    /// the reply's record appended (and the reply marked delivered, since it is then on the
+    /// bus as surely as the run is stored) and the answered message's row deleted. Returns the
+    /// reply's journal row, `None` when a row with its id is still pending (it is queued already).
+    async fn finish_run_journaled(
+        &self,
+        run_id: &str,
+        outcome: &RunOutcome,
+        bus: &BusWrites<'_>,
+    ) -> Result<Option<i64>, StoreError>;
 
     /// Marks a run's reply as published on the bus.
     async fn mark_reply_delivered(&self, run_id: &str) -> Result<(), StoreError>;

@@ -27,6 +27,7 @@ use thiserror::Error;
 
 use crate::contract::{DeadLetter, InboundMessage, MAX_MESSAGE_ID_BYTES, OutboundMessage, RunEvent};
 use crate::subject::{Flow, SubjectError};
+use journal::JournalRecord;
 
 #[derive(Debug, Error)]
 pub enum BusError {
@@ -90,6 +91,19 @@ pub trait Acker: Send + Sync {
     async fn nak(&mut self, delay: Option<Duration>) -> Result<(), BusError>;
     /// Tells the bus the consumer is still working, so the delivery is not given to another.
     async fn progress(&self) -> Result<(), BusError>;
+
+    /// The delivery's row in the bus's journal, when the journal is the store's database
+    /// (the in-process bus of the embedded shape): a consumer may delete it in its own store
+    /// transaction and then settle with [`Acker::ack_journaled`]. `None` on other buses.
+    fn journal_row(&self) -> Option<i64> {
+        None
+    }
+
+    /// Acks a delivery whose journal row (see [`Acker::journal_row`]) the consumer already
+    /// deleted; on buses without one, the same as [`Acker::ack`].
+    async fn ack_journaled(&mut self) -> Result<(), BusError> {
+        self.ack().await
+    }
 }
 
 /// One message taken from an inbound or outbound queue, not yet acknowledged.
@@ -183,6 +197,20 @@ pub trait Bus: Send + Sync + 'static {
         dedupe_id: Option<&str>,
         payload: Bytes,
     ) -> Result<(), BusError>;
+
+    /// When this bus keeps its journal in the store's database (the in-process bus of the
+    /// embedded shape), the record that publishing `msg` would write, so the caller can write it
+    /// in its own store transaction and then queue it with [`Bus::queue_journaled`]: one
+    /// transaction instead of two. `None`: publish it with `publish_outbound`.
+    fn outbound_record(&self, _msg: &OutboundMessage) -> Option<Result<JournalRecord, BusError>> {
+        None
+    }
+
+    /// Queues a message whose record (from [`Bus::outbound_record`]) the caller wrote to the
+    /// journal as row `seq`. Waits for room in the queue like a publish.
+    async fn queue_journaled(&self, record: JournalRecord, _seq: i64) -> Result<(), BusError> {
+        Err(BusError::Publish { subject: record.subject, reason: "this bus keeps no journal in the store".into() })
+    }
 
     /// Takes inbound messages of every channel. Several subscribers share the work.
     async fn inbound(&self) -> Result<Deliveries, BusError>;

@@ -165,13 +165,40 @@ pub async fn compact_due(
 }
 
 fn is_due(engine: &ContextEngine, agent: &Agent, rows: &[(i64, ChatMessage)]) -> bool {
+    let raw = rows.iter().map(|(_, message)| crate::tokens::raw_message(message)).sum();
+    over_threshold(engine, agent, rows.len(), raw)
+}
+
+/// Whether a history of `count` messages, `raw` tokens by the heuristic, is due.
+fn over_threshold(engine: &ContextEngine, agent: &Agent, count: usize, raw: u64) -> bool {
     let config = &engine.settings().compaction;
-    if rows.len() > config.max_messages {
+    if count > config.max_messages {
         return true;
     }
-    let messages: Vec<ChatMessage> = rows.iter().map(|(_, m)| m.clone()).collect();
     let budget = engine.input_budget(agent, &agent.tool_specs(&ToolFilter::All));
-    engine.calibration().messages(&messages) as f64 > config.context_share * budget as f64
+    engine.calibration().correct(raw) as f64 > config.context_share * budget as f64
+}
+
+/// The history a turn read, as the compaction check after the turn needs it: each message's
+/// heuristic token count, oldest first. Kept instead of reading the history again after
+/// every turn, when only a few turns in a long conversation lead to a compaction.
+#[derive(Debug, Clone, Default)]
+pub struct HistoryShape(Vec<u64>);
+
+impl HistoryShape {
+    pub fn of(history: &[ChatMessage]) -> Self {
+        Self(history.iter().map(crate::tokens::raw_message).collect())
+    }
+
+    /// Whether the history will be due once the turn's `transcript` is stored: [`due`] would
+    /// find it so, reading the newest `history_limit` rows. When it says yes, [`due`] reads
+    /// them to see where to cut.
+    pub fn due_after(&self, engine: &ContextEngine, agent: &Agent, transcript: &[ChatMessage], limit: usize) -> bool {
+        let added = transcript.iter().map(crate::tokens::raw_message);
+        let all: Vec<u64> = self.0.iter().copied().chain(added).collect();
+        let newest = &all[all.len().saturating_sub(limit)..];
+        over_threshold(engine, agent, newest.len(), newest.iter().sum())
+    }
 }
 
 /// How many of the oldest rows to summarise: all but the last `keep`, moved back to a user

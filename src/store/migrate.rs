@@ -46,6 +46,7 @@ pub(crate) const SQLITE_MIGRATIONS: &[Migration] = &[
         name: "memory_embeddings",
         sql: include_str!("../../migrations/sqlite/0015_memory_embeddings.sql"),
     },
+    Migration { version: 16, name: "turn_writes", sql: include_str!("../../migrations/sqlite/0016_turn_writes.sql") },
 ];
 
 /// Brings the database up to the newest schema this build knows.

@@ -10,6 +10,7 @@
 mod compaction;
 mod cron;
 mod heartbeat;
+mod history_cache;
 mod memory_conversations;
 mod memory_embeddings;
 mod memory_index;
@@ -18,6 +19,7 @@ mod subagents;
 mod users;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -29,8 +31,9 @@ use sqlx::{Row, Sqlite, Transaction};
 use switchboard_channels::contract::{OutboundMessage, Usage};
 use uuid::Uuid;
 
+use self::history_cache::HistoryCache;
 use super::migrate::{self, SQLITE_MIGRATIONS};
-use super::{RunClaim, RunOutcome, RunRecord, RunStatus, SessionInfo, Store, StoreError};
+use super::{BusWrites, Conversation, RunClaim, RunOutcome, RunRecord, RunStatus, SessionInfo, Store, StoreError};
 use crate::provider::{ChatMessage, Role};
 
 /// How long a statement waits for another connection's write lock before failing.
@@ -56,6 +59,8 @@ const RUN_COLUMNS: &str = "run_id, inbound_id, session_key, status, attempt, mod
 pub struct SqliteStore {
     pool: SqlitePool,
     path: PathBuf,
+    /// Sessions' recent history, for turns (see `history_cache`).
+    history: Arc<HistoryCache>,
 }
 
 impl SqliteStore {
@@ -82,7 +87,7 @@ impl SqliteStore {
             .pragma("cache_size", format!("-{PAGE_CACHE_KIB}"));
         let pool = connect_waiting_for_wal(options).await.map_err(|e| open_err(e.to_string()))?;
         migrate::run(&pool, SQLITE_MIGRATIONS).await?;
-        Ok(SqliteStore { pool, path: path.to_owned() })
+        Ok(SqliteStore { pool, path: path.to_owned(), history: Arc::default() })
     }
 
     /// Fails with [`StoreError::NotWritable`] unless a write would succeed. SQLite opens a file
@@ -138,12 +143,11 @@ async fn connect_waiting_for_wal(options: SqliteConnectOptions) -> Result<Sqlite
 #[async_trait]
 impl Store for SqliteStore {
     async fn claim_run(&self, inbound_id: &str, session_key: &str) -> Result<RunClaim, StoreError> {
-        let mut tx = self.begin_write().await?;
         let now = now_millis();
-        ensure_session(&mut tx, session_key, now).await?;
         let run_id = Uuid::now_v7().to_string();
-        // Insert first and look only on conflict: the unique inbound id decides who is first,
-        // which stays correct on PostgreSQL where there is no database-wide write lock.
+        // One statement, so no transaction around it: a trigger creates the session row first
+        // (migration 0016). Insert first and look only on conflict: the unique inbound id
+        // decides who is first, which stays correct where there is no database-wide write lock.
         let inserted = sqlx::query(
             "INSERT INTO runs (run_id, inbound_id, session_key, status, attempt, started_at) \
              VALUES ($1, $2, $3, $4, 1, $5) ON CONFLICT (inbound_id) DO NOTHING",
@@ -153,10 +157,14 @@ impl Store for SqliteStore {
         .bind(session_key)
         .bind(RunStatus::Running.as_str())
         .bind(now)
-        .execute(&mut *tx)
+        .execute(&self.pool)
         .await?
         .rows_affected();
-        let claim = if inserted == 1 { RunClaim::New { run_id } } else { existing_claim(&mut tx, inbound_id).await? };
+        if inserted == 1 {
+            return Ok(RunClaim::New { run_id });
+        }
+        let mut tx = self.begin_write().await?;
+        let claim = existing_claim(&mut tx, inbound_id).await?;
         tx.commit().await?;
         Ok(claim)
     }
@@ -192,11 +200,26 @@ impl Store for SqliteStore {
         compaction::summary(&self.pool, session_key).await
     }
 
+    async fn conversation(&self, session_key: &str, limit: usize) -> Result<Conversation, StoreError> {
+        let Some((version, summary)) = compaction::summary_and_version(&self.pool, session_key).await? else {
+            return Ok(Conversation::default());
+        };
+        if let Some(history) = self.history.get(session_key, version, limit) {
+            return Ok(Conversation { history, summary });
+        }
+        let history = self.history(session_key, limit).await?;
+        // Kept under the version read before the rows: should the history have changed in
+        // between, the next turn reads a newer version and does not use this copy.
+        self.history.put(session_key, version, limit, history.clone());
+        Ok(Conversation { history, summary })
+    }
+
     async fn begin_compaction(&self, session_key: &str) -> Result<bool, StoreError> {
         compaction::begin(&self.pool, session_key).await
     }
 
     async fn finish_compaction(&self, session_key: &str, summary: &str, through_id: i64) -> Result<(), StoreError> {
+        self.history.forget(session_key);
         compaction::finish(&self.pool, session_key, summary, through_id).await
     }
 
@@ -205,34 +228,55 @@ impl Store for SqliteStore {
     }
 
     async fn finish_run(&self, run_id: &str, outcome: &RunOutcome) -> Result<(), StoreError> {
+        self.finish_run_journaled(run_id, outcome, &BusWrites::default()).await.map(|_| ())
+    }
+
+    async fn finish_run_journaled(
+        &self,
+        run_id: &str,
+        outcome: &RunOutcome,
+        bus: &BusWrites<'_>,
+    ) -> Result<Option<i64>, StoreError> {
         let refuse = |reason: &str| StoreError::Finish { run_id: run_id.to_owned(), reason: reason.to_owned() };
         if outcome.status == RunStatus::Running {
             return Err(refuse("the outcome's status is still running"));
         }
         let reply_json = outcome.reply.as_ref().map(encode).transpose()?;
         let mut tx = self.begin_write().await?;
-        let Some((session_key, status)) = run_state(&mut tx, run_id).await? else {
-            return Err(StoreError::NoSuchRun(run_id.to_owned()));
-        };
-        if status != RunStatus::Running {
-            // Another worker resumed this run and finished first; its reply is the one kept,
-            // and appending this transcript too would duplicate the turn.
-            return Err(refuse("it has already finished"));
-        }
         let now = now_millis();
+        let finished = Finished { reply_json, delivered: bus.reply.is_some(), now };
+        // Only a running run is finished: another worker may have resumed this one and finished
+        // first, and then its reply is the one kept (appending this transcript would duplicate
+        // the turn).
+        let Some(session_key) = record_outcome(&mut tx, run_id, outcome, finished).await? else {
+            return Err(match run_state(&mut tx, run_id).await? {
+                None => StoreError::NoSuchRun(run_id.to_owned()),
+                Some(_) => refuse("it has already finished"),
+            });
+        };
         let rows = TranscriptRows { session_key: &session_key, run_id, memory_scope: outcome.memory_scope.as_deref() };
         append_transcript(&mut tx, &rows, &outcome.transcript, now).await?;
-        record_outcome(&mut tx, run_id, outcome, reply_json, now).await?;
         if let Some(billing) = &outcome.billing {
             users::record_usage(&mut tx, billing, outcome.usage).await?;
         }
-        sqlx::query("UPDATE sessions SET updated_at = $1 WHERE key = $2")
-            .bind(now)
-            .bind(&session_key)
-            .execute(&mut *tx)
-            .await?;
+        let version: i64 = sqlx::query_scalar(
+            "UPDATE sessions SET updated_at = $1, history_version = history_version + 1 WHERE key = $2 \
+             RETURNING history_version",
+        )
+        .bind(now)
+        .bind(&session_key)
+        .fetch_one(&mut *tx)
+        .await?;
+        let reply_row = match bus.reply {
+            Some(record) => super::journal::append_in(&mut tx, record, now).await?,
+            None => None,
+        };
+        if let Some(row) = bus.answered_row {
+            super::journal::remove_in(&mut tx, row).await?;
+        }
         tx.commit().await?;
-        Ok(())
+        self.history.append(&session_key, version, outcome.transcript.clone());
+        Ok(reply_row)
     }
 
     async fn mark_reply_delivered(&self, run_id: &str) -> Result<(), StoreError> {
@@ -259,12 +303,13 @@ impl Store for SqliteStore {
     }
 
     async fn archive_session(&self, session_key: &str) -> Result<(), StoreError> {
+        self.history.forget(session_key);
         let mut tx = self.begin_write().await?;
         let now = now_millis();
         ensure_session(&mut tx, session_key, now).await?;
         sqlx::query(
             // The summary belongs to the old conversation too: a new one starts without it.
-            "UPDATE sessions SET updated_at = $1, summary = NULL, archived_through = \
+            "UPDATE sessions SET updated_at = $1, summary = NULL, history_version = history_version + 1, archived_through = \
              COALESCE((SELECT MAX(id) FROM transcript WHERE session_key = $2), 0) WHERE key = $2",
         )
         .bind(now)
@@ -379,41 +424,60 @@ struct TranscriptRows<'a> {
     memory_scope: Option<&'a str>,
 }
 
+/// Rows per INSERT statement: one statement for a whole turn in nearly every case, far
+/// below SQLite's limit of bound parameters.
+const TRANSCRIPT_ROWS_PER_INSERT: usize = 32;
+
 async fn append_transcript(
     tx: &mut Transaction<'_, Sqlite>,
     rows: &TranscriptRows<'_>,
     messages: &[ChatMessage],
     now: i64,
 ) -> Result<(), StoreError> {
-    for (seq, message) in messages.iter().enumerate() {
-        sqlx::query(
-            "INSERT INTO transcript (session_key, run_id, seq, role, message_json, created_at, memory_scope) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
-        )
-        .bind(rows.session_key)
-        .bind(rows.run_id)
-        .bind(i64::try_from(seq).unwrap_or(i64::MAX))
-        .bind(role_name(message.role))
-        .bind(encode(message)?)
-        .bind(now)
-        .bind(rows.memory_scope)
-        .execute(&mut **tx)
-        .await?;
+    // One statement per batch, not per message: each statement is a round trip to the
+    // connection's thread.
+    for (batch_no, batch) in messages.chunks(TRANSCRIPT_ROWS_PER_INSERT).enumerate() {
+        let mut insert = sqlx::QueryBuilder::<Sqlite>::new(
+            "INSERT INTO transcript (session_key, run_id, seq, role, message_json, created_at, memory_scope) ",
+        );
+        let encoded = batch.iter().map(|message| encode(message).map(|json| (message.role, json)));
+        let encoded = encoded.collect::<Result<Vec<_>, _>>()?;
+        let first_seq = batch_no * TRANSCRIPT_ROWS_PER_INSERT;
+        insert.push_values(encoded.into_iter().enumerate(), |mut row, (n, (role, json))| {
+            row.push_bind(rows.session_key)
+                .push_bind(rows.run_id)
+                .push_bind(i64::try_from(first_seq + n).unwrap_or(i64::MAX))
+                .push_bind(role_name(role))
+                .push_bind(json)
+                .push_bind(now)
+                .push_bind(rows.memory_scope);
+        });
+        insert.build().execute(&mut **tx).await?;
     }
     Ok(())
 }
 
+/// What finishing writes on the run besides the outcome.
+struct Finished {
+    reply_json: Option<String>,
+    /// The reply is journaled in the same transaction.
+    delivered: bool,
+    now: i64,
+}
+
+/// Stores the outcome of a run that is still running; returns its session, `None` when the
+/// run does not exist or is not running.
 async fn record_outcome(
     tx: &mut Transaction<'_, Sqlite>,
     run_id: &str,
     outcome: &RunOutcome,
-    reply_json: Option<String>,
-    now: i64,
-) -> Result<(), StoreError> {
-    sqlx::query(
+    finished: Finished,
+) -> Result<Option<String>, StoreError> {
+    let session = sqlx::query_scalar(
         "UPDATE runs SET status = $1, model = $2, input_tokens = $3, output_tokens = $4, \
          iterations = $5, error = $6, reply_json = $7, finished_at = $8, cost_usd = $9, \
-         usage_estimated = $11 WHERE run_id = $10",
+         usage_estimated = $11, reply_delivered = reply_delivered OR $12 \
+         WHERE run_id = $10 AND status = $13 RETURNING session_key",
     )
     .bind(outcome.status.as_str())
     .bind(&outcome.model)
@@ -421,14 +485,16 @@ async fn record_outcome(
     .bind(to_i64(outcome.usage.output_tokens))
     .bind(i64::from(outcome.iterations))
     .bind(outcome.error.as_deref())
-    .bind(reply_json)
-    .bind(now)
+    .bind(finished.reply_json)
+    .bind(finished.now)
     .bind(outcome.cost_usd)
     .bind(run_id)
     .bind(outcome.usage.estimated)
-    .execute(&mut **tx)
+    .bind(finished.delivered)
+    .bind(RunStatus::Running.as_str())
+    .fetch_optional(&mut **tx)
     .await?;
-    Ok(())
+    Ok(session)
 }
 
 fn run_record(row: &SqliteRow) -> Result<RunRecord, StoreError> {

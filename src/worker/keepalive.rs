@@ -11,6 +11,8 @@ use tokio::sync::oneshot;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Settle {
     Ack,
+    /// Ack a delivery whose journal row was deleted with the run's outcome.
+    AckJournaled,
     Nak(Option<Duration>),
 }
 
@@ -22,6 +24,8 @@ pub struct Held {
     position: Option<super::order::SeqGuard>,
     /// The subject the message came from, for a dead letter.
     subject: String,
+    /// The message's row in the bus's journal, when that is the store's database.
+    journal_row: Option<i64>,
 }
 
 impl Held {
@@ -29,12 +33,19 @@ impl Held {
     pub fn start(acker: Box<dyn Acker>, subject: String, interval: Duration) -> Self {
         let (settle_tx, settle_rx) = oneshot::channel();
         let (done_tx, done_rx) = oneshot::channel();
+        let journal_row = acker.journal_row();
         tokio::spawn(hold(acker, interval, settle_rx, done_tx));
-        Self { settle: Some(settle_tx), done: Some(done_rx), position: None, subject }
+        Self { settle: Some(settle_tx), done: Some(done_rx), position: None, subject, journal_row }
     }
 
     pub fn subject(&self) -> &str {
         &self.subject
+    }
+
+    /// The message's row in the bus's journal, when a run may delete it with its outcome
+    /// (then settle with [`Settle::AckJournaled`]).
+    pub fn journal_row(&self) -> Option<i64> {
+        self.journal_row
     }
 
     /// Keeps `position` until the delivery is settled (or dropped).
@@ -75,6 +86,7 @@ async fn hold(
     };
     let result = match outcome {
         Some(Settle::Ack) => acker.ack().await,
+        Some(Settle::AckJournaled) => acker.ack_journaled().await,
         Some(Settle::Nak(delay)) => acker.nak(delay).await,
         // The worker dropped the delivery without a verdict: let the bus redeliver it.
         None => Ok(()),

@@ -22,7 +22,7 @@ use super::settle::reply_to;
 use super::turn::TurnPlan;
 use crate::agent::{EventSink, SteerReceiver};
 use crate::context::compaction;
-use crate::store::{RunClaim, RunOutcome, RunStatus};
+use crate::store::{BusWrites, RunClaim, RunOutcome, RunStatus};
 
 /// How long to wait before a message is tried again after the store or bus failed.
 const RETRY_DELAY: Duration = Duration::from_secs(5);
@@ -45,20 +45,23 @@ pub(super) async fn process(shared: &Shared, msg: InboundMessage, held: Held, co
     let started = std::time::Instant::now();
     // A panic anywhere in the run is a bug, but it must cost one answer, not the chat: the
     // session task would die with the session still marked busy.
-    let inner = AssertUnwindSafe(process_inner(shared, &route, &msg, control)).catch_unwind();
+    let answered_row = held.journal_row();
+    let inner = AssertUnwindSafe(process_inner(shared, &route, &msg, answered_row, control)).catch_unwind();
     let (verdict, panicked) = match inner.instrument(span.clone()).await {
         Ok(verdict) => (verdict, false),
         Err(panic) => {
             let text = abort::panic_text(panic.as_ref());
             abort::recover_from_panic(shared, &msg, &route.key, &text).instrument(span.clone()).await;
-            (Ok(()), true)
+            (Ok(Done::default()), true)
         }
     };
     span.record("duration_ms", started.elapsed().as_millis() as u64);
     // Not while stopping: a compaction would only eat into the shutdown grace period.
-    let compact = verdict.is_ok() && !panicked && !shared.stopping.is_cancelled();
+    let compact =
+        matches!(verdict, Ok(Done { compaction_due: true, .. })) && !panicked && !shared.stopping.is_cancelled();
     let settle = match verdict {
-        Ok(()) => Settle::Ack,
+        Ok(Done { journaled: true, .. }) => Settle::AckJournaled,
+        Ok(_) => Settle::Ack,
         Err(Giveback::Stopping) => Settle::Nak(None),
         Err(Giveback::Transient(reason)) => {
             tracing::warn!(parent: &span, %reason, "giving the message back to the bus to retry");
@@ -72,7 +75,7 @@ pub(super) async fn process(shared: &Shared, msg: InboundMessage, held: Held, co
             return true;
         }
     };
-    let acked = settle == Settle::Ack;
+    let acked = matches!(settle, Settle::Ack | Settle::AckJournaled);
     held.settle(settle).await;
     // After the ack, still in the session's task: the next turn of this session waits for
     // the compaction, other sessions do not.
@@ -82,7 +85,7 @@ pub(super) async fn process(shared: &Shared, msg: InboundMessage, held: Held, co
     acked
 }
 
-/// Compacts the session if due, its memory flush in the memory scope of the chat (the scope
+/// Compacts the session if due (the turn found it may be), its memory flush in the memory scope of the chat (the scope
 /// decided as for the turn). When the scope cannot be decided, nothing is compacted now: the
 /// next turn tries again, and no flush ever runs in a scope it was not given.
 async fn compact_session(shared: &Shared, route: &Route, msg: &InboundMessage, span: &tracing::Span) {
@@ -126,12 +129,24 @@ async fn compact_session(shared: &Shared, route: &Route, msg: &InboundMessage, s
     compaction::after_turn(deps, msg, due, &shared.abandon).instrument(span).await;
 }
 
+/// How a processed message ended.
+#[derive(Debug, Default, Clone, Copy)]
+struct Done {
+    /// The turn ran and its session may now be due for compaction.
+    compaction_due: bool,
+    /// The message's journal row was deleted with the run's outcome.
+    journaled: bool,
+}
+
+/// `answered_row`: the message's journal row, deleted with the outcome when the journal is
+/// the store's database.
 async fn process_inner(
     shared: &Shared,
     route: &Route,
     msg: &InboundMessage,
+    answered_row: Option<i64>,
     control: Control<'_>,
-) -> Result<(), Giveback> {
+) -> Result<Done, Giveback> {
     let Control { cancel, steer } = control;
     if shared.stopping.is_cancelled() {
         return Err(Giveback::Stopping);
@@ -150,7 +165,7 @@ async fn process_inner(
                 (Some(reply), true) if wants_reply_again(msg) => resend(shared, &reply).await?,
                 _ => {}
             }
-            return Ok(());
+            return Ok(Done::default());
         }
         RunClaim::New { run_id } => run_id,
         RunClaim::Resumed { run_id, attempt } => {
@@ -164,20 +179,60 @@ async fn process_inner(
     let msg = msg.as_ref();
     // Dropping the turn's future on cancel stops its model call and tools at once; `biased`
     // so a run stopped before it started never calls the model.
-    let outcome = tokio::select! {
+    let (outcome, compaction_due) = tokio::select! {
         biased;
         _ = shared.abandon.cancelled() => return Err(Giveback::Stopping),
-        _ = cancel.cancelled() => abort::stopped(shared, msg, &run_id, session_key),
+        _ = cancel.cancelled() => (abort::stopped(shared, msg, &run_id, session_key), false),
         () = tokio::time::sleep(shared.settings.run_timeout) => {
-            abort::timed_out(shared, msg, &run_id, session_key, shared.settings.run_timeout)
+            (abort::timed_out(shared, msg, &run_id, session_key, shared.settings.run_timeout), false)
         }
-        outcome = run_turn(shared, route, msg, &run_id, access, steer) => outcome?,
+        ran = run_turn(shared, route, msg, &run_id, access, steer) => ran?,
     };
     tracing::Span::current().record("status", outcome.status.as_str());
-    shared.store.finish_run(&run_id, &outcome).await.map_err(transient)?;
-    super::cron_hooks::record_finish(shared, msg, &outcome).await;
+    let journaled = finish(shared, msg, &run_id, &outcome, answered_row).await?;
+    Ok(Done { compaction_due, journaled })
+}
+
+/// Stores the outcome and publishes the reply. When the bus's journal is the store's database
+/// (the embedded shape), that is one transaction, which also deletes the answered message's
+/// journal row: returns true, and the delivery is settled without another write.
+async fn finish(
+    shared: &Shared,
+    msg: &InboundMessage,
+    run_id: &str,
+    outcome: &RunOutcome,
+    answered_row: Option<i64>,
+) -> Result<bool, Giveback> {
+    let record = match outcome.reply.as_ref().map(|reply| shared.bus.outbound_record(reply)) {
+        Some(Some(Ok(record))) => Some(record),
+        // No reply: only the message's row goes with the outcome.
+        None if answered_row.is_some() => None,
+        // Another bus, or a reply the bus refuses (stored, then the message is dead-lettered).
+        _ => return finish_apart(shared, msg, run_id, outcome).await.map(|()| false),
+    };
+    let writes = BusWrites { reply: record.as_ref(), answered_row };
+    let row = shared.store.finish_run_journaled(run_id, outcome, &writes).await.map_err(transient)?;
+    super::cron_hooks::record_finish(shared, msg, outcome).await;
+    if let (Some(record), Some(row)) = (record, row)
+        && let Err(err) = shared.bus.queue_journaled(record, row).await
+    {
+        // It is in the journal: the next start delivers it.
+        tracing::warn!(%err, "cannot queue the reply now");
+    }
+    Ok(answered_row.is_some())
+}
+
+/// Stores the outcome, then publishes the reply and marks it sent: three transactions.
+async fn finish_apart(
+    shared: &Shared,
+    msg: &InboundMessage,
+    run_id: &str,
+    outcome: &RunOutcome,
+) -> Result<(), Giveback> {
+    shared.store.finish_run(run_id, outcome).await.map_err(transient)?;
+    super::cron_hooks::record_finish(shared, msg, outcome).await;
     if let Some(reply) = &outcome.reply {
-        deliver(shared, &run_id, reply).await?;
+        deliver(shared, run_id, reply).await?;
     }
     Ok(())
 }
@@ -218,7 +273,7 @@ async fn run_turn(
     run_id: &str,
     access: Access,
     steer: &mut SteerReceiver,
-) -> Result<RunOutcome, Giveback> {
+) -> Result<(RunOutcome, bool), Giveback> {
     let (agent, session_key) = (&route.agent, route.key.as_str());
     if let Some(outcome) = super::cron_hooks::reminder(msg, run_id, session_key) {
         // Live views see a reminder like any run, without a model.
@@ -226,12 +281,12 @@ async fn run_turn(
         events.emit(RunEventBody::Started);
         let (reply, usage, model) = (msg.content.clone(), Usage::default(), String::new());
         events.emit(RunEventBody::Completed { reply, usage, model, cost_usd: None });
-        return Ok(outcome);
+        return Ok((outcome, false));
     }
     let (tools, level, billing) = match access {
         Access::Allowed { tools, level, billing } => (tools, level, billing),
         Access::OverBudget { notice } | Access::Blocked { notice } => {
-            return Ok(over_budget(shared, msg, run_id, session_key, notice));
+            return Ok((over_budget(shared, msg, run_id, session_key, notice), false));
         }
     };
     let events = BusEvents::start(Arc::clone(&shared.bus), msg, run_id, session_key);
@@ -241,7 +296,8 @@ async fn run_turn(
     let memory = super::memory::scope(shared, agent, msg, Some(level)).await.map_err(transient)?;
     let memory_scope = memory.label(&agent.settings().name);
     let plan = TurnPlan { agent, msg, run_id, session_key, level, tools, input, memory };
-    let mut result = super::turn::run_agent(shared, &plan, &events, steer).await.map_err(transient)?;
+    let ran = super::turn::run_agent(shared, &plan, &events, steer).await.map_err(transient)?;
+    let mut result = ran.result;
     let ack_limit = hygiene::heartbeat_ack_limit(shared, &agent.settings().name, msg);
     let suppressed = hygiene::clean_reply(&mut result, ack_limit);
     let status = if result.error.is_some() { RunStatus::Failed } else { RunStatus::Completed };
@@ -259,7 +315,7 @@ async fn run_turn(
         },
         Some(error) => RunEventBody::Failed { error: error.clone() },
     });
-    Ok(RunOutcome {
+    let outcome = RunOutcome {
         status,
         transcript: result.transcript,
         reply: Some(reply),
@@ -270,7 +326,8 @@ async fn run_turn(
         iterations: result.iterations,
         billing,
         memory_scope,
-    })
+    };
+    Ok((outcome, ran.compaction_due))
 }
 
 /// A run that stops before the model: the sender's budget is used up, or the input guard

@@ -9,6 +9,7 @@ use switchboard_channels::contract::InboundMessage;
 use super::Shared;
 use crate::agent::{Agent, EventSink, SteerReceiver, Turn, TurnResult};
 use crate::config::Level;
+use crate::context::compaction::HistoryShape;
 use crate::provider::ChatMessage;
 use crate::store::StoreError;
 use crate::tools::{ToolContext, ToolFilter};
@@ -28,6 +29,12 @@ pub(super) struct TurnPlan<'a> {
     pub memory: MemoryScope,
 }
 
+/// A turn that ran, and whether its session is due for compaction once it is stored.
+pub(super) struct Ran {
+    pub result: TurnResult,
+    pub compaction_due: bool,
+}
+
 /// Runs the turn (see the module docs) in the memory scope of its plan; store errors reading
 /// the history are the caller's.
 pub(super) async fn run_agent(
@@ -35,21 +42,23 @@ pub(super) async fn run_agent(
     plan: &TurnPlan<'_>,
     events: &dyn EventSink,
     steer: &mut SteerReceiver,
-) -> Result<TurnResult, StoreError> {
+) -> Result<Ran, StoreError> {
     let recalled =
         super::recall::recall(shared, plan.agent, plan.msg, &plan.input.content, || tool_context(plan)).await;
     let recalled = recalled.as_deref();
-    let mut result = attempt(shared, plan, recalled, events, steer).await?;
+    let (mut result, mut history) = attempt(shared, plan, recalled, events, steer).await?;
     let agent = &plan.agent.settings().name;
     // Learned whenever the server names it, so later turns fit without a refusal first.
     let shrank = result.context_limit.is_some_and(|limit| shared.context.windows().learn(agent, limit));
     if shrank && result.overflowed {
         tracing::info!(limit = ?result.context_limit, "running the turn again within the window the model server named");
         let first = result;
-        result = attempt(shared, plan, recalled, events, steer).await?;
+        (result, history) = attempt(shared, plan, recalled, events, steer).await?;
         result.usage.add(first.usage);
     }
-    Ok(result)
+    let limit = shared.settings.history_limit;
+    let compaction_due = history.due_after(&shared.context, plan.agent, &result.transcript, limit);
+    Ok(Ran { result, compaction_due })
 }
 
 /// The tools' view of the turn, before the tools offered are chosen.
@@ -65,15 +74,16 @@ async fn attempt(
     recalled: Option<&str>,
     events: &dyn EventSink,
     steer: &mut SteerReceiver,
-) -> Result<TurnResult, StoreError> {
+) -> Result<(TurnResult, HistoryShape), StoreError> {
     let TurnPlan { agent, msg, session_key, level, .. } = *plan;
     let memory = &plan.memory;
-    let history = shared.store.history(session_key, shared.settings.history_limit).await?;
-    let summary = shared.store.session_summary(session_key).await?;
+    let conversation = shared.store.conversation(session_key, shared.settings.history_limit).await?;
+    let (history, summary) = (conversation.history, conversation.summary);
     let run = super::prompt::PromptFor { msg, session_key, level, memory, recalled };
     let (system_prompt, tools) =
         super::prompt::fitted_prompt(shared, agent, &run, plan.tools.clone(), &plan.input).await;
     let summary = summary.as_ref().map(|s| s.0.as_str());
+    let shape = HistoryShape::of(&history);
     let prepared = shared.context.prepare(agent, &system_prompt, history, summary, &plan.input, &tools);
     let turn = Turn {
         system_prompt,
@@ -91,5 +101,5 @@ async fn attempt(
     if result.error.is_none() && !result.usage.estimated {
         shared.context.learn(prepared.raw_base, &result.transcript, result.usage.input_tokens);
     }
-    Ok(result)
+    Ok((result, shape))
 }

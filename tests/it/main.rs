@@ -35,6 +35,7 @@ mod subagents;
 mod telegram;
 mod tool_attacks;
 mod traces;
+mod turn_writes;
 mod users;
 mod vision;
 mod voice;

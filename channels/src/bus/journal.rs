@@ -22,6 +22,18 @@ pub struct JournalEntry {
     pub payload: Bytes,
 }
 
+/// A message to be journaled by a caller in its own transaction: when the journal is the
+/// store's database, a worker writes its reply's record in the transaction that stores the
+/// run (see [`Bus::outbound_record`](super::Bus::outbound_record)).
+#[derive(Debug, Clone, PartialEq)]
+pub struct JournalRecord {
+    pub flow: Flow,
+    pub channel: String,
+    pub subject: String,
+    pub dedupe_id: Option<String>,
+    pub payload: Bytes,
+}
+
 #[async_trait]
 pub trait Journal: Send + Sync + 'static {
     /// Writes a message durably. Returns its sequence number, or `None` when a message with

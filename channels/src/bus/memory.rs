@@ -3,7 +3,10 @@
 //! A full queue makes publishers wait (backpressure) rather than dropping anything. A delivery
 //! that is nak'ed, or dropped without an ack, goes back into its queue. With a [`Journal`]
 //! (the embedded daemon always has one), inbound and outbound messages are on disk before
-//! `publish` returns and until they are acked, and a restarted bus delivers them again.
+//! `publish` returns and until they are acked, and a restarted bus delivers them again. The
+//! journal is the store's database, so a worker may write its reply's journal row and delete
+//! its message's row in the transaction that stores the run (`Bus::outbound_record`,
+//! `Acker::journal_row`) instead of in transactions of their own.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -14,11 +17,11 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use tokio::sync::{Mutex as AsyncMutex, broadcast, mpsc};
 
-use super::journal::{Journal, JournalEntry};
+use super::journal::{Journal, JournalEntry, JournalRecord};
 use super::recent::RecentIds;
 use super::{Acker, Bus, BusError, Deliveries, Delivery, Events};
 use crate::Gauge;
-use crate::contract::{DeadLetter, RunEvent};
+use crate::contract::{DeadLetter, OutboundMessage, RunEvent};
 use crate::subject::{DEFAULT_PREFIX, Flow, Subjects};
 
 /// How long a dedupe id is remembered, like JetStream's default duplicate window.
@@ -117,6 +120,15 @@ impl Acker for MemoryAcker {
     }
 
     async fn progress(&self) -> Result<(), BusError> {
+        Ok(())
+    }
+
+    fn journal_row(&self) -> Option<i64> {
+        self.journal.as_ref().and(self.item.as_ref()?.seq)
+    }
+
+    async fn ack_journaled(&mut self) -> Result<(), BusError> {
+        self.item = None;
         Ok(())
     }
 }
@@ -277,6 +289,36 @@ impl Bus for MemoryBus {
         }
         permit.send(Item { subject, payload, attempt: 1, seq: Some(seq) });
         Ok(())
+    }
+
+    fn outbound_record(&self, msg: &OutboundMessage) -> Option<Result<JournalRecord, BusError>> {
+        self.journal.as_ref()?;
+        let record = super::check_publish(&msg.channel, &msg.chat_id, Some(&msg.id)).and_then(|()| {
+            Ok(JournalRecord {
+                flow: Flow::Out,
+                channel: msg.channel.clone(),
+                subject: self.subjects.chat(Flow::Out, &msg.channel, &msg.chat_id),
+                dedupe_id: Some(msg.id.clone()),
+                payload: Bytes::from(serde_json::to_vec(msg)?),
+            })
+        });
+        Some(record)
+    }
+
+    async fn queue_journaled(&self, record: JournalRecord, seq: i64) -> Result<(), BusError> {
+        let tx = match record.flow {
+            Flow::In => self.inbound.tx.clone(),
+            _ => self.outbound_queue(&record.channel).tx.clone(),
+        };
+        if let Some(id) = &record.dedupe_id {
+            self.seen_recently(&format!("{}:{id}", flow_key(record.flow)), true);
+        }
+        let item = Item { subject: record.subject, payload: record.payload, attempt: 1, seq: Some(seq) };
+        // The row is on disk already: if the bus closes first, the next start delivers it.
+        tx.send(item).await.map_err(|_| BusError::Publish {
+            subject: String::new(),
+            reason: "the bus is closed; the message is delivered after the restart".into(),
+        })
     }
 
     async fn inbound(&self) -> Result<Deliveries, BusError> {

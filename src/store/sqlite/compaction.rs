@@ -21,9 +21,27 @@ pub(super) async fn summary(pool: &SqlitePool, key: &str) -> Result<Option<(Stri
             .fetch_optional(pool)
             .await?;
     let Some((Some(summary), count)) = row else { return Ok(None) };
-    let count = u32::try_from(count)
-        .map_err(|_| StoreError::Corrupt(format!("compaction_count of {key} is out of range: {count}")))?;
-    Ok(Some((summary, count)))
+    Ok(Some((summary, count_u32(key, count)?)))
+}
+
+/// The session's history version (migration 0016) and its summary; `None` when the session
+/// has no row yet.
+pub(super) async fn summary_and_version(
+    pool: &SqlitePool,
+    key: &str,
+) -> Result<Option<(i64, Option<(String, u32)>)>, StoreError> {
+    let row: Option<(i64, Option<String>, i64)> =
+        sqlx::query_as("SELECT history_version, summary, compaction_count FROM sessions WHERE key = $1")
+            .bind(key)
+            .fetch_optional(pool)
+            .await?;
+    let Some((version, summary, count)) = row else { return Ok(None) };
+    let summary = summary.map(|summary| Ok::<_, StoreError>((summary, count_u32(key, count)?))).transpose()?;
+    Ok(Some((version, summary)))
+}
+
+fn count_u32(key: &str, count: i64) -> Result<u32, StoreError> {
+    u32::try_from(count).map_err(|_| StoreError::Corrupt(format!("compaction_count of {key} is out of range: {count}")))
 }
 
 pub(super) async fn begin(pool: &SqlitePool, key: &str) -> Result<bool, StoreError> {
@@ -45,7 +63,8 @@ pub(super) async fn finish(pool: &SqlitePool, key: &str, summary: &str, through_
     // MAX: a compaction never un-hides rows an earlier one covered.
     let updated = sqlx::query(
         "UPDATE sessions SET summary = $1, compacted_through = MAX(compacted_through, $2), \
-         compaction_count = compaction_count + 1, compacting_since = NULL, updated_at = $3 WHERE key = $4",
+         compaction_count = compaction_count + 1, compacting_since = NULL, updated_at = $3, \
+         history_version = history_version + 1 WHERE key = $4",
     )
     .bind(summary)
     .bind(through_id)
