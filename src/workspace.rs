@@ -1,11 +1,12 @@
 //! The agent's workspace: the bootstrap files the owner edits to shape the agent (persona,
 //! instructions, memory), their templates, and reading them for a run's system prompt.
 //!
-//! The files are read fresh for every run, so an edit takes effect on the next message
-//! without a restart. They are small by design; each is capped so that a file grown by
+//! An edit takes effect on the next message without a restart: each run checks that nothing
+//! changed since the files were last read (see `cache`) and reads them again when it did. They are small by design; each is capped so that a file grown by
 //! accident (or by the agent appending to `MEMORY.md`) cannot crowd the conversation out of
 //! the model's context.
 
+mod cache;
 pub mod init;
 pub mod memory;
 
@@ -132,11 +133,28 @@ impl WorkspaceFiles {
     /// `scope` capped at `memory_max_chars`, keeping its end. `USER.md` and `MEMORY.md` are
     /// read only for the owner's scope; another scope's `memory` is its own file.
     pub async fn load(dir: &Path, max_chars: usize, memory_max_chars: usize, scope: &MemoryScope) -> Self {
+        let key = cache::Key {
+            dir: dir.to_owned(),
+            max_chars,
+            memory_max_chars,
+            owner: scope.is_owner(),
+            memory_file: scope.file(),
+        };
+        // A few `stat` calls of files the kernel has at hand: cheaper here than a hand-off.
+        if let Some(files) = cache::shared().fresh(&key) {
+            return files;
+        }
         let dir = dir.to_owned();
         let scope = scope.clone();
-        // One trip to the blocking pool for all seven files, not one per file: every turn
-        // reads them, and each trip is a hand-off to another thread and back.
-        let read = tokio::task::spawn_blocking(move || Self::load_now(&dir, max_chars, memory_max_chars, &scope));
+        // One trip to the blocking pool for all seven files, not one per file.
+        let read = tokio::task::spawn_blocking(move || {
+            let stamps = cache::stamps(&key);
+            let files = Self::load_now(&dir, max_chars, memory_max_chars, &scope);
+            if let Some(stamps) = stamps {
+                cache::shared().keep(key, stamps, files.clone());
+            }
+            files
+        });
         read.await.unwrap_or_else(|err| {
             let unreadable = || FileText::Unreadable(format!("the read stopped: {err}"));
             Self {
