@@ -78,13 +78,13 @@ impl Journal for SqliteStore {
     ) -> Result<Option<i64>, JournalError> {
         let now = chrono::Utc::now().timestamp_millis();
         append_query(flow_name(flow)?, channel, subject, dedupe_id, payload, now)
-            .fetch_optional(self.pool())
+            .fetch_optional(self.writer())
             .await
             .map_err(db_error)
     }
 
     async fn remove(&self, seq: i64) -> Result<(), JournalError> {
-        remove_query(seq).execute(self.pool()).await.map_err(db_error)?;
+        remove_query(seq).execute(self.writer()).await.map_err(db_error)?;
         Ok(())
     }
 

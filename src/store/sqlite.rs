@@ -39,7 +39,7 @@ use crate::provider::{ChatMessage, Role};
 /// How long a statement waits for another connection's write lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// SQLite has one writer at a time anyway; a few connections let reads overlap a write.
+/// Connections for reads: WAL lets them run beside the writer and beside each other.
 const MAX_CONNECTIONS: u32 = 4;
 
 /// SQLite's page cache per connection, in KiB (`cache_size` counts KiB when negative); SQLite's
@@ -58,6 +58,10 @@ const RUN_COLUMNS: &str = "run_id, inbound_id, session_key, status, attempt, mod
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     pool: SqlitePool,
+    /// The one connection this process writes through. SQLite has one writer at a time anyway;
+    /// writers queued here wait their turn without polling, where writers on several
+    /// connections would sleep in SQLite's busy handler (a millisecond and up) for the lock.
+    writer: SqlitePool,
     path: PathBuf,
     /// Sessions' recent history, for turns (see `history_cache`).
     history: Arc<HistoryCache>,
@@ -85,9 +89,10 @@ impl SqliteStore {
             .busy_timeout(BUSY_TIMEOUT)
             .foreign_keys(true)
             .pragma("cache_size", format!("-{PAGE_CACHE_KIB}"));
-        let pool = connect_waiting_for_wal(options).await.map_err(|e| open_err(e.to_string()))?;
+        let pool = connect_waiting_for_wal(options.clone(), MAX_CONNECTIONS).await.map_err(|e| open_err(e.to_string()))?;
         migrate::run(&pool, SQLITE_MIGRATIONS).await?;
-        Ok(SqliteStore { pool, path: path.to_owned(), history: Arc::default() })
+        let writer = connect_waiting_for_wal(options, 1).await.map_err(|e| open_err(e.to_string()))?;
+        Ok(SqliteStore { pool, writer, path: path.to_owned(), history: Arc::default() })
     }
 
     /// Fails with [`StoreError::NotWritable`] unless a write would succeed. SQLite opens a file
@@ -98,7 +103,7 @@ impl SqliteStore {
             |e: sqlx::Error| StoreError::NotWritable { path: self.path.display().to_string(), reason: e.to_string() };
         // `BEGIN IMMEDIATE` alone succeeds on a read-only file; the first changed page does not.
         // The row is rolled back before anything reaches the file.
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(refused)?;
+        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await.map_err(refused)?;
         sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES (-1, 0)")
             .execute(&mut *tx)
             .await
@@ -106,29 +111,35 @@ impl SqliteStore {
         tx.rollback().await.map_err(refused)
     }
 
-    /// The connection pool, for the other tables' implementations in this module tree.
+    /// The connection pool for reads, for the other tables' implementations in this module tree.
     pub(super) fn pool(&self) -> &SqlitePool {
         &self.pool
     }
 
+    /// The connection for single-statement writes (transactions: [`SqliteStore::begin_write`]).
+    pub(super) fn writer(&self) -> &SqlitePool {
+        &self.writer
+    }
+
     /// Closes the pool, waiting for connections in use to be returned. Later calls fail.
     pub async fn close(&self) {
+        self.writer.close().await;
         self.pool.close().await;
     }
 
     /// Starts a write transaction holding the write lock from its first statement.
     async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
-        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
+        Ok(self.writer.begin_with("BEGIN IMMEDIATE").await?)
     }
 }
 
 /// Connects, retrying while another process holds the lock that switching a new database to
 /// WAL needs: SQLite does not apply the busy timeout to that lock, so two processes starting
 /// on one new file at once would otherwise fail with "database is locked".
-async fn connect_waiting_for_wal(options: SqliteConnectOptions) -> Result<SqlitePool, sqlx::Error> {
+async fn connect_waiting_for_wal(options: SqliteConnectOptions, connections: u32) -> Result<SqlitePool, sqlx::Error> {
     let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
     loop {
-        let result = SqlitePoolOptions::new().max_connections(MAX_CONNECTIONS).connect_with(options.clone()).await;
+        let result = SqlitePoolOptions::new().max_connections(connections).connect_with(options.clone()).await;
         match result {
             Err(sqlx::Error::Database(err))
                 if err.code().as_deref() == Some("5") && std::time::Instant::now() < deadline =>
@@ -157,7 +168,7 @@ impl Store for SqliteStore {
         .bind(session_key)
         .bind(RunStatus::Running.as_str())
         .bind(now)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?
         .rows_affected();
         if inserted == 1 {
@@ -215,16 +226,16 @@ impl Store for SqliteStore {
     }
 
     async fn begin_compaction(&self, session_key: &str) -> Result<bool, StoreError> {
-        compaction::begin(&self.pool, session_key).await
+        compaction::begin(&self.writer, session_key).await
     }
 
     async fn finish_compaction(&self, session_key: &str, summary: &str, through_id: i64) -> Result<(), StoreError> {
         self.history.forget(session_key);
-        compaction::finish(&self.pool, session_key, summary, through_id).await
+        compaction::finish(&self.writer, session_key, summary, through_id).await
     }
 
     async fn abort_compaction(&self, session_key: &str) -> Result<(), StoreError> {
-        compaction::abort(&self.pool, session_key).await
+        compaction::abort(&self.writer, session_key).await
     }
 
     async fn finish_run(&self, run_id: &str, outcome: &RunOutcome) -> Result<(), StoreError> {
@@ -285,7 +296,7 @@ impl Store for SqliteStore {
         let updated = sqlx::query("UPDATE runs SET reply_delivered = $1 WHERE run_id = $2")
             .bind(true)
             .bind(run_id)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await?
             .rows_affected();
         if updated == 0 {
