@@ -7,6 +7,7 @@
 //!
 //! Times are stored as unix milliseconds (UTC).
 
+pub(super) mod bus_journal;
 mod compaction;
 mod cron;
 mod heartbeat;
@@ -89,7 +90,8 @@ impl SqliteStore {
             .busy_timeout(BUSY_TIMEOUT)
             .foreign_keys(true)
             .pragma("cache_size", format!("-{PAGE_CACHE_KIB}"));
-        let pool = connect_waiting_for_wal(options.clone(), MAX_CONNECTIONS).await.map_err(|e| open_err(e.to_string()))?;
+        let pool =
+            connect_waiting_for_wal(options.clone(), MAX_CONNECTIONS).await.map_err(|e| open_err(e.to_string()))?;
         migrate::run(&pool, SQLITE_MIGRATIONS).await?;
         let writer = connect_waiting_for_wal(options, 1).await.map_err(|e| open_err(e.to_string()))?;
         Ok(SqliteStore { pool, writer, path: path.to_owned(), history: Arc::default() })
@@ -279,11 +281,11 @@ impl Store for SqliteStore {
         .fetch_one(&mut *tx)
         .await?;
         let reply_row = match bus.reply {
-            Some(record) => super::journal::append_in(&mut tx, record, now).await?,
+            Some(record) => bus_journal::append_in(&mut tx, record, now).await?,
             None => None,
         };
         if let Some(row) = bus.answered_row {
-            super::journal::remove_in(&mut tx, row).await?;
+            bus_journal::remove_in(&mut tx, row).await?;
         }
         tx.commit().await?;
         self.history.append(&session_key, version, outcome.transcript.clone());

@@ -137,9 +137,11 @@ fn rows_bytes(rows: &[Row]) -> usize {
     rows.iter().map(message_bytes).sum()
 }
 
-/// About the text's size: the token heuristic counts four characters a token.
+/// About what a message holds: its text and its tool calls.
 fn message_bytes(message: &ChatMessage) -> usize {
-    usize::try_from(crate::tokens::raw_message(message)).unwrap_or(usize::MAX / 2).saturating_mul(4) + MESSAGE_OVERHEAD
+    let calls: usize =
+        message.tool_calls.iter().map(|call| call.id.len() + call.name.len() + call.arguments.to_string().len()).sum();
+    message.content.len() + calls + MESSAGE_OVERHEAD
 }
 
 #[cfg(test)]

@@ -1,0 +1,62 @@
+//! The statements of the in-process bus's journal (`bus_journal`, migration 0002), for the
+//! `Journal` implementation (`store::journal`) and for a run's finishing transaction, which
+//! writes the reply's row and deletes the answered message's row itself.
+
+use sqlx::{Sqlite, Transaction};
+use switchboard_channels::bus::journal::{JournalError, JournalRecord};
+use switchboard_channels::subject::Flow;
+
+use crate::store::StoreError;
+
+pub(in crate::store) fn flow_name(flow: Flow) -> Result<&'static str, JournalError> {
+    match flow {
+        Flow::In => Ok("in"),
+        Flow::Out => Ok("out"),
+        Flow::Events => Err(JournalError("events are not journaled".into())),
+    }
+}
+
+pub(in crate::store) type Query<'q, T> = sqlx::query::QueryScalar<'q, Sqlite, T, sqlx::sqlite::SqliteArguments<'q>>;
+
+/// Journals a message unless one with its dedupe id is still pending; returns its row.
+pub(in crate::store) fn append_query<'q>(
+    flow: &'static str,
+    channel: &'q str,
+    subject: &'q str,
+    dedupe_id: Option<&'q str>,
+    payload: &'q [u8],
+    now: i64,
+) -> Query<'q, i64> {
+    sqlx::query_scalar(
+        "INSERT INTO bus_journal (flow, channel, subject, dedupe_id, payload, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (dedupe_id) DO NOTHING RETURNING seq",
+    )
+    .bind(flow)
+    .bind(channel)
+    .bind(subject)
+    .bind(dedupe_id)
+    .bind(payload)
+    .bind(now)
+}
+
+pub(in crate::store) fn remove_query<'q>(seq: i64) -> sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
+    sqlx::query("DELETE FROM bus_journal WHERE seq = $1").bind(seq)
+}
+
+/// Appends `record` within a run's finishing transaction (see `Bus::outbound_record`).
+pub(super) async fn append_in(
+    tx: &mut Transaction<'_, Sqlite>,
+    record: &JournalRecord,
+    now: i64,
+) -> Result<Option<i64>, StoreError> {
+    let flow = flow_name(record.flow).map_err(|err| StoreError::Corrupt(err.0))?;
+    let payload = record.payload.as_ref();
+    let query = append_query(flow, &record.channel, &record.subject, record.dedupe_id.as_deref(), payload, now);
+    Ok(query.fetch_optional(&mut **tx).await?)
+}
+
+/// Deletes an answered message's row within a run's finishing transaction.
+pub(super) async fn remove_in(tx: &mut Transaction<'_, Sqlite>, seq: i64) -> Result<(), StoreError> {
+    remove_query(seq).execute(&mut **tx).await?;
+    Ok(())
+}
