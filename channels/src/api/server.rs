@@ -53,7 +53,15 @@ pub(super) async fn serve(
         // Reap finished connection tasks so the set does not grow with every connection.
         while tasks.try_join_next().is_some() {}
         let stream = match accepted {
-            Ok((stream, _)) => stream,
+            Ok((stream, _)) => {
+                // A response goes out in pieces (head, body): without this the kernel holds a
+                // later piece until the client acknowledges the first, which a client that
+                // delays its acknowledgements does 40 ms later, on every request.
+                if let Err(err) = stream.set_nodelay(true) {
+                    tracing::debug!(%err, "cannot set TCP_NODELAY on an API connection");
+                }
+                stream
+            }
             Err(err) => {
                 // EMFILE and friends: the connection stays in the kernel's queue until a
                 // descriptor is free again.

@@ -52,6 +52,12 @@ pub(crate) async fn start_webhook(
         register(&ingress, url, &secret, &shutdown).await;
         let hook = Arc::new(Hook { ingress, secret, serial: Default::default() });
         let app = Router::new().route(&path, post(receive)).with_state(hook);
+        // Answers go out at once, not after Telegram's acknowledgement of an earlier piece.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |stream| {
+            if let Err(err) = stream.set_nodelay(true) {
+                tracing::debug!(%err, "cannot set TCP_NODELAY on a webhook connection");
+            }
+        });
         let server = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned());
         if let Err(err) = server.await {
             tracing::error!(%err, "the Telegram webhook server failed");
