@@ -42,7 +42,6 @@ impl MeasuredDaemon {
             .env("SWITCHBOARD_DATA_DIR", dir.path())
             .env("SWITCHBOARD_CHANNELS__API__LISTEN", format!("127.0.0.1:{port}"))
             .env("SWITCHBOARD_LOG", "warn")
-            .env("SWITCHBOARD_WORKER__MAX_CONCURRENT_RUNS", "64")
             // Every request comes from one API sender, a guest: its monthly budget must not end the run.
             .env("SWITCHBOARD_BUDGETS__GUEST", "0")
             .env("OPENAI_BASE_URL", llm_base_url)
@@ -59,7 +58,8 @@ impl MeasuredDaemon {
             if client.get(&health).send().await.is_ok_and(|r| r.status().is_success()) {
                 break;
             }
-            assert!(started.elapsed() < Duration::from_secs(30), "daemon did not become healthy");
+            // Long enough for a daemon under valgrind.
+            assert!(started.elapsed() < Duration::from_secs(300), "daemon did not become healthy");
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         (MeasuredDaemon { child, port, _dir: dir }, started.elapsed())
@@ -72,6 +72,11 @@ impl MeasuredDaemon {
     /// Resident memory in KiB (`VmRSS`), 0 when the process is gone.
     pub fn rss_kib(&self) -> u64 {
         self.status_kib("VmRSS:")
+    }
+
+    /// The most resident memory the process ever had, in KiB (`VmHWM`).
+    pub fn peak_rss_kib(&self) -> u64 {
+        self.status_kib("VmHWM:")
     }
 
     /// The anonymous part of resident memory in KiB (`RssAnon`: the heap and stacks, not the

@@ -24,6 +24,7 @@
 
 mod connection;
 pub mod embeddings;
+pub mod load;
 mod quirks;
 pub mod transcriptions;
 
@@ -102,6 +103,8 @@ struct Shared {
     transcriptions: CallLog<TranscriptionCall>,
     api_key: Option<String>,
     quirks: Quirks,
+    /// Set for a load test: a fixed answer for every request, none recorded (see [`load`]).
+    load: Option<load::LoadModel>,
 }
 
 /// The running server; stops when dropped.
@@ -134,7 +137,17 @@ impl FakeLlm {
         Self::spawn(None, quirks).await
     }
 
+    /// Starts a server for a load test: every request gets `model`'s answer after its delay,
+    /// and nothing is recorded, so memory stays flat however many turns run.
+    pub async fn start_for_load(model: load::LoadModel) -> FakeLlm {
+        Self::spawn_with(None, Quirks::default(), Some(model)).await
+    }
+
     async fn spawn(api_key: Option<String>, quirks: Quirks) -> FakeLlm {
+        Self::spawn_with(api_key, quirks, None).await
+    }
+
+    async fn spawn_with(api_key: Option<String>, quirks: Quirks, load: Option<load::LoadModel>) -> FakeLlm {
         let shared = Arc::new(Shared {
             script: ModelScript::new(),
             conditional: Mutex::new(Vec::new()),
@@ -145,6 +158,7 @@ impl FakeLlm {
             transcriptions: CallLog::new(),
             api_key,
             quirks,
+            load,
         });
         let transcriptions =
             post(transcriptions::transcriptions).layer(DefaultBodyLimit::max(transcriptions::BODY_LIMIT));
@@ -219,6 +233,10 @@ impl FakeLlm {
 
 async fn chat_completions(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
     let request = json_or_text(&body);
+    if let Some(model) = &shared.load {
+        let reply = model.reply(&request).await;
+        return answer(&shared, 0, &request, reply);
+    }
     let number = shared.requests.record(request.clone());
     if let Some(refusal) = refusal(&shared, &headers, &request) {
         return refusal;
@@ -356,7 +374,9 @@ fn answer(shared: &Shared, number: usize, request: &Value, answer: Answer) -> Re
     let id = format!("chatcmpl-fake-{number}");
     if request.get("stream").and_then(Value::as_bool) == Some(true) {
         let usage = (!shared.quirks.no_stream_usage).then_some(usage);
-        stream_answer(&id, &model, answer, usage)
+        let frames = stream_frames(&id, &model, answer, usage);
+        // A load test's model takes exactly its delay: its stream comes at once, not paced.
+        if shared.load.is_some() { event_stream_at_once(frames.concat()) } else { event_stream(frames) }
     } else {
         axum::Json(whole_answer(&id, &model, answer, usage)).into_response()
     }
@@ -384,7 +404,7 @@ fn whole_answer(id: &str, model: &str, answer: Answer, usage: Value) -> Value {
     })
 }
 
-fn stream_answer(id: &str, model: &str, answer: Answer, usage: Option<Value>) -> Response {
+fn stream_frames(id: &str, model: &str, answer: Answer, usage: Option<Value>) -> Vec<String> {
     let chunk = |choices: Value| json!({"id": id, "object": "chat.completion.chunk", "created": 0, "model": model, "choices": choices});
     let delta = |delta: Value| chunk(json!([{"index": 0, "delta": delta, "finish_reason": null}]));
     let mut events = vec![delta(json!({"role": "assistant", "content": ""}))];
@@ -413,7 +433,7 @@ fn stream_answer(id: &str, model: &str, answer: Answer, usage: Option<Value>) ->
 
     let mut frames: Vec<String> = events.iter().map(|event| format!("data: {event}\n\n")).collect();
     frames.push("data: [DONE]\n\n".to_owned());
-    event_stream(frames)
+    frames
 }
 
 fn interrupted_stream(number: usize, request: &Value) -> Response {

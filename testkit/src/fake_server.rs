@@ -47,6 +47,10 @@ impl ServerTask {
     /// Serves `router` with axum on `listener`.
     pub(crate) fn serve(fake: &'static str, listener: TcpListener, router: Router) -> ServerTask {
         ServerTask::spawn(async move {
+            // Like the real services' servers, pieces of an answer go out at once (no Nagle).
+            let listener = axum::serve::ListenerExt::tap_io(listener, |stream| {
+                let _ = stream.set_nodelay(true);
+            });
             if let Err(error) = axum::serve(listener, router).await {
                 eprintln!("{fake} server stopped: {error}");
             }

@@ -205,6 +205,14 @@ impl FakeTelegram {
         self.shared.state().sent_log.clone()
     }
 
+    /// Every message sent successfully from now on, as it is sent (for a load generator that
+    /// answers each reply with the chat's next message).
+    pub fn sent_feed(&self) -> tokio::sync::mpsc::UnboundedReceiver<SentMessage> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        self.shared.state().feeds.push(tx);
+        rx
+    }
+
     /// Successful `editMessageText` calls, in order.
     pub fn edits(&self) -> Vec<Call> {
         self.calls_to("editmessagetext").into_iter().filter(|call| !call.failed).collect()

@@ -37,6 +37,9 @@ impl std::error::Error for Dropped {}
 pub(super) async fn accept_loop(listener: TcpListener, router: Router) {
     loop {
         let Ok((stream, _)) = listener.accept().await else { continue };
+        // As servers meant for many requests do (uvicorn, vLLM); the pieces of a streamed
+        // answer would otherwise wait for the client's delayed acknowledgements.
+        let _ = stream.set_nodelay(true);
         let router = router.clone();
         let poisoned = Arc::new(AtomicBool::new(false));
         let close = Arc::new(Notify::new());

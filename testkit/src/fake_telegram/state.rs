@@ -33,6 +33,8 @@ pub(super) struct State {
     next_update_id: i64,
     pub(super) confirmed_offset: i64,
     pub(super) sent_log: Vec<SentMessage>,
+    /// Subscribers to sent messages (see `FakeTelegram::sent_feed`).
+    pub(super) feeds: Vec<tokio::sync::mpsc::UnboundedSender<SentMessage>>,
     pub(super) failures: HashMap<String, VecDeque<Failure>>,
     pub(super) reject_html: Vec<String>,
     files: HashMap<String, StoredFile>,
@@ -53,6 +55,7 @@ impl State {
             next_update_id: 1,
             confirmed_offset: 0,
             sent_log: Vec::new(),
+            feeds: Vec::new(),
             failures: HashMap::new(),
             reject_html: Vec::new(),
             files: HashMap::new(),
@@ -176,7 +179,7 @@ impl State {
         }
         let file_name = self.attach_media(method, &mut message, params, uploads);
         let message_id = message["message_id"].as_i64().unwrap_or_default();
-        self.sent_log.push(SentMessage {
+        let sent = SentMessage {
             method: method.to_owned(),
             message_id,
             chat_id,
@@ -185,7 +188,9 @@ impl State {
             message_thread_id: int(params, "message_thread_id"),
             reply_to_message_id: wire::reply_to_id(params),
             file_name,
-        });
+        };
+        self.feeds.retain(|feed| feed.send(sent.clone()).is_ok());
+        self.sent_log.push(sent);
         let stored = Stored { message: message.clone(), raw_text: text, reply_markup: object(params, "reply_markup") };
         self.sent.insert((chat_id, message_id), stored);
         Answer::Ok(message)

@@ -1,0 +1,132 @@
+//! The load generator: `switchboard run` measured from outside, as an operator meets it.
+//!
+//! C chats send M messages each, closed-loop (a chat sends its next message once the reply to
+//! the previous one arrived), through the Telegram channel against the fake Bot API or through
+//! the API channel, to a fake model that answers after a fixed delay (optionally with one tool
+//! call per turn), on the in-process bus or on NATS JetStream. It reports turns per second,
+//! latency percentiles, overhead (latency minus the model's delay), CPU per turn, idle and peak
+//! resident memory, start-up time, and replies lost or duplicated (which must be none: the exit
+//! status is 1 otherwise). `--callgrind` counts instructions per turn instead (docs/benchmarks.md).
+//!
+//! cargo build --release -p switchboard -p switchboard-testkit --bins
+//! target/release/bench [--path telegram|api] [--chats C] [--messages M] [--delay-ms D] [--tool]
+//!     [--nats] [--idle S] [--env KEY=VALUE]... [--binary PATH] [--compare OLD --rounds R]
+//!     [--idle-only] [--callgrind]
+
+mod callgrind;
+mod drive;
+mod options;
+mod report;
+
+use std::time::{Duration, Instant};
+
+use options::{Options, Path};
+use report::Figures;
+use switchboard_testkit::daemon_process::MeasuredDaemon;
+use switchboard_testkit::fake_discord::FakeDiscord;
+use switchboard_testkit::fake_llm::FakeLlm;
+use switchboard_testkit::fake_llm::load::LoadModel;
+use switchboard_testkit::fake_telegram::FakeTelegram;
+use switchboard_testkit::nats::NatsServer;
+
+/// The outside services of one run.
+struct Peers {
+    llm: FakeLlm,
+    telegram: Option<FakeTelegram>,
+    discord: Option<FakeDiscord>,
+    nats: Option<NatsServer>,
+}
+
+impl Peers {
+    async fn start(opts: &Options) -> Peers {
+        let tool = opts.tool.then(|| (drive::TOOL.to_owned(), drive::tool_arguments()));
+        let llm = FakeLlm::start_for_load(LoadModel::new(opts.delay, tool)).await;
+        let telegram =
+            if opts.path == Path::Telegram || opts.idle_only { Some(FakeTelegram::start().await) } else { None };
+        let discord = if opts.idle_only { Some(FakeDiscord::start().await) } else { None };
+        let nats = if opts.nats { Some(NatsServer::start().await) } else { None };
+        Peers { llm, telegram, discord, nats }
+    }
+
+    /// The daemon's settings beyond the defaults: the channels pointed at the fakes, and what a
+    /// bench needs that people do not (no rate limits or budgets for the bench's senders).
+    fn env(&self, opts: &Options) -> Vec<(String, String)> {
+        let mut env: Vec<(String, String)> = vec![
+            ("SWITCHBOARD_BUDGETS__GUEST".into(), "0".into()),
+            ("SWITCHBOARD_RATE_LIMITS__GUEST".into(), "0".into()),
+        ];
+        if let Some(telegram) = &self.telegram {
+            env.push(("TELEGRAM_BOT_TOKEN".into(), FakeTelegram::TOKEN.into()));
+            env.push(("SWITCHBOARD_CHANNELS__TELEGRAM__API_URL".into(), telegram.api_url()));
+            env.push(("SWITCHBOARD_CHANNELS__TELEGRAM__DM_POLICY".into(), "open".into()));
+        }
+        if let Some(discord) = &self.discord {
+            env.push(("DISCORD_BOT_TOKEN".into(), FakeDiscord::TOKEN.into()));
+            env.push(("SWITCHBOARD_CHANNELS__DISCORD__PROXY_URL".into(), discord.url()));
+        }
+        if !opts.debounce {
+            // Without this, every Telegram message waits the debounce window (1.5 s) for more
+            // from its sender: a deliberate wait, not the daemon's work.
+            env.push(("SWITCHBOARD_WORKER__DEBOUNCE_MS".into(), "0".into()));
+        }
+        env.extend(opts.env.iter().cloned());
+        env
+    }
+}
+
+/// One run of `binary`: start-up, idle, then the load.
+async fn run_once(opts: &Options, binary: &std::path::Path) -> Figures {
+    let peers = Peers::start(opts).await;
+    let env = peers.env(opts);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let nats_url = peers.nats.as_ref().map(NatsServer::url);
+    let (daemon, to_health) = MeasuredDaemon::launch(binary, &peers.llm.base_url(), nats_url.as_deref(), &env).await;
+    let spawned = Instant::now() - to_health;
+    let startup = match &peers.telegram {
+        Some(telegram) => drive::first_poll(telegram, spawned).await,
+        None => to_health,
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle_rss = daemon.rss_kib();
+    let idle_cpu_before = daemon.cpu_ms();
+    tokio::time::sleep(opts.idle).await;
+    let idle_cpu = daemon.cpu_ms().saturating_sub(idle_cpu_before);
+    let mut figures = Figures { startup, idle_rss, idle_cpu, ..Figures::default() };
+    if opts.idle_only {
+        figures.peak_rss = daemon.peak_rss_kib();
+        return figures;
+    }
+    let cpu_before = daemon.cpu_ms();
+    let tally = match (&opts.path, &peers.telegram) {
+        (Path::Telegram, Some(telegram)) => drive::telegram(telegram, opts).await,
+        _ => drive::api(daemon.port, opts).await,
+    };
+    figures.cpu_ms = daemon.cpu_ms().saturating_sub(cpu_before);
+    figures.peak_rss = daemon.peak_rss_kib();
+    figures.after_rss = daemon.rss_kib();
+    figures.tally = tally;
+    figures
+}
+
+#[tokio::main]
+async fn main() {
+    let opts = options::parse();
+    options::raise_open_files_limit();
+    if opts.callgrind {
+        callgrind::run(&opts).await;
+        return;
+    }
+    println!("{}", opts.describe());
+    let mut failed = false;
+    for round in 1..=opts.rounds {
+        for (label, binary) in opts.binaries() {
+            let figures = run_once(&opts, &binary).await;
+            println!("{}", figures.line(&format!("{label} #{round}"), &opts));
+            failed |= figures.tally.lost() > 0 || figures.tally.duplicates > 0;
+        }
+    }
+    if failed {
+        eprintln!("replies were lost or duplicated");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,134 @@
+//! The bench's command line.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Which channel the messages come through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Path {
+    Telegram,
+    Api,
+}
+
+pub struct Options {
+    pub binary: PathBuf,
+    /// A previous build, run alternately with `binary` (`--compare`).
+    pub compare: Option<PathBuf>,
+    pub rounds: u32,
+    pub path: Path,
+    pub chats: usize,
+    pub messages: usize,
+    pub delay: Duration,
+    pub tool: bool,
+    pub nats: bool,
+    pub idle: Duration,
+    /// Keep the daemon's default debounce (every Telegram message then waits 1.5 s).
+    pub debounce: bool,
+    pub env: Vec<(String, String)>,
+    /// Start-up and idle memory only, with the API, Telegram and Discord channels on.
+    pub idle_only: bool,
+    pub callgrind: bool,
+    /// How long a reply may take before its message counts as lost.
+    pub reply_timeout: Duration,
+}
+
+const USAGE: &str = "bench [--path telegram|api] [--chats C] [--messages M] [--delay-ms D] [--tool] [--nats] \
+     [--idle S] [--debounce] [--env KEY=VALUE]... [--binary PATH] [--compare OLD] [--rounds R] [--idle-only] \
+     [--callgrind] [--reply-timeout S]";
+
+pub fn parse() -> Options {
+    let mut opts = Options {
+        binary: PathBuf::from("target/release/switchboard"),
+        compare: None,
+        rounds: 1,
+        path: Path::Telegram,
+        chats: 100,
+        messages: 20,
+        delay: Duration::ZERO,
+        tool: false,
+        nats: false,
+        idle: Duration::from_secs(5),
+        debounce: false,
+        env: Vec::new(),
+        idle_only: false,
+        callgrind: false,
+        reply_timeout: Duration::from_secs(60),
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut value = || args.next().unwrap_or_else(|| panic!("{arg} needs a value\nusage: {USAGE}"));
+        let number = |text: String| -> u64 { text.parse().unwrap_or_else(|_| panic!("{arg}: not a number: {text}")) };
+        match arg.as_str() {
+            "--binary" => opts.binary = PathBuf::from(value()),
+            "--compare" => opts.compare = Some(PathBuf::from(value())),
+            "--rounds" => opts.rounds = number(value()) as u32,
+            "--path" => {
+                opts.path = match value().as_str() {
+                    "telegram" => Path::Telegram,
+                    "api" => Path::Api,
+                    other => panic!("--path telegram|api, not {other}"),
+                }
+            }
+            "--chats" => opts.chats = number(value()) as usize,
+            "--messages" => opts.messages = number(value()) as usize,
+            "--delay-ms" => opts.delay = Duration::from_millis(number(value())),
+            "--tool" => opts.tool = true,
+            "--nats" => opts.nats = true,
+            "--idle" => opts.idle = Duration::from_secs(number(value())),
+            "--debounce" => opts.debounce = true,
+            "--env" => {
+                let pair = value();
+                let (key, val) = pair.split_once('=').unwrap_or_else(|| panic!("--env KEY=VALUE, not {pair}"));
+                opts.env.push((key.to_owned(), val.to_owned()));
+            }
+            "--idle-only" => opts.idle_only = true,
+            "--callgrind" => opts.callgrind = true,
+            "--reply-timeout" => opts.reply_timeout = Duration::from_secs(number(value())),
+            other => panic!("unknown option {other}\nusage: {USAGE}"),
+        }
+    }
+    assert!(opts.chats > 0 && opts.messages > 0, "--chats and --messages must be at least 1");
+    opts
+}
+
+impl Options {
+    /// The builds to run each round, labelled: the previous one first when comparing.
+    pub fn binaries(&self) -> Vec<(&'static str, PathBuf)> {
+        let mut builds = Vec::new();
+        if let Some(old) = &self.compare {
+            builds.push(("old", old.clone()));
+        }
+        builds.push(("new", self.binary.clone()));
+        builds
+    }
+
+    /// The scenario, for the first line of the output.
+    pub fn describe(&self) -> String {
+        if self.idle_only {
+            return "idle: API, Telegram and Discord channels on, no messages".to_owned();
+        }
+        let path = if self.path == Path::Telegram { "telegram" } else { "api" };
+        let bus = if self.nats { "nats" } else { "embedded" };
+        let tool = if self.tool { ", one tool call per turn" } else { "" };
+        let debounce = if self.debounce { "" } else { ", debounce off" };
+        format!(
+            "{path}, {bus}, {} chats x {} messages closed-loop, model answers after {} ms{tool}{debounce}",
+            self.chats,
+            self.messages,
+            self.delay.as_millis()
+        )
+    }
+}
+
+/// Many chats need many sockets (the daemon inherits the limit): the soft limit is raised to
+/// the hard one.
+pub fn raise_open_files_limit() {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: plain syscalls on a stack value.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}
