@@ -117,6 +117,7 @@ pub async fn run(config: Config, parts: Parts, shutdown: CancellationToken) -> R
     }
     let bus_label = assembly::settings::bus_label(assembly.config());
     tracing::info!(version = env!("CARGO_PKG_VERSION"), bus = %bus_label, ?parts, "switchboard started");
+    return_startup_garbage();
     if let Some(worker) = worker {
         worker.run(shutdown.clone()).await?;
     }
@@ -164,4 +165,15 @@ fn gauge_sources(
         sources.push(Box::new(move || worker.read()));
     }
     sources
+}
+
+/// Gives the memory that start-up used and freed (config parsing, compiling the guard's and the
+/// exec tool's patterns, about 1 MB) back to the system: glibc keeps freed memory below its
+/// top for later allocations, which an idle daemon does not make.
+fn return_startup_garbage() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only releases free pages of the allocator's own heap.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
