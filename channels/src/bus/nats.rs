@@ -75,7 +75,7 @@ impl Default for NatsOptions {
             ack_wait: Duration::from_secs(6),
             outbound_ack_wait: Duration::from_secs(30),
             duplicate_window: Duration::from_secs(120),
-            max_ack_pending: 64,
+            max_ack_pending: 20_000,
             max_deliver: 10,
             worker_consumer: "workers".to_owned(),
             pull_wait: Duration::from_secs(5),
