@@ -251,7 +251,7 @@ async fn outbound_consumer_has_the_documented_name_and_settings() {
     assert_eq!(config.durable_name.as_deref(), Some("out-my~20chat"));
     assert_eq!(config.filter_subject, "switchboard.out.my~20chat.*");
     assert_eq!(config.ack_policy, async_nats::jetstream::consumer::AckPolicy::Explicit);
-    assert_eq!((config.ack_wait, config.max_ack_pending, config.max_deliver), (ACK_WAIT, 64, 10));
+    assert_eq!((config.ack_wait, config.max_ack_pending, config.max_deliver), (ACK_WAIT, 20_000, 10));
 }
 
 #[tokio::test]
