@@ -39,7 +39,9 @@ pub(in crate::store) fn append_query<'q>(
     .bind(now)
 }
 
-pub(in crate::store) fn remove_query<'q>(seq: i64) -> sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
+pub(in crate::store) fn remove_query<'q>(
+    seq: i64,
+) -> sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
     sqlx::query("DELETE FROM bus_journal WHERE seq = $1").bind(seq)
 }
 

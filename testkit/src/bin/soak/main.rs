@@ -139,6 +139,7 @@ async fn main() {
         }
     };
     let metrics = format!("http://127.0.0.1:{metrics_port}/metrics");
+    wait_for_metrics(&metrics).await;
     let mut readings = Vec::new();
     let sampling = async {
         let mut every = tokio::time::interval(Duration::from_secs(opts.sample));
@@ -170,6 +171,15 @@ async fn main() {
     drop(daemon);
     drop(nats);
     std::process::exit(code);
+}
+
+/// The metrics endpoint starts after the API channel the launch waited for.
+async fn wait_for_metrics(url: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while reqwest::get(url).await.is_err() {
+        assert!(Instant::now() < deadline, "the daemon's metrics endpoint at {url} never answered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// The daemon's gauges by name. A reading without them would be no reading: a failed scrape
