@@ -10,6 +10,7 @@
 pub(super) mod bus_journal;
 mod compaction;
 mod cron;
+mod finish;
 mod heartbeat;
 mod history_cache;
 mod memory_conversations;
@@ -49,6 +50,10 @@ const MAX_CONNECTIONS: u32 = 4;
 /// large cache buys little; the kernel keeps the file's pages anyway. This bounds what the
 /// store holds at about `MAX_CONNECTIONS` times this, however large the file grows.
 const PAGE_CACHE_KIB: i64 = 512;
+
+/// The writer connection's finishing trigger (`finish`), for the query-plan test.
+#[doc(hidden)]
+pub const FINISH_SCHEMA: &str = finish::INSTALL;
 
 /// The columns [`RunRecord`] is read from.
 const RUN_COLUMNS: &str = "run_id, inbound_id, session_key, status, attempt, model, input_tokens, \
@@ -90,10 +95,13 @@ impl SqliteStore {
             .busy_timeout(BUSY_TIMEOUT)
             .foreign_keys(true)
             .pragma("cache_size", format!("-{PAGE_CACHE_KIB}"));
-        let pool =
-            connect_waiting_for_wal(options.clone(), MAX_CONNECTIONS).await.map_err(|e| open_err(e.to_string()))?;
+        let pool = connect_waiting_for_wal(options.clone(), SqlitePoolOptions::new().max_connections(MAX_CONNECTIONS))
+            .await
+            .map_err(|e| open_err(e.to_string()))?;
         migrate::run(&pool, SQLITE_MIGRATIONS).await?;
-        let writer = connect_waiting_for_wal(options, 1).await.map_err(|e| open_err(e.to_string()))?;
+        let writer =
+            SqlitePoolOptions::new().max_connections(1).after_connect(|conn, _| Box::pin(finish::install(conn)));
+        let writer = connect_waiting_for_wal(options, writer).await.map_err(|e| open_err(e.to_string()))?;
         Ok(SqliteStore { pool, writer, path: path.to_owned(), history: Arc::default() })
     }
 
@@ -138,10 +146,13 @@ impl SqliteStore {
 /// Connects, retrying while another process holds the lock that switching a new database to
 /// WAL needs: SQLite does not apply the busy timeout to that lock, so two processes starting
 /// on one new file at once would otherwise fail with "database is locked".
-async fn connect_waiting_for_wal(options: SqliteConnectOptions, connections: u32) -> Result<SqlitePool, sqlx::Error> {
+async fn connect_waiting_for_wal(
+    options: SqliteConnectOptions,
+    pool: SqlitePoolOptions,
+) -> Result<SqlitePool, sqlx::Error> {
     let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
     loop {
-        let result = SqlitePoolOptions::new().max_connections(connections).connect_with(options.clone()).await;
+        let result = pool.clone().connect_with(options.clone()).await;
         match result {
             Err(sqlx::Error::Database(err))
                 if err.code().as_deref() == Some("5") && std::time::Instant::now() < deadline =>
@@ -254,42 +265,14 @@ impl Store for SqliteStore {
         if outcome.status == RunStatus::Running {
             return Err(refuse("the outcome's status is still running"));
         }
-        let reply_json = outcome.reply.as_ref().map(encode).transpose()?;
-        let mut tx = self.begin_write().await?;
-        let now = now_millis();
-        let finished = Finished { reply_json, delivered: bus.reply.is_some(), now };
-        // Only a running run is finished: another worker may have resumed this one and finished
-        // first, and then its reply is the one kept (appending this transcript would duplicate
-        // the turn).
-        let Some(session_key) = record_outcome(&mut tx, run_id, outcome, finished).await? else {
-            return Err(match run_state(&mut tx, run_id).await? {
-                None => StoreError::NoSuchRun(run_id.to_owned()),
-                Some(_) => refuse("it has already finished"),
-            });
-        };
-        let rows = TranscriptRows { session_key: &session_key, run_id, memory_scope: outcome.memory_scope.as_deref() };
-        append_transcript(&mut tx, &rows, &outcome.transcript, now).await?;
-        if let Some(billing) = &outcome.billing {
-            users::record_usage(&mut tx, billing, outcome.usage).await?;
+        match finish::run(&self.writer, run_id, outcome, bus, now_millis()).await? {
+            finish::Finished::Done { session_key, history_version, reply_row } => {
+                self.history.append(&session_key, history_version, outcome.transcript.clone());
+                Ok(reply_row)
+            }
+            finish::Finished::NoSuchRun => Err(StoreError::NoSuchRun(run_id.to_owned())),
+            finish::Finished::NotRunning => Err(refuse("it has already finished")),
         }
-        let version: i64 = sqlx::query_scalar(
-            "UPDATE sessions SET updated_at = $1, history_version = history_version + 1 WHERE key = $2 \
-             RETURNING history_version",
-        )
-        .bind(now)
-        .bind(&session_key)
-        .fetch_one(&mut *tx)
-        .await?;
-        let reply_row = match bus.reply {
-            Some(record) => bus_journal::append_in(&mut tx, record, now).await?,
-            None => None,
-        };
-        if let Some(row) = bus.answered_row {
-            bus_journal::remove_in(&mut tx, row).await?;
-        }
-        tx.commit().await?;
-        self.history.append(&session_key, version, outcome.transcript.clone());
-        Ok(reply_row)
     }
 
     async fn mark_reply_delivered(&self, run_id: &str) -> Result<(), StoreError> {
@@ -419,95 +402,6 @@ async fn existing_claim(tx: &mut Transaction<'_, Sqlite>, inbound_id: &str) -> R
             Ok(RunClaim::Finished { run_id, reply, delivered })
         }
     }
-}
-
-/// The session and status of a run, if it exists.
-async fn run_state(tx: &mut Transaction<'_, Sqlite>, run_id: &str) -> Result<Option<(String, RunStatus)>, StoreError> {
-    let row: Option<(String, String)> = sqlx::query_as("SELECT session_key, status FROM runs WHERE run_id = $1")
-        .bind(run_id)
-        .fetch_optional(&mut **tx)
-        .await?;
-    row.map(|(session, status)| Ok((session, parse_status(&status)?))).transpose()
-}
-
-/// Where a run's transcript rows go.
-struct TranscriptRows<'a> {
-    session_key: &'a str,
-    run_id: &'a str,
-    memory_scope: Option<&'a str>,
-}
-
-/// Rows per INSERT statement: one statement for a whole turn in nearly every case, far
-/// below SQLite's limit of bound parameters.
-const TRANSCRIPT_ROWS_PER_INSERT: usize = 32;
-
-async fn append_transcript(
-    tx: &mut Transaction<'_, Sqlite>,
-    rows: &TranscriptRows<'_>,
-    messages: &[ChatMessage],
-    now: i64,
-) -> Result<(), StoreError> {
-    // One statement per batch, not per message: each statement is a round trip to the
-    // connection's thread.
-    for (batch_no, batch) in messages.chunks(TRANSCRIPT_ROWS_PER_INSERT).enumerate() {
-        let mut insert = sqlx::QueryBuilder::<Sqlite>::new(
-            "INSERT INTO transcript (session_key, run_id, seq, role, message_json, created_at, memory_scope) ",
-        );
-        let encoded = batch.iter().map(|message| encode(message).map(|json| (message.role, json)));
-        let encoded = encoded.collect::<Result<Vec<_>, _>>()?;
-        let first_seq = batch_no * TRANSCRIPT_ROWS_PER_INSERT;
-        insert.push_values(encoded.into_iter().enumerate(), |mut row, (n, (role, json))| {
-            row.push_bind(rows.session_key)
-                .push_bind(rows.run_id)
-                .push_bind(i64::try_from(first_seq + n).unwrap_or(i64::MAX))
-                .push_bind(role_name(role))
-                .push_bind(json)
-                .push_bind(now)
-                .push_bind(rows.memory_scope);
-        });
-        insert.build().execute(&mut **tx).await?;
-    }
-    Ok(())
-}
-
-/// What finishing writes on the run besides the outcome.
-struct Finished {
-    reply_json: Option<String>,
-    /// The reply is journaled in the same transaction.
-    delivered: bool,
-    now: i64,
-}
-
-/// Stores the outcome of a run that is still running; returns its session, `None` when the
-/// run does not exist or is not running.
-async fn record_outcome(
-    tx: &mut Transaction<'_, Sqlite>,
-    run_id: &str,
-    outcome: &RunOutcome,
-    finished: Finished,
-) -> Result<Option<String>, StoreError> {
-    let session = sqlx::query_scalar(
-        "UPDATE runs SET status = $1, model = $2, input_tokens = $3, output_tokens = $4, \
-         iterations = $5, error = $6, reply_json = $7, finished_at = $8, cost_usd = $9, \
-         usage_estimated = $11, reply_delivered = reply_delivered OR $12 \
-         WHERE run_id = $10 AND status = $13 RETURNING session_key",
-    )
-    .bind(outcome.status.as_str())
-    .bind(&outcome.model)
-    .bind(to_i64(outcome.usage.input_tokens))
-    .bind(to_i64(outcome.usage.output_tokens))
-    .bind(i64::from(outcome.iterations))
-    .bind(outcome.error.as_deref())
-    .bind(finished.reply_json)
-    .bind(finished.now)
-    .bind(outcome.cost_usd)
-    .bind(run_id)
-    .bind(outcome.usage.estimated)
-    .bind(finished.delivered)
-    .bind(RunStatus::Running.as_str())
-    .fetch_optional(&mut **tx)
-    .await?;
-    Ok(session)
 }
 
 fn run_record(row: &SqliteRow) -> Result<RunRecord, StoreError> {

@@ -1,12 +1,10 @@
 //! The statements of the in-process bus's journal (`bus_journal`, migration 0002), for the
-//! `Journal` implementation (`store::journal`) and for a run's finishing transaction, which
+//! `Journal` implementation (`store::journal`) and for a run's finishing trigger (`finish`), which
 //! writes the reply's row and deletes the answered message's row itself.
 
-use sqlx::{Sqlite, Transaction};
-use switchboard_channels::bus::journal::{JournalError, JournalRecord};
+use sqlx::Sqlite;
+use switchboard_channels::bus::journal::JournalError;
 use switchboard_channels::subject::Flow;
-
-use crate::store::StoreError;
 
 pub(in crate::store) fn flow_name(flow: Flow) -> Result<&'static str, JournalError> {
     match flow {
@@ -43,22 +41,4 @@ pub(in crate::store) fn remove_query<'q>(
     seq: i64,
 ) -> sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
     sqlx::query("DELETE FROM bus_journal WHERE seq = $1").bind(seq)
-}
-
-/// Appends `record` within a run's finishing transaction (see `Bus::outbound_record`).
-pub(super) async fn append_in(
-    tx: &mut Transaction<'_, Sqlite>,
-    record: &JournalRecord,
-    now: i64,
-) -> Result<Option<i64>, StoreError> {
-    let flow = flow_name(record.flow).map_err(|err| StoreError::Corrupt(err.0))?;
-    let payload = record.payload.as_ref();
-    let query = append_query(flow, &record.channel, &record.subject, record.dedupe_id.as_deref(), payload, now);
-    Ok(query.fetch_optional(&mut **tx).await?)
-}
-
-/// Deletes an answered message's row within a run's finishing transaction.
-pub(super) async fn remove_in(tx: &mut Transaction<'_, Sqlite>, seq: i64) -> Result<(), StoreError> {
-    remove_query(seq).execute(&mut **tx).await?;
-    Ok(())
 }
