@@ -130,6 +130,16 @@ impl Agent {
         self.tools.specs(filter)
     }
 
+    /// The heuristic token count of the schemas `filter` offers (see [`crate::tokens`]).
+    pub fn tool_tokens(&self, filter: &ToolFilter) -> u64 {
+        self.tools.raw_tokens(filter)
+    }
+
+    /// The tools `filter` offers with each one's heuristic token count, in name order.
+    pub fn tool_tokens_each(&self, filter: &ToolFilter) -> Vec<(String, u64)> {
+        self.tools.raw_tokens_each(filter)
+    }
+
     /// One model call without tools and without streaming, for housekeeping such as
     /// compaction summaries, answering in at most `max_tokens` (or the agent's own
     /// `max_tokens`, when lower). Retries and failover are the provider's, as for turns.

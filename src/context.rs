@@ -12,7 +12,7 @@ mod window;
 
 use crate::agent::Agent;
 use crate::config::{CompactionConfig, HistoryConfig};
-use crate::provider::{ChatMessage, ToolSpec};
+use crate::provider::ChatMessage;
 use crate::tokens::{self, Calibration};
 use crate::tools::ToolFilter;
 use pipeline::Budget;
@@ -75,9 +75,10 @@ impl ContextEngine {
         &self.calibration
     }
 
-    /// Context window − output reserve − the offered tools' schemas.
-    pub fn input_budget(&self, agent: &Agent, tools: &[ToolSpec]) -> u64 {
-        let tools = self.calibration.correct(tokens::raw_tools(tools));
+    /// Context window − output reserve − the offered tools' schemas (`tool_tokens`, their
+    /// heuristic count: [`Agent::tool_tokens`]).
+    pub fn input_budget(&self, agent: &Agent, tool_tokens: u64) -> u64 {
+        let tools = self.calibration.correct(tool_tokens);
         self.window_for_input(agent).saturating_sub(tools)
     }
 
@@ -87,13 +88,13 @@ impl ContextEngine {
         window.saturating_sub(output_reserve(window, agent.settings().max_tokens))
     }
 
-    /// Whether a turn with this system prompt and these tools leaves room for the conversation:
-    /// the prompt and the schemas take at most three quarters of the input budget, and the
-    /// message being answered fits beside them.
-    pub fn fixed_part_fits(&self, agent: &Agent, system_prompt: &str, tools: &[ToolSpec], input: &ChatMessage) -> bool {
+    /// Whether a turn with this system prompt and tools of `tool_tokens` (heuristic) leaves
+    /// room for the conversation: the prompt and the schemas take at most three quarters of
+    /// the input budget, and the message being answered fits beside them.
+    pub fn fixed_part_fits(&self, agent: &Agent, system_prompt: &str, tool_tokens: u64, input: &ChatMessage) -> bool {
         let room = self.window_for_input(agent);
         let fixed = self.calibration.correct(tokens::raw_messages(&[ChatMessage::system(system_prompt)]))
-            + self.calibration.correct(tokens::raw_tools(tools));
+            + self.calibration.correct(tool_tokens);
         let input = self.calibration.messages(std::slice::from_ref(input));
         (fixed as f64) <= FIXED_SHARE * room as f64 && fixed + input <= room
     }
@@ -109,14 +110,13 @@ impl ContextEngine {
         input: &ChatMessage,
         filter: &ToolFilter,
     ) -> Prepared {
-        let tools = agent.tool_specs(filter);
+        let tool_tokens = agent.tool_tokens(filter);
         let system = ChatMessage::system(system_prompt);
         let fixed = self.calibration.messages(&[system.clone(), input.clone()]);
-        let budget = Budget { input: self.input_budget(agent, &tools), fixed };
+        let budget = Budget { input: self.input_budget(agent, tool_tokens), fixed };
         let history = pipeline::prepare(history, summary, budget, &self.settings.history, &self.calibration);
-        let raw_base = tokens::raw_messages(std::slice::from_ref(&system))
-            + tokens::raw_messages(&history)
-            + tokens::raw_tools(&tools);
+        let raw_base =
+            tokens::raw_messages(std::slice::from_ref(&system)) + tokens::raw_messages(&history) + tool_tokens;
         Prepared { history, raw_base }
     }
 

@@ -27,6 +27,7 @@ use switchboard_channels::contract::{InboundKind, InboundMessage, Origin};
 
 use crate::config::{ConfigError, ToolsConfig};
 use crate::provider::{ToolCall, ToolSpec};
+use crate::tokens;
 use crate::workspace::memory::{MemoryScope, Reach};
 
 /// Why a tool call did not produce a result. The message goes back to the model as the
@@ -175,8 +176,18 @@ impl Default for ToolLimits {
 /// The tools one agent may use.
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
-    tools: BTreeMap<String, Arc<dyn Tool>>,
+    tools: BTreeMap<String, Registered>,
     limits: ToolLimits,
+}
+
+/// A tool with what the model sees of it, built once: a tool builds its schema anew on each
+/// `parameters()` call, and every turn needs the schemas and their size several times.
+#[derive(Clone)]
+struct Registered {
+    tool: Arc<dyn Tool>,
+    spec: ToolSpec,
+    /// The schema's heuristic token count ([`tokens::raw_tools`]).
+    raw_tokens: u64,
 }
 
 impl std::fmt::Debug for ToolRegistry {
@@ -205,7 +216,13 @@ impl ToolRegistry {
     }
 
     pub fn register(&mut self, tool: Arc<dyn Tool>) {
-        self.tools.insert(tool.name().to_owned(), tool);
+        let spec = ToolSpec {
+            name: tool.name().to_owned(),
+            description: tool.description().to_owned(),
+            parameters: tool.parameters(),
+        };
+        let raw_tokens = tokens::raw_tools(std::slice::from_ref(&spec));
+        self.tools.insert(spec.name.clone(), Registered { tool, spec, raw_tokens });
     }
 
     pub fn is_empty(&self) -> bool {
@@ -225,15 +242,21 @@ impl ToolRegistry {
     /// The tools the filter allows, as the model sees them, in name order (stable, so
     /// prompts cache well).
     pub fn specs(&self, filter: &ToolFilter) -> Vec<ToolSpec> {
-        self.tools
-            .values()
-            .filter(|t| filter.allows(t.name()))
-            .map(|t| ToolSpec {
-                name: t.name().to_owned(),
-                description: t.description().to_owned(),
-                parameters: t.parameters(),
-            })
-            .collect()
+        self.offered(filter).map(|registered| registered.spec.clone()).collect()
+    }
+
+    /// The heuristic token count of the schemas the filter allows.
+    pub fn raw_tokens(&self, filter: &ToolFilter) -> u64 {
+        self.offered(filter).map(|registered| registered.raw_tokens).sum()
+    }
+
+    /// The tools the filter allows with each one's heuristic token count, in name order.
+    pub fn raw_tokens_each(&self, filter: &ToolFilter) -> Vec<(String, u64)> {
+        self.offered(filter).map(|registered| (registered.spec.name.clone(), registered.raw_tokens)).collect()
+    }
+
+    fn offered<'a>(&'a self, filter: &'a ToolFilter) -> impl Iterator<Item = &'a Registered> + 'a {
+        self.tools.values().filter(|registered| filter.allows(&registered.spec.name))
     }
 
     /// Runs one call. Failures become an error result for the model, never a failed run.
@@ -259,7 +282,7 @@ impl ToolRegistry {
     }
 
     async fn try_call(&self, call: &ToolCall, ctx: &ToolContext, filter: &ToolFilter) -> Result<String, ToolError> {
-        let tool = self.tools.get(&call.name).ok_or_else(|| ToolError::Unknown(call.name.clone()))?;
+        let tool = &self.tools.get(&call.name).ok_or_else(|| ToolError::Unknown(call.name.clone()))?.tool;
         // The model is only offered allowed tools, but it can name any: check again here.
         if !filter.allows(&call.name) {
             return Err(ToolError::NotAllowed(call.name.clone()));

@@ -175,7 +175,7 @@ fn over_threshold(engine: &ContextEngine, agent: &Agent, count: usize, raw: u64)
     if count > config.max_messages {
         return true;
     }
-    let budget = engine.input_budget(agent, &agent.tool_specs(&ToolFilter::All));
+    let budget = engine.input_budget(agent, agent.tool_tokens(&ToolFilter::All));
     engine.calibration().correct(raw) as f64 > config.context_share * budget as f64
 }
 
@@ -221,7 +221,7 @@ async fn compact(
     let previous = deps.store.session_summary(key).await?.map(|(summary, _)| summary);
     let history: Vec<ChatMessage> = rows.iter().map(|(_, m)| m.clone()).collect();
     // Whatever is left out of a very long stretch, the summariser's own call must fit.
-    let room = usize::try_from(deps.engine.input_budget(deps.agent, &[]).saturating_mul(3)).unwrap_or(usize::MAX);
+    let room = usize::try_from(deps.engine.input_budget(deps.agent, 0).saturating_mul(3)).unwrap_or(usize::MAX);
     let old = truncate_middle(&render(previous.as_deref(), &history[..cut]), room);
     flush_memory(deps, msg, history, previous.as_deref()).await;
     let request = vec![ChatMessage::system(SUMMARY_PROMPT), ChatMessage::user(old)];

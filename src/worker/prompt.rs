@@ -8,7 +8,6 @@ use crate::agent::Agent;
 use crate::config::Level;
 use crate::prompt::{self, PromptInput, PromptMode, Sender};
 use crate::provider::ChatMessage;
-use crate::tokens;
 use crate::tools::ToolFilter;
 use crate::workspace::WorkspaceFiles;
 use crate::workspace::memory::MemoryScope;
@@ -82,7 +81,7 @@ pub(super) async fn fitted_prompt(
 ) -> (String, ToolFilter) {
     let engine = &shared.context;
     let full = system_prompt(shared, agent, run, &tools, PromptMode::Full).await;
-    if engine.fixed_part_fits(agent, &full, &agent.tool_specs(&tools), input) {
+    if engine.fixed_part_fits(agent, &full, agent.tool_tokens(&tools), input) {
         return (full, tools);
     }
     // A small model calls memory_search least reliably, and tools it calls badly at best:
@@ -114,17 +113,20 @@ async fn fit_tools(
     let engine = &shared.context;
     // Built with every tool, this prompt lists more tools than it will: an upper bound.
     let minimal = system_prompt(shared, agent, run, tools, PromptMode::Minimal).await;
-    let mut specs = agent.tool_specs(tools);
-    specs.sort_by_key(|spec| std::cmp::Reverse(tokens::raw_tools(std::slice::from_ref(spec))));
+    let mut offered = agent.tool_tokens_each(tools);
+    offered.sort_by_key(|(_, tokens)| std::cmp::Reverse(*tokens));
+    let mut tool_tokens: u64 = offered.iter().map(|(_, tokens)| tokens).sum();
     let mut dropped = Vec::new();
-    while !specs.is_empty() && !engine.fixed_part_fits(agent, &minimal, &specs, input) {
-        dropped.push(specs.remove(0).name);
+    while !offered.is_empty() && !engine.fixed_part_fits(agent, &minimal, tool_tokens, input) {
+        let (name, tokens) = offered.remove(0);
+        tool_tokens -= tokens;
+        dropped.push(name);
     }
-    let fits = engine.fixed_part_fits(agent, &minimal, &specs, input);
+    let fits = engine.fixed_part_fits(agent, &minimal, tool_tokens, input);
     if dropped.is_empty() {
         return Fitted { prompt: minimal, tools: tools.clone(), dropped, fits };
     }
-    let kept = ToolFilter::Only(specs.into_iter().map(|spec| spec.name).collect());
+    let kept = ToolFilter::Only(offered.into_iter().map(|(name, _)| name).collect());
     let prompt = system_prompt(shared, agent, run, &kept, PromptMode::Minimal).await;
     Fitted { prompt, tools: kept, dropped, fits }
 }

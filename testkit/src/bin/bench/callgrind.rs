@@ -46,8 +46,23 @@ async fn measure(opts: &Options, binary: &Path) -> (u64, usize) {
     assert_eq!(tally.lost(), 0, "replies were lost under callgrind");
     control(&["-d", &pid]);
     let instructions = dumped_instructions(dir.path()).expect("no callgrind dump with a total");
+    if let Ok(keep) = std::env::var("BENCH_CALLGRIND_KEEP") {
+        // For `callgrind_annotate`: the dumps, named after the build.
+        keep_dumps(dir.path(), Path::new(&keep), binary);
+    }
     drop(daemon);
     (instructions, tally.answered)
+}
+
+fn keep_dumps(from: &Path, to: &Path, binary: &Path) {
+    let build = binary.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+    std::fs::create_dir_all(to).expect("BENCH_CALLGRIND_KEEP");
+    for entry in std::fs::read_dir(from).expect("the dump directory").flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("callgrind.out") {
+            std::fs::copy(entry.path(), to.join(format!("{build}.{name}"))).expect("copy a dump");
+        }
+    }
 }
 
 /// A script that runs `binary` under callgrind, counting nothing until told (`-z` zeroes).

@@ -84,6 +84,10 @@ pub fn parse() -> Options {
             "--idle-only" => opts.idle_only = true,
             "--callgrind" => opts.callgrind = true,
             "--reply-timeout" => opts.reply_timeout = Duration::from_secs(number(value())),
+            "--help" | "-h" => {
+                println!("usage: {USAGE}");
+                std::process::exit(0);
+            }
             other => panic!("unknown option {other}\nusage: {USAGE}"),
         }
     }
