@@ -99,8 +99,7 @@ impl SqliteStore {
             .await
             .map_err(|e| open_err(e.to_string()))?;
         migrate::run(&pool, SQLITE_MIGRATIONS).await?;
-        let writer =
-            SqlitePoolOptions::new().max_connections(1).after_connect(|conn, _| Box::pin(finish::install(conn)));
+        let writer = SqlitePoolOptions::new().max_connections(1);
         let writer = connect_waiting_for_wal(options, writer).await.map_err(|e| open_err(e.to_string()))?;
         Ok(SqliteStore { pool, writer, path: path.to_owned(), history: Arc::default() })
     }

@@ -8,12 +8,14 @@
 //! view, so one INSERT does it atomically (a statement is its own transaction), and the
 //! trigger leaves what the caller needs in a result table that the same call reads back.
 //!
-//! The view, trigger and result table are TEMP: created on each writer connection when it
-//! opens (`install`), private to that connection, so the result row read back is this
-//! statement's even when several processes share the file.
+//! The view, trigger and result table are TEMP: private to the writer connection, so the
+//! result row read back is this statement's even when several processes share the file. They
+//! are created by the connection's first finish (`run` sees them missing), not when it opens:
+//! compiling them brings SQLite's trigger and JSON code into memory, about 1 MiB resident,
+//! which an idle daemon has no use for.
 
-use sqlx::sqlite::SqliteConnection;
-use sqlx::{Executor, SqlitePool};
+use sqlx::sqlite::SqliteArguments;
+use sqlx::{Executor, Sqlite, SqlitePool};
 
 use super::{RunOutcome, StoreError, encode, role_name, to_i64};
 use crate::store::BusWrites;
@@ -100,11 +102,6 @@ INSERT INTO run_finishes (
     $20, $21, $22, $23);
 SELECT session_key, prior_status, history_version, reply_seq, usage_counted FROM finish_result";
 
-/// Creates the finishing trigger on a new writer connection.
-pub(super) async fn install(conn: &mut SqliteConnection) -> Result<(), sqlx::Error> {
-    conn.execute(INSTALL).await.map(|_| ())
-}
-
 /// What the finish found and did.
 pub(super) enum Finished {
     /// The run is finished now.
@@ -132,36 +129,16 @@ pub(super) async fn run(
 ) -> Result<Finished, StoreError> {
     let reply_json = outcome.reply.as_ref().map(encode).transpose()?;
     let transcript = transcript_json(outcome)?;
-    let billing = outcome.billing.as_ref();
-    let reply = bus.reply;
     let reply_flow =
-        reply.map(|record| flow_name(record.flow)).transpose().map_err(|err| StoreError::Corrupt(err.0))?;
-    let row: Option<ResultRow> = sqlx::query_as(FINISH)
-        .bind(run_id)
-        .bind(outcome.status.as_str())
-        .bind(&outcome.model)
-        .bind(to_i64(outcome.usage.input_tokens))
-        .bind(to_i64(outcome.usage.output_tokens))
-        .bind(i64::from(outcome.iterations))
-        .bind(outcome.error.as_deref())
-        .bind(reply_json)
-        .bind(now)
-        .bind(outcome.cost_usd)
-        .bind(outcome.usage.estimated)
-        .bind(outcome.memory_scope.as_deref())
-        .bind(transcript)
-        .bind(billing.map(|billing| billing.identity.channel.as_str()))
-        .bind(billing.map(|billing| billing.identity.sender_id.as_str()))
-        .bind(billing.map(|billing| billing.month.as_str()))
-        .bind(billing.and_then(|billing| billing.group.as_deref()))
-        .bind(reply_flow)
-        .bind(reply.map(|record| record.channel.as_str()))
-        .bind(reply.map(|record| record.subject.as_str()))
-        .bind(reply.and_then(|record| record.dedupe_id.as_deref()))
-        .bind(reply.map(|record| record.payload.as_ref()))
-        .bind(bus.answered_row)
-        .fetch_optional(writer)
-        .await?;
+        bus.reply.map(|record| flow_name(record.flow)).transpose().map_err(|err| StoreError::Corrupt(err.0))?;
+    let args = Args { run_id, outcome, bus, now, reply_json, transcript, reply_flow };
+    let row = match args.query().fetch_optional(writer).await {
+        Err(err) if is_missing_trigger(&err) => {
+            writer.execute(INSTALL).await?;
+            args.query().fetch_optional(writer).await?
+        }
+        other => other?,
+    };
     let Some((Some(session_key), prior_status, history_version, reply_row, usage_counted)) = row else {
         return Ok(Finished::NoSuchRun);
     };
@@ -171,13 +148,61 @@ pub(super) async fn run(
     let history_version = history_version
         .ok_or_else(|| StoreError::Corrupt(format!("run {run_id}'s session {session_key} has no row")))?;
     if usage_counted == Some(false)
-        && let Some(billing) = billing
+        && let Some(billing) = &outcome.billing
     {
         // Identities are only ever moved, never deleted, so this needs a hand-edited database.
         // Failing would only make the message run (and cost) again, with the same result.
         tracing::warn!(identity = %billing.identity, "a run's usage has no user to be counted for");
     }
     Ok(Finished::Done { session_key, history_version, reply_row })
+}
+
+/// A writer connection's first finish: its TEMP objects do not exist yet.
+fn is_missing_trigger(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Database(db) if db.message().contains("no such table: run_finishes"))
+}
+
+/// The finish's parameters, bound anew for its one retry.
+struct Args<'a> {
+    run_id: &'a str,
+    outcome: &'a RunOutcome,
+    bus: &'a BusWrites<'a>,
+    now: i64,
+    reply_json: Option<String>,
+    transcript: String,
+    reply_flow: Option<&'static str>,
+}
+
+impl Args<'_> {
+    fn query(&self) -> sqlx::query::QueryAs<'_, Sqlite, ResultRow, SqliteArguments<'_>> {
+        let Args { run_id, outcome, bus, now, .. } = *self;
+        let billing = outcome.billing.as_ref();
+        let reply = bus.reply;
+        sqlx::query_as(FINISH)
+            .bind(run_id)
+            .bind(outcome.status.as_str())
+            .bind(&outcome.model)
+            .bind(to_i64(outcome.usage.input_tokens))
+            .bind(to_i64(outcome.usage.output_tokens))
+            .bind(i64::from(outcome.iterations))
+            .bind(outcome.error.as_deref())
+            .bind(self.reply_json.as_deref())
+            .bind(now)
+            .bind(outcome.cost_usd)
+            .bind(outcome.usage.estimated)
+            .bind(outcome.memory_scope.as_deref())
+            .bind(self.transcript.as_str())
+            .bind(billing.map(|billing| billing.identity.channel.as_str()))
+            .bind(billing.map(|billing| billing.identity.sender_id.as_str()))
+            .bind(billing.map(|billing| billing.month.as_str()))
+            .bind(billing.and_then(|billing| billing.group.as_deref()))
+            .bind(self.reply_flow)
+            .bind(reply.map(|record| record.channel.as_str()))
+            .bind(reply.map(|record| record.subject.as_str()))
+            .bind(reply.and_then(|record| record.dedupe_id.as_deref()))
+            .bind(reply.map(|record| record.payload.as_ref()))
+            .bind(bus.answered_row)
+    }
 }
 
 /// The transcript as the trigger reads it: `[[role, message JSON], …]`.
