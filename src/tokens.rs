@@ -30,13 +30,30 @@ fn chars_to_tokens(chars: usize) -> u64 {
     u64::try_from(chars.div_ceil(4)).unwrap_or(u64::MAX)
 }
 
+/// The characters of `value`'s JSON text, counted as it is written instead of built: every
+/// turn estimates its whole history, tool-call arguments included.
+fn json_chars(value: &serde_json::Value) -> usize {
+    struct CharCount(usize);
+    impl std::io::Write for CharCount {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            // UTF-8 continuation bytes (0b10xxxxxx) do not start a character.
+            self.0 += buf.iter().filter(|byte| **byte & 0xC0 != 0x80).count();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = CharCount(0);
+    // A `Value` always serialises (its keys are strings) and the counter never fails.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
 /// The heuristic estimate of one message: its text, its tool calls' names and arguments.
 pub fn raw_message(message: &ChatMessage) -> u64 {
-    let calls: usize = message
-        .tool_calls
-        .iter()
-        .map(|call| call.id.len() + call.name.len() + call.arguments.to_string().chars().count())
-        .sum();
+    let calls: usize =
+        message.tool_calls.iter().map(|call| call.id.len() + call.name.len() + json_chars(&call.arguments)).sum();
     // A group chat shows the author in a prefix (`[Alice (id 111)] `): counted wherever it is
     // set, so budgets never fall short (in a direct chat they are a few tokens generous).
     let author = message.author.as_ref().map_or(0, |author| author.label().chars().count() + 3);
@@ -138,6 +155,14 @@ mod tests {
         let image = crate::provider::ImageRef { path: "media/a.jpg".into(), mime_type: None };
         let photo = ChatMessage::user("abcdefgh").with_images(vec![image.clone(), image]);
         assert_eq!(raw_message(&photo), MESSAGE_OVERHEAD + 2 + 2 * IMAGE_TOKENS);
+    }
+
+    #[test]
+    fn arguments_count_as_the_characters_of_their_json() {
+        for arguments in [json!({}), json!({"path": "notes/é.md", "n": 3, "q": "日本語 \"quoted\"\n"}), json!("raw")]
+        {
+            assert_eq!(json_chars(&arguments), arguments.to_string().chars().count(), "{arguments}");
+        }
     }
 
     #[test]
