@@ -31,7 +31,7 @@ impl Provider for Unused {
 }
 
 /// The main agent working in `workspace`, with the built-in, file, `exec` and web tools of the
-/// default config (8 tools; memory, cron, spawn and message tools need a store or a bus).
+/// default config (8 tools; the memory, cron and spawn tools need a store or a bus).
 pub fn agent(workspace: &Path) -> Agent {
     let mut tools = ToolRegistry::with_builtins(ToolLimits::default());
     register_local_tools(&mut tools, &ToolsConfig::default()).expect("the default tools config is valid");
