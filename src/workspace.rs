@@ -169,7 +169,9 @@ impl WorkspaceFiles {
         })
     }
 
-    fn load_now(dir: &Path, max_chars: usize, memory_max_chars: usize, scope: &MemoryScope) -> Self {
+    /// [`WorkspaceFiles::load`] without the cache, blocking. Public for the benches only.
+    #[doc(hidden)]
+    pub fn load_now(dir: &Path, max_chars: usize, memory_max_chars: usize, scope: &MemoryScope) -> Self {
         let head = |name| read_capped(dir, name, max_chars, Keep::Head);
         Self {
             agents: head("AGENTS.md"),
