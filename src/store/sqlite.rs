@@ -71,6 +71,8 @@ pub struct SqliteStore {
     path: PathBuf,
     /// Sessions' recent history, for turns (see `history_cache`).
     history: Arc<HistoryCache>,
+    /// The bus journal's rows waiting to be deleted together (see `journal`).
+    removals: Arc<super::journal::Removals>,
 }
 
 impl SqliteStore {
@@ -101,7 +103,8 @@ impl SqliteStore {
         migrate::run(&pool, SQLITE_MIGRATIONS).await?;
         let writer = SqlitePoolOptions::new().max_connections(1);
         let writer = connect_waiting_for_wal(options, writer).await.map_err(|e| open_err(e.to_string()))?;
-        Ok(SqliteStore { pool, writer, path: path.to_owned(), history: Arc::default() })
+        let (history, removals) = (Arc::default(), Arc::default());
+        Ok(SqliteStore { pool, writer, path: path.to_owned(), history, removals })
     }
 
     /// Fails with [`StoreError::NotWritable`] unless a write would succeed. SQLite opens a file
@@ -128,6 +131,10 @@ impl SqliteStore {
     /// The connection for single-statement writes (transactions: [`SqliteStore::begin_write`]).
     pub(super) fn writer(&self) -> &SqlitePool {
         &self.writer
+    }
+
+    pub(super) fn removals(&self) -> &Arc<super::journal::Removals> {
+        &self.removals
     }
 
     /// Closes the pool, waiting for connections in use to be returned. Later calls fail.

@@ -91,3 +91,42 @@ async fn a_pending_message_id_is_accepted_once_even_across_restarts() {
     take(&mut inbox).await.ack().await.unwrap();
     nothing_in(&mut inbox).await;
 }
+
+/// Acks that arrive together are deleted together (one statement for all that waited), and
+/// each returns only once its own row is gone: none is delivered again after a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_acked_at_once_are_all_gone_after_a_restart() {
+    use switchboard_channels::bus::journal::Journal;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    let store = Arc::new(SqliteStore::open(&path).await.unwrap());
+    // Room for every reply at once: nothing is taken until all are published.
+    let bus = MemoryBus::with_journal(512, store.clone()).await.unwrap();
+    for n in 0..300 {
+        bus.publish_outbound(&outbound(&format!("reply-{n}"))).await.unwrap();
+    }
+    bus.publish_outbound(&outbound("left-unacked")).await.unwrap();
+    let mut outbox = bus.outbound("telegram").await.unwrap();
+    let mut taken = Vec::new();
+    for _ in 0..301 {
+        taken.push(take(&mut outbox).await);
+    }
+    let unacked = taken.pop().unwrap();
+    assert_eq!(unacked.decode::<OutboundMessage>().unwrap().id, "left-unacked");
+    let acks = taken.into_iter().map(|delivery| tokio::spawn(delivery.ack()));
+    for ack in futures_util::future::join_all(acks).await {
+        ack.unwrap().unwrap();
+    }
+    // Every acked row is gone the moment its ack returned.
+    let pending = store.pending().await.unwrap();
+    assert_eq!(pending.len(), 1, "{} rows left", pending.len());
+    std::mem::forget(unacked);
+    drop((outbox, bus));
+    store.close().await;
+
+    let (_store, bus) = open(&path).await;
+    let mut outbox = bus.outbound("telegram").await.unwrap();
+    let again = take(&mut outbox).await;
+    assert_eq!(again.decode::<OutboundMessage>().unwrap().id, "left-unacked");
+    nothing_in(&mut outbox).await;
+}

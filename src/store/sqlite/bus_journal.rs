@@ -36,9 +36,3 @@ pub(in crate::store) fn append_query<'q>(
     .bind(payload)
     .bind(now)
 }
-
-pub(in crate::store) fn remove_query<'q>(
-    seq: i64,
-) -> sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
-    sqlx::query("DELETE FROM bus_journal WHERE seq = $1").bind(seq)
-}
