@@ -12,7 +12,7 @@ pub mod web;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -181,13 +181,37 @@ pub struct ToolRegistry {
 }
 
 /// A tool with what the model sees of it, built once: a tool builds its schema anew on each
-/// `parameters()` call, and every turn needs the schemas and their size several times.
+/// `parameters()` call, and every turn needs the schemas and their size several times. Built
+/// by the first turn rather than at start-up, which would bring every tool's schema code into
+/// memory in a daemon that may idle for hours.
 #[derive(Clone)]
 struct Registered {
     tool: Arc<dyn Tool>,
-    spec: ToolSpec,
-    /// The schema's heuristic token count ([`tokens::raw_tools`]).
-    raw_tokens: u64,
+    /// The spec and its heuristic token count ([`tokens::raw_tools`]).
+    spec: OnceLock<(ToolSpec, u64)>,
+}
+
+impl Registered {
+    fn spec(&self) -> &ToolSpec {
+        &self.described().0
+    }
+
+    fn raw_tokens(&self) -> u64 {
+        self.described().1
+    }
+
+    fn described(&self) -> &(ToolSpec, u64) {
+        self.spec.get_or_init(|| {
+            let tool = &self.tool;
+            let spec = ToolSpec {
+                name: tool.name().to_owned(),
+                description: tool.description().to_owned(),
+                parameters: tool.parameters(),
+            };
+            let raw_tokens = tokens::raw_tools(std::slice::from_ref(&spec));
+            (spec, raw_tokens)
+        })
+    }
 }
 
 impl std::fmt::Debug for ToolRegistry {
@@ -216,13 +240,7 @@ impl ToolRegistry {
     }
 
     pub fn register(&mut self, tool: Arc<dyn Tool>) {
-        let spec = ToolSpec {
-            name: tool.name().to_owned(),
-            description: tool.description().to_owned(),
-            parameters: tool.parameters(),
-        };
-        let raw_tokens = tokens::raw_tools(std::slice::from_ref(&spec));
-        self.tools.insert(spec.name.clone(), Registered { tool, spec, raw_tokens });
+        self.tools.insert(tool.name().to_owned(), Registered { tool, spec: OnceLock::new() });
     }
 
     pub fn is_empty(&self) -> bool {
@@ -242,21 +260,21 @@ impl ToolRegistry {
     /// The tools the filter allows, as the model sees them, in name order (stable, so
     /// prompts cache well).
     pub fn specs(&self, filter: &ToolFilter) -> Vec<ToolSpec> {
-        self.offered(filter).map(|registered| registered.spec.clone()).collect()
+        self.offered(filter).map(|registered| registered.spec().clone()).collect()
     }
 
     /// The heuristic token count of the schemas the filter allows.
     pub fn raw_tokens(&self, filter: &ToolFilter) -> u64 {
-        self.offered(filter).map(|registered| registered.raw_tokens).sum()
+        self.offered(filter).map(Registered::raw_tokens).sum()
     }
 
     /// The tools the filter allows with each one's heuristic token count, in name order.
     pub fn raw_tokens_each(&self, filter: &ToolFilter) -> Vec<(String, u64)> {
-        self.offered(filter).map(|registered| (registered.spec.name.clone(), registered.raw_tokens)).collect()
+        self.offered(filter).map(|registered| (registered.tool.name().to_owned(), registered.raw_tokens())).collect()
     }
 
     fn offered<'a>(&'a self, filter: &'a ToolFilter) -> impl Iterator<Item = &'a Registered> + 'a {
-        self.tools.values().filter(|registered| filter.allows(&registered.spec.name))
+        self.tools.values().filter(|registered| filter.allows(registered.tool.name()))
     }
 
     /// Runs one call. Failures become an error result for the model, never a failed run.
