@@ -17,6 +17,7 @@ mod memory_conversations;
 mod memory_embeddings;
 mod memory_index;
 mod pairing;
+mod removals;
 mod subagents;
 mod users;
 
@@ -34,6 +35,7 @@ use switchboard_channels::contract::{OutboundMessage, Usage};
 use uuid::Uuid;
 
 use self::history_cache::HistoryCache;
+use self::removals::Removals;
 use super::migrate::{self, SQLITE_MIGRATIONS};
 use super::{BusWrites, Conversation, RunClaim, RunOutcome, RunRecord, RunStatus, SessionInfo, Store, StoreError};
 use crate::provider::{ChatMessage, Role};
@@ -71,8 +73,8 @@ pub struct SqliteStore {
     path: PathBuf,
     /// Sessions' recent history, for turns (see `history_cache`).
     history: Arc<HistoryCache>,
-    /// The bus journal's rows waiting to be deleted together (see `journal`).
-    removals: Arc<super::journal::Removals>,
+    /// The bus journal's rows waiting to be deleted together.
+    removals: Arc<Removals>,
 }
 
 impl SqliteStore {
@@ -133,8 +135,11 @@ impl SqliteStore {
         &self.writer
     }
 
-    pub(super) fn removals(&self) -> &Arc<super::journal::Removals> {
-        &self.removals
+    /// Deletes the bus journal's row `seq` (grouped with others acked meanwhile); returns once
+    /// it is deleted.
+    pub(super) async fn remove_journaled(&self, seq: i64) -> Result<(), String> {
+        let deleted = Removals::add(&self.removals, &self.writer, seq);
+        deleted.await.map_err(|_| "the journal's writer stopped".to_owned())?
     }
 
     /// Closes the pool, waiting for connections in use to be returned. Later calls fail.
