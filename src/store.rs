@@ -57,6 +57,9 @@ pub enum StoreError {
     Migrate { version: i64, reason: String },
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
+    /// A write grouped with others (`sqlite::grouped`) failed; every write of its group did.
+    #[error("database error: {0}")]
+    Grouped(String),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
     #[error("run {0} does not exist")]

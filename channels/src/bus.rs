@@ -198,6 +198,13 @@ pub trait Bus: Send + Sync + 'static {
         payload: Bytes,
     ) -> Result<(), BusError>;
 
+    /// Publishes several messages of one flow in order, as one write where the bus can (a
+    /// chat platform's batch of updates). Returns once all are accepted. On an error some may
+    /// have been accepted; publishing them again is safe, as each has its dedupe id.
+    async fn publish_raw_many(&self, flow: Flow, messages: Vec<RawMessage>) -> Result<(), BusError> {
+        publish_each(self, flow, messages).await
+    }
+
     /// When this bus keeps its journal in the store's database (the in-process bus of the
     /// embedded shape), the record that publishing `msg` would write, so the caller can write it
     /// in its own store transaction and then queue it with [`Bus::queue_journaled`]: one
@@ -245,12 +252,50 @@ pub trait Bus: Send + Sync + 'static {
     }
 }
 
+/// A message for [`Bus::publish_raw_many`].
+#[derive(Debug, Clone)]
+pub struct RawMessage {
+    pub channel: String,
+    pub chat_id: String,
+    pub dedupe_id: Option<String>,
+    pub payload: Bytes,
+}
+
+/// [`Bus::publish_raw_many`] one message at a time, for buses with nothing better.
+pub(crate) async fn publish_each<B: Bus + ?Sized>(
+    bus: &B,
+    flow: Flow,
+    messages: Vec<RawMessage>,
+) -> Result<(), BusError> {
+    for message in messages {
+        let dedupe_id = message.dedupe_id.as_deref();
+        bus.publish_raw(flow, &message.channel, &message.chat_id, dedupe_id, message.payload).await?;
+    }
+    Ok(())
+}
+
 /// Typed publishing on top of [`Bus::publish_raw`].
 #[async_trait]
 pub trait BusExt: Bus {
     async fn publish_inbound(&self, msg: &InboundMessage) -> Result<(), BusError> {
         let payload = to_payload(msg)?;
         self.publish_raw(Flow::In, &msg.channel, &msg.chat_id, Some(&msg.id), payload).await
+    }
+
+    /// Publishes `msgs` in order, as one write where the bus can (see [`Bus::publish_raw_many`]).
+    async fn publish_inbound_many(&self, msgs: &[InboundMessage]) -> Result<(), BusError> {
+        let messages = msgs
+            .iter()
+            .map(|msg| {
+                Ok(RawMessage {
+                    channel: msg.channel.clone(),
+                    chat_id: msg.chat_id.clone(),
+                    dedupe_id: Some(msg.id.clone()),
+                    payload: to_payload(msg)?,
+                })
+            })
+            .collect::<Result<Vec<_>, BusError>>()?;
+        self.publish_raw_many(Flow::In, messages).await
     }
 
     async fn publish_outbound(&self, msg: &OutboundMessage) -> Result<(), BusError> {

@@ -3,11 +3,12 @@
 use async_trait::async_trait;
 use bytes::Bytes;
 use sqlx::Row;
-use switchboard_channels::bus::journal::{Journal, JournalEntry, JournalError};
+use switchboard_channels::bus::journal::{Journal, JournalEntry, JournalError, JournalRecord};
 use switchboard_channels::subject::Flow;
 
+use super::sqlite::JournalRow;
 use super::sqlite::SqliteStore;
-use super::sqlite::bus_journal::{append_query, flow_name};
+use super::sqlite::bus_journal::flow_name;
 
 fn db_error(err: sqlx::Error) -> JournalError {
     JournalError(err.to_string())
@@ -23,11 +24,31 @@ impl Journal for SqliteStore {
         dedupe_id: Option<&str>,
         payload: &[u8],
     ) -> Result<Option<i64>, JournalError> {
-        let now = chrono::Utc::now().timestamp_millis();
-        append_query(flow_name(flow)?, channel, subject, dedupe_id, payload, now)
-            .fetch_optional(self.writer())
-            .await
-            .map_err(db_error)
+        let record = JournalRow {
+            flow: flow_name(flow)?,
+            channel: channel.to_owned(),
+            subject: subject.to_owned(),
+            dedupe_id: dedupe_id.map(str::to_owned),
+            payload: payload.to_vec(),
+        };
+        let seqs = self.append_journaled(vec![record]).await.map_err(JournalError)?;
+        Ok(seqs.into_iter().next().flatten())
+    }
+
+    async fn append_many(&self, records: &[JournalRecord]) -> Result<Vec<Option<i64>>, JournalError> {
+        let rows = records
+            .iter()
+            .map(|record| {
+                Ok(JournalRow {
+                    flow: flow_name(record.flow)?,
+                    channel: record.channel.clone(),
+                    subject: record.subject.clone(),
+                    dedupe_id: record.dedupe_id.clone(),
+                    payload: record.payload.to_vec(),
+                })
+            })
+            .collect::<Result<Vec<_>, JournalError>>()?;
+        self.append_journaled(rows).await.map_err(JournalError)
     }
 
     async fn remove(&self, seq: i64) -> Result<(), JournalError> {

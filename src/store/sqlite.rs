@@ -11,13 +11,14 @@ pub(super) mod bus_journal;
 mod compaction;
 mod cron;
 mod finish;
+mod group_writes;
+mod grouped;
 mod heartbeat;
 mod history_cache;
 mod memory_conversations;
 mod memory_embeddings;
 mod memory_index;
 mod pairing;
-mod removals;
 mod subagents;
 mod users;
 
@@ -34,8 +35,10 @@ use sqlx::{Row, Sqlite, Transaction};
 use switchboard_channels::contract::{OutboundMessage, Usage};
 use uuid::Uuid;
 
+pub(super) use self::group_writes::JournalRow;
+use self::group_writes::{ClaimRow, GroupWrites};
+use self::grouped::Grouped;
 use self::history_cache::HistoryCache;
-use self::removals::Removals;
 use super::migrate::{self, SQLITE_MIGRATIONS};
 use super::{BusWrites, Conversation, RunClaim, RunOutcome, RunRecord, RunStatus, SessionInfo, Store, StoreError};
 use crate::provider::{ChatMessage, Role};
@@ -73,8 +76,8 @@ pub struct SqliteStore {
     path: PathBuf,
     /// Sessions' recent history, for turns (see `history_cache`).
     history: Arc<HistoryCache>,
-    /// The bus journal's rows waiting to be deleted together.
-    removals: Arc<Removals>,
+    /// Writes that many tasks make at once, grouped into one statement per kind.
+    writes: Arc<GroupWrites>,
 }
 
 impl SqliteStore {
@@ -105,8 +108,8 @@ impl SqliteStore {
         migrate::run(&pool, SQLITE_MIGRATIONS).await?;
         let writer = SqlitePoolOptions::new().max_connections(1);
         let writer = connect_waiting_for_wal(options, writer).await.map_err(|e| open_err(e.to_string()))?;
-        let (history, removals) = (Arc::default(), Arc::default());
-        Ok(SqliteStore { pool, writer, path: path.to_owned(), history, removals })
+        let writes = Arc::new(GroupWrites::new(&writer));
+        Ok(SqliteStore { pool, writer, path: path.to_owned(), history: Arc::default(), writes })
     }
 
     /// Fails with [`StoreError::NotWritable`] unless a write would succeed. SQLite opens a file
@@ -130,16 +133,16 @@ impl SqliteStore {
         &self.pool
     }
 
-    /// The connection for single-statement writes (transactions: [`SqliteStore::begin_write`]).
-    pub(super) fn writer(&self) -> &SqlitePool {
-        &self.writer
-    }
-
     /// Deletes the bus journal's row `seq` (grouped with others acked meanwhile); returns once
     /// it is deleted.
     pub(super) async fn remove_journaled(&self, seq: i64) -> Result<(), String> {
-        let deleted = Removals::add(&self.removals, &self.writer, seq);
-        deleted.await.map_err(|_| "the journal's writer stopped".to_owned())?
+        Grouped::write(&self.writes.removals, vec![seq]).await.map(drop)
+    }
+
+    /// Adds rows to the bus journal (grouped with others added meanwhile, in order); each
+    /// row's `seq`, or `None` when a row with its dedupe id is still pending.
+    pub(super) async fn append_journaled(&self, rows: Vec<JournalRow>) -> Result<Vec<Option<i64>>, String> {
+        Grouped::write(&self.writes.appends, rows).await
     }
 
     /// Closes the pool, waiting for connections in use to be returned. Later calls fail.
@@ -178,24 +181,11 @@ async fn connect_waiting_for_wal(
 #[async_trait]
 impl Store for SqliteStore {
     async fn claim_run(&self, inbound_id: &str, session_key: &str) -> Result<RunClaim, StoreError> {
-        let now = now_millis();
         let run_id = Uuid::now_v7().to_string();
-        // One statement, so no transaction around it: a trigger creates the session row first
-        // (migration 0016). Insert first and look only on conflict: the unique inbound id
-        // decides who is first, which stays correct where there is no database-wide write lock.
-        let inserted = sqlx::query(
-            "INSERT INTO runs (run_id, inbound_id, session_key, status, attempt, started_at) \
-             VALUES ($1, $2, $3, $4, 1, $5) ON CONFLICT (inbound_id) DO NOTHING",
-        )
-        .bind(&run_id)
-        .bind(inbound_id)
-        .bind(session_key)
-        .bind(RunStatus::Running.as_str())
-        .bind(now)
-        .execute(&self.writer)
-        .await?
-        .rows_affected();
-        if inserted == 1 {
+        let row =
+            ClaimRow { run_id: run_id.clone(), inbound_id: inbound_id.to_owned(), session_key: session_key.to_owned() };
+        let inserted = Grouped::write(&self.writes.claims, vec![row]).await.map_err(StoreError::Grouped)?;
+        if inserted.first() == Some(&true) {
             return Ok(RunClaim::New { run_id });
         }
         let mut tx = self.begin_write().await?;

@@ -152,6 +152,36 @@ async fn fifty_concurrent_claims_on_one_store_make_one_run() {
     assert_one_new(claims);
 }
 
+/// Claims made at once for different messages share writes; each is a new run of its own,
+/// stored under its message and session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_claims_of_different_messages_are_each_a_new_run() {
+    let (_dir, store) = fresh().await;
+    let store = Arc::new(store);
+    let tasks: Vec<_> = (0..100)
+        .map(|n| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move { store.claim_run(&format!("in-{n}"), &format!("telegram:{}", n % 10)).await })
+        })
+        .collect();
+    let mut run_ids = std::collections::HashMap::new();
+    for (n, task) in tasks.into_iter().enumerate() {
+        let RunClaim::New { run_id } = task.await.unwrap().unwrap() else { panic!("message {n} was not new") };
+        run_ids.insert(run_id, n);
+    }
+    assert_eq!(run_ids.len(), 100, "every claim names a run of its own");
+    let runs = store.recent_runs(200).await.unwrap();
+    assert_eq!(runs.len(), 100);
+    for run in runs {
+        let n = run_ids[&run.run_id];
+        assert_eq!((run.inbound_id, run.session_key), (format!("in-{n}"), format!("telegram:{}", n % 10)));
+        assert_eq!((run.status, run.attempt), (RunStatus::Running, 1));
+    }
+    // A second claim of each finds its run.
+    let again = store.claim_run("in-7", "telegram:7").await.unwrap();
+    assert!(matches!(again, RunClaim::Resumed { attempt: 2, .. }), "{again:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fifty_concurrent_claims_from_two_stores_on_one_file_make_one_run() {
     let dir = tempfile::tempdir().unwrap();

@@ -165,6 +165,44 @@ async fn unaddressed_group_messages_become_context_for_the_next_mention() {
     rig.stop().await;
 }
 
+/// Updates fetched in one getUpdates answer go to a journaled bus in one write, in order:
+/// each mention carries the chatter before it and none that an earlier mention of the batch
+/// already carried.
+#[tokio::test]
+async fn a_fetched_batch_keeps_its_order_and_each_mention_its_own_context() {
+    let fake = FakeTelegram::start().await;
+    let mention = |id: i64, text: &str| {
+        updates::mention_of(updates::group_text(GROUP, ALICE, "alice", id, &format!("@{BOT} {text}")), BOT)
+    };
+    // All waiting before the channel starts: the first poll takes them together.
+    fake.push_message(updates::group_text(GROUP, 222, "bob", 1, "let's meet at 6"));
+    fake.push_message(mention(2, "first"));
+    fake.push_message(mention(3, "second"));
+    fake.push_message(updates::group_text(GROUP, 333, "carol", 4, "6 is too early"));
+    fake.push_message(mention(5, "third"));
+    fake.push_message(updates::private_text(ALICE, "alice", 6, "and a direct one"));
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::open(&dir.path().join("store.db")).await.unwrap());
+    let bus = Arc::new(MemoryBus::with_journal(64, store.clone()).await.unwrap());
+    let mut inbound = bus.inbound().await.unwrap();
+    let settings = crate::common::fake_telegram_settings(&fake, dir.path(), ALICE);
+    let shutdown = CancellationToken::new();
+    let channel = TelegramChannel::start(bus, settings, None, shutdown.clone()).await.unwrap();
+    let mut contents = Vec::new();
+    for _ in 0..4 {
+        let delivery = tokio::time::timeout(Duration::from_secs(5), inbound.next()).await.unwrap().unwrap().unwrap();
+        contents.push(delivery.decode::<InboundMessage>().unwrap().content);
+        delivery.ack().await.unwrap();
+    }
+    assert!(contents[0].contains("Bob: let's meet at 6") && contents[0].ends_with("first"), "{}", contents[0]);
+    assert_eq!(contents[1], format!("@{BOT} second"), "the context went with the first mention");
+    assert!(!contents[2].contains("Bob") && contents[2].contains("Carol: 6 is too early"), "{}", contents[2]);
+    assert!(contents[2].ends_with("third"), "{}", contents[2]);
+    assert_eq!(contents[3], "and a direct one");
+    shutdown.cancel();
+    channel.stop().await;
+}
+
 /// A reply carries the message it answers: its id, author, text and the quoted part; in a
 /// forum topic, the topic's creation message is not taken for one.
 #[tokio::test]

@@ -48,6 +48,17 @@ pub trait Journal: Send + Sync + 'static {
     ) -> Result<Option<i64>, JournalError>;
 
     /// Forgets an acked message.
+    /// Writes several messages, in order, as one write where the journal can; each one's
+    /// sequence number as [`Journal::append`] gives it.
+    async fn append_many(&self, records: &[JournalRecord]) -> Result<Vec<Option<i64>>, JournalError> {
+        let mut seqs = Vec::with_capacity(records.len());
+        for record in records {
+            let dedupe_id = record.dedupe_id.as_deref();
+            seqs.push(self.append(record.flow, &record.channel, &record.subject, dedupe_id, &record.payload).await?);
+        }
+        Ok(seqs)
+    }
+
     async fn remove(&self, seq: i64) -> Result<(), JournalError>;
 
     /// Every message not acked yet, oldest first.

@@ -19,7 +19,7 @@ use tokio::sync::{Mutex as AsyncMutex, broadcast, mpsc};
 
 use super::journal::{Journal, JournalEntry, JournalRecord};
 use super::recent::RecentIds;
-use super::{Acker, Bus, BusError, Deliveries, Delivery, Events};
+use super::{Acker, Bus, BusError, Deliveries, Delivery, Events, RawMessage};
 use crate::Gauge;
 use crate::contract::{DeadLetter, OutboundMessage, RunEvent};
 use crate::subject::{DEFAULT_PREFIX, Flow, Subjects};
@@ -177,24 +177,35 @@ impl MemoryBus {
         if !pending.is_empty() {
             tracing::info!(count = pending.len(), "redelivering messages accepted before the last stop");
         }
-        for entry in pending {
-            bus.requeue_recovered(entry);
-        }
+        bus.requeue_recovered(pending);
         Ok(bus)
     }
 
-    /// Queues a recovered message from a task, so more of them than fit do not block start-up.
-    fn requeue_recovered(&self, entry: JournalEntry) {
-        let tx = match entry.flow {
-            Flow::In => self.inbound.tx.clone(),
-            _ => self.outbound_queue(&entry.channel).tx.clone(),
-        };
-        let item = Item { subject: entry.subject, payload: entry.payload, attempt: 2, seq: Some(entry.seq) };
-        tokio::spawn(async move {
-            if tx.send(item).await.is_err() {
-                tracing::debug!("in-process bus closed before a recovered message was queued");
+    /// Queues recovered messages from a task per queue, in the journal's order (a chat's
+    /// messages stay in order), so more of them than fit do not block start-up.
+    fn requeue_recovered(&self, pending: Vec<JournalEntry>) {
+        let mut by_queue: Vec<(mpsc::Sender<Item>, Vec<Item>)> = Vec::new();
+        for entry in pending {
+            let tx = match entry.flow {
+                Flow::In => self.inbound.tx.clone(),
+                _ => self.outbound_queue(&entry.channel).tx.clone(),
+            };
+            let item = Item { subject: entry.subject, payload: entry.payload, attempt: 2, seq: Some(entry.seq) };
+            match by_queue.iter_mut().find(|(queue, _)| queue.same_channel(&tx)) {
+                Some((_, items)) => items.push(item),
+                None => by_queue.push((tx, vec![item])),
             }
-        });
+        }
+        for (tx, items) in by_queue {
+            tokio::spawn(async move {
+                for item in items {
+                    if tx.send(item).await.is_err() {
+                        tracing::debug!("in-process bus closed before a recovered message was queued");
+                        return;
+                    }
+                }
+            });
+        }
     }
 
     fn outbound_queue(&self, channel: &str) -> Arc<Queue> {
@@ -214,6 +225,57 @@ impl MemoryBus {
             seen.record(id, now);
         }
         false
+    }
+
+    /// Inbound messages, at most `capacity` of them, journaled in one write and queued in order.
+    async fn publish_journaled_inbound(
+        &self,
+        journal: &Arc<dyn Journal>,
+        group: &[RawMessage],
+    ) -> Result<(), BusError> {
+        let (mut records, mut dedupe_keys) = (Vec::with_capacity(group.len()), Vec::with_capacity(group.len()));
+        for message in group {
+            super::check_publish(&message.channel, &message.chat_id, message.dedupe_id.as_deref())?;
+            let dedupe_key = message.dedupe_id.as_ref().map(|id| format!("{}:{id}", flow_key(Flow::In)));
+            if dedupe_key.as_ref().is_some_and(|key| self.seen_recently(key, false)) {
+                tracing::debug!(channel = %message.channel, chat_id = %message.chat_id, "duplicate publish ignored");
+                continue;
+            }
+            let record = JournalRecord {
+                flow: Flow::In,
+                channel: message.channel.clone(),
+                subject: self.subjects.chat(Flow::In, &message.channel, &message.chat_id),
+                dedupe_id: message.dedupe_id.clone(),
+                payload: message.payload.clone(),
+            };
+            records.push(record);
+            dedupe_keys.push(dedupe_key);
+        }
+        if records.is_empty() {
+            return Ok(());
+        }
+        // Room first, as for one message: a publish cancelled while waiting has written nothing.
+        let closed = || BusError::Publish { subject: String::new(), reason: "the bus is closed".into() };
+        let mut permits = self.inbound.tx.reserve_many(records.len()).await.map_err(|_| closed())?;
+        let seqs = journal
+            .append_many(&records)
+            .await
+            .map_err(|err| BusError::Publish { subject: String::new(), reason: err.to_string() })?;
+        for ((record, dedupe_key), seq) in records.into_iter().zip(dedupe_keys).zip(seqs) {
+            let Some(seq) = seq else {
+                tracing::debug!(subject = %record.subject, "duplicate publish ignored (still pending)");
+                continue;
+            };
+            if let Some(key) = dedupe_key {
+                self.seen_recently(&key, true);
+            }
+            let item = Item { subject: record.subject, payload: record.payload, attempt: 1, seq: Some(seq) };
+            // As many permits as records were reserved, so one is left for each written row.
+            if let Some(permit) = permits.next() {
+                permit.send(item);
+            }
+        }
+        Ok(())
     }
 
     /// Writes the message to the journal; `None` when the journal already holds its dedupe id.
@@ -289,6 +351,19 @@ impl Bus for MemoryBus {
         }
         permit.send(Item { subject, payload, attempt: 1, seq: Some(seq) });
         Ok(())
+    }
+
+    async fn publish_raw_many(&self, flow: Flow, messages: Vec<RawMessage>) -> Result<(), BusError> {
+        match &self.journal {
+            // Only the journal's write is worth saving; inbound messages share one queue.
+            Some(journal) if flow == Flow::In => {
+                for group in messages.chunks(self.capacity.max(1)) {
+                    self.publish_journaled_inbound(journal, group).await?;
+                }
+                Ok(())
+            }
+            _ => super::publish_each(self, flow, messages).await,
+        }
     }
 
     fn outbound_record(&self, msg: &OutboundMessage) -> Option<Result<JournalRecord, BusError>> {

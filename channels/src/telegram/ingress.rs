@@ -24,6 +24,13 @@ use crate::delivery::group_context::GroupContext;
 use crate::delivery::pairing::PairingCheck;
 use crate::pairing::{PairingAnswer, PairingStore};
 
+/// A message ready for the bus (see [`Ingress::prepare`]).
+pub(crate) struct Prepared {
+    pub inbound: InboundMessage,
+    /// The group place whose remembered context the message carries.
+    context_place: Option<String>,
+}
+
 /// The inbound half of the Telegram channel.
 pub(crate) struct Ingress {
     pub bot: Bot,
@@ -52,30 +59,49 @@ impl Ingress {
 
     /// Handles one update. `Err` means the bus did not take the message: retry the update.
     pub async fn handle(&self, update: &Update) -> Result<(), BusError> {
+        let Some(prepared) = self.prepare(update).await else { return Ok(()) };
+        self.bus.publish_inbound(&prepared.inbound).await?;
+        self.use_context(&prepared);
+        tracing::debug!(id = %prepared.inbound.id, "telegram message accepted");
+        Ok(())
+    }
+
+    /// Everything but the publishing: classifies the update, answers locally what needs no
+    /// agent, keeps group chatter as context, and returns the message for the bus, if any.
+    /// Once the bus took it, [`Ingress::use_context`] must follow.
+    pub async fn prepare(&self, update: &Update) -> Option<Prepared> {
         // Only new messages are asked for; edits, reactions and the rest are not answered.
-        let UpdateKind::Message(message) = &update.kind else { return Ok(()) };
+        let UpdateKind::Message(message) = &update.kind else { return None };
         let msg = match classify(message, &self.me) {
             Ok(msg) => msg,
             Err(skip) => {
                 tracing::debug!(update_id = update.id.0, ?skip, "telegram message skipped");
-                return Ok(());
+                return None;
             }
         };
         match judge(&msg, &self.settings) {
             Verdict::Forward => self.forward(&msg).await,
             Verdict::KeepAsContext => {
                 self.lock_context().remember(msg.place(), &msg.author.name, &msg.text, msg.date);
-                Ok(())
+                None
             }
             Verdict::CheckPairing => self.check_pairing(&msg).await,
             Verdict::Ignore(reason) => {
                 tracing::debug!(chat_id = msg.chat_id, sender = msg.author.id, reason, "telegram message ignored");
-                Ok(())
+                None
             }
         }
     }
 
-    async fn forward(&self, msg: &Incoming) -> Result<(), BusError> {
+    /// Forgets the group context a prepared message carries: it is used up once the bus
+    /// took the message, and a message that is prepared again must find it still there.
+    pub fn use_context(&self, prepared: &Prepared) {
+        if let Some(place) = &prepared.context_place {
+            self.lock_context().clear(place);
+        }
+    }
+
+    async fn forward(&self, msg: &Incoming) -> Option<Prepared> {
         let local_answer = match msg.command.as_deref() {
             Some(START) => Some(self.greeting()),
             Some("help") => Some(self.help()),
@@ -83,16 +109,11 @@ impl Ingress {
         };
         if let Some(answer) = local_answer {
             self.answer_locally(msg, &answer).await;
-            return Ok(());
+            return None;
         }
         let inbound = self.to_inbound(msg).await;
-        self.bus.publish_inbound(&inbound).await?;
-        // Only now: a message the bus did not take keeps its context for the retry.
-        if msg.command.is_none() && !msg.private {
-            self.lock_context().clear(&msg.place());
-        }
-        tracing::debug!(id = %inbound.id, "telegram message accepted");
-        Ok(())
+        let context_place = (msg.command.is_none() && !msg.private).then(|| msg.place());
+        Some(Prepared { inbound, context_place })
     }
 
     async fn to_inbound(&self, msg: &Incoming) -> InboundMessage {
@@ -113,14 +134,14 @@ impl Ingress {
         inbound_message(msg, content, media)
     }
 
-    async fn check_pairing(&self, msg: &Incoming) -> Result<(), BusError> {
+    async fn check_pairing(&self, msg: &Incoming) -> Option<Prepared> {
         let answer = self.pairing.check(&msg.author.id.to_string(), &msg.author.name).await;
         match answer {
             PairingAnswer::Approved => return self.forward(msg).await,
             PairingAnswer::Reply(text) => self.answer_locally(msg, &text).await,
             PairingAnswer::Silent => {}
         }
-        Ok(())
+        None
     }
 
     /// Sends a short answer that needs no agent, quoting the message in groups. Best effort

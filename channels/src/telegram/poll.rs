@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::ingress::Ingress;
 use super::retry::describe;
+use crate::bus::BusExt;
 
 /// Backoff after a failed `getUpdates` or a bus refusal: doubles up to the cap.
 const BACKOFF_START: Duration = Duration::from_millis(500);
@@ -40,11 +41,11 @@ pub(crate) async fn run_polling(ingress: Arc<Ingress>, timeout: Duration, shutdo
         match result {
             Ok(updates) => {
                 poller.recovered();
-                for update in updates {
-                    if !handle_until_accepted(&ingress, &update, &shutdown).await {
-                        return;
-                    }
-                    poller.offset = Some(next_offset(&update));
+                if !handle_until_accepted(&ingress, &updates, &shutdown).await {
+                    return;
+                }
+                if let Some(last) = updates.last() {
+                    poller.offset = Some(next_offset(last));
                 }
             }
             Err(err) => {
@@ -56,14 +57,29 @@ pub(crate) async fn run_polling(ingress: Arc<Ingress>, timeout: Duration, shutdo
     confirm(&ingress, poller.offset).await;
 }
 
-/// Hands the update over, retrying while the bus refuses it. False when shut down first.
-async fn handle_until_accepted(ingress: &Ingress, update: &Update, shutdown: &CancellationToken) -> bool {
+/// Hands a batch of updates over: prepares each in order, then publishes their messages in
+/// one go (one write to the bus's journal, not one per message), retrying while the bus
+/// refuses them. False when shut down first.
+async fn handle_until_accepted(ingress: &Ingress, updates: &[Update], shutdown: &CancellationToken) -> bool {
+    let mut messages = Vec::with_capacity(updates.len());
+    for update in updates {
+        if let Some(prepared) = ingress.prepare(update).await {
+            // Used up now, before the bus took the message: a later message of the same group
+            // in this batch must not carry the same context again, and a refused batch is
+            // published again as prepared here, not prepared again.
+            ingress.use_context(&prepared);
+            messages.push(prepared.inbound);
+        }
+    }
     let mut backoff = BACKOFF_START;
     loop {
-        match ingress.handle(update).await {
-            Ok(()) => return true,
+        match ingress.bus.publish_inbound_many(&messages).await {
+            Ok(()) => {
+                tracing::debug!(count = messages.len(), "telegram messages accepted");
+                return true;
+            }
             Err(err) => {
-                tracing::warn!(update_id = update.id.0, %err, wait = ?backoff, "the bus did not take a Telegram message; retrying");
+                tracing::warn!(count = messages.len(), %err, wait = ?backoff, "the bus did not take Telegram messages; retrying");
                 if !sleep_or_cancel(backoff, shutdown).await {
                     return false;
                 }

@@ -1,0 +1,162 @@
+//! The writes that many tasks make at once, each kind grouped into one statement (see
+//! [`Grouped`]): the bus journal's appends (adapters publishing) and deletes (deliveries
+//! acked), and the claims of runs (workers starting turns). A run's finish is a statement of
+//! its own (`finish`): it carries the whole transcript.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures_util::FutureExt;
+use sqlx::SqlitePool;
+
+use super::grouped::{GroupOutcome, Grouped};
+use crate::store::RunStatus;
+
+/// A message for the bus journal.
+pub(in crate::store) struct JournalRow {
+    pub flow: &'static str,
+    pub channel: String,
+    pub subject: String,
+    pub dedupe_id: Option<String>,
+    pub payload: Vec<u8>,
+}
+
+/// A run to claim for an inbound message.
+pub(in crate::store) struct ClaimRow {
+    pub run_id: String,
+    pub inbound_id: String,
+    pub session_key: String,
+}
+
+/// The grouped writes of one store, all through its writer connection.
+pub(in crate::store) struct GroupWrites {
+    /// Journal rows to delete; nothing comes back.
+    pub removals: Arc<Grouped<i64, ()>>,
+    /// Journal rows to add; each row's `seq`, or `None` when its dedupe id is still pending.
+    pub appends: Arc<Grouped<JournalRow, Option<i64>>>,
+    /// Runs to start; for each, whether it was new (false: the inbound id has a run already).
+    pub claims: Arc<Grouped<ClaimRow, bool>>,
+}
+
+impl std::fmt::Debug for GroupWrites {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GroupWrites")
+    }
+}
+
+impl GroupWrites {
+    pub fn new(writer: &SqlitePool) -> Self {
+        let (w1, w2, w3) = (writer.clone(), writer.clone(), writer.clone());
+        Self {
+            removals: Arc::new(Grouped::new(move |seqs| remove(w1.clone(), seqs).boxed())),
+            appends: Arc::new(Grouped::new(move |rows| append(w2.clone(), rows).boxed())),
+            claims: Arc::new(Grouped::new(move |rows| claim(w3.clone(), rows).boxed())),
+        }
+    }
+}
+
+async fn remove(writer: SqlitePool, seqs: Vec<i64>) -> GroupOutcome<()> {
+    let count = seqs.len();
+    let seqs = serde_json::to_string(&seqs).map_err(|err| err.to_string())?;
+    sqlx::query("DELETE FROM bus_journal WHERE seq IN (SELECT value FROM json_each($1))")
+        .bind(seqs)
+        .execute(&writer)
+        .await
+        .map_err(|err| err.to_string())?;
+    Ok(vec![(); count])
+}
+
+/// One `INSERT … SELECT` over a JSON array of the rows. The payloads travel as JSON strings,
+/// so they must be UTF-8, which the bus's payloads (JSON themselves) are.
+async fn append(writer: SqlitePool, rows: Vec<JournalRow>) -> GroupOutcome<Option<i64>> {
+    let mut array = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let payload = std::str::from_utf8(&row.payload)
+            .map_err(|_| format!("a journal payload for {} is not UTF-8", row.subject))?;
+        array.push((row.flow, &row.channel, &row.subject, row.dedupe_id.as_deref(), payload));
+    }
+    let array = serde_json::to_string(&array).map_err(|err| err.to_string())?;
+    let written: Vec<(i64, Option<String>)> = sqlx::query_as(
+        "INSERT INTO bus_journal (flow, channel, subject, dedupe_id, payload, created_at) \
+         SELECT r.value ->> 0, r.value ->> 1, r.value ->> 2, r.value ->> 3, CAST(r.value ->> 4 AS BLOB), $2 \
+         FROM json_each($1) AS r WHERE true ORDER BY r.key \
+         ON CONFLICT (dedupe_id) DO NOTHING RETURNING seq, dedupe_id",
+    )
+    .bind(array)
+    .bind(chrono::Utc::now().timestamp_millis())
+    .fetch_all(&writer)
+    .await
+    .map_err(|err| err.to_string())?;
+    Ok(match_appended(&rows, written))
+}
+
+/// Which row got which `seq`. A row with a dedupe id is found by it (the first of a group that
+/// shares one was written, the others are duplicates). Rows without one never conflict, and
+/// were numbered in the order they were given.
+fn match_appended(rows: &[JournalRow], written: Vec<(i64, Option<String>)>) -> Vec<Option<i64>> {
+    let mut by_dedupe = HashMap::new();
+    let mut undeduped = Vec::new();
+    for (seq, dedupe_id) in written {
+        match dedupe_id {
+            Some(id) => {
+                by_dedupe.insert(id, seq);
+            }
+            None => undeduped.push(seq),
+        }
+    }
+    undeduped.sort_unstable();
+    let mut undeduped = undeduped.into_iter();
+    rows.iter()
+        .map(|row| match &row.dedupe_id {
+            Some(id) => by_dedupe.remove(id),
+            None => undeduped.next(),
+        })
+        .collect()
+}
+
+/// One `INSERT … SELECT`; a trigger creates each run's session row first (migration 0016).
+/// Insert first and look only on conflict: the unique inbound id decides who is first, which
+/// stays correct where there is no database-wide write lock.
+async fn claim(writer: SqlitePool, rows: Vec<ClaimRow>) -> GroupOutcome<bool> {
+    let array: Vec<_> = rows.iter().map(|row| (&row.run_id, &row.inbound_id, &row.session_key)).collect();
+    let array = serde_json::to_string(&array).map_err(|err| err.to_string())?;
+    let inserted: Vec<String> = sqlx::query_scalar(
+        "INSERT INTO runs (run_id, inbound_id, session_key, status, attempt, started_at) \
+         SELECT r.value ->> 0, r.value ->> 1, r.value ->> 2, $2, 1, $3 \
+         FROM json_each($1) AS r WHERE true ORDER BY r.key \
+         ON CONFLICT (inbound_id) DO NOTHING RETURNING run_id",
+    )
+    .bind(array)
+    .bind(RunStatus::Running.as_str())
+    .bind(super::now_millis())
+    .fetch_all(&writer)
+    .await
+    .map_err(|err| err.to_string())?;
+    // Matched by run id, which is new for every claim: two claims of one inbound id in one
+    // group are told apart.
+    let mut inserted: std::collections::HashSet<String> = inserted.into_iter().collect();
+    Ok(rows.iter().map(|row| inserted.remove(&row.run_id)).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(dedupe_id: Option<&str>) -> JournalRow {
+        JournalRow {
+            flow: "in",
+            channel: "t".into(),
+            subject: "s".into(),
+            dedupe_id: dedupe_id.map(str::to_owned),
+            payload: b"{}".to_vec(),
+        }
+    }
+
+    #[test]
+    fn appended_rows_are_matched_by_dedupe_id_and_otherwise_by_order() {
+        let rows = [row(Some("a")), row(None), row(Some("b")), row(Some("a")), row(None), row(Some("c"))];
+        // "c" was pending already; the second "a" is a duplicate within the group.
+        let written = vec![(13, None), (10, Some("a".into())), (12, Some("b".into())), (11, None)];
+        assert_eq!(match_appended(&rows, written), vec![Some(10), Some(11), Some(12), None, Some(13), None]);
+    }
+}
