@@ -153,6 +153,28 @@ async fn duplicate_publish_is_delivered_once(h: Harness) {
     assert_eq!(take(&mut out).await.decode::<OutboundMessage>().expect("json").content, "reply");
 }
 
+/// A batch (a chat platform's getUpdates answer) arrives whole, each message once, and each
+/// chat's messages in the order given.
+async fn a_batch_is_delivered_once_in_order_per_chat(h: Harness) {
+    let mut deliveries = h.bus.inbound().await.expect("inbound");
+    let mut batch: Vec<InboundMessage> =
+        (0..15).map(|n| inbound(&format!("c{}", n % 3), &format!("c{} #{}", n % 3, n / 3))).collect();
+    batch.insert(7, batch[2].clone());
+    within(PATIENCE, "publishing a batch", h.bus.publish_inbound_many(&batch)).await.expect("publish");
+    let mut seen: Vec<String> = Vec::new();
+    for _ in 0..15 {
+        let delivery = take(&mut deliveries).await;
+        seen.push(content_of(&delivery));
+        within(PATIENCE, "ack", delivery.ack()).await.expect("ack");
+    }
+    assert_nothing(&mut deliveries, QUIET).await;
+    for chat in ["c0", "c1", "c2"] {
+        let of_chat: Vec<&String> = seen.iter().filter(|content| content.starts_with(chat)).collect();
+        let expected: Vec<String> = (0..5).map(|n| format!("{chat} #{n}")).collect();
+        assert_eq!(of_chat, expected.iter().collect::<Vec<_>>(), "all delivered: {seen:?}");
+    }
+}
+
 async fn subscribers_share_the_work(h: Harness) {
     let mut a = h.bus.inbound().await.expect("inbound a");
     let mut b = h.bus.inbound().await.expect("inbound b");
@@ -311,6 +333,7 @@ shared_suite!(
     progress_keeps_the_delivery,
     dropped_delivery_is_redelivered,
     duplicate_publish_is_delivered_once,
+    a_batch_is_delivered_once_in_order_per_chat,
     subscribers_share_the_work,
     outbound_is_isolated_per_channel,
     events_are_filtered_by_chat,

@@ -25,7 +25,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 
 use self::streams::StreamNames;
-use super::{Acker, Bus, BusError, Deliveries, Delivery, Events};
+use super::{Acker, Bus, BusError, Deliveries, Delivery, Events, RawMessage};
 use crate::contract::{DeadLetter, RunEvent};
 use crate::subject::{DEFAULT_PREFIX, Flow, Subjects, encode_token};
 
@@ -169,6 +169,31 @@ impl NatsBus {
     }
 }
 
+/// A message for a stream, with its dedupe id as JetStream's message id.
+fn stored_message(dedupe_id: Option<&str>, payload: Bytes) -> Publish {
+    let publish = Publish::build().payload(payload);
+    match dedupe_id {
+        Some(id) => publish.message_id(id),
+        None => publish,
+    }
+}
+
+/// `messages` in rounds: a chat's first message in the first round, its second in the
+/// second, and so on; each round in the order given.
+fn rounds_by_chat(messages: Vec<RawMessage>) -> Vec<Vec<RawMessage>> {
+    let mut rounds: Vec<Vec<RawMessage>> = Vec::new();
+    let mut seen: std::collections::HashMap<(String, String), usize> = std::collections::HashMap::new();
+    for message in messages {
+        let count = seen.entry((message.channel.clone(), message.chat_id.clone())).or_default();
+        if rounds.len() <= *count {
+            rounds.push(Vec::new());
+        }
+        rounds[*count].push(message);
+        *count += 1;
+    }
+    rounds
+}
+
 #[async_trait]
 impl Bus for NatsBus {
     async fn publish_raw(
@@ -191,11 +216,38 @@ impl Bus for NatsBus {
                 .await
                 .map_err(|err| BusError::Publish { subject, reason: err.to_string() });
         }
-        let mut publish = Publish::build().payload(payload);
-        if let Some(id) = dedupe_id {
-            publish = publish.message_id(id);
+        self.publish_stored(subject, stored_message(dedupe_id, payload)).await
+    }
+
+    async fn publish_raw_many(&self, flow: Flow, messages: Vec<RawMessage>) -> Result<(), BusError> {
+        if flow == Flow::Events {
+            return super::publish_each(self, flow, messages).await;
         }
-        self.publish_stored(subject, publish).await
+        // Sent without waiting for each ack, a round at a time: a round holds at most one
+        // message per chat, so a failed publish cannot let a chat's later message in first.
+        for round in rounds_by_chat(messages) {
+            let mut pending = Vec::with_capacity(round.len());
+            for message in round {
+                let dedupe_id = message.dedupe_id.as_deref();
+                super::check_publish(&message.channel, &message.chat_id, dedupe_id)?;
+                let subject = self.subjects.chat(flow, &message.channel, &message.chat_id);
+                self.check_size(&subject, message.payload.len(), dedupe_id.map_or(0, str::len))?;
+                let failed = |err: async_nats::jetstream::context::PublishError| BusError::Publish {
+                    subject: subject.clone(),
+                    reason: err.to_string(),
+                };
+                let ack = self.js.send_publish(subject.clone(), stored_message(dedupe_id, message.payload)).await;
+                pending.push((subject.clone(), ack.map_err(failed)?));
+            }
+            for (subject, ack) in pending {
+                let ack =
+                    ack.await.map_err(|err| BusError::Publish { subject: subject.clone(), reason: err.to_string() })?;
+                if ack.duplicate {
+                    tracing::debug!(%subject, "duplicate publish ignored");
+                }
+            }
+        }
+        Ok(())
     }
 
     async fn inbound(&self) -> Result<Deliveries, BusError> {
@@ -432,6 +484,20 @@ fn redact_in(text: &str, url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_chats_messages_go_in_successive_rounds() {
+        let message = |chat: &str, n: u8| RawMessage {
+            channel: "telegram".into(),
+            chat_id: chat.into(),
+            dedupe_id: None,
+            payload: Bytes::from(vec![n]),
+        };
+        let batch = vec![message("a", 1), message("b", 2), message("a", 3), message("c", 4), message("a", 5)];
+        let rounds: Vec<Vec<u8>> =
+            rounds_by_chat(batch).into_iter().map(|round| round.iter().map(|m| m.payload[0]).collect()).collect();
+        assert_eq!(rounds, vec![vec![1, 2, 4], vec![3], vec![5]]);
+    }
 
     #[test]
     fn credentials_are_redacted() {
