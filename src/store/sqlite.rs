@@ -266,7 +266,10 @@ impl Store for SqliteStore {
         if outcome.status == RunStatus::Running {
             return Err(refuse("the outcome's status is still running"));
         }
-        match finish::run(&self.writer, run_id, outcome, bus, now_millis()).await? {
+        let row = finish::row(run_id, outcome, bus, now_millis())?;
+        let finished = Grouped::write(&self.writes.finishes, vec![row]).await.map_err(StoreError::Grouped)?;
+        let finished = finished.into_iter().next().ok_or_else(|| StoreError::Grouped("no finish result".into()))?;
+        match finished.map_err(StoreError::Grouped)? {
             finish::Finished::Done { session_key, history_version, reply_row } => {
                 self.history.append(&session_key, history_version, outcome.transcript.clone());
                 Ok(reply_row)

@@ -182,6 +182,47 @@ async fn concurrent_claims_of_different_messages_are_each_a_new_run() {
     assert!(matches!(again, RunClaim::Resumed { attempt: 2, .. }), "{again:?}");
 }
 
+/// Finishes made at once share a statement, and each stores its own turn: a finish refused
+/// in the group (its run finished before) leaves the others finished and adds nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_finishes_each_store_their_own_turn() {
+    let (_dir, store) = fresh().await;
+    let store = Arc::new(store);
+    let mut runs = Vec::new();
+    for n in 0..40 {
+        runs.push(claim_new(&store, &format!("in-{n}"), &format!("telegram:{}", n % 5)).await);
+    }
+    store.finish_run(&runs[0], &completed(&runs[0], "q0", "a0")).await.unwrap();
+    let tasks: Vec<_> = runs
+        .iter()
+        .enumerate()
+        .map(|(n, run_id)| {
+            let (store, run_id) = (Arc::clone(&store), run_id.clone());
+            tokio::spawn(async move {
+                store.finish_run(&run_id, &completed(&run_id, &format!("q{n}"), &format!("a{n}"))).await
+            })
+        })
+        .collect();
+    for (n, task) in tasks.into_iter().enumerate() {
+        match (n, task.await.unwrap()) {
+            (0, Err(StoreError::Finish { .. })) | (1.., Ok(())) => {}
+            (n, other) => panic!("finish {n}: {other:?}"),
+        }
+    }
+    for chat in 0..5 {
+        let history = store.history(&format!("telegram:{chat}"), 100).await.unwrap();
+        let mut turns: Vec<(String, String)> =
+            history.chunks(2).map(|turn| (turn[0].content.clone(), turn[1].content.clone())).collect();
+        turns.sort();
+        let mut expected: Vec<(String, String)> =
+            (0..40).filter(|n| n % 5 == chat).map(|n| (format!("q{n}"), format!("a{n}"))).collect();
+        expected.sort();
+        assert_eq!(turns, expected, "session telegram:{chat}");
+    }
+    let runs = store.recent_runs(100).await.unwrap();
+    assert!(runs.iter().all(|run| run.status == RunStatus::Completed && run.usage.input_tokens == 120));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fifty_concurrent_claims_from_two_stores_on_one_file_make_one_run() {
     let dir = tempfile::tempdir().unwrap();

@@ -14,9 +14,12 @@
 //! compiling them brings SQLite's trigger and JSON code into memory, about 1 MiB resident,
 //! which an idle daemon has no use for.
 
-use sqlx::sqlite::SqliteArguments;
-use sqlx::{Executor, Sqlite, SqlitePool};
+use std::collections::HashMap;
 
+use serde::Serialize;
+use sqlx::{Executor, SqlitePool};
+
+use super::grouped::GroupOutcome;
 use super::{RunOutcome, StoreError, encode, role_name, to_i64};
 use crate::store::BusWrites;
 use crate::store::sqlite::bus_journal::flow_name;
@@ -26,6 +29,7 @@ pub(super) const INSTALL: &str = "
 -- Set before the first TEMP object: kept in memory, never in a temporary file.
 PRAGMA temp_store = MEMORY;
 CREATE TEMP TABLE IF NOT EXISTS finish_result (
+    run_id          TEXT PRIMARY KEY,
     session_key     TEXT,
     prior_status    TEXT,
     history_version INTEGER,
@@ -42,67 +46,111 @@ CREATE TEMP VIEW IF NOT EXISTS run_finishes (
     NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL WHERE 0;
 CREATE TEMP TRIGGER IF NOT EXISTS run_finishes_insert INSTEAD OF INSERT ON run_finishes
 BEGIN
-    DELETE FROM finish_result;
-    INSERT INTO finish_result (session_key, prior_status)
-        SELECT session_key, status FROM runs WHERE run_id = NEW.run_id;
+    INSERT INTO finish_result (run_id, session_key, prior_status)
+        SELECT run_id, session_key, status FROM runs WHERE run_id = NEW.run_id;
     -- Only a running run is finished: another worker may have resumed this one and finished
     -- first, and then its reply is the one kept (appending this transcript would duplicate
-    -- the turn). IGNORE ends the statement here and keeps the row that says why.
-    SELECT RAISE(IGNORE) WHERE NOT EXISTS (SELECT 1 FROM finish_result WHERE prior_status = 'running');
+    -- the turn). Every step checks (not RAISE(IGNORE), which would end the whole INSERT and
+    -- with it the other runs of the group), and the result row says why nothing happened.
     UPDATE runs SET status = NEW.status, model = NEW.model, input_tokens = NEW.input_tokens,
         output_tokens = NEW.output_tokens, iterations = NEW.iterations, error = NEW.error,
         reply_json = NEW.reply_json, finished_at = NEW.finished_at, cost_usd = NEW.cost_usd,
         usage_estimated = NEW.usage_estimated,
         reply_delivered = reply_delivered OR NEW.reply_payload IS NOT NULL
-        WHERE run_id = NEW.run_id;
+        WHERE run_id = NEW.run_id AND status = 'running';
     -- The transcript comes as a JSON array of [role, message JSON] pairs, in order.
     INSERT INTO transcript (session_key, run_id, seq, role, message_json, created_at, memory_scope)
-        SELECT (SELECT session_key FROM finish_result), NEW.run_id, rows.key, rows.value ->> 0,
+        SELECT result.session_key, NEW.run_id, rows.key, rows.value ->> 0,
             rows.value ->> 1, NEW.finished_at, NEW.memory_scope
-        FROM json_each(NEW.transcript) AS rows ORDER BY rows.key;
+        FROM finish_result AS result, json_each(NEW.transcript) AS rows
+        WHERE result.run_id = NEW.run_id AND result.prior_status = 'running' ORDER BY rows.key;
     INSERT INTO usage_monthly (user_id, month, input_tokens, output_tokens)
         SELECT user_id, NEW.billing_month, NEW.input_tokens, NEW.output_tokens FROM identities
         WHERE NEW.billing_month IS NOT NULL AND channel = NEW.billing_channel
             AND sender_id = NEW.billing_sender
+            AND EXISTS (SELECT 1 FROM finish_result WHERE run_id = NEW.run_id AND prior_status = 'running')
         ON CONFLICT (user_id, month) DO UPDATE SET
             input_tokens = input_tokens + excluded.input_tokens,
             output_tokens = output_tokens + excluded.output_tokens;
     INSERT INTO group_usage_monthly (group_key, month, input_tokens, output_tokens)
         SELECT NEW.billing_group, NEW.billing_month, NEW.input_tokens, NEW.output_tokens
         WHERE NEW.billing_group IS NOT NULL
+            AND EXISTS (SELECT 1 FROM finish_result WHERE run_id = NEW.run_id AND prior_status = 'running')
         ON CONFLICT (group_key, month) DO UPDATE SET
             input_tokens = input_tokens + excluded.input_tokens,
             output_tokens = output_tokens + excluded.output_tokens;
     UPDATE sessions SET updated_at = NEW.finished_at, history_version = history_version + 1
-        WHERE key = (SELECT session_key FROM finish_result);
+        WHERE key = (SELECT session_key FROM finish_result WHERE run_id = NEW.run_id AND prior_status = 'running');
     -- A pending row with the reply's dedupe id means it is journaled already.
-    UPDATE finish_result SET reply_seq = 0 WHERE NEW.reply_payload IS NOT NULL
-        AND NOT EXISTS (SELECT 1 FROM bus_journal WHERE dedupe_id = NEW.reply_dedupe_id);
+    UPDATE finish_result SET reply_seq = 0
+        WHERE run_id = NEW.run_id AND prior_status = 'running' AND NEW.reply_payload IS NOT NULL
+            AND NOT EXISTS (SELECT 1 FROM bus_journal WHERE dedupe_id = NEW.reply_dedupe_id);
     INSERT INTO bus_journal (flow, channel, subject, dedupe_id, payload, created_at)
         SELECT NEW.reply_flow, NEW.reply_channel, NEW.reply_subject, NEW.reply_dedupe_id,
             NEW.reply_payload, NEW.finished_at
-        WHERE (SELECT reply_seq FROM finish_result) = 0;
+        WHERE (SELECT reply_seq FROM finish_result WHERE run_id = NEW.run_id) = 0;
     UPDATE finish_result SET
         reply_seq = CASE WHEN reply_seq = 0 THEN last_insert_rowid() END,
         history_version = (SELECT history_version FROM sessions WHERE key = finish_result.session_key),
         usage_counted = NEW.billing_month IS NULL OR EXISTS (SELECT 1 FROM identities
-            WHERE channel = NEW.billing_channel AND sender_id = NEW.billing_sender);
-    DELETE FROM bus_journal WHERE seq = NEW.answered_seq;
+            WHERE channel = NEW.billing_channel AND sender_id = NEW.billing_sender)
+        WHERE run_id = NEW.run_id AND prior_status = 'running';
+    DELETE FROM bus_journal WHERE seq = NEW.answered_seq
+        AND EXISTS (SELECT 1 FROM finish_result WHERE run_id = NEW.run_id AND prior_status = 'running');
 END;
 ";
 
-/// The finish and the read-back of its result: one call, so one round trip.
+/// A group of finishes and the read-back of their results: one call, so one round trip. The
+/// finishes come as a JSON array of objects (see [`FinishRow`]).
 const FINISH: &str = "
+DELETE FROM finish_result;
 INSERT INTO run_finishes (
     run_id, status, model, input_tokens, output_tokens, iterations, error, reply_json,
     finished_at, cost_usd, usage_estimated, memory_scope, transcript,
     billing_channel, billing_sender, billing_month, billing_group,
     reply_flow, reply_channel, reply_subject, reply_dedupe_id, reply_payload, answered_seq
-) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19,
-    $20, $21, $22, $23);
-SELECT session_key, prior_status, history_version, reply_seq, usage_counted FROM finish_result";
+) SELECT f.value ->> 'run_id', f.value ->> 'status', f.value ->> 'model', f.value ->> 'input_tokens',
+    f.value ->> 'output_tokens', f.value ->> 'iterations', f.value ->> 'error', f.value ->> 'reply_json',
+    f.value ->> 'finished_at', f.value ->> 'cost_usd', f.value ->> 'usage_estimated',
+    f.value ->> 'memory_scope', f.value -> 'transcript', f.value ->> 'billing_channel',
+    f.value ->> 'billing_sender', f.value ->> 'billing_month', f.value ->> 'billing_group',
+    f.value ->> 'reply_flow', f.value ->> 'reply_channel', f.value ->> 'reply_subject',
+    f.value ->> 'reply_dedupe_id', CAST(f.value ->> 'reply_payload' AS BLOB), f.value ->> 'answered_seq'
+FROM json_each($1) AS f ORDER BY f.key;
+SELECT run_id, session_key, prior_status, history_version, reply_seq, usage_counted FROM finish_result";
+
+/// One run's finish, as the group's JSON array carries it.
+#[derive(Debug, Serialize)]
+pub(super) struct FinishRow {
+    run_id: String,
+    status: &'static str,
+    model: String,
+    input_tokens: i64,
+    output_tokens: i64,
+    iterations: i64,
+    error: Option<String>,
+    reply_json: Option<String>,
+    finished_at: i64,
+    cost_usd: Option<f64>,
+    usage_estimated: bool,
+    memory_scope: Option<String>,
+    /// `[[role, message JSON], …]`, in order.
+    transcript: Vec<(&'static str, String)>,
+    billing_channel: Option<String>,
+    billing_sender: Option<String>,
+    billing_month: Option<String>,
+    billing_group: Option<String>,
+    reply_flow: Option<&'static str>,
+    reply_channel: Option<String>,
+    reply_subject: Option<String>,
+    reply_dedupe_id: Option<String>,
+    /// The reply's journal payload, which is JSON text.
+    reply_payload: Option<String>,
+    answered_seq: Option<i64>,
+}
 
 /// What the finish found and did.
+#[derive(Debug)]
 pub(super) enum Finished {
     /// The run is finished now.
     Done {
@@ -117,29 +165,83 @@ pub(super) enum Finished {
     NotRunning,
 }
 
-type ResultRow = (Option<String>, Option<String>, Option<i64>, Option<i64>, Option<bool>);
+type ResultRow = (String, Option<String>, Option<String>, Option<i64>, Option<i64>, Option<bool>);
 
-/// Finishes `run_id` with `outcome`, journaling `bus`'s writes with it, at `now` (unix ms).
-pub(super) async fn run(
-    writer: &SqlitePool,
-    run_id: &str,
-    outcome: &RunOutcome,
-    bus: &BusWrites<'_>,
-    now: i64,
-) -> Result<Finished, StoreError> {
-    let reply_json = outcome.reply.as_ref().map(encode).transpose()?;
-    let transcript = transcript_json(outcome)?;
-    let reply_flow =
-        bus.reply.map(|record| flow_name(record.flow)).transpose().map_err(|err| StoreError::Corrupt(err.0))?;
-    let args = Args { run_id, outcome, bus, now, reply_json, transcript, reply_flow };
-    let row = match args.query().fetch_optional(writer).await {
+/// The finish of `run_id` with `outcome`, journaling `bus`'s writes with it, at `now` (unix ms).
+pub(super) fn row(run_id: &str, outcome: &RunOutcome, bus: &BusWrites<'_>, now: i64) -> Result<FinishRow, StoreError> {
+    let billing = outcome.billing.as_ref();
+    let reply = bus.reply;
+    let reply_payload = reply
+        .map(|record| {
+            String::from_utf8(record.payload.to_vec())
+                .map_err(|_| StoreError::Corrupt(format!("run {run_id}'s reply payload is not UTF-8")))
+        })
+        .transpose()?;
+    let transcript = outcome
+        .transcript
+        .iter()
+        .map(|message| encode(message).map(|json| (role_name(message.role), json)))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(FinishRow {
+        run_id: run_id.to_owned(),
+        status: outcome.status.as_str(),
+        model: outcome.model.clone(),
+        input_tokens: to_i64(outcome.usage.input_tokens),
+        output_tokens: to_i64(outcome.usage.output_tokens),
+        iterations: i64::from(outcome.iterations),
+        error: outcome.error.clone(),
+        reply_json: outcome.reply.as_ref().map(encode).transpose()?,
+        finished_at: now,
+        cost_usd: outcome.cost_usd,
+        usage_estimated: outcome.usage.estimated,
+        memory_scope: outcome.memory_scope.clone(),
+        transcript,
+        billing_channel: billing.map(|billing| billing.identity.channel.clone()),
+        billing_sender: billing.map(|billing| billing.identity.sender_id.clone()),
+        billing_month: billing.map(|billing| billing.month.clone()),
+        billing_group: billing.and_then(|billing| billing.group.clone()),
+        reply_flow: reply.map(|record| flow_name(record.flow)).transpose().map_err(|err| StoreError::Corrupt(err.0))?,
+        reply_channel: reply.map(|record| record.channel.clone()),
+        reply_subject: reply.map(|record| record.subject.clone()),
+        reply_dedupe_id: reply.and_then(|record| record.dedupe_id.clone()),
+        reply_payload,
+        answered_seq: bus.answered_row,
+    })
+}
+
+/// Finishes a group of runs in one statement. Should it fail, each is tried alone, so one bad
+/// finish does not fail the others.
+pub(super) async fn group(writer: SqlitePool, rows: Vec<FinishRow>) -> GroupOutcome<Result<Finished, String>> {
+    match finish(&writer, &rows).await {
+        Ok(finished) => Ok(finished.into_iter().map(Ok).collect()),
+        Err(err) if rows.len() == 1 => Ok(vec![Err(err.to_string())]),
+        Err(_) => {
+            let mut each = Vec::with_capacity(rows.len());
+            for row in rows {
+                each.push(finish(&writer, std::slice::from_ref(&row)).await.map(|mut one| one.remove(0)));
+            }
+            Ok(each.into_iter().map(|result| result.map_err(|err| err.to_string())).collect())
+        }
+    }
+}
+
+/// Runs the finishes, installing the trigger on the connection's first; one outcome per row.
+async fn finish(writer: &SqlitePool, rows: &[FinishRow]) -> Result<Vec<Finished>, StoreError> {
+    let array = encode(&rows)?;
+    let results = match sqlx::query_as(FINISH).bind(array.as_str()).fetch_all(writer).await {
         Err(err) if is_missing_trigger(&err) => {
             writer.execute(INSTALL).await?;
-            args.query().fetch_optional(writer).await?
+            sqlx::query_as(FINISH).bind(array.as_str()).fetch_all(writer).await?
         }
         other => other?,
     };
-    let Some((Some(session_key), prior_status, history_version, reply_row, usage_counted)) = row else {
+    let mut by_run: HashMap<String, ResultRow> =
+        results.into_iter().map(|row: ResultRow| (row.0.clone(), row)).collect();
+    rows.iter().map(|row| outcome(row, by_run.remove(&row.run_id))).collect()
+}
+
+fn outcome(row: &FinishRow, result: Option<ResultRow>) -> Result<Finished, StoreError> {
+    let Some((run_id, Some(session_key), prior_status, history_version, reply_row, usage_counted)) = result else {
         return Ok(Finished::NoSuchRun);
     };
     if prior_status.as_deref() != Some("running") {
@@ -148,69 +250,19 @@ pub(super) async fn run(
     let history_version = history_version
         .ok_or_else(|| StoreError::Corrupt(format!("run {run_id}'s session {session_key} has no row")))?;
     if usage_counted == Some(false)
-        && let Some(billing) = &outcome.billing
+        && let Some(sender) = &row.billing_sender
     {
         // Identities are only ever moved, never deleted, so this needs a hand-edited database.
         // Failing would only make the message run (and cost) again, with the same result.
-        tracing::warn!(identity = %billing.identity, "a run's usage has no user to be counted for");
+        tracing::warn!(channel = ?row.billing_channel, %sender, "a run's usage has no user to be counted for");
     }
     Ok(Finished::Done { session_key, history_version, reply_row })
 }
 
 /// A writer connection's first finish: its TEMP objects do not exist yet.
 fn is_missing_trigger(err: &sqlx::Error) -> bool {
-    matches!(err, sqlx::Error::Database(db) if db.message().contains("no such table: run_finishes"))
-}
-
-/// The finish's parameters, bound anew for its one retry.
-struct Args<'a> {
-    run_id: &'a str,
-    outcome: &'a RunOutcome,
-    bus: &'a BusWrites<'a>,
-    now: i64,
-    reply_json: Option<String>,
-    transcript: String,
-    reply_flow: Option<&'static str>,
-}
-
-impl Args<'_> {
-    fn query(&self) -> sqlx::query::QueryAs<'_, Sqlite, ResultRow, SqliteArguments<'_>> {
-        let Args { run_id, outcome, bus, now, .. } = *self;
-        let billing = outcome.billing.as_ref();
-        let reply = bus.reply;
-        sqlx::query_as(FINISH)
-            .bind(run_id)
-            .bind(outcome.status.as_str())
-            .bind(&outcome.model)
-            .bind(to_i64(outcome.usage.input_tokens))
-            .bind(to_i64(outcome.usage.output_tokens))
-            .bind(i64::from(outcome.iterations))
-            .bind(outcome.error.as_deref())
-            .bind(self.reply_json.as_deref())
-            .bind(now)
-            .bind(outcome.cost_usd)
-            .bind(outcome.usage.estimated)
-            .bind(outcome.memory_scope.as_deref())
-            .bind(self.transcript.as_str())
-            .bind(billing.map(|billing| billing.identity.channel.as_str()))
-            .bind(billing.map(|billing| billing.identity.sender_id.as_str()))
-            .bind(billing.map(|billing| billing.month.as_str()))
-            .bind(billing.and_then(|billing| billing.group.as_deref()))
-            .bind(self.reply_flow)
-            .bind(reply.map(|record| record.channel.as_str()))
-            .bind(reply.map(|record| record.subject.as_str()))
-            .bind(reply.and_then(|record| record.dedupe_id.as_deref()))
-            .bind(reply.map(|record| record.payload.as_ref()))
-            .bind(bus.answered_row)
-    }
-}
-
-/// The transcript as the trigger reads it: `[[role, message JSON], …]`.
-fn transcript_json(outcome: &RunOutcome) -> Result<String, StoreError> {
-    let rows = outcome
-        .transcript
-        .iter()
-        .map(|message| encode(message).map(|json| (role_name(message.role), json)))
-        .collect::<Result<Vec<_>, _>>()?;
-    encode(&rows)
+    let missing = |db: &dyn sqlx::error::DatabaseError| {
+        ["no such table: finish_result", "no such table: run_finishes"].iter().any(|table| db.message().contains(table))
+    };
+    matches!(err, sqlx::Error::Database(db) if missing(db.as_ref()))
 }

@@ -1,7 +1,7 @@
 //! The writes that many tasks make at once, each kind grouped into one statement (see
 //! [`Grouped`]): the bus journal's appends (adapters publishing) and deletes (deliveries
-//! acked), and the claims of runs (workers starting turns). A run's finish is a statement of
-//! its own (`finish`): it carries the whole transcript.
+//! acked), and the claims and finishes of runs (workers starting and ending turns; the
+//! finish's statement is in `finish`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -9,6 +9,7 @@ use std::sync::Arc;
 use futures_util::FutureExt;
 use sqlx::SqlitePool;
 
+use super::finish::{self, FinishRow, Finished};
 use super::grouped::{GroupOutcome, Grouped};
 use crate::store::RunStatus;
 
@@ -36,6 +37,8 @@ pub(in crate::store) struct GroupWrites {
     pub appends: Arc<Grouped<JournalRow, Option<i64>>>,
     /// Runs to start; for each, whether it was new (false: the inbound id has a run already).
     pub claims: Arc<Grouped<ClaimRow, bool>>,
+    /// Runs to finish; for each, what its finish found and did, or why it failed.
+    pub finishes: Arc<Grouped<FinishRow, Result<Finished, String>>>,
 }
 
 impl std::fmt::Debug for GroupWrites {
@@ -46,11 +49,12 @@ impl std::fmt::Debug for GroupWrites {
 
 impl GroupWrites {
     pub fn new(writer: &SqlitePool) -> Self {
-        let (w1, w2, w3) = (writer.clone(), writer.clone(), writer.clone());
+        let (w1, w2, w3, w4) = (writer.clone(), writer.clone(), writer.clone(), writer.clone());
         Self {
             removals: Arc::new(Grouped::new(move |seqs| remove(w1.clone(), seqs).boxed())),
             appends: Arc::new(Grouped::new(move |rows| append(w2.clone(), rows).boxed())),
             claims: Arc::new(Grouped::new(move |rows| claim(w3.clone(), rows).boxed())),
+            finishes: Arc::new(Grouped::new(move |rows| finish::group(w4.clone(), rows).boxed())),
         }
     }
 }
