@@ -17,7 +17,8 @@
 use std::collections::HashMap;
 
 use serde::Serialize;
-use sqlx::{Executor, SqlitePool};
+use sqlx::sqlite::SqliteArguments;
+use sqlx::{Executor, Sqlite, SqlitePool};
 
 use super::grouped::GroupOutcome;
 use super::{RunOutcome, StoreError, encode, role_name, to_i64};
@@ -100,24 +101,43 @@ BEGIN
 END;
 ";
 
-/// A group of finishes and the read-back of their results: one call, so one round trip. The
-/// finishes come as a JSON array of objects (see [`FinishRow`]).
-const FINISH: &str = "
-DELETE FROM finish_result;
+/// A finish statement: clear the result table, insert `$rows` into the view (the trigger does
+/// the work), read the results back. One call, so one round trip.
+macro_rules! finish_statement {
+    ($rows:literal) => {
+        concat!(
+            "DELETE FROM finish_result;
 INSERT INTO run_finishes (
     run_id, status, model, input_tokens, output_tokens, iterations, error, reply_json,
     finished_at, cost_usd, usage_estimated, memory_scope, transcript,
     billing_channel, billing_sender, billing_month, billing_group,
     reply_flow, reply_channel, reply_subject, reply_dedupe_id, reply_payload, answered_seq
-) SELECT f.value ->> 'run_id', f.value ->> 'status', f.value ->> 'model', f.value ->> 'input_tokens',
+) ",
+            $rows,
+            ";
+SELECT run_id, session_key, prior_status, history_version, reply_seq, usage_counted FROM finish_result"
+        )
+    };
+}
+
+/// A group of finishes, as a JSON array of objects (see [`FinishRow`]).
+const FINISH: &str = finish_statement!(
+    "SELECT f.value ->> 'run_id', f.value ->> 'status', f.value ->> 'model', f.value ->> 'input_tokens',
     f.value ->> 'output_tokens', f.value ->> 'iterations', f.value ->> 'error', f.value ->> 'reply_json',
     f.value ->> 'finished_at', f.value ->> 'cost_usd', f.value ->> 'usage_estimated',
     f.value ->> 'memory_scope', f.value -> 'transcript', f.value ->> 'billing_channel',
     f.value ->> 'billing_sender', f.value ->> 'billing_month', f.value ->> 'billing_group',
     f.value ->> 'reply_flow', f.value ->> 'reply_channel', f.value ->> 'reply_subject',
     f.value ->> 'reply_dedupe_id', CAST(f.value ->> 'reply_payload' AS BLOB), f.value ->> 'answered_seq'
-FROM json_each($1) AS f ORDER BY f.key;
-SELECT run_id, session_key, prior_status, history_version, reply_seq, usage_counted FROM finish_result";
+FROM json_each($1) AS f ORDER BY f.key"
+);
+
+/// One finish alone (no other waited): the row as parameters, which spares the JSON that
+/// carries a group.
+const FINISH_ONE: &str = finish_statement!(
+    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21,
+    $22, $23)"
+);
 
 /// One run's finish, as the group's JSON array carries it.
 #[derive(Debug, Serialize)]
@@ -227,17 +247,61 @@ pub(super) async fn group(writer: SqlitePool, rows: Vec<FinishRow>) -> GroupOutc
 
 /// Runs the finishes, installing the trigger on the connection's first; one outcome per row.
 async fn finish(writer: &SqlitePool, rows: &[FinishRow]) -> Result<Vec<Finished>, StoreError> {
-    let array = encode(&rows)?;
-    let results = match sqlx::query_as(FINISH).bind(array.as_str()).fetch_all(writer).await {
+    let parameters = match rows {
+        [one] => Parameters::One(one, encode(&one.transcript)?),
+        _ => Parameters::Group(encode(&rows)?),
+    };
+    let results = match parameters.query().fetch_all(writer).await {
         Err(err) if is_missing_trigger(&err) => {
             writer.execute(INSTALL).await?;
-            sqlx::query_as(FINISH).bind(array.as_str()).fetch_all(writer).await?
+            parameters.query().fetch_all(writer).await?
         }
         other => other?,
     };
     let mut by_run: HashMap<String, ResultRow> =
         results.into_iter().map(|row: ResultRow| (row.0.clone(), row)).collect();
     rows.iter().map(|row| outcome(row, by_run.remove(&row.run_id))).collect()
+}
+
+/// A finish's parameters, bound anew for the retry after installing the trigger.
+enum Parameters<'a> {
+    /// One row, and its transcript as JSON.
+    One(&'a FinishRow, String),
+    /// The group as a JSON array.
+    Group(String),
+}
+
+impl Parameters<'_> {
+    fn query(&self) -> sqlx::query::QueryAs<'_, Sqlite, ResultRow, SqliteArguments<'_>> {
+        let (row, transcript) = match self {
+            Parameters::Group(array) => return sqlx::query_as(FINISH).bind(array.as_str()),
+            Parameters::One(row, transcript) => (row, transcript),
+        };
+        sqlx::query_as(FINISH_ONE)
+            .bind(row.run_id.as_str())
+            .bind(row.status)
+            .bind(row.model.as_str())
+            .bind(row.input_tokens)
+            .bind(row.output_tokens)
+            .bind(row.iterations)
+            .bind(row.error.as_deref())
+            .bind(row.reply_json.as_deref())
+            .bind(row.finished_at)
+            .bind(row.cost_usd)
+            .bind(row.usage_estimated)
+            .bind(row.memory_scope.as_deref())
+            .bind(transcript.as_str())
+            .bind(row.billing_channel.as_deref())
+            .bind(row.billing_sender.as_deref())
+            .bind(row.billing_month.as_deref())
+            .bind(row.billing_group.as_deref())
+            .bind(row.reply_flow)
+            .bind(row.reply_channel.as_deref())
+            .bind(row.reply_subject.as_deref())
+            .bind(row.reply_dedupe_id.as_deref())
+            .bind(row.reply_payload.as_deref().map(str::as_bytes))
+            .bind(row.answered_seq)
+    }
 }
 
 fn outcome(row: &FinishRow, result: Option<ResultRow>) -> Result<Finished, StoreError> {

@@ -60,6 +60,10 @@ impl GroupWrites {
 }
 
 async fn remove(writer: SqlitePool, seqs: Vec<i64>) -> GroupOutcome<()> {
+    if let [seq] = seqs.as_slice() {
+        let deleted = sqlx::query("DELETE FROM bus_journal WHERE seq = $1").bind(seq).execute(&writer).await;
+        return deleted.map(|_| vec![()]).map_err(|err| err.to_string());
+    }
     let count = seqs.len();
     let seqs = serde_json::to_string(&seqs).map_err(|err| err.to_string())?;
     sqlx::query("DELETE FROM bus_journal WHERE seq IN (SELECT value FROM json_each($1))")
@@ -73,6 +77,9 @@ async fn remove(writer: SqlitePool, seqs: Vec<i64>) -> GroupOutcome<()> {
 /// One `INSERT … SELECT` over a JSON array of the rows. The payloads travel as JSON strings,
 /// so they must be UTF-8, which the bus's payloads (JSON themselves) are.
 async fn append(writer: SqlitePool, rows: Vec<JournalRow>) -> GroupOutcome<Option<i64>> {
+    if let [row] = rows.as_slice() {
+        return append_one(&writer, row).await.map(|seq| vec![seq]);
+    }
     let mut array = Vec::with_capacity(rows.len());
     for row in &rows {
         let payload = std::str::from_utf8(&row.payload)
@@ -122,6 +129,9 @@ fn match_appended(rows: &[JournalRow], written: Vec<(i64, Option<String>)>) -> V
 /// Insert first and look only on conflict: the unique inbound id decides who is first, which
 /// stays correct where there is no database-wide write lock.
 async fn claim(writer: SqlitePool, rows: Vec<ClaimRow>) -> GroupOutcome<bool> {
+    if let [row] = rows.as_slice() {
+        return claim_one(&writer, row).await.map(|inserted| vec![inserted]);
+    }
     let array: Vec<_> = rows.iter().map(|row| (&row.run_id, &row.inbound_id, &row.session_key)).collect();
     let array = serde_json::to_string(&array).map_err(|err| err.to_string())?;
     let inserted: Vec<String> = sqlx::query_scalar(
@@ -140,6 +150,40 @@ async fn claim(writer: SqlitePool, rows: Vec<ClaimRow>) -> GroupOutcome<bool> {
     // group are told apart.
     let mut inserted: std::collections::HashSet<String> = inserted.into_iter().collect();
     Ok(rows.iter().map(|row| inserted.remove(&row.run_id)).collect())
+}
+
+/// A claim alone: the plain statement, without the JSON that carries a group.
+async fn claim_one(writer: &SqlitePool, row: &ClaimRow) -> Result<bool, String> {
+    let inserted = sqlx::query(
+        "INSERT INTO runs (run_id, inbound_id, session_key, status, attempt, started_at) \
+         VALUES ($1, $2, $3, $4, 1, $5) ON CONFLICT (inbound_id) DO NOTHING",
+    )
+    .bind(&row.run_id)
+    .bind(&row.inbound_id)
+    .bind(&row.session_key)
+    .bind(RunStatus::Running.as_str())
+    .bind(super::now_millis())
+    .execute(writer)
+    .await
+    .map_err(|err| err.to_string())?;
+    Ok(inserted.rows_affected() == 1)
+}
+
+/// An append alone: the plain statement, without the JSON that carries a group.
+async fn append_one(writer: &SqlitePool, row: &JournalRow) -> Result<Option<i64>, String> {
+    sqlx::query_scalar(
+        "INSERT INTO bus_journal (flow, channel, subject, dedupe_id, payload, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (dedupe_id) DO NOTHING RETURNING seq",
+    )
+    .bind(row.flow)
+    .bind(&row.channel)
+    .bind(&row.subject)
+    .bind(row.dedupe_id.as_deref())
+    .bind(row.payload.as_slice())
+    .bind(chrono::Utc::now().timestamp_millis())
+    .fetch_optional(writer)
+    .await
+    .map_err(|err| err.to_string())
 }
 
 #[cfg(test)]
