@@ -55,15 +55,21 @@ impl Held {
 
     /// Acks or naks and waits until the bus has been told.
     pub async fn settle(mut self, how: Settle) {
-        // Released first: once the bus has the verdict, a later message of the chat must no
-        // longer take this one for held here.
-        self.position = None;
+        // A nak gives the message back to the bus: released first, so that a later message of
+        // the chat does not take it for held here while it waits there. An ack keeps it until
+        // the bus confirmed: until then the message is still stored, and a later message of
+        // the chat arriving meanwhile (the chat saw the reply already) must not be handed
+        // back to wait for it.
+        if matches!(how, Settle::Nak(_)) {
+            self.position = None;
+        }
         if let Some(tx) = self.settle.take() {
             let _ = tx.send(how);
         }
         if let Some(done) = self.done.take() {
             let _ = done.await;
         }
+        self.position = None;
     }
 }
 
