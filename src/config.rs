@@ -183,7 +183,7 @@ pub struct BusOptions {
     pub queue_capacity: usize,
     /// Deliveries JetStream hands out unacked per consumer, across all the processes that
     /// share it: all workers' held messages, or one channel's replies being sent. Each worker
-    /// holds at most 4 × `worker.max_concurrent_runs` itself; this bounds them all together.
+    /// holds at most `worker.max_concurrent_runs` + 64 itself; this bounds them all together.
     pub max_ack_pending: u64,
 }
 

@@ -26,7 +26,7 @@ use crate::worker::{QueueSettings, RecallSettings, WorkerSettings};
 pub fn worker(config: &Config) -> Result<WorkerSettings, AssemblyError> {
     Ok(WorkerSettings {
         max_concurrent_runs: config.worker.max_concurrent_runs,
-        max_held: config.worker.max_concurrent_runs * 4,
+        max_held: crate::worker::held_for(config.worker.max_concurrent_runs),
         max_message_age: config.worker.max_message_age(),
         // A third of the ack wait, so one lost progress message does not cost the delivery.
         progress_interval: config.bus_options.ack_wait() / 3,
