@@ -32,10 +32,10 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
 use sqlx::{Row, Sqlite, Transaction};
+use switchboard_channels::bus::journal::JournalRecord;
 use switchboard_channels::contract::{OutboundMessage, Usage};
 use uuid::Uuid;
 
-pub(super) use self::group_writes::JournalRow;
 use self::group_writes::{ClaimRow, GroupWrites};
 use self::grouped::Grouped;
 use self::history_cache::HistoryCache;
@@ -141,7 +141,7 @@ impl SqliteStore {
 
     /// Adds rows to the bus journal (grouped with others added meanwhile, in order); each
     /// row's `seq`, or `None` when a row with its dedupe id is still pending.
-    pub(super) async fn append_journaled(&self, rows: Vec<JournalRow>) -> Result<Vec<Option<i64>>, String> {
+    pub(super) async fn append_journaled(&self, rows: Vec<JournalRecord>) -> Result<Vec<Option<i64>>, String> {
         Grouped::write(&self.writes.appends, rows).await
     }
 

@@ -11,16 +11,10 @@ use sqlx::SqlitePool;
 
 use super::finish::{self, FinishRow, Finished};
 use super::grouped::{GroupOutcome, Grouped};
-use crate::store::RunStatus;
+use switchboard_channels::bus::journal::JournalRecord;
 
-/// A message for the bus journal.
-pub(in crate::store) struct JournalRow {
-    pub flow: &'static str,
-    pub channel: String,
-    pub subject: String,
-    pub dedupe_id: Option<String>,
-    pub payload: Vec<u8>,
-}
+use super::bus_journal::flow_name;
+use crate::store::RunStatus;
 
 /// A run to claim for an inbound message.
 pub(in crate::store) struct ClaimRow {
@@ -34,7 +28,7 @@ pub(in crate::store) struct GroupWrites {
     /// Journal rows to delete; nothing comes back.
     pub removals: Arc<Grouped<i64, ()>>,
     /// Journal rows to add; each row's `seq`, or `None` when its dedupe id is still pending.
-    pub appends: Arc<Grouped<JournalRow, Option<i64>>>,
+    pub appends: Arc<Grouped<JournalRecord, Option<i64>>>,
     /// Runs to start; for each, whether it was new (false: the inbound id has a run already).
     pub claims: Arc<Grouped<ClaimRow, bool>>,
     /// Runs to finish; for each, what its finish found and did, or why it failed.
@@ -76,7 +70,7 @@ async fn remove(writer: SqlitePool, seqs: Vec<i64>) -> GroupOutcome<()> {
 
 /// One `INSERT … SELECT` over a JSON array of the rows. The payloads travel as JSON strings,
 /// so they must be UTF-8, which the bus's payloads (JSON themselves) are.
-async fn append(writer: SqlitePool, rows: Vec<JournalRow>) -> GroupOutcome<Option<i64>> {
+async fn append(writer: SqlitePool, rows: Vec<JournalRecord>) -> GroupOutcome<Option<i64>> {
     if let [row] = rows.as_slice() {
         return append_one(&writer, row).await.map(|seq| vec![seq]);
     }
@@ -84,7 +78,8 @@ async fn append(writer: SqlitePool, rows: Vec<JournalRow>) -> GroupOutcome<Optio
     for row in &rows {
         let payload = std::str::from_utf8(&row.payload)
             .map_err(|_| format!("a journal payload for {} is not UTF-8", row.subject))?;
-        array.push((row.flow, &row.channel, &row.subject, row.dedupe_id.as_deref(), payload));
+        let flow = flow_name(row.flow).map_err(|err| err.0)?;
+        array.push((flow, &row.channel, &row.subject, row.dedupe_id.as_deref(), payload));
     }
     let array = serde_json::to_string(&array).map_err(|err| err.to_string())?;
     let written: Vec<(i64, Option<String>)> = sqlx::query_as(
@@ -104,7 +99,7 @@ async fn append(writer: SqlitePool, rows: Vec<JournalRow>) -> GroupOutcome<Optio
 /// Which row got which `seq`. A row with a dedupe id is found by it (the first of a group that
 /// shares one was written, the others are duplicates). Rows without one never conflict, and
 /// were numbered in the order they were given.
-fn match_appended(rows: &[JournalRow], written: Vec<(i64, Option<String>)>) -> Vec<Option<i64>> {
+fn match_appended(rows: &[JournalRecord], written: Vec<(i64, Option<String>)>) -> Vec<Option<i64>> {
     let mut by_dedupe = HashMap::new();
     let mut undeduped = Vec::new();
     for (seq, dedupe_id) in written {
@@ -170,16 +165,16 @@ async fn claim_one(writer: &SqlitePool, row: &ClaimRow) -> Result<bool, String> 
 }
 
 /// An append alone: the plain statement, without the JSON that carries a group.
-async fn append_one(writer: &SqlitePool, row: &JournalRow) -> Result<Option<i64>, String> {
+async fn append_one(writer: &SqlitePool, row: &JournalRecord) -> Result<Option<i64>, String> {
     sqlx::query_scalar(
         "INSERT INTO bus_journal (flow, channel, subject, dedupe_id, payload, created_at) \
          VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (dedupe_id) DO NOTHING RETURNING seq",
     )
-    .bind(row.flow)
+    .bind(flow_name(row.flow).map_err(|err| err.0)?)
     .bind(&row.channel)
     .bind(&row.subject)
     .bind(row.dedupe_id.as_deref())
-    .bind(row.payload.as_slice())
+    .bind(row.payload.as_ref())
     .bind(chrono::Utc::now().timestamp_millis())
     .fetch_optional(writer)
     .await
@@ -190,13 +185,13 @@ async fn append_one(writer: &SqlitePool, row: &JournalRow) -> Result<Option<i64>
 mod tests {
     use super::*;
 
-    fn row(dedupe_id: Option<&str>) -> JournalRow {
-        JournalRow {
-            flow: "in",
+    fn row(dedupe_id: Option<&str>) -> JournalRecord {
+        JournalRecord {
+            flow: switchboard_channels::subject::Flow::In,
             channel: "t".into(),
             subject: "s".into(),
             dedupe_id: dedupe_id.map(str::to_owned),
-            payload: b"{}".to_vec(),
+            payload: bytes::Bytes::from_static(b"{}"),
         }
     }
 
