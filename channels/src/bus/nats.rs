@@ -157,6 +157,23 @@ impl NatsBus {
         })
     }
 
+    /// The subject to publish on, once the ids and the size pass: checked before anything is
+    /// sent, as nats-server drops the connection of a client whose protocol line is too long,
+    /// and with it every delivery the process holds.
+    fn checked_subject(
+        &self,
+        flow: Flow,
+        channel: &str,
+        chat_id: &str,
+        dedupe_id: Option<&str>,
+        payload_len: usize,
+    ) -> Result<String, BusError> {
+        super::check_publish(channel, chat_id, dedupe_id)?;
+        let subject = self.subjects.chat(flow, channel, chat_id);
+        self.check_size(&subject, payload_len, dedupe_id.map_or(0, str::len))?;
+        Ok(subject)
+    }
+
     async fn publish_stored(&self, subject: String, publish: Publish) -> Result<(), BusError> {
         let failed = |reason: String| BusError::Publish { subject: subject.clone(), reason };
         let pending = self.js.send_publish(subject.clone(), publish).await.map_err(|e| failed(e.to_string()))?;
@@ -204,11 +221,7 @@ impl Bus for NatsBus {
         dedupe_id: Option<&str>,
         payload: Bytes,
     ) -> Result<(), BusError> {
-        // Checked before anything is sent: nats-server drops the connection of a client whose
-        // protocol line is too long, and with it every delivery the process holds.
-        super::check_publish(channel, chat_id, dedupe_id)?;
-        let subject = self.subjects.chat(flow, channel, chat_id);
-        self.check_size(&subject, payload.len(), dedupe_id.map_or(0, str::len))?;
+        let subject = self.checked_subject(flow, channel, chat_id, dedupe_id, payload.len())?;
         if flow == Flow::Events {
             return self
                 .client
@@ -229,9 +242,8 @@ impl Bus for NatsBus {
             let mut pending = Vec::with_capacity(round.len());
             for message in round {
                 let dedupe_id = message.dedupe_id.as_deref();
-                super::check_publish(&message.channel, &message.chat_id, dedupe_id)?;
-                let subject = self.subjects.chat(flow, &message.channel, &message.chat_id);
-                self.check_size(&subject, message.payload.len(), dedupe_id.map_or(0, str::len))?;
+                let subject =
+                    self.checked_subject(flow, &message.channel, &message.chat_id, dedupe_id, message.payload.len())?;
                 let failed = |err: async_nats::jetstream::context::PublishError| BusError::Publish {
                     subject: subject.clone(),
                     reason: err.to_string(),
