@@ -1,6 +1,7 @@
 //! The agent loop: think (call the model), act (run the tools it asked for), observe (give it
 //! the results), until it answers in words or the iteration limit is reached.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use futures_util::future::join_all;
@@ -126,7 +127,7 @@ impl Agent {
     }
 
     /// The tools `filter` offers, as the model sees them (for the prompt's tool list).
-    pub fn tool_specs(&self, filter: &ToolFilter) -> Vec<crate::provider::ToolSpec> {
+    pub fn tool_specs(&self, filter: &ToolFilter) -> Vec<Arc<crate::provider::ToolSpec>> {
         self.tools.specs(filter)
     }
 
@@ -146,7 +147,7 @@ impl Agent {
     pub async fn complete(&self, messages: Vec<ChatMessage>, max_tokens: u32) -> Result<ChatResponse, ProviderError> {
         let request = ChatRequest {
             model: self.settings.model.clone(),
-            messages,
+            messages: messages.into(),
             max_tokens: Some(self.settings.max_tokens.map_or(max_tokens, |own| own.min(max_tokens))),
             temperature: self.settings.temperature,
             ..ChatRequest::default()
@@ -246,8 +247,11 @@ impl Agent {
         let tool_choice =
             if iteration == 1 { first_call_choice(&self.settings.tool_choice, &tools) } else { ToolChoice::Auto };
         // Rendered here, not stored: the transcript keeps the author apart from the text.
-        let messages =
-            if name_speakers { messages.iter().map(ChatMessage::with_speaker).collect() } else { messages.to_vec() };
+        let messages = if name_speakers {
+            Cow::Owned(messages.iter().map(ChatMessage::with_speaker).collect())
+        } else {
+            Cow::Borrowed(messages)
+        };
         let request = ChatRequest {
             model: self.settings.model.clone(),
             messages,
@@ -356,7 +360,7 @@ fn steer_in(steer: &mut SteerReceiver, messages: &mut Vec<ChatMessage>) {
 
 /// The configured choice, unless it names a tool this run does not offer (a sender whose level
 /// lacks it): then the model decides.
-fn first_call_choice(choice: &ToolChoice, offered: &[crate::provider::ToolSpec]) -> ToolChoice {
+fn first_call_choice(choice: &ToolChoice, offered: &[Arc<crate::provider::ToolSpec>]) -> ToolChoice {
     match choice {
         ToolChoice::Named(name) if !offered.iter().any(|spec| &spec.name == name) => ToolChoice::Auto,
         _ if offered.is_empty() => ToolChoice::Auto,

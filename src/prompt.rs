@@ -12,6 +12,7 @@ mod sections;
 mod tests;
 
 use std::path::Path;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
@@ -67,7 +68,7 @@ pub struct PromptInput<'a> {
     pub files: &'a WorkspaceFiles,
     pub workspace: &'a Path,
     /// The tools offered in this run (already filtered by the sender's level).
-    pub tools: &'a [ToolSpec],
+    pub tools: &'a [Arc<ToolSpec>],
     /// `agent.system_prompt`: the operator's own instructions.
     pub operator: &'a str,
     pub sender: Sender<'a>,

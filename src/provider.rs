@@ -17,6 +17,8 @@ mod retry_after;
 pub(crate) mod sse;
 pub mod transcribe;
 
+use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -190,16 +192,39 @@ impl ToolChoice {
     }
 }
 
-/// One call to the model.
+/// One call to the model. It borrows the turn's messages and shares the registry's tool
+/// schemas: a turn with a long history and many tools calls the model several times, and
+/// copying both for each call (and again for each entry of a model chain) was a large part
+/// of what a turn in flight held.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct ChatRequest {
+pub struct ChatRequest<'a> {
     pub model: String,
-    pub messages: Vec<ChatMessage>,
-    pub tools: Vec<ToolSpec>,
+    pub messages: Cow<'a, [ChatMessage]>,
+    pub tools: Vec<Arc<ToolSpec>>,
     pub max_tokens: Option<u32>,
     pub temperature: Option<f32>,
     /// Sent only with tools; [`ToolChoice::Auto`] sends nothing.
     pub tool_choice: ToolChoice,
+}
+
+impl ChatRequest<'_> {
+    /// The same request for `model`, borrowing this one's messages (a chain's next entry).
+    pub fn for_model(&self, model: &str) -> ChatRequest<'_> {
+        ChatRequest {
+            model: model.to_owned(),
+            messages: Cow::Borrowed(&self.messages),
+            tools: self.tools.clone(),
+            max_tokens: self.max_tokens,
+            temperature: self.temperature,
+            tool_choice: self.tool_choice.clone(),
+        }
+    }
+
+    /// A copy that owns its messages, to keep past the call (recording fakes).
+    pub fn into_owned(self) -> ChatRequest<'static> {
+        let ChatRequest { model, messages, tools, max_tokens, temperature, tool_choice } = self;
+        ChatRequest { model, messages: Cow::Owned(messages.into_owned()), tools, max_tokens, temperature, tool_choice }
+    }
 }
 
 /// The model's answer to one call.
@@ -277,7 +302,7 @@ pub trait Provider: Send + Sync {
     /// response holds the whole text either way.
     async fn complete(
         &self,
-        request: &ChatRequest,
+        request: &ChatRequest<'_>,
         stream: Option<TextSink<'_>>,
     ) -> Result<ChatResponse, ProviderError>;
 }

@@ -7,6 +7,7 @@
 //! property of the model's tokenizer and of the kind of text, not of a session, so sharing it
 //! learns faster; a restart starts again from 1.0, which only makes the first budgets rougher.
 
+use std::borrow::Borrow;
 use std::sync::Mutex;
 
 use switchboard_channels::contract::Usage;
@@ -67,10 +68,11 @@ pub fn raw_messages(messages: &[ChatMessage]) -> u64 {
 }
 
 /// The heuristic estimate of the tool schemas offered to the model, from their JSON.
-pub fn raw_tools(tools: &[ToolSpec]) -> u64 {
+pub fn raw_tools<T: Borrow<ToolSpec>>(tools: &[T]) -> u64 {
     tools
         .iter()
-        .map(|spec| {
+        .map(Borrow::borrow)
+        .map(|spec: &ToolSpec| {
             chars_to_tokens(spec.name.len() + spec.description.chars().count() + spec.parameters.to_string().len())
         })
         .sum()
@@ -78,7 +80,7 @@ pub fn raw_tools(tools: &[ToolSpec]) -> u64 {
 
 /// The usage of one model call whose provider reported none: the request's messages and tool
 /// schemas in, the answer out. Marked estimated, so records and `/status` can say so.
-pub fn estimate_usage(request: &ChatRequest, response: &ChatResponse) -> Usage {
+pub fn estimate_usage(request: &ChatRequest<'_>, response: &ChatResponse) -> Usage {
     let answer = ChatMessage::assistant(response.content.clone(), response.tool_calls.clone());
     Usage::estimate(raw_messages(&request.messages) + raw_tools(&request.tools), raw_message(&answer))
 }

@@ -188,11 +188,11 @@ pub struct ToolRegistry {
 struct Registered {
     tool: Arc<dyn Tool>,
     /// The spec and its heuristic token count ([`tokens::raw_tools`]).
-    spec: OnceLock<(ToolSpec, u64)>,
+    spec: OnceLock<(Arc<ToolSpec>, u64)>,
 }
 
 impl Registered {
-    fn spec(&self) -> &ToolSpec {
+    fn spec(&self) -> &Arc<ToolSpec> {
         &self.described().0
     }
 
@@ -200,7 +200,7 @@ impl Registered {
         self.described().1
     }
 
-    fn described(&self) -> &(ToolSpec, u64) {
+    fn described(&self) -> &(Arc<ToolSpec>, u64) {
         self.spec.get_or_init(|| {
             let tool = &self.tool;
             let spec = ToolSpec {
@@ -209,7 +209,7 @@ impl Registered {
                 parameters: tool.parameters(),
             };
             let raw_tokens = tokens::raw_tools(std::slice::from_ref(&spec));
-            (spec, raw_tokens)
+            (Arc::new(spec), raw_tokens)
         })
     }
 }
@@ -258,8 +258,8 @@ impl ToolRegistry {
     }
 
     /// The tools the filter allows, as the model sees them, in name order (stable, so
-    /// prompts cache well).
-    pub fn specs(&self, filter: &ToolFilter) -> Vec<ToolSpec> {
+    /// prompts cache well). Shared, not copied: a schema is built once per process.
+    pub fn specs(&self, filter: &ToolFilter) -> Vec<Arc<ToolSpec>> {
         self.offered(filter).map(|registered| registered.spec().clone()).collect()
     }
 

@@ -25,7 +25,7 @@ impl Provider for Unused {
         "unused"
     }
 
-    async fn complete(&self, _: &ChatRequest, _: Option<TextSink<'_>>) -> Result<ChatResponse, ProviderError> {
+    async fn complete(&self, _: &ChatRequest<'_>, _: Option<TextSink<'_>>) -> Result<ChatResponse, ProviderError> {
         Err(ProviderError::Network("the benches make no model calls".into()))
     }
 }

@@ -16,7 +16,7 @@ use crate::tools::{Tool, ToolError, ToolFilter};
 #[derive(Default)]
 pub(super) struct Scripted {
     answers: Mutex<VecDeque<Result<ChatResponse, ProviderError>>>,
-    pub requests: Mutex<Vec<ChatRequest>>,
+    pub requests: Mutex<Vec<ChatRequest<'static>>>,
 }
 
 #[async_trait]
@@ -27,10 +27,10 @@ impl Provider for Scripted {
 
     async fn complete(
         &self,
-        request: &ChatRequest,
+        request: &ChatRequest<'_>,
         stream: Option<TextSink<'_>>,
     ) -> Result<ChatResponse, ProviderError> {
-        self.requests.lock().unwrap().push(request.clone());
+        self.requests.lock().unwrap().push(request.clone().into_owned());
         let answer = self.answers.lock().unwrap().pop_front().expect("script ran out");
         if let (Some(sink), Ok(response)) = (stream, &answer) {
             sink(&response.content);

@@ -1,4 +1,5 @@
 use std::path::Path;
+use std::sync::Arc;
 
 use chrono::TimeZone;
 use serde_json::json;
@@ -23,15 +24,15 @@ fn all_files() -> WorkspaceFiles {
     }
 }
 
-fn tools() -> Vec<ToolSpec> {
-    vec![ToolSpec {
+fn tools() -> Vec<Arc<ToolSpec>> {
+    vec![Arc::new(ToolSpec {
         name: "read_file".into(),
         description: "Reads a file.\nMore detail.".into(),
         parameters: json!({}),
-    }]
+    })]
 }
 
-fn input<'a>(mode: PromptMode, files: &'a WorkspaceFiles, tools: &'a [ToolSpec]) -> PromptInput<'a> {
+fn input<'a>(mode: PromptMode, files: &'a WorkspaceFiles, tools: &'a [Arc<ToolSpec>]) -> PromptInput<'a> {
     PromptInput {
         mode,
         files,
@@ -220,7 +221,11 @@ fn a_cut_memory_file_points_to_memory_search_when_it_is_offered() {
     let without = sections::memory(&input(PromptMode::Full, &files, &tools())).unwrap();
     assert!(without.contains("NEWEST") && !without.contains(hint), "{without}");
     let mut offered = tools();
-    offered.push(ToolSpec { name: "memory_search".into(), description: "Searches.".into(), parameters: json!({}) });
+    offered.push(Arc::new(ToolSpec {
+        name: "memory_search".into(),
+        description: "Searches.".into(),
+        parameters: json!({}),
+    }));
     let with = sections::memory(&input(PromptMode::Full, &files, &offered)).unwrap();
     assert!(with.ends_with(&format!("NEWEST\n\nOnly the newest part is shown here: {hint}.")), "{with}");
     let whole = sections::memory(&input(PromptMode::Full, &all_files(), &offered)).unwrap();

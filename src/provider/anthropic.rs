@@ -105,7 +105,7 @@ impl WireFormat for AnthropicWire {
     }
 
     fn encode_request<'a>(
-        request: &'a ChatRequest,
+        request: &'a ChatRequest<'_>,
         stream: bool,
         images: Option<&'a Attached>,
     ) -> wire::WireRequest<'a> {

@@ -57,11 +57,11 @@ impl FailoverProvider {
     async fn call_entry(
         &self,
         entry: &FailoverEntry,
-        request: &ChatRequest,
+        request: &ChatRequest<'_>,
         sink: Option<TextSink<'_>>,
         streamed: &AtomicBool,
     ) -> Result<ChatResponse, ProviderError> {
-        let request = ChatRequest { model: entry.model.clone(), ..request.clone() };
+        let request = request.for_model(&entry.model);
         with_retries(&entry.retry, || async {
             match entry.provider.complete(&request, sink).await {
                 Err(err) if err.is_transient() && streamed.load(Ordering::Relaxed) => {
@@ -85,7 +85,7 @@ impl Provider for FailoverProvider {
     /// model as that provider reported it (or as asked, if it did not say).
     async fn complete(
         &self,
-        request: &ChatRequest,
+        request: &ChatRequest<'_>,
         stream: Option<TextSink<'_>>,
     ) -> Result<ChatResponse, ProviderError> {
         let streamed = AtomicBool::new(false);
@@ -145,7 +145,11 @@ mod tests {
         fn name(&self) -> &str {
             self.name
         }
-        async fn complete(&self, req: &ChatRequest, sink: Option<TextSink<'_>>) -> Result<ChatResponse, ProviderError> {
+        async fn complete(
+            &self,
+            req: &ChatRequest<'_>,
+            sink: Option<TextSink<'_>>,
+        ) -> Result<ChatResponse, ProviderError> {
             self.calls.lock().unwrap().push(req.model.clone());
             if let (Some(text), Some(sink)) = (self.stream_first, sink) {
                 sink(text);
@@ -168,8 +172,12 @@ mod tests {
         FailoverEntry { provider, model: model.into(), retry }
     }
 
-    fn request() -> ChatRequest {
-        ChatRequest { model: "ignored".into(), messages: vec![ChatMessage::user("hi")], ..ChatRequest::default() }
+    fn request() -> ChatRequest<'static> {
+        ChatRequest {
+            model: "ignored".into(),
+            messages: vec![ChatMessage::user("hi")].into(),
+            ..ChatRequest::default()
+        }
     }
 
     #[tokio::test]

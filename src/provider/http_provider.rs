@@ -60,7 +60,7 @@ pub trait WireFormat: Send + Sync + 'static {
     fn headers(config: &Self::Config) -> Result<HeaderMap, ProviderError>;
     /// The body of `request`; `images`, when given, are those of one of its messages, read
     /// for a vision model.
-    fn encode_request<'a>(request: &'a ChatRequest, stream: bool, images: Option<&'a Attached>) -> Self::Body<'a>;
+    fn encode_request<'a>(request: &'a ChatRequest<'_>, stream: bool, images: Option<&'a Attached>) -> Self::Body<'a>;
     /// Decodes a whole (non-streamed) answer.
     fn decode_response(body: &[u8]) -> Result<ChatResponse, ProviderError>;
     /// Maps a non-2xx answer to an error, with the provider's own message; `secret` is blanked
@@ -141,7 +141,7 @@ impl<W: WireFormat> HttpProvider<W> {
 
     async fn complete_streaming(
         &self,
-        request: &ChatRequest,
+        request: &ChatRequest<'_>,
         images: Option<&Attached>,
         sink: Option<TextSink<'_>>,
     ) -> Result<ChatResponse, ProviderError> {
@@ -234,7 +234,7 @@ impl<W: WireFormat> Provider for HttpProvider<W> {
     /// hears the text early. Without wire streaming the sink gets the whole text once.
     async fn complete(
         &self,
-        request: &ChatRequest,
+        request: &ChatRequest<'_>,
         stream: Option<TextSink<'_>>,
     ) -> Result<ChatResponse, ProviderError> {
         let settings = self.settings();

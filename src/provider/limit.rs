@@ -32,7 +32,7 @@ impl Provider for Limited {
 
     async fn complete(
         &self,
-        request: &ChatRequest,
+        request: &ChatRequest<'_>,
         stream: Option<TextSink<'_>>,
     ) -> Result<ChatResponse, ProviderError> {
         // Never closed: an error here would be a bug, and waiting on is what a caller expects.
@@ -81,7 +81,7 @@ mod tests {
             "slow"
         }
 
-        async fn complete(&self, _: &ChatRequest, _: Option<TextSink<'_>>) -> Result<ChatResponse, ProviderError> {
+        async fn complete(&self, _: &ChatRequest<'_>, _: Option<TextSink<'_>>) -> Result<ChatResponse, ProviderError> {
             let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
             self.most.fetch_max(now, Ordering::SeqCst);
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -97,7 +97,7 @@ mod tests {
         let first = limits.apply("local", 2, Arc::clone(&slow) as Arc<dyn Provider>);
         let second = limits.apply("local", 2, Arc::clone(&slow) as Arc<dyn Provider>);
         let request =
-            ChatRequest { model: "m".into(), messages: vec![ChatMessage::user("hi")], ..ChatRequest::default() };
+            ChatRequest { model: "m".into(), messages: vec![ChatMessage::user("hi")].into(), ..ChatRequest::default() };
         let calls = (0..6).map(|n| if n % 2 == 0 { &first } else { &second }).map(|p| p.complete(&request, None));
         let answers = futures_util::future::join_all(calls).await;
         assert!(answers.iter().all(Result::is_ok));
@@ -110,7 +110,7 @@ mod tests {
         let slow = Arc::new(Slow::default());
         let open = limits.apply("hosted", 0, Arc::clone(&slow) as Arc<dyn Provider>);
         let request =
-            ChatRequest { model: "m".into(), messages: vec![ChatMessage::user("hi")], ..ChatRequest::default() };
+            ChatRequest { model: "m".into(), messages: vec![ChatMessage::user("hi")].into(), ..ChatRequest::default() };
         let answers = futures_util::future::join_all((0..5).map(|_| open.complete(&request, None))).await;
         assert!(answers.iter().all(Result::is_ok));
         assert_eq!(slow.most.load(Ordering::SeqCst), 5);

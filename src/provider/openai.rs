@@ -113,7 +113,7 @@ impl WireFormat for OpenAiWire {
     }
 
     fn encode_request<'a>(
-        request: &'a ChatRequest,
+        request: &'a ChatRequest<'_>,
         stream: bool,
         images: Option<&'a Attached>,
     ) -> wire::WireRequest<'a> {

@@ -78,7 +78,7 @@ async fn unknown_tool_is_an_error_result() {
 async fn filtered_tools_are_neither_offered_nor_run() {
     let registry = registry_with(Arc::new(Sleepy));
     let filter = ToolFilter::Only(["current_time".to_owned()].into());
-    let names: Vec<_> = registry.specs(&filter).into_iter().map(|s| s.name).collect();
+    let names: Vec<_> = registry.specs(&filter).into_iter().map(|s| s.name.clone()).collect();
     assert_eq!(names, ["current_time"]);
     let out = registry.call(&call("sleepy", json!({})), &ToolContext::default(), &filter).await;
     assert!(out.is_error);
@@ -130,7 +130,7 @@ async fn string_arguments_are_parsed_and_bad_ones_reported() {
 #[test]
 fn specs_are_sorted_by_name() {
     let registry = registry_with(Arc::new(Sleepy));
-    let names: Vec<_> = registry.specs(&ToolFilter::All).into_iter().map(|s| s.name).collect();
+    let names: Vec<_> = registry.specs(&ToolFilter::All).into_iter().map(|s| s.name.clone()).collect();
     assert_eq!(names, ["current_time", "sleepy"]);
 }
 

@@ -30,10 +30,10 @@ fn provider(fake: &FakeAnthropic, stream: bool) -> AnthropicProvider {
     AnthropicProvider::new(config(fake, stream)).unwrap()
 }
 
-fn ask(text: &str) -> ChatRequest {
+fn ask(text: &str) -> ChatRequest<'static> {
     ChatRequest {
         model: "claude-test".into(),
-        messages: vec![ChatMessage::system("be brief"), ChatMessage::user(text)],
+        messages: vec![ChatMessage::system("be brief"), ChatMessage::user(text)].into(),
         tools: Vec::new(),
         ..ChatRequest::default()
     }
@@ -126,9 +126,9 @@ async fn a_history_with_failed_turns_reaches_anthropic_alternating_from_the_user
     ];
     let budget = Budget { input: 1_000_000, fixed: 0 };
     let mut request = ask("unused");
-    request.messages = vec![ChatMessage::system("s")];
-    request.messages.extend(prepare(history, None, budget, &Default::default(), &Default::default()));
-    request.messages.push(ChatMessage::user("now"));
+    request.messages = vec![ChatMessage::system("s")].into();
+    request.messages.to_mut().extend(prepare(history, None, budget, &Default::default(), &Default::default()));
+    request.messages.to_mut().push(ChatMessage::user("now"));
     provider(&fake, false).complete(&request, None).await.unwrap();
     let sent = fake.requests();
     let roles: Vec<&str> =
@@ -146,14 +146,14 @@ async fn request_shape_and_headers() {
         ToolCall { id: "toolu_b".into(), name: "read_file".into(), arguments: json!({"path": "b"}) },
     );
     let mut request = ask("read both");
-    request.messages.push(ChatMessage::assistant("", vec![a.clone(), b.clone()]));
-    request.messages.push(ChatMessage::tool_result(&a, "A"));
-    request.messages.push(ChatMessage::tool_result(&b, "B"));
-    request.tools.push(ToolSpec {
+    request.messages.to_mut().push(ChatMessage::assistant("", vec![a.clone(), b.clone()]));
+    request.messages.to_mut().push(ChatMessage::tool_result(&a, "A"));
+    request.messages.to_mut().push(ChatMessage::tool_result(&b, "B"));
+    request.tools.push(Arc::new(ToolSpec {
         name: "read_file".into(),
         description: "Reads".into(),
         parameters: json!({"type": "object"}),
-    });
+    }));
     provider(&fake, true).complete(&request, None).await.unwrap();
 
     let recorded = fake.recorded().remove(0);

@@ -1,7 +1,7 @@
 //! The OpenAI-compatible provider against the scripted fake server: wire format, streaming,
 //! error mapping and retries, end to end over real HTTP on loopback.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -27,10 +27,10 @@ fn provider(fake: &FakeLlm, stream: bool) -> OpenAiProvider {
     OpenAiProvider::new(config(fake, stream)).unwrap()
 }
 
-fn ask(text: &str) -> ChatRequest {
+fn ask(text: &str) -> ChatRequest<'static> {
     ChatRequest {
         model: "test-model".into(),
-        messages: vec![ChatMessage::system("be brief"), ChatMessage::user(text)],
+        messages: vec![ChatMessage::system("be brief"), ChatMessage::user(text)].into(),
         tools: Vec::new(),
         max_tokens: Some(256),
         temperature: Some(0.2),
@@ -146,15 +146,15 @@ async fn request_shape() {
     let fake = FakeLlm::start().await;
     let call = ToolCall { id: "call_7".into(), name: "read_file".into(), arguments: json!({"path": "a.txt"}) };
     let mut request = ask("read a.txt");
-    request.messages.push(ChatMessage::assistant("", vec![call.clone()]));
-    request.messages.push(ChatMessage::tool_result(&call, "contents of a"));
+    request.messages.to_mut().push(ChatMessage::assistant("", vec![call.clone()]));
+    request.messages.to_mut().push(ChatMessage::tool_result(&call, "contents of a"));
     provider(&fake, false).complete(&request, None).await.unwrap();
 
-    request.tools.push(ToolSpec {
+    request.tools.push(Arc::new(ToolSpec {
         name: "read_file".into(),
         description: "Reads a file".into(),
         parameters: json!({"type": "object"}),
-    });
+    }));
     provider(&fake, true).complete(&request, None).await.unwrap();
 
     let [without_tools, with_tools]: [Value; 2] = fake.requests().try_into().unwrap();

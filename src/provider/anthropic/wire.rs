@@ -52,7 +52,7 @@ struct WireTool<'a> {
 }
 
 pub(super) fn encode_request<'a>(
-    request: &'a ChatRequest,
+    request: &'a ChatRequest<'_>,
     stream: bool,
     images: Option<&'a Attached>,
 ) -> WireRequest<'a> {

@@ -92,7 +92,7 @@ struct WireFunctionDef<'a> {
 
 /// Builds the request body. With `stream`, also asks for the usage chunk at the end.
 pub(super) fn encode_request<'a>(
-    request: &'a ChatRequest,
+    request: &'a ChatRequest<'_>,
     stream: bool,
     images: Option<&'a Attached>,
 ) -> WireRequest<'a> {

@@ -1,3 +1,5 @@
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 
 use super::*;
@@ -7,8 +9,14 @@ fn call(id: &str) -> ToolCall {
     ToolCall { id: id.into(), name: "read_file".into(), arguments: json!({"path": id}) }
 }
 
-fn request(messages: Vec<ChatMessage>) -> ChatRequest {
-    ChatRequest { model: "claude-test".into(), messages, tools: Vec::new(), max_tokens: None, ..ChatRequest::default() }
+fn request(messages: Vec<ChatMessage>) -> ChatRequest<'static> {
+    ChatRequest {
+        model: "claude-test".into(),
+        messages: messages.into(),
+        tools: Vec::new(),
+        max_tokens: None,
+        ..ChatRequest::default()
+    }
 }
 
 fn encoded(messages: Vec<ChatMessage>) -> Value {
@@ -85,7 +93,11 @@ fn tools_and_invalid_arguments() {
         ChatMessage::user("go"),
         ChatMessage::assistant("", vec![ToolCall { id: "x".into(), name: "t".into(), arguments: json!("{bad") }]),
     ]);
-    req.tools.push(ToolSpec { name: "t".into(), description: "d".into(), parameters: json!({"type": "object"}) });
+    req.tools.push(Arc::new(ToolSpec {
+        name: "t".into(),
+        description: "d".into(),
+        parameters: json!({"type": "object"}),
+    }));
     req.max_tokens = Some(100);
     let body = serde_json::to_value(encode_request(&req, true, None)).unwrap();
     assert_eq!(body["tools"], json!([{"name": "t", "description": "d", "input_schema": {"type": "object"}}]));
@@ -136,8 +148,11 @@ fn error_bodies() {
 fn tool_choice_as_the_messages_api_spells_it() {
     let tool = ToolSpec { name: "current_time".into(), description: "d".into(), parameters: json!({}) };
     let with = |choice: ToolChoice| {
-        let request =
-            ChatRequest { tools: vec![tool.clone()], tool_choice: choice, ..request(vec![ChatMessage::user("hi")]) };
+        let request = ChatRequest {
+            tools: vec![Arc::new(tool.clone())],
+            tool_choice: choice,
+            ..request(vec![ChatMessage::user("hi")])
+        };
         serde_json::to_value(encode_request(&request, false, None)).unwrap()
     };
     assert!(with(ToolChoice::Auto).get("tool_choice").is_none());

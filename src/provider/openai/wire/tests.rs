@@ -1,4 +1,4 @@
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
@@ -7,18 +7,18 @@ use super::*;
 use crate::provider::ToolSpec;
 use crate::provider::sse::StreamEnd;
 
-fn request(messages: Vec<ChatMessage>, tools: Vec<ToolSpec>) -> ChatRequest {
+fn request(messages: Vec<ChatMessage>, tools: Vec<ToolSpec>) -> ChatRequest<'static> {
     ChatRequest {
         model: "m".into(),
-        messages,
-        tools,
+        messages: messages.into(),
+        tools: tools.into_iter().map(Arc::new).collect(),
         max_tokens: Some(100),
         temperature: Some(0.5),
         ..ChatRequest::default()
     }
 }
 
-fn encode(request: &ChatRequest, stream: bool) -> Value {
+fn encode(request: &ChatRequest<'_>, stream: bool) -> Value {
     serde_json::to_value(encode_request(request, stream, None)).unwrap()
 }
 
