@@ -5,7 +5,9 @@
 //! redelivered message never produces a second run or reply.
 
 pub mod cron;
+mod finishing;
 pub mod heartbeat;
+mod history_cache;
 mod journal;
 pub mod lock;
 pub mod memory_index;
@@ -14,6 +16,7 @@ pub mod pairing;
 pub mod sqlite;
 pub mod subagents;
 pub mod users;
+mod values;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};

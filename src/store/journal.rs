@@ -7,7 +7,7 @@ use switchboard_channels::bus::journal::{Journal, JournalEntry, JournalError, Jo
 use switchboard_channels::subject::Flow;
 
 use super::sqlite::SqliteStore;
-use super::sqlite::bus_journal::flow_name;
+use super::values::flow_name;
 
 fn db_error(err: sqlx::Error) -> JournalError {
     JournalError(err.to_string())

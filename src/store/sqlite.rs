@@ -7,14 +7,12 @@
 //!
 //! Times are stored as unix milliseconds (UTC).
 
-pub(super) mod bus_journal;
 mod compaction;
 mod cron;
 mod finish;
 mod group_writes;
 mod grouped;
 mod heartbeat;
-mod history_cache;
 mod memory_conversations;
 mod memory_embeddings;
 mod memory_index;
@@ -27,21 +25,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
 use sqlx::{Row, Sqlite, Transaction};
 use switchboard_channels::bus::journal::JournalRecord;
-use switchboard_channels::contract::{OutboundMessage, Usage};
+use switchboard_channels::contract::Usage;
 use uuid::Uuid;
 
 use self::group_writes::{ClaimRow, GroupWrites};
 use self::grouped::Grouped;
-use self::history_cache::HistoryCache;
+use super::finishing;
+use super::history_cache::HistoryCache;
 use super::migrate::{self, SQLITE_MIGRATIONS};
+use super::values::{decode_reply, from_millis, now_millis, parse_status, sql_limit, to_i64, to_u32, to_u64};
 use super::{BusWrites, Conversation, RunClaim, RunOutcome, RunRecord, RunStatus, SessionInfo, Store, StoreError};
-use crate::provider::{ChatMessage, Role};
+use crate::provider::ChatMessage;
 
 /// How long a statement waits for another connection's write lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -266,16 +265,16 @@ impl Store for SqliteStore {
         if outcome.status == RunStatus::Running {
             return Err(refuse("the outcome's status is still running"));
         }
-        let row = finish::row(run_id, outcome, bus, now_millis())?;
+        let row = finishing::row(run_id, outcome, bus, now_millis())?;
         let finished = Grouped::write(&self.writes.finishes, vec![row]).await.map_err(StoreError::Grouped)?;
         let finished = finished.into_iter().next().ok_or_else(|| StoreError::Grouped("no finish result".into()))?;
         match finished.map_err(StoreError::Grouped)? {
-            finish::Finished::Done { session_key, history_version, reply_row } => {
+            finishing::Finished::Done { session_key, history_version, reply_row } => {
                 self.history.append(&session_key, history_version, outcome.transcript.clone());
                 Ok(reply_row)
             }
-            finish::Finished::NoSuchRun => Err(StoreError::NoSuchRun(run_id.to_owned())),
-            finish::Finished::NotRunning => Err(refuse("it has already finished")),
+            finishing::Finished::NoSuchRun => Err(StoreError::NoSuchRun(run_id.to_owned())),
+            finishing::Finished::NotRunning => Err(refuse("it has already finished")),
         }
     }
 
@@ -430,57 +429,4 @@ fn run_record(row: &SqliteRow) -> Result<RunRecord, StoreError> {
         reply_delivered: row.try_get("reply_delivered")?,
         run_id,
     })
-}
-
-fn parse_status(status: &str) -> Result<RunStatus, StoreError> {
-    match status {
-        "running" => Ok(RunStatus::Running),
-        "completed" => Ok(RunStatus::Completed),
-        "failed" => Ok(RunStatus::Failed),
-        other => Err(StoreError::Corrupt(format!("unknown run status {other:?}"))),
-    }
-}
-
-/// The role column lets operators read the transcript with plain SQL; the JSON is authoritative.
-fn role_name(role: Role) -> &'static str {
-    match role {
-        Role::System => "system",
-        Role::User => "user",
-        Role::Assistant => "assistant",
-        Role::Tool => "tool",
-    }
-}
-
-fn encode<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
-    serde_json::to_string(value).map_err(|e| StoreError::Corrupt(format!("cannot encode as JSON: {e}")))
-}
-
-fn decode_reply(run_id: &str, json: &str) -> Result<OutboundMessage, StoreError> {
-    serde_json::from_str(json).map_err(|e| StoreError::Corrupt(format!("reply of run {run_id} is unreadable: {e}")))
-}
-
-fn now_millis() -> i64 {
-    Utc::now().timestamp_millis()
-}
-
-fn from_millis(millis: i64) -> Result<DateTime<Utc>, StoreError> {
-    DateTime::from_timestamp_millis(millis).ok_or_else(|| StoreError::Corrupt(format!("time {millis} is out of range")))
-}
-
-/// SQLite integers are signed; a `usize` limit beyond `i64::MAX` means "no limit" anyway.
-fn sql_limit(limit: usize) -> i64 {
-    i64::try_from(limit).unwrap_or(i64::MAX)
-}
-
-/// Token counts beyond `i64::MAX` cannot happen; saturating beats failing a finished run.
-pub(super) fn to_i64(count: u64) -> i64 {
-    i64::try_from(count).unwrap_or(i64::MAX)
-}
-
-pub(super) fn to_u64(value: i64, column: &str) -> Result<u64, StoreError> {
-    u64::try_from(value).map_err(|_| StoreError::Corrupt(format!("{column} is negative: {value}")))
-}
-
-fn to_u32(value: i64, column: &str) -> Result<u32, StoreError> {
-    u32::try_from(value).map_err(|_| StoreError::Corrupt(format!("{column} is out of range: {value}")))
 }

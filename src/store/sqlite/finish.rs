@@ -16,14 +16,13 @@
 
 use std::collections::HashMap;
 
-use serde::Serialize;
 use sqlx::sqlite::SqliteArguments;
 use sqlx::{Executor, Sqlite, SqlitePool};
 
+use super::StoreError;
 use super::grouped::GroupOutcome;
-use super::{RunOutcome, StoreError, encode, role_name, to_i64};
-use crate::store::BusWrites;
-use crate::store::sqlite::bus_journal::flow_name;
+use crate::store::finishing::{FinishRow, Finished};
+use crate::store::values::encode;
 
 /// Creates the connection's finishing trigger.
 pub(super) const INSTALL: &str = "
@@ -139,95 +138,7 @@ const FINISH_ONE: &str = finish_statement!(
     $22, $23)"
 );
 
-/// One run's finish, as the group's JSON array carries it.
-#[derive(Debug, Serialize)]
-pub(super) struct FinishRow {
-    run_id: String,
-    status: &'static str,
-    model: String,
-    input_tokens: i64,
-    output_tokens: i64,
-    iterations: i64,
-    error: Option<String>,
-    reply_json: Option<String>,
-    finished_at: i64,
-    cost_usd: Option<f64>,
-    usage_estimated: bool,
-    memory_scope: Option<String>,
-    /// `[[role, message JSON], …]`, in order.
-    transcript: Vec<(&'static str, String)>,
-    billing_channel: Option<String>,
-    billing_sender: Option<String>,
-    billing_month: Option<String>,
-    billing_group: Option<String>,
-    reply_flow: Option<&'static str>,
-    reply_channel: Option<String>,
-    reply_subject: Option<String>,
-    reply_dedupe_id: Option<String>,
-    /// The reply's journal payload, which is JSON text.
-    reply_payload: Option<String>,
-    answered_seq: Option<i64>,
-}
-
-/// What the finish found and did.
-#[derive(Debug)]
-pub(super) enum Finished {
-    /// The run is finished now.
-    Done {
-        session_key: String,
-        /// The session's history version after this run's rows.
-        history_version: i64,
-        /// The reply's journal row, unless no reply was journaled or one was pending already.
-        reply_row: Option<i64>,
-    },
-    NoSuchRun,
-    /// The run was not running (another worker finished it).
-    NotRunning,
-}
-
 type ResultRow = (String, Option<String>, Option<String>, Option<i64>, Option<i64>, Option<bool>);
-
-/// The finish of `run_id` with `outcome`, journaling `bus`'s writes with it, at `now` (unix ms).
-pub(super) fn row(run_id: &str, outcome: &RunOutcome, bus: &BusWrites<'_>, now: i64) -> Result<FinishRow, StoreError> {
-    let billing = outcome.billing.as_ref();
-    let reply = bus.reply;
-    let reply_payload = reply
-        .map(|record| {
-            String::from_utf8(record.payload.to_vec())
-                .map_err(|_| StoreError::Corrupt(format!("run {run_id}'s reply payload is not UTF-8")))
-        })
-        .transpose()?;
-    let transcript = outcome
-        .transcript
-        .iter()
-        .map(|message| encode(message).map(|json| (role_name(message.role), json)))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(FinishRow {
-        run_id: run_id.to_owned(),
-        status: outcome.status.as_str(),
-        model: outcome.model.clone(),
-        input_tokens: to_i64(outcome.usage.input_tokens),
-        output_tokens: to_i64(outcome.usage.output_tokens),
-        iterations: i64::from(outcome.iterations),
-        error: outcome.error.clone(),
-        reply_json: outcome.reply.as_ref().map(encode).transpose()?,
-        finished_at: now,
-        cost_usd: outcome.cost_usd,
-        usage_estimated: outcome.usage.estimated,
-        memory_scope: outcome.memory_scope.clone(),
-        transcript,
-        billing_channel: billing.map(|billing| billing.identity.channel.clone()),
-        billing_sender: billing.map(|billing| billing.identity.sender_id.clone()),
-        billing_month: billing.map(|billing| billing.month.clone()),
-        billing_group: billing.and_then(|billing| billing.group.clone()),
-        reply_flow: reply.map(|record| flow_name(record.flow)).transpose().map_err(|err| StoreError::Corrupt(err.0))?,
-        reply_channel: reply.map(|record| record.channel.clone()),
-        reply_subject: reply.map(|record| record.subject.clone()),
-        reply_dedupe_id: reply.and_then(|record| record.dedupe_id.clone()),
-        reply_payload,
-        answered_seq: bus.answered_row,
-    })
-}
 
 /// Finishes a group of runs in one statement. Should it fail, each is tried alone, so one bad
 /// finish does not fail the others.

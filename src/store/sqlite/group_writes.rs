@@ -9,12 +9,13 @@ use std::sync::Arc;
 use futures_util::FutureExt;
 use sqlx::SqlitePool;
 
-use super::finish::{self, FinishRow, Finished};
+use super::finish;
 use super::grouped::{GroupOutcome, Grouped};
+use crate::store::finishing::{FinishRow, Finished};
 use switchboard_channels::bus::journal::JournalRecord;
 
-use super::bus_journal::flow_name;
 use crate::store::RunStatus;
+use crate::store::values::flow_name;
 
 /// A run to claim for an inbound message.
 pub(in crate::store) struct ClaimRow {

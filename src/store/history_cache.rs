@@ -22,10 +22,10 @@ const EVICT_TO_PERCENT: usize = 75;
 const MESSAGE_OVERHEAD: usize = 96;
 
 /// A message of the history, as the model is shown it.
-pub(super) type Row = ChatMessage;
+pub(in crate::store) type Row = ChatMessage;
 
 #[derive(Debug, Default)]
-pub(super) struct HistoryCache {
+pub(in crate::store) struct HistoryCache {
     inner: Mutex<Inner>,
 }
 
@@ -50,7 +50,7 @@ struct Copy {
 
 impl HistoryCache {
     /// The newest `limit` rows of `key`'s history at `version`, if this process has them.
-    pub(super) fn get(&self, key: &str, version: i64, limit: usize) -> Option<Vec<Row>> {
+    pub(in crate::store) fn get(&self, key: &str, version: i64, limit: usize) -> Option<Vec<Row>> {
         let mut inner = self.lock();
         inner.clock += 1;
         let clock = inner.clock;
@@ -64,7 +64,7 @@ impl HistoryCache {
     }
 
     /// Keeps `rows`, the newest `limit` rows of `key`'s history at `version`.
-    pub(super) fn put(&self, key: &str, version: i64, limit: usize, rows: Vec<Row>) {
+    pub(in crate::store) fn put(&self, key: &str, version: i64, limit: usize, rows: Vec<Row>) {
         let mut inner = self.lock();
         inner.clock += 1;
         let bytes = rows_bytes(&rows);
@@ -74,7 +74,7 @@ impl HistoryCache {
 
     /// Appends a finished run's rows to `key`'s copy, which the run's transaction moved from
     /// `version - 1` to `version`. A copy of any other version is dropped.
-    pub(super) fn append(&self, key: &str, version: i64, rows: Vec<Row>) {
+    pub(in crate::store) fn append(&self, key: &str, version: i64, rows: Vec<Row>) {
         let mut inner = self.lock();
         let Some(mut copy) = inner.copies.remove(key) else { return };
         inner.bytes -= copy.bytes;
@@ -90,7 +90,7 @@ impl HistoryCache {
     }
 
     /// Drops `key`'s copy (its history changed in a way a copy cannot follow).
-    pub(super) fn forget(&self, key: &str) {
+    pub(in crate::store) fn forget(&self, key: &str) {
         self.lock().replace(key, None);
     }
 
