@@ -13,6 +13,8 @@ pub mod lock;
 pub mod memory_index;
 mod migrate;
 pub mod pairing;
+pub mod postgres;
+mod shared;
 pub mod sqlite;
 pub mod subagents;
 pub mod users;

@@ -1,15 +1,16 @@
-//! The in-process bus's journal on SQLite (see `switchboard_channels::bus::journal`).
+//! The in-process bus's journal on SQLite (see `switchboard_channels::bus::journal`), and the
+//! reading of its rows, which the PostgreSQL store's journal shares.
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use sqlx::Row;
+use sqlx::{ColumnIndex, Decode, Row, Type};
 use switchboard_channels::bus::journal::{Journal, JournalEntry, JournalError, JournalRecord};
 use switchboard_channels::subject::Flow;
 
 use super::sqlite::SqliteStore;
 use super::values::flow_name;
 
-fn db_error(err: sqlx::Error) -> JournalError {
+pub(super) fn db_error(err: sqlx::Error) -> JournalError {
     JournalError(err.to_string())
 }
 
@@ -52,21 +53,33 @@ impl Journal for SqliteStore {
             .fetch_all(self.pool())
             .await
             .map_err(db_error)?;
-        rows.iter()
-            .map(|row| {
-                let flow = match row.try_get::<String, _>("flow").map_err(db_error)?.as_str() {
-                    "in" => Flow::In,
-                    "out" => Flow::Out,
-                    other => return Err(JournalError(format!("unknown flow `{other}` in the journal"))),
-                };
-                Ok(JournalEntry {
-                    seq: row.try_get("seq").map_err(db_error)?,
-                    flow,
-                    channel: row.try_get("channel").map_err(db_error)?,
-                    subject: row.try_get("subject").map_err(db_error)?,
-                    payload: Bytes::from(row.try_get::<Vec<u8>, _>("payload").map_err(db_error)?),
-                })
-            })
-            .collect()
+        entries(&rows)
     }
+}
+
+/// The journal's rows as entries, from either store.
+pub(super) fn entries<R>(rows: &[R]) -> Result<Vec<JournalEntry>, JournalError>
+where
+    R: Row,
+    &'static str: ColumnIndex<R>,
+    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> Vec<u8>: Decode<'r, R::Database> + Type<R::Database>,
+{
+    rows.iter()
+        .map(|row| {
+            let flow = match row.try_get::<String, _>("flow").map_err(db_error)?.as_str() {
+                "in" => Flow::In,
+                "out" => Flow::Out,
+                other => return Err(JournalError(format!("unknown flow `{other}` in the journal"))),
+            };
+            Ok(JournalEntry {
+                seq: row.try_get("seq").map_err(db_error)?,
+                flow,
+                channel: row.try_get("channel").map_err(db_error)?,
+                subject: row.try_get("subject").map_err(db_error)?,
+                payload: Bytes::from(row.try_get::<Vec<u8>, _>("payload").map_err(db_error)?),
+            })
+        })
+        .collect()
 }

@@ -118,7 +118,7 @@ async fn apply(pool: &SqlitePool, migration: &Migration) -> Result<(), StoreErro
     Ok(())
 }
 
-fn failed(version: i64, what: &str, err: sqlx::Error) -> StoreError {
+pub(crate) fn failed(version: i64, what: &str, err: sqlx::Error) -> StoreError {
     StoreError::Migrate { version, reason: format!("{what}: {err}") }
 }
 

@@ -8,29 +8,21 @@
 //! Times are stored as unix milliseconds (UTC).
 
 mod compaction;
-mod cron;
 mod finish;
 mod group_writes;
 mod grouped;
-mod heartbeat;
 mod memory_conversations;
 mod memory_embeddings;
 mod memory_index;
-mod pairing;
-mod subagents;
-mod users;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
-};
-use sqlx::{Row, Sqlite, Transaction};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Sqlite, Transaction};
 use switchboard_channels::bus::journal::JournalRecord;
-use switchboard_channels::contract::Usage;
 use uuid::Uuid;
 
 use self::group_writes::{ClaimRow, GroupWrites};
@@ -38,7 +30,7 @@ use self::grouped::Grouped;
 use super::finishing;
 use super::history_cache::HistoryCache;
 use super::migrate::{self, SQLITE_MIGRATIONS};
-use super::values::{decode_reply, from_millis, now_millis, parse_status, sql_limit, to_i64, to_u32, to_u64};
+use super::values::{decode_reply, from_millis, now_millis, parse_status, run_record, sql_limit, to_u32, to_u64};
 use super::{BusWrites, Conversation, RunClaim, RunOutcome, RunRecord, RunStatus, SessionInfo, Store, StoreError};
 use crate::provider::ChatMessage;
 
@@ -151,7 +143,7 @@ impl SqliteStore {
     }
 
     /// Starts a write transaction holding the write lock from its first statement.
-    async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
+    pub(super) async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
         Ok(self.writer.begin_with("BEGIN IMMEDIATE").await?)
     }
 }
@@ -405,28 +397,4 @@ async fn existing_claim(tx: &mut Transaction<'_, Sqlite>, inbound_id: &str) -> R
             Ok(RunClaim::Finished { run_id, reply, delivered })
         }
     }
-}
-
-fn run_record(row: &SqliteRow) -> Result<RunRecord, StoreError> {
-    let run_id: String = row.try_get("run_id")?;
-    let finished_at: Option<i64> = row.try_get("finished_at")?;
-    Ok(RunRecord {
-        inbound_id: row.try_get("inbound_id")?,
-        session_key: row.try_get("session_key")?,
-        status: parse_status(row.try_get("status")?)?,
-        attempt: to_u32(row.try_get("attempt")?, "attempt")?,
-        model: row.try_get("model")?,
-        usage: Usage {
-            input_tokens: to_u64(row.try_get("input_tokens")?, "input_tokens")?,
-            output_tokens: to_u64(row.try_get("output_tokens")?, "output_tokens")?,
-            estimated: row.try_get("usage_estimated")?,
-        },
-        cost_usd: row.try_get("cost_usd")?,
-        iterations: to_u32(row.try_get("iterations")?, "iterations")?,
-        error: row.try_get("error")?,
-        started_at: from_millis(row.try_get("started_at")?)?,
-        finished_at: finished_at.map(from_millis).transpose()?,
-        reply_delivered: row.try_get("reply_delivered")?,
-        run_id,
-    })
 }

@@ -7,7 +7,10 @@ use switchboard_channels::bus::journal::JournalError;
 use switchboard_channels::contract::OutboundMessage;
 use switchboard_channels::subject::Flow;
 
-use super::{RunStatus, StoreError};
+use sqlx::{ColumnIndex, Decode, Row, Type};
+use switchboard_channels::contract::Usage;
+
+use super::{RunRecord, RunStatus, StoreError};
 use crate::provider::Role;
 
 pub(super) fn parse_status(status: &str) -> Result<RunStatus, StoreError> {
@@ -70,4 +73,38 @@ pub(super) fn flow_name(flow: Flow) -> Result<&'static str, JournalError> {
         Flow::Out => Ok("out"),
         Flow::Events => Err(JournalError("events are not journaled".into())),
     }
+}
+
+/// A `runs` row as operators see it, from either store (the columns of `RUN_COLUMNS`).
+pub(super) fn run_record<'r, R>(row: &'r R) -> Result<RunRecord, StoreError>
+where
+    R: Row,
+    &'static str: ColumnIndex<R>,
+    String: Decode<'r, R::Database> + Type<R::Database>,
+    i64: Decode<'r, R::Database> + Type<R::Database>,
+    f64: Decode<'r, R::Database> + Type<R::Database>,
+    bool: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let run_id: String = row.try_get("run_id")?;
+    let finished_at: Option<i64> = row.try_get("finished_at")?;
+    let status: String = row.try_get("status")?;
+    Ok(RunRecord {
+        inbound_id: row.try_get("inbound_id")?,
+        session_key: row.try_get("session_key")?,
+        status: parse_status(&status)?,
+        attempt: to_u32(row.try_get("attempt")?, "attempt")?,
+        model: row.try_get("model")?,
+        usage: Usage {
+            input_tokens: to_u64(row.try_get("input_tokens")?, "input_tokens")?,
+            output_tokens: to_u64(row.try_get("output_tokens")?, "output_tokens")?,
+            estimated: row.try_get("usage_estimated")?,
+        },
+        cost_usd: row.try_get("cost_usd")?,
+        iterations: to_u32(row.try_get("iterations")?, "iterations")?,
+        error: row.try_get("error")?,
+        started_at: from_millis(row.try_get("started_at")?)?,
+        finished_at: finished_at.map(from_millis).transpose()?,
+        reply_delivered: row.try_get("reply_delivered")?,
+        run_id,
+    })
 }

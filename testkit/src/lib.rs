@@ -1,7 +1,8 @@
 //! Test helpers: scripted OpenAI-compatible ([`fake_llm`]) and Anthropic ([`fake_anthropic`])
 //! servers, a fake Telegram Bot API ([`fake_telegram`]), a fake Discord REST API and gateway
 //! ([`fake_discord`]), and an isolated `nats-server` per test
-//! ([`nats`]). Dev-only; never linked into the daemon.
+//! ([`nats`]), and a PostgreSQL database per test ([`postgres`]). Dev-only; never linked into
+//! the daemon.
 
 pub mod daemon_process;
 pub mod fake_anthropic;
@@ -10,3 +11,4 @@ pub mod fake_llm;
 mod fake_server;
 pub mod fake_telegram;
 pub mod nats;
+pub mod postgres;

@@ -4,6 +4,7 @@
 
 mod common;
 mod cron_support;
+mod stores;
 #[path = "../support/mod.rs"]
 mod support;
 

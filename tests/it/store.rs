@@ -1,4 +1,6 @@
-//! The SQLite store against real database files: what a worker and an operator can observe.
+//! The stores against real databases, SQLite files and PostgreSQL databases: what a worker
+//! and an operator can observe. What holds for either runs on both ([`on_both_stores!`]);
+//! what is about files (opening, migrating, two processes on one file) on SQLite.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -10,15 +12,10 @@ use switchboard::provider::{ChatMessage, ToolCall};
 use switchboard::store::sqlite::SqliteStore;
 use switchboard::store::{RunClaim, RunOutcome, RunStatus, SessionInfo, Store, StoreError};
 use switchboard_channels::contract::{OutboundKind, OutboundMessage, Usage};
-use tempfile::TempDir;
+
+use crate::stores::on_both_stores;
 
 const SESSION: &str = "telegram:42";
-
-async fn fresh() -> (TempDir, SqliteStore) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(&dir.path().join("store.db")).await.unwrap();
-    (dir, store)
-}
 
 fn reply(run_id: &str, content: &str) -> OutboundMessage {
     let mut reply = OutboundMessage {
@@ -50,7 +47,7 @@ fn completed(run_id: &str, question: &str, answer: &str) -> RunOutcome {
     }
 }
 
-async fn claim_new(store: &SqliteStore, inbound_id: &str, session: &str) -> String {
+async fn claim_new(store: &dyn Store, inbound_id: &str, session: &str) -> String {
     match store.claim_run(inbound_id, session).await.unwrap() {
         RunClaim::New { run_id } => run_id,
         other => panic!("expected a new run, got {other:?}"),
@@ -58,7 +55,7 @@ async fn claim_new(store: &SqliteStore, inbound_id: &str, session: &str) -> Stri
 }
 
 /// Runs one whole turn: claim, finish with a question and its answer.
-async fn answered(store: &SqliteStore, inbound_id: &str, session: &str, n: usize) -> String {
+async fn answered(store: &dyn Store, inbound_id: &str, session: &str, n: usize) -> String {
     let run_id = claim_new(store, inbound_id, session).await;
     let outcome = completed(&run_id, &format!("q{n}"), &format!("a{n}"));
     store.finish_run(&run_id, &outcome).await.unwrap();
@@ -67,44 +64,6 @@ async fn answered(store: &SqliteStore, inbound_id: &str, session: &str, n: usize
 
 async fn raw_connection(path: &Path) -> SqliteConnection {
     SqliteConnectOptions::new().filename(path).connect().await.unwrap()
-}
-
-#[tokio::test]
-async fn first_claim_is_new_and_a_finished_run_replays_its_reply() {
-    let (_dir, store) = fresh().await;
-    let run_id = claim_new(&store, "in-1", SESSION).await;
-    let outcome = completed(&run_id, "hello", "hi there");
-    store.finish_run(&run_id, &outcome).await.unwrap();
-
-    let claim = store.claim_run("in-1", SESSION).await.unwrap();
-    // The stored reply comes back whole, with the same id, so redelivering it is idempotent.
-    assert_eq!(claim, RunClaim::Finished { run_id: run_id.clone(), reply: outcome.reply.clone(), delivered: false });
-    let RunClaim::Finished { reply: Some(reply), .. } = claim else { unreachable!() };
-    assert_eq!(reply.id, format!("{run_id}:reply"));
-}
-
-#[tokio::test]
-async fn a_run_without_reply_finishes_with_none() {
-    let (_dir, store) = fresh().await;
-    let run_id = claim_new(&store, "in-1", SESSION).await;
-    let outcome = RunOutcome { reply: None, ..completed(&run_id, "q", "NO_REPLY") };
-    store.finish_run(&run_id, &outcome).await.unwrap();
-    let claim = store.claim_run("in-1", SESSION).await.unwrap();
-    assert_eq!(claim, RunClaim::Finished { run_id, reply: None, delivered: false });
-}
-
-#[tokio::test]
-async fn claiming_an_unfinished_run_resumes_it_with_the_next_attempt() {
-    let (_dir, store) = fresh().await;
-    let run_id = claim_new(&store, "in-1", SESSION).await;
-    for attempt in 2..=3 {
-        let claim = store.claim_run("in-1", SESSION).await.unwrap();
-        assert_eq!(claim, RunClaim::Resumed { run_id: run_id.clone(), attempt });
-    }
-    let runs = store.recent_runs(10).await.unwrap();
-    assert_eq!(runs.len(), 1, "resuming must not create another run");
-    assert_eq!(runs[0].attempt, 3);
-    assert_eq!(runs[0].status, RunStatus::Running);
 }
 
 /// Exactly one claimant wins; everyone else resumes the same run, one attempt each.
@@ -131,7 +90,7 @@ fn assert_one_new(claims: Vec<Result<RunClaim, StoreError>>) {
     assert_eq!(attempts, (2..=50).collect::<Vec<u32>>(), "no attempt may be counted twice");
 }
 
-async fn claim_concurrently(stores: &[Arc<SqliteStore>]) -> Vec<Result<RunClaim, StoreError>> {
+async fn claim_concurrently(stores: &[Arc<dyn Store>]) -> Vec<Result<RunClaim, StoreError>> {
     let tasks: Vec<_> = (0..50)
         .map(|i| {
             let store = Arc::clone(&stores[i % stores.len()]);
@@ -146,226 +105,19 @@ async fn claim_concurrently(stores: &[Arc<SqliteStore>]) -> Vec<Result<RunClaim,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn fifty_concurrent_claims_on_one_store_make_one_run() {
-    let (_dir, store) = fresh().await;
-    let claims = claim_concurrently(&[Arc::new(store)]).await;
-    assert_one_new(claims);
-}
-
-/// Claims made at once for different messages share writes; each is a new run of its own,
-/// stored under its message and session.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn concurrent_claims_of_different_messages_are_each_a_new_run() {
-    let (_dir, store) = fresh().await;
-    let store = Arc::new(store);
-    let tasks: Vec<_> = (0..100)
-        .map(|n| {
-            let store = Arc::clone(&store);
-            tokio::spawn(async move { store.claim_run(&format!("in-{n}"), &format!("telegram:{}", n % 10)).await })
-        })
-        .collect();
-    let mut run_ids = std::collections::HashMap::new();
-    for (n, task) in tasks.into_iter().enumerate() {
-        let RunClaim::New { run_id } = task.await.unwrap().unwrap() else { panic!("message {n} was not new") };
-        run_ids.insert(run_id, n);
-    }
-    assert_eq!(run_ids.len(), 100, "every claim names a run of its own");
-    let runs = store.recent_runs(200).await.unwrap();
-    assert_eq!(runs.len(), 100);
-    for run in runs {
-        let n = run_ids[&run.run_id];
-        assert_eq!((run.inbound_id, run.session_key), (format!("in-{n}"), format!("telegram:{}", n % 10)));
-        assert_eq!((run.status, run.attempt), (RunStatus::Running, 1));
-    }
-    // A second claim of each finds its run.
-    let again = store.claim_run("in-7", "telegram:7").await.unwrap();
-    assert!(matches!(again, RunClaim::Resumed { attempt: 2, .. }), "{again:?}");
-}
-
-/// Finishes made at once share a statement, and each stores its own turn: a finish refused
-/// in the group (its run finished before) leaves the others finished and adds nothing.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn concurrent_finishes_each_store_their_own_turn() {
-    let (_dir, store) = fresh().await;
-    let store = Arc::new(store);
-    let mut runs = Vec::new();
-    for n in 0..40 {
-        runs.push(claim_new(&store, &format!("in-{n}"), &format!("telegram:{}", n % 5)).await);
-    }
-    store.finish_run(&runs[0], &completed(&runs[0], "q0", "a0")).await.unwrap();
-    let tasks: Vec<_> = runs
-        .iter()
-        .enumerate()
-        .map(|(n, run_id)| {
-            let (store, run_id) = (Arc::clone(&store), run_id.clone());
-            tokio::spawn(async move {
-                store.finish_run(&run_id, &completed(&run_id, &format!("q{n}"), &format!("a{n}"))).await
-            })
-        })
-        .collect();
-    for (n, task) in tasks.into_iter().enumerate() {
-        match (n, task.await.unwrap()) {
-            (0, Err(StoreError::Finish { .. })) | (1.., Ok(())) => {}
-            (n, other) => panic!("finish {n}: {other:?}"),
-        }
-    }
-    for chat in 0..5 {
-        let history = store.history(&format!("telegram:{chat}"), 100).await.unwrap();
-        let mut turns: Vec<(String, String)> =
-            history.chunks(2).map(|turn| (turn[0].content.clone(), turn[1].content.clone())).collect();
-        turns.sort();
-        let mut expected: Vec<(String, String)> =
-            (0..40).filter(|n| n % 5 == chat).map(|n| (format!("q{n}"), format!("a{n}"))).collect();
-        expected.sort();
-        assert_eq!(turns, expected, "session telegram:{chat}");
-    }
-    let runs = store.recent_runs(100).await.unwrap();
-    assert!(runs.iter().all(|run| run.status == RunStatus::Completed && run.usage.input_tokens == 120));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fifty_concurrent_claims_from_two_stores_on_one_file_make_one_run() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("shared.db");
     // Opened at the same time, as two processes starting together would: both migrate.
     let (a, b) = tokio::join!(SqliteStore::open(&path), SqliteStore::open(&path));
-    let claims = claim_concurrently(&[Arc::new(a.unwrap()), Arc::new(b.unwrap())]).await;
+    let stores: [Arc<dyn Store>; 2] = [Arc::new(a.unwrap()), Arc::new(b.unwrap())];
+    let claims = claim_concurrently(&stores).await;
     assert_one_new(claims);
 }
 
-#[tokio::test]
-async fn history_returns_the_latest_messages_oldest_first() {
-    let (_dir, store) = fresh().await;
-    answered(&store, "in-1", SESSION, 1).await;
-    answered(&store, "in-other", "discord:9", 9).await;
-    let run_id = claim_new(&store, "in-2", SESSION).await;
-    let call = ToolCall { id: "call-1".into(), name: "current_time".into(), arguments: json!({}) };
-    let tool_turn = vec![
-        ChatMessage::user("q2"),
-        ChatMessage::assistant("", vec![call.clone()]),
-        ChatMessage::tool_result(&call, "12:00"),
-        ChatMessage::assistant("a2", Vec::new()),
-    ];
-    let outcome = RunOutcome { transcript: tool_turn.clone(), ..completed(&run_id, "", "") };
-    store.finish_run(&run_id, &outcome).await.unwrap();
-
-    let all = store.history(SESSION, 100).await.unwrap();
-    let mut expected = vec![ChatMessage::user("q1"), ChatMessage::assistant("a1", Vec::new())];
-    expected.extend(tool_turn.clone());
-    assert_eq!(all, expected, "other sessions' messages must not leak in");
-    assert_eq!(store.history(SESSION, 3).await.unwrap(), tool_turn[1..].to_vec());
-    assert!(store.history(SESSION, 0).await.unwrap().is_empty());
-    assert!(store.history("telegram:unknown", 10).await.unwrap().is_empty());
-}
-
-#[tokio::test]
-async fn finishing_an_unknown_run_fails_and_writes_nothing() {
-    let (_dir, store) = fresh().await;
-    let run_id = claim_new(&store, "in-1", SESSION).await;
-    let err = store.finish_run("no-such-run", &completed(&run_id, "q", "a")).await.unwrap_err();
-    assert!(matches!(err, StoreError::NoSuchRun(ref id) if id == "no-such-run"), "{err}");
-    assert!(store.history(SESSION, 10).await.unwrap().is_empty());
-    let runs = store.recent_runs(10).await.unwrap();
-    assert_eq!((runs.len(), runs[0].status), (1, RunStatus::Running));
-    assert!(matches!(store.mark_reply_delivered("no-such-run").await, Err(StoreError::NoSuchRun(_))));
-}
-
-#[tokio::test]
-async fn finishing_twice_is_refused_and_keeps_the_first_result() {
-    let (_dir, store) = fresh().await;
-    let run_id = answered(&store, "in-1", SESSION, 1).await;
-    let err = store.finish_run(&run_id, &completed(&run_id, "q", "late")).await.unwrap_err();
-    assert!(matches!(err, StoreError::Finish { .. }), "{err}");
-    assert_eq!(store.history(SESSION, 10).await.unwrap().len(), 2, "the turn must not be duplicated");
-    let RunClaim::Finished { reply: Some(reply), .. } = store.claim_run("in-1", SESSION).await.unwrap() else {
-        panic!("expected a finished run with a reply");
-    };
-    assert_eq!(reply.content, "a1");
-}
-
-#[tokio::test]
-async fn finish_run_records_status_usage_and_failure() {
-    let (_dir, store) = fresh().await;
-    let ok = answered(&store, "in-1", SESSION, 1).await;
-    let bad = claim_new(&store, "in-2", SESSION).await;
-    let failure = RunOutcome {
-        status: RunStatus::Failed,
-        error: Some("the provider answered HTTP 500".into()),
-        iterations: 3,
-        cost_usd: None,
-        ..completed(&bad, "q2", "sorry")
-    };
-    store.finish_run(&bad, &failure).await.unwrap();
-
-    let runs = store.recent_runs(10).await.unwrap();
-    let (failed, done) = (&runs[0], &runs[1]);
-    assert_eq!((failed.run_id.as_str(), failed.status), (bad.as_str(), RunStatus::Failed));
-    assert_eq!(failed.error.as_deref(), Some("the provider answered HTTP 500"));
-    assert_eq!(failed.iterations, 3);
-    assert_eq!((done.run_id.as_str(), done.status, done.error.as_deref()), (ok.as_str(), RunStatus::Completed, None));
-    assert_eq!(done.usage, Usage::new(120, 30));
-    // The cost round-trips, and an unknown one stays unknown (NULL), not zero.
-    assert_eq!((done.cost_usd, failed.cost_usd), (Some(0.0042), None));
-    assert_eq!(
-        (done.model.as_str(), done.inbound_id.as_str(), done.session_key.as_str()),
-        ("test-model", "in-1", SESSION)
-    );
-    let finished_at = done.finished_at.expect("a finished run has a finish time");
-    assert!(done.started_at <= finished_at);
-    assert!(matches!(store.claim_run("in-2", SESSION).await.unwrap(), RunClaim::Finished { .. }));
-}
-
-/// A reader never sees a run's transcript without its final status, or the reverse.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_finished_turn_becomes_visible_all_at_once() {
-    let (_dir, store) = fresh().await;
-    let store = Arc::new(store);
-    let reader = {
-        let store = Arc::clone(&store);
-        tokio::spawn(async move {
-            for _ in 0..300 {
-                let seen = store.history(SESSION, 1000).await.unwrap().len();
-                let done = finished_runs(&store).await;
-                assert!(seen <= done * 2, "transcript visible before its run finished");
-                let done = finished_runs(&store).await;
-                let seen = store.history(SESSION, 1000).await.unwrap().len();
-                assert!(seen >= done * 2, "run finished before its transcript was visible");
-            }
-        })
-    };
-    for n in 0..30 {
-        answered(&store, &format!("in-{n}"), SESSION, n).await;
-    }
-    reader.await.unwrap();
-}
-
-async fn finished_runs(store: &SqliteStore) -> usize {
+async fn finished_runs(store: &dyn Store) -> usize {
     let runs = store.recent_runs(1000).await.unwrap();
     runs.iter().filter(|r| r.status != RunStatus::Running).count()
-}
-
-#[tokio::test]
-async fn a_delivered_reply_is_not_offered_again() {
-    let (_dir, store) = fresh().await;
-    let run_id = answered(&store, "in-1", SESSION, 1).await;
-    store.mark_reply_delivered(&run_id).await.unwrap();
-    let RunClaim::Finished { delivered, .. } = store.claim_run("in-1", SESSION).await.unwrap() else {
-        panic!("expected a finished run");
-    };
-    assert!(delivered);
-    assert!(store.recent_runs(1).await.unwrap()[0].reply_delivered);
-}
-
-#[tokio::test]
-async fn recent_runs_lists_newest_first_up_to_the_limit() {
-    let (_dir, store) = fresh().await;
-    for n in 0..5 {
-        claim_new(&store, &format!("in-{n}"), SESSION).await;
-    }
-    let inbound = |runs: Vec<switchboard::store::RunRecord>| runs.into_iter().map(|r| r.inbound_id).collect::<Vec<_>>();
-    assert_eq!(inbound(store.recent_runs(3).await.unwrap()), ["in-4", "in-3", "in-2"]);
-    assert_eq!(store.recent_runs(100).await.unwrap().len(), 5);
-    assert!(store.recent_runs(0).await.unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -442,7 +194,7 @@ async fn concurrent_turns_from_two_stores_all_succeed() {
             let store = Arc::clone(if n % 2 == 0 { &a } else { &b });
             tokio::spawn(async move {
                 let session = format!("telegram:{}", n % 4);
-                let run_id = claim_new(&store, &format!("in-{n}"), &session).await;
+                let run_id = claim_new(&*store, &format!("in-{n}"), &session).await;
                 store.history(&session, 50).await.unwrap();
                 let outcome = completed(&run_id, "q", "a");
                 store.finish_run(&run_id, &outcome).await.unwrap();
@@ -459,109 +211,316 @@ async fn concurrent_turns_from_two_stores_all_succeed() {
     assert_eq!(b.history("telegram:0", 100).await.unwrap().len(), 20);
 }
 
-#[tokio::test]
-async fn compaction_hides_covered_rows_and_keeps_the_summary() {
-    let (_dir, store) = fresh().await;
-    for n in 0..3 {
-        answered(&store, &format!("in-{n}"), SESSION, n).await;
+on_both_stores! {
+    async fn first_claim_is_new_and_a_finished_run_replays_its_reply(store) {
+        let run_id = claim_new(&*store, "in-1", SESSION).await;
+        let outcome = completed(&run_id, "hello", "hi there");
+        store.finish_run(&run_id, &outcome).await.unwrap();
+
+        let claim = store.claim_run("in-1", SESSION).await.unwrap();
+        // The stored reply comes back whole, with the same id, so redelivering it is idempotent.
+        assert_eq!(claim, RunClaim::Finished { run_id: run_id.clone(), reply: outcome.reply.clone(), delivered: false });
+        let RunClaim::Finished { reply: Some(reply), .. } = claim else { unreachable!() };
+        assert_eq!(reply.id, format!("{run_id}:reply"));
     }
-    assert_eq!(store.session_summary(SESSION).await.unwrap(), None);
-    let rows = store.history_rows(SESSION, 100).await.unwrap();
-    assert_eq!(rows.len(), 6);
-    assert!(rows.windows(2).all(|w| w[0].0 < w[1].0), "ids grow with the transcript");
 
-    assert!(store.begin_compaction(SESSION).await.unwrap());
-    // A second compaction of the same session is refused while the first runs.
-    assert!(!store.begin_compaction(SESSION).await.unwrap());
-    store.finish_compaction(SESSION, "first four", rows[3].0).await.unwrap();
-    assert_eq!(store.session_summary(SESSION).await.unwrap(), Some(("first four".into(), 1)));
-    let after = store.history(SESSION, 100).await.unwrap();
-    assert_eq!(after, vec![rows[4].1.clone(), rows[5].1.clone()]);
-
-    // The mark is cleared: another compaction may start; an abort changes nothing else.
-    assert!(store.begin_compaction(SESSION).await.unwrap());
-    store.abort_compaction(SESSION).await.unwrap();
-    assert_eq!(store.session_summary(SESSION).await.unwrap(), Some(("first four".into(), 1)));
-    assert_eq!(store.history(SESSION, 100).await.unwrap().len(), 2);
-    assert!(store.begin_compaction(SESSION).await.unwrap());
-
-    // Other sessions are untouched; an unknown session cannot be compacted.
-    assert!(!store.begin_compaction("telegram:nobody").await.unwrap());
-    let err = store.finish_compaction("telegram:nobody", "x", 1).await.unwrap_err();
-    assert!(matches!(err, StoreError::NoSuchSession(_)), "{err}");
-}
-
-#[tokio::test]
-async fn archiving_a_session_hides_its_history_and_restarts_its_token_count() {
-    let (_dir, store) = fresh().await;
-    assert_eq!(store.session_info("t:new").await.unwrap(), SessionInfo::default());
-    answered(&store, "in-1", "t:arch", 1).await;
-    answered(&store, "in-2", "t:other", 2).await;
-    assert_eq!(store.session_info("t:arch").await.unwrap().tokens_used, 150);
-    store.archive_session("t:arch").await.unwrap();
-    assert!(store.history("t:arch", 10).await.unwrap().is_empty());
-    assert_eq!(store.session_info("t:arch").await.unwrap().tokens_used, 0);
-    // Other sessions are untouched; the archived session goes on from here.
-    assert_eq!(store.history("t:other", 10).await.unwrap().len(), 2);
-    answered(&store, "in-3", "t:arch", 3).await;
-    let history = store.history("t:arch", 10).await.unwrap();
-    assert_eq!(history, vec![ChatMessage::user("q3"), ChatMessage::assistant("a3", Vec::new())]);
-    assert_eq!(store.session_info("t:arch").await.unwrap().tokens_used, 150);
-    store.set_queue_mode("t:arch", Some("collect")).await.unwrap();
-    assert_eq!(store.session_info("t:arch").await.unwrap().queue_mode.as_deref(), Some("collect"));
-}
-
-#[tokio::test]
-async fn a_new_conversation_drops_the_old_summary_and_status_counts_compactions() {
-    let (_dir, store) = fresh().await;
-    for n in 0..2 {
-        answered(&store, &format!("in-{n}"), SESSION, n).await;
+    async fn a_run_without_reply_finishes_with_none(store) {
+        let run_id = claim_new(&*store, "in-1", SESSION).await;
+        let outcome = RunOutcome { reply: None, ..completed(&run_id, "q", "NO_REPLY") };
+        store.finish_run(&run_id, &outcome).await.unwrap();
+        let claim = store.claim_run("in-1", SESSION).await.unwrap();
+        assert_eq!(claim, RunClaim::Finished { run_id, reply: None, delivered: false });
     }
-    let rows = store.history_rows(SESSION, 100).await.unwrap();
-    assert!(store.begin_compaction(SESSION).await.unwrap());
-    store.finish_compaction(SESSION, "old talk", rows[1].0).await.unwrap();
-    assert_eq!(store.session_info(SESSION).await.unwrap().compactions, 1);
-    store.archive_session(SESSION).await.unwrap();
-    assert_eq!(store.session_summary(SESSION).await.unwrap().map(|s| s.0), None);
-    assert!(store.history(SESSION, 100).await.unwrap().is_empty());
-}
 
-#[tokio::test]
-async fn a_groups_usage_is_counted_with_its_runs_once_per_run_and_per_month() {
-    use switchboard::config::{Identity, Level};
-    use switchboard::store::users::{Billing, UserStore};
-    const GROUP: &str = "telegram:-1001234567890";
-    let (dir, store) = fresh().await;
-    let alice = Identity::new("telegram", "42");
-    store.resolve_user(&alice, "Alice", Level::Guest).await.unwrap();
-    let billing = |month: &str, group: Option<&str>| {
-        Some(Billing { identity: alice.clone(), month: month.into(), group: group.map(str::to_owned) })
-    };
-    let finish = |inbound: &'static str, billing: Option<Billing>| {
-        let store = &store;
-        async move {
-            let run_id = claim_new(store, inbound, GROUP).await;
-            let outcome = RunOutcome { billing, ..completed(&run_id, "q", "a") };
-            store.finish_run(&run_id, &outcome).await.unwrap();
-            (run_id, outcome)
+    async fn claiming_an_unfinished_run_resumes_it_with_the_next_attempt(store) {
+        let run_id = claim_new(&*store, "in-1", SESSION).await;
+        for attempt in 2..=3 {
+            let claim = store.claim_run("in-1", SESSION).await.unwrap();
+            assert_eq!(claim, RunClaim::Resumed { run_id: run_id.clone(), attempt });
         }
-    };
-    let (run_id, outcome) = finish("in-1", billing("2025-01", Some(GROUP))).await;
-    finish("in-2", billing("2025-01", Some(GROUP))).await;
-    finish("in-3", billing("2025-02", Some(GROUP))).await;
-    // A run in no configured group counts for the person only.
-    finish("in-4", billing("2025-01", None)).await;
-    // Finishing a finished run again is refused and counts nothing.
-    assert!(matches!(store.finish_run(&run_id, &outcome).await, Err(StoreError::Finish { .. })));
+        let runs = store.recent_runs(10).await.unwrap();
+        assert_eq!(runs.len(), 1, "resuming must not create another run");
+        assert_eq!(runs[0].attempt, 3);
+        assert_eq!(runs[0].status, RunStatus::Running);
+    }
 
-    assert_eq!(store.group_usage(GROUP, "2025-01").await.unwrap(), Usage::new(240, 60));
-    assert_eq!(store.group_usage(GROUP, "2025-02").await.unwrap(), Usage::new(120, 30));
-    assert_eq!(store.group_usage(GROUP, "2025-03").await.unwrap(), Usage::default());
-    assert_eq!(store.group_usage("discord:guild:1", "2025-01").await.unwrap(), Usage::default());
-    let user = store.resolve_user(&alice, "", Level::Guest).await.unwrap();
-    assert_eq!(store.monthly_usage(user.id, "2025-01").await.unwrap(), Usage::new(360, 90));
-    // Kept in the file.
-    store.close().await;
-    let reopened = SqliteStore::open(&dir.path().join("store.db")).await.unwrap();
-    assert_eq!(reopened.group_usage(GROUP, "2025-01").await.unwrap(), Usage::new(240, 60));
+    async fn fifty_concurrent_claims_on_one_store_make_one_run(store) {
+        let claims = claim_concurrently(&[store]).await;
+        assert_one_new(claims);
+    }
+
+    /// Claims made at once for different messages share writes; each is a new run of its own,
+    /// stored under its message and session.
+    async fn concurrent_claims_of_different_messages_are_each_a_new_run(store) {
+        let tasks: Vec<_> = (0..100)
+            .map(|n| {
+                let store = Arc::clone(&store);
+                tokio::spawn(async move { store.claim_run(&format!("in-{n}"), &format!("telegram:{}", n % 10)).await })
+            })
+            .collect();
+        let mut run_ids = std::collections::HashMap::new();
+        for (n, task) in tasks.into_iter().enumerate() {
+            let RunClaim::New { run_id } = task.await.unwrap().unwrap() else { panic!("message {n} was not new") };
+            run_ids.insert(run_id, n);
+        }
+        assert_eq!(run_ids.len(), 100, "every claim names a run of its own");
+        let runs = store.recent_runs(200).await.unwrap();
+        assert_eq!(runs.len(), 100);
+        for run in runs {
+            let n = run_ids[&run.run_id];
+            assert_eq!((run.inbound_id, run.session_key), (format!("in-{n}"), format!("telegram:{}", n % 10)));
+            assert_eq!((run.status, run.attempt), (RunStatus::Running, 1));
+        }
+        // A second claim of each finds its run.
+        let again = store.claim_run("in-7", "telegram:7").await.unwrap();
+        assert!(matches!(again, RunClaim::Resumed { attempt: 2, .. }), "{again:?}");
+    }
+
+    /// Finishes made at once share a statement, and each stores its own turn: a finish refused
+    /// in the group (its run finished before) leaves the others finished and adds nothing.
+    async fn concurrent_finishes_each_store_their_own_turn(store) {
+        let mut runs = Vec::new();
+        for n in 0..40 {
+            runs.push(claim_new(&*store, &format!("in-{n}"), &format!("telegram:{}", n % 5)).await);
+        }
+        store.finish_run(&runs[0], &completed(&runs[0], "q0", "a0")).await.unwrap();
+        let tasks: Vec<_> = runs
+            .iter()
+            .enumerate()
+            .map(|(n, run_id)| {
+                let (store, run_id) = (Arc::clone(&store), run_id.clone());
+                tokio::spawn(async move {
+                    store.finish_run(&run_id, &completed(&run_id, &format!("q{n}"), &format!("a{n}"))).await
+                })
+            })
+            .collect();
+        for (n, task) in tasks.into_iter().enumerate() {
+            match (n, task.await.unwrap()) {
+                (0, Err(StoreError::Finish { .. })) | (1.., Ok(())) => {}
+                (n, other) => panic!("finish {n}: {other:?}"),
+            }
+        }
+        for chat in 0..5 {
+            let history = store.history(&format!("telegram:{chat}"), 100).await.unwrap();
+            let mut turns: Vec<(String, String)> =
+                history.chunks(2).map(|turn| (turn[0].content.clone(), turn[1].content.clone())).collect();
+            turns.sort();
+            let mut expected: Vec<(String, String)> =
+                (0..40).filter(|n| n % 5 == chat).map(|n| (format!("q{n}"), format!("a{n}"))).collect();
+            expected.sort();
+            assert_eq!(turns, expected, "session telegram:{chat}");
+        }
+        let runs = store.recent_runs(100).await.unwrap();
+        assert!(runs.iter().all(|run| run.status == RunStatus::Completed && run.usage.input_tokens == 120));
+    }
+
+    async fn history_returns_the_latest_messages_oldest_first(store) {
+        answered(&*store, "in-1", SESSION, 1).await;
+        answered(&*store, "in-other", "discord:9", 9).await;
+        let run_id = claim_new(&*store, "in-2", SESSION).await;
+        let call = ToolCall { id: "call-1".into(), name: "current_time".into(), arguments: json!({}) };
+        let tool_turn = vec![
+            ChatMessage::user("q2"),
+            ChatMessage::assistant("", vec![call.clone()]),
+            ChatMessage::tool_result(&call, "12:00"),
+            ChatMessage::assistant("a2", Vec::new()),
+        ];
+        let outcome = RunOutcome { transcript: tool_turn.clone(), ..completed(&run_id, "", "") };
+        store.finish_run(&run_id, &outcome).await.unwrap();
+
+        let all = store.history(SESSION, 100).await.unwrap();
+        let mut expected = vec![ChatMessage::user("q1"), ChatMessage::assistant("a1", Vec::new())];
+        expected.extend(tool_turn.clone());
+        assert_eq!(all, expected, "other sessions' messages must not leak in");
+        assert_eq!(store.history(SESSION, 3).await.unwrap(), tool_turn[1..].to_vec());
+        assert!(store.history(SESSION, 0).await.unwrap().is_empty());
+        assert!(store.history("telegram:unknown", 10).await.unwrap().is_empty());
+    }
+
+    async fn finishing_an_unknown_run_fails_and_writes_nothing(store) {
+        let run_id = claim_new(&*store, "in-1", SESSION).await;
+        let err = store.finish_run("no-such-run", &completed(&run_id, "q", "a")).await.unwrap_err();
+        assert!(matches!(err, StoreError::NoSuchRun(ref id) if id == "no-such-run"), "{err}");
+        assert!(store.history(SESSION, 10).await.unwrap().is_empty());
+        let runs = store.recent_runs(10).await.unwrap();
+        assert_eq!((runs.len(), runs[0].status), (1, RunStatus::Running));
+        assert!(matches!(store.mark_reply_delivered("no-such-run").await, Err(StoreError::NoSuchRun(_))));
+    }
+
+    async fn finishing_twice_is_refused_and_keeps_the_first_result(store) {
+        let run_id = answered(&*store, "in-1", SESSION, 1).await;
+        let err = store.finish_run(&run_id, &completed(&run_id, "q", "late")).await.unwrap_err();
+        assert!(matches!(err, StoreError::Finish { .. }), "{err}");
+        assert_eq!(store.history(SESSION, 10).await.unwrap().len(), 2, "the turn must not be duplicated");
+        let RunClaim::Finished { reply: Some(reply), .. } = store.claim_run("in-1", SESSION).await.unwrap() else {
+            panic!("expected a finished run with a reply");
+        };
+        assert_eq!(reply.content, "a1");
+    }
+
+    async fn finish_run_records_status_usage_and_failure(store) {
+        let ok = answered(&*store, "in-1", SESSION, 1).await;
+        let bad = claim_new(&*store, "in-2", SESSION).await;
+        let failure = RunOutcome {
+            status: RunStatus::Failed,
+            error: Some("the provider answered HTTP 500".into()),
+            iterations: 3,
+            cost_usd: None,
+            ..completed(&bad, "q2", "sorry")
+        };
+        store.finish_run(&bad, &failure).await.unwrap();
+
+        let runs = store.recent_runs(10).await.unwrap();
+        let (failed, done) = (&runs[0], &runs[1]);
+        assert_eq!((failed.run_id.as_str(), failed.status), (bad.as_str(), RunStatus::Failed));
+        assert_eq!(failed.error.as_deref(), Some("the provider answered HTTP 500"));
+        assert_eq!(failed.iterations, 3);
+        assert_eq!((done.run_id.as_str(), done.status, done.error.as_deref()), (ok.as_str(), RunStatus::Completed, None));
+        assert_eq!(done.usage, Usage::new(120, 30));
+        // The cost round-trips, and an unknown one stays unknown (NULL), not zero.
+        assert_eq!((done.cost_usd, failed.cost_usd), (Some(0.0042), None));
+        assert_eq!(
+            (done.model.as_str(), done.inbound_id.as_str(), done.session_key.as_str()),
+            ("test-model", "in-1", SESSION)
+        );
+        let finished_at = done.finished_at.expect("a finished run has a finish time");
+        assert!(done.started_at <= finished_at);
+        assert!(matches!(store.claim_run("in-2", SESSION).await.unwrap(), RunClaim::Finished { .. }));
+    }
+
+    /// A reader never sees a run's transcript without its final status, or the reverse.
+    async fn a_finished_turn_becomes_visible_all_at_once(store) {
+        let reader = {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move {
+                for _ in 0..300 {
+                    let seen = store.history(SESSION, 1000).await.unwrap().len();
+                    let done = finished_runs(&*store).await;
+                    assert!(seen <= done * 2, "transcript visible before its run finished");
+                    let done = finished_runs(&*store).await;
+                    let seen = store.history(SESSION, 1000).await.unwrap().len();
+                    assert!(seen >= done * 2, "run finished before its transcript was visible");
+                }
+            })
+        };
+        for n in 0..30 {
+            answered(&*store, &format!("in-{n}"), SESSION, n).await;
+        }
+        reader.await.unwrap();
+    }
+
+    async fn a_delivered_reply_is_not_offered_again(store) {
+        let run_id = answered(&*store, "in-1", SESSION, 1).await;
+        store.mark_reply_delivered(&run_id).await.unwrap();
+        let RunClaim::Finished { delivered, .. } = store.claim_run("in-1", SESSION).await.unwrap() else {
+            panic!("expected a finished run");
+        };
+        assert!(delivered);
+        assert!(store.recent_runs(1).await.unwrap()[0].reply_delivered);
+    }
+
+    async fn recent_runs_lists_newest_first_up_to_the_limit(store) {
+        for n in 0..5 {
+            claim_new(&*store, &format!("in-{n}"), SESSION).await;
+        }
+        let inbound = |runs: Vec<switchboard::store::RunRecord>| runs.into_iter().map(|r| r.inbound_id).collect::<Vec<_>>();
+        assert_eq!(inbound(store.recent_runs(3).await.unwrap()), ["in-4", "in-3", "in-2"]);
+        assert_eq!(store.recent_runs(100).await.unwrap().len(), 5);
+        assert!(store.recent_runs(0).await.unwrap().is_empty());
+    }
+
+    async fn compaction_hides_covered_rows_and_keeps_the_summary(store) {
+        for n in 0..3 {
+            answered(&*store, &format!("in-{n}"), SESSION, n).await;
+        }
+        assert_eq!(store.session_summary(SESSION).await.unwrap(), None);
+        let rows = store.history_rows(SESSION, 100).await.unwrap();
+        assert_eq!(rows.len(), 6);
+        assert!(rows.windows(2).all(|w| w[0].0 < w[1].0), "ids grow with the transcript");
+
+        assert!(store.begin_compaction(SESSION).await.unwrap());
+        // A second compaction of the same session is refused while the first runs.
+        assert!(!store.begin_compaction(SESSION).await.unwrap());
+        store.finish_compaction(SESSION, "first four", rows[3].0).await.unwrap();
+        assert_eq!(store.session_summary(SESSION).await.unwrap(), Some(("first four".into(), 1)));
+        let after = store.history(SESSION, 100).await.unwrap();
+        assert_eq!(after, vec![rows[4].1.clone(), rows[5].1.clone()]);
+
+        // The mark is cleared: another compaction may start; an abort changes nothing else.
+        assert!(store.begin_compaction(SESSION).await.unwrap());
+        store.abort_compaction(SESSION).await.unwrap();
+        assert_eq!(store.session_summary(SESSION).await.unwrap(), Some(("first four".into(), 1)));
+        assert_eq!(store.history(SESSION, 100).await.unwrap().len(), 2);
+        assert!(store.begin_compaction(SESSION).await.unwrap());
+
+        // Other sessions are untouched; an unknown session cannot be compacted.
+        assert!(!store.begin_compaction("telegram:nobody").await.unwrap());
+        let err = store.finish_compaction("telegram:nobody", "x", 1).await.unwrap_err();
+        assert!(matches!(err, StoreError::NoSuchSession(_)), "{err}");
+    }
+
+    async fn archiving_a_session_hides_its_history_and_restarts_its_token_count(store) {
+        assert_eq!(store.session_info("t:new").await.unwrap(), SessionInfo::default());
+        answered(&*store, "in-1", "t:arch", 1).await;
+        answered(&*store, "in-2", "t:other", 2).await;
+        assert_eq!(store.session_info("t:arch").await.unwrap().tokens_used, 150);
+        store.archive_session("t:arch").await.unwrap();
+        assert!(store.history("t:arch", 10).await.unwrap().is_empty());
+        assert_eq!(store.session_info("t:arch").await.unwrap().tokens_used, 0);
+        // Other sessions are untouched; the archived session goes on from here.
+        assert_eq!(store.history("t:other", 10).await.unwrap().len(), 2);
+        answered(&*store, "in-3", "t:arch", 3).await;
+        let history = store.history("t:arch", 10).await.unwrap();
+        assert_eq!(history, vec![ChatMessage::user("q3"), ChatMessage::assistant("a3", Vec::new())]);
+        assert_eq!(store.session_info("t:arch").await.unwrap().tokens_used, 150);
+        store.set_queue_mode("t:arch", Some("collect")).await.unwrap();
+        assert_eq!(store.session_info("t:arch").await.unwrap().queue_mode.as_deref(), Some("collect"));
+    }
+
+    async fn a_new_conversation_drops_the_old_summary_and_status_counts_compactions(store) {
+        for n in 0..2 {
+            answered(&*store, &format!("in-{n}"), SESSION, n).await;
+        }
+        let rows = store.history_rows(SESSION, 100).await.unwrap();
+        assert!(store.begin_compaction(SESSION).await.unwrap());
+        store.finish_compaction(SESSION, "old talk", rows[1].0).await.unwrap();
+        assert_eq!(store.session_info(SESSION).await.unwrap().compactions, 1);
+        store.archive_session(SESSION).await.unwrap();
+        assert_eq!(store.session_summary(SESSION).await.unwrap().map(|s| s.0), None);
+        assert!(store.history(SESSION, 100).await.unwrap().is_empty());
+    }
+
+    async fn a_groups_usage_is_counted_with_its_runs_once_per_run_and_per_month(store) {
+        use switchboard::config::{Identity, Level};
+        use switchboard::store::users::Billing;
+        const GROUP: &str = "telegram:-1001234567890";
+        let alice = Identity::new("telegram", "42");
+        store.resolve_user(&alice, "Alice", Level::Guest).await.unwrap();
+        let billing = |month: &str, group: Option<&str>| {
+            Some(Billing { identity: alice.clone(), month: month.into(), group: group.map(str::to_owned) })
+        };
+        let finish = |inbound: &'static str, billing: Option<Billing>| {
+            let store = &*store;
+            async move {
+                let run_id = claim_new(store, inbound, GROUP).await;
+                let outcome = RunOutcome { billing, ..completed(&run_id, "q", "a") };
+                store.finish_run(&run_id, &outcome).await.unwrap();
+                (run_id, outcome)
+            }
+        };
+        let (run_id, outcome) = finish("in-1", billing("2025-01", Some(GROUP))).await;
+        finish("in-2", billing("2025-01", Some(GROUP))).await;
+        finish("in-3", billing("2025-02", Some(GROUP))).await;
+        // A run in no configured group counts for the person only.
+        finish("in-4", billing("2025-01", None)).await;
+        // Finishing a finished run again is refused and counts nothing.
+        assert!(matches!(store.finish_run(&run_id, &outcome).await, Err(StoreError::Finish { .. })));
+
+        assert_eq!(store.group_usage(GROUP, "2025-01").await.unwrap(), Usage::new(240, 60));
+        assert_eq!(store.group_usage(GROUP, "2025-02").await.unwrap(), Usage::new(120, 30));
+        assert_eq!(store.group_usage(GROUP, "2025-03").await.unwrap(), Usage::default());
+        assert_eq!(store.group_usage("discord:guild:1", "2025-01").await.unwrap(), Usage::default());
+        let user = store.resolve_user(&alice, "", Level::Guest).await.unwrap();
+        assert_eq!(store.monthly_usage(user.id, "2025-01").await.unwrap(), Usage::new(360, 90));
+    }
 }

@@ -1,0 +1,332 @@
+//! [`MemoryIndex`] for the PostgreSQL store: the SQLite store's tables, with PostgreSQL's own
+//! full-text search where that one has FTS5. Each chunk's words are a generated `tsvector`
+//! (the `simple` configuration: no stemming and no stop words, like FTS5's `unicode61`), a
+//! GIN index finds the matches, `ts_rank` orders them and `ts_headline` cuts the snippet.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use sqlx::{Postgres, Transaction};
+
+use super::PostgresStore;
+use crate::provider::ChatMessage;
+use crate::store::StoreError;
+use crate::store::memory_index::{
+    CONVERSATION_PREFIX, ChunkQuery, IndexedChunk, MemoryChunk, MemoryHit, MemoryIndex, MemoryQuery,
+    conversation_chunks, conversation_text, spoken_by_agent, vector_from_bytes, vector_to_bytes,
+};
+use crate::store::values::{from_millis, now_millis, sql_limit};
+
+/// A search's row: chunk id, path, lines, snippet, rank, and a conversation chunk's start
+/// (empty for a file's), which says who wrote it.
+type Hit = (i64, String, i64, i64, String, f32, String);
+
+/// A chunk row: id, path, start line, end line, text.
+type ChunkRow = (i64, String, i64, i64, String);
+
+/// Transcript rows indexed per transaction, so a first search in a long-lived scope does not
+/// hold one transaction for long.
+const BATCH: i64 = 500;
+
+/// How `ts_headline` cuts a snippet: about as much as FTS5's `snippet()` shows.
+const HEADLINE: &str = "StartSel=**, StopSel=**, MaxWords=24, MinWords=8, ShortWord=0, MaxFragments=1, \
+     FragmentDelimiter=…";
+
+/// The `tsquery` for `terms`: each one quoted (so nothing in it is an operator), words of three
+/// letters or more also as a prefix (`zebra` finds `zebras`), any of them matching.
+pub(crate) fn ts_query(terms: &[String]) -> String {
+    terms
+        .iter()
+        .map(|term| {
+            let quoted = format!("'{}'", term.replace('\\', "\\\\").replace('\'', "''"));
+            if term.chars().count() >= 3 { format!("{quoted}:*") } else { quoted }
+        })
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
+#[async_trait]
+impl MemoryIndex for PostgresStore {
+    async fn memory_fingerprint(&self, root: &str, path: &str) -> Result<Option<String>, StoreError> {
+        Ok(sqlx::query_scalar("SELECT fingerprint FROM memory_files WHERE root = $1 AND path = $2")
+            .bind(root)
+            .bind(path)
+            .fetch_optional(self.pool())
+            .await?)
+    }
+
+    async fn index_memory_file(
+        &self,
+        root: &str,
+        path: &str,
+        fingerprint: &str,
+        chunks: &[MemoryChunk],
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool().begin().await?;
+        sqlx::query("DELETE FROM memory_chunks WHERE root = $1 AND path = $2")
+            .bind(root)
+            .bind(path)
+            .execute(&mut *tx)
+            .await?;
+        for chunk in chunks {
+            sqlx::query(
+                "INSERT INTO memory_chunks (root, path, start_line, end_line, body) VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(root)
+            .bind(path)
+            .bind(i64::from(chunk.start_line))
+            .bind(i64::from(chunk.end_line))
+            .bind(&chunk.text)
+            .execute(&mut *tx)
+            .await?;
+        }
+        sqlx::query(
+            "INSERT INTO memory_files (root, path, fingerprint, indexed_at) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (root, path) DO UPDATE SET fingerprint = excluded.fingerprint, indexed_at = excluded.indexed_at",
+        )
+        .bind(root)
+        .bind(path)
+        .bind(fingerprint)
+        .bind(now_millis())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn forget_memory_file(&self, root: &str, path: &str) -> Result<(), StoreError> {
+        let mut tx = self.pool().begin().await?;
+        for sql in [
+            "DELETE FROM memory_chunks WHERE root = $1 AND path = $2",
+            "DELETE FROM memory_files WHERE root = $1 AND path = $2",
+        ] {
+            sqlx::query(sql).bind(root).bind(path).execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn search_memory(&self, query: &MemoryQuery<'_>) -> Result<Vec<MemoryHit>, StoreError> {
+        if query.terms.is_empty() || (query.paths.is_empty() && query.scope.is_none()) || query.limit == 0 {
+            return Ok(Vec::new());
+        }
+        // Ranked and cut first; the headline, which reads the whole text, only for the hits.
+        let rows: Vec<Hit> = sqlx::query_as(
+            "SELECT id, path, start_line, end_line, ts_headline('simple', body, q, $5), rank, \
+                    CASE WHEN scope IS NULL THEN '' ELSE substr(body, 1, 64) END \
+             FROM (SELECT c.*, q, ts_rank(c.words, q) AS rank \
+                   FROM memory_chunks c, to_tsquery('simple', $1) AS q \
+                   WHERE c.words @@ q AND c.root = $2 AND (c.path = ANY($3) OR c.scope = $6) \
+                   ORDER BY rank DESC, c.path, c.start_line LIMIT $4) AS hit \
+             ORDER BY rank DESC, path, start_line",
+        )
+        .bind(ts_query(query.terms))
+        .bind(query.root)
+        .bind(query.paths)
+        .bind(sql_limit(query.limit))
+        .bind(HEADLINE)
+        .bind(query.scope)
+        .fetch_all(self.pool())
+        .await?;
+        rows.into_iter()
+            .map(|(chunk_id, path, start, end, snippet, rank, start_of_message)| {
+                let (start_line, end_line) = (line(start)?, line(end)?);
+                let by_agent = spoken_by_agent(&start_of_message);
+                Ok(MemoryHit { chunk_id, path, start_line, end_line, snippet, score: f64::from(rank), by_agent })
+            })
+            .collect()
+    }
+
+    async fn index_conversations(&self, root: &str, scope: &str) -> Result<(), StoreError> {
+        while self.index_conversation_batch(root, scope).await? {}
+        Ok(())
+    }
+
+    async fn conversation(
+        &self,
+        scope: &str,
+        session_key: &str,
+        from_id: i64,
+        limit: usize,
+    ) -> Result<Vec<(i64, String)>, StoreError> {
+        let rows: Vec<(i64, String, i64)> = sqlx::query_as(
+            "SELECT id, message_json, created_at FROM transcript \
+             WHERE session_key = $1 AND memory_scope = $2 AND id >= $3 ORDER BY id LIMIT $4",
+        )
+        .bind(session_key)
+        .bind(scope)
+        .bind(from_id)
+        .bind(sql_limit(limit))
+        .fetch_all(self.pool())
+        .await?;
+        let mut messages = Vec::new();
+        for (id, json, created_at) in rows {
+            if let Some(text) = conversation_text(&decode(id, &json)?, from_millis(created_at)?) {
+                messages.push((id, text));
+            }
+        }
+        Ok(messages)
+    }
+
+    async fn memory_chunks(&self, query: &ChunkQuery<'_>) -> Result<Vec<IndexedChunk>, StoreError> {
+        let mut rows: Vec<ChunkRow> = sqlx::query_as(
+            "SELECT c.id, c.path, c.start_line, c.end_line, c.body \
+             FROM unnest($2::TEXT[]) WITH ORDINALITY AS p (path, n) \
+             JOIN memory_chunks c ON c.root = $1 AND c.path = p.path \
+             ORDER BY p.n, c.start_line, c.id LIMIT $3",
+        )
+        .bind(query.root)
+        .bind(query.paths)
+        .bind(sql_limit(query.limit))
+        .fetch_all(self.pool())
+        .await?;
+        let room = query.limit.saturating_sub(rows.len());
+        if let Some(scope) = query.scope.filter(|_| room > 0) {
+            let conversations: Vec<ChunkRow> = sqlx::query_as(
+                "SELECT id, path, start_line, end_line, body FROM memory_chunks \
+                 WHERE root = $1 AND scope = $2 ORDER BY id DESC LIMIT $3",
+            )
+            .bind(query.root)
+            .bind(scope)
+            .bind(sql_limit(room))
+            .fetch_all(self.pool())
+            .await?;
+            rows.extend(conversations);
+        }
+        rows.into_iter()
+            .map(|(id, path, start, end, text)| {
+                Ok(IndexedChunk { id, path, start_line: line(start)?, end_line: line(end)?, text })
+            })
+            .collect()
+    }
+
+    async fn cached_embeddings(&self, model: &str, hashes: &[String]) -> Result<HashMap<String, Vec<f32>>, StoreError> {
+        if hashes.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let rows: Vec<(String, Vec<u8>)> =
+            sqlx::query_as("SELECT text_hash, vector FROM memory_embeddings WHERE model = $1 AND text_hash = ANY($2)")
+                .bind(model)
+                .bind(hashes)
+                .fetch_all(self.pool())
+                .await?;
+        // A row that is no vector is left out, so its text is embedded again.
+        Ok(rows.into_iter().filter_map(|(hash, bytes)| Some((hash, vector_from_bytes(&bytes)?))).collect())
+    }
+
+    async fn store_embeddings(&self, model: &str, vectors: &[(String, Vec<f32>)]) -> Result<(), StoreError> {
+        if vectors.is_empty() {
+            return Ok(());
+        }
+        let now = now_millis();
+        let mut tx = self.pool().begin().await?;
+        for (hash, vector) in vectors {
+            sqlx::query(
+                "INSERT INTO memory_embeddings (model, text_hash, vector, created_at) VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT (model, text_hash) DO UPDATE SET vector = excluded.vector, created_at = excluded.created_at",
+            )
+            .bind(model)
+            .bind(hash)
+            .bind(vector_to_bytes(vector))
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+impl PostgresStore {
+    /// Indexes up to [`BATCH`] rows of `scope` after the last one indexed for `root`; true
+    /// when there may be more. The scope's row in `memory_transcripts` is locked for the
+    /// batch, so two searches beside each other never index the same rows twice.
+    async fn index_conversation_batch(&self, root: &str, scope: &str) -> Result<bool, StoreError> {
+        // Most searches find nothing new: one read, no transaction.
+        let newer: Option<i64> = sqlx::query_scalar(
+            "SELECT t.id FROM transcript t WHERE t.memory_scope = $2 AND t.id > COALESCE( \
+             (SELECT indexed_through FROM memory_transcripts WHERE root = $1 AND scope = $2), 0) \
+             ORDER BY t.id LIMIT 1",
+        )
+        .bind(root)
+        .bind(scope)
+        .fetch_optional(self.pool())
+        .await?;
+        if newer.is_none() {
+            return Ok(false);
+        }
+        let mut tx = self.pool().begin().await?;
+        sqlx::query(
+            "INSERT INTO memory_transcripts (root, scope, indexed_through) VALUES ($1, $2, 0) \
+             ON CONFLICT (root, scope) DO NOTHING",
+        )
+        .bind(root)
+        .bind(scope)
+        .execute(&mut *tx)
+        .await?;
+        let through: i64 = sqlx::query_scalar(
+            "SELECT indexed_through FROM memory_transcripts WHERE root = $1 AND scope = $2 FOR UPDATE",
+        )
+        .bind(root)
+        .bind(scope)
+        .fetch_one(&mut *tx)
+        .await?;
+        let rows: Vec<(i64, String, String, i64)> = sqlx::query_as(
+            "SELECT id, session_key, message_json, created_at FROM transcript \
+             WHERE memory_scope = $1 AND id > $2 ORDER BY id LIMIT $3",
+        )
+        .bind(scope)
+        .bind(through)
+        .bind(BATCH)
+        .fetch_all(&mut *tx)
+        .await?;
+        let Some(last) = rows.last().map(|row| row.0) else {
+            tx.commit().await?;
+            return Ok(false);
+        };
+        for (id, session_key, json, created_at) in &rows {
+            let path = format!("{CONVERSATION_PREFIX}{session_key}");
+            let message = decode(*id, json)?;
+            for (line, text) in conversation_chunks(*id, &message, from_millis(*created_at)?) {
+                insert_conversation_chunk(&mut tx, root, &path, line, &text, scope).await?;
+            }
+        }
+        sqlx::query("UPDATE memory_transcripts SET indexed_through = $3 WHERE root = $1 AND scope = $2")
+            .bind(root)
+            .bind(scope)
+            .bind(last)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(i64::try_from(rows.len()).unwrap_or(i64::MAX) == BATCH)
+    }
+}
+
+async fn insert_conversation_chunk(
+    tx: &mut Transaction<'static, Postgres>,
+    root: &str,
+    path: &str,
+    line: i64,
+    text: &str,
+    scope: &str,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO memory_chunks (root, path, start_line, end_line, body, scope) VALUES ($1, $2, $3, $3, $4, $5)",
+    )
+    .bind(root)
+    .bind(path)
+    .bind(line)
+    .bind(text)
+    .bind(scope)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+fn line(value: i64) -> Result<u64, StoreError> {
+    u64::try_from(value).map_err(|_| StoreError::Corrupt(format!("line {value}")))
+}
+
+fn decode(id: i64, json: &str) -> Result<ChatMessage, StoreError> {
+    serde_json::from_str(json).map_err(|e| StoreError::Corrupt(format!("transcript row {id} is unreadable: {e}")))
+}

@@ -1,0 +1,68 @@
+//! The PostgreSQL store's migrations: SQL files compiled into the binary, each applied in its
+//! own transaction and recorded in `schema_migrations`, as for the SQLite store
+//! (`store::migrate`). Several processes starting at once on one database take turns: each
+//! holds a transaction-scoped advisory lock while it checks and applies.
+
+use chrono::Utc;
+use sqlx::PgPool;
+
+use crate::store::StoreError;
+use crate::store::migrate::{Migration, failed};
+
+/// Every migration this build knows, in version order.
+pub(crate) const POSTGRES_MIGRATIONS: &[Migration] =
+    &[Migration { version: 1, name: "init", sql: include_str!("../../../migrations/postgres/0001_init.sql") }];
+
+/// The advisory lock migrations hold ("sb" "mg" in ASCII); any fixed number would do.
+const MIGRATION_LOCK: i64 = 0x7362_6d67;
+
+/// Brings the database up to the newest schema this build knows; refuses one that a newer
+/// build has migrated past us.
+pub(super) async fn run(pool: &PgPool) -> Result<(), StoreError> {
+    run_these(pool, POSTGRES_MIGRATIONS).await
+}
+
+async fn run_these(pool: &PgPool, migrations: &[Migration]) -> Result<(), StoreError> {
+    let known = migrations.last().map_or(0, |m| m.version);
+    let mut tx = pool.begin().await.map_err(|e| failed(0, "cannot start a transaction", e))?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(MIGRATION_LOCK)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| failed(0, "cannot take the migration lock", e))?;
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)",
+    )
+    .execute(&mut *tx)
+    .await
+    .map_err(|e| failed(0, "cannot create schema_migrations", e))?;
+    let current: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM schema_migrations")
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(|e| failed(0, "cannot read schema_migrations", e))?;
+    let current = current.unwrap_or(0);
+    if current > known {
+        return Err(StoreError::Migrate {
+            version: current,
+            reason: format!(
+                "the database is at schema version {current}, written by a newer switchboard; \
+                 this build knows up to version {known}. Upgrade switchboard or use another database"
+            ),
+        });
+    }
+    // One transaction for all: PostgreSQL's DDL is transactional, so a failed migration
+    // leaves the database as it was, and the lock is held until every one is applied.
+    for migration in migrations.iter().filter(|m| m.version > current) {
+        let wrap = |e| failed(migration.version, migration.name, e);
+        sqlx::raw_sql(migration.sql).execute(&mut *tx).await.map_err(wrap)?;
+        sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)")
+            .bind(migration.version)
+            .bind(Utc::now().timestamp_millis())
+            .execute(&mut *tx)
+            .await
+            .map_err(wrap)?;
+        tracing::info!(version = migration.version, name = migration.name, "applied database migration");
+    }
+    tx.commit().await.map_err(|e| failed(known, "cannot commit the migrations", e))?;
+    Ok(())
+}

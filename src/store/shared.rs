@@ -1,0 +1,9 @@
+//! Implementations both stores share: the same SQL runs on SQLite and on PostgreSQL, and only
+//! sqlx's types differ per database, so each is written once as a macro and expanded for
+//! [`super::sqlite::SqliteStore`] and [`super::postgres::PostgresStore`].
+
+mod cron;
+mod heartbeat;
+mod pairing;
+mod subagents;
+mod users;

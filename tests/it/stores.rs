@@ -1,0 +1,72 @@
+//! Both stores for tests that hold for either: a fresh SQLite file in a tempdir and a fresh
+//! PostgreSQL database on the machine's server. [`on_both_stores!`] runs a test body on each.
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use switchboard::store::Store;
+use switchboard::store::postgres::PostgresStore;
+use switchboard::store::sqlite::SqliteStore;
+use switchboard_testkit::postgres::TempDatabase;
+use tempfile::TempDir;
+
+/// A fresh store and what keeps its data alive (the tempdir, the database).
+pub struct Fresh {
+    pub store: Arc<dyn Store>,
+    _data: Data,
+}
+
+enum Data {
+    Sqlite(TempDir),
+    Postgres(TempDatabase),
+}
+
+impl Fresh {
+    pub async fn sqlite() -> Fresh {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("store.db")).await.unwrap();
+        Fresh { store: Arc::new(store), _data: Data::Sqlite(dir) }
+    }
+
+    pub async fn postgres() -> Fresh {
+        let database = TempDatabase::create();
+        let store = PostgresStore::connect(database.url()).await.unwrap();
+        Fresh { store: Arc::new(store), _data: Data::Postgres(database) }
+    }
+
+    /// The PostgreSQL database, for tests that look at it with SQL.
+    pub fn database(&self) -> Option<&TempDatabase> {
+        match &self._data {
+            Data::Postgres(database) => Some(database),
+            Data::Sqlite(_) => None,
+        }
+    }
+}
+
+/// `on_both_stores! { async fn name(store) { … } }`: the body, with `store` an
+/// `Arc<dyn Store>`, as two tests, `name::sqlite` and `name::postgres`.
+macro_rules! on_both_stores {
+    ($($(#[doc = $doc:expr])* async fn $name:ident($store:ident) $body:block)*) => {$(
+        $(#[doc = $doc])*
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            async fn body($store: std::sync::Arc<dyn switchboard::store::Store>) $body
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn sqlite() {
+                let fresh = $crate::stores::Fresh::sqlite().await;
+                body(std::sync::Arc::clone(&fresh.store)).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn postgres() {
+                let fresh = $crate::stores::Fresh::postgres().await;
+                body(std::sync::Arc::clone(&fresh.store)).await;
+            }
+        }
+    )*};
+}
+pub(crate) use on_both_stores;
