@@ -30,9 +30,9 @@ use crate::hygiene::GuardError;
 use crate::provider::ProviderError;
 use crate::scheduler::heartbeat::Heartbeats;
 use crate::scheduler::{CronScheduler, CronSettings};
+use crate::store::Database;
 use crate::store::StoreError;
 use crate::store::cron::CronStore;
-use crate::store::sqlite::SqliteStore;
 use crate::subagents::{SubagentManager, SubagentSettings};
 use crate::tools::Tool;
 use crate::users::PolicyError;
@@ -120,16 +120,17 @@ impl Assembly {
         &self.config
     }
 
-    /// The SQLite store at `store.path`, checked writable.
-    pub async fn open_store(&self) -> Result<Arc<SqliteStore>, AssemblyError> {
-        let store = SqliteStore::open(self.config.store_path()).await?;
+    /// The configured store (the SQLite file at `store.path`, or the PostgreSQL database at
+    /// `store.database_url`), checked writable.
+    pub async fn open_store(&self) -> Result<Arc<dyn Database>, AssemblyError> {
+        let store = crate::store::open(&self.config.store).await?;
         store.check_writable().await?;
-        Ok(Arc::new(store))
+        Ok(store)
     }
 
     /// The configured bus. The in-process bus journals to `store` when there is one, so what
     /// it accepted survives a crash.
-    pub async fn connect_bus(&self, store: Option<Arc<SqliteStore>>) -> Result<Arc<dyn Bus>, AssemblyError> {
+    pub async fn connect_bus(&self, store: Option<Arc<dyn Database>>) -> Result<Arc<dyn Bus>, AssemblyError> {
         let config = &self.config;
         Ok(match (config.bus_kind(), store) {
             (BusKind::Memory, Some(store)) => {
@@ -142,7 +143,7 @@ impl Assembly {
 
     /// The worker with every agent; the sub-agent manager is built before the agents, whose
     /// `spawn` tools hold it, and the agents are attached to it after.
-    pub fn worker(&self, bus: &Arc<dyn Bus>, store: &Arc<SqliteStore>) -> Result<AssembledWorker, AssemblyError> {
+    pub fn worker(&self, bus: &Arc<dyn Bus>, store: &Arc<dyn Database>) -> Result<AssembledWorker, AssemblyError> {
         let subagents = match self.config.subagents.enabled {
             true => Some(SubagentManager::new(
                 Arc::clone(store) as _,
@@ -171,7 +172,7 @@ impl Assembly {
     pub fn start_cron(
         &self,
         bus: &Arc<dyn Bus>,
-        store: &Arc<SqliteStore>,
+        store: &Arc<dyn Database>,
         shutdown: &CancellationToken,
     ) -> Option<JoinHandle<()>> {
         if !self.config.cron.enabled {
@@ -186,7 +187,7 @@ impl Assembly {
     pub fn start_heartbeats(
         &self,
         bus: &Arc<dyn Bus>,
-        store: &Arc<SqliteStore>,
+        store: &Arc<dyn Database>,
         shutdown: &CancellationToken,
     ) -> Result<JoinHandle<()>, AssemblyError> {
         let agents = settings::heartbeat_agents(&self.config)?;

@@ -450,6 +450,9 @@ impl WorkerConfig {
 pub struct StoreConfig {
     /// SQLite file; empty = `<data_dir>/switchboard.db`, relative = under `data_dir`.
     pub path: PathBuf,
+    /// A PostgreSQL database (`postgres://user:password@host:5432/switchboard`) shared by
+    /// every process on every host; when set, `path` is not used. Empty = the SQLite file.
+    pub database_url: String,
 }
 
 /// Channel adapters.

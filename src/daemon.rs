@@ -10,7 +10,7 @@ use crate::assembly::{self, Assembly, AssemblyError, ChannelKind, RunningChannel
 use crate::config::{BusKind, Config};
 use crate::metrics::GaugeSource;
 use crate::store::StoreError;
-use crate::store::lock::{LockMode, StoreLock};
+use crate::store::lock::LockMode;
 use crate::worker::{Worker, WorkerError};
 
 #[derive(Debug, Error)]
@@ -89,16 +89,18 @@ pub async fn run(config: Config, parts: Parts, shutdown: CancellationToken) -> R
     if let Some(refusal) = parts.refusal(&config) {
         return Err(refusal);
     }
-    // Held until this function returns; the kernel drops it if the process dies instead.
-    let _lock = match parts.lock_mode(&config) {
-        Some(mode) => Some(StoreLock::acquire(config.store_path(), mode)?),
-        None => None,
-    };
+    let lock_mode = parts.lock_mode(&config);
     let assembly = Assembly::new(config);
     // The API channel keeps no state; the chat channels keep DM pairings in the store.
     let store = match parts {
         Parts::Channel(ChannelKind::Api) => None,
         _ => Some(assembly.open_store().await?),
+    };
+    // Held until this function returns; the kernel (or the database server) drops it if the
+    // process dies instead.
+    let _lock = match (lock_mode, &store) {
+        (Some(mode), Some(store)) => Some(store.lock(mode).await?),
+        _ => None,
     };
     let bus = tokio::select! {
         bus = assembly.connect_bus(store.clone()) => bus?,
@@ -139,7 +141,7 @@ type Background = Vec<(&'static str, JoinHandle<()>)>;
 fn start_worker(
     assembly: &Assembly,
     bus: &Arc<dyn switchboard_channels::Bus>,
-    store: &Arc<crate::store::sqlite::SqliteStore>,
+    store: &Arc<dyn crate::store::Database>,
     shutdown: &CancellationToken,
 ) -> Result<(Option<Worker>, Background), DaemonError> {
     let assembled = assembly.worker(bus, store)?;

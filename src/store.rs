@@ -1,7 +1,8 @@
 //! Persistence: sessions, the append-only transcript, and runs.
 //!
-//! Callers see only the [`Store`] trait; [`sqlite::SqliteStore`] is the embedded backend and a
-//! PostgreSQL backend fits behind the same trait. The `runs` table has a unique inbound id, so a
+//! Callers see only the [`Store`] trait and its companions, together [`Database`];
+//! [`sqlite::SqliteStore`] is the embedded backend (one file) and [`postgres::PostgresStore`]
+//! the shared one (one database for every process on every host), chosen by [`open`]. The `runs` table has a unique inbound id, so a
 //! redelivered message never produces a second run or reply.
 
 pub mod cron;
@@ -20,17 +21,22 @@ pub mod subagents;
 pub mod users;
 mod values;
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use switchboard_channels::bus::journal::JournalRecord;
+use switchboard_channels::bus::journal::{Journal, JournalRecord};
 use switchboard_channels::contract::{OutboundMessage, Usage};
+use switchboard_channels::pairing::PairingStore;
 use thiserror::Error;
 
 use self::cron::CronStore;
 use self::heartbeat::HeartbeatStore;
-use self::pairing::{CodeProblem, RandomSourceError};
+use self::memory_index::MemoryIndex;
+use self::pairing::{CodeProblem, PairingAdmin, RandomSourceError};
 use self::subagents::SubagentStore;
 use self::users::{Billing, UserStore};
+use crate::config::StoreConfig;
 use crate::provider::ChatMessage;
 
 #[derive(Debug, Error)]
@@ -53,8 +59,8 @@ pub enum StoreError {
     /// Another process holds a conflicting [`lock::StoreLock`].
     #[error(
         "the database {database} is in use by another switchboard process{}: stop it, or give this one another \
-         data dir. `switchboard run` on the in-process bus needs the database to itself; only workers on a NATS \
-         bus share one (lock file {lock})",
+         data dir (or store.database_url). `switchboard run` on the in-process bus needs the database to itself; \
+         only workers on a NATS bus share one (lock: {lock})",
         holder_list(holders)
     )]
     InUse { database: String, lock: String, holders: Vec<u32> },
@@ -268,4 +274,33 @@ pub struct SessionInfo {
     pub tokens_estimated: bool,
     /// Compactions of the session's history.
     pub compactions: u64,
+}
+
+/// Everything switchboard keeps in its database, whichever store holds it: what the assembly,
+/// the worker's tools and the operator's commands are given.
+#[async_trait]
+pub trait Database: Store + MemoryIndex + PairingStore + PairingAdmin + Journal {
+    /// Where it is, for messages: a file's path, or a server's URL without the password.
+    fn location(&self) -> String;
+
+    /// Fails with [`StoreError::NotWritable`] unless a write would succeed, so a daemon that
+    /// cannot write finds out at start, not at the first message.
+    async fn check_writable(&self) -> Result<(), StoreError>;
+
+    /// Closes its connections, waiting for those in use. Later calls fail.
+    async fn close(&self);
+
+    /// Takes the database's lock in `mode` (see [`lock`]), failing at once with
+    /// [`StoreError::InUse`] when another process holds a conflicting one.
+    async fn lock(&self, mode: lock::LockMode) -> Result<lock::DatabaseLock, StoreError>;
+}
+
+/// The configured store: the PostgreSQL database at `database_url` when one is set, otherwise
+/// the SQLite file at `path`; migrated to the newest schema.
+pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Database>, StoreError> {
+    Ok(if config.database_url.is_empty() {
+        Arc::new(sqlite::SqliteStore::open(&config.path).await?)
+    } else {
+        Arc::new(postgres::PostgresStore::connect(&config.database_url).await?)
+    })
 }

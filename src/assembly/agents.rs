@@ -9,9 +9,9 @@ use super::{Assembly, AssemblyError, settings};
 use crate::agent::Agent;
 use crate::config::MAIN_AGENT;
 use crate::scheduler::CronTool;
+use crate::store::Database;
 use crate::store::cron::CronStore;
 use crate::store::memory_index::MemoryIndex;
-use crate::store::sqlite::SqliteStore;
 use crate::subagents::SubagentManager;
 use crate::subagents::tool::SpawnTool;
 use crate::tools::memory::{EmbeddingSettings, MemorySearcher, MemorySettings};
@@ -24,7 +24,7 @@ impl Assembly {
     pub(super) fn agents(
         &self,
         bus: &Arc<dyn Bus>,
-        store: &Arc<SqliteStore>,
+        store: &Arc<dyn Database>,
         subagents: Option<&Arc<SubagentManager>>,
     ) -> Result<Agents, AssemblyError> {
         let config = &self.config;
@@ -42,7 +42,7 @@ impl Assembly {
     fn agent(
         &self,
         bus: &Arc<dyn Bus>,
-        store: &Arc<SqliteStore>,
+        store: &Arc<dyn Database>,
         subagents: Option<&Arc<SubagentManager>>,
         name: &str,
     ) -> Result<Agent, AssemblyError> {
@@ -57,7 +57,7 @@ impl Assembly {
 
     /// The memory search of an agent: `memory_search` and recall (`[memory] recall`), ranked
     /// by meaning too when `[memory.embeddings]` names a provider.
-    fn memory_searcher(&self, store: &Arc<SqliteStore>) -> Result<Arc<MemorySearcher>, AssemblyError> {
+    fn memory_searcher(&self, store: &Arc<dyn Database>) -> Result<Arc<MemorySearcher>, AssemblyError> {
         let index = Arc::clone(store) as Arc<dyn MemoryIndex>;
         let searcher = MemorySearcher::new(index, MemorySettings::from(&self.config.tools.memory));
         let embeddings = &self.config.memory.embeddings;
@@ -75,7 +75,7 @@ impl Assembly {
         &self,
         name: &str,
         bus: &Arc<dyn Bus>,
-        store: &Arc<SqliteStore>,
+        store: &Arc<dyn Database>,
         subagents: Option<&Arc<SubagentManager>>,
         searcher: &Arc<MemorySearcher>,
     ) -> Result<ToolRegistry, AssemblyError> {

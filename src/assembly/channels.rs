@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Assembly, AssemblyError, channel_settings, settings};
 use crate::config::Config;
 use crate::metrics::GaugeSource;
-use crate::store::sqlite::SqliteStore;
+use crate::store::Database;
 
 /// A channel adapter by name, as `switchboard channel <name>` takes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -124,7 +124,7 @@ impl Assembly {
         &self,
         kinds: &[ChannelKind],
         bus: &Arc<dyn Bus>,
-        store: Option<&Arc<SqliteStore>>,
+        store: Option<&Arc<dyn Database>>,
         shutdown: &CancellationToken,
     ) -> Result<Vec<Box<dyn RunningChannel>>, AssemblyError> {
         let mut channels = Vec::new();
@@ -138,7 +138,7 @@ impl Assembly {
         &self,
         kind: ChannelKind,
         bus: Arc<dyn Bus>,
-        store: Option<&Arc<SqliteStore>>,
+        store: Option<&Arc<dyn Database>>,
         shutdown: CancellationToken,
     ) -> Result<Box<dyn RunningChannel>, AssemblyError> {
         let config = &self.config;

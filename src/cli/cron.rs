@@ -10,8 +10,8 @@ use super::CliError;
 use crate::config::{Config, MAIN_AGENT, agent_session_key};
 use crate::scheduler::job::{local_time, parse_address};
 use crate::scheduler::spec::{ScheduleSpec, default_name, job_line};
-use crate::store::cron::{AddLimits, AddOutcome, CronStore, MissedPolicy, NewCronJob, Payload};
-use crate::store::sqlite::SqliteStore;
+use crate::store::Database;
+use crate::store::cron::{AddLimits, AddOutcome, MissedPolicy, NewCronJob, Payload};
 
 #[derive(Debug, Subcommand)]
 pub enum CronCommand {
@@ -71,14 +71,14 @@ pub struct AddArgs {
 
 /// Runs `command` against the configured store and prints its answer.
 pub(super) async fn run(config: &Config, command: CronCommand) -> Result<(), CliError> {
-    let store = SqliteStore::open(config.store_path()).await?;
-    let result = execute(config, &store, command).await;
+    let store = crate::store::open(&config.store).await?;
+    let result = execute(config, &*store, command).await;
     store.close().await;
     std::io::stdout().lock().write_all(result?.as_bytes())?;
     Ok(())
 }
 
-async fn execute(config: &Config, store: &SqliteStore, command: CronCommand) -> Result<String, CliError> {
+async fn execute(config: &Config, store: &dyn Database, command: CronCommand) -> Result<String, CliError> {
     let now = crate::clock::now();
     Ok(match command {
         CronCommand::List => {
@@ -119,7 +119,7 @@ async fn execute(config: &Config, store: &SqliteStore, command: CronCommand) -> 
     })
 }
 
-async fn add(config: &Config, store: &SqliteStore, args: AddArgs) -> Result<String, CliError> {
+async fn add(config: &Config, store: &dyn Database, args: AddArgs) -> Result<String, CliError> {
     let now = crate::clock::now();
     let chat = parse_address(&args.to).map_err(CliError::Invalid)?;
     let tz = args.tz.unwrap_or_else(|| config.cron.default_timezone(&config.agent.timezone).to_owned());
@@ -165,7 +165,7 @@ async fn add(config: &Config, store: &SqliteStore, args: AddArgs) -> Result<Stri
     }
 }
 
-async fn history(store: &SqliteStore, id: &str) -> Result<String, CliError> {
+async fn history(store: &dyn Database, id: &str) -> Result<String, CliError> {
     let job = store.cron_job(id).await?.ok_or_else(|| CliError::NoSuchJob(id.to_owned()))?;
     let runs = store.cron_history(id, usize::MAX).await?;
     if runs.is_empty() {

@@ -11,8 +11,8 @@ use clap::Subcommand;
 use super::CliError;
 use crate::config::Config;
 use crate::config::Level;
+use crate::store::Database;
 use crate::store::pairing::{PairingEntry, PairingState};
-use crate::store::sqlite::SqliteStore;
 
 #[derive(Debug, Subcommand)]
 pub enum PairingCommand {
@@ -83,15 +83,15 @@ impl FromStr for PairingChannel {
 
 /// Runs one `pairing` command against the configured store, printing the result on stdout.
 pub(super) async fn run(config: &Config, command: PairingCommand) -> Result<(), CliError> {
-    let store = SqliteStore::open(config.store_path()).await?;
-    let result = execute(&store, command, config.users.approved_level).await;
+    let store = crate::store::open(&config.store).await?;
+    let result = execute(&*store, command, config.users.approved_level).await;
     store.close().await;
     std::io::stdout().lock().write_all(result?.as_bytes())?;
     Ok(())
 }
 
 /// `level`: what an approved sender gets (`users.approved_level`).
-async fn execute(store: &SqliteStore, command: PairingCommand, level: Level) -> Result<String, CliError> {
+async fn execute(store: &dyn Database, command: PairingCommand, level: Level) -> Result<String, CliError> {
     Ok(match command {
         PairingCommand::List { channel } => {
             format_list(&store.list_pairings(channel.map(PairingChannel::as_str)).await?)

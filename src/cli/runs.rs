@@ -4,12 +4,11 @@ use std::io::Write;
 
 use super::CliError;
 use crate::config::Config;
-use crate::store::sqlite::SqliteStore;
-use crate::store::{RunRecord, Store};
+use crate::store::RunRecord;
 
 /// Prints the most recent runs as a table on stdout.
 pub(super) async fn print(config: &Config, limit: usize) -> Result<(), CliError> {
-    let store = SqliteStore::open(config.store_path()).await?;
+    let store = crate::store::open(&config.store).await?;
     let runs = store.recent_runs(limit).await?;
     let mut out = std::io::stdout().lock();
     writeln!(

@@ -9,8 +9,8 @@ use clap::Subcommand;
 use super::CliError;
 use crate::config::Config;
 use crate::config::{Identity, Level};
-use crate::store::sqlite::SqliteStore;
-use crate::store::users::{LinkOutcome, User, UserStore, UserSummary};
+use crate::store::Database;
+use crate::store::users::{LinkOutcome, User, UserSummary};
 use crate::users::{AccessPolicy, month_key};
 
 #[derive(Debug, Subcommand)]
@@ -64,10 +64,10 @@ impl FromStr for BudgetArg {
 /// Runs one `users` command against the configured store, printing the result on stdout.
 pub(super) async fn run(config: &Config, command: UsersCommand) -> Result<(), CliError> {
     let policy = AccessPolicy::from_config(&config.users, &config.permissions, &config.budgets)?;
-    let store = SqliteStore::open(config.store_path()).await?;
+    let store = crate::store::open(&config.store).await?;
     let text = match command {
-        UsersCommand::List => list(&store, &policy).await?,
-        UsersCommand::Link { first, second } => link(&store, &policy, &first, &second).await?,
+        UsersCommand::List => list(&*store, &policy).await?,
+        UsersCommand::Link { first, second } => link(&*store, &policy, &first, &second).await?,
         UsersCommand::SetLevel { identity, level } => {
             let user = store.set_level(&identity, level).await?;
             let mut text = format!("{identity} (user {}) is now {level}.\n", user.id);
@@ -92,7 +92,7 @@ pub(super) async fn run(config: &Config, command: UsersCommand) -> Result<(), Cl
 }
 
 async fn link(
-    store: &SqliteStore,
+    store: &dyn Database,
     policy: &AccessPolicy,
     first: &Identity,
     second: &Identity,
@@ -127,7 +127,7 @@ async fn link(
     })
 }
 
-async fn list(store: &SqliteStore, policy: &AccessPolicy) -> Result<String, CliError> {
+async fn list(store: &dyn Database, policy: &AccessPolicy) -> Result<String, CliError> {
     let month = month_key(policy.now());
     let users = store.list_users(&month).await?;
     let mut text = format!("{:>5}  {:<7}  {:<28}  {:>12}  IDENTITIES\n", "USER", "LEVEL", "BUDGET", "USED");
@@ -144,7 +144,7 @@ async fn list(store: &SqliteStore, policy: &AccessPolicy) -> Result<String, CliE
 }
 
 /// The `[users.groups]` table with each group's usage this month; empty without groups.
-async fn list_groups(store: &SqliteStore, policy: &AccessPolicy, month: &str) -> Result<String, CliError> {
+async fn list_groups(store: &dyn Database, policy: &AccessPolicy, month: &str) -> Result<String, CliError> {
     let mut text = String::new();
     for group in policy.groups() {
         if text.is_empty() {

@@ -239,6 +239,8 @@ fn validation_names_the_key() {
         ("[worker]\nmax_concurrent_runs = 0\n", "worker.max_concurrent_runs"),
         ("bus = \"redis://localhost\"\n", "bus"),
         ("bus = \"nats://\"\n", "bus"),
+        ("[store]\ndatabase_url = \"mysql://db/sb\"\n", "store.database_url"),
+        ("[store]\ndatabase_url = \"postgres://\"\n", "store.database_url"),
         ("log = \"info,[[[\"\n", "log"),
         ("[bus_options]\nprefix = \"a.*\"\n", "bus_options.prefix"),
         ("[bus_options]\noutbound_max_age_secs = 60\n", "bus_options.outbound_max_age_secs"),

@@ -23,6 +23,11 @@ pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigE
                       (nats:// or tls://)";
         return Err(fail("bus", reason.into()));
     }
+    if !is_database_url(&config.store.database_url) {
+        let reason = "must be empty (the SQLite file at store.path) or a PostgreSQL URL such as \
+                      \"postgres://switchboard@db.lan:5432/switchboard\" (postgres:// or postgresql://)";
+        return Err(fail("store.database_url", reason.into()));
+    }
     if config.agent.time_zone().is_err() {
         let reason =
             format!("{:?} is not an IANA time zone name (e.g. \"UTC\", \"Europe/Berlin\")", config.agent.timezone);
@@ -252,4 +257,12 @@ fn web_problem(web: &WebToolsConfig) -> Option<(&'static str, String)> {
         return Some(("tools.web.max_results", format!("{} is more than 20 (the Brave API's limit)", web.max_results)));
     }
     AllowList::parse(&web.allow_private).err().map(|reason| ("tools.web.allow_private", reason))
+}
+
+/// Empty, or a PostgreSQL URL with a host (sqlx reads the rest: port, database, `sslmode`, …).
+fn is_database_url(url: &str) -> bool {
+    url.is_empty()
+        || ["postgres://", "postgresql://"]
+            .iter()
+            .any(|scheme| url.strip_prefix(scheme).is_some_and(|rest| !rest.is_empty() && !rest.starts_with('/')))
 }

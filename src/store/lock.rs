@@ -8,8 +8,10 @@
 //! of them, but never beside an embedded `run`. The admin commands (`users`, `cron`, …) and the
 //! channel processes take no lock; SQLite's own locking orders their writes.
 //!
-//! The lock is `flock(2)` on an open file, which the kernel drops when the process ends, however
-//! it ends: a crashed daemon leaves no stale lock behind.
+//! On SQLite the lock is `flock(2)` on an open file, which the kernel drops when the process
+//! ends, however it ends: a crashed daemon leaves no stale lock behind. On PostgreSQL, where the
+//! processes may be on several hosts, it is a session-level advisory lock held by a connection of
+//! its own ([`SessionLock`]), which the server drops when the connection ends.
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
@@ -61,6 +63,20 @@ impl StoreLock {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// A held lock of either store; dropping it releases the lock.
+#[derive(Debug)]
+pub enum DatabaseLock {
+    File(StoreLock),
+    Postgres(SessionLock),
+}
+
+/// A PostgreSQL session-level advisory lock: held while its connection is open, released by
+/// the server when the connection ends, however the process ends.
+#[derive(Debug)]
+pub struct SessionLock {
+    pub(super) _connection: sqlx::PgConnection,
 }
 
 /// `<database>.lock`, beside the database it guards.

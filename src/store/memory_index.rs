@@ -118,7 +118,7 @@ pub trait MemoryIndex: Send + Sync {
 
     /// Up to `limit` messages of a conversation from transcript id `from_id` on, only those
     /// written in `scope`, oldest first, as [`conversation_text`] shows them.
-    async fn conversation(
+    async fn conversation_messages(
         &self,
         scope: &str,
         session_key: &str,

@@ -5,8 +5,10 @@
 
 use std::fmt;
 
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
+use super::StoreError;
 use crate::config::Level;
 
 /// The characters of a pairing code: no 0/O or 1/I look-alikes. 32 of them, so a random byte
@@ -87,6 +89,34 @@ pub struct PairingEntry {
 pub enum PairingState {
     Pending { code: String, expires_at: DateTime<Utc> },
     Approved { approved_at: DateTime<Utc> },
+}
+
+/// The owner's pairing operations (`switchboard pairing …`), in either store.
+#[async_trait]
+pub trait PairingAdmin: Send + Sync {
+    /// Approves the sender a pending code belongs to, marks the code used and gives the
+    /// sender's user at least `level` (`users.approved_level`). `code` may be in any case and
+    /// contain spaces or dashes. Fails with [`StoreError::PairingCode`] when the code is
+    /// unknown on `channel`, has expired or was used already.
+    async fn approve_pairing(&self, channel: &str, code: &str, level: Level) -> Result<ApprovedPairing, StoreError>;
+
+    /// Approves a sender by id, without a code; their valid codes are marked used and their
+    /// user gets at least `level`. `added` is false when they were approved already (their
+    /// stored name is kept).
+    async fn approve_sender(
+        &self,
+        channel: &str,
+        sender_id: &str,
+        sender_name: &str,
+        level: Level,
+    ) -> Result<SenderApproval, StoreError>;
+
+    /// Withdraws a sender's approval; false when they were not approved.
+    async fn revoke_pairing(&self, channel: &str, sender_id: &str) -> Result<bool, StoreError>;
+
+    /// Senders waiting with a valid code (soonest to expire first), then approved senders
+    /// (oldest first), on `channel` or on every channel.
+    async fn list_pairings(&self, channel: Option<&str>) -> Result<Vec<PairingEntry>, StoreError>;
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ use uuid::Uuid;
 
 use super::finishing::{self, FinishRow, Finished};
 use super::history_cache::HistoryCache;
+use super::lock::{DatabaseLock, LockMode, SessionLock};
 use super::values::{decode_reply, encode, now_millis, run_record, sql_limit, to_u32, to_u64};
 use super::{BusWrites, Conversation, RunClaim, RunOutcome, RunRecord, RunStatus, SessionInfo, Store, StoreError};
 use crate::provider::ChatMessage;
@@ -38,6 +39,9 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The advisory lock of [`PostgresStore::begin_write`]: any fixed number, the same in every
 /// process ("sb" "wr" in ASCII).
 const WRITE_LOCK: i64 = 0x7362_7772;
+
+/// The advisory lock of [`super::Database::lock`] ("sb" "db").
+const DAEMON_LOCK: i64 = 0x7362_6462;
 
 /// The columns [`RunRecord`] is read from.
 const RUN_COLUMNS: &str = "run_id, inbound_id, session_key, status, attempt, model, input_tokens, \
@@ -74,11 +78,6 @@ impl PostgresStore {
             .map_err(|e| open_err(e.to_string()))?;
         migrate::run(&pool).await?;
         Ok(PostgresStore { pool, shown, history: Arc::default() })
-    }
-
-    /// Where the store is, for messages: the URL without its password.
-    pub fn location(&self) -> &str {
-        &self.shown
     }
 
     /// Closes the pool, waiting for connections in use to be returned. Later calls fail.
@@ -126,6 +125,45 @@ impl PostgresStore {
             tracing::warn!(channel = ?row.billing_channel, %sender, "a run's usage has no user to be counted for");
         }
         Ok(Finished::Done { session_key, history_version, reply_row })
+    }
+}
+
+#[async_trait]
+impl super::Database for PostgresStore {
+    fn location(&self) -> String {
+        self.shown.clone()
+    }
+
+    /// A row written and rolled back: a role without the right to write is found at start.
+    async fn check_writable(&self) -> Result<(), StoreError> {
+        let refused = |e: sqlx::Error| StoreError::NotWritable { path: self.shown.clone(), reason: e.to_string() };
+        let mut tx = self.pool.begin().await.map_err(refused)?;
+        sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES (-1, 0)")
+            .execute(&mut *tx)
+            .await
+            .map_err(refused)?;
+        tx.rollback().await.map_err(refused)
+    }
+
+    async fn close(&self) {
+        PostgresStore::close(self).await;
+    }
+
+    async fn lock(&self, mode: LockMode) -> Result<DatabaseLock, StoreError> {
+        let mut connection = self.pool.acquire().await?.detach();
+        let take = match mode {
+            LockMode::Exclusive => "SELECT pg_try_advisory_lock($1)",
+            LockMode::Shared => "SELECT pg_try_advisory_lock_shared($1)",
+        };
+        let taken: bool = sqlx::query_scalar(take).bind(DAEMON_LOCK).fetch_one(&mut connection).await?;
+        if !taken {
+            return Err(StoreError::InUse {
+                database: self.shown.clone(),
+                lock: format!("PostgreSQL advisory lock {DAEMON_LOCK}"),
+                holders: Vec::new(),
+            });
+        }
+        Ok(DatabaseLock::Postgres(SessionLock { _connection: connection }))
     }
 }
 

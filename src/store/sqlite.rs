@@ -398,3 +398,22 @@ async fn existing_claim(tx: &mut Transaction<'_, Sqlite>, inbound_id: &str) -> R
         }
     }
 }
+
+#[async_trait]
+impl super::Database for SqliteStore {
+    fn location(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    async fn check_writable(&self) -> Result<(), StoreError> {
+        SqliteStore::check_writable(self).await
+    }
+
+    async fn close(&self) {
+        SqliteStore::close(self).await;
+    }
+
+    async fn lock(&self, mode: super::lock::LockMode) -> Result<super::lock::DatabaseLock, StoreError> {
+        super::lock::StoreLock::acquire(&self.path, mode).map(super::lock::DatabaseLock::File)
+    }
+}

@@ -242,3 +242,57 @@ async fn api_requests_in_one_chat_each_get_their_own_answer_at_once() {
     assert_eq!((second.0, second.1["reply"].as_str()), (200, Some("echo: two")), "{}", second.1);
     assert!(started.elapsed() < Duration::from_millis(1500), "an API request waited {:?}", started.elapsed());
 }
+
+/// `switchboard run` with `store.database_url`: the history and the runs live in PostgreSQL
+/// (no SQLite file is made), a daemon killed mid-turn finishes the accepted message after
+/// its restart, and `switchboard runs` reads the same database.
+#[tokio::test]
+async fn run_on_postgresql_answers_remembers_and_finishes_after_a_kill() {
+    let database = switchboard_testkit::postgres::TempDatabase::create();
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let launch = |name| {
+        Launch::new(dir.path(), name, &["run"])
+            .llm(&llm.base_url())
+            .env("SWITCHBOARD_STORE__DATABASE_URL", database.url())
+    };
+    let mut first = launch("pg-1").spawn();
+    first.wait_healthy().await;
+    let (status, body) = first.post(json!({"chat_id": "me", "content": "hi"})).await;
+    assert_eq!((status, body["reply"].as_str()), (200, Some("echo: hi")), "{body}");
+
+    llm.push(Scripted::Delay(Duration::from_secs(60), Box::new(Scripted::Text("never".into()))));
+    llm.push(Scripted::Text("done after restart".into()));
+    let url = first.url("/v1/messages");
+    let request = tokio::spawn(async move {
+        reqwest::Client::new().post(url).json(&json!({"chat_id": "me", "content": "again"})).send().await
+    });
+    llm.wait_for_requests(2, Duration::from_secs(10)).await;
+    first.kill_hard();
+    let _ = request.await;
+
+    let mut second = launch("pg-2").spawn();
+    second.wait_healthy().await;
+    second.wait_for_log("resuming a run").await;
+    llm.wait_for_requests(3, Duration::from_secs(10)).await;
+    // The resumed turn carries the first one as history, read from PostgreSQL.
+    let contents: Vec<String> = llm.requests()[2]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["content"].as_str().map(str::to_owned))
+        .collect();
+    assert!(contents.iter().any(|c| c == "echo: hi"), "{contents:?}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while database.sql("SELECT count(*) FROM runs WHERE status = 'completed'") != "2" {
+        assert!(std::time::Instant::now() < deadline, "the resumed run never completed:\n{}", second.logs());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(database.sql("SELECT count(*) FROM transcript WHERE session_key = 'api:me'"), "4");
+    assert_eq!(database.sql("SELECT max(attempt) FROM runs"), "2");
+    let (status, stderr, stdout) =
+        run_to_exit(dir.path(), &["runs"], &[("SWITCHBOARD_STORE__DATABASE_URL", database.url())]);
+    assert!(status.success(), "{stderr}");
+    assert_eq!(stdout.lines().filter(|l| l.contains("api:me") && l.contains("completed")).count(), 2, "{stdout}");
+    assert!(!dir.path().join("switchboard.db").exists(), "a SQLite file was made beside PostgreSQL");
+}

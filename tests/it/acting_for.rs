@@ -5,7 +5,6 @@
 
 use crate::common::{BusKind, Setup, next_out};
 use switchboard::config::{Identity, Level};
-use switchboard::store::users::UserStore;
 use switchboard::users::AccessPolicy;
 use switchboard::worker::WorkerSettings;
 use switchboard_channels::contract::{ChatAddress, InboundMessage, Origin};

@@ -8,7 +8,6 @@ use serde_json::Value;
 
 use crate::common::{AgentSpec, BusKind, Setup};
 use switchboard::config::{BindingConfig, BudgetsConfig, PermissionsConfig, UsersConfig};
-use switchboard::store::Store;
 use switchboard::users::AccessPolicy;
 use switchboard::worker::WorkerSettings;
 use switchboard_channels::contract::{InboundMessage, OutboundMessage, Sender};

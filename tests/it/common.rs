@@ -20,7 +20,7 @@ use switchboard::config::{
     ProviderKind, StoreConfig, TranscriptionConfig,
 };
 use switchboard::scheduler::CronSettings;
-use switchboard::store::sqlite::SqliteStore;
+use switchboard::store::Database;
 use switchboard::subagents::{SubagentManager, SubagentSettings};
 use switchboard::tools::{Tool, ToolContext, ToolError};
 use switchboard::worker::WorkerSettings;
@@ -116,7 +116,7 @@ pub struct Setup {
 
 pub struct Harness {
     pub bus: Arc<dyn Bus>,
-    pub store: Arc<SqliteStore>,
+    pub store: Arc<dyn Database>,
     pub llm: FakeLlm,
     pub subagents: Option<Arc<SubagentManager>>,
     pub shutdown: CancellationToken,
@@ -242,7 +242,10 @@ impl Setup {
         });
         let mut config = Config {
             data_dir: dir.to_owned(),
-            store: StoreConfig { path: self.store_path.clone().unwrap_or_else(|| dir.join("s.db")) },
+            store: StoreConfig {
+                path: self.store_path.clone().unwrap_or_else(|| dir.join("s.db")),
+                ..StoreConfig::default()
+            },
             providers: BTreeMap::from([("fake".to_owned(), fake)]),
             agent,
             agents: agents.collect(),
@@ -284,7 +287,7 @@ fn workspace(dir: &Path, spec: &AgentSpec) -> PathBuf {
 
 /// What [`Setup::wire`] made.
 struct Wired {
-    store: Arc<SqliteStore>,
+    store: Arc<dyn Database>,
     subagents: Option<Arc<SubagentManager>>,
     shutdown: CancellationToken,
     worker: tokio::task::JoinHandle<()>,
@@ -295,7 +298,7 @@ struct Wired {
 /// store file (its own handle) and the same scripted model; its workspaces apart.
 pub struct Sidecar {
     pub bus: Arc<dyn Bus>,
-    pub store: Arc<SqliteStore>,
+    pub store: Arc<dyn Database>,
     pub subagents: Option<Arc<SubagentManager>>,
     pub shutdown: CancellationToken,
     _dir: tempfile::TempDir,

@@ -13,7 +13,7 @@ use switchboard::clock::to_store_precision;
 use switchboard::schedule::Schedule;
 use switchboard::scheduler::CronSettings;
 use switchboard::scheduler::job::scheduled_id;
-use switchboard::store::Store;
+use switchboard::store::Database;
 use switchboard::store::cron::{CronJob, CronRunStatus, CronStore, MissedPolicy, NewCronRun, Payload};
 use switchboard::store::sqlite::SqliteStore;
 use switchboard_channels::bus::BusExt;
@@ -27,7 +27,7 @@ fn add_call(args: serde_json::Value) -> Scripted {
     Scripted::ToolCalls(vec![("cron".into(), args)])
 }
 
-async fn only_job(store: &SqliteStore) -> CronJob {
+async fn only_job(store: &Arc<dyn Database>) -> CronJob {
     let jobs = store.cron_jobs(None).await.unwrap();
     assert_eq!(jobs.len(), 1, "{jobs:?}");
     jobs.into_iter().next().unwrap()
@@ -301,7 +301,7 @@ mod tool {
     struct Setup {
         tool: CronTool,
         clock: ManualClock,
-        store: Arc<SqliteStore>,
+        store: Arc<dyn Database>,
         _dir: tempfile::TempDir,
     }
 
@@ -428,6 +428,7 @@ mod tool {
 
 mod store {
     use super::*;
+    use crate::stores::on_both_stores;
     use switchboard::store::cron::CronClaim;
 
     fn run(at: DateTime<Utc>, inbound: &str) -> NewCronRun {
@@ -440,11 +441,10 @@ mod store {
         }
     }
 
-    #[tokio::test]
-    async fn a_claim_succeeds_once_per_read_value_and_history_is_bounded() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("s.db");
-        let (first, second) = (SqliteStore::open(&path).await.unwrap(), SqliteStore::open(&path).await.unwrap());
+    on_both_stores! {
+    /// Two schedulers (processes, hosts) claim each occurrence once.
+    async fn a_claim_succeeds_once_per_read_value_and_history_is_bounded(fresh) {
+        let (first, second) = (Arc::clone(&fresh.store), fresh.another().await);
         let start = crate::cron_support::start_time();
         let hourly = Schedule::Every { every_secs: 3600, anchor: start };
         let job = add_job(&first, Payload::Reminder, hourly, MissedPolicy::RunOnce, start).await;
@@ -471,10 +471,8 @@ mod store {
         assert_eq!(first.cron_job(&job.id).await.unwrap().unwrap().job.next_run_at, Some(due));
     }
 
-    #[tokio::test]
-    async fn pending_rows_survive_pruning_and_removal_takes_the_history() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(&dir.path().join("s.db")).await.unwrap();
+    async fn pending_rows_survive_pruning_and_removal_takes_the_history(fresh) {
+        let store = Arc::clone(&fresh.store);
         let start = crate::cron_support::start_time();
         let hourly = Schedule::Every { every_secs: 3600, anchor: start };
         let job = add_job(&store, Payload::Reminder, hourly, MissedPolicy::RunOnce, start).await;
@@ -489,5 +487,6 @@ mod store {
         assert!(store.remove_cron_job(&job.id, Some("telegram:42")).await.unwrap());
         assert!(store.pending_cron_runs().await.unwrap().is_empty());
         assert!(store.cron_job(&job.id).await.unwrap().is_none());
+    }
     }
 }

@@ -2,6 +2,7 @@
 //! the millisecond, while the store keeps milliseconds. Every occurrence must fire once and the
 //! job must move on (or retire), on both buses.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common::{BusKind, next_out, nothing_more};
@@ -11,15 +12,15 @@ use switchboard::clock::to_store_precision;
 use switchboard::schedule::Schedule;
 use switchboard::scheduler::CronSettings;
 use switchboard::scheduler::job::scheduled_id;
-use switchboard::store::cron::{CronClaim, CronJob, CronRunStatus, CronStore, MissedPolicy, NewCronRun, Payload};
-use switchboard::store::sqlite::SqliteStore;
+use switchboard::store::Database;
+use switchboard::store::cron::{CronClaim, CronJob, CronRunStatus, MissedPolicy, NewCronRun, Payload};
 use switchboard_channels::Deliveries;
 use switchboard_channels::bus::BusExt;
 use switchboard_testkit::fake_llm::Scripted;
 
 const MINUTE: Duration = Duration::from_secs(60);
 
-async fn only_job(store: &SqliteStore) -> CronJob {
+async fn only_job(store: &Arc<dyn Database>) -> CronJob {
     let jobs = store.cron_jobs(None).await.unwrap();
     assert_eq!(jobs.len(), 1, "{jobs:?}");
     jobs.into_iter().next().unwrap()

@@ -12,8 +12,8 @@ use switchboard::config::Level;
 use switchboard::config::UsersConfig;
 use switchboard::schedule::Schedule;
 use switchboard::scheduler::{CronScheduler, CronSettings};
+use switchboard::store::Database;
 use switchboard::store::cron::{AddLimits, AddOutcome, CronJob, CronStore, MissedPolicy, NewCronJob, Payload};
-use switchboard::store::sqlite::SqliteStore;
 use switchboard::users::AccessPolicy;
 use switchboard::worker::WorkerSettings;
 use switchboard_channels::Bus;
@@ -57,7 +57,7 @@ pub async fn start_with(kind: BusKind, settings: CronSettings) -> Harness {
 }
 
 pub fn scheduler(
-    store: &Arc<SqliteStore>,
+    store: &Arc<dyn Database>,
     bus: &Arc<dyn Bus>,
     clock: &ManualClock,
     settings: &CronSettings,
@@ -112,7 +112,7 @@ pub fn turn_tool_results(llm: &FakeLlm, n: usize) -> Vec<String> {
 
 /// A job added straight to the store, as `switchboard cron add` does.
 pub async fn add_job(
-    store: &SqliteStore,
+    store: &Arc<dyn Database>,
     payload: Payload,
     schedule: Schedule,
     missed: MissedPolicy,

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use serde_json::Value;
+use switchboard::store::Database;
 use switchboard::store::sqlite::SqliteStore;
 use switchboard_channels::bus::memory::MemoryBus;
 use switchboard_channels::discord::{DiscordChannel, DiscordError, DiscordSettings, DmPolicy};
@@ -31,7 +32,7 @@ const OTHER_ROLE: u64 = 71;
 struct Rig {
     fake: FakeDiscord,
     inbound: Deliveries,
-    store: Arc<SqliteStore>,
+    store: Arc<dyn Database>,
     shutdown: CancellationToken,
     channel: Option<DiscordChannel>,
     dir: tempfile::TempDir,

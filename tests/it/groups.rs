@@ -11,8 +11,6 @@ use futures_util::StreamExt;
 use serde_json::Value;
 use switchboard::config::{BudgetsConfig, GroupAccessConfig, PermissionsConfig, UsersConfig};
 use switchboard::config::{Identity, Level};
-use switchboard::store::Store;
-use switchboard::store::users::UserStore;
 use switchboard::tools::Tool;
 use switchboard::users::AccessPolicy;
 use switchboard::worker::WorkerSettings;

@@ -15,8 +15,9 @@ use switchboard::clock::{ManualClock, to_store_precision};
 use switchboard::config::{BudgetsConfig, Config, HeartbeatConfig, PermissionsConfig, UsersConfig};
 use switchboard::provider::Role;
 use switchboard::scheduler::heartbeat::{HeartbeatAgent, HeartbeatOutcome, HeartbeatSettings, Heartbeats, SkipReason};
+use switchboard::store::Database;
 use switchboard::store::sqlite::SqliteStore;
-use switchboard::store::{RunClaim, RunOutcome, RunStatus, Store};
+use switchboard::store::{RunClaim, RunOutcome, RunStatus};
 use switchboard::users::AccessPolicy;
 use switchboard::worker::WorkerSettings;
 use switchboard_channels::contract::{ChatAddress, InboundKind, InboundMessage, Origin, Sender, Usage};
@@ -55,7 +56,7 @@ fn every(minutes: u64) -> HeartbeatSettings {
 /// A store, a memory bus, a clock and one agent's workspace, without a worker.
 struct Rig {
     dir: tempfile::TempDir,
-    store: Arc<SqliteStore>,
+    store: Arc<dyn Database>,
     bus: Arc<dyn Bus>,
     inbound: Deliveries,
     clock: ManualClock,

@@ -5,12 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use switchboard::store::Database;
 use switchboard::store::sqlite::SqliteStore;
 use switchboard_channels::bus::memory::MemoryBus;
 use switchboard_channels::contract::{InboundMessage, OutboundMessage, Sender};
 use switchboard_channels::{Bus, BusExt, Deliveries, Delivery};
 
-async fn open(path: &std::path::Path) -> (Arc<SqliteStore>, MemoryBus) {
+async fn open(path: &std::path::Path) -> (Arc<dyn Database>, MemoryBus) {
     let store = Arc::new(SqliteStore::open(path).await.unwrap());
     let bus = MemoryBus::with_journal(16, store.clone()).await.unwrap();
     (store, bus)

@@ -32,6 +32,7 @@ mod run_limits;
 mod sessions;
 mod store;
 mod store_memory;
+mod store_shared;
 mod subagents;
 mod telegram;
 mod tool_attacks;

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use switchboard::config::{BudgetsConfig, CompactionConfig, Level, PermissionsConfig, UsersConfig};
-use switchboard::store::Store;
 use switchboard::users::AccessPolicy;
 use switchboard::worker::{RecallSettings, WorkerSettings};
 use switchboard_channels::contract::{InboundMessage, Sender};

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use crate::common::{BusKind, Setup};
 use switchboard::config::{BudgetsConfig, PermissionsConfig, UsersConfig};
-use switchboard::store::{RunStatus, Store};
+use switchboard::store::RunStatus;
 use switchboard::tools::{Tool, ToolContext, ToolError};
 use switchboard::users::AccessPolicy;
 use switchboard::worker::{QueueSettings, WorkerSettings};

@@ -7,7 +7,6 @@ use crate::common::{Harness, start};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use switchboard::config::QueueMode;
-use switchboard::store::Store;
 use switchboard::worker::{QueueSettings, WorkerSettings};
 use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, Sender};
 use switchboard_channels::subject::Flow;

@@ -212,7 +212,8 @@ async fn concurrent_turns_from_two_stores_all_succeed() {
 }
 
 on_both_stores! {
-    async fn first_claim_is_new_and_a_finished_run_replays_its_reply(store) {
+    async fn first_claim_is_new_and_a_finished_run_replays_its_reply(fresh) {
+        let store = Arc::clone(&fresh.store);
         let run_id = claim_new(&*store, "in-1", SESSION).await;
         let outcome = completed(&run_id, "hello", "hi there");
         store.finish_run(&run_id, &outcome).await.unwrap();
@@ -224,7 +225,8 @@ on_both_stores! {
         assert_eq!(reply.id, format!("{run_id}:reply"));
     }
 
-    async fn a_run_without_reply_finishes_with_none(store) {
+    async fn a_run_without_reply_finishes_with_none(fresh) {
+        let store = Arc::clone(&fresh.store);
         let run_id = claim_new(&*store, "in-1", SESSION).await;
         let outcome = RunOutcome { reply: None, ..completed(&run_id, "q", "NO_REPLY") };
         store.finish_run(&run_id, &outcome).await.unwrap();
@@ -232,7 +234,8 @@ on_both_stores! {
         assert_eq!(claim, RunClaim::Finished { run_id, reply: None, delivered: false });
     }
 
-    async fn claiming_an_unfinished_run_resumes_it_with_the_next_attempt(store) {
+    async fn claiming_an_unfinished_run_resumes_it_with_the_next_attempt(fresh) {
+        let store = Arc::clone(&fresh.store);
         let run_id = claim_new(&*store, "in-1", SESSION).await;
         for attempt in 2..=3 {
             let claim = store.claim_run("in-1", SESSION).await.unwrap();
@@ -244,14 +247,16 @@ on_both_stores! {
         assert_eq!(runs[0].status, RunStatus::Running);
     }
 
-    async fn fifty_concurrent_claims_on_one_store_make_one_run(store) {
+    async fn fifty_concurrent_claims_on_one_store_make_one_run(fresh) {
+        let store = Arc::clone(&fresh.store);
         let claims = claim_concurrently(&[store]).await;
         assert_one_new(claims);
     }
 
     /// Claims made at once for different messages share writes; each is a new run of its own,
     /// stored under its message and session.
-    async fn concurrent_claims_of_different_messages_are_each_a_new_run(store) {
+    async fn concurrent_claims_of_different_messages_are_each_a_new_run(fresh) {
+        let store = Arc::clone(&fresh.store);
         let tasks: Vec<_> = (0..100)
             .map(|n| {
                 let store = Arc::clone(&store);
@@ -278,7 +283,8 @@ on_both_stores! {
 
     /// Finishes made at once share a statement, and each stores its own turn: a finish refused
     /// in the group (its run finished before) leaves the others finished and adds nothing.
-    async fn concurrent_finishes_each_store_their_own_turn(store) {
+    async fn concurrent_finishes_each_store_their_own_turn(fresh) {
+        let store = Arc::clone(&fresh.store);
         let mut runs = Vec::new();
         for n in 0..40 {
             runs.push(claim_new(&*store, &format!("in-{n}"), &format!("telegram:{}", n % 5)).await);
@@ -314,7 +320,8 @@ on_both_stores! {
         assert!(runs.iter().all(|run| run.status == RunStatus::Completed && run.usage.input_tokens == 120));
     }
 
-    async fn history_returns_the_latest_messages_oldest_first(store) {
+    async fn history_returns_the_latest_messages_oldest_first(fresh) {
+        let store = Arc::clone(&fresh.store);
         answered(&*store, "in-1", SESSION, 1).await;
         answered(&*store, "in-other", "discord:9", 9).await;
         let run_id = claim_new(&*store, "in-2", SESSION).await;
@@ -337,7 +344,8 @@ on_both_stores! {
         assert!(store.history("telegram:unknown", 10).await.unwrap().is_empty());
     }
 
-    async fn finishing_an_unknown_run_fails_and_writes_nothing(store) {
+    async fn finishing_an_unknown_run_fails_and_writes_nothing(fresh) {
+        let store = Arc::clone(&fresh.store);
         let run_id = claim_new(&*store, "in-1", SESSION).await;
         let err = store.finish_run("no-such-run", &completed(&run_id, "q", "a")).await.unwrap_err();
         assert!(matches!(err, StoreError::NoSuchRun(ref id) if id == "no-such-run"), "{err}");
@@ -347,7 +355,8 @@ on_both_stores! {
         assert!(matches!(store.mark_reply_delivered("no-such-run").await, Err(StoreError::NoSuchRun(_))));
     }
 
-    async fn finishing_twice_is_refused_and_keeps_the_first_result(store) {
+    async fn finishing_twice_is_refused_and_keeps_the_first_result(fresh) {
+        let store = Arc::clone(&fresh.store);
         let run_id = answered(&*store, "in-1", SESSION, 1).await;
         let err = store.finish_run(&run_id, &completed(&run_id, "q", "late")).await.unwrap_err();
         assert!(matches!(err, StoreError::Finish { .. }), "{err}");
@@ -358,7 +367,8 @@ on_both_stores! {
         assert_eq!(reply.content, "a1");
     }
 
-    async fn finish_run_records_status_usage_and_failure(store) {
+    async fn finish_run_records_status_usage_and_failure(fresh) {
+        let store = Arc::clone(&fresh.store);
         let ok = answered(&*store, "in-1", SESSION, 1).await;
         let bad = claim_new(&*store, "in-2", SESSION).await;
         let failure = RunOutcome {
@@ -389,7 +399,8 @@ on_both_stores! {
     }
 
     /// A reader never sees a run's transcript without its final status, or the reverse.
-    async fn a_finished_turn_becomes_visible_all_at_once(store) {
+    async fn a_finished_turn_becomes_visible_all_at_once(fresh) {
+        let store = Arc::clone(&fresh.store);
         let reader = {
             let store = Arc::clone(&store);
             tokio::spawn(async move {
@@ -409,7 +420,8 @@ on_both_stores! {
         reader.await.unwrap();
     }
 
-    async fn a_delivered_reply_is_not_offered_again(store) {
+    async fn a_delivered_reply_is_not_offered_again(fresh) {
+        let store = Arc::clone(&fresh.store);
         let run_id = answered(&*store, "in-1", SESSION, 1).await;
         store.mark_reply_delivered(&run_id).await.unwrap();
         let RunClaim::Finished { delivered, .. } = store.claim_run("in-1", SESSION).await.unwrap() else {
@@ -419,7 +431,8 @@ on_both_stores! {
         assert!(store.recent_runs(1).await.unwrap()[0].reply_delivered);
     }
 
-    async fn recent_runs_lists_newest_first_up_to_the_limit(store) {
+    async fn recent_runs_lists_newest_first_up_to_the_limit(fresh) {
+        let store = Arc::clone(&fresh.store);
         for n in 0..5 {
             claim_new(&*store, &format!("in-{n}"), SESSION).await;
         }
@@ -429,7 +442,8 @@ on_both_stores! {
         assert!(store.recent_runs(0).await.unwrap().is_empty());
     }
 
-    async fn compaction_hides_covered_rows_and_keeps_the_summary(store) {
+    async fn compaction_hides_covered_rows_and_keeps_the_summary(fresh) {
+        let store = Arc::clone(&fresh.store);
         for n in 0..3 {
             answered(&*store, &format!("in-{n}"), SESSION, n).await;
         }
@@ -459,7 +473,8 @@ on_both_stores! {
         assert!(matches!(err, StoreError::NoSuchSession(_)), "{err}");
     }
 
-    async fn archiving_a_session_hides_its_history_and_restarts_its_token_count(store) {
+    async fn archiving_a_session_hides_its_history_and_restarts_its_token_count(fresh) {
+        let store = Arc::clone(&fresh.store);
         assert_eq!(store.session_info("t:new").await.unwrap(), SessionInfo::default());
         answered(&*store, "in-1", "t:arch", 1).await;
         answered(&*store, "in-2", "t:other", 2).await;
@@ -477,7 +492,8 @@ on_both_stores! {
         assert_eq!(store.session_info("t:arch").await.unwrap().queue_mode.as_deref(), Some("collect"));
     }
 
-    async fn a_new_conversation_drops_the_old_summary_and_status_counts_compactions(store) {
+    async fn a_new_conversation_drops_the_old_summary_and_status_counts_compactions(fresh) {
+        let store = Arc::clone(&fresh.store);
         for n in 0..2 {
             answered(&*store, &format!("in-{n}"), SESSION, n).await;
         }
@@ -490,7 +506,8 @@ on_both_stores! {
         assert!(store.history(SESSION, 100).await.unwrap().is_empty());
     }
 
-    async fn a_groups_usage_is_counted_with_its_runs_once_per_run_and_per_month(store) {
+    async fn a_groups_usage_is_counted_with_its_runs_once_per_run_and_per_month(fresh) {
+        let store = Arc::clone(&fresh.store);
         use switchboard::config::{Identity, Level};
         use switchboard::store::users::Billing;
         const GROUP: &str = "telegram:-1001234567890";

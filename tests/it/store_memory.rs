@@ -6,8 +6,9 @@
 use std::sync::Arc;
 
 use switchboard::provider::ChatMessage;
+use switchboard::store::Database;
 use switchboard::store::sqlite::SqliteStore;
-use switchboard::store::{RunClaim, RunOutcome, RunStatus, Store};
+use switchboard::store::{RunClaim, RunOutcome, RunStatus};
 use switchboard_channels::contract::Usage;
 
 const SESSIONS: usize = 64;
@@ -36,7 +37,7 @@ fn outcome(question: &str, answer: &str) -> RunOutcome {
     }
 }
 
-async fn fill(store: &SqliteStore) {
+async fn fill(store: &Arc<dyn Database>) {
     let answer = "the answer goes on. ".repeat(ANSWER_BYTES / 20);
     for turn in 0..TURNS_PER_SESSION {
         for session in 0..SESSIONS {
@@ -62,7 +63,7 @@ fn sqlite_status(op: i32) -> i64 {
 async fn page_caches_stay_bounded_as_the_file_grows() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("switchboard.db");
-    let store = Arc::new(SqliteStore::open(&path).await.unwrap());
+    let store: Arc<dyn Database> = Arc::new(SqliteStore::open(&path).await.unwrap());
     fill(&store).await;
     let file_bytes = std::fs::metadata(&path).unwrap().len()
         + std::fs::metadata(dir.path().join("switchboard.db-wal")).map_or(0, |m| m.len());

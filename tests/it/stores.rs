@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use switchboard::store::Store;
+use switchboard::store::Database;
 use switchboard::store::postgres::PostgresStore;
 use switchboard::store::sqlite::SqliteStore;
 use switchboard_testkit::postgres::TempDatabase;
@@ -13,7 +13,7 @@ use tempfile::TempDir;
 
 /// A fresh store and what keeps its data alive (the tempdir, the database).
 pub struct Fresh {
-    pub store: Arc<dyn Store>,
+    pub store: Arc<dyn Database>,
     _data: Data,
 }
 
@@ -35,6 +35,14 @@ impl Fresh {
         Fresh { store: Arc::new(store), _data: Data::Postgres(database) }
     }
 
+    /// Another handle on the same data, as another process (or host) would open it.
+    pub async fn another(&self) -> Arc<dyn Database> {
+        match &self._data {
+            Data::Sqlite(dir) => Arc::new(SqliteStore::open(&dir.path().join("store.db")).await.unwrap()),
+            Data::Postgres(database) => Arc::new(PostgresStore::connect(database.url()).await.unwrap()),
+        }
+    }
+
     /// The PostgreSQL database, for tests that look at it with SQL.
     pub fn database(&self) -> Option<&TempDatabase> {
         match &self._data {
@@ -44,27 +52,25 @@ impl Fresh {
     }
 }
 
-/// `on_both_stores! { async fn name(store) { … } }`: the body, with `store` an
-/// `Arc<dyn Store>`, as two tests, `name::sqlite` and `name::postgres`.
+/// `on_both_stores! { async fn name(fresh) { … } }`: the body, with `fresh` a [`Fresh`]
+/// store, as two tests, `name::sqlite` and `name::postgres`.
 macro_rules! on_both_stores {
-    ($($(#[doc = $doc:expr])* async fn $name:ident($store:ident) $body:block)*) => {$(
+    ($($(#[doc = $doc:expr])* async fn $name:ident($fresh:ident) $body:block)*) => {$(
         $(#[doc = $doc])*
         mod $name {
             #[allow(unused_imports)]
             use super::*;
 
-            async fn body($store: std::sync::Arc<dyn switchboard::store::Store>) $body
+            async fn body($fresh: &$crate::stores::Fresh) $body
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn sqlite() {
-                let fresh = $crate::stores::Fresh::sqlite().await;
-                body(std::sync::Arc::clone(&fresh.store)).await;
+                body(&$crate::stores::Fresh::sqlite().await).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn postgres() {
-                let fresh = $crate::stores::Fresh::postgres().await;
-                body(std::sync::Arc::clone(&fresh.store)).await;
+                body(&$crate::stores::Fresh::postgres().await).await;
             }
         }
     )*};

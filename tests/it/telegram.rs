@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use serde_json::{Value, json};
+use switchboard::store::Database;
 use switchboard::store::sqlite::SqliteStore;
 use switchboard_channels::bus::memory::MemoryBus;
 use switchboard_channels::pairing::PairingStore;
@@ -22,7 +23,7 @@ const BOT: &str = "switchboard_test_bot";
 struct Rig {
     fake: FakeTelegram,
     inbound: Deliveries,
-    store: Arc<SqliteStore>,
+    store: Arc<dyn Database>,
     shutdown: CancellationToken,
     channel: Option<TelegramChannel>,
     dir: tempfile::TempDir,

@@ -10,15 +10,16 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use switchboard::provider::ChatMessage;
+use switchboard::store::Database;
 use switchboard::store::sqlite::SqliteStore;
-use switchboard::store::{BusWrites, RunClaim, RunOutcome, RunStatus, Store};
+use switchboard::store::{BusWrites, RunClaim, RunOutcome, RunStatus};
 use switchboard_channels::bus::memory::MemoryBus;
 use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, Sender, Usage};
 use switchboard_channels::{Bus, BusExt, Deliveries, Delivery};
 
 const SESSION: &str = "telegram:-100";
 
-async fn open(path: &Path) -> (Arc<SqliteStore>, MemoryBus) {
+async fn open(path: &Path) -> (Arc<dyn Database>, MemoryBus) {
     let store = Arc::new(SqliteStore::open(path).await.unwrap());
     let bus = MemoryBus::with_journal(16, store.clone()).await.unwrap();
     (store, bus)
@@ -56,7 +57,7 @@ fn outcome(run_id: &str, question: &str, answer: &str) -> RunOutcome {
     }
 }
 
-async fn claim_new(store: &SqliteStore, inbound_id: &str) -> String {
+async fn claim_new(store: &Arc<dyn Database>, inbound_id: &str) -> String {
     match store.claim_run(inbound_id, SESSION).await.unwrap() {
         RunClaim::New { run_id } => run_id,
         other => panic!("expected a new run, got {other:?}"),
@@ -130,8 +131,8 @@ async fn a_refused_finish_writes_nothing_and_the_message_stays_to_answer() {
 async fn the_history_in_memory_follows_changes_made_by_another_process() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.db");
-    let here = SqliteStore::open(&path).await.unwrap();
-    let there = SqliteStore::open(&path).await.unwrap();
+    let here: Arc<dyn Database> = Arc::new(SqliteStore::open(&path).await.unwrap());
+    let there: Arc<dyn Database> = Arc::new(SqliteStore::open(&path).await.unwrap());
     let run = claim_new(&here, "in-1").await;
     here.finish_run(&run, &outcome(&run, "q1", "a1")).await.unwrap();
     let texts = |c: &switchboard::store::Conversation| c.history.iter().map(|m| m.content.clone()).collect::<Vec<_>>();

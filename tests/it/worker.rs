@@ -9,7 +9,6 @@ use futures_util::StreamExt;
 use serde_json::json;
 
 use crate::common::start;
-use switchboard::store::Store;
 use switchboard::worker::{QueueSettings, WorkerSettings};
 use switchboard_channels::contract::{InboundMessage, OutboundMessage, RunEventBody, Sender};
 use switchboard_channels::subject::Flow;

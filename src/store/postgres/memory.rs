@@ -142,7 +142,7 @@ impl MemoryIndex for PostgresStore {
         Ok(())
     }
 
-    async fn conversation(
+    async fn conversation_messages(
         &self,
         scope: &str,
         session_key: &str,

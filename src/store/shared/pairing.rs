@@ -14,8 +14,8 @@ use switchboard_channels::pairing::{PairingError, PairingRequest, PairingStore};
 use crate::config::{Identity, Level};
 use crate::store::StoreError;
 use crate::store::pairing::{
-    ApprovedPairing, CodeProblem, PairingEntry, PairingState, RandomSourceError, SenderApproval, generate_code,
-    normalize_code,
+    ApprovedPairing, CodeProblem, PairingAdmin, PairingEntry, PairingState, RandomSourceError, SenderApproval,
+    generate_code, normalize_code,
 };
 use crate::store::values::{from_millis, now_millis};
 
@@ -40,14 +40,14 @@ macro_rules! pairing_store {
             #[async_trait]
             impl PairingStore for $store {
                 async fn is_approved(&self, channel: &str, sender_id: &str) -> Result<bool, PairingError> {
-                    let found: Option<i64> =
-                        sqlx::query_scalar("SELECT 1 FROM pairing_approvals WHERE channel = $1 AND sender_id = $2")
-                            .bind(channel)
-                            .bind(sender_id)
-                            .fetch_optional(self.pool())
-                            .await
-                            .map_err(|e| PairingError::Store(StoreError::from(e).to_string()))?;
-                    Ok(found.is_some())
+                    sqlx::query_scalar(
+                        "SELECT EXISTS (SELECT 1 FROM pairing_approvals WHERE channel = $1 AND sender_id = $2)",
+                    )
+                    .bind(channel)
+                    .bind(sender_id)
+                    .fetch_one(self.pool())
+                    .await
+                    .map_err(|e| PairingError::Store(StoreError::from(e).to_string()))
                 }
 
                 async fn request(
@@ -93,12 +93,11 @@ macro_rules! pairing_store {
                     tx.commit().await?;
                     Ok(request)
                 }
+            }
 
-                /// Approves the sender a pending code belongs to, marks the code used and gives the
-                /// sender's user at least `level` (`users.approved_level`). `code` may be in any case and
-                /// contain spaces or dashes. Fails with [`StoreError::PairingCode`] when the code is
-                /// unknown on `channel`, has expired or was used already.
-                pub async fn approve_pairing(
+            #[async_trait]
+            impl PairingAdmin for $store {
+                async fn approve_pairing(
                     &self,
                     channel: &str,
                     code: &str,
@@ -129,10 +128,7 @@ macro_rules! pairing_store {
                     Ok(ApprovedPairing { channel: channel.to_owned(), sender_id, sender_name, level: user.level })
                 }
 
-                /// Approves a sender by id, without a code; their valid codes are marked used and their
-                /// user gets at least `level`. `added` is false when they were approved already (their
-                /// stored name is kept).
-                pub async fn approve_sender(
+                async fn approve_sender(
                     &self,
                     channel: &str,
                     sender_id: &str,
@@ -146,8 +142,7 @@ macro_rules! pairing_store {
                     Ok(SenderApproval { added, level: user.level })
                 }
 
-                /// Withdraws a sender's approval; false when they were not approved.
-                pub async fn revoke_pairing(&self, channel: &str, sender_id: &str) -> Result<bool, StoreError> {
+                async fn revoke_pairing(&self, channel: &str, sender_id: &str) -> Result<bool, StoreError> {
                     let deleted = sqlx::query("DELETE FROM pairing_approvals WHERE channel = $1 AND sender_id = $2")
                         .bind(channel)
                         .bind(sender_id)
@@ -157,9 +152,7 @@ macro_rules! pairing_store {
                     Ok(deleted == 1)
                 }
 
-                /// Senders waiting with a valid code (soonest to expire first), then approved senders
-                /// (oldest first), on `channel` or on every channel.
-                pub async fn list_pairings(&self, channel: Option<&str>) -> Result<Vec<PairingEntry>, StoreError> {
+                async fn list_pairings(&self, channel: Option<&str>) -> Result<Vec<PairingEntry>, StoreError> {
                     // One read transaction: both lists from the same snapshot.
                     let mut tx = self.pool().begin().await?;
                     let pending: Vec<(String, String, String, String, i64)> = sqlx::query_as(

@@ -133,7 +133,7 @@ impl MemoryIndex for SqliteStore {
         super::memory_conversations::index(self, root, scope).await
     }
 
-    async fn conversation(
+    async fn conversation_messages(
         &self,
         scope: &str,
         session_key: &str,

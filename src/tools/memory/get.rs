@@ -35,7 +35,7 @@ impl MemoryGet {
         let refused = || ToolError::Refused(format!("conversation `{session}` is not one of this chat's"));
         let scope = ctx.memory.label(&ctx.agent).ok_or_else(refused)?;
         let from_id = i64::try_from(from).unwrap_or(i64::MAX);
-        let messages = self.index.conversation(&scope, session, from_id, count).await.map_err(index_error)?;
+        let messages = self.index.conversation_messages(&scope, session, from_id, count).await.map_err(index_error)?;
         let (Some(first), Some(last)) = (messages.first(), messages.last()) else {
             // Also what another scope's conversation gives: nothing to tell it from a wrong name.
             return Err(ToolError::Failed(format!(
