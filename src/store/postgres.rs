@@ -8,7 +8,6 @@
 //!
 //! Times are stored as unix milliseconds (UTC), as in the SQLite store.
 
-mod compaction;
 mod journal;
 mod memory;
 mod migrate;
@@ -19,14 +18,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{Postgres, Transaction};
-use uuid::Uuid;
 
-use super::finishing::{self, FinishRow, Finished};
+use super::StoreError;
+use super::finishing::{FinishRow, Finished};
 use super::history_cache::HistoryCache;
 use super::lock::{DatabaseLock, LockMode, SessionLock};
-use super::values::{decode_reply, encode, now_millis, run_record, sql_limit, to_u32, to_u64};
-use super::{BusWrites, Conversation, RunClaim, RunOutcome, RunRecord, RunStatus, SessionInfo, Store, StoreError};
-use crate::provider::ChatMessage;
+use super::values::{encode, now_millis};
 
 /// Connections per process. A turn holds one for a statement at a time, never across the
 /// model call, so a few serve hundreds of turns in flight; PostgreSQL's own default limit
@@ -42,10 +39,6 @@ const WRITE_LOCK: i64 = 0x7362_7772;
 
 /// The advisory lock of [`super::Database::lock`] ("sb" "db").
 const DAEMON_LOCK: i64 = 0x7362_6462;
-
-/// The columns [`RunRecord`] is read from.
-const RUN_COLUMNS: &str = "run_id, inbound_id, session_key, status, attempt, model, input_tokens, \
-     output_tokens, usage_estimated, cost_usd, iterations, error, reply_delivered, started_at, finished_at";
 
 /// The PostgreSQL implementation of [`Store`]. Cheap to share behind an `Arc`.
 #[derive(Debug, Clone)]
@@ -101,7 +94,42 @@ impl PostgresStore {
         Ok(tx)
     }
 
-    async fn finish(&self, row: FinishRow) -> Result<Finished, StoreError> {
+    pub(super) fn write_pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    pub(super) fn history_cache(&self) -> &HistoryCache {
+        &self.history
+    }
+
+    /// Inserts a new running run for `inbound_id`, and its session's row on first use, in one
+    /// statement; false when the inbound id has a run already. The unique inbound id decides
+    /// who is first, and the foreign key is checked at the statement's end, when the session
+    /// row exists.
+    pub(super) async fn insert_claim(
+        &self,
+        run_id: &str,
+        inbound_id: &str,
+        session_key: &str,
+    ) -> Result<bool, StoreError> {
+        let inserted = sqlx::query(
+            "WITH session AS (INSERT INTO sessions (key, created_at, updated_at) VALUES ($3, $4, $4) \
+             ON CONFLICT (key) DO NOTHING) \
+             INSERT INTO runs (run_id, inbound_id, session_key, status, attempt, started_at) \
+             VALUES ($1, $2, $3, 'running', 1, $4) ON CONFLICT (inbound_id) DO NOTHING",
+        )
+        .bind(run_id)
+        .bind(inbound_id)
+        .bind(session_key)
+        .bind(now_millis())
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        Ok(inserted == 1)
+    }
+
+    /// Writes a run's finish: one call of `finish_runs` (migrations/postgres).
+    pub(super) async fn write_finish(&self, row: FinishRow) -> Result<Finished, StoreError> {
         type ResultRow = (String, Option<String>, Option<String>, Option<i64>, Option<i64>, Option<bool>);
         let rows: Vec<ResultRow> = sqlx::query_as(
             "SELECT finished_run, run_session, prior_status, new_version, reply_row, usage_counted \
@@ -164,219 +192,6 @@ impl super::Database for PostgresStore {
             });
         }
         Ok(DatabaseLock::Postgres(SessionLock { _connection: connection }))
-    }
-}
-
-#[async_trait]
-impl Store for PostgresStore {
-    async fn claim_run(&self, inbound_id: &str, session_key: &str) -> Result<RunClaim, StoreError> {
-        let run_id = Uuid::now_v7().to_string();
-        // The session row is created by the same statement; the foreign key is checked at its
-        // end, when the row exists.
-        let inserted = sqlx::query(
-            "WITH session AS (INSERT INTO sessions (key, created_at, updated_at) VALUES ($3, $4, $4) \
-             ON CONFLICT (key) DO NOTHING) \
-             INSERT INTO runs (run_id, inbound_id, session_key, status, attempt, started_at) \
-             VALUES ($1, $2, $3, 'running', 1, $4) ON CONFLICT (inbound_id) DO NOTHING",
-        )
-        .bind(&run_id)
-        .bind(inbound_id)
-        .bind(session_key)
-        .bind(now_millis())
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
-        if inserted == 1 {
-            return Ok(RunClaim::New { run_id });
-        }
-        // Its worker died (or the bus gave up on it): this claimant takes it over. One
-        // statement, so two claimants of one unfinished run each get their own attempt.
-        let resumed: Option<(String, i64)> = sqlx::query_as(
-            "UPDATE runs SET attempt = attempt + 1 WHERE inbound_id = $1 AND status = 'running' \
-             RETURNING run_id, attempt",
-        )
-        .bind(inbound_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        if let Some((run_id, attempt)) = resumed {
-            return Ok(RunClaim::Resumed { attempt: to_u32(attempt, "attempt")?, run_id });
-        }
-        // Not running, so finished: a finished run never runs again.
-        let finished: Option<(String, Option<String>, bool)> =
-            sqlx::query_as("SELECT run_id, reply_json, reply_delivered FROM runs WHERE inbound_id = $1")
-                .bind(inbound_id)
-                .fetch_optional(&self.pool)
-                .await?;
-        let Some((run_id, reply_json, delivered)) = finished else {
-            return Err(StoreError::Corrupt(format!("inbound id {inbound_id} conflicts but has no run")));
-        };
-        let reply = reply_json.as_deref().map(|json| decode_reply(&run_id, json)).transpose()?;
-        Ok(RunClaim::Finished { run_id, reply, delivered })
-    }
-
-    async fn history(&self, session_key: &str, limit: usize) -> Result<Vec<ChatMessage>, StoreError> {
-        Ok(self.history_rows(session_key, limit).await?.into_iter().map(|(_, message)| message).collect())
-    }
-
-    async fn history_rows(&self, session_key: &str, limit: usize) -> Result<Vec<(i64, ChatMessage)>, StoreError> {
-        let rows: Vec<(i64, String)> = sqlx::query_as(
-            "SELECT id, message_json FROM transcript WHERE session_key = $1 AND id > \
-             COALESCE((SELECT GREATEST(compacted_through, archived_through) FROM sessions WHERE key = $1), 0) \
-             ORDER BY id DESC LIMIT $2",
-        )
-        .bind(session_key)
-        .bind(sql_limit(limit))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.into_iter()
-            .rev()
-            .map(|(id, json)| {
-                serde_json::from_str(&json)
-                    .map(|message| (id, message))
-                    .map_err(|e| StoreError::Corrupt(format!("transcript row {id} is not a chat message: {e}")))
-            })
-            .collect()
-    }
-
-    async fn session_summary(&self, session_key: &str) -> Result<Option<(String, u32)>, StoreError> {
-        Ok(compaction::summary_and_version(&self.pool, session_key).await?.and_then(|(_, summary)| summary))
-    }
-
-    async fn conversation(&self, session_key: &str, limit: usize) -> Result<Conversation, StoreError> {
-        let Some((version, summary)) = compaction::summary_and_version(&self.pool, session_key).await? else {
-            return Ok(Conversation::default());
-        };
-        if let Some(history) = self.history.get(session_key, version, limit) {
-            return Ok(Conversation { history, summary });
-        }
-        let history = self.history(session_key, limit).await?;
-        // Kept under the version read before the rows: should the history have changed in
-        // between, the next turn reads a newer version and does not use this copy.
-        self.history.put(session_key, version, limit, history.clone());
-        Ok(Conversation { history, summary })
-    }
-
-    async fn begin_compaction(&self, session_key: &str) -> Result<bool, StoreError> {
-        compaction::begin(&self.pool, session_key).await
-    }
-
-    async fn finish_compaction(&self, session_key: &str, summary: &str, through_id: i64) -> Result<(), StoreError> {
-        self.history.forget(session_key);
-        compaction::finish(&self.pool, session_key, summary, through_id).await
-    }
-
-    async fn abort_compaction(&self, session_key: &str) -> Result<(), StoreError> {
-        compaction::abort(&self.pool, session_key).await
-    }
-
-    async fn finish_run(&self, run_id: &str, outcome: &RunOutcome) -> Result<(), StoreError> {
-        self.finish_run_journaled(run_id, outcome, &BusWrites::default()).await.map(|_| ())
-    }
-
-    async fn finish_run_journaled(
-        &self,
-        run_id: &str,
-        outcome: &RunOutcome,
-        bus: &BusWrites<'_>,
-    ) -> Result<Option<i64>, StoreError> {
-        let refuse = |reason: &str| StoreError::Finish { run_id: run_id.to_owned(), reason: reason.to_owned() };
-        if outcome.status == RunStatus::Running {
-            return Err(refuse("the outcome's status is still running"));
-        }
-        let row = finishing::row(run_id, outcome, bus, now_millis())?;
-        match self.finish(row).await? {
-            Finished::Done { session_key, history_version, reply_row } => {
-                self.history.append(&session_key, history_version, outcome.transcript.clone());
-                Ok(reply_row)
-            }
-            Finished::NoSuchRun => Err(StoreError::NoSuchRun(run_id.to_owned())),
-            Finished::NotRunning => Err(refuse("it has already finished")),
-        }
-    }
-
-    async fn mark_reply_delivered(&self, run_id: &str) -> Result<(), StoreError> {
-        let updated = sqlx::query("UPDATE runs SET reply_delivered = TRUE WHERE run_id = $1")
-            .bind(run_id)
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-        if updated == 0 {
-            return Err(StoreError::NoSuchRun(run_id.to_owned()));
-        }
-        Ok(())
-    }
-
-    async fn recent_runs(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
-        // Run ids are UUID v7, time-ordered, so they break ties between runs started in the
-        // same millisecond.
-        let sql = format!("SELECT {RUN_COLUMNS} FROM runs ORDER BY started_at DESC, run_id DESC LIMIT $1");
-        let rows = sqlx::query(&sql).bind(sql_limit(limit)).fetch_all(&self.pool).await?;
-        rows.iter().map(run_record).collect()
-    }
-
-    async fn archive_session(&self, session_key: &str) -> Result<(), StoreError> {
-        self.history.forget(session_key);
-        // The summary belongs to the old conversation too: a new one starts without it.
-        sqlx::query(
-            "INSERT INTO sessions AS s (key, created_at, updated_at) VALUES ($2, $1, $1) \
-             ON CONFLICT (key) DO UPDATE SET updated_at = $1, summary = NULL, \
-             history_version = s.history_version + 1, \
-             archived_through = COALESCE((SELECT MAX(id) FROM transcript WHERE session_key = $2), 0)",
-        )
-        .bind(now_millis())
-        .bind(session_key)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
-    }
-
-    async fn session_info(&self, session_key: &str) -> Result<SessionInfo, StoreError> {
-        let Some((queue_mode, archived_through, compactions)) = sqlx::query_as::<_, (Option<String>, i64, i64)>(
-            "SELECT queue_mode, archived_through, compaction_count FROM sessions WHERE key = $1",
-        )
-        .bind(session_key)
-        .fetch_optional(&self.pool)
-        .await?
-        else {
-            return Ok(SessionInfo::default());
-        };
-        // Runs since `/new`: those that wrote transcript rows after the archive point, or none.
-        let (tokens, estimated): (i64, bool) = sqlx::query_as(
-            "SELECT COALESCE(SUM(input_tokens + output_tokens), 0)::BIGINT, COALESCE(BOOL_OR(usage_estimated), FALSE) \
-             FROM runs WHERE session_key = $1 \
-             AND run_id IN (SELECT run_id FROM transcript WHERE session_key = $1 AND id > $2)",
-        )
-        .bind(session_key)
-        .bind(archived_through)
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(SessionInfo {
-            queue_mode,
-            tokens_used: to_u64(tokens, "tokens")?,
-            tokens_estimated: estimated,
-            compactions: to_u64(compactions, "compaction_count")?,
-        })
-    }
-
-    async fn queue_mode(&self, session_key: &str) -> Result<Option<String>, StoreError> {
-        let mode: Option<Option<String>> = sqlx::query_scalar("SELECT queue_mode FROM sessions WHERE key = $1")
-            .bind(session_key)
-            .fetch_optional(&self.pool)
-            .await?;
-        Ok(mode.flatten())
-    }
-
-    async fn set_queue_mode(&self, session_key: &str, mode: Option<&str>) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO sessions (key, created_at, updated_at, queue_mode) VALUES ($1, $2, $2, $3) \
-             ON CONFLICT (key) DO UPDATE SET queue_mode = $3, updated_at = $2",
-        )
-        .bind(session_key)
-        .bind(now_millis())
-        .bind(mode)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
     }
 }
 

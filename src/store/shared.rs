@@ -5,5 +5,6 @@
 mod cron;
 mod heartbeat;
 mod pairing;
+mod runs;
 mod subagents;
 mod users;

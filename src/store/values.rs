@@ -75,7 +75,7 @@ pub(super) fn flow_name(flow: Flow) -> Result<&'static str, JournalError> {
     }
 }
 
-/// A `runs` row as operators see it, from either store (the columns of `RUN_COLUMNS`).
+/// A `runs` row as operators see it, from either store (the columns of `store::shared::runs`'s `RUN_COLUMNS`).
 pub(super) fn run_record<'r, R>(row: &'r R) -> Result<RunRecord, StoreError>
 where
     R: Row,

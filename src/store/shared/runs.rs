@@ -1,0 +1,308 @@
+//! [`Store`] for both stores: runs, sessions, the transcript and compaction.
+//!
+//! The two writes of every turn are the backends' own, as inherent methods the macro calls:
+//! `insert_claim` (one `INSERT … ON CONFLICT (inbound_id) DO NOTHING`, grouped with others
+//! under load on SQLite) and `write_finish` (the SQLite trigger or the PostgreSQL
+//! `finish_runs` function, one round trip each). Everything else is the same SQL on both:
+//! conditional updates that decide races by the row they change, and upserts that create a
+//! session row on first use.
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+use crate::provider::ChatMessage;
+use crate::store::finishing::{self, Finished};
+use crate::store::values::{decode_reply, now_millis, run_record, sql_limit, to_u32, to_u64};
+use crate::store::{
+    BusWrites, Conversation, RunClaim, RunOutcome, RunRecord, RunStatus, SessionInfo, Store, StoreError,
+};
+
+/// The columns [`RunRecord`] is read from.
+const RUN_COLUMNS: &str = "run_id, inbound_id, session_key, status, attempt, model, input_tokens, \
+     output_tokens, usage_estimated, cost_usd, iterations, error, reply_delivered, started_at, finished_at";
+
+/// Longer than any compaction takes (a flush turn with its timeout plus one summary call): a
+/// mark older than this belongs to a process that died mid-compaction and is taken over, so a
+/// crash never blocks a session's compaction for good.
+const COMPACTION_STALE_AFTER_MS: i64 = 15 * 60 * 1000;
+
+fn compaction_count(key: &str, count: i64) -> Result<u32, StoreError> {
+    u32::try_from(count).map_err(|_| StoreError::Corrupt(format!("compaction_count of {key} is out of range: {count}")))
+}
+
+fn decode_rows(rows: Vec<(i64, String)>) -> Result<Vec<(i64, ChatMessage)>, StoreError> {
+    // Fetched newest first so LIMIT keeps the most recent ones; the model wants them oldest first.
+    rows.into_iter()
+        .rev()
+        .map(|(id, json)| {
+            serde_json::from_str(&json)
+                .map(|message| (id, message))
+                .map_err(|e| StoreError::Corrupt(format!("transcript row {id} is not a chat message: {e}")))
+        })
+        .collect()
+}
+
+/// The same queries serve both stores; only sqlx's types differ, hence a macro.
+macro_rules! run_store {
+    ($store:ty) => {
+        impl $store {
+            /// The session's history version (changed by every change to what its history shows)
+            /// and its summary; `None` when the session has no row yet.
+            async fn version_and_summary(&self, key: &str) -> Result<Option<(i64, Option<(String, u32)>)>, StoreError> {
+                let row: Option<(i64, Option<String>, i64)> =
+                    sqlx::query_as("SELECT history_version, summary, compaction_count FROM sessions WHERE key = $1")
+                        .bind(key)
+                        .fetch_optional(self.pool())
+                        .await?;
+                let Some((version, summary, count)) = row else { return Ok(None) };
+                let summary = match summary {
+                    Some(summary) => Some((summary, compaction_count(key, count)?)),
+                    None => None,
+                };
+                Ok(Some((version, summary)))
+            }
+        }
+
+        #[async_trait]
+        impl Store for $store {
+            async fn claim_run(&self, inbound_id: &str, session_key: &str) -> Result<RunClaim, StoreError> {
+                let run_id = Uuid::now_v7().to_string();
+                if self.insert_claim(&run_id, inbound_id, session_key).await? {
+                    return Ok(RunClaim::New { run_id });
+                }
+                // Its worker died (or the bus gave up on it): this claimant takes it over. One
+                // statement, so two claimants of one unfinished run each get their own attempt.
+                let resumed: Option<(String, i64)> = sqlx::query_as(
+                    "UPDATE runs SET attempt = attempt + 1 WHERE inbound_id = $1 AND status = 'running' \
+                     RETURNING run_id, attempt",
+                )
+                .bind(inbound_id)
+                .fetch_optional(self.write_pool())
+                .await?;
+                if let Some((run_id, attempt)) = resumed {
+                    return Ok(RunClaim::Resumed { attempt: to_u32(attempt, "attempt")?, run_id });
+                }
+                // Not running, so finished: a finished run never runs again.
+                let finished: Option<(String, Option<String>, bool)> =
+                    sqlx::query_as("SELECT run_id, reply_json, reply_delivered FROM runs WHERE inbound_id = $1")
+                        .bind(inbound_id)
+                        .fetch_optional(self.write_pool())
+                        .await?;
+                let Some((run_id, reply_json, delivered)) = finished else {
+                    return Err(StoreError::Corrupt(format!("inbound id {inbound_id} conflicts but has no run")));
+                };
+                let reply = reply_json.as_deref().map(|json| decode_reply(&run_id, json)).transpose()?;
+                Ok(RunClaim::Finished { run_id, reply, delivered })
+            }
+
+            async fn history(&self, session_key: &str, limit: usize) -> Result<Vec<ChatMessage>, StoreError> {
+                Ok(self.history_rows(session_key, limit).await?.into_iter().map(|(_, message)| message).collect())
+            }
+
+            async fn history_rows(
+                &self,
+                session_key: &str,
+                limit: usize,
+            ) -> Result<Vec<(i64, ChatMessage)>, StoreError> {
+                // Rows a compaction covered are summarised on the session, rows up to
+                // `archived_through` belong to conversations ended by `/new`; COALESCE: no session
+                // row yet means neither.
+                let rows: Vec<(i64, String)> = sqlx::query_as(
+                    "SELECT id, message_json FROM transcript WHERE session_key = $1 AND id > COALESCE(( \
+                     SELECT CASE WHEN compacted_through > archived_through THEN compacted_through \
+                     ELSE archived_through END FROM sessions WHERE key = $1), 0) \
+                     ORDER BY id DESC LIMIT $2",
+                )
+                .bind(session_key)
+                .bind(sql_limit(limit))
+                .fetch_all(self.pool())
+                .await?;
+                decode_rows(rows)
+            }
+
+            async fn session_summary(&self, session_key: &str) -> Result<Option<(String, u32)>, StoreError> {
+                Ok(self.version_and_summary(session_key).await?.and_then(|(_, summary)| summary))
+            }
+
+            async fn conversation(&self, session_key: &str, limit: usize) -> Result<Conversation, StoreError> {
+                let Some((version, summary)) = self.version_and_summary(session_key).await? else {
+                    return Ok(Conversation::default());
+                };
+                if let Some(history) = self.history_cache().get(session_key, version, limit) {
+                    return Ok(Conversation { history, summary });
+                }
+                let history = self.history(session_key, limit).await?;
+                // Kept under the version read before the rows: should the history have changed in
+                // between, the next turn reads a newer version and does not use this copy.
+                self.history_cache().put(session_key, version, limit, history.clone());
+                Ok(Conversation { history, summary })
+            }
+
+            async fn begin_compaction(&self, session_key: &str) -> Result<bool, StoreError> {
+                let now = now_millis();
+                let updated = sqlx::query(
+                    "UPDATE sessions SET compacting_since = $1 \
+                     WHERE key = $2 AND (compacting_since IS NULL OR compacting_since < $3)",
+                )
+                .bind(now)
+                .bind(session_key)
+                .bind(now - COMPACTION_STALE_AFTER_MS)
+                .execute(self.write_pool())
+                .await?
+                .rows_affected();
+                Ok(updated == 1)
+            }
+
+            async fn finish_compaction(
+                &self,
+                session_key: &str,
+                summary: &str,
+                through_id: i64,
+            ) -> Result<(), StoreError> {
+                self.history_cache().forget(session_key);
+                // A compaction never un-hides rows an earlier one covered.
+                let updated = sqlx::query(
+                    "UPDATE sessions SET summary = $1, compacted_through = CASE WHEN compacted_through > $2 \
+                     THEN compacted_through ELSE $2 END, compaction_count = compaction_count + 1, \
+                     compacting_since = NULL, updated_at = $3, history_version = history_version + 1 \
+                     WHERE key = $4",
+                )
+                .bind(summary)
+                .bind(through_id)
+                .bind(now_millis())
+                .bind(session_key)
+                .execute(self.write_pool())
+                .await?
+                .rows_affected();
+                if updated == 0 {
+                    return Err(StoreError::NoSuchSession(session_key.to_owned()));
+                }
+                Ok(())
+            }
+
+            async fn abort_compaction(&self, session_key: &str) -> Result<(), StoreError> {
+                sqlx::query("UPDATE sessions SET compacting_since = NULL WHERE key = $1")
+                    .bind(session_key)
+                    .execute(self.write_pool())
+                    .await?;
+                Ok(())
+            }
+
+            async fn finish_run(&self, run_id: &str, outcome: &RunOutcome) -> Result<(), StoreError> {
+                self.finish_run_journaled(run_id, outcome, &BusWrites::default()).await.map(|_| ())
+            }
+
+            async fn finish_run_journaled(
+                &self,
+                run_id: &str,
+                outcome: &RunOutcome,
+                bus: &BusWrites<'_>,
+            ) -> Result<Option<i64>, StoreError> {
+                let refuse = |reason: &str| StoreError::Finish { run_id: run_id.to_owned(), reason: reason.to_owned() };
+                if outcome.status == RunStatus::Running {
+                    return Err(refuse("the outcome's status is still running"));
+                }
+                let row = finishing::row(run_id, outcome, bus, now_millis())?;
+                match self.write_finish(row).await? {
+                    Finished::Done { session_key, history_version, reply_row } => {
+                        self.history_cache().append(&session_key, history_version, outcome.transcript.clone());
+                        Ok(reply_row)
+                    }
+                    Finished::NoSuchRun => Err(StoreError::NoSuchRun(run_id.to_owned())),
+                    Finished::NotRunning => Err(refuse("it has already finished")),
+                }
+            }
+
+            async fn mark_reply_delivered(&self, run_id: &str) -> Result<(), StoreError> {
+                let updated = sqlx::query("UPDATE runs SET reply_delivered = $1 WHERE run_id = $2")
+                    .bind(true)
+                    .bind(run_id)
+                    .execute(self.write_pool())
+                    .await?
+                    .rows_affected();
+                if updated == 0 {
+                    return Err(StoreError::NoSuchRun(run_id.to_owned()));
+                }
+                Ok(())
+            }
+
+            async fn recent_runs(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
+                // Run ids are UUID v7, time-ordered, so they break ties between runs started in
+                // the same millisecond.
+                let sql = format!("SELECT {RUN_COLUMNS} FROM runs ORDER BY started_at DESC, run_id DESC LIMIT $1");
+                let rows = sqlx::query(&sql).bind(sql_limit(limit)).fetch_all(self.pool()).await?;
+                rows.iter().map(run_record).collect()
+            }
+
+            async fn archive_session(&self, session_key: &str) -> Result<(), StoreError> {
+                self.history_cache().forget(session_key);
+                // The summary belongs to the old conversation too: a new one starts without it.
+                sqlx::query(
+                    "INSERT INTO sessions AS s (key, created_at, updated_at) VALUES ($2, $1, $1) \
+                     ON CONFLICT (key) DO UPDATE SET updated_at = $1, summary = NULL, \
+                     history_version = s.history_version + 1, \
+                     archived_through = COALESCE((SELECT MAX(id) FROM transcript WHERE session_key = $2), 0)",
+                )
+                .bind(now_millis())
+                .bind(session_key)
+                .execute(self.write_pool())
+                .await?;
+                Ok(())
+            }
+
+            async fn session_info(&self, session_key: &str) -> Result<SessionInfo, StoreError> {
+                let Some((queue_mode, archived_through, compactions)) =
+                    sqlx::query_as::<_, (Option<String>, i64, i64)>(
+                        "SELECT queue_mode, archived_through, compaction_count FROM sessions WHERE key = $1",
+                    )
+                    .bind(session_key)
+                    .fetch_optional(self.pool())
+                    .await?
+                else {
+                    return Ok(SessionInfo::default());
+                };
+                // Runs since `/new`: those that wrote transcript rows after the archive point.
+                let (tokens, estimated): (i64, bool) = sqlx::query_as(
+                    "SELECT CAST(COALESCE(SUM(input_tokens + output_tokens), 0) AS BIGINT), \
+                     COALESCE(MAX(CASE WHEN usage_estimated THEN 1 ELSE 0 END), 0) = 1 \
+                     FROM runs WHERE session_key = $1 \
+                     AND run_id IN (SELECT run_id FROM transcript WHERE session_key = $1 AND id > $2)",
+                )
+                .bind(session_key)
+                .bind(archived_through)
+                .fetch_one(self.pool())
+                .await?;
+                Ok(SessionInfo {
+                    queue_mode,
+                    tokens_used: to_u64(tokens, "tokens")?,
+                    tokens_estimated: estimated,
+                    compactions: to_u64(compactions, "compaction_count")?,
+                })
+            }
+
+            async fn queue_mode(&self, session_key: &str) -> Result<Option<String>, StoreError> {
+                let mode: Option<Option<String>> = sqlx::query_scalar("SELECT queue_mode FROM sessions WHERE key = $1")
+                    .bind(session_key)
+                    .fetch_optional(self.pool())
+                    .await?;
+                Ok(mode.flatten())
+            }
+
+            async fn set_queue_mode(&self, session_key: &str, mode: Option<&str>) -> Result<(), StoreError> {
+                sqlx::query(
+                    "INSERT INTO sessions (key, created_at, updated_at, queue_mode) VALUES ($1, $2, $2, $3) \
+                     ON CONFLICT (key) DO UPDATE SET queue_mode = $3, updated_at = $2",
+                )
+                .bind(session_key)
+                .bind(now_millis())
+                .bind(mode)
+                .execute(self.write_pool())
+                .await?;
+                Ok(())
+            }
+        }
+    };
+}
+
+run_store!(crate::store::sqlite::SqliteStore);
+run_store!(crate::store::postgres::PostgresStore);
