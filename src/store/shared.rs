@@ -4,6 +4,7 @@
 
 mod cron;
 mod heartbeat;
+pub(super) mod memory;
 mod pairing;
 mod runs;
 mod subagents;

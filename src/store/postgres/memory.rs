@@ -9,20 +9,17 @@ use async_trait::async_trait;
 use sqlx::{Postgres, Transaction};
 
 use super::PostgresStore;
-use crate::provider::ChatMessage;
 use crate::store::StoreError;
 use crate::store::memory_index::{
     CONVERSATION_PREFIX, ChunkQuery, IndexedChunk, MemoryChunk, MemoryHit, MemoryIndex, MemoryQuery,
-    conversation_chunks, conversation_text, spoken_by_agent, vector_from_bytes, vector_to_bytes,
+    conversation_chunks, spoken_by_agent, vector_from_bytes,
 };
-use crate::store::values::{from_millis, now_millis, sql_limit};
+use crate::store::shared::memory::{ChunkRow, decode_message, indexed_chunk, line};
+use crate::store::values::{from_millis, sql_limit};
 
 /// A search's row: chunk id, path, lines, snippet, rank, and a conversation chunk's start
 /// (empty for a file's), which says who wrote it.
 type Hit = (i64, String, i64, i64, String, f32, String);
-
-/// A chunk row: id, path, start line, end line, text.
-type ChunkRow = (i64, String, i64, i64, String);
 
 /// Transcript rows indexed per transaction, so a first search in a long-lived scope does not
 /// hold one transaction for long.
@@ -48,11 +45,7 @@ pub(crate) fn ts_query(terms: &[String]) -> String {
 #[async_trait]
 impl MemoryIndex for PostgresStore {
     async fn memory_fingerprint(&self, root: &str, path: &str) -> Result<Option<String>, StoreError> {
-        Ok(sqlx::query_scalar("SELECT fingerprint FROM memory_files WHERE root = $1 AND path = $2")
-            .bind(root)
-            .bind(path)
-            .fetch_optional(self.pool())
-            .await?)
+        self.stored_fingerprint(root, path).await
     }
 
     async fn index_memory_file(
@@ -80,16 +73,7 @@ impl MemoryIndex for PostgresStore {
             .execute(&mut *tx)
             .await?;
         }
-        sqlx::query(
-            "INSERT INTO memory_files (root, path, fingerprint, indexed_at) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (root, path) DO UPDATE SET fingerprint = excluded.fingerprint, indexed_at = excluded.indexed_at",
-        )
-        .bind(root)
-        .bind(path)
-        .bind(fingerprint)
-        .bind(now_millis())
-        .execute(&mut *tx)
-        .await?;
+        Self::record_memory_file(&mut tx, root, path, fingerprint).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -149,23 +133,7 @@ impl MemoryIndex for PostgresStore {
         from_id: i64,
         limit: usize,
     ) -> Result<Vec<(i64, String)>, StoreError> {
-        let rows: Vec<(i64, String, i64)> = sqlx::query_as(
-            "SELECT id, message_json, created_at FROM transcript \
-             WHERE session_key = $1 AND memory_scope = $2 AND id >= $3 ORDER BY id LIMIT $4",
-        )
-        .bind(session_key)
-        .bind(scope)
-        .bind(from_id)
-        .bind(sql_limit(limit))
-        .fetch_all(self.pool())
-        .await?;
-        let mut messages = Vec::new();
-        for (id, json, created_at) in rows {
-            if let Some(text) = conversation_text(&decode(id, &json)?, from_millis(created_at)?) {
-                messages.push((id, text));
-            }
-        }
-        Ok(messages)
+        self.conversation_in_scope(scope, session_key, from_id, limit).await
     }
 
     async fn memory_chunks(&self, query: &ChunkQuery<'_>) -> Result<Vec<IndexedChunk>, StoreError> {
@@ -182,22 +150,9 @@ impl MemoryIndex for PostgresStore {
         .await?;
         let room = query.limit.saturating_sub(rows.len());
         if let Some(scope) = query.scope.filter(|_| room > 0) {
-            let conversations: Vec<ChunkRow> = sqlx::query_as(
-                "SELECT id, path, start_line, end_line, body FROM memory_chunks \
-                 WHERE root = $1 AND scope = $2 ORDER BY id DESC LIMIT $3",
-            )
-            .bind(query.root)
-            .bind(scope)
-            .bind(sql_limit(room))
-            .fetch_all(self.pool())
-            .await?;
-            rows.extend(conversations);
+            rows.extend(self.scope_chunks(query.root, scope, room).await?);
         }
-        rows.into_iter()
-            .map(|(id, path, start, end, text)| {
-                Ok(IndexedChunk { id, path, start_line: line(start)?, end_line: line(end)?, text })
-            })
-            .collect()
+        rows.into_iter().map(indexed_chunk).collect()
     }
 
     async fn cached_embeddings(&self, model: &str, hashes: &[String]) -> Result<HashMap<String, Vec<f32>>, StoreError> {
@@ -215,25 +170,7 @@ impl MemoryIndex for PostgresStore {
     }
 
     async fn store_embeddings(&self, model: &str, vectors: &[(String, Vec<f32>)]) -> Result<(), StoreError> {
-        if vectors.is_empty() {
-            return Ok(());
-        }
-        let now = now_millis();
-        let mut tx = self.pool().begin().await?;
-        for (hash, vector) in vectors {
-            sqlx::query(
-                "INSERT INTO memory_embeddings (model, text_hash, vector, created_at) VALUES ($1, $2, $3, $4) \
-                 ON CONFLICT (model, text_hash) DO UPDATE SET vector = excluded.vector, created_at = excluded.created_at",
-            )
-            .bind(model)
-            .bind(hash)
-            .bind(vector_to_bytes(vector))
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await?;
-        Ok(())
+        self.keep_embeddings(model, vectors).await
     }
 }
 
@@ -286,7 +223,7 @@ impl PostgresStore {
         };
         for (id, session_key, json, created_at) in &rows {
             let path = format!("{CONVERSATION_PREFIX}{session_key}");
-            let message = decode(*id, json)?;
+            let message = decode_message(*id, json)?;
             for (line, text) in conversation_chunks(*id, &message, from_millis(*created_at)?) {
                 insert_conversation_chunk(&mut tx, root, &path, line, &text, scope).await?;
             }
@@ -321,12 +258,4 @@ async fn insert_conversation_chunk(
     .execute(&mut **tx)
     .await?;
     Ok(())
-}
-
-fn line(value: i64) -> Result<u64, StoreError> {
-    u64::try_from(value).map_err(|_| StoreError::Corrupt(format!("line {value}")))
-}
-
-fn decode(id: i64, json: &str) -> Result<ChatMessage, StoreError> {
-    serde_json::from_str(json).map_err(|e| StoreError::Corrupt(format!("transcript row {id} is unreadable: {e}")))
 }

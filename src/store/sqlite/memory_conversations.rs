@@ -4,10 +4,10 @@
 
 use sqlx::{Sqlite, Transaction};
 
-use super::{SqliteStore, from_millis, sql_limit};
-use crate::provider::ChatMessage;
+use super::{SqliteStore, from_millis};
 use crate::store::StoreError;
-use crate::store::memory_index::{CONVERSATION_PREFIX, conversation_chunks, conversation_text};
+use crate::store::memory_index::{CONVERSATION_PREFIX, conversation_chunks};
+use crate::store::shared::memory::decode_message;
 
 /// Transcript rows indexed per write transaction, so a first search in a long-lived scope
 /// does not hold the write lock for long.
@@ -84,7 +84,7 @@ async fn insert_row(
     scope: &str,
     (id, session_key, json, created_at): &Row,
 ) -> Result<(), StoreError> {
-    let message = decode(*id, json)?;
+    let message = decode_message(*id, json)?;
     let path = format!("{CONVERSATION_PREFIX}{session_key}");
     for (line, text) in conversation_chunks(*id, &message, from_millis(*created_at)?) {
         let (chunk_id,): (i64,) = sqlx::query_as(
@@ -105,36 +105,4 @@ async fn insert_row(
             .await?;
     }
     Ok(())
-}
-
-/// Messages of `session_key` written in `scope`, from transcript id `from_id` on; messages
-/// that are not conversation (tool results) are skipped but count against `limit`.
-pub(super) async fn read(
-    store: &SqliteStore,
-    scope: &str,
-    session_key: &str,
-    from_id: i64,
-    limit: usize,
-) -> Result<Vec<(i64, String)>, StoreError> {
-    let rows: Vec<(i64, String, i64)> = sqlx::query_as(
-        "SELECT id, message_json, created_at FROM transcript \
-         WHERE session_key = $1 AND memory_scope = $2 AND id >= $3 ORDER BY id LIMIT $4",
-    )
-    .bind(session_key)
-    .bind(scope)
-    .bind(from_id)
-    .bind(sql_limit(limit))
-    .fetch_all(store.pool())
-    .await?;
-    let mut messages = Vec::new();
-    for (id, json, created_at) in rows {
-        if let Some(text) = conversation_text(&decode(id, &json)?, from_millis(created_at)?) {
-            messages.push((id, text));
-        }
-    }
-    Ok(messages)
-}
-
-fn decode(id: i64, json: &str) -> Result<ChatMessage, StoreError> {
-    serde_json::from_str(json).map_err(|e| StoreError::Corrupt(format!("transcript row {id} is unreadable: {e}")))
 }

@@ -3,20 +3,16 @@
 
 use std::collections::HashMap;
 
-use chrono::Utc;
-
 use super::{SqliteStore, sql_limit};
 use crate::store::StoreError;
-use crate::store::memory_index::{ChunkQuery, IndexedChunk, vector_from_bytes, vector_to_bytes};
-
-/// A chunk row: id, path, start line, end line, text.
-type Row = (i64, String, i64, i64, String);
+use crate::store::memory_index::{ChunkQuery, IndexedChunk, vector_from_bytes};
+use crate::store::shared::memory::{ChunkRow, indexed_chunk};
 
 /// The files' chunks in the order of `query.paths`, then the scope's conversation chunks,
 /// newest (highest id) first; `query.limit` in all.
 pub(super) async fn chunks(store: &SqliteStore, query: &ChunkQuery<'_>) -> Result<Vec<IndexedChunk>, StoreError> {
     let paths = serde_json::to_string(query.paths).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-    let mut rows: Vec<Row> = sqlx::query_as(
+    let mut rows: Vec<ChunkRow> = sqlx::query_as(
         "SELECT c.id, c.path, c.start_line, c.end_line, c.body \
          FROM json_each($2) AS p JOIN memory_chunks c ON c.root = $1 AND c.path = p.value \
          ORDER BY p.key, c.start_line, c.id LIMIT $3",
@@ -28,23 +24,9 @@ pub(super) async fn chunks(store: &SqliteStore, query: &ChunkQuery<'_>) -> Resul
     .await?;
     let room = query.limit.saturating_sub(rows.len());
     if let Some(scope) = query.scope.filter(|_| room > 0) {
-        let conversations: Vec<Row> = sqlx::query_as(
-            "SELECT id, path, start_line, end_line, body FROM memory_chunks \
-             WHERE root = $1 AND scope = $2 ORDER BY id DESC LIMIT $3",
-        )
-        .bind(query.root)
-        .bind(scope)
-        .bind(sql_limit(room))
-        .fetch_all(store.pool())
-        .await?;
-        rows.extend(conversations);
+        rows.extend(store.scope_chunks(query.root, scope, room).await?);
     }
     rows.into_iter().map(indexed_chunk).collect()
-}
-
-fn indexed_chunk((id, path, start, end, text): Row) -> Result<IndexedChunk, StoreError> {
-    let line = |value: i64| u64::try_from(value).map_err(|_| StoreError::Corrupt(format!("line {value}")));
-    Ok(IndexedChunk { id, path, start_line: line(start)?, end_line: line(end)?, text })
 }
 
 /// The kept vectors of `model` for `hashes`. A row that is no vector is left out (so its
@@ -67,29 +49,6 @@ pub(super) async fn cached(
     .fetch_all(store.pool())
     .await?;
     Ok(rows.into_iter().filter_map(|(hash, bytes)| Some((hash, vector_from_bytes(&bytes)?))).collect())
-}
-
-/// Keeps `vectors` of `model` by text hash, in one write transaction.
-pub(super) async fn store(store: &SqliteStore, model: &str, vectors: &[(String, Vec<f32>)]) -> Result<(), StoreError> {
-    if vectors.is_empty() {
-        return Ok(());
-    }
-    let now = Utc::now().timestamp_millis();
-    let mut tx = store.begin_write().await?;
-    for (hash, vector) in vectors {
-        sqlx::query(
-            "INSERT INTO memory_embeddings (model, text_hash, vector, created_at) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (model, text_hash) DO UPDATE SET vector = excluded.vector, created_at = excluded.created_at",
-        )
-        .bind(model)
-        .bind(hash)
-        .bind(vector_to_bytes(vector))
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
-    }
-    tx.commit().await?;
-    Ok(())
 }
 
 #[cfg(test)]

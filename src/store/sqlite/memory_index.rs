@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 
 use async_trait::async_trait;
-use chrono::Utc;
 
 use super::SqliteStore;
 use crate::store::StoreError;
@@ -35,13 +34,7 @@ pub(crate) fn fts5_query(terms: &[String]) -> String {
 #[async_trait]
 impl MemoryIndex for SqliteStore {
     async fn memory_fingerprint(&self, root: &str, path: &str) -> Result<Option<String>, StoreError> {
-        let row: Option<(String,)> =
-            sqlx::query_as("SELECT fingerprint FROM memory_files WHERE root = $1 AND path = $2")
-                .bind(root)
-                .bind(path)
-                .fetch_optional(self.pool())
-                .await?;
-        Ok(row.map(|(fingerprint,)| fingerprint))
+        self.stored_fingerprint(root, path).await
     }
 
     async fn index_memory_file(
@@ -71,16 +64,7 @@ impl MemoryIndex for SqliteStore {
                 .execute(&mut *tx)
                 .await?;
         }
-        sqlx::query(
-            "INSERT INTO memory_files (root, path, fingerprint, indexed_at) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (root, path) DO UPDATE SET fingerprint = excluded.fingerprint, indexed_at = excluded.indexed_at",
-        )
-        .bind(root)
-        .bind(path)
-        .bind(fingerprint)
-        .bind(Utc::now().timestamp_millis())
-        .execute(&mut *tx)
-        .await?;
+        Self::record_memory_file(&mut tx, root, path, fingerprint).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -140,7 +124,7 @@ impl MemoryIndex for SqliteStore {
         from_id: i64,
         limit: usize,
     ) -> Result<Vec<(i64, String)>, StoreError> {
-        super::memory_conversations::read(self, scope, session_key, from_id, limit).await
+        self.conversation_in_scope(scope, session_key, from_id, limit).await
     }
 
     async fn memory_chunks(&self, query: &ChunkQuery<'_>) -> Result<Vec<IndexedChunk>, StoreError> {
@@ -152,7 +136,7 @@ impl MemoryIndex for SqliteStore {
     }
 
     async fn store_embeddings(&self, model: &str, vectors: &[(String, Vec<f32>)]) -> Result<(), StoreError> {
-        super::memory_embeddings::store(self, model, vectors).await
+        self.keep_embeddings(model, vectors).await
     }
 }
 
