@@ -61,6 +61,9 @@ impl PostgresStore {
         let options: PgConnectOptions = url
             .parse()
             .map_err(|e: sqlx::Error| StoreError::Open { path: "(the database URL)".into(), reason: e.to_string() })?;
+        // The server's NOTICEs ("relation … already exists, skipping") would land in the log at
+        // INFO on every start; warnings and errors still come through.
+        let options = options.options([("client_min_messages", "warning")]);
         let shown = shown(&options);
         let open_err = |reason: String| StoreError::Open { path: shown.clone(), reason };
         let pool = PgPoolOptions::new()

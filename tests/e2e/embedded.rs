@@ -295,4 +295,6 @@ async fn run_on_postgresql_answers_remembers_and_finishes_after_a_kill() {
     assert!(status.success(), "{stderr}");
     assert_eq!(stdout.lines().filter(|l| l.contains("api:me") && l.contains("completed")).count(), 2, "{stdout}");
     assert!(!dir.path().join("switchboard.db").exists(), "a SQLite file was made beside PostgreSQL");
+    // A restart on a migrated database logs no server notices ("already exists, skipping").
+    assert!(!second.logs().contains("notice"), "{}", second.logs());
 }
