@@ -94,6 +94,12 @@ enum Command {
         #[command(subcommand)]
         command: CronCommand,
     },
+    /// Check the config, the store, the bus, each model provider, the chat tokens and the
+    /// workspaces: one line a check, and what to do when one fails; exits 1 on a failure
+    Doctor {
+        #[command(flatten)]
+        bus: BusArgs,
+    },
 }
 
 /// Why a subcommand failed.
@@ -125,6 +131,8 @@ pub enum CliError {
     Invalid(String),
     #[error("there is no cron job {0:?}; `switchboard cron list` shows the jobs")]
     NoSuchJob(String),
+    #[error("{0} of the doctor's checks failed")]
+    ChecksFailed(usize),
 }
 
 impl CliError {
@@ -148,6 +156,20 @@ impl CliError {
     }
 }
 
+/// `switchboard doctor`: the report on stdout; a failed check fails the command.
+async fn doctor(config: &Config) -> Result<(), CliError> {
+    use std::io::Write;
+    let findings = crate::doctor::examine(config).await;
+    let mut out = std::io::stdout().lock();
+    for finding in &findings {
+        writeln!(out, "{finding}")?;
+    }
+    match findings.iter().filter(|f| f.status == crate::doctor::Status::Fail).count() {
+        0 => Ok(()),
+        failed => Err(CliError::ChecksFailed(failed)),
+    }
+}
+
 /// Runs the command `cli` names.
 pub fn run(cli: Cli) -> Result<(), CliError> {
     if let Command::Init = cli.command {
@@ -159,6 +181,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Run { bus } | Command::Agent { bus } | Command::Channel { bus, .. } => {
             (bus.nats.clone(), Logs::Daemon)
         }
+        Command::Doctor { bus } => (bus.nats.clone(), Logs::Command),
         _ => (None, Logs::Command),
     };
     if let Some(url) = nats {
@@ -179,6 +202,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             Command::Users { command } => users::run(&config, command).await,
             Command::Pairing { command } => pairing::run(&config, command).await,
             Command::Cron { command } => cron::run(&config, command).await,
+            Command::Doctor { .. } => doctor(&config).await,
         }
     })
 }

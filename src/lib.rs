@@ -8,6 +8,7 @@ pub mod clock;
 pub mod config;
 pub mod context;
 pub mod daemon;
+pub mod doctor;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;

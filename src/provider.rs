@@ -27,6 +27,7 @@ use serde_json::Value;
 use switchboard_channels::contract::Usage;
 use thiserror::Error;
 
+pub(crate) use http::error_chain;
 pub use retry::{MAX_RETRY_AFTER, RetryPolicy, with_retries};
 
 /// Who wrote a chat message.

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::{Postgres, Transaction};
+use sqlx::{ConnectOptions, Connection, Postgres, Transaction};
 
 use super::StoreError;
 use super::finishing::{FinishRow, Finished};
@@ -66,6 +66,10 @@ impl PostgresStore {
         let options = options.options([("client_min_messages", "warning")]);
         let shown = shown(&options);
         let open_err = |reason: String| StoreError::Open { path: shown.clone(), reason };
+        // One connection first: a refused or failed login is reported at once with the server's
+        // own words, where the pool would retry until its acquire timeout and say only that.
+        let probe = options.connect().await.map_err(|e| open_err(e.to_string()))?;
+        let _ = probe.close().await;
         let pool = PgPoolOptions::new()
             .max_connections(MAX_CONNECTIONS)
             .acquire_timeout(ACQUIRE_TIMEOUT)

@@ -164,6 +164,7 @@ impl FakeLlm {
             post(transcriptions::transcriptions).layer(DefaultBodyLimit::max(transcriptions::BODY_LIMIT));
         let router = Router::new()
             .route("/v1/chat/completions", post(chat_completions))
+            .route("/v1/models", axum::routing::get(models))
             .route("/v1/embeddings", post(embeddings::embeddings))
             .route("/v1/audio/transcriptions", transcriptions)
             .with_state(shared.clone());
@@ -271,6 +272,17 @@ fn refusal(shared: &Shared, headers: &HeaderMap, request: &Value) -> Option<Resp
         return Some(json_status(400, None, error_body(&why, "invalid_request_error", "invalid_image_format")));
     }
     quirks::refusal(&shared.quirks, request)
+}
+
+/// `GET /v1/models`, as OpenAI answers it: the key is checked as for chat, and the list
+/// names the one model the tests' daemons are configured with.
+async fn models(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    if let Some(refused) = key_refusal(&shared, &headers) {
+        return refused;
+    }
+    let model =
+        serde_json::json!({"id": "fake-model", "object": "model", "created": 1_700_000_000, "owned_by": "fake"});
+    json_status(200, None, serde_json::json!({"object": "list", "data": [model]}))
 }
 
 /// A 401 when the server wants a key and the request does not carry it.

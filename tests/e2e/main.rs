@@ -12,6 +12,7 @@ mod api_retries;
 mod bad_input;
 mod cron;
 mod discord;
+mod doctor;
 mod embedded;
 mod exec_secrets;
 mod local_model;

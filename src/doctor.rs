@@ -1,0 +1,311 @@
+//! `switchboard doctor`: checks what a daemon with this config needs, one line a check, with
+//! what to do when one fails. It reads and asks, and writes nothing but what any start would
+//! (the store's migrations, the bus's streams).
+//!
+//! Each check that talks to another service (the database, NATS, a model provider, Telegram,
+//! Discord) gives up after [`TIMEOUT`], so one that hangs is reported, not waited for.
+
+use std::fmt;
+use std::path::Path;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+
+use crate::assembly::Assembly;
+use crate::config::{BusKind, Config, ProviderConfig, ProviderKind};
+use crate::workspace::BOOTSTRAP_FILES;
+
+/// How long one check may wait for an answer.
+pub const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How a check came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Ok,
+    /// Works, but something is likely not as intended.
+    Warn,
+    Fail,
+    /// Not configured, so not checked.
+    Skip,
+}
+
+/// One line of the report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    pub status: Status,
+    /// What was checked: `store`, `provider openai`, …
+    pub check: String,
+    pub detail: String,
+    /// What to do about a failure or warning.
+    pub fix: Option<String>,
+}
+
+impl Finding {
+    fn ok(check: impl Into<String>, detail: impl Into<String>) -> Self {
+        Finding { status: Status::Ok, check: check.into(), detail: detail.into(), fix: None }
+    }
+
+    fn skip(check: impl Into<String>, detail: impl Into<String>) -> Self {
+        Finding { status: Status::Skip, check: check.into(), detail: detail.into(), fix: None }
+    }
+
+    fn bad(status: Status, check: impl Into<String>, detail: impl Into<String>, fix: impl Into<String>) -> Self {
+        Finding { status, check: check.into(), detail: detail.into(), fix: Some(fix.into()) }
+    }
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let label = match self.status {
+            Status::Ok => "ok",
+            Status::Warn => "warn",
+            Status::Fail => "FAIL",
+            Status::Skip => "skip",
+        };
+        write!(f, "{label:<4}  {:<22}  {}", self.check, self.detail)?;
+        match &self.fix {
+            Some(fix) => write!(f, " -> {fix}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Every check, in the order a start meets them.
+pub async fn examine(config: &Config) -> Vec<Finding> {
+    // A config with an unknown key or a bad value stops the command before it gets here, with
+    // the key's path; so this line only says so.
+    let agents = 1 + config.agents.len();
+    let mut findings = vec![Finding::ok("config", format!("every key known, every value valid; {agents} agent(s)"))];
+    findings.push(store(config).await);
+    findings.push(bus(config).await);
+    match config.model_chain() {
+        Ok(chain) => {
+            for entry in chain {
+                let check = format!("model {}/{}", entry.provider, entry.model);
+                findings.push(provider(&check, &entry.provider, &entry.settings, &entry.model).await);
+            }
+        }
+        Err(err) => findings.push(Finding::bad(Status::Fail, "model", err.to_string(), "see config.example.toml")),
+    }
+    findings.push(telegram(config).await);
+    findings.push(discord(config).await);
+    findings.extend(workspaces(config));
+    findings
+}
+
+async fn store(config: &Config) -> Finding {
+    let opened = tokio::time::timeout(TIMEOUT, crate::store::open(&config.store)).await;
+    let fix = "check store.database_url (or store.path), that the server runs and the role may connect";
+    let database = match opened {
+        Err(_) => return Finding::bad(Status::Fail, "store", "no answer within 5 s", fix),
+        Ok(Err(err)) => return Finding::bad(Status::Fail, "store", err.to_string(), fix),
+        Ok(Ok(database)) => database,
+    };
+    let finding = match database.check_writable().await {
+        Ok(()) => Finding::ok("store", format!("{}: schema current, writable", database.location())),
+        Err(err) => Finding::bad(Status::Fail, "store", err.to_string(), "give the service's user the right to write"),
+    };
+    database.close().await;
+    finding
+}
+
+async fn bus(config: &Config) -> Finding {
+    let url = match config.bus_kind() {
+        BusKind::Memory => return Finding::ok("bus", "in-process (messages journaled in the store)"),
+        BusKind::Nats(url) => url.to_owned(),
+    };
+    let shown = url.split('@').next_back().unwrap_or_default().to_owned();
+    let fix = "start nats-server with JetStream (-js) and check `bus`";
+    // A plain TCP connect first: a server that is not there is said at once, in the
+    // system's words, where the bus would keep retrying.
+    if let Err(reason) = reachable(&url).await {
+        return Finding::bad(Status::Fail, "bus", format!("{shown}: {reason}"), fix);
+    }
+    let assembly = Assembly::new(config.clone());
+    match tokio::time::timeout(TIMEOUT, assembly.connect_bus(None)).await {
+        Err(_) => Finding::bad(Status::Fail, "bus", format!("{shown}: no answer within 5 s"), fix),
+        Ok(Err(err)) => Finding::bad(Status::Fail, "bus", format!("{shown}: {err}"), fix),
+        Ok(Ok(_)) => Finding::ok("bus", format!("{shown}: JetStream on, streams and consumers ready")),
+    }
+}
+
+/// Whether a TCP connection to the host and port of `url` (`nats://user:pass@host:4222`)
+/// opens within [`TIMEOUT`].
+async fn reachable(url: &str) -> Result<(), String> {
+    let parsed = reqwest::Url::parse(url).map_err(|err| err.to_string())?;
+    let host = parsed.host_str().ok_or("the URL names no host")?.to_owned();
+    let port = parsed.port().unwrap_or(4222);
+    match tokio::time::timeout(TIMEOUT, tokio::net::TcpStream::connect((host.as_str(), port))).await {
+        Err(_) => Err("no answer within 5 s".into()),
+        Ok(Err(err)) => Err(err.to_string()),
+        Ok(Ok(_)) => Ok(()),
+    }
+}
+
+/// The provider's model list: the cheapest call that proves the URL and the key.
+async fn provider(check: &str, name: &str, config: &ProviderConfig, model: &str) -> Finding {
+    let base = config.base_url.trim_end_matches('/');
+    let client = match reqwest::Client::builder().timeout(TIMEOUT).build() {
+        Ok(client) => client,
+        Err(err) => return Finding::bad(Status::Fail, check, err.to_string(), "report this as a bug"),
+    };
+    let key = config.api_key.expose();
+    let request = match config.kind {
+        ProviderKind::Openai => {
+            let request = client.get(format!("{base}/models"));
+            if key.is_empty() { request } else { request.bearer_auth(key) }
+        }
+        ProviderKind::Anthropic => client
+            .get(format!("{base}/v1/models"))
+            .header("x-api-key", key)
+            .header("anthropic-version", crate::provider::anthropic::API_VERSION),
+    };
+    let key_fix = format!("check the api_key of provider `{name}` (or its *_API_KEY variable)");
+    let response = match request.send().await {
+        Ok(response) => response,
+        Err(err) => {
+            let detail = format!("{base}: {}", crate::provider::error_chain(&err));
+            return Finding::bad(
+                Status::Fail,
+                check,
+                detail,
+                format!("check the base_url of provider `{name}` and that it is up"),
+            );
+        }
+    };
+    match response.status() {
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Finding::bad(
+            Status::Fail,
+            check,
+            format!("{base}: the API key was refused ({})", response.status()),
+            key_fix,
+        ),
+        StatusCode::NOT_FOUND => Finding::bad(
+            Status::Warn,
+            check,
+            format!("{base}: no model list here (404)"),
+            "fine if chat works; otherwise check the base URL ends with its version, e.g. /v1",
+        ),
+        status if !status.is_success() => {
+            let fix = format!("check the base_url of provider `{name}`");
+            Finding::bad(Status::Fail, check, format!("{base}: answered {status}"), fix)
+        }
+        _ => models_finding(check, base, model, response.json::<serde_json::Value>().await.ok()),
+    }
+}
+
+fn models_finding(check: &str, base: &str, model: &str, list: Option<serde_json::Value>) -> Finding {
+    let ids: Vec<String> = list
+        .as_ref()
+        .and_then(|list| list["data"].as_array())
+        .map(|models| models.iter().filter_map(|m| m["id"].as_str().map(str::to_owned)).collect())
+        .unwrap_or_default();
+    if !model.is_empty() && !ids.is_empty() && !ids.iter().any(|id| id == model) {
+        let detail = format!("{base}: reachable, key accepted, but it lists no model `{model}`");
+        return Finding::bad(Status::Warn, check, detail, "check the model name against the provider's list");
+    }
+    Finding::ok(check, format!("{base}: reachable, key accepted, {} models", ids.len()))
+}
+
+/// `getMe`, as the channel does at start.
+async fn telegram(config: &Config) -> Finding {
+    let telegram = &config.channels.telegram;
+    if !telegram.enabled || telegram.token.is_empty() {
+        return Finding::skip("telegram", "not enabled");
+    }
+    let base =
+        if telegram.api_url.is_empty() { "https://api.telegram.org" } else { telegram.api_url.trim_end_matches('/') };
+    let client = match reqwest::Client::builder().timeout(TIMEOUT).build() {
+        Ok(client) => client,
+        Err(err) => return Finding::bad(Status::Fail, "telegram", err.to_string(), "report this as a bug"),
+    };
+    let network_fix = "check the network to api.telegram.org (or channels.telegram.api_url)";
+    let url = format!("{base}/bot{}/getMe", telegram.token.expose());
+    let answer = match client.post(url).json(&serde_json::json!({})).send().await {
+        // The URL holds the token: never shown.
+        Err(err) => return Finding::bad(Status::Fail, "telegram", err.without_url().to_string(), network_fix),
+        Ok(response) => response.json::<serde_json::Value>().await.unwrap_or_default(),
+    };
+    if answer["ok"] != true {
+        let description = answer["description"].as_str().unwrap_or("no answer it could read");
+        let fix = "check channels.telegram.token (or TELEGRAM_BOT_TOKEN) against @BotFather";
+        return Finding::bad(Status::Fail, "telegram", format!("getMe refused: {description}"), fix);
+    }
+    let me = &answer["result"];
+    Finding::ok("telegram", format!("@{} (id {})", me["username"].as_str().unwrap_or("?"), me["id"]))
+}
+
+async fn discord(config: &Config) -> Finding {
+    let discord = &config.channels.discord;
+    if !discord.enabled || discord.token.is_empty() {
+        return Finding::skip("discord", "not enabled");
+    }
+    let base =
+        if discord.proxy_url.is_empty() { "https://discord.com" } else { discord.proxy_url.trim_end_matches('/') };
+    let client = match reqwest::Client::builder().timeout(TIMEOUT).build() {
+        Ok(client) => client,
+        Err(err) => return Finding::bad(Status::Fail, "discord", err.to_string(), "report this as a bug"),
+    };
+    let sent = client
+        .get(format!("{base}/api/v10/users/@me"))
+        .header("Authorization", format!("Bot {}", discord.token.expose()))
+        .send()
+        .await;
+    let network_fix = "check the network to discord.com (or channels.discord.proxy_url)";
+    let response = match sent {
+        Ok(response) => response,
+        Err(err) => return Finding::bad(Status::Fail, "discord", crate::provider::error_chain(&err), network_fix),
+    };
+    match response.status() {
+        StatusCode::UNAUTHORIZED => Finding::bad(
+            Status::Fail,
+            "discord",
+            "the token was refused (401)",
+            "check channels.discord.token (or DISCORD_BOT_TOKEN) in the developer portal",
+        ),
+        status if !status.is_success() => {
+            Finding::bad(Status::Fail, "discord", format!("answered {status}"), network_fix)
+        }
+        _ => {
+            let me: serde_json::Value = response.json().await.unwrap_or_default();
+            let name = me["username"].as_str().unwrap_or("?");
+            Finding::ok("discord", format!("{name} (id {})", me["id"].as_str().unwrap_or("?")))
+        }
+    }
+}
+
+/// Each agent's workspace: there, writable, with its bootstrap files.
+fn workspaces(config: &Config) -> Vec<Finding> {
+    let mut findings = vec![workspace("workspace", &config.agent.workspace)];
+    for (name, agent) in &config.agents {
+        findings.push(workspace(&format!("workspace {name}"), &agent.workspace));
+    }
+    findings
+}
+
+fn workspace(check: &str, dir: &Path) -> Finding {
+    let shown = dir.display();
+    if !dir.is_dir() {
+        return Finding::bad(Status::Fail, check, format!("{shown} does not exist"), "run `switchboard init`");
+    }
+    let probe = dir.join(format!(".doctor-{}", std::process::id()));
+    if let Err(err) = std::fs::write(&probe, b"").and_then(|()| std::fs::remove_file(&probe)) {
+        return Finding::bad(
+            Status::Fail,
+            check,
+            format!("{shown} is not writable: {err}"),
+            "give it to the service's user",
+        );
+    }
+    let missing: Vec<&str> =
+        BOOTSTRAP_FILES.iter().map(|file| file.name).filter(|name| !dir.join(name).is_file()).collect();
+    if missing.len() == BOOTSTRAP_FILES.len() {
+        let fix = "run `switchboard init` (it keeps existing files)";
+        return Finding::bad(Status::Warn, check, format!("{shown}: no bootstrap files"), fix);
+    }
+    let detail = match missing.as_slice() {
+        [] => format!("{shown}: writable, every bootstrap file there"),
+        some => format!("{shown}: writable; without {}", some.join(", ")),
+    };
+    Finding::ok(check, detail)
+}

@@ -1,0 +1,114 @@
+//! `switchboard doctor` through the real binary: every check passes against working peers
+//! (the fakes, a SQLite file, the workspace `init` writes), and each broken part is named with
+//! what to do, the command exiting 1.
+
+use std::path::Path;
+
+use switchboard_testkit::fake_discord::FakeDiscord;
+use switchboard_testkit::fake_llm::FakeLlm;
+use switchboard_testkit::fake_telegram::FakeTelegram;
+use switchboard_testkit::postgres::TempDatabase;
+
+use crate::support::run_to_exit;
+
+/// Runs `switchboard doctor` (off the runtime, which serves the fakes): status, stdout.
+async fn doctor(dir: &Path, env: Vec<(String, String)>) -> (bool, String, String) {
+    let dir = dir.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let (status, stderr, stdout) = run_to_exit(&dir, &["doctor"], &env);
+        (status.success(), stdout, stderr)
+    })
+    .await
+    .unwrap()
+}
+
+/// The line of `check`, which must be there.
+fn line<'a>(report: &'a str, check: &str) -> &'a str {
+    report.lines().find(|line| line[6..].starts_with(check)).unwrap_or_else(|| panic!("no {check} line:\n{report}"))
+}
+
+fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_check_passes_against_working_peers() {
+    let (llm, telegram, discord) =
+        (FakeLlm::start_with_key("sk-test-secret").await, FakeTelegram::start().await, FakeDiscord::start().await);
+    let dir = tempfile::tempdir().unwrap();
+    assert!(run_to_exit(dir.path(), &["init"], &[]).0.success());
+    let (ok, report, stderr) = doctor(
+        dir.path(),
+        env(&[
+            ("OPENAI_BASE_URL", &llm.base_url()),
+            ("OPENAI_API_KEY", "sk-test-secret"),
+            ("SWITCHBOARD_MODEL", "fake-model"),
+            ("TELEGRAM_BOT_TOKEN", FakeTelegram::TOKEN),
+            ("SWITCHBOARD_CHANNELS__TELEGRAM__API_URL", &telegram.api_url()),
+            ("DISCORD_BOT_TOKEN", FakeDiscord::TOKEN),
+            ("SWITCHBOARD_CHANNELS__DISCORD__PROXY_URL", &discord.url()),
+        ]),
+    )
+    .await;
+    assert!(ok, "{report}\n{stderr}");
+    assert!(line(&report, "store").starts_with("ok") && line(&report, "store").contains("writable"), "{report}");
+    assert!(line(&report, "bus").contains("in-process"), "{report}");
+    assert!(line(&report, "model openai/fake-model").contains("key accepted, 1 models"), "{report}");
+    assert!(line(&report, "telegram").contains("@switchboard_test_bot"), "{report}");
+    assert!(line(&report, "discord").starts_with("ok"), "{report}");
+    assert!(line(&report, "workspace").contains("every bootstrap file"), "{report}");
+    assert!(!report.contains("FAIL") && !report.contains("sk-test-secret"), "{report}");
+    assert!(!report.contains(FakeTelegram::TOKEN) && !report.contains(FakeDiscord::TOKEN), "{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_broken_part_is_named_with_what_to_do_and_fails_the_command() {
+    let llm = FakeLlm::start_with_key("the-right-key").await;
+    let telegram = FakeTelegram::start().await;
+    let database = TempDatabase::create();
+    // A port nothing listens on, for the bus and the database.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, report, stderr) = doctor(
+        dir.path(),
+        env(&[
+            ("OPENAI_BASE_URL", &llm.base_url()),
+            ("OPENAI_API_KEY", "a-wrong-key"),
+            ("SWITCHBOARD_MODEL", "fake-model"),
+            ("SWITCHBOARD_BUS", &format!("nats://127.0.0.1:{closed}")),
+            ("SWITCHBOARD_STORE__DATABASE_URL", &format!("postgres://postgres@127.0.0.1:{closed}/x")),
+            ("TELEGRAM_BOT_TOKEN", "123:not-the-token"),
+            ("SWITCHBOARD_CHANNELS__TELEGRAM__API_URL", &telegram.api_url()),
+        ]),
+    )
+    .await;
+    assert!(!ok, "{report}");
+    assert!(stderr.contains("checks failed"), "{stderr}");
+    let store = line(&report, "store");
+    assert!(store.starts_with("FAIL") && store.contains("-> check store.database_url"), "{report}");
+    let bus = line(&report, "bus");
+    assert!(bus.starts_with("FAIL") && bus.contains("-> start nats-server"), "{report}");
+    let model = line(&report, "model openai/fake-model");
+    assert!(model.starts_with("FAIL") && model.contains("key was refused") && model.contains("api_key"), "{report}");
+    let bot = line(&report, "telegram");
+    assert!(bot.starts_with("FAIL") && bot.contains("@BotFather"), "{report}");
+    assert!(line(&report, "discord").starts_with("skip"), "{report}");
+    // No `init`: the workspace is not there.
+    assert!(line(&report, "workspace").starts_with("FAIL"), "{report}");
+    assert!(!report.contains("a-wrong-key") && !report.contains("not-the-token"), "{report}");
+
+    // The same database reachable: its line passes, the rest still fail.
+    let (_, report, _) = doctor(
+        dir.path(),
+        env(&[
+            ("SWITCHBOARD_MODEL", "fake-model"),
+            ("OPENAI_BASE_URL", &llm.base_url()),
+            ("OPENAI_API_KEY", "the-right-key"),
+            ("SWITCHBOARD_STORE__DATABASE_URL", database.url()),
+        ]),
+    )
+    .await;
+    assert!(line(&report, "store").starts_with("ok") && line(&report, "store").contains("postgres://"), "{report}");
+    assert!(line(&report, "model openai/fake-model").starts_with("ok"), "{report}");
+}
