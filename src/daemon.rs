@@ -120,6 +120,9 @@ pub async fn run(config: Config, parts: Parts, shutdown: CancellationToken) -> R
     let bus_label = assembly::settings::bus_label(assembly.config());
     tracing::info!(version = env!("CARGO_PKG_VERSION"), bus = %bus_label, ?parts, "switchboard started");
     return_startup_garbage();
+    crate::systemd::ready(&format!("serving ({bus_label})"));
+    background.extend(crate::systemd::watchdog(&shutdown).map(|task| ("systemd watchdog", task)));
+    background.push(("systemd stopping", crate::systemd::stopping_on(&shutdown)));
     if let Some(worker) = worker {
         worker.run(shutdown.clone()).await?;
     }

@@ -129,6 +129,14 @@ async fn bus(config: &Config) -> Finding {
     }
 }
 
+/// A client whose every request gives up after [`TIMEOUT`].
+fn http_client(check: &str) -> Result<reqwest::Client, Finding> {
+    reqwest::Client::builder()
+        .timeout(TIMEOUT)
+        .build()
+        .map_err(|err| Finding::bad(Status::Fail, check, err.to_string(), "report this as a bug"))
+}
+
 /// Whether a TCP connection to the host and port of `url` (`nats://user:pass@host:4222`)
 /// opens within [`TIMEOUT`].
 async fn reachable(url: &str) -> Result<(), String> {
@@ -145,9 +153,9 @@ async fn reachable(url: &str) -> Result<(), String> {
 /// The provider's model list: the cheapest call that proves the URL and the key.
 async fn provider(check: &str, name: &str, config: &ProviderConfig, model: &str) -> Finding {
     let base = config.base_url.trim_end_matches('/');
-    let client = match reqwest::Client::builder().timeout(TIMEOUT).build() {
+    let client = match http_client(check) {
         Ok(client) => client,
-        Err(err) => return Finding::bad(Status::Fail, check, err.to_string(), "report this as a bug"),
+        Err(finding) => return finding,
     };
     let key = config.api_key.expose();
     let request = match config.kind {
@@ -215,9 +223,9 @@ async fn telegram(config: &Config) -> Finding {
     }
     let base =
         if telegram.api_url.is_empty() { "https://api.telegram.org" } else { telegram.api_url.trim_end_matches('/') };
-    let client = match reqwest::Client::builder().timeout(TIMEOUT).build() {
+    let client = match http_client("telegram") {
         Ok(client) => client,
-        Err(err) => return Finding::bad(Status::Fail, "telegram", err.to_string(), "report this as a bug"),
+        Err(finding) => return finding,
     };
     let network_fix = "check the network to api.telegram.org (or channels.telegram.api_url)";
     let url = format!("{base}/bot{}/getMe", telegram.token.expose());
@@ -242,9 +250,9 @@ async fn discord(config: &Config) -> Finding {
     }
     let base =
         if discord.proxy_url.is_empty() { "https://discord.com" } else { discord.proxy_url.trim_end_matches('/') };
-    let client = match reqwest::Client::builder().timeout(TIMEOUT).build() {
+    let client = match http_client("discord") {
         Ok(client) => client,
-        Err(err) => return Finding::bad(Status::Fail, "discord", err.to_string(), "report this as a bug"),
+        Err(finding) => return finding,
     };
     let sent = client
         .get(format!("{base}/api/v10/users/@me"))

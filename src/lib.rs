@@ -20,6 +20,7 @@ pub mod schedule;
 pub mod scheduler;
 pub mod store;
 pub mod subagents;
+pub mod systemd;
 pub mod telemetry;
 pub mod tokens;
 pub mod tools;

@@ -168,3 +168,65 @@ fn every_unit_has_descriptors_for_the_api_connection_limit() {
         );
     }
 }
+
+/// `Type=notify` units get READY from the daemon and ping a watchdog; without them systemd
+/// would count a unit started before it serves and never notice a hung one.
+#[test]
+fn every_unit_is_notify_with_a_watchdog() {
+    for (_, unit) in units() {
+        let name = &unit.name;
+        assert_eq!(unit.get("Service", "Type"), Some("notify"), "{name}");
+        assert_eq!(unit.get("Service", "NotifyAccess"), Some("main"), "{name}");
+        let watchdog: u32 = unit.get("Service", "WatchdogSec").and_then(|s| s.parse().ok()).unwrap_or(0);
+        assert!(watchdog >= 10, "{name}: WatchdogSec={watchdog}");
+        let after = unit.get("Unit", "After").unwrap_or_default();
+        assert!(after.contains("postgresql.service"), "{name}: not ordered after PostgreSQL: {after}");
+    }
+}
+
+/// The daemon under a `NOTIFY_SOCKET`, as systemd starts a `Type=notify` unit: READY with a
+/// status once it serves, a watchdog ping at half of `WATCHDOG_USEC`, STOPPING on SIGTERM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_says_ready_pings_the_watchdog_and_says_stopping() {
+    use std::os::unix::net::UnixDatagram;
+    use std::time::Duration;
+
+    let llm = switchboard_testkit::fake_llm::FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let socket_path = dir.path().join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).unwrap();
+    socket.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+    let mut daemon = crate::support::Launch::new(dir.path(), "notify", &["run"])
+        .llm(&llm.base_url())
+        .env("NOTIFY_SOCKET", socket_path.to_str().unwrap())
+        .env("WATCHDOG_USEC", "400000")
+        .spawn();
+    daemon.wait_healthy().await;
+    let (socket, first) = tokio::task::spawn_blocking(move || {
+        let messages = receive(&socket, Duration::from_millis(1500));
+        (socket, messages)
+    })
+    .await
+    .unwrap();
+    assert!(first[0].contains("READY=1") && first[0].contains("STATUS=serving"), "{first:?}");
+    let pings = first.iter().filter(|m| m.trim() == "WATCHDOG=1").count();
+    assert!((4..=12).contains(&pings), "{pings} watchdog pings in 1.5 s at 200 ms: {first:?}");
+
+    daemon.signal("TERM");
+    let last = tokio::task::spawn_blocking(move || receive(&socket, Duration::from_millis(1500))).await.unwrap();
+    assert!(last.iter().any(|m| m.trim() == "STOPPING=1"), "{last:?}");
+    assert!(daemon.wait_exit(Duration::from_secs(10)).await.success());
+}
+
+/// The datagrams that arrive on `socket` within `span`.
+fn receive(socket: &std::os::unix::net::UnixDatagram, span: std::time::Duration) -> Vec<String> {
+    let deadline = std::time::Instant::now() + span;
+    let mut messages = Vec::new();
+    let mut buffer = [0u8; 1024];
+    while std::time::Instant::now() < deadline {
+        if let Ok(n) = socket.recv(&mut buffer) {
+            messages.push(String::from_utf8_lossy(&buffer[..n]).into_owned());
+        }
+    }
+    messages
+}

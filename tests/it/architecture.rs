@@ -15,7 +15,7 @@ mod self_tests;
 
 /// `src/`, lowest layer first. Same-layer imports are refused like upward ones.
 const SRC_LAYERS: &[&[&str]] = &[
-    &["clock", "config"],
+    &["clock", "config", "systemd"],
     &["hygiene", "telemetry", "provider", "workspace", "schedule"],
     // Token estimation reads provider messages, so it sits just above the provider.
     &["store", "prompt", "tokens"],
@@ -29,7 +29,7 @@ const SRC_LAYERS: &[&[&str]] = &[
     // from the config; the daemon that runs what was built; the command line over all of it.
     &["metrics", "fuzzing"],
     &["assembly"],
-    &["daemon"],
+    &["daemon", "doctor"],
     &["cli"],
 ];
 

@@ -34,6 +34,21 @@ where
     results
 }
 
+/// Takes the lock once its last holder is gone. A PostgreSQL lock goes when the server sees
+/// its connection closed, a moment after the holder dropped it.
+async fn lock_soon(store: &Arc<dyn Database>, mode: LockMode) -> switchboard::store::lock::DatabaseLock {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match store.lock(mode).await {
+            Ok(lock) => return lock,
+            Err(StoreError::InUse { .. }) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            Err(err) => panic!("{err}"),
+        }
+    }
+}
+
 fn child(n: usize) -> NewSubagent {
     NewSubagent {
         id: format!("sub-{n}"),
@@ -198,10 +213,10 @@ on_both_stores! {
         assert!(matches!(refused, StoreError::InUse { .. }), "{refused}");
         assert!(refused.to_string().contains("in use"), "{refused}");
         drop((first, second));
-        let exclusive = a.lock(LockMode::Exclusive).await.unwrap();
+        let exclusive = lock_soon(&a, LockMode::Exclusive).await;
         assert!(matches!(b.lock(LockMode::Shared).await, Err(StoreError::InUse { .. })));
         assert!(matches!(b.lock(LockMode::Exclusive).await, Err(StoreError::InUse { .. })));
         drop(exclusive);
-        b.lock(LockMode::Exclusive).await.unwrap();
+        lock_soon(&b, LockMode::Exclusive).await;
     }
 }
