@@ -97,7 +97,10 @@ impl FakeAnthropic {
 
     async fn spawn(api_key: Option<String>) -> FakeAnthropic {
         let shared = Arc::new(Shared { script: ModelScript::new(), requests: CallLog::new(), api_key });
-        let router = Router::new().route("/v1/messages", post(messages)).with_state(shared.clone());
+        let router = Router::new()
+            .route("/v1/messages", post(messages))
+            .route("/v1/models", axum::routing::get(models))
+            .with_state(shared.clone());
         let (listener, addr) = bind_loopback("FakeAnthropic").await;
         let server = ServerTask::serve("FakeAnthropic", listener, router);
         FakeAnthropic { addr, shared, _server: server }
@@ -138,6 +141,28 @@ fn record(shared: &Shared, headers: &HeaderMap, body: &Bytes) -> Value {
         .collect();
     shared.requests.record(Recorded { headers, body: request.clone() });
     request
+}
+
+/// `GET /v1/models`, as Anthropic answers it: the key and the version header checked as for
+/// messages, one page listing the model the tests' daemons are configured with.
+async fn models(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Some(key) = &shared.api_key
+        && header("x-api-key") != Some(key.as_str())
+    {
+        return json_status(401, None, error_body("authentication_error", "invalid x-api-key"));
+    }
+    if header("anthropic-version").is_none() {
+        return json_status(400, None, error_body("invalid_request_error", "anthropic-version: header is required"));
+    }
+    let model = serde_json::json!({
+        "type": "model", "id": "claude-e2e", "display_name": "Claude (fake)", "created_at": "2025-01-01T00:00:00Z"
+    });
+    json_status(
+        200,
+        None,
+        serde_json::json!({"data": [model], "has_more": false, "first_id": "claude-e2e", "last_id": "claude-e2e"}),
+    )
 }
 
 /// What the real API would refuse before looking at the script.

@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use switchboard_testkit::fake_anthropic::FakeAnthropic;
 use switchboard_testkit::fake_discord::FakeDiscord;
 use switchboard_testkit::fake_llm::FakeLlm;
 use switchboard_testkit::fake_telegram::FakeTelegram;
@@ -111,4 +112,23 @@ async fn each_broken_part_is_named_with_what_to_do_and_fails_the_command() {
     .await;
     assert!(line(&report, "store").starts_with("ok") && line(&report, "store").contains("postgres://"), "{report}");
     assert!(line(&report, "model openai/fake-model").starts_with("ok"), "{report}");
+}
+
+/// An Anthropic model is checked with Anthropic's own list and headers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anthropic_model_is_checked_with_its_key() {
+    let anthropic = FakeAnthropic::start_with_key("sk-ant-right").await;
+    let dir = tempfile::tempdir().unwrap();
+    let with_key = |key: &str| {
+        env(&[
+            ("ANTHROPIC_API_KEY", key),
+            ("ANTHROPIC_BASE_URL", &anthropic.base_url()),
+            ("SWITCHBOARD_MODEL", "claude-e2e"),
+        ])
+    };
+    let (_, report, _) = doctor(dir.path(), with_key("sk-ant-right")).await;
+    assert!(line(&report, "model anthropic/claude-e2e").contains("key accepted, 1 models"), "{report}");
+    let (ok, report, _) = doctor(dir.path(), with_key("sk-ant-wrong")).await;
+    assert!(!ok && line(&report, "model anthropic/claude-e2e").contains("key was refused"), "{report}");
+    assert!(!report.contains("sk-ant-"), "{report}");
 }
