@@ -10,7 +10,6 @@
 mod finish;
 mod group_writes;
 mod grouped;
-mod memory_conversations;
 mod memory_embeddings;
 mod memory_index;
 
@@ -29,7 +28,7 @@ use super::StoreError;
 use super::finishing::{FinishRow, Finished};
 use super::history_cache::HistoryCache;
 use super::migrate::{self, SQLITE_MIGRATIONS};
-use super::values::{from_millis, now_millis, sql_limit};
+use super::values::{now_millis, sql_limit};
 
 /// How long a statement waits for another connection's write lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);

@@ -11,19 +11,14 @@ use sqlx::{Postgres, Transaction};
 use super::PostgresStore;
 use crate::store::StoreError;
 use crate::store::memory_index::{
-    CONVERSATION_PREFIX, ChunkQuery, IndexedChunk, MemoryChunk, MemoryHit, MemoryIndex, MemoryQuery,
-    conversation_chunks, spoken_by_agent, vector_from_bytes,
+    ChunkQuery, IndexedChunk, MemoryChunk, MemoryHit, MemoryIndex, MemoryQuery, spoken_by_agent, vector_from_bytes,
 };
-use crate::store::shared::memory::{ChunkRow, decode_message, indexed_chunk, line};
-use crate::store::values::{from_millis, sql_limit};
+use crate::store::shared::memory::{ChunkRow, indexed_chunk, line};
+use crate::store::values::sql_limit;
 
 /// A search's row: chunk id, path, lines, snippet, rank, and a conversation chunk's start
 /// (empty for a file's), which says who wrote it.
 type Hit = (i64, String, i64, i64, String, f32, String);
-
-/// Transcript rows indexed per transaction, so a first search in a long-lived scope does not
-/// hold one transaction for long.
-const BATCH: i64 = 500;
 
 /// How `ts_headline` cuts a snippet: about as much as FTS5's `snippet()` shows.
 const HEADLINE: &str = "StartSel=**, StopSel=**, MaxWords=24, MinWords=8, ShortWord=0, MaxFragments=1, \
@@ -55,39 +50,11 @@ impl MemoryIndex for PostgresStore {
         fingerprint: &str,
         chunks: &[MemoryChunk],
     ) -> Result<(), StoreError> {
-        let mut tx = self.pool().begin().await?;
-        sqlx::query("DELETE FROM memory_chunks WHERE root = $1 AND path = $2")
-            .bind(root)
-            .bind(path)
-            .execute(&mut *tx)
-            .await?;
-        for chunk in chunks {
-            sqlx::query(
-                "INSERT INTO memory_chunks (root, path, start_line, end_line, body) VALUES ($1, $2, $3, $4, $5)",
-            )
-            .bind(root)
-            .bind(path)
-            .bind(i64::from(chunk.start_line))
-            .bind(i64::from(chunk.end_line))
-            .bind(&chunk.text)
-            .execute(&mut *tx)
-            .await?;
-        }
-        Self::record_memory_file(&mut tx, root, path, fingerprint).await?;
-        tx.commit().await?;
-        Ok(())
+        self.index_file(root, path, fingerprint, chunks).await
     }
 
     async fn forget_memory_file(&self, root: &str, path: &str) -> Result<(), StoreError> {
-        let mut tx = self.pool().begin().await?;
-        for sql in [
-            "DELETE FROM memory_chunks WHERE root = $1 AND path = $2",
-            "DELETE FROM memory_files WHERE root = $1 AND path = $2",
-        ] {
-            sqlx::query(sql).bind(root).bind(path).execute(&mut *tx).await?;
-        }
-        tx.commit().await?;
-        Ok(())
+        self.forget_file(root, path).await
     }
 
     async fn search_memory(&self, query: &MemoryQuery<'_>) -> Result<Vec<MemoryHit>, StoreError> {
@@ -122,8 +89,7 @@ impl MemoryIndex for PostgresStore {
     }
 
     async fn index_conversations(&self, root: &str, scope: &str) -> Result<(), StoreError> {
-        while self.index_conversation_batch(root, scope).await? {}
-        Ok(())
+        self.index_scope(root, scope).await
     }
 
     async fn conversation_messages(
@@ -175,87 +141,41 @@ impl MemoryIndex for PostgresStore {
 }
 
 impl PostgresStore {
-    /// Indexes up to [`BATCH`] rows of `scope` after the last one indexed for `root`; true
-    /// when there may be more. The scope's row in `memory_transcripts` is locked for the
-    /// batch, so two searches beside each other never index the same rows twice.
-    async fn index_conversation_batch(&self, root: &str, scope: &str) -> Result<bool, StoreError> {
-        // Most searches find nothing new: one read, no transaction.
-        let newer: Option<i64> = sqlx::query_scalar(
-            "SELECT t.id FROM transcript t WHERE t.memory_scope = $2 AND t.id > COALESCE( \
-             (SELECT indexed_through FROM memory_transcripts WHERE root = $1 AND scope = $2), 0) \
-             ORDER BY t.id LIMIT 1",
-        )
-        .bind(root)
-        .bind(scope)
-        .fetch_optional(self.pool())
-        .await?;
-        if newer.is_none() {
-            return Ok(false);
-        }
-        let mut tx = self.pool().begin().await?;
+    /// Adds one chunk; its words are the generated column's.
+    pub(in crate::store) async fn add_chunk(
+        tx: &mut Transaction<'static, Postgres>,
+        root: &str,
+        path: &str,
+        (start, end): (i64, i64),
+        text: &str,
+        scope: Option<&str>,
+    ) -> Result<(), StoreError> {
         sqlx::query(
-            "INSERT INTO memory_transcripts (root, scope, indexed_through) VALUES ($1, $2, 0) \
-             ON CONFLICT (root, scope) DO NOTHING",
+            "INSERT INTO memory_chunks (root, path, start_line, end_line, body, scope) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
         )
         .bind(root)
+        .bind(path)
+        .bind(start)
+        .bind(end)
+        .bind(text)
         .bind(scope)
-        .execute(&mut *tx)
+        .execute(&mut **tx)
         .await?;
-        let through: i64 = sqlx::query_scalar(
-            "SELECT indexed_through FROM memory_transcripts WHERE root = $1 AND scope = $2 FOR UPDATE",
-        )
-        .bind(root)
-        .bind(scope)
-        .fetch_one(&mut *tx)
-        .await?;
-        let rows: Vec<(i64, String, String, i64)> = sqlx::query_as(
-            "SELECT id, session_key, message_json, created_at FROM transcript \
-             WHERE memory_scope = $1 AND id > $2 ORDER BY id LIMIT $3",
-        )
-        .bind(scope)
-        .bind(through)
-        .bind(BATCH)
-        .fetch_all(&mut *tx)
-        .await?;
-        let Some(last) = rows.last().map(|row| row.0) else {
-            tx.commit().await?;
-            return Ok(false);
-        };
-        for (id, session_key, json, created_at) in &rows {
-            let path = format!("{CONVERSATION_PREFIX}{session_key}");
-            let message = decode_message(*id, json)?;
-            for (line, text) in conversation_chunks(*id, &message, from_millis(*created_at)?) {
-                insert_conversation_chunk(&mut tx, root, &path, line, &text, scope).await?;
-            }
-        }
-        sqlx::query("UPDATE memory_transcripts SET indexed_through = $3 WHERE root = $1 AND scope = $2")
-            .bind(root)
-            .bind(scope)
-            .bind(last)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(i64::try_from(rows.len()).unwrap_or(i64::MAX) == BATCH)
+        Ok(())
     }
-}
 
-async fn insert_conversation_chunk(
-    tx: &mut Transaction<'static, Postgres>,
-    root: &str,
-    path: &str,
-    line: i64,
-    text: &str,
-    scope: &str,
-) -> Result<(), StoreError> {
-    sqlx::query(
-        "INSERT INTO memory_chunks (root, path, start_line, end_line, body, scope) VALUES ($1, $2, $3, $3, $4, $5)",
-    )
-    .bind(root)
-    .bind(path)
-    .bind(line)
-    .bind(text)
-    .bind(scope)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
+    /// Removes a file's chunks; the GIN index follows by itself.
+    pub(in crate::store) async fn remove_file_chunks(
+        tx: &mut Transaction<'static, Postgres>,
+        root: &str,
+        path: &str,
+    ) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM memory_chunks WHERE root = $1 AND path = $2")
+            .bind(root)
+            .bind(path)
+            .execute(&mut **tx)
+            .await?;
+        Ok(())
+    }
 }

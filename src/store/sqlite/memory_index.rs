@@ -44,41 +44,11 @@ impl MemoryIndex for SqliteStore {
         fingerprint: &str,
         chunks: &[MemoryChunk],
     ) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
-        delete_chunks(&mut tx, root, path).await?;
-        for chunk in chunks {
-            let (id,): (i64,) = sqlx::query_as(
-                "INSERT INTO memory_chunks (root, path, start_line, end_line, body) VALUES ($1, $2, $3, $4, $5) \
-                 RETURNING id",
-            )
-            .bind(root)
-            .bind(path)
-            .bind(i64::from(chunk.start_line))
-            .bind(i64::from(chunk.end_line))
-            .bind(&chunk.text)
-            .fetch_one(&mut *tx)
-            .await?;
-            sqlx::query("INSERT INTO memory_fts (rowid, body) VALUES ($1, $2)")
-                .bind(id)
-                .bind(&chunk.text)
-                .execute(&mut *tx)
-                .await?;
-        }
-        Self::record_memory_file(&mut tx, root, path, fingerprint).await?;
-        tx.commit().await?;
-        Ok(())
+        self.index_file(root, path, fingerprint, chunks).await
     }
 
     async fn forget_memory_file(&self, root: &str, path: &str) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
-        delete_chunks(&mut tx, root, path).await?;
-        sqlx::query("DELETE FROM memory_files WHERE root = $1 AND path = $2")
-            .bind(root)
-            .bind(path)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(())
+        self.forget_file(root, path).await
     }
 
     async fn search_memory(&self, query: &MemoryQuery<'_>) -> Result<Vec<MemoryHit>, StoreError> {
@@ -114,7 +84,7 @@ impl MemoryIndex for SqliteStore {
     }
 
     async fn index_conversations(&self, root: &str, scope: &str) -> Result<(), StoreError> {
-        super::memory_conversations::index(self, root, scope).await
+        self.index_scope(root, scope).await
     }
 
     async fn conversation_messages(
@@ -140,27 +110,58 @@ impl MemoryIndex for SqliteStore {
     }
 }
 
-/// Removes a file's chunks from the table and from the FTS index (which, holding external
-/// content, must be told the old text to forget).
-async fn delete_chunks(
-    tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
-    root: &str,
-    path: &str,
-) -> Result<(), StoreError> {
-    sqlx::query(
-        "INSERT INTO memory_fts (memory_fts, rowid, body) \
-         SELECT 'delete', id, body FROM memory_chunks WHERE root = $1 AND path = $2",
-    )
-    .bind(root)
-    .bind(path)
-    .execute(&mut **tx)
-    .await?;
-    sqlx::query("DELETE FROM memory_chunks WHERE root = $1 AND path = $2")
+impl SqliteStore {
+    /// Adds one chunk to the table and to the FTS index (external content: told by hand).
+    pub(in crate::store) async fn add_chunk(
+        tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
+        root: &str,
+        path: &str,
+        (start, end): (i64, i64),
+        text: &str,
+        scope: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO memory_chunks (root, path, start_line, end_line, body, scope) \
+             VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+        )
+        .bind(root)
+        .bind(path)
+        .bind(start)
+        .bind(end)
+        .bind(text)
+        .bind(scope)
+        .fetch_one(&mut **tx)
+        .await?;
+        sqlx::query("INSERT INTO memory_fts (rowid, body) VALUES ($1, $2)")
+            .bind(id)
+            .bind(text)
+            .execute(&mut **tx)
+            .await?;
+        Ok(())
+    }
+
+    /// Removes a file's chunks from the table and from the FTS index (which, holding external
+    /// content, must be told the old text to forget).
+    pub(in crate::store) async fn remove_file_chunks(
+        tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
+        root: &str,
+        path: &str,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO memory_fts (memory_fts, rowid, body) \
+             SELECT 'delete', id, body FROM memory_chunks WHERE root = $1 AND path = $2",
+        )
         .bind(root)
         .bind(path)
         .execute(&mut **tx)
         .await?;
-    Ok(())
+        sqlx::query("DELETE FROM memory_chunks WHERE root = $1 AND path = $2")
+            .bind(root)
+            .bind(path)
+            .execute(&mut **tx)
+            .await?;
+        Ok(())
+    }
 }
 
 #[cfg(test)]
