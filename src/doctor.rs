@@ -212,7 +212,8 @@ fn models_finding(check: &str, base: &str, model: &str, list: Option<serde_json:
         let detail = format!("{base}: reachable, key accepted, but it lists no model `{model}`");
         return Finding::bad(Status::Warn, check, detail, "check the model name against the provider's list");
     }
-    Finding::ok(check, format!("{base}: reachable, key accepted, {} models", ids.len()))
+    let plural = if ids.len() == 1 { "" } else { "s" };
+    Finding::ok(check, format!("{base}: reachable, key accepted, {} model{plural} listed", ids.len()))
 }
 
 /// `getMe`, as the channel does at start.

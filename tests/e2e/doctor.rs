@@ -55,7 +55,7 @@ async fn every_check_passes_against_working_peers() {
     assert!(ok, "{report}\n{stderr}");
     assert!(line(&report, "store").starts_with("ok") && line(&report, "store").contains("writable"), "{report}");
     assert!(line(&report, "bus").contains("in-process"), "{report}");
-    assert!(line(&report, "model openai/fake-model").contains("key accepted, 1 models"), "{report}");
+    assert!(line(&report, "model openai/fake-model").contains("key accepted, 1 model listed"), "{report}");
     assert!(line(&report, "telegram").contains("@switchboard_test_bot"), "{report}");
     assert!(line(&report, "discord").starts_with("ok"), "{report}");
     assert!(line(&report, "workspace").contains("every bootstrap file"), "{report}");
@@ -127,7 +127,7 @@ async fn an_anthropic_model_is_checked_with_its_key() {
         ])
     };
     let (_, report, _) = doctor(dir.path(), with_key("sk-ant-right")).await;
-    assert!(line(&report, "model anthropic/claude-e2e").contains("key accepted, 1 models"), "{report}");
+    assert!(line(&report, "model anthropic/claude-e2e").contains("key accepted, 1 model listed"), "{report}");
     let (ok, report, _) = doctor(dir.path(), with_key("sk-ant-wrong")).await;
     assert!(!ok && line(&report, "model anthropic/claude-e2e").contains("key was refused"), "{report}");
     assert!(!report.contains("sk-ant-"), "{report}");
