@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use futures_util::future::join_all;
 use switchboard_channels::contract::{RunEventBody, Usage};
+use switchboard_channels::meters::meters;
 use tracing::Instrument;
 
 use crate::provider::pricing::{CostTally, PriceTable};
@@ -276,6 +277,8 @@ impl Agent {
         let started = std::time::Instant::now();
         let mut response = self.provider.complete(&request, stream).instrument(span.clone()).await;
         span.record("duration_ms", started.elapsed().as_millis() as u64);
+        let took = started.elapsed().as_secs_f64();
+        meters().model_call(self.provider.name(), &self.settings.model, response.is_ok(), took);
         // Every request has input, so zero input tokens means the provider reported no usage
         // (local servers often send none when streaming): count an estimate rather than nothing,
         // so budgets are charged and `/status` tells the truth.

@@ -115,7 +115,10 @@ pub async fn run(config: Config, parts: Parts, shutdown: CancellationToken) -> R
     let mut background = background;
     if let Some(listen) = assembly.config().metrics.listen {
         let sources = gauge_sources(&bus, &channels, worker.as_ref());
-        background.push(("metrics endpoint", crate::metrics::start(listen, sources, shutdown.clone()).await?));
+        background.push((
+            "metrics endpoint",
+            crate::metrics::start(listen, sources, Arc::clone(&bus), shutdown.clone()).await?,
+        ));
     }
     let bus_label = assembly::settings::bus_label(assembly.config());
     tracing::info!(version = env!("CARGO_PKG_VERSION"), bus = %bus_label, ?parts, "switchboard started");

@@ -1,10 +1,13 @@
-//! The Prometheus endpoint (`[metrics] listen`): what the process holds in memory and how many
-//! tasks it runs, read from the running parts at each scrape, so an operator (and the soak
-//! test) can see that none of it grows with the number of messages handled.
+//! The Prometheus endpoint (`[metrics] listen`): the process's counters and histograms (runs,
+//! latencies, tokens and cost, redeliveries, dead letters, send errors and 429s; see
+//! `switchboard_channels::meters`), the bus's queue depths, and what the process holds in
+//! memory and how many tasks it runs, read from the running parts at each scrape, so an
+//! operator (and the soak test) can see that none of it grows with the number of messages.
 
 use std::fmt;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
@@ -15,7 +18,8 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
-use switchboard_channels::Gauge;
+use switchboard_channels::meters::meters;
+use switchboard_channels::{Bus, Gauge};
 use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -33,10 +37,15 @@ pub enum MetricsError {
 /// A part of the process that reports what it holds.
 pub type GaugeSource = Box<dyn Fn() -> Vec<Gauge> + Send + Sync>;
 
+/// How long a scrape waits for the bus's server to say how many messages it holds.
+const QUEUE_DEPTH_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// The gauges read at each scrape.
 struct Gauges {
     runtime: tokio::runtime::Handle,
     sources: Vec<GaugeSource>,
+    /// The bus server's queue depths, fetched by the scrape just before encoding.
+    queues: Arc<Mutex<Vec<Gauge>>>,
 }
 
 impl fmt::Debug for Gauges {
@@ -59,7 +68,8 @@ impl Collector for Gauges {
             )?;
             gauge(&mut encoder, "open_fds", "Open file descriptors", process.open_fds)?;
         }
-        for part in self.sources.iter().flat_map(|source| source()) {
+        let queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        for part in self.sources.iter().flat_map(|source| source()).chain(queues) {
             gauge(&mut encoder, part.name, part.help, to_i64(part.value))?;
         }
         Ok(())
@@ -99,17 +109,28 @@ impl ProcessReading {
     }
 }
 
+/// What a scrape reads.
+struct Scrape {
+    registry: Registry,
+    bus: Arc<dyn Bus>,
+    queues: Arc<Mutex<Vec<Gauge>>>,
+}
+
 /// Binds `listen` and serves `GET /metrics` until `shutdown` is cancelled.
 pub async fn start(
     listen: SocketAddr,
     sources: Vec<GaugeSource>,
+    bus: Arc<dyn Bus>,
     shutdown: CancellationToken,
 ) -> Result<JoinHandle<()>, MetricsError> {
     let listener = TcpListener::bind(listen).await.map_err(|source| MetricsError::Bind { addr: listen, source })?;
     let addr = listener.local_addr().unwrap_or(listen);
     let mut registry = Registry::with_prefix("switchboard");
-    registry.register_collector(Box::new(Gauges { runtime: tokio::runtime::Handle::current(), sources }));
-    let app = Router::new().route("/metrics", get(scrape)).with_state(Arc::new(registry));
+    let queues = Arc::new(Mutex::new(Vec::new()));
+    let runtime = tokio::runtime::Handle::current();
+    registry.register_collector(Box::new(Gauges { runtime, sources, queues: Arc::clone(&queues) }));
+    meters().register(&mut registry);
+    let app = Router::new().route("/metrics", get(scrape)).with_state(Arc::new(Scrape { registry, bus, queues }));
     tracing::info!(%addr, "metrics listening");
     Ok(tokio::spawn(async move {
         let served = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await;
@@ -119,9 +140,22 @@ pub async fn start(
     }))
 }
 
-async fn scrape(State(registry): State<Arc<Registry>>) -> Response {
+async fn scrape(State(scrape): State<Arc<Scrape>>) -> Response {
+    // A bus server that does not answer leaves its gauges out; the rest is still served.
+    let depths = match tokio::time::timeout(QUEUE_DEPTH_TIMEOUT, scrape.bus.queue_depths()).await {
+        Ok(Ok(depths)) => depths,
+        Ok(Err(err)) => {
+            tracing::warn!(%err, "cannot read the bus's queue depths for the metrics");
+            Vec::new()
+        }
+        Err(_) => {
+            tracing::warn!("the bus did not say its queue depths in time; left out of the metrics");
+            Vec::new()
+        }
+    };
+    *scrape.queues.lock().unwrap_or_else(PoisonError::into_inner) = depths;
     let mut text = String::new();
-    match prometheus_client::encoding::text::encode(&mut text, &registry) {
+    match prometheus_client::encoding::text::encode(&mut text, &scrape.registry) {
         Ok(()) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response(),
         Err(err) => {
             tracing::warn!(%err, "cannot encode the metrics");

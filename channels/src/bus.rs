@@ -84,6 +84,15 @@ pub(crate) fn check_publish(channel: &str, chat_id: &str, dedupe_id: Option<&str
     Ok(())
 }
 
+/// A flow as the metrics name it. Events are never redelivered nor dead-lettered; they would
+/// count with outbound.
+pub(crate) fn flow_label(flow: Flow) -> crate::meters::FlowLabel {
+    match flow {
+        Flow::In => crate::meters::FlowLabel::inbound,
+        Flow::Out | Flow::Events => crate::meters::FlowLabel::outbound,
+    }
+}
+
 /// What a consumer does with a delivery when it is finished with it.
 #[async_trait]
 pub trait Acker: Send + Sync {
@@ -249,6 +258,12 @@ pub trait Bus: Send + Sync + 'static {
     /// buses whose state lives on a server.
     fn gauges(&self) -> Vec<crate::Gauge> {
         Vec::new()
+    }
+
+    /// How many messages wait on the bus's server (stored, not yet acked), for the metrics
+    /// endpoint. Nothing on buses that report their queues through [`Bus::gauges`].
+    async fn queue_depths(&self) -> Result<Vec<crate::Gauge>, BusError> {
+        Ok(Vec::new())
     }
 }
 

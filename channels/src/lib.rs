@@ -7,6 +7,7 @@ pub mod contract;
 pub mod delivery;
 pub mod gauge;
 pub mod media_files;
+pub mod meters;
 pub mod pairing;
 pub mod policy;
 pub mod subject;

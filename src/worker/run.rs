@@ -8,6 +8,7 @@ use futures_util::FutureExt;
 
 use switchboard_channels::bus::BusExt;
 use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, RunEventBody, Usage, reply};
+use switchboard_channels::meters::{FlowLabel, meters};
 use tracing::Instrument;
 
 use super::Shared;
@@ -170,9 +171,12 @@ async fn process_inner(
         RunClaim::New { run_id } => run_id,
         RunClaim::Resumed { run_id, attempt } => {
             tracing::info!(%run_id, attempt, "resuming a run whose worker stopped before finishing");
+            meters().redelivered(FlowLabel::inbound);
             run_id
         }
     };
+    let (agent_name, started) = (route.agent.settings().name.as_str(), std::time::Instant::now());
+    meters().run_started(agent_name, &msg.channel);
     tracing::Span::current().record("run_id", run_id.as_str());
     let access = access::admit(shared, &route.agent, msg).await.map_err(transient)?;
     let (msg, access) = hygiene::screen_input(shared, msg, access);
@@ -190,6 +194,7 @@ async fn process_inner(
     };
     tracing::Span::current().record("status", outcome.status.as_str());
     let journaled = finish(shared, msg, &run_id, &outcome, answered_row).await?;
+    count_outcome(agent_name, &msg.channel, &outcome, started.elapsed());
     Ok(Done { compaction_due, journaled })
 }
 
@@ -235,6 +240,14 @@ async fn finish_apart(
         deliver(shared, run_id, reply).await?;
     }
     Ok(())
+}
+
+/// A stored outcome in the metrics: the run, its duration, what it used.
+fn count_outcome(agent: &str, channel: &str, outcome: &RunOutcome, took: Duration) {
+    let failed = outcome.status == RunStatus::Failed;
+    meters().run_finished(agent, channel, failed, took.as_secs_f64());
+    let usage = outcome.usage;
+    meters().usage(agent, &outcome.model, usage.input_tokens, usage.output_tokens, outcome.cost_usd);
 }
 
 fn transient(err: impl std::fmt::Display) -> Giveback {

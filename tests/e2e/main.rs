@@ -16,6 +16,7 @@ mod doctor;
 mod embedded;
 mod exec_secrets;
 mod local_model;
+mod metrics;
 mod nats;
 mod nats_faults;
 mod operations;

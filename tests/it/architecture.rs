@@ -36,7 +36,7 @@ const SRC_LAYERS: &[&[&str]] = &[
 /// `channels/src/`. The three adapters share the top layer, so none may import another.
 const CHANNELS_LAYERS: &[&[&str]] = &[
     &["contract"],
-    &["subject", "gauge", "chunking", "policy", "media_files"],
+    &["subject", "gauge", "meters", "chunking", "policy", "media_files"],
     &["bus", "pairing"],
     &["delivery"],
     &["api", "telegram", "discord"],

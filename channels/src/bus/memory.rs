@@ -434,6 +434,7 @@ impl Bus for MemoryBus {
             kept.pop_front();
         }
         kept.push_back(letter.clone());
+        crate::meters::meters().dead_lettered(super::flow_label(flow));
         Ok(())
     }
 

@@ -302,6 +302,7 @@ impl Bus for NatsBus {
         let size = encoded.len();
         self.publish_stored(subject, Publish::build().payload(Bytes::from(encoded))).await?;
         // Only now: the letter is in the stream.
+        crate::meters::meters().dead_lettered(super::flow_label(flow));
         tracing::warn!(subject = %letter.subject, reason = %letter.reason, payload_bytes = letter.payload.len(),
             truncated, dead_letter_bytes = size, "message dead-lettered");
         Ok(())
@@ -309,6 +310,27 @@ impl Bus for NatsBus {
 
     async fn stored_inbound(&self, subject: &str, from: u64) -> Result<Option<u64>, BusError> {
         order::first_stored(&self.js, &self.streams.inbound, subject, from).await
+    }
+
+    async fn queue_depths(&self) -> Result<Vec<crate::Gauge>, BusError> {
+        let stored = |name: String| async move {
+            let stream = self.js.get_stream(&name).await.map_err(|err| BusError::Receive(format!("{name}: {err}")))?;
+            Ok::<_, BusError>(usize::try_from(stream.cached_info().state.messages).unwrap_or(usize::MAX))
+        };
+        let inbound = stored(self.streams.inbound.clone()).await?;
+        let outbound = stored(self.streams.outbound.clone()).await?;
+        Ok(vec![
+            crate::Gauge::new(
+                "bus_inbound_stored",
+                "Inbound messages in the JetStream work queue: waiting, or taken by a worker and not yet acked",
+                inbound,
+            ),
+            crate::Gauge::new(
+                "bus_outbound_stored",
+                "Outbound messages in the JetStream work queue: waiting for their adapter, or being delivered",
+                outbound,
+            ),
+        ])
     }
 
     async fn dead_letters(&self, flow: Flow, limit: usize) -> Result<Vec<DeadLetter>, BusError> {

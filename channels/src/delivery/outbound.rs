@@ -176,6 +176,7 @@ impl<P: Platform> Sender<P> {
     /// Logs a failed send once and decides between giving up and trying later.
     fn failed(&self, msg: &OutboundMessage, err: &P::Error) -> Outcome {
         let (name, error) = (P::NAME, self.platform.describe(err));
+        crate::meters::meters().send_failed(&msg.channel);
         if self.platform.is_final(err) {
             tracing::warn!(id = %msg.id, chat = %msg.chat_id, %error, "{name} refused an outbound message; given up");
             Outcome::GivenUp

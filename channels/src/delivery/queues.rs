@@ -97,6 +97,9 @@ impl<P: Platform> ChatQueues<P> {
                 return;
             }
         };
+        if delivery.attempt > 1 {
+            crate::meters::meters().redelivered(crate::meters::FlowLabel::outbound);
+        }
         let (_, acker) = delivery.into_parts();
         let chat = self.sender.queue_key(&msg);
         let job = Job { msg, acker };

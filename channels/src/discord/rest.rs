@@ -227,6 +227,9 @@ impl Rest {
 fn error_from(status: StatusCode, headers: &HeaderMap, body: &[u8]) -> RestError {
     let json: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     if status == StatusCode::TOO_MANY_REQUESTS {
+        // Every 429 counts, whether the call is retried or not: Discord bans clients that
+        // collect too many.
+        crate::meters::meters().told_to_wait("discord");
         let header = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
         let seconds = |text: &str| text.trim().parse::<f64>().ok();
         // The body's float is the most precise; `Retry-After` is rounded up to whole seconds.

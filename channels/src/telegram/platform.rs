@@ -175,7 +175,10 @@ impl Platform for TelegramPlatform {
     /// Flood control: nothing more for this long.
     fn draft_pause(&self, err: &RequestError) -> Option<Duration> {
         match err {
-            RequestError::RetryAfter(wait) => Some(wait.duration()),
+            RequestError::RetryAfter(wait) => {
+                crate::meters::meters().told_to_wait("telegram");
+                Some(wait.duration())
+            }
             _ => None,
         }
     }

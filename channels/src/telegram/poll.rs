@@ -123,6 +123,7 @@ impl Poller {
                 CONFLICT_WAIT
             }
             RequestError::RetryAfter(seconds) => {
+                crate::meters::meters().told_to_wait("telegram");
                 tracing::warn!(wait = ?seconds.duration(), "Telegram asks to slow down polling");
                 seconds.duration()
             }

@@ -132,7 +132,10 @@ where
         };
         let wait = match classify(&err) {
             Verdict::Final => return Err(err),
-            Verdict::WaitFor(wait) => wait,
+            Verdict::WaitFor(wait) => {
+                crate::meters::meters().told_to_wait("telegram");
+                wait
+            }
             Verdict::Transient => {
                 transient_failures += 1;
                 if transient_failures >= policy.max_transient_attempts {
