@@ -22,8 +22,18 @@ fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
     })
 }
 
+/// The endpoint's text; waits for it to listen (it starts a moment after the API's health).
 async fn scrape(port: u16) -> String {
-    let response = reqwest::get(format!("http://127.0.0.1:{port}/metrics")).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let response = loop {
+        match reqwest::get(format!("http://127.0.0.1:{port}/metrics")).await {
+            Ok(response) => break response,
+            Err(err) if err.is_connect() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(err) => panic!("scraping :{port}: {err}"),
+        }
+    };
     assert_eq!(response.status(), 200);
     response.text().await.unwrap()
 }
@@ -107,8 +117,12 @@ async fn on_nats_queue_depths_and_dead_letters_are_reported() {
     assert_eq!(status, 200);
 
     let inbound = [("flow", "inbound")];
-    let text = scrape_until(port, |text| sample(text, "switchboard_dead_letters_total", &inbound) == Some(1.0)).await;
-    assert_eq!(sample(&text, "switchboard_bus_inbound_stored", &[]), Some(0.0), "{text}");
+    // The bad message is acked just after its dead letter is stored.
+    let text = scrape_until(port, |text| {
+        sample(text, "switchboard_dead_letters_total", &inbound) == Some(1.0)
+            && sample(text, "switchboard_bus_inbound_stored", &[]) == Some(0.0)
+    })
+    .await;
     assert_eq!(sample(&text, "switchboard_bus_outbound_stored", &[]), Some(0.0), "{text}");
     let api = [("channel", "api"), ("stage", "completed")];
     assert_eq!(sample(&text, "switchboard_runs_total", &api), Some(1.0), "{text}");
