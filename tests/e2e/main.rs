@@ -22,6 +22,7 @@ mod nats_faults;
 mod operations;
 mod pairing;
 mod providers;
+mod scale_out;
 mod steady_state;
 mod subagents;
 mod systemd_units;

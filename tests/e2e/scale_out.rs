@@ -1,0 +1,145 @@
+//! The distributed shape as issue 19 measured it: three `switchboard agent` workers, each with
+//! its own local directory, on one NATS and one PostgreSQL store, chats' messages published
+//! back to back as the adapters do. Every chat is answered in order, one turn at a time, each
+//! turn seeing the ones before it whichever worker ran them, and the chats spread over the
+//! workers.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use serde_json::Value;
+use switchboard_channels::bus::nats::{NatsBus, NatsOptions};
+use switchboard_channels::contract::{InboundMessage, OutboundMessage, Sender};
+use switchboard_channels::{Bus, BusExt};
+use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
+use switchboard_testkit::nats::NatsServer;
+use switchboard_testkit::postgres::TempDatabase;
+
+use crate::support::{Daemon, Launch};
+
+const SESSIONS: usize = 20;
+const PER_SESSION: usize = 5;
+const WORKERS: usize = 3;
+
+fn text(session: usize, message: usize) -> String {
+    format!("s{session:02}-m{message}")
+}
+
+/// The texts of a model request's messages, oldest first.
+fn contents(request: &Value) -> Vec<String> {
+    request["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["content"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Each turn's request must carry every earlier turn of its chat, question and answer: the
+/// previous turn was finished and stored before this one started, on whatever worker.
+fn turns_missing_history(requests: &[Value]) -> Vec<String> {
+    let mut missing = Vec::new();
+    for request in requests {
+        let seen = contents(request);
+        let Some((session, message)) = seen.iter().rev().find_map(|c| parse(c)) else { continue };
+        for earlier in 0..message {
+            let (question, answer) = (text(session, earlier), format!("echo: {}", text(session, earlier)));
+            if !seen.contains(&question) || !seen.contains(&answer) {
+                missing.push(format!("{} lacks {question}", text(session, message)));
+            }
+        }
+    }
+    missing
+}
+
+/// `sNN-mK` → (NN, K).
+fn parse(content: &str) -> Option<(usize, usize)> {
+    let rest = content.strip_prefix('s')?;
+    let (session, message) = rest.split_once("-m")?;
+    Some((session.parse().ok()?, message.parse().ok()?))
+}
+
+/// How many distinct chats each worker ran a turn of, from its log.
+fn sessions_per_worker(workers: &[Daemon]) -> Vec<usize> {
+    workers
+        .iter()
+        .map(|worker| {
+            let logs = worker.logs();
+            (0..SESSIONS).filter(|s| logs.contains(&format!("session=test:chat-{s:02}"))).count()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_workers_with_their_own_directories_keep_every_chat_in_order() {
+    let nats = NatsServer::start().await;
+    let database = TempDatabase::create();
+    let llm = FakeLlm::start().await;
+    for s in 0..SESSIONS {
+        for m in 0..PER_SESSION {
+            let reply = Scripted::Text(format!("echo: {}", text(s, m)));
+            llm.push_when(&text(s, m), Scripted::Delay(Duration::from_millis(150), Box::new(reply)));
+        }
+    }
+    let dirs: Vec<_> = (0..WORKERS).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut workers: Vec<Daemon> = dirs
+        .iter()
+        .enumerate()
+        .map(|(n, dir)| {
+            Launch::new(dir.path(), ["worker-a", "worker-b", "worker-c"][n], &["agent", "--nats", &nats.url()])
+                .llm(&llm.base_url())
+                .env("SWITCHBOARD_STORE__DATABASE_URL", database.url())
+                // Each message its own turn, from one sender that writes 100 of them at once.
+                .env("SWITCHBOARD_WORKER__DEBOUNCE_MS", "0")
+                .env("SWITCHBOARD_RATE_LIMITS__GUEST", "0")
+                .env("SWITCHBOARD_RATE_LIMITS__USER", "0")
+                .env("SWITCHBOARD_BUDGETS__GUEST", "0")
+                .spawn()
+        })
+        .collect();
+    for worker in &mut workers {
+        worker.wait_for_log("worker started").await;
+    }
+    let bus = NatsBus::connect(&nats.url(), NatsOptions::default()).await.unwrap();
+    let mut replies = bus.outbound("test").await.unwrap();
+    let sender = Sender { id: "u1".into(), name: "U".into(), is_bot: false };
+    let started = Instant::now();
+    // A chat's messages one after the other, so its next message is free for another worker
+    // while the first still runs.
+    for s in 0..SESSIONS {
+        for m in 0..PER_SESSION {
+            let msg = InboundMessage::user("test", &format!("chat-{s:02}"), sender.clone(), &text(s, m));
+            bus.publish_inbound(&msg).await.unwrap();
+        }
+    }
+
+    let mut answered: HashMap<String, Vec<usize>> = HashMap::new();
+    for total in 0..SESSIONS * PER_SESSION {
+        let delivery = tokio::time::timeout(Duration::from_secs(60), replies.next())
+            .await
+            .unwrap_or_else(|_| panic!("{total} replies, then none: {answered:?}"))
+            .unwrap()
+            .unwrap();
+        let reply: OutboundMessage = delivery.decode().unwrap();
+        delivery.ack().await.unwrap();
+        let (_, m) = parse(reply.content.trim_start_matches("echo: ")).expect("an echo");
+        answered.entry(reply.chat_id).or_default().push(m);
+    }
+    let took = started.elapsed();
+    if let Ok(Some(Ok(extra))) = tokio::time::timeout(Duration::from_secs(3), replies.next()).await {
+        panic!("a message was answered twice: {:?}", extra.decode::<OutboundMessage>());
+    }
+    let expected: Vec<usize> = (0..PER_SESSION).collect();
+    let out_of_order: Vec<_> = answered.iter().filter(|(_, got)| **got != expected).collect();
+    assert!(out_of_order.is_empty(), "out of order: {out_of_order:?}");
+    assert_eq!(answered.len(), SESSIONS);
+    let missing = turns_missing_history(&llm.requests());
+    assert!(missing.is_empty(), "turns that ran before the one before them was stored: {missing:?}");
+    assert_eq!(database.sql("SELECT count(*) FROM runs WHERE status = 'completed'"), "100");
+    let spread = sessions_per_worker(&workers);
+    assert!(spread.iter().all(|&n| n > 0), "a worker ran nothing: {spread:?}");
+    eprintln!(
+        "{WORKERS} workers: {SESSIONS}×{PER_SESSION} messages answered in order in {took:?}; chats touched per worker {spread:?}"
+    );
+}
