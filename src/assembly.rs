@@ -10,6 +10,7 @@ pub mod channel_settings;
 mod channels;
 mod providers;
 pub mod settings;
+pub mod shared_dirs;
 
 use std::sync::Arc;
 
@@ -64,6 +65,8 @@ pub enum AssemblyError {
     NoDiscordToken,
     #[error("the {0} channel is disabled in the config (channels.{0}.enabled = false)")]
     ChannelDisabled(&'static str),
+    #[error(transparent)]
+    SharedDir(#[from] shared_dirs::SharedDirError),
 }
 
 /// What a test changes in the production assembly. Production uses the default.

@@ -102,6 +102,10 @@ pub async fn run(config: Config, parts: Parts, shutdown: CancellationToken) -> R
         (Some(mode), Some(store)) => Some(store.lock(mode).await?),
         _ => None,
     };
+    if let Some(store) = &store {
+        let places = assembly::shared_dirs::places(assembly.config(), parts.runs_worker(), parts.channels());
+        assembly::shared_dirs::check(store.as_ref(), &places).await.map_err(AssemblyError::from)?;
+    }
     let bus = tokio::select! {
         bus = assembly.connect_bus(store.clone()) => bus?,
         // A process still waiting for the NATS server (started before it at boot) stops when asked.

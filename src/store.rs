@@ -293,6 +293,28 @@ pub trait Database: Store + MemoryIndex + PairingStore + PairingAdmin + Journal 
     /// Takes the database's lock in `mode` (see [`lock`]), failing at once with
     /// [`StoreError::InUse`] when another process holds a conflicting one.
     async fn lock(&self, mode: lock::LockMode) -> Result<lock::DatabaseLock, StoreError>;
+
+    /// Whether processes on several hosts may use this database (PostgreSQL), or one host's
+    /// only (a SQLite file).
+    fn spans_hosts(&self) -> bool;
+
+    /// Records `dir` as the directory its key names for every process of this database, unless
+    /// one is recorded already; returns the recorded one. A store of one host records nothing
+    /// and returns `dir`.
+    async fn record_shared_dir(&self, dir: &SharedDir) -> Result<SharedDir, StoreError>;
+}
+
+/// A directory every process of a deployment must see as one (see `record_shared_dir`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedDir {
+    /// What it is for: `workspace main`, `telegram media`.
+    pub key: String,
+    /// The id in the directory's mark file (`workspace::mark`).
+    pub mark: String,
+    /// Where this process sees it.
+    pub path: String,
+    /// The host that recorded it.
+    pub host: String,
 }
 
 /// The configured store: the PostgreSQL database at `database_url` when one is set, otherwise

@@ -8,6 +8,7 @@
 
 mod cache;
 pub mod init;
+pub mod mark;
 pub mod memory;
 
 use std::path::Path;

@@ -39,7 +39,7 @@ impl ChannelKind {
     }
 
     /// Whether the config enables it (and, for the chat channels, gives it a token).
-    fn is_active(self, config: &Config) -> bool {
+    pub(super) fn is_active(self, config: &Config) -> bool {
         match self {
             ChannelKind::Api => config.channels.api.enabled,
             ChannelKind::Telegram => config.channels.telegram.is_active(),

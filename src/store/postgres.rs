@@ -19,11 +19,11 @@ use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, Postgres, Transaction};
 
-use super::StoreError;
 use super::finishing::{FinishRow, Finished};
 use super::history_cache::HistoryCache;
 use super::lock::{DatabaseLock, LockMode, SessionLock};
 use super::values::{encode, now_millis};
+use super::{SharedDir, StoreError};
 
 /// Connections per process. A turn holds one for a statement at a time, never across the
 /// model call, so a few serve hundreds of turns in flight; PostgreSQL's own default limit
@@ -199,6 +199,37 @@ impl super::Database for PostgresStore {
             });
         }
         Ok(DatabaseLock::Postgres(SessionLock { _connection: connection }))
+    }
+
+    fn spans_hosts(&self) -> bool {
+        true
+    }
+
+    async fn record_shared_dir(&self, dir: &SharedDir) -> Result<SharedDir, StoreError> {
+        let recorded: Option<(String, String, String)> = sqlx::query_as(
+            "WITH added AS (INSERT INTO shared_dirs (key, mark, path, host, recorded_at) VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (key) DO NOTHING RETURNING mark, path, host) \
+             SELECT mark, path, host FROM added UNION ALL SELECT mark, path, host FROM shared_dirs WHERE key = $1",
+        )
+        .bind(&dir.key)
+        .bind(&dir.mark)
+        .bind(&dir.path)
+        .bind(&dir.host)
+        .bind(now_millis())
+        .fetch_optional(&self.pool)
+        .await?;
+        // Nothing when another process inserted the key after this statement's snapshot was
+        // taken: its row is committed now.
+        let (mark, path, host): (String, String, String) = match recorded {
+            Some(row) => row,
+            None => {
+                sqlx::query_as("SELECT mark, path, host FROM shared_dirs WHERE key = $1")
+                    .bind(&dir.key)
+                    .fetch_one(&self.pool)
+                    .await?
+            }
+        };
+        Ok(SharedDir { key: dir.key.clone(), mark, path, host })
     }
 }
 

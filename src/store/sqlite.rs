@@ -211,4 +211,13 @@ impl super::Database for SqliteStore {
     async fn lock(&self, mode: super::lock::LockMode) -> Result<super::lock::DatabaseLock, StoreError> {
         super::lock::StoreLock::acquire(&self.path, mode).map(super::lock::DatabaseLock::File)
     }
+
+    /// A SQLite file is one host's: its processes share its directories by construction.
+    fn spans_hosts(&self) -> bool {
+        false
+    }
+
+    async fn record_shared_dir(&self, dir: &super::SharedDir) -> Result<super::SharedDir, StoreError> {
+        Ok(dir.clone())
+    }
 }

@@ -2,13 +2,16 @@
 //! its own local directory, on one NATS and one PostgreSQL store, chats' messages published
 //! back to back as the adapters do. Every chat is answered in order, one turn at a time, each
 //! turn seeing the ones before it whichever worker ran them, and the chats spread over the
-//! workers.
+//! workers. And one agent on several hosts: what one worker's turn writes in the shared
+//! workspace the next turn reads on another, and a worker whose workspace is not the shared one
+//! refuses to start.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use serde_json::Value;
+use serde_json::{Value, json};
 use switchboard_channels::bus::nats::{NatsBus, NatsOptions};
 use switchboard_channels::contract::{InboundMessage, OutboundMessage, Sender};
 use switchboard_channels::{Bus, BusExt};
@@ -83,6 +86,8 @@ async fn three_workers_with_their_own_directories_keep_every_chat_in_order() {
         }
     }
     let dirs: Vec<_> = (0..WORKERS).map(|_| tempfile::tempdir().unwrap()).collect();
+    let shared = tempfile::tempdir().unwrap();
+    let workspace = shared.path().display().to_string();
     let mut workers: Vec<Daemon> = dirs
         .iter()
         .enumerate()
@@ -90,6 +95,7 @@ async fn three_workers_with_their_own_directories_keep_every_chat_in_order() {
             Launch::new(dir.path(), ["worker-a", "worker-b", "worker-c"][n], &["agent", "--nats", &nats.url()])
                 .llm(&llm.base_url())
                 .env("SWITCHBOARD_STORE__DATABASE_URL", database.url())
+                .env("SWITCHBOARD_AGENT__WORKSPACE", &workspace)
                 // Each message its own turn, from one sender that writes 100 of them at once.
                 .env("SWITCHBOARD_WORKER__DEBOUNCE_MS", "0")
                 .env("SWITCHBOARD_RATE_LIMITS__GUEST", "0")
@@ -142,4 +148,87 @@ async fn three_workers_with_their_own_directories_keep_every_chat_in_order() {
     eprintln!(
         "{WORKERS} workers: {SESSIONS}×{PER_SESSION} messages answered in order in {took:?}; chats touched per worker {spread:?}"
     );
+}
+
+/// Starts a worker with its own data directory and `workspace`; the owner is `test:u1`.
+fn worker(
+    home: &Path,
+    name: &str,
+    nats: &NatsServer,
+    database: &TempDatabase,
+    llm: &FakeLlm,
+    workspace: &Path,
+) -> Daemon {
+    Launch::new(home, name, &["agent", "--nats", &nats.url()])
+        .llm(&llm.base_url())
+        .env("SWITCHBOARD_STORE__DATABASE_URL", database.url())
+        .env("SWITCHBOARD_AGENT__WORKSPACE", &workspace.display().to_string())
+        .env("SWITCHBOARD_USERS__OWNERS", r#"["test:u1"]"#)
+        .spawn()
+}
+
+/// Sends `text` in the owner's chat and waits for its reply.
+async fn turn(bus: &NatsBus, replies: &mut switchboard_channels::bus::Deliveries, text: &str) -> String {
+    let sender = Sender { id: "u1".into(), name: "Owner".into(), is_bot: false };
+    bus.publish_inbound(&InboundMessage::user("test", "owner", sender, text)).await.unwrap();
+    let delivery = tokio::time::timeout(Duration::from_secs(30), replies.next()).await.unwrap().unwrap().unwrap();
+    let reply: OutboundMessage = delivery.decode().unwrap();
+    delivery.ack().await.unwrap();
+    reply.content
+}
+
+/// Waits for a process that should refuse to start, and returns its log.
+async fn refused(mut daemon: Daemon) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while daemon.is_alive() {
+        assert!(Instant::now() < deadline, "it started:\n{}", daemon.logs());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    daemon.logs()
+}
+
+#[tokio::test]
+async fn one_agent_on_two_hosts_shares_its_workspace_and_a_local_one_is_refused() {
+    let nats = NatsServer::start().await;
+    let database = TempDatabase::create();
+    let llm = FakeLlm::start().await;
+    let (host_a, host_b, host_c) =
+        (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let share = tempfile::tempdir().unwrap();
+    let workspace = share.path().join("workspace");
+    let bus = NatsBus::connect(&nats.url(), NatsOptions::default()).await.unwrap();
+    let mut replies = bus.outbound("test").await.unwrap();
+
+    let first = worker(host_a.path(), "host-a", &nats, &database, &llm, &workspace);
+    first.wait_for_log("worker started").await;
+    let memory = json!({"path": "MEMORY.md", "content": "The owner's cat is called Miso.\n"});
+    let note = json!({"path": "notes/todo.txt", "content": "buy cat food\n"});
+    llm.push(Scripted::ToolCalls(vec![("write_file".into(), memory), ("write_file".into(), note)]));
+    llm.push(Scripted::Text("Noted.".into()));
+    assert_eq!(turn(&bus, &mut replies, "remember my cat Miso").await, "Noted.");
+    drop(first);
+
+    // Another host, another data directory, the same shared workspace.
+    let second = worker(host_b.path(), "host-b", &nats, &database, &llm, &workspace);
+    second.wait_for_log("worker started").await;
+    llm.push(Scripted::ToolCalls(vec![("read_file".into(), json!({"path": "notes/todo.txt"}))]));
+    llm.push(Scripted::Text("Cat food.".into()));
+    assert_eq!(turn(&bus, &mut replies, "what was on my list?").await, "Cat food.");
+    let requests = llm.requests();
+    let system = requests[requests.len() - 2]["messages"][0]["content"].as_str().unwrap_or_default().to_owned();
+    assert!(system.contains("Miso"), "the memory written on host A is not in host B's prompt:\n{system}");
+    let tool_result = contents(&requests[requests.len() - 1]).join("\n");
+    assert!(tool_result.contains("buy cat food"), "{tool_result}");
+    drop(second);
+
+    // A host with a workspace of its own would split the agent's memory: it refuses to start.
+    let local = host_c.path().join("workspace");
+    let logs = refused(worker(host_c.path(), "host-c", &nats, &database, &llm, &local)).await;
+    let shared_path = workspace.display().to_string();
+    assert!(logs.contains(&format!("Mount the shared directory at {shared_path}")), "{logs}");
+    // The share mounted at another path would break the media paths messages carry.
+    let elsewhere = host_c.path().join("mnt");
+    std::os::unix::fs::symlink(&workspace, &elsewhere).unwrap();
+    let logs = refused(worker(host_c.path(), "host-c2", &nats, &database, &llm, &elsewhere)).await;
+    assert!(logs.contains(&format!("but at {shared_path} on")), "{logs}");
 }

@@ -10,8 +10,14 @@ use crate::store::StoreError;
 use crate::store::migrate::{Migration, failed};
 
 /// Every migration this build knows, in version order.
-pub(crate) const POSTGRES_MIGRATIONS: &[Migration] =
-    &[Migration { version: 1, name: "init", sql: include_str!("../../../migrations/postgres/0001_init.sql") }];
+pub(crate) const POSTGRES_MIGRATIONS: &[Migration] = &[
+    Migration { version: 1, name: "init", sql: include_str!("../../../migrations/postgres/0001_init.sql") },
+    Migration {
+        version: 2,
+        name: "shared_dirs",
+        sql: include_str!("../../../migrations/postgres/0002_shared_dirs.sql"),
+    },
+];
 
 /// The advisory lock migrations hold ("sb" "mg" in ASCII); any fixed number would do.
 const MIGRATION_LOCK: i64 = 0x7362_6d67;
