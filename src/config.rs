@@ -488,6 +488,9 @@ pub struct ApiChannelConfig {
     pub idempotency_ttl_secs: u64,
     /// Replies to requests sent with an Idempotency-Key kept at most.
     pub idempotency_max_entries: usize,
+    /// This process's name among several API processes on one NATS bus: the replies to its
+    /// requests come to it on `api@<instance>`. Empty = `<host name>-<port>`.
+    pub instance: String,
 }
 
 impl Default for ApiChannelConfig {
@@ -504,6 +507,7 @@ impl Default for ApiChannelConfig {
             max_connections: 512,
             idempotency_ttl_secs: 600,
             idempotency_max_entries: 1000,
+            instance: String::new(),
         }
     }
 }

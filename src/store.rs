@@ -27,6 +27,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use switchboard_channels::bus::journal::{Journal, JournalRecord};
 use switchboard_channels::contract::{OutboundMessage, Usage};
+use switchboard_channels::delivery::DeliveryRecord;
 use switchboard_channels::pairing::PairingStore;
 use thiserror::Error;
 
@@ -279,7 +280,7 @@ pub struct SessionInfo {
 /// Everything switchboard keeps in its database, whichever store holds it: what the assembly,
 /// the worker's tools and the operator's commands are given.
 #[async_trait]
-pub trait Database: Store + MemoryIndex + PairingStore + PairingAdmin + Journal {
+pub trait Database: Store + MemoryIndex + PairingStore + PairingAdmin + Journal + DeliveryRecord {
     /// Where it is, for messages: a file's path, or a server's URL without the password.
     fn location(&self) -> String;
 

@@ -57,6 +57,9 @@ pub struct ApiSettings {
     pub limits: ConnectionLimits,
     /// Replies to idempotent requests kept for their retries.
     pub replay: ReplayCache,
+    /// The channel this process takes the replies to its own requests from (`api@<instance>`),
+    /// named in each message it publishes; `None`: the replies come on `api` (one API process).
+    pub reply_channel: Option<String>,
 }
 
 impl std::fmt::Debug for ApiSettings {
@@ -68,6 +71,7 @@ impl std::fmt::Debug for ApiSettings {
             .field("max_body_bytes", &self.max_body_bytes)
             .field("limits", &self.limits)
             .field("replay", &self.replay)
+            .field("reply_channel", &self.reply_channel)
             .finish()
     }
 }
@@ -95,7 +99,13 @@ impl ApiChannel {
             .map_err(|source| ApiError::Bind { addr: settings.listen, source })?;
         let local_addr = listener.local_addr().map_err(ApiError::Serve)?;
         let replies = Arc::new(Replies::new(settings.replay));
-        let deliveries = crate::bus::screen::deliverable_outbound(Arc::clone(&bus), CHANNEL).await?;
+        let mut deliveries = crate::bus::screen::deliverable_outbound(Arc::clone(&bus), CHANNEL).await?;
+        // Its own replies, and those on `api` (from a process without routing, or published
+        // for an API chat by a tool).
+        if let Some(own) = &settings.reply_channel {
+            let routed = crate::bus::screen::deliverable_outbound(Arc::clone(&bus), own).await?;
+            deliveries = futures_util::stream::select(deliveries, routed).boxed();
+        }
         let stop_routing = CancellationToken::new();
         let router = tokio::spawn(route_replies(deliveries, Arc::clone(&replies), stop_routing.clone()));
         let limits = settings.limits;

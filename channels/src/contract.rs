@@ -262,6 +262,13 @@ impl InboundMessage {
         self.metadata.get(MESSAGE_ID).and_then(Value::as_str).map(str::to_owned)
     }
 
+    /// The channel replies to this message are published on: [`reply::REPLY_CHANNEL`] when it names
+    /// an instance of this message's own channel (`api@host-8080` for `api`), else the channel.
+    /// Any other value is ignored, so a message cannot send its replies to another channel.
+    pub fn reply_channel(&self) -> String {
+        reply::routed_channel(self).unwrap_or(&self.channel).to_owned()
+    }
+
     /// The chat this message came from, to address an answer to it later.
     pub fn chat(&self) -> ChatAddress {
         ChatAddress {
@@ -358,7 +365,7 @@ impl OutboundMessage {
         Self {
             id,
             in_reply_to: Some(inbound.id.clone()),
-            channel: inbound.channel.clone(),
+            channel: inbound.reply_channel(),
             chat_id: inbound.chat_id.clone(),
             thread_id: inbound.thread_id.clone(),
             content,

@@ -16,12 +16,14 @@ pub mod outbound;
 pub mod pairing;
 pub mod platform;
 mod queues;
+pub mod record;
 
 pub use ledger::{Ledger, RecentIds};
 pub use live::{DraftState, LiveRuns, run_live};
 pub use outbound::Sender;
 pub use platform::{DraftLimits, Platform};
 pub use queues::run_outbound;
+pub use record::{DeliveryPolicy, DeliveryRecord, RecordError, Sent};
 
 #[cfg(test)]
 pub(crate) mod testing {

@@ -21,7 +21,7 @@ use self::ingress::Ingress;
 use self::platform::DiscordPlatform;
 use self::rest::{Rest, RestError};
 use crate::bus::{Bus, BusError, Deliveries, Events};
-use crate::delivery::{self, LiveRuns};
+use crate::delivery::{self, DeliveryPolicy, LiveRuns};
 use crate::pairing::PairingStore;
 
 mod directory;
@@ -148,6 +148,7 @@ impl DiscordChannel {
         bus: Arc<dyn Bus>,
         settings: DiscordSettings,
         pairing: Option<Arc<dyn PairingStore>>,
+        delivery: DeliveryPolicy,
         shutdown: CancellationToken,
     ) -> Result<DiscordChannel, DiscordError> {
         let settings = Arc::new(settings);
@@ -158,7 +159,7 @@ impl DiscordChannel {
         let replies = crate::bus::screen::deliverable_outbound(Arc::clone(&bus), CHANNEL).await?;
         let events = bus.events(CHANNEL, None).await?;
         let platform = Arc::new(DiscordPlatform::new(Arc::clone(&rest), Arc::clone(&directory), Arc::clone(&settings)));
-        let sending = spawn_sending(platform, LiveRuns::new(), replies, events, &stop_sending);
+        let sending = spawn_sending(platform, LiveRuns::new(), replies, events, delivery, &stop_sending);
         let ingress = Ingress::new(Arc::clone(&rest), bus, Arc::clone(&settings), pairing, directory, shutdown.clone());
         if let Some(id) = bot_id {
             ingress.set_bot_id(id);
@@ -190,10 +191,11 @@ fn spawn_sending(
     live: LiveRuns<DiscordPlatform>,
     replies: Deliveries,
     events: Events,
+    policy: DeliveryPolicy,
     stop: &CancellationToken,
 ) -> Vec<JoinHandle<()>> {
     let live = Arc::new(live);
-    let outbound = delivery::run_outbound(Arc::clone(&platform), replies, Arc::clone(&live), stop.clone());
+    let outbound = delivery::run_outbound(Arc::clone(&platform), replies, Arc::clone(&live), policy, stop.clone());
     vec![tokio::spawn(outbound), tokio::spawn(delivery::run_live(platform, events, live, stop.clone()))]
 }
 
@@ -280,7 +282,7 @@ pub mod testing {
         let rest = Arc::new(Rest::new(http));
         let platform = Arc::new(DiscordPlatform::new(rest, directory, Arc::new(settings)));
         let live = LiveRuns::new().with_typing_interval(typing_interval);
-        super::spawn_sending(platform, live, replies, events, &shutdown);
+        super::spawn_sending(platform, live, replies, events, super::DeliveryPolicy::default(), &shutdown);
     }
 
     /// `send_markdown` (the inbound side's way to say things, e.g. pairing codes) to `channel`,

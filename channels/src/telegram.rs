@@ -26,6 +26,7 @@ use self::poll::sleep_or_cancel;
 use self::retry::describe;
 use crate::bus::{Bus, BusError};
 use crate::contract::commands;
+use crate::delivery::DeliveryPolicy;
 use crate::pairing::PairingStore;
 
 pub use crate::policy::{DmPolicy, StreamSettings};
@@ -164,13 +165,14 @@ impl TelegramChannel {
         bus: Arc<dyn Bus>,
         settings: TelegramSettings,
         pairing: Option<Arc<dyn PairingStore>>,
+        delivery: DeliveryPolicy,
         shutdown: CancellationToken,
     ) -> Result<TelegramChannel, TelegramError> {
         let settings = Arc::new(settings);
         let bot = build_bot(&settings)?;
         let me = first_identity(&bot).await?;
         let stop_sending = CancellationToken::new();
-        let sending = start_sending(&bot, &bus, &settings, &stop_sending).await?;
+        let sending = start_sending(&bot, &bus, &settings, delivery, &stop_sending).await?;
         let pending = PendingIngress { bot, bus, settings: Arc::clone(&settings), pairing, me };
         let (webhook_addr, receiving) = match settings.receive.clone() {
             Receive::Polling { timeout } => (None, tokio::spawn(receive_by_polling(pending, timeout, shutdown))),
@@ -203,12 +205,14 @@ async fn start_sending(
     bot: &Bot,
     bus: &Arc<dyn Bus>,
     settings: &Arc<TelegramSettings>,
+    delivery: DeliveryPolicy,
     stop: &CancellationToken,
 ) -> Result<Vec<JoinHandle<()>>, TelegramError> {
     let live = Arc::new(live::LiveRuns::new());
     let replies = crate::bus::screen::deliverable_outbound(Arc::clone(bus), CHANNEL).await?;
     let events = bus.events(CHANNEL, None).await?;
-    let outbound = outbound::run_outbound(bot.clone(), Arc::clone(settings), replies, Arc::clone(&live), stop.clone());
+    let outbound =
+        outbound::run_outbound(bot.clone(), Arc::clone(settings), replies, Arc::clone(&live), delivery, stop.clone());
     let live = live::run_live(bot.clone(), Arc::clone(settings), events, live, stop.clone());
     Ok(vec![tokio::spawn(outbound), tokio::spawn(live)])
 }

@@ -14,6 +14,7 @@ use bytes::Bytes;
 use serde_json::json;
 use switchboard_channels::bus::memory::MemoryBus;
 use switchboard_channels::contract::{Media, RunEventBody, Usage};
+use switchboard_channels::delivery::DeliveryPolicy;
 use switchboard_channels::subject::Flow;
 use switchboard_channels::telegram::live::{LiveRuns, run_live};
 use switchboard_channels::telegram::outbound::run_outbound;
@@ -53,7 +54,14 @@ async fn start_with(settings: TelegramSettings, live: LiveRuns) -> Harness {
     let (live, shutdown) = (Arc::new(live), CancellationToken::new());
     let replies = bus.outbound("telegram").await.unwrap();
     let events = bus.events("telegram", None).await.unwrap();
-    tokio::spawn(run_outbound(bot.clone(), Arc::clone(&settings), replies, Arc::clone(&live), shutdown.clone()));
+    tokio::spawn(run_outbound(
+        bot.clone(),
+        Arc::clone(&settings),
+        replies,
+        Arc::clone(&live),
+        DeliveryPolicy::default(),
+        shutdown.clone(),
+    ));
     tokio::spawn(run_live(bot, settings, events, live, shutdown.clone()));
     Harness { fake, bus, shutdown }
 }

@@ -5,13 +5,14 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use switchboard_channels::Bus;
 use switchboard_channels::api::ApiChannel;
+use switchboard_channels::delivery::{DeliveryPolicy, DeliveryRecord};
 use switchboard_channels::discord::DiscordChannel;
 use switchboard_channels::pairing::PairingStore;
 use switchboard_channels::telegram::TelegramChannel;
 use tokio_util::sync::CancellationToken;
 
 use super::{Assembly, AssemblyError, channel_settings, settings};
-use crate::config::Config;
+use crate::config::{BusKind, Config};
 use crate::metrics::GaugeSource;
 use crate::store::Database;
 
@@ -143,6 +144,7 @@ impl Assembly {
     ) -> Result<Box<dyn RunningChannel>, AssemblyError> {
         let config = &self.config;
         let pairing = store.map(|store| Arc::clone(store) as Arc<dyn PairingStore>);
+        let delivery = self.delivery_policy(store);
         Ok(match kind {
             ChannelKind::Api => {
                 warn_if_descriptors_short(config.channels.api.max_connections);
@@ -150,13 +152,27 @@ impl Assembly {
             }
             ChannelKind::Telegram => {
                 let settings = channel_settings::telegram(config);
-                Box::new(TelegramChannel::start(bus, settings, pairing, shutdown).await?)
+                Box::new(TelegramChannel::start(bus, settings, pairing, delivery, shutdown).await?)
             }
             ChannelKind::Discord => {
                 let settings = channel_settings::discord(config);
-                Box::new(DiscordChannel::start(bus, settings, pairing, shutdown).await?)
+                Box::new(DiscordChannel::start(bus, settings, pairing, delivery, shutdown).await?)
             }
         })
+    }
+}
+
+impl Assembly {
+    /// How the chat channels treat their deliveries: replies older than
+    /// `bus_options.outbound_max_age_secs` are dropped; on NATS each delivery is recorded in
+    /// the store, so a restarted adapter (on any host) does not send a reply twice. The
+    /// in-process bus needs no record: a reply's journal row goes the moment it is delivered.
+    fn delivery_policy(&self, store: Option<&Arc<dyn Database>>) -> DeliveryPolicy {
+        let record = match self.config.bus_kind() {
+            BusKind::Nats(_) => store.map(|store| Arc::clone(store) as Arc<dyn DeliveryRecord>),
+            BusKind::Memory => None,
+        };
+        DeliveryPolicy { max_age: self.config.bus_options.outbound_max_age(), record }
     }
 }
 

@@ -3,6 +3,7 @@
 //! [`super::channel_settings`].
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use switchboard_channels::api::{ApiSettings, ConnectionLimits, ReplayCache};
 use switchboard_channels::bus::nats::NatsOptions;
@@ -159,16 +160,49 @@ pub fn api(config: &Config) -> ApiSettings {
             max_header_bytes: api.max_header_bytes,
         },
         replay: ReplayCache { ttl: api.idempotency_ttl(), max_entries: api.idempotency_max_entries },
+        reply_channel: api_reply_channel(config),
     }
 }
 
+/// On NATS, the channel this API process takes its replies from, `api@<instance>`: several
+/// API processes may serve one bus, and each must get the replies to its own requests. The
+/// in-process bus has one API channel, which takes the `api` replies.
+fn api_reply_channel(config: &Config) -> Option<String> {
+    if matches!(config.bus_kind(), BusKind::Memory) {
+        return None;
+    }
+    let api = &config.channels.api;
+    let instance = match api.instance.trim() {
+        "" => format!("{}-{}", host_name(), api.listen.port()),
+        named => named.to_owned(),
+    };
+    // `api@` and the instance within a channel's 64 bytes.
+    let instance: String = instance.chars().filter(|c| !c.is_control()).take(56).collect();
+    Some(format!("{}@{instance}", switchboard_channels::api::CHANNEL))
+}
+
+/// This host's name, for names and messages; `localhost` when the system has none.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_owned())
+        .ok()
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+/// How much longer than `outbound_max_age_secs` the server keeps a reply: the adapters drop
+/// replies past that age themselves, with a log line, so the server's silent limit is only for
+/// channels no adapter serves.
+const SERVER_AGE_GRACE: Duration = Duration::from_secs(600);
+
 /// `[bus_options]` for a NATS bus.
 pub fn nats(config: &Config) -> NatsOptions {
+    let max_age = config.bus_options.outbound_max_age();
     NatsOptions {
         prefix: config.bus_options.prefix.clone(),
         ack_wait: config.bus_options.ack_wait(),
         duplicate_window: config.bus_options.duplicate_window(),
-        outbound_max_age: config.bus_options.outbound_max_age(),
+        outbound_max_age: if max_age.is_zero() { max_age } else { max_age + SERVER_AGE_GRACE },
         max_ack_pending: i64::try_from(config.bus_options.max_ack_pending).unwrap_or(i64::MAX),
         ..NatsOptions::default()
     }

@@ -69,7 +69,7 @@ pub async fn check(store: &dyn Database, places: &[(String, PathBuf)]) -> Result
     if !store.spans_hosts() {
         return Ok(());
     }
-    let host = host_name();
+    let host = super::settings::host_name();
     for (key, dir) in places {
         let here = SharedDir {
             key: key.clone(),
@@ -107,15 +107,6 @@ fn compare(here: &SharedDir, recorded: SharedDir) -> Result<(), SharedDirError> 
 
 fn same_path(a: &Path, b: &Path) -> bool {
     a.components().eq(b.components())
-}
-
-/// This host's name, for the operator reading an error.
-fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|name| name.trim().to_owned())
-        .ok()
-        .filter(|name| !name.is_empty())
-        .unwrap_or_else(|| "an unnamed host".to_owned())
 }
 
 #[cfg(test)]

@@ -47,6 +47,7 @@ pub(crate) const SQLITE_MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../migrations/sqlite/0015_memory_embeddings.sql"),
     },
     Migration { version: 16, name: "turn_writes", sql: include_str!("../../migrations/sqlite/0016_turn_writes.sql") },
+    Migration { version: 17, name: "deliveries", sql: include_str!("../../migrations/sqlite/0017_deliveries.sql") },
 ];
 
 /// Brings the database up to the newest schema this build knows.

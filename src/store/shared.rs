@@ -3,6 +3,7 @@
 //! [`super::sqlite::SqliteStore`] and [`super::postgres::PostgresStore`].
 
 mod cron;
+mod deliveries;
 mod heartbeat;
 pub(super) mod memory;
 mod pairing;

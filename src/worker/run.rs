@@ -163,7 +163,7 @@ async fn process_inner(
             tracing::info!(%run_id, delivered, "message already answered; not running it again");
             match (reply, delivered) {
                 (Some(reply), false) => deliver(shared, &run_id, &reply).await?,
-                (Some(reply), true) if wants_reply_again(msg) => resend(shared, &reply).await?,
+                (Some(reply), true) if wants_reply_again(msg) => resend(shared, msg, &reply).await?,
                 _ => {}
             }
             return Ok(Done::default());
@@ -262,9 +262,11 @@ fn wants_reply_again(msg: &InboundMessage) -> bool {
 
 /// Sends a stored reply again under a new id, so the bus's dedupe of the first one (within
 /// its window) does not swallow it. The run is not touched.
-async fn resend(shared: &Shared, reply: &OutboundMessage) -> Result<(), Giveback> {
+async fn resend(shared: &Shared, msg: &InboundMessage, reply: &OutboundMessage) -> Result<(), Giveback> {
     let mut again = reply.clone();
     again.id = format!("{}:again:{}", reply.id, uuid::Uuid::now_v7());
+    // The retry may have come through another instance of the channel than the first try.
+    again.channel = msg.reply_channel();
     shared.bus.publish_outbound(&again).await.map_err(transient)
 }
 

@@ -232,3 +232,49 @@ async fn one_agent_on_two_hosts_shares_its_workspace_and_a_local_one_is_refused(
     let logs = refused(worker(host_c.path(), "host-c2", &nats, &database, &llm, &elsewhere)).await;
     assert!(logs.contains(&format!("but at {shared_path} on")), "{logs}");
 }
+
+/// Two `channel api` processes on one bus, a load balancer's worth of requests on each: every
+/// request gets its own reply, from the process it was sent to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_api_processes_each_get_the_replies_to_their_own_requests() {
+    let nats = NatsServer::start().await;
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Launch::new(dir.path(), "agent", &["agent", "--nats", &nats.url()])
+        .llm(&llm.base_url())
+        .env("SWITCHBOARD_RATE_LIMITS__GUEST", "0")
+        .env("SWITCHBOARD_BUDGETS__GUEST", "0")
+        .spawn();
+    agent.wait_for_log("worker started").await;
+    let api = |name| {
+        Launch::new(dir.path(), name, &["channel", "api", "--nats", &nats.url()])
+            // A reply that went to the other process would show as a 504, soon.
+            .env("SWITCHBOARD_CHANNELS__API__REPLY_TIMEOUT_SECS", "10")
+            .spawn()
+    };
+    let (mut first, mut second) = (api("api-1"), api("api-2"));
+    first.wait_healthy().await;
+    second.wait_healthy().await;
+
+    let mut requests = tokio::task::JoinSet::new();
+    for n in 0..40 {
+        let url = if n % 2 == 0 { first.url("/v1/messages") } else { second.url("/v1/messages") };
+        requests.spawn(async move {
+            let body = json!({"chat_id": format!("lb-{}", n % 8), "content": format!("request {n}")});
+            let response = reqwest::Client::new().post(url).json(&body).send().await.unwrap();
+            let status = response.status().as_u16();
+            (n, status, response.json::<Value>().await.unwrap_or(Value::Null))
+        });
+    }
+    let mut wrong = Vec::new();
+    while let Some(done) = requests.join_next().await {
+        let (n, status, body) = done.unwrap();
+        if status != 200 || body["reply"] != format!("echo: request {n}") {
+            wrong.push((n, status, body));
+        }
+    }
+    assert!(wrong.is_empty(), "requests without their reply: {wrong:?}");
+    for process in [&first, &second] {
+        assert!(!process.logs().contains("nobody waiting"), "{}", process.logs());
+    }
+}

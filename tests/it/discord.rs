@@ -11,6 +11,7 @@ use serde_json::Value;
 use switchboard::store::Database;
 use switchboard::store::sqlite::SqliteStore;
 use switchboard_channels::bus::memory::MemoryBus;
+use switchboard_channels::delivery::DeliveryPolicy;
 use switchboard_channels::discord::{DiscordChannel, DiscordError, DiscordSettings, DmPolicy};
 use switchboard_channels::pairing::PairingStore;
 use switchboard_channels::{Bus, Deliveries, InboundMessage};
@@ -52,7 +53,8 @@ impl Rig {
         configure(&mut settings);
         let shutdown = CancellationToken::new();
         let pairing = Some(Arc::clone(&store) as Arc<dyn PairingStore>);
-        let channel = DiscordChannel::start(bus, settings, pairing, shutdown.clone()).await.unwrap();
+        let channel =
+            DiscordChannel::start(bus, settings, pairing, DeliveryPolicy::default(), shutdown.clone()).await.unwrap();
         fake.wait_connected(1, WAIT).await;
         Rig { fake, inbound, store, shutdown, channel: Some(channel), dir }
     }
@@ -291,7 +293,7 @@ async fn a_rejected_token_fails_the_start_clearly() {
     let dir = tempfile::tempdir().unwrap();
     let settings = DiscordSettings { token: "not-the-token".into(), ..settings(&fake, &dir) };
     let bus = Arc::new(MemoryBus::new(8));
-    let result = DiscordChannel::start(bus, settings, None, CancellationToken::new()).await;
+    let result = DiscordChannel::start(bus, settings, None, DeliveryPolicy::default(), CancellationToken::new()).await;
     let err = result.err().expect("start fails");
     assert!(matches!(err, DiscordError::InvalidToken), "{err}");
     let text = err.to_string();
@@ -315,7 +317,7 @@ async fn a_discord_down_at_start_is_tried_again_until_it_comes_up() {
     let bus = Arc::new(MemoryBus::new(64));
     let mut inbound = bus.inbound().await.unwrap();
     let shutdown = CancellationToken::new();
-    let starting = DiscordChannel::start(bus, settings, None, shutdown.clone());
+    let starting = DiscordChannel::start(bus, settings, None, DeliveryPolicy::default(), shutdown.clone());
     let channel = tokio::time::timeout(WAIT, starting).await.expect("the start does not wait for Discord").unwrap();
     // Down for the first attempts (at start, then after 1 s), up before the one after 2 s more.
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -342,7 +344,10 @@ async fn a_discord_down_at_start_does_not_delay_shutdown() {
         ..DiscordSettings::default()
     };
     let shutdown = CancellationToken::new();
-    let channel = DiscordChannel::start(Arc::new(MemoryBus::new(8)), settings, None, shutdown.clone()).await.unwrap();
+    let channel =
+        DiscordChannel::start(Arc::new(MemoryBus::new(8)), settings, None, DeliveryPolicy::default(), shutdown.clone())
+            .await
+            .unwrap();
     // Long enough to be in a backoff wait.
     tokio::time::sleep(Duration::from_millis(300)).await;
     shutdown.cancel();

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
+use switchboard_channels::delivery::DeliveryPolicy;
 use switchboard_channels::discord::{DiscordChannel, DiscordSettings, DmPolicy};
 use switchboard_channels::telegram::TelegramChannel;
 use switchboard_testkit::fake_discord::{BOT_ID as DISCORD_BOT, FakeDiscord, events};
@@ -47,7 +48,10 @@ impl TelegramRig {
         let fake = FakeTelegram::start().await;
         let settings = crate::common::fake_telegram_settings(&fake, h.dir.path(), ALICE);
         let shutdown = CancellationToken::new();
-        let channel = TelegramChannel::start(Arc::clone(&h.bus), settings, None, shutdown.clone()).await.unwrap();
+        let channel =
+            TelegramChannel::start(Arc::clone(&h.bus), settings, None, DeliveryPolicy::default(), shutdown.clone())
+                .await
+                .unwrap();
         TelegramRig { h, fake, channel, shutdown }
     }
 
@@ -141,7 +145,10 @@ impl DiscordRig {
             ..DiscordSettings::default()
         };
         let shutdown = CancellationToken::new();
-        let channel = DiscordChannel::start(Arc::clone(&h.bus), settings, None, shutdown.clone()).await.unwrap();
+        let channel =
+            DiscordChannel::start(Arc::clone(&h.bus), settings, None, DeliveryPolicy::default(), shutdown.clone())
+                .await
+                .unwrap();
         fake.wait_connected(1, WAIT).await;
         DiscordRig { h, fake, channel, shutdown }
     }

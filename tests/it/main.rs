@@ -16,6 +16,7 @@ mod bursts;
 mod compaction;
 mod cron;
 mod cron_clock;
+mod delivery_record;
 mod discord;
 mod group_chat;
 mod groups;

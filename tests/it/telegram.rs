@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use switchboard::store::Database;
 use switchboard::store::sqlite::SqliteStore;
 use switchboard_channels::bus::memory::MemoryBus;
+use switchboard_channels::delivery::DeliveryPolicy;
 use switchboard_channels::pairing::PairingStore;
 use switchboard_channels::telegram::{DmPolicy, GroupPolicy, Receive, TelegramChannel, TelegramSettings};
 use switchboard_channels::{Bus, Deliveries, InboundMessage};
@@ -44,7 +45,8 @@ impl Rig {
         configure(&mut settings);
         let shutdown = CancellationToken::new();
         let pairing = Some(Arc::clone(&store) as Arc<dyn PairingStore>);
-        let channel = TelegramChannel::start(bus, settings, pairing, shutdown.clone()).await.unwrap();
+        let channel =
+            TelegramChannel::start(bus, settings, pairing, DeliveryPolicy::default(), shutdown.clone()).await.unwrap();
         Rig { fake, inbound, store, shutdown, channel: Some(channel), dir }
     }
 
@@ -188,7 +190,8 @@ async fn a_fetched_batch_keeps_its_order_and_each_mention_its_own_context() {
     let mut inbound = bus.inbound().await.unwrap();
     let settings = crate::common::fake_telegram_settings(&fake, dir.path(), ALICE);
     let shutdown = CancellationToken::new();
-    let channel = TelegramChannel::start(bus, settings, None, shutdown.clone()).await.unwrap();
+    let channel =
+        TelegramChannel::start(bus, settings, None, DeliveryPolicy::default(), shutdown.clone()).await.unwrap();
     let mut contents = Vec::new();
     for _ in 0..4 {
         let delivery = tokio::time::timeout(Duration::from_secs(5), inbound.next()).await.unwrap().unwrap().unwrap();
@@ -413,6 +416,9 @@ async fn a_rejected_token_fails_the_start_with_a_clear_error() {
     let bus = Arc::new(MemoryBus::new(8));
     let settings =
         TelegramSettings { token: "999:WRONG".into(), api_url: Some(fake.api_url()), ..TelegramSettings::default() };
-    let err = TelegramChannel::start(bus, settings, None, CancellationToken::new()).await.err().unwrap();
+    let err = TelegramChannel::start(bus, settings, None, DeliveryPolicy::default(), CancellationToken::new())
+        .await
+        .err()
+        .unwrap();
     assert!(err.to_string().contains("TELEGRAM_BOT_TOKEN"), "{err}");
 }

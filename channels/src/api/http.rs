@@ -16,6 +16,7 @@ use super::replies::Replies;
 use super::state::{AppState, error};
 use super::{ApiSettings, CHANNEL, exchange, idempotency};
 use crate::bus::Bus;
+use crate::contract::reply::REPLY_CHANNEL;
 use crate::contract::{ContractError, InboundMessage, MAX_CHAT_ID_BYTES, MAX_SENDER_ID_BYTES, Sender, check_length};
 
 pub(super) fn router(bus: Arc<dyn Bus>, settings: ApiSettings, replies: Arc<Replies>) -> Router {
@@ -86,6 +87,9 @@ async fn post_message(
         Err(text) => return error(StatusCode::BAD_REQUEST, "invalid_idempotency_key", &text),
     };
     let mut msg = InboundMessage::user(CHANNEL, &request.chat_id, sender, &request.content);
+    if let Some(own) = &state.settings.reply_channel {
+        msg.metadata.insert(REPLY_CHANNEL.into(), own.clone().into());
+    }
     let fingerprint = key.map(|key| {
         idempotency::apply(&mut msg, &key);
         idempotency::fingerprint(&request.content)

@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{OutboundMessage, Usage};
+use super::{InboundMessage, MAX_CHANNEL_BYTES, OutboundMessage, Usage};
 
 /// The run that produced the reply (a run id; also a key of the run's live feedback).
 pub const RUN_ID: &str = "run_id";
@@ -18,6 +18,17 @@ pub const USAGE: &str = "usage";
 pub const COST_USD: &str = "cost_usd";
 /// `true` when the model chose not to answer (`NO_REPLY`); the content is then empty.
 pub const SUPPRESSED: &str = "suppressed";
+/// In an inbound message's metadata: `<channel>@<instance>`, set by an adapter that runs as
+/// several processes so that the replies reach the one that is waiting for them.
+pub const REPLY_CHANNEL: &str = "reply_channel";
+
+/// `inbound`'s [`REPLY_CHANNEL`], when it names an instance of the message's own channel.
+pub(super) fn routed_channel(inbound: &InboundMessage) -> Option<&str> {
+    inbound.metadata.get(REPLY_CHANNEL).and_then(Value::as_str).filter(|routed| {
+        let instance = routed.strip_prefix(inbound.channel.as_str()).and_then(|rest| rest.strip_prefix('@'));
+        routed.len() <= MAX_CHANNEL_BYTES && instance.is_some_and(|instance| !instance.is_empty())
+    })
+}
 
 /// The fields the API channel copies from a reply into its JSON answer, in this order.
 pub const API_FIELDS: [&str; 5] = [RUN_ID, MODEL, USAGE, COST_USD, SUPPRESSED];
@@ -65,6 +76,24 @@ pub fn says_nothing(reply: &OutboundMessage) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replies_go_to_the_named_instance_of_the_same_channel_only() {
+        let mut msg = InboundMessage { channel: "api".into(), ..InboundMessage::default() };
+        assert_eq!(msg.reply_channel(), "api");
+        for (routed, expected) in [
+            ("api@host-8787", "api@host-8787"),
+            ("telegram", "api"),
+            ("telegram@x", "api"),
+            ("api@", "api"),
+            ("apix@y", "api"),
+        ] {
+            msg.metadata.insert(REPLY_CHANNEL.into(), routed.into());
+            assert_eq!(msg.reply_channel(), expected, "{routed}");
+        }
+        msg.metadata.insert(REPLY_CHANNEL.into(), format!("api@{}", "x".repeat(64)).into());
+        assert_eq!(msg.reply_channel(), "api", "too long for a channel");
+    }
 
     #[test]
     fn written_metadata_reads_back() {

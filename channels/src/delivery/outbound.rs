@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::Ledger;
 use super::live::{DraftState, LiveRuns};
 use super::platform::Platform;
+use super::record::{DeliveryPolicy, RecordError, Sent};
 use crate::bus::Acker;
 use crate::contract::{OutboundKind, OutboundMessage, reply};
 
@@ -22,6 +23,8 @@ const DELIVERED_KEPT: usize = 1024;
 const PROGRESS_KEPT: usize = 256;
 /// When the platform cannot be reached, the bus offers the message again after this long.
 const REDELIVER_AFTER: Duration = Duration::from_secs(30);
+/// When the delivery record cannot be read, the bus offers the message again after this long.
+const RECORD_RETRY: Duration = Duration::from_secs(5);
 
 /// What became of one delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,8 +33,12 @@ enum Outcome {
     Delivered,
     /// Can never be delivered (bad address, bot blocked, chat gone): ack after the log line.
     GivenUp,
+    /// Delivered before, or dropped as too late: ack, nothing to record.
+    Settled,
     /// The platform could not be reached: let the bus offer it again later.
     Later,
+    /// Whether it went out before is unknown (the record cannot be read): offer it again soon.
+    Unknown,
 }
 
 /// The state shared by the delivery tasks of one platform.
@@ -40,15 +47,17 @@ pub struct Sender<P: Platform> {
     live: Arc<LiveRuns<P>>,
     shutdown: CancellationToken,
     ledger: Mutex<Ledger>,
+    policy: DeliveryPolicy,
 }
 
 impl<P: Platform> Sender<P> {
-    pub fn new(platform: Arc<P>, live: Arc<LiveRuns<P>>, shutdown: CancellationToken) -> Self {
-        Self::with_ledger(platform, live, shutdown, Ledger::new(DELIVERED_KEPT, PROGRESS_KEPT))
+    pub fn new(platform: Arc<P>, live: Arc<LiveRuns<P>>, shutdown: CancellationToken, policy: DeliveryPolicy) -> Self {
+        let ledger = Ledger::new(DELIVERED_KEPT, PROGRESS_KEPT);
+        Self { platform, live, shutdown, ledger: Mutex::new(ledger), policy }
     }
 
     pub fn with_ledger(platform: Arc<P>, live: Arc<LiveRuns<P>>, shutdown: CancellationToken, ledger: Ledger) -> Self {
-        Self { platform, live, shutdown, ledger: Mutex::new(ledger) }
+        Self { platform, live, shutdown, ledger: Mutex::new(ledger), policy: DeliveryPolicy::default() }
     }
 
     fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger> {
@@ -60,19 +69,64 @@ impl<P: Platform> Sender<P> {
         let result = match self.deliver(&msg).await {
             Outcome::Delivered | Outcome::GivenUp => {
                 self.ledger().record_delivered(&msg.id);
+                self.record(&msg.id, Sent::All).await;
+                acker.ack().await
+            }
+            Outcome::Settled => {
+                self.ledger().record_delivered(&msg.id);
                 acker.ack().await
             }
             Outcome::Later => acker.nak(Some(REDELIVER_AFTER)).await,
+            Outcome::Unknown => acker.nak(Some(RECORD_RETRY)).await,
         };
         if let Err(err) = result {
             tracing::warn!(%err, id = %msg.id, "cannot acknowledge an outbound delivery");
         }
     }
 
-    async fn deliver(&self, msg: &OutboundMessage) -> Outcome {
+    /// Records progress in the delivery record, if there is one. A failure only costs a
+    /// repeat should the message come again, so it is logged, not fatal.
+    async fn record(&self, id: &str, sent: Sent) {
+        let Some(record) = &self.policy.record else { return };
+        if let Err(err) = record.record_sent(P::CHANNEL, id, sent).await {
+            tracing::warn!(%err, id, "cannot record a delivery; a redelivery of it would be sent again");
+        }
+    }
+
+    /// Whether `msg` was delivered before, by this process (its memory) or an earlier one (the
+    /// record); sets the memory's progress from the record.
+    async fn settled_before(&self, msg: &OutboundMessage) -> Result<bool, RecordError> {
         if self.ledger().is_delivered(&msg.id) {
-            tracing::info!(id = %msg.id, "outbound message already delivered; not sent again");
-            return Outcome::Delivered;
+            return Ok(true);
+        }
+        let (Some(record), 0) = (&self.policy.record, self.ledger().progress_of(&msg.id)) else { return Ok(false) };
+        match record.sent(P::CHANNEL, &msg.id).await? {
+            Some(Sent::All) => Ok(true),
+            Some(Sent::Steps(done)) => {
+                self.ledger().record_progress(&msg.id, done);
+                Ok(false)
+            }
+            None => Ok(false),
+        }
+    }
+
+    async fn deliver(&self, msg: &OutboundMessage) -> Outcome {
+        match self.settled_before(msg).await {
+            Ok(true) => {
+                tracing::info!(id = %msg.id, "outbound message already delivered; not sent again");
+                return Outcome::Settled;
+            }
+            Ok(false) => {}
+            Err(err) => {
+                tracing::warn!(%err, id = %msg.id, "cannot tell whether the message went out before; trying again soon");
+                return Outcome::Unknown;
+            }
+        }
+        if let Some(age) = self.policy.too_late(msg) {
+            tracing::warn!(id = %msg.id, chat = %msg.chat_id, age_secs = age.as_secs(),
+                max_age_secs = self.policy.max_age.as_secs(),
+                "reply older than bus_options.outbound_max_age_secs; dropped, not sent");
+            return Outcome::Settled;
         }
         let mut target = match self.platform.target_of(msg) {
             Ok(target) => target,
@@ -92,7 +146,7 @@ impl<P: Platform> Sender<P> {
         let mut done = self.ledger().progress_of(&msg.id);
         if done == 0 && self.finish_draft(draft, &target, steps.first()).await {
             done = 1;
-            self.ledger().record_progress(&msg.id, done);
+            self.progressed(&msg.id, done, steps.len()).await;
         }
         self.send_steps(msg, &mut target, &steps, done).await
     }
@@ -117,9 +171,19 @@ impl<P: Platform> Sender<P> {
                 Err(err) => return self.failed(msg, &err),
             }
             done += 1;
-            self.ledger().record_progress(&msg.id, done);
+            self.progressed(&msg.id, done, steps.len()).await;
         }
         Outcome::Delivered
+    }
+
+    /// `done` of `total` steps of `id` went out. Recorded beyond memory only before the last
+    /// step: the last one is recorded as [`Sent::All`] with the ack, so a one-part reply
+    /// costs one write.
+    async fn progressed(&self, id: &str, done: usize, total: usize) {
+        self.ledger().record_progress(id, done);
+        if done < total {
+            self.record(id, Sent::Steps(done)).await;
+        }
     }
 
     /// Finishes the run this message answers (a reply or notice, not a progress update): stops

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::live::LiveRuns;
 use super::outbound::Sender;
 use super::platform::Platform;
+use super::record::DeliveryPolicy;
 use crate::bus::{Acker, Deliveries, Delivery};
 use crate::contract::OutboundMessage;
 
@@ -143,8 +144,9 @@ pub async fn run_outbound<P: Platform>(
     platform: Arc<P>,
     replies: Deliveries,
     live: Arc<LiveRuns<P>>,
+    policy: DeliveryPolicy,
     shutdown: CancellationToken,
 ) {
-    let sender = Arc::new(Sender::new(platform, live, shutdown.clone()));
+    let sender = Arc::new(Sender::new(platform, live, shutdown.clone(), policy));
     ChatQueues::new(sender).run(replies, shutdown).await;
 }

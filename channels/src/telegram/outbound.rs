@@ -24,8 +24,9 @@ pub async fn run_outbound(
     settings: Arc<TelegramSettings>,
     replies: Deliveries,
     live: Arc<LiveRuns>,
+    policy: crate::delivery::DeliveryPolicy,
     shutdown: CancellationToken,
 ) {
     let platform = Arc::new(TelegramPlatform::new(bot, settings));
-    crate::delivery::run_outbound(platform, replies, live, shutdown).await;
+    crate::delivery::run_outbound(platform, replies, live, policy, shutdown).await;
 }

@@ -17,6 +17,7 @@ pub(crate) const POSTGRES_MIGRATIONS: &[Migration] = &[
         name: "shared_dirs",
         sql: include_str!("../../../migrations/postgres/0002_shared_dirs.sql"),
     },
+    Migration { version: 3, name: "deliveries", sql: include_str!("../../../migrations/postgres/0003_deliveries.sql") },
 ];
 
 /// The advisory lock migrations hold ("sb" "mg" in ASCII); any fixed number would do.
