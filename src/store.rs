@@ -202,6 +202,10 @@ pub trait Store: UserStore + CronStore + HeartbeatStore + SubagentStore + Send +
     /// already done for it. Atomic: two workers claiming one inbound id get one `New`.
     async fn claim_run(&self, inbound_id: &str, session_key: &str) -> Result<RunClaim, StoreError>;
 
+    /// Whether the run of `inbound_id` is finished (completed or failed); false when it runs
+    /// or has no run.
+    async fn run_finished(&self, inbound_id: &str) -> Result<bool, StoreError>;
+
     /// The most recent `limit` transcript messages of a session after its last compaction,
     /// oldest first.
     async fn history(&self, session_key: &str, limit: usize) -> Result<Vec<ChatMessage>, StoreError>;

@@ -348,7 +348,7 @@ async fn wait_in_order(shared: &Shared, info: &DeliveryInfo, msg: &InboundMessag
     if msg.kind == InboundKind::User && commands::parse(&msg.content).is_some() {
         return Some(held);
     }
-    match order::wait_for_older(shared.bus.as_ref(), &shared.held_seqs, info).await {
+    match order::wait_for_older(shared.bus.as_ref(), shared.store.as_ref(), &shared.held_seqs, info).await {
         Ok(None) => {
             held.keep_position(shared.held_seqs.hold(position));
             Some(held)

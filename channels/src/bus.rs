@@ -250,8 +250,15 @@ pub trait Bus: Send + Sync + 'static {
     /// processes. A worker runs a message only when nothing older of its chat is left elsewhere,
     /// which keeps a chat's order across crashes and workers. `None` on buses that deliver in
     /// order by themselves.
-    async fn stored_inbound(&self, _subject: &str, _from: u64) -> Result<Option<u64>, BusError> {
+    async fn stored_inbound(&self, _subject: &str, _from: u64) -> Result<Option<StoredInbound>, BusError> {
         Ok(None)
+    }
+
+    /// Removes the inbound message at stream position `seq`: one whose turn is known to be
+    /// done but that the stream still holds (its ack was lost as the server went down), which
+    /// would hold its chat up for good. Nothing on buses without stream positions.
+    async fn discard_inbound(&self, _seq: u64) -> Result<(), BusError> {
+        Ok(())
     }
 
     /// What this bus keeps in this process's memory, for the metrics endpoint. Nothing on
@@ -265,6 +272,15 @@ pub trait Bus: Send + Sync + 'static {
     async fn queue_depths(&self) -> Result<Vec<crate::Gauge>, BusError> {
         Ok(Vec::new())
     }
+}
+
+/// An inbound message still stored in the stream (see [`Bus::stored_inbound`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredInbound {
+    /// Its position in the stream.
+    pub seq: u64,
+    /// The id it was published with (the inbound message's id), when it has one.
+    pub id: Option<String>,
 }
 
 /// A message for [`Bus::publish_raw_many`].

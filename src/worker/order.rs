@@ -14,7 +14,10 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use switchboard_channels::bus::{Bus, BusError, DeliveryInfo};
+use switchboard_channels::bus::{Bus, BusError, DeliveryInfo, StoredInbound};
+use thiserror::Error;
+
+use crate::store::{Store, StoreError};
 
 /// The first and the longest pause before a message that waits for an older one is seen again.
 /// Short enough that a chat goes on soon after its older message is acked; growing so that a
@@ -50,26 +53,52 @@ impl Drop for SeqGuard {
     }
 }
 
+#[derive(Debug, Error)]
+pub(super) enum OrderError {
+    #[error(transparent)]
+    Bus(#[from] BusError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
 /// When the delivery must wait for an older message of its chat: how long to hand it back for.
 pub(super) async fn wait_for_older(
     bus: &dyn Bus,
+    store: &dyn Store,
     held: &HeldSeqs,
     info: &DeliveryInfo,
-) -> Result<Option<Duration>, BusError> {
+) -> Result<Option<Duration>, OrderError> {
     let Some(seq) = info.stream_seq else { return Ok(None) };
     let mut from = 1;
-    // Each step skips one message this worker holds, so the walk ends.
+    // Each step skips one message this worker holds or one that is done, so the walk ends.
     while let Some(older) = bus.stored_inbound(&info.subject, from).await? {
-        if older >= seq {
+        if older.seq >= seq {
             return Ok(None);
         }
-        if !held.contains(older) {
-            tracing::debug!(subject = %info.subject, seq, older, "an older message of the chat is not done; waiting");
-            return Ok(Some(delay(info.attempt)));
+        from = older.seq + 1;
+        if held.contains(older.seq) {
+            continue;
         }
-        from = older + 1;
+        if answered_but_kept(bus, store, &older).await? {
+            continue;
+        }
+        tracing::debug!(subject = %info.subject, seq, older = older.seq, "an older message of the chat is not done; waiting");
+        return Ok(Some(delay(info.attempt)));
     }
     Ok(None)
+}
+
+/// An older message whose run is finished but which the stream still holds: its ack was
+/// lost (nats-server killed just after it counted the ack, before it removed the message),
+/// and no one will ever be given it again. It is removed, so the chat goes on.
+async fn answered_but_kept(bus: &dyn Bus, store: &dyn Store, older: &StoredInbound) -> Result<bool, OrderError> {
+    let Some(id) = &older.id else { return Ok(false) };
+    if !store.run_finished(id).await? {
+        return Ok(false);
+    }
+    tracing::info!(seq = older.seq, inbound = %id, "an answered message is still in the stream (its ack was lost); removing it");
+    bus.discard_inbound(older.seq).await?;
+    Ok(true)
 }
 
 /// Grows with the deliveries so far, up to [`WAIT_MAX`].

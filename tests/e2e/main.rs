@@ -10,6 +10,7 @@ mod agents;
 mod api_limits;
 mod api_retries;
 mod bad_input;
+mod chaos;
 mod cron;
 mod discord;
 mod doctor;

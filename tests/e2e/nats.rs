@@ -70,7 +70,8 @@ async fn killed_worker_mid_run_gives_exactly_one_reply_after_restart() {
     llm.push(Scripted::Text("the one reply".into()));
     let dir = tempfile::tempdir().unwrap();
     let client = async_nats::connect(nats.url()).await.unwrap();
-    let mut replies = client.subscribe("switchboard.out.api.>").await.unwrap();
+    // Replies to the API go to the API process's own channel (`api@<instance>`).
+    let mut replies = client.subscribe("switchboard.out.>").await.unwrap();
 
     let mut api = Launch::new(dir.path(), "api", &["channel", "api"]).env("SWITCHBOARD_BUS", &nats.url()).spawn();
     let agent_launch = |name| {

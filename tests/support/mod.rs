@@ -31,6 +31,10 @@ pub struct Launch<'a> {
     pub name: &'a str,
     /// Run the daemon as this (uid, gid) instead of the test's own user (needs root).
     pub user: Option<(u32, u32)>,
+    /// A command the daemon is started through (`ip netns exec <ns>`), which execs it.
+    pub wrapper: Vec<String>,
+    /// The API's port; a free one when not set.
+    pub port: Option<u16>,
 }
 
 impl<'a> Launch<'a> {
@@ -42,7 +46,22 @@ impl<'a> Launch<'a> {
             data_dir,
             name,
             user: None,
+            wrapper: Vec::new(),
+            port: None,
         }
+    }
+
+    /// Serves the API on `port` (a restarted process on the port its clients know).
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = Some(port);
+        self
+    }
+
+    /// Starts the daemon through `wrapper`, a command that execs it (so the pid stays the
+    /// daemon's): `["ip", "netns", "exec", "ns1"]` runs it in another network namespace.
+    pub fn via(mut self, wrapper: &[&str]) -> Self {
+        self.wrapper = wrapper.iter().map(|a| a.to_string()).collect();
+        self
     }
 
     /// Runs the daemon as `uid`/`gid` (the test must run as root to switch).
@@ -70,10 +89,18 @@ impl<'a> Launch<'a> {
     }
 
     pub fn spawn(self) -> Daemon {
-        let port = free_port();
+        let port = self.port.unwrap_or_else(free_port);
         let log = self.data_dir.join(format!("{}.log", self.name));
         let log_file = std::fs::File::create(&log).unwrap();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_switchboard"));
+        let binary = env!("CARGO_BIN_EXE_switchboard");
+        let mut command = match self.wrapper.split_first() {
+            Some((program, wrapper_args)) => {
+                let mut command = Command::new(program);
+                command.args(wrapper_args).arg(binary);
+                command
+            }
+            None => Command::new(binary),
+        };
         command.args(&self.args).stdin(Stdio::null()).stdout(log_file.try_clone().unwrap()).stderr(log_file);
         for (key, _) in std::env::vars() {
             if key.starts_with("SWITCHBOARD_")

@@ -308,8 +308,12 @@ impl Bus for NatsBus {
         Ok(())
     }
 
-    async fn stored_inbound(&self, subject: &str, from: u64) -> Result<Option<u64>, BusError> {
+    async fn stored_inbound(&self, subject: &str, from: u64) -> Result<Option<super::StoredInbound>, BusError> {
         order::first_stored(&self.js, &self.streams.inbound, subject, from).await
+    }
+
+    async fn discard_inbound(&self, seq: u64) -> Result<(), BusError> {
+        order::discard(&self.js, &self.streams.inbound, seq).await
     }
 
     async fn queue_depths(&self) -> Result<Vec<crate::Gauge>, BusError> {

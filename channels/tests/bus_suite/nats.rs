@@ -360,12 +360,33 @@ async fn stored_inbound_names_the_oldest_unacked_message_of_a_chat() {
     let (first_seq, second_seq) = (first.stream_seq.expect("seq"), second.stream_seq.expect("seq"));
     assert!(first_seq < second_seq);
     let subject = first.subject.clone();
-    assert_eq!(bus.stored_inbound(&subject, 1).await.expect("lookup"), Some(first_seq));
-    assert_eq!(bus.stored_inbound(&subject, first_seq + 1).await.expect("lookup"), Some(second_seq));
+    let seq_at = |from| {
+        let (bus, subject) = (&bus, &subject);
+        async move { bus.stored_inbound(subject, from).await.expect("lookup").map(|stored| stored.seq) }
+    };
+    let oldest = bus.stored_inbound(&subject, 1).await.expect("lookup").expect("stored");
+    let first_id = first.decode::<InboundMessage>().expect("json").id;
+    assert_eq!((oldest.seq, oldest.id.as_deref()), (first_seq, Some(first_id.as_str())), "with its message id");
+    assert_eq!(seq_at(first_seq + 1).await, Some(second_seq));
     within(PATIENCE, "ack", first.ack()).await.expect("ack");
-    assert_eq!(bus.stored_inbound(&subject, 1).await.expect("lookup"), Some(second_seq));
+    assert_eq!(seq_at(1).await, Some(second_seq));
     within(PATIENCE, "ack", second.ack()).await.expect("ack");
+    assert_eq!(seq_at(1).await, None);
+}
+
+/// A message the stream still holds after its turn was done (its ack lost with a server
+/// killed at the wrong moment) can be removed, so its chat is not held up by it.
+#[tokio::test]
+async fn a_stored_inbound_message_can_be_discarded() {
+    let server = NatsServer::start().await;
+    let bus = connect(&server).await;
+    let mut deliveries = bus.inbound().await.expect("inbound");
+    publish_on(&bus, "kept by mistake").await;
+    let delivery = take(&mut deliveries).await;
+    let (seq, subject) = (delivery.stream_seq.expect("seq"), delivery.subject.clone());
+    within(PATIENCE, "discard", bus.discard_inbound(seq)).await.expect("discard");
     assert_eq!(bus.stored_inbound(&subject, 1).await.expect("lookup"), None);
+    within(PATIENCE, "again", bus.discard_inbound(seq)).await.expect("a message already gone is no error");
 }
 
 /// A deployment upgraded from a version whose workers' consumer stopped after 10 deliveries

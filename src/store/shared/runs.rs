@@ -95,6 +95,14 @@ macro_rules! run_store {
                 Ok(RunClaim::Finished { run_id, reply, delivered })
             }
 
+            async fn run_finished(&self, inbound_id: &str) -> Result<bool, StoreError> {
+                let status: Option<String> = sqlx::query_scalar("SELECT status FROM runs WHERE inbound_id = $1")
+                    .bind(inbound_id)
+                    .fetch_optional(self.pool())
+                    .await?;
+                Ok(status.is_some_and(|status| status != "running"))
+            }
+
             async fn history(&self, session_key: &str, limit: usize) -> Result<Vec<ChatMessage>, StoreError> {
                 Ok(self.history_rows(session_key, limit).await?.into_iter().map(|(_, message)| message).collect())
             }

@@ -12,23 +12,44 @@
 //! leader, so it sees acks the moment they are made (a direct get may be served by a replica
 //! that lags behind).
 
-use async_nats::jetstream::{self, stream::RawMessageErrorKind};
+use async_nats::header;
+use async_nats::jetstream::stream::{DeleteMessageErrorKind, RawMessageErrorKind};
+use async_nats::jetstream::{self, ErrorCode};
 
-use crate::bus::BusError;
+use crate::bus::{BusError, StoredInbound};
 
-/// The stream sequence of the first message stored on `subject` at or after `from`, `None`
-/// when there is none.
+/// The first message stored on `subject` at or after `from`, `None` when there is none.
 pub(super) async fn first_stored(
     js: &jetstream::Context,
     stream: &str,
     subject: &str,
     from: u64,
-) -> Result<Option<u64>, BusError> {
+) -> Result<Option<StoredInbound>, BusError> {
     let failed = |reason: String| BusError::Receive(format!("looking up the oldest message on {subject}: {reason}"));
     let stream = js.get_stream_no_info(stream).await.map_err(|err| failed(err.to_string()))?;
     match stream.get_first_raw_message_by_subject(subject, from.max(1)).await {
-        Ok(message) => Ok(Some(message.sequence)),
+        Ok(message) => {
+            let id = message.headers.get(header::NATS_MESSAGE_ID).map(|id| id.as_str().to_owned());
+            Ok(Some(StoredInbound { seq: message.sequence, id }))
+        }
         Err(err) if matches!(err.kind(), RawMessageErrorKind::NoMessageFound) => Ok(None),
         Err(err) => Err(failed(err.to_string())),
+    }
+}
+
+/// Deletes the message at `seq`; one already gone is no error.
+pub(super) async fn discard(js: &jetstream::Context, stream: &str, seq: u64) -> Result<(), BusError> {
+    let failed = |reason: String| BusError::Ack(format!("removing inbound message {seq}: {reason}"));
+    let stream = js.get_stream_no_info(stream).await.map_err(|err| failed(err.to_string()))?;
+    match stream.delete_message(seq).await {
+        Ok(_) => Ok(()),
+        Err(err) => match err.kind() {
+            DeleteMessageErrorKind::JetStream(error)
+                if [ErrorCode::NO_MESSAGE_FOUND, ErrorCode::SEQUENCE_NOT_FOUND].contains(&error.error_code()) =>
+            {
+                Ok(())
+            }
+            _ => Err(failed(err.to_string())),
+        },
     }
 }
