@@ -65,6 +65,28 @@ impl MeasuredDaemon {
         (MeasuredDaemon { child, port, _dir: dir }, started.elapsed())
     }
 
+    /// Starts `binary agent --nats <nats>` with `env`: a worker beside a measured `run`. It has
+    /// no health endpoint; it is given a second to connect.
+    pub async fn launch_agent(binary: &Path, llm_base_url: &str, nats: &str, env: &[(&str, &str)]) -> MeasuredDaemon {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut command = Command::new(binary);
+        command.args(["agent", "--nats", nats]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+        command
+            .env("HOME", dir.path())
+            .env("SWITCHBOARD_DATA_DIR", dir.path())
+            .env("SWITCHBOARD_LOG", "warn")
+            .env("SWITCHBOARD_BUDGETS__GUEST", "0")
+            .env("OPENAI_BASE_URL", llm_base_url)
+            .env("OPENAI_API_KEY", "bench")
+            .env("SWITCHBOARD_MODEL", "bench-model");
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let child = command.spawn().expect("cannot start the switchboard binary (build it with --release first)");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        MeasuredDaemon { child, port: 0, _dir: dir }
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

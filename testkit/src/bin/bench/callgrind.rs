@@ -111,6 +111,8 @@ fn options_like(opts: &Options) -> Options {
         delay: opts.delay,
         tool: false,
         nats: false,
+        agents: 0,
+        postgres: false,
         idle: opts.idle,
         debounce: false,
         env: Vec::new(),

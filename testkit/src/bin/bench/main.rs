@@ -3,14 +3,16 @@
 //! C chats send M messages each, closed-loop (a chat sends its next message once the reply to
 //! the previous one arrived), through the Telegram channel against the fake Bot API or through
 //! the API channel, to a fake model that answers after a fixed delay (optionally with one tool
-//! call per turn), on the in-process bus or on NATS JetStream. It reports turns per second,
+//! call per turn), on the in-process bus or on NATS JetStream, optionally with more workers as
+//! `switchboard agent` processes and the store in PostgreSQL. It reports turns per second,
 //! latency percentiles, overhead (latency minus the model's delay), CPU per turn, idle and peak
 //! resident memory, start-up time, and replies lost or duplicated (which must be none: the exit
 //! status is 1 otherwise). `--callgrind` counts instructions per turn instead (docs/benchmarks.md).
 //!
 //! cargo build --release -p switchboard -p switchboard-testkit --bins
 //! target/release/bench [--path telegram|api] [--chats C] [--messages M] [--delay-ms D] [--tool]
-//!     [--nats] [--idle S] [--env KEY=VALUE]... [--binary PATH] [--compare OLD --rounds R]
+//!     [--nats] [--agents N] [--postgres] [--idle S] [--env KEY=VALUE]... [--binary PATH]
+//!     [--compare OLD --rounds R]
 //!     [--idle-only] [--callgrind]
 
 mod callgrind;
@@ -28,6 +30,7 @@ use switchboard_testkit::fake_llm::FakeLlm;
 use switchboard_testkit::fake_llm::load::LoadModel;
 use switchboard_testkit::fake_telegram::FakeTelegram;
 use switchboard_testkit::nats::NatsServer;
+use switchboard_testkit::postgres::TempDatabase;
 
 /// The outside services of one run.
 struct Peers {
@@ -35,6 +38,9 @@ struct Peers {
     telegram: Option<FakeTelegram>,
     discord: Option<FakeDiscord>,
     nats: Option<NatsServer>,
+    database: Option<TempDatabase>,
+    /// The agent's workspace, one for all the workers (a PostgreSQL store requires it shared).
+    workspace: tempfile::TempDir,
 }
 
 impl Peers {
@@ -45,7 +51,9 @@ impl Peers {
             if opts.path == Path::Telegram || opts.idle_only { Some(FakeTelegram::start().await) } else { None };
         let discord = if opts.idle_only { Some(FakeDiscord::start().await) } else { None };
         let nats = if opts.nats { Some(NatsServer::start().await) } else { None };
-        Peers { llm, telegram, discord, nats }
+        let database = opts.postgres.then(TempDatabase::create);
+        let workspace = tempfile::tempdir().expect("tempdir");
+        Peers { llm, telegram, discord, nats, database, workspace }
     }
 
     /// The daemon's settings beyond the defaults: the channels pointed at the fakes, and what a
@@ -54,7 +62,11 @@ impl Peers {
         let mut env: Vec<(String, String)> = vec![
             ("SWITCHBOARD_BUDGETS__GUEST".into(), "0".into()),
             ("SWITCHBOARD_RATE_LIMITS__GUEST".into(), "0".into()),
+            ("SWITCHBOARD_AGENT__WORKSPACE".into(), self.workspace.path().display().to_string()),
         ];
+        if let Some(database) = &self.database {
+            env.push(("SWITCHBOARD_STORE__DATABASE_URL".into(), database.url().to_owned()));
+        }
         if let Some(telegram) = &self.telegram {
             env.push(("TELEGRAM_BOT_TOKEN".into(), FakeTelegram::TOKEN.into()));
             env.push(("SWITCHBOARD_CHANNELS__TELEGRAM__API_URL".into(), telegram.api_url()));
@@ -81,6 +93,12 @@ async fn run_once(opts: &Options, binary: &std::path::Path) -> Figures {
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let nats_url = peers.nats.as_ref().map(NatsServer::url);
     let (daemon, to_health) = MeasuredDaemon::launch(binary, &peers.llm.base_url(), nats_url.as_deref(), &env).await;
+    let mut agents = Vec::new();
+    for _ in 0..opts.agents {
+        let nats = nats_url.as_deref().unwrap_or_default();
+        agents.push(MeasuredDaemon::launch_agent(binary, &peers.llm.base_url(), nats, &env).await);
+    }
+    let cpu_of_all = || daemon.cpu_ms() + agents.iter().map(MeasuredDaemon::cpu_ms).sum::<u64>();
     let spawned = Instant::now() - to_health;
     let startup = match &peers.telegram {
         Some(telegram) => drive::first_poll(telegram, spawned).await,
@@ -96,12 +114,13 @@ async fn run_once(opts: &Options, binary: &std::path::Path) -> Figures {
         figures.peak_rss = daemon.peak_rss_kib();
         return figures;
     }
-    let cpu_before = daemon.cpu_ms();
+    // With workers in other processes, CPU per turn counts them all.
+    let cpu_before = cpu_of_all();
     let tally = match (&opts.path, &peers.telegram) {
         (Path::Telegram, Some(telegram)) => drive::telegram(telegram, opts).await,
         _ => drive::api(daemon.port, opts).await,
     };
-    figures.cpu_ms = daemon.cpu_ms().saturating_sub(cpu_before);
+    figures.cpu_ms = cpu_of_all().saturating_sub(cpu_before);
     figures.peak_rss = daemon.peak_rss_kib();
     figures.after_rss = daemon.rss_kib();
     figures.tally = tally;

@@ -21,6 +21,10 @@ pub struct Options {
     pub delay: Duration,
     pub tool: bool,
     pub nats: bool,
+    /// Workers beside `run`'s own, as `switchboard agent` processes (needs `--nats`).
+    pub agents: usize,
+    /// The store in a fresh PostgreSQL database (`SWITCHBOARD_TEST_POSTGRES` or the machine's).
+    pub postgres: bool,
     pub idle: Duration,
     /// Keep the daemon's default debounce (every Telegram message then waits 1.5 s).
     pub debounce: bool,
@@ -33,7 +37,7 @@ pub struct Options {
 }
 
 const USAGE: &str = "bench [--path telegram|api] [--chats C] [--messages M] [--delay-ms D] [--tool] [--nats] \
-     [--idle S] [--debounce] [--env KEY=VALUE]... [--binary PATH] [--compare OLD] [--rounds R] [--idle-only] \
+     [--agents N] [--postgres] [--idle S] [--debounce] [--env KEY=VALUE]... [--binary PATH] [--compare OLD] [--rounds R] [--idle-only] \
      [--callgrind] [--reply-timeout S]";
 
 pub fn parse() -> Options {
@@ -47,6 +51,8 @@ pub fn parse() -> Options {
         delay: Duration::ZERO,
         tool: false,
         nats: false,
+        agents: 0,
+        postgres: false,
         idle: Duration::from_secs(5),
         debounce: false,
         env: Vec::new(),
@@ -74,6 +80,8 @@ pub fn parse() -> Options {
             "--delay-ms" => opts.delay = Duration::from_millis(number(value())),
             "--tool" => opts.tool = true,
             "--nats" => opts.nats = true,
+            "--agents" => opts.agents = number(value()) as usize,
+            "--postgres" => opts.postgres = true,
             "--idle" => opts.idle = Duration::from_secs(number(value())),
             "--debounce" => opts.debounce = true,
             "--env" => {
@@ -92,6 +100,7 @@ pub fn parse() -> Options {
         }
     }
     assert!(opts.chats > 0 && opts.messages > 0, "--chats and --messages must be at least 1");
+    assert!(opts.agents == 0 || opts.nats, "--agents needs --nats: workers in other processes share a NATS bus");
     opts
 }
 
@@ -112,7 +121,12 @@ impl Options {
             return "idle: API, Telegram and Discord channels on, no messages".to_owned();
         }
         let path = if self.path == Path::Telegram { "telegram" } else { "api" };
-        let bus = if self.nats { "nats" } else { "embedded" };
+        let bus = match (self.nats, self.agents) {
+            (false, _) => "embedded".to_owned(),
+            (true, 0) => "nats".to_owned(),
+            (true, agents) => format!("nats, {} workers", agents + 1),
+        };
+        let bus = if self.postgres { format!("{bus}, PostgreSQL") } else { bus };
         let tool = if self.tool { ", one tool call per turn" } else { "" };
         let debounce = if self.debounce { "" } else { ", debounce off" };
         format!(
