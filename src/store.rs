@@ -202,9 +202,9 @@ pub trait Store: UserStore + CronStore + HeartbeatStore + SubagentStore + Send +
     /// already done for it. Atomic: two workers claiming one inbound id get one `New`.
     async fn claim_run(&self, inbound_id: &str, session_key: &str) -> Result<RunClaim, StoreError>;
 
-    /// Whether the run of `inbound_id` is finished (completed or failed); false when it runs
-    /// or has no run.
-    async fn run_finished(&self, inbound_id: &str) -> Result<bool, StoreError>;
+    /// Whether the run of `inbound_id` is settled: finished (completed or failed) and its
+    /// reply, if it has one, published. False when it runs, waits to publish, or has no run.
+    async fn run_settled(&self, inbound_id: &str) -> Result<bool, StoreError>;
 
     /// The most recent `limit` transcript messages of a session after its last compaction,
     /// oldest first.

@@ -88,15 +88,16 @@ pub(super) async fn wait_for_older(
     Ok(None)
 }
 
-/// An older message whose run is finished but which the stream still holds: its ack was
-/// lost (nats-server killed just after it counted the ack, before it removed the message),
-/// and no one will ever be given it again. It is removed, so the chat goes on.
+/// An older message whose run is settled (finished, its reply published) but which the stream
+/// still holds: its worker's ack is on its way, or was lost (nats-server killed just after it
+/// counted the ack, before it removed the message; no one would ever be given it again). It
+/// is removed, so the chat goes on at once either way.
 async fn answered_but_kept(bus: &dyn Bus, store: &dyn Store, older: &StoredInbound) -> Result<bool, OrderError> {
     let Some(id) = &older.id else { return Ok(false) };
-    if !store.run_finished(id).await? {
+    if !store.run_settled(id).await? {
         return Ok(false);
     }
-    tracing::info!(seq = older.seq, inbound = %id, "an answered message is still in the stream (its ack was lost); removing it");
+    tracing::debug!(seq = older.seq, inbound = %id, "an older message of the chat is answered but still in the stream; removing it");
     bus.discard_inbound(older.seq).await?;
     Ok(true)
 }

@@ -95,12 +95,14 @@ macro_rules! run_store {
                 Ok(RunClaim::Finished { run_id, reply, delivered })
             }
 
-            async fn run_finished(&self, inbound_id: &str) -> Result<bool, StoreError> {
-                let status: Option<String> = sqlx::query_scalar("SELECT status FROM runs WHERE inbound_id = $1")
-                    .bind(inbound_id)
-                    .fetch_optional(self.pool())
-                    .await?;
-                Ok(status.is_some_and(|status| status != "running"))
+            async fn run_settled(&self, inbound_id: &str) -> Result<bool, StoreError> {
+                let settled: Option<bool> = sqlx::query_scalar(
+                    "SELECT status <> 'running' AND (reply_json IS NULL OR reply_delivered) FROM runs WHERE inbound_id = $1",
+                )
+                .bind(inbound_id)
+                .fetch_optional(self.pool())
+                .await?;
+                Ok(settled == Some(true))
             }
 
             async fn history(&self, session_key: &str, limit: usize) -> Result<Vec<ChatMessage>, StoreError> {
