@@ -76,7 +76,7 @@ pub async fn examine(config: &Config) -> Vec<Finding> {
     // the key's path; so this line only says so.
     let agents = 1 + config.agents.len();
     let mut findings = vec![Finding::ok("config", format!("every key known, every value valid; {agents} agent(s)"))];
-    findings.push(store(config).await);
+    findings.extend(store(config).await);
     findings.push(bus(config).await);
     match config.model_chain() {
         Ok(chain) => {
@@ -93,20 +93,38 @@ pub async fn examine(config: &Config) -> Vec<Finding> {
     findings
 }
 
-async fn store(config: &Config) -> Finding {
+async fn store(config: &Config) -> Vec<Finding> {
     let opened = tokio::time::timeout(TIMEOUT, crate::store::open(&config.store)).await;
     let fix = "check store.database_url (or store.path), that the server runs and the role may connect";
     let database = match opened {
-        Err(_) => return Finding::bad(Status::Fail, "store", "no answer within 5 s", fix),
-        Ok(Err(err)) => return Finding::bad(Status::Fail, "store", err.to_string(), fix),
+        Err(_) => return vec![Finding::bad(Status::Fail, "store", "no answer within 5 s", fix)],
+        Ok(Err(err)) => return vec![Finding::bad(Status::Fail, "store", err.to_string(), fix)],
         Ok(Ok(database)) => database,
     };
-    let finding = match database.check_writable().await {
+    let mut findings = vec![match database.check_writable().await {
         Ok(()) => Finding::ok("store", format!("{}: schema current, writable", database.location())),
         Err(err) => Finding::bad(Status::Fail, "store", err.to_string(), "give the service's user the right to write"),
-    };
+    }];
+    if database.spans_hosts() {
+        findings.push(shared_dirs(config, database.as_ref()).await);
+    }
     database.close().await;
-    finding
+    findings
+}
+
+/// On a store several hosts share: the workspace and media directories are the shared ones,
+/// as a worker's start checks them.
+async fn shared_dirs(config: &Config, database: &dyn crate::store::Database) -> Finding {
+    let places = crate::assembly::shared_dirs::places(config, true, &[]);
+    match crate::assembly::shared_dirs::check(database, &places).await {
+        Ok(()) => Finding::ok("shared dirs", format!("{} directories, the same as every other host's", places.len())),
+        Err(err) => Finding::bad(
+            Status::Fail,
+            "shared dirs",
+            err.to_string(),
+            "see docs/operations.md, \"One workspace for every host\"",
+        ),
+    }
 }
 
 async fn bus(config: &Config) -> Finding {
@@ -125,7 +143,19 @@ async fn bus(config: &Config) -> Finding {
     match tokio::time::timeout(TIMEOUT, assembly.connect_bus(None)).await {
         Err(_) => Finding::bad(Status::Fail, "bus", format!("{shown}: no answer within 5 s"), fix),
         Ok(Err(err)) => Finding::bad(Status::Fail, "bus", format!("{shown}: {err}"), fix),
-        Ok(Ok(_)) => Finding::ok("bus", format!("{shown}: JetStream on, streams and consumers ready")),
+        Ok(Ok(bus)) => {
+            Finding::ok("bus", format!("{shown}: JetStream on, streams ready{}", waiting(bus.as_ref()).await))
+        }
+    }
+}
+
+/// `; 3 inbound and 0 outbound messages stored`, from the server; nothing when it does not say.
+async fn waiting(bus: &dyn switchboard_channels::Bus) -> String {
+    let Ok(Ok(depths)) = tokio::time::timeout(TIMEOUT, bus.queue_depths()).await else { return String::new() };
+    let stored = |name: &str| depths.iter().find(|gauge| gauge.name == name).map(|gauge| gauge.value);
+    match (stored("bus_inbound_stored"), stored("bus_outbound_stored")) {
+        (Some(inbound), Some(outbound)) => format!("; {inbound} inbound and {outbound} outbound messages stored"),
+        _ => String::new(),
     }
 }
 

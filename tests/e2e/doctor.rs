@@ -132,3 +132,33 @@ async fn an_anthropic_model_is_checked_with_its_key() {
     assert!(!ok && line(&report, "model anthropic/claude-e2e").contains("key was refused"), "{report}");
     assert!(!report.contains("sk-ant-"), "{report}");
 }
+
+/// The distributed shape: the bus line says what the streams hold, and on PostgreSQL the
+/// workspace is compared with the one the other hosts use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_nats_and_postgresql_the_streams_and_the_shared_workspace_are_checked() {
+    let nats = switchboard_testkit::nats::NatsServer::start().await;
+    let llm = FakeLlm::start_with_key("sk-test-secret").await;
+    let database = TempDatabase::create();
+    let share = tempfile::tempdir().unwrap();
+    let (host_a, host_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let host = |workspace: &Path| {
+        env(&[
+            ("OPENAI_BASE_URL", &llm.base_url()),
+            ("OPENAI_API_KEY", "sk-test-secret"),
+            ("SWITCHBOARD_MODEL", "fake-model"),
+            ("SWITCHBOARD_BUS", &nats.url()),
+            ("SWITCHBOARD_STORE__DATABASE_URL", database.url()),
+            ("SWITCHBOARD_AGENT__WORKSPACE", &workspace.display().to_string()),
+        ])
+    };
+    let (ok, report, stderr) = doctor(host_a.path(), host(share.path())).await;
+    assert!(line(&report, "bus").contains("JetStream on, streams ready; 0 inbound and 0 outbound"), "{report}");
+    assert!(line(&report, "shared dirs").starts_with("ok"), "{report}\n{stderr}");
+    // No bootstrap files in the share: a warning, not a failure.
+    assert!(ok, "{report}\n{stderr}");
+    let (ok, report, _) = doctor(host_b.path(), host(&host_b.path().join("workspace"))).await;
+    assert!(!ok, "{report}");
+    let shared = line(&report, "shared dirs");
+    assert!(shared.starts_with("FAIL") && shared.contains(&share.path().display().to_string()), "{report}");
+}
