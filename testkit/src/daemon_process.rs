@@ -21,6 +21,26 @@ impl Drop for MeasuredDaemon {
     }
 }
 
+/// Starts `binary args` in data directory `dir` with the bench's defaults, then each of `envs`
+/// in order (so they can override the defaults).
+fn spawn(binary: &Path, args: &[&str], dir: &Path, llm_base_url: &str, envs: &[&[(&str, &str)]]) -> Child {
+    let mut command = Command::new(binary);
+    command.args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    command
+        .env("HOME", dir)
+        .env("SWITCHBOARD_DATA_DIR", dir)
+        .env("SWITCHBOARD_LOG", "warn")
+        // Every request comes from one API sender, a guest: its monthly budget must not end the run.
+        .env("SWITCHBOARD_BUDGETS__GUEST", "0")
+        .env("OPENAI_BASE_URL", llm_base_url)
+        .env("OPENAI_API_KEY", "bench")
+        .env("SWITCHBOARD_MODEL", "bench-model");
+    for (key, value) in envs.iter().flat_map(|env| env.iter()) {
+        command.env(key, value);
+    }
+    command.spawn().expect("cannot start the switchboard binary (build it with --release first)")
+}
+
 impl MeasuredDaemon {
     /// Starts `binary run` (on NATS when `nats` is a URL) and returns it with the time until
     /// `/healthz` first answered. `env` is set after the defaults, so it can override them.
@@ -32,26 +52,12 @@ impl MeasuredDaemon {
     ) -> (MeasuredDaemon, Duration) {
         let dir = tempfile::tempdir().expect("tempdir");
         let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
-        let mut command = Command::new(binary);
-        command.arg("run").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
-        if let Some(url) = nats {
-            command.args(["--nats", url]);
-        }
-        command
-            .env("HOME", dir.path())
-            .env("SWITCHBOARD_DATA_DIR", dir.path())
-            .env("SWITCHBOARD_CHANNELS__API__LISTEN", format!("127.0.0.1:{port}"))
-            .env("SWITCHBOARD_LOG", "warn")
-            // Every request comes from one API sender, a guest: its monthly budget must not end the run.
-            .env("SWITCHBOARD_BUDGETS__GUEST", "0")
-            .env("OPENAI_BASE_URL", llm_base_url)
-            .env("OPENAI_API_KEY", "bench")
-            .env("SWITCHBOARD_MODEL", "bench-model");
-        for (key, value) in env {
-            command.env(key, value);
-        }
+        let mut args = vec!["run"];
+        args.extend(nats.map(|url| ["--nats", url]).into_iter().flatten());
+        let listen = format!("127.0.0.1:{port}");
         let started = Instant::now();
-        let child = command.spawn().expect("cannot start the switchboard binary (build it with --release first)");
+        let child =
+            spawn(binary, &args, dir.path(), llm_base_url, &[&[("SWITCHBOARD_CHANNELS__API__LISTEN", &listen)], env]);
         let client = reqwest::Client::new();
         let health = format!("http://127.0.0.1:{port}/healthz");
         loop {
@@ -69,20 +75,7 @@ impl MeasuredDaemon {
     /// no health endpoint; it is given a second to connect.
     pub async fn launch_agent(binary: &Path, llm_base_url: &str, nats: &str, env: &[(&str, &str)]) -> MeasuredDaemon {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut command = Command::new(binary);
-        command.args(["agent", "--nats", nats]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
-        command
-            .env("HOME", dir.path())
-            .env("SWITCHBOARD_DATA_DIR", dir.path())
-            .env("SWITCHBOARD_LOG", "warn")
-            .env("SWITCHBOARD_BUDGETS__GUEST", "0")
-            .env("OPENAI_BASE_URL", llm_base_url)
-            .env("OPENAI_API_KEY", "bench")
-            .env("SWITCHBOARD_MODEL", "bench-model");
-        for (key, value) in env {
-            command.env(key, value);
-        }
-        let child = command.spawn().expect("cannot start the switchboard binary (build it with --release first)");
+        let child = spawn(binary, &["agent", "--nats", nats], dir.path(), llm_base_url, &[env]);
         tokio::time::sleep(Duration::from_secs(1)).await;
         MeasuredDaemon { child, port: 0, _dir: dir }
     }
