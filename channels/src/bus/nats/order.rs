@@ -44,8 +44,11 @@ pub(super) async fn discard(js: &jetstream::Context, stream: &str, seq: u64) -> 
     match stream.delete_message(seq).await {
         Ok(_) => Ok(()),
         Err(err) => match err.kind() {
+            // nats-server 2.9 answers a delete of a message already gone with 10057, "no
+            // message found"; other failures carry the same code with another text.
             DeleteMessageErrorKind::JetStream(error)
-                if [ErrorCode::NO_MESSAGE_FOUND, ErrorCode::SEQUENCE_NOT_FOUND].contains(&error.error_code()) =>
+                if error.error_code() == ErrorCode::STREAM_MESSAGE_DELETE_FAILED
+                    && error.to_string().contains("no message found") =>
             {
                 Ok(())
             }
