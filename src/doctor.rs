@@ -117,7 +117,13 @@ async fn store(config: &Config) -> Vec<Finding> {
 async fn shared_dirs(config: &Config, database: &dyn crate::store::Database) -> Finding {
     let places = crate::assembly::shared_dirs::places(config, true, &[]);
     match crate::assembly::shared_dirs::check(database, &places).await {
-        Ok(()) => Finding::ok("shared dirs", format!("{} directories, the same as every other host's", places.len())),
+        Ok(()) => {
+            let count = match places.len() {
+                1 => "1 directory".to_owned(),
+                n => format!("{n} directories"),
+            };
+            Finding::ok("shared dirs", format!("{count}, the same as every other host's"))
+        }
         Err(err) => Finding::bad(
             Status::Fail,
             "shared dirs",
