@@ -1,6 +1,9 @@
 //! [`DeliveryRecord`] for both stores (`migrations/sqlite/0017_deliveries.sql`): one upsert per
-//! record, and rows older than [`KEPT`] deleted with it, so the table holds about two days of
-//! deliveries however long the deployment runs.
+//! record; rows older than [`KEPT_MILLIS`] are deleted now and then (at most every
+//! [`PRUNE_EVERY_MILLIS`] per process), so the table holds about two days of deliveries however
+//! long the deployment runs, without a second statement per reply.
+
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use async_trait::async_trait;
 use switchboard_channels::delivery::{DeliveryRecord, RecordError, Sent};
@@ -11,8 +14,22 @@ use crate::store::values::now_millis;
 /// `bus_options.outbound_max_age_secs`, an hour by default, are not sent at all).
 const KEPT_MILLIS: i64 = 2 * 24 * 3600 * 1000;
 
+/// How often a process deletes the old rows.
+const PRUNE_EVERY_MILLIS: i64 = 10 * 60 * 1000;
+
 /// `steps` for a message sent whole.
 const ALL: i64 = -1;
+
+/// When this process last deleted old rows (unix ms); shared by every store in the process,
+/// as the rows are the database's, not a handle's.
+static LAST_PRUNED: AtomicI64 = AtomicI64::new(0);
+
+/// True when it is this caller's turn to delete the old rows.
+fn prune_due(now: i64) -> bool {
+    let last = LAST_PRUNED.load(Ordering::Relaxed);
+    now - last >= PRUNE_EVERY_MILLIS
+        && LAST_PRUNED.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+}
 
 fn failed(err: sqlx::Error) -> RecordError {
     RecordError(err.to_string())
@@ -57,11 +74,13 @@ macro_rules! delivery_record {
                 .execute(self.write_pool())
                 .await
                 .map_err(failed)?;
-                sqlx::query("DELETE FROM deliveries WHERE recorded_at < $1")
-                    .bind(now - KEPT_MILLIS)
-                    .execute(self.write_pool())
-                    .await
-                    .map_err(failed)?;
+                if prune_due(now) {
+                    sqlx::query("DELETE FROM deliveries WHERE recorded_at < $1")
+                        .bind(now - KEPT_MILLIS)
+                        .execute(self.write_pool())
+                        .await
+                        .map_err(failed)?;
+                }
                 Ok(())
             }
         }
@@ -74,6 +93,14 @@ delivery_record!(crate::store::postgres::PostgresStore);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn old_rows_are_pruned_once_per_interval() {
+        let now = LAST_PRUNED.load(Ordering::Relaxed) + PRUNE_EVERY_MILLIS;
+        assert!(prune_due(now));
+        assert!(!prune_due(now + 1), "not again within the interval");
+        assert!(prune_due(now + PRUNE_EVERY_MILLIS));
+    }
 
     #[test]
     fn progress_survives_the_round_trip() {
