@@ -63,6 +63,12 @@ pub enum AssemblyError {
     Discord(#[from] DiscordError),
     #[error("the Discord channel needs a bot token: set channels.discord.token or DISCORD_BOT_TOKEN")]
     NoDiscordToken,
+    #[error(
+        "the API would listen on {0}, beyond this machine, with no token: anyone who reaches the port could talk \
+         to the agent. Add a token (`switchboard api-token NAME` prints one for channels.api.tokens), listen on \
+         127.0.0.1, or set channels.api.allow_unauthenticated = true if something in front of it checks callers"
+    )]
+    ApiUnguarded(std::net::SocketAddr),
     #[error("the {0} channel is disabled in the config (channels.{0}.enabled = false)")]
     ChannelDisabled(&'static str),
     #[error(transparent)]

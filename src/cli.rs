@@ -2,6 +2,7 @@
 //! one way of reporting it ([`CliError::report`]: `switchboard: <error>: <causes>` on stderr,
 //! exit status 1). Usage errors are clap's (exit status 2).
 
+mod api_token;
 mod cron;
 mod init;
 mod pairing;
@@ -94,6 +95,14 @@ enum Command {
         #[command(subcommand)]
         command: CronCommand,
     },
+    /// Make a bearer token for the HTTP API and print the config entry that admits it
+    ApiToken {
+        /// The token's name in the config (letters, digits, `_`, `-`); also its identity
+        name: String,
+        /// Give it the admin scope too (every session, runs, any sender)
+        #[arg(long)]
+        admin: bool,
+    },
     /// Check the config, the store, the bus, each model provider, the chat tokens and the
     /// workspaces: one line a check, and what to do when one fails; exits 1 on a failure
     Doctor {
@@ -121,6 +130,10 @@ pub enum CliError {
     Runtime(#[source] std::io::Error),
     #[error("cannot write the output: {0}")]
     Output(#[from] std::io::Error),
+    #[error("{0:?} cannot name a token: use letters, digits, `_` and `-`")]
+    BadTokenName(String),
+    #[error("the system's random source failed: {0}")]
+    Random(String),
     #[error("--nats takes a NATS URL such as nats://127.0.0.1:4222")]
     NotANatsUrl,
     #[error("cannot determine the user config directory; pass --config PATH")]
@@ -172,9 +185,12 @@ async fn doctor(config: &Config) -> Result<(), CliError> {
 
 /// Runs the command `cli` names.
 pub fn run(cli: Cli) -> Result<(), CliError> {
-    if let Command::Init = cli.command {
+    match &cli.command {
         // Before loading: the config file it writes may not exist yet.
-        return init::run(cli.config);
+        Command::Init => return init::run(cli.config),
+        // Needs no config at all.
+        Command::ApiToken { name, admin } => return api_token::run(name, *admin),
+        _ => {}
     }
     let mut config = Config::load_from_process_env(cli.config.as_deref())?;
     let (nats, logs) = match &cli.command {
@@ -197,7 +213,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             Command::Agent { .. } => serve::serve(config, Parts::Agent).await,
             Command::Channel { name, .. } => serve::serve(config, Parts::Channel(name)).await,
             // Handled before the config is loaded, above.
-            Command::Init => Ok(()),
+            Command::Init | Command::ApiToken { .. } => Ok(()),
             Command::Runs { limit } => runs::print(&config, limit).await,
             Command::Users { command } => users::run(&config, command).await,
             Command::Pairing { command } => pairing::run(&config, command).await,

@@ -13,6 +13,7 @@
 mod active_hours;
 mod agents;
 pub mod allow_list;
+pub mod api;
 mod context;
 mod cron;
 mod discord;
@@ -37,7 +38,7 @@ mod users;
 mod validate;
 
 use std::collections::BTreeMap;
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -46,6 +47,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 pub use active_hours::ActiveHours;
 pub use agents::{BindingConfig, MAIN_AGENT, NamedAgentConfig, agent_session_key, base_session_key};
 pub use allow_list::AllowList;
+pub use api::{ApiChannelConfig, ApiTokenConfig};
 pub use context::{CompactionConfig, DEFAULT_OUTPUT_RESERVE, HistoryConfig, output_reserve};
 pub use cron::CronConfig;
 pub use discord::DiscordChannelConfig;
@@ -462,72 +464,6 @@ pub struct ChannelsConfig {
     pub api: ApiChannelConfig,
     pub telegram: TelegramChannelConfig,
     pub discord: DiscordChannelConfig,
-}
-
-/// The HTTP/WebSocket API channel.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct ApiChannelConfig {
-    pub enabled: bool,
-    #[serde(deserialize_with = "socket_addr")]
-    pub listen: SocketAddr,
-    /// When set, requests must carry `Authorization: Bearer <token>`.
-    pub token: Secret,
-    /// How long a synchronous request waits for the agent's reply.
-    pub reply_timeout_secs: u64,
-    pub max_body_bytes: usize,
-    /// Largest request head (request line and headers), at least 8192.
-    pub max_header_bytes: usize,
-    /// Seconds a request head may take from its first byte to its end.
-    pub header_timeout_secs: u64,
-    /// Seconds a connection with no request in progress stays open.
-    pub idle_timeout_secs: u64,
-    /// Connections open at once.
-    pub max_connections: usize,
-    /// Seconds replies to requests sent with an Idempotency-Key are kept for their retries.
-    pub idempotency_ttl_secs: u64,
-    /// Replies to requests sent with an Idempotency-Key kept at most.
-    pub idempotency_max_entries: usize,
-    /// This process's name among several API processes on one NATS bus: the replies to its
-    /// requests come to it on `api@<instance>`. Empty = `<host name>-<port>`.
-    pub instance: String,
-}
-
-impl Default for ApiChannelConfig {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            listen: SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 8787)),
-            token: Secret::default(),
-            reply_timeout_secs: 120,
-            max_body_bytes: 65536,
-            max_header_bytes: 16384,
-            header_timeout_secs: 10,
-            idle_timeout_secs: 30,
-            max_connections: 512,
-            idempotency_ttl_secs: 600,
-            idempotency_max_entries: 1000,
-            instance: String::new(),
-        }
-    }
-}
-
-impl ApiChannelConfig {
-    pub fn reply_timeout(&self) -> Duration {
-        Duration::from_secs(self.reply_timeout_secs)
-    }
-
-    pub fn header_timeout(&self) -> Duration {
-        Duration::from_secs(self.header_timeout_secs)
-    }
-
-    pub fn idle_timeout(&self) -> Duration {
-        Duration::from_secs(self.idle_timeout_secs)
-    }
-
-    pub fn idempotency_ttl(&self) -> Duration {
-        Duration::from_secs(self.idempotency_ttl_secs)
-    }
 }
 
 /// Parses a socket address with an error that says what was expected; the key path is added

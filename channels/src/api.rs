@@ -1,15 +1,19 @@
 //! The HTTP API channel: `POST /v1/messages` puts a message on the bus and waits for the
-//! reply; `GET /healthz` says the process is up.
+//! reply; `POST /v1/chat/completions` does the same in OpenAI's wire format, streamed or not;
+//! `GET /healthz` says the process is up. Named bearer tokens guard it ([`access`]).
 //!
 //! Replies come back on the `api` outbound queue. This process matches them to waiting
 //! requests by the inbound id they answer; a reply to an idempotent request (one sent with
 //! `Idempotency-Key`) is also kept for a while, so a retry gets it again. Any other reply with
 //! nobody waiting (the client gave up) is acked and dropped with a log line.
 
+pub mod access;
 mod conn;
 mod exchange;
+mod feed;
 mod http;
 mod idempotency;
+mod openai;
 mod replies;
 mod server;
 mod state;
@@ -26,8 +30,11 @@ use tokio_util::sync::CancellationToken;
 use crate::Gauge;
 use crate::bus::{Bus, BusError, Deliveries};
 use crate::contract::{OutboundKind, OutboundMessage};
+pub use access::{Access, ApiToken, Scopes};
 use conn::Connections;
+use feed::RunFeed;
 pub use idempotency::RESEND_REPLY;
+pub use openai::SESSION_HEADER;
 pub use replies::ReplayCache;
 use replies::Replies;
 pub use server::{ConnectionLimits, MIN_HEADER_BYTES};
@@ -49,8 +56,12 @@ pub enum ApiError {
 #[derive(Clone)]
 pub struct ApiSettings {
     pub listen: SocketAddr,
-    /// When set, requests must carry `Authorization: Bearer <token>`.
-    pub token: Option<String>,
+    /// The tokens requests must carry; none = open to whoever reaches the listener.
+    pub access: Access,
+    /// The agents a request may pick as its `model`, the default one first.
+    pub agents: Vec<String>,
+    /// When this process started (the `created` time of `/v1/models`).
+    pub started_at: chrono::DateTime<chrono::Utc>,
     /// How long `POST /v1/messages` waits for the reply before answering 504.
     pub reply_timeout: Duration,
     pub max_body_bytes: usize,
@@ -66,7 +77,8 @@ impl std::fmt::Debug for ApiSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ApiSettings")
             .field("listen", &self.listen)
-            .field("token", &self.token.as_ref().map(|_| "***"))
+            .field("access", &self.access)
+            .field("agents", &self.agents)
             .field("reply_timeout", &self.reply_timeout)
             .field("max_body_bytes", &self.max_body_bytes)
             .field("limits", &self.limits)
@@ -84,6 +96,7 @@ pub struct ApiChannel {
     stop_routing: CancellationToken,
     replies: Arc<Replies>,
     connections: Arc<Connections>,
+    feed: Arc<RunFeed>,
 }
 
 impl ApiChannel {
@@ -107,19 +120,31 @@ impl ApiChannel {
             deliveries = futures_util::stream::select(deliveries, routed).boxed();
         }
         let stop_routing = CancellationToken::new();
+        let feed = RunFeed::start(&bus, stop_routing.clone()).await?;
         let router = tokio::spawn(route_replies(deliveries, Arc::clone(&replies), stop_routing.clone()));
         let limits = settings.limits;
-        let app = http::router(bus, settings, Arc::clone(&replies));
+        let state = state::AppState {
+            bus,
+            settings,
+            replies: Arc::clone(&replies),
+            feed: Arc::clone(&feed),
+            rate_limits: access::RateLimits::default(),
+        };
+        let app = http::router(Arc::new(state));
         tracing::info!(%local_addr, ?limits, "API channel listening");
         let connections = Arc::new(Connections::default());
         let serving = server::serve(listener, app, limits, Arc::clone(&connections), shutdown);
         let server = tokio::spawn(async move { serving.await.map_err(ApiError::Serve) });
-        Ok(ApiChannel { local_addr, server, router, stop_routing, replies, connections })
+        Ok(ApiChannel { local_addr, server, router, stop_routing, replies, connections, feed })
     }
 
     /// Reads what the channel keeps in memory while it runs, for the metrics endpoint.
     pub fn gauges(&self) -> ApiGauges {
-        ApiGauges { replies: Arc::clone(&self.replies), connections: Arc::clone(&self.connections) }
+        ApiGauges {
+            replies: Arc::clone(&self.replies),
+            connections: Arc::clone(&self.connections),
+            feed: Arc::clone(&self.feed),
+        }
     }
 
     /// Stops routing replies, answers requests still waiting with 503, and waits for the
@@ -140,6 +165,7 @@ impl ApiChannel {
 pub struct ApiGauges {
     replies: Arc<Replies>,
     connections: Arc<Connections>,
+    feed: Arc<RunFeed>,
 }
 
 impl ApiGauges {
@@ -157,6 +183,7 @@ impl ApiGauges {
                 "Open API connections (at most channels.api.max_connections)",
                 self.connections.open(),
             ),
+            Gauge::new("api_streams", "Runs whose text an API request streams", self.feed.watched()),
         ]
     }
 }

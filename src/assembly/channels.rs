@@ -147,6 +147,11 @@ impl Assembly {
         let delivery = self.delivery_policy(store);
         Ok(match kind {
             ChannelKind::Api => {
+                let api = &config.channels.api;
+                let guarded = !api.tokens.is_empty() || !api.token.is_empty();
+                if !api.listen.ip().is_loopback() && !guarded && !api.allow_unauthenticated {
+                    return Err(AssemblyError::ApiUnguarded(api.listen));
+                }
                 warn_if_descriptors_short(config.channels.api.max_connections);
                 Box::new(ApiChannel::start(bus, settings::api(config), shutdown).await?)
             }

@@ -5,12 +5,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use switchboard_channels::api::{ApiSettings, ConnectionLimits, ReplayCache};
+use switchboard_channels::api::{Access, ApiSettings, ApiToken, ConnectionLimits, ReplayCache, Scopes, access};
 use switchboard_channels::bus::nats::NatsOptions;
 
 use super::AssemblyError;
 use crate::agent::AgentSettings;
-use crate::config::{BusKind, ChainEntry, Config, ConfigError, MAIN_AGENT, Origin};
+use crate::config::api::{SCOPE_ADMIN, SCOPE_CHAT};
+use crate::config::{ApiChannelConfig, BusKind, ChainEntry, Config, ConfigError, MAIN_AGENT, Origin};
 use crate::context::ContextSettings;
 use crate::hygiene::Guard;
 use crate::prompt::PromptSettings;
@@ -150,7 +151,9 @@ pub fn api(config: &Config) -> ApiSettings {
     let api = &config.channels.api;
     ApiSettings {
         listen: api.listen,
-        token: Some(api.token.expose().to_owned()).filter(|t| !t.is_empty()),
+        access: api_access(api),
+        agents: config.agent_names(),
+        started_at: chrono::Utc::now(),
         reply_timeout: api.reply_timeout(),
         max_body_bytes: api.max_body_bytes,
         limits: ConnectionLimits {
@@ -162,6 +165,41 @@ pub fn api(config: &Config) -> ApiSettings {
         replay: ReplayCache { ttl: api.idempotency_ttl(), max_entries: api.idempotency_max_entries },
         reply_channel: api_reply_channel(config),
     }
+}
+
+/// The API's tokens: the named ones, and the plain `token` of older configs as one with every
+/// scope (it may name any sender, as before tokens had identities).
+fn api_access(api: &ApiChannelConfig) -> Access {
+    let mut tokens: Vec<ApiToken> = api
+        .tokens
+        .iter()
+        .filter_map(|(name, token)| {
+            // Validated at load.
+            let sha256 = access::parse_sha256_hex(&token.sha256)?;
+            Some(ApiToken {
+                name: name.clone(),
+                sha256,
+                scopes: Scopes {
+                    chat: token.scopes.iter().any(|s| s == SCOPE_CHAT),
+                    admin: token.scopes.iter().any(|s| s == SCOPE_ADMIN),
+                },
+                identity: token.identity_or(name).to_owned(),
+                agents: token.agents.clone(),
+                per_minute: token.requests_per_minute,
+            })
+        })
+        .collect();
+    if !api.token.is_empty() {
+        tokens.push(ApiToken {
+            name: "token".into(),
+            sha256: access::token_sha256(api.token.expose()),
+            scopes: Scopes { chat: true, admin: true },
+            identity: access::ANONYMOUS_IDENTITY.into(),
+            agents: Vec::new(),
+            per_minute: 0,
+        });
+    }
+    Access { tokens }
 }
 
 /// On NATS, the channel this API process takes its replies from, `api@<instance>`: several

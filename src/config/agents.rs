@@ -78,6 +78,14 @@ impl Config {
     pub fn has_agent(&self, name: &str) -> bool {
         name == MAIN_AGENT || self.agents.contains_key(name)
     }
+
+    /// Every agent's name, the default agent first.
+    pub fn agent_names(&self) -> Vec<String> {
+        let mut names = vec![self.agent.default.clone()];
+        let others = std::iter::once(MAIN_AGENT).chain(self.agents.keys().map(String::as_str));
+        names.extend(others.filter(|name| *name != self.agent.default).map(str::to_owned));
+        names
+    }
 }
 
 /// The first problem with the agents and bindings, as `(key, reason)`.

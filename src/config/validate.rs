@@ -53,6 +53,9 @@ pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigE
         let reason = format!("must be at least {min_header}, not {}", config.channels.api.max_header_bytes);
         return Err(fail("channels.api.max_header_bytes", reason));
     }
+    if let Some((key, reason)) = super::api::problem(&config.channels.api, &config.agent_names()) {
+        return Err(fail(&key, reason));
+    }
     if let Some((key, reason)) = provider_problem(config) {
         return Err(fail(&key, reason));
     }

@@ -125,10 +125,11 @@ impl Agents {
     /// is the default; any other agent's keys are `<agent>/<key>`.
     ///
     /// A system message may name its agent (`metadata.agent`: the agent whose job or
-    /// sub-agent made it) and its session (`metadata.session`: an isolated cron session);
-    /// a person's message never chooses either.
+    /// sub-agent made it) and its session (`metadata.session`: an isolated cron session); an
+    /// API request may pick its agent (its `model`, allowed by its token). A person's message
+    /// on a chat platform never chooses either.
     pub(crate) fn route(&self, msg: &InboundMessage) -> Route {
-        let named = msg.system_agent().and_then(|name| self.by_name.get(name));
+        let named = msg.system_agent().or_else(|| msg.api_agent()).and_then(|name| self.by_name.get(name));
         let agent = named
             .or_else(|| resolve(&self.bindings, msg).and_then(|name| self.by_name.get(name)))
             .unwrap_or(&self.default);

@@ -49,8 +49,8 @@ use axum::routing::post;
 use serde_json::{Value, json};
 
 use crate::fake_server::{
-    CallLog, ModelScript, ServerTask, Settled, bind_loopback, event_stream, event_stream_at_once, images, json_or_text,
-    json_status, lock,
+    CallLog, ModelScript, ServerTask, Settled, bind_loopback, event_stream, event_stream_at_once, event_stream_paced,
+    images, json_or_text, json_status, lock,
 };
 
 impl Scripted {
@@ -388,7 +388,11 @@ fn answer(shared: &Shared, number: usize, request: &Value, answer: Answer) -> Re
         let usage = (!shared.quirks.no_stream_usage).then_some(usage);
         let frames = stream_frames(&id, &model, answer, usage);
         // A load test's model takes exactly its delay: its stream comes at once, not paced.
-        if shared.load.is_some() { event_stream_at_once(frames.concat()) } else { event_stream(frames) }
+        match (&shared.load, shared.quirks.stream_pace) {
+            (Some(_), _) => event_stream_at_once(frames.concat()),
+            (None, Some(pace)) => event_stream_paced(frames, pace),
+            (None, None) => event_stream(frames),
+        }
     } else {
         axum::Json(whole_answer(&id, &model, answer, usage)).into_response()
     }

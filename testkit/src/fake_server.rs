@@ -9,7 +9,7 @@ mod script;
 
 pub(crate) use call_log::{CallLog, Describe};
 pub use images::SentImage;
-pub(crate) use script::{ModelScript, Settled, event_stream, event_stream_at_once};
+pub(crate) use script::{ModelScript, Settled, event_stream, event_stream_at_once, event_stream_paced};
 pub use script::{Scripted, split_text};
 
 use std::net::SocketAddr;

@@ -8,6 +8,7 @@ mod support;
 
 mod agents;
 mod api_limits;
+mod api_openai;
 mod api_retries;
 mod bad_input;
 mod chaos;

@@ -1,14 +1,16 @@
 //! One request's message on its way: published until the bus confirms it, then its reply
 //! awaited, within the request's deadline. Retries of an idempotent request join the first.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::replies::{self, Claim, Fingerprint};
+use super::replies::{self, Claim, Fingerprint, Replies};
 use super::state::{AppState, error, error_with};
 use crate::bus::{BusError, BusExt};
 use crate::contract::{InboundMessage, OutboundMessage, reply};
@@ -21,38 +23,101 @@ const RETRY_AFTER_SECS: u64 = 5;
 /// Marks a reply served again to a retry of an idempotent request.
 const REPLAYED_HEADER: &str = "idempotent-replayed";
 
-/// Publishes `msg` (unless a request for it is under way already) and answers with its reply.
-pub(super) async fn exchange(state: &AppState, msg: InboundMessage, fingerprint: Option<Fingerprint>) -> Response {
-    let deadline = Instant::now() + state.settings.reply_timeout;
-    let (mut receiver, publish) = match state.replies.claim(&msg.id, fingerprint) {
-        Claim::Replied(reply) => return replied(&msg, &reply, true),
-        Claim::Conflict => return key_reused(state),
+/// A request's claim on its reply; letting go of it (the client went away) releases it.
+pub(super) struct Waiting {
+    id: String,
+    receiver: Option<watch::Receiver<Option<Arc<OutboundMessage>>>>,
+    replies: Arc<Replies>,
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        if let Some(receiver) = self.receiver.take() {
+            self.replies.release(&self.id, receiver);
+        }
+    }
+}
+
+impl Waiting {
+    /// The reply, once it is there; `None` when the channel is stopping.
+    pub(super) async fn reply(&mut self) -> Option<Arc<OutboundMessage>> {
+        match self.receiver.as_mut() {
+            Some(receiver) => replies::wait(receiver).await,
+            None => None,
+        }
+    }
+}
+
+/// What sending a message gave.
+pub(super) enum Sent {
+    /// A retry of a message already answered: its reply, served again.
+    Replayed(Arc<OutboundMessage>),
+    /// The bus has the message; its reply is awaited.
+    Waiting(Waiting),
+}
+
+/// Publishes `msg` (unless a request for it is under way already) by `deadline`.
+pub(super) async fn send(
+    state: &AppState,
+    msg: &InboundMessage,
+    fingerprint: Option<Fingerprint>,
+    deadline: Instant,
+) -> Result<Sent, Response> {
+    let (receiver, publish) = match state.replies.claim(&msg.id, fingerprint) {
+        Claim::Replied(reply) => return Ok(Sent::Replayed(reply)),
+        Claim::Conflict => return Err(key_reused(state)),
         Claim::First(receiver) => (receiver, true),
         Claim::Joined { receiver, accepted } => (receiver, !accepted),
     };
+    let waiting = Waiting { id: msg.id.clone(), receiver: Some(receiver), replies: Arc::clone(&state.replies) };
     if publish {
-        if let Err(err) = publish_until(state, &msg, deadline).await {
-            state.replies.release(&msg.id, receiver);
-            return unconfirmed(state, &msg, &err);
+        if let Err(err) = publish_until(state, msg, deadline).await {
+            return Err(unconfirmed(state, msg, &err));
         }
         state.replies.accepted(&msg.id);
     }
-    let outcome = tokio::time::timeout_at(deadline, replies::wait(&mut receiver)).await;
-    state.replies.release(&msg.id, receiver);
-    match outcome {
-        Ok(Some(reply)) => replied(&msg, &reply, false),
-        Ok(None) => error_with(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "shutting_down",
-            "switchboard is stopping; the message was accepted and will be answered after restart",
-            json!({"message_id": msg.id}),
-        ),
-        Err(_) => {
-            let secs = state.settings.reply_timeout.as_secs();
-            let text = format!("no reply within {secs} s; the message was accepted and may still be answered");
-            error_with(StatusCode::GATEWAY_TIMEOUT, "reply_timeout", &text, json!({"message_id": msg.id}))
-        }
+    Ok(Sent::Waiting(waiting))
+}
+
+/// A reply and whether it was served again to a retry.
+pub(super) struct Answer {
+    pub(super) reply: Arc<OutboundMessage>,
+    pub(super) replayed: bool,
+}
+
+/// Publishes `msg` (unless a request for it is under way already) and waits for its reply.
+pub(super) async fn exchange(
+    state: &AppState,
+    msg: &InboundMessage,
+    fingerprint: Option<Fingerprint>,
+) -> Result<Answer, Response> {
+    let deadline = Instant::now() + state.settings.reply_timeout;
+    let mut waiting = match send(state, msg, fingerprint, deadline).await? {
+        Sent::Replayed(reply) => return Ok(Answer { reply, replayed: true }),
+        Sent::Waiting(waiting) => waiting,
+    };
+    match tokio::time::timeout_at(deadline, waiting.reply()).await {
+        Ok(Some(reply)) => Ok(Answer { reply, replayed: false }),
+        Ok(None) => Err(stopping(msg)),
+        Err(_) => Err(timed_out(state, msg)),
     }
+}
+
+/// 503: the channel stopped before the reply came.
+pub(super) fn stopping(msg: &InboundMessage) -> Response {
+    error_with(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "shutting_down",
+        "switchboard is stopping; the message was accepted and will be answered after restart",
+        json!({"message_id": msg.id}),
+    )
+}
+
+/// 504: no reply within the reply timeout.
+pub(super) fn timed_out(state: &AppState, msg: &InboundMessage) -> Response {
+    let secs = state.settings.reply_timeout.as_secs();
+    let text = format!("no reply within {secs} s; the message was accepted and may still be answered");
+    error_with(StatusCode::GATEWAY_TIMEOUT, "reply_timeout", &text, json!({"message_id": msg.id}))
 }
 
 /// Publishes until the bus confirms or the deadline passes. A publish whose confirmation did
@@ -89,7 +154,8 @@ fn worth_retrying(err: &BusError) -> bool {
     !err.is_permanent() && !matches!(err, BusError::Closed)
 }
 
-fn replied(msg: &InboundMessage, reply: &OutboundMessage, replayed: bool) -> Response {
+/// The answer of `POST /v1/messages`.
+pub(super) fn replied(msg: &InboundMessage, reply: &OutboundMessage, replayed: bool) -> Response {
     let mut body = json!({
         "reply": reply.content,
         "kind": reply.kind,
@@ -105,9 +171,14 @@ fn replied(msg: &InboundMessage, reply: &OutboundMessage, replayed: bool) -> Res
     }
     let mut response = (StatusCode::OK, axum::Json(body)).into_response();
     if replayed {
-        response.headers_mut().insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
+        mark_replayed(&mut response);
     }
     response
+}
+
+/// Marks a response that serves a reply again to a retry.
+pub(super) fn mark_replayed(response: &mut Response) {
+    response.headers_mut().insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
 }
 
 fn key_reused(state: &AppState) -> Response {

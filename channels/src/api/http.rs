@@ -5,25 +5,30 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::extract::{DefaultBodyLimit, Extension, State};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::replies::Replies;
+use super::access::{self, Caller};
+use super::replies::Fingerprint;
 use super::state::{AppState, error};
-use super::{ApiSettings, CHANNEL, exchange, idempotency};
-use crate::bus::Bus;
+use super::{CHANNEL, exchange, idempotency, openai};
 use crate::contract::reply::REPLY_CHANNEL;
 use crate::contract::{ContractError, InboundMessage, MAX_CHAT_ID_BYTES, MAX_SENDER_ID_BYTES, Sender, check_length};
 
-pub(super) fn router(bus: Arc<dyn Bus>, settings: ApiSettings, replies: Arc<Replies>) -> Router {
-    let limit = settings.max_body_bytes;
-    let state = Arc::new(AppState { bus, settings, replies });
-    Router::new()
+pub(super) fn router(state: Arc<AppState>) -> Router {
+    let limit = state.settings.max_body_bytes;
+    // Routes behind a token (when tokens are configured); the health check is not.
+    let guarded = Router::new()
         .route("/v1/messages", post(post_message))
+        .route("/v1/chat/completions", post(openai::chat_completions))
+        .route("/v1/models", get(openai::models))
+        .route_layer(axum::middleware::from_fn_with_state(Arc::clone(&state), access::authenticate));
+    Router::new()
+        .merge(guarded)
         .route("/healthz", get(healthz))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .layer(DefaultBodyLimit::max(limit))
@@ -53,11 +58,12 @@ async fn healthz() -> Response {
 
 async fn post_message(
     State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    if !authorized(&state.settings, &headers) {
-        return error(StatusCode::UNAUTHORIZED, "unauthorized", "missing or wrong bearer token");
+    if !caller.scopes.chat {
+        return access::forbidden("this token has no chat scope: it cannot send messages");
     }
     let body = match body {
         Ok(body) => body,
@@ -80,39 +86,46 @@ async fn post_message(
     if let Err(problem) = check_id_lengths(&request) {
         return error(StatusCode::BAD_REQUEST, "invalid_body", &problem.to_string());
     }
-    let sender_id = request.sender.unwrap_or_else(|| "api".to_owned());
-    let sender = Sender { id: sender_id.clone(), name: sender_id, is_bot: false };
-    let key = match idempotency::key(&headers) {
-        Ok(key) => key,
-        Err(text) => return error(StatusCode::BAD_REQUEST, "invalid_idempotency_key", &text),
+    let sender_id = match request.sender {
+        Some(named) if named != caller.identity && !caller.scopes.admin => {
+            let text =
+                format!("this token speaks as {:?}; only an admin token may name another sender", caller.identity);
+            return access::forbidden(&text);
+        }
+        Some(named) => named,
+        None => caller.identity.clone(),
     };
-    let mut msg = InboundMessage::user(CHANNEL, &request.chat_id, sender, &request.content);
+    let mut msg = new_message(&state, &request.chat_id, &sender_id, &request.content);
+    let fingerprint = match keyed(&headers, &mut msg) {
+        Ok(fingerprint) => fingerprint,
+        Err(response) => return response,
+    };
+    match exchange::exchange(&state, &msg, fingerprint).await {
+        Ok(answer) => exchange::replied(&msg, &answer.reply, answer.replayed),
+        Err(response) => response,
+    }
+}
+
+/// A user message from the API to chat `chat_id`, its replies routed to this process.
+pub(super) fn new_message(state: &AppState, chat_id: &str, sender_id: &str, content: &str) -> InboundMessage {
+    let sender = Sender { id: sender_id.to_owned(), name: sender_id.to_owned(), is_bot: false };
+    let mut msg = InboundMessage::user(CHANNEL, chat_id, sender, content);
     if let Some(own) = &state.settings.reply_channel {
         msg.metadata.insert(REPLY_CHANNEL.into(), own.clone().into());
     }
-    let fingerprint = key.map(|key| {
-        idempotency::apply(&mut msg, &key);
-        idempotency::fingerprint(&request.content)
-    });
-    exchange::exchange(&state, msg, fingerprint).await
+    msg
 }
 
-/// True when no token is configured or the request carries the right one.
-fn authorized(settings: &ApiSettings, headers: &HeaderMap) -> bool {
-    let Some(expected) = settings.token.as_deref() else { return true };
-    let given =
-        headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(bearer_credentials).unwrap_or("");
-    constant_time_eq(given.as_bytes(), expected.as_bytes())
-}
-
-/// The credentials of a `Bearer` authorization; the scheme name is case-insensitive
-/// (RFC 9110, section 11.1).
-fn bearer_credentials(value: &str) -> Option<&str> {
-    let (scheme, credentials) = value.split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| credentials.trim_start_matches(' '))
-}
-
-/// Compares without an early exit, so response timing does not reveal the token.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// Applies the request's `Idempotency-Key`, if it has one: the message's id then stands for the
+/// key, and the fingerprint of its content tells a retry from a reuse.
+#[expect(clippy::result_large_err, reason = "the error is the answer to send; one per failed request")]
+pub(super) fn keyed(headers: &HeaderMap, msg: &mut InboundMessage) -> Result<Option<Fingerprint>, Response> {
+    match idempotency::key(headers) {
+        Ok(Some(key)) => {
+            idempotency::apply(msg, &key);
+            Ok(Some(idempotency::fingerprint(&msg.content)))
+        }
+        Ok(None) => Ok(None),
+        Err(text) => Err(error(StatusCode::BAD_REQUEST, "invalid_idempotency_key", &text)),
+    }
 }

@@ -2,7 +2,9 @@
 //! answers, in which session, on whose behalf, and whether the content is the reply itself.
 //!
 //! The readers see these keys only on `system` messages, so a person can never choose them
-//! by writing them into a user message's metadata.
+//! by writing them into a user message's metadata; the one exception is `agent` on a message
+//! of the API channel, which the channel sets from a request's `model` within what its token
+//! allows.
 
 use serde_json::Value;
 
@@ -19,6 +21,8 @@ const ON_BEHALF_OF: &str = "on_behalf_of";
 /// `metadata.deliver`: [`VERBATIM`] = the content is the reply, sent without the model.
 const DELIVER: &str = "deliver";
 const VERBATIM: &str = "verbatim";
+/// The channel whose user messages may pick their agent.
+const API_CHANNEL: &str = "api";
 
 impl InboundMessage {
     /// The agent a system message names to answer it.
@@ -39,6 +43,21 @@ impl InboundMessage {
     /// Whether a system message is a reminder whose content goes out as the reply.
     pub fn delivers_verbatim(&self) -> bool {
         self.system_field(DELIVER) == Some(VERBATIM)
+    }
+
+    /// The agent an API request picked with its `model` (the API channel checks it against the
+    /// request's token). Only a user message of the `api` channel carries one: no chat platform
+    /// lets a person set metadata, and a system message names its agent with `agent` itself.
+    pub fn api_agent(&self) -> Option<&str> {
+        if self.kind != InboundKind::User || self.channel != API_CHANNEL {
+            return None;
+        }
+        self.metadata.get(AGENT).and_then(Value::as_str).filter(|value| !value.is_empty())
+    }
+
+    /// Names the agent an API request picked (see [`InboundMessage::api_agent`]).
+    pub fn set_api_agent(&mut self, agent: &str) {
+        self.metadata.insert(AGENT.into(), Value::from(agent));
     }
 
     /// Names the agent that answers. Like every setter here it writes the key whatever the

@@ -32,6 +32,9 @@ pub struct Quirks {
     /// `/v1/embeddings` answers each input with one vector per token (`[[…], […]]`) instead of
     /// one vector, as llama-cpp-python does for a model without pooling (SmolLM2, measured).
     pub per_token_embeddings: bool,
+    /// The pause between two frames of a streamed answer, as a model that takes seconds to write
+    /// it paces them; `None`: 2 ms.
+    pub stream_pace: Option<std::time::Duration>,
 }
 
 impl Quirks {
@@ -45,6 +48,7 @@ impl Quirks {
             strict_requests: true,
             alternating_roles: false,
             per_token_embeddings: true,
+            stream_pace: None,
         }
     }
 }

@@ -104,8 +104,13 @@ impl ModelScript {
 /// Frames of server-sent events, with a short pause before each, so the client really sees
 /// them arrive one by one.
 pub(crate) fn event_stream(frames: Vec<String>) -> Response {
-    let body = futures_util::stream::iter(frames).then(|frame| async move {
-        tokio::time::sleep(Duration::from_millis(2)).await;
+    event_stream_paced(frames, Duration::from_millis(2))
+}
+
+/// Server-sent events, `pace` apart.
+pub(crate) fn event_stream_paced(frames: Vec<String>, pace: Duration) -> Response {
+    let body = futures_util::stream::iter(frames).then(move |frame| async move {
+        tokio::time::sleep(pace).await;
         Ok::<_, Infallible>(frame)
     });
     let mut response = Body::from_stream(body).into_response();
