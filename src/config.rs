@@ -47,7 +47,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 pub use active_hours::ActiveHours;
 pub use agents::{BindingConfig, MAIN_AGENT, NamedAgentConfig, agent_session_key, base_session_key};
 pub use allow_list::AllowList;
-pub use api::{ApiChannelConfig, ApiTokenConfig};
+pub use api::{ApiChannelConfig, ApiTokenConfig, ApiWebhookConfig};
 pub use context::{CompactionConfig, DEFAULT_OUTPUT_RESERVE, HistoryConfig, output_reserve};
 pub use cron::CronConfig;
 pub use discord::DiscordChannelConfig;

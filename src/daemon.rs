@@ -91,11 +91,9 @@ pub async fn run(config: Config, parts: Parts, shutdown: CancellationToken) -> R
     }
     let lock_mode = parts.lock_mode(&config);
     let assembly = Assembly::new(config);
-    // The API channel keeps no state; the chat channels keep DM pairings in the store.
-    let store = match parts {
-        Parts::Channel(ChannelKind::Api) => None,
-        _ => Some(assembly.open_store().await?),
-    };
+    // Every part keeps something in the store: the API its sessions, runs and outbox, the chat
+    // channels their DM pairings.
+    let store = Some(assembly.open_store().await?);
     // Held until this function returns; the kernel (or the database server) drops it if the
     // process dies instead.
     let _lock = match (lock_mode, &store) {

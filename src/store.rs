@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use switchboard_channels::api::store::ApiStore;
 use switchboard_channels::bus::journal::{Journal, JournalRecord};
 use switchboard_channels::contract::{OutboundMessage, Usage};
 use switchboard_channels::delivery::DeliveryRecord;
@@ -284,7 +285,7 @@ pub struct SessionInfo {
 /// Everything switchboard keeps in its database, whichever store holds it: what the assembly,
 /// the worker's tools and the operator's commands are given.
 #[async_trait]
-pub trait Database: Store + MemoryIndex + PairingStore + PairingAdmin + Journal + DeliveryRecord {
+pub trait Database: Store + MemoryIndex + PairingStore + PairingAdmin + Journal + DeliveryRecord + ApiStore {
     /// Where it is, for messages: a file's path, or a server's URL without the password.
     fn location(&self) -> String;
 

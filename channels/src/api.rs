@@ -4,8 +4,8 @@
 //!
 //! Replies come back on the `api` outbound queue. This process matches them to waiting
 //! requests by the inbound id they answer; a reply to an idempotent request (one sent with
-//! `Idempotency-Key`) is also kept for a while, so a retry gets it again. Any other reply with
-//! nobody waiting (the client gave up) is acked and dropped with a log line.
+//! `Idempotency-Key`) is also kept for a while, so a retry gets it again. A message with nobody
+//! waiting (a reminder, a reply whose client gave up) goes to the [`outbox`].
 
 pub mod access;
 mod conn;
@@ -14,9 +14,14 @@ mod feed;
 mod http;
 mod idempotency;
 mod openai;
+mod outbox;
 mod replies;
 mod server;
+mod sessions;
 mod state;
+pub mod store;
+mod webhook;
+mod ws;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -38,6 +43,8 @@ pub use openai::SESSION_HEADER;
 pub use replies::ReplayCache;
 use replies::Replies;
 pub use server::{ConnectionLimits, MIN_HEADER_BYTES};
+pub use webhook::{WebhookSettings, signature as webhook_signature};
+pub use ws::PROTOCOL as WEBSOCKET_PROTOCOL;
 
 /// The channel name of this adapter on the bus.
 pub const CHANNEL: &str = "api";
@@ -65,9 +72,13 @@ pub struct ApiSettings {
     /// How long `POST /v1/messages` waits for the reply before answering 504.
     pub reply_timeout: Duration,
     pub max_body_bytes: usize,
+    /// WebSockets open at once.
+    pub max_websockets: usize,
     pub limits: ConnectionLimits,
     /// Replies to idempotent requests kept for their retries.
     pub replay: ReplayCache,
+    /// Where outbox messages are posted, if anywhere.
+    pub webhook: Option<WebhookSettings>,
     /// The channel this process takes the replies to its own requests from (`api@<instance>`),
     /// named in each message it publishes; `None`: the replies come on `api` (one API process).
     pub reply_channel: Option<String>,
@@ -81,8 +92,10 @@ impl std::fmt::Debug for ApiSettings {
             .field("agents", &self.agents)
             .field("reply_timeout", &self.reply_timeout)
             .field("max_body_bytes", &self.max_body_bytes)
+            .field("max_websockets", &self.max_websockets)
             .field("limits", &self.limits)
             .field("replay", &self.replay)
+            .field("webhook", &self.webhook)
             .field("reply_channel", &self.reply_channel)
             .finish()
     }
@@ -93,10 +106,12 @@ pub struct ApiChannel {
     pub local_addr: SocketAddr,
     server: tokio::task::JoinHandle<Result<(), ApiError>>,
     router: tokio::task::JoinHandle<()>,
+    webhook: Option<tokio::task::JoinHandle<()>>,
     stop_routing: CancellationToken,
     replies: Arc<Replies>,
     connections: Arc<Connections>,
     feed: Arc<RunFeed>,
+    sockets: Arc<ws::Sockets>,
 }
 
 impl ApiChannel {
@@ -105,6 +120,7 @@ impl ApiChannel {
     pub async fn start(
         bus: Arc<dyn Bus>,
         settings: ApiSettings,
+        store: Option<Arc<dyn store::ApiStore>>,
         shutdown: CancellationToken,
     ) -> Result<ApiChannel, ApiError> {
         let listener = TcpListener::bind(settings.listen)
@@ -121,21 +137,37 @@ impl ApiChannel {
         }
         let stop_routing = CancellationToken::new();
         let feed = RunFeed::start(&bus, stop_routing.clone()).await?;
-        let router = tokio::spawn(route_replies(deliveries, Arc::clone(&replies), stop_routing.clone()));
+        let kept = Arc::new(tokio::sync::Notify::new());
+        let webhook = match (&store, &settings.webhook) {
+            (Some(store), Some(webhook)) => Some(tokio::spawn(webhook::run(
+                Arc::clone(store),
+                webhook.clone(),
+                Arc::clone(&kept),
+                stop_routing.clone(),
+            ))),
+            _ => None,
+        };
+        let outbox = outbox::Outbox { store: store.clone(), bus: Arc::clone(&bus), webhook: webhook.is_some(), kept };
+        let routing = Routing { replies: Arc::clone(&replies), outbox };
+        let router = tokio::spawn(route_replies(deliveries, routing, stop_routing.clone()));
         let limits = settings.limits;
+        let sockets = Arc::new(ws::Sockets::default());
         let state = state::AppState {
             bus,
             settings,
             replies: Arc::clone(&replies),
             feed: Arc::clone(&feed),
             rate_limits: access::RateLimits::default(),
+            store,
+            sockets: Arc::clone(&sockets),
+            shutdown: shutdown.clone(),
         };
         let app = http::router(Arc::new(state));
         tracing::info!(%local_addr, ?limits, "API channel listening");
         let connections = Arc::new(Connections::default());
         let serving = server::serve(listener, app, limits, Arc::clone(&connections), shutdown);
         let server = tokio::spawn(async move { serving.await.map_err(ApiError::Serve) });
-        Ok(ApiChannel { local_addr, server, router, stop_routing, replies, connections, feed })
+        Ok(ApiChannel { local_addr, server, router, webhook, stop_routing, replies, connections, feed, sockets })
     }
 
     /// Reads what the channel keeps in memory while it runs, for the metrics endpoint.
@@ -144,6 +176,7 @@ impl ApiChannel {
             replies: Arc::clone(&self.replies),
             connections: Arc::clone(&self.connections),
             feed: Arc::clone(&self.feed),
+            sockets: Arc::clone(&self.sockets),
         }
     }
 
@@ -153,6 +186,9 @@ impl ApiChannel {
     pub async fn stop(self) -> Result<(), ApiError> {
         self.stop_routing.cancel();
         let _ = self.router.await;
+        if let Some(webhook) = self.webhook {
+            let _ = webhook.await;
+        }
         match self.server.await {
             Ok(result) => result,
             Err(err) => Err(ApiError::Serve(std::io::Error::other(err))),
@@ -166,6 +202,7 @@ pub struct ApiGauges {
     replies: Arc<Replies>,
     connections: Arc<Connections>,
     feed: Arc<RunFeed>,
+    sockets: Arc<ws::Sockets>,
 }
 
 impl ApiGauges {
@@ -184,6 +221,11 @@ impl ApiGauges {
                 self.connections.open(),
             ),
             Gauge::new("api_streams", "Runs whose text an API request streams", self.feed.watched()),
+            Gauge::new(
+                "api_websockets",
+                "Open API WebSockets (at most channels.api.max_websockets)",
+                self.sockets.open(),
+            ),
         ]
     }
 }
@@ -191,15 +233,21 @@ impl ApiGauges {
 /// How long the reply router keeps draining at shutdown once no reply is coming in.
 const DRAIN_IDLE: Duration = Duration::from_millis(250);
 
+/// Where replies taken off the bus go.
+struct Routing {
+    replies: Arc<Replies>,
+    outbox: outbox::Outbox,
+}
+
 /// Takes replies for the `api` channel off the bus and hands them to waiting requests.
-async fn route_replies(mut deliveries: Deliveries, replies: Arc<Replies>, shutdown: CancellationToken) {
+async fn route_replies(mut deliveries: Deliveries, routing: Routing, shutdown: CancellationToken) {
     loop {
         let next = tokio::select! {
             _ = shutdown.cancelled() => break,
             next = deliveries.next() => next,
         };
         match next {
-            Some(Ok(delivery)) => route_one(delivery, &replies).await,
+            Some(Ok(delivery)) => route_one(delivery, &routing).await,
             Some(Err(err)) => {
                 tracing::warn!(%err, "receiving API replies failed; retrying in 1 s");
                 tokio::time::sleep(Duration::from_secs(1)).await;
@@ -209,19 +257,22 @@ async fn route_replies(mut deliveries: Deliveries, replies: Arc<Replies>, shutdo
     }
     // Replies published just before shutdown may still be queued: hand them over first.
     while let Ok(Some(Ok(delivery))) = tokio::time::timeout(DRAIN_IDLE, deliveries.next()).await {
-        route_one(delivery, &replies).await;
+        route_one(delivery, &routing).await;
     }
-    replies.release_all();
+    routing.replies.release_all();
 }
 
-async fn route_one(delivery: crate::bus::Delivery, replies: &Replies) {
+async fn route_one(delivery: crate::bus::Delivery, routing: &Routing) {
     match delivery.decode::<OutboundMessage>() {
         Ok(reply) if reply.kind == OutboundKind::Progress => {}
         Ok(reply) => {
-            let id = reply.id.clone();
             let keep = reply.in_reply_to.as_deref().is_some_and(idempotency::is_keyed);
-            if !replies.resolve(reply, keep) && !keep {
-                tracing::info!(reply_id = %id, "API reply arrived with nobody waiting; dropped");
+            if !routing.replies.resolve(reply.clone(), keep)
+                && let Err(err) = routing.outbox.keep(&reply).await
+            {
+                // Not acked: the bus delivers it again.
+                tracing::warn!(%err, outbound_id = %reply.id, "cannot keep an API message in the outbox; it comes again");
+                return;
             }
         }
         Err(err) => tracing::warn!(%err, subject = %delivery.subject, "undecodable API reply dropped"),

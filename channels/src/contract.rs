@@ -495,6 +495,11 @@ pub enum RunEventBody {
     },
     #[serde(rename = "run.failed")]
     Failed { error: String },
+    /// A message for the chat from outside any run its subscribers watch (a cron reminder, a
+    /// `message` sent from another chat, a reply nobody waited for), kept in the API's outbox:
+    /// published by the API process that kept it, so every API process can show it live.
+    #[serde(rename = "message")]
+    Message { id: String, content: String },
     /// An event type this build does not know (from a newer worker).
     #[serde(other)]
     Unknown,

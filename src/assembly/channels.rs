@@ -5,6 +5,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use switchboard_channels::Bus;
 use switchboard_channels::api::ApiChannel;
+use switchboard_channels::api::store::ApiStore;
 use switchboard_channels::delivery::{DeliveryPolicy, DeliveryRecord};
 use switchboard_channels::discord::DiscordChannel;
 use switchboard_channels::pairing::PairingStore;
@@ -153,7 +154,8 @@ impl Assembly {
                     return Err(AssemblyError::ApiUnguarded(api.listen));
                 }
                 warn_if_descriptors_short(config.channels.api.max_connections);
-                Box::new(ApiChannel::start(bus, settings::api(config), shutdown).await?)
+                let store = store.map(|store| Arc::clone(store) as Arc<dyn ApiStore>);
+                Box::new(ApiChannel::start(bus, settings::api(config), store, shutdown).await?)
             }
             ChannelKind::Telegram => {
                 let settings = channel_settings::telegram(config);

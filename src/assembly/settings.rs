@@ -5,7 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use switchboard_channels::api::{Access, ApiSettings, ApiToken, ConnectionLimits, ReplayCache, Scopes, access};
+use switchboard_channels::api::{
+    Access, ApiSettings, ApiToken, ConnectionLimits, ReplayCache, Scopes, WebhookSettings, access,
+};
 use switchboard_channels::bus::nats::NatsOptions;
 
 use super::AssemblyError;
@@ -156,6 +158,7 @@ pub fn api(config: &Config) -> ApiSettings {
         started_at: chrono::Utc::now(),
         reply_timeout: api.reply_timeout(),
         max_body_bytes: api.max_body_bytes,
+        max_websockets: api.max_websockets,
         limits: ConnectionLimits {
             header_timeout: api.header_timeout(),
             idle_timeout: api.idle_timeout(),
@@ -164,6 +167,12 @@ pub fn api(config: &Config) -> ApiSettings {
         },
         replay: ReplayCache { ttl: api.idempotency_ttl(), max_entries: api.idempotency_max_entries },
         reply_channel: api_reply_channel(config),
+        webhook: Some(&api.webhook).filter(|webhook| !webhook.url.trim().is_empty()).map(|webhook| WebhookSettings {
+            url: webhook.url.trim().to_owned(),
+            secret: webhook.secret.expose().to_owned(),
+            max_attempts: webhook.max_attempts,
+            timeout: Duration::from_secs(webhook.timeout_secs),
+        }),
     }
 }
 

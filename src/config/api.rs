@@ -22,6 +22,8 @@ pub struct ApiChannelConfig {
     pub tokens: BTreeMap<String, ApiTokenConfig>,
     /// Serve beyond loopback without any token. Off: such a listener refuses to start.
     pub allow_unauthenticated: bool,
+    /// Where outbox messages (for API chats, with no request waiting) are posted.
+    pub webhook: ApiWebhookConfig,
     /// How long a synchronous request waits for the agent's reply.
     pub reply_timeout_secs: u64,
     pub max_body_bytes: usize,
@@ -33,6 +35,9 @@ pub struct ApiChannelConfig {
     pub idle_timeout_secs: u64,
     /// Connections open at once.
     pub max_connections: usize,
+    /// WebSockets open at once (apart from max_connections: an open socket has left the
+    /// HTTP server's count).
+    pub max_websockets: usize,
     /// Seconds replies to requests sent with an Idempotency-Key are kept for their retries.
     pub idempotency_ttl_secs: u64,
     /// Replies to requests sent with an Idempotency-Key kept at most.
@@ -50,12 +55,14 @@ impl Default for ApiChannelConfig {
             token: Secret::default(),
             tokens: BTreeMap::new(),
             allow_unauthenticated: false,
+            webhook: ApiWebhookConfig::default(),
             reply_timeout_secs: 120,
             max_body_bytes: 65536,
             max_header_bytes: 16384,
             header_timeout_secs: 10,
             idle_timeout_secs: 30,
             max_connections: 512,
+            max_websockets: 256,
             idempotency_ttl_secs: 600,
             idempotency_max_entries: 1000,
             instance: String::new(),
@@ -142,4 +149,36 @@ pub(super) fn problem(api: &ApiChannelConfig, agents: &[String]) -> Option<(Stri
         }
     }
     None
+}
+
+/// `[channels.api.webhook]`: outbox messages posted to a URL.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ApiWebhookConfig {
+    /// Empty = no webhook (the messages are kept for GET /v1/sessions/{key}/messages).
+    pub url: String,
+    /// The HMAC-SHA256 key of `X-Switchboard-Signature`; empty = unsigned.
+    pub secret: Secret,
+    /// Tries per message (1 s, 2 s, 4 s, … apart, at most an hour) before it is given up.
+    pub max_attempts: u32,
+    /// Seconds one post may take.
+    pub timeout_secs: u64,
+}
+
+impl Default for ApiWebhookConfig {
+    fn default() -> Self {
+        Self { url: String::new(), secret: Secret::default(), max_attempts: 12, timeout_secs: 10 }
+    }
+}
+
+/// Why the webhook's URL cannot be used; `None` when it can (or is empty).
+pub(super) fn webhook_problem(webhook: &ApiWebhookConfig) -> Option<String> {
+    let url = webhook.url.trim();
+    if url.is_empty() {
+        return None;
+    }
+    match reqwest::Url::parse(url) {
+        Ok(parsed) if matches!(parsed.scheme(), "http" | "https") && parsed.has_host() => None,
+        _ => Some("must be an http:// or https:// URL".into()),
+    }
 }

@@ -56,6 +56,9 @@ pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigE
     if let Some((key, reason)) = super::api::problem(&config.channels.api, &config.agent_names()) {
         return Err(fail(&key, reason));
     }
+    if let Some(reason) = super::api::webhook_problem(&config.channels.api.webhook) {
+        return Err(fail("channels.api.webhook.url", reason));
+    }
     if let Some((key, reason)) = provider_problem(config) {
         return Err(fail(&key, reason));
     }
@@ -200,6 +203,9 @@ fn zero_counts(config: &Config) -> Option<(&'static str, u64)> {
         ("channels.api.header_timeout_secs", config.channels.api.header_timeout_secs),
         ("channels.api.idle_timeout_secs", config.channels.api.idle_timeout_secs),
         ("channels.api.max_connections", as_u64(config.channels.api.max_connections)),
+        ("channels.api.max_websockets", as_u64(config.channels.api.max_websockets)),
+        ("channels.api.webhook.max_attempts", u64::from(config.channels.api.webhook.max_attempts)),
+        ("channels.api.webhook.timeout_secs", config.channels.api.webhook.timeout_secs),
         ("channels.api.idempotency_ttl_secs", config.channels.api.idempotency_ttl_secs),
         ("channels.api.idempotency_max_entries", as_u64(config.channels.api.idempotency_max_entries)),
         ("channels.telegram.poll_timeout_secs", config.channels.telegram.poll_timeout_secs),

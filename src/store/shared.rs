@@ -2,11 +2,12 @@
 //! sqlx's types differ per database, so each is written once as a macro and expanded for
 //! [`super::sqlite::SqliteStore`] and [`super::postgres::PostgresStore`].
 
+mod api;
 mod cron;
 mod deliveries;
 mod heartbeat;
 pub(super) mod memory;
 mod pairing;
-mod runs;
+pub(super) mod runs;
 mod subagents;
 mod users;

@@ -10,6 +10,7 @@ mod agents;
 mod api_limits;
 mod api_openai;
 mod api_retries;
+mod api_sessions;
 mod bad_input;
 mod chaos;
 mod cron;

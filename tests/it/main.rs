@@ -11,6 +11,7 @@ mod support;
 mod acting_for;
 mod agents;
 mod anthropic;
+mod api_store;
 mod architecture;
 mod bursts;
 mod compaction;

@@ -88,6 +88,18 @@ impl Caller {
         }
     }
 
+    /// The chats of a chat token live under its identity (`kitchen` is `<identity>/kitchen`),
+    /// so tokens never read or write each other's conversations; an admin addresses any chat
+    /// by its full id.
+    pub fn chat_id(&self, requested: &str) -> String {
+        if self.scopes.admin { requested.to_owned() } else { format!("{}{requested}", self.chat_prefix()) }
+    }
+
+    /// What the ids of a chat token's chats start with.
+    pub fn chat_prefix(&self) -> String {
+        format!("{}/", self.identity)
+    }
+
     pub fn may_use_agent(&self, agent: &str) -> bool {
         self.agents.is_empty() || self.agents.iter().any(|allowed| allowed == agent)
     }
@@ -138,7 +150,11 @@ impl Access {
         if self.is_open() {
             return Ok(Caller::open());
         }
-        let given = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(bearer_credentials);
+        let given = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(bearer_credentials)
+            .or_else(|| websocket_credentials(headers));
         let Some(given) = given else { return Err(Denied::Missing) };
         let token = self.find(given).ok_or(Denied::Wrong)?;
         Ok(Caller {
@@ -162,6 +178,13 @@ pub(super) enum Denied {
 fn bearer_credentials(value: &str) -> Option<&str> {
     let (scheme, credentials) = value.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| credentials.trim_start_matches(' '))
+}
+
+/// A browser cannot send `Authorization` with a WebSocket handshake; it names the token as a
+/// subprotocol instead, `bearer.<token>`, beside the one the socket speaks.
+fn websocket_credentials(headers: &HeaderMap) -> Option<&str> {
+    let offered = headers.get(header::SEC_WEBSOCKET_PROTOCOL)?.to_str().ok()?;
+    offered.split(',').map(str::trim).find_map(|protocol| protocol.strip_prefix("bearer."))
 }
 
 /// Compares without an early exit, so response timing does not reveal the token.
@@ -275,6 +298,9 @@ mod tests {
         assert_eq!(access.caller(&bearer("Bearer sb-x")), Err(Denied::Wrong));
         assert_eq!(access.caller(&HeaderMap::new()), Err(Denied::Missing));
         assert_eq!(access.caller(&bearer("Basic sb-a")), Err(Denied::Missing));
+        let mut socket = HeaderMap::new();
+        socket.insert(header::SEC_WEBSOCKET_PROTOCOL, "switchboard, bearer.sb-a".parse().unwrap());
+        assert_eq!(access.caller(&socket).unwrap().identity, "alice", "a browser's socket names its token");
     }
 
     #[test]

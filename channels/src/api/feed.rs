@@ -1,6 +1,6 @@
-//! Live run events for the API's streaming answers: one subscription to the `api` channel's
-//! run events per process, handed to the requests that watch a run (by the inbound id the run
-//! answers).
+//! Live run events for the API's streaming answers and WebSockets: one subscription to the
+//! `api` channel's run events per process, handed to the requests that watch a run (by the
+//! inbound id the run answers) and to every WebSocket (which picks its chats' events).
 //!
 //! Events are best effort (a slow process may miss some) and are not ordered with the reply, so
 //! a watcher keeps the streamed text and the reply remains the authority: what the events
@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use futures_util::StreamExt;
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::CHANNEL;
@@ -73,10 +73,20 @@ impl Drop for Watch {
     }
 }
 
+/// Events a WebSocket may fall behind by before it is closed as too slow: the buffer is one
+/// for every socket, so a client that stops reading costs no more than this.
+const SOCKET_BACKLOG: usize = 1024;
+
 /// The runs watched in this process.
-#[derive(Default)]
 pub(super) struct RunFeed {
     watched: Mutex<HashMap<String, Weak<Watch>>>,
+    all: broadcast::Sender<Arc<RunEvent>>,
+}
+
+impl Default for RunFeed {
+    fn default() -> Self {
+        Self { watched: Mutex::default(), all: broadcast::channel(SOCKET_BACKLOG).0 }
+    }
 }
 
 impl RunFeed {
@@ -105,12 +115,21 @@ impl RunFeed {
         watch
     }
 
+    /// Every event of the `api` channel from now on.
+    pub(super) fn subscribe_all(&self) -> broadcast::Receiver<Arc<RunEvent>> {
+        self.all.subscribe()
+    }
+
     /// Runs watched now, for the metrics endpoint.
     pub(super) fn watched(&self) -> usize {
         self.lock().len()
     }
 
-    fn deliver(&self, event: &RunEvent) {
+    fn deliver(&self, event: RunEvent) {
+        let event = Arc::new(event);
+        if self.all.receiver_count() > 0 {
+            let _ = self.all.send(Arc::clone(&event));
+        }
         let Some(key) = event.inbound_id.as_deref() else { return };
         let Some(watch) = self.lock().get(key).and_then(Weak::upgrade) else { return };
         watch.state.send_if_modified(|streamed| streamed.apply(&event.body));
@@ -124,7 +143,7 @@ async fn follow(mut events: Events, feed: Weak<RunFeed>, stop: CancellationToken
             event = events.next() => event,
         };
         let (Some(event), Some(feed)) = (event, feed.upgrade()) else { return };
-        feed.deliver(&event);
+        feed.deliver(event);
     }
 }
 

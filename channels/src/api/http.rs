@@ -8,14 +8,14 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Extension, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use serde::Deserialize;
 use serde_json::json;
 
 use super::access::{self, Caller};
 use super::replies::Fingerprint;
 use super::state::{AppState, error};
-use super::{CHANNEL, exchange, idempotency, openai};
+use super::{CHANNEL, exchange, idempotency, openai, sessions, ws};
 use crate::contract::reply::REPLY_CHANNEL;
 use crate::contract::{ContractError, InboundMessage, MAX_CHAT_ID_BYTES, MAX_SENDER_ID_BYTES, Sender, check_length};
 
@@ -26,6 +26,12 @@ pub(super) fn router(state: Arc<AppState>) -> Router {
         .route("/v1/messages", post(post_message))
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/models", get(openai::models))
+        .route("/v1/sessions", get(sessions::list_sessions))
+        .route("/v1/sessions/{key}", delete(sessions::delete_session))
+        .route("/v1/sessions/{key}/messages", get(sessions::session_messages))
+        .route("/v1/runs", get(sessions::list_runs))
+        .route("/v1/runs/{id}", get(sessions::get_run))
+        .route("/v1/ws", get(ws::websocket))
         .route_layer(axum::middleware::from_fn_with_state(Arc::clone(&state), access::authenticate));
     Router::new()
         .merge(guarded)
@@ -69,7 +75,7 @@ async fn post_message(
         Ok(body) => body,
         Err(rejection) => return error(rejection.status(), "invalid_body", &rejection.body_text()),
     };
-    let request: PostMessage = match serde_json::from_slice(&body) {
+    let mut request: PostMessage = match serde_json::from_slice(&body) {
         Ok(request) => request,
         Err(err) => return error(StatusCode::BAD_REQUEST, "invalid_body", &format!("invalid JSON body: {err}")),
     };
@@ -83,6 +89,7 @@ async fn post_message(
     if request.sender.as_deref().is_some_and(|sender| sender.trim().is_empty()) {
         return error(StatusCode::BAD_REQUEST, "invalid_body", "sender must not be empty when given");
     }
+    request.chat_id = caller.chat_id(&request.chat_id);
     if let Err(problem) = check_id_lengths(&request) {
         return error(StatusCode::BAD_REQUEST, "invalid_body", &problem.to_string());
     }

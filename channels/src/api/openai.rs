@@ -89,7 +89,7 @@ pub(super) async fn chat_completions(
         Ok(agent) => agent,
         Err(response) => return response,
     };
-    let (chat_id, content) = match conversation(&headers, &request) {
+    let (chat_id, content) = match conversation(&headers, &request, &caller) {
         Ok(found) => found,
         Err(text) => return error(StatusCode::BAD_REQUEST, "invalid_body", &text),
     };
@@ -131,30 +131,46 @@ fn parse(body: Result<Bytes, BytesRejection>) -> Result<CompletionRequest, Respo
         .map_err(|err| error(StatusCode::BAD_REQUEST, "invalid_body", &format!("invalid JSON body: {err}")))
 }
 
-/// The agent `model` names: an agent by name; empty = the default agent.
-#[expect(clippy::result_large_err, reason = "the error is the answer to send; one per failed request")]
-fn pick_agent(state: &AppState, caller: &Caller, model: &str) -> Result<String, Response> {
-    let agents = &state.settings.agents;
+/// Why a request's `model` names no agent it may use.
+pub(super) struct AgentRefusal {
+    status: StatusCode,
+    code: &'static str,
+    pub(super) text: String,
+}
+
+/// The agent `model` names among `agents`: an agent by name; empty = the default agent.
+pub(super) fn resolve_agent(agents: &[String], caller: &Caller, model: &str) -> Result<String, AgentRefusal> {
     let model = model.trim();
     let found = if model.is_empty() { agents.first() } else { agents.iter().find(|agent| *agent == model) };
     match found {
         Some(agent) if caller.may_use_agent(agent) => Ok(agent.clone()),
-        Some(agent) => Err(access::forbidden(&format!("this token may not use the agent {agent:?}"))),
-        None => {
-            let text = format!("the model {model:?} does not exist: GET /v1/models lists the agents to choose from");
-            Err(error(StatusCode::NOT_FOUND, "model_not_found", &text))
-        }
+        Some(agent) => Err(AgentRefusal {
+            status: StatusCode::FORBIDDEN,
+            code: "forbidden",
+            text: format!("this token may not use the agent {agent:?}"),
+        }),
+        None => Err(AgentRefusal {
+            status: StatusCode::NOT_FOUND,
+            code: "model_not_found",
+            text: format!("the model {model:?} does not exist: GET /v1/models lists the agents to choose from"),
+        }),
     }
 }
 
+#[expect(clippy::result_large_err, reason = "the error is the answer to send; one per failed request")]
+fn pick_agent(state: &AppState, caller: &Caller, model: &str) -> Result<String, Response> {
+    resolve_agent(&state.settings.agents, caller, model)
+        .map_err(|refusal| error(refusal.status, refusal.code, &refusal.text))
+}
+
 /// The chat the request continues and the text of its newest message.
-fn conversation(headers: &HeaderMap, request: &CompletionRequest) -> Result<(String, String), String> {
+fn conversation(headers: &HeaderMap, request: &CompletionRequest, caller: &Caller) -> Result<(String, String), String> {
     let named = match headers.get(SESSION_HEADER) {
         Some(value) => Some(value.to_str().map_err(|_| "X-Switchboard-Session must be text".to_owned())?),
         None => request.user.as_deref(),
     };
-    let chat_id = named.map(str::trim).filter(|chat| !chat.is_empty()).unwrap_or(DEFAULT_CHAT);
-    check_length("session", chat_id, MAX_CHAT_ID_BYTES).map_err(|err| err.to_string())?;
+    let chat_id = caller.chat_id(named.map(str::trim).filter(|chat| !chat.is_empty()).unwrap_or(DEFAULT_CHAT));
+    check_length("session", &chat_id, MAX_CHAT_ID_BYTES).map_err(|err| err.to_string())?;
     let last = request.messages.last().ok_or("messages must not be empty")?;
     if last.role != "user" {
         return Err(format!(
@@ -167,7 +183,7 @@ fn conversation(headers: &HeaderMap, request: &CompletionRequest) -> Result<(Str
     if content.trim().is_empty() {
         return Err("the user message must not be empty".into());
     }
-    Ok((chat_id.to_owned(), content))
+    Ok((chat_id, content))
 }
 
 /// A message's text: a string, or the text parts of a list of parts.
@@ -244,19 +260,35 @@ mod tests {
         serde_json::from_value(body).unwrap()
     }
 
+    fn admin() -> Caller {
+        Caller {
+            token: None,
+            scopes: crate::api::Scopes { chat: true, admin: true },
+            identity: "api".into(),
+            agents: Vec::new(),
+        }
+    }
+
     #[test]
     fn the_newest_user_message_is_sent_to_the_session_named() {
         let body = json!({"model": "main", "user": "kitchen", "messages": [
             {"role": "system", "content": "ignored"},
             {"role": "user", "content": [{"type": "text", "text": "hello"}, {"type": "text", "text": "there"}]},
         ]});
-        let (chat, text) = conversation(&HeaderMap::new(), &request(body.clone())).unwrap();
+        let (chat, text) = conversation(&HeaderMap::new(), &request(body.clone()), &admin()).unwrap();
         assert_eq!((chat.as_str(), text.as_str()), ("kitchen", "hello\nthere"));
         let mut headers = HeaderMap::new();
         headers.insert(SESSION_HEADER, "garden".parse().unwrap());
-        assert_eq!(conversation(&headers, &request(body)).unwrap().0, "garden");
+        assert_eq!(conversation(&headers, &request(body.clone()), &admin()).unwrap().0, "garden");
         let anonymous = json!({"messages": [{"role": "user", "content": "hi"}]});
-        assert_eq!(conversation(&HeaderMap::new(), &request(anonymous)).unwrap().0, DEFAULT_CHAT);
+        assert_eq!(conversation(&HeaderMap::new(), &request(anonymous), &admin()).unwrap().0, DEFAULT_CHAT);
+        let alice =
+            Caller { scopes: crate::api::Scopes { chat: true, admin: false }, identity: "alice".into(), ..admin() };
+        assert_eq!(
+            conversation(&headers, &request(body), &alice).unwrap().0,
+            "alice/garden",
+            "a chat token's own chat"
+        );
     }
 
     #[test]
@@ -268,7 +300,7 @@ mod tests {
             json!({"messages": [{"role": "user", "content": "  "}]}),
         ];
         for body in cases {
-            assert!(conversation(&HeaderMap::new(), &request(body.clone())).is_err(), "{body}");
+            assert!(conversation(&HeaderMap::new(), &request(body.clone()), &admin()).is_err(), "{body}");
         }
     }
 }

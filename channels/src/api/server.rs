@@ -116,7 +116,8 @@ async fn serve_connection(
         .timer(TokioTimer::new())
         .header_read_timeout(None)
         .max_buf_size(limits.max_header_bytes.max(MIN_HEADER_BYTES));
-    let conn = builder.serve_connection(io, service);
+    // With upgrades: a WebSocket takes the connection over once its handshake is answered.
+    let conn = builder.serve_connection(io, service).with_upgrades();
     tokio::pin!(conn);
     tokio::select! {
         result = conn.as_mut() => {

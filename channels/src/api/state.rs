@@ -5,11 +5,14 @@ use std::sync::Arc;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
 
 use super::ApiSettings;
 use super::access::RateLimits;
 use super::feed::RunFeed;
 use super::replies::Replies;
+use super::store::ApiStore;
+use super::ws::Sockets;
 use crate::bus::Bus;
 
 pub(super) struct AppState {
@@ -18,6 +21,11 @@ pub(super) struct AppState {
     pub(super) replies: Arc<Replies>,
     pub(super) feed: Arc<RunFeed>,
     pub(super) rate_limits: RateLimits,
+    /// Sessions, runs and the outbox; `None` in a process without a database.
+    pub(super) store: Option<Arc<dyn ApiStore>>,
+    pub(super) sockets: Arc<Sockets>,
+    /// Cancelled when the channel stops accepting: WebSockets close then.
+    pub(super) shutdown: CancellationToken,
 }
 
 pub(super) fn error(status: StatusCode, code: &str, message: &str) -> Response {

@@ -18,6 +18,7 @@ pub(crate) const POSTGRES_MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../../migrations/postgres/0002_shared_dirs.sql"),
     },
     Migration { version: 3, name: "deliveries", sql: include_str!("../../../migrations/postgres/0003_deliveries.sql") },
+    Migration { version: 4, name: "api_outbox", sql: include_str!("../../../migrations/postgres/0004_api_outbox.sql") },
 ];
 
 /// The advisory lock migrations hold ("sb" "mg" in ASCII); any fixed number would do.

@@ -18,7 +18,7 @@ use crate::store::{
 };
 
 /// The columns [`RunRecord`] is read from.
-const RUN_COLUMNS: &str = "run_id, inbound_id, session_key, status, attempt, model, input_tokens, \
+pub(super) const RUN_COLUMNS: &str = "run_id, inbound_id, session_key, status, attempt, model, input_tokens, \
      output_tokens, usage_estimated, cost_usd, iterations, error, reply_delivered, started_at, finished_at";
 
 /// Longer than any compaction takes (a flush turn with its timeout plus one summary call): a

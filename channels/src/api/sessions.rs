@@ -1,0 +1,224 @@
+//! `GET /v1/sessions`, `GET /v1/sessions/{key}/messages`, `DELETE /v1/sessions/{key}`,
+//! `GET /v1/runs` and `GET /v1/runs/{id}`: what the conversations hold and what their runs did.
+//!
+//! An admin token sees every session (of every channel); a chat token sees the API chats of
+//! its identity (`api:<identity>/…`, under any agent), and the runs of those.
+
+#![expect(clippy::result_large_err, reason = "the errors are the answers to send; one per failed request")]
+
+use std::sync::Arc;
+
+use axum::extract::{Extension, Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::access::{self, Caller};
+use super::state::{AppState, error};
+use super::store::{ApiStore, ApiStoreError, SessionScope};
+
+/// Most items a page holds; the default is smaller.
+const MAX_PAGE: usize = 200;
+const DEFAULT_PAGE: usize = 50;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(super) struct PageQuery {
+    limit: Option<usize>,
+    /// Sessions and runs: an RFC 3339 time; messages: a message position.
+    before: Option<String>,
+    /// Runs: only those of this session.
+    session: Option<String>,
+}
+
+impl PageQuery {
+    fn limit(&self) -> usize {
+        self.limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE)
+    }
+
+    fn before_time(&self) -> Result<Option<DateTime<Utc>>, Response> {
+        self.before
+            .as_deref()
+            .map(|text| DateTime::parse_from_rfc3339(text).map(|at| at.with_timezone(&Utc)))
+            .transpose()
+            .map_err(|_| bad_query("before must be an RFC 3339 time, as `next_before` gives it"))
+    }
+}
+
+fn bad_query(text: &str) -> Response {
+    error(StatusCode::BAD_REQUEST, "invalid_query", text)
+}
+
+fn store_failed(err: &ApiStoreError) -> Response {
+    tracing::error!(%err, "an API read from the store failed");
+    error(StatusCode::INTERNAL_SERVER_ERROR, "store_error", "reading the database failed; the log has the details")
+}
+
+fn no_store() -> Response {
+    error(StatusCode::SERVICE_UNAVAILABLE, "no_store", "this API process has no database to read sessions from")
+}
+
+fn not_found(what: &str) -> Response {
+    error(StatusCode::NOT_FOUND, "not_found", what)
+}
+
+/// The sessions `caller` may see.
+fn scope(caller: &Caller) -> SessionScope {
+    if caller.scopes.admin { SessionScope::All } else { SessionScope::ApiChatsUnder(caller.chat_prefix()) }
+}
+
+/// Whether `caller` may see session `key`.
+fn may_see(caller: &Caller, key: &str) -> bool {
+    match scope(caller) {
+        SessionScope::All => true,
+        SessionScope::ApiChatsUnder(prefix) => {
+            // `<agent>/api:<chat>` for agents other than `main`; agent names have no `/`.
+            let base = match key.split_once('/') {
+                Some((agent, rest)) if !agent.contains(':') => rest,
+                _ => key,
+            };
+            base.strip_prefix("api:").is_some_and(|chat| chat.starts_with(&prefix))
+        }
+    }
+}
+
+fn store_of(state: &AppState) -> Result<&Arc<dyn ApiStore>, Response> {
+    state.store.as_ref().ok_or_else(no_store)
+}
+
+pub(super) async fn list_sessions(
+    State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+    Query(query): Query<PageQuery>,
+) -> Response {
+    let (store, before) = match (store_of(&state), query.before_time()) {
+        (Ok(store), Ok(before)) => (store, before),
+        (Err(response), _) | (_, Err(response)) => return response,
+    };
+    let limit = query.limit();
+    match store.sessions(&scope(&caller), before, limit).await {
+        Ok(sessions) => {
+            let next = (sessions.len() == limit).then(|| sessions.last().map(|s| s.updated_at)).flatten();
+            axum::Json(json!({"sessions": sessions, "next_before": next})).into_response()
+        }
+        Err(err) => store_failed(&err),
+    }
+}
+
+pub(super) async fn session_messages(
+    State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+    Path(key): Path<String>,
+    Query(query): Query<PageQuery>,
+) -> Response {
+    let store = match store_of(&state) {
+        Ok(store) => store,
+        Err(response) => return response,
+    };
+    if !may_see(&caller, &key) {
+        return not_found("no such session among those this token may read");
+    }
+    let before = match query.before.as_deref().map(str::parse::<i64>).transpose() {
+        Ok(before) => before,
+        Err(_) => return bad_query("before must be a message position, as the page's `before` gives it"),
+    };
+    match store.session_messages(&key, before, query.limit()).await {
+        Ok(page) => {
+            axum::Json(json!({"session_key": key, "messages": page.messages, "before": page.before})).into_response()
+        }
+        Err(err) => store_failed(&err),
+    }
+}
+
+pub(super) async fn delete_session(
+    State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+    Path(key): Path<String>,
+) -> Response {
+    let store = match store_of(&state) {
+        Ok(store) => store,
+        Err(response) => return response,
+    };
+    if !may_see(&caller, &key) {
+        return not_found("no such session among those this token may read");
+    }
+    match store.delete_session(&key).await {
+        Ok(true) => {
+            tracing::info!(session_key = %key, token = caller.token.as_deref().unwrap_or("-"), "session deleted through the API");
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Ok(false) => not_found("no such session"),
+        Err(err) => store_failed(&err),
+    }
+}
+
+pub(super) async fn list_runs(
+    State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+    Query(query): Query<PageQuery>,
+) -> Response {
+    let (store, before) = match (store_of(&state), query.before_time()) {
+        (Ok(store), Ok(before)) => (store, before),
+        (Err(response), _) | (_, Err(response)) => return response,
+    };
+    let session = query.session.as_deref().filter(|s| !s.is_empty());
+    match session {
+        Some(key) if !may_see(&caller, key) => return not_found("no such session among those this token may read"),
+        None if !caller.scopes.admin => {
+            return access::forbidden("listing every run needs an admin token; name a session");
+        }
+        _ => {}
+    }
+    let limit = query.limit();
+    match store.runs(session, before, limit).await {
+        Ok(runs) => {
+            let next = (runs.len() == limit).then(|| runs.last().map(|r| r.started_at)).flatten();
+            axum::Json(json!({"runs": runs, "next_before": next})).into_response()
+        }
+        Err(err) => store_failed(&err),
+    }
+}
+
+pub(super) async fn get_run(
+    State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Response {
+    let store = match store_of(&state) {
+        Ok(store) => store,
+        Err(response) => return response,
+    };
+    match store.run(&id).await {
+        Ok(Some(run)) if may_see(&caller, &run.session_key) => axum::Json(run).into_response(),
+        Ok(_) => not_found("no such run among those this token may read"),
+        Err(err) => store_failed(&err),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::access::Scopes;
+
+    fn chat_caller(identity: &str) -> Caller {
+        Caller {
+            token: Some(identity.into()),
+            scopes: Scopes { chat: true, admin: false },
+            identity: identity.into(),
+            agents: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_chat_token_sees_the_api_chats_of_its_identity_under_any_agent() {
+        let alice = chat_caller("alice");
+        for key in ["api:alice/kitchen", "helper/api:alice/kitchen"] {
+            assert!(may_see(&alice, key), "{key}");
+        }
+        for key in ["api:alicia/x", "api:bob/alice/x", "telegram:alice/x", "api:alice", "helper/api:bob/x"] {
+            assert!(!may_see(&alice, key), "{key}");
+        }
+    }
+}

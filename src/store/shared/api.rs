@@ -1,0 +1,391 @@
+//! [`ApiStore`] for both stores: sessions and their messages, runs, and the API's outbox
+//! (`migrations/sqlite/0018_api_outbox.sql`).
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+use switchboard_channels::api::store::{
+    ApiStore, ApiStoreError, MessagePage, OutboxEntry, RunView, SessionMessage, SessionScope, SessionSummary,
+    WebhookDue,
+};
+use switchboard_channels::contract::OutboundMessage;
+
+use crate::provider::{ChatMessage, Role};
+use crate::store::values::{from_millis, now_millis, role_name, run_record, sql_limit, to_u32, to_u64};
+use crate::store::{RunRecord, StoreError};
+
+/// Longest tool result a session's messages or a run's details show; the transcript keeps it
+/// whole.
+const TOOL_RESULT_CHARS: usize = 2000;
+
+fn failed(err: impl std::fmt::Display) -> ApiStoreError {
+    ApiStoreError(err.to_string())
+}
+
+fn millis(at: Option<DateTime<Utc>>) -> i64 {
+    at.map_or(i64::MAX, |at| at.timestamp_millis())
+}
+
+/// `LIKE` patterns for the session keys of API chats under `prefix`: the `main` agent's
+/// (`api:<prefix>…`) and every other agent's (`<agent>/api:<prefix>…`).
+fn chat_patterns(prefix: &str) -> (String, String) {
+    let escaped: String = prefix
+        .chars()
+        .flat_map(|c| match c {
+            '%' | '_' | '\\' => vec!['\\', c],
+            c => vec![c],
+        })
+        .collect();
+    (format!("api:{escaped}%"), format!("%/api:{escaped}%"))
+}
+
+fn cut(text: &str, chars: usize) -> String {
+    match text.char_indices().nth(chars) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
+    }
+}
+
+/// A transcript row as a session's message.
+fn transcript_line(id: i64, run_id: String, json: &str, created_at: i64) -> Result<SessionMessage, ApiStoreError> {
+    let message: ChatMessage = serde_json::from_str(json)
+        .map_err(|e| ApiStoreError(format!("transcript row {id} is not a chat message: {e}")))?;
+    let tool_calls = message.tool_calls.iter().map(|call| json!({"name": call.name, "arguments": call.arguments}));
+    let content = match message.role {
+        Role::Tool => cut(&message.content, TOOL_RESULT_CHARS),
+        _ => message.content.clone(),
+    };
+    Ok(SessionMessage {
+        role: role_name(message.role).to_owned(),
+        content,
+        at: from_millis(created_at).map_err(failed)?,
+        run_id: Some(run_id),
+        tool_calls: tool_calls.collect(),
+        name: message.name.clone(),
+    })
+}
+
+fn outbox_line(json: &str, created_at: i64) -> Result<SessionMessage, ApiStoreError> {
+    let message: OutboundMessage = serde_json::from_str(json).map_err(failed)?;
+    Ok(SessionMessage {
+        role: "outbox".into(),
+        content: message.content,
+        at: from_millis(created_at).map_err(failed)?,
+        run_id: None,
+        tool_calls: Vec::new(),
+        name: None,
+    })
+}
+
+fn run_view(record: RunRecord) -> RunView {
+    RunView {
+        id: record.run_id,
+        session_key: record.session_key,
+        status: record.status.as_str().to_owned(),
+        model: record.model,
+        input_tokens: record.usage.input_tokens,
+        output_tokens: record.usage.output_tokens,
+        tokens_estimated: record.usage.estimated,
+        cost_usd: record.cost_usd,
+        iterations: record.iterations,
+        error: record.error,
+        started_at: record.started_at,
+        finished_at: record.finished_at,
+        tool_calls: None,
+    }
+}
+
+/// A run's tool calls with their results, from its transcript rows.
+fn tool_calls(rows: &[(i64, String)]) -> Result<Vec<Value>, ApiStoreError> {
+    let messages: Vec<ChatMessage> = rows
+        .iter()
+        .map(|(id, json)| serde_json::from_str(json).map_err(|e| ApiStoreError(format!("transcript row {id}: {e}"))))
+        .collect::<Result<_, _>>()?;
+    let result_of =
+        |call_id: &str| messages.iter().find(|m| m.role == Role::Tool && m.tool_call_id.as_deref() == Some(call_id));
+    let calls = messages.iter().flat_map(|m| &m.tool_calls).map(|call| {
+        let result = result_of(&call.id);
+        json!({
+            "name": call.name,
+            "arguments": call.arguments,
+            "result": result.map(|r| cut(&r.content, TOOL_RESULT_CHARS)),
+        })
+    });
+    Ok(calls.collect())
+}
+
+/// Sessions with their message counts, as both stores read them.
+const SESSION_COLUMNS: &str = "s.key, s.created_at, s.updated_at, \
+     (SELECT COUNT(*) FROM transcript t WHERE t.session_key = s.key) \
+     + (SELECT COUNT(*) FROM api_outbox o WHERE o.session_key = s.key AND NOT o.in_transcript) AS messages";
+
+fn summary(row: (String, i64, i64, i64)) -> Result<SessionSummary, ApiStoreError> {
+    let (key, created_at, updated_at, messages) = row;
+    Ok(SessionSummary {
+        key,
+        created_at: from_millis(created_at).map_err(failed)?,
+        updated_at: from_millis(updated_at).map_err(failed)?,
+        messages: to_u64(messages, "messages").map_err(failed)?,
+    })
+}
+
+/// Merges a page of transcript lines (oldest first) with the outbox lines of its time span.
+fn merge(mut lines: Vec<SessionMessage>, outbox: Vec<SessionMessage>) -> Vec<SessionMessage> {
+    lines.extend(outbox);
+    // Stable: lines written in the same millisecond keep the order they were read in.
+    lines.sort_by_key(|line| line.at);
+    lines
+}
+
+macro_rules! api_store {
+    ($store:ty) => {
+        impl $store {
+            /// The outbox lines of `key` (not already in its transcript) written in [from, to).
+            async fn outbox_lines(&self, key: &str, from: i64, to: i64) -> Result<Vec<SessionMessage>, ApiStoreError> {
+                let rows: Vec<(String, i64)> = sqlx::query_as(
+                    "SELECT message_json, created_at FROM api_outbox WHERE session_key = $1 AND NOT in_transcript \
+                     AND created_at >= $2 AND created_at < $3 ORDER BY seq",
+                )
+                .bind(key)
+                .bind(from)
+                .bind(to)
+                .fetch_all(self.pool())
+                .await
+                .map_err(failed)?;
+                rows.iter().map(|(json, at)| outbox_line(json, *at)).collect()
+            }
+
+            async fn delete_session_rows(&self, key: &str) -> Result<(), StoreError> {
+                let path = format!("{}{key}", crate::store::memory_index::CONVERSATION_PREFIX);
+                let roots: Vec<String> = sqlx::query_scalar("SELECT DISTINCT root FROM memory_chunks WHERE path = $1")
+                    .bind(&path)
+                    .fetch_all(self.pool())
+                    .await?;
+                let mut tx = self.begin_write().await?;
+                for root in &roots {
+                    Self::remove_file_chunks(&mut tx, root, &path).await?;
+                }
+                for sql in [
+                    "DELETE FROM transcript WHERE session_key = $1",
+                    "DELETE FROM api_outbox WHERE session_key = $1",
+                    // The runs stay for usage accounting; what they said goes.
+                    "UPDATE runs SET reply_json = NULL, error = NULL WHERE session_key = $1 AND status <> 'running'",
+                ] {
+                    sqlx::query(sql).bind(key).execute(&mut *tx).await?;
+                }
+                sqlx::query(
+                    "UPDATE sessions SET summary = NULL, compaction_count = 0, compacted_through = 0, \
+                     archived_through = 0, history_version = history_version + 1, updated_at = $2 WHERE key = $1",
+                )
+                .bind(key)
+                .bind(now_millis())
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                self.history_cache().forget(key);
+                Ok(())
+            }
+        }
+
+        #[async_trait]
+        impl ApiStore for $store {
+            async fn sessions(
+                &self,
+                scope: &SessionScope,
+                before: Option<DateTime<Utc>>,
+                limit: usize,
+            ) -> Result<Vec<SessionSummary>, ApiStoreError> {
+                let (main, others) = match scope {
+                    SessionScope::All => ("%".to_owned(), "%".to_owned()),
+                    SessionScope::ApiChatsUnder(prefix) => chat_patterns(prefix),
+                };
+                let sql = format!(
+                    "SELECT * FROM (SELECT {SESSION_COLUMNS} FROM sessions s \
+                     WHERE (s.key LIKE $1 ESCAPE '\\' OR s.key LIKE $2 ESCAPE '\\') AND s.updated_at < $3) AS listed \
+                     WHERE messages > 0 ORDER BY updated_at DESC, key LIMIT $4"
+                );
+                let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(&sql)
+                    .bind(main)
+                    .bind(others)
+                    .bind(millis(before))
+                    .bind(sql_limit(limit))
+                    .fetch_all(self.pool())
+                    .await
+                    .map_err(failed)?;
+                rows.into_iter().map(summary).collect()
+            }
+
+            async fn session_messages(
+                &self,
+                key: &str,
+                before: Option<i64>,
+                limit: usize,
+            ) -> Result<MessagePage, ApiStoreError> {
+                let rows: Vec<(i64, String, String, i64)> = sqlx::query_as(
+                    "SELECT id, run_id, message_json, created_at FROM transcript \
+                     WHERE session_key = $1 AND id < $2 ORDER BY id DESC LIMIT $3",
+                )
+                .bind(key)
+                .bind(before.unwrap_or(i64::MAX))
+                .bind(sql_limit(limit))
+                .fetch_all(self.pool())
+                .await
+                .map_err(failed)?;
+                let full = rows.len() >= limit;
+                // The outbox lines in this page's span of time: up to the page after it (or
+                // now), down to its oldest line (or the beginning, on the oldest page).
+                let to: Option<i64> = match before {
+                    Some(id) => sqlx::query_scalar("SELECT created_at FROM transcript WHERE id = $1")
+                        .bind(id)
+                        .fetch_optional(self.pool())
+                        .await
+                        .map_err(failed)?,
+                    None => None,
+                };
+                let from = match rows.last() {
+                    Some((_, _, _, at)) if full => *at,
+                    _ => i64::MIN,
+                };
+                let outbox = self.outbox_lines(key, from, to.unwrap_or(i64::MAX)).await?;
+                let next = if full { rows.last().map(|row| row.0) } else { None };
+                let lines = rows
+                    .into_iter()
+                    .rev()
+                    .map(|(id, run_id, json, at)| transcript_line(id, run_id, &json, at))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(MessagePage { messages: merge(lines, outbox), before: next })
+            }
+
+            async fn delete_session(&self, key: &str) -> Result<bool, ApiStoreError> {
+                let known: bool = sqlx::query_scalar(
+                    "SELECT EXISTS (SELECT 1 FROM sessions WHERE key = $1)                      OR EXISTS (SELECT 1 FROM api_outbox WHERE session_key = $1)",
+                )
+                .bind(key)
+                .fetch_one(self.pool())
+                .await
+                .map_err(failed)?;
+                if !known {
+                    return Ok(false);
+                }
+                self.delete_session_rows(key).await.map_err(failed)?;
+                Ok(true)
+            }
+
+            async fn runs(
+                &self,
+                session: Option<&str>,
+                before: Option<DateTime<Utc>>,
+                limit: usize,
+            ) -> Result<Vec<RunView>, ApiStoreError> {
+                let sql = format!(
+                    "SELECT {} FROM runs WHERE ($1 = '' OR session_key = $1) AND started_at < $2 \
+                     ORDER BY started_at DESC, run_id DESC LIMIT $3",
+                    crate::store::shared::runs::RUN_COLUMNS
+                );
+                let rows = sqlx::query(&sql)
+                    .bind(session.unwrap_or(""))
+                    .bind(millis(before))
+                    .bind(sql_limit(limit))
+                    .fetch_all(self.pool())
+                    .await
+                    .map_err(failed)?;
+                rows.iter().map(|row| run_record(row).map(run_view).map_err(failed)).collect()
+            }
+
+            async fn run(&self, id: &str) -> Result<Option<RunView>, ApiStoreError> {
+                let sql = format!("SELECT {} FROM runs WHERE run_id = $1", crate::store::shared::runs::RUN_COLUMNS);
+                let Some(row) = sqlx::query(&sql).bind(id).fetch_optional(self.pool()).await.map_err(failed)? else {
+                    return Ok(None);
+                };
+                let mut view = run_view(run_record(&row).map_err(failed)?);
+                let rows: Vec<(i64, String)> =
+                    sqlx::query_as("SELECT id, message_json FROM transcript WHERE run_id = $1 ORDER BY id")
+                        .bind(id)
+                        .fetch_all(self.pool())
+                        .await
+                        .map_err(failed)?;
+                view.tool_calls = Some(tool_calls(&rows)?);
+                Ok(Some(view))
+            }
+
+            async fn keep_outbound(&self, entry: &OutboxEntry) -> Result<bool, ApiStoreError> {
+                let now = now_millis();
+                let json = serde_json::to_string(&entry.message).map_err(failed)?;
+                let kept = sqlx::query(
+                    "INSERT INTO api_outbox (outbound_id, session_key, message_json, in_transcript, created_at, \
+                     webhook_due_at) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (outbound_id) DO NOTHING",
+                )
+                .bind(&entry.message.id)
+                .bind(&entry.session_key)
+                .bind(json)
+                .bind(entry.in_transcript)
+                .bind(now)
+                .bind(entry.webhook.then_some(now))
+                .execute(self.write_pool())
+                .await
+                .map_err(failed)?;
+                Ok(kept.rows_affected() == 1)
+            }
+
+            async fn claim_webhooks(&self, lease: Duration, limit: usize) -> Result<Vec<WebhookDue>, ApiStoreError> {
+                let now = now_millis();
+                let until = now.saturating_add(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX));
+                // The outer condition again: of two processes claiming at once, the second finds
+                // the rows the first took no longer due.
+                let rows: Vec<(i64, String, String, i64)> = sqlx::query_as(
+                    "UPDATE api_outbox SET webhook_due_at = $2, webhook_attempts = webhook_attempts + 1 \
+                     WHERE webhook_due_at <= $1 AND seq IN (SELECT seq FROM api_outbox \
+                     WHERE webhook_due_at <= $1 ORDER BY webhook_due_at LIMIT $3) \
+                     RETURNING seq, session_key, message_json, webhook_attempts",
+                )
+                .bind(now)
+                .bind(until)
+                .bind(sql_limit(limit))
+                .fetch_all(self.write_pool())
+                .await
+                .map_err(failed)?;
+                rows.into_iter()
+                    .map(|(seq, session_key, json, attempts)| {
+                        Ok(WebhookDue {
+                            seq,
+                            message: serde_json::from_str(&json).map_err(failed)?,
+                            session_key,
+                            attempt: to_u32(attempts, "webhook_attempts").map_err(failed)?,
+                        })
+                    })
+                    .collect()
+            }
+
+            async fn webhook_outcome(&self, seq: i64, retry_at: Option<DateTime<Utc>>) -> Result<(), ApiStoreError> {
+                sqlx::query("UPDATE api_outbox SET webhook_due_at = $2 WHERE seq = $1")
+                    .bind(seq)
+                    .bind(retry_at.map(|at| at.timestamp_millis()))
+                    .execute(self.write_pool())
+                    .await
+                    .map_err(failed)?;
+                Ok(())
+            }
+        }
+    };
+}
+
+api_store!(crate::store::sqlite::SqliteStore);
+api_store!(crate::store::postgres::PostgresStore);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chat_patterns_escape_like_wildcards() {
+        assert_eq!(chat_patterns("al_ice/"), ("api:al\\_ice/%".to_owned(), "%/api:al\\_ice/%".to_owned()));
+    }
+
+    #[test]
+    fn long_tool_results_are_cut_on_a_character() {
+        assert_eq!(cut("héllo", 2), "hé…");
+        assert_eq!(cut("hé", 2), "hé");
+    }
+}

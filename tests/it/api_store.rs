@@ -1,0 +1,120 @@
+//! What the API reads and keeps in the store, on both stores: sessions by who may see them,
+//! their messages paged with the outbox in between, deletion, and webhook posts taken once
+//! however many API processes ask.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use switchboard::provider::ChatMessage;
+use switchboard::store::{Database, RunClaim, RunOutcome, RunStatus};
+use switchboard_channels::api::store::{OutboxEntry, SessionScope};
+use switchboard_channels::contract::{OutboundMessage, Usage};
+
+use crate::stores::on_both_stores;
+
+async fn turn(store: &dyn Database, session: &str, inbound: &str, question: &str) {
+    let RunClaim::New { run_id } = store.claim_run(inbound, session).await.unwrap() else { panic!("not new") };
+    let outcome = RunOutcome {
+        status: RunStatus::Completed,
+        transcript: vec![ChatMessage::user(question), ChatMessage::assistant(format!("re: {question}"), Vec::new())],
+        reply: None,
+        error: None,
+        usage: Usage::new(10, 5),
+        model: "m".into(),
+        cost_usd: None,
+        iterations: 1,
+        billing: None,
+        memory_scope: None,
+    };
+    store.finish_run(&run_id, &outcome).await.unwrap();
+}
+
+fn outbox(id: &str, chat: &str, content: &str, webhook: bool) -> OutboxEntry {
+    let message = OutboundMessage {
+        id: id.into(),
+        channel: "api".into(),
+        chat_id: chat.into(),
+        content: content.into(),
+        ..OutboundMessage::default()
+    };
+    OutboxEntry { message, session_key: format!("api:{chat}"), in_transcript: false, webhook }
+}
+
+on_both_stores! {
+    /// A chat token sees its identity's API chats under every agent, and nothing else.
+    async fn sessions_are_listed_by_who_may_see_them(fresh) {
+        let store = fresh.store.as_ref();
+        for (session, inbound) in [("api:alice/k", "1"), ("helper/api:alice/x", "2"), ("api:alicia/k", "3"), ("telegram:42", "4")] {
+            turn(store, session, inbound, "hi").await;
+        }
+        let scope = SessionScope::ApiChatsUnder("alice/".into());
+        let mut keys: Vec<String> = store.sessions(&scope, None, 50).await.unwrap().into_iter().map(|s| s.key).collect();
+        keys.sort();
+        assert_eq!(keys, ["api:alice/k", "helper/api:alice/x"]);
+        let all = store.sessions(&SessionScope::All, None, 50).await.unwrap();
+        assert_eq!(all.len(), 4);
+        assert!(all.iter().all(|s| s.messages == 2), "{all:?}");
+        // `_` is no wildcard in an identity.
+        let underscore = store.sessions(&SessionScope::ApiChatsUnder("a_ice/".into()), None, 50).await.unwrap();
+        assert!(underscore.is_empty());
+    }
+
+    /// Pages go back in time; outbox lines show between the turns they came between, once.
+    async fn messages_page_back_with_the_outbox_between_the_turns(fresh) {
+        let store = fresh.store.as_ref();
+        turn(store, "api:k", "1", "one").await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        assert!(store.keep_outbound(&outbox("o1", "k", "reminder", false)).await.unwrap());
+        assert!(!store.keep_outbound(&outbox("o1", "k", "reminder", false)).await.unwrap(), "kept twice");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        turn(store, "api:k", "2", "two").await;
+        let page = store.session_messages("api:k", None, 50).await.unwrap();
+        let lines: Vec<(&str, &str)> = page.messages.iter().map(|m| (m.role.as_str(), m.content.as_str())).collect();
+        assert_eq!(lines, [("user", "one"), ("assistant", "re: one"), ("outbox", "reminder"), ("user", "two"), ("assistant", "re: two")]);
+        assert_eq!(page.before, None);
+
+        let newest = store.session_messages("api:k", None, 2).await.unwrap();
+        let contents: Vec<&str> = newest.messages.iter().map(|m| m.content.as_str()).collect();
+        assert_eq!(contents, ["two", "re: two"]);
+        let older = store.session_messages("api:k", newest.before, 2).await.unwrap();
+        let contents: Vec<&str> = older.messages.iter().map(|m| m.content.as_str()).collect();
+        assert_eq!(contents, ["one", "re: one", "reminder"]);
+    }
+
+    /// Deleting a session removes what was said, keeps its runs, and the next turn starts afresh.
+    async fn a_deleted_session_keeps_only_its_runs(fresh) {
+        let store = fresh.store.as_ref();
+        turn(store, "api:k", "1", "secret plan").await;
+        store.keep_outbound(&outbox("o1", "k", "reminder", false)).await.unwrap();
+        assert!(store.delete_session("api:k").await.unwrap());
+        assert!(store.session_messages("api:k", None, 50).await.unwrap().messages.is_empty());
+        assert!(store.history("api:k", 50).await.unwrap().is_empty());
+        assert!(store.sessions(&SessionScope::All, None, 50).await.unwrap().is_empty());
+        assert_eq!(store.runs(Some("api:k"), None, 50).await.unwrap().len(), 1);
+        assert!(!store.delete_session("api:nothing").await.unwrap());
+    }
+
+    /// Two API processes asking for due posts at once take each post once; a retry is due only
+    /// at its time, and a post done is never due again.
+    async fn webhook_posts_are_taken_once(fresh) {
+        let (a, b) = (Arc::clone(&fresh.store), fresh.another().await);
+        for n in 0..10 {
+            a.keep_outbound(&outbox(&format!("o{n}"), "k", "hi", true)).await.unwrap();
+        }
+        a.keep_outbound(&outbox("quiet", "k", "no webhook", false)).await.unwrap();
+        let lease = Duration::from_secs(60);
+        let (first, second) = tokio::join!(a.claim_webhooks(lease, 10), b.claim_webhooks(lease, 10));
+        let mut taken: Vec<i64> = first.unwrap().iter().chain(&second.unwrap()).map(|due| due.seq).collect();
+        taken.sort();
+        let count = taken.len();
+        taken.dedup();
+        assert_eq!((count, taken.len()), (10, 10), "a post was taken twice or not at all");
+        assert!(a.claim_webhooks(lease, 10).await.unwrap().is_empty(), "leased posts are not due");
+
+        a.webhook_outcome(taken[0], None).await.unwrap();
+        a.webhook_outcome(taken[1], Some(Utc::now() - chrono::Duration::seconds(1))).await.unwrap();
+        let again = a.claim_webhooks(lease, 10).await.unwrap();
+        assert_eq!(again.iter().map(|due| (due.seq, due.attempt)).collect::<Vec<_>>(), [(taken[1], 2)]);
+    }
+}
