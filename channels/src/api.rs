@@ -8,9 +8,12 @@
 //! waiting (a reminder, a reply whose client gave up) goes to the [`outbox`].
 
 pub mod access;
+mod compose;
 mod conn;
+mod errors;
 mod exchange;
 mod feed;
+mod guard;
 mod http;
 mod idempotency;
 mod openai;
@@ -18,8 +21,10 @@ mod outbox;
 mod replies;
 mod server;
 mod sessions;
+mod sockets;
 mod state;
 pub mod store;
+mod web;
 mod webhook;
 mod ws;
 
@@ -43,6 +48,7 @@ pub use openai::SESSION_HEADER;
 pub use replies::ReplayCache;
 use replies::Replies;
 pub use server::{ConnectionLimits, MIN_HEADER_BYTES};
+pub use web::openapi_document;
 pub use webhook::{WebhookSettings, signature as webhook_signature};
 pub use ws::PROTOCOL as WEBSOCKET_PROTOCOL;
 
@@ -111,7 +117,7 @@ pub struct ApiChannel {
     replies: Arc<Replies>,
     connections: Arc<Connections>,
     feed: Arc<RunFeed>,
-    sockets: Arc<ws::Sockets>,
+    sockets: Arc<sockets::Sockets>,
 }
 
 impl ApiChannel {
@@ -151,7 +157,7 @@ impl ApiChannel {
         let routing = Routing { replies: Arc::clone(&replies), outbox };
         let router = tokio::spawn(route_replies(deliveries, routing, stop_routing.clone()));
         let limits = settings.limits;
-        let sockets = Arc::new(ws::Sockets::default());
+        let sockets = Arc::new(sockets::Sockets::default());
         let state = state::AppState {
             bus,
             settings,
@@ -202,7 +208,7 @@ pub struct ApiGauges {
     replies: Arc<Replies>,
     connections: Arc<Connections>,
     feed: Arc<RunFeed>,
-    sockets: Arc<ws::Sockets>,
+    sockets: Arc<sockets::Sockets>,
 }
 
 impl ApiGauges {

@@ -206,7 +206,8 @@ async fn each_token_speaks_as_its_identity_within_its_scopes() {
     assert_eq!(post("/v1/chat/completions", Some(HELPER), ask("main")).await.0, 403);
     let (status, body, _) = post("/v1/chat/completions", Some(HELPER), ask("helper")).await;
     assert_eq!((status, body["model"].as_str()), (200, Some("helper")), "{body}");
-    assert_eq!(body["switchboard"]["session_key"], "helper/api:default", "the model did not pick the agent");
+    // The helper agent's session of the token's own chat (`default` under its identity).
+    assert_eq!(body["switchboard"]["session_key"], "helper/api:helper/default", "the model did not pick the agent");
     let models = client.get(daemon.url("/v1/models")).bearer_auth(HELPER).send().await.unwrap();
     assert_eq!(models.json::<Value>().await.unwrap()["data"][0]["id"], "helper", "a token sees only its agents");
 }

@@ -32,4 +32,5 @@ mod systemd_units;
 mod telegram;
 mod tools;
 mod web;
+mod web_chat;
 mod workspace;

@@ -10,8 +10,9 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::errors::{error, error_with};
 use super::replies::{self, Claim, Fingerprint, Replies};
-use super::state::{AppState, error, error_with};
+use super::state::AppState;
 use crate::bus::{BusError, BusExt};
 use crate::contract::{InboundMessage, OutboundMessage, reply};
 

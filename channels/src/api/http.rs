@@ -8,34 +8,52 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Extension, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
+use axum::routing::{MethodRouter, delete, get, post};
 use serde::Deserialize;
 use serde_json::json;
 
 use super::access::{self, Caller};
-use super::replies::Fingerprint;
-use super::state::{AppState, error};
-use super::{CHANNEL, exchange, idempotency, openai, sessions, ws};
-use crate::contract::reply::REPLY_CHANNEL;
-use crate::contract::{ContractError, InboundMessage, MAX_CHAT_ID_BYTES, MAX_SENDER_ID_BYTES, Sender, check_length};
+use super::compose::{keyed, new_message};
+use super::errors::error;
+use super::state::AppState;
+use super::{exchange, guard, openai, sessions, web, ws};
+use crate::contract::{ContractError, MAX_CHAT_ID_BYTES, MAX_SENDER_ID_BYTES, check_length};
+
+/// One route: method, path, handler.
+type Route = (&'static str, &'static str, MethodRouter<Arc<AppState>>);
+
+/// The routes behind a token (when tokens are configured). `/openapi.json` describes each of
+/// them and those of [`open_routes`]; a test holds the two lists to it.
+fn guarded_routes() -> Vec<Route> {
+    vec![
+        ("post", "/v1/messages", post(post_message)),
+        ("post", "/v1/chat/completions", post(openai::chat_completions)),
+        ("get", "/v1/models", get(openai::models)),
+        ("get", "/v1/sessions", get(sessions::list_sessions)),
+        ("delete", "/v1/sessions/{key}", delete(sessions::delete_session)),
+        ("get", "/v1/sessions/{key}/messages", get(sessions::session_messages)),
+        ("get", "/v1/runs", get(sessions::list_runs)),
+        ("get", "/v1/runs/{id}", get(sessions::get_run)),
+        ("get", "/v1/ws", get(ws::websocket)),
+    ]
+}
+
+/// The routes open to everyone: the health check, the web page and the API's description.
+fn open_routes() -> Vec<Route> {
+    let mut routes = web::routes();
+    routes.push(("get", "/healthz", get(healthz)));
+    routes
+}
+
+fn add(router: Router<Arc<AppState>>, routes: Vec<Route>) -> Router<Arc<AppState>> {
+    routes.into_iter().fold(router, |router, (_, path, handler)| router.route(path, handler))
+}
 
 pub(super) fn router(state: Arc<AppState>) -> Router {
     let limit = state.settings.max_body_bytes;
-    // Routes behind a token (when tokens are configured); the health check is not.
-    let guarded = Router::new()
-        .route("/v1/messages", post(post_message))
-        .route("/v1/chat/completions", post(openai::chat_completions))
-        .route("/v1/models", get(openai::models))
-        .route("/v1/sessions", get(sessions::list_sessions))
-        .route("/v1/sessions/{key}", delete(sessions::delete_session))
-        .route("/v1/sessions/{key}/messages", get(sessions::session_messages))
-        .route("/v1/runs", get(sessions::list_runs))
-        .route("/v1/runs/{id}", get(sessions::get_run))
-        .route("/v1/ws", get(ws::websocket))
-        .route_layer(axum::middleware::from_fn_with_state(Arc::clone(&state), access::authenticate));
-    Router::new()
-        .merge(guarded)
-        .route("/healthz", get(healthz))
+    let guarded = add(Router::new(), guarded_routes())
+        .route_layer(axum::middleware::from_fn_with_state(Arc::clone(&state), guard::authenticate));
+    add(Router::new().merge(guarded), open_routes())
         .fallback(|| async { error(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
@@ -113,26 +131,28 @@ async fn post_message(
     }
 }
 
-/// A user message from the API to chat `chat_id`, its replies routed to this process.
-pub(super) fn new_message(state: &AppState, chat_id: &str, sender_id: &str, content: &str) -> InboundMessage {
-    let sender = Sender { id: sender_id.to_owned(), name: sender_id.to_owned(), is_bot: false };
-    let mut msg = InboundMessage::user(CHANNEL, chat_id, sender, content);
-    if let Some(own) = &state.settings.reply_channel {
-        msg.metadata.insert(REPLY_CHANNEL.into(), own.clone().into());
-    }
-    msg
-}
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
 
-/// Applies the request's `Idempotency-Key`, if it has one: the message's id then stands for the
-/// key, and the fingerprint of its content tells a retry from a reuse.
-#[expect(clippy::result_large_err, reason = "the error is the answer to send; one per failed request")]
-pub(super) fn keyed(headers: &HeaderMap, msg: &mut InboundMessage) -> Result<Option<Fingerprint>, Response> {
-    match idempotency::key(headers) {
-        Ok(Some(key)) => {
-            idempotency::apply(msg, &key);
-            Ok(Some(idempotency::fingerprint(&msg.content)))
-        }
-        Ok(None) => Ok(None),
-        Err(text) => Err(error(StatusCode::BAD_REQUEST, "invalid_idempotency_key", &text)),
+    use super::*;
+
+    /// Every route is in `/openapi.json` with its method, and the description has no other.
+    #[test]
+    fn the_openapi_description_matches_the_routes() {
+        let served: BTreeSet<(String, String)> = guarded_routes()
+            .into_iter()
+            .chain(open_routes())
+            .filter(|(_, path, _)| !path.starts_with("/assets/"))
+            .map(|(method, path, _)| (method.to_owned(), path.to_owned()))
+            .collect();
+        let document = web::openapi_document();
+        let described: BTreeSet<(String, String)> = document["paths"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .flat_map(|(path, item)| item.as_object().unwrap().keys().map(move |method| (method.clone(), path.clone())))
+            .collect();
+        assert_eq!(served, described);
     }
 }

@@ -20,9 +20,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::access::{self, Caller};
+use super::compose::{keyed, new_message};
+use super::errors::error;
 use super::exchange;
-use super::http::{keyed, new_message};
-use super::state::{AppState, error};
+use super::state::AppState;
 use crate::contract::{InboundMessage, MAX_CHAT_ID_BYTES, OutboundMessage, Usage, check_length, reply};
 
 /// The header that names the conversation (the API chat id).

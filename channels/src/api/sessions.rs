@@ -16,7 +16,8 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::access::{self, Caller};
-use super::state::{AppState, error};
+use super::errors::error;
+use super::state::AppState;
 use super::store::{ApiStore, ApiStoreError, SessionScope};
 
 /// Most items a page holds; the default is smaller.
@@ -69,19 +70,30 @@ fn scope(caller: &Caller) -> SessionScope {
     if caller.scopes.admin { SessionScope::All } else { SessionScope::ApiChatsUnder(caller.chat_prefix()) }
 }
 
+/// A session key's agent and the rest: `<agent>/<channel>:<chat>` for agents other than
+/// `main` (agent names have no `/` or `:`).
+fn split_agent(key: &str) -> (&str, &str) {
+    match key.split_once('/') {
+        Some((agent, rest)) if !agent.contains(':') => (agent, rest),
+        _ => ("main", key),
+    }
+}
+
 /// Whether `caller` may see session `key`.
 fn may_see(caller: &Caller, key: &str) -> bool {
     match scope(caller) {
         SessionScope::All => true,
         SessionScope::ApiChatsUnder(prefix) => {
-            // `<agent>/api:<chat>` for agents other than `main`; agent names have no `/`.
-            let base = match key.split_once('/') {
-                Some((agent, rest)) if !agent.contains(':') => rest,
-                _ => key,
-            };
-            base.strip_prefix("api:").is_some_and(|chat| chat.starts_with(&prefix))
+            split_agent(key).1.strip_prefix("api:").is_some_and(|chat| chat.starts_with(&prefix))
         }
     }
+}
+
+/// The API chat id of session `key` as `caller` names it (without a chat token's prefix);
+/// `None` for another channel's session.
+fn chat_of<'a>(caller: &Caller, key: &'a str) -> Option<&'a str> {
+    let chat = split_agent(key).1.strip_prefix("api:")?;
+    if caller.scopes.admin { Some(chat) } else { chat.strip_prefix(&caller.chat_prefix()) }
 }
 
 fn store_of(state: &AppState) -> Result<&Arc<dyn ApiStore>, Response> {
@@ -101,7 +113,16 @@ pub(super) async fn list_sessions(
     match store.sessions(&scope(&caller), before, limit).await {
         Ok(sessions) => {
             let next = (sessions.len() == limit).then(|| sessions.last().map(|s| s.updated_at)).flatten();
-            axum::Json(json!({"sessions": sessions, "next_before": next})).into_response()
+            let listed: Vec<_> = sessions
+                .iter()
+                .map(|session| {
+                    let mut listed = json!(session);
+                    listed["chat_id"] = json!(chat_of(&caller, &session.key));
+                    listed["agent"] = json!(split_agent(&session.key).0);
+                    listed
+                })
+                .collect();
+            axum::Json(json!({"sessions": listed, "next_before": next})).into_response()
         }
         Err(err) => store_failed(&err),
     }
@@ -220,5 +241,8 @@ mod tests {
         for key in ["api:alicia/x", "api:bob/alice/x", "telegram:alice/x", "api:alice", "helper/api:bob/x"] {
             assert!(!may_see(&alice, key), "{key}");
         }
+        assert_eq!(chat_of(&alice, "helper/api:alice/kitchen"), Some("kitchen"));
+        assert_eq!(split_agent("helper/api:alice/kitchen").0, "helper");
+        assert_eq!(split_agent("api:alice/kitchen").0, "main");
     }
 }

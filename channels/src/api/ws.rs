@@ -12,7 +12,6 @@ mod frames;
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
@@ -26,7 +25,8 @@ use tokio::sync::{broadcast, mpsc};
 use tokio::time::Instant;
 
 use super::access::Caller;
-use super::state::{AppState, error};
+use super::errors::error;
+use super::state::AppState;
 use frames::ClientFrame;
 
 /// The subprotocol a socket speaks; a browser names it, with its token as a second one
@@ -42,32 +42,6 @@ const OWN_FRAMES: usize = 64;
 /// Close codes (RFC 6455, 7.4.1).
 const GOING_AWAY: u16 = 1001;
 const POLICY: u16 = 1008;
-
-/// Open WebSockets, held to a limit.
-#[derive(Debug, Default)]
-pub(super) struct Sockets {
-    open: AtomicUsize,
-}
-
-impl Sockets {
-    pub(super) fn open(&self) -> usize {
-        self.open.load(Ordering::Relaxed)
-    }
-
-    fn admit(self: &Arc<Self>, max: usize) -> Option<SocketSlot> {
-        let admitted = self.open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1));
-        admitted.is_ok().then(|| SocketSlot(Arc::clone(self)))
-    }
-}
-
-/// One admitted socket; frees its place when dropped.
-struct SocketSlot(Arc<Sockets>);
-
-impl Drop for SocketSlot {
-    fn drop(&mut self) {
-        self.0.open.fetch_sub(1, Ordering::AcqRel);
-    }
-}
 
 pub(super) async fn websocket(
     State(state): State<Arc<AppState>>,

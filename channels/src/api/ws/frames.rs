@@ -10,8 +10,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::api::access::Caller;
+use crate::api::compose::new_message;
 use crate::api::exchange::{self, Sent};
-use crate::api::http::new_message;
 use crate::api::openai::resolve_agent;
 use crate::api::state::AppState;
 use crate::contract::{InboundMessage, MAX_CHAT_ID_BYTES, OutboundMessage, RunEvent, check_length, reply};
