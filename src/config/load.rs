@@ -77,8 +77,8 @@ pub(super) fn load_text(file: Option<(PathBuf, String)>, env: &HashMap<String, S
 /// Defaults plus a value for every `Option` field (which serializes to nothing when `None`):
 /// the full set of keys with their types, for resolving env overrides. A new `Option` field
 /// must be given a value here to be settable from the environment. Maps with names the user
-/// chooses (`providers`, `prices`, `users.groups`) get one entry named [`env::ANY_NAME`], which stands for any
-/// name.
+/// chooses (`providers`, `prices`, `users.groups`, `channels.api.tokens`) get one entry named
+/// [`env::ANY_NAME`], which stands for any name.
 pub(super) fn schema_sample() -> Config {
     let any = || env::ANY_NAME.to_owned();
     Config {
@@ -99,6 +99,13 @@ pub(super) fn schema_sample() -> Config {
         users: super::UsersConfig {
             groups: [(any(), super::GroupAccessConfig::default())].into(),
             ..super::UsersConfig::default()
+        },
+        channels: super::ChannelsConfig {
+            api: super::ApiChannelConfig {
+                tokens: [(any(), super::ApiTokenConfig::default())].into(),
+                ..super::ApiChannelConfig::default()
+            },
+            ..super::ChannelsConfig::default()
         },
         ..Config::default()
     }

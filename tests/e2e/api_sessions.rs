@@ -149,7 +149,7 @@ async fn sessions_and_runs_read_back_what_was_said_to_whom_may_read_it() {
 
 /// A WebSocket of `token`, speaking the `switchboard` subprotocol with the token as a second
 /// one, as a browser does.
-async fn socket(
+pub(crate) async fn socket(
     daemon: &Daemon,
     token: &str,
 ) -> tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>> {
@@ -163,7 +163,7 @@ async fn socket(
 }
 
 /// The next JSON frame, within `within`.
-async fn next_frame<S>(socket: &mut S, within: Duration) -> Value
+pub(crate) async fn next_frame<S>(socket: &mut S, within: Duration) -> Value
 where
     S: futures_util::Stream<Item = Result<Message, tokio_tungstenite::tungstenite::Error>> + Unpin,
 {
@@ -176,7 +176,7 @@ where
 }
 
 /// Frames until one of type `wanted`, all of them.
-async fn frames_until<S>(socket: &mut S, wanted: &str) -> Vec<Value>
+pub(crate) async fn frames_until<S>(socket: &mut S, wanted: &str) -> Vec<Value>
 where
     S: futures_util::Stream<Item = Result<Message, tokio_tungstenite::tungstenite::Error>> + Unpin,
 {
@@ -286,4 +286,71 @@ async fn a_message_nobody_waits_for_reaches_the_socket_the_session_and_the_webho
     let body: Value = serde_json::from_str(body).unwrap();
     assert_eq!((body["chat_id"].as_str(), body["content"].as_str()), (Some("alice/kitchen"), Some("dinner is ready")));
     assert_eq!(headers["x-switchboard-delivery"].to_str().unwrap(), body["id"].as_str().unwrap());
+}
+
+/// A client that stops reading is disconnected instead of being buffered for: 150 answers of
+/// 20 KB each stream into its chats while it reads nothing; the daemon keeps answering, closes
+/// the socket, and its memory stays within what its shared event buffer holds.
+#[tokio::test]
+async fn a_websocket_that_stops_reading_is_closed_and_costs_no_memory() {
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), None);
+    // 150 turns in a minute are beyond a new sender's (a guest's) monthly tokens and the token's
+    // request rate: lift both for this test.
+    let mut daemon = Launch::new(dir.path(), "run", &["run", "--config", &config])
+        .llm(&llm.base_url())
+        .env("SWITCHBOARD_BUDGETS__GUEST", "0")
+        .env("SWITCHBOARD_CHANNELS__API__TOKENS__ALICE__REQUESTS_PER_MINUTE", "0")
+        .spawn();
+    daemon.wait_healthy().await;
+    let api = Api { daemon: &daemon, client: reqwest::Client::new() };
+    // A small receive buffer, so the daemon's writes back up soon.
+    let tcp = tokio::net::TcpSocket::new_v4().unwrap();
+    tcp.set_recv_buffer_size(4096).unwrap();
+    let stream = tcp.connect(format!("127.0.0.1:{}", daemon.port).parse().unwrap()).await.unwrap();
+    let mut request = format!("ws://127.0.0.1:{}/v1/ws", daemon.port).into_client_request().unwrap();
+    request.headers_mut().insert("sec-websocket-protocol", format!("switchboard, bearer.{ALICE}").parse().unwrap());
+    let (mut slow, _) = tokio_tungstenite::client_async(request, stream).await.unwrap();
+    const TURNS: usize = 150;
+    // One chat a turn, so no history grows (and no compaction asks the model in between).
+    for n in 0..TURNS {
+        let subscribe = json!({"type": "subscribe", "chat_id": format!("k{n}")});
+        slow.send(Message::Text(subscribe.to_string().into())).await.unwrap();
+    }
+    api.say(ALICE, "warm-up", "warm up").await;
+    let before = daemon.rss_kib();
+
+    let answer = "word ".repeat(4000);
+    for n in 0..TURNS {
+        llm.push(Scripted::Text(format!("{n} {answer}")));
+        let reply = api.say(ALICE, &format!("k{n}"), &format!("turn {n}")).await;
+        assert!(reply["reply"].as_str().unwrap().starts_with(&format!("{n} ")), "{}", &reply.to_string()[..200]);
+    }
+    let grown_mib = daemon.rss_kib().saturating_sub(before) / 1024;
+
+    // Now it reads: what was buffered, then the end, before every answer came through.
+    // The daemon gives up on it once a frame has waited 10 s to go out.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !daemon.logs().contains("too slow") {
+        assert!(tokio::time::Instant::now() < deadline, "the slow socket was never closed\n{}", daemon.logs());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut completed = 0;
+    let ended = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(Ok(message)) = slow.next().await {
+            match message {
+                Message::Text(text) if text.contains("\"run.completed\"") => completed += 1,
+                Message::Close(frame) => return frame.map(|f| u16::from(f.code)),
+                _ => {}
+            }
+        }
+        None
+    })
+    .await
+    .expect("the slow socket did not end");
+    assert!(completed < TURNS, "the slow socket got all {completed} answers: nothing was cut off");
+    assert!(matches!(ended, None | Some(1008)), "closed with {ended:?}");
+    assert!(grown_mib < 64, "the daemon grew by {grown_mib} MiB while a client did not read");
+    eprintln!("slow socket: {completed} of {TURNS} answers before it was closed ({ended:?}); RSS grew {grown_mib} MiB");
 }

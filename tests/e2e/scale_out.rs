@@ -278,3 +278,48 @@ async fn two_api_processes_each_get_the_replies_to_their_own_requests() {
         assert!(!process.logs().contains("nobody waiting"), "{}", process.logs());
     }
 }
+
+/// Two `channel api` processes on one bus: a message for an API chat that no request waits for
+/// is kept by whichever process takes it, and a WebSocket on either process shows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outbox_message_reaches_a_websocket_on_either_api_process() {
+    use futures_util::SinkExt;
+    use tokio_tungstenite::tungstenite::Message;
+
+    let nats = NatsServer::start().await;
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Launch::new(dir.path(), "agent", &["agent", "--nats", &nats.url()])
+        .llm(&llm.base_url())
+        // The API's caller (`api`, no tokens) may use the `message` tool.
+        .env("SWITCHBOARD_USERS__OWNERS", "[\"api:api\"]")
+        .spawn();
+    agent.wait_for_log("worker started").await;
+    let api = |name| Launch::new(dir.path(), name, &["channel", "api", "--nats", &nats.url()]).spawn();
+    let (mut first, mut second) = (api("api-1"), api("api-2"));
+    first.wait_healthy().await;
+    second.wait_healthy().await;
+    let mut socket = crate::api_sessions::socket(&second, "none").await;
+    socket.send(Message::Text(json!({"type": "subscribe", "chat_id": "family"}).to_string().into())).await.unwrap();
+    crate::api_sessions::frames_until(&mut socket, "subscribed").await;
+
+    const NOTES: usize = 6;
+    for n in 0..NOTES {
+        let note = json!({"content": format!("note {n}"), "target": "api:family"});
+        llm.push_when(&format!("send note {n}"), Scripted::ToolCalls(vec![("message".into(), note)]));
+        let body = json!({"chat_id": "ops", "content": format!("send note {n}")});
+        let response = reqwest::Client::new().post(first.url("/v1/messages")).json(&body).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+    }
+    let mut notes = Vec::new();
+    while notes.len() < NOTES {
+        let frame = crate::api_sessions::next_frame(&mut socket, Duration::from_secs(20)).await;
+        if frame["type"] == "message" {
+            notes.push(frame["content"].as_str().unwrap().to_owned());
+        }
+    }
+    notes.sort();
+    assert_eq!(notes, (0..NOTES).map(|n| format!("note {n}")).collect::<Vec<_>>());
+    let kept = [&first, &second].iter().map(|p| p.logs().matches("kept in the outbox").count()).sum::<usize>();
+    assert_eq!(kept, NOTES, "each note kept once, by one of the processes");
+}

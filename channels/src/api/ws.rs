@@ -122,7 +122,7 @@ async fn serve(state: Arc<AppState>, caller: Caller, socket: WebSocket) {
         }
     };
     if let Ended::Close(code, reason) = ended {
-        tracing::debug!(code, %reason, "API WebSocket closed by the server");
+        tracing::info!(code, %reason, token = conn.caller.token.as_deref().unwrap_or("-"), "API WebSocket closed by the server");
         let close = Message::Close(Some(CloseFrame { code, reason: reason.into() }));
         let _ = send(&mut sink, close).await;
     }
