@@ -393,7 +393,8 @@ fn example_file_documents_every_key() {
 
 /// `section.key` for every line `key = …` or `# key = …` of the example; a commented
 /// `# [providers.NAME]` section counts too, as the schema's `providers.*` (and a commented
-/// `# [users.groups."<group>"]` as `users.groups.*`), and a commented
+/// `# [users.groups."<group>"]` as `users.groups.*`, a `# [channels.api.tokens.NAME]` as
+/// `channels.api.tokens.*`), and a commented
 /// `# [[bindings]]` as the keys of the schema's one sample binding.
 fn example_keys() -> BTreeSet<String> {
     let mut section = String::new();
@@ -414,10 +415,12 @@ fn example_keys() -> BTreeSet<String> {
                 },
                 // `users.groups."telegram:-100…"`: the quoted group name stands for any.
                 Some(("users", rest)) if rest.starts_with("groups.") => "users.groups.*.".to_owned(),
+                // `channels.api.tokens.NAME`: the token's name stands for any.
+                Some(("channels", rest)) if rest.starts_with("api.tokens.") => "channels.api.tokens.*.".to_owned(),
                 _ => format!("{name}."),
             };
         } else if let Some((key, _)) = line.trim_start_matches("# ").split_once(" = ")
-            && key.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+            && key.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
         {
             keys.insert(format!("{section}{key}"));
         }

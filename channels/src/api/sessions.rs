@@ -100,6 +100,15 @@ fn store_of(state: &AppState) -> Result<&Arc<dyn ApiStore>, Response> {
     state.store.as_ref().ok_or_else(no_store)
 }
 
+/// The store to read session `key` from, when `caller` may see it (404 when not: a token
+/// learns nothing of others' sessions).
+fn session_store<'a>(state: &'a AppState, caller: &Caller, key: &str) -> Result<&'a Arc<dyn ApiStore>, Response> {
+    if !may_see(caller, key) {
+        return Err(not_found("no such session among those this token may read"));
+    }
+    store_of(state)
+}
+
 pub(super) async fn list_sessions(
     State(state): State<Arc<AppState>>,
     Extension(caller): Extension<Caller>,
@@ -134,13 +143,10 @@ pub(super) async fn session_messages(
     Path(key): Path<String>,
     Query(query): Query<PageQuery>,
 ) -> Response {
-    let store = match store_of(&state) {
+    let store = match session_store(&state, &caller, &key) {
         Ok(store) => store,
         Err(response) => return response,
     };
-    if !may_see(&caller, &key) {
-        return not_found("no such session among those this token may read");
-    }
     let before = match query.before.as_deref().map(str::parse::<i64>).transpose() {
         Ok(before) => before,
         Err(_) => return bad_query("before must be a message position, as the page's `before` gives it"),
@@ -158,13 +164,10 @@ pub(super) async fn delete_session(
     Extension(caller): Extension<Caller>,
     Path(key): Path<String>,
 ) -> Response {
-    let store = match store_of(&state) {
+    let store = match session_store(&state, &caller, &key) {
         Ok(store) => store,
         Err(response) => return response,
     };
-    if !may_see(&caller, &key) {
-        return not_found("no such session among those this token may read");
-    }
     match store.delete_session(&key).await {
         Ok(true) => {
             tracing::info!(session_key = %key, token = caller.token.as_deref().unwrap_or("-"), "session deleted through the API");
