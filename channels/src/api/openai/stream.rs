@@ -1,6 +1,7 @@
 //! `stream: true`: the answer as server-sent events in OpenAI's chunk shape, the text as the
-//! model writes it (from the run's `chunk` events), then a chunk with `finish_reason` and the
-//! usage, a usage-only chunk when `stream_options.include_usage` asks for it, and `[DONE]`.
+//! model writes it (from the run's `chunk` events), then a chunk with `finish_reason`, a
+//! usage-only chunk when `stream_options.include_usage` asks for it (else the usage rides on
+//! the finish chunk), and `[DONE]`.
 //!
 //! Run events are best effort; the reply is not. When the reply arrives, whatever of it the
 //! events did not carry is sent before the stream ends, so the client always ends up with the
@@ -118,7 +119,9 @@ impl Writer {
         }
         let usage = usage_json(reply);
         let mut last = self.chunk(json!({}), Some("stop"));
-        last["usage"] = usage.clone();
+        // Usage once: in its own chunk when asked for (as OpenAI sends it; clients that add up
+        // the usage of every chunk would count it twice otherwise), else on the finish chunk.
+        last["usage"] = if self.completion.include_usage { Value::Null } else { usage.clone() };
         last["switchboard"] = switchboard_fields(&self.msg, reply);
         if !self.send(last).await {
             return;
