@@ -87,6 +87,7 @@ pub async fn examine(config: &Config) -> Vec<Finding> {
         }
         Err(err) => findings.push(Finding::bad(Status::Fail, "model", err.to_string(), "see config.example.toml")),
     }
+    findings.push(api(config));
     findings.push(telegram(config).await);
     findings.push(discord(config).await);
     findings.extend(workspaces(config));
@@ -250,6 +251,28 @@ fn models_finding(check: &str, base: &str, model: &str, list: Option<serde_json:
     }
     let plural = if ids.len() == 1 { "" } else { "s" };
     Finding::ok(check, format!("{base}: reachable, key accepted, {} model{plural} listed", ids.len()))
+}
+
+/// Who may reach the API, as the daemon will serve it.
+fn api(config: &Config) -> Finding {
+    let api = &config.channels.api;
+    if !api.enabled {
+        return Finding::skip("api", "not enabled");
+    }
+    let tokens = api.tokens.len() + usize::from(!api.token.is_empty());
+    let fix =
+        "make a token with `switchboard api-token NAME` and add it to channels.api.tokens, or listen on 127.0.0.1";
+    if api.unguarded_beyond_loopback() {
+        let detail =
+            format!("would listen on {} beyond this machine with no token: the daemon refuses to start", api.listen);
+        return Finding::bad(Status::Fail, "api", detail, fix);
+    }
+    if !api.listen.ip().is_loopback() && tokens == 0 {
+        let detail = format!("{} open to every caller (allow_unauthenticated = true)", api.listen);
+        return Finding::bad(Status::Warn, "api", detail, fix);
+    }
+    let who = if tokens == 0 { "no tokens: this machine only".to_owned() } else { format!("{tokens} token(s)") };
+    Finding::ok("api", format!("http://{}/ ({who})", api.listen))
 }
 
 /// `getMe`, as the channel does at start.

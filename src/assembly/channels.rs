@@ -148,10 +148,8 @@ impl Assembly {
         let delivery = self.delivery_policy(store);
         Ok(match kind {
             ChannelKind::Api => {
-                let api = &config.channels.api;
-                let guarded = !api.tokens.is_empty() || !api.token.is_empty();
-                if !api.listen.ip().is_loopback() && !guarded && !api.allow_unauthenticated {
-                    return Err(AssemblyError::ApiUnguarded(api.listen));
+                if config.channels.api.unguarded_beyond_loopback() {
+                    return Err(AssemblyError::ApiUnguarded(config.channels.api.listen));
                 }
                 warn_if_descriptors_short(config.channels.api.max_connections);
                 let store = store.map(|store| Arc::clone(store) as Arc<dyn ApiStore>);

@@ -88,6 +88,19 @@ impl ApiChannelConfig {
     }
 }
 
+impl ApiChannelConfig {
+    /// Whether any token guards the API (a named one, or the plain `token`).
+    pub fn has_tokens(&self) -> bool {
+        !self.tokens.is_empty() || !self.token.is_empty()
+    }
+
+    /// It would listen beyond loopback with no token and no explicit permission: refused at
+    /// start, reported by `doctor`.
+    pub fn unguarded_beyond_loopback(&self) -> bool {
+        !self.listen.ip().is_loopback() && !self.has_tokens() && !self.allow_unauthenticated
+    }
+}
+
 /// `[channels.api.tokens.<name>]`: one bearer token.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]

@@ -211,6 +211,16 @@ async fn each_token_speaks_as_its_identity_within_its_scopes() {
     assert_eq!(body["switchboard"]["session_key"], "helper/api:helper/default", "the model did not pick the agent");
     let models = client.get(daemon.url("/v1/models")).bearer_auth(HELPER).send().await.unwrap();
     assert_eq!(models.json::<Value>().await.unwrap()["data"][0]["id"], "helper", "a token sees only its agents");
+
+    // Two requests a minute: the third waits about 30 s for the bucket to refill.
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        let response = client.get(daemon.url("/v1/models")).bearer_auth(LIMITED).send().await.unwrap();
+        let retry_after = response.headers().get("retry-after").map(|v| v.to_str().unwrap().parse::<u64>().unwrap());
+        statuses.push((response.status().as_u16(), retry_after));
+    }
+    assert_eq!(&statuses[..2], [(200, None), (200, None)]);
+    assert!(matches!(statuses[2], (429, Some(secs)) if (25..=30).contains(&secs)), "{statuses:?}");
 }
 
 /// Listening beyond loopback with no token is refused at start, with what to do.

@@ -58,6 +58,7 @@ async fn every_check_passes_against_working_peers() {
     assert!(line(&report, "model openai/fake-model").contains("key accepted, 1 model listed"), "{report}");
     assert!(line(&report, "telegram").contains("@switchboard_test_bot"), "{report}");
     assert!(line(&report, "discord").starts_with("ok"), "{report}");
+    assert!(line(&report, "api").contains("no tokens: this machine only"), "{report}");
     assert!(line(&report, "workspace").contains("every bootstrap file"), "{report}");
     assert!(!report.contains("FAIL") && !report.contains("sk-test-secret"), "{report}");
     assert!(!report.contains(FakeTelegram::TOKEN) && !report.contains(FakeDiscord::TOKEN), "{report}");
@@ -81,10 +82,13 @@ async fn each_broken_part_is_named_with_what_to_do_and_fails_the_command() {
             ("SWITCHBOARD_STORE__DATABASE_URL", &format!("postgres://postgres@127.0.0.1:{closed}/x")),
             ("TELEGRAM_BOT_TOKEN", "123:not-the-token"),
             ("SWITCHBOARD_CHANNELS__TELEGRAM__API_URL", &telegram.api_url()),
+            ("SWITCHBOARD_CHANNELS__API__LISTEN", "0.0.0.0:8787"),
         ]),
     )
     .await;
     assert!(!ok, "{report}");
+    let api = line(&report, "api");
+    assert!(api.starts_with("FAIL") && api.contains("-> make a token with `switchboard api-token NAME`"), "{report}");
     assert!(stderr.contains("checks failed"), "{stderr}");
     let store = line(&report, "store");
     assert!(store.starts_with("FAIL") && store.contains("-> check store.database_url"), "{report}");
