@@ -16,10 +16,13 @@ pub enum QueueMode {
     Interrupt,
     /// It is added to the running turn before its next model call.
     Steer,
+    /// It is not kept: the chat hears once that it was dropped, and sends it again later.
+    Drop,
 }
 
 impl QueueMode {
-    pub const ALL: [QueueMode; 4] = [QueueMode::Followup, QueueMode::Collect, QueueMode::Interrupt, QueueMode::Steer];
+    pub const ALL: [QueueMode; 5] =
+        [QueueMode::Followup, QueueMode::Collect, QueueMode::Interrupt, QueueMode::Steer, QueueMode::Drop];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -27,7 +30,13 @@ impl QueueMode {
             QueueMode::Collect => "collect",
             QueueMode::Interrupt => "interrupt",
             QueueMode::Steer => "steer",
+            QueueMode::Drop => "drop",
         }
+    }
+
+    /// Every mode's name, for messages: `followup, collect, …`.
+    pub fn names() -> String {
+        QueueMode::ALL.map(QueueMode::as_str).join(", ")
     }
 
     pub fn parse(name: &str) -> Option<QueueMode> {

@@ -1,4 +1,4 @@
-//! Chat commands (`/new`, `/stop`, `/status`, `/usage`, `/help`, `/queue`): handled when they arrive,
+//! Chat commands (`/new` or `/reset`, `/stop`, `/status`, `/usage`, `/help`, `/queue`): handled when they arrive,
 //! not behind the session's running turn, and answered with a `notice`.
 //!
 //! A command is recorded like a run (claimed by its inbound id, finished with its answer), so
@@ -39,7 +39,7 @@ pub(super) enum Command {
 pub(super) fn parse(content: &str) -> Option<Command> {
     let (name, mut args) = commands::split(content)?;
     Some(match commands::find(name)?.name {
-        "new" => Command::New,
+        "new" | "reset" => Command::New,
         "stop" => Command::Stop,
         "status" => Command::Status,
         "usage" => Command::Usage,
@@ -88,7 +88,7 @@ async fn execute(shared: &Shared, job: &Job, key: &str, command: Command) -> Res
         }
         Command::Queue(None) => {
             let mode = current_mode(shared, key).await?;
-            format!("Queue mode: {}. Modes: followup, collect, interrupt, steer.", mode.as_str())
+            format!("Queue mode: {}. Modes: {}.", mode.as_str(), QueueMode::names())
         }
         Command::Queue(Some(name)) => match QueueMode::parse(&name) {
             Some(mode) => {
@@ -96,7 +96,7 @@ async fn execute(shared: &Shared, job: &Job, key: &str, command: Command) -> Res
                 set_mode(shared, key, mode);
                 format!("Queue mode set to {}.", mode.as_str())
             }
-            None => format!("Unknown queue mode {name:?}. Modes: followup, collect, interrupt, steer."),
+            None => format!("Unknown queue mode {name:?}. Modes: {}.", QueueMode::names()),
         },
     })
 }
@@ -196,6 +196,7 @@ mod tests {
     #[test]
     fn commands_are_read_with_or_without_the_bot_name() {
         assert_eq!(parse("/stop"), Some(Command::Stop));
+        assert_eq!(parse("/reset"), Some(Command::New));
         assert_eq!(parse("  /new@switchboard_bot"), Some(Command::New));
         assert_eq!(parse("/queue collect"), Some(Command::Queue(Some("collect".into()))));
         assert_eq!(parse("/Status"), Some(Command::Status));

@@ -1,7 +1,7 @@
-//! A full queue, said once and truthfully.
+//! A message not kept, said once and truthfully.
 //!
-//! A message that would start a turn beyond `max_queue_depth` is not kept: its outcome is
-//! stored (no turn) and it is acked. The chat hears about it once per busy spell: the spell's
+//! A message that would start a turn beyond `max_queue_depth`, or that arrives during a turn in
+//! `drop` mode, is not kept: its outcome is stored (no turn) and it is acked. The chat hears about it once per busy spell: the spell's
 //! first message not kept is held until the chat has been quiet for a moment, then answered
 //! with one notice quoting every message not kept since, so the senders know what to send
 //! again. A notice per message would be noise, and "please wait" would promise an answer
@@ -17,7 +17,16 @@ use super::job::Job;
 use super::{Shared, settle};
 
 /// Why a message not kept was settled without a turn (logged and stored with its run).
-pub(super) const NOT_KEPT: &str = "not kept: the session's queue was full";
+pub(super) const NOT_KEPT: &str = "not kept: the session was busy (queue full, or drop mode)";
+
+/// Why a message is not kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Reason {
+    /// `max_queue_depth` turns wait already.
+    QueueFull,
+    /// `drop` mode: nothing is kept while a turn runs.
+    Busy,
+}
 
 /// Quiet time before the notice goes out, unless debouncing waits longer.
 const MIN_QUIET: Duration = Duration::from_secs(1);
@@ -33,14 +42,16 @@ pub(super) struct NotKept {
     sender: String,
     is_group: bool,
     text: String,
+    reason: Reason,
 }
 
 /// Records a message the queue cannot take. True when it is the first since the chat was last
 /// told: the caller then hands it to [`notify`]. Called under the sessions lock.
-pub(super) fn note(shared: &Shared, key: &str, msg: &InboundMessage) -> bool {
+pub(super) fn note(shared: &Shared, key: &str, msg: &InboundMessage, reason: Reason) -> bool {
     let mut overflow = shared.overflow.lock().unwrap_or_else(PoisonError::into_inner);
     let not_kept = overflow.entry(key.to_owned()).or_default();
-    not_kept.push(NotKept { sender: msg.sender.name.clone(), is_group: msg.is_group, text: quote(&msg.content) });
+    let text = quote(&msg.content);
+    not_kept.push(NotKept { sender: msg.sender.name.clone(), is_group: msg.is_group, text, reason });
     not_kept.len() == 1
 }
 
@@ -89,10 +100,12 @@ fn notice(not_kept: &[NotKept]) -> String {
     if more > 0 {
         list.push_str(&format!(" and {more} more"));
     }
-    format!(
-        "Too many messages were waiting, so I did not keep {} of them: {list}. Send again what you still need answered.",
-        not_kept.len()
-    )
+    let why = if not_kept.iter().all(|msg| msg.reason == Reason::Busy) {
+        "I was busy answering (this chat drops messages meanwhile: /queue)"
+    } else {
+        "Too many messages were waiting"
+    };
+    format!("{why}, so I did not keep {} of them: {list}. Send again what you still need answered.", not_kept.len())
 }
 
 /// The start of a message's text on one line, marked when cut.
@@ -113,7 +126,7 @@ mod tests {
     use super::*;
 
     fn not_kept(sender: &str, is_group: bool, text: &str) -> NotKept {
-        NotKept { sender: sender.into(), is_group, text: quote(text) }
+        NotKept { sender: sender.into(), is_group, text: quote(text), reason: Reason::QueueFull }
     }
 
     #[test]
@@ -129,6 +142,12 @@ mod tests {
         assert!(text.contains("did not keep 7 of them: Bob: \"question 1\", "), "{text}");
         assert!(text.contains("Bob: \"question 5\" and 2 more."), "{text}");
         assert!(!text.contains("question 6"), "{text}");
+    }
+
+    #[test]
+    fn in_drop_mode_the_notice_says_the_chat_was_busy() {
+        let busy = [NotKept { reason: Reason::Busy, ..not_kept("Ann", false, "and another thing") }];
+        assert!(notice(&busy).starts_with("I was busy answering (this chat drops messages meanwhile: /queue), so I did not keep 1 of them: \"and another thing\"."));
     }
 
     #[test]

@@ -91,6 +91,13 @@ pub(super) enum Placed {
     Interrupted(Vec<Job>),
 }
 
+/// Whether a message that finds its session busy is kept: not in `drop` mode, nor beyond the
+/// queue's depth. Either way the chat is told once per busy spell (see `overflow`).
+fn not_kept(shared: &Shared, key: &str, job: Job, reason: overflow::Reason) -> Placed {
+    let first = overflow::note(shared, key, &job.msg, reason);
+    Placed::Full { job: Box::new(job), first }
+}
+
 /// Decides what happens to `job` in its session. Called by the intake loop in arrival order.
 pub(super) fn place(shared: &Shared, key: &str, job: Job) -> Placed {
     let mut sessions = shared.sessions.lock().unwrap_or_else(PoisonError::into_inner);
@@ -111,14 +118,16 @@ pub(super) fn place(shared: &Shared, key: &str, job: Job) -> Placed {
         session.queue.push_back(job);
         return Placed::Interrupted(dropped);
     }
+    if session.active.is_some() && session.mode == QueueMode::Drop {
+        return not_kept(shared, key, job, overflow::Reason::Busy);
+    }
     // Turns, not messages, are counted: a message joining the last waiting turn (the same
     // sender's burst, or anything in `collect`) costs nothing, so a burst is never cut short.
     let steered = session.active.as_ref().map_or(0, |active| active.steered.len());
     session.queue.push_back(job);
     if batching(shared, session.mode).turns(&session.queue) + steered > queue_settings.max_depth.max(1) {
         let Some(job) = session.queue.pop_back() else { return Placed::Queued };
-        let first = overflow::note(shared, key, &job.msg);
-        return Placed::Full { job: Box::new(job), first };
+        return not_kept(shared, key, job, overflow::Reason::QueueFull);
     }
     // A voice note to transcribe waits for a turn of its own: transcribing is async work this
     // lock cannot wait for, and steered in it would reach the model as a path only.

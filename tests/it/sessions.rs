@@ -197,14 +197,35 @@ async fn interrupt_cancels_and_answers_only_the_newest() {
 }
 
 #[tokio::test]
+async fn drop_answers_the_running_turn_and_says_once_what_it_did_not_keep() {
+    let (h, mut out) = harness(queue(QueueMode::Drop), vec![slow(1500, "the essay")]).await;
+    h.bus.publish_inbound(&msg("d", "write an essay")).await.unwrap();
+    h.llm.wait_for_requests(1, Duration::from_secs(5)).await;
+    h.bus.publish_inbound(&msg("d", "and another thing")).await.unwrap();
+    h.bus.publish_inbound(&msg("d", "hurry up")).await.unwrap();
+    let mut replies = vec![next_reply(&mut out).await, next_reply(&mut out).await];
+    replies.sort_by_key(|reply| reply.kind == OutboundKind::Notice);
+    assert_eq!(replies[0].content, "the essay");
+    let notice = &replies[1];
+    assert_eq!(notice.kind, OutboundKind::Notice);
+    assert!(notice.content.starts_with("I was busy answering"), "{}", notice.content);
+    assert!(notice.content.contains("\"and another thing\", \"hurry up\""), "{}", notice.content);
+    no_more_replies(&mut out, Duration::from_millis(500)).await;
+    assert_eq!(h.llm.requests().len(), 1, "a dropped message reached the model");
+}
+
+#[tokio::test]
 async fn queue_mode_is_set_per_session_by_command() {
     let (h, mut out) = harness(WorkerSettings::default(), vec![]).await;
     h.bus.publish_inbound(&msg("q", "/queue collect")).await.unwrap();
     assert_eq!(next_reply(&mut out).await.content, "Queue mode set to collect.");
     h.bus.publish_inbound(&msg("q", "/queue")).await.unwrap();
     assert!(next_reply(&mut out).await.content.starts_with("Queue mode: collect."));
+    h.bus.publish_inbound(&msg("q", "/queue drop")).await.unwrap();
+    assert_eq!(next_reply(&mut out).await.content, "Queue mode set to drop.");
     h.bus.publish_inbound(&msg("q", "/help")).await.unwrap();
-    assert!(next_reply(&mut out).await.content.contains("/stop"));
+    let help = next_reply(&mut out).await.content;
+    assert!(help.contains("/stop") && help.contains("/reset: the same as /new"), "{help}");
 }
 
 #[tokio::test]

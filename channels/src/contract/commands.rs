@@ -16,12 +16,13 @@ pub struct ChatCommand {
 pub const COMMANDS: &[ChatCommand] = &[
     ChatCommand { name: "help", args: "", description: "this list" },
     ChatCommand { name: "new", args: "", description: "start a new conversation (earlier messages are forgotten)" },
+    ChatCommand { name: "reset", args: "", description: "the same as /new" },
     ChatCommand { name: "stop", args: "", description: "stop the current answer and drop messages waiting behind it" },
     ChatCommand { name: "status", args: "", description: "model, tokens used, messages waiting, queue mode" },
     ChatCommand { name: "usage", args: "", description: "your level here, tokens used this month and what is left" },
     ChatCommand {
         name: "queue",
-        args: "[followup|collect|interrupt|steer]",
+        args: "[followup|collect|interrupt|steer|drop]",
         description: "show or set what messages sent during an answer do",
     },
 ];
@@ -61,7 +62,7 @@ mod tests {
         assert_eq!((name, args.next()), ("queue", Some("collect")));
         assert!(split("stop").is_none());
         let help = help_text("Commands:");
-        assert!(help.contains("\n/queue [followup|collect|interrupt|steer]: show or set"));
+        assert!(help.contains("\n/queue [followup|collect|interrupt|steer|drop]: show or set"));
         assert!(help.starts_with("Commands:\n/help: this list"));
     }
 }
