@@ -203,7 +203,7 @@ async fn drop_answers_the_running_turn_and_says_once_what_it_did_not_keep() {
     h.llm.wait_for_requests(1, Duration::from_secs(5)).await;
     h.bus.publish_inbound(&msg("d", "and another thing")).await.unwrap();
     h.bus.publish_inbound(&msg("d", "hurry up")).await.unwrap();
-    let mut replies = vec![next_reply(&mut out).await, next_reply(&mut out).await];
+    let mut replies = [next_reply(&mut out).await, next_reply(&mut out).await];
     replies.sort_by_key(|reply| reply.kind == OutboundKind::Notice);
     assert_eq!(replies[0].content, "the essay");
     let notice = &replies[1];
