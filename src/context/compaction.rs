@@ -110,6 +110,19 @@ pub struct Due {
     cut: usize,
 }
 
+/// `session_key`'s history cut for a compaction asked for now (`/compact`), whatever its
+/// size: `None` when it holds no more than the messages a compaction keeps.
+pub async fn due_now(
+    engine: &ContextEngine,
+    store: &dyn Store,
+    session_key: &str,
+    history_limit: usize,
+) -> Result<Option<Due>, StoreError> {
+    let rows = store.history_rows(session_key, history_limit).await?;
+    let keep = engine.settings().compaction.keep_recent_messages;
+    Ok(split_point(&rows, keep).map(|cut| Due { rows, cut }))
+}
+
 /// Whether `session_key`'s history passes `max_messages` or `context_share` of the input
 /// budget. Called after every turn, so it only reads the history: the rest a compaction needs
 /// (the memory scope, the flush's prompt) is prepared by the caller only when one is due.
@@ -126,19 +139,6 @@ pub async fn due(
         return Ok(None);
     }
     Ok(split_point(&rows, keep).map(|cut| Due { rows, cut }))
-}
-
-/// Compacts `msg`'s due session; failures are logged, never passed on: the turn already
-/// succeeded, and the next turn tries again.
-pub async fn after_turn(deps: Deps<'_>, msg: &InboundMessage, due: Due, stop: &CancellationToken) {
-    match compact_due(deps, msg, due, stop).await {
-        Ok(Outcome::Compacted { summarized, through_id }) => {
-            tracing::info!(summarized, through_id, "compacted the session's history");
-        }
-        Ok(Outcome::Busy) => tracing::info!("a compaction of this session is already running"),
-        Ok(Outcome::NotNeeded) => {}
-        Err(err) => tracing::warn!(%err, "compaction failed; history and summary left as they were"),
-    }
 }
 
 /// Compacts a session [`due`] found due, unless another compaction of it is running.

@@ -1,4 +1,4 @@
-//! Chat commands (`/new` or `/reset`, `/stop`, `/status`, `/usage`, `/help`, `/queue`): handled when they arrive,
+//! Chat commands (`/new` or `/reset`, `/stop`, `/compact`, `/status`, `/usage`, `/help`, `/queue`): handled when they arrive,
 //! not behind the session's running turn, and answered with a `notice`.
 //!
 //! A command is recorded like a run (claimed by its inbound id, finished with its answer), so
@@ -17,6 +17,7 @@ use super::settle::{claim, finish, give_back, settle_unanswered};
 use super::{Shared, access};
 use crate::config::Level;
 use crate::config::QueueMode;
+use crate::context::compaction::{self, Outcome};
 use crate::store::{RunStatus, StoreError};
 
 /// How long `/new` waits for a cancelled run to store its outcome before archiving.
@@ -27,6 +28,8 @@ const STOP_WAIT: Duration = Duration::from_secs(10);
 pub(super) enum Command {
     New,
     Stop,
+    /// Compact the session's history now.
+    Compact,
     Status,
     /// The sender's level here, tokens used this month and what is left.
     Usage,
@@ -41,6 +44,7 @@ pub(super) fn parse(content: &str) -> Option<Command> {
     Some(match commands::find(name)?.name {
         "new" | "reset" => Command::New,
         "stop" => Command::Stop,
+        "compact" => Command::Compact,
         "status" => Command::Status,
         "usage" => Command::Usage,
         "help" => Command::Help,
@@ -69,7 +73,7 @@ pub(super) async fn handle(shared: Arc<Shared>, job: Job, command: Command) {
 }
 
 async fn execute(shared: &Shared, job: &Job, key: &str, command: Command) -> Result<String, StoreError> {
-    let needs_user = matches!(command, Command::New | Command::Stop | Command::Queue(Some(_)));
+    let needs_user = matches!(command, Command::New | Command::Stop | Command::Compact | Command::Queue(Some(_)));
     if needs_user && job.msg.is_group && access::level_here(shared, &job.msg).await? < Level::User {
         return Ok("Only members with the user level or above can do that in a group.".into());
     }
@@ -86,6 +90,7 @@ async fn execute(shared: &Shared, job: &Job, key: &str, command: Command) -> Res
             new_conversation(shared, key).await?;
             format!("Started a new conversation.{}", cancelled_note(subagents))
         }
+        Command::Compact => compact_now(shared, &job.msg, key).await?,
         Command::Queue(None) => {
             let mode = current_mode(shared, key).await?;
             format!("Queue mode: {}. Modes: {}.", mode.as_str(), QueueMode::names())
@@ -98,6 +103,27 @@ async fn execute(shared: &Shared, job: &Job, key: &str, command: Command) -> Res
             }
             None => format!("Unknown queue mode {name:?}. Modes: {}.", QueueMode::names()),
         },
+    })
+}
+
+/// `/compact`: the history summarised now, whatever its size, keeping the newest messages as a
+/// compaction after a turn does (and the memory flush before it).
+async fn compact_now(shared: &Shared, msg: &InboundMessage, key: &str) -> Result<String, StoreError> {
+    let due = compaction::due_now(&shared.context, shared.store.as_ref(), key, shared.settings.history_limit).await?;
+    let Some(due) = due else {
+        return Ok("Nothing to compact yet: the conversation is still short.".into());
+    };
+    let route = shared.agents.route(msg);
+    Ok(match super::run::compact_with_flush(shared, &route, msg, due).await {
+        Ok(Outcome::Compacted { summarized, .. }) => {
+            format!("Compacted: the {summarized} oldest messages of this conversation are now a summary.")
+        }
+        Ok(Outcome::Busy) => "A compaction of this conversation is already running.".into(),
+        Ok(Outcome::NotNeeded) => "Nothing to compact yet: the conversation is still short.".into(),
+        Err(err) => {
+            tracing::warn!(%err, session = %key, "/compact failed");
+            format!("The compaction failed ({err}); the conversation is as it was.")
+        }
     })
 }
 

@@ -100,13 +100,37 @@ async fn compact_session(shared: &Shared, route: &Route, msg: &InboundMessage, s
             return;
         }
     };
-    let memory = match super::memory::scope(shared, agent, msg, None).await {
-        Ok(memory) => memory,
-        Err(err) => {
-            tracing::warn!(parent: span, %err, "cannot decide the memory scope; not compacting now");
-            return;
+    let span = tracing::info_span!(parent: span, "compaction", session = %route.key);
+    let outcome = compact_with_flush(shared, route, msg, due).instrument(span).await;
+    match outcome {
+        Ok(compaction::Outcome::Compacted { summarized, through_id }) => {
+            tracing::info!(summarized, through_id, "compacted the session's history");
         }
-    };
+        Ok(compaction::Outcome::Busy) => tracing::info!("a compaction of this session is already running"),
+        Ok(compaction::Outcome::NotNeeded) => {}
+        Err(err) => tracing::warn!(%err, "compaction failed; history and summary left as they were"),
+    }
+}
+
+/// Why a compaction did not run or failed.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum CompactError {
+    #[error("cannot decide the chat's memory scope: {0}")]
+    Scope(String),
+    #[error(transparent)]
+    Compaction(#[from] compaction::CompactionError),
+}
+
+/// Compacts `due` with the memory flush in the chat's memory scope (decided as for a turn).
+pub(super) async fn compact_with_flush(
+    shared: &Shared,
+    route: &Route,
+    msg: &InboundMessage,
+    due: compaction::Due,
+) -> Result<compaction::Outcome, CompactError> {
+    let (engine, store, agent) = (&shared.context, shared.store.as_ref(), &route.agent);
+    let memory =
+        super::memory::scope(shared, agent, msg, None).await.map_err(|err| CompactError::Scope(err.to_string()))?;
     // The memory flush is housekeeping: the minimal prompt, with only the file tools.
     let flush_tools = compaction::flush_filter();
     let run = super::prompt::PromptFor {
@@ -126,8 +150,7 @@ async fn compact_session(shared: &Shared, route: &Route, msg: &InboundMessage, s
         flush_prompt: &flush_prompt,
         memory: &memory,
     };
-    let span = tracing::info_span!(parent: span, "compaction", session = %route.key);
-    compaction::after_turn(deps, msg, due, &shared.abandon).instrument(span).await;
+    Ok(compaction::compact_due(deps, msg, due, &shared.abandon).await?)
 }
 
 /// How a processed message ended.

@@ -184,3 +184,31 @@ async fn the_summary_stays_within_its_bound_however_often_the_session_is_compact
         assert_eq!(call["max_tokens"], 50, "the summary call asks for at most the bound");
     }
 }
+
+/// `/compact` summarises the conversation now, below every threshold, keeping the newest
+/// messages; on a short conversation it says there is nothing to do.
+#[tokio::test]
+async fn compact_summarises_now_and_says_when_there_is_nothing_to_do() {
+    let compaction = CompactionConfig { max_messages: 100, keep_recent_messages: 2, ..CompactionConfig::default() };
+    let settings =
+        WorkerSettings { context: ContextSettings { compaction, ..ContextSettings::default() }, ..settings() };
+    let h = Setup { settings, file_tools: true, ..Setup::new(BusKind::Memory) }.start().await;
+    let mut out = h.bus.outbound("test").await.unwrap();
+    let short = turn(&h, &mut out, "/compact").await;
+    assert_eq!(short.content, "Nothing to compact yet: the conversation is still short.");
+    turn(&h, &mut out, "one").await;
+    turn(&h, &mut out, "two").await;
+    assert_eq!(h.store.session_summary(SESSION).await.unwrap(), None, "below max_messages: no compaction by itself");
+
+    h.llm.push(Scripted::Text("NO_REPLY".into()));
+    h.llm.push(Scripted::Text("They said one.".into()));
+    let done = turn(&h, &mut out, "/compact").await;
+    assert_eq!(done.content, "Compacted: the 2 oldest messages of this conversation are now a summary.");
+    assert_eq!(h.store.session_summary(SESSION).await.unwrap(), Some(("They said one.".to_owned(), 1)));
+    let summary_request = h.llm.requests().last().unwrap().clone();
+    assert_eq!(messages(&summary_request)[0]["content"], SUMMARY_PROMPT);
+    // The next turn reads the summary and the two newest messages only.
+    turn(&h, &mut out, "three").await;
+    let next = h.llm.requests().last().unwrap().to_string();
+    assert!(next.contains("They said one.") && !next.contains("echo: one"), "{next}");
+}

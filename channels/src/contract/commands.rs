@@ -18,6 +18,11 @@ pub const COMMANDS: &[ChatCommand] = &[
     ChatCommand { name: "new", args: "", description: "start a new conversation (earlier messages are forgotten)" },
     ChatCommand { name: "reset", args: "", description: "the same as /new" },
     ChatCommand { name: "stop", args: "", description: "stop the current answer and drop messages waiting behind it" },
+    ChatCommand {
+        name: "compact",
+        args: "",
+        description: "summarise the conversation so far now (done by itself when it grows long)",
+    },
     ChatCommand { name: "status", args: "", description: "model, tokens used, messages waiting, queue mode" },
     ChatCommand { name: "usage", args: "", description: "your level here, tokens used this month and what is left" },
     ChatCommand {
