@@ -25,9 +25,10 @@ pub(super) fn run(path: Option<PathBuf>) -> Result<(), CliError> {
     }
     println!(
         "\nNext: set your model and API key in {} (or OPENAI_API_KEY), edit the files in {} to \
-         shape your agent, then start it with `switchboard run`.",
+         shape your agent, then start it with `switchboard run` and talk to it at http://{}/.",
         path.display(),
-        config.agent.workspace.display()
+        config.agent.workspace.display(),
+        config.channels.api.listen
     );
     Ok(())
 }
