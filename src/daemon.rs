@@ -93,27 +93,23 @@ pub async fn run(config: Config, parts: Parts, shutdown: CancellationToken) -> R
     let assembly = Assembly::new(config);
     // Every part keeps something in the store: the API its sessions, runs and outbox, the chat
     // channels their DM pairings.
-    let store = Some(assembly.open_store().await?);
+    let store = assembly.open_store().await?;
     // Held until this function returns; the kernel (or the database server) drops it if the
     // process dies instead.
-    let _lock = match (lock_mode, &store) {
-        (Some(mode), Some(store)) => Some(store.lock(mode).await?),
-        _ => None,
+    let _lock = match lock_mode {
+        Some(mode) => Some(store.lock(mode).await?),
+        None => None,
     };
-    if let Some(store) = &store {
-        let places = assembly::shared_dirs::places(assembly.config(), parts.runs_worker(), parts.channels());
-        assembly::shared_dirs::check(store.as_ref(), &places).await.map_err(AssemblyError::from)?;
-    }
+    let places = assembly::shared_dirs::places(assembly.config(), parts.runs_worker(), parts.channels());
+    assembly::shared_dirs::check(store.as_ref(), &places).await.map_err(AssemblyError::from)?;
     let bus = tokio::select! {
-        bus = assembly.connect_bus(store.clone()) => bus?,
+        bus = assembly.connect_bus(Some(Arc::clone(&store))) => bus?,
         // A process still waiting for the NATS server (started before it at boot) stops when asked.
         () = shutdown.cancelled() => return Ok(()),
     };
-    let channels = assembly.start_channels(parts.channels(), &bus, store.as_ref(), &shutdown).await?;
-    let (worker, background) = match &store {
-        Some(store) if parts.runs_worker() => start_worker(&assembly, &bus, store, &shutdown)?,
-        _ => (None, Vec::new()),
-    };
+    let channels = assembly.start_channels(parts.channels(), &bus, &store, &shutdown).await?;
+    let (worker, background) =
+        if parts.runs_worker() { start_worker(&assembly, &bus, &store, &shutdown)? } else { (None, Vec::new()) };
     let mut background = background;
     if let Some(listen) = assembly.config().metrics.listen {
         let sources = gauge_sources(&bus, &channels, worker.as_ref());

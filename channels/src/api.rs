@@ -126,7 +126,7 @@ impl ApiChannel {
     pub async fn start(
         bus: Arc<dyn Bus>,
         settings: ApiSettings,
-        store: Option<Arc<dyn store::ApiStore>>,
+        store: Arc<dyn store::ApiStore>,
         shutdown: CancellationToken,
     ) -> Result<ApiChannel, ApiError> {
         let listener = TcpListener::bind(settings.listen)
@@ -144,16 +144,11 @@ impl ApiChannel {
         let stop_routing = CancellationToken::new();
         let feed = RunFeed::start(&bus, stop_routing.clone()).await?;
         let kept = Arc::new(tokio::sync::Notify::new());
-        let webhook = match (&store, &settings.webhook) {
-            (Some(store), Some(webhook)) => Some(tokio::spawn(webhook::run(
-                Arc::clone(store),
-                webhook.clone(),
-                Arc::clone(&kept),
-                stop_routing.clone(),
-            ))),
-            _ => None,
-        };
-        let outbox = outbox::Outbox { store: store.clone(), bus: Arc::clone(&bus), webhook: webhook.is_some(), kept };
+        let webhook = settings.webhook.clone().map(|webhook| {
+            tokio::spawn(webhook::run(Arc::clone(&store), webhook, Arc::clone(&kept), stop_routing.clone()))
+        });
+        let outbox =
+            outbox::Outbox { store: Arc::clone(&store), bus: Arc::clone(&bus), webhook: webhook.is_some(), kept };
         let routing = Routing { replies: Arc::clone(&replies), outbox };
         let router = tokio::spawn(route_replies(deliveries, routing, stop_routing.clone()));
         let limits = settings.limits;
@@ -273,11 +268,11 @@ async fn route_one(delivery: crate::bus::Delivery, routing: &Routing) {
         Ok(reply) if reply.kind == OutboundKind::Progress => {}
         Ok(reply) => {
             let keep = reply.in_reply_to.as_deref().is_some_and(idempotency::is_keyed);
-            if !routing.replies.resolve(reply.clone(), keep)
-                && let Err(err) = routing.outbox.keep(&reply).await
+            if let Some(unwaited) = routing.replies.resolve(reply, keep)
+                && let Err(err) = routing.outbox.keep(&unwaited).await
             {
                 // Not acked: the bus delivers it again.
-                tracing::warn!(%err, outbound_id = %reply.id, "cannot keep an API message in the outbox; it comes again");
+                tracing::warn!(%err, outbound_id = %unwaited.id, "cannot keep an API message in the outbox; it comes again");
                 return;
             }
         }

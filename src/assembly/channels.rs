@@ -120,13 +120,13 @@ impl RunningChannel for DiscordChannel {
 }
 
 impl Assembly {
-    /// Starts those of `kinds` the config enables. The chat channels keep DM pairings in
-    /// `store` when there is one.
+    /// Starts those of `kinds` the config enables. The API keeps its sessions, runs and outbox
+    /// in `store`, the chat channels their DM pairings.
     pub async fn start_channels(
         &self,
         kinds: &[ChannelKind],
         bus: &Arc<dyn Bus>,
-        store: Option<&Arc<dyn Database>>,
+        store: &Arc<dyn Database>,
         shutdown: &CancellationToken,
     ) -> Result<Vec<Box<dyn RunningChannel>>, AssemblyError> {
         let mut channels = Vec::new();
@@ -140,11 +140,11 @@ impl Assembly {
         &self,
         kind: ChannelKind,
         bus: Arc<dyn Bus>,
-        store: Option<&Arc<dyn Database>>,
+        store: &Arc<dyn Database>,
         shutdown: CancellationToken,
     ) -> Result<Box<dyn RunningChannel>, AssemblyError> {
         let config = &self.config;
-        let pairing = store.map(|store| Arc::clone(store) as Arc<dyn PairingStore>);
+        let pairing = Some(Arc::clone(store) as Arc<dyn PairingStore>);
         let delivery = self.delivery_policy(store);
         Ok(match kind {
             ChannelKind::Api => {
@@ -152,7 +152,7 @@ impl Assembly {
                     return Err(AssemblyError::ApiUnguarded(config.channels.api.listen));
                 }
                 warn_if_descriptors_short(config.channels.api.max_connections);
-                let store = store.map(|store| Arc::clone(store) as Arc<dyn ApiStore>);
+                let store = Arc::clone(store) as Arc<dyn ApiStore>;
                 Box::new(ApiChannel::start(bus, settings::api(config), store, shutdown).await?)
             }
             ChannelKind::Telegram => {
@@ -172,9 +172,9 @@ impl Assembly {
     /// `bus_options.outbound_max_age_secs` are dropped; on NATS each delivery is recorded in
     /// the store, so a restarted adapter (on any host) does not send a reply twice. The
     /// in-process bus needs no record: a reply's journal row goes the moment it is delivered.
-    fn delivery_policy(&self, store: Option<&Arc<dyn Database>>) -> DeliveryPolicy {
+    fn delivery_policy(&self, store: &Arc<dyn Database>) -> DeliveryPolicy {
         let record = match self.config.bus_kind() {
-            BusKind::Nats(_) => store.map(|store| Arc::clone(store) as Arc<dyn DeliveryRecord>),
+            BusKind::Nats(_) => Some(Arc::clone(store) as Arc<dyn DeliveryRecord>),
             BusKind::Memory => None,
         };
         DeliveryPolicy { max_age: self.config.bus_options.outbound_max_age(), record }

@@ -120,7 +120,10 @@ async fn read_frames(mut response: reqwest::Response) -> Vec<Frame> {
 #[tokio::test]
 async fn a_streamed_answer_arrives_as_the_model_writes_it() {
     let pace = Duration::from_millis(400);
-    let llm = FakeLlm::start_with_quirks(Quirks { stream_pace: Some(pace), ..Quirks::default() }).await;
+    // Paced, and without usage in the stream, as local servers (llama.cpp) send it: the usage
+    // chunk then carries switchboard's estimate.
+    let quirks = Quirks { stream_pace: Some(pace), no_stream_usage: true, ..Quirks::default() };
+    let llm = FakeLlm::start_with_quirks(quirks).await;
     let dir = tempfile::tempdir().unwrap();
     let daemon = start(dir.path(), &llm).await;
     let body = json!({

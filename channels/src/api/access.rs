@@ -73,6 +73,9 @@ pub struct Caller {
     pub agents: Vec<String>,
 }
 
+/// What a token without the chat scope is told when it sends a message.
+pub(super) const NO_CHAT_SCOPE: &str = "this token has no chat scope: it cannot send messages";
+
 /// The sender id of requests when no token is configured and none is named.
 pub const ANONYMOUS_IDENTITY: &str = "api";
 
@@ -91,6 +94,12 @@ impl Caller {
     /// by its full id.
     pub fn chat_id(&self, requested: &str) -> String {
         if self.scopes.admin { requested.to_owned() } else { format!("{}{requested}", self.chat_prefix()) }
+    }
+
+    /// The name `caller` knows the API chat `full_id` by (the inverse of [`Caller::chat_id`]);
+    /// `None` for a chat that is not its own.
+    pub fn own_chat<'a>(&self, full_id: &'a str) -> Option<&'a str> {
+        if self.scopes.admin { Some(full_id) } else { full_id.strip_prefix(&self.chat_prefix()) }
     }
 
     /// What the ids of a chat token's chats start with.

@@ -87,7 +87,7 @@ async fn post_message(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     if !caller.scopes.chat {
-        return access::forbidden("this token has no chat scope: it cannot send messages");
+        return access::forbidden(access::NO_CHAT_SCOPE);
     }
     let body = match body {
         Ok(body) => body,

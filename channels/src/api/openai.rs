@@ -80,7 +80,7 @@ pub(super) async fn chat_completions(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     if !caller.scopes.chat {
-        return access::forbidden("this token has no chat scope: it cannot send messages");
+        return access::forbidden(access::NO_CHAT_SCOPE);
     }
     let request = match parse(body) {
         Ok(request) => request,

@@ -13,7 +13,7 @@ use super::CHANNEL;
 use super::store::{ApiStore, ApiStoreError, OutboxEntry};
 
 pub(super) struct Outbox {
-    pub(super) store: Option<Arc<dyn ApiStore>>,
+    pub(super) store: Arc<dyn ApiStore>,
     pub(super) bus: Arc<dyn Bus>,
     /// Post kept messages to the webhook.
     pub(super) webhook: bool,
@@ -23,14 +23,10 @@ pub(super) struct Outbox {
 
 impl Outbox {
     /// Keeps `message`; an error when it could not be kept (the caller leaves it on the bus, to
-    /// come again). Without a store it is dropped with a log line.
+    /// come again).
     pub(super) async fn keep(&self, message: &OutboundMessage) -> Result<(), ApiStoreError> {
-        let Some(store) = &self.store else {
-            tracing::info!(outbound_id = %message.id, "API message with nobody waiting and no store to keep it; dropped");
-            return Ok(());
-        };
         let entry = entry_for(message, self.webhook);
-        if !store.keep_outbound(&entry).await? {
+        if !self.store.keep_outbound(&entry).await? {
             // Kept before (a redelivery): announced then.
             return Ok(());
         }

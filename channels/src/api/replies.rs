@@ -109,11 +109,11 @@ impl Replies {
         }
     }
 
-    /// Hands a reply to the requests waiting for it, and caches it when `cache`; false when
-    /// nobody waited.
-    pub(crate) fn resolve(&self, reply: OutboundMessage, cache: bool) -> bool {
-        let Some(id) = reply.in_reply_to.clone() else { return false };
+    /// Hands a reply to the requests waiting for it, and caches it when `cache`; gives it back
+    /// when nobody waited (for the outbox).
+    pub(crate) fn resolve(&self, reply: OutboundMessage, cache: bool) -> Option<Arc<OutboundMessage>> {
         let reply = Arc::new(reply);
+        let Some(id) = reply.in_reply_to.clone() else { return Some(reply) };
         let mut inner = self.lock();
         let pending = inner.pending.remove(&id);
         let waited = pending.as_ref().is_some_and(|p| p.slot.receiver_count() > 0);
@@ -125,9 +125,9 @@ impl Replies {
             self.expire(&mut inner);
         }
         if let Some(pending) = pending {
-            pending.slot.send_replace(Some(reply));
+            pending.slot.send_replace(Some(Arc::clone(&reply)));
         }
-        waited
+        (!waited).then_some(reply)
     }
 
     /// Requests waiting for a reply, and replies kept for retries.
@@ -188,7 +188,7 @@ mod tests {
         let Claim::Joined { receiver: mut second, accepted: true } = replies.claim("m", Some([1; 32])) else {
             panic!("not joined as accepted")
         };
-        assert!(replies.resolve(reply_to("m"), true));
+        assert!(replies.resolve(reply_to("m"), true).is_none(), "the waiters got it");
         assert_eq!(wait(&mut first).await.unwrap().content, "answer");
         assert_eq!(wait(&mut second).await.unwrap().content, "answer");
         assert!(matches!(replies.claim("m", Some([1; 32])), Claim::Replied(_)));
@@ -199,7 +199,7 @@ mod tests {
     async fn cached_replies_expire_and_are_bounded() {
         let replies = replies(60, 2);
         for id in ["a", "b", "c"] {
-            assert!(!replies.resolve(reply_to(id), true));
+            assert!(replies.resolve(reply_to(id), true).is_some(), "nobody waited");
         }
         assert!(matches!(replies.claim("a", None), Claim::First(_)), "the oldest entry outlived the bound");
         assert!(matches!(replies.claim("c", None), Claim::Replied(_)));

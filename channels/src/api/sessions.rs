@@ -18,7 +18,7 @@ use serde_json::json;
 use super::access::{self, Caller};
 use super::errors::error;
 use super::state::AppState;
-use super::store::{ApiStore, ApiStoreError, SessionScope};
+use super::store::{ApiStoreError, SessionScope};
 
 /// Most items a page holds; the default is smaller.
 const MAX_PAGE: usize = 200;
@@ -57,10 +57,6 @@ fn store_failed(err: &ApiStoreError) -> Response {
     error(StatusCode::INTERNAL_SERVER_ERROR, "store_error", "reading the database failed; the log has the details")
 }
 
-fn no_store() -> Response {
-    error(StatusCode::SERVICE_UNAVAILABLE, "no_store", "this API process has no database to read sessions from")
-}
-
 fn not_found(what: &str) -> Response {
     error(StatusCode::NOT_FOUND, "not_found", what)
 }
@@ -92,21 +88,17 @@ fn may_see(caller: &Caller, key: &str) -> bool {
 /// The API chat id of session `key` as `caller` names it (without a chat token's prefix);
 /// `None` for another channel's session.
 fn chat_of<'a>(caller: &Caller, key: &'a str) -> Option<&'a str> {
-    let chat = split_agent(key).1.strip_prefix("api:")?;
-    if caller.scopes.admin { Some(chat) } else { chat.strip_prefix(&caller.chat_prefix()) }
+    caller.own_chat(split_agent(key).1.strip_prefix("api:")?)
 }
 
-fn store_of(state: &AppState) -> Result<&Arc<dyn ApiStore>, Response> {
-    state.store.as_ref().ok_or_else(no_store)
+/// 404 unless `caller` may see session `key`: a token learns nothing of others' sessions.
+fn check_session(caller: &Caller, key: &str) -> Result<(), Response> {
+    if may_see(caller, key) { Ok(()) } else { Err(not_found("no such session among those this token may read")) }
 }
 
-/// The store to read session `key` from, when `caller` may see it (404 when not: a token
-/// learns nothing of others' sessions).
-fn session_store<'a>(state: &'a AppState, caller: &Caller, key: &str) -> Result<&'a Arc<dyn ApiStore>, Response> {
-    if !may_see(caller, key) {
-        return Err(not_found("no such session among those this token may read"));
-    }
-    store_of(state)
+/// The `before` of the next page: the time of this page's last item, when the page was full.
+fn next_before<T>(items: &[T], limit: usize, at: impl Fn(&T) -> DateTime<Utc>) -> Option<DateTime<Utc>> {
+    items.last().filter(|_| items.len() == limit).map(at)
 }
 
 pub(super) async fn list_sessions(
@@ -114,27 +106,26 @@ pub(super) async fn list_sessions(
     Extension(caller): Extension<Caller>,
     Query(query): Query<PageQuery>,
 ) -> Response {
-    let (store, before) = match (store_of(&state), query.before_time()) {
-        (Ok(store), Ok(before)) => (store, before),
-        (Err(response), _) | (_, Err(response)) => return response,
+    let before = match query.before_time() {
+        Ok(before) => before,
+        Err(response) => return response,
     };
     let limit = query.limit();
-    match store.sessions(&scope(&caller), before, limit).await {
-        Ok(sessions) => {
-            let next = (sessions.len() == limit).then(|| sessions.last().map(|s| s.updated_at)).flatten();
-            let listed: Vec<_> = sessions
-                .iter()
-                .map(|session| {
-                    let mut listed = json!(session);
-                    listed["chat_id"] = json!(chat_of(&caller, &session.key));
-                    listed["agent"] = json!(split_agent(&session.key).0);
-                    listed
-                })
-                .collect();
-            axum::Json(json!({"sessions": listed, "next_before": next})).into_response()
-        }
-        Err(err) => store_failed(&err),
-    }
+    let sessions = match state.store.sessions(&scope(&caller), before, limit).await {
+        Ok(sessions) => sessions,
+        Err(err) => return store_failed(&err),
+    };
+    let next = next_before(&sessions, limit, |s| s.updated_at);
+    let listed: Vec<_> = sessions
+        .iter()
+        .map(|session| {
+            let mut listed = json!(session);
+            listed["chat_id"] = json!(chat_of(&caller, &session.key));
+            listed["agent"] = json!(split_agent(&session.key).0);
+            listed
+        })
+        .collect();
+    axum::Json(json!({"sessions": listed, "next_before": next})).into_response()
 }
 
 pub(super) async fn session_messages(
@@ -143,15 +134,14 @@ pub(super) async fn session_messages(
     Path(key): Path<String>,
     Query(query): Query<PageQuery>,
 ) -> Response {
-    let store = match session_store(&state, &caller, &key) {
-        Ok(store) => store,
-        Err(response) => return response,
-    };
+    if let Err(response) = check_session(&caller, &key) {
+        return response;
+    }
     let before = match query.before.as_deref().map(str::parse::<i64>).transpose() {
         Ok(before) => before,
         Err(_) => return bad_query("before must be a message position, as the page's `before` gives it"),
     };
-    match store.session_messages(&key, before, query.limit()).await {
+    match state.store.session_messages(&key, before, query.limit()).await {
         Ok(page) => {
             axum::Json(json!({"session_key": key, "messages": page.messages, "before": page.before})).into_response()
         }
@@ -164,11 +154,10 @@ pub(super) async fn delete_session(
     Extension(caller): Extension<Caller>,
     Path(key): Path<String>,
 ) -> Response {
-    let store = match session_store(&state, &caller, &key) {
-        Ok(store) => store,
-        Err(response) => return response,
-    };
-    match store.delete_session(&key).await {
+    if let Err(response) = check_session(&caller, &key) {
+        return response;
+    }
+    match state.store.delete_session(&key).await {
         Ok(true) => {
             tracing::info!(session_key = %key, token = caller.token.as_deref().unwrap_or("-"), "session deleted through the API");
             StatusCode::NO_CONTENT.into_response()
@@ -183,22 +172,25 @@ pub(super) async fn list_runs(
     Extension(caller): Extension<Caller>,
     Query(query): Query<PageQuery>,
 ) -> Response {
-    let (store, before) = match (store_of(&state), query.before_time()) {
-        (Ok(store), Ok(before)) => (store, before),
-        (Err(response), _) | (_, Err(response)) => return response,
+    let before = match query.before_time() {
+        Ok(before) => before,
+        Err(response) => return response,
     };
     let session = query.session.as_deref().filter(|s| !s.is_empty());
-    match session {
-        Some(key) if !may_see(&caller, key) => return not_found("no such session among those this token may read"),
+    let allowed = match session {
+        Some(key) => check_session(&caller, key),
         None if !caller.scopes.admin => {
-            return access::forbidden("listing every run needs an admin token; name a session");
+            Err(access::forbidden("listing every run needs an admin token; name a session"))
         }
-        _ => {}
+        None => Ok(()),
+    };
+    if let Err(response) = allowed {
+        return response;
     }
     let limit = query.limit();
-    match store.runs(session, before, limit).await {
+    match state.store.runs(session, before, limit).await {
         Ok(runs) => {
-            let next = (runs.len() == limit).then(|| runs.last().map(|r| r.started_at)).flatten();
+            let next = next_before(&runs, limit, |r| r.started_at);
             axum::Json(json!({"runs": runs, "next_before": next})).into_response()
         }
         Err(err) => store_failed(&err),
@@ -210,11 +202,7 @@ pub(super) async fn get_run(
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Response {
-    let store = match store_of(&state) {
-        Ok(store) => store,
-        Err(response) => return response,
-    };
-    match store.run(&id).await {
+    match state.store.run(&id).await {
         Ok(Some(run)) if may_see(&caller, &run.session_key) => axum::Json(run).into_response(),
         Ok(_) => not_found("no such run among those this token may read"),
         Err(err) => store_failed(&err),

@@ -18,8 +18,8 @@ pub(super) struct AppState {
     pub(super) replies: Arc<Replies>,
     pub(super) feed: Arc<RunFeed>,
     pub(super) rate_limits: RateLimits,
-    /// Sessions, runs and the outbox; `None` in a process without a database.
-    pub(super) store: Option<Arc<dyn ApiStore>>,
+    /// Sessions, runs and the outbox.
+    pub(super) store: Arc<dyn ApiStore>,
     pub(super) sockets: Arc<Sockets>,
     /// Cancelled when the channel stops accepting: WebSockets close then.
     pub(super) shutdown: CancellationToken,

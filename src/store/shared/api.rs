@@ -116,10 +116,17 @@ fn tool_calls(rows: &[(i64, String)]) -> Result<Vec<Value>, ApiStoreError> {
     Ok(calls.collect())
 }
 
-/// Sessions with their message counts, as both stores read them.
-const SESSION_COLUMNS: &str = "s.key, s.created_at, s.updated_at, \
-     (SELECT COUNT(*) FROM transcript t WHERE t.session_key = s.key) \
-     + (SELECT COUNT(*) FROM api_outbox o WHERE o.session_key = s.key AND NOT o.in_transcript) AS messages";
+/// A page of sessions with something to show, then their message counts: counted for the
+/// page only, not for every session the scope holds.
+const SESSIONS_PAGE: &str = "SELECT p.key, p.created_at, p.updated_at, \
+     (SELECT COUNT(*) FROM transcript t WHERE t.session_key = p.key) \
+     + (SELECT COUNT(*) FROM api_outbox o WHERE o.session_key = p.key AND NOT o.in_transcript) AS messages \
+     FROM (SELECT s.key, s.created_at, s.updated_at FROM sessions s \
+     WHERE (s.key LIKE $1 ESCAPE '\\' OR s.key LIKE $2 ESCAPE '\\') AND s.updated_at < $3 \
+     AND (EXISTS (SELECT 1 FROM transcript t WHERE t.session_key = s.key) \
+     OR EXISTS (SELECT 1 FROM api_outbox o WHERE o.session_key = s.key AND NOT o.in_transcript)) \
+     ORDER BY s.updated_at DESC, s.key LIMIT $4) AS p \
+     ORDER BY p.updated_at DESC, p.key";
 
 fn summary(row: (String, i64, i64, i64)) -> Result<SessionSummary, ApiStoreError> {
     let (key, created_at, updated_at, messages) = row;
@@ -201,12 +208,7 @@ macro_rules! api_store {
                     SessionScope::All => ("%".to_owned(), "%".to_owned()),
                     SessionScope::ApiChatsUnder(prefix) => chat_patterns(prefix),
                 };
-                let sql = format!(
-                    "SELECT * FROM (SELECT {SESSION_COLUMNS} FROM sessions s \
-                     WHERE (s.key LIKE $1 ESCAPE '\\' OR s.key LIKE $2 ESCAPE '\\') AND s.updated_at < $3) AS listed \
-                     WHERE messages > 0 ORDER BY updated_at DESC, key LIMIT $4"
-                );
-                let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(&sql)
+                let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(SESSIONS_PAGE)
                     .bind(main)
                     .bind(others)
                     .bind(millis(before))

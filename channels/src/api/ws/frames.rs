@@ -55,7 +55,7 @@ pub(super) fn error_frame(code: &str, message: &str, client_id: Option<&str>) ->
 /// The inbound message a send frame asks for, or why there is none.
 pub(super) fn message_for(state: &AppState, caller: &Caller, send: &SendFrame) -> Result<InboundMessage, String> {
     if !caller.scopes.chat {
-        return Err("this token has no chat scope: it cannot send messages".into());
+        return Err(crate::api::access::NO_CHAT_SCOPE.into());
     }
     if send.chat_id.trim().is_empty() || send.content.trim().is_empty() {
         return Err("chat_id and content must not be empty".into());
@@ -72,7 +72,7 @@ pub(super) fn message_for(state: &AppState, caller: &Caller, send: &SendFrame) -
 
 /// The chat id a client knows: a chat token's chats without its identity's prefix.
 fn client_chat<'a>(caller: &Caller, chat_id: &'a str) -> &'a str {
-    if caller.scopes.admin { chat_id } else { chat_id.strip_prefix(&caller.chat_prefix()).unwrap_or(chat_id) }
+    caller.own_chat(chat_id).unwrap_or(chat_id)
 }
 
 /// Publishes a socket's message and sends `accepted`, then `reply` (or `error`) to `tx`.
