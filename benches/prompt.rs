@@ -33,11 +33,13 @@ fn prompt(c: &mut Criterion) {
         || runtime.block_on(WorkspaceFiles::load(dir, settings.max_file_chars, settings.memory_max_chars, &scope));
     let files = load();
     let tools = agent.tool_specs(&ToolFilter::All);
+    let skills = switchboard::workspace::skills::Catalog::default();
     let input = |mode| PromptInput {
         mode,
         files: &files,
         workspace: dir,
         tools: &tools,
+        skills: &skills,
         operator: &agent.settings().system_prompt,
         sender: Sender::Person { id: "123456789", name: "Ann", level: Level::Owner },
         channel: "telegram",

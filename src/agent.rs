@@ -35,6 +35,8 @@ pub struct AgentSettings {
     pub prices: PriceTable,
     /// The directory file tools and `exec` work in.
     pub workspace: std::path::PathBuf,
+    /// Which of the workspace's skills it uses, and how they are offered.
+    pub skills: crate::workspace::skills::SkillSettings,
 }
 
 /// Where a run reports what it does (`tool.call`, `chunk`, …). Must not block.

@@ -28,6 +28,7 @@ mod metrics;
 mod providers;
 mod queue_mode;
 mod secret;
+mod skills;
 mod subagents;
 mod telegram;
 #[cfg(test)]
@@ -63,6 +64,7 @@ pub use metrics::MetricsConfig;
 pub use providers::{ANTHROPIC_DEFAULT_BASE_URL, ChainEntry};
 pub use queue_mode::QueueMode;
 pub use secret::Secret;
+pub use skills::SkillsConfig;
 pub use subagents::SubagentsConfig;
 pub use telegram::{DmPolicyConfig, GroupPolicyConfig, TelegramChannelConfig, TelegramMode};
 pub use tools::{ExecToolConfig, FsToolsConfig, MemoryToolsConfig, ToolsConfig, WebToolsConfig};
@@ -116,6 +118,8 @@ pub struct Config {
     /// Periodic wake-ups of the main agent (`[agents.<name>.heartbeat]` for the others).
     pub heartbeat: HeartbeatConfig,
     pub subagents: SubagentsConfig,
+    /// Skill folders in the agents' workspaces.
+    pub skills: SkillsConfig,
     /// The Prometheus endpoint.
     pub metrics: MetricsConfig,
     /// Voice notes turned into text before the model sees them.
@@ -153,6 +157,7 @@ impl Default for Config {
             subagents: SubagentsConfig::default(),
             metrics: MetricsConfig::default(),
             transcription: TranscriptionConfig::default(),
+            skills: SkillsConfig::default(),
         }
     }
 }

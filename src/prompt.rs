@@ -21,6 +21,7 @@ use crate::config::Level;
 use crate::provider::ToolSpec;
 use crate::workspace::WorkspaceFiles;
 use crate::workspace::memory::MemoryScope;
+use crate::workspace::skills::Catalog;
 
 pub use sections::HEARTBEAT_OK;
 pub use sections::SECTIONS;
@@ -69,6 +70,8 @@ pub struct PromptInput<'a> {
     pub workspace: &'a Path,
     /// The tools offered in this run (already filtered by the sender's level).
     pub tools: &'a [Arc<ToolSpec>],
+    /// The skills the agent may use; listed when `skill_get` is offered and `skill_search` is not.
+    pub skills: &'a Catalog,
     /// `agent.system_prompt`: the operator's own instructions.
     pub operator: &'a str,
     pub sender: Sender<'a>,

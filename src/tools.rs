@@ -6,6 +6,7 @@ pub mod exec;
 pub mod fs;
 pub mod memory;
 mod message;
+pub mod skills;
 mod truncate;
 pub mod untrusted;
 pub mod web;

@@ -10,6 +10,8 @@ mod cache;
 pub mod init;
 pub mod mark;
 pub mod memory;
+pub mod skills;
+mod stamp;
 
 use std::path::Path;
 

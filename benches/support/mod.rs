@@ -47,6 +47,7 @@ pub fn agent(workspace: &Path) -> Agent {
         tool_choice: Default::default(),
         prices: Default::default(),
         workspace: workspace.to_path_buf(),
+        skills: Default::default(),
     };
     Agent::new(Arc::new(Unused), tools, settings)
 }

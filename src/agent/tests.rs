@@ -120,6 +120,7 @@ fn agent_with_prices(
         tool_choice: Default::default(),
         prices,
         workspace: std::env::temp_dir(),
+        skills: Default::default(),
     };
     (Agent::new(provider.clone(), tools, settings), provider)
 }

@@ -15,6 +15,7 @@ use crate::store::memory_index::MemoryIndex;
 use crate::subagents::SubagentManager;
 use crate::subagents::tool::SpawnTool;
 use crate::tools::memory::{EmbeddingSettings, MemorySearcher, MemorySettings};
+use crate::tools::skills::{SkillGet, SkillSearch};
 use crate::tools::web::register_web_tools;
 use crate::tools::{MessageTool, ToolRegistry, register_local_tools};
 use crate::worker::agents::{Agents, Binding};
@@ -95,6 +96,11 @@ impl Assembly {
         }
         if let Some(manager) = subagents {
             tools.register(Arc::new(SpawnTool::new(Arc::clone(manager))));
+        }
+        if config.skills.enabled {
+            let skills = settings::agent_skills(config, name);
+            tools.register(Arc::new(SkillGet::new(skills.clone())));
+            tools.register(Arc::new(SkillSearch::new(skills)));
         }
         for tool in &self.overrides.tools {
             tools.register(Arc::clone(tool));

@@ -25,6 +25,7 @@ use crate::subagents::SubagentSettings;
 use crate::tools::ToolLimits;
 use crate::users::AccessPolicy;
 use crate::worker::{QueueSettings, RecallSettings, WorkerSettings};
+use crate::workspace::skills::SkillSettings;
 
 /// `[worker]`, with what the worker takes from `[agent]`, `[users]`, `[guard]` and the rest.
 pub fn worker(config: &Config) -> Result<WorkerSettings, AssemblyError> {
@@ -121,7 +122,14 @@ pub fn agent(config: &Config, name: &str, chain: &[ChainEntry]) -> AgentSettings
         tool_choice: ToolChoice::parse(&config.agent.tool_choice),
         prices: PriceTable::new(config.prices.clone()),
         workspace: overrides.map_or_else(|| config.agent.workspace.clone(), |o| o.workspace.clone()),
+        skills: agent_skills(config, name),
     }
+}
+
+/// Which skills agent `name` uses: `[agents.<name>] skills`, else `[skills] allow`.
+pub fn agent_skills(config: &Config, name: &str) -> SkillSettings {
+    let allow = config.agents.get(name).and_then(|o| o.skills.clone());
+    SkillSettings { allow: allow.unwrap_or_else(|| config.skills.allow.clone()), inline_max: config.skills.inline_max }
 }
 
 /// The agents whose heartbeat is enabled (`[heartbeat]` for `main`,

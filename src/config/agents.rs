@@ -39,6 +39,8 @@ pub struct NamedAgentConfig {
     pub models: Vec<String>,
     /// The tools it may offer (intersected with the sender's permissions); empty = all.
     pub tools: Vec<String>,
+    /// The skills it may use, by name; unset = `skills.allow`, empty = all.
+    pub skills: Option<Vec<String>>,
     /// Completion token limit per call; unset = `agent.max_tokens`.
     pub max_tokens: Option<u32>,
     /// Operator instructions; unset = `agent.system_prompt`.

@@ -66,6 +66,8 @@ impl Default for PermissionsConfig {
             ("spawn", Level::User),
             ("memory_search", Level::User),
             ("memory_get", Level::User),
+            ("skill_get", Level::User),
+            ("skill_search", Level::User),
             ("exec", Level::Admin),
         ];
         Self {

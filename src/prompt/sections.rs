@@ -9,10 +9,11 @@ use crate::workspace::{BOOTSTRAP_FILES, FileText, Keep};
 pub type Section = fn(&PromptInput<'_>) -> Option<String>;
 
 /// Every section, in prompt order.
-pub const SECTIONS: [(&str, Section); 13] = [
+pub const SECTIONS: [(&str, Section); 14] = [
     ("identity", identity),
     ("operator", operator),
     ("tooling", tooling),
+    ("skills", skills),
     ("safety", safety),
     ("memory", memory),
     ("workspace", workspace),
@@ -73,6 +74,32 @@ pub fn tooling(input: &PromptInput<'_>) -> Option<String> {
     for tool in input.tools {
         let line = tool.description.lines().next().unwrap_or_default().trim();
         text.push_str(&format!("\n- {}: {line}", tool.name));
+    }
+    Some(text)
+}
+
+/// Characters of a skill's description shown in the list; the rest is in the skill.
+const SKILL_DESCRIPTION_CHARS: usize = 300;
+
+/// The skills: listed by name and description when few, else where to find them. Only when the
+/// run is offered `skill_get` (the worker offers `skill_search` only beside many skills).
+pub fn skills(input: &PromptInput<'_>) -> Option<String> {
+    let offered = |name: &str| input.tools.iter().any(|tool| tool.name == name);
+    if input.skills.is_empty() || !offered("skill_get") {
+        return None;
+    }
+    let intro = "# Skills\n\nSkills are instructions for particular tasks, written for you. Before a task \
+                 that a skill covers, load it with skill_get and follow it.";
+    if offered("skill_search") {
+        let count = input.skills.len();
+        return Some(format!("{intro} There are {count} skills: find the one for a task with skill_search."));
+    }
+    let mut text = format!("{intro}\n");
+    for skill in input.skills.iter() {
+        let description = skill.description.replace('\n', " ");
+        let (description, cut) = crate::workspace::cap(&description, SKILL_DESCRIPTION_CHARS, Keep::Head);
+        let more = if cut > 0 { "…" } else { "" };
+        text.push_str(&format!("\n- {}: {description}{more}", skill.name));
     }
     Some(text)
 }

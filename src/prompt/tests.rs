@@ -7,6 +7,7 @@ use serde_json::json;
 use super::*;
 use crate::workspace::FileText;
 use crate::workspace::memory::MemoryScope;
+use crate::workspace::skills::Skill;
 
 fn text(s: &str) -> FileText {
     FileText::Text { text: s.into(), cut_chars: 0 }
@@ -24,12 +25,22 @@ fn all_files() -> WorkspaceFiles {
     }
 }
 
+fn tool(name: &str, description: &str) -> Arc<ToolSpec> {
+    Arc::new(ToolSpec { name: name.into(), description: description.into(), parameters: json!({}) })
+}
+
 fn tools() -> Vec<Arc<ToolSpec>> {
-    vec![Arc::new(ToolSpec {
-        name: "read_file".into(),
-        description: "Reads a file.\nMore detail.".into(),
-        parameters: json!({}),
-    })]
+    vec![tool("read_file", "Reads a file.\nMore detail."), tool("skill_get", "Loads a skill.")]
+}
+
+fn skill(name: &str, description: &str) -> Skill {
+    Skill { name: name.into(), description: description.into(), folder: name.into(), body: "Steps.".into() }
+}
+
+/// One skill, as a workspace with a `skills/` folder gives.
+fn one_skill() -> &'static Catalog {
+    static SKILLS: std::sync::OnceLock<Catalog> = std::sync::OnceLock::new();
+    SKILLS.get_or_init(|| Catalog::of(vec![skill("meeting-minutes", "Minutes from a transcript")]))
 }
 
 fn input<'a>(mode: PromptMode, files: &'a WorkspaceFiles, tools: &'a [Arc<ToolSpec>]) -> PromptInput<'a> {
@@ -38,6 +49,7 @@ fn input<'a>(mode: PromptMode, files: &'a WorkspaceFiles, tools: &'a [Arc<ToolSp
         files,
         workspace: Path::new("/srv/ws"),
         tools,
+        skills: one_skill(),
         operator: "OPERATOR-BODY",
         sender: Sender::Person { id: "42", name: "Ada", level: Level::User },
         channel: "telegram",
@@ -59,6 +71,7 @@ fn each_section_is_present_or_absent_by_mode() {
         ("identity", true, true),
         ("operator", true, false),
         ("tooling", true, true),
+        ("skills", true, true),
         ("safety", true, true),
         ("memory", true, false),
         ("workspace", true, true),
@@ -96,6 +109,7 @@ fn workspace_files_land_in_their_sections() {
         ("heartbeat", &["HEARTBEAT-BODY", "HEARTBEAT_OK"]),
         ("operator", &["OPERATOR-BODY"]),
         ("tooling", &["- read_file: Reads a file."]),
+        ("skills", &["skill_get", "- meeting-minutes: Minutes from a transcript"]),
         ("runtime", &["gpt-test", "agent main", "session telegram:42", env!("CARGO_PKG_VERSION")]),
         ("formatting", &["4096"]),
         ("silent", &["NO_REPLY"]),
@@ -230,4 +244,24 @@ fn a_cut_memory_file_points_to_memory_search_when_it_is_offered() {
     assert!(with.ends_with(&format!("NEWEST\n\nOnly the newest part is shown here: {hint}.")), "{with}");
     let whole = sections::memory(&input(PromptMode::Full, &all_files(), &offered)).unwrap();
     assert!(!whole.contains(hint), "{whole}");
+}
+
+#[test]
+fn many_skills_are_searched_not_listed_and_none_without_skill_get() {
+    let files = all_files();
+    let many = Catalog::of((0..20).map(|n| skill(&format!("skill-{n}"), "Does a thing")).collect());
+    let with_search = [tools(), vec![tool("skill_search", "Finds skills.")]].concat();
+    let searched = PromptInput { skills: &many, ..input(PromptMode::Full, &files, &with_search) };
+    let text = super::sections::skills(&searched).unwrap();
+    assert!(text.contains("There are 20 skills: find the one for a task with skill_search."), "{text}");
+    assert!(!text.contains("skill-3"), "{text}");
+
+    let read_only = [tool("read_file", "Reads a file.")];
+    assert_eq!(super::sections::skills(&input(PromptMode::Full, &files, &read_only)), None, "not offered: not shown");
+    let empty = Catalog::default();
+    let tools = tools();
+    assert_eq!(
+        super::sections::skills(&PromptInput { skills: &empty, ..input(PromptMode::Full, &files, &tools) }),
+        None
+    );
 }

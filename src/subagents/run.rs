@@ -182,12 +182,14 @@ async fn system_prompt(manager: &SubagentManager, agent: &Agent, job: &Job) -> S
     let caps = &manager.settings.prompt;
     let files =
         WorkspaceFiles::load(&settings.workspace, caps.max_file_chars, caps.memory_max_chars, &job.memory).await;
+    let skills = crate::workspace::skills::load(&settings.workspace, &settings.skills.allow).await;
     let session_key = format!("{RUN_ID_PREFIX}{}", record.id);
     prompt::build(&PromptInput {
         mode: PromptMode::Minimal,
         files: &files,
         workspace: &settings.workspace,
         tools: &specs,
+        skills: &skills,
         operator: &settings.system_prompt,
         sender: Sender::System,
         channel: &record.chat.channel,

@@ -130,6 +130,7 @@ mod tests {
             tool_choice: Default::default(),
             prices: Default::default(),
             workspace: workspace.to_path_buf(),
+            skills: Default::default(),
         };
         Arc::new(Agent::new(Arc::new(provider), ToolRegistry::with_builtins(ToolLimits::default()), settings))
     }

@@ -1,6 +1,8 @@
 //! The system prompt of one run: the workspace files read fresh, the sender, the tools
 //! offered. Building it is [`crate::prompt`]'s job; this only gathers the run's facts.
 
+use std::sync::Arc;
+
 use switchboard_channels::contract::{InboundKind, InboundMessage};
 
 use super::Shared;
@@ -9,8 +11,10 @@ use crate::config::Level;
 use crate::prompt::{self, PromptInput, PromptMode, Sender};
 use crate::provider::ChatMessage;
 use crate::tools::ToolFilter;
+use crate::tools::skills::{SKILL_GET, SKILL_SEARCH};
 use crate::workspace::WorkspaceFiles;
 use crate::workspace::memory::MemoryScope;
+use crate::workspace::skills::Catalog;
 
 /// What a prompt is for: the message a run answers, in which session, for whom.
 pub(super) struct PromptFor<'a> {
@@ -32,6 +36,7 @@ pub(super) async fn system_prompt(
     agent: &Agent,
     run: &PromptFor<'_>,
     tools: &ToolFilter,
+    skills: &Catalog,
     mode: PromptMode,
 ) -> String {
     let PromptFor { msg, session_key, level, memory, recalled } = *run;
@@ -49,6 +54,7 @@ pub(super) async fn system_prompt(
         files: &files,
         workspace: &agent.workspace,
         tools: &tools,
+        skills,
         operator: &agent.system_prompt,
         sender,
         channel: &msg.channel,
@@ -80,18 +86,41 @@ pub(super) async fn fitted_prompt(
     input: &ChatMessage,
 ) -> (String, ToolFilter) {
     let engine = &shared.context;
-    let full = system_prompt(shared, agent, run, &tools, PromptMode::Full).await;
+    let (tools, skills) = offer_skills(agent, tools).await;
+    let full = system_prompt(shared, agent, run, &tools, &skills, PromptMode::Full).await;
     if engine.fixed_part_fits(agent, &full, agent.tool_tokens(&tools), input) {
         return (full, tools);
     }
     // A small model calls memory_search least reliably, and tools it calls badly at best:
     // recall (turned on by the operator) is how it keeps its memory, so it outlasts the tools.
-    let mut fitted = fit_tools(shared, agent, run, &tools, input).await;
+    let mut fitted = fit_tools(shared, agent, run, &tools, &skills, input).await;
     if !fitted.fits && run.recalled.is_some() {
-        fitted = fit_tools(shared, agent, &PromptFor { recalled: None, ..*run }, &tools, input).await;
+        fitted = fit_tools(shared, agent, &PromptFor { recalled: None, ..*run }, &tools, &skills, input).await;
     }
     engine.windows().note_degraded(&agent.settings().name, &fitted.dropped, fitted.fits);
     (fitted.prompt, fitted.tools)
+}
+
+/// The workspace's skills, and `tools` with the skill tools that suit them: none without skills,
+/// `skill_search` only beside more than the prompt lists. The skills are read only when the
+/// sender may load one.
+async fn offer_skills(agent: &Agent, tools: ToolFilter) -> (ToolFilter, Arc<Catalog>) {
+    let has = |name| tools.allows(name) && agent.tool_names().any(|tool| tool == name);
+    if !has(SKILL_GET) {
+        return (tools, Arc::default());
+    }
+    let settings = &agent.settings().skills;
+    let skills = crate::workspace::skills::load(&agent.settings().workspace, &settings.allow).await;
+    let held_back: &[&str] = match skills.len() {
+        0 => &[SKILL_GET, SKILL_SEARCH],
+        count if count <= settings.inline_max => &[SKILL_SEARCH],
+        _ => &[],
+    };
+    if held_back.is_empty() || !held_back.iter().any(|name| has(name)) {
+        return (tools, skills);
+    }
+    let kept = agent.tool_names().filter(|name| tools.allows(name) && !held_back.contains(name));
+    (ToolFilter::Only(kept.map(str::to_owned).collect()), skills)
 }
 
 /// The minimal prompt with the tools that fit beside it.
@@ -108,11 +137,12 @@ async fn fit_tools(
     agent: &Agent,
     run: &PromptFor<'_>,
     tools: &ToolFilter,
+    skills: &Catalog,
     input: &ChatMessage,
 ) -> Fitted {
     let engine = &shared.context;
     // Built with every tool, this prompt lists more tools than it will: an upper bound.
-    let minimal = system_prompt(shared, agent, run, tools, PromptMode::Minimal).await;
+    let minimal = system_prompt(shared, agent, run, tools, skills, PromptMode::Minimal).await;
     let mut offered = agent.tool_tokens_each(tools);
     offered.sort_by_key(|(_, tokens)| std::cmp::Reverse(*tokens));
     let mut tool_tokens: u64 = offered.iter().map(|(_, tokens)| tokens).sum();
@@ -127,6 +157,6 @@ async fn fit_tools(
         return Fitted { prompt: minimal, tools: tools.clone(), dropped, fits };
     }
     let kept = ToolFilter::Only(offered.into_iter().map(|(name, _)| name).collect());
-    let prompt = system_prompt(shared, agent, run, &kept, PromptMode::Minimal).await;
+    let prompt = system_prompt(shared, agent, run, &kept, skills, PromptMode::Minimal).await;
     Fitted { prompt, tools: kept, dropped, fits }
 }

@@ -140,8 +140,15 @@ pub(super) async fn compact_with_flush(
         memory: &memory,
         recalled: None,
     };
-    let flush_prompt =
-        super::prompt::system_prompt(shared, agent, &run, &flush_tools, crate::prompt::PromptMode::Minimal).await;
+    let flush_prompt = super::prompt::system_prompt(
+        shared,
+        agent,
+        &run,
+        &flush_tools,
+        &Default::default(),
+        crate::prompt::PromptMode::Minimal,
+    )
+    .await;
     let deps = compaction::Deps {
         engine,
         store,

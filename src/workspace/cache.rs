@@ -5,33 +5,17 @@
 //! time, size and inode. A file that was missing is still missing while its directory is
 //! unchanged, since creating, renaming or deleting a file changes the directory's time; so a
 //! turn costs a few `stat` calls on the runtime thread instead of a trip to the blocking pool
-//! and an `open` of every file. Times are only as fine as the kernel's clock tick, so a copy
-//! is kept only when everything it depends on is at least [`SETTLED`] old (as git does with its
-//! index): a change in the same tick as the read could otherwise go unseen.
+//! and an `open` of every file. A copy is kept only when everything it depends on is
+//! [`settled`].
 
 use std::collections::HashMap;
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock, PoisonError};
-use std::time::{Duration, SystemTime};
 
 use super::WorkspaceFiles;
-
-/// How old a file's or directory's modification time must be for a copy to rely on it.
-const SETTLED: Duration = Duration::from_secs(2);
+use super::stamp::{Seen, settled, stamp};
 /// Copies kept at most (one per agent and memory scope in use); beyond it the cache starts over.
 const MAX_COPIES: usize = 4096;
-
-/// What identifies one version of a file or directory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Stamp {
-    modified: SystemTime,
-    len: u64,
-    inode: u64,
-}
-
-/// A path as a copy saw it: present with its stamp, or missing.
-type Seen = Option<Stamp>;
 
 /// Which read a copy answers: the workspace, the caps, and the memory file of the scope.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -102,9 +86,7 @@ impl FileCache {
     /// Keeps `files`, read after `stamps` were taken, unless something changed too recently
     /// to be relied on.
     pub(super) fn keep(&self, key: Key, stamps: Stamps, files: WorkspaceFiles) {
-        let settled = SystemTime::now().checked_sub(SETTLED);
-        let old_enough = |seen: &Seen| seen.is_none_or(|stamp| settled.is_some_and(|at| stamp.modified <= at));
-        if !stamps.dirs.iter().chain(&stamps.files).all(old_enough) {
+        if !stamps.dirs.iter().chain(&stamps.files).all(settled) {
             return;
         }
         let mut copies = self.copies.lock().unwrap_or_else(PoisonError::into_inner);
@@ -124,18 +106,11 @@ pub(super) fn stamps(key: &Key) -> Option<Stamps> {
     Some(Stamps { dirs, files })
 }
 
-/// The path's stamp, `Ok(None)` when it does not exist.
-fn stamp(path: &Path) -> Result<Seen, std::io::Error> {
-    match std::fs::metadata(path) {
-        Ok(meta) => Ok(Some(Stamp { modified: meta.modified()?, len: meta.len(), inode: meta.ino() })),
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(err) => Err(err),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::fs::{self, File, FileTimes};
+    use std::path::Path;
+    use std::time::{Duration, SystemTime};
 
     use super::*;
     use crate::workspace::FileText;

@@ -54,10 +54,27 @@ pub fn write_config(path: &Path) -> Result<FileReport, InitError> {
     create_new(path, CONFIG_TEMPLATE, Some(CONFIG_MODE))
 }
 
-/// Creates `workspace` and each bootstrap file it lacks.
+/// The example skill `init` writes: its files, relative to the workspace.
+pub const EXAMPLE_SKILL: [(&str, &str); 2] = [
+    ("skills/meeting-minutes/SKILL.md", include_str!("../../templates/skills/meeting-minutes/SKILL.md")),
+    ("skills/meeting-minutes/template.md", include_str!("../../templates/skills/meeting-minutes/template.md")),
+];
+
+/// Creates `workspace` and each bootstrap file it lacks, and the example skill when the
+/// workspace has no `skills/` folder yet (an owner who removed it does not get it back).
 pub fn write_workspace(workspace: &Path) -> Result<Vec<FileReport>, InitError> {
     create_dir(workspace)?;
-    BOOTSTRAP_FILES.iter().map(|file| create_new(&workspace.join(file.name), file.template, None)).collect()
+    let skills_missing = !workspace.join(super::skills::SKILLS_DIR).exists();
+    let mut reports = BOOTSTRAP_FILES
+        .iter()
+        .map(|file| create_new(&workspace.join(file.name), file.template, None))
+        .collect::<Result<Vec<_>, _>>()?;
+    if skills_missing {
+        for (path, text) in EXAMPLE_SKILL {
+            reports.push(create_new(&workspace.join(path), text, None)?);
+        }
+    }
+    Ok(reports)
 }
 
 /// Writes `contents` to a new file at `path`; an existing file is kept untouched. Uses
@@ -102,13 +119,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let workspace = dir.path().join("ws");
         let first = write_workspace(&workspace).unwrap();
-        assert_eq!(first.len(), BOOTSTRAP_FILES.len());
+        assert_eq!(first.len(), BOOTSTRAP_FILES.len() + EXAMPLE_SKILL.len());
         assert!(first.iter().all(|r| r.action == FileAction::Created));
+        // The example skill is written once: removing it is the owner's choice.
+        std::fs::remove_dir_all(workspace.join("skills/meeting-minutes")).unwrap();
         std::fs::write(workspace.join("SOUL.md"), "mine").unwrap();
         std::fs::remove_file(workspace.join("TOOLS.md")).unwrap();
         let second = write_workspace(&workspace).unwrap();
         let created: Vec<_> = second.iter().filter(|r| r.action == FileAction::Created).collect();
-        assert_eq!(created.len(), 1);
+        assert_eq!(created.len(), 1, "{second:?}");
         assert!(created[0].path.ends_with("TOOLS.md"));
         assert_eq!(std::fs::read_to_string(workspace.join("SOUL.md")).unwrap(), "mine");
     }

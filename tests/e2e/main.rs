@@ -26,6 +26,7 @@ mod operations;
 mod pairing;
 mod providers;
 mod scale_out;
+mod skills;
 mod steady_state;
 mod subagents;
 mod systemd_units;

@@ -80,6 +80,7 @@ fn agent(name: &str) -> std::sync::Arc<crate::agent::Agent> {
         tool_choice: Default::default(),
         prices: Default::default(),
         workspace: std::path::PathBuf::new(),
+        skills: Default::default(),
     };
     std::sync::Arc::new(crate::agent::Agent::new(std::sync::Arc::new(provider), Default::default(), settings))
 }
