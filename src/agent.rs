@@ -35,6 +35,8 @@ pub struct AgentSettings {
     pub prices: PriceTable,
     /// The directory file tools and `exec` work in.
     pub workspace: std::path::PathBuf,
+    /// Its model chain, `provider/model` each, in the order tried (what `/model` offers).
+    pub models: Vec<String>,
     /// Which of the workspace's skills it uses, and how they are offered.
     pub skills: crate::workspace::skills::SkillSettings,
 }
@@ -66,6 +68,9 @@ pub struct Turn<'a> {
     /// author's name ([`ChatMessage::with_speaker`]), so it can tell who said what. Direct
     /// chats have one person and stay unprefixed.
     pub name_speakers: bool,
+    /// The chain entry to try first (`provider/model`, picked with `/model`); `None` = the
+    /// chain's own order.
+    pub model: Option<String>,
 }
 
 /// The receiving end of a run's steering messages (user messages, with their authors).
@@ -125,7 +130,7 @@ impl Agent {
     }
 
     /// The names of this agent's tools, from which a run's [`ToolFilter`] is chosen.
-    pub fn tool_names(&self) -> impl Iterator<Item = &str> {
+    pub fn tool_names(&self) -> Vec<String> {
         self.tools.names()
     }
 
@@ -161,7 +166,9 @@ impl Agent {
     /// Runs one turn to its end. Never fails: a provider failure becomes an apologetic reply
     /// with `error` set, so the user always hears back.
     pub async fn run(&self, turn: Turn<'_>) -> TurnResult {
-        let Turn { system_prompt, history, input, ctx, tools, events, mut steer, max_iterations, name_speakers } = turn;
+        let Turn { system_prompt, history, input, ctx, tools, events, mut steer, max_iterations, name_speakers, model } =
+            turn;
+        let model = model.unwrap_or_else(|| self.settings.model.clone());
         let max_iterations = max_iterations.unwrap_or(self.settings.max_iterations);
         let mut messages = Vec::with_capacity(history.len() + 2);
         messages.push(ChatMessage::system(system_prompt));
@@ -172,7 +179,7 @@ impl Agent {
             reply: String::new(),
             transcript: Vec::new(),
             usage: Usage::default(),
-            model: self.settings.model.clone(),
+            model: model.clone(),
             cost_usd: None,
             iterations: 0,
             error: None,
@@ -186,7 +193,7 @@ impl Agent {
                 steer_in(steer, &mut messages);
             }
             result.iterations += 1;
-            let call = ModelCall { tools: &tools, iteration: result.iterations, name_speakers };
+            let call = ModelCall { tools: &tools, iteration: result.iterations, name_speakers, model: &model };
             let response = self.call_model(&messages, call, events).await;
             if let Err(err) = &response {
                 result.context_limit = err.context_limit().or(result.context_limit);
@@ -245,7 +252,7 @@ impl Agent {
         call: ModelCall<'_>,
         events: &dyn EventSink,
     ) -> Result<ChatResponse, ProviderError> {
-        let ModelCall { tools, iteration, name_speakers } = call;
+        let ModelCall { tools, iteration, name_speakers, model } = call;
         let tools = self.tools.specs(tools);
         let tool_choice =
             if iteration == 1 { first_call_choice(&self.settings.tool_choice, &tools) } else { ToolChoice::Auto };
@@ -256,7 +263,7 @@ impl Agent {
             Cow::Borrowed(messages)
         };
         let request = ChatRequest {
-            model: self.settings.model.clone(),
+            model: model.to_owned(),
             messages,
             tools,
             max_tokens: self.settings.max_tokens,
@@ -268,7 +275,7 @@ impl Agent {
         let span = tracing::info_span!(
             "llm_call",
             provider = self.provider.name(),
-            model = %self.settings.model,
+            model = %model,
             iteration,
             answered_by = tracing::field::Empty,
             input_tokens = tracing::field::Empty,
@@ -280,7 +287,7 @@ impl Agent {
         let mut response = self.provider.complete(&request, stream).instrument(span.clone()).await;
         span.record("duration_ms", started.elapsed().as_millis() as u64);
         let took = started.elapsed().as_secs_f64();
-        meters().model_call(self.provider.name(), &self.settings.model, response.is_ok(), took);
+        meters().model_call(self.provider.name(), model, response.is_ok(), took);
         // Every request has input, so zero input tokens means the provider reported no usage
         // (local servers often send none when streaming): count an estimate rather than nothing,
         // so budgets are charged and `/status` tells the truth.
@@ -352,6 +359,8 @@ struct ModelCall<'a> {
     tools: &'a ToolFilter,
     iteration: u32,
     name_speakers: bool,
+    /// The model asked for: the agent's, or the chain entry the session picked (`/model`).
+    model: &'a str,
 }
 
 /// Adds the steering messages that arrived since the last model call (at a tool boundary:

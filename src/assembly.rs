@@ -36,6 +36,7 @@ use crate::store::StoreError;
 use crate::store::cron::CronStore;
 use crate::subagents::{SubagentManager, SubagentSettings};
 use crate::tools::Tool;
+use crate::tools::mcp::McpServers;
 use crate::users::PolicyError;
 use crate::worker::{Worker, WorkerSettings};
 
@@ -108,6 +109,8 @@ pub struct Assembly {
     overrides: Overrides,
     /// One count of requests in flight per limited provider, for all agents' chains.
     provider_limits: crate::provider::limit::ProviderLimits,
+    /// The MCP servers whose tools every agent offers; started with the worker.
+    mcp: Arc<McpServers>,
 }
 
 /// A worker and, when `[subagents]` is enabled, the sub-agent manager its agents share.
@@ -122,7 +125,8 @@ impl Assembly {
     }
 
     pub fn with_overrides(config: Config, overrides: Overrides) -> Self {
-        Self { config, overrides, provider_limits: Default::default() }
+        let mcp = McpServers::new(&config.mcp);
+        Self { config, overrides, provider_limits: Default::default(), mcp }
     }
 
     pub fn config(&self) -> &Config {
@@ -190,6 +194,21 @@ impl Assembly {
         let store = Arc::clone(store) as Arc<dyn CronStore>;
         let scheduler = CronScheduler::new(store, Arc::clone(bus), self.overrides.clock.clone(), self.cron_settings());
         Some(tokio::spawn(scheduler.run(shutdown.clone())))
+    }
+
+    /// The MCP servers' supervisors, running until `shutdown`; `None` without servers.
+    pub fn start_mcp(&self, shutdown: &CancellationToken) -> Option<JoinHandle<()>> {
+        if self.mcp.is_empty() {
+            return None;
+        }
+        let supervisors = self.mcp.start(shutdown);
+        Some(tokio::spawn(async move {
+            for supervisor in supervisors {
+                if let Err(err) = supervisor.await {
+                    tracing::warn!(%err, "an MCP supervisor ended abnormally");
+                }
+            }
+        }))
     }
 
     /// The heartbeats of every agent whose heartbeat is enabled, running until `shutdown`.

@@ -5,6 +5,7 @@
 mod api_token;
 mod cron;
 mod init;
+mod mcp;
 mod pairing;
 mod runs;
 mod serve;
@@ -14,6 +15,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 pub use cron::CronCommand;
+pub use mcp::McpCommand;
 pub use pairing::{PairingChannel, PairingCommand};
 use thiserror::Error;
 pub use users::{BudgetArg, UsersCommand};
@@ -94,6 +96,11 @@ enum Command {
     Cron {
         #[command(subcommand)]
         command: CronCommand,
+    },
+    /// MCP tool servers: start them and list their tools
+    Mcp {
+        #[command(subcommand)]
+        command: McpCommand,
     },
     /// Make a bearer token for the HTTP API and print the config entry that admits it
     ApiToken {
@@ -218,6 +225,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             Command::Users { command } => users::run(&config, command).await,
             Command::Pairing { command } => pairing::run(&config, command).await,
             Command::Cron { command } => cron::run(&config, command).await,
+            Command::Mcp { command } => mcp::run(&config, command).await,
             Command::Doctor { .. } => doctor(&config).await,
         }
     })

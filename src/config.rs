@@ -23,6 +23,7 @@ mod guard;
 mod heartbeat;
 mod identity;
 mod load;
+mod mcp;
 mod memory;
 mod metrics;
 mod providers;
@@ -59,6 +60,7 @@ pub use heartbeat::{
     ActiveHoursConfig, BadTarget, DEFAULT_HEARTBEAT_PROMPT, HeartbeatConfig, HeartbeatTarget, MIN_HEARTBEAT_MINUTES,
 };
 pub use identity::{BadIdentity, BadLevel, Identity, Level};
+pub use mcp::{MCP_SEPARATOR, McpConfig, McpServerConfig};
 pub use memory::{EmbeddingsConfig, MemoryConfig};
 pub use metrics::MetricsConfig;
 pub use providers::{ANTHROPIC_DEFAULT_BASE_URL, ChainEntry};
@@ -120,6 +122,8 @@ pub struct Config {
     pub subagents: SubagentsConfig,
     /// Skill folders in the agents' workspaces.
     pub skills: SkillsConfig,
+    /// MCP tool servers.
+    pub mcp: McpConfig,
     /// The Prometheus endpoint.
     pub metrics: MetricsConfig,
     /// Voice notes turned into text before the model sees them.
@@ -158,6 +162,7 @@ impl Default for Config {
             metrics: MetricsConfig::default(),
             transcription: TranscriptionConfig::default(),
             skills: SkillsConfig::default(),
+            mcp: McpConfig::default(),
         }
     }
 }

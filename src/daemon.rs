@@ -154,6 +154,7 @@ fn start_worker(
         background.push(("sub-agents", assembly::start_subagents(manager, shutdown)));
     }
     background.extend(assembly.start_cron(bus, store, shutdown).map(|task| ("cron scheduler", task)));
+    background.extend(assembly.start_mcp(shutdown).map(|task| ("MCP servers", task)));
     background.push(("heartbeats", assembly.start_heartbeats(bus, store, shutdown)?));
     Ok((Some(assembled.worker), background))
 }

@@ -91,7 +91,31 @@ pub async fn examine(config: &Config) -> Vec<Finding> {
     findings.push(telegram(config).await);
     findings.push(discord(config).await);
     findings.extend(workspaces(config));
+    findings.extend(mcp(config).await);
     findings
+}
+
+/// Each MCP server, started and stopped again as `switchboard mcp list` does.
+async fn mcp(config: &Config) -> Vec<Finding> {
+    use crate::tools::mcp::ServerStatus;
+    let statuses = crate::tools::mcp::probe(&config.mcp).await;
+    let finding = |(name, status): (String, ServerStatus)| {
+        let check = format!("mcp {name}");
+        match status {
+            ServerStatus::Ready { tools } => Finding::ok(check, format!("{} tools", tools.len())),
+            ServerStatus::Disabled => Finding::skip(check, "not enabled"),
+            ServerStatus::Down { error, .. } => {
+                Finding::bad(Status::Fail, check, error, "`switchboard mcp list` shows it again; see docs/mcp.md")
+            }
+            ServerStatus::Starting => Finding::bad(
+                Status::Fail,
+                check,
+                format!("still starting after {} s", config.mcp.startup_timeout_secs),
+                "raise mcp.startup_timeout_secs or check the server",
+            ),
+        }
+    };
+    statuses.into_iter().map(finding).collect()
 }
 
 async fn store(config: &Config) -> Vec<Finding> {

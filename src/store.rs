@@ -261,12 +261,29 @@ pub trait Store: UserStore + CronStore + HeartbeatStore + SubagentStore + Send +
     /// reads every run since `/new`: for commands, not for every turn.
     async fn session_info(&self, session_key: &str) -> Result<SessionInfo, StoreError>;
 
-    /// The queue mode the session chose with `/queue`; `None` = the configured default (also
-    /// for a new session). One row, read when a session's task starts.
-    async fn queue_mode(&self, session_key: &str) -> Result<Option<String>, StoreError>;
+    /// What the session chose with `/queue`, `/model` and `/verbose` (the defaults for a new
+    /// session). One row, read when a session's task starts.
+    async fn session_prefs(&self, session_key: &str) -> Result<SessionPrefs, StoreError>;
+
+    /// Stores the session's model (`/model <name>`); `None` = the agent's chain as configured.
+    async fn set_session_model(&self, session_key: &str, model: Option<&str>) -> Result<(), StoreError>;
+
+    /// Stores whether the session gets progress messages while tools run (`/verbose`).
+    async fn set_verbose(&self, session_key: &str, verbose: bool) -> Result<(), StoreError>;
 
     /// Stores the session's queue mode (`/queue <mode>`); `None` = the configured default.
     async fn set_queue_mode(&self, session_key: &str, mode: Option<&str>) -> Result<(), StoreError>;
+}
+
+/// What a session chose with chat commands.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionPrefs {
+    /// `/queue`; `None` = the configured default.
+    pub queue_mode: Option<String>,
+    /// `/model`: the chain entry (`provider/model`) tried first; `None` = the chain's order.
+    pub model: Option<String>,
+    /// `/verbose on`: a short progress message as each tool starts.
+    pub verbose: bool,
 }
 
 /// A session's settings and totals.

@@ -4,6 +4,7 @@
 mod current_time;
 pub mod exec;
 pub mod fs;
+pub mod mcp;
 pub mod memory;
 mod message;
 pub mod skills;
@@ -148,12 +149,38 @@ pub enum ToolFilter {
     Only(BTreeSet<String>),
 }
 
+/// How a filter marks a tool the run may call only through `mcp_call` (with many MCP tools,
+/// they are not offered one by one): `via mcp_call:<name>`. No tool has such a name.
+const VIA_CALL: &str = "via mcp_call:";
+
 impl ToolFilter {
     pub fn allows(&self, name: &str) -> bool {
         match self {
             ToolFilter::All => true,
             ToolFilter::Only(names) => names.contains(name),
         }
+    }
+
+    /// Whether the run may call `name` through `mcp_call`: offered itself, or marked so.
+    pub fn allows_via_call(&self, name: &str) -> bool {
+        match self {
+            ToolFilter::All => true,
+            ToolFilter::Only(names) => names.contains(name) || names.contains(&format!("{VIA_CALL}{name}")),
+        }
+    }
+
+    /// The entry that lets a run call `name` through `mcp_call` only.
+    pub fn via_call_entry(name: &str) -> String {
+        format!("{VIA_CALL}{name}")
+    }
+
+    /// The filter's marks of tools callable through `mcp_call` only.
+    pub fn via_call_entries(&self) -> impl Iterator<Item = &String> {
+        let names = match self {
+            ToolFilter::All => None,
+            ToolFilter::Only(names) => Some(names),
+        };
+        names.into_iter().flatten().filter(|name| name.starts_with(VIA_CALL))
     }
 }
 
@@ -174,11 +201,52 @@ impl Default for ToolLimits {
     }
 }
 
-/// The tools one agent may use.
+/// The tools one agent may use: its own, and those of the sources whose tools come and go
+/// (MCP servers).
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
     tools: BTreeMap<String, Registered>,
     limits: ToolLimits,
+    sources: Vec<Arc<dyn ToolSource>>,
+    /// The agent's allow-list (`[agents.<name>] tools`), kept for the sources' tools; a name
+    /// ending in `*` allows every tool it starts.
+    allowed: Option<Vec<String>>,
+}
+
+/// Tools that come and go while the daemon runs, such as an MCP server's once it is up.
+pub trait ToolSource: Send + Sync {
+    /// The tools available now.
+    fn current(&self) -> Arc<ToolSet>;
+}
+
+/// A set of tools whose specs are built once, as for the registry's own.
+#[derive(Clone, Default)]
+pub struct ToolSet {
+    tools: BTreeMap<String, Registered>,
+}
+
+impl ToolSet {
+    pub fn new(tools: impl IntoIterator<Item = Arc<dyn Tool>>) -> Self {
+        let tools = tools.into_iter().map(|tool| (tool.name().to_owned(), Registered::new(tool))).collect();
+        Self { tools }
+    }
+
+    pub fn len(&self) -> usize {
+        self.tools.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.tools.get(name).map(|registered| &registered.tool)
+    }
+
+    /// The tools as the model sees them, in name order.
+    pub fn specs(&self) -> impl Iterator<Item = &Arc<ToolSpec>> {
+        self.tools.values().map(Registered::spec)
+    }
 }
 
 /// A tool with what the model sees of it, built once: a tool builds its schema anew on each
@@ -193,6 +261,10 @@ struct Registered {
 }
 
 impl Registered {
+    fn new(tool: Arc<dyn Tool>) -> Self {
+        Self { tool, spec: OnceLock::new() }
+    }
+
     fn spec(&self) -> &Arc<ToolSpec> {
         &self.described().0
     }
@@ -230,7 +302,7 @@ pub struct ToolOutput {
 
 impl ToolRegistry {
     pub fn new(limits: ToolLimits) -> Self {
-        Self { tools: BTreeMap::new(), limits }
+        Self { limits, ..Self::default() }
     }
 
     /// A registry with only the tools that need no set-up (`current_time`).
@@ -241,41 +313,86 @@ impl ToolRegistry {
     }
 
     pub fn register(&mut self, tool: Arc<dyn Tool>) {
-        self.tools.insert(tool.name().to_owned(), Registered { tool, spec: OnceLock::new() });
+        self.tools.insert(tool.name().to_owned(), Registered::new(tool));
+    }
+
+    /// Adds tools that come and go (see [`ToolSource`]).
+    pub fn add_source(&mut self, source: Arc<dyn ToolSource>) {
+        self.sources.push(source);
     }
 
     pub fn is_empty(&self) -> bool {
-        self.tools.is_empty()
+        self.tools.is_empty() && self.sources.iter().all(|source| source.current().is_empty())
     }
 
     /// Keeps only the tools named in `allowed` (an agent's allowlist): a tool not kept is
-    /// never offered, and a call to it is refused like a call to an unknown tool.
+    /// never offered, and a call to it is refused like a call to an unknown tool. A name
+    /// ending in `*` keeps every tool it starts (`files__*`).
     pub fn retain(&mut self, allowed: &[String]) {
-        self.tools.retain(|name, _| allowed.iter().any(|a| a == name));
+        self.tools.retain(|name, _| allows(allowed, name));
+        self.allowed = Some(allowed.to_vec());
     }
 
-    pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.tools.keys().map(String::as_str)
+    /// The names of the tools now, the sources' included, in name order.
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.tools.keys().cloned().collect();
+        for set in self.current_sets() {
+            names.extend(set.tools.keys().filter(|name| self.source_allows(name)).cloned());
+        }
+        names.sort();
+        names
     }
 
     /// The tools the filter allows, as the model sees them, in name order (stable, so
     /// prompts cache well). Shared, not copied: a schema is built once per process.
     pub fn specs(&self, filter: &ToolFilter) -> Vec<Arc<ToolSpec>> {
-        self.offered(filter).map(|registered| registered.spec().clone()).collect()
+        self.offered(filter).into_iter().map(|registered| registered.spec().clone()).collect()
     }
 
     /// The heuristic token count of the schemas the filter allows.
     pub fn raw_tokens(&self, filter: &ToolFilter) -> u64 {
-        self.offered(filter).map(Registered::raw_tokens).sum()
+        self.offered(filter).iter().map(Registered::raw_tokens).sum()
     }
 
     /// The tools the filter allows with each one's heuristic token count, in name order.
     pub fn raw_tokens_each(&self, filter: &ToolFilter) -> Vec<(String, u64)> {
-        self.offered(filter).map(|registered| (registered.tool.name().to_owned(), registered.raw_tokens())).collect()
+        let offered = self.offered(filter);
+        offered.iter().map(|registered| (registered.tool.name().to_owned(), registered.raw_tokens())).collect()
     }
 
-    fn offered<'a>(&'a self, filter: &'a ToolFilter) -> impl Iterator<Item = &'a Registered> + 'a {
-        self.tools.values().filter(|registered| filter.allows(registered.tool.name()))
+    /// The tools the filter allows, the sources' included, in name order. Cloning a
+    /// `Registered` copies two pointers; its spec is shared.
+    fn offered(&self, filter: &ToolFilter) -> Vec<Registered> {
+        let own = self.tools.values().filter(|registered| filter.allows(registered.tool.name())).cloned();
+        let mut offered: Vec<Registered> = own.collect();
+        if self.sources.is_empty() {
+            return offered;
+        }
+        for set in self.current_sets() {
+            let theirs = set.tools.iter().filter(|(name, _)| filter.allows(name) && self.source_allows(name));
+            offered.extend(theirs.map(|(_, registered)| registered.clone()));
+        }
+        offered.sort_by(|a, b| a.tool.name().cmp(b.tool.name()));
+        offered
+    }
+
+    fn current_sets(&self) -> Vec<Arc<ToolSet>> {
+        self.sources.iter().map(|source| source.current()).collect()
+    }
+
+    fn source_allows(&self, name: &str) -> bool {
+        self.allowed.as_deref().is_none_or(|allowed| allows(allowed, name))
+    }
+
+    /// The tool called `name`, its own or a source's.
+    fn find(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        if let Some(registered) = self.tools.get(name) {
+            return Some(Arc::clone(&registered.tool));
+        }
+        if !self.source_allows(name) {
+            return None;
+        }
+        self.current_sets().iter().find_map(|set| set.get(name).cloned())
     }
 
     /// Runs one call. Failures become an error result for the model, never a failed run.
@@ -301,7 +418,7 @@ impl ToolRegistry {
     }
 
     async fn try_call(&self, call: &ToolCall, ctx: &ToolContext, filter: &ToolFilter) -> Result<String, ToolError> {
-        let tool = &self.tools.get(&call.name).ok_or_else(|| ToolError::Unknown(call.name.clone()))?.tool;
+        let tool = self.find(&call.name).ok_or_else(|| ToolError::Unknown(call.name.clone()))?;
         // The model is only offered allowed tools, but it can name any: check again here.
         if !filter.allows(&call.name) {
             return Err(ToolError::NotAllowed(call.name.clone()));
@@ -315,9 +432,22 @@ impl ToolRegistry {
     }
 }
 
+/// Whether an allow-list names `name`, or a prefix of it ending in `*`.
+fn allows(allowed: &[String], name: &str) -> bool {
+    allowed.iter().any(|entry| match entry.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => entry == name,
+    })
+}
+
 /// Adds the tools that act on this machine, as enabled in `[tools]`: the file tools
 /// (`read_file`, `write_file`, `edit_file`, `list_dir`) and `exec`.
-pub fn register_local_tools(registry: &mut ToolRegistry, config: &ToolsConfig) -> Result<(), ConfigError> {
+/// `exec` runs in the sandbox `[tools.exec] sandbox` asks for, hiding `data_dir` from commands.
+pub fn register_local_tools(
+    registry: &mut ToolRegistry,
+    config: &ToolsConfig,
+    data_dir: &Path,
+) -> Result<(), ConfigError> {
     if config.fs.enabled {
         let settings = fs::FsSettings::from(&config.fs);
         // What a file says is data, whoever wrote it (a web page saved there, a user's upload).
@@ -325,15 +455,21 @@ pub fn register_local_tools(registry: &mut ToolRegistry, config: &ToolsConfig) -
         registry.register(Arc::new(untrusted::Untrusted::new(read, untrusted::file)));
         registry.register(Arc::new(fs::WriteFile::new(settings)));
         registry.register(Arc::new(fs::EditFile::new(settings)));
+        registry.register(Arc::new(fs::DeleteFile::new(settings)));
         registry.register(Arc::new(fs::ListDir::new(settings)));
     }
     if config.exec.enabled {
         // Config validation already rejects bad patterns with their origin; this is the backstop.
-        let exec = exec::Exec::new(&config.exec).map_err(|error| ConfigError::Invalid {
-            key: "tools.exec.deny_patterns".into(),
+        let invalid = |key: &str, reason: String| ConfigError::Invalid {
+            key: key.into(),
             origin: crate::config::Origin::Default,
-            reason: error.to_string(),
-        })?;
+            reason,
+        };
+        let exec =
+            exec::Exec::new(&config.exec).map_err(|error| invalid("tools.exec.deny_patterns", error.to_string()))?;
+        let sandbox = exec::Sandbox::from_config(&config.exec, data_dir)
+            .map_err(|error| invalid("tools.exec.sandbox", error.to_string()))?;
+        let exec = exec.with_sandbox(sandbox);
         // Command output carries what commands read (files, `curl`): data too.
         registry.register(Arc::new(untrusted::Untrusted::new(Arc::new(exec), untrusted::command_output)));
     }

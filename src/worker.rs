@@ -19,8 +19,10 @@ mod input;
 mod job;
 mod keepalive;
 mod memory;
+mod offer;
 mod order;
 mod overflow;
+mod prefs;
 mod prompt;
 mod rate;
 mod recall;
@@ -119,6 +121,8 @@ pub struct WorkerSettings {
     /// Turns voice notes into text before a turn (`[transcription]`); `None`: they reach the
     /// model as their path.
     pub transcriber: Option<Arc<Transcriber>>,
+    /// MCP tools offered one by one up to this many; beyond, through `mcp_tool_search`.
+    pub mcp_inline_max: usize,
 }
 
 impl Default for WorkerSettings {
@@ -142,6 +146,7 @@ impl Default for WorkerSettings {
             heartbeat_ack_max_chars_by_agent: HashMap::new(),
             recall: RecallSettings::default(),
             transcriber: None,
+            mcp_inline_max: 30,
         }
     }
 }

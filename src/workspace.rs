@@ -6,6 +6,7 @@
 //! accident (or by the agent appending to `MEMORY.md`) cannot crowd the conversation out of
 //! the model's context.
 
+pub mod bm25;
 mod cache;
 pub mod init;
 pub mod mark;
@@ -65,6 +66,14 @@ pub const BOOTSTRAP_FILES: [BootstrapFile; 7] = [
     },
 ];
 
+/// `BOOTSTRAP.md`: the first-run conversation. Not one of [`BOOTSTRAP_FILES`]: `init` writes it
+/// only into a new workspace, and the agent deletes it once onboarding is done.
+pub const ONBOARDING: BootstrapFile = BootstrapFile {
+    name: "BOOTSTRAP.md",
+    purpose: "the first-run conversation with the owner; delete it when done",
+    template: include_str!("../templates/workspace/BOOTSTRAP.md"),
+};
+
 /// Which end of an over-long file is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Keep {
@@ -114,6 +123,8 @@ pub struct WorkspaceFiles {
     pub tools: FileText,
     pub heartbeat: FileText,
     pub memory: FileText,
+    /// `BOOTSTRAP.md`, in the owner's scope only.
+    pub onboarding: FileText,
 }
 
 impl Default for WorkspaceFiles {
@@ -127,6 +138,7 @@ impl Default for WorkspaceFiles {
             tools: missing(),
             heartbeat: missing(),
             memory: missing(),
+            onboarding: missing(),
         }
     }
 }
@@ -168,6 +180,7 @@ impl WorkspaceFiles {
                 tools: unreadable(),
                 heartbeat: unreadable(),
                 memory: unreadable(),
+                onboarding: unreadable(),
             }
         })
     }
@@ -184,6 +197,7 @@ impl WorkspaceFiles {
             tools: head("TOOLS.md"),
             heartbeat: head("HEARTBEAT.md"),
             memory: read_memory(dir, memory_max_chars, scope),
+            onboarding: if scope.is_owner() { head(ONBOARDING.name) } else { FileText::Missing },
         }
     }
 }

@@ -34,7 +34,7 @@ impl Provider for Unused {
 /// default config (8 tools; the memory, cron and spawn tools need a store or a bus).
 pub fn agent(workspace: &Path) -> Agent {
     let mut tools = ToolRegistry::with_builtins(ToolLimits::default());
-    register_local_tools(&mut tools, &ToolsConfig::default()).expect("the default tools config is valid");
+    register_local_tools(&mut tools, &ToolsConfig::default(), workspace).expect("the default tools config is valid");
     register_web_tools(&mut tools, &WebToolsConfig::default());
     let settings = AgentSettings {
         name: "main".into(),
@@ -48,6 +48,7 @@ pub fn agent(workspace: &Path) -> Agent {
         prices: Default::default(),
         workspace: workspace.to_path_buf(),
         skills: Default::default(),
+        models: Vec::new(),
     };
     Agent::new(Arc::new(Unused), tools, settings)
 }

@@ -121,6 +121,7 @@ fn agent_with_prices(
         prices,
         workspace: std::env::temp_dir(),
         skills: Default::default(),
+        models: Vec::new(),
     };
     (Agent::new(provider.clone(), tools, settings), provider)
 }
@@ -136,6 +137,7 @@ pub(super) fn turn<'a>(history: Vec<ChatMessage>, input: &str, events: &'a Recor
         steer: None,
         max_iterations: None,
         name_speakers: false,
+        model: None,
     }
 }
 

@@ -14,6 +14,7 @@ use crate::store::cron::CronStore;
 use crate::store::memory_index::MemoryIndex;
 use crate::subagents::SubagentManager;
 use crate::subagents::tool::SpawnTool;
+use crate::tools::mcp::{McpCall, McpToolSearch};
 use crate::tools::memory::{EmbeddingSettings, MemorySearcher, MemorySettings};
 use crate::tools::skills::{SkillGet, SkillSearch};
 use crate::tools::web::register_web_tools;
@@ -88,7 +89,7 @@ impl Assembly {
         if config.tools.web.enabled {
             register_web_tools(&mut tools, &config.tools.web);
         }
-        register_local_tools(&mut tools, &config.tools)?;
+        register_local_tools(&mut tools, &config.tools, config.data_dir())?;
         crate::tools::memory::register(&mut tools, searcher, &config.tools.memory);
         if config.cron.enabled {
             let store = Arc::clone(store) as Arc<dyn CronStore>;
@@ -101,6 +102,11 @@ impl Assembly {
             let skills = settings::agent_skills(config, name);
             tools.register(Arc::new(SkillGet::new(skills.clone())));
             tools.register(Arc::new(SkillSearch::new(skills)));
+        }
+        if !self.mcp.is_empty() {
+            tools.add_source(Arc::clone(&self.mcp) as _);
+            tools.register(Arc::new(McpToolSearch::new(Arc::clone(&self.mcp))));
+            tools.register(Arc::new(McpCall::new(Arc::clone(&self.mcp))));
         }
         for tool in &self.overrides.tools {
             tools.register(Arc::clone(tool));

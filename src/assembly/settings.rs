@@ -43,7 +43,8 @@ pub fn worker(config: &Config) -> Result<WorkerSettings, AssemblyError> {
             history: config.history.clone(),
             compaction: config.compaction.clone(),
         },
-        access: AccessPolicy::from_config(&config.users, &config.permissions, &config.budgets)?,
+        access: AccessPolicy::from_config(&config.users, &config.permissions, &config.budgets)?
+            .with_prefix_levels(mcp_levels(config)),
         prompt: prompt(config)?,
         guard: Some(Arc::new(Guard::new(&config.guard)?)),
         queue: QueueSettings::from_config(&config.worker),
@@ -56,6 +57,7 @@ pub fn worker(config: &Config) -> Result<WorkerSettings, AssemblyError> {
             .collect(),
         recall: RecallSettings::from(&config.memory),
         transcriber: transcriber(config)?,
+        mcp_inline_max: config.mcp.inline_max,
     })
 }
 
@@ -122,8 +124,15 @@ pub fn agent(config: &Config, name: &str, chain: &[ChainEntry]) -> AgentSettings
         tool_choice: ToolChoice::parse(&config.agent.tool_choice),
         prices: PriceTable::new(config.prices.clone()),
         workspace: overrides.map_or_else(|| config.agent.workspace.clone(), |o| o.workspace.clone()),
+        models: chain.iter().map(|entry| format!("{}/{}", entry.provider, entry.model)).collect(),
         skills: agent_skills(config, name),
     }
+}
+
+/// Each MCP server's level, for the tools named `<server>__…`.
+fn mcp_levels(config: &Config) -> Vec<(String, crate::config::Level)> {
+    let servers = config.mcp.servers.iter();
+    servers.map(|(name, server)| (format!("{name}{}", crate::config::MCP_SEPARATOR), server.level)).collect()
 }
 
 /// Which skills agent `name` uses: `[agents.<name>] skills`, else `[skills] allow`.

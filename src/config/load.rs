@@ -77,7 +77,8 @@ pub(super) fn load_text(file: Option<(PathBuf, String)>, env: &HashMap<String, S
 /// Defaults plus a value for every `Option` field (which serializes to nothing when `None`):
 /// the full set of keys with their types, for resolving env overrides. A new `Option` field
 /// must be given a value here to be settable from the environment. Maps with names the user
-/// chooses (`providers`, `prices`, `users.groups`, `channels.api.tokens`) get one entry named
+/// chooses (`providers`, `prices`, `users.groups`, `channels.api.tokens`, `mcp.servers` and
+/// their `env` and `headers`) get one entry named
 /// [`env::ANY_NAME`], which stands for any name.
 pub(super) fn schema_sample() -> Config {
     let any = || env::ANY_NAME.to_owned();
@@ -90,12 +91,25 @@ pub(super) fn schema_sample() -> Config {
             NamedAgentConfig {
                 max_tokens: Some(0),
                 system_prompt: Some(String::new()),
+                skills: Some(Vec::new()),
                 heartbeat: Some(super::HeartbeatConfig::default()),
                 ..Default::default()
             },
         )]
         .into(),
         bindings: vec![BindingConfig::default()],
+        mcp: super::McpConfig {
+            servers: [(
+                any(),
+                super::McpServerConfig {
+                    env: [(any(), super::Secret::default())].into(),
+                    headers: [(any(), super::Secret::default())].into(),
+                    ..super::McpServerConfig::default()
+                },
+            )]
+            .into(),
+            ..super::McpConfig::default()
+        },
         users: super::UsersConfig {
             groups: [(any(), super::GroupAccessConfig::default())].into(),
             ..super::UsersConfig::default()

@@ -394,7 +394,8 @@ fn example_file_documents_every_key() {
 /// `section.key` for every line `key = …` or `# key = …` of the example; a commented
 /// `# [providers.NAME]` section counts too, as the schema's `providers.*` (and a commented
 /// `# [users.groups."<group>"]` as `users.groups.*`, a `# [channels.api.tokens.NAME]` as
-/// `channels.api.tokens.*`), and a commented
+/// `channels.api.tokens.*`, a `# [mcp.servers.NAME]` as `mcp.servers.*`, its `env = { … }`
+/// as `mcp.servers.*.env.*`), and a commented
 /// `# [[bindings]]` as the keys of the schema's one sample binding.
 fn example_keys() -> BTreeSet<String> {
     let mut section = String::new();
@@ -417,12 +418,16 @@ fn example_keys() -> BTreeSet<String> {
                 Some(("users", rest)) if rest.starts_with("groups.") => "users.groups.*.".to_owned(),
                 // `channels.api.tokens.NAME`: the token's name stands for any.
                 Some(("channels", rest)) if rest.starts_with("api.tokens.") => "channels.api.tokens.*.".to_owned(),
+                // `mcp.servers.NAME`: the server's name stands for any.
+                Some(("mcp", rest)) if rest.starts_with("servers.") => "mcp.servers.*.".to_owned(),
                 _ => format!("{name}."),
             };
-        } else if let Some((key, _)) = line.trim_start_matches("# ").split_once(" = ")
+        } else if let Some((key, value)) = line.trim_start_matches("# ").split_once(" = ")
             && key.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
         {
-            keys.insert(format!("{section}{key}"));
+            // A map of names the user picks (`env = { … }`) stands for its schema's `env.*`.
+            let any = if value.starts_with('{') && section.starts_with("mcp.servers.") { ".*" } else { "" };
+            keys.insert(format!("{section}{key}{any}"));
         }
     }
     keys

@@ -7,7 +7,7 @@ mod web;
 
 use serde::{Deserialize, Serialize};
 
-pub use exec::ExecToolConfig;
+pub use exec::{ExecToolConfig, SANDBOX_MODES};
 pub use fs::FsToolsConfig;
 pub use memory::MemoryToolsConfig;
 pub use web::WebToolsConfig;

@@ -59,6 +59,7 @@ impl Default for PermissionsConfig {
             ("list_dir", Level::User),
             ("write_file", Level::User),
             ("edit_file", Level::User),
+            ("delete_file", Level::User),
             ("web_fetch", Level::User),
             ("web_search", Level::User),
             ("message", Level::User),
@@ -67,6 +68,9 @@ impl Default for PermissionsConfig {
             ("memory_search", Level::User),
             ("memory_get", Level::User),
             ("skill_get", Level::User),
+            // Gateways: what they reach is limited by each MCP server's own level.
+            ("mcp_tool_search", Level::Guest),
+            ("mcp_call", Level::Guest),
             ("skill_search", Level::User),
             ("exec", Level::Admin),
         ];

@@ -77,6 +77,9 @@ pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigE
     if let Some((key, reason)) = super::memory::embeddings_problem(config) {
         return Err(fail(key, reason));
     }
+    if let Some((key, reason)) = super::mcp::problem(&config.mcp) {
+        return Err(fail(&key, reason));
+    }
     if let Some((key, reason)) = web_problem(&config.tools.web) {
         return Err(fail(key, reason));
     }
@@ -110,6 +113,10 @@ pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigE
         return Err(fail(key, reason));
     }
     let exec = &config.tools.exec;
+    if !super::tools::SANDBOX_MODES.contains(&exec.sandbox.as_str()) {
+        let reason = format!("{:?} is not one of {}", exec.sandbox, super::tools::SANDBOX_MODES.join(", "));
+        return Err(fail("tools.exec.sandbox", reason));
+    }
     if exec.timeout_secs > exec.max_timeout_secs {
         let reason = format!("{} is above tools.exec.max_timeout_secs ({})", exec.timeout_secs, exec.max_timeout_secs);
         return Err(fail("tools.exec.timeout_secs", reason));

@@ -268,6 +268,7 @@ async fn flush_memory(deps: Deps<'_>, msg: &InboundMessage, history: Vec<ChatMes
         steer: None,
         max_iterations: None,
         name_speakers: msg.is_group,
+        model: None,
     };
     let timeout = deps.engine.settings().compaction.flush_timeout();
     match tokio::time::timeout(timeout, deps.agent.run(turn)).await {

@@ -3,14 +3,15 @@
 
 use super::{PromptInput, PromptMode, Sender};
 use crate::workspace::memory::{self, MemoryScope};
-use crate::workspace::{BOOTSTRAP_FILES, FileText, Keep};
+use crate::workspace::{BOOTSTRAP_FILES, FileText, Keep, ONBOARDING};
 
 /// A section: its name (for tests and logs) and the function that writes it.
 pub type Section = fn(&PromptInput<'_>) -> Option<String>;
 
 /// Every section, in prompt order.
-pub const SECTIONS: [(&str, Section); 14] = [
+pub const SECTIONS: [(&str, Section); 15] = [
     ("identity", identity),
+    ("onboarding", onboarding),
     ("operator", operator),
     ("tooling", tooling),
     ("skills", skills),
@@ -47,6 +48,21 @@ pub fn identity(input: &PromptInput<'_>) -> Option<String> {
     Some(text)
 }
 
+/// `BOOTSTRAP.md` while it exists: the owner's first direct conversation follows it. Not for
+/// groups, other people, scheduled turns or sub-agents (`files.onboarding` is the owner's only).
+pub fn onboarding(input: &PromptInput<'_>) -> Option<String> {
+    full_only(input)?;
+    if input.is_group || input.sender == Sender::System {
+        return None;
+    }
+    let body = input.files.onboarding.render(ONBOARDING.name, Keep::Head)?;
+    Some(format!(
+        "# First run\n\n{} is in your workspace: follow it in this conversation, then delete it.\n\n{}",
+        ONBOARDING.name,
+        without_title(&body, "First run")
+    ))
+}
+
 /// A file's text placed under a section titled `title`, without its own first line when that is
 /// a heading saying the same (the templates start with one): a title once is enough.
 pub(super) fn without_title<'a>(body: &'a str, title: &str) -> &'a str {
@@ -71,6 +87,13 @@ pub fn tooling(input: &PromptInput<'_>) -> Option<String> {
     let mut text = String::from(
         "# Tools\n\nYou can call these tools. Use one when it helps; do not describe a call instead of making it.\n",
     );
+    // The minimal prompt is for small context windows and sub-agents: the schemas already
+    // carry the descriptions, so names are enough here.
+    if input.mode == PromptMode::Minimal {
+        let names: Vec<&str> = input.tools.iter().map(|tool| tool.name.as_str()).collect();
+        text.push_str(&format!("\n{}", names.join(", ")));
+        return Some(text);
+    }
     for tool in input.tools {
         let line = tool.description.lines().next().unwrap_or_default().trim();
         text.push_str(&format!("\n- {}: {line}", tool.name));

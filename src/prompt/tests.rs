@@ -22,6 +22,7 @@ fn all_files() -> WorkspaceFiles {
         tools: text("TOOLS-BODY"),
         heartbeat: text("HEARTBEAT-BODY"),
         memory: text("MEMORY-BODY"),
+        onboarding: text("BOOTSTRAP-BODY"),
     }
 }
 
@@ -69,6 +70,7 @@ fn each_section_is_present_or_absent_by_mode() {
     // (section, in full mode, in minimal mode)
     let table = [
         ("identity", true, true),
+        ("onboarding", true, false),
         ("operator", true, false),
         ("tooling", true, true),
         ("skills", true, true),
@@ -108,6 +110,7 @@ fn workspace_files_land_in_their_sections() {
         ("user", &["USER-BODY", "Ada", "id 42", "level user", "direct chat", "telegram"]),
         ("heartbeat", &["HEARTBEAT-BODY", "HEARTBEAT_OK"]),
         ("operator", &["OPERATOR-BODY"]),
+        ("onboarding", &["BOOTSTRAP-BODY", "then delete it"]),
         ("tooling", &["- read_file: Reads a file."]),
         ("skills", &["skill_get", "- meeting-minutes: Minutes from a transcript"]),
         ("runtime", &["gpt-test", "agent main", "session telegram:42", env!("CARGO_PKG_VERSION")]),
@@ -264,4 +267,18 @@ fn many_skills_are_searched_not_listed_and_none_without_skill_get() {
         super::sections::skills(&PromptInput { skills: &empty, ..input(PromptMode::Full, &files, &tools) }),
         None
     );
+}
+
+#[test]
+fn onboarding_is_for_the_owners_direct_chat_with_a_person_only() {
+    let files = all_files();
+    let tools = tools();
+    let direct = input(PromptMode::Full, &files, &tools);
+    assert!(super::sections::onboarding(&direct).is_some());
+    let group = PromptInput { is_group: true, ..input(PromptMode::Full, &files, &tools) };
+    assert_eq!(super::sections::onboarding(&group), None);
+    let heartbeat = PromptInput { sender: Sender::System, ..input(PromptMode::Full, &files, &tools) };
+    assert_eq!(super::sections::onboarding(&heartbeat), None);
+    let done = WorkspaceFiles { onboarding: FileText::Missing, ..all_files() };
+    assert_eq!(super::sections::onboarding(&input(PromptMode::Full, &done, &tools)), None);
 }

@@ -52,6 +52,18 @@ impl FailoverProvider {
         Ok(Self { entries, name })
     }
 
+    /// The entries to try: the one `asked` names (`provider/model` or the model alone, as a
+    /// session's `/model` picks it) first, then the others in the chain's order.
+    fn in_order_for(&self, asked: &str) -> Vec<&FailoverEntry> {
+        let picked = self.entries.iter().position(|entry| entry.label() == asked || entry.model == asked);
+        let mut order: Vec<&FailoverEntry> = self.entries.iter().collect();
+        if let Some(at) = picked.filter(|&at| at > 0) {
+            let entry = order.remove(at);
+            order.insert(0, entry);
+        }
+        order
+    }
+
     /// Calls one entry with its retries. A transient failure after text was streamed becomes
     /// [`ProviderError::Interrupted`], which neither the retries nor the chain go past.
     async fn call_entry(
@@ -96,19 +108,19 @@ impl Provider for FailoverProvider {
             }
         };
         let sink = stream.map(|_| &forward as TextSink<'_>);
-        let mut entries = self.entries.iter().peekable();
-        while let Some(entry) = entries.next() {
+        let order = self.in_order_for(&request.model);
+        for (at, &entry) in order.iter().enumerate() {
             match self.call_entry(entry, request, sink, &streamed).await {
                 Ok(mut response) => {
                     let served = if response.model.is_empty() { entry.model.as_str() } else { &response.model };
                     response.model = format!("{}/{served}", entry.provider.name());
-                    if !std::ptr::eq(entry, &self.entries[0]) {
+                    if !std::ptr::eq(entry, order[0]) {
                         tracing::info!(model = %response.model, "answered by a fallback model");
                     }
                     return Ok(response);
                 }
-                Err(error) if error.is_transient() && entries.peek().is_some() => {
-                    let next = entries.peek().map(|e| e.label()).unwrap_or_default();
+                Err(error) if error.is_transient() && at + 1 < order.len() => {
+                    let next = order[at + 1].label();
                     tracing::warn!(from = %entry.label(), to = %next, %error, "model failed; failing over to the next in the chain");
                 }
                 Err(error) => return Err(error),
@@ -193,6 +205,23 @@ mod tests {
         assert_eq!(response.model, "anthropic/claude");
         assert_eq!(*primary.calls.lock().unwrap(), ["gpt", "gpt"], "one try and one retry");
         assert_eq!(*secondary.calls.lock().unwrap(), ["claude"]);
+    }
+
+    #[tokio::test]
+    async fn the_entry_a_session_picked_goes_first_and_the_rest_stay_behind_it() {
+        let primary = fake("openai", vec![ok("from gpt", ""), ok("never", "")]);
+        let picked = fake("anthropic", vec![http(500), ok("from claude", "")]);
+        let chain =
+            FailoverProvider::new(vec![entry(primary.clone(), "gpt", 0), entry(picked.clone(), "claude", 0)]).unwrap();
+        // The pick fails: the chain's first entry still answers behind it.
+        let by_label = ChatRequest { model: "anthropic/claude".into(), ..request() };
+        let response = chain.complete(&by_label, None).await.unwrap();
+        assert_eq!((response.content.as_str(), response.model.as_str()), ("from gpt", "openai/gpt"));
+        assert_eq!(*picked.calls.lock().unwrap(), ["claude"], "the picked entry was tried first");
+        // Picked by the model alone, it answers, and the primary is not asked.
+        let response = chain.complete(&ChatRequest { model: "claude".into(), ..request() }, None).await.unwrap();
+        assert_eq!((response.content.as_str(), response.model.as_str()), ("from claude", "anthropic/claude"));
+        assert_eq!(primary.calls.lock().unwrap().len(), 1);
     }
 
     #[tokio::test]

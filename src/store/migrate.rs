@@ -49,6 +49,11 @@ pub(crate) const SQLITE_MIGRATIONS: &[Migration] = &[
     Migration { version: 16, name: "turn_writes", sql: include_str!("../../migrations/sqlite/0016_turn_writes.sql") },
     Migration { version: 17, name: "deliveries", sql: include_str!("../../migrations/sqlite/0017_deliveries.sql") },
     Migration { version: 18, name: "api_outbox", sql: include_str!("../../migrations/sqlite/0018_api_outbox.sql") },
+    Migration {
+        version: 19,
+        name: "session_prefs",
+        sql: include_str!("../../migrations/sqlite/0019_session_prefs.sql"),
+    },
 ];
 
 /// Brings the database up to the newest schema this build knows.

@@ -36,11 +36,13 @@ enum Ending {
 
 /// The parent's tools that the agent has, minus the withheld ones.
 pub(super) fn subagent_tools(agent: &Agent, parent: &ToolFilter) -> ToolFilter {
-    let names: BTreeSet<String> = agent
+    let mut names: BTreeSet<String> = agent
         .tool_names()
-        .filter(|name| parent.allows(name) && !WITHHELD_TOOLS.contains(name))
-        .map(str::to_owned)
+        .into_iter()
+        .filter(|name| parent.allows(name) && !WITHHELD_TOOLS.contains(&name.as_str()))
         .collect();
+    // What the parent could call only through `mcp_call`, the sub-agent can too.
+    names.extend(parent.via_call_entries().cloned());
     ToolFilter::Only(names)
 }
 
@@ -133,6 +135,7 @@ async fn work(manager: &SubagentManager, job: &Job) -> SubagentEnd {
         steer: None,
         max_iterations: Some(manager.settings.max_iterations),
         name_speakers: false,
+        model: None,
     };
     let limit = manager.settings.timeout;
     match tokio::time::timeout(limit, agent.run(turn)).await {

@@ -131,6 +131,7 @@ mod tests {
             prices: Default::default(),
             workspace: workspace.to_path_buf(),
             skills: Default::default(),
+            models: Vec::new(),
         };
         Arc::new(Agent::new(Arc::new(provider), ToolRegistry::with_builtins(ToolLimits::default()), settings))
     }

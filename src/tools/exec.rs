@@ -1,11 +1,12 @@
 //! `exec`: runs a shell command in the workspace, with a time limit that kills everything the
-//! command started, a cleared environment, no capabilities, capped output and a deny-list of
-//! destructive commands.
+//! command started, a cleared environment, no capabilities, resource limits, capped output and
+//! a deny-list of destructive commands.
 //!
-//! This is not a sandbox: a command that is allowed can read and write whatever files this
-//! process's user may (without the capabilities root has beyond its files). What it cannot
-//! reach is the daemon's environment and memory ([`privileges`]). The deny-list catches
-//! accidents, not an adversary (see docs/security.md).
+//! With bubblewrap ([`sandbox`]) a command sees the workspace read-write, the system read-only,
+//! a private `/tmp`, no daemon data, no other process and no network. Without it, a command can
+//! read and write whatever files this process's user may (without the capabilities root has
+//! beyond its files); what it cannot reach is the daemon's environment and memory
+//! ([`privileges`]). The deny-list catches accidents, not an adversary (see docs/security.md).
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
@@ -28,7 +29,9 @@ use super::{Tool, ToolContext, ToolError, required_str};
 use crate::config::ExecToolConfig;
 
 mod privileges;
+pub mod sandbox;
 pub use privileges::{MemoryNotPrivate, keep_memory_private};
+pub use sandbox::{Limits, Sandbox, SandboxError};
 
 /// How long output is still read after the command ended and its process group was killed.
 /// Only a process that left the group (`setsid`) can keep the pipe open that long.
@@ -50,6 +53,8 @@ pub struct Exec {
     /// The only environment commands get: the allow-listed variables of the parent.
     env: Vec<(OsString, OsString)>,
     deny: Vec<Regex>,
+    sandbox: Sandbox,
+    limits: Limits,
     description: String,
 }
 
@@ -72,22 +77,48 @@ impl Exec {
             .iter()
             .map(|p| Regex::new(p).map_err(|e| BadDenyPattern { pattern: p.clone(), reason: e.to_string() }))
             .collect::<Result<_, _>>()?;
-        let description = format!(
-            "Runs a shell command (sh -c) in the workspace and returns its exit code and output (stdout and \
-             stderr together). stdin is empty; only a few environment variables are set; it runs without privileges, so sudo \
-             and setuid programs do not work. The command and \
-             everything it started are killed after timeout_secs (default {}, at most {}) and when it ends, \
-             so background processes do not outlive it. Destructive commands are refused.",
-            config.timeout_secs, config.max_timeout_secs
-        );
-        Ok(Self {
+        let mut exec = Self {
             timeout: Duration::from_secs(config.timeout_secs),
             max_timeout: Duration::from_secs(config.max_timeout_secs),
             max_output_bytes: config.max_output_bytes,
             env,
             deny,
-            description,
-        })
+            sandbox: Sandbox::None,
+            limits: Limits::from_config(config),
+            description: String::new(),
+        };
+        exec.describe();
+        Ok(exec)
+    }
+
+    /// This tool running its commands in `sandbox`.
+    pub fn with_sandbox(mut self, sandbox: Sandbox) -> Self {
+        self.sandbox = sandbox;
+        self.describe();
+        self
+    }
+
+    /// What the model is told: how commands run, so it does not try what cannot work.
+    fn describe(&mut self) {
+        let place = match &self.sandbox {
+            Sandbox::Bwrap { network: false, .. } => {
+                " It runs in a sandbox: only the workspace is writable, /tmp is private and empty, and there \
+                 is no network."
+            }
+            Sandbox::Bwrap { network: true, .. } => {
+                " It runs in a sandbox: only the workspace is writable and /tmp is private and empty."
+            }
+            Sandbox::None => "",
+        };
+        self.description = format!(
+            "Runs a shell command (sh -c) in the workspace and returns its exit code and output (stdout and \
+             stderr together). stdin is empty; only a few environment variables are set; it runs without privileges, so sudo \
+             and setuid programs do not work.{place} The command and \
+             everything it started are killed after timeout_secs (default {}, at most {}) and when it ends, \
+             so background processes do not outlive it. Destructive commands are refused.",
+            self.timeout.as_secs(),
+            self.max_timeout.as_secs()
+        );
     }
 
     fn time_limit(&self, arguments: &Value) -> Result<Duration, ToolError> {
@@ -155,7 +186,8 @@ impl Tool for Exec {
         self.check_denied(command)?;
         let workspace = Workspace::open(&ctx.workspace, false)?;
         tracing::debug!(run_id = %ctx.run_id, limit_secs = limit.as_secs(), "exec: starting a command");
-        let finished = run(command, workspace.root(), &self.env, limit, self.max_output_bytes).await?;
+        let how = How { sandbox: &self.sandbox, limits: self.limits, env: &self.env };
+        let finished = run(command, workspace.root(), &how, limit, self.max_output_bytes).await?;
         finished.report(limit)
     }
 }
@@ -184,12 +216,19 @@ impl Finished {
     }
 }
 
+/// How a command is started: where, with which limits and environment.
+struct How<'a> {
+    sandbox: &'a Sandbox,
+    limits: Limits,
+    env: &'a [(OsString, OsString)],
+}
+
 /// Runs the command to its end or its time limit. `status` is `None` when it was killed for
 /// running too long.
 async fn run(
     command: &str,
     dir: &Path,
-    env: &[(OsString, OsString)],
+    how: &How<'_>,
     limit: Duration,
     max_output: usize,
 ) -> Result<Finished, ToolError> {
@@ -197,24 +236,30 @@ async fn run(
     // One pipe for stdout and stderr, so the model sees them interleaved as a terminal would.
     let (reader, writer) = std::io::pipe().map_err(|e| failed("create a pipe", e))?;
     let writer_err = writer.try_clone().map_err(|e| failed("create a pipe", e))?;
-    let mut cmd = tokio::process::Command::new("/bin/sh");
-    cmd.arg("-c")
-        .arg(command)
-        .current_dir(dir)
-        .env_clear()
-        .envs(env.iter().map(|(k, v)| (k, v)))
+    let mut cmd = how.sandbox.command(command, dir);
+    cmd.env_clear()
+        .envs(how.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::from(writer))
         .stderr(Stdio::from(writer_err))
         // Its own process group, so that a timeout can kill everything the command started.
         .process_group(0)
         .kill_on_drop(true);
-    // SAFETY: `drop_privileges` makes only system calls (prctl, capset): no allocation, no
-    // locks, nothing that the fork of a multi-threaded process makes unsafe.
+    let (sandboxed, limits) = (how.sandbox.is_sandboxed(), how.limits);
+    // SAFETY: only system calls (prctl, capset, setrlimit): no allocation, no locks, nothing
+    // that the fork of a multi-threaded process makes unsafe.
     unsafe {
-        cmd.pre_exec(privileges::drop_privileges);
+        cmd.pre_exec(move || {
+            // bubblewrap needs its capabilities to set up the namespaces, and drops every one
+            // of them for the command itself.
+            match sandboxed {
+                true => privileges::forbid_new_privileges()?,
+                false => privileges::drop_privileges()?,
+            }
+            limits.apply()
+        });
     }
-    let mut child = cmd.spawn().map_err(|e| failed("start sh", e))?;
+    let mut child = cmd.spawn().map_err(|e| failed("start the command", e))?;
     // Our copies of the pipe's write end live in `cmd`: close them, or EOF never comes.
     drop(cmd);
     let mut group = ProcessGroup::of(child.id());

@@ -1,6 +1,7 @@
 //! File tools: `read_file`, `write_file`, `edit_file` and `list_dir`, confined to the agent's
 //! workspace (see [`Workspace`] for how paths are resolved and checked).
 
+mod delete;
 mod edit;
 mod list;
 mod read;
@@ -10,6 +11,7 @@ mod write;
 use std::fs::{File, Metadata, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
 
+pub use delete::DeleteFile;
 pub use edit::EditFile;
 pub use list::ListDir;
 pub use read::ReadFile;

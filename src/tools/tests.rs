@@ -138,17 +138,17 @@ fn specs_are_sorted_by_name() {
 fn local_tools_are_registered_as_configured() {
     let names = |config: &ToolsConfig| {
         let mut registry = ToolRegistry::new(ToolLimits::default());
-        register_local_tools(&mut registry, config).unwrap();
-        registry.names().map(str::to_owned).collect::<Vec<_>>()
+        register_local_tools(&mut registry, config, Path::new("/nonexistent")).unwrap();
+        registry.names()
     };
     let mut config = ToolsConfig::default();
-    assert_eq!(names(&config), ["edit_file", "exec", "list_dir", "read_file", "write_file"]);
+    assert_eq!(names(&config), ["delete_file", "edit_file", "exec", "list_dir", "read_file", "write_file"]);
     config.exec.enabled = false;
-    assert_eq!(names(&config), ["edit_file", "list_dir", "read_file", "write_file"]);
+    assert_eq!(names(&config), ["delete_file", "edit_file", "list_dir", "read_file", "write_file"]);
     config.fs.enabled = false;
     assert!(names(&config).is_empty());
     config.exec = crate::config::ExecToolConfig { deny_patterns: vec!["(".into()], ..Default::default() };
     let mut registry = ToolRegistry::new(ToolLimits::default());
-    let error = register_local_tools(&mut registry, &config).unwrap_err();
+    let error = register_local_tools(&mut registry, &config, Path::new("/nonexistent")).unwrap_err();
     assert!(error.to_string().starts_with("tools.exec.deny_patterns: \"(\" is not"), "{error}");
 }

@@ -29,6 +29,9 @@ pub struct AccessPolicy {
     owners: BTreeSet<Identity>,
     default_level: Level,
     tool_levels: BTreeMap<String, Level>,
+    /// Levels of tools by the start of their name (`files__` for an MCP server's tools), for
+    /// tools `tool_levels` does not name.
+    prefix_levels: Vec<(String, Level)>,
     unlisted_tools: Level,
     budgets: BudgetsConfig,
     groups: GroupRules,
@@ -86,6 +89,7 @@ impl AccessPolicy {
             owners,
             default_level: users.default_level,
             tool_levels: permissions.tools.clone(),
+            prefix_levels: Vec::new(),
             unlisted_tools: permissions.unlisted_tools,
             budgets: budgets.clone(),
             groups,
@@ -136,7 +140,15 @@ impl AccessPolicy {
     /// The minimum level a tool needs. Tools the config does not list need `unlisted_tools`
     /// (owner by default): a newly added tool is never open to everyone by accident.
     pub fn tool_level(&self, tool: &str) -> Level {
-        self.tool_levels.get(tool).copied().unwrap_or(self.unlisted_tools)
+        let by_prefix = || self.prefix_levels.iter().find(|(prefix, _)| tool.starts_with(prefix.as_str())).map(|p| p.1);
+        self.tool_levels.get(tool).copied().or_else(by_prefix).unwrap_or(self.unlisted_tools)
+    }
+
+    /// This policy with the levels of tools whose names start with a prefix (each MCP server's
+    /// `level` for `<server>__`); a tool `[permissions.tools]` names keeps its own.
+    pub fn with_prefix_levels(mut self, prefixes: impl IntoIterator<Item = (String, Level)>) -> Self {
+        self.prefix_levels.extend(prefixes);
+        self
     }
 
     /// The tools among `names` that `level` may use.

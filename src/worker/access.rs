@@ -57,7 +57,7 @@ pub(super) async fn admit(shared: &Shared, agent: &Agent, msg: &InboundMessage) 
         InboundKind::System => match on_behalf_of(msg) {
             Some(identity) => (identity, ""),
             None => {
-                let tools = policy.tool_filter(Level::Owner, tool_names);
+                let tools = policy.tool_filter(Level::Owner, tool_names.iter().map(String::as_str));
                 return Ok(Access::Allowed { tools, level: Level::Owner, billing: None });
             }
         },
@@ -87,7 +87,7 @@ pub(super) async fn admit(shared: &Shared, agent: &Agent, msg: &InboundMessage) 
             return Ok(Access::OverBudget { notice: group_over_budget_notice(budget, now) });
         }
     }
-    let tools = policy.tool_filter(level, tool_names);
+    let tools = policy.tool_filter(level, tool_names.iter().map(String::as_str));
     let billing = Billing { identity, month, group: group.map(|group| group.key) };
     Ok(Access::Allowed { tools, level, billing: Some(billing) })
 }

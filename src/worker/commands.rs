@@ -1,4 +1,5 @@
-//! Chat commands (`/new` or `/reset`, `/stop`, `/compact`, `/status`, `/usage`, `/help`, `/queue`): handled when they arrive,
+//! Chat commands (`/new` or `/reset`, `/stop`, `/compact`, `/status`, `/usage`, `/help`, `/queue`,
+//! `/model`, `/verbose`): handled when they arrive,
 //! not behind the session's running turn, and answered with a `notice`.
 //!
 //! A command is recorded like a run (claimed by its inbound id, finished with its answer), so
@@ -36,6 +37,10 @@ pub(super) enum Command {
     Help,
     /// `/queue` shows the mode; `/queue <mode>` sets it.
     Queue(Option<String>),
+    /// `/model` lists the agent's models; `/model <name>` picks one for this chat.
+    Model(Option<String>),
+    /// `/verbose` shows the setting; `/verbose on|off` sets it.
+    Verbose(Option<String>),
 }
 
 /// Reads a command from a message's text: `/name`, `/name@botname`, then arguments.
@@ -49,6 +54,8 @@ pub(super) fn parse(content: &str) -> Option<Command> {
         "usage" => Command::Usage,
         "help" => Command::Help,
         "queue" => Command::Queue(args.next().map(str::to_owned)),
+        "model" => Command::Model(args.next().map(str::to_owned)),
+        "verbose" => Command::Verbose(args.next().map(str::to_owned)),
         // A command of the table this worker does not implement (from a newer contract).
         _ => return None,
     })
@@ -73,7 +80,15 @@ pub(super) async fn handle(shared: Arc<Shared>, job: Job, command: Command) {
 }
 
 async fn execute(shared: &Shared, job: &Job, key: &str, command: Command) -> Result<String, StoreError> {
-    let needs_user = matches!(command, Command::New | Command::Stop | Command::Compact | Command::Queue(Some(_)));
+    let needs_user = matches!(
+        command,
+        Command::New
+            | Command::Stop
+            | Command::Compact
+            | Command::Queue(Some(_))
+            | Command::Model(Some(_))
+            | Command::Verbose(Some(_))
+    );
     if needs_user && job.msg.is_group && access::level_here(shared, &job.msg).await? < Level::User {
         return Ok("Only members with the user level or above can do that in a group.".into());
     }
@@ -103,6 +118,8 @@ async fn execute(shared: &Shared, job: &Job, key: &str, command: Command) -> Res
             }
             None => format!("Unknown queue mode {name:?}. Modes: {}.", QueueMode::names()),
         },
+        Command::Model(name) => super::prefs::model(shared, &job.msg, key, name.as_deref()).await?,
+        Command::Verbose(value) => super::prefs::verbose(shared, key, value.as_deref()).await?,
     })
 }
 
@@ -198,10 +215,12 @@ async fn status(shared: &Shared, msg: &InboundMessage, key: &str) -> Result<Stri
         sessions.get(key).map_or((0, false), |session| (session.queue.len(), session.active.is_some()))
     };
     let mode = current_mode(shared, key).await?;
+    let picked = shared.store.session_prefs(key).await?.model;
+    let model = picked.unwrap_or_else(|| shared.agents.route(msg).agent.settings().model.clone());
     Ok(format!(
         "Model: {}\nTokens used in this conversation: {}{}\nRunning: {}\nMessages waiting: {waiting}\n\
          Compactions: {}\nQueue mode: {}",
-        shared.agents.route(msg).agent.settings().model,
+        model,
         info.tokens_used,
         if info.tokens_estimated { " (partly estimated: the model server reports no usage)" } else { "" },
         if running { "yes" } else { "no" },

@@ -1,9 +1,11 @@
-//! Run events (`run.started`, `chunk`, `tool.call`, …) on their way to the bus.
+//! Run events (`run.started`, `chunk`, `tool.call`, …) on their way to the bus, and with
+//! `/verbose on`, a short progress message to the chat as each tool starts.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use switchboard_channels::bus::BusExt;
-use switchboard_channels::contract::{InboundMessage, RunEvent, RunEventBody};
+use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, RunEvent, RunEventBody};
 use tokio::sync::mpsc;
 
 use crate::agent::EventSink;
@@ -20,10 +22,26 @@ impl BusEvents {
         run_id: &str,
         session_key: &str,
     ) -> Self {
+        Self::with_progress(bus, msg, run_id, session_key, false)
+    }
+
+    /// [`BusEvents::start`], with progress messages to the chat when `verbose`.
+    pub(super) fn with_progress(
+        bus: Arc<dyn switchboard_channels::Bus>,
+        msg: &InboundMessage,
+        run_id: &str,
+        session_key: &str,
+        verbose: bool,
+    ) -> Self {
         let (tx, mut rx) = mpsc::unbounded_channel::<RunEventBody>();
         let template = RunEvent::answering(msg, run_id, session_key, RunEventBody::Started);
+        let mut progress =
+            verbose.then(|| Progress { msg: msg.clone(), run_id: run_id.to_owned(), told: BTreeSet::new() });
         tokio::spawn(async move {
             while let Some(body) = rx.recv().await {
+                if let (Some(progress), RunEventBody::ToolCall { name, .. }) = (progress.as_mut(), &body) {
+                    progress.tool_started(bus.as_ref(), name).await;
+                }
                 let event = RunEvent { at: chrono::Utc::now(), body, ..template.clone() };
                 if let Err(err) = bus.publish_event(&event).await {
                     tracing::debug!(%err, "cannot publish a run event");
@@ -38,4 +56,43 @@ impl EventSink for BusEvents {
     fn emit(&self, body: RunEventBody) {
         let _ = self.tx.send(body);
     }
+}
+
+/// The progress messages of one run: one per tool, the first time the run calls it.
+struct Progress {
+    msg: InboundMessage,
+    run_id: String,
+    told: BTreeSet<String>,
+}
+
+impl Progress {
+    async fn tool_started(&mut self, bus: &dyn switchboard_channels::Bus, tool: &str) {
+        if !self.told.insert(tool.to_owned()) {
+            return;
+        }
+        // Stable per run and tool, so a redelivered run does not repeat itself to the chat.
+        let id = format!("{}.progress.{tool}", self.run_id);
+        let note = OutboundMessage::answering(&self.msg, id, OutboundKind::Progress, format!("⏳ {}…", describe(tool)));
+        if let Err(err) = bus.publish_outbound(&note).await {
+            tracing::debug!(%err, "cannot publish a progress message");
+        }
+    }
+}
+
+/// A tool as a person reads it: `web_search` → "searching the web".
+fn describe(tool: &str) -> String {
+    let known = match tool {
+        "web_search" => "searching the web",
+        "web_fetch" => "reading a web page",
+        "exec" => "running a command",
+        "read_file" | "list_dir" => "reading files",
+        "write_file" | "edit_file" | "delete_file" => "changing files",
+        "memory_search" | "memory_get" => "looking through my notes",
+        "skill_get" | "skill_search" => "reading a skill",
+        "spawn" => "starting a helper",
+        "cron" => "scheduling",
+        "message" => "sending a message",
+        _ => return format!("using {tool}"),
+    };
+    known.to_owned()
 }

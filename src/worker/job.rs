@@ -24,4 +24,15 @@ pub(super) struct Job {
 pub(super) struct Control<'a> {
     pub cancel: &'a CancellationToken,
     pub steer: &'a mut SteerReceiver,
+    /// What the chat chose for its session (`/model`, `/verbose`).
+    pub choices: Choices,
+}
+
+/// A session's `/model` and `/verbose` choices, as its task knows them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Choices {
+    /// The chain entry to ask first; `None` = the chain's order.
+    pub model: Option<String>,
+    /// Progress messages while tools run.
+    pub verbose: bool,
 }

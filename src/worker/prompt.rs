@@ -1,8 +1,6 @@
 //! The system prompt of one run: the workspace files read fresh, the sender, the tools
 //! offered. Building it is [`crate::prompt`]'s job; this only gathers the run's facts.
 
-use std::sync::Arc;
-
 use switchboard_channels::contract::{InboundKind, InboundMessage};
 
 use super::Shared;
@@ -11,7 +9,6 @@ use crate::config::Level;
 use crate::prompt::{self, PromptInput, PromptMode, Sender};
 use crate::provider::ChatMessage;
 use crate::tools::ToolFilter;
-use crate::tools::skills::{SKILL_GET, SKILL_SEARCH};
 use crate::workspace::WorkspaceFiles;
 use crate::workspace::memory::MemoryScope;
 use crate::workspace::skills::Catalog;
@@ -86,7 +83,7 @@ pub(super) async fn fitted_prompt(
     input: &ChatMessage,
 ) -> (String, ToolFilter) {
     let engine = &shared.context;
-    let (tools, skills) = offer_skills(agent, tools).await;
+    let super::offer::Offer { tools, skills } = super::offer::offer(agent, tools, shared.settings.mcp_inline_max).await;
     let full = system_prompt(shared, agent, run, &tools, &skills, PromptMode::Full).await;
     if engine.fixed_part_fits(agent, &full, agent.tool_tokens(&tools), input) {
         return (full, tools);
@@ -99,28 +96,6 @@ pub(super) async fn fitted_prompt(
     }
     engine.windows().note_degraded(&agent.settings().name, &fitted.dropped, fitted.fits);
     (fitted.prompt, fitted.tools)
-}
-
-/// The workspace's skills, and `tools` with the skill tools that suit them: none without skills,
-/// `skill_search` only beside more than the prompt lists. The skills are read only when the
-/// sender may load one.
-async fn offer_skills(agent: &Agent, tools: ToolFilter) -> (ToolFilter, Arc<Catalog>) {
-    let has = |name| tools.allows(name) && agent.tool_names().any(|tool| tool == name);
-    if !has(SKILL_GET) {
-        return (tools, Arc::default());
-    }
-    let settings = &agent.settings().skills;
-    let skills = crate::workspace::skills::load(&agent.settings().workspace, &settings.allow).await;
-    let held_back: &[&str] = match skills.len() {
-        0 => &[SKILL_GET, SKILL_SEARCH],
-        count if count <= settings.inline_max => &[SKILL_SEARCH],
-        _ => &[],
-    };
-    if held_back.is_empty() || !held_back.iter().any(|name| has(name)) {
-        return (tools, skills);
-    }
-    let kept = agent.tool_names().filter(|name| tools.allows(name) && !held_back.contains(name));
-    (ToolFilter::Only(kept.map(str::to_owned).collect()), skills)
 }
 
 /// The minimal prompt with the tools that fit beside it.

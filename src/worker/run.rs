@@ -17,7 +17,7 @@ use super::access::{self, Access};
 use super::agents::Route;
 use super::events::BusEvents;
 use super::hygiene;
-use super::job::Control;
+use super::job::{Choices, Control};
 use super::keepalive::{Held, Settle};
 use super::settle::reply_to;
 use super::turn::TurnPlan;
@@ -178,7 +178,7 @@ async fn process_inner(
     answered_row: Option<i64>,
     control: Control<'_>,
 ) -> Result<Done, Giveback> {
-    let Control { cancel, steer } = control;
+    let Control { cancel, steer, choices } = control;
     if shared.stopping.is_cancelled() {
         return Err(Giveback::Stopping);
     }
@@ -220,7 +220,7 @@ async fn process_inner(
         () = tokio::time::sleep(shared.settings.run_timeout) => {
             (abort::timed_out(shared, msg, &run_id, session_key, shared.settings.run_timeout), false)
         }
-        ran = run_turn(shared, route, msg, &run_id, access, steer) => ran?,
+        ran = run_turn(shared, route, msg, &run_id, access, Turning { steer, choices }) => ran?,
     };
     tracing::Span::current().record("status", outcome.status.as_str());
     let journaled = finish(shared, msg, &run_id, &outcome, answered_row).await?;
@@ -311,14 +311,21 @@ async fn deliver(shared: &Shared, run_id: &str, reply: &OutboundMessage) -> Resu
     shared.store.mark_reply_delivered(run_id).await.map_err(transient)
 }
 
+/// What a turn takes from its session: the steering channel and the chat's choices.
+struct Turning<'a> {
+    steer: &'a mut SteerReceiver,
+    choices: Choices,
+}
+
 async fn run_turn(
     shared: &Shared,
     route: &Route,
     msg: &InboundMessage,
     run_id: &str,
     access: Access,
-    steer: &mut SteerReceiver,
+    turning: Turning<'_>,
 ) -> Result<(RunOutcome, bool), Giveback> {
+    let Turning { steer, choices } = turning;
     let (agent, session_key) = (&route.agent, route.key.as_str());
     if let Some(outcome) = super::cron_hooks::reminder(msg, run_id, session_key) {
         // Live views see a reminder like any run, without a model.
@@ -334,13 +341,13 @@ async fn run_turn(
             return Ok((over_budget(shared, msg, run_id, session_key, notice), false));
         }
     };
-    let events = BusEvents::start(Arc::clone(&shared.bus), msg, run_id, session_key);
+    let events = BusEvents::with_progress(Arc::clone(&shared.bus), msg, run_id, session_key, choices.verbose);
     events.emit(RunEventBody::Started);
     let input = super::voice::turn_input(shared, msg).await;
     // The level `access::admit` found for the person the message acts for: no second lookup.
     let memory = super::memory::scope(shared, agent, msg, Some(level)).await.map_err(transient)?;
     let memory_scope = memory.label(&agent.settings().name);
-    let plan = TurnPlan { agent, msg, run_id, session_key, level, tools, input, memory };
+    let plan = TurnPlan { agent, msg, run_id, session_key, level, tools, input, memory, model: choices.model };
     let ran = super::turn::run_agent(shared, &plan, &events, steer).await.map_err(transient)?;
     let mut result = ran.result;
     let ack_limit = hygiene::heartbeat_ack_limit(shared, &agent.settings().name, msg);

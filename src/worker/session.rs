@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::batch::{self, Batching};
-use super::job::{Control, Job};
+use super::job::{Choices, Control, Job};
 use super::keepalive::Settle;
 use super::{Shared, overflow, run, settle};
 use crate::agent::SteerReceiver;
@@ -72,6 +72,10 @@ pub(super) struct Session {
     pub queue: VecDeque<Job>,
     pub active: Option<ActiveRun>,
     pub mode: QueueMode,
+    /// `/model`: the chain entry tried first; `None` = the chain's order.
+    pub model: Option<String>,
+    /// `/verbose on`: progress messages while tools run.
+    pub verbose: bool,
     /// When a message for this session last arrived (the full-queue notice waits for quiet).
     pub last_arrival: Instant,
 }
@@ -105,7 +109,14 @@ pub(super) fn place(shared: &Shared, key: &str, job: Job) -> Placed {
     let Some(session) = sessions.get_mut(key) else {
         let mut queue = VecDeque::new();
         queue.push_back(job);
-        let session = Session { queue, active: None, mode: queue_settings.mode, last_arrival: Instant::now() };
+        let session = Session {
+            queue,
+            active: None,
+            mode: queue_settings.mode,
+            model: None,
+            verbose: false,
+            last_arrival: Instant::now(),
+        };
         sessions.insert(key.to_owned(), session);
         return Placed::Started;
     };
@@ -163,12 +174,12 @@ pub(super) fn batching(shared: &Shared, mode: QueueMode) -> Batching {
 
 /// Runs one session's turns in order until its queue is empty, then removes the session.
 pub(super) async fn session_loop(shared: Arc<Shared>, key: String) {
-    load_mode(&shared, &key).await;
+    load_prefs(&shared, &key).await;
     loop {
         wait_for_turn(&shared, &key).await;
         let Some(Batch { first, rest, cancel, mut steer }) = next_batch(&shared, &key) else { return };
         let (primary, merged) = batch::merge(first, rest, mode_of(&shared, &key));
-        let control = Control { cancel: &cancel, steer: &mut steer };
+        let control = Control { cancel: &cancel, steer: &mut steer, choices: choices_of(&shared, &key) };
         // `process` catches a panic of the run itself; this one is for its bookkeeping around
         // the run (settling, compaction). Unwinding out of here would leave the session marked
         // running forever, and every later message of the chat queued behind nothing.
@@ -209,18 +220,45 @@ fn end_run(shared: &Shared, key: &str, steer: &mut SteerReceiver) -> Vec<Job> {
     active.steered
 }
 
-/// Reads the session's own queue mode from the store, if it chose one.
-async fn load_mode(shared: &Shared, key: &str) {
-    let mode = match shared.store.queue_mode(key).await {
-        Ok(mode) => mode.as_deref().and_then(QueueMode::parse),
+/// Reads what the session chose with `/queue`, `/model` and `/verbose` from the store.
+async fn load_prefs(shared: &Shared, key: &str) {
+    let prefs = match shared.store.session_prefs(key).await {
+        Ok(prefs) => prefs,
         Err(err) => {
-            tracing::warn!(%err, session = %key, "cannot read the session's queue mode; using the default");
-            None
+            tracing::warn!(%err, session = %key, "cannot read the session's settings; using the defaults");
+            return;
         }
     };
-    if let Some(mode) = mode {
+    if let Some(mode) = prefs.queue_mode.as_deref().and_then(QueueMode::parse) {
         set_mode(shared, key, mode);
     }
+    let mut sessions = shared.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(session) = sessions.get_mut(key) {
+        session.model = prefs.model;
+        session.verbose = prefs.verbose;
+    }
+}
+
+/// Changes the model or the verbosity of a live session (`/model`, `/verbose`); a session
+/// without a task reads them on start.
+pub(super) fn set_prefs(shared: &Shared, key: &str, model: Option<Option<String>>, verbose: Option<bool>) {
+    let mut sessions = shared.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(session) = sessions.get_mut(key) {
+        if let Some(model) = model {
+            session.model = model;
+        }
+        if let Some(verbose) = verbose {
+            session.verbose = verbose;
+        }
+    }
+}
+
+/// The live session's model choice and verbosity.
+fn choices_of(shared: &Shared, key: &str) -> Choices {
+    let sessions = shared.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+    sessions
+        .get(key)
+        .map_or_else(Choices::default, |session| Choices { model: session.model.clone(), verbose: session.verbose })
 }
 
 /// Changes the mode of a live session (`/queue`); a session without a task reads it on start.

@@ -27,6 +27,8 @@ pub(super) struct TurnPlan<'a> {
     pub input: ChatMessage,
     /// Whose memory the turn reads and writes (decided by the worker, see docs/memory.md).
     pub memory: MemoryScope,
+    /// The chain entry the chat picked with `/model`; `None` = the chain's order.
+    pub model: Option<String>,
 }
 
 /// A turn that ran, and whether its session is due for compaction once it is stored.
@@ -95,6 +97,7 @@ async fn attempt(
         steer: Some(steer),
         max_iterations: None,
         name_speakers: msg.is_group,
+        model: plan.model.clone(),
     };
     let result = agent.run(turn).await;
     // Estimates teach the estimator nothing.

@@ -31,7 +31,8 @@ impl Key {
     /// The directories a copy depends on, and the files in them.
     fn watched(&self) -> (Vec<PathBuf>, Vec<PathBuf>) {
         let mut dirs = vec![self.dir.clone()];
-        let mut files: Vec<PathBuf> = super::BOOTSTRAP_FILES.iter().map(|file| self.dir.join(file.name)).collect();
+        let names = super::BOOTSTRAP_FILES.iter().chain([&super::ONBOARDING]).map(|file| file.name);
+        let mut files: Vec<PathBuf> = names.map(|name| self.dir.join(name)).collect();
         if let Some(memory) = &self.memory_file {
             let memory = self.dir.join(memory);
             if let Some(parent) = memory.parent().filter(|parent| *parent != self.dir) {

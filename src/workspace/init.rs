@@ -60,15 +60,21 @@ pub const EXAMPLE_SKILL: [(&str, &str); 2] = [
     ("skills/meeting-minutes/template.md", include_str!("../../templates/skills/meeting-minutes/template.md")),
 ];
 
-/// Creates `workspace` and each bootstrap file it lacks, and the example skill when the
-/// workspace has no `skills/` folder yet (an owner who removed it does not get it back).
+/// Creates `workspace` and each bootstrap file it lacks; `BOOTSTRAP.md` (onboarding) when the
+/// workspace is new; and the example skill when it has no `skills/` folder yet (an owner who
+/// removed either does not get it back).
 pub fn write_workspace(workspace: &Path) -> Result<Vec<FileReport>, InitError> {
     create_dir(workspace)?;
     let skills_missing = !workspace.join(super::skills::SKILLS_DIR).exists();
+    // A workspace without IDENTITY.md is new: its owner has not met the agent yet.
+    let new = !workspace.join("IDENTITY.md").exists();
     let mut reports = BOOTSTRAP_FILES
         .iter()
         .map(|file| create_new(&workspace.join(file.name), file.template, None))
         .collect::<Result<Vec<_>, _>>()?;
+    if new {
+        reports.push(create_new(&workspace.join(super::ONBOARDING.name), super::ONBOARDING.template, None)?);
+    }
     if skills_missing {
         for (path, text) in EXAMPLE_SKILL {
             reports.push(create_new(&workspace.join(path), text, None)?);
@@ -119,7 +125,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let workspace = dir.path().join("ws");
         let first = write_workspace(&workspace).unwrap();
-        assert_eq!(first.len(), BOOTSTRAP_FILES.len() + EXAMPLE_SKILL.len());
+        assert_eq!(first.len(), BOOTSTRAP_FILES.len() + 1 + EXAMPLE_SKILL.len());
+        assert!(workspace.join("BOOTSTRAP.md").is_file(), "a new workspace starts with onboarding");
+        std::fs::remove_file(workspace.join("BOOTSTRAP.md")).unwrap();
         assert!(first.iter().all(|r| r.action == FileAction::Created));
         // The example skill is written once: removing it is the owner's choice.
         std::fs::remove_dir_all(workspace.join("skills/meeting-minutes")).unwrap();

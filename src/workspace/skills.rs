@@ -7,12 +7,12 @@
 //! skill's folder and `SKILL.md`), so a turn costs a few `stat` calls, not a read of every skill.
 
 mod front_matter;
-mod search;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
+use super::bm25::Index;
 use super::stamp::{Seen, settled, stamp};
 
 /// The folder of an agent's workspace that holds its skills.
@@ -53,7 +53,7 @@ pub struct Catalog {
     skills: Vec<Arc<Skill>>,
     /// `(folder, why)` for each folder under `skills/` left out.
     problems: Vec<(String, String)>,
-    index: OnceLock<search::Index>,
+    index: OnceLock<Index>,
 }
 
 impl Catalog {
@@ -92,7 +92,13 @@ impl Catalog {
 
     /// The skills that match `query`, best first, at most `limit`, with their BM25 scores.
     pub fn search(&self, query: &str, limit: usize) -> Vec<(&Skill, f64)> {
-        let scores = self.index.get_or_init(|| search::Index::new(&self.skills)).scores(query);
+        let index =
+            self.index.get_or_init(|| {
+                Index::new(self.skills.iter().map(|skill| {
+                    vec![(skill.name.as_str(), 3), (skill.description.as_str(), 2), (skill.body.as_str(), 1)]
+                }))
+            });
+        let scores = index.scores(query);
         let mut hits: Vec<(&Skill, f64)> =
             self.iter().zip(scores).filter(|(_, score)| *score > 0.0).collect::<Vec<_>>();
         hits.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.name.cmp(&b.0.name)));

@@ -102,3 +102,57 @@ async fn the_persona_in_soul_md_and_the_owners_memory_reach_the_model() {
     assert!(prompt.contains("cheerful pirate") && !prompt.contains("Biscuit"), "{prompt}");
     assert!(prompt.contains("memory/users/api_bob.md is the memory of this direct chat"), "{prompt}");
 }
+
+#[tokio::test]
+async fn the_first_direct_chat_with_the_owner_follows_bootstrap_md_until_the_agent_deletes_it() {
+    use switchboard_testkit::fake_llm::Scripted;
+    let dir = tempfile::tempdir().unwrap();
+    let (status, stderr, stdout) = run_to_exit(dir.path(), &["init"], &[]);
+    assert!(status.success(), "{stdout}\n{stderr}");
+    let workspace = dir.path().join("workspace");
+    assert!(workspace.join("BOOTSTRAP.md").is_file(), "{stdout}");
+
+    let llm = FakeLlm::start().await;
+    let mut daemon = Launch::new(dir.path(), "onboarding", &["run"])
+        .llm(&llm.base_url())
+        .env("SWITCHBOARD_USERS__OWNERS", r#"["api:owner"]"#)
+        .env("SWITCHBOARD_USERS__DEFAULT_LEVEL", "user")
+        .spawn();
+    daemon.wait_healthy().await;
+    let prompt_of = |request: &serde_json::Value| request["messages"][0]["content"].as_str().unwrap().to_owned();
+
+    // Someone else's chat is no introduction to the owner.
+    let (status, body) = daemon.post(json!({"chat_id": "bob", "sender": "bob", "content": "hi"})).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(!prompt_of(&llm.requests()[0]).contains("# First run"));
+
+    llm.forget_requests();
+    llm.push(Scripted::Text("Hello! I am new here. What would you like to call me?".into()));
+    let (status, body) = daemon.post(json!({"chat_id": "me", "sender": "owner", "content": "hi"})).await;
+    assert_eq!(status, 200, "{body}");
+    let prompt = prompt_of(&llm.requests()[0]);
+    assert!(prompt.contains("# First run\n\nBOOTSTRAP.md is in your workspace"), "{prompt}");
+    assert!(prompt.contains("what they would like to call you"), "{prompt}");
+
+    // The owner answers; the agent writes what it learned and ends the introductions.
+    llm.forget_requests();
+    llm.push(Scripted::ToolCalls(vec![
+        ("write_file".into(), json!({"path": "IDENTITY.md", "content": "Your name is Pip."})),
+        ("write_file".into(), json!({"path": "USER.md", "content": "The owner is Ada, in Lisbon."})),
+        ("delete_file".into(), json!({"path": "BOOTSTRAP.md"})),
+    ]));
+    llm.push(Scripted::Text("Nice to meet you, Ada. I am Pip.".into()));
+    let (status, body) = daemon
+        .post(json!({"chat_id": "me", "sender": "owner", "content": "Call yourself Pip. I am Ada, in Lisbon."}))
+        .await;
+    assert_eq!((status, body["reply"].as_str()), (200, Some("Nice to meet you, Ada. I am Pip.")), "{body}");
+    assert!(!workspace.join("BOOTSTRAP.md").exists());
+
+    llm.forget_requests();
+    let (status, body) =
+        daemon.post(json!({"chat_id": "me", "sender": "owner", "content": "what is your name?"})).await;
+    assert_eq!(status, 200, "{body}");
+    let prompt = prompt_of(&llm.requests()[0]);
+    assert!(!prompt.contains("# First run"), "{prompt}");
+    assert!(prompt.contains("Your name is Pip.") && prompt.contains("The owner is Ada, in Lisbon."), "{prompt}");
+}

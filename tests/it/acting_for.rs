@@ -41,9 +41,9 @@ async fn tools_of_the_person_acted_for(kind: BusKind) {
 
     let cases = [
         // Made by the operator (a heartbeat, `switchboard cron add`): the owner's tools.
-        (None, &["current_time", "edit_file", "exec", "list_dir", "read_file", "write_file"][..]),
+        (None, &["current_time", "delete_file", "edit_file", "exec", "list_dir", "read_file", "write_file"][..]),
         // A user's job: their tools; `exec` is admin-only.
-        (Some("telegram:7"), &["current_time", "edit_file", "list_dir", "read_file", "write_file"][..]),
+        (Some("telegram:7"), &["current_time", "delete_file", "edit_file", "list_dir", "read_file", "write_file"][..]),
         // A guest's (or someone unknown): only what guests get.
         (Some("telegram:99"), &["current_time"][..]),
     ];

@@ -270,3 +270,25 @@ async fn debounce_merges_one_senders_rapid_messages() {
     no_more_replies(&mut out, Duration::from_millis(500)).await;
     assert_eq!(h.llm.requests().len(), 1);
 }
+
+#[tokio::test]
+async fn verbose_sends_a_progress_note_as_each_tool_starts_until_turned_off() {
+    let call = || Scripted::ToolCalls(vec![("current_time".into(), serde_json::json!({}))]);
+    let steps = vec![call(), Scripted::Text("it is noon".into()), call(), Scripted::Text("still noon".into())];
+    let (h, mut out) = harness(WorkerSettings::default(), steps).await;
+    h.bus.publish_inbound(&msg("v", "/verbose")).await.unwrap();
+    assert!(next_reply(&mut out).await.content.starts_with("Progress messages while tools run: off."));
+    h.bus.publish_inbound(&msg("v", "/verbose on")).await.unwrap();
+    assert!(next_reply(&mut out).await.content.starts_with("Progress messages on"));
+
+    h.bus.publish_inbound(&msg("v", "what time is it?")).await.unwrap();
+    let progress = next_reply(&mut out).await;
+    assert_eq!((progress.kind, progress.content.as_str()), (OutboundKind::Progress, "⏳ using current_time…"));
+    assert_eq!(next_reply(&mut out).await.content, "it is noon");
+
+    h.bus.publish_inbound(&msg("v", "/verbose off")).await.unwrap();
+    assert_eq!(next_reply(&mut out).await.content, "Progress messages off.");
+    h.bus.publish_inbound(&msg("v", "and now?")).await.unwrap();
+    let reply = next_reply(&mut out).await;
+    assert_eq!((reply.kind, reply.content.as_str()), (OutboundKind::Reply, "still noon"));
+}

@@ -108,7 +108,10 @@ async fn a_direct_message_reaches_the_agent_with_stable_ids() {
     let commands = rig.fake.calls_to("setmycommands");
     let names: Vec<&str> =
         commands[0].params["commands"].as_array().unwrap().iter().map(|c| c["command"].as_str().unwrap()).collect();
-    assert_eq!(names, ["start", "help", "new", "reset", "stop", "compact", "status", "usage", "queue"]);
+    assert_eq!(
+        names,
+        ["start", "help", "new", "reset", "stop", "compact", "status", "usage", "queue", "model", "verbose"]
+    );
     rig.stop().await;
 }
 

@@ -188,7 +188,7 @@ fn registry(setup: Setup) -> ToolRegistry {
         ..ToolsConfig::default()
     };
     let mut registry = ToolRegistry::new(ToolLimits::default());
-    register_local_tools(&mut registry, &config).unwrap();
+    register_local_tools(&mut registry, &config, std::path::Path::new("/nonexistent")).unwrap();
     registry.register(Arc::new(exec_tool()));
     registry
 }

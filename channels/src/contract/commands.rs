@@ -30,6 +30,8 @@ pub const COMMANDS: &[ChatCommand] = &[
         args: "[followup|collect|interrupt|steer|drop]",
         description: "show or set what messages sent during an answer do",
     },
+    ChatCommand { name: "model", args: "[name|default]", description: "show the models, or pick one for this chat" },
+    ChatCommand { name: "verbose", args: "[on|off]", description: "short progress messages while tools run" },
 ];
 
 /// The command `name` (any case), if switchboard knows it.

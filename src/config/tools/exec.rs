@@ -18,7 +18,25 @@ pub struct ExecToolConfig {
     pub env_allowlist: Vec<String>,
     /// Regular expressions; a command matching any of them is refused.
     pub deny_patterns: Vec<String>,
+    /// `auto` (bubblewrap when installed and working, else none with a warning at start),
+    /// `bwrap` (required: start fails without it) or `none`. See docs/security.md.
+    pub sandbox: String,
+    /// Whether sandboxed commands may reach the network (without a sandbox they always can).
+    pub network: bool,
+    /// Paths hidden from sandboxed commands besides the data dir, `$HOME` and
+    /// `/etc/switchboard` (files that hold secrets elsewhere, such as an `EnvironmentFile`).
+    pub hidden_paths: Vec<std::path::PathBuf>,
+    /// Address space of each process of a command, in MiB; 0 = no limit.
+    pub max_memory_mb: u64,
+    /// CPU seconds each process of a command may use; 0 = no limit.
+    pub max_cpu_secs: u64,
+    /// Processes the daemon's user may have while a command runs (RLIMIT_NPROC: it counts the
+    /// daemon's own threads too, and does not bind root); 0 = no limit.
+    pub max_processes: u64,
 }
+
+/// The values `[tools.exec] sandbox` takes.
+pub const SANDBOX_MODES: [&str; 3] = ["auto", "bwrap", "none"];
 
 impl Default for ExecToolConfig {
     fn default() -> Self {
@@ -29,6 +47,12 @@ impl Default for ExecToolConfig {
             max_output_bytes: 64 * 1024,
             env_allowlist: ["PATH", "HOME", "LANG", "LC_ALL", "TZ", "TERM"].map(String::from).to_vec(),
             deny_patterns: DEFAULT_DENY_PATTERNS.iter().map(|p| (*p).to_owned()).collect(),
+            sandbox: "auto".into(),
+            network: false,
+            hidden_paths: Vec::new(),
+            max_memory_mb: 2048,
+            max_cpu_secs: 300,
+            max_processes: 512,
         }
     }
 }

@@ -19,6 +19,11 @@ pub(crate) const POSTGRES_MIGRATIONS: &[Migration] = &[
     },
     Migration { version: 3, name: "deliveries", sql: include_str!("../../../migrations/postgres/0003_deliveries.sql") },
     Migration { version: 4, name: "api_outbox", sql: include_str!("../../../migrations/postgres/0004_api_outbox.sql") },
+    Migration {
+        version: 5,
+        name: "session_prefs",
+        sql: include_str!("../../../migrations/postgres/0005_session_prefs.sql"),
+    },
 ];
 
 /// The advisory lock migrations hold ("sb" "mg" in ASCII); any fixed number would do.

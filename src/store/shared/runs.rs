@@ -14,7 +14,7 @@ use crate::provider::ChatMessage;
 use crate::store::finishing::{self, Finished};
 use crate::store::values::{decode_reply, now_millis, run_record, sql_limit, to_u32, to_u64};
 use crate::store::{
-    BusWrites, Conversation, RunClaim, RunOutcome, RunRecord, RunStatus, SessionInfo, Store, StoreError,
+    BusWrites, Conversation, RunClaim, RunOutcome, RunRecord, RunStatus, SessionInfo, SessionPrefs, Store, StoreError,
 };
 
 /// The columns [`RunRecord`] is read from.
@@ -290,12 +290,43 @@ macro_rules! run_store {
                 })
             }
 
-            async fn queue_mode(&self, session_key: &str) -> Result<Option<String>, StoreError> {
-                let mode: Option<Option<String>> = sqlx::query_scalar("SELECT queue_mode FROM sessions WHERE key = $1")
-                    .bind(session_key)
-                    .fetch_optional(self.pool())
-                    .await?;
-                Ok(mode.flatten())
+            async fn session_prefs(&self, session_key: &str) -> Result<SessionPrefs, StoreError> {
+                let row: Option<(Option<String>, Option<String>, bool)> =
+                    sqlx::query_as("SELECT queue_mode, model, show_progress FROM sessions WHERE key = $1")
+                        .bind(session_key)
+                        .fetch_optional(self.pool())
+                        .await?;
+                Ok(row.map_or_else(SessionPrefs::default, |(queue_mode, model, verbose)| SessionPrefs {
+                    queue_mode,
+                    model,
+                    verbose,
+                }))
+            }
+
+            async fn set_session_model(&self, session_key: &str, model: Option<&str>) -> Result<(), StoreError> {
+                sqlx::query(
+                    "INSERT INTO sessions (key, created_at, updated_at, model) VALUES ($1, $2, $2, $3) \
+                     ON CONFLICT (key) DO UPDATE SET model = $3, updated_at = $2",
+                )
+                .bind(session_key)
+                .bind(now_millis())
+                .bind(model)
+                .execute(self.write_pool())
+                .await?;
+                Ok(())
+            }
+
+            async fn set_verbose(&self, session_key: &str, verbose: bool) -> Result<(), StoreError> {
+                sqlx::query(
+                    "INSERT INTO sessions (key, created_at, updated_at, show_progress) VALUES ($1, $2, $2, $3) \
+                     ON CONFLICT (key) DO UPDATE SET show_progress = $3, updated_at = $2",
+                )
+                .bind(session_key)
+                .bind(now_millis())
+                .bind(verbose)
+                .execute(self.write_pool())
+                .await?;
+                Ok(())
             }
 
             async fn set_queue_mode(&self, session_key: &str, mode: Option<&str>) -> Result<(), StoreError> {

@@ -111,6 +111,16 @@ pub(super) fn drop_privileges() -> io::Result<()> {
     Ok(())
 }
 
+/// The first step of [`drop_privileges`] alone: nothing the process executes can gain
+/// privileges (setuid bits, file capabilities).
+pub(super) fn forbid_new_privileges() -> io::Result<()> {
+    // SAFETY: prctl(2) with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Not on Linux: the command keeps this process's privileges.
 #[cfg(not(target_os = "linux"))]
 pub(super) fn drop_privileges() -> io::Result<()> {

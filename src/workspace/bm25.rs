@@ -1,10 +1,9 @@
-//! BM25 ranking of skills for `skill_search`: over the name, the description and the body,
-//! the name counting three times and the description twice, so a query that names what a
-//! skill is for finds it before one that merely mentions the words.
+//! BM25 ranking of a few hundred short documents held in memory (skills for `skill_search`,
+//! MCP tools for `mcp_tool_search`). A document is a few fields, each with a weight: a skill's
+//! name counts three times and its description twice, so a query that names what a skill is
+//! for finds it before one that merely mentions the words.
 
 use std::collections::HashMap;
-
-use super::Skill;
 
 /// BM25's usual constants: how fast repeated terms stop adding up, and how much a long
 /// document is held against its matches.
@@ -27,8 +26,9 @@ struct Doc {
 }
 
 impl Index {
-    pub fn new(skills: &[std::sync::Arc<Skill>]) -> Self {
-        let docs: Vec<Doc> = skills.iter().map(|skill| Doc::of(skill)).collect();
+    /// An index of `docs`, each given as its fields with their weights.
+    pub fn new<'a>(docs: impl IntoIterator<Item = Vec<(&'a str, u32)>>) -> Self {
+        let docs: Vec<Doc> = docs.into_iter().map(|fields| Doc::of(&fields)).collect();
         let mut doc_freq = HashMap::new();
         for doc in &docs {
             for term in doc.terms.keys() {
@@ -65,10 +65,10 @@ impl Index {
 }
 
 impl Doc {
-    fn of(skill: &Skill) -> Self {
+    fn of(fields: &[(&str, u32)]) -> Self {
         let mut terms_of = HashMap::new();
         let mut len = 0;
-        for (text, weight) in [(&skill.name, 3), (&skill.description, 2), (&skill.body, 1)] {
+        for &(text, weight) in fields {
             for term in terms(text) {
                 *terms_of.entry(term).or_insert(0) += weight;
                 len += weight as usize;

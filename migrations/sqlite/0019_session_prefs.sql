@@ -1,0 +1,4 @@
+-- Per-session choices made with chat commands: `/model <name>` (a model of the agent's chain,
+-- tried first) and `/verbose on|off` (progress messages while tools run).
+ALTER TABLE sessions ADD COLUMN model TEXT;
+ALTER TABLE sessions ADD COLUMN show_progress INTEGER NOT NULL DEFAULT 0;
