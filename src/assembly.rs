@@ -196,6 +196,20 @@ impl Assembly {
         Some(tokio::spawn(scheduler.run(shutdown.clone())))
     }
 
+    /// What a config reload replaces in a running worker: every agent (bindings, chains, tools,
+    /// skills settings, this assembly's MCP servers) and the access policy. The agents' `spawn`
+    /// tools hold `subagents`, the running worker's manager.
+    pub fn reloadable(
+        &self,
+        bus: &Arc<dyn Bus>,
+        store: &Arc<dyn Database>,
+        subagents: Option<&Arc<SubagentManager>>,
+    ) -> Result<(crate::worker::agents::Agents, crate::users::AccessPolicy), AssemblyError> {
+        let agents = self.agents(bus, store, subagents)?;
+        let access = settings::access_policy(&self.config)?;
+        Ok((agents, access))
+    }
+
     /// The MCP servers' supervisors, running until `shutdown`; `None` without servers.
     pub fn start_mcp(&self, shutdown: &CancellationToken) -> Option<JoinHandle<()>> {
         if self.mcp.is_empty() {

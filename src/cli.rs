@@ -214,11 +214,12 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         config.bus = url;
     }
     crate::telemetry::init(&config, logs);
+    let path = cli.config.clone();
     serve::runtime()?.block_on(async move {
         match cli.command {
-            Command::Run { .. } => serve::serve(config, Parts::All).await,
-            Command::Agent { .. } => serve::serve(config, Parts::Agent).await,
-            Command::Channel { name, .. } => serve::serve(config, Parts::Channel(name)).await,
+            Command::Run { .. } => serve::serve(config, Parts::All, path).await,
+            Command::Agent { .. } => serve::serve(config, Parts::Agent, path).await,
+            Command::Channel { name, .. } => serve::serve(config, Parts::Channel(name), path).await,
             // Handled before the config is loaded, above.
             Command::Init | Command::ApiToken { .. } => Ok(()),
             Command::Runs { limit } => runs::print(&config, limit).await,

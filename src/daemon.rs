@@ -1,5 +1,8 @@
 //! Runs the parts a command asks for until shutdown, assembled by [`crate::assembly`].
 
+mod reload;
+
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use thiserror::Error;
@@ -81,8 +84,14 @@ impl Parts {
     }
 }
 
-/// Runs `parts` until `shutdown` is cancelled.
-pub async fn run(config: Config, parts: Parts, shutdown: CancellationToken) -> Result<(), DaemonError> {
+/// Runs `parts` until `shutdown` is cancelled; on SIGHUP, reads the config at `config_path`
+/// (and the environment) again (see [`reload`]).
+pub async fn run(
+    config: Config,
+    parts: Parts,
+    config_path: Option<PathBuf>,
+    shutdown: CancellationToken,
+) -> Result<(), DaemonError> {
     if parts.runs_worker() {
         config.require_provider().map_err(AssemblyError::from)?;
     }
@@ -108,9 +117,10 @@ pub async fn run(config: Config, parts: Parts, shutdown: CancellationToken) -> R
         () = shutdown.cancelled() => return Ok(()),
     };
     let channels = assembly.start_channels(parts.channels(), &bus, &store, &shutdown).await?;
-    let (worker, background) =
-        if parts.runs_worker() { start_worker(&assembly, &bus, &store, &shutdown)? } else { (None, Vec::new()) };
-    let mut background = background;
+    let (worker, mut background) = match parts.runs_worker() {
+        true => start_worker(&assembly, &bus, &store, config_path, &shutdown)?,
+        false => (None, vec![("config reload", reload::start(None, shutdown.clone()))]),
+    };
     if let Some(listen) = assembly.config().metrics.listen {
         let sources = gauge_sources(&bus, &channels, worker.as_ref());
         background.push((
@@ -141,21 +151,34 @@ pub async fn run(config: Config, parts: Parts, shutdown: CancellationToken) -> R
 /// What runs beside the worker on a clock; each ends when `shutdown` is cancelled.
 type Background = Vec<(&'static str, JoinHandle<()>)>;
 
-/// The worker, with the sub-agents, the cron scheduler and the heartbeats started beside it.
+/// The worker, with the sub-agents, the cron scheduler, the heartbeats, the MCP servers and
+/// the config reload (SIGHUP) started beside it.
 fn start_worker(
     assembly: &Assembly,
     bus: &Arc<dyn switchboard_channels::Bus>,
     store: &Arc<dyn crate::store::Database>,
+    config_path: Option<PathBuf>,
     shutdown: &CancellationToken,
 ) -> Result<(Option<Worker>, Background), DaemonError> {
     let assembled = assembly.worker(bus, store)?;
     let mut background: Background = Vec::new();
-    if let Some(manager) = assembled.subagents {
-        background.push(("sub-agents", assembly::start_subagents(manager, shutdown)));
+    if let Some(manager) = &assembled.subagents {
+        background.push(("sub-agents", assembly::start_subagents(Arc::clone(manager), shutdown)));
     }
     background.extend(assembly.start_cron(bus, store, shutdown).map(|task| ("cron scheduler", task)));
-    background.extend(assembly.start_mcp(shutdown).map(|task| ("MCP servers", task)));
     background.push(("heartbeats", assembly.start_heartbeats(bus, store, shutdown)?));
+    // A reload replaces the MCP servers: their own stop, under the daemon's.
+    let mcp_stop = shutdown.child_token();
+    let mcp = assembly.start_mcp(&mcp_stop);
+    let reload = reload::Reload {
+        path: config_path,
+        bus: Arc::clone(bus),
+        store: Arc::clone(store),
+        subagents: assembled.subagents,
+        reloader: assembled.worker.reloader(),
+        mcp: (mcp_stop, mcp),
+    };
+    background.push(("config reload", reload::start(Some(reload), shutdown.clone())));
     Ok((Some(assembled.worker), background))
 }
 

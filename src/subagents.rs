@@ -18,7 +18,7 @@ mod run;
 pub mod tool;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
 use switchboard_channels::Bus;
@@ -151,7 +151,9 @@ pub struct SubagentManager {
     /// `spawn` tool, which holds this manager, which needs the agents: the cycle is broken by
     /// building the manager first and attaching the agents later. Weak, so the agents and the
     /// manager do not keep each other alive.
-    agents: OnceLock<HashMap<String, Weak<Agent>>>,
+    /// Replaced as a whole by a config reload (the new agents' `spawn` tools hold this same
+    /// manager).
+    agents: RwLock<HashMap<String, Weak<Agent>>>,
     slots: Arc<Semaphore>,
     live: Mutex<HashMap<String, Live>>,
     tasks: tokio::sync::Mutex<JoinSet<()>>,
@@ -174,19 +176,17 @@ impl SubagentManager {
             clock,
             settings,
             worker_id,
-            agents: OnceLock::new(),
+            agents: RwLock::default(),
             live: Mutex::new(HashMap::new()),
             tasks: tokio::sync::Mutex::new(JoinSet::new()),
             stopping: CancellationToken::new(),
         })
     }
 
-    /// Gives the manager the agents its sub-agents run as (once; later calls are ignored).
+    /// Gives the manager the agents its sub-agents run as (again after a config reload).
     pub fn attach<'a>(&self, agents: impl IntoIterator<Item = &'a Arc<Agent>>) {
         let by_name = agents.into_iter().map(|agent| (agent.settings().name.clone(), Arc::downgrade(agent))).collect();
-        if self.agents.set(by_name).is_err() {
-            tracing::warn!("sub-agent manager: agents attached twice; keeping the first");
-        }
+        *self.agents.write().unwrap_or_else(PoisonError::into_inner) = by_name;
     }
 
     pub fn settings(&self) -> &SubagentSettings {
@@ -199,7 +199,7 @@ impl SubagentManager {
     }
 
     fn agent(&self, name: &str) -> Option<Arc<Agent>> {
-        self.agents.get()?.get(name)?.upgrade()
+        self.agents.read().unwrap_or_else(PoisonError::into_inner).get(name)?.upgrade()
     }
 
     fn now(&self) -> chrono::DateTime<chrono::Utc> {

@@ -18,6 +18,7 @@ mod hygiene;
 mod input;
 mod job;
 mod keepalive;
+mod live;
 mod memory;
 mod offer;
 mod order;
@@ -155,8 +156,10 @@ impl Default for WorkerSettings {
 pub(crate) struct Shared {
     pub bus: Arc<dyn Bus>,
     pub store: Arc<dyn Store>,
-    /// The agents by name and the bindings that pick one per message.
-    pub agents: Agents,
+    /// The agents by name and the bindings that pick one per message (replaced by a reload).
+    pub agents: live::Live<Agents>,
+    /// Levels, tool permissions and budgets (`settings.access` until a reload replaces it).
+    pub access: live::Live<AccessPolicy>,
     pub settings: WorkerSettings,
     /// The history pipeline and the token estimate correction, shared by all sessions.
     pub context: ContextEngine,
@@ -181,6 +184,20 @@ pub(crate) struct Shared {
     tasks: AtomicUsize,
 }
 
+/// Replaces a running worker's agents (bindings, models, tools, skills settings) and access
+/// policy (permissions, budgets); turns that started keep what they started with.
+pub struct Reloader(Arc<Shared>);
+
+impl Reloader {
+    pub fn apply(&self, agents: Agents, access: AccessPolicy) {
+        if let Some(manager) = self.0.subagents.get() {
+            manager.attach(agents.all());
+        }
+        self.0.agents.replace(agents);
+        self.0.access.replace(access);
+    }
+}
+
 /// Consumes the inbound queue until `shutdown` is cancelled, then drains.
 pub struct Worker {
     shared: Arc<Shared>,
@@ -199,7 +216,8 @@ impl Worker {
         let shared = Shared {
             bus,
             store,
-            agents,
+            agents: live::Live::new(agents),
+            access: live::Live::new(settings.access.clone()),
             context,
             settings,
             runs,
@@ -223,6 +241,11 @@ impl Worker {
             tracing::warn!("worker: sub-agent manager set twice; keeping the first");
         }
         self
+    }
+
+    /// What a config reload uses to swap the agents and the access policy of this worker.
+    pub fn reloader(&self) -> Reloader {
+        Reloader(Arc::clone(&self.shared))
     }
 
     /// Reads what this worker holds while it runs, for the metrics endpoint.
@@ -332,7 +355,7 @@ async fn intake(
     }
     let age = chrono::Utc::now().signed_duration_since(msg.received_at);
     if age.to_std().is_ok_and(|age| age > shared.settings.max_message_age) {
-        tracing::warn!(id = %msg.id, session = %shared.agents.session_key(&msg), age_secs = age.num_seconds(),
+        tracing::warn!(id = %msg.id, session = %shared.agents.get().session_key(&msg), age_secs = age.num_seconds(),
             "dropping a message too old to answer usefully");
         held.settle(Settle::Ack).await;
         return None;
@@ -406,7 +429,7 @@ async fn limit_rate(shared: &Arc<Shared>, job: Job, tasks: &mut JoinSet<()>) -> 
     if msg.kind != InboundKind::User || api || commands::parse(&msg.content).is_some() {
         return Some(job);
     }
-    let key = shared.agents.session_key(msg);
+    let key = shared.agents.get().session_key(msg);
     let sender = crate::config::Identity::new(&msg.channel, &msg.sender.id).to_string();
     let check = |level| {
         let mut limiter = shared.rate.lock().unwrap_or_else(PoisonError::into_inner);
@@ -459,7 +482,7 @@ fn dispatch(shared: &Arc<Shared>, job: Job, tasks: &mut JoinSet<()>) {
         tasks.spawn(commands::handle(Arc::clone(shared), job, command));
         return;
     }
-    let key = shared.agents.session_key(&job.msg);
+    let key = shared.agents.get().session_key(&job.msg);
     match session::place(shared, &key, job) {
         Placed::Started => {
             tasks.spawn(session::session_loop(Arc::clone(shared), key));

@@ -43,8 +43,7 @@ pub fn worker(config: &Config) -> Result<WorkerSettings, AssemblyError> {
             history: config.history.clone(),
             compaction: config.compaction.clone(),
         },
-        access: AccessPolicy::from_config(&config.users, &config.permissions, &config.budgets)?
-            .with_prefix_levels(mcp_levels(config)),
+        access: access_policy(config)?,
         prompt: prompt(config)?,
         guard: Some(Arc::new(Guard::new(&config.guard)?)),
         queue: QueueSettings::from_config(&config.worker),
@@ -127,6 +126,12 @@ pub fn agent(config: &Config, name: &str, chain: &[ChainEntry]) -> AgentSettings
         models: chain.iter().map(|entry| format!("{}/{}", entry.provider, entry.model)).collect(),
         skills: agent_skills(config, name),
     }
+}
+
+/// Who may do what: `[users]`, `[permissions]` (with each MCP server's level) and `[budgets]`.
+pub fn access_policy(config: &Config) -> Result<AccessPolicy, crate::users::PolicyError> {
+    Ok(AccessPolicy::from_config(&config.users, &config.permissions, &config.budgets)?
+        .with_prefix_levels(mcp_levels(config)))
 }
 
 /// Each MCP server's level, for the tools named `<server>__…`.

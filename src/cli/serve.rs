@@ -1,5 +1,7 @@
 //! `switchboard run`, `agent` and `channel <name>`: the daemon until a signal stops it.
 
+use std::path::PathBuf;
+
 use tokio_util::sync::CancellationToken;
 
 use super::CliError;
@@ -20,10 +22,10 @@ pub(super) fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
         .map_err(CliError::Runtime)
 }
 
-pub(super) async fn serve(config: Config, parts: Parts) -> Result<(), CliError> {
+pub(super) async fn serve(config: Config, parts: Parts, config_path: Option<PathBuf>) -> Result<(), CliError> {
     let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal(shutdown.clone()));
-    daemon::run(config, parts, shutdown).await?;
+    daemon::run(config, parts, config_path, shutdown).await?;
     Ok(())
 }
 

@@ -43,7 +43,7 @@ pub(super) struct Standing {
 
 /// Resolves the sender to a user (created on first sight) and decides.
 pub(super) async fn admit(shared: &Shared, agent: &Agent, msg: &InboundMessage) -> Result<Access, StoreError> {
-    let policy = &shared.settings.access;
+    let policy = shared.access.get();
     // The agent's registry holds only its allowlisted tools, so this is the intersection of
     // the allowlist and what the sender's level may use.
     let tool_names = agent.tool_names();
@@ -101,7 +101,7 @@ pub(super) async fn stand(
     identity: &Identity,
     name: &str,
 ) -> Result<Standing, StoreError> {
-    let policy = &shared.settings.access;
+    let policy = shared.access.get();
     let user = shared.store.resolve_user(identity, name, policy.new_user_level(identity)).await?;
     let own_level = policy.effective_level(identity, &user);
     let group = (msg.kind == InboundKind::User).then(|| group_of(shared, msg)).flatten();
@@ -116,7 +116,7 @@ pub(super) fn group_of(shared: &Shared, msg: &InboundMessage) -> Option<GroupRul
     }
     let guild_id = msg.metadata.get(DISCORD_GUILD_ID).and_then(serde_json::Value::as_str);
     let place = GroupPlace { channel: &msg.channel, chat_id: &msg.chat_id, guild_id };
-    shared.settings.access.group(place).cloned()
+    shared.access.get().group(place).cloned()
 }
 
 /// The person a system message acts for (`metadata.on_behalf_of`), if it names a valid one.
@@ -149,7 +149,7 @@ pub(super) async fn own_level(shared: &Shared, msg: &InboundMessage) -> Result<L
     if msg.kind == InboundKind::System {
         return Ok(Level::Owner);
     }
-    let policy = &shared.settings.access;
+    let policy = shared.access.get();
     let identity = Identity::new(&msg.channel, &msg.sender.id);
     let user = shared.store.resolve_user(&identity, &msg.sender.name, policy.new_user_level(&identity)).await?;
     Ok(policy.effective_level(&identity, &user))

@@ -63,7 +63,7 @@ pub(super) fn parse(content: &str) -> Option<Command> {
 
 /// Runs a command and answers it, once per inbound id.
 pub(super) async fn handle(shared: Arc<Shared>, job: Job, command: Command) {
-    let key = shared.agents.session_key(&job.msg);
+    let key = shared.agents.get().session_key(&job.msg);
     let run_id = match claim(&shared, &job.msg).await {
         Ok(Some(run_id)) => run_id,
         Ok(None) => return job.held.settle(Settle::Ack).await,
@@ -130,7 +130,7 @@ async fn compact_now(shared: &Shared, msg: &InboundMessage, key: &str) -> Result
     let Some(due) = due else {
         return Ok("Nothing to compact yet: the conversation is still short.".into());
     };
-    let route = shared.agents.route(msg);
+    let route = shared.agents.get().route(msg);
     Ok(match super::run::compact_with_flush(shared, &route, msg, due).await {
         Ok(Outcome::Compacted { summarized, .. }) => {
             format!("Compacted: the {summarized} oldest messages of this conversation are now a summary.")
@@ -216,7 +216,7 @@ async fn status(shared: &Shared, msg: &InboundMessage, key: &str) -> Result<Stri
     };
     let mode = current_mode(shared, key).await?;
     let picked = shared.store.session_prefs(key).await?.model;
-    let model = picked.unwrap_or_else(|| shared.agents.route(msg).agent.settings().model.clone());
+    let model = picked.unwrap_or_else(|| shared.agents.get().route(msg).agent.settings().model.clone());
     Ok(format!(
         "Model: {}\nTokens used in this conversation: {}{}\nRunning: {}\nMessages waiting: {waiting}\n\
          Compactions: {}\nQueue mode: {}",

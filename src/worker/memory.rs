@@ -57,7 +57,7 @@ pub(super) async fn scope(
 
 /// The effective level of `identity`, as `access::admit` computes it.
 async fn level_of(shared: &Shared, identity: &Identity, name: &str) -> Result<Level, StoreError> {
-    let policy = &shared.settings.access;
+    let policy = shared.access.get();
     let user = shared.store.resolve_user(identity, name, policy.new_user_level(identity)).await?;
     Ok(policy.effective_level(identity, &user))
 }

@@ -15,7 +15,7 @@ pub(super) async fn model(
     key: &str,
     name: Option<&str>,
 ) -> Result<String, StoreError> {
-    let route = shared.agents.route(msg);
+    let route = shared.agents.get().route(msg);
     let models = &route.agent.settings().models;
     let list = models.iter().enumerate().map(|(n, m)| format!("{}. {m}", n + 1)).collect::<Vec<_>>().join("\n");
     let Some(name) = name else {

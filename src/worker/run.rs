@@ -39,7 +39,7 @@ enum Giveback {
 /// Runs `msg`'s turn and settles its delivery; true when it was acked (its outcome stored).
 /// `control` is the session's stop handle and steering messages.
 pub(super) async fn process(shared: &Shared, msg: InboundMessage, held: Held, control: Control<'_>) -> bool {
-    let route = shared.agents.route(&msg);
+    let route = shared.agents.get().route(&msg);
     let span = tracing::info_span!("run", agent = %route.agent.settings().name, session = %route.key,
         inbound = %msg.id, run_id = tracing::field::Empty, status = tracing::field::Empty,
         duration_ms = tracing::field::Empty);

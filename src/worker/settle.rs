@@ -57,7 +57,7 @@ pub(super) async fn answer(shared: Arc<Shared>, job: Job, text: String) {
 /// Records that a message got no turn of its own (`why`), then acks it; its outcome is
 /// stored first, so a redelivery does not run it.
 pub(super) async fn settle_unanswered(shared: &Shared, job: Job, why: &str) {
-    tracing::info!(id = %job.msg.id, session = %shared.agents.session_key(&job.msg), why, "settling a message without a turn");
+    tracing::info!(id = %job.msg.id, session = %shared.agents.get().session_key(&job.msg), why, "settling a message without a turn");
     let result = async {
         if let Some(run_id) = claim(shared, &job.msg).await? {
             finish(shared, &job.msg, &run_id, RunStatus::Failed, None).await?;
@@ -74,7 +74,7 @@ pub(super) async fn settle_unanswered(shared: &Shared, job: Job, why: &str) {
 /// Claims the message's run; `None` when it was already handled (its stored answer, if
 /// never delivered, is delivered now).
 pub(super) async fn claim(shared: &Shared, msg: &InboundMessage) -> Result<Option<String>, HandleError> {
-    match shared.store.claim_run(&msg.id, &shared.agents.session_key(msg)).await? {
+    match shared.store.claim_run(&msg.id, &shared.agents.get().session_key(msg)).await? {
         RunClaim::New { run_id } | RunClaim::Resumed { run_id, .. } => Ok(Some(run_id)),
         RunClaim::Finished { run_id, reply, delivered } => {
             tracing::info!(%run_id, "command already handled; not running it again");
@@ -94,7 +94,7 @@ pub(super) async fn finish(
     status: RunStatus,
     text: Option<String>,
 ) -> Result<(), HandleError> {
-    let key = shared.agents.session_key(msg);
+    let key = shared.agents.get().session_key(msg);
     let reply = text.map(|text| reply_to(msg, run_id, &key, OutboundKind::Notice, text));
     let outcome = RunOutcome {
         status,

@@ -27,7 +27,7 @@ struct Report {
 
 /// The answer to `/usage` from the sender of `msg`, in the chat it came from.
 pub(super) async fn report(shared: &Shared, msg: &InboundMessage) -> Result<String, StoreError> {
-    let policy = &shared.settings.access;
+    let policy = shared.access.get();
     let identity = Identity::new(&msg.channel, &msg.sender.id);
     let Standing { user, own_level, level, group } = access::stand(shared, msg, &identity, &msg.sender.name).await?;
     let now = policy.now();

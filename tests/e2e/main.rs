@@ -26,6 +26,7 @@ mod nats_faults;
 mod operations;
 mod pairing;
 mod providers;
+mod reload;
 mod sandbox;
 mod scale_out;
 mod session_prefs;

@@ -245,3 +245,28 @@ fn mcp_list_shows_each_servers_tools_and_fails_on_one_that_does_not_start() {
         "{stdout}"
     );
 }
+
+#[tokio::test]
+async fn a_server_added_to_the_config_starts_on_sighup() {
+    let Some(bin) = mcp_bin() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("switchboard.toml");
+    std::fs::write(&path, "[users]\nowners = [\"api:owner\"]\n").unwrap();
+    let llm = FakeLlm::start().await;
+    let mut daemon = Launch::new(dir.path(), "mcp-reload", &["run", "--config", path.to_str().unwrap()])
+        .llm(&llm.base_url())
+        .spawn();
+    daemon.wait_healthy().await;
+    let added = format!(
+        "[users]\nowners = [\"api:owner\"]\n\n[mcp.servers.files]\ncommand = \"{}\"\nargs = [\"{}\"]\n",
+        bin.join("mcp-server-filesystem").display(),
+        dir.path().display()
+    );
+    std::fs::write(&path, added).unwrap();
+    daemon.signal("HUP");
+    wait_for_logged(&daemon, "MCP server ready mcp=files", 1).await;
+    let (status, body) = daemon.post(json!({"chat_id": "me", "sender": "owner", "content": "hi"})).await;
+    assert_eq!(status, 200, "{body}");
+    let tools = offered(&llm.requests()[0]);
+    assert!(tools.contains(&"files__read_text_file".to_owned()), "{tools:?}");
+}

@@ -1,0 +1,83 @@
+//! SIGHUP through the real daemon: a changed config applies from the next turn (operator
+//! instructions, permissions, a new agent with its binding) without a restart; a broken one is
+//! refused with its error and the running config stays.
+
+use std::time::{Duration, Instant};
+
+use crate::support::{Daemon, Launch};
+use serde_json::{Value, json};
+use switchboard_testkit::fake_llm::FakeLlm;
+
+const FIRST: &str = r#"
+[agent]
+system_prompt = "OPERATOR-ONE"
+"#;
+
+const SECOND: &str = r#"
+[agent]
+system_prompt = "OPERATOR-TWO"
+
+[permissions.tools]
+current_time = "owner"
+
+[agents.helper]
+system_prompt = "HELPER-AGENT"
+
+[[bindings]]
+agent = "helper"
+chat = "api:h"
+"#;
+
+async fn wait_for_logged(daemon: &Daemon, needle: &str, count: usize) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while daemon.logs().matches(needle).count() < count {
+        assert!(Instant::now() < deadline, "the log never showed {needle:?} {count} times:\n{}", daemon.logs());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The system prompt, offered tools and answer of one turn in `chat`.
+async fn turn(daemon: &Daemon, llm: &FakeLlm, chat: &str) -> (String, Vec<String>, Value) {
+    llm.forget_requests();
+    let (status, body) = daemon.post(json!({"chat_id": chat, "sender": "guest", "content": "hi"})).await;
+    assert_eq!(status, 200, "{body}");
+    let request = &llm.requests()[0];
+    let prompt = request["messages"][0]["content"].as_str().unwrap().to_owned();
+    let tools = request["tools"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let tools = tools.iter().filter_map(|tool| tool["function"]["name"].as_str()).map(str::to_owned).collect();
+    (prompt, tools, body)
+}
+
+#[tokio::test]
+async fn sighup_applies_a_valid_config_from_the_next_turn_and_refuses_a_broken_one() {
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("switchboard.toml");
+    std::fs::write(&path, FIRST).unwrap();
+    let mut daemon =
+        Launch::new(dir.path(), "reload", &["run", "--config", path.to_str().unwrap()]).llm(&llm.base_url()).spawn();
+    daemon.wait_healthy().await;
+
+    let (prompt, tools, _) = turn(&daemon, &llm, "g").await;
+    assert!(prompt.contains("OPERATOR-ONE"), "{prompt}");
+    assert!(tools.contains(&"current_time".to_owned()), "a guest gets current_time by default: {tools:?}");
+
+    std::fs::write(&path, SECOND).unwrap();
+    daemon.signal("HUP");
+    wait_for_logged(&daemon, "config reloaded", 1).await;
+    let (prompt, tools, _) = turn(&daemon, &llm, "g").await;
+    assert!(prompt.contains("OPERATOR-TWO") && !prompt.contains("OPERATOR-ONE"), "{prompt}");
+    assert!(!tools.contains(&"current_time".to_owned()), "now owner-only: {tools:?}");
+    let (prompt, _, _) = turn(&daemon, &llm, "h").await;
+    assert!(prompt.contains("HELPER-AGENT"), "the new binding routes to the new agent:\n{prompt}");
+    assert!(prompt.contains("agent helper; session helper/api:h"), "{prompt}");
+
+    // A broken config: refused with the key that is wrong, and the running one stays.
+    std::fs::write(&path, SECOND.replace("[agent]", "[agent]\nsytem_prompt = \"typo\"")).unwrap();
+    daemon.signal("HUP");
+    wait_for_logged(&daemon, "config reload refused", 1).await;
+    assert!(daemon.logs().contains("agent.sytem_prompt"), "the refusal names the key:\n{}", daemon.logs());
+    let (prompt, _, _) = turn(&daemon, &llm, "g").await;
+    assert!(prompt.contains("OPERATOR-TWO"), "{prompt}");
+    assert!(daemon.is_alive());
+}
