@@ -486,6 +486,32 @@ fn parse_arguments(arguments: &Value) -> Result<Value, ToolError> {
     }
 }
 
+/// A search for a task described in words: the arguments `skill_search` and `mcp_tool_search`
+/// take (`query`, and `limit` of at most `max` hits, `default` when not given).
+pub struct TaskQuery {
+    pub max: usize,
+    pub default: usize,
+}
+
+impl TaskQuery {
+    pub fn schema(&self) -> Value {
+        serde_json::json!({
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "description": "The task, in a few words"},
+                "limit": {"type": "integer", "minimum": 1, "maximum": self.max, "description": format!("Default {}", self.default)}
+            },
+            "required": ["query"]
+        })
+    }
+
+    /// The query and how many hits to return.
+    pub fn read<'a>(&self, arguments: &'a Value) -> Result<(&'a str, usize), ToolError> {
+        let query = required_str(arguments, "query")?;
+        Ok((query, optional_count(arguments, "limit", self.max)?.unwrap_or(self.default)))
+    }
+}
+
 /// Reads a required string argument.
 pub fn required_str<'a>(arguments: &'a Value, key: &str) -> Result<&'a str, ToolError> {
     arguments

@@ -7,7 +7,7 @@ use std::path::{Component, Path, PathBuf};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use super::{Tool, ToolContext, ToolError, optional_count, required_str};
+use super::{TaskQuery, Tool, ToolContext, ToolError, required_str};
 use crate::workspace::skills::{self, Catalog, SKILL_FILE, SKILLS_DIR, Skill, SkillSettings};
 
 /// The names the worker offers or holds back by the number of skills.
@@ -18,9 +18,8 @@ pub const SKILL_SEARCH: &str = "skill_search";
 const MAX_FILE_BYTES: u64 = 1024 * 1024;
 /// Files of a skill's folder listed after its instructions at most.
 const MAX_LISTED_FILES: usize = 50;
-/// Hits `skill_search` returns without being asked for a number, and at most.
-const DEFAULT_HITS: usize = 5;
-const MAX_HITS: usize = 20;
+/// `skill_search`'s arguments: at most 20 hits, 5 unless asked.
+const QUERY: TaskQuery = TaskQuery { max: 20, default: 5 };
 
 /// Loads a skill's instructions, or one of the files its folder holds.
 pub struct SkillGet {
@@ -137,7 +136,7 @@ fn read_skill_file(folder: &Path, file: &str) -> Result<String, ToolError> {
 fn unknown(name: &str, catalog: &Catalog) -> ToolError {
     let known = match catalog.len() {
         0 => "there are no skills".to_owned(),
-        count if count <= DEFAULT_HITS * 4 => {
+        count if count <= QUERY.max => {
             let names: Vec<&str> = catalog.iter().map(|skill| skill.name.as_str()).collect();
             format!("the skills are: {}", names.join(", "))
         }
@@ -169,19 +168,11 @@ impl Tool for SkillSearch {
     }
 
     fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "query": {"type": "string", "description": "The task, in a few words"},
-                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_HITS, "description": format!("Default {DEFAULT_HITS}")}
-            },
-            "required": ["query"]
-        })
+        QUERY.schema()
     }
 
     async fn execute(&self, arguments: Value, ctx: &ToolContext) -> Result<String, ToolError> {
-        let query = required_str(&arguments, "query")?;
-        let limit = optional_count(&arguments, "limit", MAX_HITS)?.unwrap_or(DEFAULT_HITS);
+        let (query, limit) = QUERY.read(&arguments)?;
         let catalog = skills::load(&ctx.workspace, &self.settings.allow).await;
         let hits = catalog.search(query, limit);
         if hits.is_empty() {

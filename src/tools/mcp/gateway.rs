@@ -10,14 +10,14 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use super::McpServers;
-use crate::tools::{Tool, ToolContext, ToolError, ToolFilter, ToolSource, optional_count, required_str};
+use crate::tools::{TaskQuery, Tool, ToolContext, ToolError, ToolFilter, ToolSource, required_str};
 use crate::workspace::bm25::Index;
 
 pub const MCP_TOOL_SEARCH: &str = "mcp_tool_search";
 pub const MCP_CALL: &str = "mcp_call";
 
-const DEFAULT_HITS: usize = 5;
-const MAX_HITS: usize = 15;
+/// The search's arguments: at most 15 hits, 5 unless asked.
+const QUERY: TaskQuery = TaskQuery { max: 15, default: 5 };
 
 pub struct McpToolSearch {
     servers: Arc<McpServers>,
@@ -41,19 +41,11 @@ impl Tool for McpToolSearch {
     }
 
     fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "query": {"type": "string", "description": "The task, in a few words"},
-                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_HITS, "description": format!("Default {DEFAULT_HITS}")}
-            },
-            "required": ["query"]
-        })
+        QUERY.schema()
     }
 
     async fn execute(&self, arguments: Value, ctx: &ToolContext) -> Result<String, ToolError> {
-        let query = required_str(&arguments, "query")?;
-        let limit = optional_count(&arguments, "limit", MAX_HITS)?.unwrap_or(DEFAULT_HITS);
+        let (query, limit) = QUERY.read(&arguments)?;
         let set = self.servers.current();
         let specs: Vec<_> = set.specs().filter(|spec| ctx.tools.allows_via_call(&spec.name)).collect();
         let index = Index::new(specs.iter().map(|spec| vec![(spec.name.as_str(), 3), (spec.description.as_str(), 1)]));
