@@ -269,10 +269,6 @@ impl Registered {
         &self.described().0
     }
 
-    fn raw_tokens(&self) -> u64 {
-        self.described().1
-    }
-
     fn described(&self) -> &(Arc<ToolSpec>, u64) {
         self.spec.get_or_init(|| {
             let tool = &self.tool;
@@ -346,33 +342,37 @@ impl ToolRegistry {
     /// The tools the filter allows, as the model sees them, in name order (stable, so
     /// prompts cache well). Shared, not copied: a schema is built once per process.
     pub fn specs(&self, filter: &ToolFilter) -> Vec<Arc<ToolSpec>> {
-        self.offered(filter).into_iter().map(|registered| registered.spec().clone()).collect()
+        self.offered(filter).into_iter().map(|(spec, _)| spec).collect()
     }
 
     /// The heuristic token count of the schemas the filter allows.
     pub fn raw_tokens(&self, filter: &ToolFilter) -> u64 {
-        self.offered(filter).iter().map(Registered::raw_tokens).sum()
+        self.offered(filter).iter().map(|(_, tokens)| tokens).sum()
     }
 
     /// The tools the filter allows with each one's heuristic token count, in name order.
     pub fn raw_tokens_each(&self, filter: &ToolFilter) -> Vec<(String, u64)> {
-        let offered = self.offered(filter);
-        offered.iter().map(|registered| (registered.tool.name().to_owned(), registered.raw_tokens())).collect()
+        self.offered(filter).into_iter().map(|(spec, tokens)| (spec.name.clone(), tokens)).collect()
     }
 
-    /// The tools the filter allows, the sources' included, in name order. Cloning a
-    /// `Registered` copies two pointers; its spec is shared.
-    fn offered(&self, filter: &ToolFilter) -> Vec<Registered> {
-        let own = self.tools.values().filter(|registered| filter.allows(registered.tool.name())).cloned();
-        let mut offered: Vec<Registered> = own.collect();
+    /// The specs and token counts of the tools the filter allows, the sources' included, in
+    /// name order. Read from the registered tools themselves (not copies), so each is built
+    /// once, by the first turn that offers it.
+    fn offered(&self, filter: &ToolFilter) -> Vec<(Arc<ToolSpec>, u64)> {
+        let described = |registered: &Registered| {
+            let (spec, tokens) = registered.described();
+            (Arc::clone(spec), *tokens)
+        };
+        let mut offered: Vec<(Arc<ToolSpec>, u64)> =
+            self.tools.values().filter(|registered| filter.allows(registered.tool.name())).map(described).collect();
         if self.sources.is_empty() {
             return offered;
         }
         for set in self.current_sets() {
             let theirs = set.tools.iter().filter(|(name, _)| filter.allows(name) && self.source_allows(name));
-            offered.extend(theirs.map(|(_, registered)| registered.clone()));
+            offered.extend(theirs.map(|(_, registered)| described(registered)));
         }
-        offered.sort_by(|a, b| a.tool.name().cmp(b.tool.name()));
+        offered.sort_by(|a, b| a.0.name.cmp(&b.0.name));
         offered
     }
 

@@ -152,3 +152,37 @@ fn local_tools_are_registered_as_configured() {
     let error = register_local_tools(&mut registry, &config, Path::new("/nonexistent")).unwrap_err();
     assert!(error.to_string().starts_with("tools.exec.deny_patterns: \"(\" is not"), "{error}");
 }
+
+/// Counts how often its schema is built.
+struct Counted {
+    schemas: AtomicU32,
+}
+
+#[async_trait]
+impl Tool for Counted {
+    fn name(&self) -> &str {
+        "counted"
+    }
+    fn description(&self) -> &str {
+        "Counts."
+    }
+    fn parameters(&self) -> Value {
+        self.schemas.fetch_add(1, Ordering::SeqCst);
+        json!({"type": "object"})
+    }
+    async fn execute(&self, _: Value, _: &ToolContext) -> Result<String, ToolError> {
+        Ok(String::new())
+    }
+}
+
+#[test]
+fn a_schema_is_built_once_however_many_turns_offer_it() {
+    let counted = Arc::new(Counted { schemas: AtomicU32::new(0) });
+    let registry = registry_with(Arc::clone(&counted) as Arc<dyn Tool>);
+    for _ in 0..3 {
+        registry.specs(&ToolFilter::All);
+        registry.raw_tokens(&ToolFilter::All);
+        registry.raw_tokens_each(&ToolFilter::All);
+    }
+    assert_eq!(counted.schemas.load(Ordering::SeqCst), 1);
+}
