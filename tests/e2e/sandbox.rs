@@ -62,7 +62,9 @@ async fn commands_in_the_sandbox_cannot_reach_the_daemon_the_system_or_the_netwo
         .env("OPENAI_API_KEY", SECRET)
         .env("SWITCHBOARD_USERS__OWNERS", r#"["api:api"]"#)
         .env("SWITCHBOARD_TOOLS__EXEC__SANDBOX", "bwrap")
-        .env("SWITCHBOARD_TOOLS__EXEC__MAX_PROCESSES", "64")
+        // RLIMIT_NPROC counts every process and thread of the user, other tests' daemons
+        // running as nobody too: room for them, far below the 400 the bomb tries.
+        .env("SWITCHBOARD_TOOLS__EXEC__MAX_PROCESSES", "128")
         .env("SWITCHBOARD_TOOLS__EXEC__MAX_MEMORY_MB", "256")
         .env("SWITCHBOARD_TOOLS__EXEC__MAX_CPU_SECS", "2");
     if running_as_root() {
@@ -119,7 +121,7 @@ async fn commands_in_the_sandbox_cannot_reach_the_daemon_the_system_or_the_netwo
     let (out, _) = run_exec(&llm, &daemon, bomb).await;
     let count: usize =
         out.split(" processes").next().and_then(|s| s.lines().last()?.trim().parse().ok()).unwrap_or(usize::MAX);
-    assert!(count <= 64, "{count} processes in the sandbox:\n{out}");
+    assert!(count <= 128, "{count} processes in the sandbox:\n{out}");
 
     // Memory and CPU: the command fails, quickly, and the daemon does not.
     let (out, took) =
