@@ -92,6 +92,7 @@ pub async fn run(
     config_path: Option<PathBuf>,
     shutdown: CancellationToken,
 ) -> Result<(), DaemonError> {
+    let hangups = reload::hangups();
     if parts.runs_worker() {
         config.require_provider().map_err(AssemblyError::from)?;
     }
@@ -118,8 +119,8 @@ pub async fn run(
     };
     let channels = assembly.start_channels(parts.channels(), &bus, &store, &shutdown).await?;
     let (worker, mut background) = match parts.runs_worker() {
-        true => start_worker(&assembly, &bus, &store, config_path, &shutdown)?,
-        false => (None, vec![("config reload", reload::start(None, shutdown.clone()))]),
+        true => start_worker(&assembly, &bus, &store, (config_path, hangups), &shutdown)?,
+        false => (None, vec![("config reload", reload::start(hangups, None, shutdown.clone()))]),
     };
     if let Some(listen) = assembly.config().metrics.listen {
         let sources = gauge_sources(&bus, &channels, worker.as_ref());
@@ -157,7 +158,7 @@ fn start_worker(
     assembly: &Assembly,
     bus: &Arc<dyn switchboard_channels::Bus>,
     store: &Arc<dyn crate::store::Database>,
-    config_path: Option<PathBuf>,
+    (config_path, hangups): (Option<PathBuf>, Option<tokio::signal::unix::Signal>),
     shutdown: &CancellationToken,
 ) -> Result<(Option<Worker>, Background), DaemonError> {
     let assembled = assembly.worker(bus, store)?;
@@ -178,7 +179,7 @@ fn start_worker(
         reloader: assembled.worker.reloader(),
         mcp: (mcp_stop, mcp),
     };
-    background.push(("config reload", reload::start(Some(reload), shutdown.clone())));
+    background.push(("config reload", reload::start(hangups, Some(reload), shutdown.clone())));
     Ok((Some(assembled.worker), background))
 }
 

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use switchboard_channels::Bus;
+use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -30,15 +31,24 @@ pub(super) struct Reload {
     pub mcp: (CancellationToken, Option<JoinHandle<()>>),
 }
 
+/// SIGHUP, listened for from the moment this is called: until then the signal's default action
+/// would end the process, so the daemon calls it before anything answers (a health check that
+/// passes is no promise that a reload is safe otherwise). `None` when it cannot be installed.
+pub(super) fn hangups() -> Option<Signal> {
+    match signal(SignalKind::hangup()) {
+        Ok(hangups) => Some(hangups),
+        Err(err) => {
+            tracing::warn!(%err, "cannot listen for SIGHUP; a config change needs a restart");
+            None
+        }
+    }
+}
+
 /// Applies the config on each SIGHUP until `shutdown`; without a worker (`reload` is `None`),
 /// says there is nothing to reload instead of dying of the signal.
-pub(super) fn start(reload: Option<Reload>, shutdown: CancellationToken) -> JoinHandle<()> {
+pub(super) fn start(hangups: Option<Signal>, reload: Option<Reload>, shutdown: CancellationToken) -> JoinHandle<()> {
     tokio::spawn(async move {
-        use tokio::signal::unix::{SignalKind, signal};
-        let Ok(mut hangups) = signal(SignalKind::hangup()) else {
-            tracing::warn!("cannot listen for SIGHUP; a config change needs a restart");
-            return;
-        };
+        let Some(mut hangups) = hangups else { return };
         let mut reload = reload;
         loop {
             tokio::select! {
