@@ -94,13 +94,19 @@ async fn load(daemon: &Daemon, llm: &FakeLlm, until: u64, answered: &Arc<AtomicU
 /// The gauges once the daemon has nothing left to do: no worker task, no session.
 async fn settled(metrics: &str) -> HashMap<String, f64> {
     let deadline = Instant::now() + Duration::from_secs(10);
+    let mut before: Option<f64> = None;
     loop {
         let gauges = scrape(metrics).await;
         let idle = gauges["switchboard_worker_tasks"] == 0.0 && gauges["switchboard_worker_sessions"] == 0.0;
-        if idle || Instant::now() > deadline {
+        // The last turns' event publishers and connections end just after the turns: a task
+        // count that still moves is not yet what the daemon holds.
+        let tasks = gauges["switchboard_tokio_alive_tasks"];
+        let steady = before == Some(tasks);
+        if (idle && steady) || Instant::now() > deadline {
             return gauges;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        before = idle.then_some(tasks);
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
