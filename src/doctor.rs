@@ -91,8 +91,34 @@ pub async fn examine(config: &Config) -> Vec<Finding> {
     findings.push(telegram(config).await);
     findings.push(discord(config).await);
     findings.extend(workspaces(config));
+    findings.push(sandbox(config));
     findings.extend(mcp(config).await);
     findings
+}
+
+/// Where `exec` runs its commands: the same decision the daemon makes at start.
+fn sandbox(config: &Config) -> Finding {
+    use crate::tools::exec::Sandbox;
+    let exec = &config.tools.exec;
+    if !exec.enabled {
+        return Finding::skip("exec sandbox", "exec is not enabled");
+    }
+    match Sandbox::from_config(exec, config.data_dir()) {
+        Ok(Sandbox::Bwrap { network, .. }) => {
+            let net = if network { "with the network" } else { "no network" };
+            Finding::ok("exec sandbox", format!("bubblewrap: system read-only, workspace writable, {net}"))
+        }
+        Ok(Sandbox::None) if exec.sandbox == "none" => {
+            Finding::bad(Status::Warn, "exec sandbox", "none (tools.exec.sandbox = \"none\")", "see docs/security.md")
+        }
+        Ok(Sandbox::None) => Finding::bad(
+            Status::Warn,
+            "exec sandbox",
+            "none: bubblewrap is missing or cannot make its namespaces here",
+            "apt-get install bubblewrap (docs/security.md)",
+        ),
+        Err(err) => Finding::bad(Status::Fail, "exec sandbox", err.to_string(), "apt-get install bubblewrap"),
+    }
 }
 
 /// Each MCP server, started and stopped again as `switchboard mcp list` does.

@@ -185,7 +185,11 @@ async fn system_prompt(manager: &SubagentManager, agent: &Agent, job: &Job) -> S
     let caps = &manager.settings.prompt;
     let files =
         WorkspaceFiles::load(&settings.workspace, caps.max_file_chars, caps.memory_max_chars, &job.memory).await;
-    let skills = crate::workspace::skills::load(&settings.workspace, &settings.skills.allow).await;
+    // Read only when the sub-agent may load a skill, as for a turn (`worker::offer`).
+    let skills = match specs.iter().any(|spec| spec.name == crate::tools::skills::SKILL_GET) {
+        true => crate::workspace::skills::load(&settings.workspace, &settings.skills.allow).await,
+        false => Default::default(),
+    };
     let session_key = format!("{RUN_ID_PREFIX}{}", record.id);
     prompt::build(&PromptInput {
         mode: PromptMode::Minimal,

@@ -240,6 +240,7 @@ fn mcp_list_shows_each_servers_tools_and_fails_on_one_that_does_not_start() {
     // `doctor` checks them the same way, one line a server.
     let (_, _, stdout) = run_to_exit(dir.path(), &["doctor"], &[("SWITCHBOARD_MCP__SERVERS", &servers)]);
     assert!(stdout.contains("ok    mcp files"), "{stdout}");
+    assert!(stdout.contains("ok    exec sandbox            bubblewrap: system read-only"), "{stdout}");
     assert!(
         stdout.contains("FAIL  mcp broken") && stdout.contains("cannot start `/nonexistent/mcp-server`"),
         "{stdout}"
