@@ -90,6 +90,9 @@ pub struct TurnResult {
     /// when a model that used tokens has no price.
     pub cost_usd: Option<f64>,
     pub iterations: u32,
+    /// What the conversation weighs after the turn: its last model call's input and output
+    /// tokens, about what the session's next turn sends.
+    pub context_tokens: u64,
     /// Set when the turn failed; `reply` then explains it to the user.
     pub error: Option<String>,
     /// The context window the provider named when it refused a call as too long, if it did.
@@ -182,6 +185,7 @@ impl Agent {
             model: model.clone(),
             cost_usd: None,
             iterations: 0,
+            context_tokens: 0,
             error: None,
             context_limit: None,
             overflowed: false,
@@ -223,6 +227,7 @@ impl Agent {
                 }
             };
             result.usage.add(response.usage);
+            result.context_tokens = response.usage.total();
             cost.add(&self.settings.prices, &response.model, response.usage);
             if !response.model.is_empty() {
                 result.model.clone_from(&response.model);

@@ -270,6 +270,12 @@ impl ProviderKind {
 pub struct ModelPrice {
     pub input_per_mtok: f64,
     pub output_per_mtok: f64,
+    /// Input read from the provider's prompt cache; unset = `input_per_mtok` (OpenAI bills
+    /// cached input at a half to a tenth of the input price, Anthropic at a tenth).
+    pub cached_input_per_mtok: Option<f64>,
+    /// Input written into the prompt cache; unset = `input_per_mtok` (Anthropic bills 1.25
+    /// times the input price for a 5-minute entry, twice for a 1-hour one).
+    pub cache_write_per_mtok: Option<f64>,
 }
 
 /// A model provider: `[provider]`, or one `[providers.<name>]`.

@@ -149,6 +149,9 @@ pub struct RunOutcome {
     /// Estimated cost in USD; `None` when unknown.
     pub cost_usd: Option<f64>,
     pub iterations: u32,
+    /// What the conversation weighed after the run: its last model call's input and output
+    /// tokens (0 when no model was called).
+    pub context_tokens: u64,
     /// Whose monthly usage `usage` is added to, in the same transaction; `None` for runs that
     /// count against no user (system messages).
     pub billing: Option<Billing>,
@@ -177,12 +180,58 @@ pub struct BusWrites<'a> {
     pub answered_row: Option<i64>,
 }
 
+/// What a run was for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RunKind {
+    /// A turn answering a message.
+    #[default]
+    Turn,
+    /// A compaction's memory flush: the agent writing lasting facts before old history goes.
+    MemoryFlush,
+    /// A compaction's summary call.
+    Summary,
+}
+
+impl RunKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunKind::Turn => "turn",
+            RunKind::MemoryFlush => "memory_flush",
+            RunKind::Summary => "summary",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<RunKind> {
+        [RunKind::Turn, RunKind::MemoryFlush, RunKind::Summary].into_iter().find(|kind| kind.as_str() == text)
+    }
+}
+
+/// A model call made for a session outside a turn (a compaction's flush or summary), recorded
+/// as a finished run of its own so that `runs` and the payer's usage show it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SideRun {
+    pub kind: RunKind,
+    pub session_key: String,
+    /// Unique per side run: `<inbound id of the turn before it>:<kind>`.
+    pub inbound_id: String,
+    pub status: RunStatus,
+    pub model: String,
+    pub usage: Usage,
+    pub cost_usd: Option<f64>,
+    pub iterations: u32,
+    pub error: Option<String>,
+    pub started_at: DateTime<Utc>,
+    /// Whose monthly usage it is added to, as for the turn it followed.
+    pub billing: Option<Billing>,
+}
+
 /// A run as listed for operators.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunRecord {
     pub run_id: String,
     pub inbound_id: String,
     pub session_key: String,
+    pub kind: RunKind,
     pub status: RunStatus,
     pub attempt: u32,
     pub model: String,
@@ -247,6 +296,10 @@ pub trait Store: UserStore + CronStore + HeartbeatStore + SubagentStore + Send +
         bus: &BusWrites<'_>,
     ) -> Result<Option<i64>, StoreError>;
 
+    /// Records a finished [`SideRun`] and adds its usage to its payer's month, in one
+    /// transaction. A second record with the same inbound id changes nothing.
+    async fn record_side_run(&self, run: &SideRun) -> Result<(), StoreError>;
+
     /// Marks a run's reply as published on the bus.
     async fn mark_reply_delivered(&self, run_id: &str) -> Result<(), StoreError>;
 
@@ -291,12 +344,24 @@ pub struct SessionPrefs {
 pub struct SessionInfo {
     /// Set by `/queue`; `None` = the configured default.
     pub queue_mode: Option<String>,
-    /// Tokens (input + output) of the session's runs since the last `/new`.
-    pub tokens_used: u64,
-    /// Some of `tokens_used` are estimates (the provider reported no usage for some runs).
-    pub tokens_estimated: bool,
+    /// What the session's runs since the last `/new` used: its turns and the calls its
+    /// compactions made (`used.estimated`: some counts are estimates).
+    pub used: Usage,
+    /// What they cost; `None` when unknown for any of them (a model without a price).
+    pub cost_usd: Option<f64>,
+    /// The newest finished turn since the last `/new`.
+    pub last_turn: Option<LastTurn>,
     /// Compactions of the session's history.
     pub compactions: u64,
+}
+
+/// A session's newest turn, as `/status` shows it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LastTurn {
+    pub usage: Usage,
+    pub cost_usd: Option<f64>,
+    /// What the conversation weighed after it (see [`RunOutcome::context_tokens`]).
+    pub context_tokens: u64,
 }
 
 /// Everything switchboard keeps in its database, whichever store holds it: what the assembly,

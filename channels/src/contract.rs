@@ -385,11 +385,19 @@ impl OutboundMessage {
 }
 
 /// Token counts reported by the model provider, or estimated where it reported none.
+///
+/// `input_tokens` is everything the model read, cached or not; `cache_read_tokens` and
+/// `cache_write_tokens` are the parts of it the provider served from its prompt cache or
+/// wrote into it (they are priced differently: see `[prices]`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Input the provider read from its prompt cache (part of `input_tokens`).
+    pub cache_read_tokens: u64,
+    /// Input the provider wrote into its prompt cache (part of `input_tokens`; Anthropic).
+    pub cache_write_tokens: u64,
     /// Some of the counts are switchboard's estimate: the provider did not report usage (many
     /// local servers send none in streamed answers). Left out of the JSON when false.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -399,23 +407,46 @@ pub struct Usage {
 impl Usage {
     /// Counts the provider reported.
     pub fn new(input_tokens: u64, output_tokens: u64) -> Self {
-        Self { input_tokens, output_tokens, estimated: false }
+        Self { input_tokens, output_tokens, ..Self::default() }
     }
 
     /// Counts switchboard estimated.
     pub fn estimate(input_tokens: u64, output_tokens: u64) -> Self {
-        Self { input_tokens, output_tokens, estimated: true }
+        Self { input_tokens, output_tokens, estimated: true, ..Self::default() }
+    }
+
+    /// These counts with `read` input tokens served from the provider's cache and `written`
+    /// written into it (each at most the input).
+    pub fn with_cache(self, read: u64, written: u64) -> Self {
+        let read = read.min(self.input_tokens);
+        let written = written.min(self.input_tokens - read);
+        Self { cache_read_tokens: read, cache_write_tokens: written, ..self }
     }
 
     /// Adds `other`; the sum is estimated when either part is.
     pub fn add(&mut self, other: Usage) {
         self.input_tokens += other.input_tokens;
         self.output_tokens += other.output_tokens;
+        self.cache_read_tokens += other.cache_read_tokens;
+        self.cache_write_tokens += other.cache_write_tokens;
         self.estimated |= other.estimated;
     }
 
     pub fn total(&self) -> u64 {
         self.input_tokens + self.output_tokens
+    }
+
+    /// The input read at the full price: neither from the cache nor into it.
+    pub fn uncached_input(&self) -> u64 {
+        self.input_tokens.saturating_sub(self.cache_read_tokens + self.cache_write_tokens)
+    }
+
+    /// The share of the input served from the cache, in percent (0 without input).
+    pub fn cached_percent(&self) -> u64 {
+        match self.input_tokens {
+            0 => 0,
+            input => self.cache_read_tokens * 100 / input,
+        }
     }
 }
 

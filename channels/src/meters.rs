@@ -14,6 +14,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::contract::Usage;
+
 /// How a run ended, or that it started.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(non_camel_case_types)]
@@ -55,6 +57,10 @@ pub struct ModelCallLabels {
 pub enum TokenKind {
     input,
     output,
+    /// Part of `input`: served from the provider's prompt cache.
+    cache_read,
+    /// Part of `input`: written into the provider's prompt cache.
+    cache_write,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -190,8 +196,14 @@ impl Meters {
     }
 
     /// What a run used; `cost_usd` is `None` for a model without a price.
-    pub fn usage(&self, agent: &str, model: &str, input: u64, output: u64, cost_usd: Option<f64>) {
-        for (kind, count) in [(TokenKind::input, input), (TokenKind::output, output)] {
+    pub fn usage(&self, agent: &str, model: &str, usage: Usage, cost_usd: Option<f64>) {
+        let counts = [
+            (TokenKind::input, usage.input_tokens),
+            (TokenKind::output, usage.output_tokens),
+            (TokenKind::cache_read, usage.cache_read_tokens),
+            (TokenKind::cache_write, usage.cache_write_tokens),
+        ];
+        for (kind, count) in counts {
             if count > 0 {
                 let labels = TokenLabels { agent: agent.to_owned(), model: model.to_owned(), kind };
                 self.tokens.get_or_create(&labels).inc_by(count);
@@ -260,9 +272,11 @@ mod tests {
     #[test]
     fn unknown_cost_adds_nothing_and_tokens_split_by_kind() {
         let meters = Meters::new();
-        meters.usage("main", "gpt", 100, 20, None);
-        meters.usage("main", "gpt", 50, 5, Some(0.25));
+        meters.usage("main", "gpt", Usage::new(100, 20).with_cache(80, 0), None);
+        meters.usage("main", "gpt", Usage::new(50, 5).with_cache(0, 30), Some(0.25));
         let text = exposition(&meters);
+        assert!(text.contains(r#"switchboard_tokens_total{agent="main",model="gpt",kind="cache_read"} 80"#), "{text}");
+        assert!(text.contains(r#"switchboard_tokens_total{agent="main",model="gpt",kind="cache_write"} 30"#), "{text}");
         assert!(text.contains(r#"switchboard_tokens_total{agent="main",model="gpt",kind="input"} 150"#), "{text}");
         assert!(text.contains(r#"switchboard_tokens_total{agent="main",model="gpt",kind="output"} 25"#), "{text}");
         assert!(text.contains(r#"switchboard_cost_usd_total{agent="main",model="gpt"} 0.25"#), "{text}");

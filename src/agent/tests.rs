@@ -308,7 +308,8 @@ async fn overflow_without_history_is_not_retried() {
 }
 
 fn prices(model: &str) -> PriceTable {
-    let price = crate::config::ModelPrice { input_per_mtok: 1_000_000.0, output_per_mtok: 2_000_000.0 };
+    let price =
+        crate::config::ModelPrice { input_per_mtok: 1_000_000.0, output_per_mtok: 2_000_000.0, ..Default::default() };
     PriceTable::new([(model.to_owned(), price)].into())
 }
 

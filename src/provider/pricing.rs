@@ -37,7 +37,14 @@ impl PriceTable {
         let price = self.price(model)?;
         // u64 → f64 loses precision only beyond 2^53 tokens.
         let tokens = |n: u64| n as f64 / 1_000_000.0;
-        Some(tokens(usage.input_tokens) * price.input_per_mtok + tokens(usage.output_tokens) * price.output_per_mtok)
+        let cached = price.cached_input_per_mtok.unwrap_or(price.input_per_mtok);
+        let written = price.cache_write_per_mtok.unwrap_or(price.input_per_mtok);
+        Some(
+            tokens(usage.uncached_input()) * price.input_per_mtok
+                + tokens(usage.cache_read_tokens) * cached
+                + tokens(usage.cache_write_tokens) * written
+                + tokens(usage.output_tokens) * price.output_per_mtok,
+        )
     }
 }
 
@@ -93,8 +100,17 @@ mod tests {
 
     fn table() -> PriceTable {
         let mut prices = BTreeMap::new();
-        prices.insert("gpt-4o-mini".into(), ModelPrice { input_per_mtok: 0.15, output_per_mtok: 0.60 });
-        prices.insert("backup/claude-x".into(), ModelPrice { input_per_mtok: 3.0, output_per_mtok: 15.0 });
+        prices.insert(
+            "gpt-4o-mini".into(),
+            ModelPrice { input_per_mtok: 0.15, output_per_mtok: 0.60, ..ModelPrice::default() },
+        );
+        let claude = ModelPrice {
+            input_per_mtok: 3.0,
+            output_per_mtok: 15.0,
+            cached_input_per_mtok: Some(0.3),
+            cache_write_per_mtok: Some(3.75),
+        };
+        prices.insert("backup/claude-x".into(), claude);
         PriceTable::new(prices)
     }
 
@@ -122,5 +138,17 @@ mod tests {
         tally.add(&t, "unknown-model", usage);
         assert_eq!(tally.total(), None, "unknown price makes the total unknown");
         assert_eq!(CostTally::new(&PriceTable::default()).total(), None);
+    }
+
+    #[test]
+    fn cached_input_has_its_own_prices() {
+        let t = table();
+        // 1M input: 600k read from the cache, 100k written into it, 300k plain.
+        let usage = Usage::new(1_000_000, 0).with_cache(600_000, 100_000);
+        let cost = t.cost("backup/claude-x", usage).unwrap();
+        assert!((cost - (0.3 * 3.0 + 0.6 * 0.3 + 0.1 * 3.75)).abs() < 1e-9, "{cost}");
+        // Without cache prices, cached input costs what input costs: never less than it may.
+        let cost = t.cost("gpt-4o-mini", usage).unwrap();
+        assert!((cost - 0.15).abs() < 1e-9, "{cost}");
     }
 }

@@ -54,6 +54,7 @@ pub(crate) const SQLITE_MIGRATIONS: &[Migration] = &[
         name: "session_prefs",
         sql: include_str!("../../migrations/sqlite/0019_session_prefs.sql"),
     },
+    Migration { version: 20, name: "prompt_cache", sql: include_str!("../../migrations/sqlite/0020_prompt_cache.sql") },
 ];
 
 /// Brings the database up to the newest schema this build knows.

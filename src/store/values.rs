@@ -10,7 +10,7 @@ use switchboard_channels::subject::Flow;
 use sqlx::{ColumnIndex, Decode, Row, Type};
 use switchboard_channels::contract::Usage;
 
-use super::{RunRecord, RunStatus, StoreError};
+use super::{RunKind, RunRecord, RunStatus, StoreError};
 use crate::provider::Role;
 
 pub(super) fn parse_status(status: &str) -> Result<RunStatus, StoreError> {
@@ -88,6 +88,7 @@ where
     let run_id: String = row.try_get("run_id")?;
     let finished_at: Option<i64> = row.try_get("finished_at")?;
     let status: String = row.try_get("status")?;
+    let kind: String = row.try_get("kind")?;
     Ok(RunRecord {
         inbound_id: row.try_get("inbound_id")?,
         session_key: row.try_get("session_key")?,
@@ -97,8 +98,12 @@ where
         usage: Usage {
             input_tokens: to_u64(row.try_get("input_tokens")?, "input_tokens")?,
             output_tokens: to_u64(row.try_get("output_tokens")?, "output_tokens")?,
+            cache_read_tokens: to_u64(row.try_get("cache_read_tokens")?, "cache_read_tokens")?,
+            cache_write_tokens: to_u64(row.try_get("cache_write_tokens")?, "cache_write_tokens")?,
             estimated: row.try_get("usage_estimated")?,
         },
+        kind: RunKind::parse(&kind)
+            .ok_or_else(|| StoreError::Corrupt(format!("run {run_id} has the kind {kind:?}")))?,
         cost_usd: row.try_get("cost_usd")?,
         iterations: to_u32(row.try_get("iterations")?, "iterations")?,
         error: row.try_get("error")?,

@@ -28,6 +28,7 @@ pub(super) struct Job {
 }
 
 /// How the task ended.
+#[expect(clippy::large_enum_variant, reason = "one short-lived value per sub-agent task")]
 enum Ending {
     End(SubagentEnd),
     /// The record is no longer this worker's (a reaper ended it): record nothing.

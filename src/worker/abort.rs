@@ -113,6 +113,7 @@ fn ended_early(
         model: String::new(),
         cost_usd: None,
         iterations: 0,
+        context_tokens: 0,
         billing: None,
         memory_scope: None,
     }

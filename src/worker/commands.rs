@@ -216,17 +216,36 @@ async fn status(shared: &Shared, msg: &InboundMessage, key: &str) -> Result<Stri
     };
     let mode = current_mode(shared, key).await?;
     let picked = shared.store.session_prefs(key).await?.model;
-    let model = picked.unwrap_or_else(|| shared.agents.get().route(msg).agent.settings().model.clone());
+    let route = shared.agents.get().route(msg);
+    let model = picked.unwrap_or_else(|| route.agent.settings().model.clone());
+    let window = shared.context.windows().of(&route.agent.settings().name);
+    let context = match info.last_turn {
+        Some(last) if last.context_tokens > 0 => format!(
+            "about {} tokens, sent again with your next message (the model's window: {window})",
+            last.context_tokens
+        ),
+        _ => format!("nothing yet (the model's window: {window} tokens)"),
+    };
+    let last = info.last_turn.map_or_else(|| "none yet".to_owned(), |last| spent(last.usage, last.cost_usd));
     Ok(format!(
-        "Model: {}\nTokens used in this conversation: {}{}\nRunning: {}\nMessages waiting: {waiting}\n\
-         Compactions: {}\nQueue mode: {}",
-        model,
-        info.tokens_used,
-        if info.tokens_estimated { " (partly estimated: the model server reports no usage)" } else { "" },
+        "Model: {model}\nConversation: {context}\nLast turn: {last}\nSince the conversation started: {}\n\
+         Running: {}\nMessages waiting: {waiting}\nCompactions: {}\nQueue mode: {}",
+        spent(info.used, info.cost_usd),
         if running { "yes" } else { "no" },
         info.compactions,
         mode.as_str(),
     ))
+}
+
+/// `5012 tokens in (92% from the provider's cache), 120 out, $0.0009`.
+pub(super) fn spent(usage: switchboard_channels::contract::Usage, cost_usd: Option<f64>) -> String {
+    let cached = match usage.cache_read_tokens {
+        0 => String::new(),
+        _ => format!(" ({}% from the provider's cache)", usage.cached_percent()),
+    };
+    let cost = cost_usd.map_or_else(String::new, |usd| format!(", ${usd:.4}"));
+    let estimated = if usage.estimated { " (partly estimated: the model server reports no usage)" } else { "" };
+    format!("{} tokens in{cached}, {} out{cost}{estimated}", usage.input_tokens, usage.output_tokens)
 }
 
 async fn current_mode(shared: &Shared, key: &str) -> Result<QueueMode, StoreError> {

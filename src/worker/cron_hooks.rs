@@ -34,6 +34,7 @@ pub(super) fn reminder(msg: &InboundMessage, run_id: &str, session_key: &str) ->
         model: String::new(),
         cost_usd: None,
         iterations: 0,
+        context_tokens: 0,
         billing: None,
         memory_scope: None,
     })

@@ -276,8 +276,7 @@ async fn finish_apart(
 fn count_outcome(agent: &str, channel: &str, outcome: &RunOutcome, took: Duration) {
     let failed = outcome.status == RunStatus::Failed;
     meters().run_finished(agent, channel, failed, took.as_secs_f64());
-    let usage = outcome.usage;
-    meters().usage(agent, &outcome.model, usage.input_tokens, usage.output_tokens, outcome.cost_usd);
+    meters().usage(agent, &outcome.model, outcome.usage, outcome.cost_usd);
 }
 
 fn transient(err: impl std::fmt::Display) -> Giveback {
@@ -376,6 +375,7 @@ async fn run_turn(
         model: result.model,
         cost_usd: result.cost_usd,
         iterations: result.iterations,
+        context_tokens: result.context_tokens,
         billing,
         memory_scope,
     };
@@ -403,6 +403,7 @@ fn over_budget(shared: &Shared, msg: &InboundMessage, run_id: &str, session_key:
         usage: Usage::default(),
         model: String::new(),
         iterations: 0,
+        context_tokens: 0,
         billing: None,
         memory_scope: None,
         cost_usd: None,

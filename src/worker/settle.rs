@@ -105,6 +105,7 @@ pub(super) async fn finish(
         model: String::new(),
         cost_usd: None,
         iterations: 0,
+        context_tokens: 0,
         billing: None,
         memory_scope: None,
     };

@@ -18,6 +18,8 @@ struct Report {
     own_level: Option<Level>,
     /// Tokens they used this month, everywhere.
     used: u64,
+    /// Of the input in `used`, what the provider served from its prompt cache.
+    cached: u64,
     /// Their monthly budget here; `None` = unlimited.
     budget: Option<u64>,
     /// The group's shared budget and what the group used of it, when it has one.
@@ -32,7 +34,8 @@ pub(super) async fn report(shared: &Shared, msg: &InboundMessage) -> Result<Stri
     let Standing { user, own_level, level, group } = access::stand(shared, msg, &identity, &msg.sender.name).await?;
     let now = policy.now();
     let month = month_key(now);
-    let used = access::tokens(shared.store.monthly_usage(user.id, &month).await?);
+    let usage = shared.store.monthly_usage(user.id, &month).await?;
+    let (used, cached) = (access::tokens(usage), usage.cache_read_tokens);
     let pool = match group.as_ref().and_then(|group| Some((group, group.budget?))) {
         Some((group, budget)) => Some((budget, access::tokens(shared.store.group_usage(&group.key, &month).await?))),
         None => None,
@@ -41,6 +44,7 @@ pub(super) async fn report(shared: &Shared, msg: &InboundMessage) -> Result<Stri
         level,
         own_level: (own_level != level).then_some(own_level),
         used,
+        cached,
         budget: policy.budget(level, &user),
         pool,
         now,
@@ -55,6 +59,9 @@ fn render(report: &Report) -> String {
     };
     let month = report.now.format("%B %Y");
     let mut text = format!("{level}\nTokens you used in {month}: {}", report.used);
+    if report.cached > 0 {
+        text.push_str(&format!(" ({} of them read from the model provider's cache, at a lower price)", report.cached));
+    }
     match report.budget {
         Some(budget) => {
             let left = budget.saturating_sub(report.used);
@@ -81,6 +88,7 @@ mod tests {
             level: Level::User,
             own_level: None,
             used: 1200,
+            cached: 0,
             budget: Some(1_000_000),
             pool: None,
             now: Utc.with_ymd_and_hms(2025, 12, 14, 9, 30, 0).unwrap(),
@@ -110,6 +118,11 @@ mod tests {
         assert!(text.contains("\nYour allowance: 250000 tokens a month, 0 left\n"), "{text}");
         assert!(text.contains("\nThis group's shared allowance: 500000 tokens a month, 20000 used, 480000 left\n"));
         let unlimited = render(&Report { budget: None, ..report() });
+        let cached = render(&Report { cached: 800, ..report() });
+        assert!(
+            cached.contains(": 1200 (800 of them read from the model provider's cache, at a lower price)\n"),
+            "{cached}"
+        );
         assert!(unlimited.contains("\nYour allowance: unlimited\n"), "{unlimited}");
     }
 }

@@ -24,6 +24,7 @@ async fn turn(store: &dyn Database, session: &str, inbound: &str, question: &str
         model: "m".into(),
         cost_usd: None,
         iterations: 1,
+        context_tokens: 0,
         billing: None,
         memory_scope: None,
     };

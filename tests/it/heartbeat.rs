@@ -224,6 +224,7 @@ async fn a_busy_target_session_is_tried_again_after_a_minute() {
         model: String::new(),
         cost_usd: None,
         iterations: 0,
+        context_tokens: 0,
         billing: None,
         memory_scope: None,
     };

@@ -42,6 +42,7 @@ fn completed(run_id: &str, question: &str, answer: &str) -> RunOutcome {
         model: "test-model".into(),
         cost_usd: Some(0.0042),
         iterations: 1,
+        context_tokens: 0,
         billing: None,
         memory_scope: None,
     }
@@ -375,6 +376,7 @@ on_both_stores! {
             status: RunStatus::Failed,
             error: Some("the provider answered HTTP 500".into()),
             iterations: 3,
+            context_tokens: 0,
             cost_usd: None,
             ..completed(&bad, "q2", "sorry")
         };
@@ -478,16 +480,16 @@ on_both_stores! {
         assert_eq!(store.session_info("t:new").await.unwrap(), SessionInfo::default());
         answered(&*store, "in-1", "t:arch", 1).await;
         answered(&*store, "in-2", "t:other", 2).await;
-        assert_eq!(store.session_info("t:arch").await.unwrap().tokens_used, 150);
+        assert_eq!(store.session_info("t:arch").await.unwrap().used.total(), 150);
         store.archive_session("t:arch").await.unwrap();
         assert!(store.history("t:arch", 10).await.unwrap().is_empty());
-        assert_eq!(store.session_info("t:arch").await.unwrap().tokens_used, 0);
+        assert_eq!(store.session_info("t:arch").await.unwrap().used.total(), 0);
         // Other sessions are untouched; the archived session goes on from here.
         assert_eq!(store.history("t:other", 10).await.unwrap().len(), 2);
         answered(&*store, "in-3", "t:arch", 3).await;
         let history = store.history("t:arch", 10).await.unwrap();
         assert_eq!(history, vec![ChatMessage::user("q3"), ChatMessage::assistant("a3", Vec::new())]);
-        assert_eq!(store.session_info("t:arch").await.unwrap().tokens_used, 150);
+        assert_eq!(store.session_info("t:arch").await.unwrap().used.total(), 150);
         store.set_queue_mode("t:arch", Some("collect")).await.unwrap();
         assert_eq!(store.session_info("t:arch").await.unwrap().queue_mode.as_deref(), Some("collect"));
     }
@@ -539,5 +541,47 @@ on_both_stores! {
         assert_eq!(store.group_usage("discord:guild:1", "2025-01").await.unwrap(), Usage::default());
         let user = store.resolve_user(&alice, "", Level::Guest).await.unwrap();
         assert_eq!(store.monthly_usage(user.id, "2025-01").await.unwrap(), Usage::new(360, 90));
+    }
+    async fn cached_tokens_and_a_compactions_side_runs_are_stored_shown_and_billed(fresh) {
+        let store = Arc::clone(&fresh.store);
+        use switchboard::config::{Identity, Level};
+        use switchboard::store::users::Billing;
+        use switchboard::store::{RunKind, SideRun};
+        let ann = Identity::new("telegram", "42");
+        let user = store.resolve_user(&ann, "Ann", Level::User).await.unwrap();
+        let billing = Some(Billing { identity: ann.clone(), month: "2026-12".into(), group: None });
+        let run_id = claim_new(&*store, "in-1", SESSION).await;
+        let usage = Usage::new(5000, 40).with_cache(4500, 300);
+        let turn = RunOutcome { usage, context_tokens: 5040, billing: billing.clone(), ..completed(&run_id, "q", "a") };
+        store.finish_run(&run_id, &turn).await.unwrap();
+        let flush = SideRun {
+            kind: RunKind::MemoryFlush,
+            session_key: SESSION.into(),
+            inbound_id: "in-1:memory_flush".into(),
+            status: RunStatus::Completed,
+            model: "test-model".into(),
+            usage: Usage::new(3000, 100).with_cache(2800, 0),
+            cost_usd: Some(0.001),
+            iterations: 2,
+            error: None,
+            started_at: chrono::Utc::now(),
+            billing,
+        };
+        store.record_side_run(&flush).await.unwrap();
+        // The same side run recorded again (a retried compaction) counts once.
+        store.record_side_run(&flush).await.unwrap();
+
+        let runs = store.recent_runs(10).await.unwrap();
+        let kinds: Vec<RunKind> = runs.iter().map(|run| run.kind).collect();
+        assert_eq!(kinds, [RunKind::MemoryFlush, RunKind::Turn]);
+        assert_eq!(runs[1].usage, usage);
+        assert_eq!((runs[0].usage.cache_read_tokens, runs[0].iterations), (2800, 2));
+        let info = store.session_info(SESSION).await.unwrap();
+        assert_eq!((info.used.input_tokens, info.used.cache_read_tokens, info.used.output_tokens), (8000, 7300, 140));
+        let last = info.last_turn.unwrap();
+        assert_eq!((last.usage, last.context_tokens), (usage, 5040), "the side run is not the last turn");
+        assert!((info.cost_usd.unwrap() - 0.0052).abs() < 1e-9, "{:?}", info.cost_usd);
+        let month = store.monthly_usage(user.id, "2026-12").await.unwrap();
+        assert_eq!((month.total(), month.cache_read_tokens), (8140, 7300));
     }
 }

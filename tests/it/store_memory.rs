@@ -32,6 +32,7 @@ fn outcome(question: &str, answer: &str) -> RunOutcome {
         model: "test-model".into(),
         cost_usd: None,
         iterations: 1,
+        context_tokens: 0,
         billing: None,
         memory_scope: None,
     }

@@ -75,6 +75,7 @@ async fn remembered(store: &dyn Database, inbound: &str, scope: &str, question: 
         model: "m".into(),
         cost_usd: None,
         iterations: 1,
+        context_tokens: 0,
         billing: None,
         memory_scope: Some(scope.into()),
     };

@@ -119,7 +119,7 @@ crate::both_buses! {
 /// A sub-agent's model usage, and its cost by the agent's prices, are recorded with it and
 /// sent with its announcement (read here off the inbound queue, so no worker runs).
 async fn usage_and_cost(kind: BusKind) {
-    let price = ModelPrice { input_per_mtok: 1.0, output_per_mtok: 2.0 };
+    let price = ModelPrice { input_per_mtok: 1.0, output_per_mtok: 2.0, ..ModelPrice::default() };
     let mut setup = setup(kind);
     setup.agents = vec![crate::common::AgentSpec::new("main", "fake-model", "workspace")];
     setup.prices = BTreeMap::from([("fake-model".to_owned(), price)]);

@@ -52,6 +52,7 @@ fn outcome(run_id: &str, question: &str, answer: &str) -> RunOutcome {
         model: "m".into(),
         cost_usd: None,
         iterations: 1,
+        context_tokens: 0,
         billing: None,
         memory_scope: None,
     }

@@ -221,6 +221,7 @@ fn usage_json(reply: &OutboundMessage) -> Value {
         "prompt_tokens": usage.input_tokens,
         "completion_tokens": usage.output_tokens,
         "total_tokens": usage.total(),
+        "prompt_tokens_details": {"cached_tokens": usage.cache_read_tokens},
     })
 }
 

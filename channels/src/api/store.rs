@@ -56,11 +56,17 @@ pub struct MessagePage {
 pub struct RunView {
     pub id: String,
     pub session_key: String,
+    /// `turn`, or a compaction's `memory_flush` or `summary`.
+    pub kind: String,
     /// `running`, `completed` or `failed`.
     pub status: String,
     pub model: String,
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Of `input_tokens`, what the provider served from its prompt cache ...
+    pub cache_read_tokens: u64,
+    /// ... and what it wrote into it.
+    pub cache_write_tokens: u64,
     /// The token counts are switchboard's estimate (the model server reported none).
     pub tokens_estimated: bool,
     pub cost_usd: Option<f64>,

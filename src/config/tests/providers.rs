@@ -103,7 +103,10 @@ fn env_reaches_into_named_maps() {
     let config = load_text(text, &vars).unwrap();
     assert_eq!(config.providers["Claude"].api_key.expose(), "ak-env");
     assert_eq!(config.providers["local"].base_url, "http://127.0.0.1:8080/v1");
-    assert_eq!(config.prices["gpt-4o-mini"], ModelPrice { input_per_mtok: 0.15, output_per_mtok: 0.6 });
+    assert_eq!(
+        config.prices["gpt-4o-mini"],
+        ModelPrice { input_per_mtok: 0.15, output_per_mtok: 0.6, ..ModelPrice::default() }
+    );
     assert_eq!(config.model_chain().unwrap().len(), 2);
     let message = err_text(load_env(&[("SWITCHBOARD_PROVIDERS__X__NOPE", "1")]));
     assert!(message.starts_with("environment variable SWITCHBOARD_PROVIDERS__X__NOPE "), "{message}");

@@ -109,7 +109,9 @@ impl StreamAccumulator {
     /// tokens: keep the latest of each.
     fn add_usage(&mut self, usage: WireUsage) {
         if let Some(input) = usage.input().filter(|&n| n > 0) {
-            self.usage.input_tokens = input;
+            let (read, written) = usage.cache();
+            self.usage =
+                Usage { output_tokens: self.usage.output_tokens, ..Usage::new(input, 0).with_cache(read, written) };
         }
         if let Some(output) = usage.output() {
             self.usage.output_tokens = output;
@@ -242,6 +244,20 @@ mod tests {
         );
         assert_eq!(response.usage, Usage::new(25, 40));
         assert_eq!((response.model.as_str(), response.finish_reason.as_deref()), ("claude-x", Some("tool_use")));
+    }
+
+    #[test]
+    fn cache_reads_and_writes_are_input_counted_apart() {
+        let usage = json!({"input_tokens": 12, "cache_creation_input_tokens": 300, "cache_read_input_tokens": 4000,
+            "output_tokens": 1});
+        let events = [
+            json!({"type": "message_start", "message": {"model": "claude-x", "usage": usage}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "hi"}}),
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 9}}),
+            json!({"type": "message_stop"}),
+        ];
+        let (response, _) = run(&events, None).unwrap();
+        assert_eq!(response.usage, Usage::new(4312, 9).with_cache(4000, 300));
     }
 
     #[test]

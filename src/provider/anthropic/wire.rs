@@ -203,6 +203,17 @@ impl WireUsage {
     pub fn output(&self) -> Option<u64> {
         self.output_tokens
     }
+
+    /// (read from the cache, written into it)
+    pub fn cache(&self) -> (u64, u64) {
+        (self.cache_read_input_tokens.unwrap_or(0), self.cache_creation_input_tokens.unwrap_or(0))
+    }
+
+    /// The counts as switchboard keeps them.
+    pub fn usage(&self) -> Usage {
+        let (read, written) = self.cache();
+        Usage::new(self.input().unwrap_or(0), self.output().unwrap_or(0)).with_cache(read, written)
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -238,7 +249,7 @@ pub(super) fn decode_response(body: &[u8]) -> Result<ChatResponse, ProviderError
     Ok(ChatResponse {
         content,
         tool_calls,
-        usage: Usage::new(parsed.usage.input().unwrap_or(0), parsed.usage.output().unwrap_or(0)),
+        usage: parsed.usage.usage(),
         model: parsed.model.unwrap_or_default(),
         finish_reason: parsed.stop_reason,
     })

@@ -210,11 +210,33 @@ struct WireUsage {
     prompt_tokens: Option<u64>,
     #[serde(default)]
     completion_tokens: Option<u64>,
+    /// OpenAI: `cached_tokens`, the part of the prompt its cache served.
+    #[serde(default)]
+    prompt_tokens_details: Option<PromptDetails>,
 }
 
-impl From<WireUsage> for Usage {
-    fn from(usage: WireUsage) -> Self {
-        Usage::new(usage.prompt_tokens.unwrap_or(0), usage.completion_tokens.unwrap_or(0))
+#[derive(Debug, Default, Deserialize)]
+struct PromptDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
+}
+
+/// llama.cpp's server reports what it reused of the previous prompt in `timings.cache_n`
+/// (beside, not inside, `usage`).
+#[derive(Debug, Default, Clone, Copy, Deserialize)]
+struct Timings {
+    #[serde(default)]
+    cache_n: Option<u64>,
+}
+
+impl WireUsage {
+    fn into_usage(self, timings: Option<Timings>) -> Usage {
+        let cached = self
+            .prompt_tokens_details
+            .and_then(|details| details.cached_tokens)
+            .or(timings.and_then(|timings| timings.cache_n))
+            .unwrap_or(0);
+        Usage::new(self.prompt_tokens.unwrap_or(0), self.completion_tokens.unwrap_or(0)).with_cache(cached, 0)
     }
 }
 
@@ -226,6 +248,8 @@ pub(super) struct CompletionResponse {
     choices: Option<Vec<Choice>>,
     #[serde(default)]
     usage: Option<WireUsage>,
+    #[serde(default)]
+    timings: Option<Timings>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -282,7 +306,7 @@ pub(super) fn decode_response(body: &[u8]) -> Result<ChatResponse, ProviderError
     Ok(ChatResponse {
         content: content_text(message.content),
         tool_calls,
-        usage: parsed.usage.map(Usage::from).unwrap_or_default(),
+        usage: parsed.usage.map(|usage| usage.into_usage(parsed.timings)).unwrap_or_default(),
         model: parsed.model.unwrap_or_default(),
         finish_reason: choice.finish_reason,
     })
@@ -301,6 +325,8 @@ pub(super) struct StreamChunk {
     choices: Option<Vec<StreamChoice>>,
     #[serde(default)]
     usage: Option<WireUsage>,
+    #[serde(default)]
+    timings: Option<Timings>,
     /// Errors that happen after the 200 arrive as a chunk with an `error` object.
     #[serde(default)]
     pub error: Option<Value>,
@@ -368,7 +394,7 @@ impl StreamAccumulator {
         }
         // The usage chunk comes last (`stream_options.include_usage`); keep the latest.
         if let Some(usage) = chunk.usage {
-            self.usage = Some(usage.into());
+            self.usage = Some(usage.into_usage(chunk.timings));
         }
         for choice in chunk.choices.unwrap_or_default() {
             if let Some(reason) = choice.finish_reason {

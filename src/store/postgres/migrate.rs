@@ -24,6 +24,11 @@ pub(crate) const POSTGRES_MIGRATIONS: &[Migration] = &[
         name: "session_prefs",
         sql: include_str!("../../../migrations/postgres/0005_session_prefs.sql"),
     },
+    Migration {
+        version: 6,
+        name: "prompt_cache",
+        sql: include_str!("../../../migrations/postgres/0006_prompt_cache.sql"),
+    },
 ];
 
 /// The advisory lock migrations hold ("sb" "mg" in ASCII); any fixed number would do.

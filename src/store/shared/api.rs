@@ -83,10 +83,13 @@ fn run_view(record: RunRecord) -> RunView {
     RunView {
         id: record.run_id,
         session_key: record.session_key,
+        kind: record.kind.as_str().to_owned(),
         status: record.status.as_str().to_owned(),
         model: record.model,
         input_tokens: record.usage.input_tokens,
         output_tokens: record.usage.output_tokens,
+        cache_read_tokens: record.usage.cache_read_tokens,
+        cache_write_tokens: record.usage.cache_write_tokens,
         tokens_estimated: record.usage.estimated,
         cost_usd: record.cost_usd,
         iterations: record.iterations,

@@ -12,14 +12,17 @@ use uuid::Uuid;
 
 use crate::provider::ChatMessage;
 use crate::store::finishing::{self, Finished};
-use crate::store::values::{decode_reply, now_millis, run_record, sql_limit, to_u32, to_u64};
+use crate::store::values::{decode_reply, now_millis, run_record, sql_limit, to_i64, to_u32, to_u64};
 use crate::store::{
-    BusWrites, Conversation, RunClaim, RunOutcome, RunRecord, RunStatus, SessionInfo, SessionPrefs, Store, StoreError,
+    BusWrites, Conversation, LastTurn, RunClaim, RunKind, RunOutcome, RunRecord, RunStatus, SessionInfo, SessionPrefs,
+    SideRun, Store, StoreError,
 };
+use sqlx::Row;
 
 /// The columns [`RunRecord`] is read from.
-pub(super) const RUN_COLUMNS: &str = "run_id, inbound_id, session_key, status, attempt, model, input_tokens, \
-     output_tokens, usage_estimated, cost_usd, iterations, error, reply_delivered, started_at, finished_at";
+pub(super) const RUN_COLUMNS: &str = "run_id, inbound_id, session_key, kind, status, attempt, model, input_tokens, \
+     output_tokens, cache_read_tokens, cache_write_tokens, usage_estimated, cost_usd, iterations, error, \
+     reply_delivered, started_at, finished_at";
 
 /// Longer than any compaction takes (a flush turn with its timeout plus one summary call): a
 /// mark older than this belongs to a process that died mid-compaction and is taken over, so a
@@ -28,6 +31,26 @@ const COMPACTION_STALE_AFTER_MS: i64 = 15 * 60 * 1000;
 
 fn compaction_count(key: &str, count: i64) -> Result<u32, StoreError> {
     u32::try_from(count).map_err(|_| StoreError::Corrupt(format!("compaction_count of {key} is out of range: {count}")))
+}
+
+/// One run of a session as [`Store::session_info`] reads it.
+fn session_run<'r, R>(row: &'r R) -> Result<LastTurn, StoreError>
+where
+    R: sqlx::Row,
+    &'static str: sqlx::ColumnIndex<R>,
+    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    f64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    bool: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    let count = |column: &'static str| -> Result<u64, StoreError> { to_u64(row.try_get(column)?, column) };
+    let usage = switchboard_channels::contract::Usage {
+        input_tokens: count("input_tokens")?,
+        output_tokens: count("output_tokens")?,
+        cache_read_tokens: count("cache_read_tokens")?,
+        cache_write_tokens: count("cache_write_tokens")?,
+        estimated: row.try_get("usage_estimated")?,
+    };
+    Ok(LastTurn { usage, cost_usd: row.try_get("cost_usd")?, context_tokens: count("context_tokens")? })
 }
 
 fn decode_rows(rows: Vec<(i64, String)>) -> Result<Vec<(i64, ChatMessage)>, StoreError> {
@@ -44,7 +67,7 @@ fn decode_rows(rows: Vec<(i64, String)>) -> Result<Vec<(i64, ChatMessage)>, Stor
 
 /// The same queries serve both stores; only sqlx's types differ, hence a macro.
 macro_rules! run_store {
-    ($store:ty) => {
+    ($module:ident, $store:ty) => {
         impl $store {
             /// The session's history version (changed by every change to what its history shows)
             /// and its summary; `None` when the session has no row yet.
@@ -223,6 +246,50 @@ macro_rules! run_store {
                 }
             }
 
+            async fn record_side_run(&self, run: &SideRun) -> Result<(), StoreError> {
+                let mut tx = self.begin_write().await?;
+                let now = now_millis();
+                // A side run follows a turn of its session, so the row is there; but never fail for it.
+                sqlx::query("INSERT INTO sessions (key, created_at, updated_at) VALUES ($1, $2, $2) ON CONFLICT (key) DO NOTHING")
+                    .bind(&run.session_key)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
+                let inserted = sqlx::query(
+                    "INSERT INTO runs (run_id, inbound_id, session_key, kind, status, model, input_tokens, \
+                     output_tokens, cache_read_tokens, cache_write_tokens, usage_estimated, cost_usd, iterations, \
+                     error, started_at, finished_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) \
+                     ON CONFLICT (inbound_id) DO NOTHING",
+                )
+                .bind(Uuid::now_v7().to_string())
+                .bind(&run.inbound_id)
+                .bind(&run.session_key)
+                .bind(run.kind.as_str())
+                .bind(run.status.as_str())
+                .bind(&run.model)
+                .bind(to_i64(run.usage.input_tokens))
+                .bind(to_i64(run.usage.output_tokens))
+                .bind(to_i64(run.usage.cache_read_tokens))
+                .bind(to_i64(run.usage.cache_write_tokens))
+                .bind(run.usage.estimated)
+                .bind(run.cost_usd)
+                .bind(i64::from(run.iterations))
+                .bind(&run.error)
+                .bind(run.started_at.timestamp_millis())
+                .bind(now)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                if inserted == 1
+                    && let Some(billing) = &run.billing
+                {
+                    crate::store::shared::users::$module::record_usage(&mut tx, billing, run.usage).await?;
+                }
+                tx.commit().await?;
+                Ok(())
+            }
+
             async fn mark_reply_delivered(&self, run_id: &str) -> Result<(), StoreError> {
                 let updated = sqlx::query("UPDATE runs SET reply_delivered = $1 WHERE run_id = $2")
                     .bind(true)
@@ -271,23 +338,47 @@ macro_rules! run_store {
                 else {
                     return Ok(SessionInfo::default());
                 };
-                // Runs since `/new`: those that wrote transcript rows after the archive point.
-                let (tokens, estimated): (i64, bool) = sqlx::query_as(
-                    "SELECT CAST(COALESCE(SUM(input_tokens + output_tokens), 0) AS BIGINT), \
-                     COALESCE(MAX(CASE WHEN usage_estimated THEN 1 ELSE 0 END), 0) = 1 \
-                     FROM runs WHERE session_key = $1 \
-                     AND run_id IN (SELECT run_id FROM transcript WHERE session_key = $1 AND id > $2)",
+                // Runs since `/new`: from the first that wrote a transcript row after the archive
+                // point on (compactions' side runs write none, and are counted too).
+                let since: Option<i64> = sqlx::query_scalar(
+                    "SELECT MIN(r.started_at) FROM runs r JOIN transcript t ON t.run_id = r.run_id \
+                     WHERE t.session_key = $1 AND t.id > $2",
                 )
                 .bind(session_key)
                 .bind(archived_through)
                 .fetch_one(self.pool())
                 .await?;
-                Ok(SessionInfo {
+                let Some(since) = since else {
+                    return Ok(SessionInfo { queue_mode, compactions: to_u64(compactions, "compaction_count")?, ..SessionInfo::default() });
+                };
+                let rows = sqlx::query(
+                    "SELECT kind, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, usage_estimated, \
+                     cost_usd, context_tokens FROM runs \
+                     WHERE session_key = $1 AND started_at >= $2 AND status <> 'running' ORDER BY started_at, run_id",
+                )
+                .bind(session_key)
+                .bind(since)
+                .fetch_all(self.pool())
+                .await?;
+                let mut info = SessionInfo {
                     queue_mode,
-                    tokens_used: to_u64(tokens, "tokens")?,
-                    tokens_estimated: estimated,
                     compactions: to_u64(compactions, "compaction_count")?,
-                })
+                    cost_usd: Some(0.0),
+                    ..SessionInfo::default()
+                };
+                for row in &rows {
+                    let turn = session_run(row)?;
+                    info.used.add(turn.usage);
+                    info.cost_usd = match (info.cost_usd, turn.cost_usd) {
+                        (Some(total), Some(cost)) => Some(total + cost),
+                        _ if turn.usage.total() == 0 => info.cost_usd,
+                        _ => None,
+                    };
+                    if row.try_get::<String, _>("kind")? == RunKind::Turn.as_str() {
+                        info.last_turn = Some(turn);
+                    }
+                }
+                Ok(info)
             }
 
             async fn session_prefs(&self, session_key: &str) -> Result<SessionPrefs, StoreError> {
@@ -345,5 +436,5 @@ macro_rules! run_store {
     };
 }
 
-run_store!(crate::store::sqlite::SqliteStore);
-run_store!(crate::store::postgres::PostgresStore);
+run_store!(sqlite, crate::store::sqlite::SqliteStore);
+run_store!(postgres, crate::store::postgres::PostgresStore);

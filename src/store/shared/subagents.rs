@@ -269,6 +269,7 @@ where
             input_tokens: to_u64(row.try_get("input_tokens")?, "subagents.input_tokens")?,
             output_tokens: to_u64(row.try_get("output_tokens")?, "subagents.output_tokens")?,
             estimated: row.try_get("usage_estimated")?,
+            ..Usage::default()
         },
         cost_usd: row.try_get("cost_usd")?,
         id,

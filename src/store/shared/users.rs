@@ -93,24 +93,27 @@ macro_rules! user_store {
                 }
 
                 async fn monthly_usage(&self, user: UserId, month: &str) -> Result<Usage, StoreError> {
-                    let row: Option<(i64, i64)> =
-                        sqlx::query_as("SELECT input_tokens, output_tokens FROM usage_monthly WHERE user_id = $1 AND month = $2")
-                            .bind(user.0)
-                            .bind(month)
-                            .fetch_optional(self.pool())
-                            .await?;
-                    row.map_or(Ok(Usage::default()), |(input, output)| usage(input, output))
+                    let row: Option<(i64, i64, i64)> = sqlx::query_as(
+                        "SELECT input_tokens, output_tokens, cache_read_tokens FROM usage_monthly \
+                         WHERE user_id = $1 AND month = $2",
+                    )
+                    .bind(user.0)
+                    .bind(month)
+                    .fetch_optional(self.pool())
+                    .await?;
+                    row.map_or(Ok(Usage::default()), |(input, output, cached)| usage_with_cache(input, output, cached))
                 }
 
                 async fn group_usage(&self, group: &str, month: &str) -> Result<Usage, StoreError> {
-                    let row: Option<(i64, i64)> = sqlx::query_as(
-                        "SELECT input_tokens, output_tokens FROM group_usage_monthly WHERE group_key = $1 AND month = $2",
+                    let row: Option<(i64, i64, i64)> = sqlx::query_as(
+                        "SELECT input_tokens, output_tokens, cache_read_tokens FROM group_usage_monthly \
+                         WHERE group_key = $1 AND month = $2",
                     )
                     .bind(group)
                     .bind(month)
                     .fetch_optional(self.pool())
                     .await?;
-                    row.map_or(Ok(Usage::default()), |(input, output)| usage(input, output))
+                    row.map_or(Ok(Usage::default()), |(input, output, cached)| usage_with_cache(input, output, cached))
                 }
 
                 async fn list_users(&self, month: &str) -> Result<Vec<UserSummary>, StoreError> {
@@ -143,17 +146,19 @@ macro_rules! user_store {
                 used: Usage,
             ) -> Result<(), StoreError> {
                 let added = sqlx::query(
-                    "INSERT INTO usage_monthly (user_id, month, input_tokens, output_tokens) \
-                     SELECT user_id, $3, $4, $5 FROM identities WHERE channel = $1 AND sender_id = $2 \
+                    "INSERT INTO usage_monthly (user_id, month, input_tokens, output_tokens, cache_read_tokens) \
+                     SELECT user_id, $3, $4, $5, $6 FROM identities WHERE channel = $1 AND sender_id = $2 \
                      ON CONFLICT (user_id, month) DO UPDATE SET \
                      input_tokens = usage_monthly.input_tokens + excluded.input_tokens, \
-                     output_tokens = usage_monthly.output_tokens + excluded.output_tokens",
+                     output_tokens = usage_monthly.output_tokens + excluded.output_tokens, \
+                     cache_read_tokens = usage_monthly.cache_read_tokens + excluded.cache_read_tokens",
                 )
                 .bind(&billing.identity.channel)
                 .bind(&billing.identity.sender_id)
                 .bind(&billing.month)
                 .bind(to_i64(used.input_tokens))
                 .bind(to_i64(used.output_tokens))
+                .bind(to_i64(used.cache_read_tokens))
                 .execute(&mut **tx)
                 .await?
                 .rows_affected();
@@ -164,15 +169,17 @@ macro_rules! user_store {
                 }
                 if let Some(group) = &billing.group {
                     sqlx::query(
-                        "INSERT INTO group_usage_monthly (group_key, month, input_tokens, output_tokens) \
-                         VALUES ($1, $2, $3, $4) ON CONFLICT (group_key, month) DO UPDATE SET \
+                        "INSERT INTO group_usage_monthly (group_key, month, input_tokens, output_tokens, cache_read_tokens) \
+                         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (group_key, month) DO UPDATE SET \
                          input_tokens = group_usage_monthly.input_tokens + excluded.input_tokens, \
-                         output_tokens = group_usage_monthly.output_tokens + excluded.output_tokens",
+                         output_tokens = group_usage_monthly.output_tokens + excluded.output_tokens, \
+                         cache_read_tokens = group_usage_monthly.cache_read_tokens + excluded.cache_read_tokens",
                     )
                     .bind(group)
                     .bind(&billing.month)
                     .bind(to_i64(used.input_tokens))
                     .bind(to_i64(used.output_tokens))
+                    .bind(to_i64(used.cache_read_tokens))
                     .execute(&mut **tx)
                     .await?;
                 }
@@ -340,4 +347,8 @@ where
 
 fn usage(input: i64, output: i64) -> Result<Usage, StoreError> {
     Ok(Usage::new(to_u64(input, "input_tokens")?, to_u64(output, "output_tokens")?))
+}
+
+fn usage_with_cache(input: i64, output: i64, cached: i64) -> Result<Usage, StoreError> {
+    Ok(usage(input, output)?.with_cache(to_u64(cached, "cache_read_tokens")?, 0))
 }

@@ -41,9 +41,10 @@ CREATE TEMP VIEW IF NOT EXISTS run_finishes (
     run_id, status, model, input_tokens, output_tokens, iterations, error, reply_json,
     finished_at, cost_usd, usage_estimated, memory_scope, transcript,
     billing_channel, billing_sender, billing_month, billing_group,
-    reply_flow, reply_channel, reply_subject, reply_dedupe_id, reply_payload, answered_seq
+    reply_flow, reply_channel, reply_subject, reply_dedupe_id, reply_payload, answered_seq,
+    cache_read_tokens, cache_write_tokens, context_tokens
 ) AS SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL WHERE 0;
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL WHERE 0;
 CREATE TEMP TRIGGER IF NOT EXISTS run_finishes_insert INSTEAD OF INSERT ON run_finishes
 BEGIN
     INSERT INTO finish_result (run_id, session_key, prior_status)
@@ -53,7 +54,9 @@ BEGIN
     -- the turn). Every step checks (not RAISE(IGNORE), which would end the whole INSERT and
     -- with it the other runs of the group), and the result row says why nothing happened.
     UPDATE runs SET status = NEW.status, model = NEW.model, input_tokens = NEW.input_tokens,
-        output_tokens = NEW.output_tokens, iterations = NEW.iterations, error = NEW.error,
+        output_tokens = NEW.output_tokens, cache_read_tokens = NEW.cache_read_tokens,
+        cache_write_tokens = NEW.cache_write_tokens, context_tokens = NEW.context_tokens,
+        iterations = NEW.iterations, error = NEW.error,
         reply_json = NEW.reply_json, finished_at = NEW.finished_at, cost_usd = NEW.cost_usd,
         usage_estimated = NEW.usage_estimated,
         reply_delivered = reply_delivered OR NEW.reply_payload IS NOT NULL
@@ -64,21 +67,24 @@ BEGIN
             rows.value ->> 1, NEW.finished_at, NEW.memory_scope
         FROM finish_result AS result, json_each(NEW.transcript) AS rows
         WHERE result.run_id = NEW.run_id AND result.prior_status = 'running' ORDER BY rows.key;
-    INSERT INTO usage_monthly (user_id, month, input_tokens, output_tokens)
-        SELECT user_id, NEW.billing_month, NEW.input_tokens, NEW.output_tokens FROM identities
+    INSERT INTO usage_monthly (user_id, month, input_tokens, output_tokens, cache_read_tokens)
+        SELECT user_id, NEW.billing_month, NEW.input_tokens, NEW.output_tokens, NEW.cache_read_tokens
+        FROM identities
         WHERE NEW.billing_month IS NOT NULL AND channel = NEW.billing_channel
             AND sender_id = NEW.billing_sender
             AND EXISTS (SELECT 1 FROM finish_result WHERE run_id = NEW.run_id AND prior_status = 'running')
         ON CONFLICT (user_id, month) DO UPDATE SET
             input_tokens = input_tokens + excluded.input_tokens,
-            output_tokens = output_tokens + excluded.output_tokens;
-    INSERT INTO group_usage_monthly (group_key, month, input_tokens, output_tokens)
-        SELECT NEW.billing_group, NEW.billing_month, NEW.input_tokens, NEW.output_tokens
+            output_tokens = output_tokens + excluded.output_tokens,
+            cache_read_tokens = cache_read_tokens + excluded.cache_read_tokens;
+    INSERT INTO group_usage_monthly (group_key, month, input_tokens, output_tokens, cache_read_tokens)
+        SELECT NEW.billing_group, NEW.billing_month, NEW.input_tokens, NEW.output_tokens, NEW.cache_read_tokens
         WHERE NEW.billing_group IS NOT NULL
             AND EXISTS (SELECT 1 FROM finish_result WHERE run_id = NEW.run_id AND prior_status = 'running')
         ON CONFLICT (group_key, month) DO UPDATE SET
             input_tokens = input_tokens + excluded.input_tokens,
-            output_tokens = output_tokens + excluded.output_tokens;
+            output_tokens = output_tokens + excluded.output_tokens,
+            cache_read_tokens = cache_read_tokens + excluded.cache_read_tokens;
     UPDATE sessions SET updated_at = NEW.finished_at, history_version = history_version + 1
         WHERE key = (SELECT session_key FROM finish_result WHERE run_id = NEW.run_id AND prior_status = 'running');
     -- A pending row with the reply's dedupe id means it is journaled already.
@@ -110,7 +116,8 @@ INSERT INTO run_finishes (
     run_id, status, model, input_tokens, output_tokens, iterations, error, reply_json,
     finished_at, cost_usd, usage_estimated, memory_scope, transcript,
     billing_channel, billing_sender, billing_month, billing_group,
-    reply_flow, reply_channel, reply_subject, reply_dedupe_id, reply_payload, answered_seq
+    reply_flow, reply_channel, reply_subject, reply_dedupe_id, reply_payload, answered_seq,
+    cache_read_tokens, cache_write_tokens, context_tokens
 ) ",
             $rows,
             ";
@@ -127,7 +134,8 @@ const FINISH: &str = finish_statement!(
     f.value ->> 'memory_scope', f.value -> 'transcript', f.value ->> 'billing_channel',
     f.value ->> 'billing_sender', f.value ->> 'billing_month', f.value ->> 'billing_group',
     f.value ->> 'reply_flow', f.value ->> 'reply_channel', f.value ->> 'reply_subject',
-    f.value ->> 'reply_dedupe_id', CAST(f.value ->> 'reply_payload' AS BLOB), f.value ->> 'answered_seq'
+    f.value ->> 'reply_dedupe_id', CAST(f.value ->> 'reply_payload' AS BLOB), f.value ->> 'answered_seq',
+    f.value ->> 'cache_read_tokens', f.value ->> 'cache_write_tokens', f.value ->> 'context_tokens'
 FROM json_each($1) AS f ORDER BY f.key"
 );
 
@@ -135,7 +143,7 @@ FROM json_each($1) AS f ORDER BY f.key"
 /// carries a group.
 const FINISH_ONE: &str = finish_statement!(
     "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21,
-    $22, $23)"
+    $22, $23, $24, $25, $26)"
 );
 
 type ResultRow = (String, Option<String>, Option<String>, Option<i64>, Option<i64>, Option<bool>);
@@ -212,6 +220,9 @@ impl Parameters<'_> {
             .bind(row.reply_dedupe_id.as_deref())
             .bind(row.reply_payload.as_deref().map(str::as_bytes))
             .bind(row.answered_seq)
+            .bind(row.cache_read_tokens)
+            .bind(row.cache_write_tokens)
+            .bind(row.context_tokens)
     }
 }
 

@@ -241,6 +241,7 @@ fn completed() -> RunOutcome {
         model: String::new(),
         cost_usd: None,
         iterations: 1,
+        context_tokens: 0,
         billing: None,
         memory_scope: None,
     }

@@ -119,7 +119,7 @@ fn whole_response_decodes() {
     let response = decode_response(body.to_string().as_bytes()).unwrap();
     assert_eq!(response.content, "Let me check.");
     assert_eq!(response.tool_calls[0].arguments, json!({"path": "x"}));
-    assert_eq!(response.usage, Usage::new(15, 7));
+    assert_eq!(response.usage, Usage::new(15, 7).with_cache(5, 0));
     assert_eq!(response.finish_reason.as_deref(), Some("tool_use"));
     assert!(matches!(decode_response(b"<html>"), Err(ProviderError::Decode(_))));
 }

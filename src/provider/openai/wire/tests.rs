@@ -105,6 +105,25 @@ fn decode_tolerates_missing_fields_and_refuses_garbage() {
     assert!(matches!(decode_response(b"{\"choices\": []}"), Err(ProviderError::Decode(_))));
 }
 
+#[test]
+fn cached_prompt_tokens_are_read_from_openai_and_llama_cpp() {
+    let openai = json!({"choices": [{"message": {"content": "hi"}}], "usage": {"prompt_tokens": 2048,
+        "completion_tokens": 5, "prompt_tokens_details": {"cached_tokens": 1920, "audio_tokens": 0}}});
+    let response = decode_response(openai.to_string().as_bytes()).unwrap();
+    assert_eq!(response.usage, Usage::new(2048, 5).with_cache(1920, 0));
+    // llama.cpp's server: what it reused of the previous prompt, beside the usage.
+    let llama = json!({"choices": [{"message": {"content": "hi"}}], "usage": {"prompt_tokens": 900,
+        "completion_tokens": 5}, "timings": {"cache_n": 850, "prompt_n": 50}});
+    let response = decode_response(llama.to_string().as_bytes()).unwrap();
+    assert_eq!(response.usage, Usage::new(900, 5).with_cache(850, 0));
+    let mut acc = StreamAccumulator::default();
+    acc.apply(chunk(json!({"choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": "stop"}]})), None);
+    let usage =
+        json!({"prompt_tokens": 1500, "completion_tokens": 1, "prompt_tokens_details": {"cached_tokens": 1408}});
+    acc.apply(chunk(json!({"choices": [], "usage": usage})), None);
+    assert_eq!(acc.finish().usage, Usage::new(1500, 1).with_cache(1408, 0));
+}
+
 fn chunk(value: Value) -> StreamChunk {
     serde_json::from_value(value).unwrap()
 }
