@@ -8,7 +8,6 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use chrono::Utc;
 use criterion::{Criterion, criterion_group, criterion_main};
 use switchboard::config::Level;
 use switchboard::prompt::{self, PromptInput, PromptMode, PromptSettings, Sender};
@@ -44,11 +43,7 @@ fn prompt(c: &mut Criterion) {
         sender: Sender::Person { id: "123456789", name: "Ann", level: Level::Owner },
         channel: "telegram",
         is_group: false,
-        mentioned: true,
         memory: &scope,
-        now: Utc::now(),
-        timezone: chrono_tz::Europe::Lisbon,
-        model: &agent.settings().model,
         agent: &agent.settings().name,
         session_key: "telegram:123456789",
     };

@@ -248,6 +248,11 @@ impl Agent {
         }
         result.cost_usd = cost.total();
         result.transcript = messages.split_off(first_new);
+        // What the input recalled was for this turn only: the transcript keeps the message as
+        // later turns will send it.
+        for message in &mut result.transcript {
+            message.recalled = None;
+        }
         result
     }
 

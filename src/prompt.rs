@@ -1,12 +1,16 @@
-//! The system prompt, assembled per run from sections.
+//! The system prompt, assembled per run from sections, and the context line of each message
+//! ([`context`]).
 //!
-//! Each section is a function of the run ([`PromptInput`]) that returns its text or `None`,
-//! so which sections a run gets is decided in one visible place per section and tests can
-//! check each one. The main agent gets every section ([`PromptMode::Full`]), also for cron
+//! The system prompt holds only what stays the same from one turn of a chat to the next: the
+//! time, the speaker, the model and recalled memory go with the message instead (see
+//! [`context`] for why). Each section is a function of the run ([`PromptInput`]) that returns
+//! its text or `None`, so which sections a run gets is decided in one visible place per
+//! section and tests can check each one. The main agent gets every section ([`PromptMode::Full`]), also for cron
 //! turns and heartbeats, whose answers go to a chat; sub-agents and the memory flush get the
 //! few they need ([`PromptMode::Minimal`]), which keeps their prompts short and free of
 //! chat-only rules (silent replies, heartbeats).
 
+pub mod context;
 mod sections;
 #[cfg(test)]
 mod tests;
@@ -14,7 +18,6 @@ mod tests;
 use std::path::Path;
 use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
 use crate::config::Level;
@@ -23,6 +26,7 @@ use crate::workspace::WorkspaceFiles;
 use crate::workspace::memory::MemoryScope;
 use crate::workspace::skills::Catalog;
 
+pub use context::TurnContext;
 pub use sections::HEARTBEAT_OK;
 pub use sections::SECTIONS;
 
@@ -31,15 +35,15 @@ pub use sections::SECTIONS;
 pub enum PromptMode {
     /// The main agent answering a chat: every section.
     Full,
-    /// Sub-agents and the memory flush: identity, tooling, safety, workspace, time and
-    /// runtime only.
+    /// Sub-agents and small context windows: identity, tooling, safety, workspace, how
+    /// messages are introduced, and runtime only.
     Minimal,
 }
 
 /// What the worker needs, from the config, to build prompts.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PromptSettings {
-    /// The time zone the current time is given in.
+    /// The time zone context lines give the time in.
     pub timezone: Tz,
     /// Characters kept of each bootstrap file (from its start).
     pub max_file_chars: usize,
@@ -62,7 +66,7 @@ pub enum Sender<'a> {
     System,
 }
 
-/// Everything a run's prompt is made from.
+/// Everything a run's prompt is made from: what is the same for every turn of its chat.
 #[derive(Debug, Clone)]
 pub struct PromptInput<'a> {
     pub mode: PromptMode,
@@ -74,17 +78,14 @@ pub struct PromptInput<'a> {
     pub skills: &'a Catalog,
     /// `agent.system_prompt`: the operator's own instructions.
     pub operator: &'a str,
+    /// Who sent the message: only whether a person did counts here (the rest is in the
+    /// message's context line).
     pub sender: Sender<'a>,
     pub channel: &'a str,
     pub is_group: bool,
-    /// In a group: whether the message addressed the agent (mention or reply).
-    pub mentioned: bool,
     /// Whose memory the run uses: `files.memory` is this scope's file, and only the owner's
     /// scope has `USER.md` and `MEMORY.md`.
     pub memory: &'a MemoryScope,
-    pub now: DateTime<Utc>,
-    pub timezone: Tz,
-    pub model: &'a str,
     pub agent: &'a str,
     pub session_key: &'a str,
 }

@@ -73,6 +73,15 @@ pub struct ChatMessage {
     /// their paths either way.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub images: Vec<ImageRef>,
+    /// User messages: the turn's context line (when it was sent, by whom, where; see
+    /// [`crate::prompt::context`]), shown to the model before the text. Stored with the
+    /// message, so every later turn sends it exactly as the first did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+    /// The newest user message only: what it recalled from memory, shown after the context
+    /// line for this turn. Never stored: the next turn sends the message without it.
+    #[serde(skip)]
+    pub recalled: Option<String>,
 }
 
 /// An image attached to a user message: a file the adapter saved, and its type as the
@@ -115,6 +124,8 @@ impl ChatMessage {
             name: None,
             author: None,
             images: Vec::new(),
+            context: None,
+            recalled: None,
         }
     }
 
@@ -129,14 +140,25 @@ impl ChatMessage {
 
     /// This message as the model sees it in a group chat: a user message's author named in a
     /// prefix (`[Alice (id 111)] text`). A prefix rather than OpenAI's `name` field, which
-    /// Anthropic and llama.cpp ignore and which refuses names with spaces.
+    /// Anthropic and llama.cpp ignore and which refuses names with spaces. A message with a
+    /// context line needs none: the line names the speaker.
     pub fn with_speaker(&self) -> ChatMessage {
         match (&self.role, &self.author) {
-            (Role::User, Some(author)) => {
+            (Role::User, Some(author)) if self.context.is_none() => {
                 ChatMessage { content: format!("[{}] {}", author.label(), self.content), author: None, ..self.clone() }
             }
             _ => self.clone(),
         }
+    }
+
+    /// The text the model reads: the context line and what was recalled (when set), then the
+    /// content. Providers send this; the transcript keeps the parts apart.
+    pub fn text_for_model(&self) -> Cow<'_, str> {
+        if self.context.is_none() && self.recalled.is_none() {
+            return Cow::Borrowed(&self.content);
+        }
+        let parts = [self.context.as_deref(), self.recalled.as_deref(), Some(self.content.as_str())];
+        Cow::Owned(parts.into_iter().flatten().filter(|part| !part.is_empty()).collect::<Vec<_>>().join("\n\n"))
     }
 
     /// This user message with `images` attached.

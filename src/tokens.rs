@@ -59,7 +59,11 @@ pub fn raw_message(message: &ChatMessage) -> u64 {
     // set, so budgets never fall short (in a direct chat they are a few tokens generous).
     let author = message.author.as_ref().map_or(0, |author| author.label().chars().count() + 3);
     let images = IMAGE_TOKENS * u64::try_from(message.images.len()).unwrap_or(u64::MAX);
-    MESSAGE_OVERHEAD + chars_to_tokens(message.content.chars().count() + calls + author) + images
+    // What `text_for_model` joins, counted without building it (this runs for every message
+    // of the history on every turn).
+    let extras = [&message.context, &message.recalled].into_iter().flatten().map(|part| part.chars().count() + 2);
+    let text = message.content.chars().count() + extras.sum::<usize>();
+    MESSAGE_OVERHEAD + chars_to_tokens(text + calls + author) + images
 }
 
 /// The heuristic estimate of several messages.

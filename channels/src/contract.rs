@@ -394,14 +394,22 @@ impl OutboundMessage {
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
-    /// Input the provider read from its prompt cache (part of `input_tokens`).
+    /// Input the provider read from its prompt cache (part of `input_tokens`). Left out of the
+    /// JSON when 0.
+    #[serde(skip_serializing_if = "is_zero")]
     pub cache_read_tokens: u64,
-    /// Input the provider wrote into its prompt cache (part of `input_tokens`; Anthropic).
+    /// Input the provider wrote into its prompt cache (part of `input_tokens`; Anthropic). Left
+    /// out of the JSON when 0.
+    #[serde(skip_serializing_if = "is_zero")]
     pub cache_write_tokens: u64,
     /// Some of the counts are switchboard's estimate: the provider did not report usage (many
     /// local servers send none in streamed answers). Left out of the JSON when false.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub estimated: bool,
+}
+
+fn is_zero(count: &u64) -> bool {
+    *count == 0
 }
 
 impl Usage {

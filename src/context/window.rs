@@ -3,7 +3,7 @@
 //! window ("maximum context length is 2048 tokens"); budgets then use that number, so a local
 //! model with the default configuration still gets answers, and the log says what to set.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
 /// Per agent: the window its budgets use.
@@ -12,8 +12,9 @@ pub struct Windows {
     configured: u64,
     /// Windows servers named, smaller than the configured one.
     learned: Mutex<HashMap<String, u64>>,
-    /// Agents whose degraded prompt was logged at warn level already (once each is enough).
-    degraded_noted: Mutex<HashSet<String>>,
+    /// Per agent, the tools its degraded prompt was last logged at warn level without (logged
+    /// again only when they change: a new MCP server, a learned window).
+    degraded_noted: Mutex<HashMap<String, Vec<String>>>,
 }
 
 impl Windows {
@@ -46,12 +47,17 @@ impl Windows {
         true
     }
 
-    /// Says (once per agent at warn level, then at debug: it holds for every turn after) that a
-    /// turn of `agent` runs with the minimal prompt and without the `dropped` tools, and
-    /// whether even that fits.
+    /// Says (at warn level when the dropped tools differ from the last warning's, else at
+    /// debug: it holds for every turn after) that a turn of `agent` runs with the minimal
+    /// prompt and without the `dropped` tools, and whether even that fits.
     pub fn note_degraded(&self, agent: &str, dropped: &[String], fits: bool) {
         let window = self.of(agent);
-        let first = self.degraded_noted.lock().unwrap_or_else(PoisonError::into_inner).insert(agent.to_owned());
+        let first = {
+            let mut noted = self.degraded_noted.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut sorted = dropped.to_vec();
+            sorted.sort_unstable();
+            noted.insert(agent.to_owned(), sorted.clone()).is_none_or(|before| before != sorted)
+        };
         let without = if dropped.is_empty() {
             "with every tool".to_owned()
         } else {

@@ -1,7 +1,6 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use chrono::TimeZone;
 use serde_json::json;
 
 use super::*;
@@ -55,11 +54,7 @@ fn input<'a>(mode: PromptMode, files: &'a WorkspaceFiles, tools: &'a [Arc<ToolSp
         sender: Sender::Person { id: "42", name: "Ada", level: Level::User },
         channel: "telegram",
         is_group: false,
-        mentioned: false,
         memory: &MemoryScope::Owner,
-        now: Utc.with_ymd_and_hms(2026, 7, 1, 10, 30, 0).unwrap(),
-        timezone: Tz::UTC,
-        model: "gpt-test",
         agent: "main",
         session_key: "telegram:42",
     }
@@ -77,8 +72,7 @@ fn each_section_is_present_or_absent_by_mode() {
         ("safety", true, true),
         ("memory", true, false),
         ("workspace", true, true),
-        ("user", true, false),
-        ("time", true, true),
+        ("user", true, true),
         ("formatting", true, false),
         ("silent", true, false),
         ("heartbeat", true, false),
@@ -107,13 +101,13 @@ fn workspace_files_land_in_their_sections() {
         ("identity", &["IDENTITY-BODY", "SOUL-BODY"][..]),
         ("memory", &["MEMORY-BODY"]),
         ("workspace", &["AGENTS-BODY", "TOOLS-BODY", "/srv/ws"]),
-        ("user", &["USER-BODY", "Ada", "id 42", "level user", "direct chat", "telegram"]),
+        ("user", &["USER-BODY", "[context:", "level", "direct or group chat"]),
         ("heartbeat", &["HEARTBEAT-BODY", "HEARTBEAT_OK"]),
         ("operator", &["OPERATOR-BODY"]),
         ("onboarding", &["BOOTSTRAP-BODY", "then delete it"]),
-        ("tooling", &["- read_file: Reads a file."]),
+        ("tooling", &["read_file, skill_get"]),
         ("skills", &["skill_get", "- meeting-minutes: Minutes from a transcript"]),
-        ("runtime", &["gpt-test", "agent main", "session telegram:42", env!("CARGO_PKG_VERSION")]),
+        ("runtime", &["agent main", "session telegram:42", env!("CARGO_PKG_VERSION")]),
         ("formatting", &["4096"]),
         ("silent", &["NO_REPLY"]),
     ] {
@@ -122,7 +116,7 @@ fn workspace_files_land_in_their_sections() {
             assert!(text.contains(body), "{section} lacks {body:?}:\n{text}");
         }
     }
-    assert!(!find("tooling").contains("More detail"), "only the first line of a description");
+    assert!(!find("tooling").contains("Reads a file"), "descriptions come with the schemas only");
 }
 
 #[test]
@@ -144,13 +138,34 @@ fn a_cut_file_says_so() {
     assert!(prompt.contains("Pirate\n[… SOUL.md cut here: 12 more characters not shown]"), "{prompt}");
 }
 
+/// What a chat's turns have in common: the same prompt, whoever speaks and whenever. A prompt
+/// that changes at its head (the time, the speaker) defeats every provider's prompt cache.
 #[test]
-fn time_is_given_in_the_configured_zone() {
-    let files = WorkspaceFiles::default();
-    let mut input = input(PromptMode::Minimal, &files, &[]);
-    input.timezone = "Europe/Berlin".parse().unwrap();
-    let time = sections::time(&input).unwrap();
-    assert!(time.contains("Wednesday 1 July 2026, 12:30 (Europe/Berlin, UTC+02:00)"), "{time}");
+fn the_prompt_names_no_time_speaker_or_model() {
+    let files = all_files();
+    let tools = tools();
+    for mode in [PromptMode::Full, PromptMode::Minimal] {
+        let ada = input(mode, &files, &tools);
+        let prompt = build(&ada);
+        for volatile in ["Current time", "2026", "Ada", "id 42", "gpt-test", "UTC"] {
+            assert!(!prompt.contains(volatile), "{volatile:?} in the {mode:?} prompt:\n{prompt}");
+        }
+        let bob = PromptInput { sender: Sender::Person { id: "7", name: "Bob", level: Level::Admin }, ..ada.clone() };
+        assert_eq!(build(&bob), prompt, "another speaker, the same prompt");
+    }
+}
+
+#[test]
+fn a_guest_is_not_told_about_tools_it_lacks() {
+    let files = all_files();
+    let none = sections::workspace(&input(PromptMode::Full, &files, &[])).unwrap();
+    assert!(!none.contains("File tools") && !none.contains("exec") && !none.contains("edit them"), "{none}");
+    let reading = [tool("read_file", "Reads.")];
+    let read_only = sections::workspace(&input(PromptMode::Minimal, &files, &reading)).unwrap();
+    assert!(read_only.contains("File tools work there.") && !read_only.contains("command"), "{read_only}");
+    let all = [tool("read_file", "R."), tool("write_file", "W."), tool("exec", "E.")];
+    let owner = sections::workspace(&input(PromptMode::Full, &files, &all)).unwrap();
+    assert!(owner.contains("File tools and commands (exec) work there.") && owner.contains("edit them"), "{owner}");
 }
 
 #[test]
@@ -169,10 +184,7 @@ fn groups_are_told_when_to_stay_silent() {
     let mut input = input(PromptMode::Full, &files, &[]);
     input.is_group = true;
     let silent = sections::silent(&input).unwrap();
-    assert!(silent.contains("does not address you"), "{silent}");
-    assert!(sections::user(&input).unwrap().contains("group chat"));
-    input.sender = Sender::System;
-    assert!(sections::user(&input).unwrap().contains("not from a person"));
+    assert!(silent.contains("context line of each message says whether it addresses you"), "{silent}");
 }
 
 #[tokio::test]

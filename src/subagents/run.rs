@@ -129,7 +129,10 @@ async fn work(manager: &SubagentManager, job: &Job) -> SubagentEnd {
     let turn = Turn {
         system_prompt: turn_prompt,
         history: Vec::new(),
-        input: ChatMessage::user(task_message(&record.task)),
+        input: ChatMessage {
+            context: Some(context_line(manager, &agent, record)),
+            ..ChatMessage::user(task_message(&record.task))
+        },
         ctx: tool_context(&agent, job),
         tools: job.tools.clone(),
         events: &NoEvents,
@@ -178,7 +181,22 @@ fn task_message(task: &str) -> String {
     )
 }
 
-/// The minimal prompt (identity, tools, safety, workspace, time, runtime).
+/// The task's context line: the time, and that switchboard sent it (see `prompt::context`).
+fn context_line(manager: &SubagentManager, agent: &Agent, record: &NewSubagent) -> String {
+    prompt::TurnContext {
+        now: manager.now(),
+        timezone: manager.settings.prompt.timezone,
+        sender: Sender::System,
+        several_people: false,
+        channel: &record.chat.channel,
+        is_group: record.chat.is_group,
+        mentioned: false,
+        model: &agent.settings().model,
+    }
+    .line()
+}
+
+/// The minimal prompt (identity, tools, safety, workspace, context lines, runtime).
 async fn system_prompt(manager: &SubagentManager, agent: &Agent, job: &Job) -> String {
     let record = &job.record;
     let specs = agent.tool_specs(&job.tools);
@@ -202,11 +220,7 @@ async fn system_prompt(manager: &SubagentManager, agent: &Agent, job: &Job) -> S
         sender: Sender::System,
         channel: &record.chat.channel,
         is_group: record.chat.is_group,
-        mentioned: false,
         memory: &job.memory,
-        now: manager.now(),
-        timezone: caps.timezone,
-        model: &settings.model,
         agent: &settings.name,
         session_key: &session_key,
     })

@@ -6,7 +6,7 @@ use switchboard_channels::contract::{InboundKind, InboundMessage};
 use super::Shared;
 use crate::agent::Agent;
 use crate::config::Level;
-use crate::prompt::{self, PromptInput, PromptMode, Sender};
+use crate::prompt::{self, PromptInput, PromptMode, Sender, TurnContext};
 use crate::provider::ChatMessage;
 use crate::tools::ToolFilter;
 use crate::workspace::WorkspaceFiles;
@@ -17,17 +17,13 @@ use crate::workspace::skills::Catalog;
 pub(super) struct PromptFor<'a> {
     pub msg: &'a InboundMessage,
     pub session_key: &'a str,
-    /// The sender's level, as the prompt tells the model.
-    pub level: Level,
     /// Whose memory the prompt shows.
     pub memory: &'a MemoryScope,
-    /// What the new message recalled from memory (`[memory] recall`): a section at the end of
-    /// the prompt.
-    pub recalled: Option<&'a str>,
 }
 
 /// The prompt for a run about `run.msg`: full mode for the main agent's turns, minimal mode
-/// for housekeeping turns (the memory flush; later sub-agents and cron jobs).
+/// for small context windows and housekeeping turns. It is the same for every turn of the
+/// chat (the time and the speaker go in the message's context line: [`context_line`]).
 pub(super) async fn system_prompt(
     shared: &Shared,
     agent: &Agent,
@@ -36,51 +32,63 @@ pub(super) async fn system_prompt(
     skills: &Catalog,
     mode: PromptMode,
 ) -> String {
-    let PromptFor { msg, session_key, level, memory, recalled } = *run;
+    let PromptFor { msg, session_key, memory } = *run;
     let tools = agent.tool_specs(tools);
     let agent = agent.settings();
     let settings = &shared.settings.prompt;
     let files =
         WorkspaceFiles::load(&agent.workspace, settings.max_file_chars, settings.memory_max_chars, memory).await;
-    let sender = match msg.kind {
-        InboundKind::System => Sender::System,
-        InboundKind::User => Sender::Person { id: &msg.sender.id, name: &msg.sender.name, level },
-    };
-    let prompt = prompt::build(&PromptInput {
+    prompt::build(&PromptInput {
         mode,
         files: &files,
         workspace: &agent.workspace,
         tools: &tools,
         skills,
         operator: &agent.system_prompt,
-        sender,
+        sender: sender(msg, Level::Guest),
+        channel: &msg.channel,
+        is_group: msg.is_group,
+        memory,
+        agent: &agent.name,
+        session_key,
+    })
+}
+
+/// The context line of the message a turn answers (see [`crate::prompt::context`]): the time
+/// now, the sender at `level`, the chat, and `model`, the model asked first.
+pub(super) fn context_line(shared: &Shared, msg: &InboundMessage, level: Level, model: &str) -> String {
+    TurnContext {
+        now: shared.access.get().now(),
+        timezone: shared.settings.prompt.timezone,
+        sender: sender(msg, level),
+        several_people: super::batch::merged_with_names(msg),
         channel: &msg.channel,
         is_group: msg.is_group,
         mentioned: msg.mentioned,
-        memory,
-        now: chrono::Utc::now(),
-        timezone: settings.timezone,
-        model: &agent.model,
-        agent: &agent.name,
-        session_key,
-    });
-    match recalled {
-        Some(recalled) => format!("{prompt}\n\n{recalled}"),
-        None => prompt,
+        model,
+    }
+    .line()
+}
+
+fn sender(msg: &InboundMessage, level: Level) -> Sender<'_> {
+    match msg.kind {
+        InboundKind::System => Sender::System,
+        InboundKind::User => Sender::Person { id: &msg.sender.id, name: &msg.sender.name, level },
     }
 }
 
 /// A person's turn's system prompt and tools, fitted to the model's context window. A window too
 /// small for the whole prompt and every tool schema degrades in this order (documented in
-/// docs/local-models.md): the minimal prompt, then tool schemas dropped largest first, until
-/// the fixed part leaves room for the conversation; what the message recalled from memory goes
-/// last, only when even no tool leaves room for it.
+/// docs/local-models.md): the minimal prompt, then tool schemas dropped (an MCP server's
+/// before switchboard's own, largest first), until the fixed part leaves room for the
+/// conversation; what `input` recalled from memory goes last, only when even no tool leaves
+/// room for it (it is then taken off `input`).
 pub(super) async fn fitted_prompt(
     shared: &Shared,
     agent: &Agent,
     run: &PromptFor<'_>,
     tools: ToolFilter,
-    input: &ChatMessage,
+    input: &mut ChatMessage,
 ) -> (String, ToolFilter) {
     let engine = &shared.context;
     let super::offer::Offer { tools, skills } = super::offer::offer(agent, tools, shared.settings.mcp_inline_max).await;
@@ -91,8 +99,9 @@ pub(super) async fn fitted_prompt(
     // A small model calls memory_search least reliably, and tools it calls badly at best:
     // recall (turned on by the operator) is how it keeps its memory, so it outlasts the tools.
     let mut fitted = fit_tools(shared, agent, run, &tools, &skills, input).await;
-    if !fitted.fits && run.recalled.is_some() {
-        fitted = fit_tools(shared, agent, &PromptFor { recalled: None, ..*run }, &tools, &skills, input).await;
+    if !fitted.fits && input.recalled.is_some() {
+        input.recalled = None;
+        fitted = fit_tools(shared, agent, run, &tools, &skills, input).await;
     }
     engine.windows().note_degraded(&agent.settings().name, &fitted.dropped, fitted.fits);
     (fitted.prompt, fitted.tools)
@@ -119,7 +128,7 @@ async fn fit_tools(
     // Built with every tool, this prompt lists more tools than it will: an upper bound.
     let minimal = system_prompt(shared, agent, run, tools, skills, PromptMode::Minimal).await;
     let mut offered = agent.tool_tokens_each(tools);
-    offered.sort_by_key(|(_, tokens)| std::cmp::Reverse(*tokens));
+    offered.sort_by_key(|(name, tokens)| (drop_tier(name), std::cmp::Reverse(*tokens)));
     let mut tool_tokens: u64 = offered.iter().map(|(_, tokens)| tokens).sum();
     let mut dropped = Vec::new();
     while !offered.is_empty() && !engine.fixed_part_fits(agent, &minimal, tool_tokens, input) {
@@ -134,4 +143,19 @@ async fn fit_tools(
     let kept = ToolFilter::Only(offered.into_iter().map(|(name, _)| name).collect());
     let prompt = system_prompt(shared, agent, run, &kept, skills, PromptMode::Minimal).await;
     Fitted { prompt, tools: kept, dropped, fits }
+}
+
+/// The tools a turn keeps longest when the window is small: the workspace files and `message`.
+const CORE_TOOLS: [&str; 5] = ["read_file", "write_file", "edit_file", "list_dir", "message"];
+
+/// In which order tools are dropped to fit a small window: an MCP server's (`<server>__<tool>`)
+/// first, then switchboard's own, the core ones last; largest first within each tier.
+fn drop_tier(name: &str) -> u8 {
+    if name.contains("__") {
+        0
+    } else if CORE_TOOLS.contains(&name) {
+        2
+    } else {
+        1
+    }
 }

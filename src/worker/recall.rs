@@ -1,6 +1,8 @@
 //! Recall (`[memory] recall`): before a person's turn, the new message is searched for in the
-//! memory of the run's scope, and the best hits go into the system prompt, so the model sees
-//! what it was told long ago without having to ask (see docs/memory.md, "Recall").
+//! memory of the run's scope, and the best hits go with the message, after its context line,
+//! for this turn only (the system prompt stays the same from turn to turn, and the transcript
+//! keeps the message without them), so the model sees what it was told long ago without having
+//! to ask (see docs/memory.md, "Recall").
 
 use switchboard_channels::contract::{InboundKind, InboundMessage};
 
@@ -35,7 +37,7 @@ impl From<&MemoryConfig> for RecallSettings {
     }
 }
 
-/// The prompt section of what the new message recalls; `None` when recall is off, the run is
+/// What the new message recalls, as the model reads it; `None` when recall is off, the run is
 /// not a person's message, nothing matches, or the search fails (logged: a turn is not lost
 /// for want of recall).
 /// `text` is what the model reads of `msg`; `tool_context` makes the tools' view of the turn
@@ -89,8 +91,8 @@ fn telling_terms(text: &str) -> Vec<String> {
     terms(text).into_iter().filter(|term| term.chars().count() >= 3 && !COMMON_WORDS.contains(&term.as_str())).collect()
 }
 
-/// The recalled hits as a prompt section, marked as untrusted (a group's memory holds what its
-/// members said), cut to `max_chars` of hit text.
+/// The recalled hits as a block of the message, marked as untrusted (a group's memory holds
+/// what its members said), cut to `max_chars` of hit text.
 fn section(hits: &[&MemoryHit], max_chars: usize) -> Option<String> {
     let mut lines = Vec::new();
     let mut used = 0;
@@ -109,8 +111,8 @@ fn section(hits: &[&MemoryHit], max_chars: usize) -> Option<String> {
     }
     let body = untrusted::wrap("memory recalled for the new message", &lines.join("\n"));
     Some(format!(
-        "# Recalled from memory\n\nParts of this chat's memory that match the new message (they may be out of \
-         date; memory_get reads more):\n{body}"
+        "Recalled from memory: parts of this chat's memory that match this message (they may be out of date; \
+         memory_get reads more):\n{body}"
     ))
 }
 
@@ -134,7 +136,7 @@ mod tests {
         let file = hit("MEMORY.md", 3, "The locker code is **ZEBRA**-4711.");
         let talk = hit("conversation/telegram:42", 17, "[2026-11-20 14:03 UTC] Ann (id 7): my **passport** is X9");
         let section = section(&[&file, &talk], 2_000).unwrap();
-        assert!(section.starts_with("# Recalled from memory\n"), "{section}");
+        assert!(section.starts_with("Recalled from memory: "), "{section}");
         assert!(section.contains("- MEMORY.md line 3: The locker code is ZEBRA-4711."), "{section}");
         assert!(section.contains("- conversation telegram:42, message 17: [2026-11-20 14:03 UTC] Ann"), "{section}");
         assert!(section.contains("UNTRUSTED_CONTENT"), "{section}");

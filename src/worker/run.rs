@@ -133,13 +133,7 @@ pub(super) async fn compact_with_flush(
         super::memory::scope(shared, agent, msg, None).await.map_err(|err| CompactError::Scope(err.to_string()))?;
     // The memory flush is housekeeping: the minimal prompt, with only the file tools.
     let flush_tools = compaction::flush_filter();
-    let run = super::prompt::PromptFor {
-        msg,
-        session_key: &route.key,
-        level: crate::config::Level::Owner,
-        memory: &memory,
-        recalled: None,
-    };
+    let run = super::prompt::PromptFor { msg, session_key: &route.key, memory: &memory };
     let flush_prompt = super::prompt::system_prompt(
         shared,
         agent,
@@ -342,11 +336,13 @@ async fn run_turn(
     };
     let events = BusEvents::with_progress(Arc::clone(&shared.bus), msg, run_id, session_key, choices.verbose);
     events.emit(RunEventBody::Started);
-    let input = super::voice::turn_input(shared, msg).await;
+    let mut input = super::voice::turn_input(shared, msg).await;
+    let model = choices.model.as_deref().unwrap_or(&agent.settings().model);
+    input.context = Some(super::prompt::context_line(shared, msg, level, model));
     // The level `access::admit` found for the person the message acts for: no second lookup.
     let memory = super::memory::scope(shared, agent, msg, Some(level)).await.map_err(transient)?;
     let memory_scope = memory.label(&agent.settings().name);
-    let plan = TurnPlan { agent, msg, run_id, session_key, level, tools, input, memory, model: choices.model };
+    let plan = TurnPlan { agent, msg, run_id, session_key, tools, input, memory, model: choices.model };
     let ran = super::turn::run_agent(shared, &plan, &events, steer).await.map_err(transient)?;
     let mut result = ran.result;
     let ack_limit = hygiene::heartbeat_ack_limit(shared, &agent.settings().name, msg);

@@ -8,7 +8,6 @@ use switchboard_channels::contract::InboundMessage;
 
 use super::Shared;
 use crate::agent::{Agent, EventSink, SteerReceiver, Turn, TurnResult};
-use crate::config::Level;
 use crate::context::compaction::HistoryShape;
 use crate::provider::ChatMessage;
 use crate::store::StoreError;
@@ -21,7 +20,6 @@ pub(super) struct TurnPlan<'a> {
     pub msg: &'a InboundMessage,
     pub run_id: &'a str,
     pub session_key: &'a str,
-    pub level: Level,
     /// The tools the sender may use.
     pub tools: ToolFilter,
     pub input: ChatMessage,
@@ -77,20 +75,21 @@ async fn attempt(
     events: &dyn EventSink,
     steer: &mut SteerReceiver,
 ) -> Result<(TurnResult, HistoryShape), StoreError> {
-    let TurnPlan { agent, msg, session_key, level, .. } = *plan;
+    let TurnPlan { agent, msg, session_key, .. } = *plan;
     let memory = &plan.memory;
     let conversation = shared.store.conversation(session_key, shared.settings.history_limit).await?;
     let (history, summary) = (conversation.history, conversation.summary);
-    let run = super::prompt::PromptFor { msg, session_key, level, memory, recalled };
+    let run = super::prompt::PromptFor { msg, session_key, memory };
+    let mut input = ChatMessage { recalled: recalled.map(str::to_owned), ..plan.input.clone() };
     let (system_prompt, tools) =
-        super::prompt::fitted_prompt(shared, agent, &run, plan.tools.clone(), &plan.input).await;
+        super::prompt::fitted_prompt(shared, agent, &run, plan.tools.clone(), &mut input).await;
     let summary = summary.as_ref().map(|s| s.0.as_str());
     let shape = HistoryShape::of(&history);
-    let prepared = shared.context.prepare(agent, &system_prompt, history, summary, &plan.input, &tools);
+    let prepared = shared.context.prepare(agent, &system_prompt, history, summary, &input, &tools);
     let turn = Turn {
         system_prompt,
         history: prepared.history,
-        input: plan.input.clone(),
+        input,
         ctx: ToolContext { tools: tools.clone(), ..tool_context(plan) },
         tools,
         events,

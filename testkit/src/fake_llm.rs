@@ -34,7 +34,7 @@ pub use transcriptions::{
     FORMATS as TRANSCRIPTION_FORMATS, MAX_FILE_BYTES as MAX_TRANSCRIPTION_BYTES, TranscriptionCall,
 };
 
-pub use crate::fake_server::{Scripted, SentImage, split_text};
+pub use crate::fake_server::{Scripted, SentImage, split_context_line, split_text, without_context_line};
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -357,6 +357,22 @@ fn usage(request: &Value, answer: &Answer) -> Value {
     let prompt = (prompt_chars / 4).max(1);
     let completion = (completion_chars / 4).max(1);
     json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
+}
+
+/// The texts of a request's user messages, in order, without their context lines.
+pub fn user_texts(request: &Value) -> Vec<String> {
+    messages(request)
+        .filter(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+        .map(|m| without_context_line(&content_text(m)).to_owned())
+        .collect()
+}
+
+/// The context lines of a request's user messages, in order (`None` for a message without).
+pub fn context_lines(request: &Value) -> Vec<Option<String>> {
+    messages(request)
+        .filter(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+        .map(|m| split_context_line(&content_text(m)).0.map(str::to_owned))
+        .collect()
 }
 
 fn messages(request: &Value) -> impl Iterator<Item = &Value> {

@@ -10,7 +10,7 @@ mod script;
 pub(crate) use call_log::{CallLog, Describe};
 pub use images::SentImage;
 pub(crate) use script::{ModelScript, Settled, event_stream, event_stream_at_once, event_stream_paced};
-pub use script::{Scripted, split_text};
+pub use script::{Scripted, split_context_line, split_text, without_context_line};
 
 use std::net::SocketAddr;
 use std::sync::{Mutex, MutexGuard};

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use switchboard_channels::api::access::token_sha256_hex;
-use switchboard_testkit::fake_llm::{FakeLlm, Quirks};
+use switchboard_testkit::fake_llm::{self, FakeLlm, Quirks};
 
 use crate::support::{Daemon, Launch, run_to_exit};
 
@@ -194,8 +194,8 @@ async fn each_token_speaks_as_its_identity_within_its_scopes() {
 
     let (status, body, _) = post("/v1/messages", Some(ALICE), message.clone()).await;
     assert_eq!(status, 200, "{body}");
-    let system = llm.requests().last().unwrap()["messages"][0]["content"].as_str().unwrap().to_owned();
-    assert!(system.contains("(id alice,"), "the sender is not the token's identity:\n{system}");
+    let line = fake_llm::context_lines(llm.requests().last().unwrap()).pop().flatten().unwrap_or_default();
+    assert!(line.contains("(id alice),"), "the sender is not the token's identity:\n{line}");
 
     let (status, body, _) =
         post("/v1/messages", Some(ALICE), json!({"chat_id": "c1", "content": "hi", "sender": "bob"})).await;
@@ -203,8 +203,8 @@ async fn each_token_speaks_as_its_identity_within_its_scopes() {
     let (status, _, _) =
         post("/v1/messages", Some(OPS), json!({"chat_id": "c1", "content": "hi", "sender": "bob"})).await;
     assert_eq!(status, 200);
-    let system = llm.requests().last().unwrap()["messages"][0]["content"].as_str().unwrap().to_owned();
-    assert!(system.contains("(id bob,"), "an admin token could not name the sender:\n{system}");
+    let line = fake_llm::context_lines(llm.requests().last().unwrap()).pop().flatten().unwrap_or_default();
+    assert!(line.contains("(id bob),"), "an admin token could not name the sender:\n{line}");
 
     let ask = |model: &str| json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
     assert_eq!(post("/v1/chat/completions", Some(HELPER), ask("main")).await.0, 403);

@@ -25,8 +25,13 @@ async fn run_answers_over_http_and_remembers_the_conversation() {
     assert_eq!(body["reply"], "echo: again");
     // The second call carries the first turn as history.
     let second = &llm.requests()[1];
-    let contents: Vec<&str> =
-        second["messages"].as_array().unwrap().iter().filter_map(|m| m["content"].as_str()).collect();
+    let contents: Vec<&str> = second["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["content"].as_str())
+        .map(switchboard_testkit::fake_llm::without_context_line)
+        .collect();
     assert!(contents.contains(&"hi") && contents.contains(&"echo: hi"), "{contents:?}");
     assert!(dir.path().join("switchboard.db").exists(), "no SQLite file in the data dir");
     assert!(!daemon.logs().contains("sk-test-secret"), "the API key leaked into the logs");
@@ -215,8 +220,8 @@ async fn killed_daemon_finishes_the_accepted_message_after_restart() {
         assert!(status.success(), "{stderr}");
         let rows: Vec<&str> = stdout.lines().filter(|l| l.contains("api:c")).collect();
         if rows.len() == 1 && rows[0].contains("completed") {
-            // Columns: run id, date, time, status, try, …
-            let attempt = rows[0].split_whitespace().nth(4);
+            // Columns: run id, date, time, kind, status, try, …
+            let attempt = rows[0].split_whitespace().nth(5);
             assert_eq!(attempt, Some("2"), "{}", rows[0]);
             break;
         }

@@ -158,5 +158,6 @@ async fn a_window_named_while_dropping_history_is_kept_for_later_turns() {
 
 fn last_user_text(request: &Value) -> &str {
     let messages = request["messages"].as_array().map(Vec::as_slice).unwrap_or_default();
-    messages.iter().rev().find(|m| m["role"] == "user").and_then(|m| m["content"].as_str()).unwrap_or_default()
+    let text = messages.iter().rev().find(|m| m["role"] == "user").and_then(|m| m["content"].as_str());
+    switchboard_testkit::fake_llm::without_context_line(text.unwrap_or_default())
 }

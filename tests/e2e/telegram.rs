@@ -111,8 +111,10 @@ async fn telegram_channel_and_agent_processes_talk_over_nats() {
     let sent = replies(&fake, 1).await;
     assert_eq!(sent.len(), 1, "{sent:#?}\n{}\n{}", channel.logs(), agent.logs());
     assert_eq!(sent[0].chat_id, group);
-    // The model sees who spoke in the group (and the fake model echoes it).
-    assert_eq!(sent[0].text.as_deref(), Some(format!("echo: [Alice (id {ALICE})] {mention}").as_str()));
+    assert_eq!(sent[0].text.as_deref(), Some(format!("echo: {mention}").as_str()));
+    // The model sees who spoke in the group: the message's context line names them.
+    let line = switchboard_testkit::fake_llm::context_lines(&llm.requests()[0]).pop().flatten().unwrap_or_default();
+    assert!(line.contains(&format!("| from Alice (id {ALICE}), level guest | group chat on telegram")), "{line}");
     assert_eq!(sent[0].reply_to_message_id, Some(3), "the reply quotes the question in a group");
 }
 

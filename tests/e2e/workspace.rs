@@ -87,13 +87,14 @@ async fn the_persona_in_soul_md_and_the_owners_memory_reach_the_model() {
         "You speak like a cheerful pirate.",
         "The owner's cat is called Biscuit.",
         "# Operator instructions\n\nYou are a helpful assistant.",
-        "Europe/Berlin",
-        "alice",
         "session api:me",
         "NO_REPLY",
     ] {
         assert!(prompt.contains(needle), "system prompt lacks {needle:?}:\n{prompt}");
     }
+    // The time (in the configured zone) and the speaker come with the message.
+    let line = switchboard_testkit::fake_llm::context_lines(&requests[0]).pop().flatten().unwrap_or_default();
+    assert!(line.contains("(Europe/Berlin, UTC+0") && line.contains("from alice (id alice), level owner"), "{line}");
 
     // MEMORY.md is the owner's: someone else's direct chat gets a memory file of its own.
     let (status, body) = daemon.post(json!({"chat_id": "bob", "content": "hi", "sender": "bob"})).await;

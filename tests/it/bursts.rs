@@ -13,6 +13,7 @@ use switchboard::hygiene::Guard;
 use switchboard::worker::{QueueSettings, WorkerSettings};
 use switchboard_channels::Deliveries;
 use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, Sender};
+use switchboard_testkit::fake_llm;
 use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
 
 crate::both_buses!(
@@ -71,15 +72,20 @@ async fn send_burst(h: &Harness, messages: &[InboundMessage]) {
     }
 }
 
-/// Each model request's input: the last user message (the turn's text).
+/// Each model request's input: the last user message (the turn's text), without its context
+/// line.
 fn turn_inputs(h: &Harness) -> Vec<String> {
+    h.llm.requests().iter().map(|request| fake_llm::user_texts(request).pop().unwrap()).collect()
+}
+
+/// Each model request's last user message as sent: its context line and text.
+fn turn_messages(h: &Harness) -> Vec<String> {
     h.llm
         .requests()
         .iter()
         .map(|request| {
-            let messages = request["messages"].as_array().unwrap();
-            let last = messages.iter().rev().find(|m| m["role"] == "user").unwrap();
-            last["content"].as_str().unwrap().to_owned()
+            let line = fake_llm::context_lines(request).pop().flatten().unwrap_or_default();
+            format!("{line}\n\n{}", fake_llm::user_texts(request).pop().unwrap())
         })
         .collect()
 }
@@ -199,9 +205,14 @@ async fn a_full_queue_says_once_which_messages_it_did_not_keep(kind: BusKind) {
     // Kept: answered, each in its own turn (different people). Not kept: never seen by the model.
     let inputs = turn_inputs(&h);
     assert_eq!(inputs.len(), 11, "{inputs:#?}");
+    let messages = turn_messages(&h);
     for i in 1..=10 {
-        // A group chat: the model sees each member's name before their message.
-        assert!(inputs.contains(&format!("[M{i:02} (id m{i:02})] question {i:02} from me")), "{inputs:#?}");
+        // A group chat: the context line names the member who wrote each message.
+        let named = |m: &&String| {
+            m.contains(&format!("| from M{i:02} (id m{i:02}), level"))
+                && m.ends_with(&format!("]\n\nquestion {i:02} from me"))
+        };
+        assert!(messages.iter().any(|m| named(&m)), "{messages:#?}");
     }
     assert!(!inputs.iter().any(|input| input.contains("question 11")), "{inputs:#?}");
     h.stop().await;

@@ -48,6 +48,11 @@ fn messages(request: &Value) -> &Vec<Value> {
     request["messages"].as_array().unwrap()
 }
 
+/// A message's text without the context line of a user message.
+fn text_of(message: &Value) -> &str {
+    switchboard_testkit::fake_llm::without_context_line(message["content"].as_str().unwrap_or(""))
+}
+
 fn tool_names(request: &Value) -> Vec<String> {
     let tools = request["tools"].as_array().cloned().unwrap_or_default();
     let mut names: Vec<String> = tools.iter().map(|t| t["function"]["name"].as_str().unwrap().to_owned()).collect();
@@ -87,7 +92,7 @@ async fn a_long_session_is_flushed_to_memory_then_summarised() {
     let flush = &requests[3];
     assert_eq!(tool_names(flush), ["edit_file", "list_dir", "read_file", "write_file"]);
     assert_eq!(messages(flush).last().unwrap()["content"], flush_prompt(&MemoryScope::Owner));
-    assert!(messages(flush).iter().any(|m| m["content"] == "one"));
+    assert!(messages(flush).iter().any(|m| text_of(m) == "one"));
     assert_eq!(tool_names(&requests[4]), tool_names(flush));
     // The summary: one call, no tools, the older messages rendered as text.
     let summary = &requests[5];
@@ -107,8 +112,7 @@ async fn a_long_session_is_flushed_to_memory_then_summarised() {
     assert_eq!(turn(&h, &mut out, "four").await.content, "echo: four");
     let next = &h.llm.requests()[6];
     // The first message is the run's system prompt (with the operator's "test" in it).
-    let sent: Vec<(&str, &str)> =
-        messages(next).iter().map(|m| (m["role"].as_str().unwrap(), m["content"].as_str().unwrap_or(""))).collect();
+    let sent: Vec<(&str, &str)> = messages(next).iter().map(|m| (m["role"].as_str().unwrap(), text_of(m))).collect();
     assert_eq!(sent[0].0, "system");
     assert!(sent[0].1.contains("# Operator instructions\n\ntest"), "{}", sent[0].1);
     assert_eq!(
@@ -152,7 +156,7 @@ async fn a_failed_summary_leaves_history_and_summary_as_they_were() {
     h.llm.push(Scripted::Text("fourth answer".into()));
     turn(&h, &mut out, "four").await;
     let next = &h.llm.requests()[5];
-    let sent: Vec<&str> = messages(next).iter().skip(1).map(|m| m["content"].as_str().unwrap_or("")).collect();
+    let sent: Vec<&str> = messages(next).iter().skip(1).map(text_of).collect();
     assert_eq!(sent, ["one", "echo: one", "two", "echo: two", "three", "third answer", "four"]);
 }
 

@@ -1,7 +1,8 @@
 //! Group chats as their members see them, end to end in-process: the real Telegram and Discord
 //! adapters against their fakes, the worker on the same bus, and the scripted model's request
-//! log. The model must tell speakers apart across turns, see what a reply answers (and the
-//! quoted part), and see the chatter that did not address the bot; a direct chat stays plain.
+//! log. The model must tell speakers apart across turns (each message's context line names its
+//! author, and stays as it was first sent), see what a reply answers (and the quoted part), and
+//! see the chatter that did not address the bot.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +12,7 @@ use switchboard_channels::delivery::DeliveryPolicy;
 use switchboard_channels::discord::{DiscordChannel, DiscordSettings, DmPolicy};
 use switchboard_channels::telegram::TelegramChannel;
 use switchboard_testkit::fake_discord::{BOT_ID as DISCORD_BOT, FakeDiscord, events};
+use switchboard_testkit::fake_llm;
 use switchboard_testkit::fake_telegram::{BOT_USERNAME, FakeTelegram, updates};
 use tokio_util::sync::CancellationToken;
 
@@ -23,16 +25,27 @@ const BOB: i64 = 222;
 const GUILD: u64 = 100;
 const CHANNEL: u64 = 200;
 
-/// The user messages of the `n`-th model request (from 1), as the model got them.
+/// The user messages of the `n`-th model request (from 1), as the model got them: who the
+/// context line says wrote each (`Alice (id 111)`, or `-` for a message without one), then its
+/// text. The context lines of the earlier messages must be those of the request that
+/// answered them, byte for byte: a provider's prompt cache serves them only then.
 async fn user_texts(h: &Harness, n: usize) -> Vec<String> {
     let requests = h.llm.wait_for_requests(n, WAIT).await;
     assert!(requests.len() >= n, "{} model requests, expected {n}", requests.len());
-    let messages = requests[n - 1]["messages"].as_array().cloned().unwrap_or_default();
-    messages
-        .iter()
-        .filter(|message| message["role"] == "user")
-        .map(|message| message["content"].as_str().unwrap_or_default().to_owned())
-        .collect()
+    let lines = fake_llm::context_lines(&requests[n - 1]);
+    let texts = fake_llm::user_texts(&requests[n - 1]);
+    // The earlier requests of the same conversation (it starts with the same message).
+    for earlier in requests[..n - 1].iter().filter(|earlier| fake_llm::user_texts(earlier).first() == texts.first()) {
+        let before = fake_llm::context_lines(earlier);
+        assert_eq!(lines[..before.len()], before, "an earlier message was sent with another context line");
+    }
+    lines.iter().zip(texts).map(|(line, text)| format!("{}: {text}", speaker(line.as_deref()))).collect()
+}
+
+/// `Alice (id 111)` of `[context: … | from Alice (id 111), level guest | …]`.
+fn speaker(line: Option<&str>) -> &str {
+    let from = line.and_then(|line| line.split(" | from ").nth(1));
+    from.and_then(|from| from.split(", level").next()).unwrap_or("-")
 }
 
 struct TelegramRig {
@@ -83,8 +96,8 @@ async fn telegram_group_requests_name_every_speaker_across_turns() {
     assert_eq!(
         second,
         [
-            "[Alice (id 111)] @switchboard_test_bot shall we meet at six?",
-            "[Bob (id 222)] @switchboard_test_bot I can only at seven"
+            "Alice (id 111): @switchboard_test_bot shall we meet at six?",
+            "Bob (id 222): @switchboard_test_bot I can only at seven"
         ]
     );
     rig.stop().await;
@@ -95,7 +108,7 @@ async fn telegram_direct_chat_requests_carry_no_names() {
     let rig = TelegramRig::start().await;
     rig.say(updates::private_text(ALICE, "alice", 1, "hello"), 1).await;
     rig.say(updates::private_text(ALICE, "alice", 2, "how are you?"), 2).await;
-    assert_eq!(user_texts(&rig.h, 2).await, ["hello", "how are you?"]);
+    assert_eq!(user_texts(&rig.h, 2).await, ["Alice (id 111): hello", "Alice (id 111): how are you?"]);
     rig.stop().await;
 }
 
@@ -110,7 +123,7 @@ async fn telegram_reply_with_a_quote_shows_the_replied_message_to_the_model() {
         updates::with_quote(updates::reply_to(mentioning(ALICE, "alice", 6, "is that true?"), bobs), "friday", 20);
     rig.say(reply, 1).await;
     let input = user_texts(&rig.h, 1).await.pop().unwrap_or_default();
-    let expected_head = "[Alice (id 111)] [Replying to a message by Bob (id 222): the launch moves to friday]\n\
+    let expected_head = "Alice (id 111): [Replying to a message by Bob (id 222): the launch moves to friday]\n\
                          [Quoting from it: friday]\n\
                          [Recent messages in this chat, not addressed to you, for context]\n\
                          Bob: the launch moves to friday\n";
@@ -120,7 +133,7 @@ async fn telegram_reply_with_a_quote_shows_the_replied_message_to_the_model() {
     let answer = updates::from_bot(GROUP, 900, "Six works for me.");
     rig.say(updates::reply_to(updates::group_text(GROUP, BOB, "bob", 7, "why six?"), answer), 2).await;
     let input = user_texts(&rig.h, 2).await.pop().unwrap_or_default();
-    assert_eq!(input, "[Bob (id 222)] [Replying to your earlier message: Six works for me.]\nwhy six?");
+    assert_eq!(input, "Bob (id 222): [Replying to your earlier message: Six works for me.]\nwhy six?");
     rig.stop().await;
 }
 
@@ -181,13 +194,9 @@ async fn discord_guild_requests_name_every_speaker_across_turns() {
     rig.say(mention(ALICE as u64, "alice", 10, "shall we meet at six?"), 1).await;
     rig.say(mention(BOB as u64, "bob", 11, "I can only at seven"), 2).await;
     let second = user_texts(&rig.h, 2).await;
-    assert_eq!(
-        second,
-        ["[Alice (id 111)] <@5000> shall we meet at six?", "[Bob (id 222)] <@5000> I can only at seven"]
-    );
-    // A direct message in the same rig is not prefixed.
+    assert_eq!(second, ["Alice (id 111): <@5000> shall we meet at six?", "Bob (id 222): <@5000> I can only at seven"]);
     rig.say(events::dm_message(300, ALICE as u64, "alice", 12, "just us"), 3).await;
-    assert_eq!(user_texts(&rig.h, 3).await, ["just us"]);
+    assert_eq!(user_texts(&rig.h, 3).await, ["Alice (id 111): just us"]);
     rig.stop().await;
 }
 
@@ -200,13 +209,13 @@ async fn discord_keeps_unaddressed_messages_and_shows_replies_to_the_model() {
     rig.fake.send_message_create(bobs.clone());
     rig.say(events::replying_to(mention(ALICE as u64, "alice", 21, "is that true?"), bobs), 1).await;
     let input = user_texts(&rig.h, 1).await.pop().unwrap_or_default();
-    let expected = "[Alice (id 111)] [Replying to a message by Bob (id 222): the launch moves to friday]\n\
+    let expected = "Alice (id 111): [Replying to a message by Bob (id 222): the launch moves to friday]\n\
                     [Recent messages in this chat, not addressed to you, for context]\n\
                     Bob: the launch moves to friday\n[End of recent messages]\n\n<@5000> is that true?";
     assert_eq!(input, expected);
     rig.say(mention(ALICE as u64, "alice", 22, "thanks"), 2).await;
     let second = user_texts(&rig.h, 2).await.pop().unwrap_or_default();
-    assert_eq!(second, "[Alice (id 111)] <@5000> thanks", "the context is shown once");
+    assert_eq!(second, "Alice (id 111): <@5000> thanks", "the context is shown once");
     assert_eq!(rig.h.llm.requests().len(), 2, "the unaddressed message got no answer of its own");
     rig.stop().await;
 }

@@ -71,9 +71,10 @@ fn in_telegram_group(chat: &str, from: &str, text: &str) -> InboundMessage {
 }
 
 /// What the echoing model answers in a group, where it sees each message with its speaker.
-fn group_echo(from: &str, text: &str) -> String {
-    let sender = sender(from);
-    format!("echo: [{} (id {})] {text}", sender.name, sender.id)
+/// The echo of a group member's message: the message's context line names them instead of
+/// a prefix, and the fake echoes the text alone.
+fn group_echo(_from: &str, text: &str) -> String {
+    format!("echo: {text}")
 }
 
 /// A direct message on Telegram: the chat is the person.

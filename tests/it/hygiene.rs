@@ -32,7 +32,8 @@ async fn next_reply(out: &mut Deliveries) -> OutboundMessage {
 /// The content of the last user message of a model request.
 fn last_user(request: &Value) -> String {
     let messages = request["messages"].as_array().unwrap();
-    messages.iter().rev().find(|m| m["role"] == "user").unwrap()["content"].as_str().unwrap().to_owned()
+    let content = messages.iter().rev().find(|m| m["role"] == "user").unwrap()["content"].as_str().unwrap();
+    switchboard_testkit::fake_llm::without_context_line(content).to_owned()
 }
 
 #[tokio::test]

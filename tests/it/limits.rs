@@ -12,6 +12,7 @@ use switchboard::users::AccessPolicy;
 use switchboard::worker::{QueueSettings, WorkerSettings};
 use switchboard_channels::Deliveries;
 use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, Sender};
+use switchboard_testkit::fake_llm;
 use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
 
 crate::both_buses!(
@@ -66,14 +67,16 @@ async fn all_out(out: &mut Deliveries, at_least: usize) -> HashMap<String, Outbo
 }
 
 /// Each model request's last user message.
+/// Each model request's newest user message: who its context line says wrote it, and its text
+/// (`from SAM (id sam), level guest | spam 01`).
 fn model_inputs(h: &Harness) -> Vec<String> {
     h.llm
         .requests()
         .iter()
         .map(|request| {
-            let messages = request["messages"].as_array().unwrap();
-            let last = messages.iter().rev().find(|m| m["role"] == "user").unwrap();
-            last["content"].as_str().unwrap().to_owned()
+            let line = fake_llm::context_lines(request).pop().flatten().unwrap_or_default();
+            let from = line.split(" | ").find(|part| part.starts_with("from ")).unwrap_or_default().to_owned();
+            format!("{from} | {}", fake_llm::user_texts(request).pop().unwrap_or_default())
         })
         .collect()
 }
@@ -113,14 +116,15 @@ async fn a_flooding_member_is_told_once_and_the_others_are_still_answered(kind: 
     for msg in &flood[5..] {
         assert!(!got.contains_key(&msg.id), "no answer and no second notice for {}", msg.content);
     }
-    // A group chat: the model sees (and the fake echoes) each member's name before their message.
-    assert_eq!(got[&ann_first.id].content, "echo: [ANN (id ann)] what time is the meeting?");
-    assert_eq!(got[&ann_last.id].content, "echo: [ANN (id ann)] and where?");
+    assert_eq!(got[&ann_first.id].content, "echo: what time is the meeting?");
+    assert_eq!(got[&ann_last.id].content, "echo: and where?");
     assert!(got[&status.id].content.starts_with("Model: "), "{}", got[&status.id].content);
 
     let inputs = model_inputs(&h);
-    let mut expected: Vec<String> = (1..=4).map(|i| format!("[SAM (id sam)] spam {i:02}")).collect();
-    expected.extend(["[ANN (id ann)] what time is the meeting?".to_owned(), "[ANN (id ann)] and where?".to_owned()]);
+    // A group chat: each message's context line names its author.
+    let named = |who: &str, text: &str| format!("from {} (id {who}), level guest | {text}", who.to_uppercase());
+    let mut expected: Vec<String> = (1..=4).map(|i| named("sam", &format!("spam {i:02}"))).collect();
+    expected.extend([named("ann", "what time is the meeting?"), named("ann", "and where?")]);
     let mut seen = inputs.clone();
     seen.sort();
     expected.sort();

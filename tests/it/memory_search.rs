@@ -210,21 +210,30 @@ async fn recall_puts_the_best_hits_into_the_prompt_in_the_chats_own_scope() {
 
     h.send(&dm("Which code opens my zoo locker?")).await;
     next_out(&mut out).await;
-    let prompt = system_prompt(&h.llm.requests()[0]);
-    let recalled = prompt.split("# Recalled from memory").nth(1).expect("a recall section");
+    let first = h.llm.requests()[0].clone();
+    assert!(!system_prompt(&first).contains("Recalled"), "recall goes with the message, not in the system prompt");
+    let message = newest(&first);
+    let recalled = message.split("Recalled from memory").nth(1).expect("a recall section");
     assert!(recalled.contains(&format!("- MEMORY.md line 3: The locker code at the zoo is {SECRET}.")), "{recalled}");
     assert!(!recalled.contains("note 599"), "only hits are recalled: {recalled}");
+    assert!(message.ends_with("Which code opens my zoo locker?"), "{message}");
 
     h.send(&in_group("When is the zoo trip? And the locker code?")).await;
     next_out(&mut out).await;
-    let group_prompt = system_prompt(&h.llm.requests()[1]);
-    assert!(group_prompt.contains(&format!("- {own} line 3: The zoo trip is on Saturday.")), "{group_prompt}");
-    assert!(!group_prompt.contains(SECRET), "a group recalled the owner's memory");
+    let group_message = newest(&h.llm.requests()[1]);
+    assert!(group_message.contains(&format!("- {own} line 3: The zoo trip is on Saturday.")), "{group_message}");
+    assert!(!group_message.contains(SECRET), "a group recalled the owner's memory");
 
-    // A message with nothing to look for recalls nothing.
+    // A message with nothing to look for recalls nothing; the earlier message is sent again
+    // without what it recalled (that was for its own turn), its context line unchanged.
     h.send(&dm("Hi, how are you?")).await;
     next_out(&mut out).await;
-    assert!(!system_prompt(&h.llm.requests()[2]).contains("# Recalled from memory"));
+    let third = h.llm.requests()[2].clone();
+    assert!(!newest(&third).contains("Recalled from memory"));
+    let again = &user_messages(&third)[0];
+    assert!(!again.contains("Recalled") && again.ends_with("Which code opens my zoo locker?"), "{again}");
+    let line = |text: &str| text.split("]\n\n").next().unwrap_or_default().to_owned();
+    assert_eq!(line(again), line(&message));
     h.stop().await;
 }
 
@@ -240,9 +249,11 @@ async fn a_small_window_keeps_what_the_message_recalled() {
     let mut out = h.outbound("telegram").await;
     h.send(&dm("Which code opens my zoo locker?")).await;
     next_out(&mut out).await;
-    let prompt = system_prompt(&h.llm.requests()[0]);
+    let request = h.llm.requests()[0].clone();
+    let prompt = system_prompt(&request);
     assert!(!prompt.contains("- note 599"), "the minimal prompt, without MEMORY.md: {prompt}");
-    assert!(prompt.contains(&format!("- MEMORY.md line 3: The locker code at the zoo is {SECRET}.")), "{prompt}");
+    let message = newest(&request);
+    assert!(message.contains(&format!("- MEMORY.md line 3: The locker code at the zoo is {SECRET}.")), "{message}");
     h.stop().await;
 }
 
@@ -260,8 +271,8 @@ async fn recall_brings_back_what_the_person_said_and_not_the_agents_replies() {
     next_out(&mut out).await;
     h.send(&dm("Which bike do I ride, the Gazelle?")).await;
     next_out(&mut out).await;
-    let prompt = system_prompt(h.llm.requests().last().unwrap());
-    let recalled = prompt.split("# Recalled from memory").nth(1).expect("a recall section");
+    let message = newest(h.llm.requests().last().unwrap());
+    let recalled = message.split("Recalled from memory").nth(1).expect("a recall section");
     assert!(recalled.contains("Owner (id 42): My bike is a blue Gazelle."), "{recalled}");
     assert!(!recalled.contains("assistant:"), "the agent's own reply was recalled: {recalled}");
     h.stop().await;
@@ -280,4 +291,15 @@ async fn without_recall_the_prompt_has_no_recalled_memory() {
 
 fn system_prompt(request: &Value) -> String {
     request["messages"][0]["content"].as_str().unwrap_or_default().to_owned()
+}
+
+/// The user messages of a request as sent (context line, what was recalled, text).
+fn user_messages(request: &Value) -> Vec<String> {
+    let messages = request["messages"].as_array().cloned().unwrap_or_default();
+    messages.iter().filter(|m| m["role"] == "user").map(|m| m["content"].as_str().unwrap_or("").to_owned()).collect()
+}
+
+/// The newest user message of a request as sent.
+fn newest(request: &Value) -> String {
+    user_messages(request).pop().unwrap_or_default()
 }

@@ -39,11 +39,9 @@ async fn no_more_replies(out: &mut Deliveries, wait: Duration) {
     }
 }
 
-/// The user messages of the `i`th model request.
+/// The user messages of the `i`th model request (without their context lines).
 fn user_texts(h: &Harness, i: usize) -> Vec<String> {
-    let requests = h.llm.requests();
-    let messages = requests[i]["messages"].as_array().unwrap().clone();
-    messages.iter().filter(|m| m["role"] == "user").map(|m| m["content"].as_str().unwrap_or("").to_owned()).collect()
+    switchboard_testkit::fake_llm::user_texts(&h.llm.requests()[i])
 }
 
 fn queue(mode: QueueMode) -> WorkerSettings {

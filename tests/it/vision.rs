@@ -64,11 +64,12 @@ async fn turn(h: &Harness, out: &mut Deliveries, msg: &InboundMessage) {
 fn last_user_text(request: &Value) -> String {
     let messages = request["messages"].as_array().unwrap();
     let user = messages.iter().rev().find(|m| m["role"] == "user").unwrap();
-    match &user["content"] {
+    let text: String = match &user["content"] {
         Value::String(text) => text.clone(),
         Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
         other => panic!("content {other}"),
-    }
+    };
+    switchboard_testkit::fake_llm::without_context_line(&text).to_owned()
 }
 
 fn png() -> SentImage {
@@ -116,8 +117,7 @@ async fn without_vision_the_model_gets_the_path_only() {
     turn(&h, &mut out, &photo_message("what is this?", &path)).await;
     let request = &h.llm.requests()[0];
     assert_eq!(fake_llm::sent_images(request), vec![]);
-    let user = request["messages"].as_array().unwrap().iter().rfind(|m| m["role"] == "user").unwrap();
-    assert_eq!(user["content"], format!("what is this?\n[photo attached: {}]", path.display()));
+    assert_eq!(last_user_text(request), format!("what is this?\n[photo attached: {}]", path.display()));
 }
 
 #[tokio::test]

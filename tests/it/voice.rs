@@ -39,7 +39,7 @@ fn setup(transcription: TranscriptionConfig, llm: FakeLlm) -> Setup {
 fn last_user_text(request: &Value) -> String {
     let messages = request["messages"].as_array().cloned().unwrap_or_default();
     let user = messages.iter().rev().find(|m| m["role"] == "user").cloned().unwrap_or_default();
-    user["content"].as_str().unwrap_or_default().to_owned()
+    switchboard_testkit::fake_llm::without_context_line(user["content"].as_str().unwrap_or_default()).to_owned()
 }
 
 #[tokio::test]

@@ -57,16 +57,13 @@ async fn one_session_runs_in_order_and_sessions_run_in_parallel() {
     // Two sessions of two 400 ms turns each: ~800 ms in parallel, 1600 ms if serialized.
     assert!(started.elapsed() < Duration::from_millis(1400), "sessions did not run in parallel");
     let requests = h.llm.requests();
-    let last_user = |i: usize| {
-        let messages = requests[i]["messages"].as_array().unwrap();
-        messages.iter().rev().find(|m| m["role"] == "user").unwrap()["content"].as_str().unwrap().to_owned()
-    };
-    let seen: Vec<String> = (0..4).map(last_user).collect();
+    let user_texts = |i: usize| switchboard_testkit::fake_llm::user_texts(&requests[i]);
+    let seen: Vec<String> = (0..4).map(|i| user_texts(i).pop().unwrap()).collect();
     let pos = |s: &str| seen.iter().position(|x| x == s).unwrap();
     assert!(pos("a1") < pos("a2") && pos("b1") < pos("b2"), "{seen:?}");
     // a2's call saw a1's finished turn: runs of one session never overlap.
-    let a2 = &requests[pos("a2")]["messages"];
-    assert!(a2.as_array().unwrap().iter().any(|m| m["content"] == "a1"), "{a2}");
+    let a2 = user_texts(pos("a2"));
+    assert!(a2.iter().any(|text| text == "a1"), "{a2:?}");
     assert_eq!(order.len(), 4);
 }
 

@@ -95,7 +95,7 @@ pub(super) fn encode_messages(messages: &[ChatMessage], images: Option<&Attached
     for (index, message) in messages.iter().enumerate() {
         let (role, blocks) = match message.role {
             Role::System => continue,
-            Role::User => ("user", user_blocks(&message.content, Attached::of(images, index))),
+            Role::User => ("user", user_blocks(&message.text_for_model(), Attached::of(images, index))),
             Role::Assistant => ("assistant", assistant_blocks(message)),
             // A tool result whose call was cut off with older history would be refused
             // ("unexpected tool_use_id"): leave it out.

@@ -146,16 +146,16 @@ fn encode_message<'a>(message: &'a ChatMessage, images: Option<&'a Attached>) ->
         .collect();
     WireMessage {
         role: message.role,
-        content: encode_content(&message.content, images),
+        content: encode_content(message.text_for_model(), images),
         tool_calls,
         // Only tool results carry the id; `name` is left out, as strict servers refuse it.
         tool_call_id: (message.role == Role::Tool).then_some(message.tool_call_id.as_deref()).flatten(),
     }
 }
 
-fn encode_content<'a>(content: &'a str, images: Option<&'a Attached>) -> WireContent<'a> {
-    let Some(images) = images else { return WireContent::Text(Cow::Borrowed(content)) };
-    let text = images.text(content);
+fn encode_content<'a>(content: Cow<'a, str>, images: Option<&'a Attached>) -> WireContent<'a> {
+    let Some(images) = images else { return WireContent::Text(content) };
+    let text = images.text(&content);
     if images.images.is_empty() {
         return WireContent::Text(Cow::Owned(text));
     }

@@ -35,7 +35,10 @@ impl LoadModel {
                 let id = format!("call_load_{}", self.calls.fetch_add(1, Ordering::Relaxed));
                 Answer::ToolCalls(vec![(id, name.clone(), arguments.clone())])
             }
-            _ => Answer::Text(format!("echo: {}", last_user_content(request)), "stop"),
+            _ => {
+                let text = last_user_content(request);
+                Answer::Text(format!("echo: {}", crate::fake_server::without_context_line(&text)), "stop")
+            }
         }
     }
 }

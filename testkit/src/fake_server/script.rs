@@ -74,9 +74,11 @@ impl ModelScript {
     }
 
     /// Plays `chosen` (an answer picked by the request's content), else the queue's next
-    /// answer, else an echo of `echoed`, the request's last user text.
+    /// answer, else an echo of `echoed`, the request's last user text, without the context line
+    /// switchboard starts it with (as a model told not to repeat it leaves it out).
     pub(crate) async fn play(&self, chosen: Option<Scripted>, streamed: bool, echoed: &str) -> Settled {
         let next = chosen.or_else(|| lock(&self.queue).pop_front());
+        let echoed = without_context_line(echoed);
         let echo = || Scripted::Text(format!("echo: {echoed}"));
         let mut step = next.unwrap_or_else(echo);
         loop {
@@ -136,6 +138,22 @@ pub fn split_text(text: &str, parts: usize) -> Vec<String> {
     }
     let size = chars.len().div_ceil(parts.max(1));
     chars.chunks(size).map(|piece| piece.iter().collect()).collect()
+}
+
+/// `text` without the `[context: …]` line switchboard starts a user message with.
+pub fn without_context_line(text: &str) -> &str {
+    split_context_line(text).1
+}
+
+/// The `[context: …]` line a user message starts with (if it does), and the rest.
+pub fn split_context_line(text: &str) -> (Option<&str>, &str) {
+    if !text.starts_with("[context:") {
+        return (None, text);
+    }
+    match text.split_once("]\n\n") {
+        Some((line, message)) => (Some(&text[..line.len() + 1]), message),
+        None => (Some(text), ""),
+    }
 }
 
 #[cfg(test)]

@@ -47,11 +47,8 @@ fn outcome(fake: &FakeTelegram) -> Outcome {
 /// is one burst message (not the warm-up, nor the compaction of the long history, whose
 /// transcript is much longer).
 fn asked_for(requests: &[serde_json::Value]) -> Vec<usize> {
-    let last_user = |request: &serde_json::Value| {
-        let messages = request["messages"].as_array().unwrap();
-        let user = messages.iter().rev().find(|m| m["role"] == "user").unwrap();
-        user["content"].as_str().unwrap_or_default().to_owned()
-    };
+    let last_user =
+        |request: &serde_json::Value| switchboard_testkit::fake_llm::user_texts(request).pop().unwrap_or_default();
     let burst_message = |text: String| match text.rsplit_once(" m") {
         Some((_, number)) if text.len() < 100 => number.trim().parse().ok(),
         _ => None,
