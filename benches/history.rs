@@ -40,7 +40,8 @@ fn history(c: &mut Criterion) {
     let mut group = c.benchmark_group("history");
     for (name, window) in [("128k", 128_000), ("16k", 16_000)] {
         let engine = ContextEngine::new(ContextSettings { context_window: window, ..ContextSettings::default() });
-        let prepared = engine.prepare(&agent, &system_prompt, history.clone(), Some(&summary), &input, &filter);
+        let prepared =
+            engine.prepare(&agent, "bench:1", &system_prompt, history.clone(), Some(&summary), &input, &filter);
         println!(
             "{name} window: {} messages kept, ~{} tokens of history",
             prepared.history.len(),
@@ -49,7 +50,17 @@ fn history(c: &mut Criterion) {
         group.bench_function(format!("prepare/{name}"), |b| {
             b.iter_batched(
                 || history.clone(),
-                |history| engine.prepare(&agent, &system_prompt, history, Some(&summary), black_box(&input), &filter),
+                |history| {
+                    engine.prepare(
+                        &agent,
+                        "bench:1",
+                        &system_prompt,
+                        history,
+                        Some(&summary),
+                        black_box(&input),
+                        &filter,
+                    )
+                },
                 BatchSize::LargeInput,
             )
         });

@@ -71,6 +71,12 @@ pub struct Turn<'a> {
     /// The chain entry to try first (`provider/model`, picked with `/model`); `None` = the
     /// chain's own order.
     pub model: Option<String>,
+    /// The longest answer of each model call, in tokens: the output reserve the prompt was
+    /// fitted with. `None` = the agent's own `max_tokens`, if any.
+    pub max_tokens: Option<u32>,
+    /// What the provider may group this conversation's requests by for its prompt cache (the
+    /// session, hashed): OpenAI's `prompt_cache_key`. `None`: nothing to group by.
+    pub cache_key: Option<String>,
 }
 
 /// The receiving end of a run's steering messages (user messages, with their authors).
@@ -169,8 +175,21 @@ impl Agent {
     /// Runs one turn to its end. Never fails: a provider failure becomes an apologetic reply
     /// with `error` set, so the user always hears back.
     pub async fn run(&self, turn: Turn<'_>) -> TurnResult {
-        let Turn { system_prompt, history, input, ctx, tools, events, mut steer, max_iterations, name_speakers, model } =
-            turn;
+        let Turn {
+            system_prompt,
+            history,
+            input,
+            ctx,
+            tools,
+            events,
+            mut steer,
+            max_iterations,
+            name_speakers,
+            model,
+            max_tokens,
+            cache_key,
+        } = turn;
+        let max_tokens = max_tokens.or(self.settings.max_tokens);
         let model = model.unwrap_or_else(|| self.settings.model.clone());
         let max_iterations = max_iterations.unwrap_or(self.settings.max_iterations);
         let mut messages = Vec::with_capacity(history.len() + 2);
@@ -197,7 +216,14 @@ impl Agent {
                 steer_in(steer, &mut messages);
             }
             result.iterations += 1;
-            let call = ModelCall { tools: &tools, iteration: result.iterations, name_speakers, model: &model };
+            let call = ModelCall {
+                tools: &tools,
+                iteration: result.iterations,
+                name_speakers,
+                model: &model,
+                max_tokens,
+                cache_key: cache_key.as_deref(),
+            };
             let response = self.call_model(&messages, call, events).await;
             if let Err(err) = &response {
                 result.context_limit = err.context_limit().or(result.context_limit);
@@ -262,7 +288,7 @@ impl Agent {
         call: ModelCall<'_>,
         events: &dyn EventSink,
     ) -> Result<ChatResponse, ProviderError> {
-        let ModelCall { tools, iteration, name_speakers, model } = call;
+        let ModelCall { tools, iteration, name_speakers, model, max_tokens, cache_key } = call;
         let tools = self.tools.specs(tools);
         let tool_choice =
             if iteration == 1 { first_call_choice(&self.settings.tool_choice, &tools) } else { ToolChoice::Auto };
@@ -276,9 +302,10 @@ impl Agent {
             model: model.to_owned(),
             messages,
             tools,
-            max_tokens: self.settings.max_tokens,
+            max_tokens,
             temperature: self.settings.temperature,
             tool_choice,
+            cache_key: cache_key.map(str::to_owned),
         };
         let chunk = |text: &str| events.emit(RunEventBody::Chunk { text: text.to_owned() });
         let stream = self.settings.stream.then_some(&chunk as &(dyn Fn(&str) + Send + Sync));
@@ -371,6 +398,8 @@ struct ModelCall<'a> {
     name_speakers: bool,
     /// The model asked for: the agent's, or the chain entry the session picked (`/model`).
     model: &'a str,
+    max_tokens: Option<u32>,
+    cache_key: Option<&'a str>,
 }
 
 /// Adds the steering messages that arrived since the last model call (at a tool boundary:

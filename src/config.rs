@@ -63,7 +63,7 @@ pub use identity::{BadIdentity, BadLevel, Identity, Level};
 pub use mcp::{MCP_SEPARATOR, McpConfig, McpServerConfig};
 pub use memory::{EmbeddingsConfig, MemoryConfig};
 pub use metrics::MetricsConfig;
-pub use providers::{ANTHROPIC_DEFAULT_BASE_URL, ChainEntry};
+pub use providers::{ANTHROPIC_DEFAULT_BASE_URL, CacheTtl, ChainEntry, PromptCache};
 pub use queue_mode::QueueMode;
 pub use secret::Secret;
 pub use skills::SkillsConfig;
@@ -299,6 +299,11 @@ pub struct ProviderConfig {
     /// Requests to this provider in flight at once, across all agents; 0 = no limit. For a
     /// local server that works on one or a few at a time.
     pub max_concurrent_requests: usize,
+    /// Prompt-cache hints: `auto`, `off`, `openai` (`prompt_cache_key`) or `llama.cpp`
+    /// (`cache_prompt`); see docs/local-models.md.
+    pub prompt_cache: PromptCache,
+    /// Anthropic: how long a cache entry lives, `5m` or `1h`.
+    pub prompt_cache_ttl: CacheTtl,
 }
 
 impl Default for ProviderConfig {
@@ -312,6 +317,8 @@ impl Default for ProviderConfig {
             max_retries: 3,
             vision: false,
             max_concurrent_requests: 0,
+            prompt_cache: PromptCache::Auto,
+            prompt_cache_ttl: CacheTtl::FiveMinutes,
         }
     }
 }

@@ -10,6 +10,9 @@ pub mod compaction;
 pub mod pipeline;
 mod window;
 
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+
 use crate::agent::Agent;
 use crate::config::{CompactionConfig, HistoryConfig};
 use crate::provider::ChatMessage;
@@ -48,18 +51,33 @@ pub struct Prepared {
     pub raw_base: u64,
 }
 
+/// Sessions whose history marks are kept at most; past it they are all dropped (a session
+/// without its marks costs one more read of its history by the provider, nothing else).
+const MARKED_SESSIONS: usize = 10_000;
+
 /// The budget and the estimate correction of one worker.
 #[derive(Debug)]
 pub struct ContextEngine {
     settings: ContextSettings,
     calibration: Calibration,
     windows: Windows,
+    /// Where each session's history was cut and pruned last (see [`pipeline::Marks`]).
+    marks: Mutex<HashMap<String, pipeline::Marks>>,
+    /// Per agent: the room its last turn left for the history, what compaction measures a
+    /// history against (see [`ContextEngine::history_room`]).
+    rooms: Mutex<HashMap<String, u64>>,
 }
 
 impl ContextEngine {
     pub fn new(settings: ContextSettings) -> Self {
         let windows = Windows::new(settings.context_window);
-        Self { settings, calibration: Calibration::default(), windows }
+        Self {
+            settings,
+            calibration: Calibration::default(),
+            windows,
+            marks: Mutex::default(),
+            rooms: Mutex::default(),
+        }
     }
 
     /// The window of `agent`'s model, as configured or as its server said (see [`Windows`]).
@@ -82,6 +100,22 @@ impl ContextEngine {
         self.window_for_input(agent).saturating_sub(tools)
     }
 
+    /// The tokens a turn of `agent` has for its history: the input budget less the system
+    /// prompt, with the tools its last turn offered (a small window drops tools, and an
+    /// estimate with all of them would leave no room at all). Before any turn: with every tool.
+    pub fn history_room(&self, agent: &Agent) -> u64 {
+        let last = self.rooms.lock().unwrap_or_else(PoisonError::into_inner).get(&agent.settings().name).copied();
+        last.unwrap_or_else(|| self.input_budget(agent, agent.tool_tokens(&ToolFilter::All)))
+    }
+
+    /// The longest answer of a call of `agent`'s model: the output reserve its budgets keep
+    /// (`agent.max_tokens`, else a quarter of the window up to 4096), so a model that would
+    /// write on and on stops where the window has room.
+    pub fn answer_limit(&self, agent: &Agent) -> u32 {
+        let window = self.windows.of(&agent.settings().name);
+        u32::try_from(output_reserve(window, agent.settings().max_tokens)).unwrap_or(u32::MAX)
+    }
+
     /// Context window − output reserve.
     fn window_for_input(&self, agent: &Agent) -> u64 {
         let window = self.windows.of(&agent.settings().name);
@@ -99,11 +133,14 @@ impl ContextEngine {
         (fixed as f64) <= FIXED_SHARE * room as f64 && fixed + input <= room
     }
 
-    /// Chooses the history of a turn: `history` is the session's recent transcript, `summary`
-    /// its saved summary, `input` the message being answered with the tools in `filter`.
+    /// Chooses the history of a turn of `session_key`: `history` is the session's recent
+    /// transcript, `summary` its saved summary, `input` the message being answered with the
+    /// tools in `filter`.
+    #[expect(clippy::too_many_arguments, reason = "one call per turn, each argument a part of the turn")]
     pub fn prepare(
         &self,
         agent: &Agent,
+        session_key: &str,
         system_prompt: &str,
         history: Vec<ChatMessage>,
         summary: Option<&str>,
@@ -113,8 +150,22 @@ impl ContextEngine {
         let tool_tokens = agent.tool_tokens(filter);
         let system = ChatMessage::system(system_prompt);
         let fixed = self.calibration.messages(&[system.clone(), input.clone()]);
-        let budget = Budget { input: self.input_budget(agent, tool_tokens), fixed };
-        let history = pipeline::prepare(history, summary, budget, &self.settings.history, &self.calibration);
+        // Steps of a quarter of the window (less the answer's room): a figure that stays the
+        // same from turn to turn, as cut points must (see `pipeline::cut_points`).
+        let step = self.window_for_input(agent) / 4;
+        let budget = Budget { input: self.input_budget(agent, tool_tokens), fixed, step };
+        let room = budget.input.saturating_sub(self.calibration.messages(std::slice::from_ref(&system)));
+        self.rooms.lock().unwrap_or_else(PoisonError::into_inner).insert(agent.settings().name.clone(), room);
+        let before = self.marks.lock().unwrap_or_else(PoisonError::into_inner).get(session_key).copied();
+        let (history, marks) =
+            pipeline::prepare(history, summary, budget, &self.settings.history, &self.calibration, before);
+        if Some(marks) != before {
+            let mut all = self.marks.lock().unwrap_or_else(PoisonError::into_inner);
+            if all.len() >= MARKED_SESSIONS && !all.contains_key(session_key) {
+                all.clear();
+            }
+            all.insert(session_key.to_owned(), marks);
+        }
         let raw_base =
             tokens::raw_messages(std::slice::from_ref(&system)) + tokens::raw_messages(&history) + tool_tokens;
         Prepared { history, raw_base }

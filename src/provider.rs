@@ -78,8 +78,9 @@ pub struct ChatMessage {
     /// message, so every later turn sends it exactly as the first did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,
-    /// The newest user message only: what it recalled from memory, shown after the context
-    /// line for this turn. Never stored: the next turn sends the message without it.
+    /// The newest user message only: what it recalled from memory, shown after the text for
+    /// this turn (last, so that the next turn, which sends the message without it, still
+    /// shares everything before it with this one). Never stored.
     #[serde(skip)]
     pub recalled: Option<String>,
 }
@@ -151,14 +152,22 @@ impl ChatMessage {
         }
     }
 
-    /// The text the model reads: the context line and what was recalled (when set), then the
-    /// content. Providers send this; the transcript keeps the parts apart.
+    /// The text the model reads: the context line (when set), the content, then what was
+    /// recalled (when set). Providers send this; the transcript keeps the parts apart.
     pub fn text_for_model(&self) -> Cow<'_, str> {
-        if self.context.is_none() && self.recalled.is_none() {
-            return Cow::Borrowed(&self.content);
+        match &self.recalled {
+            None => self.text_without_recall(),
+            Some(recalled) => Cow::Owned(format!("{}\n\n{recalled}", self.text_without_recall())),
         }
-        let parts = [self.context.as_deref(), self.recalled.as_deref(), Some(self.content.as_str())];
-        Cow::Owned(parts.into_iter().flatten().filter(|part| !part.is_empty()).collect::<Vec<_>>().join("\n\n"))
+    }
+
+    /// The context line and the content: what later turns send of this message.
+    pub fn text_without_recall(&self) -> Cow<'_, str> {
+        match &self.context {
+            None => Cow::Borrowed(&self.content),
+            Some(context) if self.content.is_empty() => Cow::Borrowed(context),
+            Some(context) => Cow::Owned(format!("{context}\n\n{}", self.content)),
+        }
     }
 
     /// This user message with `images` attached.
@@ -192,7 +201,8 @@ pub struct ToolSpec {
 /// Whether and which tool the model must call.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum ToolChoice {
-    /// The model decides (nothing is sent: the API's default).
+    /// The model decides. Sent as `auto` with tools: llama-cpp-python shows the model no tools
+    /// at all when `tool_choice` is left out.
     #[default]
     Auto,
     /// No tool call.
@@ -226,8 +236,11 @@ pub struct ChatRequest<'a> {
     pub tools: Vec<Arc<ToolSpec>>,
     pub max_tokens: Option<u32>,
     pub temperature: Option<f32>,
-    /// Sent only with tools; [`ToolChoice::Auto`] sends nothing.
+    /// Sent only with tools.
     pub tool_choice: ToolChoice,
+    /// What the provider may group requests by for its prompt cache (OpenAI's
+    /// `prompt_cache_key`): the same for every request of one conversation.
+    pub cache_key: Option<String>,
 }
 
 impl ChatRequest<'_> {
@@ -240,14 +253,24 @@ impl ChatRequest<'_> {
             max_tokens: self.max_tokens,
             temperature: self.temperature,
             tool_choice: self.tool_choice.clone(),
+            cache_key: self.cache_key.clone(),
         }
     }
 
     /// A copy that owns its messages, to keep past the call (recording fakes).
     pub fn into_owned(self) -> ChatRequest<'static> {
-        let ChatRequest { model, messages, tools, max_tokens, temperature, tool_choice } = self;
-        ChatRequest { model, messages: Cow::Owned(messages.into_owned()), tools, max_tokens, temperature, tool_choice }
+        let ChatRequest { model, messages, tools, max_tokens, temperature, tool_choice, cache_key } = self;
+        let messages = Cow::Owned(messages.into_owned());
+        ChatRequest { model, messages, tools, max_tokens, temperature, tool_choice, cache_key }
     }
+}
+
+/// The prompt-cache grouping key of `agent`'s conversation `session_key` (see
+/// [`ChatRequest::cache_key`]): a hash, so the provider never learns chat ids.
+pub fn cache_key(agent: &str, session_key: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(format!("{agent}\0{session_key}").as_bytes());
+    digest.iter().take(16).map(|byte| format!("{byte:02x}")).collect()
 }
 
 /// The model's answer to one call.

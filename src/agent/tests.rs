@@ -138,6 +138,8 @@ pub(super) fn turn<'a>(history: Vec<ChatMessage>, input: &str, events: &'a Recor
         max_iterations: None,
         name_speakers: false,
         model: None,
+        max_tokens: None,
+        cache_key: None,
     }
 }
 

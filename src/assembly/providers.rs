@@ -3,12 +3,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::config::{ChainEntry, Config, EmbeddingsConfig, ProviderKind};
+use crate::config::{ChainEntry, Config, EmbeddingsConfig, PromptCache, ProviderKind};
 use crate::provider::anthropic::{AnthropicConfig, AnthropicProvider};
 use crate::provider::embeddings::{Embedder, EmbeddingsSettings, OpenAiEmbeddings};
 use crate::provider::failover::{FailoverEntry, FailoverProvider};
 use crate::provider::limit::ProviderLimits;
-use crate::provider::openai::{OpenAiConfig, OpenAiProvider};
+use crate::provider::openai::{OpenAiConfig, OpenAiHints, OpenAiProvider};
 use crate::provider::{Provider, ProviderError, RetryPolicy};
 
 use super::AssemblyError;
@@ -45,6 +45,7 @@ fn provider(entry: &ChainEntry) -> Result<Arc<dyn Provider>, ProviderError> {
             stream: settings.stream,
             vision: settings.vision,
             extra_headers: Vec::new(),
+            hints: OpenAiHints::for_server(&settings.base_url, settings.prompt_cache),
         })?),
         ProviderKind::Anthropic => Arc::new(AnthropicProvider::new(AnthropicConfig {
             name: entry.provider.clone(),
@@ -53,6 +54,7 @@ fn provider(entry: &ChainEntry) -> Result<Arc<dyn Provider>, ProviderError> {
             request_timeout: settings.request_timeout(),
             stream: settings.stream,
             vision: settings.vision,
+            cache: (settings.prompt_cache != PromptCache::Off).then_some(settings.prompt_cache_ttl),
         })?),
     })
 }

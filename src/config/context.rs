@@ -39,9 +39,13 @@ impl Default for HistoryConfig {
 pub struct CompactionConfig {
     /// Compact when a session has more messages than this since its last compaction.
     pub max_messages: usize,
-    /// … or when its history's estimated tokens pass this share of the input budget.
+    /// … or when its history's estimated tokens pass this share of the room a turn has for
+    /// its history (the input budget less the system prompt and the tools).
     pub context_share: f64,
-    /// Messages left out of the summary, verbatim, at the end of the history.
+    /// The newest messages are left out of the summary, verbatim, up to this share of that
+    /// room: well below `context_share`, so each compaction frees real room.
+    pub keep_recent_share: f64,
+    /// … and at most this many messages.
     pub keep_recent_messages: usize,
     /// Seconds the memory flush turn (writing lasting facts to MEMORY.md) may take.
     pub flush_timeout_secs: u64,
@@ -56,6 +60,7 @@ impl Default for CompactionConfig {
         Self {
             max_messages: 120,
             context_share: 0.8,
+            keep_recent_share: 0.25,
             keep_recent_messages: 20,
             flush_timeout_secs: 60,
             summary_max_tokens: 2000,
@@ -77,6 +82,7 @@ pub(super) fn problem(config: &super::Config) -> Option<(&'static str, String)> 
         ("history.soft_trim_ratio", history.soft_trim_ratio),
         ("history.hard_clear_ratio", history.hard_clear_ratio),
         ("compaction.context_share", compaction.context_share),
+        ("compaction.keep_recent_share", compaction.keep_recent_share),
     ] {
         if !share(value) {
             return Some((key, format!("{value} is not a share of the budget (above 0, at most 1)")));
@@ -87,9 +93,18 @@ pub(super) fn problem(config: &super::Config) -> Option<(&'static str, String)> 
             format!("{} is below history.soft_trim_ratio ({})", history.hard_clear_ratio, history.soft_trim_ratio);
         return Some(("history.hard_clear_ratio", reason));
     }
-    if compaction.keep_recent_messages >= compaction.max_messages {
+    if compaction.keep_recent_share > compaction.context_share / 2.0 {
         let reason = format!(
-            "{} leaves nothing to summarise: keep it below compaction.max_messages ({})",
+            "{} would leave little to summarise: keep it at most half of compaction.context_share ({}), or a \
+             conversation compacts again a few turns later",
+            compaction.keep_recent_share, compaction.context_share
+        );
+        return Some(("compaction.keep_recent_share", reason));
+    }
+    if compaction.keep_recent_messages > compaction.max_messages / 2 {
+        let reason = format!(
+            "{} would leave little to summarise: keep it at most half of compaction.max_messages ({}), or a \
+             conversation compacts again a few turns later",
             compaction.keep_recent_messages, compaction.max_messages
         );
         return Some(("compaction.keep_recent_messages", reason));

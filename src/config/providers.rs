@@ -15,6 +15,8 @@
 
 use std::collections::HashMap;
 
+use serde::{Deserialize, Serialize};
+
 use super::error::{ConfigError, Origin, Origins};
 use super::{Config, ProviderConfig, ProviderKind};
 
@@ -151,7 +153,47 @@ fn add_implicit_anthropic(config: &mut Config, from_env: &dyn Fn(&str) -> Option
     }
     let base_url = from_env("ANTHROPIC_BASE_URL").unwrap_or_else(|| ANTHROPIC_DEFAULT_BASE_URL.to_owned());
     origins.insert("providers.anthropic.api_key".into(), Origin::Env("ANTHROPIC_API_KEY".into()));
-    let entry =
-        ProviderConfig { kind: ProviderKind::Anthropic, base_url, api_key: key.into(), ..config.provider.clone() };
+    // `[provider]`'s cache hints may be for an OpenAI-compatible server; Anthropic's own apply.
+    let prompt_cache = match config.provider.prompt_cache {
+        PromptCache::Off => PromptCache::Off,
+        _ => PromptCache::Auto,
+    };
+    let entry = ProviderConfig {
+        kind: ProviderKind::Anthropic,
+        base_url,
+        api_key: key.into(),
+        prompt_cache,
+        ..config.provider.clone()
+    };
     config.providers.insert("anthropic".into(), entry);
+}
+
+/// Which prompt-cache hints a provider's requests carry (`prompt_cache`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PromptCache {
+    /// Anthropic: `cache_control` breakpoints. api.openai.com: `prompt_cache_key` per
+    /// conversation. Other OpenAI-compatible servers: none (they may refuse unknown fields).
+    #[default]
+    #[serde(rename = "auto")]
+    Auto,
+    #[serde(rename = "off")]
+    Off,
+    /// `prompt_cache_key`, for a server other than api.openai.com that accepts it.
+    #[serde(rename = "openai")]
+    Openai,
+    /// `cache_prompt: true`, for llama.cpp's `llama-server`.
+    #[serde(rename = "llama.cpp")]
+    LlamaCpp,
+}
+
+/// How long Anthropic keeps a cache entry (`prompt_cache_ttl`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CacheTtl {
+    /// Five minutes, refreshed by each hit; writes cost 1.25 times the input price.
+    #[default]
+    #[serde(rename = "5m")]
+    FiveMinutes,
+    /// An hour, for conversations with longer pauses; writes cost twice the input price.
+    #[serde(rename = "1h")]
+    OneHour,
 }

@@ -6,8 +6,8 @@ use tracing_subscriber::EnvFilter;
 use super::allow_list::AllowList;
 use super::error::{ConfigError, Origin, Origins};
 use super::identity::{BadIdentity, Identity};
-use super::providers::parse_model_spec;
-use super::{Config, WebToolsConfig};
+use super::providers::{PromptCache, parse_model_spec};
+use super::{Config, ProviderKind, WebToolsConfig};
 
 pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigError> {
     let fail = |key: &str, reason: String| ConfigError::Invalid {
@@ -159,6 +159,11 @@ fn provider_problem(config: &Config) -> Option<(String, String)> {
         }
         if provider.request_timeout_secs == 0 {
             return Some((format!("{section}.request_timeout_secs"), "must be at least 1, not 0".into()));
+        }
+        let openai_only = matches!(provider.prompt_cache, PromptCache::Openai | PromptCache::LlamaCpp);
+        if openai_only && provider.kind == ProviderKind::Anthropic {
+            let reason = "is for OpenAI-compatible servers; an Anthropic provider takes \"auto\" or \"off\"";
+            return Some((format!("{section}.prompt_cache"), reason.into()));
         }
     }
     for spec in &config.agent.models {

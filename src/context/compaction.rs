@@ -14,14 +14,17 @@
 
 use std::collections::BTreeSet;
 
-use switchboard_channels::contract::{InboundMessage, RunEventBody};
+use chrono::{DateTime, Utc};
+use switchboard_channels::contract::{InboundMessage, RunEventBody, Usage};
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
 use super::ContextEngine;
 use crate::agent::{Agent, EventSink, Turn};
-use crate::provider::{ChatMessage, ProviderError, Role};
-use crate::store::{Store, StoreError};
+use crate::provider::pricing::CostTally;
+use crate::provider::{ChatMessage, ChatResponse, ProviderError, Role};
+use crate::store::users::Billing;
+use crate::store::{RunKind, RunStatus, SideRun, Store, StoreError};
 use crate::tools::{ToolContext, ToolFilter, truncate_middle};
 use crate::workspace::memory::{MemoryScope, Reach};
 
@@ -96,6 +99,9 @@ pub struct Deps<'a> {
     pub flush_prompt: &'a str,
     /// The session's memory scope: the flush writes there and nowhere else's.
     pub memory: &'a MemoryScope,
+    /// Who pays for the flush and the summary: the person whose turn led to the compaction
+    /// (or who asked for it); `None` for no one.
+    pub billing: Option<&'a Billing>,
 }
 
 /// The tools the memory flush may use: the file tools only.
@@ -111,16 +117,18 @@ pub struct Due {
 }
 
 /// `session_key`'s history cut for a compaction asked for now (`/compact`), whatever its
-/// size: `None` when it holds no more than the messages a compaction keeps.
+/// size: what a compaction keeps stays, and the rest is summarised; when all of it would stay,
+/// everything before the newest exchange is. `None` when there is nothing before that.
 pub async fn due_now(
     engine: &ContextEngine,
     store: &dyn Store,
+    agent: &Agent,
     session_key: &str,
     history_limit: usize,
 ) -> Result<Option<Due>, StoreError> {
     let rows = store.history_rows(session_key, history_limit).await?;
-    let keep = engine.settings().compaction.keep_recent_messages;
-    Ok(split_point(&rows, keep).map(|cut| Due { rows, cut }))
+    let cut = split_for(engine, agent, &rows).or_else(|| last_exchange(&rows));
+    Ok(cut.map(|cut| Due { rows, cut }))
 }
 
 /// Whether `session_key`'s history passes `max_messages` or `context_share` of the input
@@ -134,11 +142,21 @@ pub async fn due(
     history_limit: usize,
 ) -> Result<Option<Due>, StoreError> {
     let rows = store.history_rows(session_key, history_limit).await?;
-    let keep = engine.settings().compaction.keep_recent_messages;
     if !is_due(engine, agent, &rows) {
         return Ok(None);
     }
-    Ok(split_point(&rows, keep).map(|cut| Due { rows, cut }))
+    let Some(cut) = split_for(engine, agent, &rows) else { return Ok(None) };
+    // What stays (at least the newest exchange) must leave room for turns before the next
+    // compaction: in a window that holds hardly two exchanges, every turn would compact, two
+    // more model calls each time, where trimming the history costs nothing.
+    let kept: u64 =
+        rows[cut..].iter().map(|(_, message)| engine.calibration().messages(std::slice::from_ref(message))).sum();
+    let trigger = engine.settings().compaction.context_share * engine.history_room(agent) as f64;
+    if kept as f64 > trigger / 2.0 {
+        tracing::debug!(kept, "a compaction would keep too much to free room; the history is trimmed instead");
+        return Ok(None);
+    }
+    Ok(Some(Due { rows, cut }))
 }
 
 /// Compacts a session [`due`] found due, unless another compaction of it is running.
@@ -175,8 +193,7 @@ fn over_threshold(engine: &ContextEngine, agent: &Agent, count: usize, raw: u64)
     if count > config.max_messages {
         return true;
     }
-    let budget = engine.input_budget(agent, agent.tool_tokens(&ToolFilter::All));
-    engine.calibration().correct(raw) as f64 > config.context_share * budget as f64
+    engine.calibration().correct(raw) as f64 > config.context_share * engine.history_room(agent) as f64
 }
 
 /// The history a turn read, as the compaction check after the turn needs it: each message's
@@ -201,14 +218,46 @@ impl HistoryShape {
     }
 }
 
-/// How many of the oldest rows to summarise: all but the last `keep`, moved back to a user
-/// message so a tool call and its results stay on one side. `None` when nothing would be.
-pub fn split_point(rows: &[(i64, ChatMessage)], keep: usize) -> Option<usize> {
-    let mut cut = rows.len().checked_sub(keep).filter(|&cut| cut > 0)?;
-    while cut > 0 && cut < rows.len() && rows[cut].1.role != Role::User {
+/// How many of the oldest rows a compaction of `agent`'s session summarises (see
+/// [`split_point`]): it keeps `keep_recent_share` of the input budget and at most
+/// `keep_recent_messages`.
+pub fn split_for(engine: &ContextEngine, agent: &Agent, rows: &[(i64, ChatMessage)]) -> Option<usize> {
+    let config = &engine.settings().compaction;
+    let keep_tokens = (config.keep_recent_share * engine.history_room(agent) as f64) as u64;
+    split_point(rows, keep_tokens, config.keep_recent_messages, engine.calibration())
+}
+
+/// How many of the oldest rows to summarise: all but the newest ones that fit in `keep_tokens`
+/// (and `keep_messages`), the kept part starting at a user message, so a tool call and its
+/// results stay on one side; at least the newest exchange is kept. `None` when nothing would
+/// be summarised.
+pub fn split_point(
+    rows: &[(i64, ChatMessage)],
+    keep_tokens: u64,
+    keep_messages: usize,
+    cal: &crate::tokens::Calibration,
+) -> Option<usize> {
+    let mut kept_tokens = 0;
+    let mut cut = rows.len();
+    while cut > 0 && rows.len() - cut < keep_messages {
+        let tokens = cal.messages(std::slice::from_ref(&rows[cut - 1].1));
+        if kept_tokens + tokens > keep_tokens {
+            break;
+        }
+        kept_tokens += tokens;
         cut -= 1;
     }
+    // Keep less rather than more: on to the next user message (but keep the newest exchange).
+    while cut < rows.len() && rows[cut].1.role != Role::User {
+        cut += 1;
+    }
+    let cut = if cut == rows.len() { last_exchange(rows)? } else { cut };
     (cut > 0).then_some(cut)
+}
+
+/// Where the newest exchange starts (its user message): all before it can be summarised.
+fn last_exchange(rows: &[(i64, ChatMessage)]) -> Option<usize> {
+    rows.iter().rposition(|(_, message)| message.role == Role::User).filter(|&at| at > 0)
 }
 
 async fn compact(
@@ -223,10 +272,14 @@ async fn compact(
     // Whatever is left out of a very long stretch, the summariser's own call must fit.
     let room = usize::try_from(deps.engine.input_budget(deps.agent, 0).saturating_mul(3)).unwrap_or(usize::MAX);
     let old = truncate_middle(&render(previous.as_deref(), &history[..cut]), room);
-    flush_memory(deps, msg, history, previous.as_deref()).await;
+    let flush = flush_memory(deps, msg, history, previous.as_deref()).await;
+    record(deps, msg, flush).await;
     let request = vec![ChatMessage::system(SUMMARY_PROMPT), ChatMessage::user(old)];
     let max_tokens = summary_max_tokens(deps);
-    let summary = deps.agent.complete(request, max_tokens).await?.content;
+    let started_at = crate::clock::now();
+    let answer = deps.agent.complete(request, max_tokens).await;
+    record(deps, msg, summary_run(deps, started_at, &answer)).await;
+    let summary = answer?.content;
     // A server that ignores `max_tokens` must not make every later turn carry a longer one.
     let summary = truncate_middle(summary.trim(), summary_max_chars(max_tokens));
     if summary.is_empty() {
@@ -254,10 +307,17 @@ fn summary_max_chars(max_tokens: u32) -> usize {
 
 /// The memory flush turn. Its outcome is only logged: a failed flush loses nothing that the
 /// summary does not keep, so the compaction goes on.
-async fn flush_memory(deps: Deps<'_>, msg: &InboundMessage, history: Vec<ChatMessage>, summary: Option<&str>) {
+async fn flush_memory(
+    deps: Deps<'_>,
+    msg: &InboundMessage,
+    history: Vec<ChatMessage>,
+    summary: Option<&str>,
+) -> SideRun {
+    let started_at = crate::clock::now();
     let filter = flush_filter();
     let input = ChatMessage::user(flush_prompt(deps.memory));
-    let prepared = deps.engine.prepare(deps.agent, deps.flush_prompt, history, summary, &input, &filter);
+    let prepared =
+        deps.engine.prepare(deps.agent, deps.session_key, deps.flush_prompt, history, summary, &input, &filter);
     let turn = Turn {
         system_prompt: deps.flush_prompt.to_owned(),
         history: prepared.history,
@@ -269,16 +329,87 @@ async fn flush_memory(deps: Deps<'_>, msg: &InboundMessage, history: Vec<ChatMes
         max_iterations: None,
         name_speakers: msg.is_group,
         model: None,
+        max_tokens: Some(deps.engine.answer_limit(deps.agent)),
+        cache_key: Some(crate::provider::cache_key(&deps.agent.settings().name, deps.session_key)),
     };
     let timeout = deps.engine.settings().compaction.flush_timeout();
+    let run = SideRun { started_at, ..side_run(deps, RunKind::MemoryFlush) };
     match tokio::time::timeout(timeout, deps.agent.run(turn)).await {
-        Err(_) => tracing::warn!(timeout_secs = timeout.as_secs(), "memory flush timed out"),
-        Ok(result) if result.error.is_some() => tracing::warn!(error = ?result.error, "memory flush failed"),
-        Ok(result) => tracing::info!(
-            wrote = result.reply.trim() != "NO_REPLY",
-            iterations = result.iterations,
-            "memory flush done"
-        ),
+        Err(_) => {
+            tracing::warn!(timeout_secs = timeout.as_secs(), "memory flush timed out");
+            // What the calls used is lost with them: recorded as a failure without counts.
+            let error = format!("timed out after {} s", timeout.as_secs());
+            SideRun { status: RunStatus::Failed, error: Some(error), ..run }
+        }
+        Ok(result) => {
+            match &result.error {
+                Some(error) => tracing::warn!(%error, "memory flush failed"),
+                None => tracing::info!(
+                    wrote = wrote_a_file(&result.transcript),
+                    iterations = result.iterations,
+                    "memory flush done"
+                ),
+            }
+            let status = if result.error.is_some() { RunStatus::Failed } else { RunStatus::Completed };
+            SideRun {
+                status,
+                model: result.model,
+                usage: result.usage,
+                cost_usd: result.cost_usd,
+                iterations: result.iterations,
+                error: result.error,
+                ..run
+            }
+        }
+    }
+}
+
+/// Whether the flush wrote to its memory file (rather than answering that nothing was new).
+fn wrote_a_file(transcript: &[ChatMessage]) -> bool {
+    transcript
+        .iter()
+        .flat_map(|message| &message.tool_calls)
+        .any(|call| call.name == "write_file" || call.name == "edit_file")
+}
+
+/// A side run of `kind` for this compaction, before its outcome is known.
+fn side_run(deps: Deps<'_>, kind: RunKind) -> SideRun {
+    SideRun {
+        kind,
+        session_key: deps.session_key.to_owned(),
+        inbound_id: String::new(),
+        status: RunStatus::Completed,
+        model: deps.agent.settings().model.clone(),
+        usage: Usage::default(),
+        cost_usd: None,
+        iterations: 0,
+        error: None,
+        started_at: crate::clock::now(),
+        billing: deps.billing.cloned(),
+    }
+}
+
+/// The summary call as a side run: what it used and cost, or why it failed.
+fn summary_run(deps: Deps<'_>, started_at: DateTime<Utc>, answer: &Result<ChatResponse, ProviderError>) -> SideRun {
+    let run = SideRun { started_at, iterations: 1, ..side_run(deps, RunKind::Summary) };
+    match answer {
+        Ok(response) => {
+            let prices = &deps.agent.settings().prices;
+            let mut cost = CostTally::new(prices);
+            cost.add(prices, &response.model, response.usage);
+            let model = if response.model.is_empty() { run.model.clone() } else { response.model.clone() };
+            SideRun { model, usage: response.usage, cost_usd: cost.total(), ..run }
+        }
+        Err(err) => SideRun { status: RunStatus::Failed, error: Some(err.to_string()), ..run },
+    }
+}
+
+/// Records a side run of the compaction that followed `msg`'s turn (logged, never fatal: the
+/// compaction goes on without its record).
+async fn record(deps: Deps<'_>, msg: &InboundMessage, run: SideRun) {
+    let run = SideRun { inbound_id: format!("{}:{}", msg.id, run.kind.as_str()), ..run };
+    if let Err(err) = deps.store.record_side_run(&run).await {
+        tracing::warn!(%err, kind = run.kind.as_str(), "cannot record a compaction's model call");
     }
 }
 
@@ -350,11 +481,19 @@ mod tests {
             ChatMessage::tool_result(&call, "r"),
             ChatMessage::assistant("a2", vec![]),
         ]);
-        assert_eq!(split_point(&rows, 2), Some(2));
-        assert_eq!(split_point(&rows, 4), Some(2));
-        assert_eq!(split_point(&rows, 5), None);
-        assert_eq!(split_point(&rows, 6), None);
-        assert_eq!(split_point(&rows, 0), Some(6));
+        let cal = crate::tokens::Calibration::default();
+        let split = |keep_messages| split_point(&rows, u64::MAX, keep_messages, &cal);
+        // Kept from a user message on: fewer rather than more.
+        assert_eq!(split(2), Some(2));
+        assert_eq!(split(4), Some(2));
+        // All would be kept: not due.
+        assert_eq!(split(6), None);
+        assert_eq!(split(0), Some(2), "the newest exchange always stays");
+        // By tokens: the kept part fits the share.
+        let one_message = cal.messages(std::slice::from_ref(&rows[5].1));
+        assert_eq!(split_point(&rows, one_message, 100, &cal), Some(2));
+        let only_first = vec![rows[0].clone(), rows[1].clone()];
+        assert_eq!(split_point(&only_first, u64::MAX, 100, &cal), None, "one exchange: nothing to summarise");
     }
 
     #[test]

@@ -1,11 +1,16 @@
 //! The history pipeline: pure functions that choose, from a session's stored messages, what
 //! the model sees in a turn.
 //!
-//! Order matters: whole old turns go first (cheap and loses least), then large tool results
-//! are trimmed or cleared (they are most of the bulk in tool-heavy sessions, and the model
-//! has usually acted on them already), then the oldest messages are dropped until the budget
-//! holds. Tool-call pairing is repaired last, because every cut above can break it and every
-//! provider rejects a tool result without its call or a call without its result.
+//! Order matters: large tool results are trimmed or cleared first (they are most of the bulk
+//! in tool-heavy sessions, and the model has usually acted on them already), then whole old
+//! turns go until the budget and `keep_user_turns` hold. Tool-call pairing is repaired last,
+//! because every cut above can break it and every provider rejects a tool result without its
+//! call or a call without its result.
+//!
+//! Cuts are made in steps, at [`cut_points`] that stay where they are as the conversation
+//! grows: a provider's prompt cache serves a request only up to where it differs from the one
+//! before, so a history that lost its oldest exchange on every turn would be read again in
+//! full on every turn. Between steps the history only grows at its end.
 
 use crate::config::HistoryConfig;
 use crate::provider::{ChatMessage, Role, ToolCall};
@@ -31,6 +36,9 @@ pub struct Budget {
     /// Tokens that are always sent whatever the history: the system prompt, the summary and
     /// the current message.
     pub fixed: u64,
+    /// The history is cut in steps of about this many tokens (by the heuristic count, which
+    /// stays the same for a message from turn to turn); 0 = at any message.
+    pub step: u64,
 }
 
 /// The message that carries a saved summary. A system message: OpenAI-compatible APIs take
@@ -40,29 +48,126 @@ pub fn summary_message(summary: &str) -> ChatMessage {
     ChatMessage::system(format!("{SUMMARY_PREFIX}{summary}"))
 }
 
-/// Runs the whole pipeline. `summary`, when given, is put first.
+/// Where a session's history was cut and pruned last time: kept by the caller between turns, so
+/// that neither ever moves back (a smaller estimate or a shorter message would otherwise undo
+/// a cut for a turn, and every such change is a miss of the provider's prompt cache).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Marks {
+    /// Which history these marks are for: a hash of its first message (a compaction or `/new`
+    /// starts another).
+    origin: u64,
+    /// Messages dropped from the start.
+    cut: usize,
+    /// Tool results before this message are soft-trimmed (and cleared, with `cleared`).
+    pruned_to: usize,
+    cleared: bool,
+}
+
+/// Runs the whole pipeline. `summary`, when given, is put first. `marks` are those the previous
+/// turn of the session returned, if any; the new ones come back with the history.
 pub fn prepare(
     history: Vec<ChatMessage>,
     summary: Option<&str>,
     budget: Budget,
     config: &HistoryConfig,
     calibration: &Calibration,
-) -> Vec<ChatMessage> {
+    marks: Option<Marks>,
+) -> (Vec<ChatMessage>, Marks) {
     let summary = summary.map(summary_message);
     let fixed = budget.fixed + summary.as_ref().map_or(0, |s| calibration.messages(std::slice::from_ref(s)));
     let budget = Budget { fixed, ..budget };
-    let mut messages = repair_pairing(keep_user_turns(history, config.keep_user_turns));
-    prune_tool_results(&mut messages, budget, config, calibration);
-    let messages = fit_budget(messages, budget, calibration);
+    let mut messages = repair_pairing(history);
+    let origin = messages.first().map_or(0, fingerprint);
+    let marks = marks.filter(|marks| marks.origin == origin && marks.cut <= messages.len());
+    let points = cut_points(&messages, budget.step, config.keep_user_turns.div_ceil(2));
+    let (pruned_to, cleared) = prune_tool_results(&mut messages, &points, budget, config, calibration, marks);
+    let (messages, cut) = cut_in_steps(messages, &points, budget, config.keep_user_turns, calibration);
+    let cut = match marks {
+        // Never less than last time (the cut points stay where they were).
+        Some(marks) if marks.cut > cut => {
+            let at = marks.cut - cut;
+            (messages.get(at..).map(<[ChatMessage]>::to_vec).unwrap_or_default(), marks.cut)
+        }
+        _ => (messages, cut),
+    };
+    let (messages, cut) = cut;
     let mut messages = repair_alternation(repair_pairing(messages));
     if let Some(summary) = summary {
         messages.insert(0, summary);
     }
-    messages
+    (messages, Marks { origin, cut, pruned_to, cleared })
+}
+
+/// A hash of a message's role and text: which history a [`Marks`] belongs to.
+fn fingerprint(message: &ChatMessage) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (message.role as u8, &message.content, &message.context).hash(&mut hasher);
+    hasher.finish()
+}
+
+/// Where the history may be cut: every user message at which the heuristic token count since
+/// the last such point reaches `tokens_step`, or the user turns since it `turns_step` (every
+/// user message when `tokens_step` is 0). Counted from the start of the history, which is the
+/// last compaction (or `/new`), these points stay where they are as the conversation grows; a
+/// cut moves from one to the next, freeing about a step at once.
+pub fn cut_points(messages: &[ChatMessage], tokens_step: u64, turns_step: usize) -> Vec<usize> {
+    let mut points = Vec::new();
+    let (mut tokens, mut turns) = (0u64, 0usize);
+    for (at, message) in messages.iter().enumerate() {
+        if message.role == Role::User && at > 0 {
+            let full = tokens >= tokens_step || (turns_step > 0 && turns >= turns_step);
+            if full || tokens_step == 0 {
+                points.push(at);
+                (tokens, turns) = (0, 0);
+            }
+        }
+        turns += usize::from(message.role == Role::User);
+        tokens += crate::tokens::raw_message(message);
+    }
+    points
+}
+
+/// Drops the oldest messages, to the first cut point after which the history fits the budget
+/// and holds at most `keep_user_turns` user turns; when even the last point leaves too much (a
+/// single huge turn), the oldest messages go one by one ([`fit_budget`]). Returns what is left
+/// and how many messages went.
+pub fn cut_in_steps(
+    messages: Vec<ChatMessage>,
+    points: &[usize],
+    budget: Budget,
+    keep_user_turns: usize,
+    cal: &Calibration,
+) -> (Vec<ChatMessage>, usize) {
+    let room = budget.input.saturating_sub(budget.fixed);
+    // From the end: tokens and user turns from each message on.
+    let mut after = vec![(0u64, 0usize); messages.len() + 1];
+    for at in (0..messages.len()).rev() {
+        let (tokens, turns) = after[at + 1];
+        let user = usize::from(messages[at].role == Role::User);
+        after[at] = (tokens + cal.messages(std::slice::from_ref(&messages[at])), turns + user);
+    }
+    let fits = |at: usize| after[at].0 <= room && after[at].1 <= keep_user_turns;
+    if fits(0) {
+        return (messages, 0);
+    }
+    let mut messages = messages;
+    match points.iter().copied().find(|&at| fits(at)) {
+        Some(cut) => {
+            tracing::debug!(dropped = cut, "history over its budget; cut at the next step");
+            (messages.split_off(cut), cut)
+        }
+        None => {
+            let len = messages.len();
+            let kept = fit_budget(keep_user_turns_only(messages, keep_user_turns), budget, cal);
+            let cut = len - kept.len();
+            (kept, cut)
+        }
+    }
 }
 
 /// Keeps the last `turns` user messages and everything after the first of them.
-pub fn keep_user_turns(mut history: Vec<ChatMessage>, turns: usize) -> Vec<ChatMessage> {
+pub fn keep_user_turns_only(mut history: Vec<ChatMessage>, turns: usize) -> Vec<ChatMessage> {
     let users: Vec<usize> = history.iter().enumerate().filter(|(_, m)| m.role == Role::User).map(|(i, _)| i).collect();
     if users.len() <= turns {
         return history;
@@ -81,26 +186,40 @@ pub fn protected_start(messages: &[ChatMessage], turns: usize) -> usize {
 }
 
 /// Soft-trims long tool results past `soft_trim_ratio` of the budget, and clears old ones
-/// past `hard_clear_ratio`; the protected tail is left alone.
-pub fn prune_tool_results(messages: &mut [ChatMessage], budget: Budget, config: &HistoryConfig, cal: &Calibration) {
-    let protect = protected_start(messages, config.protect_recent_turns);
+/// past `hard_clear_ratio`; the protected tail is left alone, and so is everything after the
+/// last cut point before it, so what is pruned changes in steps too (see [`cut_points`]), and
+/// never less than the previous turn pruned (`marks`). Returns how far it pruned and whether
+/// it cleared.
+pub fn prune_tool_results(
+    messages: &mut [ChatMessage],
+    points: &[usize],
+    budget: Budget,
+    config: &HistoryConfig,
+    cal: &Calibration,
+    marks: Option<Marks>,
+) -> (usize, bool) {
+    let (before_to, before_cleared) = marks.map_or((0, false), |marks| (marks.pruned_to, marks.cleared));
+    let tail = protected_start(messages, config.protect_recent_turns);
+    let step = points.iter().copied().take_while(|&at| at <= tail).last().unwrap_or(0);
     let used = |messages: &[ChatMessage]| (budget.fixed + cal.messages(messages)) as f64;
     let limit = budget.input as f64;
-    if used(messages) <= config.soft_trim_ratio * limit {
-        return;
+    if before_to == 0 && used(messages) <= config.soft_trim_ratio * limit {
+        return (0, false);
     }
+    let protect = step.max(before_to).min(messages.len());
     for message in messages[..protect].iter_mut().filter(|m| m.role == Role::Tool) {
         if message.content.chars().count() > config.soft_trim_chars {
             message.content = truncate_middle(&message.content, config.soft_trim_chars);
         }
     }
-    if used(messages) <= config.hard_clear_ratio * limit {
-        return;
+    if !before_cleared && used(messages) <= config.hard_clear_ratio * limit {
+        return (protect, false);
     }
     // A result shorter than the marker stays: clearing it would cost more than it saves.
     for message in messages[..protect].iter_mut().filter(|m| m.role == Role::Tool && m.content.len() > CLEARED.len()) {
         CLEARED.clone_into(&mut message.content);
     }
+    (protect, true)
 }
 
 /// Drops the oldest messages until the history fits what the budget leaves after the fixed

@@ -37,6 +37,8 @@ pub struct AnthropicConfig {
     pub vision: bool,
     /// Ask for server-sent events.
     pub stream: bool,
+    /// `cache_control` breakpoints, and their lifetime; `None`: nothing is cached.
+    pub cache: Option<crate::config::CacheTtl>,
 }
 
 impl Default for AnthropicConfig {
@@ -48,6 +50,7 @@ impl Default for AnthropicConfig {
             request_timeout: Duration::from_secs(120),
             stream: true,
             vision: false,
+            cache: Some(crate::config::CacheTtl::FiveMinutes),
         }
     }
 }
@@ -62,6 +65,7 @@ impl fmt::Debug for AnthropicConfig {
             .field("request_timeout", &self.request_timeout)
             .field("stream", &self.stream)
             .field("vision", &self.vision)
+            .field("cache", &self.cache)
             .finish()
     }
 }
@@ -105,11 +109,12 @@ impl WireFormat for AnthropicWire {
     }
 
     fn encode_request<'a>(
+        config: &'a AnthropicConfig,
         request: &'a ChatRequest<'_>,
         stream: bool,
         images: Option<&'a Attached>,
     ) -> wire::WireRequest<'a> {
-        wire::encode_request(request, stream, images)
+        wire::encode_request(request, stream, images, config.cache)
     }
 
     fn decode_response(body: &[u8]) -> Result<ChatResponse, ProviderError> {

@@ -5,6 +5,7 @@
 
 use std::fmt;
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
@@ -16,7 +17,7 @@ use super::clients::Clients;
 use super::http::{is_event_stream, transport_error};
 use super::images::{self, Attached};
 use super::retry_after::parse_retry_after;
-use super::sse::{SseEvent, SseParser, StreamEnd, resume_sink};
+use super::sse::{NO_DATA, SseEvent, SseParser, StreamEnd, resume_sink};
 use super::{ChatRequest, ChatResponse, Provider, ProviderError, TextSink};
 
 /// What the provider core needs to know of a wire format's configuration.
@@ -58,9 +59,14 @@ pub trait WireFormat: Send + Sync + 'static {
     /// Sent with every request besides `Content-Type`; keys marked sensitive so that reqwest
     /// never prints them.
     fn headers(config: &Self::Config) -> Result<HeaderMap, ProviderError>;
-    /// The body of `request`; `images`, when given, are those of one of its messages, read
-    /// for a vision model.
-    fn encode_request<'a>(request: &'a ChatRequest<'_>, stream: bool, images: Option<&'a Attached>) -> Self::Body<'a>;
+    /// The body of `request` for the API `config` names; `images`, when given, are those of
+    /// one of its messages, read for a vision model.
+    fn encode_request<'a>(
+        config: &'a Self::Config,
+        request: &'a ChatRequest<'_>,
+        stream: bool,
+        images: Option<&'a Attached>,
+    ) -> Self::Body<'a>;
     /// Decodes a whole (non-streamed) answer.
     fn decode_response(body: &[u8]) -> Result<ChatResponse, ProviderError>;
     /// Maps a non-2xx answer to an error, with the provider's own message; `secret` is blanked
@@ -100,6 +106,8 @@ pub struct HttpProvider<W: WireFormat> {
     config: W::Config,
     clients: Clients,
     endpoint: reqwest::Url,
+    /// Requests with tools go unstreamed: the server streams none (see `stop_streaming_tools`).
+    tools_unstreamed: AtomicBool,
     format: PhantomData<W>,
 }
 
@@ -117,7 +125,7 @@ impl<W: WireFormat> HttpProvider<W> {
         let mut headers = W::headers(&config)?;
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         let clients = Clients::new(headers, W::settings(&config).request_timeout)?;
-        Ok(Self { config, clients, endpoint, format: PhantomData })
+        Ok(Self { config, clients, endpoint, tools_unstreamed: AtomicBool::new(false), format: PhantomData })
     }
 
     fn settings(&self) -> Settings<'_> {
@@ -146,7 +154,7 @@ impl<W: WireFormat> HttpProvider<W> {
         sink: Option<TextSink<'_>>,
     ) -> Result<ChatResponse, ProviderError> {
         let limit = self.settings().request_timeout;
-        let body = W::encode_request(request, true, images);
+        let body = W::encode_request(&self.config, request, true, images);
         let response =
             tokio::time::timeout(limit, self.send(&self.clients.get(), &body)).await.map_err(|_| self.timeout())??;
         if !is_event_stream(response.headers()) {
@@ -161,7 +169,12 @@ impl<W: WireFormat> HttpProvider<W> {
             StreamEnd::Complete(response) => Ok(response),
             StreamEnd::Unfinished { streamed, why } => {
                 let sink = resume_sink(self.settings().name, streamed, &why, sink);
-                self.complete_once(&self.clients.renew()?, &W::encode_request(request, false, images), sink).await
+                let body = W::encode_request(&self.config, request, false, images);
+                let answer = self.complete_once(&self.clients.renew()?, &body, sink).await;
+                if answer.is_ok() && why == NO_DATA && !request.tools.is_empty() {
+                    self.stop_streaming_tools();
+                }
+                answer
             }
         }
     }
@@ -214,6 +227,20 @@ impl<W: WireFormat> HttpProvider<W> {
         Err(W::error_from_body(status.as_u16(), retry_after, &body, self.settings().api_key))
     }
 
+    /// A server that sends an empty stream for a request with tools, and answers the same
+    /// request unstreamed (llama-cpp-python: "Automatic streaming tool choice is not
+    /// supported"), gets such requests unstreamed from now on: one wasted request, not one a
+    /// turn.
+    fn stop_streaming_tools(&self) {
+        if !self.tools_unstreamed.swap(true, Ordering::Relaxed) {
+            tracing::info!(
+                provider = %self.settings().name,
+                "the model server streams no answer to a request with tools but answers it unstreamed; \
+                 requests with tools are sent unstreamed from now on"
+            );
+        }
+    }
+
     fn timeout(&self) -> ProviderError {
         ProviderError::Timeout(self.settings().request_timeout)
     }
@@ -249,10 +276,12 @@ impl<W: WireFormat> Provider for HttpProvider<W> {
         );
         let images = if settings.vision { images::attach(&request.messages).await } else { None };
         let images = images.as_ref();
-        if settings.stream {
+        let unstreamed_tools = !request.tools.is_empty() && self.tools_unstreamed.load(Ordering::Relaxed);
+        if settings.stream && !unstreamed_tools {
             self.complete_streaming(request, images, stream).await
         } else {
-            self.complete_once(&self.clients.get(), &W::encode_request(request, false, images), stream).await
+            self.complete_once(&self.clients.get(), &W::encode_request(&self.config, request, false, images), stream)
+                .await
         }
     }
 }

@@ -34,6 +34,36 @@ pub struct OpenAiConfig {
     pub stream: bool,
     /// Sent with every request (e.g. `OpenAI-Organization`, or a proxy's own key).
     pub extra_headers: Vec<(String, String)>,
+    /// What requests carry beyond the common fields, for this server's prompt cache.
+    pub hints: OpenAiHints,
+}
+
+/// Fields only some OpenAI-compatible servers take (others may answer an unknown field with
+/// 400), set from `prompt_cache` and the server's address (see [`OpenAiHints::for_server`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpenAiHints {
+    /// `prompt_cache_key`: the conversation's key, so its requests reach the same cache.
+    pub prompt_cache_key: bool,
+    /// `cache_prompt: true`: llama.cpp's server keeps the prompt's state for the next request.
+    pub cache_prompt: bool,
+    /// The answer limit as `max_completion_tokens`: api.openai.com's reasoning models refuse
+    /// `max_tokens`; other servers know only `max_tokens`.
+    pub max_completion_tokens: bool,
+}
+
+impl OpenAiHints {
+    /// The hints for the server at `base_url` under `prompt_cache`.
+    pub fn for_server(base_url: &str, prompt_cache: crate::config::PromptCache) -> OpenAiHints {
+        use crate::config::PromptCache;
+        let hosted = reqwest::Url::parse(base_url).is_ok_and(|url| url.host_str() == Some("api.openai.com"));
+        let (prompt_cache_key, cache_prompt) = match prompt_cache {
+            PromptCache::Auto => (hosted, false),
+            PromptCache::Openai => (true, false),
+            PromptCache::LlamaCpp => (false, true),
+            PromptCache::Off => (false, false),
+        };
+        OpenAiHints { prompt_cache_key, cache_prompt, max_completion_tokens: hosted }
+    }
 }
 
 impl Default for OpenAiConfig {
@@ -46,6 +76,7 @@ impl Default for OpenAiConfig {
             stream: true,
             vision: false,
             extra_headers: Vec::new(),
+            hints: OpenAiHints::for_server("https://api.openai.com/v1", crate::config::PromptCache::Auto),
         }
     }
 }
@@ -63,6 +94,7 @@ impl fmt::Debug for OpenAiConfig {
             .field("stream", &self.stream)
             .field("vision", &self.vision)
             .field("extra_headers", &header_names)
+            .field("hints", &self.hints)
             .finish()
     }
 }
@@ -113,11 +145,12 @@ impl WireFormat for OpenAiWire {
     }
 
     fn encode_request<'a>(
+        config: &'a OpenAiConfig,
         request: &'a ChatRequest<'_>,
         stream: bool,
         images: Option<&'a Attached>,
     ) -> wire::WireRequest<'a> {
-        wire::encode_request(request, stream, images)
+        wire::encode_request(request, stream, images, config.hints)
     }
 
     fn decode_response(body: &[u8]) -> Result<ChatResponse, ProviderError> {

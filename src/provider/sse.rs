@@ -25,6 +25,9 @@ impl SseEvent {
     }
 }
 
+/// Why a stream is unfinished when it carried nothing at all (see [`StreamEnd::Unfinished`]).
+pub const NO_DATA: &str = "the stream ended before any data";
+
 /// How a streamed answer ended.
 #[derive(Debug)]
 pub enum StreamEnd {

@@ -140,6 +140,9 @@ async fn work(manager: &SubagentManager, job: &Job) -> SubagentEnd {
         max_iterations: Some(manager.settings.max_iterations),
         name_speakers: false,
         model: None,
+        // A sub-agent runs on the configured window; its own max_tokens, else the default reserve.
+        max_tokens: Some(agent.settings().max_tokens.unwrap_or(crate::config::DEFAULT_OUTPUT_RESERVE as u32)),
+        cache_key: None,
     };
     let limit = manager.settings.timeout;
     match tokio::time::timeout(limit, agent.run(turn)).await {

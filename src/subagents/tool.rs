@@ -117,6 +117,7 @@ mod tests {
             stream: false,
             vision: false,
             extra_headers: vec![],
+            hints: Default::default(),
         })
         .unwrap();
         let settings = AgentSettings {

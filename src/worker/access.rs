@@ -92,6 +92,22 @@ pub(super) async fn admit(shared: &Shared, agent: &Agent, msg: &InboundMessage) 
     Ok(Access::Allowed { tools, level, billing: Some(billing) })
 }
 
+/// Whose month a model call made for `msg` outside its turn (`/compact`'s) counts in: the
+/// sender (or the person a system message acts for) and the group they write in, as
+/// [`admit`] bills a turn; `None` for switchboard's own messages.
+pub(super) async fn billing_for(shared: &Shared, msg: &InboundMessage) -> Result<Option<Billing>, StoreError> {
+    let (identity, name) = match msg.kind {
+        InboundKind::User => (Identity::new(&msg.channel, &msg.sender.id), msg.sender.name.as_str()),
+        InboundKind::System => match on_behalf_of(msg) {
+            Some(identity) => (identity, ""),
+            None => return Ok(None),
+        },
+    };
+    let group = stand(shared, msg, &identity, name).await?.group;
+    let month = month_key(shared.access.get().now());
+    Ok(Some(Billing { identity, month, group: group.map(|group| group.key) }))
+}
+
 /// The user behind `identity` (created on first sight) and the level they run with for
 /// `msg`. Only what people write in a group takes the group's settings: switchboard's own
 /// messages for a person (their cron jobs, sub-agent results) run at the person's own level.

@@ -126,17 +126,20 @@ async fn execute(shared: &Shared, job: &Job, key: &str, command: Command) -> Res
 /// `/compact`: the history summarised now, whatever its size, keeping the newest messages as a
 /// compaction after a turn does (and the memory flush before it).
 async fn compact_now(shared: &Shared, msg: &InboundMessage, key: &str) -> Result<String, StoreError> {
-    let due = compaction::due_now(&shared.context, shared.store.as_ref(), key, shared.settings.history_limit).await?;
-    let Some(due) = due else {
-        return Ok("Nothing to compact yet: the conversation is still short.".into());
-    };
     let route = shared.agents.get().route(msg);
-    Ok(match super::run::compact_with_flush(shared, &route, msg, due).await {
+    let (engine, store, limit) = (&shared.context, shared.store.as_ref(), shared.settings.history_limit);
+    let Some(due) = compaction::due_now(engine, store, &route.agent, key, limit).await? else {
+        return Ok("Nothing to compact yet: the conversation has no earlier exchange to summarise.".into());
+    };
+    let billing = access::billing_for(shared, msg).await?;
+    Ok(match super::run::compact_with_flush(shared, &route, msg, due, billing.as_ref()).await {
         Ok(Outcome::Compacted { summarized, .. }) => {
             format!("Compacted: the {summarized} oldest messages of this conversation are now a summary.")
         }
         Ok(Outcome::Busy) => "A compaction of this conversation is already running.".into(),
-        Ok(Outcome::NotNeeded) => "Nothing to compact yet: the conversation is still short.".into(),
+        Ok(Outcome::NotNeeded) => {
+            "Nothing to compact yet: the conversation has no earlier exchange to summarise.".into()
+        }
         Err(err) => {
             tracing::warn!(%err, session = %key, "/compact failed");
             format!("The compaction failed ({err}); the conversation is as it was.")

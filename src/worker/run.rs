@@ -23,6 +23,7 @@ use super::settle::reply_to;
 use super::turn::TurnPlan;
 use crate::agent::{EventSink, SteerReceiver};
 use crate::context::compaction;
+use crate::store::users::Billing;
 use crate::store::{BusWrites, RunClaim, RunOutcome, RunStatus};
 
 /// How long to wait before a message is tried again after the store or bus failed.
@@ -58,8 +59,12 @@ pub(super) async fn process(shared: &Shared, msg: InboundMessage, held: Held, co
     };
     span.record("duration_ms", started.elapsed().as_millis() as u64);
     // Not while stopping: a compaction would only eat into the shutdown grace period.
-    let compact =
-        matches!(verdict, Ok(Done { compaction_due: true, .. })) && !panicked && !shared.stopping.is_cancelled();
+    let compact = match &verdict {
+        Ok(Done { compaction_due: true, billing, .. }) if !panicked && !shared.stopping.is_cancelled() => {
+            Some(billing.clone())
+        }
+        _ => None,
+    };
     let settle = match verdict {
         Ok(Done { journaled: true, .. }) => Settle::AckJournaled,
         Ok(_) => Settle::Ack,
@@ -80,8 +85,8 @@ pub(super) async fn process(shared: &Shared, msg: InboundMessage, held: Held, co
     held.settle(settle).await;
     // After the ack, still in the session's task: the next turn of this session waits for
     // the compaction, other sessions do not.
-    if compact {
-        compact_session(shared, &route, &msg, &span).await;
+    if let Some(billing) = compact {
+        compact_session(shared, &route, &msg, billing.as_ref(), &span).await;
     }
     acked
 }
@@ -89,7 +94,13 @@ pub(super) async fn process(shared: &Shared, msg: InboundMessage, held: Held, co
 /// Compacts the session if due (the turn found it may be), its memory flush in the memory scope of the chat (the scope
 /// decided as for the turn). When the scope cannot be decided, nothing is compacted now: the
 /// next turn tries again, and no flush ever runs in a scope it was not given.
-async fn compact_session(shared: &Shared, route: &Route, msg: &InboundMessage, span: &tracing::Span) {
+async fn compact_session(
+    shared: &Shared,
+    route: &Route,
+    msg: &InboundMessage,
+    billing: Option<&Billing>,
+    span: &tracing::Span,
+) {
     let (engine, store, agent) = (&shared.context, shared.store.as_ref(), &route.agent);
     // Most turns end here: the scope and the flush prompt are prepared only for a compaction.
     let due = match compaction::due(engine, store, agent, &route.key, shared.settings.history_limit).await {
@@ -101,7 +112,7 @@ async fn compact_session(shared: &Shared, route: &Route, msg: &InboundMessage, s
         }
     };
     let span = tracing::info_span!(parent: span, "compaction", session = %route.key);
-    let outcome = compact_with_flush(shared, route, msg, due).instrument(span).await;
+    let outcome = compact_with_flush(shared, route, msg, due, billing).instrument(span).await;
     match outcome {
         Ok(compaction::Outcome::Compacted { summarized, through_id }) => {
             tracing::info!(summarized, through_id, "compacted the session's history");
@@ -127,6 +138,7 @@ pub(super) async fn compact_with_flush(
     route: &Route,
     msg: &InboundMessage,
     due: compaction::Due,
+    billing: Option<&Billing>,
 ) -> Result<compaction::Outcome, CompactError> {
     let (engine, store, agent) = (&shared.context, shared.store.as_ref(), &route.agent);
     let memory =
@@ -150,17 +162,20 @@ pub(super) async fn compact_with_flush(
         session_key: &route.key,
         flush_prompt: &flush_prompt,
         memory: &memory,
+        billing,
     };
     Ok(compaction::compact_due(deps, msg, due, &shared.abandon).await?)
 }
 
 /// How a processed message ended.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 struct Done {
     /// The turn ran and its session may now be due for compaction.
     compaction_due: bool,
     /// The message's journal row was deleted with the run's outcome.
     journaled: bool,
+    /// Who paid for the turn: who pays for a compaction after it.
+    billing: Option<Billing>,
 }
 
 /// `answered_row`: the message's journal row, deleted with the outcome when the journal is
@@ -219,7 +234,7 @@ async fn process_inner(
     tracing::Span::current().record("status", outcome.status.as_str());
     let journaled = finish(shared, msg, &run_id, &outcome, answered_row).await?;
     count_outcome(agent_name, &msg.channel, &outcome, started.elapsed());
-    Ok(Done { compaction_due, journaled })
+    Ok(Done { compaction_due, journaled, billing: outcome.billing })
 }
 
 /// Stores the outcome and publishes the reply. When the bus's journal is the store's database

@@ -85,7 +85,7 @@ async fn attempt(
         super::prompt::fitted_prompt(shared, agent, &run, plan.tools.clone(), &mut input).await;
     let summary = summary.as_ref().map(|s| s.0.as_str());
     let shape = HistoryShape::of(&history);
-    let prepared = shared.context.prepare(agent, &system_prompt, history, summary, &input, &tools);
+    let prepared = shared.context.prepare(agent, session_key, &system_prompt, history, summary, &input, &tools);
     let turn = Turn {
         system_prompt,
         history: prepared.history,
@@ -97,6 +97,8 @@ async fn attempt(
         max_iterations: None,
         name_speakers: msg.is_group,
         model: plan.model.clone(),
+        max_tokens: Some(shared.context.answer_limit(agent)),
+        cache_key: Some(crate::provider::cache_key(&agent.settings().name, session_key)),
     };
     let result = agent.run(turn).await;
     // Estimates teach the estimator nothing.

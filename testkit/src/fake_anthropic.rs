@@ -9,6 +9,10 @@
 //! answered with an error. Requests without `anthropic-version` or `max_tokens` get a 400,
 //! as from the real API, and so do `image` blocks whose base64 source is not a JPEG, PNG, GIF
 //! or WebP of the declared `media_type`; [`sent_images`] decodes those a request carried.
+//!
+//! Its prompt cache is Anthropic's (see [`crate::fake_server::prompt_cache`]): nothing is
+//! cached without `cache_control` breakpoints, more than four is a 400, and usage reports
+//! `cache_read_input_tokens` and `cache_creation_input_tokens` beside `input_tokens`.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -24,6 +28,7 @@ use axum::routing::post;
 use serde_json::{Value, json};
 
 use crate::fake_server::images;
+use crate::fake_server::prompt_cache::{AnthropicCache, AnthropicUsage};
 use crate::fake_server::{
     CallLog, ModelScript, ServerTask, Settled, bind_loopback, event_stream, event_stream_at_once, json_or_text,
     json_status, split_text,
@@ -69,6 +74,7 @@ struct Shared {
     script: ModelScript,
     requests: CallLog<Recorded>,
     api_key: Option<String>,
+    cache: AnthropicCache,
 }
 
 /// The running server; stops when dropped.
@@ -96,7 +102,12 @@ impl FakeAnthropic {
     }
 
     async fn spawn(api_key: Option<String>) -> FakeAnthropic {
-        let shared = Arc::new(Shared { script: ModelScript::new(), requests: CallLog::new(), api_key });
+        let shared = Arc::new(Shared {
+            script: ModelScript::new(),
+            requests: CallLog::new(),
+            api_key,
+            cache: Default::default(),
+        });
         let router = Router::new()
             .route("/v1/messages", post(messages))
             .route("/v1/models", axum::routing::get(models))
@@ -186,6 +197,11 @@ fn refusal(shared: &Shared, headers: &HeaderMap, request: &Value) -> Option<Resp
     if let Some(why) = image_blocks(request).find_map(Result::err) {
         return Some(json_status(400, None, error_body("invalid_request_error", &why)));
     }
+    let breakpoints = crate::fake_server::prompt_cache::breakpoints(request);
+    if breakpoints > crate::fake_server::prompt_cache::MAX_BREAKPOINTS {
+        let why = format!("A maximum of 4 blocks with cache_control may be provided. Found {breakpoints}.");
+        return Some(json_status(400, None, error_body("invalid_request_error", &why)));
+    }
     None
 }
 
@@ -219,7 +235,7 @@ async fn messages(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: B
                 "role": "assistant", "model": request["model"], "content": [], "usage": {"input_tokens": 1, "output_tokens": 0}}});
             event_stream_at_once(format!("event: message_start\ndata: {start}\n\n"))
         }
-        Settled::Text(text) => answer(&request, vec![json!({"type": "text", "text": text})]),
+        Settled::Text(text) => answer(&shared, &request, vec![json!({"type": "text", "text": text})]),
         Settled::ToolCalls(calls) => {
             let blocks = calls
                 .into_iter()
@@ -228,7 +244,7 @@ async fn messages(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: B
                     json!({"type": "tool_use", "id": id, "name": name, "input": input})
                 })
                 .collect();
-            answer(&request, blocks)
+            answer(&shared, &request, blocks)
         }
     }
 }
@@ -250,33 +266,44 @@ fn last_user_text(request: &Value) -> String {
         .unwrap_or_default()
 }
 
-/// Plausible usage: about four characters per token.
-fn usage(request: &Value, blocks: &[Value]) -> (u64, u64) {
-    let input = request.to_string().len() as u64 / 4;
+/// Plausible usage: about four characters per token, the input split as the cache served it.
+fn usage(shared: &Shared, request: &Value, blocks: &[Value]) -> (AnthropicUsage, u64) {
+    // Refused earlier when its breakpoints are too many.
+    let input = shared.cache.serve(request).unwrap_or_default();
     let output = blocks.iter().map(|b| b.to_string().len() as u64).sum::<u64>() / 4;
-    (input.max(1), output.max(1))
+    (AnthropicUsage { input: input.input.max(1), ..input }, output.max(1))
 }
 
-fn answer(request: &Value, blocks: Vec<Value>) -> Response {
+fn usage_json(input: AnthropicUsage, output: u64) -> Value {
+    json!({"input_tokens": input.input, "output_tokens": output,
+        "cache_read_input_tokens": input.cache_read, "cache_creation_input_tokens": input.cache_creation})
+}
+
+fn answer(shared: &Shared, request: &Value, blocks: Vec<Value>) -> Response {
     let model = request["model"].as_str().unwrap_or("claude-fake").to_owned();
     let stop_reason = if blocks.iter().any(|b| b["type"] == "tool_use") { "tool_use" } else { "end_turn" };
-    let (input, output) = usage(request, &blocks);
+    let (input, output) = usage(shared, request, &blocks);
     if request["stream"] == true {
         return stream_answer(&model, blocks, stop_reason, (input, output));
     }
     axum::Json(json!({
         "id": "msg_fake", "type": "message", "role": "assistant", "model": model,
         "content": blocks, "stop_reason": stop_reason, "stop_sequence": null,
-        "usage": {"input_tokens": input, "output_tokens": output},
+        "usage": usage_json(input, output),
     }))
     .into_response()
 }
 
-fn stream_answer(model: &str, blocks: Vec<Value>, stop_reason: &str, (input, output): (u64, u64)) -> Response {
+fn stream_answer(
+    model: &str,
+    blocks: Vec<Value>,
+    stop_reason: &str,
+    (input, output): (AnthropicUsage, u64),
+) -> Response {
     let mut events = vec![(
         "message_start",
         json!({"type": "message_start", "message": {"id": "msg_fake", "type": "message", "role": "assistant",
-            "model": model, "content": [], "stop_reason": null, "usage": {"input_tokens": input, "output_tokens": 1}}}),
+            "model": model, "content": [], "stop_reason": null, "usage": usage_json(input, 1)}}),
     )];
     for (index, block) in blocks.iter().enumerate() {
         events.extend(block_events(index, block));

@@ -22,6 +22,7 @@
 //! [`FakeLlm::start_with_quirks`] makes it behave like a server users run instead of the hosted
 //! API ([`Quirks::llama_cpp`]: no usage in streams, an empty 200 stream on overflow, …).
 
+mod caching;
 mod connection;
 pub mod embeddings;
 pub mod load;
@@ -34,6 +35,7 @@ pub use transcriptions::{
     FORMATS as TRANSCRIPTION_FORMATS, MAX_FILE_BYTES as MAX_TRANSCRIPTION_BYTES, TranscriptionCall,
 };
 
+pub use crate::fake_server::prompt_cache::PrefixHit;
 pub use crate::fake_server::{Scripted, SentImage, split_context_line, split_text, without_context_line};
 
 use std::net::SocketAddr;
@@ -48,6 +50,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::{Value, json};
 
+use crate::fake_server::prompt_cache::{OpenAiCache, SlotCache};
 use crate::fake_server::{
     CallLog, ModelScript, ServerTask, Settled, bind_loopback, event_stream, event_stream_at_once, event_stream_paced,
     images, json_or_text, json_status, lock,
@@ -105,6 +108,10 @@ struct Shared {
     quirks: Quirks,
     /// Set for a load test: a fixed answer for every request, none recorded (see [`load`]).
     load: Option<load::LoadModel>,
+    /// The hosted API's prompt cache, unless `quirks.slot_cache` ...
+    cache: OpenAiCache,
+    /// ... makes it llama.cpp's one slot.
+    slot: SlotCache,
 }
 
 /// The running server; stops when dropped.
@@ -159,6 +166,8 @@ impl FakeLlm {
             api_key,
             quirks,
             load,
+            cache: OpenAiCache::default(),
+            slot: SlotCache::default(),
         });
         let transcriptions =
             post(transcriptions::transcriptions).layer(DefaultBodyLimit::max(transcriptions::BODY_LIMIT));
@@ -226,6 +235,12 @@ impl FakeLlm {
         self.shared.embedding_calls.all()
     }
 
+    /// What llama.cpp's slot reused of each request's prompt, in order (with
+    /// [`Quirks::llama_cpp`]; the server's log says it, its answers do not).
+    pub fn prefix_hits(&self) -> Vec<PrefixHit> {
+        self.shared.slot.hits()
+    }
+
     /// From now on `/v1/embeddings` answers 500 (`true`) or works again (`false`).
     pub fn fail_embeddings(&self, failing: bool) {
         self.shared.embeddings_failing.set(failing);
@@ -248,6 +263,10 @@ async fn chat_completions(State(shared): State<Arc<Shared>>, headers: HeaderMap,
         Settled::Response(response) => response,
         Settled::Interrupted => interrupted_stream(number, &request),
         Settled::Text(text) => answer(&shared, number, &request, within_max_tokens(&request, text)),
+        // A model the server showed no tools cannot call one: it answers in words.
+        Settled::ToolCalls(_) if shared.quirks.tools_need_choice && !caching::tools_shown(&shared, &request) => {
+            answer(&shared, number, &request, Answer::Text("I have no tools for that.".into(), "stop"))
+        }
         Settled::ToolCalls(calls) => {
             let calls = calls.into_iter().map(|(name, args)| (next_call_id(&shared), name, args)).collect();
             answer(&shared, number, &request, Answer::ToolCalls(calls))
@@ -346,17 +365,18 @@ enum Answer {
 }
 
 /// Plausible usage: about four characters per token. Like real servers, the prompt count
-/// includes the tool schemas offered, which the model reads as part of its input.
-fn usage(request: &Value, answer: &Answer) -> Value {
-    let tool_chars = request.get("tools").map_or(0, |tools| tools.to_string().chars().count());
-    let prompt_chars: usize = messages(request).map(|m| content_text(m).chars().count()).sum::<usize>() + tool_chars;
+/// includes the tool schemas the model is shown, and the cache says what it served.
+fn usage(shared: &Shared, request: &Value, answer: &Answer) -> Value {
     let completion_chars = match answer {
         Answer::Text(text, _) => text.chars().count(),
         Answer::ToolCalls(calls) => calls.iter().map(|(_, name, args)| name.len() + args.to_string().len()).sum(),
     };
-    let prompt = (prompt_chars / 4).max(1);
-    let completion = (completion_chars / 4).max(1);
-    json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
+    let prompt = match shared.load {
+        // A load test's model keeps no cache: nothing asks it what it served.
+        Some(_) => caching::count(shared, request),
+        None => caching::serve(shared, request),
+    };
+    caching::usage_json(shared, prompt, (completion_chars / 4).max(1))
 }
 
 /// The texts of a request's user messages, in order, without their context lines.
@@ -398,7 +418,7 @@ fn last_user_content(request: &Value) -> String {
 
 fn answer(shared: &Shared, number: usize, request: &Value, answer: Answer) -> Response {
     let model = request.get("model").and_then(Value::as_str).unwrap_or("fake-model").to_owned();
-    let usage = usage(request, &answer);
+    let usage = usage(shared, request, &answer);
     let id = format!("chatcmpl-fake-{number}");
     if request.get("stream").and_then(Value::as_bool) == Some(true) {
         let usage = (!shared.quirks.no_stream_usage).then_some(usage);

@@ -5,6 +5,7 @@
 
 mod call_log;
 pub(crate) mod images;
+pub mod prompt_cache;
 mod script;
 
 pub(crate) use call_log::{CallLog, Describe};

@@ -27,7 +27,10 @@ async fn anthropic_key_alone_runs_the_agent() {
     let (_, body) = daemon.post(json!({"chat_id": "me", "content": "again"})).await;
     assert_eq!(body["reply"], "echo: again");
     let second = &anthropic.requests()[1];
-    assert_eq!(second["system"].as_str().map(|s| !s.is_empty()), Some(true), "{second}");
+    // The system prompt as a text block, marked as a prompt-cache breakpoint.
+    let system = &second["system"][0];
+    assert!(system["text"].as_str().is_some_and(|text| !text.is_empty()), "{second}");
+    assert_eq!(system["cache_control"], json!({"type": "ephemeral"}), "{second}");
     let roles: Vec<&str> = second["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
     assert_eq!(roles, ["user", "assistant", "user"]);
     assert!(!daemon.logs().contains("sk-ant-e2e-secret"), "the API key leaked into the logs");

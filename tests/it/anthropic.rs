@@ -23,6 +23,7 @@ fn config(fake: &FakeAnthropic, stream: bool) -> AnthropicConfig {
         request_timeout: Duration::from_secs(5),
         stream,
         vision: false,
+        cache: None,
     }
 }
 
@@ -124,10 +125,10 @@ async fn a_history_with_failed_turns_reaches_anthropic_alternating_from_the_user
         ChatMessage::assistant("Done.", vec![]),
         ChatMessage::user("hello?"),
     ];
-    let budget = Budget { input: 1_000_000, fixed: 0 };
+    let budget = Budget { input: 1_000_000, fixed: 0, step: 0 };
     let mut request = ask("unused");
     request.messages = vec![ChatMessage::system("s")].into();
-    request.messages.to_mut().extend(prepare(history, None, budget, &Default::default(), &Default::default()));
+    request.messages.to_mut().extend(prepare(history, None, budget, &Default::default(), &Default::default(), None).0);
     request.messages.to_mut().push(ChatMessage::user("now"));
     provider(&fake, false).complete(&request, None).await.unwrap();
     let sent = fake.requests();

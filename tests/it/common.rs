@@ -112,6 +112,8 @@ pub struct Setup {
     pub run_worker: bool,
     /// `[transcription]` (off by default); `provider = "fake"` sends voice notes to `llm`.
     pub transcription: TranscriptionConfig,
+    /// Models after the main agent's in its chain (`agent.models`), on the same provider.
+    pub fallbacks: Vec<String>,
 }
 
 pub struct Harness {
@@ -157,6 +159,7 @@ impl Setup {
             anthropic: None,
             run_worker: true,
             transcription: TranscriptionConfig::default(),
+            fallbacks: Vec::new(),
         }
     }
 
@@ -223,8 +226,9 @@ impl Setup {
         };
         let (main, others) = self.agents.split_first().expect("at least one agent");
         assert_eq!(main.name, MAIN_AGENT, "the first agent is [agent], `main`");
+        let chain = std::iter::once(&main.model).chain(&self.fallbacks);
         let agent = AgentConfig {
-            models: vec![format!("fake/{}", main.model)],
+            models: chain.map(|model| format!("fake/{model}")).collect(),
             max_iterations: 5,
             system_prompt: main.system_prompt.clone(),
             workspace: workspace(dir, main),

@@ -111,19 +111,20 @@ async fn a_long_session_is_flushed_to_memory_then_summarised() {
     // The next turn starts with the summary and carries only the recent messages.
     assert_eq!(turn(&h, &mut out, "four").await.content, "echo: four");
     let next = &h.llm.requests()[6];
-    // The first message is the run's system prompt (with the operator's "test" in it).
+    // The first message is the run's system prompt (with the operator's "test" in it), the
+    // summary at its end: one system message, as strict chat templates require.
     let sent: Vec<(&str, &str)> = messages(next).iter().map(|m| (m["role"].as_str().unwrap(), text_of(m))).collect();
     assert_eq!(sent[0].0, "system");
     assert!(sent[0].1.contains("# Operator instructions\n\ntest"), "{}", sent[0].1);
-    assert_eq!(
-        sent[1..],
-        [
-            ("system", "Summary of the earlier conversation: The user likes green tea; nothing is open."),
-            ("user", "three"),
-            ("assistant", "third answer"),
-            ("user", "four"),
-        ]
-    );
+    let summary = "\n\nSummary of the earlier conversation: The user likes green tea; nothing is open.";
+    assert!(sent[0].1.ends_with(summary), "{}", sent[0].1);
+    assert_eq!(sent[1..], [("user", "three"), ("assistant", "third answer"), ("user", "four")]);
+    // The flush and the summary are runs of the session, after the turn that led to them.
+    let runs = h.store.recent_runs(10).await.unwrap();
+    let kinds: Vec<&str> = runs.iter().rev().map(|run| run.kind.as_str()).collect();
+    assert_eq!(kinds, ["turn", "turn", "turn", "memory_flush", "summary", "turn"]);
+    let flush = &runs[2];
+    assert!(flush.usage.input_tokens > 0 && flush.iterations == 2, "{flush:?}");
     // The flush's NO_REPLY never reached the chat, and the transcript kept every row.
     assert!(tokio::time::timeout(Duration::from_millis(300), out.next()).await.is_err(), "unexpected delivery");
 }
@@ -199,7 +200,7 @@ async fn compact_summarises_now_and_says_when_there_is_nothing_to_do() {
     let h = Setup { settings, file_tools: true, ..Setup::new(BusKind::Memory) }.start().await;
     let mut out = h.bus.outbound("test").await.unwrap();
     let short = turn(&h, &mut out, "/compact").await;
-    assert_eq!(short.content, "Nothing to compact yet: the conversation is still short.");
+    assert_eq!(short.content, "Nothing to compact yet: the conversation has no earlier exchange to summarise.");
     turn(&h, &mut out, "one").await;
     turn(&h, &mut out, "two").await;
     assert_eq!(h.store.session_summary(SESSION).await.unwrap(), None, "below max_messages: no compaction by itself");
@@ -215,4 +216,40 @@ async fn compact_summarises_now_and_says_when_there_is_nothing_to_do() {
     turn(&h, &mut out, "three").await;
     let next = h.llm.requests().last().unwrap().to_string();
     assert!(next.contains("They said one.") && !next.contains("echo: one"), "{next}");
+}
+
+/// A local model's 4,096-token window (llama-cpp-python's quirks): thirty turns of a chat
+/// compact a handful of times, not on every turn, and each compaction's two calls are runs of
+/// the session that the person pays for.
+#[tokio::test]
+async fn a_small_window_compacts_now_and_then_and_its_calls_are_runs() {
+    use switchboard::store::RunKind;
+    use switchboard_testkit::fake_llm::{FakeLlm, Quirks};
+    let mut settings = settings();
+    settings.context.context_window = 4096;
+    settings.context.compaction = CompactionConfig::default();
+    settings.queue.debounce = Duration::ZERO;
+    let llm = FakeLlm::start_with_quirks(Quirks::llama_cpp(4096)).await;
+    let h = Setup { settings, llm: Some(llm), file_tools: true, ..Setup::new(BusKind::Memory) }.start().await;
+    let mut out = h.bus.outbound("test").await.unwrap();
+    for n in 0..30 {
+        let text = format!("Turn {n}: what should we cook tonight, something with the leftover rice and the peas?");
+        turn(&h, &mut out, &text).await;
+    }
+    let compactions = h.store.session_info(SESSION).await.unwrap().compactions;
+    assert!((2..=6).contains(&compactions), "{compactions} compactions in 30 turns");
+    let runs = h.store.recent_runs(200).await.unwrap();
+    let count = |kind: RunKind| runs.iter().filter(|run| run.kind == kind).count() as u64;
+    assert_eq!(
+        (count(RunKind::Turn), count(RunKind::MemoryFlush), count(RunKind::Summary)),
+        (30, compactions, compactions)
+    );
+    assert!(runs.iter().all(|run| run.usage.input_tokens > 0), "every call is counted");
+    let owner =
+        h.store.resolve_user(&"test:u1".parse().unwrap(), "U", switchboard::config::Level::Owner).await.unwrap();
+    let month = switchboard::users::month_key(chrono::Utc::now());
+    let billed = h.store.monthly_usage(owner.id, &month).await.unwrap();
+    let spent: u64 = runs.iter().map(|run| run.usage.total()).sum();
+    assert_eq!(billed.total(), spent, "the person pays for the compactions' calls too");
+    h.stop().await;
 }

@@ -70,7 +70,6 @@ fn in_telegram_group(chat: &str, from: &str, text: &str) -> InboundMessage {
     msg
 }
 
-/// What the echoing model answers in a group, where it sees each message with its speaker.
 /// The echo of a group member's message: the message's context line names them instead of
 /// a prefix, and the fake echoes the text alone.
 fn group_echo(_from: &str, text: &str) -> String {

@@ -28,6 +28,7 @@ mod limits;
 mod memory_embeddings;
 mod memory_scopes;
 mod memory_search;
+mod prompt_cache;
 mod provider;
 mod query_plans;
 mod run_limits;

@@ -216,7 +216,11 @@ async fn recall_puts_the_best_hits_into_the_prompt_in_the_chats_own_scope() {
     let recalled = message.split("Recalled from memory").nth(1).expect("a recall section");
     assert!(recalled.contains(&format!("- MEMORY.md line 3: The locker code at the zoo is {SECRET}.")), "{recalled}");
     assert!(!recalled.contains("note 599"), "only hits are recalled: {recalled}");
-    assert!(message.ends_with("Which code opens my zoo locker?"), "{message}");
+    let (before, after) = message.split_once("Which code opens my zoo locker?").expect("the question");
+    assert!(
+        before.starts_with("[context:") && after.contains("Recalled from memory"),
+        "recalled after the text: {message}"
+    );
 
     h.send(&in_group("When is the zoo trip? And the locker code?")).await;
     next_out(&mut out).await;

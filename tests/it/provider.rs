@@ -20,6 +20,7 @@ fn config(fake: &FakeLlm, stream: bool) -> OpenAiConfig {
         stream,
         vision: false,
         extra_headers: Vec::new(),
+        hints: Default::default(),
     }
 }
 

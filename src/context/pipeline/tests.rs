@@ -22,8 +22,19 @@ fn session(turns: usize, result: &str) -> Vec<ChatMessage> {
     (0..turns).flat_map(|n| tool_turn(n, result)).collect()
 }
 
+/// The pipeline for one turn without marks from an earlier one.
+fn run(
+    history: Vec<ChatMessage>,
+    summary: Option<&str>,
+    budget: Budget,
+    config: &HistoryConfig,
+    cal: &Calibration,
+) -> Vec<ChatMessage> {
+    prepare(history, summary, budget, config, cal, None).0
+}
+
 fn roomy() -> Budget {
-    Budget { input: 1_000_000, fixed: 100 }
+    Budget { input: 1_000_000, fixed: 100, step: 0 }
 }
 
 fn tool_contents(messages: &[ChatMessage]) -> Vec<&str> {
@@ -53,14 +64,14 @@ fn assert_paired(messages: &[ChatMessage]) {
 #[test]
 fn a_small_history_passes_unchanged() {
     let history = session(3, "file text");
-    let out = prepare(history.clone(), None, roomy(), &HistoryConfig::default(), &Calibration::default());
+    let out = run(history.clone(), None, roomy(), &HistoryConfig::default(), &Calibration::default());
     assert_eq!(out, history);
 }
 
 #[test]
 fn only_the_last_user_turns_are_kept_with_their_tool_messages() {
     let config = HistoryConfig { keep_user_turns: 2, ..HistoryConfig::default() };
-    let out = prepare(session(5, "r"), None, roomy(), &config, &Calibration::default());
+    let out = run(session(5, "r"), None, roomy(), &config, &Calibration::default());
     assert_eq!(out.len(), 8);
     assert_eq!(out[0].content, "question 3");
     assert_paired(&out);
@@ -109,8 +120,8 @@ fn long_results_are_soft_trimmed_past_the_soft_ratio_but_recent_turns_are_not() 
     let history = session(4, &big);
     let used = 100 + raw_messages(&history);
     // Past 0.5 of the budget, below 0.75.
-    let budget = Budget { input: used * 10 / 6, fixed: 100 };
-    let out = prepare(history, None, budget, &HistoryConfig::default(), &Calibration::default());
+    let budget = Budget { input: used * 10 / 6, fixed: 100, step: 0 };
+    let out = run(history, None, budget, &HistoryConfig::default(), &Calibration::default());
     let tools = tool_contents(&out);
     assert_eq!(tools.len(), 4);
     for old in &tools[..3] {
@@ -124,8 +135,8 @@ fn long_results_are_soft_trimmed_past_the_soft_ratio_but_recent_turns_are_not() 
 fn below_the_soft_ratio_nothing_is_trimmed() {
     let big = "x".repeat(10_000);
     let history = session(4, &big);
-    let budget = Budget { input: (100 + raw_messages(&history)) * 3, fixed: 100 };
-    let out = prepare(history.clone(), None, budget, &HistoryConfig::default(), &Calibration::default());
+    let budget = Budget { input: (100 + raw_messages(&history)) * 3, fixed: 100, step: 0 };
+    let out = run(history.clone(), None, budget, &HistoryConfig::default(), &Calibration::default());
     assert_eq!(out, history);
 }
 
@@ -134,9 +145,9 @@ fn old_results_are_cleared_past_the_hard_ratio() {
     let big = "x".repeat(10_000);
     let history = session(4, &big);
     // Even after soft trimming the history is past 0.75 of this budget; cleared, it fits.
-    let budget = Budget { input: 100 + raw_messages(&history) * 6 / 10, fixed: 100 };
+    let budget = Budget { input: 100 + raw_messages(&history) * 6 / 10, fixed: 100, step: 0 };
     let config = HistoryConfig { protect_recent_turns: 4, ..HistoryConfig::default() };
-    let out = prepare(history, None, budget, &config, &Calibration::default());
+    let out = run(history, None, budget, &config, &Calibration::default());
     let tools = tool_contents(&out);
     assert_eq!(tools, [CLEARED, CLEARED, &big[..], &big[..]]);
     assert_paired(&out);
@@ -147,8 +158,8 @@ fn the_budget_is_respected_by_dropping_the_oldest_turns() {
     let history = session(10, "short result");
     let cal = Calibration::default();
     let fixed = 500;
-    let budget = Budget { input: fixed + raw_messages(&history) / 3, fixed };
-    let out = prepare(history.clone(), None, budget, &HistoryConfig::default(), &cal);
+    let budget = Budget { input: fixed + raw_messages(&history) / 3, fixed, step: 0 };
+    let out = run(history.clone(), None, budget, &HistoryConfig::default(), &cal);
     assert!(fixed + cal.messages(&out) <= budget.input);
     assert!(out.len() < history.len() && !out.is_empty());
     // The newest messages are the ones kept, starting at a user message.
@@ -159,10 +170,10 @@ fn the_budget_is_respected_by_dropping_the_oldest_turns() {
 
 #[test]
 fn fixed_parts_larger_than_the_budget_leave_no_history() {
-    let out = prepare(
+    let out = run(
         session(2, "r"),
         None,
-        Budget { input: 50, fixed: 100 },
+        Budget { input: 50, fixed: 100, step: 0 },
         &HistoryConfig::default(),
         &Calibration::default(),
     );
@@ -172,30 +183,29 @@ fn fixed_parts_larger_than_the_budget_leave_no_history() {
 #[test]
 fn the_summary_starts_the_history_and_counts_against_the_budget() {
     let history = session(3, "r");
-    let out =
-        prepare(history.clone(), Some("we agreed on X"), roomy(), &HistoryConfig::default(), &Calibration::default());
+    let out = run(history.clone(), Some("we agreed on X"), roomy(), &HistoryConfig::default(), &Calibration::default());
     assert_eq!(out[0].role, Role::System);
     assert_eq!(out[0].content, "Summary of the earlier conversation: we agreed on X");
     assert_eq!(&out[1..], &history[..]);
 
     let long_summary = "s".repeat(4000);
     let summary_tokens = raw_messages(&[summary_message(&long_summary)]);
-    let tight = Budget { input: 100 + summary_tokens + raw_messages(&history[8..]), fixed: 100 };
-    let out = prepare(history.clone(), Some(&long_summary), tight, &HistoryConfig::default(), &Calibration::default());
+    let tight = Budget { input: 100 + summary_tokens + raw_messages(&history[8..]), fixed: 100, step: 0 };
+    let out = run(history.clone(), Some(&long_summary), tight, &HistoryConfig::default(), &Calibration::default());
     assert_eq!(&out[1..], &history[8..]);
 }
 
 #[test]
 fn a_higher_calibration_ratio_keeps_less() {
     let history = session(10, "some result text");
-    let budget = Budget { input: 100 + raw_messages(&history), fixed: 100 };
-    let plain = prepare(history.clone(), None, budget, &HistoryConfig::default(), &Calibration::default());
+    let budget = Budget { input: 100 + raw_messages(&history), fixed: 100, step: 0 };
+    let plain = run(history.clone(), None, budget, &HistoryConfig::default(), &Calibration::default());
     assert_eq!(plain.len(), history.len());
     let cal = Calibration::default();
     for _ in 0..20 {
         cal.observe(1000, 2000);
     }
-    let corrected = prepare(history, None, budget, &HistoryConfig::default(), &cal);
+    let corrected = run(history, None, budget, &HistoryConfig::default(), &cal);
     assert!(corrected.len() < plain.len() / 2 + 4, "{}", corrected.len());
 }
 
@@ -223,7 +233,7 @@ fn failed_turns_leave_a_history_that_strict_providers_accept() {
     let mut history = vec![ChatMessage::user("first"), ChatMessage::user("second?")];
     history.extend(tool_turn(1, "r"));
     history.push(ChatMessage::user("still there?"));
-    let out = prepare(history, None, roomy(), &HistoryConfig::default(), &Calibration::default());
+    let out = run(history, None, roomy(), &HistoryConfig::default(), &Calibration::default());
     assert_strictly_alternating(&out);
     assert_paired(&out);
     let texts: Vec<&str> = out.iter().map(|m| m.content.as_str()).collect();
@@ -244,9 +254,100 @@ fn every_cut_of_a_mixed_history_stays_valid() {
     }
     let total = raw_messages(&history);
     for room in (0..=total + 10).step_by(7) {
-        let budget = Budget { input: 100 + room, fixed: 100 };
-        let out = prepare(history.clone(), Some("earlier"), budget, &HistoryConfig::default(), &Calibration::default());
+        let budget = Budget { input: 100 + room, fixed: 100, step: 0 };
+        let out = run(history.clone(), Some("earlier"), budget, &HistoryConfig::default(), &Calibration::default());
         assert_strictly_alternating(&out);
         assert_paired(&out);
     }
+}
+
+/// A conversation growing turn by turn past its budget: the history is cut now and then, in
+/// steps, and between cuts every turn starts where the one before started (what a provider's
+/// prompt cache needs), always within the budget.
+#[test]
+fn a_growing_history_is_cut_in_steps_and_keeps_its_start_between_them() {
+    let cal = Calibration::default();
+    let turn = |n: usize| {
+        vec![
+            ChatMessage::user(format!("question {n} {}", "q".repeat(400))),
+            ChatMessage::assistant(format!("answer {n} {}", "a".repeat(600)), vec![]),
+        ]
+    };
+    let room = 5_000;
+    let budget = Budget { input: 100 + room, fixed: 100, step: room / 2 };
+    let mut history = Vec::new();
+    let mut starts = Vec::new();
+    let mut marks = None;
+    let config = HistoryConfig { keep_user_turns: 1000, ..HistoryConfig::default() };
+    for n in 0..60 {
+        history.extend(turn(n));
+        // The new message's size changes the room a little from turn to turn.
+        let budget = Budget { fixed: 100 + (n as u64 * 37) % 200, ..budget };
+        let (out, next) = prepare(history.clone(), None, budget, &config, &cal, marks);
+        marks = Some(next);
+        assert!(budget.fixed + cal.messages(&out) <= budget.input, "turn {n} over the budget");
+        assert_eq!(out.last(), history.last());
+        starts.push(out[0].content.clone());
+    }
+    let cuts = starts.windows(2).filter(|pair| pair[0] != pair[1]).count();
+    // 60 turns of ~260 tokens: ~15,600 tokens through a 5,000-token room in ~2,500-token steps.
+    assert!((4..=8).contains(&cuts), "{cuts} cuts: {starts:?}");
+}
+
+#[test]
+fn more_user_turns_than_kept_are_cut_in_steps_of_half_of_them() {
+    let config = HistoryConfig { keep_user_turns: 6, ..HistoryConfig::default() };
+    let mut history = Vec::new();
+    let mut kept = Vec::new();
+    let mut marks = None;
+    for n in 0..30 {
+        history.extend([ChatMessage::user(format!("q{n}")), ChatMessage::assistant("a", vec![])]);
+        let budget = Budget { step: 10_000, ..roomy() };
+        let (out, next) = prepare(history.clone(), None, budget, &config, &Calibration::default(), marks);
+        marks = Some(next);
+        kept.push(out.iter().filter(|m| m.role == Role::User).count());
+    }
+    assert!(kept.iter().all(|&turns| turns <= 6), "{kept:?}");
+    // Cut 3 turns at a time: 4, 5, 6, then 4 again.
+    assert_eq!(kept[10..16], [5, 6, 4, 5, 6, 4], "{kept:?}");
+}
+
+#[test]
+fn old_tool_results_are_pruned_in_steps_too() {
+    let big = "x".repeat(10_000);
+    let cal = Calibration::default();
+    let mut history = Vec::new();
+    let mut pruned_counts = Vec::new();
+    let mut marks = None;
+    for n in 0..24 {
+        history.extend(tool_turn(n, &big));
+        let used = 100 + raw_messages(&history);
+        // Always past the soft ratio, never past the hard one.
+        let budget = Budget { input: used * 10 / 6, fixed: 100, step: 10_000 };
+        let (out, next) = prepare(history.clone(), None, budget, &HistoryConfig::default(), &cal, marks);
+        marks = Some(next);
+        pruned_counts.push(tool_contents(&out).iter().filter(|text| text.contains("characters cut")).count());
+    }
+    let changes = pruned_counts.windows(2).filter(|pair| pair[0] != pair[1]).count();
+    assert!(changes <= 24 / 3, "what is pruned changed {changes} times in 24 turns: {pruned_counts:?}");
+    assert!(pruned_counts.last().is_some_and(|&n| n >= 16), "{pruned_counts:?}");
+}
+
+/// A shorter message or a lower estimate leaves more room for one turn: the cut stays where it
+/// was rather than moving back (which would change the history's start twice).
+#[test]
+fn a_cut_never_moves_back() {
+    let turn = |n: usize| [ChatMessage::user(format!("q{n} {}", "q".repeat(300))), ChatMessage::assistant("a", vec![])];
+    let history: Vec<ChatMessage> = (0..12).flat_map(turn).collect();
+    let cal = Calibration::default();
+    let total = raw_messages(&history);
+    let tight = Budget { input: 100 + total / 2, fixed: 100, step: total / 8 };
+    let (cut, marks) = prepare(history.clone(), None, tight, &HistoryConfig::default(), &cal, None);
+    assert!(cut.len() < history.len());
+    let roomier = Budget { input: 100 + total * 3 / 4, ..tight };
+    let (again, _) = prepare(history.clone(), None, roomier, &HistoryConfig::default(), &cal, Some(marks));
+    assert_eq!(again, cut);
+    // A new history (compacted, or `/new`) starts without the old marks.
+    let (fresh, _) = prepare(history[8..].to_vec(), None, roomier, &HistoryConfig::default(), &cal, Some(marks));
+    assert_eq!(fresh, history[8..]);
 }

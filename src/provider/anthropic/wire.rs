@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use switchboard_channels::contract::Usage;
 
+use crate::config::CacheTtl;
 use crate::provider::http::refusal;
 use crate::provider::images::Attached;
 use crate::provider::{ChatMessage, ChatRequest, ChatResponse, ProviderError, Role, ToolCall, ToolChoice};
@@ -25,8 +26,9 @@ const OMITTED_HISTORY: &str = "(earlier messages omitted)";
 pub struct WireRequest<'a> {
     model: &'a str,
     max_tokens: u32,
-    #[serde(skip_serializing_if = "String::is_empty")]
-    system: String,
+    /// A string, or (with prompt caching) text blocks, the last one a cache breakpoint.
+    #[serde(skip_serializing_if = "Value::is_null")]
+    system: Value,
     messages: Vec<WireMessage>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<WireTool<'a>>,
@@ -49,32 +51,85 @@ struct WireTool<'a> {
     name: &'a str,
     description: &'a str,
     input_schema: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_control: Option<Value>,
 }
 
+/// Builds the request body. With `cache` (a lifetime), three `cache_control` breakpoints mark
+/// what the next request will share with this one, rendered in the API's order: the end of the
+/// tools, the end of the system prompt, and the newest message (of four allowed; a request
+/// finds an earlier request's breakpoint up to 20 blocks before its own). Anthropic
+/// caches nothing without them; a prefix shorter than the model's minimum is just not cached.
 pub(super) fn encode_request<'a>(
     request: &'a ChatRequest<'_>,
     stream: bool,
     images: Option<&'a Attached>,
+    cache: Option<CacheTtl>,
 ) -> WireRequest<'a> {
+    let breakpoint = cache.map(cache_control);
     let system: Vec<&str> = request
         .messages
         .iter()
         .filter(|m| m.role == Role::System && !m.content.trim().is_empty())
         .map(|m| m.content.as_str())
         .collect();
+    let mut tools: Vec<WireTool<'a>> = request
+        .tools
+        .iter()
+        .map(|tool| WireTool {
+            name: &tool.name,
+            description: &tool.description,
+            input_schema: &tool.parameters,
+            cache_control: None,
+        })
+        .collect();
+    let mut messages = encode_messages(&request.messages, images);
+    if let Some(breakpoint) = &breakpoint {
+        if let Some(last) = tools.last_mut() {
+            last.cache_control = Some(breakpoint.clone());
+        }
+        // On the newest message's last block, but before what it recalled (see `encode_messages`).
+        let recalled = request.messages.last().is_some_and(|message| message.recalled.is_some());
+        if let Some(content) = messages.last_mut().map(|message| &mut message.content)
+            && let Some(block) = content.len().checked_sub(1 + usize::from(recalled)).and_then(|at| content.get_mut(at))
+        {
+            block["cache_control"] = breakpoint.clone();
+        }
+    }
     WireRequest {
         model: &request.model,
         max_tokens: request.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
-        system: system.join("\n\n"),
-        messages: encode_messages(&request.messages, images),
-        tools: request
-            .tools
-            .iter()
-            .map(|tool| WireTool { name: &tool.name, description: &tool.description, input_schema: &tool.parameters })
-            .collect(),
+        system: system_field(&system, breakpoint),
+        messages,
+        tools,
         tool_choice: if request.tools.is_empty() { None } else { encode_tool_choice(&request.tool_choice) },
         temperature: request.temperature,
         stream,
+    }
+}
+
+/// A breakpoint: `{"type": "ephemeral"}`, with `"ttl": "1h"` for the hour-long lifetime.
+fn cache_control(ttl: CacheTtl) -> Value {
+    match ttl {
+        CacheTtl::FiveMinutes => json!({"type": "ephemeral"}),
+        CacheTtl::OneHour => json!({"type": "ephemeral", "ttl": "1h"}),
+    }
+}
+
+/// The system prompt (and a compaction's summary after it): a string, or with a breakpoint one
+/// text block per part, the breakpoint on the first, the system prompt that every turn of the
+/// chat shares (a new summary then still finds it cached); nothing when there is none.
+fn system_field(parts: &[&str], breakpoint: Option<Value>) -> Value {
+    match (parts, breakpoint) {
+        ([], _) => Value::Null,
+        (_, None) => Value::from(parts.join("\n\n")),
+        (_, Some(breakpoint)) => {
+            let mut blocks: Vec<Value> = parts.iter().map(|text| json!({"type": "text", "text": text})).collect();
+            if let Some(first) = blocks.first_mut() {
+                first["cache_control"] = breakpoint;
+            }
+            Value::Array(blocks)
+        }
     }
 }
 
@@ -95,7 +150,12 @@ pub(super) fn encode_messages(messages: &[ChatMessage], images: Option<&Attached
     for (index, message) in messages.iter().enumerate() {
         let (role, blocks) = match message.role {
             Role::System => continue,
-            Role::User => ("user", user_blocks(&message.text_for_model(), Attached::of(images, index))),
+            Role::User => {
+                let mut blocks = user_blocks(&message.text_without_recall(), Attached::of(images, index));
+                // A block of its own, after the breakpoint: the next turn sends the message without it.
+                blocks.extend(message.recalled.as_deref().and_then(text_block));
+                ("user", blocks)
+            }
             Role::Assistant => ("assistant", assistant_blocks(message)),
             // A tool result whose call was cut off with older history would be refused
             // ("unexpected tool_use_id"): leave it out.

@@ -14,6 +14,7 @@ use switchboard_channels::contract::Usage;
 use crate::provider::http::refusal;
 use crate::provider::http_provider::StreamDecoder;
 use crate::provider::images::Attached;
+use crate::provider::openai::OpenAiHints;
 use crate::provider::sse::{SseEvent, StreamEnd};
 use crate::provider::{ChatMessage, ChatRequest, ChatResponse, ProviderError, Role, TextSink, ToolCall, ToolChoice};
 
@@ -28,11 +29,17 @@ pub struct WireRequest<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     max_tokens: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    max_completion_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<f32>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     stream: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     stream_options: Option<StreamOptions>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_cache_key: Option<&'a str>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    cache_prompt: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -90,20 +97,19 @@ struct WireFunctionDef<'a> {
     parameters: &'a Value,
 }
 
-/// Builds the request body. With `stream`, also asks for the usage chunk at the end.
+/// Builds the request body. With `stream`, also asks for the usage chunk at the end; `hints`
+/// say which fields beyond the common ones this server takes.
 pub(super) fn encode_request<'a>(
     request: &'a ChatRequest<'_>,
     stream: bool,
     images: Option<&'a Attached>,
+    hints: OpenAiHints,
 ) -> WireRequest<'a> {
+    let (max_tokens, max_completion_tokens) =
+        if hints.max_completion_tokens { (None, request.max_tokens) } else { (request.max_tokens, None) };
     WireRequest {
         model: &request.model,
-        messages: request
-            .messages
-            .iter()
-            .enumerate()
-            .map(|(index, message)| encode_message(message, Attached::of(images, index)))
-            .collect(),
+        messages: encode_messages(&request.messages, images),
         tools: request
             .tools
             .iter()
@@ -116,21 +122,51 @@ pub(super) fn encode_request<'a>(
                 },
             })
             .collect(),
-        tool_choice: if request.tools.is_empty() { None } else { encode_tool_choice(&request.tool_choice) },
-        max_tokens: request.max_tokens,
+        tool_choice: if request.tools.is_empty() { None } else { Some(encode_tool_choice(&request.tool_choice)) },
+        max_tokens,
+        max_completion_tokens,
         temperature: request.temperature,
         stream,
         stream_options: stream.then_some(StreamOptions { include_usage: true }),
+        prompt_cache_key: request.cache_key.as_deref().filter(|_| hints.prompt_cache_key),
+        cache_prompt: hints.cache_prompt,
     }
 }
 
-/// `tool_choice` as the API spells it; nothing for `auto`, the default everywhere.
-fn encode_tool_choice(choice: &ToolChoice) -> Option<Value> {
+/// The messages as the API takes them. System messages before the conversation (the system
+/// prompt, then a compaction's summary) become one: strict chat templates (Mistral, Gemma)
+/// refuse a system message anywhere but first.
+fn encode_messages<'a>(messages: &'a [ChatMessage], images: Option<&'a Attached>) -> Vec<WireMessage<'a>> {
+    let leading = messages.iter().take_while(|message| message.role == Role::System).count();
+    let mut out = Vec::with_capacity(messages.len());
+    if leading > 1 {
+        let joined = messages[..leading].iter().map(|m| m.content.as_str()).collect::<Vec<_>>().join("\n\n");
+        out.push(WireMessage {
+            role: Role::System,
+            content: WireContent::Text(Cow::Owned(joined)),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        });
+    }
+    let skip = if leading > 1 { leading } else { 0 };
+    out.extend(
+        messages
+            .iter()
+            .enumerate()
+            .skip(skip)
+            .map(|(index, message)| encode_message(message, Attached::of(images, index))),
+    );
+    out
+}
+
+/// `tool_choice` as the API spells it. `auto` is sent too, not left to the default:
+/// llama-cpp-python renders no tools at all for the model when `tool_choice` is absent.
+fn encode_tool_choice(choice: &ToolChoice) -> Value {
     match choice {
-        ToolChoice::Auto => None,
-        ToolChoice::None => Some(Value::from("none")),
-        ToolChoice::Required => Some(Value::from("required")),
-        ToolChoice::Named(name) => Some(serde_json::json!({"type": "function", "function": {"name": name}})),
+        ToolChoice::Auto => Value::from("auto"),
+        ToolChoice::None => Value::from("none"),
+        ToolChoice::Required => Value::from("required"),
+        ToolChoice::Named(name) => serde_json::json!({"type": "function", "function": {"name": name}}),
     }
 }
 
@@ -441,7 +477,7 @@ impl StreamAccumulator {
         if self.finish_reason.is_some() || (done && answered) {
             return StreamEnd::Complete(self.finish());
         }
-        let why = if self.chunks == 0 { "the stream ended before any data" } else { "the stream carried no answer" };
+        let why = if self.chunks == 0 { crate::provider::sse::NO_DATA } else { "the stream carried no answer" };
         self.unfinished(why.to_owned())
     }
 

@@ -67,6 +67,7 @@ fn agent(name: &str) -> std::sync::Arc<crate::agent::Agent> {
         stream: false,
         vision: false,
         extra_headers: vec![],
+        hints: Default::default(),
     })
     .unwrap();
     let settings = crate::agent::AgentSettings {

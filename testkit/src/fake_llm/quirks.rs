@@ -35,12 +35,22 @@ pub struct Quirks {
     /// The pause between two frames of a streamed answer, as a model that takes seconds to write
     /// it paces them; `None`: 2 ms.
     pub stream_pace: Option<std::time::Duration>,
+    /// llama.cpp's one slot instead of OpenAI's prompt cache: a prompt reuses what it shares
+    /// with the prompt just before it, and answers do not say so (see `FakeLlm::prefix_hits`).
+    pub slot_cache: bool,
+    /// Tools are shown to the model only with a `tool_choice` (llama-cpp-python's
+    /// `chatml-function-calling` renders none for a request that leaves it out) ...
+    pub tools_need_choice: bool,
+    /// ... and a streamed request with tools and `tool_choice: "auto"` gets an empty 200
+    /// stream ("Automatic streaming tool choice is not supported").
+    pub no_auto_tool_streams: bool,
 }
 
 impl Quirks {
     /// llama-cpp-python 0.3's OpenAI-compatible server, as measured: no usage in streams, an
     /// empty 200 stream for a request over its window, 500s for `content: null` beside tool
-    /// calls and for `tool_choice: "required"`, per-token embeddings.
+    /// calls and for `tool_choice: "required"`, per-token embeddings, one cache slot, no tools
+    /// without a `tool_choice` and no streamed answer with `auto`.
     pub fn llama_cpp(context_window: usize) -> Quirks {
         Quirks {
             no_stream_usage: true,
@@ -49,6 +59,9 @@ impl Quirks {
             alternating_roles: false,
             per_token_embeddings: true,
             stream_pace: None,
+            slot_cache: true,
+            tools_need_choice: true,
+            no_auto_tool_streams: true,
         }
     }
 }
@@ -77,19 +90,18 @@ pub(super) fn refusal(quirks: &Quirks, request: &Value) -> Option<Response> {
             "type": "invalid_request_error", "param": null, "code": null}});
         return Some(json_status(400, None, body));
     }
+    let streamed = request.get("stream").and_then(Value::as_bool) == Some(true);
+    let auto_tools = request.get("tools").is_some() && request.get("tool_choice") == Some(&json!("auto"));
+    if quirks.no_auto_tool_streams && streamed && auto_tools {
+        return Some(empty_stream());
+    }
     let window = quirks.context_window?;
     let asked = request_tokens(request);
     if asked <= window {
         return None;
     }
-    if request.get("stream").and_then(Value::as_bool) == Some(true) {
-        // What llama-cpp-python does: the error is raised inside the stream's generator, the
-        // stream ends empty, and the server drops the connection after it.
-        let mut response = Body::empty().into_response();
-        let event_stream = HeaderValue::from_static("text/event-stream; charset=utf-8");
-        response.headers_mut().insert(header::CONTENT_TYPE, event_stream);
-        response.extensions_mut().insert(super::connection::CloseAfter);
-        return Some(response);
+    if streamed {
+        return Some(empty_stream());
     }
     let message = format!(
         "This model's maximum context length is {window} tokens. However, you requested {asked} tokens \
@@ -98,6 +110,16 @@ pub(super) fn refusal(quirks: &Quirks, request: &Value) -> Option<Response> {
     let mut body = error_body(&message, "invalid_request_error", "context_length_exceeded");
     body["error"]["param"] = json!("messages");
     Some(json_status(400, None, body))
+}
+
+/// What llama-cpp-python does when a streamed request fails: the error is raised inside the
+/// stream's generator, the stream ends empty, and the server drops the connection after it.
+fn empty_stream() -> Response {
+    let mut response = Body::empty().into_response();
+    let event_stream = HeaderValue::from_static("text/event-stream; charset=utf-8");
+    response.headers_mut().insert(header::CONTENT_TYPE, event_stream);
+    response.extensions_mut().insert(super::connection::CloseAfter);
+    response
 }
 
 fn strict_refusal(request: &Value) -> Option<Response> {

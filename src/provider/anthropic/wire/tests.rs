@@ -20,7 +20,7 @@ fn request(messages: Vec<ChatMessage>) -> ChatRequest<'static> {
 }
 
 fn encoded(messages: Vec<ChatMessage>) -> Value {
-    serde_json::to_value(encode_request(&request(messages), false, None)).unwrap()
+    serde_json::to_value(encode_request(&request(messages), false, None, None)).unwrap()
 }
 
 #[test]
@@ -99,7 +99,7 @@ fn tools_and_invalid_arguments() {
         parameters: json!({"type": "object"}),
     }));
     req.max_tokens = Some(100);
-    let body = serde_json::to_value(encode_request(&req, true, None)).unwrap();
+    let body = serde_json::to_value(encode_request(&req, true, None, None)).unwrap();
     assert_eq!(body["tools"], json!([{"name": "t", "description": "d", "input_schema": {"type": "object"}}]));
     assert_eq!(body["messages"][1]["content"][0]["input"], json!({"input": "{bad"}));
     assert_eq!((body["max_tokens"].as_u64(), body["stream"].as_bool()), (Some(100), Some(true)));
@@ -153,7 +153,7 @@ fn tool_choice_as_the_messages_api_spells_it() {
             tool_choice: choice,
             ..request(vec![ChatMessage::user("hi")])
         };
-        serde_json::to_value(encode_request(&request, false, None)).unwrap()
+        serde_json::to_value(encode_request(&request, false, None, None)).unwrap()
     };
     assert!(with(ToolChoice::Auto).get("tool_choice").is_none());
     assert_eq!(with(ToolChoice::Required)["tool_choice"], json!({"type": "any"}));
@@ -168,7 +168,7 @@ fn images_of_the_attached_message_become_base64_image_blocks_before_its_text() {
     let image = crate::provider::images::InlineImage { media_type: "image/jpeg", data: "/9j/".into() };
     let attached = Attached { message: 1, images: vec![image], notes: vec!["[image b.png not shown]".into()] };
     let messages = vec![ChatMessage::system("be brief"), ChatMessage::user("what is this?")];
-    let body = serde_json::to_value(encode_request(&request(messages), false, Some(&attached))).unwrap();
+    let body = serde_json::to_value(encode_request(&request(messages), false, Some(&attached), None)).unwrap();
     assert_eq!(
         body["messages"],
         json!([{"role": "user", "content": [
@@ -179,7 +179,35 @@ fn images_of_the_attached_message_become_base64_image_blocks_before_its_text() {
     // A photo without a caption: the image block alone.
     let attached = Attached { message: 0, notes: vec![], ..attached };
     let body =
-        serde_json::to_value(encode_request(&request(vec![ChatMessage::user("")]), false, Some(&attached))).unwrap();
+        serde_json::to_value(encode_request(&request(vec![ChatMessage::user("")]), false, Some(&attached), None))
+            .unwrap();
     assert_eq!(body["messages"][0]["content"].as_array().unwrap().len(), 1);
     assert_eq!(body["messages"][0]["content"][0]["type"], "image");
+}
+
+#[test]
+fn breakpoints_mark_the_tools_the_system_prompt_and_the_newest_message() {
+    let tool = Arc::new(ToolSpec { name: "t".into(), description: "d".into(), parameters: json!({}) });
+    let messages = vec![
+        ChatMessage::system("rules"),
+        ChatMessage::system("Summary of the earlier conversation: x"),
+        ChatMessage::user("hi"),
+        ChatMessage::assistant("", vec![call("c1")]),
+        ChatMessage::tool_result(&call("c1"), "file text"),
+    ];
+    let request = ChatRequest { tools: vec![tool.clone(), tool], ..request(messages) };
+    let body = serde_json::to_value(encode_request(&request, false, None, Some(CacheTtl::FiveMinutes))).unwrap();
+    let ephemeral = json!({"type": "ephemeral"});
+    assert_eq!(body["tools"][1]["cache_control"], ephemeral);
+    assert!(body["tools"][0].get("cache_control").is_none());
+    assert_eq!(body["system"][0], json!({"type": "text", "text": "rules", "cache_control": ephemeral}));
+    assert!(body["system"][1].get("cache_control").is_none(), "the summary follows the shared prompt");
+    let newest = body["messages"].as_array().unwrap().last().unwrap();
+    assert_eq!(newest["content"].as_array().unwrap().last().unwrap()["cache_control"], ephemeral);
+    assert_eq!(body.to_string().matches("cache_control").count(), 3);
+    let hour = serde_json::to_value(encode_request(&request, false, None, Some(CacheTtl::OneHour))).unwrap();
+    assert_eq!(hour["tools"][1]["cache_control"], json!({"type": "ephemeral", "ttl": "1h"}));
+    let off = serde_json::to_value(encode_request(&request, false, None, None)).unwrap();
+    assert!(!off.to_string().contains("cache_control"), "{off}");
+    assert_eq!(off["system"], "rules\n\nSummary of the earlier conversation: x");
 }

@@ -19,7 +19,7 @@ fn request(messages: Vec<ChatMessage>, tools: Vec<ToolSpec>) -> ChatRequest<'sta
 }
 
 fn encode(request: &ChatRequest<'_>, stream: bool) -> Value {
-    serde_json::to_value(encode_request(request, stream, None)).unwrap()
+    serde_json::to_value(encode_request(request, stream, None, OpenAiHints::default())).unwrap()
 }
 
 #[test]
@@ -250,7 +250,8 @@ fn tool_choice_is_sent_only_with_tools_and_as_the_api_spells_it() {
     let with = |choice: ToolChoice, tools: Vec<ToolSpec>| {
         encode(&ChatRequest { tool_choice: choice, ..request(vec![ChatMessage::user("hi")], tools) }, false)
     };
-    assert!(with(ToolChoice::Auto, vec![tool.clone()]).get("tool_choice").is_none());
+    // Sent, not left to the default: llama-cpp-python shows the model no tools without it.
+    assert_eq!(with(ToolChoice::Auto, vec![tool.clone()])["tool_choice"], "auto");
     assert_eq!(with(ToolChoice::Required, vec![tool.clone()])["tool_choice"], "required");
     assert_eq!(with(ToolChoice::None, vec![tool.clone()])["tool_choice"], "none");
     assert_eq!(
@@ -268,7 +269,13 @@ fn png(data: &str) -> crate::provider::images::InlineImage {
 fn images_of_the_attached_message_become_image_url_parts_after_its_text() {
     let messages = vec![ChatMessage::user("older"), ChatMessage::assistant("ok", vec![]), ChatMessage::user("look")];
     let attached = Attached { message: 2, images: vec![png("iVBO")], notes: vec!["[image b.png not shown]".into()] };
-    let body = serde_json::to_value(encode_request(&request(messages, vec![]), false, Some(&attached))).unwrap();
+    let body = serde_json::to_value(encode_request(
+        &request(messages, vec![]),
+        false,
+        Some(&attached),
+        OpenAiHints::default(),
+    ))
+    .unwrap();
     assert_eq!(body["messages"][0]["content"], "older", "other messages stay plain strings");
     assert_eq!(
         body["messages"][2]["content"],
@@ -283,7 +290,44 @@ fn images_of_the_attached_message_become_image_url_parts_after_its_text() {
         &request(vec![ChatMessage::user("a"), ChatMessage::user("b")], vec![]),
         false,
         Some(&Attached { message: 1, ..none_sent }),
+        OpenAiHints::default(),
     ))
     .unwrap();
     assert_eq!(body["messages"][1]["content"], "b\n[image b.png not shown]");
+}
+
+#[test]
+fn cache_hints_and_the_answer_limit_follow_the_server() {
+    let request = ChatRequest { cache_key: Some("k1".into()), ..request(vec![ChatMessage::user("hi")], vec![]) };
+    let body = |hints: OpenAiHints| serde_json::to_value(encode_request(&request, false, None, hints)).unwrap();
+    let plain = body(OpenAiHints::default());
+    assert_eq!(plain["max_tokens"], 100);
+    for field in ["prompt_cache_key", "cache_prompt", "max_completion_tokens"] {
+        assert!(plain.get(field).is_none(), "{field} sent to a server that may refuse it: {plain}");
+    }
+    let hosted = body(OpenAiHints::for_server("https://api.openai.com/v1", crate::config::PromptCache::Auto));
+    assert_eq!(
+        (hosted["prompt_cache_key"].as_str(), hosted["max_completion_tokens"].as_u64()),
+        (Some("k1"), Some(100))
+    );
+    assert!(hosted.get("max_tokens").is_none(), "{hosted}");
+    let local = OpenAiHints::for_server("http://127.0.0.1:8080/v1", crate::config::PromptCache::Auto);
+    assert_eq!(local, OpenAiHints::default(), "another server gets none under auto");
+    let llama = body(OpenAiHints::for_server("http://127.0.0.1:8080/v1", crate::config::PromptCache::LlamaCpp));
+    assert_eq!((llama["cache_prompt"].as_bool(), llama["max_tokens"].as_u64()), (Some(true), Some(100)));
+    let off = OpenAiHints::for_server("https://api.openai.com/v1", crate::config::PromptCache::Off);
+    assert!(!off.prompt_cache_key && off.max_completion_tokens);
+}
+
+#[test]
+fn a_summary_joins_the_system_prompt_as_one_system_message() {
+    let messages = vec![
+        ChatMessage::system("rules"),
+        ChatMessage::system("Summary of the earlier conversation: x"),
+        ChatMessage::user("hi"),
+    ];
+    let body = encode(&request(messages, vec![]), false);
+    let roles: Vec<&str> = body["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["system", "user"]);
+    assert_eq!(body["messages"][0]["content"], "rules\n\nSummary of the earlier conversation: x");
 }
