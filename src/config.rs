@@ -438,8 +438,10 @@ pub struct WorkerConfig {
     /// Turns waiting behind a session's running one (a merged burst counts once); a message
     /// that would start one more is not kept, and the chat is told once which ones were not.
     pub max_queue_depth: usize,
-    /// Quiet time after which rapid messages of one sender are merged into one turn; 0 = off.
-    /// On by default: a forwarded conversation arrives as a burst and deserves one answer.
+    /// Quiet time every person's message waits for before its turn starts, so that what they
+    /// send meanwhile joins it; 0 (the default) = none: a message starts its turn at once, a
+    /// burst (a forward, an album, a split text) waits a moment for its rest, and what arrives
+    /// during a turn is answered together in the next.
     pub debounce_ms: u64,
 }
 
@@ -452,9 +454,9 @@ impl Default for WorkerConfig {
             queue_mode: QueueMode::Followup,
             collect_window_ms: 1500,
             max_queue_depth: 10,
-            // Long enough for a forward that arrives as a burst (messages milliseconds apart),
-            // short enough that a single message is not noticeably held back.
-            debounce_ms: 1500,
+            // No fixed wait: people see a lone message answered at once (bursts are merged
+            // without one, see `worker::batch`).
+            debounce_ms: 0,
         }
     }
 }

@@ -35,6 +35,11 @@ pub const MAX_MESSAGE_ID_BYTES: usize = 512;
 
 /// `metadata.message_id` of an inbound message: the platform's own id of the message.
 pub const MESSAGE_ID: &str = "message_id";
+/// In an inbound message's metadata: `true` when more of the same burst may follow within
+/// moments (a forwarded message, a photo of an album, a text the client split at the
+/// platform's length limit). The worker then waits a moment for the rest before the turn
+/// starts; other messages start their turn at once.
+pub const BURST: &str = "burst";
 
 fn contract_version() -> u32 {
     CONTRACT_VERSION
@@ -254,6 +259,11 @@ impl InboundMessage {
             origin: Some(origin),
             ..Self::default()
         }
+    }
+
+    /// Whether the adapter said more of this message's burst may follow ([`BURST`]).
+    pub fn in_burst(&self) -> bool {
+        self.metadata.get(BURST).and_then(Value::as_bool) == Some(true)
     }
 
     /// The platform's id of this message (`metadata.message_id`, set by chat adapters), which

@@ -2,10 +2,16 @@
 //!
 //! One rule decides both what the next turn takes and how many turns wait (what
 //! `max_queue_depth` counts), so a burst that will be answered as one turn also counts as one.
-//! A turn takes the message at the front and, in `collect` mode, everything after it; with
-//! debouncing on, the messages of the same person that follow it directly. A merged turn stops
-//! before its text would pass the input guard's length limit, so no message is cut away: a
-//! burst longer than that becomes several turns.
+//! A turn takes the message at the front and, in `collect` mode, everything after it; else the
+//! messages of the same person that follow it within a burst's gap ([`BURST_GAP`], or the
+//! debounce when that is longer). A merged turn stops before its text would pass the input
+//! guard's length limit, so no message is cut away: a burst longer than that becomes several
+//! turns.
+//!
+//! A message in a quiet chat starts its turn at once. What arrives during a turn waits for the
+//! next, which takes a burst whole. Only a message the platform marked as part of a burst (a
+//! forward, an album, a text split at the length limit) waits a moment ([`BURST_WINDOW`]) for
+//! the rest; with `debounce_ms` set, every person's message waits that long for quiet.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -26,6 +32,15 @@ const MERGED_WITH_NAMES: &str = "merged_with_names";
 /// that never pauses (a busy group, a sender writing every second) is still answered.
 const MAX_WAIT_WINDOWS: u32 = 4;
 
+/// Messages of one person that follow each other closer than this are one burst: merged into
+/// one turn when they wait together. A platform delivers a forward of many messages, or a text
+/// the client split, a few milliseconds apart; a person typing takes seconds.
+pub(super) const BURST_GAP: Duration = Duration::from_secs(1);
+
+/// How long a message marked as part of a burst waits for the rest of it (quiet for this long,
+/// at most [`MAX_WAIT_WINDOWS`] of it).
+pub(super) const BURST_WINDOW: Duration = Duration::from_millis(250);
+
 /// The batching rule of one session at one moment.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Batching {
@@ -45,14 +60,16 @@ impl Batching {
         let named = self.mode == QueueMode::Collect;
         let mut chars = line(&first.msg, named).chars().count();
         let mut len = 1;
+        let mut previous = first;
         for next in queue.iter().skip(start + 1) {
             // The newline joining it, then its line.
             let more = 1 + line(&next.msg, named).chars().count();
-            if !self.joins(&first.msg, &next.msg) || chars + more > self.max_chars {
+            if !self.joins(first, previous, next) || chars + more > self.max_chars {
                 break;
             }
             chars += more;
             len += 1;
+            previous = next;
         }
         len
     }
@@ -68,42 +85,49 @@ impl Batching {
     }
 
     /// When the turn at the front of `queue` may start: `None` = now. It waits while more
-    /// messages could still join it, until none arrived for the window, and at most
-    /// [`MAX_WAIT_WINDOWS`] windows after its first one.
+    /// messages could still join it (see the module docs), until none arrived for the window,
+    /// and at most [`MAX_WAIT_WINDOWS`] windows after its first one.
     pub fn start_at(&self, queue: &VecDeque<Job>) -> Option<Instant> {
         let first = queue.front()?;
         let len = self.len_at(queue, 0);
+        let last = queue.get(len - 1).unwrap_or(first);
         // A later message that did not join closes the turn; so does a first message that
         // nothing joins (a cron prompt outside `collect`).
         let open = len == queue.len() && self.can_grow(&first.msg);
-        let window = self.window();
+        let window = self.window(&last.msg);
         if !open || window.is_zero() {
             return None;
         }
-        let last = queue.get(len - 1).map_or(first.arrived, |job| job.arrived);
-        Some((last + window).min(first.arrived + window * MAX_WAIT_WINDOWS))
+        Some((last.arrived + window).min(first.arrived + window * MAX_WAIT_WINDOWS))
     }
 
-    fn window(&self) -> Duration {
-        if self.mode == QueueMode::Collect { self.collect_window } else { self.debounce }
+    /// How long the turn waits for quiet after `last`, its newest message.
+    fn window(&self, last: &InboundMessage) -> Duration {
+        match self.mode {
+            QueueMode::Collect => self.collect_window,
+            _ if !self.debounce.is_zero() => self.debounce,
+            _ if last.in_burst() => BURST_WINDOW,
+            _ => Duration::ZERO,
+        }
     }
 
-    /// Debouncing merges a person's burst in a chat. Not on the API channel: each of its
-    /// requests waits for the answer to its own message, which a merged turn would not give.
+    /// A person's burst in a chat is merged. Not on the API channel: each of its requests
+    /// waits for the answer to its own message, which a merged turn would not give.
     fn can_grow(&self, first: &InboundMessage) -> bool {
-        self.mode == QueueMode::Collect
-            || (!self.debounce.is_zero() && first.kind == InboundKind::User && first.channel != api::CHANNEL)
+        self.mode == QueueMode::Collect || (first.kind == InboundKind::User && first.channel != api::CHANNEL)
     }
 
-    /// Whether `next` joins the turn `first` starts.
-    fn joins(&self, first: &InboundMessage, next: &InboundMessage) -> bool {
+    /// Whether `next`, arriving after `previous`, joins the turn `first` starts.
+    fn joins(&self, first: &Job, previous: &Job, next: &Job) -> bool {
         match self.mode {
             QueueMode::Collect => true,
             _ => {
-                self.can_grow(first)
-                    && next.kind == InboundKind::User
-                    && next.channel == first.channel
-                    && next.sender.id == first.sender.id
+                let gap = next.arrived.saturating_duration_since(previous.arrived);
+                self.can_grow(&first.msg)
+                    && gap < self.debounce.max(BURST_GAP)
+                    && next.msg.kind == InboundKind::User
+                    && next.msg.channel == first.msg.channel
+                    && next.msg.sender.id == first.msg.sender.id
             }
         }
     }

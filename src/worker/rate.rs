@@ -2,10 +2,10 @@
 //!
 //! Checked at intake, in arrival order, before a message takes a place in its session's queue,
 //! so a sender who floods a group cannot fill the queue other members' messages need. What
-//! counts is a turn a sender starts, as the debounce would merge them: a message that follows
-//! the sender's own previous message in the same chat within the debounce window (and within
-//! the longest a merged turn waits) joins that burst and counts nothing, so a forwarded
-//! conversation of fifty messages counts once. Commands and switchboard's own messages never
+//! counts is a turn a sender starts, as bursts are merged (`batch`): a message that follows
+//! the sender's own previous message in the same chat within a burst's gap (and within the
+//! longest a burst lasts) joins that burst and counts nothing, so a forwarded conversation of
+//! fifty messages counts once. Commands and switchboard's own messages never
 //! count.
 //!
 //! A sender past their limit gets one notice saying when to send again; their later messages
@@ -24,8 +24,8 @@ use crate::config::RateLimitsConfig;
 
 /// The window limits are counted over.
 pub(super) const WINDOW: Duration = Duration::from_secs(60);
-/// A merged turn waits at most this many debounce windows after its first message (as in
-/// `batch`), so a burst longer than that starts a new turn and counts again.
+/// A burst lasts at most this many gaps after its first message, so a sender who never
+/// pauses starts a new one that counts again.
 const MAX_BURST_WINDOWS: u32 = 4;
 /// Map sizes at which entries that no longer matter are pruned.
 const PRUNE_AT: usize = 1024;
@@ -66,7 +66,8 @@ struct LastMessage {
 /// The limiter's state: per sender identity, and per session key.
 pub(super) struct RateLimiter {
     limits: RateLimitsConfig,
-    debounce: Duration,
+    /// Messages of one sender closer than this are one burst (the debounce, or `batch`'s gap).
+    gap: Duration,
     senders: HashMap<String, SenderRate>,
     chats: HashMap<String, LastMessage>,
     /// Sizes at which the maps are pruned next (doubling while most entries are active, so
@@ -76,7 +77,8 @@ pub(super) struct RateLimiter {
 
 impl RateLimiter {
     pub fn new(limits: RateLimitsConfig, debounce: Duration) -> Self {
-        Self { limits, debounce, senders: HashMap::new(), chats: HashMap::new(), prune_at: (PRUNE_AT, PRUNE_AT) }
+        let gap = debounce.max(super::batch::BURST_GAP);
+        Self { limits, gap, senders: HashMap::new(), chats: HashMap::new(), prune_at: (PRUNE_AT, PRUNE_AT) }
     }
 
     /// Decides about a person's message from `sender` in session `chat` arriving `now`.
@@ -131,12 +133,9 @@ impl RateLimiter {
 
     /// `Some(verdict of the burst)` when this message joins the sender's burst in `chat`.
     fn continues_burst(&self, chat: &str, sender: &str, now: Instant) -> Option<bool> {
-        if self.debounce.is_zero() {
-            return None;
-        }
         let last = self.chats.get(chat).filter(|last| last.sender == sender)?;
-        let recent = now.duration_since(last.at) < self.debounce;
-        let young = now.duration_since(last.burst_started) < self.debounce * MAX_BURST_WINDOWS;
+        let recent = now.duration_since(last.at) < self.gap;
+        let young = now.duration_since(last.burst_started) < self.gap * MAX_BURST_WINDOWS;
         (recent && young).then_some(last.passed)
     }
 
@@ -219,15 +218,18 @@ mod tests {
         assert_eq!(limiter.check("c", "ann", at(11), None), Verdict::Pass);
         // A minute after the first turn, one turn is free again, and a new spell is told again.
         assert_eq!(limiter.check("c", "sam", at(60), None), Verdict::Pass);
-        assert!(matches!(limiter.check("c", "sam", at(60), None), Verdict::Limited { notify: true, .. }));
+        // (In another chat: in this one, a message right after is the same burst.)
+        assert!(matches!(limiter.check("c2", "sam", at(60), None), Verdict::Limited { notify: true, .. }));
     }
 
     #[test]
     fn levels_have_their_own_limits_and_zero_is_unlimited() {
         let mut limiter = RateLimiter::new(GUEST, Duration::ZERO);
         let now = Instant::now();
+        // Two seconds apart: separate turns, not one burst.
         let passed = |limiter: &mut RateLimiter, sender: &str, level| {
-            (0..20).filter(|_| pass_all(limiter, "c", sender, now, level) == Verdict::Pass).count()
+            let at = |i: u64| now + Duration::from_secs(2 * i);
+            (0..20).filter(|&i| pass_all(limiter, "c", sender, at(i), level) == Verdict::Pass).count()
         };
         assert_eq!(passed(&mut limiter, "guest", Level::Guest), 3);
         assert_eq!(passed(&mut limiter, "user", Level::User), 5);

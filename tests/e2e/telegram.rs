@@ -49,6 +49,30 @@ async fn a_telegram_message_gets_the_agents_reply() {
     assert!(stdout.contains("telegram:111"), "{stdout}");
 }
 
+/// The default configuration holds no message back: a lone direct message with a model that
+/// answers at once is answered within a few hundred milliseconds, every time.
+#[tokio::test]
+async fn a_lone_direct_message_is_answered_without_a_fixed_wait() {
+    let (llm, fake) = (FakeLlm::start().await, FakeTelegram::start().await);
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = telegram(Launch::new(dir.path(), "tg", &["run"]).llm(&llm.base_url()), &fake).spawn();
+    daemon.wait_healthy().await;
+    let mut took = Vec::new();
+    for n in 1..=5 {
+        let pushed = Instant::now();
+        fake.push_message(updates::private_text(ALICE, "alice", n, &format!("question {n}")));
+        while fake.sent_messages().len() < n as usize {
+            assert!(pushed.elapsed() < Duration::from_secs(10), "no answer to message {n}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        took.push(pushed.elapsed());
+        // A person's next message comes later than a burst's would.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+    }
+    took.sort();
+    assert!(took[2] < Duration::from_millis(300), "median time to the answer: {took:?}");
+}
+
 /// The daemon dies after taking the update and before replying; after the restart the user
 /// gets exactly one reply.
 #[tokio::test]

@@ -103,6 +103,7 @@ mod tests {
             reply_to: None,
             replied_to: None,
             attachments: Vec::new(),
+            burst: false,
         }
     }
 

@@ -48,6 +48,8 @@ pub(crate) struct Incoming {
     /// The message this one replies to, when Discord sent it along.
     pub replied_to: Option<RepliedTo>,
     pub attachments: Vec<Attachment>,
+    /// More of a burst may follow: a forward, a text split at the length limit.
+    pub burst: bool,
 }
 
 impl Incoming {
@@ -92,8 +94,14 @@ pub(crate) fn classify(msg: &Message, bot_id: u64) -> Result<Incoming, Skip> {
         reply_to: reply_to.map(|id| id.get()),
         replied_to,
         attachments,
+        // A reference that is no reply is a forward (or crosspost); a text near the 2,000
+        // characters a message holds was likely split by the person.
+        burst: (!is_reply && msg.message_reference.is_some()) || msg.content.chars().count() >= SPLIT_TEXT_CHARS,
     })
 }
+
+/// Texts this long were likely cut at Discord's 2,000 characters by their sender.
+const SPLIT_TEXT_CHARS: usize = 1900;
 
 /// A replied-to message for the bus: its author, its text (else its first attachment's kind).
 fn replied_message(replied: &Message, bot_id: u64) -> RepliedTo {

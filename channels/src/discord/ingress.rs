@@ -320,5 +320,8 @@ fn metadata(msg: &Incoming) -> Map<String, Value> {
         metadata.insert("guild_id".into(), Value::String(guild_id.to_string()));
     }
     metadata.insert("username".into(), Value::String(msg.author.username.clone()));
+    if msg.burst {
+        metadata.insert(crate::contract::BURST.into(), Value::Bool(true));
+    }
     metadata
 }

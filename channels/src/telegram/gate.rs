@@ -88,6 +88,7 @@ mod tests {
             attachments: Vec::new(),
             replied_to: None,
             date: Utc::now(),
+            burst: false,
         }
     }
 

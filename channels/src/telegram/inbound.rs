@@ -76,6 +76,8 @@ pub(crate) struct Incoming {
     /// The message this one replies to.
     pub replied_to: Option<RepliedTo>,
     pub date: DateTime<Utc>,
+    /// More of a burst may follow: a forward, a photo of an album, a text split by the client.
+    pub burst: bool,
 }
 
 impl Incoming {
@@ -142,7 +144,20 @@ pub(crate) fn classify(msg: &Message, me: &BotIdentity) -> Result<Incoming, Skip
         attachments,
         replied_to: replied_to(msg, me.id),
         date: msg.date,
+        burst: in_burst(msg, raw_text),
     })
+}
+
+/// Telegram's clients send a text longer than 4096 characters (UTF-16) as several messages;
+/// a text this close to the limit was likely cut there.
+const SPLIT_TEXT_UNITS: usize = 4000;
+
+/// Whether more of a burst is likely to follow `msg`: it was forwarded (a forward of several
+/// messages arrives as several), belongs to an album, or fills a message to the limit.
+fn in_burst(msg: &Message, text: &str) -> bool {
+    msg.forward_origin().is_some()
+        || msg.media_group_id().is_some()
+        || text.chars().map(char::len_utf16).sum::<usize>() >= SPLIT_TEXT_UNITS
 }
 
 /// The entities that start and end on character boundaries within the text. teloxide converts

@@ -206,5 +206,8 @@ fn metadata(msg: &Incoming) -> Map<String, Value> {
     if let Some(username) = &msg.author.username {
         metadata.insert("username".into(), Value::String(username.clone()));
     }
+    if msg.burst {
+        metadata.insert(crate::contract::BURST.into(), Value::Bool(true));
+    }
     metadata
 }
