@@ -117,7 +117,8 @@ impl Default for TelegramChannelConfig {
             group_context_messages: 20,
             pairing_code_ttl_secs: 3600,
             pairing_max_pending: 20,
-            stream_private: false,
+            // People judge a model that takes seconds by when its words start to appear.
+            stream_private: true,
             stream_groups: false,
             stream_edit_interval_ms: 1500,
             typing: true,

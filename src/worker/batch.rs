@@ -9,9 +9,10 @@
 //! turns.
 //!
 //! A message in a quiet chat starts its turn at once. What arrives during a turn waits for the
-//! next, which takes a burst whole. Only a message the platform marked as part of a burst (a
-//! forward, an album, a text split at the length limit) waits a moment ([`BURST_WINDOW`]) for
-//! the rest; with `debounce_ms` set, every person's message waits that long for quiet.
+//! next, which takes a burst whole. Only a burst still coming in waits a moment
+//! ([`BURST_WINDOW`] of quiet) for the rest: several messages waiting together, or one the
+//! platform marked as part of a burst (a forward, an album, a text split at the length limit);
+//! with `debounce_ms` set, every person's message waits that long for quiet.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -94,19 +95,21 @@ impl Batching {
         // A later message that did not join closes the turn; so does a first message that
         // nothing joins (a cron prompt outside `collect`).
         let open = len == queue.len() && self.can_grow(&first.msg);
-        let window = self.window(&last.msg);
+        let window = self.window(&last.msg, len);
         if !open || window.is_zero() {
             return None;
         }
         Some((last.arrived + window).min(first.arrived + window * MAX_WAIT_WINDOWS))
     }
 
-    /// How long the turn waits for quiet after `last`, its newest message.
-    fn window(&self, last: &InboundMessage) -> Duration {
+    /// How long a turn of `len` messages waits for quiet after `last`, its newest one: a lone
+    /// message not at all, a burst that is still coming in (several messages already, or one
+    /// its channel marked) a moment.
+    fn window(&self, last: &InboundMessage, len: usize) -> Duration {
         match self.mode {
             QueueMode::Collect => self.collect_window,
             _ if !self.debounce.is_zero() => self.debounce,
-            _ if last.in_burst() => BURST_WINDOW,
+            _ if len > 1 || last.in_burst() => BURST_WINDOW,
             _ => Duration::ZERO,
         }
     }

@@ -222,6 +222,36 @@ async fn a_websocket_chats_and_sees_the_run_as_it_happens() {
     assert!(tokio_tungstenite::connect_async(url).await.is_err());
 }
 
+/// A model that writes for longer than the reply timeout: the answer keeps streaming, so the
+/// socket gets it whole, never "no reply in time" (the limit counts from the last piece).
+#[tokio::test]
+async fn an_answer_still_streaming_past_the_reply_timeout_is_not_given_up_on() {
+    let pace = Some(Duration::from_millis(300));
+    let llm =
+        FakeLlm::start_with_quirks(switchboard_testkit::fake_llm::Quirks { stream_pace: pace, ..Default::default() })
+            .await;
+    llm.push(Scripted::Text("A long answer, written slowly, piece by piece, over about three seconds.".into()));
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), None);
+    let mut daemon = Launch::new(dir.path(), "run", &["run", "--config", &config])
+        .llm(&llm.base_url())
+        .env("SWITCHBOARD_CHANNELS__API__REPLY_TIMEOUT_SECS", "1")
+        .spawn();
+    daemon.wait_healthy().await;
+    let mut ws = socket(&daemon, ALICE).await;
+    let send = json!({"type": "message", "chat_id": "slow", "content": "tell me slowly", "client_id": "s1"});
+    let started = std::time::Instant::now();
+    ws.send(Message::Text(send.to_string().into())).await.unwrap();
+    let frames = frames_until(&mut ws, "reply").await;
+    assert!(started.elapsed() > Duration::from_secs(2), "the model took {:?}", started.elapsed());
+    let types: Vec<&str> = frames.iter().map(|f| f["type"].as_str().unwrap_or_default()).collect();
+    assert!(!types.contains(&"error"), "{frames:?}");
+    assert_eq!(
+        frames.last().unwrap()["content"],
+        "A long answer, written slowly, piece by piece, over about three seconds."
+    );
+}
+
 /// What the test webhook received: (headers, body).
 type Posts = Arc<Mutex<Vec<(axum::http::HeaderMap, String)>>>;
 

@@ -235,7 +235,7 @@ async fn killed_daemon_finishes_the_accepted_message_after_restart() {
 async fn api_requests_in_one_chat_each_get_their_own_answer_at_once() {
     let llm = FakeLlm::start().await;
     let dir = tempfile::tempdir().unwrap();
-    // The default settings: a chat's bursts are merged (worker.debounce_ms), but not the API's.
+    // The default settings: a chat's bursts are merged, but not the API's (each request waits for its own answer).
     let mut daemon = Launch::new(dir.path(), "run", &["run"]).llm(&llm.base_url()).spawn();
     daemon.wait_healthy().await;
     let started = std::time::Instant::now();

@@ -119,7 +119,12 @@ async fn a_message_whose_reply_can_never_be_published_is_dead_lettered() {
     let llm = FakeLlm::start().await;
     llm.push(Scripted::Text("y".repeat(1_200_000)));
     let dir = tempfile::tempdir().unwrap();
-    let agent = Launch::new(dir.path(), "agent", &["agent", "--nats", &nats.url()]).llm(&llm.base_url()).spawn();
+    // An answer limit that lets the model write more than NATS carries in one message.
+    let agent = Launch::new(dir.path(), "agent", &["agent", "--nats", &nats.url()])
+        .llm(&llm.base_url())
+        .env("SWITCHBOARD_AGENT__CONTEXT_WINDOW", "2000000")
+        .env("SWITCHBOARD_AGENT__MAX_TOKENS", "400000")
+        .spawn();
     agent.wait_for_log("worker started").await;
     let bus = NatsBus::connect(&nats.url(), NatsOptions::default()).await.unwrap();
     let sender = Sender { id: "u1".into(), name: "U".into(), is_bot: false };
@@ -171,11 +176,11 @@ async fn a_chat_keeps_its_order_across_a_worker_crash() {
         }
     }
     let dir = tempfile::tempdir().unwrap();
-    // Each message its own turn (no merging of one sender's burst), as in the report.
+    // Each message its own turn, as in the report: five people write in each chat (one
+    // person's messages back to back would be one burst, answered together).
     let launch = |name| {
         Launch::new(dir.path(), name, &["agent", "--nats", &nats.url()])
             .llm(&llm.base_url())
-            .env("SWITCHBOARD_WORKER__DEBOUNCE_MS", "0")
             // One sender writes 100 messages at once: the per-sender rate limit is not under test.
             .env("SWITCHBOARD_RATE_LIMITS__GUEST", "0")
             .env("SWITCHBOARD_RATE_LIMITS__USER", "0")
@@ -184,10 +189,10 @@ async fn a_chat_keeps_its_order_across_a_worker_crash() {
     first.wait_for_log("worker started").await;
     let bus = NatsBus::connect(&nats.url(), NatsOptions::default()).await.unwrap();
     let mut replies = bus.outbound("test").await.unwrap();
-    let sender = Sender { id: "u1".into(), name: "U".into(), is_bot: false };
     for s in 0..SESSIONS {
         for m in 0..PER_SESSION {
-            let msg = InboundMessage::user("test", &format!("chat-{s:02}"), sender.clone(), &format!("s{s:02}-m{m}"));
+            let sender = Sender { id: format!("u{m}"), name: format!("U{m}"), is_bot: false };
+            let msg = InboundMessage::user("test", &format!("chat-{s:02}"), sender, &format!("s{s:02}-m{m}"));
             bus.publish_inbound(&msg).await.unwrap();
         }
     }

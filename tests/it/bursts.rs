@@ -120,13 +120,21 @@ async fn a_forwarded_burst_is_one_turn_and_no_message_is_lost(kind: BusKind) {
     let lines = forwarded(50);
     let burst: Vec<InboundMessage> = lines.iter().map(|line| forwarded_message("sam", line)).collect();
     send_burst(&h, &burst).await;
-    let answer = next_out(&mut out).await;
-    assert_eq!(answer.kind, OutboundKind::Reply, "{}", answer.content);
-    // The answer is to the newest message, which carried the whole burst.
-    assert_eq!(answer.in_reply_to.as_deref(), Some(burst[49].id.as_str()));
-    nothing_more(&mut out, Duration::from_secs(2)).await;
+    let mut answers = vec![next_out(&mut out).await];
+    while let Ok(Some(Ok(delivery))) =
+        tokio::time::timeout(Duration::from_secs(2), futures_util::StreamExt::next(&mut out)).await
+    {
+        answers.push(delivery.decode().unwrap());
+        delivery.ack().await.unwrap();
+    }
+    assert!(answers.iter().all(|a| a.kind == OutboundKind::Reply), "{answers:#?}");
+    // The last answer is to the newest message, which carried the (rest of the) burst.
+    assert_eq!(answers.last().unwrap().in_reply_to.as_deref(), Some(burst[49].id.as_str()));
     let inputs = turn_inputs(&h);
-    assert_eq!(inputs.len(), 1, "one turn for the burst: {inputs:#?}");
+    // One turn. On NATS, where a message may come a moment late (the worker's check that no
+    // older message of the chat is left hands it back for a fraction of a second), two at most.
+    let turns = if kind == BusKind::Memory { 1 } else { 2 };
+    assert!(inputs.len() <= turns && inputs.len() == answers.len(), "{inputs:#?}");
     assert_all_reached_in_order(&inputs, &lines);
     h.stop().await;
 }
@@ -269,9 +277,10 @@ async fn fifty_unmarked_messages_at_once_all_reach_the_model_in_order(kind: BusK
         delivery.ack().await.unwrap();
     }
     assert!(answers.iter().all(|a| a.kind == OutboundKind::Reply), "no notice: {answers:#?}");
-    // The first at once, the rest in a turn or a few: each takes what the bus brought in
-    // meanwhile (NATS hands them over one by one, the in-process bus at once).
-    assert!((2..=5).contains(&answers.len()), "{answers:#?}");
+    // In a turn or a few: the first may start alone, before the second is there; what comes
+    // while a turn runs waits for the next (NATS hands messages over one by one, the
+    // in-process bus at once).
+    assert!((1..=5).contains(&answers.len()), "{answers:#?}");
     assert_eq!(answers.last().unwrap().in_reply_to.as_deref(), Some(burst[49].id.as_str()));
     let inputs = turn_inputs(&h);
     assert_eq!(inputs.len(), answers.len(), "{inputs:#?}");

@@ -49,6 +49,33 @@ impl Waiting {
     }
 }
 
+/// The reply was not there in time.
+#[derive(Debug)]
+pub(super) struct TimedOut;
+
+/// Waits for `waiting`'s reply until `deadline`, or `timeout` after the last event of its run
+/// (`watch`: a chunk of text, a tool call) when that is later: an answer that is still being
+/// written is never given up on. `Ok(None)`: the channel is stopping.
+pub(super) async fn reply_while_alive(
+    waiting: &mut Waiting,
+    watch: &super::feed::Watch,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<Option<Arc<OutboundMessage>>, TimedOut> {
+    let mut activity = watch.subscribe();
+    let (mut deadline, mut followed) = (deadline, true);
+    loop {
+        tokio::select! {
+            reply = waiting.reply() => return Ok(reply),
+            changed = activity.changed(), if followed => match changed {
+                Ok(()) => deadline = deadline.max(Instant::now() + timeout),
+                Err(_) => followed = false,
+            },
+            () = tokio::time::sleep_until(deadline) => return Err(TimedOut),
+        }
+    }
+}
+
 /// What sending a message gave.
 pub(super) enum Sent {
     /// A retry of a message already answered: its reply, served again.

@@ -31,6 +31,9 @@ const MAX_RUN_AGE: Duration = Duration::from_secs(600);
 const SWEEP_INTERVAL: Duration = Duration::from_secs(30);
 /// How many finished run keys are remembered.
 const FINISHED_KEPT: usize = 1024;
+/// How long a run streams before its draft is first shown: an answer complete by then is
+/// simply sent, without a draft that flickers for a moment and an edit to replace it.
+const FIRST_DRAFT_AFTER: Duration = Duration::from_millis(500);
 
 /// Runs in progress in a platform's chats, shared by the event follower and the reply sender.
 pub struct LiveRuns<P: Platform> {
@@ -313,6 +316,10 @@ async fn keep_typing<P: Platform>(platform: Arc<P>, target: P::Target, interval:
 /// it is a nicety, the reply is not.
 async fn edit_draft<P: Platform>(platform: Arc<P>, draft: Arc<Draft<P>>) {
     let interval = platform.edit_interval();
+    tokio::select! {
+        _ = draft.closed.cancelled() => return,
+        _ = tokio::time::sleep(FIRST_DRAFT_AFTER) => {}
+    }
     loop {
         tokio::select! {
             _ = draft.closed.cancelled() => return,

@@ -46,9 +46,9 @@ fn push_corpus(fake: &FakeTelegram, llm: &FakeLlm) -> Vec<String> {
     fake.push_message(text(15, &"long ".repeat(20_000)));
     fake.push_message(text(16, "bell\u{7} esc\u{1b}[2J rtl\u{202e}olleh zw\u{200b}j"));
     vec![
-        "echo: later id first".into(),
-        "echo: earlier id second".into(),
-        "echo: same update twice".into(),
+        "later id first".into(),
+        "earlier id second".into(),
+        "same update twice".into(),
         "big.bin not saved: too large to download (31457280 bytes)".into(),
         "liar.txt not saved: too large to download (".into(),
         "read the long one".into(),
@@ -61,17 +61,19 @@ async fn telegram_corpus(shape: Shape) {
     let mut expected = Vec::new();
     let env = [("SWITCHBOARD_CHANNELS__TELEGRAM__MEDIA_MAX_BYTES", max.as_str())];
     let mut rig = Rig::start_with(shape, TELEGRAM, &env, |fake, llm| expected = push_corpus(fake, llm)).await;
-    let all_in = || rig.telegram.sent_messages().len() >= expected.len();
+    // Messages of one person that arrive together may be answered together (one burst).
+    let texts = || rig.telegram.sent_messages().into_iter().filter_map(|m| m.text).collect::<Vec<_>>();
+    let all_in = || expected.iter().all(|needle| texts().iter().any(|reply| reply.contains(needle.as_str())));
     let arrived = eventually(Duration::from_secs(30), all_in).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let sent: Vec<String> = rig.telegram.sent_messages().into_iter().filter_map(|m| m.text).collect();
+    let sent = texts();
     assert!(arrived, "{sent:#?}\n{}", rig.logs());
-    assert_eq!(sent.len(), expected.len(), "answered a message twice or answered garbage: {sent:#?}");
+    assert!(sent.len() <= expected.len(), "answered a message twice or answered garbage: {sent:#?}");
     for needle in &expected {
         let matching = sent.iter().filter(|reply| reply.contains(needle.as_str())).count();
         assert_eq!(matching, 1, "{needle:?} in {sent:#?}");
     }
-    assert_eq!(rig.llm.requests().len(), expected.len(), "{}", rig.logs());
+    assert_eq!(rig.llm.requests().len(), sent.len(), "one model call per answer\n{}", rig.logs());
     // The long one was cut for the model; no partial download is left behind.
     let long = rig.llm.requests().into_iter().map(|r| r.to_string()).find(|r| r.contains("long long")).unwrap();
     assert!(long.len() < 60_000, "{} bytes reached the model", long.len());

@@ -69,16 +69,19 @@ impl Writer {
         }
         let reply = match sent {
             Sent::Replayed(reply) => Some(reply),
-            Sent::Waiting(waiting) => match self.follow(waiting, &watch, deadline).await {
-                Followed::Reply(reply) => reply,
-                Followed::TimedOut => {
-                    let secs = state.settings.reply_timeout.as_secs();
-                    let text = format!("no reply within {secs} s; the message was accepted and may still be answered");
-                    self.fail("reply_timeout", &text).await;
-                    return;
+            Sent::Waiting(waiting) => {
+                match self.follow(waiting, &watch, deadline, state.settings.reply_timeout).await {
+                    Followed::Reply(reply) => reply,
+                    Followed::TimedOut => {
+                        let secs = state.settings.reply_timeout.as_secs();
+                        let text =
+                            format!("no reply within {secs} s; the message was accepted and may still be answered");
+                        self.fail("reply_timeout", &text).await;
+                        return;
+                    }
+                    Followed::ClientGone => return,
                 }
-                Followed::ClientGone => return,
-            },
+            }
         };
         match reply {
             Some(reply) => self.finish(&reply).await,
@@ -88,9 +91,12 @@ impl Writer {
         }
     }
 
-    /// Sends the run's text as it grows, until its reply comes.
-    async fn follow(&mut self, mut waiting: Waiting, watch: &Watch, deadline: Instant) -> Followed {
+    /// Sends the run's text as it grows, until its reply comes. It is given up on `timeout`
+    /// after the request, or after the run's last event if that came later: an answer that is
+    /// still being written never times out.
+    async fn follow(&mut self, mut waiting: Waiting, watch: &Watch, deadline: Instant, timeout: Duration) -> Followed {
         let mut streamed = watch.subscribe();
+        let mut deadline = deadline;
         loop {
             tokio::select! {
                 reply = waiting.reply() => return Followed::Reply(reply),
@@ -98,6 +104,7 @@ impl Writer {
                     if changed.is_err() {
                         continue;
                     }
+                    deadline = deadline.max(Instant::now() + timeout);
                     let text = streamed.borrow_and_update().text.clone();
                     if let Some(new) = text.strip_prefix(self.sent_text.as_str()).filter(|new| !new.is_empty())
                         && !self.send_text(new.to_owned()).await

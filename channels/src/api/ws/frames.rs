@@ -83,8 +83,11 @@ pub(super) async fn exchange(
     client_id: Option<String>,
     tx: mpsc::Sender<Value>,
 ) {
-    let deadline = Instant::now() + state.settings.reply_timeout;
+    let timeout = state.settings.reply_timeout;
+    let deadline = Instant::now() + timeout;
     let client_id = client_id.as_deref();
+    // Watched before publishing, so no event of the run comes before the watch.
+    let watch = state.feed.watch(&msg.id);
     let mut waiting = match exchange::send(&state, &msg, None, deadline).await {
         Ok(Sent::Waiting(waiting)) => waiting,
         Ok(Sent::Replayed(reply)) => {
@@ -102,7 +105,7 @@ pub(super) async fn exchange(
         return;
     }
     let frame = tokio::select! {
-        reply = tokio::time::timeout_at(deadline, waiting.reply()) => match reply {
+        reply = exchange::reply_while_alive(&mut waiting, &watch, deadline, timeout) => match reply {
             Ok(Some(reply)) => reply_frame(&caller, &msg, &reply, client_id),
             Ok(None) => error_frame("shutting_down", "switchboard is stopping; the message is answered after restart", client_id),
             Err(_) => error_frame("reply_timeout", "no reply in time; the message was accepted and may still be answered", client_id),
