@@ -3,6 +3,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
+use super::stream::StreamChunk;
 use super::*;
 use crate::provider::ToolSpec;
 use crate::provider::sse::StreamEnd;

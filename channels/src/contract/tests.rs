@@ -1,0 +1,71 @@
+use super::*;
+
+#[test]
+fn minimal_inbound_json_decodes_with_defaults() {
+    let msg: InboundMessage = serde_json::from_str(
+        r#"{"v":1,"id":"x1","channel":"api","chat_id":"me","sender":{"id":"7"},"content":"hi","future_field":3}"#,
+    )
+    .unwrap();
+    assert_eq!(msg.sender, Sender { id: "7".into(), ..Sender::default() });
+    assert_eq!(msg.kind, InboundKind::User);
+    assert!(msg.validate().is_ok());
+    assert_eq!(msg.session_key(), "api:me");
+}
+
+#[test]
+fn user_messages_need_a_sender_and_system_messages_do_not() {
+    let user: InboundMessage = serde_json::from_str(r#"{"id":"a","channel":"api","chat_id":"me"}"#).unwrap();
+    assert_eq!(user.validate(), Err(ContractError::NoSender));
+    let empty: InboundMessage =
+        serde_json::from_str(r#"{"id":"a","channel":"api","chat_id":"me","sender":{"id":""}}"#).unwrap();
+    assert_eq!(empty.validate(), Err(ContractError::NoSender));
+    let system: InboundMessage =
+        serde_json::from_str(r#"{"id":"a","channel":"api","chat_id":"me","kind":"system"}"#).unwrap();
+    assert_eq!(system.validate(), Ok(()));
+}
+
+#[test]
+fn missing_id_fails_validation() {
+    let msg: InboundMessage = serde_json::from_str(r#"{"channel":"api","chat_id":"me"}"#).unwrap();
+    assert_eq!(msg.validate(), Err(ContractError::Missing("id")));
+}
+
+#[test]
+fn newer_version_is_refused() {
+    let msg: InboundMessage = serde_json::from_str(r#"{"v":99,"id":"a","channel":"api","chat_id":"me"}"#).unwrap();
+    assert_eq!(msg.validate(), Err(ContractError::Version(99)));
+}
+
+#[test]
+fn session_keys_name_topics_and_threads() {
+    assert_eq!(session_key("telegram", "-100", Some("7")), "telegram:-100:topic:7");
+    assert_eq!(session_key("discord", "55", Some("9")), "discord:55:thread:9");
+}
+
+#[test]
+fn run_events_are_tagged_by_type() {
+    let ev = RunEvent {
+        v: 1,
+        run_id: "r".into(),
+        session_key: "api:me".into(),
+        channel: "api".into(),
+        chat_id: "me".into(),
+        inbound_id: None,
+        thread_id: None,
+        reply_to: None,
+        at: Utc::now(),
+        body: RunEventBody::Chunk { text: "he".into() },
+    };
+    let json = serde_json::to_value(&ev).unwrap();
+    assert_eq!(json["type"], "chunk");
+    assert_eq!(json["text"], "he");
+    let back: RunEvent = serde_json::from_value(json).unwrap();
+    assert_eq!(back, ev);
+    let addressed = RunEvent { thread_id: Some("9".into()), reply_to: Some("42".into()), ..ev };
+    let json = serde_json::to_value(&addressed).unwrap();
+    assert_eq!((json["thread_id"].as_str(), json["reply_to"].as_str()), (Some("9"), Some("42")));
+    let unknown: RunEvent =
+        serde_json::from_str(r#"{"run_id":"r","session_key":"k","channel":"c","chat_id":"d","type":"run.paused"}"#)
+            .unwrap();
+    assert_eq!(unknown.body, RunEventBody::Unknown);
+}
