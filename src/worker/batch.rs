@@ -10,9 +10,10 @@
 //!
 //! A message in a quiet chat starts its turn at once. What arrives during a turn waits for the
 //! next, which takes a burst whole. Only a burst still coming in waits a moment
-//! ([`BURST_WINDOW`] of quiet) for the rest: several messages waiting together, or one the
-//! platform marked as part of a burst (a forward, an album, a text split at the length limit);
-//! with `debounce_ms` set, every person's message waits that long for quiet.
+//! ([`BURST_WINDOW`] of quiet, also after the turn it arrived during) for the rest: several
+//! messages waiting together, or one the platform marked as part of a burst (a forward, an
+//! album, a text split at the length limit); with `debounce_ms` set, every person's message
+//! waits that long for quiet.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -87,8 +88,9 @@ impl Batching {
 
     /// When the turn at the front of `queue` may start: `None` = now. It waits while more
     /// messages could still join it (see the module docs), until none arrived for the window,
-    /// and at most [`MAX_WAIT_WINDOWS`] windows after its first one.
-    pub fn start_at(&self, queue: &VecDeque<Job>) -> Option<Instant> {
+    /// and at most [`MAX_WAIT_WINDOWS`] windows after its first one or after `free_since` (when
+    /// the session's previous turn ended: a burst that began during it may still be coming in).
+    pub fn start_at(&self, queue: &VecDeque<Job>, free_since: Instant) -> Option<Instant> {
         let first = queue.front()?;
         let len = self.len_at(queue, 0);
         let last = queue.get(len - 1).unwrap_or(first);
@@ -99,7 +101,7 @@ impl Batching {
         if !open || window.is_zero() {
             return None;
         }
-        Some((last.arrived + window).min(first.arrived + window * MAX_WAIT_WINDOWS))
+        Some((last.arrived + window).min(first.arrived.max(free_since) + window * MAX_WAIT_WINDOWS))
     }
 
     /// How long a turn of `len` messages waits for quiet after `last`, its newest one: a lone

@@ -278,11 +278,12 @@ fn mode_of(shared: &Shared, key: &str) -> QueueMode {
 /// debouncing on, until its burst is over (see [`Batching::start_at`]). Sleeps without the lock
 /// and looks again, since a message that arrived meanwhile moves the time.
 async fn wait_for_turn(shared: &Shared, key: &str) {
+    let free_since = Instant::now();
     loop {
         let start_at = {
             let sessions = shared.sessions.lock().unwrap_or_else(PoisonError::into_inner);
             let Some(session) = sessions.get(key) else { return };
-            batching(shared, session.mode).start_at(&session.queue)
+            batching(shared, session.mode).start_at(&session.queue, free_since)
         };
         match start_at {
             Some(at) if Instant::now() < at && !shared.stopping.is_cancelled() => {

@@ -20,6 +20,7 @@ use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
 crate::both_buses!(
     a_forwarded_burst_is_one_turn_and_no_message_is_lost,
     a_burst_during_an_answer_becomes_one_followup_turn,
+    a_burst_still_coming_in_when_an_answer_ends_waits_for_the_rest,
     fifty_unmarked_messages_at_once_all_reach_the_model_in_order,
     a_burst_too_long_for_one_message_is_split_never_cut,
     a_full_queue_says_once_which_messages_it_did_not_keep,
@@ -255,6 +256,31 @@ async fn a_lone_message_starts_at_once_and_commands_never_wait(kind: BusKind) {
     assert_eq!(stopped.content, "Nothing to stop. Dropped 3 waiting messages.");
     nothing_more(&mut out, Duration::from_secs(1)).await;
     assert_eq!(h.llm.requests().len(), 1);
+    h.stop().await;
+}
+
+/// A paste the client splits into twenty messages 60 ms apart, begun during an answer and
+/// still coming in when it ends: the followup turn waits for its end (a quarter second of
+/// quiet), so the paste is one turn, not the part that was there and then the rest.
+async fn a_burst_still_coming_in_when_an_answer_ends_waits_for_the_rest(kind: BusKind) {
+    let slow = Scripted::Delay(Duration::from_millis(600), Box::new(Scripted::Text("the plan".into())));
+    let (h, mut out) = start(kind, default_settings(GuardConfig::default()), vec![slow]).await;
+    let question = direct("sam", "make a plan for the trip");
+    h.send(&question).await;
+    h.llm.wait_for_requests(1, Duration::from_secs(5)).await;
+    let lines = forwarded(20);
+    let burst: Vec<InboundMessage> = lines.iter().map(|line| direct("sam", line)).collect();
+    for msg in &burst {
+        h.send(msg).await;
+        tokio::time::sleep(Duration::from_millis(60)).await;
+    }
+    let answers = replies(&mut out, 2).await;
+    assert_eq!(answers[0].in_reply_to.as_deref(), Some(question.id.as_str()));
+    assert_eq!(answers[1].in_reply_to.as_deref(), Some(burst[19].id.as_str()), "{answers:#?}");
+    nothing_more(&mut out, Duration::from_secs(1)).await;
+    let inputs = turn_inputs(&h);
+    assert_eq!(inputs.len(), 2, "{inputs:#?}");
+    assert_all_reached_in_order(&inputs[1..], &lines);
     h.stop().await;
 }
 
