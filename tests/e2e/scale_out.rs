@@ -96,7 +96,8 @@ async fn three_workers_with_their_own_directories_keep_every_chat_in_order() {
                 .llm(&llm.base_url())
                 .env("SWITCHBOARD_STORE__DATABASE_URL", database.url())
                 .env("SWITCHBOARD_AGENT__WORKSPACE", &workspace)
-                // Each message its own turn, from one sender that writes 100 of them at once.
+                // Each message its own turn: no debounce, and each of a chat's messages from
+                // another person (one person's messages at once would be one burst, one turn).
                 .env("SWITCHBOARD_WORKER__DEBOUNCE_MS", "0")
                 .env("SWITCHBOARD_RATE_LIMITS__GUEST", "0")
                 .env("SWITCHBOARD_RATE_LIMITS__USER", "0")
@@ -109,13 +110,13 @@ async fn three_workers_with_their_own_directories_keep_every_chat_in_order() {
     }
     let bus = NatsBus::connect(&nats.url(), NatsOptions::default()).await.unwrap();
     let mut replies = bus.outbound("test").await.unwrap();
-    let sender = Sender { id: "u1".into(), name: "U".into(), is_bot: false };
     let started = Instant::now();
     // A chat's messages one after the other, so its next message is free for another worker
     // while the first still runs.
     for s in 0..SESSIONS {
         for m in 0..PER_SESSION {
-            let msg = InboundMessage::user("test", &format!("chat-{s:02}"), sender.clone(), &text(s, m));
+            let sender = Sender { id: format!("u{m}"), name: format!("U{m}"), is_bot: false };
+            let msg = InboundMessage::user("test", &format!("chat-{s:02}"), sender, &text(s, m));
             bus.publish_inbound(&msg).await.unwrap();
         }
     }

@@ -22,8 +22,8 @@ crate::both_buses!(
     no_more_sessions_run_at_once_than_max_concurrent_runs,
 );
 
-/// Guests may start 4 turns a minute. Debouncing is off, so every message is a turn of its own
-/// and counts (with it on, a burst merged into one turn counts once: see tests/it/bursts.rs).
+/// Guests may start 4 turns a minute. Debouncing is off; messages [`TYPING_GAP`] apart are a
+/// turn each and count (a burst merged into one turn counts once: see tests/it/bursts.rs).
 fn settings(owners: &[&str]) -> WorkerSettings {
     let users = UsersConfig { owners: owners.iter().map(|o| o.to_string()).collect(), ..UsersConfig::default() };
     let access = AccessPolicy::from_config(&users, &PermissionsConfig::default(), &BudgetsConfig::default()).unwrap();
@@ -81,18 +81,22 @@ fn model_inputs(h: &Harness) -> Vec<String> {
         .collect()
 }
 
+/// A person typing fast: further apart than a burst (whose messages make one turn and count
+/// once), so each message is a turn of its own.
+const TYPING_GAP: Duration = Duration::from_millis(1_200);
+
 async fn a_flooding_member_is_told_once_and_the_others_are_still_answered(kind: BusKind) {
     let (h, mut out) = start(kind, settings(&[])).await;
-    let flood: Vec<InboundMessage> = (1..=12).map(|i| in_group("sam", &format!("spam {i:02}"))).collect();
+    let flood: Vec<InboundMessage> = (1..=6).map(|i| in_group("sam", &format!("spam {i:02}"))).collect();
     let ann_first = in_group("ann", "what time is the meeting?");
     let status = in_group("sam", "/status");
     let ann_last = in_group("ann", "and where?");
     for (i, msg) in flood.iter().enumerate() {
         h.send(msg).await;
-        if i == 6 {
+        if i == 2 {
             h.send(&ann_first).await;
         }
-        tokio::time::sleep(Duration::from_millis(3)).await;
+        tokio::time::sleep(TYPING_GAP).await;
     }
     h.send(&status).await;
     h.send(&ann_last).await;
@@ -135,15 +139,16 @@ async fn a_flooding_member_is_told_once_and_the_others_are_still_answered(kind: 
 /// The same flood from a configured owner: every message is answered (owner = 0, unlimited).
 async fn owners_are_not_limited_by_default(kind: BusKind) {
     let (h, mut out) = start(kind, settings(&["test:boss"])).await;
-    let messages: Vec<InboundMessage> = (1..=8).map(|i| direct("boss", &format!("task {i}"))).collect();
+    let messages: Vec<InboundMessage> = (1..=6).map(|i| direct("boss", &format!("task {i}"))).collect();
     for msg in &messages {
         h.send(msg).await;
+        tokio::time::sleep(TYPING_GAP).await;
     }
-    let got = all_out(&mut out, 8).await;
+    let got = all_out(&mut out, 6).await;
     for msg in &messages {
         assert_eq!(got[&msg.id].content, format!("echo: {}", msg.content));
     }
-    assert_eq!(model_inputs(&h).len(), 8);
+    assert_eq!(model_inputs(&h).len(), 6);
     h.stop().await;
 }
 

@@ -65,6 +65,8 @@ async fn a_looping_run_ends_at_the_time_limit_with_a_message_and_the_next_one_is
         let started = Instant::now();
         let looping = from_owner(channel, "what time is it, again and again?");
         h.bus.publish_inbound(&looping).await.unwrap();
+        // Asked while the loop runs (at once, the two would be one burst: one turn).
+        h.llm.wait_for_requests(1, Duration::from_secs(5)).await;
         h.bus.publish_inbound(&from_owner(channel, "are you there?")).await.unwrap();
 
         let notice = next_message(&mut out).await;

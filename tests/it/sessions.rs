@@ -150,14 +150,15 @@ async fn a_guest_cannot_stop_a_group_run() {
 }
 
 #[tokio::test]
-async fn followup_without_debouncing_answers_each_message_in_order() {
+async fn followup_without_debouncing_answers_each_members_message_in_order() {
     let settings = WorkerSettings {
         queue: QueueSettings { debounce: Duration::ZERO, ..Default::default() },
         ..Default::default()
     };
     let (h, mut out) = harness(settings, vec![slow(500, "one")]).await;
-    for text in ["m1", "m2", "m3"] {
-        h.bus.publish_inbound(&msg("fo", text)).await.unwrap();
+    // Three people at once: a turn each (one person's messages at once would be one burst).
+    for (sender, text) in [("u1", "m1"), ("u2", "m2"), ("u3", "m3")] {
+        h.bus.publish_inbound(&from(sender, "fo", text)).await.unwrap();
     }
     let replies: Vec<String> = [(); 3].iter().map(|_| String::new()).collect();
     let mut got = replies;

@@ -16,7 +16,18 @@ use switchboard_channels::{BusExt, Deliveries};
 use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
 
 fn msg(chat: &str, content: &str) -> InboundMessage {
-    InboundMessage::user("test", chat, Sender { id: "u1".into(), name: "U".into(), is_bot: false }, content)
+    from("u1", chat, content)
+}
+
+/// A message of person `sender`: one person's messages sent together make one burst (one
+/// turn); these tests want a turn per message, so theirs come from different people.
+fn from(sender: &str, chat: &str, content: &str) -> InboundMessage {
+    InboundMessage::user(
+        "test",
+        chat,
+        Sender { id: sender.into(), name: sender.to_uppercase(), is_bot: false },
+        content,
+    )
 }
 
 async fn next_reply(out: &mut Deliveries) -> OutboundMessage {
@@ -26,7 +37,7 @@ async fn next_reply(out: &mut Deliveries) -> OutboundMessage {
     reply
 }
 
-/// One turn per message: what `followup` does without debouncing, which these tests are about.
+/// No debounce: a message starts its turn at once, unless it is one of a burst still coming in.
 fn turn_per_message() -> WorkerSettings {
     WorkerSettings { queue: QueueSettings { debounce: Duration::ZERO, ..Default::default() }, ..Default::default() }
 }
@@ -46,8 +57,8 @@ async fn one_session_runs_in_order_and_sessions_run_in_parallel() {
     let h = start(turn_per_message(), llm).await;
     let mut out = h.bus.outbound("test").await.unwrap();
     let started = Instant::now();
-    for (chat, text) in [("a", "a1"), ("b", "b1"), ("a", "a2"), ("b", "b2")] {
-        h.bus.publish_inbound(&msg(chat, text)).await.unwrap();
+    for (sender, chat, text) in [("u1", "a", "a1"), ("u2", "b", "b1"), ("u3", "a", "a2"), ("u4", "b", "b2")] {
+        h.bus.publish_inbound(&from(sender, chat, text)).await.unwrap();
     }
     let mut order = Vec::new();
     for _ in 0..4 {
@@ -146,8 +157,8 @@ async fn shutdown_finishes_running_turns_and_returns_queued_ones() {
     let settings = WorkerSettings { shutdown_grace: Duration::from_secs(5), ..turn_per_message() };
     let h = start(settings, llm).await;
     let mut out = h.bus.outbound("test").await.unwrap();
-    h.bus.publish_inbound(&msg("s", "first")).await.unwrap();
-    h.bus.publish_inbound(&msg("s", "second")).await.unwrap();
+    h.bus.publish_inbound(&from("u1", "s", "first")).await.unwrap();
+    h.bus.publish_inbound(&from("u2", "s", "second")).await.unwrap();
     h.llm.wait_for_requests(1, Duration::from_secs(5)).await;
     h.shutdown.cancel();
     tokio::time::timeout(Duration::from_secs(5), h.worker).await.unwrap().unwrap();
