@@ -188,7 +188,16 @@ async fn recall_on(vendor: Vendor) {
     let anthropic = rig.anthropic.as_ref().map(FakeAnthropic::requests).unwrap_or_default();
     let sent = format!("{requests:?}{anthropic:?}");
     assert!(sent.contains("Recalled from memory"), "nothing was recalled");
-    assert_cached_from_the_third(&rig.cached_shares().await, "recall on");
+    // Each turn's recall is new by design (it goes with the newest message only), and OpenAI
+    // counts what it cached in 128-token steps: a single turn may fall a point short, the
+    // input tokens of turns 3+ together may not.
+    let turns = rig.turns().await;
+    let shares: Vec<u64> = turns.iter().map(|run| run.usage.cached_percent()).collect();
+    eprintln!("recall on: {shares:?}");
+    assert!(shares.len() >= 3 && shares[2..].iter().all(|&share| share >= 85), "recall on: {shares:?}");
+    let (cached, input) =
+        turns[2..].iter().fold((0, 0), |(c, i), run| (c + run.usage.cache_read_tokens, i + run.usage.input_tokens));
+    assert!(cached * 10 >= input * 9, "recall on: turns 3+ read {cached} of {input} input tokens from the cache");
     rig.stop().await;
 }
 

@@ -150,8 +150,8 @@ async fn usage_and_cost(kind: BusKind) {
     assert_eq!(announcement.id, format!("subagent:{id}"));
     let record = rig.store.subagent(&id).await.unwrap().unwrap();
     assert_eq!(record.status, SubagentStatus::Completed);
-    // The fake model counts four characters a token (at least one) of what it was sent (the
-    // messages and the tool schemas) and answered.
+    // The fake model counts four characters a token (at least one) of the prompt it read (the
+    // tool schemas, then a line of role and text per message) and of what it answered.
     let requests = rig.llm.requests();
     assert_eq!(requests.len(), 1);
     let tools = requests[0].get("tools").map_or(0, |tools| tools.to_string().chars().count());
@@ -159,7 +159,8 @@ async fn usage_and_cost(kind: BusKind) {
         .as_array()
         .unwrap()
         .iter()
-        .map(|m| m["content"].as_str().unwrap_or_default().chars().count())
+        .map(|m| format!("\n{}:{}", m["role"].as_str().unwrap(), m["content"].as_str().unwrap_or_default()))
+        .map(|line| line.chars().count())
         .sum::<usize>()
         + tools;
     let usage = Usage::new((sent / 4).max(1) as u64, 1);

@@ -39,15 +39,10 @@ pub(super) fn prompt_text(shared: &Shared, request: &Value) -> String {
     text
 }
 
-/// The prompt's tokens: four characters each (at least one) of the messages' text and the tool
-/// schemas the model is shown.
+/// The prompt's tokens: four characters each (at least one) of the prompt as the model reads it
+/// (what the cache compares, so a cached part is never more than the whole).
 fn total(shared: &Shared, request: &Value) -> usize {
-    let tools = match tools_shown(shared, request) {
-        true => request.get("tools").map_or(0, |tools| tools.to_string().chars().count()),
-        false => 0,
-    };
-    let text: usize = messages(request).map(|m| content_text(m).chars().count()).sum();
-    ((text + tools) / 4).max(1)
+    (prompt_text(shared, request).chars().count() / 4).max(1)
 }
 
 /// Counts `request`'s prompt without a cache.
@@ -58,7 +53,7 @@ pub(super) fn count(shared: &Shared, request: &Value) -> PromptTokens {
 /// Counts `request`'s prompt and serves it from the cache, which keeps it for later requests.
 pub(super) fn serve(shared: &Shared, request: &Value) -> PromptTokens {
     let prompt = prompt_text(shared, request);
-    let total = total(shared, request);
+    let total = (prompt.chars().count() / 4).max(1);
     let cached = if shared.quirks.slot_cache {
         shared.slot.serve(&prompt).reused
     } else {
