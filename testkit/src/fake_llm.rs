@@ -235,6 +235,11 @@ impl FakeLlm {
         self.shared.embedding_calls.all()
     }
 
+    /// What a load test's model was sent (with [`FakeLlm::start_for_load`]).
+    pub fn load_input(&self) -> Option<load::LoadInput> {
+        self.shared.load.as_ref().map(load::LoadModel::input)
+    }
+
     /// What llama.cpp's slot reused of each request's prompt, in order (with
     /// [`Quirks::llama_cpp`]; the server's log says it, its answers do not).
     pub fn prefix_hits(&self) -> Vec<PrefixHit> {
@@ -371,9 +376,13 @@ fn usage(shared: &Shared, request: &Value, answer: &Answer) -> Value {
         Answer::Text(text, _) => text.chars().count(),
         Answer::ToolCalls(calls) => calls.iter().map(|(_, name, args)| name.len() + args.to_string().len()).sum(),
     };
-    let prompt = match shared.load {
-        // A load test's model keeps no cache: nothing asks it what it served.
-        Some(_) => caching::count(shared, request),
+    let prompt = match &shared.load {
+        Some(model) => {
+            let prompt =
+                if model.prompt_cache { caching::serve(shared, request) } else { caching::count(shared, request) };
+            model.count(prompt.total, prompt.cached);
+            prompt
+        }
         None => caching::serve(shared, request),
     };
     caching::usage_json(shared, prompt, (completion_chars / 4).max(1))

@@ -4,6 +4,7 @@
 //! answered with one call of that tool and the call after its result with the echo.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -17,12 +18,50 @@ pub struct LoadModel {
     pub delay: Duration,
     /// A tool to call once per turn, with arguments `arguments`, before the text answer.
     pub tool: Option<(String, Value)>,
+    /// Keep OpenAI's prompt cache and count what it served ([`LoadModel::input`]).
+    pub prompt_cache: bool,
     calls: AtomicU64,
+    /// Each request's prompt tokens and, of them, those the cache served.
+    prompts: Mutex<Vec<(u32, u32)>>,
+}
+
+/// What a load test's model was sent.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct LoadInput {
+    pub requests: u64,
+    pub tokens: u64,
+    pub cached: u64,
+    /// The median request's tokens the cache did not serve: what a call costs once the
+    /// conversation is under way (the first call of a chat is all new).
+    pub uncached_p50: u32,
 }
 
 impl LoadModel {
     pub fn new(delay: Duration, tool: Option<(String, Value)>) -> Self {
-        Self { delay, tool, calls: AtomicU64::new(0) }
+        Self { delay, tool, ..Self::default() }
+    }
+
+    /// The same, keeping a prompt cache as OpenAI does (1,024 tokens or more, in 128-token steps).
+    pub fn with_prompt_cache(self) -> Self {
+        Self { prompt_cache: true, ..self }
+    }
+
+    /// The prompt tokens sent so far, and those the cache served.
+    pub fn input(&self) -> LoadInput {
+        let prompts = self.prompts.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut uncached: Vec<u32> = prompts.iter().map(|(tokens, cached)| tokens - cached).collect();
+        uncached.sort_unstable();
+        LoadInput {
+            requests: prompts.len() as u64,
+            tokens: prompts.iter().map(|(tokens, _)| u64::from(*tokens)).sum(),
+            cached: prompts.iter().map(|(_, cached)| u64::from(*cached)).sum(),
+            uncached_p50: uncached.get(uncached.len() / 2).copied().unwrap_or_default(),
+        }
+    }
+
+    pub(super) fn count(&self, tokens: usize, cached: usize) {
+        let mut prompts = self.prompts.lock().unwrap_or_else(PoisonError::into_inner);
+        prompts.push((tokens as u32, cached.min(tokens) as u32));
     }
 
     pub(super) async fn reply(&self, request: &Value) -> Answer {

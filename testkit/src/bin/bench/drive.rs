@@ -18,6 +18,11 @@ pub const TOOL: &str = "current_time";
 /// Telegram user ids of the bench's chats start here (one private chat per user).
 const FIRST_USER: i64 = 700_000;
 
+/// The Telegram user of chat `chat`.
+pub fn user_of(chat: usize) -> i64 {
+    FIRST_USER + chat as i64
+}
+
 pub fn tool_arguments() -> Value {
     json!({})
 }
@@ -71,10 +76,12 @@ pub async fn telegram(fake: &FakeTelegram, opts: &Options) -> Tally {
     let mut waiting: Vec<Option<(usize, Instant)>> = vec![None; opts.chats];
     let mut answered: HashMap<(usize, usize), ()> = HashMap::new();
     let started = Instant::now();
-    let push = |chat: usize, n: usize| {
-        let user = FIRST_USER + chat as i64;
+    let message = |chat: usize, n: usize| {
         let text = format!("message {n} of chat {chat}: how are you today? {}", token(chat, n));
-        fake.push_message(updates::private_text(user, &format!("bench{chat}"), n as i64 + 1, &text));
+        updates::private_text(user_of(chat), &format!("bench{chat}"), n as i64 + 1, &text)
+    };
+    let push = |chat: usize, n: usize| {
+        fake.push_message(message(chat, n));
     };
     for (chat, slot) in waiting.iter_mut().enumerate() {
         push(chat, 0);
@@ -93,8 +100,8 @@ pub async fn telegram(fake: &FakeTelegram, opts: &Options) -> Tally {
         {
             tally.latencies.push(at.elapsed().as_secs_f64() * 1000.0);
             if n + 1 < opts.messages {
-                push(chat, n + 1);
-                waiting[chat] = Some((n + 1, Instant::now()));
+                push_after(fake, opts.pause, message(chat, n + 1));
+                waiting[chat] = Some((n + 1, Instant::now() + opts.pause));
                 tally.sent += 1;
             }
         }
@@ -107,6 +114,19 @@ pub async fn telegram(fake: &FakeTelegram, opts: &Options) -> Tally {
         }
     }
     tally
+}
+
+/// Queues `message` after `pause` (a person reading the reply and typing the next).
+fn push_after(fake: &FakeTelegram, pause: Duration, message: Value) {
+    if pause.is_zero() {
+        fake.push_message(message);
+        return;
+    }
+    let fake = fake.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(pause).await;
+        fake.push_message(message);
+    });
 }
 
 /// Messages through the API channel: each chat one client that posts and waits for the reply.

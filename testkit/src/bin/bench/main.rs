@@ -7,11 +7,13 @@
 //! `switchboard agent` processes and the store in PostgreSQL. It reports turns per second,
 //! latency percentiles, overhead (latency minus the model's delay), CPU per turn, idle and peak
 //! resident memory, start-up time, and replies lost or duplicated (which must be none: the exit
-//! status is 1 otherwise). `--callgrind` counts instructions per turn instead (docs/benchmarks.md).
+//! status is 1 otherwise), and the prompt tokens the model was sent per turn (with `--prompt-cache`,
+//! the share its cache served). `--callgrind` counts instructions per turn instead (docs/benchmarks.md).
 //!
 //! cargo build --release -p switchboard -p switchboard-testkit --bins
 //! target/release/bench [--path telegram|api] [--chats C] [--messages M] [--delay-ms D] [--tool]
-//!     [--nats] [--agents N] [--postgres] [--idle S] [--env KEY=VALUE]... [--binary PATH]
+//!     [--nats] [--agents N] [--postgres] [--idle S] [--debounce] [--owner] [--prompt-cache]
+//!     [--pause-ms P] [--env KEY=VALUE]... [--binary PATH]
 //!     [--compare OLD --rounds R]
 //!     [--idle-only] [--callgrind]
 
@@ -46,7 +48,9 @@ struct Peers {
 impl Peers {
     async fn start(opts: &Options) -> Peers {
         let tool = opts.tool.then(|| (drive::TOOL.to_owned(), drive::tool_arguments()));
-        let llm = FakeLlm::start_for_load(LoadModel::new(opts.delay, tool)).await;
+        let model = LoadModel::new(opts.delay, tool);
+        let model = if opts.prompt_cache { model.with_prompt_cache() } else { model };
+        let llm = FakeLlm::start_for_load(model).await;
         let telegram =
             if opts.path == Path::Telegram || opts.idle_only { Some(FakeTelegram::start().await) } else { None };
         let discord = if opts.idle_only { Some(FakeDiscord::start().await) } else { None };
@@ -77,9 +81,14 @@ impl Peers {
             env.push(("SWITCHBOARD_CHANNELS__DISCORD__PROXY_URL".into(), discord.url()));
         }
         if !opts.debounce {
-            // Without this, every Telegram message waits the debounce window (1.5 s) for more
-            // from its sender: a deliberate wait, not the daemon's work.
+            // Builds before debounce_ms defaulted to 0 made every Telegram message wait 1.5 s
+            // for more from its sender: a deliberate wait, not the daemon's work.
             env.push(("SWITCHBOARD_WORKER__DEBOUNCE_MS".into(), "0".into()));
+        }
+        if opts.owner {
+            let owners: Vec<String> =
+                (0..opts.chats).map(|chat| format!("telegram:{}", drive::user_of(chat))).collect();
+            env.push(("SWITCHBOARD_USERS__OWNERS".into(), serde_json::to_string(&owners).unwrap_or_default()));
         }
         env.extend(opts.env.iter().cloned());
         env
@@ -124,6 +133,7 @@ async fn run_once(opts: &Options, binary: &std::path::Path) -> Figures {
     figures.peak_rss = daemon.peak_rss_kib();
     figures.after_rss = daemon.rss_kib();
     figures.tally = tally;
+    figures.input = peers.llm.load_input();
     figures
 }
 

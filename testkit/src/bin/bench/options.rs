@@ -26,8 +26,15 @@ pub struct Options {
     /// The store in a fresh PostgreSQL database (`SWITCHBOARD_TEST_POSTGRES` or the machine's).
     pub postgres: bool,
     pub idle: Duration,
-    /// Keep the daemon's default debounce (every Telegram message then waits 1.5 s).
+    /// Keep the daemon's default debounce instead of setting it to 0 (the default is 0 now;
+    /// older builds waited 1.5 s before each Telegram message).
     pub debounce: bool,
+    /// The bench's Telegram users are owners: offered every tool, as the person who runs it is.
+    pub owner: bool,
+    /// The fake model keeps a prompt cache as OpenAI does, and the line shows what it served.
+    pub prompt_cache: bool,
+    /// How long a chat waits after a reply before its next message (a person reading and typing).
+    pub pause: Duration,
     pub env: Vec<(String, String)>,
     /// Start-up and idle memory only, with the API, Telegram and Discord channels on.
     pub idle_only: bool,
@@ -37,7 +44,7 @@ pub struct Options {
 }
 
 const USAGE: &str = "bench [--path telegram|api] [--chats C] [--messages M] [--delay-ms D] [--tool] [--nats] \
-     [--agents N] [--postgres] [--idle S] [--debounce] [--env KEY=VALUE]... [--binary PATH] [--compare OLD] [--rounds R] [--idle-only] \
+     [--agents N] [--postgres] [--idle S] [--debounce] [--owner] [--prompt-cache] [--pause-ms P] [--env KEY=VALUE]... [--binary PATH] [--compare OLD] [--rounds R] [--idle-only] \
      [--callgrind] [--reply-timeout S]";
 
 pub fn parse() -> Options {
@@ -55,6 +62,9 @@ pub fn parse() -> Options {
         postgres: false,
         idle: Duration::from_secs(5),
         debounce: false,
+        owner: false,
+        prompt_cache: false,
+        pause: Duration::ZERO,
         env: Vec::new(),
         idle_only: false,
         callgrind: false,
@@ -84,6 +94,9 @@ pub fn parse() -> Options {
             "--postgres" => opts.postgres = true,
             "--idle" => opts.idle = Duration::from_secs(number(value())),
             "--debounce" => opts.debounce = true,
+            "--owner" => opts.owner = true,
+            "--prompt-cache" => opts.prompt_cache = true,
+            "--pause-ms" => opts.pause = Duration::from_millis(number(value())),
             "--env" => {
                 let pair = value();
                 let (key, val) = pair.split_once('=').unwrap_or_else(|| panic!("--env KEY=VALUE, not {pair}"));
@@ -100,6 +113,8 @@ pub fn parse() -> Options {
         }
     }
     assert!(opts.chats > 0 && opts.messages > 0, "--chats and --messages must be at least 1");
+    assert!(!opts.owner || opts.path == Path::Telegram, "--owner names the bench's Telegram users");
+    assert!(opts.pause < opts.reply_timeout, "--pause-ms must be shorter than --reply-timeout");
     assert!(opts.agents == 0 || opts.nats, "--agents needs --nats: workers in other processes share a NATS bus");
     opts
 }
@@ -128,9 +143,16 @@ impl Options {
         };
         let bus = if self.postgres { format!("{bus}, PostgreSQL") } else { bus };
         let tool = if self.tool { ", one tool call per turn" } else { "" };
-        let debounce = if self.debounce { "" } else { ", debounce off" };
+        let debounce = if self.debounce { ", default debounce" } else { ", debounce 0" };
+        let owner = if self.owner { ", owners" } else { "" };
+        let cache = if self.prompt_cache { ", model keeps a prompt cache" } else { "" };
+        let pause = if self.pause.is_zero() {
+            String::new()
+        } else {
+            format!(", {} ms between a reply and the next message", self.pause.as_millis())
+        };
         format!(
-            "{path}, {bus}, {} chats x {} messages closed-loop, model answers after {} ms{tool}{debounce}",
+            "{path}, {bus}, {} chats x {} messages closed-loop, model answers after {} ms{tool}{debounce}{owner}{cache}{pause}",
             self.chats,
             self.messages,
             self.delay.as_millis()

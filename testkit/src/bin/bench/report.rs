@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use switchboard_testkit::fake_llm::load::LoadInput;
+
 use crate::drive::Tally;
 use crate::options::Options;
 
@@ -18,6 +20,8 @@ pub struct Figures {
     pub peak_rss: u64,
     pub after_rss: u64,
     pub tally: Tally,
+    /// What the model was sent.
+    pub input: Option<LoadInput>,
 }
 
 /// The `p`-th percentile (0–100) of sorted values, nearest rank.
@@ -68,7 +72,27 @@ impl Figures {
             tally.answered,
             tally.lost(),
             tally.duplicates,
-        )
+        ) + &self.input_line(opts)
+    }
+
+    /// The prompt tokens the model was sent per turn, and the share its cache served.
+    fn input_line(&self, opts: &Options) -> String {
+        let Some(input) = self.input.filter(|input| input.requests > 0) else { return String::new() };
+        let turns = (self.tally.answered as f64).max(1.0);
+        let mut line = format!(
+            " | model calls/turn {:.2}, input tokens/turn {:.0}",
+            input.requests as f64 / turns,
+            input.tokens as f64 / turns
+        );
+        if opts.prompt_cache {
+            let share = 100.0 * input.cached as f64 / (input.tokens as f64).max(1.0);
+            line += &format!(
+                " ({share:.1}% cached, {:.0} uncached/turn, p50 {} uncached/call)",
+                (input.tokens - input.cached) as f64 / turns,
+                input.uncached_p50
+            );
+        }
+        line
     }
 }
 
