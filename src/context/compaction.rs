@@ -62,6 +62,12 @@ pub const SUMMARY_PROMPT: &str = "You summarise conversations for an assistant t
 
 /// Characters of one message kept in the text given to the summariser.
 const MESSAGE_CHARS: usize = 2000;
+/// The summariser reads at least this much of the conversation, however small the window.
+const MIN_SUMMARY_CHARS: usize = 1000;
+/// Steps of the memory flush at most: read the memory file, write it, perhaps correct the
+/// write, and answer. A model that keeps calling tools past that is not writing memory, and
+/// every step re-sends the whole conversation.
+const FLUSH_MAX_STEPS: u32 = 5;
 
 #[derive(Debug, Error)]
 pub enum CompactionError {
@@ -269,16 +275,28 @@ async fn compact(
     let key = deps.session_key;
     let previous = deps.store.session_summary(key).await?.map(|(summary, _)| summary);
     let history: Vec<ChatMessage> = rows.iter().map(|(_, m)| m.clone()).collect();
-    // Whatever is left out of a very long stretch, the summariser's own call must fit.
-    let room = usize::try_from(deps.engine.input_budget(deps.agent, 0).saturating_mul(3)).unwrap_or(usize::MAX);
-    let old = truncate_middle(&render(previous.as_deref(), &history[..cut]), room);
+    let old = render(previous.as_deref(), &history[..cut]);
     let flush = flush_memory(deps, msg, history, previous.as_deref()).await;
-    record(deps, msg, flush).await;
-    let request = vec![ChatMessage::system(SUMMARY_PROMPT), ChatMessage::user(old)];
+    record(deps, msg, flush, 1).await;
     let max_tokens = summary_max_tokens(deps);
-    let started_at = crate::clock::now();
-    let answer = deps.agent.complete(request, max_tokens).await;
-    record(deps, msg, summary_run(deps, started_at, &answer)).await;
+    let mut room = summary_room(deps);
+    let mut call = 1;
+    let answer = loop {
+        let request = vec![ChatMessage::system(SUMMARY_PROMPT), ChatMessage::user(truncate_middle(&old, room))];
+        let started_at = crate::clock::now();
+        let answer = deps.agent.complete(request, max_tokens).await;
+        record(deps, msg, summary_run(deps, started_at, &answer), call).await;
+        call += 1;
+        // The provider's tokenizer may count more than the calibration has seen (tool output,
+        // JSON, other scripts): once refused as too long, the summariser reads half as much.
+        match answer {
+            Err(ProviderError::ContextOverflow(_)) if room.min(old.len()) > MIN_SUMMARY_CHARS => {
+                tracing::info!(chars = room, "the summary call was too long for the window; asking again with half");
+                room = room.min(old.len()) / 2;
+            }
+            answer => break answer,
+        }
+    };
     let summary = answer?.content;
     // A server that ignores `max_tokens` must not make every later turn carry a longer one.
     let summary = truncate_middle(summary.trim(), summary_max_chars(max_tokens));
@@ -298,6 +316,18 @@ fn summary_max_tokens(deps: Deps<'_>) -> u32 {
     let window = deps.engine.windows().of(&deps.agent.settings().name);
     let reserve = crate::config::output_reserve(window, deps.agent.settings().max_tokens);
     u32::try_from(reserve).map_or(configured, |reserve| configured.min(reserve.max(1)))
+}
+
+/// Characters of the conversation the summariser reads at most: what the window holds beside
+/// the instruction and the summary, at the ratio of tokens to characters the provider's counts
+/// have shown (a small model's tokenizer may count twice the heuristic), with a margin.
+fn summary_room(deps: Deps<'_>) -> usize {
+    let instruction = deps.engine.calibration().messages(&[ChatMessage::system(SUMMARY_PROMPT)]);
+    let tokens = deps.engine.input_budget(deps.agent, 0).saturating_sub(instruction);
+    // The heuristic counts four characters a token; three leaves a quarter for text that
+    // tokenizes worse than what the calibration learnt from.
+    let chars = tokens as f64 * 3.0 / deps.engine.calibration().ratio();
+    (chars as usize).max(MIN_SUMMARY_CHARS)
 }
 
 /// About four characters a token, as the usage estimate counts.
@@ -326,7 +356,7 @@ async fn flush_memory(
         tools: filter,
         events: &NoEvents,
         steer: None,
-        max_iterations: None,
+        max_iterations: Some(FLUSH_MAX_STEPS),
         name_speakers: msg.is_group,
         model: None,
         max_tokens: Some(deps.engine.answer_limit(deps.agent)),
@@ -404,10 +434,14 @@ fn summary_run(deps: Deps<'_>, started_at: DateTime<Utc>, answer: &Result<ChatRe
     }
 }
 
-/// Records a side run of the compaction that followed `msg`'s turn (logged, never fatal: the
-/// compaction goes on without its record).
-async fn record(deps: Deps<'_>, msg: &InboundMessage, run: SideRun) {
-    let run = SideRun { inbound_id: format!("{}:{}", msg.id, run.kind.as_str()), ..run };
+/// Records the `call`th side run of its kind of the compaction that followed `msg`'s turn
+/// (logged, never fatal: the compaction goes on without its record).
+async fn record(deps: Deps<'_>, msg: &InboundMessage, run: SideRun, call: u32) {
+    let inbound_id = match call {
+        1 => format!("{}:{}", msg.id, run.kind.as_str()),
+        call => format!("{}:{}:{call}", msg.id, run.kind.as_str()),
+    };
+    let run = SideRun { inbound_id, ..run };
     if let Err(err) = deps.store.record_side_run(&run).await {
         tracing::warn!(%err, kind = run.kind.as_str(), "cannot record a compaction's model call");
     }

@@ -253,3 +253,93 @@ async fn a_small_window_compacts_now_and_then_and_its_calls_are_runs() {
     assert_eq!(billed.total(), spent, "the person pays for the compactions' calls too");
     h.stop().await;
 }
+
+/// A model that keeps calling tools in the memory flush is stopped after a few steps (each one
+/// re-sends the conversation), and the summary goes on.
+#[tokio::test]
+async fn a_memory_flush_that_keeps_calling_tools_stops_after_a_few_steps() {
+    use switchboard::store::{RunKind, RunStatus};
+    let h = Setup { settings: settings(), file_tools: true, ..Setup::new(BusKind::Memory) }.start().await;
+    let mut out = h.bus.outbound("test").await.unwrap();
+    turn(&h, &mut out, "one").await;
+    turn(&h, &mut out, "two").await;
+    h.llm.push(Scripted::Text("third answer".into()));
+    for _ in 0..5 {
+        h.llm.push(Scripted::ToolCalls(vec![("list_dir".into(), json!({"path": "."}))]));
+    }
+    h.llm.push(Scripted::Text("The user counts to three.".into()));
+    turn(&h, &mut out, "three").await;
+    let (saved, _) = wait_for_summary(h.store.as_ref()).await.expect("no summary saved");
+    assert_eq!(saved, "The user counts to three.");
+    let runs = h.store.recent_runs(10).await.unwrap();
+    let flush = runs.iter().find(|run| run.kind == RunKind::MemoryFlush).expect("no flush run");
+    assert_eq!((flush.iterations, flush.status), (5, RunStatus::Failed), "{flush:?}");
+    assert_eq!(h.llm.requests().len(), 3 + 5 + 1, "three turns, five flush steps, the summary");
+    h.stop().await;
+}
+
+/// A small model's tokenizer counts twice the characters-per-token heuristic: turns and the
+/// summary calls are sized to its window by what its counts showed, so each compaction
+/// succeeds once instead of failing (and flushing again) after every turn.
+#[tokio::test]
+async fn a_dense_tokenizer_still_gets_its_summaries() {
+    use switchboard::store::{RunKind, RunStatus};
+    use switchboard_testkit::fake_llm::{FakeLlm, Quirks};
+    let mut settings = settings();
+    settings.context.context_window = 8192;
+    settings.context.compaction = CompactionConfig::default();
+    let quirks = Quirks { dense_tokenizer: true, ..Quirks::llama_cpp(8192) };
+    let llm = FakeLlm::start_with_quirks(quirks).await;
+    let setup =
+        Setup { settings, llm: Some(llm), file_tools: true, message_tool: false, ..Setup::new(BusKind::Memory) };
+    let h = setup.start().await;
+    let notes: String = (0..40).map(|n| format!("- {n}: call the plumber about the boiler, part {n}\n")).collect();
+    std::fs::write(h.workspace.join("notes.md"), notes).unwrap();
+    let mut out = h.bus.outbound("test").await.unwrap();
+    for n in 0..20 {
+        h.llm.push(Scripted::ToolCalls(vec![("read_file".into(), json!({"path": "notes.md"}))]));
+        turn(&h, &mut out, &format!("Turn {n}: what is left on my notes?")).await;
+    }
+    let runs = h.store.recent_runs(200).await.unwrap();
+    let summaries: Vec<_> = runs.iter().filter(|run| run.kind == RunKind::Summary).collect();
+    let shape: Vec<_> = runs.iter().rev().map(|run| (run.kind.as_str(), run.status, run.usage.input_tokens)).collect();
+    assert!(!summaries.is_empty(), "never compacted: {shape:?}");
+    assert!(summaries.iter().all(|run| run.status == RunStatus::Completed), "{summaries:#?}");
+    let compactions = h.store.session_info(SESSION).await.unwrap().compactions;
+    assert_eq!(compactions as usize, summaries.len());
+    let failed: Vec<_> = runs.iter().filter(|run| run.status != RunStatus::Completed).collect();
+    assert!(failed.iter().all(|run| run.kind == RunKind::MemoryFlush), "{failed:#?}\n{shape:?}");
+    h.stop().await;
+}
+
+/// A summary call the server refuses as too long is asked again with half the conversation
+/// (its tokenizer may count more than the calibration has seen), and both calls are runs.
+#[tokio::test]
+async fn a_summary_refused_as_too_long_is_asked_again_with_half() {
+    use switchboard::store::{RunKind, RunStatus};
+    let h = Setup { settings: settings(), file_tools: true, ..Setup::new(BusKind::Memory) }.start().await;
+    let mut out = h.bus.outbound("test").await.unwrap();
+    let long = |n: usize| format!("{n}: {}", "the boiler part arrives on Tuesday, call the plumber. ".repeat(20));
+    turn(&h, &mut out, &long(1)).await;
+    turn(&h, &mut out, &long(2)).await;
+    h.llm.push(Scripted::Text("third answer".into()));
+    h.llm.push(Scripted::Text("NO_REPLY".into()));
+    h.llm.push(Scripted::context_overflow());
+    h.llm.push(Scripted::Text("The boiler part comes on Tuesday.".into()));
+    turn(&h, &mut out, "three").await;
+    let (saved, count) = wait_for_summary(h.store.as_ref()).await.expect("no summary saved");
+    assert_eq!((saved.as_str(), count), ("The boiler part comes on Tuesday.", 1));
+    let requests = h.llm.requests();
+    let asked: Vec<usize> = requests
+        .iter()
+        .filter(|request| messages(request)[0]["content"] == SUMMARY_PROMPT)
+        .map(|request| messages(request)[1]["content"].as_str().unwrap().chars().count())
+        .collect();
+    assert_eq!(asked.len(), 2, "{asked:?}");
+    assert!(asked[1] <= asked[0] / 2 + 100, "the second call reads half: {asked:?}");
+    let runs = h.store.recent_runs(10).await.unwrap();
+    let summaries: Vec<RunStatus> =
+        runs.iter().rev().filter(|run| run.kind == RunKind::Summary).map(|run| run.status).collect();
+    assert_eq!(summaries, [RunStatus::Failed, RunStatus::Completed]);
+    h.stop().await;
+}

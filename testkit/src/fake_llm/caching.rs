@@ -47,7 +47,7 @@ fn total(shared: &Shared, request: &Value) -> usize {
 
 /// Counts `request`'s prompt without a cache.
 pub(super) fn count(shared: &Shared, request: &Value) -> PromptTokens {
-    PromptTokens { total: total(shared, request), cached: 0 }
+    PromptTokens { total: shared.quirks.scale(total(shared, request)), cached: 0 }
 }
 
 /// Counts `request`'s prompt and serves it from the cache, which keeps it for later requests.
@@ -60,7 +60,7 @@ pub(super) fn serve(shared: &Shared, request: &Value) -> PromptTokens {
         let model = request.get("model").and_then(Value::as_str).unwrap_or_default();
         shared.cache.serve(model, &prompt)
     };
-    PromptTokens { total, cached: cached.min(total) }
+    PromptTokens { total: shared.quirks.scale(total), cached: shared.quirks.scale(cached.min(total)) }
 }
 
 /// The usage object: OpenAI reports cached tokens in `prompt_tokens_details`; llama-cpp-python
