@@ -211,6 +211,7 @@ impl Agent {
         };
         let mut cost = CostTally::new(&self.settings.prices);
         let mut overflows = 0;
+        let mut repeats = Repeats::default();
         while result.iterations < max_iterations {
             if let Some(steer) = steer.as_deref_mut() {
                 steer_in(steer, &mut messages);
@@ -223,6 +224,7 @@ impl Agent {
                 model: &model,
                 max_tokens,
                 cache_key: cache_key.as_deref(),
+                answer_now: repeats.looping(),
             };
             let response = self.call_model(&messages, call, events).await;
             if let Err(err) = &response {
@@ -264,6 +266,7 @@ impl Agent {
                 result.reply = response.content;
                 break;
             }
+            repeats.note(&calls);
             self.run_tools(&calls, &ctx, &tools, events, &mut messages).await;
         }
         if result.reply.is_empty() && result.error.is_none() && last_is_tool_result(&messages) {
@@ -288,10 +291,14 @@ impl Agent {
         call: ModelCall<'_>,
         events: &dyn EventSink,
     ) -> Result<ChatResponse, ProviderError> {
-        let ModelCall { tools, iteration, name_speakers, model, max_tokens, cache_key } = call;
+        let ModelCall { tools, iteration, name_speakers, model, max_tokens, cache_key, answer_now } = call;
         let tools = self.tools.specs(tools);
-        let tool_choice =
-            if iteration == 1 { first_call_choice(&self.settings.tool_choice, &tools) } else { ToolChoice::Auto };
+        let tool_choice = match (answer_now, iteration) {
+            // The tools stay offered, so the prompt's head (and the provider's cache) is the same.
+            (true, _) => ToolChoice::None,
+            (false, 1) => first_call_choice(&self.settings.tool_choice, &tools),
+            (false, _) => ToolChoice::Auto,
+        };
         // Rendered here, not stored: the transcript keeps the author apart from the text.
         let messages = if name_speakers {
             Cow::Owned(messages.iter().map(ChatMessage::with_speaker).collect())
@@ -400,6 +407,45 @@ struct ModelCall<'a> {
     model: &'a str,
     max_tokens: Option<u32>,
     cache_key: Option<&'a str>,
+    /// The model keeps asking for what it already has: this call may not call tools.
+    answer_now: bool,
+}
+
+/// A step whose tool calls (names and arguments) the model asked for this often in one turn
+/// makes the next call answer without tools: the results would be the same again. Small
+/// local models repeat one call until the iteration limit otherwise, each step re-sending the
+/// whole conversation.
+const SAME_CALLS_BEFORE_ANSWERING: u32 = 3;
+
+/// The steps' tool calls of a turn, counted by what they ask for.
+#[derive(Default)]
+struct Repeats {
+    seen: Vec<(String, u32)>,
+    looping: bool,
+}
+
+impl Repeats {
+    fn note(&mut self, calls: &[crate::provider::ToolCall]) {
+        let asked: String = calls.iter().map(|call| format!("{}({})\n", call.name, call.arguments)).collect();
+        let count = match self.seen.iter_mut().find(|(seen, _)| *seen == asked) {
+            Some((_, count)) => {
+                *count += 1;
+                *count
+            }
+            None => {
+                self.seen.push((asked, 1));
+                1
+            }
+        };
+        if count == SAME_CALLS_BEFORE_ANSWERING && !self.looping {
+            tracing::info!(count, "the model asked for the same tool calls again; its next call answers without tools");
+        }
+        self.looping |= count >= SAME_CALLS_BEFORE_ANSWERING;
+    }
+
+    fn looping(&self) -> bool {
+        self.looping
+    }
 }
 
 /// Adds the steering messages that arrived since the last model call (at a tool boundary:

@@ -204,6 +204,35 @@ async fn iteration_limit_stops_the_loop_with_an_explanation() {
 }
 
 #[tokio::test]
+async fn a_model_repeating_the_same_call_is_asked_to_answer_without_tools() {
+    let mut script: Vec<_> = (0..3).map(|_| calls(&[("current_time", json!({}))])).collect();
+    script.push(text("It is noon."));
+    let (agent, provider) = agent(script, 20);
+    let result = agent.run(turn(vec![], "what time is it?", &Recorder::default())).await;
+    assert_eq!((result.reply.as_str(), result.error.as_deref()), ("It is noon.", None));
+    let requests = provider.requests.lock().unwrap();
+    let choices: Vec<&ToolChoice> = requests.iter().map(|request| &request.tool_choice).collect();
+    assert_eq!(choices[1..], [&ToolChoice::Auto, &ToolChoice::Auto, &ToolChoice::None]);
+    assert_eq!(
+        requests[3].tools.len(),
+        requests[0].tools.len(),
+        "the tools stay offered: the prompt's head is the same"
+    );
+}
+
+#[tokio::test]
+async fn different_calls_are_not_a_loop() {
+    let mut script: Vec<_> =
+        (0..4).map(|n| calls(&[("current_time", json!({"timezone": format!("UTC+{n}")}))])).collect();
+    script.push(text("done"));
+    let (agent, provider) = agent(script, 20);
+    let result = agent.run(turn(vec![], "times around the world", &Recorder::default())).await;
+    assert_eq!(result.reply, "done");
+    let requests = provider.requests.lock().unwrap();
+    assert!(requests[1..].iter().all(|request| request.tool_choice == ToolChoice::Auto));
+}
+
+#[tokio::test]
 async fn provider_failure_is_an_apology_not_silence() {
     let failure = Err(ProviderError::Http { status: 500, message: "boom".into(), retry_after: None });
     let (agent, _) = agent(vec![failure], 3);
