@@ -224,7 +224,6 @@ impl Agent {
                 model: &model,
                 max_tokens,
                 cache_key: cache_key.as_deref(),
-                answer_now: repeats.looping(),
             };
             let response = self.call_model(&messages, call, events).await;
             if let Err(err) = &response {
@@ -266,8 +265,16 @@ impl Agent {
                 result.reply = response.content;
                 break;
             }
-            repeats.note(&calls);
-            self.run_tools(&calls, &ctx, &tools, events, &mut messages).await;
+            match repeats.note(&calls) {
+                Repeated::New => self.run_tools(&calls, &ctx, &tools, events, &mut messages).await,
+                Repeated::Again => not_run(&calls, REPEATED_CALL, &mut messages),
+                Repeated::Stuck => {
+                    not_run(&calls, REPEATED_CALL, &mut messages);
+                    result.reply = STUCK_REPLY.to_owned();
+                    result.error = Some("the model kept asking for the same tool calls".to_owned());
+                    break;
+                }
+            }
         }
         if result.reply.is_empty() && result.error.is_none() && last_is_tool_result(&messages) {
             result.reply = format!(
@@ -291,14 +298,10 @@ impl Agent {
         call: ModelCall<'_>,
         events: &dyn EventSink,
     ) -> Result<ChatResponse, ProviderError> {
-        let ModelCall { tools, iteration, name_speakers, model, max_tokens, cache_key, answer_now } = call;
+        let ModelCall { tools, iteration, name_speakers, model, max_tokens, cache_key } = call;
         let tools = self.tools.specs(tools);
-        let tool_choice = match (answer_now, iteration) {
-            // The tools stay offered, so the prompt's head (and the provider's cache) is the same.
-            (true, _) => ToolChoice::None,
-            (false, 1) => first_call_choice(&self.settings.tool_choice, &tools),
-            (false, _) => ToolChoice::Auto,
-        };
+        let tool_choice =
+            if iteration == 1 { first_call_choice(&self.settings.tool_choice, &tools) } else { ToolChoice::Auto };
         // Rendered here, not stored: the transcript keeps the author apart from the text.
         let messages = if name_speakers {
             Cow::Owned(messages.iter().map(ChatMessage::with_speaker).collect())
@@ -407,25 +410,40 @@ struct ModelCall<'a> {
     model: &'a str,
     max_tokens: Option<u32>,
     cache_key: Option<&'a str>,
-    /// The model keeps asking for what it already has: this call may not call tools.
-    answer_now: bool,
 }
 
-/// A step whose tool calls (names and arguments) the model asked for this often in one turn
-/// makes the next call answer without tools: the results would be the same again. Small
-/// local models repeat one call until the iteration limit otherwise, each step re-sending the
-/// whole conversation.
-const SAME_CALLS_BEFORE_ANSWERING: u32 = 3;
+/// Small local models repeat one tool call until the iteration limit, each step re-sending the
+/// whole conversation. The third time a step asks for the same calls (names and arguments)
+/// they are not run: the model is told it has their results. The fourth time the turn ends.
+/// Nothing else changes in the request (no `tool_choice: none`, which makes llama-cpp-python
+/// render another prompt head and re-read all of it), so the provider's cache holds.
+const SAME_CALLS_NOT_RUN: u32 = 3;
+
+/// What a call the model already asked for twice gets instead of running again.
+const REPEATED_CALL: &str = "not run: you asked for exactly this twice already in this turn, and its result is above. \
+     Answer the user with what you have, or try something different.";
+
+/// The reply of a turn that ends because the model kept asking for the same calls.
+const STUCK_REPLY: &str = "I kept repeating the same step without getting further, so I stopped. \
+     Ask me again, perhaps more precisely.";
+
+/// How often a step's tool calls were asked for in this turn.
+enum Repeated {
+    New,
+    /// The third time: not run.
+    Again,
+    /// More: the turn ends.
+    Stuck,
+}
 
 /// The steps' tool calls of a turn, counted by what they ask for.
 #[derive(Default)]
 struct Repeats {
     seen: Vec<(String, u32)>,
-    looping: bool,
 }
 
 impl Repeats {
-    fn note(&mut self, calls: &[crate::provider::ToolCall]) {
+    fn note(&mut self, calls: &[crate::provider::ToolCall]) -> Repeated {
         let asked: String = calls.iter().map(|call| format!("{}({})\n", call.name, call.arguments)).collect();
         let count = match self.seen.iter_mut().find(|(seen, _)| *seen == asked) {
             Some((_, count)) => {
@@ -437,15 +455,20 @@ impl Repeats {
                 1
             }
         };
-        if count == SAME_CALLS_BEFORE_ANSWERING && !self.looping {
-            tracing::info!(count, "the model asked for the same tool calls again; its next call answers without tools");
+        match count {
+            count if count < SAME_CALLS_NOT_RUN => Repeated::New,
+            SAME_CALLS_NOT_RUN => {
+                tracing::info!(count, "the model asked for the same tool calls again; not run");
+                Repeated::Again
+            }
+            _ => Repeated::Stuck,
         }
-        self.looping |= count >= SAME_CALLS_BEFORE_ANSWERING;
     }
+}
 
-    fn looping(&self) -> bool {
-        self.looping
-    }
+/// Answers `calls` with `why` instead of running them (every call needs its result).
+fn not_run(calls: &[crate::provider::ToolCall], why: &str, messages: &mut Vec<ChatMessage>) {
+    messages.extend(calls.iter().map(|call| ChatMessage::tool_result(call, format!("error: {why}"))));
 }
 
 /// Adds the steering messages that arrived since the last model call (at a tool boundary:

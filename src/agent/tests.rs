@@ -204,20 +204,34 @@ async fn iteration_limit_stops_the_loop_with_an_explanation() {
 }
 
 #[tokio::test]
-async fn a_model_repeating_the_same_call_is_asked_to_answer_without_tools() {
+async fn a_call_asked_for_a_third_time_is_not_run_and_the_model_answers() {
     let mut script: Vec<_> = (0..3).map(|_| calls(&[("current_time", json!({}))])).collect();
     script.push(text("It is noon."));
     let (agent, provider) = agent(script, 20);
     let result = agent.run(turn(vec![], "what time is it?", &Recorder::default())).await;
     assert_eq!((result.reply.as_str(), result.error.as_deref()), ("It is noon.", None));
     let requests = provider.requests.lock().unwrap();
-    let choices: Vec<&ToolChoice> = requests.iter().map(|request| &request.tool_choice).collect();
-    assert_eq!(choices[1..], [&ToolChoice::Auto, &ToolChoice::Auto, &ToolChoice::None]);
-    assert_eq!(
-        requests[3].tools.len(),
-        requests[0].tools.len(),
-        "the tools stay offered: the prompt's head is the same"
-    );
+    assert_eq!(requests.len(), 4);
+    let last_result = |n: usize| requests[n].messages.last().unwrap().content.clone();
+    assert!(!last_result(2).contains("not run"), "the second time it runs: {}", last_result(2));
+    assert!(last_result(3).starts_with("error: not run"), "{}", last_result(3));
+    // Nothing else changes in the request: the prompt's head (and the provider's cache) holds.
+    assert!(requests[1..].iter().all(|request| request.tool_choice == ToolChoice::Auto));
+    assert!(requests.iter().all(|request| request.tools.len() == requests[0].tools.len()));
+}
+
+#[tokio::test]
+async fn a_model_stuck_on_one_call_is_stopped_the_fourth_time() {
+    let script = (0..6).map(|_| calls(&[("current_time", json!({}))])).collect();
+    let (agent, provider) = agent(script, 20);
+    let result = agent.run(turn(vec![], "what time is it?", &Recorder::default())).await;
+    assert_eq!(provider.requests.lock().unwrap().len(), 4, "not twenty calls");
+    assert!(result.reply.contains("kept repeating the same step"), "{}", result.reply);
+    assert!(result.error.is_some());
+    // Every call has its result, so the next turn's history is valid.
+    let transcript = &result.transcript;
+    assert_eq!(transcript.iter().filter(|m| m.role == Role::Tool).count(), 4);
+    assert_eq!(transcript.last().unwrap().role, Role::Tool);
 }
 
 #[tokio::test]
@@ -228,8 +242,7 @@ async fn different_calls_are_not_a_loop() {
     let (agent, provider) = agent(script, 20);
     let result = agent.run(turn(vec![], "times around the world", &Recorder::default())).await;
     assert_eq!(result.reply, "done");
-    let requests = provider.requests.lock().unwrap();
-    assert!(requests[1..].iter().all(|request| request.tool_choice == ToolChoice::Auto));
+    assert_eq!(provider.requests.lock().unwrap().len(), 5, "each call ran");
 }
 
 #[tokio::test]
