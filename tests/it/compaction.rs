@@ -264,8 +264,8 @@ async fn a_memory_flush_that_keeps_calling_tools_stops_after_a_few_steps() {
     turn(&h, &mut out, "one").await;
     turn(&h, &mut out, "two").await;
     h.llm.push(Scripted::Text("third answer".into()));
-    for _ in 0..5 {
-        h.llm.push(Scripted::ToolCalls(vec![("list_dir".into(), json!({"path": "."}))]));
+    for n in 0..5 {
+        h.llm.push(Scripted::ToolCalls(vec![("list_dir".into(), json!({"path": format!("notes-{n}")}))]));
     }
     h.llm.push(Scripted::Text("The user counts to three.".into()));
     turn(&h, &mut out, "three").await;

@@ -362,8 +362,10 @@ async fn a_subagent_stops_at_its_iteration_limit_and_reports_it() {
     let mut out = rig.outbound("test").await;
     rig.llm.push(spawn_call("Loop on the clock.", "looper"));
     rig.llm.push(Scripted::Text("started".into()));
-    for _ in 0..20 {
-        rig.llm.push_when(MINIMAL, Scripted::ToolCalls(vec![("current_time".into(), json!({}))]));
+    // A new question each step (the same call a third time would not be run).
+    for n in 0..20 {
+        let call = ("current_time".into(), json!({"timezone": format!("Etc/GMT-{}", n % 12)}));
+        rig.llm.push_when(MINIMAL, Scripted::ToolCalls(vec![call]));
     }
     rig.llm.push(Scripted::Text("The helper got stuck.".into()));
     rig.send(&message("test", "it", None, false, "loop")).await;
