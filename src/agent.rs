@@ -169,7 +169,11 @@ impl Agent {
             temperature: self.settings.temperature,
             ..ChatRequest::default()
         };
-        self.provider.complete(&request, None).await
+        let mut response = self.provider.complete(&request, None).await;
+        if let Ok(answer) = &mut response {
+            count_unreported_usage(&request, answer);
+        }
+        response
     }
 
     /// Runs one turn to its end. Never fails: a provider failure becomes an apologetic reply
@@ -335,15 +339,9 @@ impl Agent {
         span.record("duration_ms", started.elapsed().as_millis() as u64);
         let took = started.elapsed().as_secs_f64();
         meters().model_call(self.provider.name(), model, response.is_ok(), took);
-        // Every request has input, so zero input tokens means the provider reported no usage
-        // (local servers often send none when streaming): count an estimate rather than nothing,
-        // so budgets are charged and `/status` tells the truth.
-        if let Ok(answer) = &mut response
-            && answer.usage.input_tokens == 0
-        {
-            answer.usage = crate::tokens::estimate_usage(&request, answer);
-            tracing::debug!(parent: &span, input = answer.usage.input_tokens, output = answer.usage.output_tokens,
-                "the provider reported no usage; counting an estimate");
+        if let Ok(answer) = &mut response {
+            let _entered = span.enter();
+            count_unreported_usage(&request, answer);
         }
         match &response {
             Ok(response) => {
@@ -410,6 +408,20 @@ struct ModelCall<'a> {
     model: &'a str,
     max_tokens: Option<u32>,
     cache_key: Option<&'a str>,
+}
+
+/// Every request has input, so zero input tokens means the provider reported no usage (local
+/// servers often send none when streaming): an estimate is counted rather than nothing, so
+/// budgets are charged and `/status` tells the truth.
+fn count_unreported_usage(request: &ChatRequest<'_>, answer: &mut ChatResponse) {
+    if answer.usage.input_tokens == 0 {
+        answer.usage = crate::tokens::estimate_usage(request, answer);
+        tracing::debug!(
+            input = answer.usage.input_tokens,
+            output = answer.usage.output_tokens,
+            "the provider reported no usage; counting an estimate"
+        );
+    }
 }
 
 /// Small local models repeat one tool call until the iteration limit, each step re-sending the

@@ -230,7 +230,10 @@ async fn a_small_window_compacts_now_and_then_and_its_calls_are_runs() {
     settings.context.compaction = CompactionConfig::default();
     settings.queue.debounce = Duration::ZERO;
     let llm = FakeLlm::start_with_quirks(Quirks::llama_cpp(4096)).await;
-    let h = Setup { settings, llm: Some(llm), file_tools: true, ..Setup::new(BusKind::Memory) }.start().await;
+    // Streamed, as by default: llama-cpp-python then reports no usage, and every call
+    // (the summary's too) is counted by an estimate.
+    let h =
+        Setup { settings, llm: Some(llm), file_tools: true, stream: true, ..Setup::new(BusKind::Memory) }.start().await;
     let mut out = h.bus.outbound("test").await.unwrap();
     for n in 0..30 {
         let text = format!("Turn {n}: what should we cook tonight, something with the leftover rice and the peas?");
