@@ -264,9 +264,13 @@ impl Agent {
                 result.model.clone_from(&response.model);
             }
             let calls = response.tool_calls.clone();
-            messages.push(ChatMessage::assistant(response.content.clone(), response.tool_calls));
+            let content = match calls.is_empty() {
+                true => crate::prompt::context::without_copied_lines(&response.content).into_owned(),
+                false => response.content,
+            };
+            messages.push(ChatMessage::assistant(content.clone(), response.tool_calls));
             if calls.is_empty() {
-                result.reply = response.content;
+                result.reply = content;
                 break;
             }
             match repeats.note(&calls) {

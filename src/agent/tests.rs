@@ -246,6 +246,15 @@ async fn different_calls_are_not_a_loop() {
 }
 
 #[tokio::test]
+async fn a_context_line_the_model_copied_reaches_neither_the_chat_nor_the_history() {
+    let answer = "Paris.\n[context: Tuesday 3 July 2020, 5:14 (UTC, UTC+01:00) | from API, level guest]";
+    let (agent, _) = agent(vec![text(answer)], 5);
+    let result = agent.run(turn(vec![], "capital of France?", &Recorder::default())).await;
+    assert_eq!(result.reply, "Paris.");
+    assert_eq!(result.transcript.last().unwrap().content, "Paris.");
+}
+
+#[tokio::test]
 async fn provider_failure_is_an_apology_not_silence() {
     let failure = Err(ProviderError::Http { status: 500, message: "boom".into(), retry_after: None });
     let (agent, _) = agent(vec![failure], 3);

@@ -58,6 +58,21 @@ impl TurnContext<'_> {
     }
 }
 
+/// `answer` without the lines that copy a context line. Small models imitate the line they
+/// see before every message and write made-up ones into their answers; those must not reach
+/// the chat, nor the history where the model would read and copy them again.
+pub fn without_copied_lines(answer: &str) -> std::borrow::Cow<'_, str> {
+    let copied = |line: &str| {
+        let line = line.trim();
+        line.starts_with(OPEN) && line.ends_with(']')
+    };
+    if !answer.lines().any(copied) {
+        return std::borrow::Cow::Borrowed(answer);
+    }
+    let kept: Vec<&str> = answer.lines().filter(|line| !copied(line)).collect();
+    std::borrow::Cow::Owned(kept.join("\n").trim().to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use chrono::TimeZone;
@@ -103,5 +118,15 @@ mod tests {
             "{}",
             winter.line()
         );
+    }
+
+    #[test]
+    fn copied_context_lines_are_taken_out_of_an_answer() {
+        let answer =
+            "Paris.\n[context: Tuesday 3 July 2020, 5:14 (UTC, UTC+01:00) | from API, level guest]\nIt is in France.";
+        assert_eq!(without_copied_lines(answer), "Paris.\nIt is in France.");
+        let plain = "Brackets [context: like this] inside a sentence stay.";
+        assert!(matches!(without_copied_lines(plain), std::borrow::Cow::Borrowed(_)));
+        assert_eq!(without_copied_lines("[context: x]"), "");
     }
 }
