@@ -213,6 +213,19 @@ pub enum ContractError {
     TooLong { field: &'static str, len: usize, limit: usize },
     #[error("field `{field}` is {len} characters long; the limit is {limit} characters")]
     TooManyChars { field: &'static str, len: usize, limit: usize },
+    #[error("`media.kind` {0:?} is not one of photo, document, voice, audio, video or file")]
+    MediaKind(String),
+}
+
+/// What `media.kind` may say (docs/bus.md).
+pub const MEDIA_KINDS: [&str; 6] = ["photo", "document", "voice", "audio", "video", "file"];
+
+/// Refuses an attachment of a kind no adapter or worker knows what to do with.
+fn check_media(media: &[Media]) -> Result<(), ContractError> {
+    match media.iter().find(|item| !MEDIA_KINDS.contains(&item.kind.as_str())) {
+        Some(item) => Err(ContractError::MediaKind(item.kind.chars().take(40).collect())),
+        None => Ok(()),
+    }
 }
 
 /// Refuses a value longer than `limit` UTF-8 bytes.
@@ -310,6 +323,7 @@ impl InboundMessage {
         if self.kind == InboundKind::User && self.sender.id.is_empty() {
             return Err(ContractError::NoSender);
         }
+        check_media(&self.media)?;
         self.replied_to.as_ref().map_or(Ok(()), RepliedTo::validate)
     }
 }
@@ -390,7 +404,8 @@ impl OutboundMessage {
         non_empty("id", &self.id)?;
         non_empty("channel", &self.channel)?;
         non_empty("chat_id", &self.chat_id)?;
-        check_ids(&self.id, &self.channel, &self.chat_id, self.thread_id.as_deref())
+        check_ids(&self.id, &self.channel, &self.chat_id, self.thread_id.as_deref())?;
+        check_media(&self.media)
     }
 }
 

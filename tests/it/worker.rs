@@ -113,6 +113,23 @@ async fn malformed_messages_are_dead_lettered_and_the_worker_goes_on() {
     assert!(dead[1].reason.contains("`id` must not be empty"), "{}", dead[1].reason);
 }
 
+/// An attachment of a kind nobody knows is refused like the other invalid fields, with the
+/// reason, and the chat goes on.
+#[tokio::test]
+async fn an_unknown_media_kind_is_dead_lettered() {
+    let h = start(WorkerSettings::default(), FakeLlm::start().await).await;
+    let mut out = h.bus.outbound("test").await.unwrap();
+    let sticker = json!({"id": "s1", "channel": "test", "chat_id": "x", "sender": {"id": "u1"},
+        "content": "look", "media": [{"kind": "sticker", "path": "s.webp"}]});
+    h.bus.publish_raw(Flow::In, "test", "x", Some("s1"), Bytes::from(sticker.to_string())).await.unwrap();
+    h.bus.publish_inbound(&msg("x", "still there?")).await.unwrap();
+    assert_eq!(next_reply(&mut out).await.content, "echo: still there?");
+    no_more_replies(&mut out).await;
+    let dead = h.bus.dead_letters(Flow::In, 10).await.unwrap();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert!(dead[0].reason.contains("`media.kind` \"sticker\""), "{}", dead[0].reason);
+}
+
 /// Users are keyed `<channel>:<sender.id>`: a user message without a sender would be charged
 /// to one nameless user shared by everyone who sends one, so it is refused with the reason.
 /// A system message has no sender of its own and is answered.

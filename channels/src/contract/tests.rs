@@ -25,6 +25,23 @@ fn user_messages_need_a_sender_and_system_messages_do_not() {
 }
 
 #[test]
+fn an_unknown_media_kind_fails_validation_both_ways() {
+    let known: InboundMessage = serde_json::from_str(
+        r#"{"id":"a","channel":"api","chat_id":"me","sender":{"id":"7"},"media":[{"kind":"voice","path":"v.ogg"}]}"#,
+    )
+    .unwrap();
+    assert_eq!(known.validate(), Ok(()));
+    let sticker: InboundMessage = serde_json::from_str(
+        r#"{"id":"a","channel":"api","chat_id":"me","sender":{"id":"7"},"media":[{"kind":"sticker"}]}"#,
+    )
+    .unwrap();
+    assert_eq!(sticker.validate(), Err(ContractError::MediaKind("sticker".into())));
+    let out: OutboundMessage =
+        serde_json::from_str(r#"{"id":"o","channel":"api","chat_id":"me","media":[{"kind":"Photo"}]}"#).unwrap();
+    assert_eq!(out.validate(), Err(ContractError::MediaKind("Photo".into())));
+}
+
+#[test]
 fn missing_id_fails_validation() {
     let msg: InboundMessage = serde_json::from_str(r#"{"channel":"api","chat_id":"me"}"#).unwrap();
     assert_eq!(msg.validate(), Err(ContractError::Missing("id")));
