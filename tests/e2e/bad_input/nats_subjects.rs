@@ -148,18 +148,25 @@ async fn replayed_and_oversized_inbound_is_answered_once_nats() {
     let mut rig = Rig::start(Shape::Nats, Doors { telegram: true, discord: false }, &[]).await;
     let js = rig.jetstream().await;
     let subject = format!("switchboard.in.telegram.{ALICE}");
+    // One message at a time, each after the answer to the one before: one person's messages
+    // that arrive together are one turn (a burst), and this test counts answers per message.
+    let telegram = rig.telegram.clone();
+    let answered = |n: usize| {
+        let telegram = telegram.clone();
+        move || telegram.sent_messages().len() >= n
+    };
     let first = inbound(&format!("telegram:{ALICE}:7001"), "replayed with its id");
     assert!(!publish(&js, &subject, first.to_string().into(), Some("telegram:111:7001")).await);
     assert!(publish(&js, &subject, first.to_string().into(), Some("telegram:111:7001")).await, "not deduplicated");
+    assert!(eventually(Duration::from_secs(20), answered(1)).await, "{:#?}\n{}", rig.telegram.calls(), rig.logs());
     let second = inbound(&format!("telegram:{ALICE}:7002"), "replayed without an id");
     publish(&js, &subject, second.to_string().into(), None).await;
     publish(&js, &subject, second.to_string().into(), None).await;
+    assert!(eventually(Duration::from_secs(20), answered(2)).await, "{:#?}\n{}", rig.telegram.calls(), rig.logs());
     let big = inbound(&format!("telegram:{ALICE}:7003"), &"z".repeat(900 * 1024));
     rig.llm.push_when("zzzzzzzz", Scripted::Text("read the big one".into()));
     publish(&js, &subject, big.to_string().into(), Some("telegram:111:7003")).await;
-
-    let answered = || rig.telegram.sent_messages().len() >= 3;
-    assert!(eventually(Duration::from_secs(20), answered).await, "{:#?}\n{}", rig.telegram.calls(), rig.logs());
+    assert!(eventually(Duration::from_secs(20), answered(3)).await, "{:#?}\n{}", rig.telegram.calls(), rig.logs());
     // Replayed once more after the answers went out, without an id: still nothing new.
     publish(&js, &subject, second.to_string().into(), None).await;
     publish(&js, &subject, first.to_string().into(), None).await;
