@@ -223,7 +223,8 @@ async fn a_websocket_chats_and_sees_the_run_as_it_happens() {
 }
 
 /// A model that writes for longer than the reply timeout: the answer keeps streaming, so the
-/// socket gets it whole, never "no reply in time" (the limit counts from the last piece).
+/// socket and a plain request get it whole, never "no reply in time" (the limit counts from the
+/// run's last piece).
 #[tokio::test]
 async fn an_answer_still_streaming_past_the_reply_timeout_is_not_given_up_on() {
     let pace = Some(Duration::from_millis(300));
@@ -250,6 +251,13 @@ async fn an_answer_still_streaming_past_the_reply_timeout_is_not_given_up_on() {
         frames.last().unwrap()["content"],
         "A long answer, written slowly, piece by piece, over about three seconds."
     );
+    // The same for a plain request, which waits for the whole reply.
+    llm.push(Scripted::Text("Another long answer, also written slowly, piece by piece, over seconds.".into()));
+    let api = Api { daemon: &daemon, client: reqwest::Client::new() };
+    let started = std::time::Instant::now();
+    let reply = api.say(ALICE, "slow", "and once more").await;
+    assert!(started.elapsed() > Duration::from_secs(2), "the model took {:?}", started.elapsed());
+    assert_eq!(reply["reply"], "Another long answer, also written slowly, piece by piece, over seconds.");
 }
 
 /// What the test webhook received: (headers, body).

@@ -119,15 +119,18 @@ pub(super) async fn exchange(
     msg: &InboundMessage,
     fingerprint: Option<Fingerprint>,
 ) -> Result<Answer, Response> {
-    let deadline = Instant::now() + state.settings.reply_timeout;
+    let timeout = state.settings.reply_timeout;
+    let deadline = Instant::now() + timeout;
+    // Watched before publishing, so no event of the run comes before the watch.
+    let watch = state.feed.watch(&msg.id);
     let mut waiting = match send(state, msg, fingerprint, deadline).await? {
         Sent::Replayed(reply) => return Ok(Answer { reply, replayed: true }),
         Sent::Waiting(waiting) => waiting,
     };
-    match tokio::time::timeout_at(deadline, waiting.reply()).await {
+    match reply_while_alive(&mut waiting, &watch, deadline, timeout).await {
         Ok(Some(reply)) => Ok(Answer { reply, replayed: false }),
         Ok(None) => Err(stopping(msg)),
-        Err(_) => Err(timed_out(state, msg)),
+        Err(TimedOut) => Err(timed_out(state, msg)),
     }
 }
 
