@@ -279,7 +279,8 @@ async fn compact(
     let flush = flush_memory(deps, msg, history, previous.as_deref()).await;
     record(deps, msg, flush, 1).await;
     let max_tokens = summary_max_tokens(deps);
-    let mut room = summary_room(deps);
+    // Characters, as `truncate_middle` counts them.
+    let mut room = summary_room(deps).min(old.chars().count());
     let mut call = 1;
     let answer = loop {
         let request = vec![ChatMessage::system(SUMMARY_PROMPT), ChatMessage::user(truncate_middle(&old, room))];
@@ -290,9 +291,9 @@ async fn compact(
         // The provider's tokenizer may count more than the calibration has seen (tool output,
         // JSON, other scripts): once refused as too long, the summariser reads half as much.
         match answer {
-            Err(ProviderError::ContextOverflow(_)) if room.min(old.len()) > MIN_SUMMARY_CHARS => {
+            Err(ProviderError::ContextOverflow(_)) if room > MIN_SUMMARY_CHARS => {
                 tracing::info!(chars = room, "the summary call was too long for the window; asking again with half");
-                room = room.min(old.len()) / 2;
+                room /= 2;
             }
             answer => break answer,
         }
