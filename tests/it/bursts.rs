@@ -116,18 +116,24 @@ async fn replies(out: &mut Deliveries, count: usize) -> Vec<OutboundMessage> {
     got
 }
 
+/// The first answer, and every one after it until none came for two seconds.
+async fn answers_until_quiet(out: &mut Deliveries) -> Vec<OutboundMessage> {
+    let mut answers = vec![next_out(out).await];
+    while let Ok(Some(Ok(delivery))) =
+        tokio::time::timeout(Duration::from_secs(2), futures_util::StreamExt::next(out)).await
+    {
+        answers.push(delivery.decode().unwrap());
+        delivery.ack().await.unwrap();
+    }
+    answers
+}
+
 async fn a_forwarded_burst_is_one_turn_and_no_message_is_lost(kind: BusKind) {
     let (h, mut out) = start(kind, default_settings(GuardConfig::default()), vec![]).await;
     let lines = forwarded(50);
     let burst: Vec<InboundMessage> = lines.iter().map(|line| forwarded_message("sam", line)).collect();
     send_burst(&h, &burst).await;
-    let mut answers = vec![next_out(&mut out).await];
-    while let Ok(Some(Ok(delivery))) =
-        tokio::time::timeout(Duration::from_secs(2), futures_util::StreamExt::next(&mut out)).await
-    {
-        answers.push(delivery.decode().unwrap());
-        delivery.ack().await.unwrap();
-    }
+    let answers = answers_until_quiet(&mut out).await;
     assert!(answers.iter().all(|a| a.kind == OutboundKind::Reply), "{answers:#?}");
     // The last answer is to the newest message, which carried the (rest of the) burst.
     assert_eq!(answers.last().unwrap().in_reply_to.as_deref(), Some(burst[49].id.as_str()));
@@ -295,13 +301,7 @@ async fn fifty_unmarked_messages_at_once_all_reach_the_model_in_order(kind: BusK
     let lines = forwarded(50);
     let burst: Vec<InboundMessage> = lines.iter().map(|line| direct("sam", line)).collect();
     send_burst(&h, &burst).await;
-    let mut answers = vec![next_out(&mut out).await];
-    while let Ok(Some(Ok(delivery))) =
-        tokio::time::timeout(Duration::from_secs(2), futures_util::StreamExt::next(&mut out)).await
-    {
-        answers.push(delivery.decode().unwrap());
-        delivery.ack().await.unwrap();
-    }
+    let answers = answers_until_quiet(&mut out).await;
     assert!(answers.iter().all(|a| a.kind == OutboundKind::Reply), "no notice: {answers:#?}");
     // In a turn or a few: the first may start alone, before the second is there; what comes
     // while a turn runs waits for the next (NATS hands messages over one by one, the

@@ -38,7 +38,7 @@ async fn next_reply(out: &mut Deliveries) -> OutboundMessage {
 }
 
 /// No debounce: a message starts its turn at once, unless it is one of a burst still coming in.
-fn turn_per_message() -> WorkerSettings {
+fn no_debounce() -> WorkerSettings {
     WorkerSettings { queue: QueueSettings { debounce: Duration::ZERO, ..Default::default() }, ..Default::default() }
 }
 
@@ -54,7 +54,7 @@ async fn one_session_runs_in_order_and_sessions_run_in_parallel() {
     for _ in 0..4 {
         llm.push(Scripted::Delay(Duration::from_millis(400), Box::new(Scripted::Text("ok".into()))));
     }
-    let h = start(turn_per_message(), llm).await;
+    let h = start(no_debounce(), llm).await;
     let mut out = h.bus.outbound("test").await.unwrap();
     let started = Instant::now();
     for (sender, chat, text) in [("u1", "a", "a1"), ("u2", "b", "b1"), ("u3", "a", "a2"), ("u4", "b", "b2")] {
@@ -171,7 +171,7 @@ async fn messages_too_old_are_dropped_not_answered() {
 async fn shutdown_finishes_running_turns_and_returns_queued_ones() {
     let llm = FakeLlm::start().await;
     llm.push(Scripted::Delay(Duration::from_millis(600), Box::new(Scripted::Text("finished".into()))));
-    let settings = WorkerSettings { shutdown_grace: Duration::from_secs(5), ..turn_per_message() };
+    let settings = WorkerSettings { shutdown_grace: Duration::from_secs(5), ..no_debounce() };
     let h = start(settings, llm).await;
     let mut out = h.bus.outbound("test").await.unwrap();
     h.bus.publish_inbound(&from("u1", "s", "first")).await.unwrap();
