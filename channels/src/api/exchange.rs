@@ -62,16 +62,19 @@ pub(super) async fn reply_while_alive(
     deadline: Instant,
     timeout: Duration,
 ) -> Result<Option<Arc<OutboundMessage>>, TimedOut> {
-    let mut activity = watch.subscribe();
-    let (mut deadline, mut followed) = (deadline, true);
+    let activity = watch.subscribe();
+    let mut deadline = deadline;
     loop {
         tokio::select! {
             reply = waiting.reply() => return Ok(reply),
-            changed = activity.changed(), if followed => match changed {
-                Ok(()) => deadline = deadline.max(Instant::now() + timeout),
-                Err(_) => followed = false,
-            },
-            () = tokio::time::sleep_until(deadline) => return Err(TimedOut),
+            () = tokio::time::sleep_until(deadline) => {
+                // One look when the time is up, rather than a wake-up for every piece of text.
+                let last_event = activity.borrow().last_event;
+                match last_event.map(|at| at + timeout).filter(|&later| later > Instant::now()) {
+                    Some(later) => deadline = later,
+                    None => return Err(TimedOut),
+                }
+            }
         }
     }
 }

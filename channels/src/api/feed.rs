@@ -25,6 +25,8 @@ pub(super) struct Streamed {
     tool_since_text: bool,
     /// Tools called so far, by name, in order.
     pub(super) tools: Vec<String>,
+    /// When the last piece of text or tool call came: the run is alive.
+    pub(super) last_event: Option<tokio::time::Instant>,
 }
 
 impl Streamed {
@@ -132,7 +134,13 @@ impl RunFeed {
         }
         let Some(key) = event.inbound_id.as_deref() else { return };
         let Some(watch) = self.lock().get(key).and_then(Weak::upgrade) else { return };
-        watch.state.send_if_modified(|streamed| streamed.apply(&event.body));
+        watch.state.send_if_modified(|streamed| {
+            let applied = streamed.apply(&event.body);
+            if applied {
+                streamed.last_event = Some(tokio::time::Instant::now());
+            }
+            applied
+        });
     }
 }
 
