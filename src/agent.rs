@@ -39,6 +39,8 @@ pub struct AgentSettings {
     pub models: Vec<String>,
     /// Which of the workspace's skills it uses, and how they are offered.
     pub skills: crate::workspace::skills::SkillSettings,
+    /// The workspace files only an admin or the owner may change (`[workspace] protected`).
+    pub protected: std::sync::Arc<crate::workspace::protected::ProtectedFiles>,
 }
 
 /// Where a run reports what it does (`tool.call`, `chunk`, …). Must not block.

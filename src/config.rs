@@ -38,6 +38,7 @@ mod tools;
 mod transcription;
 mod users;
 mod validate;
+mod workspace;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -72,6 +73,7 @@ pub use telegram::{DmPolicyConfig, GroupPolicyConfig, TelegramChannelConfig, Tel
 pub use tools::{ExecToolConfig, FsToolsConfig, MemoryToolsConfig, ToolsConfig, WebToolsConfig};
 pub use transcription::{DEFAULT_TRANSCRIPTION_MAX_BYTES, TranscriptionConfig};
 pub use users::{BudgetsConfig, GroupAccessConfig, GroupKey, PermissionsConfig, RateLimitsConfig, UsersConfig};
+pub use workspace::WorkspaceConfig;
 
 /// The provider URL used when neither the config nor `OPENAI_BASE_URL` names one.
 pub const OPENAI_DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -128,6 +130,8 @@ pub struct Config {
     pub metrics: MetricsConfig,
     /// Voice notes turned into text before the model sees them.
     pub transcription: TranscriptionConfig,
+    /// The files of the agents' workspaces that only an admin or the owner may change.
+    pub workspace: WorkspaceConfig,
 }
 
 impl Default for Config {
@@ -161,6 +165,7 @@ impl Default for Config {
             subagents: SubagentsConfig::default(),
             metrics: MetricsConfig::default(),
             transcription: TranscriptionConfig::default(),
+            workspace: WorkspaceConfig::default(),
             skills: SkillsConfig::default(),
             mcp: McpConfig::default(),
         }

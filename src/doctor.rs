@@ -91,34 +91,48 @@ pub async fn examine(config: &Config) -> Vec<Finding> {
     findings.push(telegram(config).await);
     findings.push(discord(config).await);
     findings.extend(workspaces(config));
-    findings.push(sandbox(config));
+    findings.extend(sandbox(config));
     findings.extend(mcp(config).await);
     findings
 }
 
-/// Where `exec` runs its commands: the same decision the daemon makes at start.
-fn sandbox(config: &Config) -> Finding {
+/// Where `exec` runs its commands: the same decision the daemon makes at start, what a
+/// command can reach there, and what running as root changes.
+fn sandbox(config: &Config) -> Vec<Finding> {
     use crate::tools::exec::Sandbox;
+    use crate::tools::exec::sandbox::{ROOT_WARNING, is_root};
     let exec = &config.tools.exec;
     if !exec.enabled {
-        return Finding::skip("exec sandbox", "exec is not enabled");
+        return vec![Finding::skip("exec sandbox", "exec is not enabled")];
     }
-    match Sandbox::from_config(exec, config.data_dir()) {
+    let unconfined = "commands run as this user and can read and write every file it may: the data dir, the \
+                      config and every chat's memory included";
+    let finding = match Sandbox::from_config(exec, config.data_dir()) {
         Ok(Sandbox::Bwrap { network, .. }) => {
             let net = if network { "with the network" } else { "no network" };
-            Finding::ok("exec sandbox", format!("bubblewrap: system read-only, workspace writable, {net}"))
+            let reach = "system read-only, workspace writable; outside the owner's direct chats no other chat's \
+                         memory, and the protected files read-only below admin";
+            Finding::ok("exec sandbox", format!("bubblewrap: {reach}; {net}"))
         }
-        Ok(Sandbox::None) if exec.sandbox == "none" => {
-            Finding::bad(Status::Warn, "exec sandbox", "none (tools.exec.sandbox = \"none\")", "see docs/security.md")
-        }
+        Ok(Sandbox::None) if exec.sandbox == "none" => Finding::bad(
+            Status::Warn,
+            "exec sandbox",
+            format!("none (tools.exec.sandbox = \"none\"): {unconfined}"),
+            "see docs/security.md",
+        ),
         Ok(Sandbox::None) => Finding::bad(
             Status::Warn,
             "exec sandbox",
-            "none: bubblewrap is missing or cannot make its namespaces here",
+            format!("none, bubblewrap is missing or cannot make its namespaces here: {unconfined}"),
             "apt-get install bubblewrap (docs/security.md)",
         ),
         Err(err) => Finding::bad(Status::Fail, "exec sandbox", err.to_string(), "apt-get install bubblewrap"),
+    };
+    let mut findings = vec![finding];
+    if is_root() {
+        findings.push(Finding::bad(Status::Warn, "exec as root", ROOT_WARNING, "run as an ordinary user"));
     }
+    findings
 }
 
 /// Each MCP server, started and stopped again as `switchboard mcp list` does.

@@ -35,7 +35,7 @@ use crate::config::{SubagentsConfig, base_session_key};
 use crate::prompt::PromptSettings;
 use crate::store::StoreError;
 use crate::store::subagents::{Created, NewSubagent, SubagentStore};
-use crate::tools::ToolFilter;
+use crate::tools::{PersonaAccess, ToolFilter};
 use crate::workspace::memory::MemoryScope;
 
 pub use announce::{TickReport, announcement};
@@ -131,6 +131,8 @@ pub struct SpawnRequest {
     /// The spawning run's memory scope (`ToolContext::memory`), which the sub-agent keeps: one
     /// started from a group cannot reach the owner's memory either.
     pub memory: MemoryScope,
+    /// Whether the spawning run could change the protected files; the sub-agent can no more.
+    pub persona: PersonaAccess,
 }
 
 /// A sub-agent this process runs, as `/stop` needs to find it.
@@ -240,7 +242,7 @@ impl SubagentManager {
         self.lock_live()
             .insert(id.clone(), Live { parent_session: new.parent_session.clone(), cancel: cancel.clone() });
         let tools = run::subagent_tools(&agent, &request.tools);
-        let job = run::Job { record: new, tools, memory: request.memory.clone() };
+        let job = run::Job { record: new, tools, memory: request.memory.clone(), persona: request.persona.clone() };
         let mut tasks = self.tasks.lock().await;
         while tasks.try_join_next().is_some() {}
         let span = tracing::info_span!("subagent", subagent = %id, parent = %request.parent_session);

@@ -27,10 +27,11 @@ pub use truncate::truncate_middle;
 
 use switchboard_channels::contract::{InboundKind, InboundMessage, Origin};
 
-use crate::config::{ConfigError, ToolsConfig};
+use crate::config::{ConfigError, Level, ToolsConfig};
 use crate::provider::{ToolCall, ToolSpec};
 use crate::tokens;
 use crate::workspace::memory::{MemoryScope, Reach};
+use crate::workspace::protected::ProtectedFiles;
 
 /// Why a tool call did not produce a result. The message goes back to the model as the
 /// tool's result, so it should say what to do differently.
@@ -85,6 +86,40 @@ pub struct ToolContext {
     pub memory: MemoryScope,
     /// How far the file tools reach within the scope.
     pub memory_reach: Reach,
+    /// Whether the run may change the files every chat runs under (`[workspace] protected`).
+    pub persona: PersonaAccess,
+}
+
+/// Whether a run may change the workspace's protected files: the persona, instructions and
+/// skills every chat of the agent runs under. Reading them is open to all.
+#[derive(Debug, Clone)]
+pub enum PersonaAccess {
+    /// A run of an admin or the owner.
+    Editable,
+    /// Anyone else's: writing, editing or deleting these is refused.
+    ReadOnly(Arc<ProtectedFiles>),
+}
+
+impl Default for PersonaAccess {
+    /// Read-only with the default list: a run whose level nobody looked at fails closed.
+    fn default() -> Self {
+        Self::ReadOnly(Arc::new(ProtectedFiles::default()))
+    }
+}
+
+impl PersonaAccess {
+    /// The access of a run at `level` in a workspace protecting `protected`.
+    pub fn for_level(level: Level, protected: &Arc<ProtectedFiles>) -> Self {
+        if level >= Level::Admin { Self::Editable } else { Self::ReadOnly(Arc::clone(protected)) }
+    }
+
+    /// The protected files, when this run may not change them.
+    pub fn read_only(&self) -> Option<&ProtectedFiles> {
+        match self {
+            Self::Editable => None,
+            Self::ReadOnly(protected) => Some(protected),
+        }
+    }
 }
 
 impl ToolContext {
@@ -114,6 +149,7 @@ impl ToolContext {
             on_behalf_of: acting_for(msg),
             memory,
             memory_reach: Reach::Workspace,
+            persona: PersonaAccess::default(),
         }
     }
 }

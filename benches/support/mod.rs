@@ -48,6 +48,7 @@ pub fn agent(workspace: &Path) -> Agent {
         prices: Default::default(),
         workspace: workspace.to_path_buf(),
         skills: Default::default(),
+        protected: Default::default(),
         models: Vec::new(),
     };
     Agent::new(Arc::new(Unused), tools, settings)

@@ -121,6 +121,7 @@ fn agent_with_prices(
         prices,
         workspace: std::env::temp_dir(),
         skills: Default::default(),
+        protected: Default::default(),
         models: Vec::new(),
     };
     (Agent::new(provider.clone(), tools, settings), provider)

@@ -25,6 +25,7 @@ use crate::subagents::SubagentSettings;
 use crate::tools::ToolLimits;
 use crate::users::AccessPolicy;
 use crate::worker::{QueueSettings, RecallSettings, WorkerSettings};
+use crate::workspace::protected::ProtectedFiles;
 use crate::workspace::skills::SkillSettings;
 
 /// `[worker]`, with what the worker takes from `[agent]`, `[users]`, `[guard]` and the rest.
@@ -125,6 +126,7 @@ pub fn agent(config: &Config, name: &str, chain: &[ChainEntry]) -> AgentSettings
         workspace: overrides.map_or_else(|| config.agent.workspace.clone(), |o| o.workspace.clone()),
         models: chain.iter().map(|entry| format!("{}/{}", entry.provider, entry.model)).collect(),
         skills: agent_skills(config, name),
+        protected: Arc::new(ProtectedFiles::new(&config.workspace.protected)),
     }
 }
 

@@ -112,6 +112,9 @@ pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigE
     if let Some((key, reason)) = super::transcription::problem(config) {
         return Err(fail(key, reason));
     }
+    if let Some(reason) = crate::workspace::protected::problem(&config.workspace.protected) {
+        return Err(fail("workspace.protected", reason));
+    }
     let exec = &config.tools.exec;
     if !super::tools::SANDBOX_MODES.contains(&exec.sandbox.as_str()) {
         let reason = format!("{:?} is not one of {}", exec.sandbox, super::tools::SANDBOX_MODES.join(", "));

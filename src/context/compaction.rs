@@ -13,6 +13,7 @@
 //! from history. A failure before (3) leaves summary and transcript as they were.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use switchboard_channels::contract::{InboundMessage, RunEventBody, Usage};
@@ -25,7 +26,7 @@ use crate::provider::pricing::CostTally;
 use crate::provider::{ChatMessage, ChatResponse, ProviderError, Role};
 use crate::store::users::Billing;
 use crate::store::{RunKind, RunStatus, SideRun, Store, StoreError};
-use crate::tools::{ToolContext, ToolFilter, truncate_middle};
+use crate::tools::{PersonaAccess, ToolContext, ToolFilter, truncate_middle};
 use crate::workspace::memory::{MemoryScope, Reach};
 
 /// The only tools the memory flush is offered.
@@ -459,8 +460,12 @@ fn flush_context(agent: &Agent, session_key: &str, msg: &InboundMessage, memory:
         &format!("{}:memory-flush", msg.id),
         memory.clone(),
     );
-    let memory_reach = if memory.is_owner() { Reach::Workspace } else { Reach::OwnFile };
-    ToolContext { memory_reach, ..ctx }
+    // Only the owner's scope reaches past its own file; the persona is the owner's to change.
+    let (memory_reach, persona) = match memory.is_owner() {
+        true => (Reach::Workspace, PersonaAccess::Editable),
+        false => (Reach::OwnFile, PersonaAccess::ReadOnly(Arc::clone(&agent.settings().protected))),
+    };
+    ToolContext { memory_reach, persona, ..ctx }
 }
 
 /// The flush's events go nowhere: nobody is waiting for this turn.

@@ -14,7 +14,7 @@ use crate::prompt::{self, PromptInput, PromptMode, Sender};
 use crate::provider::ChatMessage;
 use crate::store::subagents::{NewSubagent, Renewal, SubagentEnd, SubagentStatus};
 use crate::store::users::Billing;
-use crate::tools::{ToolContext, ToolFilter};
+use crate::tools::{PersonaAccess, ToolContext, ToolFilter};
 use crate::users::month_key;
 use crate::workspace::WorkspaceFiles;
 use crate::workspace::memory::{MemoryScope, Reach};
@@ -25,6 +25,8 @@ pub(super) struct Job {
     pub tools: ToolFilter,
     /// The spawning run's memory scope.
     pub memory: MemoryScope,
+    /// Whether the spawning run could change the protected files.
+    pub persona: PersonaAccess,
 }
 
 /// How the task ended.
@@ -250,6 +252,7 @@ fn tool_context(agent: &Agent, job: &Job) -> ToolContext {
         on_behalf_of: record.on_behalf_of.clone(),
         memory: job.memory.clone(),
         memory_reach: Reach::Workspace,
+        persona: job.persona.clone(),
     }
 }
 

@@ -70,6 +70,7 @@ impl Tool for SpawnTool {
             on_behalf_of: ctx.on_behalf_of.clone(),
             tools: ctx.tools.clone(),
             memory: ctx.memory.clone(),
+            persona: ctx.persona.clone(),
         };
         let id = self.manager.spawn(request).await.map_err(spawn_error)?;
         let name = if label.is_empty() { String::new() } else { format!(" ({label})") };
@@ -132,6 +133,7 @@ mod tests {
             prices: Default::default(),
             workspace: workspace.to_path_buf(),
             skills: Default::default(),
+            protected: Default::default(),
             models: Vec::new(),
         };
         Arc::new(Agent::new(Arc::new(provider), ToolRegistry::with_builtins(ToolLimits::default()), settings))

@@ -27,7 +27,9 @@ use tokio_util::sync::CancellationToken;
 use super::fs::Workspace;
 use super::{Tool, ToolContext, ToolError, required_str};
 use crate::config::ExecToolConfig;
+use confine::Confinement;
 
+mod confine;
 mod privileges;
 pub mod sandbox;
 pub use privileges::{MemoryNotPrivate, keep_memory_private};
@@ -186,7 +188,13 @@ impl Tool for Exec {
         self.check_denied(command)?;
         let workspace = Workspace::open(&ctx.workspace, false)?;
         tracing::debug!(run_id = %ctx.run_id, limit_secs = limit.as_secs(), "exec: starting a command");
-        let how = How { sandbox: &self.sandbox, limits: self.limits, env: &self.env };
+        let confinement = match self.sandbox.is_sandboxed() {
+            true => Confinement::for_run(workspace.root(), ctx)
+                .map_err(|e| ToolError::Failed(format!("cannot prepare the workspace for the sandbox: {e}")))?,
+            // Without a sandbox nothing confines a command; docs/security.md says what it reaches.
+            false => Confinement::default(),
+        };
+        let how = How { sandbox: &self.sandbox, limits: self.limits, env: &self.env, confinement: &confinement };
         let finished = run(command, workspace.root(), &how, limit, self.max_output_bytes).await?;
         finished.report(limit)
     }
@@ -221,6 +229,7 @@ struct How<'a> {
     sandbox: &'a Sandbox,
     limits: Limits,
     env: &'a [(OsString, OsString)],
+    confinement: &'a Confinement,
 }
 
 /// Runs the command to its end or its time limit. `status` is `None` when it was killed for
@@ -236,7 +245,7 @@ async fn run(
     // One pipe for stdout and stderr, so the model sees them interleaved as a terminal would.
     let (reader, writer) = std::io::pipe().map_err(|e| failed("create a pipe", e))?;
     let writer_err = writer.try_clone().map_err(|e| failed("create a pipe", e))?;
-    let mut cmd = how.sandbox.command(command, dir);
+    let mut cmd = how.sandbox.command(command, dir, how.confinement);
     cmd.env_clear()
         .envs(how.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())

@@ -110,7 +110,9 @@ pub(crate) mod test_support {
             let dir = tempfile::tempdir().unwrap();
             let workspace = dir.path().join("ws");
             std::fs::create_dir_all(&workspace).unwrap();
-            Self { ctx: ToolContext { workspace, ..ToolContext::default() }, _dir: dir }
+            // The mechanics of the tools, at a level that may change the persona too.
+            let persona = crate::tools::PersonaAccess::Editable;
+            Self { ctx: ToolContext { workspace, persona, ..ToolContext::default() }, _dir: dir }
         }
 
         pub fn ws(&self) -> std::path::PathBuf {

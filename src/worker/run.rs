@@ -357,7 +357,7 @@ async fn run_turn(
     // The level `access::admit` found for the person the message acts for: no second lookup.
     let memory = super::memory::scope(shared, agent, msg, Some(level)).await.map_err(transient)?;
     let memory_scope = memory.label(&agent.settings().name);
-    let plan = TurnPlan { agent, msg, run_id, session_key, tools, input, memory, model: choices.model };
+    let plan = TurnPlan { agent, msg, run_id, session_key, tools, level, input, memory, model: choices.model };
     let ran = super::turn::run_agent(shared, &plan, &events, steer).await.map_err(transient)?;
     let mut result = ran.result;
     let ack_limit = hygiene::heartbeat_ack_limit(shared, &agent.settings().name, msg);

@@ -8,10 +8,11 @@ use switchboard_channels::contract::InboundMessage;
 
 use super::Shared;
 use crate::agent::{Agent, EventSink, SteerReceiver, Turn, TurnResult};
+use crate::config::Level;
 use crate::context::compaction::HistoryShape;
 use crate::provider::ChatMessage;
 use crate::store::StoreError;
-use crate::tools::{ToolContext, ToolFilter};
+use crate::tools::{PersonaAccess, ToolContext, ToolFilter};
 use crate::workspace::memory::MemoryScope;
 
 /// What a turn is about.
@@ -22,6 +23,8 @@ pub(super) struct TurnPlan<'a> {
     pub session_key: &'a str,
     /// The tools the sender may use.
     pub tools: ToolFilter,
+    /// The level the turn runs at (a group's raises it): whether it may change the persona.
+    pub level: Level,
     pub input: ChatMessage,
     /// Whose memory the turn reads and writes (decided by the worker, see docs/memory.md).
     pub memory: MemoryScope,
@@ -65,7 +68,9 @@ pub(super) async fn run_agent(
 fn tool_context(plan: &TurnPlan<'_>) -> ToolContext {
     let settings = plan.agent.settings();
     let memory = plan.memory.clone();
-    ToolContext::for_message(&settings.name, &settings.workspace, plan.session_key, plan.msg, plan.run_id, memory)
+    let ctx =
+        ToolContext::for_message(&settings.name, &settings.workspace, plan.session_key, plan.msg, plan.run_id, memory);
+    ToolContext { persona: PersonaAccess::for_level(plan.level, &settings.protected), ..ctx }
 }
 
 async fn attempt(

@@ -25,6 +25,7 @@ mod nats;
 mod nats_faults;
 mod operations;
 mod pairing;
+mod persona;
 mod providers;
 mod reload;
 mod sandbox;

@@ -140,6 +140,7 @@ async fn usage_and_cost(kind: BusKind) {
         on_behalf_of: Some("telegram:42".into()),
         tools: Default::default(),
         memory: Default::default(),
+        persona: Default::default(),
     };
     let id = rig.manager().spawn(request).await.unwrap();
 

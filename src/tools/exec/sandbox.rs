@@ -13,6 +13,7 @@ use std::sync::OnceLock;
 
 use thiserror::Error;
 
+use super::confine::Confinement;
 use crate::config::ExecToolConfig;
 
 /// Where bubblewrap is looked for first; then on `PATH`.
@@ -74,6 +75,10 @@ impl Sandbox {
     /// The sandbox `[tools.exec]` asks for, with the data dir to hide. `auto` falls back to
     /// none, with a warning, where bubblewrap is missing or cannot make namespaces.
     pub fn from_config(config: &ExecToolConfig, data_dir: &Path) -> Result<Self, SandboxError> {
+        if is_root() {
+            static WARNED_ROOT: OnceLock<()> = OnceLock::new();
+            WARNED_ROOT.get_or_init(|| tracing::warn!("{ROOT_WARNING}"));
+        }
         if config.sandbox == "none" {
             return Ok(Self::None);
         }
@@ -96,8 +101,9 @@ impl Sandbox {
         matches!(self, Self::Bwrap { .. })
     }
 
-    /// The process to start for `sh -c <command>` in `workspace`.
-    pub fn command(&self, command: &str, workspace: &Path) -> tokio::process::Command {
+    /// The process to start for `sh -c <command>` in `workspace`, with the mounts of
+    /// `confinement` over it in the sandbox.
+    pub fn command(&self, command: &str, workspace: &Path, confinement: &Confinement) -> tokio::process::Command {
         let Self::Bwrap { program, hidden, network } = self else {
             let mut direct = tokio::process::Command::new("/bin/sh");
             direct.arg("-c").arg(command).current_dir(workspace);
@@ -116,10 +122,22 @@ impl Sandbox {
             };
         }
         // After the hidden paths: the workspace usually lies inside the data dir.
-        bwrap.arg("--bind").arg(workspace).arg(workspace).arg("--chdir").arg(workspace);
+        bwrap.arg("--bind").arg(workspace).arg(workspace);
+        bwrap.args(confinement.args()).arg("--chdir").arg(workspace);
         bwrap.args(["--cap-drop", "ALL", "--", "/bin/sh", "-c", command]).current_dir(workspace);
         bwrap
     }
+}
+
+/// What running as root means for `exec`, said at start and by `doctor`.
+pub const ROOT_WARNING: &str = "the daemon runs as root: exec's max_processes (RLIMIT_NPROC) does not bind root, \
+     so a command can fork without that limit, and without the sandbox a command can read and change every file \
+     on this machine; run switchboard as an ordinary user (systemd/switchboard.service does)";
+
+/// Whether this process runs as root.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid(2) takes no arguments and cannot fail.
+    unsafe { libc::geteuid() == 0 }
 }
 
 /// bubblewrap's path when it is installed and can make the namespaces here (a container may
@@ -171,7 +189,7 @@ mod tests {
     use super::*;
 
     fn args(sandbox: &Sandbox, workspace: &Path) -> Vec<String> {
-        let command = sandbox.command("ls", workspace);
+        let command = sandbox.command("ls", workspace, &Confinement::default());
         command.as_std().get_args().map(|arg| arg.to_string_lossy().into_owned()).collect()
     }
 

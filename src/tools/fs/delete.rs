@@ -42,7 +42,7 @@ impl Tool for DeleteFile {
         let path = required_str(&arguments, "path")?.to_owned();
         let workspace = self.settings.workspace(ctx)?;
         blocking(move || {
-            let resolved = workspace.resolve(&path)?;
+            let resolved = workspace.resolve_to_change(&path)?;
             match resolved.path.symlink_metadata() {
                 Ok(metadata) if metadata.is_file() => {}
                 Ok(metadata) if metadata.is_dir() => {

@@ -56,7 +56,7 @@ impl Tool for EditFile {
         let workspace = self.settings.workspace(ctx)?;
         let max_bytes = self.settings.max_write_bytes;
         blocking(move || {
-            let resolved = workspace.resolve(&path)?;
+            let resolved = workspace.resolve_to_change(&path)?;
             let text = read_whole(&resolved, max_bytes)?;
             let edited = replace_once(&text, &old_text, &new_text, &resolved.shown)?;
             check_size(edited.len(), max_bytes)?;

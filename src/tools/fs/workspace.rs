@@ -9,9 +9,11 @@
 
 use std::io::ErrorKind;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
-use crate::tools::{ToolContext, ToolError};
+use crate::tools::{PersonaAccess, ToolContext, ToolError};
 use crate::workspace::memory::{MemoryScope, Reach, Target, check_real_path};
+use crate::workspace::protected::ProtectedFiles;
 
 /// A workspace directory and how strictly paths are confined to it.
 #[derive(Debug, Clone)]
@@ -24,6 +26,8 @@ pub struct Workspace {
     /// The memory scope the paths are checked against; `None`: not checked (`exec`, which
     /// no path check could confine anyway).
     memory: Option<(MemoryScope, Reach)>,
+    /// The protected files, when the run may not change them (see [`PersonaAccess`]).
+    protected: Option<Arc<ProtectedFiles>>,
 }
 
 /// A path the model named, resolved.
@@ -47,13 +51,17 @@ impl Workspace {
             .canonicalize()
             .map_err(|e| ToolError::Failed(format!("cannot open the workspace {}: {e}", dir.display())))?;
         let configured = std::path::absolute(dir).unwrap_or_else(|_| root.clone());
-        Ok(Self { configured: normalize(&configured), root, allow_outside, memory: None })
+        Ok(Self { configured: normalize(&configured), root, allow_outside, memory: None, protected: None })
     }
 
     /// The workspace of the run `ctx`, its paths checked against the run's memory scope.
     pub fn for_run(ctx: &ToolContext, allow_outside: bool) -> Result<Self, ToolError> {
         let workspace = Self::open(&ctx.workspace, allow_outside)?;
-        Ok(Self { memory: Some((ctx.memory.clone(), ctx.memory_reach)), ..workspace })
+        let protected = match &ctx.persona {
+            PersonaAccess::Editable => None,
+            PersonaAccess::ReadOnly(protected) => Some(Arc::clone(protected)),
+        };
+        Ok(Self { memory: Some((ctx.memory.clone(), ctx.memory_reach)), protected, ..workspace })
     }
 
     /// The canonical workspace directory.
@@ -66,6 +74,23 @@ impl Workspace {
     /// run's memory scope.
     pub fn resolve(&self, requested: &str) -> Result<Resolved, ToolError> {
         self.resolve_as(requested, Target::File)
+    }
+
+    /// Like [`Workspace::resolve`], for a file to write, edit or delete: a protected file is
+    /// refused unless the run may change them.
+    pub fn resolve_to_change(&self, requested: &str) -> Result<Resolved, ToolError> {
+        let resolved = self.resolve(requested)?;
+        if let Some(protected) = &self.protected
+            && let Ok(relative) = resolved.path.strip_prefix(&self.root)
+            && protected.protects(relative)
+        {
+            return Err(ToolError::Refused(format!(
+                "`{requested}` is one of the files every chat of this agent runs under ({}); only the \
+                 owner or an admin can change them. Reading them is fine; tell the person to ask the owner",
+                protected.listed()
+            )));
+        }
+        Ok(resolved)
     }
 
     /// Like [`Workspace::resolve`], for a directory to list.
@@ -267,6 +292,23 @@ mod tests {
         std::os::unix::fs::symlink(dir.path().join("nowhere"), ws.root().join("dangling")).unwrap();
         let err = ws.resolve("dangling").unwrap_err();
         assert!(err.to_string().contains("does not exist"), "{err}");
+    }
+
+    #[test]
+    fn protected_files_are_refused_to_change_below_admin_also_through_a_link() {
+        let (_dir, ws) = workspace();
+        std::fs::write(ws.root().join("SOUL.md"), "be kind").unwrap();
+        std::os::unix::fs::symlink(ws.root().join("SOUL.md"), ws.root().join("notes.md")).unwrap();
+        let ctx = |persona| ToolContext { workspace: ws.root().to_owned(), persona, ..ToolContext::default() };
+        let read_only = Workspace::for_run(&ctx(PersonaAccess::default()), false).unwrap();
+        for path in ["SOUL.md", "soul.md", "notes.md", "skills/new/SKILL.md", "./x/../AGENTS.md"] {
+            let err = read_only.resolve_to_change(path).unwrap_err();
+            assert!(err.to_string().contains("only the owner or an admin can change them"), "{path}: {err}");
+        }
+        assert!(read_only.resolve("SOUL.md").is_ok(), "reading stays open");
+        assert!(read_only.resolve_to_change("todo.md").is_ok());
+        let editable = Workspace::for_run(&ctx(PersonaAccess::Editable), false).unwrap();
+        assert!(editable.resolve_to_change("SOUL.md").is_ok());
     }
 
     #[test]

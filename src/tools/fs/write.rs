@@ -52,7 +52,7 @@ impl Tool for WriteFile {
         check_size(content.len(), self.settings.max_write_bytes)?;
         let workspace = self.settings.workspace(ctx)?;
         blocking(move || {
-            let resolved = workspace.resolve(&path)?;
+            let resolved = workspace.resolve_to_change(&path)?;
             let existed = prepare_target(&resolved)?;
             atomic_write(&resolved, content.as_bytes())?;
             let verb = if existed { "replaced" } else { "created" };

@@ -82,6 +82,7 @@ fn agent(name: &str) -> std::sync::Arc<crate::agent::Agent> {
         prices: Default::default(),
         workspace: std::path::PathBuf::new(),
         skills: Default::default(),
+        protected: Default::default(),
         models: Vec::new(),
     };
     std::sync::Arc::new(crate::agent::Agent::new(std::sync::Arc::new(provider), Default::default(), settings))
