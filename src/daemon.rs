@@ -1,6 +1,7 @@
 //! Runs the parts a command asks for until shutdown, assembled by [`crate::assembly`].
 
 mod reload;
+mod restart;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -118,10 +119,17 @@ pub async fn run(
         () = shutdown.cancelled() => return Ok(()),
     };
     let channels = assembly.start_channels(parts.channels(), &bus, &store, &shutdown).await?;
-    let (worker, mut background) = match parts.runs_worker() {
-        true => start_worker(&assembly, &bus, &store, (config_path, hangups), &shutdown)?,
-        false => (None, vec![("config reload", reload::start(hangups, None, shutdown.clone()))]),
+    let (worker, mut background, worker_parts) = match parts.runs_worker() {
+        true => start_worker(&assembly, &bus, &store, &shutdown)?,
+        false => (None, Vec::new(), None),
     };
+    let reload = reload::Reload {
+        path: config_path,
+        running: assembly.config().clone(),
+        api_access: channels.iter().find_map(|channel| channel.api_access()),
+        worker: worker_parts,
+    };
+    background.push(("config reload", reload::start(hangups, reload, shutdown.clone())));
     if let Some(listen) = assembly.config().metrics.listen {
         let sources = gauge_sources(&bus, &channels, worker.as_ref());
         background.push((
@@ -152,15 +160,14 @@ pub async fn run(
 /// What runs beside the worker on a clock; each ends when `shutdown` is cancelled.
 type Background = Vec<(&'static str, JoinHandle<()>)>;
 
-/// The worker, with the sub-agents, the cron scheduler, the heartbeats, the MCP servers and
-/// the config reload (SIGHUP) started beside it.
+/// The worker, with the sub-agents, the cron scheduler, the heartbeats and the MCP servers
+/// started beside it, and what a config reload replaces in it.
 fn start_worker(
     assembly: &Assembly,
     bus: &Arc<dyn switchboard_channels::Bus>,
     store: &Arc<dyn crate::store::Database>,
-    (config_path, hangups): (Option<PathBuf>, Option<tokio::signal::unix::Signal>),
     shutdown: &CancellationToken,
-) -> Result<(Option<Worker>, Background), DaemonError> {
+) -> Result<(Option<Worker>, Background, Option<reload::WorkerParts>), DaemonError> {
     let assembled = assembly.worker(bus, store)?;
     let mut background: Background = Vec::new();
     if let Some(manager) = &assembled.subagents {
@@ -171,16 +178,14 @@ fn start_worker(
     // A reload replaces the MCP servers: their own stop, under the daemon's.
     let mcp_stop = shutdown.child_token();
     let mcp = assembly.start_mcp(&mcp_stop);
-    let reload = reload::Reload {
-        path: config_path,
+    let parts = reload::WorkerParts {
         bus: Arc::clone(bus),
         store: Arc::clone(store),
         subagents: assembled.subagents,
         reloader: assembled.worker.reloader(),
         mcp: (mcp_stop, mcp),
     };
-    background.push(("config reload", reload::start(hangups, Some(reload), shutdown.clone())));
-    Ok((Some(assembled.worker), background))
+    Ok((Some(assembled.worker), background, Some(parts)))
 }
 
 /// The parts whose memory the metrics endpoint reports.

@@ -40,7 +40,7 @@ use tokio_util::sync::CancellationToken;
 use crate::Gauge;
 use crate::bus::{Bus, BusError, Deliveries};
 use crate::contract::{OutboundKind, OutboundMessage};
-pub use access::{Access, ApiToken, Scopes};
+pub use access::{Access, ApiToken, LiveAccess, Scopes};
 use conn::Connections;
 use feed::RunFeed;
 pub use idempotency::RESEND_REPLY;
@@ -70,7 +70,8 @@ pub enum ApiError {
 pub struct ApiSettings {
     pub listen: SocketAddr,
     /// The tokens requests must carry; none = open to whoever reaches the listener.
-    pub access: Access,
+    /// Replaced at once when the config is reloaded (keep a clone to do that).
+    pub access: LiveAccess,
     /// The agents a request may pick as its `model`, the default one first.
     pub agents: Vec<String>,
     /// When this process started (the `created` time of `/v1/models`).
@@ -118,6 +119,7 @@ pub struct ApiChannel {
     connections: Arc<Connections>,
     feed: Arc<RunFeed>,
     sockets: Arc<sockets::Sockets>,
+    access: LiveAccess,
 }
 
 impl ApiChannel {
@@ -151,7 +153,7 @@ impl ApiChannel {
             outbox::Outbox { store: Arc::clone(&store), bus: Arc::clone(&bus), webhook: webhook.is_some(), kept };
         let routing = Routing { replies: Arc::clone(&replies), outbox };
         let router = tokio::spawn(route_replies(deliveries, routing, stop_routing.clone()));
-        let limits = settings.limits;
+        let (limits, access) = (settings.limits, settings.access.clone());
         let sockets = Arc::new(sockets::Sockets::default());
         let state = state::AppState {
             bus,
@@ -168,7 +170,12 @@ impl ApiChannel {
         let connections = Arc::new(Connections::default());
         let serving = server::serve(listener, app, limits, Arc::clone(&connections), shutdown);
         let server = tokio::spawn(async move { serving.await.map_err(ApiError::Serve) });
-        Ok(ApiChannel { local_addr, server, router, webhook, stop_routing, replies, connections, feed, sockets })
+        Ok(ApiChannel { local_addr, server, router, webhook, stop_routing, replies, connections, feed, sockets, access })
+    }
+
+    /// The tokens it checks, to replace on a config reload.
+    pub fn access(&self) -> LiveAccess {
+        self.access.clone()
     }
 
     /// Reads what the channel keeps in memory while it runs, for the metrics endpoint.

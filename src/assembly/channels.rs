@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use switchboard_channels::Bus;
-use switchboard_channels::api::ApiChannel;
+use switchboard_channels::api::{ApiChannel, LiveAccess};
 use switchboard_channels::api::store::ApiStore;
 use switchboard_channels::delivery::{DeliveryPolicy, DeliveryRecord};
 use switchboard_channels::discord::DiscordChannel;
@@ -49,6 +49,29 @@ impl ChannelKind {
         }
     }
 
+    /// What to say when the config enables this chat channel without a token: it is not
+    /// running, and what to set.
+    pub fn missing_token(self, config: &Config) -> Option<String> {
+        let (enabled, token, variable, name) = match self {
+            ChannelKind::Api => return None,
+            ChannelKind::Telegram => {
+                let telegram = &config.channels.telegram;
+                (telegram.enabled, &telegram.token, "TELEGRAM_BOT_TOKEN", "Telegram")
+            }
+            ChannelKind::Discord => {
+                let discord = &config.channels.discord;
+                (discord.enabled, &discord.token, "DISCORD_BOT_TOKEN", "Discord")
+            }
+        };
+        (enabled && token.is_empty()).then(|| {
+            let key = self.name();
+            format!(
+                "{name} is not running: it is enabled but has no token; set {variable} (or channels.{key}.token), \
+                 or channels.{key}.enabled = false to silence this"
+            )
+        })
+    }
+
     /// Why a process asked to run only this channel cannot: disabled, or without a token.
     pub fn refusal(self, config: &Config) -> Option<AssemblyError> {
         let enabled = match self {
@@ -75,6 +98,11 @@ pub trait RunningChannel: Send {
         None
     }
 
+    /// The API's tokens, which a config reload replaces at once; `None` for the chat channels.
+    fn api_access(&self) -> Option<LiveAccess> {
+        None
+    }
+
     /// Stops it; in-flight deliveries end first.
     async fn stop(self: Box<Self>) -> Result<(), AssemblyError>;
 }
@@ -88,6 +116,10 @@ impl RunningChannel for ApiChannel {
     fn gauges(&self) -> Option<GaugeSource> {
         let gauges = ApiChannel::gauges(self);
         Some(Box::new(move || gauges.read()))
+    }
+
+    fn api_access(&self) -> Option<LiveAccess> {
+        Some(self.access())
     }
 
     async fn stop(self: Box<Self>) -> Result<(), AssemblyError> {
@@ -130,6 +162,11 @@ impl Assembly {
         shutdown: &CancellationToken,
     ) -> Result<Vec<Box<dyn RunningChannel>>, AssemblyError> {
         let mut channels = Vec::new();
+        for &kind in kinds {
+            if let Some(missing) = kind.missing_token(&self.config) {
+                tracing::warn!("{missing}");
+            }
+        }
         for &kind in kinds.iter().filter(|kind| kind.is_active(&self.config)) {
             channels.push(self.start_channel(kind, Arc::clone(bus), store, shutdown.clone()).await?);
         }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use switchboard_channels::api::{
-    Access, ApiSettings, ApiToken, ConnectionLimits, ReplayCache, Scopes, WebhookSettings, access,
+    Access, ApiSettings, ApiToken, LiveAccess, ConnectionLimits, ReplayCache, Scopes, WebhookSettings, access,
 };
 use switchboard_channels::bus::nats::NatsOptions;
 
@@ -177,7 +177,7 @@ pub fn api(config: &Config) -> ApiSettings {
     let api = &config.channels.api;
     ApiSettings {
         listen: api.listen,
-        access: api_access(api),
+        access: LiveAccess::new(api_access(api)),
         agents: config.agent_names(),
         started_at: chrono::Utc::now(),
         reply_timeout: api.reply_timeout(),
@@ -202,7 +202,7 @@ pub fn api(config: &Config) -> ApiSettings {
 
 /// The API's tokens: the named ones, and the plain `token` of older configs as one with every
 /// scope (it may name any sender, as before tokens had identities).
-fn api_access(api: &ApiChannelConfig) -> Access {
+pub fn api_access(api: &ApiChannelConfig) -> Access {
     let mut tokens: Vec<ApiToken> = api
         .tokens
         .iter()
@@ -213,7 +213,8 @@ fn api_access(api: &ApiChannelConfig) -> Access {
                 name: name.clone(),
                 sha256,
                 scopes: Scopes {
-                    chat: token.scopes.iter().any(|s| s == SCOPE_CHAT),
+                    // An admin token may do everything, sending messages included.
+                    chat: token.scopes.iter().any(|s| s == SCOPE_CHAT || s == SCOPE_ADMIN),
                     admin: token.scopes.iter().any(|s| s == SCOPE_ADMIN),
                 },
                 identity: token.identity_or(name).to_owned(),

@@ -44,6 +44,55 @@ pub enum UsersCommand {
     },
 }
 
+impl UsersCommand {
+    /// The identities the command names.
+    fn identities(&self) -> Vec<&Identity> {
+        match self {
+            UsersCommand::List => Vec::new(),
+            UsersCommand::Link { first, second } => vec![first, second],
+            UsersCommand::SetLevel { identity, .. } | UsersCommand::SetBudget { identity, .. } => vec![identity],
+        }
+    }
+}
+
+/// The channels people write from. An identity on another one can never match a sender, so
+/// setting it is a typo that would otherwise pass in silence.
+const PEOPLE_CHANNELS: [&str; 3] = ["api", "telegram", "discord"];
+
+/// Refuses an identity no sender can have: an unknown channel, or a Telegram or Discord id
+/// that is not a number (both platforms number their users).
+fn check_known(identity: &Identity) -> Result<(), CliError> {
+    let channel = identity.channel.as_str();
+    if !PEOPLE_CHANNELS.contains(&channel) {
+        return Err(CliError::Invalid(format!(
+            "{identity}: switchboard has no channel {channel:?}; identities are {}, then the sender's id \
+             (for example telegram:123456789)",
+            PEOPLE_CHANNELS.map(|name| format!("{name}:")).join(", ")
+        )));
+    }
+    let numeric = identity.sender_id.bytes().all(|byte| byte.is_ascii_digit());
+    if channel != "api" && !numeric {
+        return Err(CliError::Invalid(format!(
+            "{identity}: {channel} user ids are numbers (for example {channel}:123456789); the id is in the \
+             daemon's log for each message and in `switchboard users list` once they wrote"
+        )));
+    }
+    Ok(())
+}
+
+/// What raising an `api:` identity means while the API takes anyone's word for the sender.
+fn open_api_warning(config: &Config, identity: &Identity, level: Level) -> Option<String> {
+    let api = &config.channels.api;
+    let open = identity.channel == "api" && api.enabled && !api.has_tokens();
+    (open && level >= Level::Admin).then(|| {
+        format!(
+            "the API has no token (channels.api.token), so every program that can reach {} can send as \
+             {:?} and act with {level} rights, exec included; set a token (`switchboard api-token NAME`) first",
+            api.listen, identity.sender_id
+        )
+    })
+}
+
 /// A budget on the command line: a token count or `default`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BudgetArg(pub Option<u64>);
@@ -65,10 +114,16 @@ impl FromStr for BudgetArg {
 pub(super) async fn run(config: &Config, command: UsersCommand) -> Result<(), CliError> {
     let policy = AccessPolicy::from_config(&config.users, &config.permissions, &config.budgets)?;
     let store = crate::store::open(&config.store).await?;
+    for identity in command.identities() {
+        check_known(identity)?;
+    }
     let text = match command {
         UsersCommand::List => list(&*store, &policy).await?,
         UsersCommand::Link { first, second } => link(&*store, &policy, &first, &second).await?,
         UsersCommand::SetLevel { identity, level } => {
+            if let Some(warning) = open_api_warning(config, &identity, level) {
+                eprintln!("warning: {warning}");
+            }
             let user = store.set_level(&identity, level).await?;
             let mut text = format!("{identity} (user {}) is now {level}.\n", user.id);
             if policy.effective_level(&identity, &user) > level {

@@ -2,8 +2,10 @@
 //! (agents, bindings, model chains, tools and skills settings, permissions and budgets, MCP
 //! servers), from the next turn on; a running turn finishes with what it started with. A config
 //! that does not load, validate or build is refused with its error, and the running one stays.
-//! Channels, the bus, the store, cron and heartbeats keep what they started with (a restart
-//! applies those); the log says so.
+//! The API's tokens are replaced at once, in the worker and in a process serving only the API:
+//! a revoked token must not keep working. Channels, the bus, the store, cron, heartbeats and
+//! the worker's own limits keep what they started with (a restart applies those); the log
+//! names each such setting that changed.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -18,11 +20,24 @@ use crate::config::Config;
 use crate::store::Database;
 use crate::subagents::SubagentManager;
 use crate::worker::Reloader;
+use switchboard_channels::api::LiveAccess;
+
+use super::restart;
 
 /// What a reload needs from the running daemon.
 pub(super) struct Reload {
     /// The config file given at start (`--config`, `SWITCHBOARD_CONFIG`, or the default place).
     pub path: Option<PathBuf>,
+    /// The config in force: what a new one is compared with.
+    pub running: Config,
+    /// The API's tokens, when this process serves the API.
+    pub api_access: Option<LiveAccess>,
+    /// What turns use, when this process runs the agent worker.
+    pub worker: Option<WorkerParts>,
+}
+
+/// The parts of a running worker a reload replaces.
+pub(super) struct WorkerParts {
     pub bus: Arc<dyn Bus>,
     pub store: Arc<dyn Database>,
     pub subagents: Option<Arc<SubagentManager>>,
@@ -44,22 +59,17 @@ pub(super) fn hangups() -> Option<Signal> {
     }
 }
 
-/// Applies the config on each SIGHUP until `shutdown`; without a worker (`reload` is `None`),
-/// says there is nothing to reload instead of dying of the signal.
-pub(super) fn start(hangups: Option<Signal>, reload: Option<Reload>, shutdown: CancellationToken) -> JoinHandle<()> {
+/// Applies the config on each SIGHUP until `shutdown`.
+pub(super) fn start(hangups: Option<Signal>, mut reload: Reload, shutdown: CancellationToken) -> JoinHandle<()> {
     tokio::spawn(async move {
         let Some(mut hangups) = hangups else { return };
-        let mut reload = reload;
         loop {
             tokio::select! {
-                _ = hangups.recv() => match reload.as_mut() {
-                    Some(reload) => reload.apply(&shutdown).await,
-                    None => tracing::info!("SIGHUP: this process runs no agent worker; a channel's settings change with a restart"),
-                },
+                _ = hangups.recv() => reload.apply(&shutdown).await,
                 () = shutdown.cancelled() => break,
             }
         }
-        if let Some(Reload { mcp: (stop, Some(supervisors)), .. }) = reload {
+        if let Some(WorkerParts { mcp: (stop, Some(supervisors)), .. }) = reload.worker {
             stop.cancel();
             if let Err(err) = supervisors.await {
                 tracing::warn!(%err, "the MCP servers' supervisors ended abnormally");
@@ -75,15 +85,60 @@ impl Reload {
             Ok(config) => config,
             Err(err) => return refused(&err.to_string()),
         };
-        if let Err(err) = config.require_provider() {
-            return refused(&err.to_string());
+        if let Some(refusal) = self.refusal(&config) {
+            return refused(&refusal);
         }
-        let assembly = Assembly::new(config);
-        let built = assembly.reloadable(&self.bus, &self.store, self.subagents.as_ref());
-        let (agents, access) = match built {
-            Ok(built) => built,
-            Err(err) => return refused(&err.to_string()),
+        if let Some(worker) = self.worker.as_mut() {
+            if let Err(err) = config.require_provider() {
+                return refused(&err.to_string());
+            }
+            if let Err(err) = worker.apply(&config, shutdown).await {
+                return refused(&err);
+            }
+        }
+        let tokens_changed = restart::api_tokens_changed(&self.running, &config);
+        if let Some(live) = self.api_access.as_ref().filter(|_| tokens_changed) {
+            let access = crate::assembly::settings::api_access(&config.channels.api);
+            let count = access.tokens.len();
+            live.replace(access);
+            tracing::warn!(tokens = count, "the API's tokens changed: in force from the next request");
+        }
+        let stale = restart::needing_restart(&self.running, &config);
+        let applied = match self.worker.is_some() {
+            true => "agents, bindings, models, tools, skills, permissions, budgets and MCP servers apply from the next turn",
+            false => "this process runs no agent worker",
         };
+        match stale.is_empty() {
+            true => tracing::info!("config reloaded: {applied}"),
+            false => tracing::warn!(
+                "config reloaded: {applied}; these changed settings need a restart to apply: {}",
+                stale.join(", ")
+            ),
+        }
+        self.running = config;
+    }
+
+    /// Why `config` cannot be taken: its tokens would leave a listener beyond loopback, which
+    /// the running process keeps, open to everyone.
+    fn refusal(&self, config: &Config) -> Option<String> {
+        let listen = self.running.channels.api.listen;
+        let api = &config.channels.api;
+        let opens = self.api_access.is_some() && !listen.ip().is_loopback() && !api.has_tokens();
+        (opens && !api.allow_unauthenticated).then(|| {
+            format!(
+                "the new config has no API token, and the API listens on {listen}, beyond loopback: it would be open \
+                 to anyone who reaches it (set channels.api.allow_unauthenticated = true if that is meant)"
+            )
+        })
+    }
+}
+
+impl WorkerParts {
+    /// Replaces what turns use and the MCP servers; an error leaves everything as it was.
+    async fn apply(&mut self, config: &Config, shutdown: &CancellationToken) -> Result<(), String> {
+        let assembly = Assembly::new(config.clone());
+        let built = assembly.reloadable(&self.bus, &self.store, self.subagents.as_ref());
+        let (agents, access) = built.map_err(|err| err.to_string())?;
         // The new servers start before the old ones stop, so tools that stay come back soon.
         let stop = shutdown.child_token();
         let supervisors = assembly.start_mcp(&stop);
@@ -95,9 +150,7 @@ impl Reload {
         {
             tracing::warn!(%err, "the old MCP servers' supervisors ended abnormally");
         }
-        tracing::info!(
-            "config reloaded: agents, bindings, models, tools, skills, permissions, budgets and MCP servers apply from the next turn; channels, bus, store, cron and heartbeats need a restart"
-        );
+        Ok(())
     }
 }
 

@@ -81,3 +81,42 @@ async fn sighup_applies_a_valid_config_from_the_next_turn_and_refuses_a_broken_o
     assert!(prompt.contains("OPERATOR-TWO"), "{prompt}");
     assert!(daemon.is_alive());
 }
+
+/// Tokens are security: a reload that sets them closes the API from the next request, an
+/// admin-only token may send too, and the log names each changed setting that needs a restart.
+#[tokio::test]
+async fn a_reload_applies_api_tokens_at_once_and_names_what_needs_a_restart() {
+    use switchboard_channels::api::access::token_sha256_hex;
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("switchboard.toml");
+    std::fs::write(&path, "").unwrap();
+    let mut daemon =
+        Launch::new(dir.path(), "tokens", &["run", "--config", path.to_str().unwrap()]).llm(&llm.base_url()).spawn();
+    daemon.wait_healthy().await;
+    // Chat channels enabled (the default) without a token say so, once each.
+    let logs = daemon.logs();
+    for (name, variable) in [("Telegram", "TELEGRAM_BOT_TOKEN"), ("Discord", "DISCORD_BOT_TOKEN")] {
+        let line = format!("{name} is not running: it is enabled but has no token; set {variable}");
+        assert_eq!(logs.matches(&line).count(), 1, "{line}:\n{logs}");
+    }
+    let ask = json!({"chat_id": "t", "content": "hi"});
+    assert_eq!(daemon.post(ask.clone()).await.0, 200, "open on loopback without a token");
+
+    let config = format!(
+        "[channels.api]\ntoken = \"sk-reloaded-secret\"\n\n[channels.api.tokens.ops]\nsha256 = \"{}\"\n\
+         scopes = [\"admin\"]\n\n[channels.telegram]\nenabled = false\n\n[worker]\nmax_concurrent_runs = 3\n",
+        token_sha256_hex("sk-ops-admin-secret")
+    );
+    std::fs::write(&path, config).unwrap();
+    daemon.signal("HUP");
+    wait_for_logged(&daemon, "config reloaded", 1).await;
+    assert_eq!(daemon.post(ask.clone()).await.0, 401, "the new token is in force at once");
+    let (status, body) = daemon.post_with(ask.clone(), Some("sk-reloaded-secret")).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = daemon.post_with(ask, Some("sk-ops-admin-secret")).await;
+    assert_eq!(status, 200, "an admin token may send too: {body}");
+    let logs = daemon.logs();
+    assert!(logs.contains("the API's tokens changed: in force from the next request"), "{logs}");
+    assert!(logs.contains("these changed settings need a restart to apply: channels.telegram, worker"), "{logs}");
+}

@@ -307,11 +307,27 @@ async fn the_users_commands_list_link_and_set_levels_and_budgets() {
     assert!(!ok && err.contains("is not a level"), "{err}");
     let (ok, _, err) = users_cli(path, &["link", "api:me", "api:me"], &[]);
     assert!(!ok && err.contains("cannot link api:me to itself"), "{err}");
+    // Identities no sender can have are refused, not stored.
+    let (ok, _, err) = users_cli(path, &["set-level", "tg:1", "owner"], &[]);
+    assert!(!ok && err.contains("switchboard has no channel \"tg\""), "{err}");
+    let (ok, _, err) = users_cli(path, &["set-level", "telegram:me", "owner"], &[]);
+    assert!(!ok && err.contains("telegram user ids are numbers"), "{err}");
+    let (ok, _, err) = users_cli(path, &["link", "telegram:1", "discord:@bob"], &[]);
+    assert!(!ok && err.contains("discord user ids are numbers"), "{err}");
+    // Raising an API identity while the API has no token says what that means.
+    let (ok, out, err) = users_cli(path, &["set-level", "api:api", "owner"], &[]);
+    assert!(ok && out.contains("is now owner"), "{err}");
+    assert!(err.contains("warning: the API has no token") && err.contains("exec included"), "{err}");
+    let token = [("SWITCHBOARD_CHANNELS__API__TOKEN", "sk-local-secret")];
+    let (ok, _, err) = users_cli(path, &["set-level", "api:api", "owner"], &token);
+    assert!(ok && !err.contains("warning"), "{err}");
+    let (ok, _, err) = users_cli(path, &["set-level", "api:api", "user"], &[]);
+    assert!(ok && !err.contains("warning"), "{err}");
 
     // The data is where the daemon will find it.
     let store = SqliteStore::open(&path.join("switchboard.db")).await.unwrap();
     let users = store.list_users("2025-01").await.unwrap();
-    assert_eq!(users.len(), 1);
+    assert_eq!(users.len(), 2, "the linked user and api:api");
     assert_eq!((users[0].user.level, users[0].user.budget), (Level::Admin, None));
 }
 

@@ -7,7 +7,7 @@
 //! a match, so response timing tells nothing about which token is close.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use axum::http::{HeaderMap, StatusCode, header};
@@ -59,6 +59,27 @@ impl std::fmt::Debug for ApiToken {
 #[derive(Debug, Clone, Default)]
 pub struct Access {
     pub tokens: Vec<ApiToken>,
+}
+
+/// The tokens in force, shared by every request and replaced whole when the config is reloaded:
+/// a token added or revoked applies from the next request, without a restart (tokens are
+/// security; a revoked one must not keep working until someone restarts the daemon).
+#[derive(Debug, Clone, Default)]
+pub struct LiveAccess(Arc<RwLock<Arc<Access>>>);
+
+impl LiveAccess {
+    pub fn new(access: Access) -> Self {
+        Self(Arc::new(RwLock::new(Arc::new(access))))
+    }
+
+    /// The tokens now; a request keeps the set it started with.
+    pub fn current(&self) -> Arc<Access> {
+        Arc::clone(&self.0.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    pub fn replace(&self, access: Access) {
+        *self.0.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(access);
+    }
 }
 
 /// Who is calling, as every route sees it.

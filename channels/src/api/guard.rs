@@ -16,12 +16,13 @@ use super::state::AppState;
 /// Lets in requests with a valid token and within its rate, and hands the [`Caller`] on to
 /// the route as a request extension.
 pub(super) async fn authenticate(State(state): State<Arc<AppState>>, mut request: Request, next: Next) -> Response {
-    let caller = match state.settings.access.caller(request.headers()) {
+    let access = state.settings.access.current();
+    let caller = match access.caller(request.headers()) {
         Ok(caller) => caller,
         Err(denied) => return unauthorized(denied),
     };
     if let Some(name) = &caller.token {
-        let per_minute = state.settings.access.tokens.iter().find(|t| &t.name == name).map_or(0, |t| t.per_minute);
+        let per_minute = access.tokens.iter().find(|t| &t.name == name).map_or(0, |t| t.per_minute);
         if let Err(wait) = state.rate_limits.take(name, per_minute) {
             return rate_limited(name, per_minute, wait);
         }

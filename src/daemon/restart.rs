@@ -1,0 +1,63 @@
+//! What a reload cannot apply: the settings a process reads once at start. A reload compares
+//! the new config with the one in force and names those that changed, so nobody believes a
+//! changed listen address, bot token or worker limit is in force when it is not.
+
+use crate::config::{ApiChannelConfig, Config};
+
+/// The settings that changed between `running` and `new` and need a restart to apply, by
+/// their config key. The API's tokens are not among them: a reload applies them at once.
+pub(super) fn needing_restart(running: &Config, new: &Config) -> Vec<&'static str> {
+    let agent = |config: &Config| {
+        (config.agent.context_window, config.agent.history_limit, config.agent.run_timeout_secs, config.agent.workspace.clone())
+    };
+    let checks: [(&'static str, bool); 18] = [
+        ("data_dir", running.data_dir != new.data_dir),
+        ("bus", running.bus != new.bus),
+        ("bus_options", running.bus_options != new.bus_options),
+        ("store", running.store != new.store),
+        ("channels.api", without_tokens(&running.channels.api) != without_tokens(&new.channels.api)),
+        ("channels.telegram", running.channels.telegram != new.channels.telegram),
+        ("channels.discord", running.channels.discord != new.channels.discord),
+        ("cron", running.cron != new.cron),
+        ("heartbeat", running.heartbeat != new.heartbeat),
+        ("metrics", running.metrics != new.metrics),
+        ("worker", running.worker != new.worker),
+        ("history", running.history != new.history),
+        ("compaction", running.compaction != new.compaction),
+        ("guard", running.guard != new.guard),
+        ("rate_limits", running.rate_limits != new.rate_limits),
+        ("transcription", running.transcription != new.transcription),
+        ("log", running.log != new.log),
+        ("agent (context_window, history_limit, run_timeout_secs, workspace)", agent(running) != agent(new)),
+    ];
+    checks.into_iter().filter(|(_, changed)| *changed).map(|(key, _)| key).collect()
+}
+
+/// Whether the API's tokens differ: the one `token` or the named `tokens`.
+pub(super) fn api_tokens_changed(running: &Config, new: &Config) -> bool {
+    let (old, new) = (&running.channels.api, &new.channels.api);
+    old.token != new.token || old.tokens != new.tokens
+}
+
+fn without_tokens(api: &ApiChannelConfig) -> ApiChannelConfig {
+    ApiChannelConfig { token: Default::default(), tokens: Default::default(), ..api.clone() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_settings_read_at_start_are_named_and_api_tokens_are_not_among_them() {
+        let running = Config::default();
+        let mut new = running.clone();
+        new.permissions.unlisted_tools = crate::config::Level::Admin;
+        new.channels.api.token = "sk-new".into();
+        assert!(needing_restart(&running, &new).is_empty());
+        assert!(api_tokens_changed(&running, &new));
+        new.channels.telegram.token = "123:abc".into();
+        new.channels.api.listen = "127.0.0.1:9999".parse().unwrap();
+        new.worker.max_concurrent_runs += 1;
+        assert_eq!(needing_restart(&running, &new), ["channels.api", "channels.telegram", "worker"]);
+    }
+}
