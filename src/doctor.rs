@@ -12,6 +12,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 
 use crate::assembly::Assembly;
+use crate::assembly::ChannelKind;
 use crate::config::{BusKind, Config, ProviderConfig, ProviderKind};
 use crate::workspace::BOOTSTRAP_FILES;
 
@@ -342,8 +343,11 @@ fn api(config: &Config) -> Finding {
 /// `getMe`, as the channel does at start.
 async fn telegram(config: &Config) -> Finding {
     let telegram = &config.channels.telegram;
-    if !telegram.enabled || telegram.token.is_empty() {
+    if !telegram.enabled {
         return Finding::skip("telegram", "not enabled");
+    }
+    if let Some(missing) = ChannelKind::Telegram.missing_token(config) {
+        return Finding::bad(Status::Warn, "telegram", missing, "set TELEGRAM_BOT_TOKEN");
     }
     let base =
         if telegram.api_url.is_empty() { "https://api.telegram.org" } else { telegram.api_url.trim_end_matches('/') };
@@ -369,8 +373,11 @@ async fn telegram(config: &Config) -> Finding {
 
 async fn discord(config: &Config) -> Finding {
     let discord = &config.channels.discord;
-    if !discord.enabled || discord.token.is_empty() {
+    if !discord.enabled {
         return Finding::skip("discord", "not enabled");
+    }
+    if let Some(missing) = ChannelKind::Discord.missing_token(config) {
+        return Finding::bad(Status::Warn, "discord", missing, "set DISCORD_BOT_TOKEN");
     }
     let base =
         if discord.proxy_url.is_empty() { "https://discord.com" } else { discord.proxy_url.trim_end_matches('/') };

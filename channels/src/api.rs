@@ -170,7 +170,18 @@ impl ApiChannel {
         let connections = Arc::new(Connections::default());
         let serving = server::serve(listener, app, limits, Arc::clone(&connections), shutdown);
         let server = tokio::spawn(async move { serving.await.map_err(ApiError::Serve) });
-        Ok(ApiChannel { local_addr, server, router, webhook, stop_routing, replies, connections, feed, sockets, access })
+        Ok(ApiChannel {
+            local_addr,
+            server,
+            router,
+            webhook,
+            stop_routing,
+            replies,
+            connections,
+            feed,
+            sockets,
+            access,
+        })
     }
 
     /// The tokens it checks, to replace on a config reload.

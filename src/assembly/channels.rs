@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use switchboard_channels::Bus;
-use switchboard_channels::api::{ApiChannel, LiveAccess};
 use switchboard_channels::api::store::ApiStore;
+use switchboard_channels::api::{ApiChannel, LiveAccess};
 use switchboard_channels::delivery::{DeliveryPolicy, DeliveryRecord};
 use switchboard_channels::discord::DiscordChannel;
 use switchboard_channels::pairing::PairingStore;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use switchboard_channels::api::{
-    Access, ApiSettings, ApiToken, LiveAccess, ConnectionLimits, ReplayCache, Scopes, WebhookSettings, access,
+    Access, ApiSettings, ApiToken, ConnectionLimits, LiveAccess, ReplayCache, Scopes, WebhookSettings, access,
 };
 use switchboard_channels::bus::nats::NatsOptions;
 

@@ -105,7 +105,9 @@ impl Reload {
         }
         let stale = restart::needing_restart(&self.running, &config);
         let applied = match self.worker.is_some() {
-            true => "agents, bindings, models, tools, skills, permissions, budgets and MCP servers apply from the next turn",
+            true => {
+                "agents, bindings, models, tools, skills, permissions, budgets and MCP servers apply from the next turn"
+            }
             false => "this process runs no agent worker",
         };
         match stale.is_empty() {

@@ -8,7 +8,12 @@ use crate::config::{ApiChannelConfig, Config};
 /// their config key. The API's tokens are not among them: a reload applies them at once.
 pub(super) fn needing_restart(running: &Config, new: &Config) -> Vec<&'static str> {
     let agent = |config: &Config| {
-        (config.agent.context_window, config.agent.history_limit, config.agent.run_timeout_secs, config.agent.workspace.clone())
+        (
+            config.agent.context_window,
+            config.agent.history_limit,
+            config.agent.run_timeout_secs,
+            config.agent.workspace.clone(),
+        )
     };
     let checks: [(&'static str, bool); 18] = [
         ("data_dir", running.data_dir != new.data_dir),

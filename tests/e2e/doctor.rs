@@ -98,7 +98,10 @@ async fn each_broken_part_is_named_with_what_to_do_and_fails_the_command() {
     assert!(model.starts_with("FAIL") && model.contains("key was refused") && model.contains("api_key"), "{report}");
     let bot = line(&report, "telegram");
     assert!(bot.starts_with("FAIL") && bot.contains("@BotFather"), "{report}");
-    assert!(line(&report, "discord").starts_with("skip"), "{report}");
+    // Enabled (the default) without a token: said, with what to set.
+    let discord = line(&report, "discord");
+    assert!(discord.starts_with("warn") && discord.contains("Discord is not running"), "{report}");
+    assert!(discord.contains("DISCORD_BOT_TOKEN"), "{report}");
     // No `init`: the workspace is not there.
     assert!(line(&report, "workspace").starts_with("FAIL"), "{report}");
     assert!(!report.contains("a-wrong-key") && !report.contains("not-the-token"), "{report}");
