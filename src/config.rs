@@ -73,7 +73,7 @@ pub use telegram::{DmPolicyConfig, GroupPolicyConfig, TelegramChannelConfig, Tel
 pub use tools::{ExecToolConfig, FsToolsConfig, MemoryToolsConfig, ToolsConfig, WebToolsConfig};
 pub use transcription::{DEFAULT_TRANSCRIPTION_MAX_BYTES, TranscriptionConfig};
 pub use users::{BudgetsConfig, GroupAccessConfig, GroupKey, PermissionsConfig, RateLimitsConfig, UsersConfig};
-pub use workspace::WorkspaceConfig;
+pub use workspace::{DEFAULT_PROTECTED, WorkspaceConfig};
 
 /// The provider URL used when neither the config nor `OPENAI_BASE_URL` names one.
 pub const OPENAI_DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";

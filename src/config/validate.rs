@@ -112,7 +112,7 @@ pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigE
     if let Some((key, reason)) = super::transcription::problem(config) {
         return Err(fail(key, reason));
     }
-    if let Some(reason) = crate::workspace::protected::problem(&config.workspace.protected) {
+    if let Some(reason) = super::workspace::protected_problem(&config.workspace.protected) {
         return Err(fail("workspace.protected", reason));
     }
     let exec = &config.tools.exec;

@@ -1,8 +1,8 @@
 //! `[workspace]`: what the agents' workspaces keep for the owner.
 
-use serde::{Deserialize, Serialize};
+use std::path::{Component, Path};
 
-use crate::workspace::protected::DEFAULT_PROTECTED;
+use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
@@ -15,5 +15,45 @@ pub struct WorkspaceConfig {
 impl Default for WorkspaceConfig {
     fn default() -> Self {
         Self { protected: DEFAULT_PROTECTED.map(str::to_owned).to_vec() }
+    }
+}
+
+/// What `[workspace] protected` holds unless the config says otherwise.
+pub const DEFAULT_PROTECTED: [&str; 9] = [
+    "SOUL.md",
+    "IDENTITY.md",
+    "AGENTS.md",
+    "TOOLS.md",
+    "HEARTBEAT.md",
+    "BOOTSTRAP.md",
+    "skills/",
+    "MEMORY.md",
+    "USER.md",
+];
+
+/// Why a `[workspace] protected` entry cannot be used: it must name a path inside the
+/// workspace.
+pub fn protected_problem(entries: &[String]) -> Option<String> {
+    entries.iter().find_map(|entry| {
+        let path = Path::new(entry);
+        let leaves = path.components().any(|part| !matches!(part, Component::Normal(_) | Component::CurDir));
+        if entry.trim_end_matches('/').is_empty() || leaves {
+            Some(format!("{entry:?} is not a path inside the workspace (relative, without `..`)"))
+        } else {
+            None
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_must_stay_inside_the_workspace() {
+        assert_eq!(protected_problem(&DEFAULT_PROTECTED.map(str::to_owned)), None);
+        for bad in ["/etc/passwd", "../SOUL.md", "a/../../b", "", "/"] {
+            assert!(protected_problem(&[bad.to_owned()]).is_some(), "{bad}");
+        }
     }
 }
