@@ -4,10 +4,13 @@
 
 use std::time::{Duration, Instant};
 
+use crate::api_limits::{addr, raise_own_descriptor_limit, until_closed};
 use crate::support::{Daemon, Launch};
 use serde_json::{Value, json};
 use switchboard_testkit::fake_llm::FakeLlm;
 use switchboard_testkit::fake_llm::load::LoadModel;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
 
 /// Long enough that a request left waiting for it is plainly not "answered at once".
 const REPLY_TIMEOUT_SECS: &str = "30";
@@ -115,4 +118,128 @@ async fn thirty_requests_to_one_chat_are_all_answered_at_once() {
 #[tokio::test]
 async fn two_hundred_requests_to_one_chat_are_all_answered_at_once() {
     overflow_is_answered_at_once(200).await;
+}
+
+fn daemon_env<'a>(dir: &'a std::path::Path, llm: &FakeLlm, env: &[(&str, &str)]) -> Launch<'a> {
+    let mut launch = Launch::new(dir, "run", &["run"]).llm(&llm.base_url());
+    for (key, value) in env {
+        launch = launch.env(key, value);
+    }
+    launch
+}
+
+/// A head declaring `declared` body bytes, and the first 10 of them.
+fn stalled_request(declared: usize) -> Vec<u8> {
+    let head = format!(
+        "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {declared}\r\n\r\n"
+    );
+    [head.as_bytes(), b"{\"chat_id\""].concat()
+}
+
+/// 520 sockets (past the default limit of 512, no token) send a head and part of a body: a
+/// normal request still gets through at once, and every stalled one is answered 408 and
+/// closed within the body timeout.
+#[tokio::test]
+async fn stalled_bodies_are_answered_408_and_do_not_lock_clients_out() {
+    raise_own_descriptor_limit();
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let env =
+        [("SWITCHBOARD_CHANNELS__API__BODY_TIMEOUT_SECS", "4"), ("SWITCHBOARD_CHANNELS__API__IDLE_TIMEOUT_SECS", "60")];
+    let mut daemon = daemon_env(dir.path(), &llm, &env).spawn();
+    daemon.wait_healthy().await;
+    let started = Instant::now();
+    let mut stalled = Vec::new();
+    for _ in 0..520 {
+        let mut socket = TcpStream::connect(addr(&daemon)).await.unwrap();
+        socket.write_all(&stalled_request(1000)).await.unwrap();
+        stalled.push(socket);
+    }
+    let opened = started.elapsed();
+    let asked = Instant::now();
+    let (status, body) = daemon.post(json!({"chat_id": "after", "content": "still here"})).await;
+    let took = asked.elapsed();
+    assert_eq!((status, body["reply"].as_str()), (200, Some("echo: still here")), "{body}\n{}", daemon.logs());
+    assert!(took < Duration::from_secs(2), "the request waited {took:?} for a stalled one to time out");
+    let mut answered_408 = 0;
+    for socket in &mut stalled {
+        let answer = until_closed(socket, Duration::from_secs(8)).await.expect("a stalled socket stayed open");
+        assert!(answer.starts_with("HTTP/1.1 408"), "a stalled socket was closed without a 408: {answer:?}");
+        assert!(answer.contains("body_timeout"), "{answer}");
+        answered_408 += 1;
+    }
+    let all_closed = started.elapsed();
+    eprintln!(
+        "520 body-stalled sockets (opened in {opened:?}): a normal request answered in {took:?}; \
+         {answered_408} answered 408, the last closed {all_closed:?} after the first was opened"
+    );
+    assert!(all_closed <= opened + Duration::from_secs(4 + 2), "closed long after the body timeout: {all_closed:?}");
+}
+
+/// A declared 10 MB body of which 10 bytes come: 408 when the body timeout passes.
+#[tokio::test]
+async fn a_declared_body_that_never_comes_is_answered_408() {
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let env =
+        [("SWITCHBOARD_CHANNELS__API__BODY_TIMEOUT_SECS", "2"), ("SWITCHBOARD_CHANNELS__API__IDLE_TIMEOUT_SECS", "60")];
+    let mut daemon = daemon_env(dir.path(), &llm, &env).spawn();
+    daemon.wait_healthy().await;
+    let mut socket = TcpStream::connect(addr(&daemon)).await.unwrap();
+    let started = Instant::now();
+    socket.write_all(&stalled_request(10 * 1024 * 1024)).await.unwrap();
+    let answer = until_closed(&mut socket, Duration::from_secs(10)).await.expect("the connection stayed open");
+    let took = started.elapsed();
+    eprintln!("a declared 10 MB body with 10 bytes sent: answered after {took:?}");
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer:?}");
+    assert!(took >= Duration::from_millis(1900) && took <= Duration::from_secs(4), "answered after {took:?}");
+    assert_eq!(llm.requests().len(), 0);
+}
+
+/// 150 requests at once with `max_connections = 50`, each waiting for a slow model: every one
+/// gets an HTTP answer, those past the limit a 503 with Retry-After, none a reset.
+#[tokio::test]
+async fn past_the_connection_limit_clients_get_503_with_retry_after() {
+    let llm = FakeLlm::start_for_load(LoadModel::new(Duration::from_secs(2), None)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let env = [("SWITCHBOARD_CHANNELS__API__MAX_CONNECTIONS", "50"), ("SWITCHBOARD_WORKER__MAX_CONCURRENT_RUNS", "64")];
+    let mut daemon = daemon_env(dir.path(), &llm, &env).spawn();
+    daemon.wait_healthy().await;
+    let address = addr(&daemon);
+    let started = Instant::now();
+    let requests = (0..150).map(|i| {
+        let address = address.clone();
+        async move {
+            let body = json!({"chat_id": format!("c{i}"), "content": format!("q{i}")}).to_string();
+            let request = format!(
+                "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+                 Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let mut socket = TcpStream::connect(&address).await.unwrap();
+            socket.write_all(request.as_bytes()).await.ok();
+            let answer = until_closed(&mut socket, Duration::from_secs(30)).await.unwrap_or_default();
+            (answer, started.elapsed())
+        }
+    });
+    let answers = futures_util::future::join_all(requests).await;
+    let (mut ok, mut refused, mut slowest_refusal) = (0, 0, Duration::ZERO);
+    for (answer, at) in &answers {
+        if answer.starts_with("HTTP/1.1 200") {
+            ok += 1;
+        } else if answer.starts_with("HTTP/1.1 503") {
+            assert!(answer.to_ascii_lowercase().contains("retry-after: 1"), "{answer}");
+            assert!(answer.contains("too_many_connections"), "{answer}");
+            refused += 1;
+            slowest_refusal = slowest_refusal.max(*at);
+        } else {
+            panic!("a request got no HTTP answer (a reset or a bare close): {answer:?}\n{}", daemon.logs());
+        }
+    }
+    eprintln!(
+        "150 concurrent requests, max_connections 50: {ok} answered 200, {refused} got 503 (the last after {slowest_refusal:?})"
+    );
+    assert!(refused >= 100, "only {refused} refused");
+    assert!(ok >= 1, "none served");
+    assert!(slowest_refusal < Duration::from_secs(2), "a refusal took {slowest_refusal:?}");
 }

@@ -1,0 +1,112 @@
+//! A request body held to a time limit. A client that sends a head and then part of a body (or
+//! declares a length it never sends) would otherwise hold its connection, and its place under
+//! the connection limit, for as long as it likes: the body must arrive within the body
+//! timeout of the head's end, or the request is answered `408` and its connection closed.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::http::{HeaderValue, Request, StatusCode, header};
+use axum::response::Response;
+use bytes::Bytes;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use tokio_util::sync::CancellationToken;
+
+use super::conn::ConnState;
+use super::errors::error;
+
+/// A request body that tells its connection when it has arrived in full.
+pub(super) struct TimedBody {
+    inner: Incoming,
+    arrived: Arrived,
+}
+
+/// Cancelled once the whole body has been read.
+#[derive(Clone)]
+pub(super) struct Arrived {
+    token: CancellationToken,
+    state: Arc<ConnState>,
+}
+
+impl Arrived {
+    fn mark(&self) {
+        if !self.token.is_cancelled() {
+            self.token.cancel();
+            self.state.body_arrived();
+        }
+    }
+
+    /// Resolves when the body is late: `limit` passed, or the connection was asked to make
+    /// room (evicted) while the body was still coming. Never resolves once it has arrived.
+    async fn overdue(&self, limit: Duration) {
+        tokio::select! {
+            () = tokio::time::sleep(limit) => {}
+            () = self.state.evict.cancelled() => {}
+            () = self.token.cancelled() => std::future::pending().await,
+        }
+        if self.token.is_cancelled() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Marks the request started on its connection and wraps its body; a request without a body
+/// (or with an empty one) has nothing to wait for.
+pub(super) fn timed(request: Request<Incoming>, state: &Arc<ConnState>) -> (Request<TimedBody>, Arrived) {
+    let (parts, inner) = request.into_parts();
+    let arrived = Arrived { token: CancellationToken::new(), state: Arc::clone(state) };
+    let complete = inner.is_end_stream();
+    state.request_started(!complete);
+    if complete {
+        arrived.token.cancel();
+    }
+    (Request::from_parts(parts, TimedBody { inner, arrived: arrived.clone() }), arrived)
+}
+
+/// The handler's response, or `408` when the body is overdue first (the handler, which may be
+/// blocked reading it, is dropped).
+pub(super) async fn within(
+    response: impl Future<Output = Result<Response, Infallible>>,
+    arrived: Arrived,
+    limit: Duration,
+) -> Result<Response, Infallible> {
+    tokio::select! {
+        response = response => response,
+        () = arrived.overdue(limit) => {
+            tracing::debug!(limit_secs = limit.as_secs(), "API request body too slow; answering 408");
+            Ok(too_slow(limit))
+        }
+    }
+}
+
+/// `408` and `Connection: close`: the rest of a late body is not worth reading.
+fn too_slow(limit: Duration) -> Response {
+    let text = format!("the request body did not arrive within {} s of its head", limit.as_secs());
+    let mut response = error(StatusCode::REQUEST_TIMEOUT, "body_timeout", &text);
+    response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+impl Body for TimedBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None)) || (polled.is_ready() && self.inner.is_end_stream()) {
+            self.arrived.mark();
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
