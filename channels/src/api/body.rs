@@ -110,3 +110,51 @@ impl Body for TimedBody {
         self.inner.size_hint()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::conn::Connections;
+
+    fn arrived() -> Arrived {
+        let conns = Connections::default();
+        let crate::api::conn::Admission::Admitted { state, .. } = conns.admit(1) else { panic!("refused") };
+        state.request_started(true);
+        Arrived { token: CancellationToken::new(), state }
+    }
+
+    fn answered_late() -> impl Future<Output = Result<Response, Infallible>> {
+        async {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            Ok(Response::default())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_still_coming_at_the_limit_is_answered_408() {
+        let started = tokio::time::Instant::now();
+        let response = within(answered_late(), arrived(), Duration::from_secs(2)).await.unwrap();
+        assert_eq!(response.status(), StatusCode::REQUEST_TIMEOUT);
+        assert_eq!(response.headers()[header::CONNECTION], "close");
+        assert_eq!(started.elapsed(), Duration::from_secs(2));
+    }
+
+    /// A request whose body came may wait for its reply as long as it takes.
+    #[tokio::test(start_paused = true)]
+    async fn an_arrived_body_is_not_timed() {
+        let arrived = arrived();
+        arrived.mark();
+        assert!(!arrived.state.is_reading_body());
+        let response = within(answered_late(), arrived, Duration::from_secs(2)).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_body_evicted_to_make_room_is_answered_408_at_once() {
+        let arrived = arrived();
+        arrived.state.evict.cancel();
+        let started = tokio::time::Instant::now();
+        let response = within(answered_late(), arrived, Duration::from_secs(30)).await.unwrap();
+        assert_eq!((response.status(), started.elapsed()), (StatusCode::REQUEST_TIMEOUT, Duration::ZERO));
+    }
+}

@@ -299,6 +299,22 @@ mod tests {
         assert_eq!(started.elapsed(), Duration::from_secs(105));
     }
 
+    /// A body still coming waits for its client like a slow head: it makes room at the limit;
+    /// once it has arrived, the request is busy and kept.
+    #[test]
+    fn a_slow_body_makes_room_and_an_arrived_one_is_kept() {
+        let conns = Connections::default();
+        let Admission::Admitted { state: slow, .. } = conns.admit(2) else { panic!("refused") };
+        let Admission::Admitted { state: arrived, .. } = conns.admit(2) else { panic!("refused") };
+        slow.request_started(true);
+        arrived.request_started(true);
+        arrived.body_arrived();
+        assert!(slow.is_reading_body() && !arrived.is_reading_body());
+        let Admission::Admitted { .. } = conns.admit(2) else { panic!("refused") };
+        assert!(slow.evict.is_cancelled(), "the slow body was not closed");
+        assert!(!arrived.evict.is_cancelled(), "a request whose body arrived was closed");
+    }
+
     #[test]
     fn with_every_connection_busy_a_new_one_is_refused() {
         let conns = Connections::default();
