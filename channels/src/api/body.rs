@@ -123,11 +123,9 @@ mod tests {
         Arrived { token: CancellationToken::new(), state }
     }
 
-    fn answered_late() -> impl Future<Output = Result<Response, Infallible>> {
-        async {
-            tokio::time::sleep(Duration::from_secs(60)).await;
-            Ok(Response::default())
-        }
+    async fn answered_late() -> Result<Response, Infallible> {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        Ok(Response::default())
     }
 
     #[tokio::test(start_paused = true)]
