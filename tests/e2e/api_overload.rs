@@ -276,3 +276,45 @@ async fn past_the_connection_limit_clients_get_503_with_retry_after() {
     }
     assert_eq!(tally(&busy_answers, &daemon).0, 50, "a request in progress was cut");
 }
+
+/// The OpenAI-compatible endpoint says the same: a plain completion whose message the chat's
+/// queue cannot keep is a 429 at once, a streamed one ends with a `queue_full` error event.
+#[tokio::test]
+async fn completions_past_a_full_queue_are_refused_at_once() {
+    let llm = FakeLlm::start_for_load(LoadModel::new(Duration::from_secs(2), None)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let env = [("SWITCHBOARD_WORKER__MAX_QUEUE_DEPTH", "1"), ("SWITCHBOARD_CHANNELS__API__REPLY_TIMEOUT_SECS", "30")];
+    let mut daemon = daemon_env(dir.path(), &llm, &env).spawn();
+    daemon.wait_healthy().await;
+    // Warm: the first turn of a new daemon takes a while to start.
+    assert_eq!(daemon.post(json!({"chat_id": "warm-up", "content": "hi"})).await.0, 200);
+    let message = |sender: &str| {
+        let url = daemon.url("/v1/messages");
+        let body = json!({"chat_id": "c", "sender": sender, "content": format!("from {sender}")});
+        tokio::spawn(
+            async move { reqwest::Client::new().post(url).json(&body).send().await.unwrap().status().as_u16() },
+        )
+    };
+    // One turn runs, one waits: the queue is full.
+    let running = message("a");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let waiting = message("b");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let client = reqwest::Client::new();
+    let completion = |stream: bool| {
+        let body =
+            json!({"model": "", "user": "c", "stream": stream, "messages": [{"role": "user", "content": "and me?"}]});
+        client.post(daemon.url("/v1/chat/completions")).json(&body).send()
+    };
+    let started = Instant::now();
+    let plain = completion(false).await.unwrap();
+    let (status, retry_after) = (plain.status().as_u16(), plain.headers().contains_key("retry-after"));
+    let plain: Value = plain.json().await.unwrap();
+    let streamed = completion(true).await.unwrap().text().await.unwrap();
+    let took = started.elapsed();
+    assert_eq!((status, retry_after), (429, true), "{plain}");
+    assert_eq!(plain["error"]["code"], "queue_full", "{plain}");
+    assert!(streamed.contains("\"code\":\"queue_full\"") && streamed.contains("[DONE]"), "{streamed}");
+    assert!(took < Duration::from_secs(1), "the refusals took {took:?}");
+    assert_eq!((running.await.unwrap(), waiting.await.unwrap()), (200, 200));
+}
