@@ -43,12 +43,10 @@ impl Arrived {
     /// room (evicted) while the body was still coming. Never resolves once it has arrived.
     async fn overdue(&self, limit: Duration) {
         tokio::select! {
+            biased;
+            () = self.token.cancelled() => std::future::pending().await,
             () = tokio::time::sleep(limit) => {}
             () = self.state.evict.cancelled() => {}
-            () = self.token.cancelled() => std::future::pending().await,
-        }
-        if self.token.is_cancelled() {
-            std::future::pending::<()>().await;
         }
     }
 }
