@@ -101,9 +101,9 @@ impl ConnState {
         });
     }
 
-    /// Whether the connection waits for a request, with no byte of it yet.
-    pub(super) fn is_idle(&self) -> bool {
-        self.with_phase(|phase| matches!(phase, Phase::Idle { .. }))
+    /// Whether the connection waits for its client (a request, or the rest of one).
+    pub(super) fn waits_for_client(&self) -> bool {
+        self.waiting_since().is_some()
     }
 
     /// Whether a request's body is still coming.

@@ -147,10 +147,10 @@ async fn serve_connection(
             tracing::debug!(reason = reason.as_str(), "API connection closed");
         }
         _ = state.evict.cancelled() => {
-            // An idle connection may have a request on its way, and a slow body is answered
-            // 408: let that answer go out, briefly and within the refusal budget.
-            let answers = state.is_idle() || state.is_reading_body();
-            match answers.then(|| refusals.reserve()).flatten() {
+            // An idle connection may have a request on its way (a head just read, even), and a
+            // slow body is answered 408: let that answer go out, briefly and within the
+            // refusal budget.
+            match state.waits_for_client().then(|| refusals.reserve()).flatten() {
                 Some(_permit) => {
                     let _ = tokio::time::timeout(refusal::LINGER, conn.as_mut()).await;
                 }
