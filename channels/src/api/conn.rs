@@ -107,6 +107,7 @@ impl ConnState {
     }
 
     /// Whether a request's body is still coming.
+    #[cfg(test)]
     pub(super) fn is_reading_body(&self) -> bool {
         self.with_phase(|phase| matches!(phase, Phase::ReadingBody { .. }))
     }
