@@ -493,6 +493,9 @@ fn dispatch(shared: &Arc<Shared>, job: Job, tasks: &mut JoinSet<()>) {
         Placed::Full { job, first: true } => {
             tasks.spawn(overflow::notify(Arc::clone(shared), key, *job));
         }
+        Placed::Refused { job, reason } => {
+            tasks.spawn(overflow::refuse(Arc::clone(shared), *job, reason));
+        }
         Placed::Full { job, first: false } => {
             let shared = Arc::clone(shared);
             tasks.spawn(async move { settle::settle_unanswered(&shared, *job, overflow::NOT_KEPT).await });

@@ -8,6 +8,7 @@
 //! waiting (a reminder, a reply whose client gave up) goes to the [`outbox`].
 
 pub mod access;
+mod body;
 mod compose;
 mod conn;
 mod errors;
@@ -18,6 +19,7 @@ mod http;
 mod idempotency;
 mod openai;
 mod outbox;
+mod refusal;
 mod replies;
 mod server;
 mod sessions;

@@ -31,6 +31,8 @@ pub struct ApiChannelConfig {
     pub max_header_bytes: usize,
     /// Seconds a request head may take from its first byte to its end.
     pub header_timeout_secs: u64,
+    /// Seconds a request body may take after its head; a slower one is answered 408.
+    pub body_timeout_secs: u64,
     /// Seconds a connection with no request in progress stays open.
     pub idle_timeout_secs: u64,
     /// Connections open at once.
@@ -60,6 +62,7 @@ impl Default for ApiChannelConfig {
             max_body_bytes: 65536,
             max_header_bytes: 16384,
             header_timeout_secs: 10,
+            body_timeout_secs: 30,
             idle_timeout_secs: 30,
             max_connections: 512,
             max_websockets: 256,
@@ -77,6 +80,10 @@ impl ApiChannelConfig {
 
     pub fn header_timeout(&self) -> Duration {
         Duration::from_secs(self.header_timeout_secs)
+    }
+
+    pub fn body_timeout(&self) -> Duration {
+        Duration::from_secs(self.body_timeout_secs)
     }
 
     pub fn idle_timeout(&self) -> Duration {

@@ -216,6 +216,7 @@ fn zero_counts(config: &Config) -> Option<(&'static str, u64)> {
         ("channels.api.reply_timeout_secs", config.channels.api.reply_timeout_secs),
         ("channels.api.max_body_bytes", as_u64(config.channels.api.max_body_bytes)),
         ("channels.api.header_timeout_secs", config.channels.api.header_timeout_secs),
+        ("channels.api.body_timeout_secs", config.channels.api.body_timeout_secs),
         ("channels.api.idle_timeout_secs", config.channels.api.idle_timeout_secs),
         ("channels.api.max_connections", as_u64(config.channels.api.max_connections)),
         ("channels.api.max_websockets", as_u64(config.channels.api.max_websockets)),

@@ -6,11 +6,17 @@
 //! with one notice quoting every message not kept since, so the senders know what to send
 //! again. A notice per message would be noise, and "please wait" would promise an answer
 //! that never comes.
+//!
+//! An API request is different: its client waits for the answer to its own message and sees
+//! nothing else, so such a message is answered at once, alone, with a notice marked
+//! `not_kept` (the API turns it into a 429). Held back for the spell's notice, it would wait
+//! for quiet; folded into another's, it would wait for the reply timeout.
 
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
-use switchboard_channels::contract::InboundMessage;
+use switchboard_channels::api;
+use switchboard_channels::contract::{InboundKind, InboundMessage};
 use tokio::time::Instant;
 
 use super::job::Job;
@@ -50,9 +56,26 @@ pub(super) struct NotKept {
 pub(super) fn note(shared: &Shared, key: &str, msg: &InboundMessage, reason: Reason) -> bool {
     let mut overflow = shared.overflow.lock().unwrap_or_else(PoisonError::into_inner);
     let not_kept = overflow.entry(key.to_owned()).or_default();
-    let text = quote(&msg.content);
-    not_kept.push(NotKept { sender: msg.sender.name.clone(), is_group: msg.is_group, text, reason });
+    not_kept.push(NotKept::of(msg, reason));
     not_kept.len() == 1
+}
+
+impl NotKept {
+    fn of(msg: &InboundMessage, reason: Reason) -> Self {
+        Self { sender: msg.sender.name.clone(), is_group: msg.is_group, text: quote(&msg.content), reason }
+    }
+}
+
+/// Whether a client waits for `msg`'s own answer: a person's message through the API.
+pub(super) fn awaited(msg: &InboundMessage) -> bool {
+    msg.channel == api::CHANNEL && msg.kind == InboundKind::User
+}
+
+/// Answers `job`, which was not kept and whose client waits (see [`awaited`]), at once.
+pub(super) async fn refuse(shared: Arc<Shared>, job: Job, reason: Reason) {
+    let not_kept = NotKept::of(&job.msg, reason);
+    tracing::info!(id = %job.msg.id, ?reason, "a waiting client's message was not kept; telling it at once");
+    settle::answer_not_kept(shared, job, notice(std::slice::from_ref(&not_kept))).await;
 }
 
 /// Holds `carrier` (the spell's first message not kept) until the chat is quiet, then answers

@@ -91,6 +91,12 @@ pub(super) enum Placed {
         job: Box<Job>,
         first: bool,
     },
+    /// Not kept, and a client waits for this message's own answer (an API request): it is
+    /// answered at once, alone, instead of with the busy spell's notice.
+    Refused {
+        job: Box<Job>,
+        reason: overflow::Reason,
+    },
     /// `interrupt`: the running turn was cancelled and these older waiting messages dropped.
     Interrupted(Vec<Job>),
 }
@@ -98,6 +104,9 @@ pub(super) enum Placed {
 /// Whether a message that finds its session busy is kept: not in `drop` mode, nor beyond the
 /// queue's depth. Either way the chat is told once per busy spell (see `overflow`).
 fn not_kept(shared: &Shared, key: &str, job: Job, reason: overflow::Reason) -> Placed {
+    if overflow::awaited(&job.msg) {
+        return Placed::Refused { job: Box::new(job), reason };
+    }
     let first = overflow::note(shared, key, &job.msg, reason);
     Placed::Full { job: Box::new(job), first }
 }

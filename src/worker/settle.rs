@@ -41,9 +41,22 @@ pub(super) fn reply_to(
 
 /// Answers a message with `text` instead of running it (queue full), once per inbound id.
 pub(super) async fn answer(shared: Arc<Shared>, job: Job, text: String) {
+    answer_marked(shared, job, text, |_| {}).await;
+}
+
+/// [`answer`], the notice marked as saying its message was not kept, for a client that tells
+/// that apart from an answer (the API's 429).
+pub(super) async fn answer_not_kept(shared: Arc<Shared>, job: Job, text: String) {
+    answer_marked(shared, job, text, reply::set_not_kept).await;
+}
+
+async fn answer_marked(shared: Arc<Shared>, job: Job, text: String, mark: fn(&mut OutboundMessage)) {
     let result = async {
         if let Some(run_id) = claim(&shared, &job.msg).await? {
-            finish(&shared, &job.msg, &run_id, RunStatus::Completed, Some(text)).await?;
+            let key = shared.agents.get().session_key(&job.msg);
+            let mut notice = reply_to(&job.msg, &run_id, &key, OutboundKind::Notice, text);
+            mark(&mut notice);
+            finish_with(&shared, &run_id, RunStatus::Completed, Some(notice)).await?;
         }
         Ok::<_, HandleError>(())
     }
@@ -96,6 +109,16 @@ pub(super) async fn finish(
 ) -> Result<(), HandleError> {
     let key = shared.agents.get().session_key(msg);
     let reply = text.map(|text| reply_to(msg, run_id, &key, OutboundKind::Notice, text));
+    finish_with(shared, run_id, status, reply).await
+}
+
+/// [`finish`] with the notice made already.
+async fn finish_with(
+    shared: &Shared,
+    run_id: &str,
+    status: RunStatus,
+    reply: Option<OutboundMessage>,
+) -> Result<(), HandleError> {
     let outcome = RunOutcome {
         status,
         transcript: Vec::new(),

@@ -23,12 +23,12 @@ async fn daemon_with(mut launch: Launch<'_>, env: &[(&str, &str)]) -> Daemon {
     daemon
 }
 
-fn addr(daemon: &Daemon) -> String {
+pub(crate) fn addr(daemon: &Daemon) -> String {
     daemon.url("").trim_start_matches("http://").to_owned()
 }
 
 /// Waits until the server closes the connection (EOF or reset) and returns what it sent.
-async fn until_closed(stream: &mut TcpStream, limit: Duration) -> Option<String> {
+pub(crate) async fn until_closed(stream: &mut TcpStream, limit: Duration) -> Option<String> {
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
     let read_all = async {
@@ -43,7 +43,7 @@ async fn until_closed(stream: &mut TcpStream, limit: Duration) -> Option<String>
     Some(String::from_utf8_lossy(&got).into_owned())
 }
 
-fn raise_own_descriptor_limit() {
+pub(crate) fn raise_own_descriptor_limit() {
     let mut rlimit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: plain syscalls on a local struct.
     unsafe {
@@ -193,8 +193,8 @@ async fn at_the_connection_limit_idle_connections_make_room_and_busy_ones_are_ke
     let health = reqwest::get(daemon.url("/healthz")).await.unwrap();
     assert_eq!(health.status(), 200);
     assert!(until_closed(&mut idle[0], Duration::from_secs(2)).await.is_some(), "the oldest idle connection stayed");
-    // Two requests in progress fill the limit; a third connection is closed at once and the
-    // two are answered.
+    // Two requests in progress fill the limit; a third connection is refused at once (503) and
+    // the two are answered.
     let slow = |chat: &'static str| {
         let url = daemon.url("/v1/messages");
         tokio::spawn(async move {
@@ -209,7 +209,8 @@ async fn at_the_connection_limit_idle_connections_make_room_and_busy_ones_are_ke
     third.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await.ok();
     let answer =
         until_closed(&mut third, Duration::from_secs(2)).await.expect("the connection over the limit stayed open");
-    assert!(answer.is_empty(), "a connection over the limit was served: {answer}");
+    assert!(answer.starts_with("HTTP/1.1 503"), "a connection over the limit was not refused: {answer}");
+    assert!(answer.contains("retry-after: 1"), "{answer}");
     assert_eq!(first.await.unwrap().unwrap(), 200);
     assert_eq!(second.await.unwrap().unwrap(), 200);
 }

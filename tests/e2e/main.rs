@@ -9,6 +9,7 @@ mod support;
 mod agents;
 mod api_limits;
 mod api_openai;
+mod api_overload;
 mod api_retries;
 mod api_sessions;
 mod bad_input;

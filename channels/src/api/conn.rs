@@ -1,6 +1,7 @@
 //! What each HTTP connection is doing, so that the server can close the ones that waste a
-//! descriptor: idle too long, too slow to send a request head, or the longest idle one when
-//! the connection limit is reached.
+//! descriptor: idle too long, too slow to send a request head, or the one that has waited
+//! longest for its client (idle, or sending a head or body) when the connection limit is
+//! reached.
 //!
 //! hyper's own header timer starts when it begins to wait for a head, so it would also be the
 //! idle timeout; tracking the phase here keeps the two limits apart.
@@ -24,6 +25,9 @@ enum Phase {
     Idle { since: Instant },
     /// Bytes of a request head arrived; the head is not complete yet.
     ReadingHead { since: Instant },
+    /// The head is complete and its body is still coming (held to the body timeout by
+    /// [`super::body`]).
+    ReadingBody { since: Instant },
     /// A request is being handled (its body read, its reply awaited or written).
     Busy,
 }
@@ -81,10 +85,31 @@ impl ConnState {
         }
     }
 
-    /// hyper parsed a head and called the service.
-    pub(super) fn request_started(&self) {
-        self.with_phase(|phase| *phase = Phase::Busy);
+    /// hyper parsed a head and called the service; the body, if any, is still to come.
+    pub(super) fn request_started(&self, has_body: bool) {
+        let next = if has_body { Phase::ReadingBody { since: Instant::now() } } else { Phase::Busy };
+        self.with_phase(|phase| *phase = next);
         self.changed.notify_one();
+    }
+
+    /// The request's body has been read in full.
+    pub(super) fn body_arrived(&self) {
+        self.with_phase(|phase| {
+            if matches!(phase, Phase::ReadingBody { .. }) {
+                *phase = Phase::Busy;
+            }
+        });
+    }
+
+    /// Whether the connection waits for its client (a request, or the rest of one).
+    pub(super) fn waits_for_client(&self) -> bool {
+        self.waiting_since().is_some()
+    }
+
+    /// Whether a request's body is still coming.
+    #[cfg(test)]
+    pub(super) fn is_reading_body(&self) -> bool {
+        self.with_phase(|phase| matches!(phase, Phase::ReadingBody { .. }))
     }
 
     /// The response is ready; the connection waits for the next request from now.
@@ -93,10 +118,10 @@ impl ConnState {
         self.changed.notify_one();
     }
 
-    /// When the connection has been idle (or slow) since, if it is not busy.
+    /// When the connection has waited for its client (idle, or slow) since, if it does.
     fn waiting_since(&self) -> Option<Instant> {
         self.with_phase(|phase| match *phase {
-            Phase::Idle { since } | Phase::ReadingHead { since } => Some(since),
+            Phase::Idle { since } | Phase::ReadingHead { since } | Phase::ReadingBody { since } => Some(since),
             Phase::Busy => None,
         })
     }
@@ -108,8 +133,9 @@ impl ConnState {
             let (due, reason) = match phase {
                 Phase::Idle { since } => (since + idle, CloseReason::Idle),
                 Phase::ReadingHead { since } => (since + header, CloseReason::HeaderTimeout),
-                // A request may wait minutes for its reply: wait for it to end.
-                Phase::Busy => (Instant::now() + idle.max(header), CloseReason::Idle),
+                // A request may wait minutes for its reply: wait for it to end. A late body is
+                // answered by the request's own timer (`body`), with a 408.
+                Phase::Busy | Phase::ReadingBody { .. } => (Instant::now() + idle.max(header), CloseReason::Idle),
             };
             tokio::select! {
                 _ = tokio::time::sleep_until(due) => {}
@@ -141,13 +167,14 @@ pub(super) enum Admission {
         id: u64,
         state: Arc<ConnState>,
     },
-    /// Every connection has a request in progress: the new one is closed.
+    /// Every connection has a request in progress: the new one is refused.
     Refused,
 }
 
 impl Connections {
     /// Admits a new connection; at `max`, closes the connection that has waited longest for
-    /// a request (idle ones and slow heads alike) to make room, or refuses the new one.
+    /// its client (idle ones, slow heads and slow bodies alike) to make room, or refuses the
+    /// new one.
     pub(super) fn admit(&self, max: usize) -> Admission {
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         let live = open.values().filter(|c| !c.evict.is_cancelled()).count();
@@ -228,7 +255,7 @@ mod tests {
         let conns = Connections::default();
         let Admission::Admitted { state: first, .. } = conns.admit(2) else { panic!("refused") };
         let Admission::Admitted { state: second, .. } = conns.admit(2) else { panic!("refused") };
-        second.request_started();
+        second.request_started(false);
         let Admission::Admitted { .. } = conns.admit(2) else { panic!("refused") };
         assert!(first.evict.is_cancelled(), "the idle connection was not closed");
         assert!(!second.evict.is_cancelled(), "a busy connection was closed");
@@ -257,7 +284,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_busy_connection_is_not_closed_and_idles_from_its_last_reply() {
         let state = ConnState::new();
-        state.request_started();
+        state.request_started(false);
         let started = Instant::now();
         let watch = state.deadline(Duration::from_secs(5), Duration::from_secs(2));
         let request = async {
@@ -273,11 +300,27 @@ mod tests {
         assert_eq!(started.elapsed(), Duration::from_secs(105));
     }
 
+    /// A body still coming waits for its client like a slow head: it makes room at the limit;
+    /// once it has arrived, the request is busy and kept.
+    #[test]
+    fn a_slow_body_makes_room_and_an_arrived_one_is_kept() {
+        let conns = Connections::default();
+        let Admission::Admitted { state: slow, .. } = conns.admit(2) else { panic!("refused") };
+        let Admission::Admitted { state: arrived, .. } = conns.admit(2) else { panic!("refused") };
+        slow.request_started(true);
+        arrived.request_started(true);
+        arrived.body_arrived();
+        assert!(slow.is_reading_body() && !arrived.is_reading_body());
+        let Admission::Admitted { .. } = conns.admit(2) else { panic!("refused") };
+        assert!(slow.evict.is_cancelled(), "the slow body was not closed");
+        assert!(!arrived.evict.is_cancelled(), "a request whose body arrived was closed");
+    }
+
     #[test]
     fn with_every_connection_busy_a_new_one_is_refused() {
         let conns = Connections::default();
         let Admission::Admitted { state, .. } = conns.admit(1) else { panic!("refused") };
-        state.request_started();
+        state.request_started(false);
         assert!(matches!(conns.admit(1), Admission::Refused));
     }
 }

@@ -21,6 +21,8 @@ const PUBLISH_RETRY_MIN: Duration = Duration::from_millis(100);
 const PUBLISH_RETRY_MAX: Duration = Duration::from_secs(2);
 /// What `Retry-After` suggests when the bus stayed unavailable.
 const RETRY_AFTER_SECS: u64 = 5;
+/// What `Retry-After` suggests when the chat's queue was full: a few turns' time.
+const NOT_KEPT_RETRY_AFTER_SECS: u64 = 5;
 /// Marks a reply served again to a retry of an idempotent request.
 const REPLAYED_HEADER: &str = "idempotent-replayed";
 
@@ -126,15 +128,37 @@ pub(super) async fn exchange(
     let deadline = Instant::now() + timeout;
     // Watched before publishing, so no event of the run comes before the watch.
     let watch = state.feed.watch(&msg.id);
-    let mut waiting = match send(state, msg, fingerprint, deadline).await? {
-        Sent::Replayed(reply) => return Ok(Answer { reply, replayed: true }),
-        Sent::Waiting(waiting) => waiting,
+    let answer = match send(state, msg, fingerprint, deadline).await? {
+        Sent::Replayed(reply) => Answer { reply, replayed: true },
+        Sent::Waiting(mut waiting) => match reply_while_alive(&mut waiting, &watch, deadline, timeout).await {
+            Ok(Some(reply)) => Answer { reply, replayed: false },
+            Ok(None) => return Err(stopping(msg)),
+            Err(TimedOut) => return Err(timed_out(state, msg)),
+        },
     };
-    match reply_while_alive(&mut waiting, &watch, deadline, timeout).await {
-        Ok(Some(reply)) => Ok(Answer { reply, replayed: false }),
-        Ok(None) => Err(stopping(msg)),
-        Err(TimedOut) => Err(timed_out(state, msg)),
+    if reply::is_not_kept(&answer.reply) {
+        return Err(not_kept(msg, &answer));
     }
+    Ok(answer)
+}
+
+/// 429: the chat's queue was full and the worker did not keep the message. Final for this
+/// message (a retry with its Idempotency-Key gets the same); sending it again later is the way.
+fn not_kept(msg: &InboundMessage, answer: &Answer) -> Response {
+    let again = if super::idempotency::is_keyed(&msg.id) {
+        "send it again later with a new Idempotency-Key (this one keeps this answer)"
+    } else {
+        "send it again later"
+    };
+    let text =
+        format!("this chat has too many messages waiting; the message was not kept and will not be answered: {again}");
+    let extra = json!({"message_id": msg.id, "notice": answer.reply.content});
+    let mut response = error_with(StatusCode::TOO_MANY_REQUESTS, "queue_full", &text, extra);
+    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(NOT_KEPT_RETRY_AFTER_SECS));
+    if answer.replayed {
+        mark_replayed(&mut response);
+    }
+    response
 }
 
 /// 503: the channel stopped before the reply came.

@@ -1,6 +1,6 @@
 //! The API channel's accept loop: HTTP/1 connections served by hyper with a header timeout,
-//! an idle timeout, a bound on header size and a connection limit (axum::serve has none of
-//! these).
+//! a body timeout, an idle timeout, a bound on header size and a connection limit, past which
+//! connections are answered `503` (axum::serve has none of these).
 
 use std::io;
 use std::sync::Arc;
@@ -16,7 +16,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use super::body;
 use super::conn::{Admission, ConnState, Connections, TrackedIo};
+use super::refusal::{self, Refusals};
 
 /// hyper's smallest read buffer; a head must fit in it.
 pub const MIN_HEADER_BYTES: usize = 8192;
@@ -28,10 +30,15 @@ const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 pub struct ConnectionLimits {
     /// A request head must be complete this long after its first byte.
     pub header_timeout: Duration,
+    /// A request body must be complete this long after its head.
+    pub body_timeout: Duration,
     /// A connection with no request in progress is closed after this long.
     pub idle_timeout: Duration,
     /// Connections open at once.
     pub max_connections: usize,
+    /// Connections past the limit answered `503` at once (each for a moment); more are closed
+    /// without an answer. Bounded so that a flood cannot spend every descriptor on refusals.
+    pub max_refusing: usize,
     /// Largest request head (request line and headers); at least [`MIN_HEADER_BYTES`].
     pub max_header_bytes: usize,
 }
@@ -45,6 +52,7 @@ pub(super) async fn serve(
     shutdown: CancellationToken,
 ) -> io::Result<()> {
     let mut tasks = JoinSet::new();
+    let refusals = Refusals::new(limits.max_refusing);
     loop {
         let accepted = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -73,15 +81,18 @@ pub(super) async fn serve(
         match connections.admit(limits.max_connections) {
             Admission::Admitted { id, state } => {
                 let connections = Arc::clone(&connections);
-                let (app, shutdown) = (app.clone(), shutdown.clone());
+                let (app, shutdown, refusals) = (app.clone(), shutdown.clone(), refusals.clone());
                 tasks.spawn(async move {
-                    serve_connection(stream, app, state, limits, shutdown).await;
+                    serve_connection(stream, app, state, limits, shutdown, refusals).await;
                     connections.remove(id);
                 });
             }
             Admission::Refused => {
-                tracing::warn!(max = limits.max_connections, "API connection limit reached; new connection closed");
-                drop(stream);
+                tracing::warn!(
+                    max = limits.max_connections,
+                    "API connection limit reached; new connection refused (503)"
+                );
+                refusals.refuse(stream);
             }
         }
     }
@@ -96,16 +107,23 @@ async fn serve_connection(
     state: Arc<ConnState>,
     limits: ConnectionLimits,
     shutdown: CancellationToken,
+    refusals: Refusals,
 ) {
     let io = TokioIo::new(TrackedIo::new(stream, Arc::clone(&state)));
     let tower = TowerToHyperService::new(app);
     let tracked = Arc::clone(&state);
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-        tracked.request_started();
-        let response = tower.call(request);
+        // Evicted while idle: a request that was already on its way gets the 503 a new
+        // connection past the limit would get, rather than a closed connection.
+        let evicted = tracked.evict.is_cancelled();
+        let (request, arrived) = body::timed(request, &tracked);
+        let response = (!evicted).then(|| tower.call(request));
         let tracked = Arc::clone(&tracked);
         async move {
-            let response = response.await;
+            let response = match response {
+                Some(response) => body::within(response, arrived, limits.body_timeout).await,
+                None => Ok(refusal::response()),
+            };
             tracked.request_finished();
             response
         }
@@ -129,7 +147,15 @@ async fn serve_connection(
             tracing::debug!(reason = reason.as_str(), "API connection closed");
         }
         _ = state.evict.cancelled() => {
-            tracing::debug!("API connection closed to make room under the connection limit");
+            // An idle connection may have a request on its way (a head just read, even), and a
+            // slow body is answered 408: let that answer go out, briefly and within the
+            // refusal budget.
+            match state.waits_for_client().then(|| refusals.reserve()).flatten() {
+                Some(_permit) => {
+                    let _ = tokio::time::timeout(refusal::LINGER, conn.as_mut()).await;
+                }
+                None => tracing::debug!("API connection closed to make room under the connection limit"),
+            }
         }
         _ = shutdown.cancelled() => {
             conn.as_mut().graceful_shutdown();

@@ -18,6 +18,9 @@ pub const USAGE: &str = "usage";
 pub const COST_USD: &str = "cost_usd";
 /// `true` when the model chose not to answer (`NO_REPLY`); the content is then empty.
 pub const SUPPRESSED: &str = "suppressed";
+/// `true` on the notice answering a message its session did not keep (its queue was full, or
+/// `drop` mode): no turn ran for it and none will; sending it again is the way.
+pub const NOT_KEPT: &str = "not_kept";
 /// In an inbound message's metadata: `<channel>@<instance>`, set by an adapter that runs as
 /// several processes so that the replies reach the one that is waiting for them.
 pub const REPLY_CHANNEL: &str = "reply_channel";
@@ -31,7 +34,7 @@ pub(super) fn routed_channel(inbound: &InboundMessage) -> Option<&str> {
 }
 
 /// The fields the API channel copies from a reply into its JSON answer, in this order.
-pub const API_FIELDS: [&str; 5] = [RUN_ID, MODEL, USAGE, COST_USD, SUPPRESSED];
+pub const API_FIELDS: [&str; 6] = [RUN_ID, MODEL, USAGE, COST_USD, SUPPRESSED, NOT_KEPT];
 
 /// Names the run (and its session) that produced `reply`.
 pub fn set_run(reply: &mut OutboundMessage, run_id: &str, session_key: &str) {
@@ -42,6 +45,16 @@ pub fn set_run(reply: &mut OutboundMessage, run_id: &str, session_key: &str) {
 /// Marks a reply the model chose not to give.
 pub fn set_suppressed(reply: &mut OutboundMessage) {
     reply.metadata.insert(SUPPRESSED.into(), json!(true));
+}
+
+/// Marks the notice answering a message that was not kept.
+pub fn set_not_kept(reply: &mut OutboundMessage) {
+    reply.metadata.insert(NOT_KEPT.into(), json!(true));
+}
+
+/// Whether `reply` says its message was not kept (see [`NOT_KEPT`]).
+pub fn is_not_kept(reply: &OutboundMessage) -> bool {
+    reply.metadata.get(NOT_KEPT).and_then(Value::as_bool) == Some(true)
 }
 
 /// Records which model answered and what it cost.

@@ -22,7 +22,7 @@ use crate::api::exchange::{self, Sent, Waiting};
 use crate::api::feed::Watch;
 use crate::api::replies::Fingerprint;
 use crate::api::state::AppState;
-use crate::contract::{InboundMessage, OutboundMessage};
+use crate::contract::{InboundMessage, OutboundMessage, reply};
 
 /// A comment line this often keeps proxies from closing a stream while the model thinks.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -84,6 +84,13 @@ impl Writer {
             }
         };
         match reply {
+            // The chat's queue was full: the stream ends with the error a plain request gets
+            // as a 429, not with the notice as if it were the answer.
+            Some(reply) if reply::is_not_kept(&reply) => {
+                let text =
+                    format!("this chat has too many messages waiting; the message was not kept: {}", reply.content);
+                self.fail("queue_full", &text).await;
+            }
             Some(reply) => self.finish(&reply).await,
             None => {
                 self.fail("shutting_down", "switchboard is stopping; the message will be answered after restart").await
