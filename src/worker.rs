@@ -504,7 +504,7 @@ fn dispatch(shared: &Arc<Shared>, job: Job, tasks: &mut JoinSet<()>) {
             let shared = Arc::clone(shared);
             tasks.spawn(async move {
                 for job in dropped {
-                    settle::settle_unanswered(&shared, job, "dropped by a newer message (interrupt mode)").await;
+                    overflow::replaced(Arc::clone(&shared), job).await;
                 }
             });
         }

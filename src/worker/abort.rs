@@ -21,8 +21,15 @@ const TIMED_OUT: &str = "timed out";
 
 /// A run cancelled by `/stop`, `/new` or `interrupt`: no reply (the command answers).
 pub(super) fn stopped(shared: &Shared, msg: &InboundMessage, run_id: &str, session_key: &str) -> RunOutcome {
-    ended_early(shared, msg, run_id, session_key, "stopped".into(), None)
+    // A chat saw the turn stop; a client waiting for this message's own answer sees nothing
+    // else, so it is told instead of waiting for its reply timeout.
+    let notice = super::overflow::awaited(msg).then(|| STOPPED.to_owned());
+    ended_early(shared, msg, run_id, session_key, "stopped".into(), notice)
 }
+
+/// What a waiting client hears when its turn was stopped (`/stop`, or a newer message in
+/// `interrupt` mode).
+const STOPPED: &str = "Stopped before answering: /stop, or a newer message in this chat (interrupt mode).";
 
 /// A run that passed `agent.run_timeout_secs`: the chat is told, and its next message is
 /// served.

@@ -78,6 +78,19 @@ pub(super) async fn refuse(shared: Arc<Shared>, job: Job, reason: Reason) {
     settle::answer_not_kept(shared, job, notice(std::slice::from_ref(&not_kept))).await;
 }
 
+/// Settles `job`, dropped unanswered by a newer message in `interrupt` mode; a client waiting
+/// for its answer (see [`awaited`]) is told at once instead of waiting for its reply timeout.
+pub(super) async fn replaced(shared: Arc<Shared>, job: Job) {
+    if awaited(&job.msg) {
+        settle::answer_not_kept(shared, job, REPLACED.to_owned()).await;
+    } else {
+        settle::settle_unanswered(&shared, job, "dropped by a newer message (interrupt mode)").await;
+    }
+}
+
+/// What a waiting client hears when a newer message replaced its own.
+const REPLACED: &str = "Not answered: a newer message in this chat replaced it (the chat's queue mode is interrupt).";
+
 /// Holds `carrier` (the spell's first message not kept) until the chat is quiet, then answers
 /// it with the notice naming every message not kept meanwhile.
 pub(super) async fn notify(shared: Arc<Shared>, key: String, carrier: Job) {

@@ -318,3 +318,45 @@ async fn completions_past_a_full_queue_are_refused_at_once() {
     assert!(took < Duration::from_secs(1), "the refusals took {took:?}");
     assert_eq!((running.await.unwrap(), waiting.await.unwrap()), (200, 200));
 }
+
+/// In `interrupt` mode a newer message stops the running turn and drops the waiting ones: each
+/// of their clients is told at once, none waits for the reply timeout.
+#[tokio::test]
+async fn in_interrupt_mode_replaced_requests_are_answered_at_once() {
+    let llm = FakeLlm::start_for_load(LoadModel::new(Duration::from_secs(2), None)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = Launch::new(dir.path(), "run", &["run"])
+        .llm(&llm.base_url())
+        .env("SWITCHBOARD_CHANNELS__API__REPLY_TIMEOUT_SECS", REPLY_TIMEOUT_SECS)
+        .env("SWITCHBOARD_WORKER__DEBOUNCE_MS", "0")
+        .env("SWITCHBOARD_WORKER__QUEUE_MODE", "interrupt")
+        .spawn();
+    daemon.wait_healthy().await;
+    let client = reqwest::Client::new();
+    let send = |sender: &str| {
+        let body = json!({"chat_id": "hasty", "sender": sender, "content": format!("from {sender}")});
+        let (client, daemon, key) = (client.clone(), &daemon, format!("interrupt-{sender}"));
+        async move { post_keyed(&client, daemon, &key, &body).await }
+    };
+    let first = send("a");
+    let second = async {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        send("b").await
+    };
+    let third = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        send("c").await
+    };
+    let (first, second, third) = tokio::join!(first, second, third);
+    assert_eq!(first.status, 200, "{}", first.body);
+    assert!(first.body["reply"].as_str().unwrap_or_default().starts_with("Stopped before answering"), "{}", first.body);
+    assert!(first.took < Duration::from_secs(2), "the stopped request waited {:?}", first.took);
+    let second_told = match second.status {
+        429 => second.body["error"]["code"] == "queue_full",
+        200 => second.body["reply"].as_str().unwrap_or_default().starts_with("Stopped before answering"),
+        _ => false,
+    };
+    assert!(second_told, "{}: {}", second.status, second.body);
+    assert!(second.took < Duration::from_secs(2), "the replaced request waited {:?}", second.took);
+    assert_eq!((third.status, third.body["reply"].as_str()), (200, Some("echo: from c")), "{}", third.body);
+}
