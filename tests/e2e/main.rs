@@ -32,6 +32,7 @@ mod scale_out;
 mod session_prefs;
 mod skills;
 mod steady_state;
+mod stored_data;
 mod subagents;
 mod systemd_units;
 mod telegram;
