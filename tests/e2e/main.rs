@@ -25,6 +25,7 @@ mod nats;
 mod nats_faults;
 mod operations;
 mod pairing;
+mod pg_lock;
 mod providers;
 mod reload;
 mod sandbox;
