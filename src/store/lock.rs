@@ -78,7 +78,8 @@ impl StoreLock {
 #[derive(Debug)]
 pub enum DatabaseLock {
     File(StoreLock),
-    Postgres(SessionLock),
+    /// Boxed: the connection and its options are large beside a file.
+    Postgres(Box<SessionLock>),
 }
 
 impl DatabaseLock {

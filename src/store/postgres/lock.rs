@@ -44,7 +44,7 @@ pub struct SessionLock {
 
 /// What taking the lock found.
 enum Taken {
-    Held(SessionLock),
+    Held(Box<SessionLock>),
     /// Another process holds a conflicting lock; its server processes.
     Refused(Vec<i32>),
     /// This process's old connection still holds it: try again shortly.
@@ -59,7 +59,7 @@ impl SessionLock {
         mode: LockMode,
         key: i64,
         shown: &str,
-    ) -> Result<SessionLock, StoreError> {
+    ) -> Result<Box<SessionLock>, StoreError> {
         match try_take(options, mode, key, shown, None).await? {
             Taken::Held(lock) => Ok(lock),
             Taken::Refused(_) | Taken::Wait => Err(StoreError::InUse {
@@ -81,7 +81,7 @@ impl SessionLock {
             tracing::warn!(database = %self.shown, backend = self.backend,
                 "lost the database lock: its connection to PostgreSQL ended; taking no new work until it is taken back");
             match self.take_back(interval).await {
-                Ok(lock) => self = lock,
+                Ok(lock) => self = *lock,
                 Err(err) => return err,
             }
             held.send_replace(true);
@@ -106,7 +106,7 @@ impl SessionLock {
 
     /// Takes the lock again on a new connection, retrying every `interval` while the server
     /// cannot be reached.
-    async fn take_back(&self, interval: Duration) -> Result<SessionLock, StoreError> {
+    async fn take_back(&self, interval: Duration) -> Result<Box<SessionLock>, StoreError> {
         let mut reported = false;
         loop {
             match try_take(&self.options, self.mode, self.key, &self.shown, Some(self.backend)).await {
@@ -154,7 +154,7 @@ async fn try_take(
     let (taken, backend): (bool, i32) = sqlx::query_as(take).bind(key).fetch_one(&mut listener).await?;
     if taken {
         let shown = shown.to_owned();
-        return Ok(Taken::Held(SessionLock { listener, backend, options, mode, key, shown }));
+        return Ok(Taken::Held(Box::new(SessionLock { listener, backend, options, mode, key, shown })));
     }
     let holders = holders(&mut listener, key).await?;
     let ours = previous.filter(|pid| holders.contains(pid));
