@@ -7,8 +7,13 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
 use serde_json::json;
+use switchboard_channels::bus::nats::{NatsBus, NatsOptions};
+use switchboard_channels::contract::{InboundMessage, OutboundMessage, Sender};
+use switchboard_channels::{Bus, BusExt};
 use switchboard_testkit::fake_llm::{FakeLlm, Scripted, user_texts};
+use switchboard_testkit::nats::NatsServer;
 use switchboard_testkit::postgres::TempDatabase;
 use tokio::task::JoinHandle;
 
@@ -58,6 +63,20 @@ fn lock_holders(database: &TempDatabase) -> String {
     ))
 }
 
+/// Waits until the lock is held again by a connection other than `before`, named as the lock's.
+async fn wait_taken_back(database: &TempDatabase, before: &str, daemon: &Daemon) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let now = lock_holders(database);
+        if !now.is_empty() && now != before {
+            assert!(now.ends_with(" switchboard-lock"), "{now}");
+            return;
+        }
+        assert!(Instant::now() < deadline, "the lock was never taken back:\n{}", daemon.logs());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Ends the connection holding the lock, as a server restart or a network cut would.
 fn cut_lock_connection(database: &TempDatabase) {
     let ended = database.sql(&format!(
@@ -96,15 +115,7 @@ async fn a_cut_lock_connection_is_taken_back_and_every_turn_in_flight_answered_o
     let clients = send_slow(&daemon, &llm, 0..10);
     llm.wait_for_requests(10, Duration::from_secs(10)).await;
     cut_lock_connection(&database);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let now = lock_holders(&database);
-        if !now.is_empty() && now != holder {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the lock was never taken back:\n{}", daemon.logs());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_taken_back(&database, &holder, &daemon).await;
     // Work goes on once it is back.
     let after = send_slow(&daemon, &llm, 10..12);
     for (n, client) in clients.into_iter().chain(after).enumerate() {
@@ -190,4 +201,48 @@ async fn a_daemon_whose_lock_was_taken_meanwhile_stops_with_a_clear_error() {
     assert!(said.contains(name) && said.contains("another switchboard process took it meanwhile"), "{said}");
     assert!(said.contains("Stop the other process") && said.contains("switchboard-lock"), "{said}");
     assert!(waiter.join().unwrap().status.success());
+}
+
+/// `switchboard agent` on NATS (the shared lock): the same, with messages pulled from the bus.
+#[tokio::test]
+async fn a_worker_on_nats_takes_its_shared_lock_back_and_answers_each_message_once() {
+    let nats = NatsServer::start().await;
+    let database = TempDatabase::create();
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let worker = Launch::new(dir.path(), "agent", &["agent", "--nats", &nats.url()])
+        .llm(&llm.base_url())
+        .env("SWITCHBOARD_STORE__DATABASE_URL", database.url())
+        .env("SWITCHBOARD_STORE__LOCK_CHECK_MS", "100")
+        .spawn();
+    worker.wait_for_log("worker started").await;
+    let bus = NatsBus::connect(&nats.url(), NatsOptions::default()).await.unwrap();
+    let mut replies = bus.outbound("test").await.unwrap();
+    let publish = |n: usize| {
+        let reply = Scripted::Text(format!("answer {n}"));
+        llm.push_when(&text(n), Scripted::Delay(ANSWER_DELAY, Box::new(reply)));
+        let sender = Sender { id: "u1".into(), name: "U".into(), is_bot: false };
+        InboundMessage::user("test", &format!("c{n}"), sender, &text(n))
+    };
+    for n in 0..5 {
+        bus.publish_inbound(&publish(n)).await.unwrap();
+    }
+    llm.wait_for_requests(5, Duration::from_secs(10)).await;
+    let holder = lock_holders(&database);
+    cut_lock_connection(&database);
+    wait_taken_back(&database, &holder, &worker).await;
+    bus.publish_inbound(&publish(5)).await.unwrap();
+
+    let mut answers = Vec::new();
+    while answers.len() < 6 {
+        let next = tokio::time::timeout(Duration::from_secs(20), replies.next()).await;
+        let delivery = next.unwrap_or_else(|_| panic!("only {answers:?}:\n{}", worker.logs())).unwrap().unwrap();
+        let reply: OutboundMessage = delivery.decode().unwrap();
+        delivery.ack().await.unwrap();
+        answers.push(reply.content);
+    }
+    answers.sort();
+    assert_eq!(answers, (0..6).map(|n| format!("answer {n}")).collect::<Vec<_>>());
+    assert_eq!(asked_twice(&llm), [], "a message reached the model twice");
+    assert!(worker.logs().contains("took the database lock back"));
 }
