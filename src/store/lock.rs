@@ -11,7 +11,7 @@
 //! On SQLite the lock is `flock(2)` on an open file, which the kernel drops when the process
 //! ends, however it ends: a crashed daemon leaves no stale lock behind. On PostgreSQL, where the
 //! processes may be on several hosts, it is a session-level advisory lock held by a connection of
-//! its own ([`SessionLock`]), which the server drops when the connection ends. That connection
+//! its own (`store::postgres::lock`), which the server drops when the connection ends. That connection
 //! can end while the process lives (a server restart, a failover, a network cut), so a
 //! PostgreSQL lock is kept ([`DatabaseLock::keep`]): checked every `store.lock_check_ms`, taken
 //! back after it was lost, with the worker's intake paused meanwhile; if another process took it
@@ -24,8 +24,13 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use async_trait::async_trait;
+
 use super::StoreError;
-pub use super::postgres::lock::{LOCK_APPLICATION, SessionLock};
+
+/// The `application_name` of a PostgreSQL lock's connection: `pg_stat_activity` shows which
+/// backend holds a daemon's lock.
+pub const LOCK_APPLICATION: &str = "switchboard-lock";
 
 /// How a process shares the database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,8 +83,17 @@ impl StoreLock {
 #[derive(Debug)]
 pub enum DatabaseLock {
     File(StoreLock),
-    /// Boxed: the connection and its options are large beside a file.
-    Postgres(Box<SessionLock>),
+    /// A lock held by a connection, which can end while the process runs (PostgreSQL's).
+    Connection(Box<dyn ConnectionLock>),
+}
+
+/// A lock held by a database connection (`store::postgres::lock`).
+#[async_trait]
+pub trait ConnectionLock: std::fmt::Debug + Send {
+    /// Watches the connection every `interval`, takes the lock back when it ended and keeps
+    /// `held` true while the lock is held; returns only with the error that ends the daemon
+    /// (another process took the lock).
+    async fn keep(self: Box<Self>, interval: Duration, held: watch::Sender<bool>) -> StoreError;
 }
 
 impl DatabaseLock {
@@ -90,7 +104,7 @@ impl DatabaseLock {
         let (held, gate) = watch::channel(true);
         match self {
             DatabaseLock::File(file) => KeptLock { gate, keeper: None, _file: Some(file) },
-            DatabaseLock::Postgres(lock) => {
+            DatabaseLock::Connection(lock) => {
                 let keeper = tokio::spawn(lock.keep(interval, held));
                 KeptLock { gate, keeper: Some(keeper), _file: None }
             }

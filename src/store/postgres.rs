@@ -189,7 +189,7 @@ impl super::Database for PostgresStore {
 
     async fn lock(&self, mode: LockMode) -> Result<DatabaseLock, StoreError> {
         let options = self.pool.connect_options();
-        Ok(DatabaseLock::Postgres(SessionLock::take(&options, mode, DAEMON_LOCK, &self.shown).await?))
+        Ok(DatabaseLock::Connection(SessionLock::take(&options, mode, DAEMON_LOCK, &self.shown).await?))
     }
 
     fn spans_hosts(&self) -> bool {

@@ -16,11 +16,7 @@ use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use tokio::sync::watch;
 
 use crate::store::StoreError;
-use crate::store::lock::LockMode;
-
-/// The `application_name` of the lock's connection: `pg_stat_activity` shows which backend
-/// holds the daemon's lock.
-pub const LOCK_APPLICATION: &str = "switchboard-lock";
+use crate::store::lock::{ConnectionLock, LOCK_APPLICATION, LockMode};
 
 /// How long a check of the lock's connection may take before it counts as gone (a network cut
 /// shows no error, only silence).
@@ -47,8 +43,15 @@ enum Taken {
     Held(Box<SessionLock>),
     /// Another process holds a conflicting lock; its server processes.
     Refused(Vec<i32>),
-    /// This process's old connection still holds it: try again shortly.
+    /// No one else holds it (this process's old connection, now ended, may): try again shortly.
     Wait,
+}
+
+#[async_trait::async_trait]
+impl ConnectionLock for SessionLock {
+    async fn keep(self: Box<Self>, interval: Duration, held: watch::Sender<bool>) -> StoreError {
+        self.keep_held(interval, held).await
+    }
 }
 
 impl SessionLock {
@@ -72,7 +75,7 @@ impl SessionLock {
 
     /// Checks the lock every `interval` until another process takes it, keeping `held` true
     /// while this process holds it. Returns only with the error that ends the daemon.
-    pub(crate) async fn keep(mut self, interval: Duration, held: watch::Sender<bool>) -> StoreError {
+    async fn keep_held(mut self, interval: Duration, held: watch::Sender<bool>) -> StoreError {
         loop {
             if self.alive(interval).await {
                 continue;
@@ -156,13 +159,16 @@ async fn try_take(
         let shown = shown.to_owned();
         return Ok(Taken::Held(Box::new(SessionLock { listener, backend, options, mode, key, shown })));
     }
-    let holders = holders(&mut listener, key).await?;
+    let holders = holders(&mut listener, key, mode).await?;
     let ours = previous.filter(|pid| holders.contains(pid));
     let others: Vec<i32> = holders.into_iter().filter(|pid| Some(*pid) != previous).collect();
-    if let (Some(pid), true) = (ours, others.is_empty()) {
-        // Only this process's old connection, which the server has not seen go yet: end it.
-        tracing::info!(database = %shown, backend = pid, "ending this process's old lock connection");
-        sqlx::query("SELECT pg_terminate_backend($1)").bind(pid).execute(&mut listener).await?;
+    // No one else: this process's old connection, which the server has not seen go yet (it is
+    // ended), or a holder that let go since the try.
+    if others.is_empty() {
+        if let Some(pid) = ours {
+            tracing::info!(database = %shown, backend = pid, "ending this process's old lock connection");
+            sqlx::query("SELECT pg_terminate_backend($1)").bind(pid).execute(&mut listener).await?;
+        }
         close(listener, pool).await;
         return Ok(Taken::Wait);
     }
@@ -175,15 +181,18 @@ async fn close(listener: PgListener, pool: PgPool) {
     pool.close().await;
 }
 
-/// The server processes holding the advisory lock `key` on this database (a bigint key is
-/// split into `classid`, its high half, and `objid`, its low half, with `objsubid` 1).
-async fn holders(listener: &mut PgListener, key: i64) -> Result<Vec<i32>, StoreError> {
+/// The server processes holding the advisory lock `key` on this database in a mode that
+/// conflicts with `mode` (a bigint key is split into `classid`, its high half, and `objid`, its
+/// low half, with `objsubid` 1; shared holders conflict only with an exclusive one).
+async fn holders(listener: &mut PgListener, key: i64, mode: LockMode) -> Result<Vec<i32>, StoreError> {
     let pids: Vec<i32> = sqlx::query_scalar(
         "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 \
          AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
-         AND classid::bigint = ($1 >> 32) AND objid::bigint = ($1 & 4294967295) ORDER BY pid",
+         AND classid::bigint = ($1 >> 32) AND objid::bigint = ($1 & 4294967295) \
+         AND ($2 OR mode = 'ExclusiveLock') ORDER BY pid",
     )
     .bind(key)
+    .bind(mode == LockMode::Exclusive)
     .fetch_all(listener)
     .await?;
     Ok(pids)
