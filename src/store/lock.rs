@@ -11,20 +11,18 @@
 //! On SQLite the lock is `flock(2)` on an open file, which the kernel drops when the process
 //! ends, however it ends: a crashed daemon leaves no stale lock behind. On PostgreSQL, where the
 //! processes may be on several hosts, it is a session-level advisory lock held by a connection of
-//! its own (`store::postgres::lock`), which the server drops when the connection ends. That connection
-//! can end while the process lives (a server restart, a failover, a network cut), so a
-//! PostgreSQL lock is kept ([`DatabaseLock::keep`]): checked every `store.lock_check_ms`, taken
-//! back after it was lost, with the worker's intake paused meanwhile; if another process took it
-//! first, the daemon stops.
+//! its own (`store::postgres::lock`), which the server drops when the connection ends. That
+//! connection can end while the process lives (a server restart, a failover, a network cut), so
+//! a PostgreSQL lock is kept ([`DatabaseLock::keep`]): watched, taken back after it was lost,
+//! with the worker's intake paused meanwhile; if another process took it first, the daemon stops.
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use async_trait::async_trait;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-
-use async_trait::async_trait;
 
 use super::StoreError;
 

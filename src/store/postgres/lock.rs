@@ -88,7 +88,8 @@ impl SessionLock {
                 Err(err) => return err,
             }
             held.send_replace(true);
-            tracing::info!(database = %self.shown, backend = self.backend, "took the database lock back; taking work again");
+            tracing::info!(database = %self.shown, backend = self.backend,
+                "took the database lock back; taking work again");
         }
     }
 
@@ -120,7 +121,8 @@ impl SessionLock {
                 Ok(Taken::Wait) => {}
                 Err(err) if !reported => {
                     reported = true;
-                    tracing::warn!(database = %self.shown, %err, "cannot take the database lock back yet; trying again");
+                    tracing::warn!(database = %self.shown, %err,
+                        "cannot take the database lock back yet; trying again");
                 }
                 Err(_) => {}
             }
