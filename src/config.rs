@@ -477,7 +477,7 @@ impl WorkerConfig {
 }
 
 /// The session store.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct StoreConfig {
     /// SQLite file; empty = `<data_dir>/switchboard.db`, relative = under `data_dir`.
@@ -485,6 +485,16 @@ pub struct StoreConfig {
     /// A PostgreSQL database (`postgres://user:password@host:5432/switchboard`) shared by
     /// every process on every host; when set, `path` is not used. Empty = the SQLite file.
     pub database_url: String,
+    /// How often a daemon on PostgreSQL checks the connection holding its lock on the database
+    /// (see `store::lock`), in milliseconds: the longest it takes work without knowing it holds
+    /// the lock.
+    pub lock_check_ms: u64,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self { path: PathBuf::new(), database_url: String::new(), lock_check_ms: 2000 }
+    }
 }
 
 /// Channel adapters.

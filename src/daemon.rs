@@ -5,6 +5,7 @@ mod restart;
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use thiserror::Error;
 use tokio::task::JoinHandle;
@@ -14,7 +15,7 @@ use crate::assembly::{self, Assembly, AssemblyError, ChannelKind, RunningChannel
 use crate::config::{BusKind, Config};
 use crate::metrics::GaugeSource;
 use crate::store::StoreError;
-use crate::store::lock::LockMode;
+use crate::store::lock::{KeptLock, LockMode};
 use crate::worker::{Worker, WorkerError};
 
 #[derive(Debug, Error)]
@@ -106,9 +107,10 @@ pub async fn run(
     // channels their DM pairings.
     let store = assembly.open_store().await?;
     // Held until this function returns; the kernel (or the database server) drops it if the
-    // process dies instead.
-    let _lock = match lock_mode {
-        Some(mode) => Some(store.lock(mode).await?),
+    // process dies instead. Kept: a PostgreSQL lock whose connection ended is taken back.
+    let check = Duration::from_millis(assembly.config().store.lock_check_ms);
+    let mut lock = match lock_mode {
+        Some(mode) => Some(store.lock(mode).await?.keep(check)),
         None => None,
     };
     let places = assembly::shared_dirs::places(assembly.config(), parts.runs_worker(), parts.channels());
@@ -144,7 +146,19 @@ pub async fn run(
     background.extend(crate::systemd::watchdog(&shutdown).map(|task| ("systemd watchdog", task)));
     background.push(("systemd stopping", crate::systemd::stopping_on(&shutdown)));
     if let Some(worker) = worker {
-        worker.run(shutdown.clone()).await?;
+        let worker = match &lock {
+            Some(lock) => worker.with_intake_gate(lock.held()),
+            None => worker,
+        };
+        tokio::select! {
+            done = worker.run(shutdown.clone()) => done?,
+            // Another process works on the database now: this one must not go on beside it.
+            err = lock_lost(lock.as_mut()) => {
+                tracing::error!(%err, "stopping");
+                shutdown.cancel();
+                return Err(err.into());
+            }
+        }
     }
     shutdown.cancelled().await;
     for (what, task) in background {
@@ -155,6 +169,14 @@ pub async fn run(
     assembly::stop_all(channels).await?;
     tracing::info!("switchboard stopped");
     Ok(())
+}
+
+/// Waits until `lock` is lost for good; never without a lock.
+async fn lock_lost(lock: Option<&mut KeptLock>) -> StoreError {
+    match lock {
+        Some(lock) => lock.lost().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// What runs beside the worker on a clock; each ends when `shutdown` is cancelled.

@@ -66,6 +66,19 @@ pub enum StoreError {
         holder_list(holders)
     )]
     InUse { database: String, lock: String, holders: Vec<u32> },
+    /// The PostgreSQL lock's connection ended and, before this process could take the lock
+    /// back, another process took it (see [`lock::KeptLock`]).
+    #[error(
+        "lost the lock on the database {database} (its connection to PostgreSQL ended) and another switchboard \
+         process took it meanwhile{}: this one stops so that two never work on one database. Stop the other process \
+         (pg_stat_activity shows its lock connection as application_name '{}') or give this one another database, \
+         then start it again",
+        backend_list(holders),
+        lock::LOCK_APPLICATION
+    )]
+    LockLost { database: String, holders: Vec<i32> },
+    #[error("the task keeping the database lock failed: {0}")]
+    LockKeeper(String),
     #[error("database migration {version} failed: {reason}")]
     Migrate { version: i64, reason: String },
     #[error("database error: {0}")]
@@ -97,6 +110,16 @@ fn holder_list(pids: &[u32]) -> String {
         0 => String::new(),
         1 => format!(" (pid {list})"),
         _ => format!(" (pids {list})"),
+    }
+}
+
+/// ` (PostgreSQL backend pid 42)`, or nothing when none is known.
+fn backend_list(pids: &[i32]) -> String {
+    let list = pids.iter().map(i32::to_string).collect::<Vec<_>>().join(", ");
+    match pids.len() {
+        0 => String::new(),
+        1 => format!(" (PostgreSQL backend pid {list})"),
+        _ => format!(" (PostgreSQL backend pids {list})"),
     }
 }
 

@@ -45,7 +45,7 @@ use switchboard_channels::bus::{Bus, BusError, DeliveryInfo};
 use switchboard_channels::contract::{DeadLetter, InboundKind, InboundMessage};
 use switchboard_channels::subject::Flow;
 use thiserror::Error;
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -201,6 +201,9 @@ impl Reloader {
 /// Consumes the inbound queue until `shutdown` is cancelled, then drains.
 pub struct Worker {
     shared: Arc<Shared>,
+    /// False while the process does not hold its lock on the database: no message is taken
+    /// then (see `store::lock::KeptLock`); `None`: always taken.
+    gate: Option<watch::Receiver<bool>>,
 }
 
 impl Worker {
@@ -231,7 +234,13 @@ impl Worker {
             abandon: CancellationToken::new(),
             tasks: AtomicUsize::new(0),
         };
-        Self { shared: Arc::new(shared) }
+        Self { shared: Arc::new(shared), gate: None }
+    }
+
+    /// Takes messages only while `gate` is true (the process holds its database lock).
+    pub fn with_intake_gate(mut self, gate: watch::Receiver<bool>) -> Self {
+        self.gate = Some(gate);
+        self
     }
 
     /// Lets `/stop` and `/new` cancel the session's sub-agents (those `manager` runs here and,
@@ -256,7 +265,7 @@ impl Worker {
     /// Runs until `shutdown` is cancelled: stops taking messages, lets running turns finish
     /// within the grace period, and gives everything else back to the bus.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), WorkerError> {
-        let shared = self.shared;
+        let (shared, mut gate) = (self.shared, self.gate);
         let mut deliveries = shared.bus.inbound().await?;
         let slots = Arc::new(Semaphore::new(shared.settings.max_held.max(1)));
         let mut tasks = JoinSet::new();
@@ -269,6 +278,9 @@ impl Worker {
                 Some(joined) = tasks.join_next() => { reaped(&shared, joined, &tasks); continue; }
             };
             let Ok(slot) = slot else { break };
+            if !gate_open(gate.as_mut(), &shutdown).await {
+                break;
+            }
             let delivery = tokio::select! {
                 _ = shutdown.cancelled() => break,
                 next = deliveries.next() => next,
@@ -279,6 +291,12 @@ impl Worker {
                 Some(Ok(delivery)) => {
                     let (info, acker) = delivery.into_parts();
                     let held = Held::start(acker, info.subject.clone(), shared.settings.progress_interval);
+                    // The lock may have been lost while waiting for this one: it is not run
+                    // before the lock is back (held meanwhile, so the bus does not hand it out).
+                    if !gate_open(gate.as_mut(), &shutdown).await {
+                        held.settle(Settle::Nak(None)).await;
+                        break;
+                    }
                     let Some(job) = intake(&shared, info, held, slot).await else { continue };
                     if let Some(job) = limit_rate(&shared, job, &mut tasks).await {
                         dispatch(&shared, job, &mut tasks);
@@ -297,6 +315,20 @@ impl Worker {
         }
         drain(&shared, tasks).await;
         Ok(())
+    }
+}
+
+/// Waits until `gate` is open; false when the worker is to stop instead (shutdown, or the
+/// gate's keeper ended: the process is stopping).
+async fn gate_open(gate: Option<&mut watch::Receiver<bool>>, shutdown: &CancellationToken) -> bool {
+    let Some(gate) = gate else { return true };
+    if *gate.borrow() {
+        return true;
+    }
+    tracing::info!("not holding the database lock: taking no messages until it is back");
+    tokio::select! {
+        _ = shutdown.cancelled() => false,
+        open = gate.wait_for(|held| *held) => open.is_ok(),
     }
 }
 

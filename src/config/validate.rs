@@ -212,6 +212,7 @@ fn zero_counts(config: &Config) -> Option<(&'static str, u64)> {
         ("worker.max_concurrent_runs", as_u64(config.worker.max_concurrent_runs)),
         ("worker.max_message_age_secs", config.worker.max_message_age_secs),
         ("guard.max_message_chars", as_u64(config.guard.max_message_chars)),
+        ("store.lock_check_ms", config.store.lock_check_ms),
         ("worker.max_queue_depth", as_u64(config.worker.max_queue_depth)),
         ("channels.api.reply_timeout_secs", config.channels.api.reply_timeout_secs),
         ("channels.api.max_body_bytes", as_u64(config.channels.api.max_body_bytes)),

@@ -11,12 +11,24 @@
 //! On SQLite the lock is `flock(2)` on an open file, which the kernel drops when the process
 //! ends, however it ends: a crashed daemon leaves no stale lock behind. On PostgreSQL, where the
 //! processes may be on several hosts, it is a session-level advisory lock held by a connection of
-//! its own ([`SessionLock`]), which the server drops when the connection ends.
+//! its own (`store::postgres::lock`), which the server drops when the connection ends. That
+//! connection can end while the process lives (a server restart, a failover, a network cut), so
+//! a PostgreSQL lock is kept ([`DatabaseLock::keep`]): watched, taken back after it was lost,
+//! with the worker's intake paused meanwhile; if another process took it first, the daemon stops.
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 use super::StoreError;
+
+/// The `application_name` of a PostgreSQL lock's connection: `pg_stat_activity` shows which
+/// backend holds a daemon's lock.
+pub const LOCK_APPLICATION: &str = "switchboard-lock";
 
 /// How a process shares the database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,14 +81,63 @@ impl StoreLock {
 #[derive(Debug)]
 pub enum DatabaseLock {
     File(StoreLock),
-    Postgres(SessionLock),
+    /// A lock held by a connection, which can end while the process runs (PostgreSQL's).
+    Connection(Box<dyn ConnectionLock>),
 }
 
-/// A PostgreSQL session-level advisory lock: held while its connection is open, released by
-/// the server when the connection ends, however the process ends.
+/// A lock held by a database connection (`store::postgres::lock`).
+#[async_trait]
+pub trait ConnectionLock: std::fmt::Debug + Send {
+    /// Watches the connection every `interval`, takes the lock back when it ended and keeps
+    /// `held` true while the lock is held; returns only with the error that ends the daemon
+    /// (another process took the lock).
+    async fn keep(self: Box<Self>, interval: Duration, held: watch::Sender<bool>) -> StoreError;
+}
+
+impl DatabaseLock {
+    /// Keeps the lock while the process runs: a file lock cannot be lost; a PostgreSQL lock is
+    /// checked every `interval` and taken back when its connection ended (see
+    /// `store::postgres::lock`). Must be called within the runtime.
+    pub fn keep(self, interval: Duration) -> KeptLock {
+        let (held, gate) = watch::channel(true);
+        match self {
+            DatabaseLock::File(file) => KeptLock { gate, keeper: None, _file: Some(file) },
+            DatabaseLock::Connection(lock) => {
+                let keeper = tokio::spawn(lock.keep(interval, held));
+                KeptLock { gate, keeper: Some(keeper), _file: None }
+            }
+        }
+    }
+}
+
+/// A lock being kept; dropping it releases the lock.
 #[derive(Debug)]
-pub struct SessionLock {
-    pub(super) _connection: sqlx::PgConnection,
+pub struct KeptLock {
+    gate: watch::Receiver<bool>,
+    keeper: Option<JoinHandle<StoreError>>,
+    _file: Option<StoreLock>,
+}
+
+impl KeptLock {
+    /// True while the process holds the lock: work may be taken only then.
+    pub fn held(&self) -> watch::Receiver<bool> {
+        self.gate.clone()
+    }
+
+    /// Waits until the lock is lost for good (another process took it), with what to tell the
+    /// operator; never returns for a lock that cannot be lost.
+    pub async fn lost(&mut self) -> StoreError {
+        let Some(keeper) = self.keeper.take() else { return std::future::pending().await };
+        keeper.await.unwrap_or_else(|err| StoreError::LockKeeper(err.to_string()))
+    }
+}
+
+impl Drop for KeptLock {
+    fn drop(&mut self) {
+        if let Some(keeper) = &self.keeper {
+            keeper.abort();
+        }
+    }
 }
 
 /// `<database>.lock`, beside the database it guards.

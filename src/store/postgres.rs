@@ -9,6 +9,7 @@
 //! Times are stored as unix milliseconds (UTC), as in the SQLite store.
 
 mod journal;
+pub(super) mod lock;
 mod memory;
 mod migrate;
 
@@ -19,9 +20,11 @@ use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, Postgres, Transaction};
 
+use self::lock::SessionLock;
+
 use super::finishing::{FinishRow, Finished};
 use super::history_cache::HistoryCache;
-use super::lock::{DatabaseLock, LockMode, SessionLock};
+use super::lock::{DatabaseLock, LockMode};
 use super::values::{encode, now_millis};
 use super::{SharedDir, StoreError};
 
@@ -185,20 +188,8 @@ impl super::Database for PostgresStore {
     }
 
     async fn lock(&self, mode: LockMode) -> Result<DatabaseLock, StoreError> {
-        let mut connection = self.pool.acquire().await?.detach();
-        let take = match mode {
-            LockMode::Exclusive => "SELECT pg_try_advisory_lock($1)",
-            LockMode::Shared => "SELECT pg_try_advisory_lock_shared($1)",
-        };
-        let taken: bool = sqlx::query_scalar(take).bind(DAEMON_LOCK).fetch_one(&mut connection).await?;
-        if !taken {
-            return Err(StoreError::InUse {
-                database: self.shown.clone(),
-                lock: format!("PostgreSQL advisory lock {DAEMON_LOCK}"),
-                holders: Vec::new(),
-            });
-        }
-        Ok(DatabaseLock::Postgres(SessionLock { _connection: connection }))
+        let options = self.pool.connect_options();
+        Ok(DatabaseLock::Connection(SessionLock::take(&options, mode, DAEMON_LOCK, &self.shown).await?))
     }
 
     fn spans_hosts(&self) -> bool {

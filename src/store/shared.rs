@@ -6,6 +6,7 @@ mod api;
 mod cron;
 mod deliveries;
 mod heartbeat;
+mod lenient;
 pub(super) mod memory;
 mod pairing;
 pub(super) mod runs;

@@ -36,6 +36,7 @@ mod sessions;
 mod store;
 mod store_memory;
 mod store_shared;
+mod stored_data;
 mod subagents;
 mod telegram;
 mod tool_attacks;

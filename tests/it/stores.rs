@@ -43,6 +43,27 @@ impl Fresh {
         }
     }
 
+    /// Runs `statement` on the store's data as another client would (to break what it wrote);
+    /// returns how many rows it changed.
+    pub async fn execute(&self, statement: &str) -> u64 {
+        use sqlx::Connection;
+        match &self._data {
+            Data::Sqlite(dir) => {
+                let url = format!("sqlite://{}", dir.path().join("store.db").display());
+                let mut connection = sqlx::SqliteConnection::connect(&url).await.unwrap();
+                let changed = sqlx::query(statement).execute(&mut connection).await.unwrap().rows_affected();
+                connection.close().await.unwrap();
+                changed
+            }
+            Data::Postgres(database) => {
+                let mut connection = sqlx::PgConnection::connect(database.url()).await.unwrap();
+                let changed = sqlx::query(statement).execute(&mut connection).await.unwrap().rows_affected();
+                connection.close().await.unwrap();
+                changed
+            }
+        }
+    }
+
     /// The PostgreSQL database, for tests that look at it with SQL.
     pub fn database(&self) -> Option<&TempDatabase> {
         match &self._data {

@@ -10,6 +10,7 @@
 use async_trait::async_trait;
 use uuid::Uuid;
 
+use super::lenient;
 use crate::provider::ChatMessage;
 use crate::store::finishing::{self, Finished};
 use crate::store::values::{decode_reply, now_millis, run_record, sql_limit, to_i64, to_u32, to_u64};
@@ -28,10 +29,6 @@ pub(super) const RUN_COLUMNS: &str = "run_id, inbound_id, session_key, kind, sta
 /// mark older than this belongs to a process that died mid-compaction and is taken over, so a
 /// crash never blocks a session's compaction for good.
 const COMPACTION_STALE_AFTER_MS: i64 = 15 * 60 * 1000;
-
-fn compaction_count(key: &str, count: i64) -> Result<u32, StoreError> {
-    u32::try_from(count).map_err(|_| StoreError::Corrupt(format!("compaction_count of {key} is out of range: {count}")))
-}
 
 /// One run of a session as [`Store::session_info`] reads it.
 fn session_run<'r, R>(row: &'r R) -> Result<LastTurn, StoreError>
@@ -53,36 +50,43 @@ where
     Ok(LastTurn { usage, cost_usd: row.try_get("cost_usd")?, context_tokens: count("context_tokens")? })
 }
 
-fn decode_rows(rows: Vec<(i64, String)>) -> Result<Vec<(i64, ChatMessage)>, StoreError> {
-    // Fetched newest first so LIMIT keeps the most recent ones; the model wants them oldest first.
-    rows.into_iter()
-        .rev()
-        .map(|(id, json)| {
-            serde_json::from_str(&json)
-                .map(|message| (id, message))
-                .map_err(|e| StoreError::Corrupt(format!("transcript row {id} is not a chat message: {e}")))
-        })
-        .collect()
-}
-
 /// The same queries serve both stores; only sqlx's types differ, hence a macro.
 macro_rules! run_store {
     ($module:ident, $store:ty) => {
         impl $store {
             /// The session's history version (changed by every change to what its history shows)
-            /// and its summary; `None` when the session has no row yet.
-            async fn version_and_summary(&self, key: &str) -> Result<Option<(i64, Option<(String, u32)>)>, StoreError> {
-                let row: Option<(i64, Option<String>, i64)> =
-                    sqlx::query_as("SELECT history_version, summary, compaction_count FROM sessions WHERE key = $1")
-                        .bind(key)
-                        .fetch_optional(self.pool())
-                        .await?;
-                let Some((version, summary, count)) = row else { return Ok(None) };
-                let summary = match summary {
-                    Some(summary) => Some((summary, compaction_count(key, count)?)),
-                    None => None,
-                };
-                Ok(Some((version, summary)))
+            /// and its summary; `None` when the session has no row yet. What does not decode is
+            /// left out (see `lenient`).
+            async fn session_head(&self, key: &str) -> Result<Option<lenient::Head>, StoreError> {
+                let row = sqlx::query("SELECT history_version, summary, compaction_count FROM sessions WHERE key = $1")
+                    .bind(key)
+                    .fetch_optional(self.pool())
+                    .await?;
+                row.as_ref().map(|row| lenient::head(key, row)).transpose()
+            }
+
+            /// The newest `limit` messages of the session's history that decode, oldest first, and
+            /// whether every row read decoded.
+            async fn read_history(
+                &self,
+                session_key: &str,
+                limit: usize,
+            ) -> Result<(Vec<(i64, ChatMessage)>, bool), StoreError> {
+                // Rows a compaction covered are summarised on the session, rows up to
+                // `archived_through` belong to conversations ended by `/new`; COALESCE: no session
+                // row yet means neither.
+                let rows = sqlx::query(
+                    "SELECT id, message_json FROM transcript WHERE session_key = $1 AND id > COALESCE(( \
+                     SELECT CASE WHEN compacted_through > archived_through THEN compacted_through \
+                     ELSE archived_through END FROM sessions WHERE key = $1), 0) \
+                     ORDER BY id DESC LIMIT $2",
+                )
+                .bind(session_key)
+                .bind(sql_limit(limit))
+                .fetch_all(self.pool())
+                .await?;
+                let (messages, skipped) = lenient::transcript(session_key, &rows)?;
+                Ok((messages, skipped == 0))
             }
         }
 
@@ -137,37 +141,29 @@ macro_rules! run_store {
                 session_key: &str,
                 limit: usize,
             ) -> Result<Vec<(i64, ChatMessage)>, StoreError> {
-                // Rows a compaction covered are summarised on the session, rows up to
-                // `archived_through` belong to conversations ended by `/new`; COALESCE: no session
-                // row yet means neither.
-                let rows: Vec<(i64, String)> = sqlx::query_as(
-                    "SELECT id, message_json FROM transcript WHERE session_key = $1 AND id > COALESCE(( \
-                     SELECT CASE WHEN compacted_through > archived_through THEN compacted_through \
-                     ELSE archived_through END FROM sessions WHERE key = $1), 0) \
-                     ORDER BY id DESC LIMIT $2",
-                )
-                .bind(session_key)
-                .bind(sql_limit(limit))
-                .fetch_all(self.pool())
-                .await?;
-                decode_rows(rows)
+                Ok(self.read_history(session_key, limit).await?.0)
             }
 
             async fn session_summary(&self, session_key: &str) -> Result<Option<(String, u32)>, StoreError> {
-                Ok(self.version_and_summary(session_key).await?.and_then(|(_, summary)| summary))
+                Ok(self.session_head(session_key).await?.and_then(|head| head.summary))
             }
 
             async fn conversation(&self, session_key: &str, limit: usize) -> Result<Conversation, StoreError> {
-                let Some((version, summary)) = self.version_and_summary(session_key).await? else {
+                let Some(lenient::Head { version, summary }) = self.session_head(session_key).await? else {
                     return Ok(Conversation::default());
                 };
-                if let Some(history) = self.history_cache().get(session_key, version, limit) {
+                if let Some(history) = version.and_then(|version| self.history_cache().get(session_key, version, limit)) {
                     return Ok(Conversation { history, summary });
                 }
-                let history = self.history(session_key, limit).await?;
+                let (rows, whole) = self.read_history(session_key, limit).await?;
+                let history: Vec<ChatMessage> = rows.into_iter().map(|(_, message)| message).collect();
                 // Kept under the version read before the rows: should the history have changed in
-                // between, the next turn reads a newer version and does not use this copy.
-                self.history_cache().put(session_key, version, limit, history.clone());
+                // between, the next turn reads a newer version and does not use this copy. A
+                // history with rows left out is not kept: the copy counts rows to know what it
+                // holds.
+                if let (Some(version), true) = (version, whole) {
+                    self.history_cache().put(session_key, version, limit, history.clone());
+                }
                 Ok(Conversation { history, summary })
             }
 
@@ -328,16 +324,19 @@ macro_rules! run_store {
             }
 
             async fn session_info(&self, session_key: &str) -> Result<SessionInfo, StoreError> {
-                let Some((queue_mode, archived_through, compactions)) =
-                    sqlx::query_as::<_, (Option<String>, i64, i64)>(
-                        "SELECT queue_mode, archived_through, compaction_count FROM sessions WHERE key = $1",
-                    )
-                    .bind(session_key)
-                    .fetch_optional(self.pool())
-                    .await?
+                let Some(row) =
+                    sqlx::query("SELECT queue_mode, archived_through, compaction_count FROM sessions WHERE key = $1")
+                        .bind(session_key)
+                        .fetch_optional(self.pool())
+                        .await?
                 else {
                     return Ok(SessionInfo::default());
                 };
+                let archived_through: i64 = row.try_get("archived_through")?;
+                let queue_mode = lenient::setting(session_key, "queue_mode", lenient::column(&row, "queue_mode")?);
+                let compactions = lenient::column::<_, i64>(&row, "compaction_count")?
+                    .and_then(|count| u64::try_from(count).map_err(|_| format!("{count} is out of range")));
+                let compactions = lenient::setting(session_key, "compaction_count", compactions);
                 // Runs since `/new`: from the first that wrote a transcript row after the archive
                 // point on (compactions' side runs write none, and are counted too).
                 let since: Option<i64> = sqlx::query_scalar(
@@ -349,7 +348,7 @@ macro_rules! run_store {
                 .fetch_one(self.pool())
                 .await?;
                 let Some(since) = since else {
-                    return Ok(SessionInfo { queue_mode, compactions: to_u64(compactions, "compaction_count")?, ..SessionInfo::default() });
+                    return Ok(SessionInfo { queue_mode, compactions, ..SessionInfo::default() });
                 };
                 let rows = sqlx::query(
                     "SELECT kind, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, usage_estimated, \
@@ -362,7 +361,7 @@ macro_rules! run_store {
                 .await?;
                 let mut info = SessionInfo {
                     queue_mode,
-                    compactions: to_u64(compactions, "compaction_count")?,
+                    compactions,
                     cost_usd: Some(0.0),
                     ..SessionInfo::default()
                 };
@@ -382,16 +381,11 @@ macro_rules! run_store {
             }
 
             async fn session_prefs(&self, session_key: &str) -> Result<SessionPrefs, StoreError> {
-                let row: Option<(Option<String>, Option<String>, bool)> =
-                    sqlx::query_as("SELECT queue_mode, model, show_progress FROM sessions WHERE key = $1")
-                        .bind(session_key)
-                        .fetch_optional(self.pool())
-                        .await?;
-                Ok(row.map_or_else(SessionPrefs::default, |(queue_mode, model, verbose)| SessionPrefs {
-                    queue_mode,
-                    model,
-                    verbose,
-                }))
+                let row = sqlx::query("SELECT queue_mode, model, show_progress FROM sessions WHERE key = $1")
+                    .bind(session_key)
+                    .fetch_optional(self.pool())
+                    .await?;
+                row.as_ref().map_or_else(|| Ok(SessionPrefs::default()), |row| lenient::prefs(session_key, row))
             }
 
             async fn set_session_model(&self, session_key: &str, model: Option<&str>) -> Result<(), StoreError> {

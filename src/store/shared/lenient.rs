@@ -1,0 +1,125 @@
+//! Reading a session's rows when part of what they store does not decode (a transcript row
+//! that is not a chat message, a summary that is not text, a setting of the wrong type).
+//!
+//! A turn must never wait on such a row: it would be given back to the bus and fail again on
+//! every retry until the message ages out, and the chat's next message with it. So the part that
+//! does not decode is left out (or replaced by its default) with a warning naming the session,
+//! the row and what is wrong, never the stored content; the turn runs on the rest. Only decoding
+//! is forgiven: a column that is missing, a lost connection or a failed statement stay errors.
+
+use sqlx::{ColumnIndex, Decode, Row, Type};
+
+use crate::provider::ChatMessage;
+use crate::store::{SessionPrefs, StoreError};
+
+/// A column's value, or why it does not decode (`Ok(Err(reason))`).
+pub(super) fn column<'r, R, T>(row: &'r R, name: &'static str) -> Result<Result<T, String>, StoreError>
+where
+    R: Row,
+    &'static str: ColumnIndex<R>,
+    T: Decode<'r, R::Database> + Type<R::Database>,
+{
+    match row.try_get(name) {
+        Ok(value) => Ok(Ok(value)),
+        Err(sqlx::Error::ColumnDecode { source, .. }) => Ok(Err(source.to_string())),
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// Transcript rows (`id`, `message_json`) fetched newest first, as messages oldest first, with
+/// how many were left out.
+pub(super) fn transcript<'r, R>(
+    session_key: &str,
+    rows: &'r [R],
+) -> Result<(Vec<(i64, ChatMessage)>, usize), StoreError>
+where
+    R: Row,
+    &'static str: ColumnIndex<R>,
+    i64: Decode<'r, R::Database> + Type<R::Database>,
+    String: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let mut messages = Vec::with_capacity(rows.len());
+    let mut skipped = 0;
+    // Fetched newest first so LIMIT keeps the most recent ones; the model wants them oldest first.
+    for row in rows.iter().rev() {
+        let id: i64 = row.try_get("id")?;
+        let decoded = column::<R, String>(row, "message_json")?
+            .and_then(|json| serde_json::from_str::<ChatMessage>(&json).map_err(|e| e.to_string()));
+        match decoded {
+            Ok(message) => messages.push((id, message)),
+            Err(problem) => {
+                skipped += 1;
+                tracing::warn!(session = %session_key, row = id, %problem,
+                    "a transcript row is not a readable chat message; the history goes on without it");
+            }
+        }
+    }
+    Ok((messages, skipped))
+}
+
+/// What a turn reads of its session's row: the history version (`None` when it does not
+/// decode: the history is then read afresh every turn) and the summary with its compaction
+/// count.
+pub(super) struct Head {
+    pub version: Option<i64>,
+    pub summary: Option<(String, u32)>,
+}
+
+/// [`Head`] from a row of `history_version`, `summary` and `compaction_count`.
+pub(super) fn head<'r, R>(session_key: &str, row: &'r R) -> Result<Head, StoreError>
+where
+    R: Row,
+    &'static str: ColumnIndex<R>,
+    i64: Decode<'r, R::Database> + Type<R::Database>,
+    String: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let version = column::<R, i64>(row, "history_version")?
+        .map_err(|problem| {
+            tracing::warn!(session = %session_key, %problem,
+                "the session's history_version does not decode; its history is read afresh each turn");
+        })
+        .ok();
+    let summary = match column::<R, Option<String>>(row, "summary")? {
+        Ok(summary) => summary,
+        Err(problem) => {
+            tracing::warn!(session = %session_key, %problem,
+                "the session's summary does not decode; the turn goes on without it");
+            None
+        }
+    };
+    let Some(summary) = summary else { return Ok(Head { version, summary: None }) };
+    // The count only tells how many compactions made the summary: at least one did.
+    let count = column::<R, i64>(row, "compaction_count")?
+        .and_then(|count| u32::try_from(count).map_err(|_| format!("{count} is out of range")))
+        .unwrap_or_else(|problem| {
+            tracing::warn!(session = %session_key, %problem,
+                "the session's compaction_count does not decode; counting its summary as one compaction");
+            1
+        });
+    Ok(Head { version, summary: Some((summary, count)) })
+}
+
+/// [`SessionPrefs`] from a row of `queue_mode`, `model` and `show_progress`: a setting that
+/// does not decode is the default, the others stay as chosen.
+pub(super) fn prefs<'r, R>(session_key: &str, row: &'r R) -> Result<SessionPrefs, StoreError>
+where
+    R: Row,
+    &'static str: ColumnIndex<R>,
+    bool: Decode<'r, R::Database> + Type<R::Database>,
+    String: Decode<'r, R::Database> + Type<R::Database>,
+{
+    Ok(SessionPrefs {
+        queue_mode: setting(session_key, "queue_mode", column(row, "queue_mode")?),
+        model: setting(session_key, "model", column(row, "model")?),
+        verbose: setting(session_key, "show_progress", column(row, "show_progress")?),
+    })
+}
+
+/// A setting's value, or its default with a warning when it does not decode.
+pub(super) fn setting<T: Default>(session_key: &str, name: &str, value: Result<T, String>) -> T {
+    value.unwrap_or_else(|problem| {
+        tracing::warn!(session = %session_key, setting = name, %problem,
+            "a session setting does not decode; using its default");
+        T::default()
+    })
+}

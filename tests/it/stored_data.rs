@@ -1,0 +1,78 @@
+//! What a store reads of a session when part of what it stored does not decode: that part is
+//! left out (the rest is read), and only that: a store that cannot be reached still fails.
+
+use std::sync::Arc;
+
+use switchboard::provider::ChatMessage;
+use switchboard::store::{RunClaim, RunOutcome, RunStatus, Store, StoreError};
+use switchboard_channels::contract::Usage;
+
+use crate::stores::on_both_stores;
+
+const SESSION: &str = "api:c";
+
+/// A finished turn: `question` and its answer in the transcript.
+async fn turn(store: &dyn Store, inbound_id: &str, question: &str) {
+    let RunClaim::New { run_id } = store.claim_run(inbound_id, SESSION).await.unwrap() else { panic!("not new") };
+    let outcome = RunOutcome {
+        status: RunStatus::Completed,
+        transcript: vec![ChatMessage::user(question), ChatMessage::assistant(format!("re: {question}"), Vec::new())],
+        reply: None,
+        error: None,
+        usage: Usage::new(10, 5),
+        model: "m".into(),
+        cost_usd: None,
+        iterations: 1,
+        context_tokens: 0,
+        billing: None,
+        memory_scope: None,
+    };
+    store.finish_run(&run_id, &outcome).await.unwrap();
+}
+
+fn texts(history: &[ChatMessage]) -> Vec<&str> {
+    history.iter().map(|message| message.content.as_str()).collect()
+}
+
+on_both_stores! {
+    async fn a_transcript_row_that_does_not_decode_is_left_out_of_the_history(fresh) {
+        let store = Arc::clone(&fresh.store);
+        turn(&*store, "in-1", "one").await;
+        turn(&*store, "in-2", "two").await;
+        let broken = fresh
+            .execute("UPDATE transcript SET message_json = '{\"role\": 7}' WHERE message_json LIKE '%re: one%'")
+            .await;
+        assert_eq!(broken, 1);
+
+        // Another handle: nothing of the session in its memory.
+        let other = fresh.another().await;
+        let conversation = other.conversation(SESSION, 50).await.unwrap();
+        assert_eq!(texts(&conversation.history), ["one", "two", "re: two"]);
+        let rows = other.history_rows(SESSION, 50).await.unwrap();
+        assert_eq!(rows.len(), 3);
+        // A turn after it reads the same, plus its own rows.
+        turn(&*other, "in-3", "three").await;
+        let conversation = other.conversation(SESSION, 50).await.unwrap();
+        assert_eq!(texts(&conversation.history), ["one", "two", "re: two", "three", "re: three"]);
+    }
+
+    async fn a_summary_count_out_of_range_keeps_the_summary(fresh) {
+        let store = Arc::clone(&fresh.store);
+        turn(&*store, "in-1", "one").await;
+        fresh.execute("UPDATE sessions SET summary = 'tea', compaction_count = -1").await;
+        let other = fresh.another().await;
+        let conversation = other.conversation(SESSION, 50).await.unwrap();
+        assert_eq!(conversation.summary, Some(("tea".to_owned(), 1)));
+        assert_eq!(texts(&conversation.history), ["one", "re: one"]);
+        assert_eq!(other.session_info(SESSION).await.unwrap().compactions, 0);
+    }
+
+    async fn a_store_that_cannot_be_reached_still_fails(fresh) {
+        let store = Arc::clone(&fresh.store);
+        turn(&*store, "in-1", "one").await;
+        store.close().await;
+        let err = store.conversation(SESSION, 50).await.unwrap_err();
+        assert!(matches!(err, StoreError::Database(_)), "{err:?}");
+        assert!(store.session_prefs(SESSION).await.is_err());
+    }
+}
