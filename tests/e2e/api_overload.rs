@@ -186,19 +186,29 @@ async fn stalled_bodies_are_answered_408_and_do_not_lock_clients_out() {
 
 /// A declared 10 MB body of which 10 bytes come: 408 when the body timeout passes.
 #[tokio::test]
-async fn a_declared_body_that_never_comes_is_answered_408() {
+async fn a_declared_body_over_the_limit_is_413_at_once_and_one_that_never_comes_408() {
     let llm = FakeLlm::start().await;
     let dir = tempfile::tempdir().unwrap();
     let env =
         [("SWITCHBOARD_CHANNELS__API__BODY_TIMEOUT_SECS", "2"), ("SWITCHBOARD_CHANNELS__API__IDLE_TIMEOUT_SECS", "60")];
     let mut daemon = daemon_env(dir.path(), &llm, &env).spawn();
     daemon.wait_healthy().await;
+    // Over the body limit (64 KiB): refused before any of it is read.
     let mut socket = TcpStream::connect(addr(&daemon)).await.unwrap();
     let started = Instant::now();
     socket.write_all(&stalled_request(10 * 1024 * 1024)).await.unwrap();
     let answer = until_closed(&mut socket, Duration::from_secs(10)).await.expect("the connection stayed open");
     let took = started.elapsed();
     eprintln!("a declared 10 MB body with 10 bytes sent: answered after {took:?}");
+    assert!(answer.starts_with("HTTP/1.1 413") && answer.contains("body_too_large"), "{answer:?}");
+    assert!(took < Duration::from_secs(1), "answered after {took:?}");
+    // Within the limit, but never all sent: 408 at the body timeout.
+    let mut socket = TcpStream::connect(addr(&daemon)).await.unwrap();
+    let started = Instant::now();
+    socket.write_all(&stalled_request(60_000)).await.unwrap();
+    let answer = until_closed(&mut socket, Duration::from_secs(10)).await.expect("the connection stayed open");
+    let took = started.elapsed();
+    eprintln!("a declared 60 kB body with 10 bytes sent: answered after {took:?}");
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer:?}");
     assert!(took >= Duration::from_millis(1900) && took <= Duration::from_secs(4), "answered after {took:?}");
     assert_eq!(llm.requests().len(), 0);

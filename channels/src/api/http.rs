@@ -4,9 +4,11 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
+use axum::extract::Request;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Extension, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, delete, get, post};
 use serde::Deserialize;
@@ -55,8 +57,25 @@ pub(super) fn router(state: Arc<AppState>) -> Router {
         .route_layer(axum::middleware::from_fn_with_state(Arc::clone(&state), guard::authenticate));
     add(Router::new().merge(guarded), open_routes())
         .fallback(|| async { error(StatusCode::NOT_FOUND, "not_found", "no such route") })
+        .layer(axum::middleware::from_fn(move |request: Request, next: Next| {
+            refuse_declared_too_large(limit, request, next)
+        }))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
+}
+
+/// A body whose declared length is over the limit is answered 413 before any of it is read:
+/// waiting for it would only hold the connection until the body timeout.
+async fn refuse_declared_too_large(limit: usize, request: Request, next: Next) -> Response {
+    let declared = request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    match declared {
+        Some(length) if length > limit as u64 => error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            &format!("the body is {length} bytes, over this API's limit of {limit} (channels.api.max_body_bytes)"),
+        ),
+        _ => next.run(request).await,
+    }
 }
 
 /// The body of `POST /v1/messages`.
