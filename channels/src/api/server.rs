@@ -4,7 +4,7 @@
 
 use std::io;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::Request;
@@ -53,6 +53,7 @@ pub(super) async fn serve(
 ) -> io::Result<()> {
     let mut tasks = JoinSet::new();
     let refusals = Refusals::new(limits.max_refusing);
+    let mut refused_report = RefusedReport::default();
     loop {
         let accepted = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -88,10 +89,7 @@ pub(super) async fn serve(
                 });
             }
             Admission::Refused => {
-                tracing::warn!(
-                    max = limits.max_connections,
-                    "API connection limit reached; new connection refused (503)"
-                );
+                refused_report.note(limits.max_connections);
                 refusals.refuse(stream);
             }
         }
@@ -99,6 +97,27 @@ pub(super) async fn serve(
     drop(listener);
     while tasks.join_next().await.is_some() {}
     Ok(())
+}
+
+/// The log of connections refused at the limit: one line at once, then one a minute at most
+/// with the count since, so a flood does not flood the log too.
+#[derive(Default)]
+struct RefusedReport {
+    last: Option<Instant>,
+    since: u64,
+}
+
+impl RefusedReport {
+    const EVERY: Duration = Duration::from_secs(60);
+
+    fn note(&mut self, max: usize) {
+        self.since += 1;
+        if self.last.is_some_and(|last| last.elapsed() < Self::EVERY) {
+            return;
+        }
+        tracing::warn!(max, refused = self.since, "API connection limit reached; new connections refused (503)");
+        (self.last, self.since) = (Some(Instant::now()), 0);
+    }
 }
 
 async fn serve_connection(
