@@ -67,6 +67,17 @@ on_both_stores! {
         assert_eq!(other.session_info(SESSION).await.unwrap().compactions, 0);
     }
 
+    async fn a_finished_runs_reply_that_does_not_decode_settles_its_redelivery(fresh) {
+        let store = Arc::clone(&fresh.store);
+        turn(&*store, "in-1", "one").await;
+        assert_eq!(fresh.execute("UPDATE runs SET reply_json = 'not a reply', reply_delivered = false").await, 1);
+        // The message comes again (its ack was lost): finished, nothing left to deliver, where
+        // an error would give it back to the bus until it aged out.
+        let other = fresh.another().await;
+        let claim = other.claim_run("in-1", SESSION).await.unwrap();
+        assert!(matches!(claim, RunClaim::Finished { reply: None, .. }), "{claim:?}");
+    }
+
     async fn a_store_that_cannot_be_reached_still_fails(fresh) {
         let store = Arc::clone(&fresh.store);
         turn(&*store, "in-1", "one").await;

@@ -123,3 +123,15 @@ pub(super) fn setting<T: Default>(session_key: &str, name: &str, value: Result<T
         T::default()
     })
 }
+
+/// The stored reply of a finished run, for its redelivery; `None` with a warning when it does
+/// not decode: the message is settled without it rather than retried until it ages out.
+pub(super) fn reply(run_id: &str, json: &str) -> Option<switchboard_channels::contract::OutboundMessage> {
+    match crate::store::values::decode_reply(run_id, json) {
+        Ok(reply) => Some(reply),
+        Err(problem) => {
+            tracing::warn!(run = %run_id, %problem, "the stored reply of a finished run does not decode; it is not delivered again");
+            None
+        }
+    }
+}

@@ -13,7 +13,7 @@ use uuid::Uuid;
 use super::lenient;
 use crate::provider::ChatMessage;
 use crate::store::finishing::{self, Finished};
-use crate::store::values::{decode_reply, now_millis, run_record, sql_limit, to_i64, to_u32, to_u64};
+use crate::store::values::{now_millis, run_record, sql_limit, to_i64, to_u32, to_u64};
 use crate::store::{
     BusWrites, Conversation, LastTurn, RunClaim, RunKind, RunOutcome, RunRecord, RunStatus, SessionInfo, SessionPrefs,
     SideRun, Store, StoreError,
@@ -118,7 +118,7 @@ macro_rules! run_store {
                 let Some((run_id, reply_json, delivered)) = finished else {
                     return Err(StoreError::Corrupt(format!("inbound id {inbound_id} conflicts but has no run")));
                 };
-                let reply = reply_json.as_deref().map(|json| decode_reply(&run_id, json)).transpose()?;
+                let reply = reply_json.as_deref().and_then(|json| super::lenient::reply(&run_id, json));
                 Ok(RunClaim::Finished { run_id, reply, delivered })
             }
 
