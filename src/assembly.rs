@@ -8,6 +8,7 @@
 mod agents;
 pub mod channel_settings;
 mod channels;
+mod descriptors;
 mod providers;
 pub mod settings;
 pub mod shared_dirs;

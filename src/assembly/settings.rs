@@ -188,7 +188,7 @@ pub fn api(config: &Config) -> ApiSettings {
             body_timeout: api.body_timeout(),
             idle_timeout: api.idle_timeout(),
             max_connections: api.max_connections,
-            max_refusing: super::channels::refusal_budget(api.max_connections),
+            max_refusing: super::descriptors::refusal_budget(api.max_connections),
             max_header_bytes: api.max_header_bytes,
         },
         replay: ReplayCache { ttl: api.idempotency_ttl(), max_entries: api.idempotency_max_entries },
