@@ -3,6 +3,7 @@
 //! exit status 1). Usage errors are clap's (exit status 2).
 
 mod api_token;
+mod approvals;
 mod cron;
 mod init;
 mod mcp;
@@ -13,6 +14,7 @@ mod users;
 
 use std::path::PathBuf;
 
+pub use approvals::ApprovalsCommand;
 use clap::{Args, Parser, Subcommand};
 pub use cron::CronCommand;
 pub use mcp::McpCommand;
@@ -91,6 +93,11 @@ enum Command {
     Pairing {
         #[command(subcommand)]
         command: PairingCommand,
+    },
+    /// Tool calls waiting for an approver ([approvals]): list, allow, deny
+    Approvals {
+        #[command(subcommand)]
+        command: ApprovalsCommand,
     },
     /// Scheduled jobs: list, add, remove, pause, resume, run now, history
     Cron {
@@ -225,6 +232,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             Command::Runs { limit } => runs::print(&config, limit).await,
             Command::Users { command } => users::run(&config, command).await,
             Command::Pairing { command } => pairing::run(&config, command).await,
+            Command::Approvals { command } => approvals::run(&config, command).await,
             Command::Cron { command } => cron::run(&config, command).await,
             Command::Mcp { command } => mcp::run(&config, command).await,
             Command::Doctor { .. } => doctor(&config).await,

@@ -14,6 +14,7 @@ mod active_hours;
 mod agents;
 pub mod allow_list;
 pub mod api;
+mod approvals;
 mod context;
 mod cron;
 mod discord;
@@ -51,6 +52,7 @@ pub use active_hours::ActiveHours;
 pub use agents::{BindingConfig, MAIN_AGENT, NamedAgentConfig, agent_session_key, base_session_key};
 pub use allow_list::AllowList;
 pub use api::{ApiChannelConfig, ApiTokenConfig, ApiWebhookConfig};
+pub use approvals::ApprovalsConfig;
 pub use context::{CompactionConfig, DEFAULT_OUTPUT_RESERVE, HistoryConfig, output_reserve};
 pub use cron::CronConfig;
 pub use discord::DiscordChannelConfig;
@@ -132,6 +134,8 @@ pub struct Config {
     pub transcription: TranscriptionConfig,
     /// The files of the agents' workspaces that only an admin or the owner may change.
     pub workspace: WorkspaceConfig,
+    /// Tools whose calls wait for an approver.
+    pub approvals: ApprovalsConfig,
 }
 
 impl Default for Config {
@@ -166,6 +170,7 @@ impl Default for Config {
             metrics: MetricsConfig::default(),
             transcription: TranscriptionConfig::default(),
             workspace: WorkspaceConfig::default(),
+            approvals: ApprovalsConfig::default(),
             skills: SkillsConfig::default(),
             mcp: McpConfig::default(),
         }

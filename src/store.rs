@@ -5,6 +5,7 @@
 //! the shared one (one database for every process on every host), chosen by [`open`]. The `runs` table has a unique inbound id, so a
 //! redelivered message never produces a second run or reply.
 
+pub mod approvals;
 pub mod cron;
 mod finishing;
 pub mod heartbeat;
@@ -270,7 +271,9 @@ pub struct RunRecord {
 
 /// Users live in the same database as runs, so a run's usage is recorded with its outcome.
 #[async_trait]
-pub trait Store: UserStore + CronStore + HeartbeatStore + SubagentStore + Send + Sync {
+pub trait Store:
+    UserStore + CronStore + HeartbeatStore + SubagentStore + approvals::ApprovalStore + Send + Sync
+{
     /// Records that `inbound_id` is being worked on in `session_key`, or reports what was
     /// already done for it. Atomic: two workers claiming one inbound id get one `New`.
     async fn claim_run(&self, inbound_id: &str, session_key: &str) -> Result<RunClaim, StoreError>;

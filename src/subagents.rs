@@ -133,6 +133,8 @@ pub struct SpawnRequest {
     pub memory: MemoryScope,
     /// Whether the spawning run could change the protected files; the sub-agent can no more.
     pub persona: PersonaAccess,
+    /// The spawning run's level, for the sub-agent's approvals.
+    pub level: crate::config::Level,
 }
 
 /// A sub-agent this process runs, as `/stop` needs to find it.
@@ -242,7 +244,13 @@ impl SubagentManager {
         self.lock_live()
             .insert(id.clone(), Live { parent_session: new.parent_session.clone(), cancel: cancel.clone() });
         let tools = run::subagent_tools(&agent, &request.tools);
-        let job = run::Job { record: new, tools, memory: request.memory.clone(), persona: request.persona.clone() };
+        let job = run::Job {
+            record: new,
+            tools,
+            memory: request.memory.clone(),
+            persona: request.persona.clone(),
+            level: request.level,
+        };
         let mut tasks = self.tasks.lock().await;
         while tasks.try_join_next().is_some() {}
         let span = tracing::info_span!("subagent", subagent = %id, parent = %request.parent_session);

@@ -14,6 +14,7 @@ use crate::store::cron::CronStore;
 use crate::store::memory_index::MemoryIndex;
 use crate::subagents::SubagentManager;
 use crate::subagents::tool::SpawnTool;
+use crate::tools::approval::{ApprovalGate, ApprovalSettings};
 use crate::tools::mcp::{McpCall, McpToolSearch};
 use crate::tools::memory::{EmbeddingSettings, MemorySearcher, MemorySettings};
 use crate::tools::skills::{SkillGet, SkillSearch};
@@ -113,6 +114,10 @@ impl Assembly {
         }
         if let Some(allowed) = config.agents.get(name).map(|o| &o.tools).filter(|tools| !tools.is_empty()) {
             tools.retain(allowed);
+        }
+        if !config.approvals.tools.is_empty() {
+            let settings = ApprovalSettings::from(&config.approvals);
+            tools.set_approvals(Arc::new(ApprovalGate::new(Arc::clone(store), Arc::clone(bus), settings)));
         }
         Ok(tools)
     }

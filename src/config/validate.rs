@@ -112,6 +112,9 @@ pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigE
     if let Some((key, reason)) = super::transcription::problem(config) {
         return Err(fail(key, reason));
     }
+    if let Some((key, reason)) = super::approvals::problem(&config.approvals) {
+        return Err(fail(key, reason));
+    }
     if let Some(reason) = super::workspace::protected_problem(&config.workspace.protected) {
         return Err(fail("workspace.protected", reason));
     }

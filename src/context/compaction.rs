@@ -465,7 +465,8 @@ fn flush_context(agent: &Agent, session_key: &str, msg: &InboundMessage, memory:
         true => (Reach::Workspace, PersonaAccess::Editable),
         false => (Reach::OwnFile, PersonaAccess::ReadOnly(Arc::clone(&agent.settings().protected))),
     };
-    ToolContext { memory_reach, persona, ..ctx }
+    // switchboard's own work on the scope's memory: never waits for an approver.
+    ToolContext { memory_reach, persona, level: crate::config::Level::Owner, ..ctx }
 }
 
 /// The flush's events go nowhere: nobody is waiting for this turn.

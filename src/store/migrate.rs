@@ -55,6 +55,7 @@ pub(crate) const SQLITE_MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../migrations/sqlite/0019_session_prefs.sql"),
     },
     Migration { version: 20, name: "prompt_cache", sql: include_str!("../../migrations/sqlite/0020_prompt_cache.sql") },
+    Migration { version: 21, name: "approvals", sql: include_str!("../../migrations/sqlite/0021_approvals.sql") },
 ];
 
 /// Brings the database up to the newest schema this build knows.

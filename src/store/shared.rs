@@ -3,6 +3,7 @@
 //! [`super::sqlite::SqliteStore`] and [`super::postgres::PostgresStore`].
 
 mod api;
+mod approvals;
 mod cron;
 mod deliveries;
 mod heartbeat;

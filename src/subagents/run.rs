@@ -27,6 +27,8 @@ pub(super) struct Job {
     pub memory: MemoryScope,
     /// Whether the spawning run could change the protected files.
     pub persona: PersonaAccess,
+    /// The spawning run's level: its approvals are asked as the parent's would be.
+    pub level: crate::config::Level,
 }
 
 /// How the task ended.
@@ -253,6 +255,8 @@ fn tool_context(agent: &Agent, job: &Job) -> ToolContext {
         memory: job.memory.clone(),
         memory_reach: Reach::Workspace,
         persona: job.persona.clone(),
+        level: job.level,
+        clock: Default::default(),
     }
 }
 

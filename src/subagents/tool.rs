@@ -71,6 +71,7 @@ impl Tool for SpawnTool {
             tools: ctx.tools.clone(),
             memory: ctx.memory.clone(),
             persona: ctx.persona.clone(),
+            level: ctx.level,
         };
         let id = self.manager.spawn(request).await.map_err(spawn_error)?;
         let name = if label.is_empty() { String::new() } else { format!(" ({label})") };

@@ -27,6 +27,28 @@ pub(super) fn stopped(shared: &Shared, msg: &InboundMessage, run_id: &str, sessi
     ended_early(shared, msg, run_id, session_key, "stopped".into(), notice)
 }
 
+/// A run taken up again after a restart while one of its calls waited for an approver: the
+/// request is closed as expired and the person told to ask again, rather than the model asked
+/// a second time behind the owner's back. `None` when the run waited for nobody.
+pub(super) async fn approval_gone(
+    shared: &Shared,
+    msg: &InboundMessage,
+    run_id: &str,
+    session_key: &str,
+) -> Result<Option<RunOutcome>, crate::store::StoreError> {
+    let reason = crate::store::approvals::RESTART_REASON;
+    let closed = crate::store::approvals::ApprovalStore::close_run_approvals(&*shared.store, run_id, reason).await?;
+    let Some(approval) = closed else { return Ok(None) };
+    tracing::info!(%run_id, code = %approval.code, "a run that waited for an approver ended with a restart");
+    let notice = format!(
+        "While this waited for the owner's approval ({}), switchboard restarted, so the request expired. \
+         Please ask again.",
+        approval.request.tool
+    );
+    let error = format!("approval {} expired: {reason}", approval.code);
+    Ok(Some(ended_early(shared, msg, run_id, session_key, error, Some(notice))))
+}
+
 /// What a waiting client hears when its turn was stopped (`/stop`, or a newer message in
 /// `interrupt` mode).
 const STOPPED: &str = "Stopped before answering: /stop, or a newer message in this chat (interrupt mode).";

@@ -25,6 +25,7 @@ use crate::agent::{EventSink, SteerReceiver};
 use crate::context::compaction;
 use crate::store::users::Billing;
 use crate::store::{BusWrites, RunClaim, RunOutcome, RunStatus};
+use crate::tools::run_clock::RunClock;
 
 /// How long to wait before a message is tried again after the store or bus failed.
 const RETRY_DELAY: Duration = Duration::from_secs(5);
@@ -211,6 +212,10 @@ async fn process_inner(
         RunClaim::Resumed { run_id, attempt } => {
             tracing::info!(%run_id, attempt, "resuming a run whose worker stopped before finishing");
             meters().redelivered(FlowLabel::inbound);
+            if let Some(outcome) = abort::approval_gone(shared, msg, &run_id, session_key).await.map_err(transient)? {
+                let journaled = finish(shared, msg, &run_id, &outcome, answered_row).await?;
+                return Ok(Done { journaled, ..Done::default() });
+            }
             run_id
         }
     };
@@ -222,14 +227,16 @@ async fn process_inner(
     let msg = msg.as_ref();
     // Dropping the turn's future on cancel stops its model call and tools at once; `biased`
     // so a run stopped before it started never calls the model.
+    // Stands still while a call waits for an approver: that wait is not the run's.
+    let clock = RunClock::default();
     let (outcome, compaction_due) = tokio::select! {
         biased;
         _ = shared.abandon.cancelled() => return Err(Giveback::Stopping),
         _ = cancel.cancelled() => (abort::stopped(shared, msg, &run_id, session_key), false),
-        () = tokio::time::sleep(shared.settings.run_timeout) => {
+        () = clock.expired(tokio::time::Instant::now(), shared.settings.run_timeout) => {
             (abort::timed_out(shared, msg, &run_id, session_key, shared.settings.run_timeout), false)
         }
-        ran = run_turn(shared, route, msg, &run_id, access, Turning { steer, choices }) => ran?,
+        ran = run_turn(shared, route, msg, &run_id, access, Turning { steer, choices, clock: clock.clone() }) => ran?,
     };
     tracing::Span::current().record("status", outcome.status.as_str());
     let journaled = finish(shared, msg, &run_id, &outcome, answered_row).await?;
@@ -323,6 +330,7 @@ async fn deliver(shared: &Shared, run_id: &str, reply: &OutboundMessage) -> Resu
 struct Turning<'a> {
     steer: &'a mut SteerReceiver,
     choices: Choices,
+    clock: RunClock,
 }
 
 async fn run_turn(
@@ -333,7 +341,7 @@ async fn run_turn(
     access: Access,
     turning: Turning<'_>,
 ) -> Result<(RunOutcome, bool), Giveback> {
-    let Turning { steer, choices } = turning;
+    let Turning { steer, choices, clock } = turning;
     let (agent, session_key) = (&route.agent, route.key.as_str());
     if let Some(outcome) = super::cron_hooks::reminder(msg, run_id, session_key) {
         // Live views see a reminder like any run, without a model.
@@ -357,7 +365,7 @@ async fn run_turn(
     // The level `access::admit` found for the person the message acts for: no second lookup.
     let memory = super::memory::scope(shared, agent, msg, Some(level)).await.map_err(transient)?;
     let memory_scope = memory.label(&agent.settings().name);
-    let plan = TurnPlan { agent, msg, run_id, session_key, tools, level, input, memory, model: choices.model };
+    let plan = TurnPlan { agent, msg, run_id, session_key, tools, level, clock, input, memory, model: choices.model };
     let ran = super::turn::run_agent(shared, &plan, &events, steer).await.map_err(transient)?;
     let mut result = ran.result;
     let ack_limit = hygiene::heartbeat_ack_limit(shared, &agent.settings().name, msg);

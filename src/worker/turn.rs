@@ -12,6 +12,7 @@ use crate::config::Level;
 use crate::context::compaction::HistoryShape;
 use crate::provider::ChatMessage;
 use crate::store::StoreError;
+use crate::tools::run_clock::RunClock;
 use crate::tools::{PersonaAccess, ToolContext, ToolFilter};
 use crate::workspace::memory::MemoryScope;
 
@@ -23,8 +24,11 @@ pub(super) struct TurnPlan<'a> {
     pub session_key: &'a str,
     /// The tools the sender may use.
     pub tools: ToolFilter,
-    /// The level the turn runs at (a group's raises it): whether it may change the persona.
+    /// The level the turn runs at (a group's raises it): whether it may change the persona,
+    /// whether its calls need an approver.
     pub level: Level,
+    /// Its time limit, held still while a call waits for an approver.
+    pub clock: RunClock,
     pub input: ChatMessage,
     /// Whose memory the turn reads and writes (decided by the worker, see docs/memory.md).
     pub memory: MemoryScope,
@@ -70,7 +74,8 @@ fn tool_context(plan: &TurnPlan<'_>) -> ToolContext {
     let memory = plan.memory.clone();
     let ctx =
         ToolContext::for_message(&settings.name, &settings.workspace, plan.session_key, plan.msg, plan.run_id, memory);
-    ToolContext { persona: PersonaAccess::for_level(plan.level, &settings.protected), ..ctx }
+    let persona = PersonaAccess::for_level(plan.level, &settings.protected);
+    ToolContext { persona, level: plan.level, clock: plan.clock.clone(), ..ctx }
 }
 
 async fn attempt(

@@ -12,6 +12,7 @@ mod api_openai;
 mod api_overload;
 mod api_retries;
 mod api_sessions;
+mod approvals;
 mod bad_input;
 mod chaos;
 mod cron;

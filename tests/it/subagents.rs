@@ -141,6 +141,7 @@ async fn usage_and_cost(kind: BusKind) {
         tools: Default::default(),
         memory: Default::default(),
         persona: Default::default(),
+        level: Default::default(),
     };
     let id = rig.manager().spawn(request).await.unwrap();
 

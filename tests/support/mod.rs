@@ -224,6 +224,13 @@ impl Daemon {
     }
 
     /// Posts a message and returns (status, JSON body).
+    /// GETs `path` (no token) and returns the status and JSON body.
+    pub async fn get_json(&self, path: &str) -> (u16, Value) {
+        let response = reqwest::Client::new().get(self.url(path)).send().await.unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
     pub async fn post(&self, body: Value) -> (u16, Value) {
         self.post_with(body, None).await
     }

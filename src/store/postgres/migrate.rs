@@ -29,6 +29,7 @@ pub(crate) const POSTGRES_MIGRATIONS: &[Migration] = &[
         name: "prompt_cache",
         sql: include_str!("../../../migrations/postgres/0006_prompt_cache.sql"),
     },
+    Migration { version: 7, name: "approvals", sql: include_str!("../../../migrations/postgres/0007_approvals.sql") },
 ];
 
 /// The advisory lock migrations hold ("sb" "mg" in ASCII); any fixed number would do.

@@ -1,0 +1,297 @@
+//! `[approvals]`: a call of a listed tool, caused by someone who is not an approver, waits for
+//! an approver's decision before it runs. The request is stored (so the CLI, and any process
+//! of the deployment, can decide it), the person's chat is told that the answer waits for the
+//! owner, and the approvers' direct chats get the request. The run's time limit stands still
+//! meanwhile ([`RunClock`]); `/stop` drops the wait and closes the request as cancelled; a
+//! restart closes it as expired (the worker tells the person). See docs/security.md.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use switchboard_channels::Bus;
+use switchboard_channels::BusExt as _;
+use switchboard_channels::contract::{OutboundKind, OutboundMessage};
+
+use super::ToolContext;
+use crate::config::{ApprovalsConfig, Identity, Level};
+use crate::store::Database;
+use crate::store::approvals::{Approval, ApprovalStatus, NewApproval};
+
+/// How often a waiting call looks for a decision (made by any process, the CLI included).
+const POLL: Duration = Duration::from_millis(250);
+
+/// Longest argument text shown to an approver.
+const MAX_SHOWN_ARGUMENTS: usize = 600;
+
+/// What the gate found for one call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Gate {
+    Run,
+    /// Not run; the tool result to give the model.
+    Declined(String),
+}
+
+/// Who must ask, for which tools, and how long a request waits.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ApprovalSettings {
+    pub tools: BTreeSet<String>,
+    /// Empty: everyone at owner level decides.
+    pub approvers: Vec<Identity>,
+    pub timeout: Duration,
+}
+
+impl From<&ApprovalsConfig> for ApprovalSettings {
+    fn from(config: &ApprovalsConfig) -> Self {
+        Self {
+            tools: config.tools.iter().cloned().collect(),
+            approvers: config.approvers.iter().filter_map(|approver| approver.parse().ok()).collect(),
+            timeout: config.timeout(),
+        }
+    }
+}
+
+pub struct ApprovalGate {
+    store: Arc<dyn Database>,
+    bus: Arc<dyn Bus>,
+    settings: ApprovalSettings,
+}
+
+impl ApprovalGate {
+    pub fn new(store: Arc<dyn Database>, bus: Arc<dyn Bus>, settings: ApprovalSettings) -> Self {
+        Self { store, bus, settings }
+    }
+
+    /// Whether the person a run acts for decides approvals themselves.
+    fn is_approver(&self, ctx: &ToolContext) -> bool {
+        if self.settings.approvers.is_empty() {
+            return ctx.level == Level::Owner;
+        }
+        let acting = ctx.on_behalf_of.as_deref().and_then(|id| id.parse::<Identity>().ok());
+        acting.is_some_and(|identity| self.settings.approvers.contains(&identity))
+    }
+
+    /// Runs the call at once, or waits for an approver; store failures decline it (a call that
+    /// needs a yes never runs without one).
+    pub async fn check(&self, tool: &str, arguments: &Value, ctx: &ToolContext) -> Gate {
+        if !self.settings.tools.contains(tool) || self.is_approver(ctx) {
+            return Gate::Run;
+        }
+        match self.store.chat_grant(&ctx.session_key, tool).await {
+            Ok(true) => return Gate::Run,
+            Ok(false) => {}
+            Err(err) => return Gate::Declined(format!("the approval of {tool} could not be asked for: {err}")),
+        }
+        let request = NewApproval {
+            run_id: ctx.run_id.clone(),
+            session_key: ctx.session_key.clone(),
+            channel: ctx.channel.clone(),
+            chat_id: ctx.chat_id.clone(),
+            tool: tool.to_owned(),
+            arguments: shown_arguments(arguments),
+            requested_by: ctx.on_behalf_of.clone().unwrap_or_default(),
+        };
+        let timeout_ms = i64::try_from(self.settings.timeout.as_millis()).unwrap_or(i64::MAX);
+        let approval = match self.store.request_approval(&request, timeout_ms).await {
+            Ok(approval) => approval,
+            Err(err) => return Gate::Declined(format!("the approval of {tool} could not be asked for: {err}")),
+        };
+        tracing::info!(code = %approval.code, %tool, session = %ctx.session_key, "a tool call waits for an approver");
+        self.announce(&approval, ctx).await;
+        let _still = ctx.clock.pause();
+        let waiting = Waiting { store: Arc::clone(&self.store), code: Some(approval.code.clone()) };
+        waiting.outcome(&approval).await
+    }
+
+    /// Tells the person's chat that the answer waits, and the approvers what is asked.
+    async fn announce(&self, approval: &Approval, ctx: &ToolContext) {
+        let minutes = self.settings.timeout.as_secs().div_ceil(60);
+        let waits = format!(
+            "This needs the owner's approval first ({}); I will go on once they answer (within {minutes} min).",
+            approval.request.tool
+        );
+        self.publish(ctx.channel.clone(), ctx.chat_id.clone(), ctx.thread_id.clone(), &approval.code, "waits", waits)
+            .await;
+        let chats = match self.store.owner_chats(&ctx.agent).await {
+            Ok(chats) => chats,
+            Err(err) => {
+                return tracing::warn!(%err, "cannot find the approvers' chats; decide with `switchboard approvals`");
+            }
+        };
+        let text = request_text(approval, ctx);
+        for chat in chats.iter().filter(|chat| self.approves(&chat.identity)) {
+            let place = &chat.chat;
+            let key = format!("to:{}", chat.identity);
+            self.publish(place.channel.clone(), place.chat_id.clone(), None, &approval.code, &key, text.clone()).await;
+        }
+    }
+
+    fn approves(&self, identity: &str) -> bool {
+        self.settings.approvers.is_empty() || identity.parse().is_ok_and(|id| self.settings.approvers.contains(&id))
+    }
+
+    async fn publish(
+        &self,
+        channel: String,
+        chat_id: String,
+        thread_id: Option<String>,
+        code: &str,
+        what: &str,
+        content: String,
+    ) {
+        let msg = OutboundMessage {
+            id: format!("approval:{code}:{what}"),
+            channel,
+            chat_id,
+            thread_id,
+            content,
+            kind: OutboundKind::Notice,
+            ..OutboundMessage::default()
+        };
+        if let Err(err) = self.bus.publish_outbound(&msg).await {
+            tracing::warn!(%err, code, "cannot send an approval message");
+        }
+    }
+}
+
+/// A request being waited for; dropped before a decision (the run was stopped), it is closed
+/// as cancelled.
+struct Waiting {
+    store: Arc<dyn Database>,
+    code: Option<String>,
+}
+
+impl Waiting {
+    async fn outcome(mut self, approval: &Approval) -> Gate {
+        let tool = &approval.request.tool;
+        loop {
+            tokio::time::sleep(POLL).await;
+            let Some(code) = self.code.clone() else { return Gate::Declined("the approval was lost".into()) };
+            let found = match self.store.approval(&code).await {
+                Ok(Some(found)) => found,
+                Ok(None) => return self.settled(Gate::Declined(format!("the approval of {tool} was lost"))),
+                Err(err) => {
+                    tracing::warn!(%err, %code, "cannot read an approval; trying again");
+                    continue;
+                }
+            };
+            match found.status {
+                ApprovalStatus::Allowed => return self.settled(Gate::Run),
+                ApprovalStatus::Pending if chrono::Utc::now() < found.expires_at => {}
+                ApprovalStatus::Pending => {
+                    let reason = "nobody decided in time";
+                    let _ = self.store.close_approval(&code, ApprovalStatus::Expired, reason).await;
+                    return self.settled(Gate::Declined(format!(
+                        "the owner did not answer in time, so {tool} did not run; tell the person it needs the \
+                         owner's approval and they can ask again"
+                    )));
+                }
+                status => {
+                    return self.settled(Gate::Declined(format!(
+                        "the owner {} this call, so {tool} did not run; tell the person and do not try to get \
+                         around it",
+                        if status == ApprovalStatus::Denied { "declined" } else { "could not approve" }
+                    )));
+                }
+            }
+        }
+    }
+
+    fn settled(&mut self, gate: Gate) -> Gate {
+        self.code = None;
+        gate
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let Some(code) = self.code.take() else { return };
+        let store = Arc::clone(&self.store);
+        // Dropped inside the runtime (the run's future); the close must outlive it.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(err) = store.close_approval(&code, ApprovalStatus::Cancelled, "the run was stopped").await {
+                    tracing::warn!(%err, %code, "cannot close the approval of a stopped run");
+                }
+            });
+        }
+    }
+}
+
+/// What an approver reads.
+fn request_text(approval: &Approval, ctx: &ToolContext) -> String {
+    let request = &approval.request;
+    let who = if ctx.sender_name.is_empty() { request.requested_by.clone() } else { ctx.sender_name.clone() };
+    let place = if ctx.is_group { "in a group" } else { "in a direct chat" };
+    format!(
+        "Approval {code}: {who} ({by}) {place} ({channel}:{chat}) wants the agent to run {tool}:\n{args}\n\n\
+         Allow once: switchboard approvals allow {code}\nAllow in that chat: switchboard approvals allow {code} --chat\n\
+         Deny: switchboard approvals deny {code}",
+        code = approval.code,
+        by = request.requested_by,
+        channel = request.channel,
+        chat = request.chat_id,
+        tool = request.tool,
+        args = request.arguments,
+    )
+}
+
+/// The arguments as an approver sees them: secrets redacted, cut to a readable length.
+fn shown_arguments(arguments: &Value) -> String {
+    let text = redact_tokens(&redacted(arguments).to_string());
+    match text.char_indices().nth(MAX_SHOWN_ARGUMENTS) {
+        Some((cut, _)) => format!("{}… ({} characters in all)", &text[..cut], text.chars().count()),
+        None => text,
+    }
+}
+
+/// Object keys whose values are never shown.
+const SECRET_KEYS: [&str; 6] = ["token", "secret", "password", "passwd", "api_key", "authorization"];
+
+fn redacted(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(key, value)| {
+                    let lower = key.to_lowercase();
+                    let secret = SECRET_KEYS.iter().any(|name| lower.contains(name));
+                    (key.clone(), if secret { Value::String("[redacted]".into()) } else { redacted(value) })
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(redacted).collect()),
+        other => other.clone(),
+    }
+}
+
+/// Key-shaped strings in free text (a command line): `sk-…`, `ghp_…`, `xox…-`, bearer tokens.
+fn redact_tokens(text: &str) -> String {
+    static PATTERN: std::sync::OnceLock<Option<regex::Regex>> = std::sync::OnceLock::new();
+    let pattern = PATTERN.get_or_init(|| {
+        regex::Regex::new(r"(sk-[A-Za-z0-9_-]{12,}|gh[pousr]_[A-Za-z0-9]{12,}|xox[abpr]-[A-Za-z0-9-]{10,}|(?i:bearer)\s+[A-Za-z0-9._~+/=-]{12,})")
+            .ok()
+    });
+    match pattern {
+        Some(pattern) => pattern.replace_all(text, "[redacted]").into_owned(),
+        None => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_are_shown_without_secrets_and_cut() {
+        let arguments = serde_json::json!({
+            "command": "curl -H 'Authorization: Bearer abcdefghijklmnop123' https://x; echo sk-proj-Zq8wX3vB6nM1kL4p",
+            "api_key": "plain-secret",
+        });
+        let shown = shown_arguments(&arguments);
+        assert!(!shown.contains("abcdefghijklmnop123") && !shown.contains("Zq8wX3vB6nM1kL4p"), "{shown}");
+        assert!(!shown.contains("plain-secret") && shown.contains("curl"), "{shown}");
+        let long = shown_arguments(&serde_json::json!({"command": "x".repeat(5000)}));
+        assert!(long.chars().count() < 700 && long.ends_with("characters in all)"), "{long}");
+    }
+}

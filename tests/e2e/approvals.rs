@@ -1,0 +1,153 @@
+//! `[approvals]` through the real daemon: a guest's `exec` call waits for an approver, who
+//! decides from the shell (`switchboard approvals`); allowed, it runs; denied or unanswered,
+//! the model is told; `/stop` cancels the wait; a restart while waiting ends it as expired with
+//! the person answered. The run's own time limit stands still while it waits.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::support::{Daemon, Launch, run_to_exit};
+use serde_json::{Value, json};
+use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
+
+fn launch<'a>(dir: &'a Path, llm: &FakeLlm, name: &'a str) -> Launch<'a> {
+    Launch::new(dir, name, &["run"])
+        .llm(&llm.base_url())
+        .env("SWITCHBOARD_APPROVALS__TOOLS", r#"["exec"]"#)
+        .env("SWITCHBOARD_APPROVALS__TIMEOUT_SECS", "4")
+        // Shorter than the approval's wait: the wait must not count against it.
+        .env("SWITCHBOARD_AGENT__RUN_TIMEOUT_SECS", "3")
+        .env("SWITCHBOARD_PERMISSIONS__TOOLS__EXEC", "guest")
+        .env("SWITCHBOARD_TOOLS__EXEC__SANDBOX", "none")
+}
+
+/// The code of the newest pending approval, once there is one.
+async fn pending_code(dir: &Path) -> String {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (status, stderr, stdout) = run_to_exit(dir, &["approvals", "list"], &[]);
+        assert!(status.success(), "{stderr}");
+        if let Some(line) = stdout.lines().find(|line| line.contains(" pending ")) {
+            return line.split_whitespace().next().unwrap().to_owned();
+        }
+        assert!(Instant::now() < deadline, "no pending approval:\n{stdout}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn cli(dir: &Path, args: &[&str]) -> String {
+    let (status, stderr, stdout) = run_to_exit(dir, args, &[]);
+    assert!(status.success(), "{args:?}: {stderr}");
+    stdout
+}
+
+/// The result the model got for its exec call in its last request.
+fn exec_result(llm: &FakeLlm) -> String {
+    let requests = llm.requests();
+    let messages = requests.last().unwrap()["messages"].as_array().unwrap().clone();
+    let result = messages.iter().rev().find(|m| m["role"] == "tool").expect("no tool result");
+    result["content"].as_str().unwrap().to_owned()
+}
+
+fn script_exec(llm: &FakeLlm, command: &str) {
+    llm.push(Scripted::ToolCalls(vec![("exec".into(), json!({"command": command}))]));
+    llm.push(Scripted::Text("done".into()));
+}
+
+async fn ask(daemon: &Daemon, chat: &str) -> (u16, Value) {
+    daemon.post(json!({"chat_id": chat, "sender": "bob", "content": "please run it"})).await
+}
+
+#[tokio::test]
+async fn an_exec_call_waits_for_the_owner_and_runs_only_when_allowed() {
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = launch(dir.path(), &llm, "approvals").spawn();
+    daemon.wait_healthy().await;
+
+    // Allowed: it runs, though the wait outlasts the run's own 3 s limit.
+    script_exec(&llm, "echo ran-after-approval");
+    let asking = ask(&daemon, "a");
+    let deciding = async {
+        let code = pending_code(dir.path()).await;
+        tokio::time::sleep(Duration::from_millis(3500)).await;
+        cli(dir.path(), &["approvals", "allow", &code])
+    };
+    let ((status, body), decided) = tokio::join!(asking, deciding);
+    assert_eq!((status, body["reply"].as_str()), (200, Some("done")), "{body}\n{}", daemon.logs());
+    assert!(decided.contains("allowed exec in api:a"), "{decided}");
+    assert!(exec_result(&llm).contains("ran-after-approval"), "{}", exec_result(&llm));
+
+    // Denied: it does not run, and the model is told.
+    script_exec(&llm, "echo must-not-run");
+    let deciding = async {
+        let code = pending_code(dir.path()).await;
+        cli(dir.path(), &["approvals", "deny", &code])
+    };
+    let ((status, body), _) = tokio::join!(ask(&daemon, "b"), deciding);
+    assert_eq!(status, 200, "{body}");
+    let result = exec_result(&llm);
+    assert!(result.contains("the owner declined this call") && !result.contains("must-not-run"), "{result}");
+
+    // Unanswered: declined at the approval's timeout (4 s).
+    script_exec(&llm, "echo must-not-run");
+    let started = Instant::now();
+    let (status, body) = ask(&daemon, "c").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(exec_result(&llm).contains("did not answer in time"), "{}", exec_result(&llm));
+    assert!(started.elapsed() >= Duration::from_secs(4), "declined after {:?}", started.elapsed());
+
+    // Every decision is on record.
+    let all = cli(dir.path(), &["approvals", "list", "--all"]);
+    for status in ["allowed", "denied", "expired"] {
+        assert!(all.contains(&format!(" {status} ")), "{status}:\n{all}");
+    }
+    assert!(all.contains("by cli"), "{all}");
+    // The chat was told the answer waits for the owner.
+    let (_, messages) = daemon.get_json("/v1/sessions/api%3Aa/messages").await;
+    assert!(messages.to_string().contains("needs the owner's approval first (exec)"), "{messages}");
+}
+
+#[tokio::test]
+async fn stop_cancels_the_wait_and_a_restart_ends_it_as_expired() {
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = launch(dir.path(), &llm, "first").spawn();
+    daemon.wait_healthy().await;
+
+    // Only the call: the stopped run never asks the model again.
+    llm.push(Scripted::ToolCalls(vec![("exec".into(), json!({"command": "echo must-not-run"}))]));
+    let asking = ask(&daemon, "s");
+    let stopping = async {
+        pending_code(dir.path()).await;
+        daemon.post(json!({"chat_id": "s", "sender": "bob", "content": "/stop"})).await
+    };
+    let ((status, body), _) = tokio::join!(asking, stopping);
+    assert_eq!(status, 200, "{body}");
+    assert!(body["reply"].as_str().unwrap_or_default().starts_with("Stopped before answering"), "{body}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let all = cli(dir.path(), &["approvals", "list", "--all"]);
+    assert!(all.contains(" cancelled "), "{all}");
+
+    // A restart while waiting: the person is answered, the model not asked again.
+    llm.push(Scripted::ToolCalls(vec![("exec".into(), json!({"command": "echo must-not-run"}))]));
+    let asking = tokio::spawn({
+        let url = daemon.url("/v1/messages");
+        async move {
+            let body = json!({"chat_id": "r", "sender": "bob", "content": "please run it"});
+            let _ = reqwest::Client::new().post(url).json(&body).send().await;
+        }
+    });
+    pending_code(dir.path()).await;
+    let calls_before = llm.requests().len();
+    daemon.kill_hard();
+    asking.abort();
+    let mut second = launch(dir.path(), &llm, "second").spawn();
+    second.wait_healthy().await;
+    // The run ends with its notice to the person (kept for the API chat, whose client is gone).
+    second.wait_for_log("a run that waited for an approver ended with a restart").await;
+    second.wait_for_log("kept in the outbox").await;
+    assert!(second.logs().contains(":reply session_key=api:r"), "{}", second.logs());
+    assert_eq!(llm.requests().len(), calls_before, "the model was asked again");
+    assert!(cli(dir.path(), &["approvals", "list", "--all"]).contains(" expired "));
+}
