@@ -25,6 +25,7 @@
 //!   (MESSAGE_COMPONENT) for a button of a bot message, as serenity decodes it.
 //! - Interaction responses, with Discord's rules (see `interactions`): the initial
 //!   `POST /interactions/{id}/{token}/callback` (types 4, 5, 6, 7, 9) must come within 3 s
+//!   of the dispatch, even one queued while no session was live
 //!   ([`FakeDiscord::set_interaction_response_limit`]), else 404 `Unknown interaction` (10062),
 //!   and only once, else 400 40060 `Interaction has already been acknowledged.`; follow-ups
 //!   (`POST /webhooks/{application_id}/{token}`, `PATCH …/messages/@original`) then work for
@@ -124,7 +125,8 @@ impl Describe for Call {
     }
 }
 
-/// A message the bot created successfully.
+/// A message the bot created successfully: through `POST /channels/{id}/messages`, an
+/// interaction response of type 4, or an interaction follow-up.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SentMessage {
     /// The id the fake assigned (increasing from 9000).

@@ -20,7 +20,8 @@
 //! - [`FakeTelegram::press_button`] pushes a `callback_query` update for a button of a bot
 //!   message and returns the query id. Each query must be answered with `answerCallbackQuery`
 //!   once, within [`FakeTelegram::set_callback_answer_limit`] of the press (15 s by default,
-//!   about what Telegram allows); an unknown, already answered or late query gets 400
+//!   about what Telegram allows; the clock starts when the update is pushed, not when the bot
+//!   fetches it, as a real press is timed from the tap); an unknown, already answered or late query gets 400
 //!   `Bad Request: query is too old and response timeout expired or query ID is invalid`. That
 //!   is the real server's spelling; teloxide 0.17's `ApiError::InvalidQueryId` expects
 //!   "query id", so teloxide reports it as `ApiError::Unknown`.
@@ -295,7 +296,8 @@ impl FakeTelegram {
 
     /// Pushes `{"update_id": …, "callback_query": query}` (build it with
     /// [`updates::callback_query`]; an empty or missing `id` gets a fresh one) and starts the
-    /// query's answer clock. Returns the query id.
+    /// query's answer clock. Returns the query id. (A `callback_query` pushed with
+    /// [`FakeTelegram::push_update`] has no clock: answering it gets "query is too old".)
     pub fn push_callback_query(&self, mut query: Value) -> String {
         let id = {
             let mut state = self.shared.state();

@@ -3,6 +3,9 @@
 //! and a `custom_id` of 1–100 characters (styles 1–4) or a `url` (style 5); custom ids are
 //! unique within a message. A refusal is 400 `{"code": 50035, "message": "Invalid Form Body",
 //! "errors": {…}}` with the path to the bad field (`components.0.components.1.custom_id`).
+//! The path, status and 50035 are Discord's shape; the leaf codes (`BASE_TYPE_BAD_LENGTH`,
+//! `COMPONENT_CUSTOM_ID_DUPLICATED`, …) follow Discord's names as far as they are known, so
+//! tests should match on the path rather than on a leaf's message.
 
 use std::collections::HashSet;
 
