@@ -28,7 +28,8 @@
 //!   of the dispatch, even one queued while no session was live
 //!   ([`FakeDiscord::set_interaction_response_limit`]), else 404 `Unknown interaction` (10062),
 //!   and only once, else 400 40060 `Interaction has already been acknowledged.`; follow-ups
-//!   (`POST /webhooks/{application_id}/{token}`, `PATCH …/messages/@original`) then work for
+//!   (`POST /webhooks/{application_id}/{token}`, `PATCH`/`DELETE …/messages/@original` or a
+//!   follow-up's `…/messages/{id}`) then work for
 //!   15 minutes ([`FakeDiscord::set_interaction_token_lifetime`]). Type 4 posts a message,
 //!   type 5 a "thinking…" message (flags 128) that `@original` edits, type 7 edits the pressed
 //!   message, type 6 only acknowledges (`@original` is then the pressed message).

@@ -188,6 +188,11 @@ async fn a_deferred_dm_press_is_followed_up_through_the_webhook() {
     let followup = CreateInteractionResponseFollowup::new().content("Nothing was run.");
     let more = interaction.create_followup(&bot.http, followup).await.expect("follow-up");
     assert_eq!((more.channel_id.get(), more.content.as_str()), (DM_CHANNEL, "Nothing was run."));
+    let fixed = CreateInteractionResponseFollowup::new().content("Nothing was run at all.");
+    let fixed = interaction.edit_followup(&bot.http, more.id, fixed).await.expect("edit the follow-up");
+    assert_eq!((fixed.id, fixed.content.as_str()), (more.id, "Nothing was run at all."));
+    interaction.delete_response(&bot.http).await.expect("delete @original");
+    assert_eq!(fake.message(DM_CHANNEL, edited.id.get()), None);
     assert_eq!(fake.calls_to("POST /interactions/{id}/{token}/callback").len(), 1);
     assert_eq!(fake.calls_to("PATCH /webhooks/{id}/{token}/messages/@original").len(), 1);
     assert_eq!(fake.calls_to("POST /webhooks/{id}/{token}").iter().filter(|call| !call.failed).count(), 1);

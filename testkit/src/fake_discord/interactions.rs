@@ -1,6 +1,7 @@
 //! Component interactions: the presses the test dispatched, their initial responses
 //! (`POST /interactions/{id}/{token}/callback`) and the follow-ups through the interaction's
-//! webhook (`POST /webhooks/{application_id}/{token}`, `PATCH …/messages/@original`).
+//! webhook (`POST /webhooks/{application_id}/{token}`, `PATCH`/`DELETE …/messages/@original` or
+//! `…/messages/{id}` of a follow-up).
 //!
 //! Discord's rules: the initial response comes within 3 s of the interaction (later: 404
 //! `Unknown interaction`, 10062) and only once (again: 400 `Interaction has already been
@@ -196,21 +197,44 @@ impl State {
         }
     }
 
-    /// `PATCH /webhooks/{application_id}/{token}/messages/@original`: edits the response's
-    /// message (a deferred response's "thinking…" message stops loading).
-    pub(super) fn edit_original(&mut self, application_id: Option<u64>, token: &str, body: &Value) -> Answer {
-        let (channel_id, original) = match self.interactions.by_token(application_id, token, Instant::now()) {
-            Ok(pending) => (pending.channel_id, pending.original),
+    /// The message `@original` (the response's) or a follow-up's id names, for a working token.
+    fn webhook_message(&self, application_id: Option<u64>, token: &str, target: &str) -> Result<(u64, u64), Answer> {
+        let pending = self.interactions.by_token(application_id, token, Instant::now())?;
+        let message_id = match target {
+            "@original" => pending.original,
+            id => id.parse().ok(),
+        };
+        let unknown = || Answer::error(404, "Unknown Message", 10008);
+        let message_id = message_id.ok_or_else(unknown)?;
+        Ok((pending.channel_id, message_id))
+    }
+
+    /// `PATCH /webhooks/{application_id}/{token}/messages/{@original or id}`: edits the
+    /// response's message or a follow-up (a deferred response's "thinking…" message stops loading).
+    pub(super) fn edit_webhook_message(&mut self, app: Option<u64>, token: &str, target: &str, body: &Value) -> Answer {
+        let (channel_id, message_id) = match self.webhook_message(app, token, target) {
+            Ok(found) => found,
             Err(refused) => return refused,
         };
-        let answer = self.edit_message(Some(channel_id), original, body);
-        if let (Answer::Json(200, _), Some(id)) = (&answer, original)
-            && let Some(message) = self.created.get_mut(&(channel_id, id))
+        let answer = self.edit_message(Some(channel_id), Some(message_id), body);
+        if let Answer::Json(200, _) = &answer
+            && let Some(message) = self.created.get_mut(&(channel_id, message_id))
             && message["flags"].as_u64().is_some_and(|flags| flags & LOADING != 0)
         {
             message["flags"] = json!(0);
             return Answer::ok(message.clone());
         }
         answer
+    }
+
+    /// `DELETE /webhooks/{application_id}/{token}/messages/{@original or id}`.
+    pub(super) fn delete_webhook_message(&mut self, app: Option<u64>, token: &str, target: &str) -> Answer {
+        match self.webhook_message(app, token, target) {
+            Ok((channel_id, message_id)) if self.created.remove(&(channel_id, message_id)).is_some() => {
+                Answer::NoContent
+            }
+            Ok(_) => Answer::error(404, "Unknown Message", 10008),
+            Err(refused) => refused,
+        }
     }
 }

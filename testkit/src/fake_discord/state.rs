@@ -129,7 +129,10 @@ impl State {
             ("GET", ["guilds", _, "roles"]) => self.roles(id(1)),
             ("POST", ["interactions", _, token, "callback"]) => self.interaction_callback(id(1), token, body),
             ("POST", ["webhooks", _, token]) => self.followup(id(1), token, body),
-            ("PATCH", ["webhooks", _, token, "messages", "@original"]) => self.edit_original(id(1), token, body),
+            ("PATCH", ["webhooks", _, token, "messages", target]) => {
+                self.edit_webhook_message(id(1), token, target, body)
+            }
+            ("DELETE", ["webhooks", _, token, "messages", target]) => self.delete_webhook_message(id(1), token, target),
             _ => Answer::not_found(),
         }
     }
