@@ -17,8 +17,28 @@
 //!   RESUME with replay, and dispatches pushed by the test ([`FakeDiscord::dispatch`], payloads
 //!   built with [`events`]).
 //! - Plain files at `/attachments/{name}` ([`FakeDiscord::add_attachment`]), for attachment URLs.
+//! - Buttons: message creates and edits take `components` (action rows of buttons), checked as
+//!   Discord checks them (see `components`: up to 5 rows of 1–5, `custom_id` 1–100 characters
+//!   and unique, a refusal is 400 Invalid Form Body, code 50035, with the field's path in
+//!   `errors`) and kept with the message ([`FakeDiscord::buttons`]).
+//!   [`FakeDiscord::press_button`] dispatches an `INTERACTION_CREATE` of type 3
+//!   (MESSAGE_COMPONENT) for a button of a bot message, as serenity decodes it.
+//! - Interaction responses, with Discord's rules (see `interactions`): the initial
+//!   `POST /interactions/{id}/{token}/callback` (types 4, 5, 6, 7, 9) must come within 3 s
+//!   of the dispatch, even one queued while no session was live
+//!   ([`FakeDiscord::set_interaction_response_limit`]), else 404 `Unknown interaction` (10062),
+//!   and only once, else 400 40060 `Interaction has already been acknowledged.`; follow-ups
+//!   (`POST /webhooks/{application_id}/{token}`, `PATCH`/`DELETE …/messages/@original` or a
+//!   follow-up's `…/messages/{id}`) then work for
+//!   15 minutes ([`FakeDiscord::set_interaction_token_lifetime`]). Type 4 posts a message,
+//!   type 5 a "thinking…" message (flags 128) that `@original` edits, type 7 edits the pressed
+//!   message, type 6 only acknowledges (`@original` is then the pressed message).
+//!   [`FakeDiscord::assert_interactions_acknowledged`] checks every press got a response.
+//!   Interaction and webhook routes are recorded as `…/{token}/…` and need no bot token.
 
+mod components;
 mod gateway;
+mod interactions;
 mod server;
 mod state;
 mod wire;
@@ -106,7 +126,8 @@ impl Describe for Call {
     }
 }
 
-/// A message the bot created successfully.
+/// A message the bot created successfully: through `POST /channels/{id}/messages`, an
+/// interaction response of type 4, or an interaction follow-up.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SentMessage {
     /// The id the fake assigned (increasing from 9000).
@@ -123,6 +144,45 @@ pub struct SentMessage {
     pub file_names: Vec<String>,
     /// `nonce` as sent (a number is given as its decimal text).
     pub nonce: Option<String>,
+    /// `components` as sent (`[]` if none); later edits show in [`FakeDiscord::buttons`].
+    pub components: Value,
+}
+
+/// A button of a message's components.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ComponentButton {
+    /// 1 primary, 2 secondary, 3 success, 4 danger, 5 link, 6 premium.
+    pub style: u8,
+    /// The label.
+    pub label: Option<String>,
+    /// What a press sends back in the interaction (not for link buttons).
+    pub custom_id: Option<String>,
+    /// A link button's URL.
+    pub url: Option<String>,
+    /// Whether the button is greyed out.
+    pub disabled: bool,
+}
+
+/// A press dispatched as an `INTERACTION_CREATE`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interaction {
+    /// The interaction id.
+    pub id: u64,
+    /// Its token (for the callback and the webhook routes).
+    pub token: String,
+}
+
+/// A successful initial interaction response.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InteractionCallback {
+    /// The interaction answered.
+    pub interaction_id: u64,
+    /// The response type: 4, 5, 6, 7 or 9.
+    pub kind: u8,
+    /// The response's `data` (null if none).
+    pub data: Value,
+    /// When the response arrived.
+    pub at: Instant,
 }
 
 /// The fake bot's identity.
@@ -317,6 +377,85 @@ impl FakeDiscord {
     /// Successful `PATCH /channels/{id}/messages/{id}` calls, in order.
     pub fn edits(&self) -> Vec<Call> {
         self.calls_to("PATCH /channels/{id}/messages/{id}").into_iter().filter(|call| !call.failed).collect()
+    }
+
+    /// A message the bot created, as it is now (edits and responses applied).
+    pub fn message(&self, channel_id: u64, message_id: u64) -> Option<Value> {
+        self.shared.rest().created_message(channel_id, message_id)
+    }
+
+    /// The buttons of a message the bot created, row by row, as they are now (empty if none).
+    pub fn buttons(&self, channel_id: u64, message_id: u64) -> Vec<Vec<ComponentButton>> {
+        let message = self.message(channel_id, message_id).unwrap_or_default();
+        components::buttons_of(&message["components"])
+    }
+
+    /// Presses the button with `custom_id` on a message the bot created, as user `user_id`:
+    /// dispatches an `INTERACTION_CREATE` (type 3) and returns its id and token. The
+    /// interaction comes from the channel's guild (with `member`) if the channel was added with
+    /// a `guild_id` ([`FakeDiscord::add_channel`]), else from a DM (with `user`). Panics if the
+    /// message is unknown or has no enabled button with that id.
+    pub fn press_button(&self, channel_id: u64, message_id: u64, user_id: u64, custom_id: &str) -> Interaction {
+        let (message, guild_id) = {
+            let rest = self.shared.rest();
+            (rest.created_message(channel_id, message_id), rest.guild_of(channel_id))
+        };
+        let Some(message) = message else {
+            panic!("press_button: the bot created no message {message_id} in {channel_id}")
+        };
+        let buttons = components::buttons_of(&message["components"]);
+        let found =
+            buttons.iter().flatten().any(|button| button.custom_id.as_deref() == Some(custom_id) && !button.disabled);
+        assert!(found, "press_button: no enabled button {custom_id:?} on message {message_id}: {buttons:?}");
+        let user = events::user(user_id, &format!("user{user_id}"));
+        self.dispatch_interaction(events::button_interaction(0, "", guild_id, message, user, custom_id))
+    }
+
+    /// Dispatches `INTERACTION_CREATE` with `interaction` (see [`events::button_interaction`];
+    /// an `id` of 0 or an empty `token` get fresh ones) and starts its clocks; returns its id
+    /// and token.
+    pub fn dispatch_interaction(&self, mut interaction: Value) -> Interaction {
+        let (id, token) = {
+            let mut rest = self.shared.rest();
+            let (fresh_id, fresh_token) = rest.interactions.next_id();
+            let id = wire::snowflake(&interaction["id"]).filter(|id| *id != 0).unwrap_or(fresh_id);
+            let token =
+                interaction["token"].as_str().filter(|token| !token.is_empty()).map_or(fresh_token, str::to_owned);
+            let channel_id = wire::snowflake(&interaction["channel_id"]).unwrap_or_default();
+            let message_id = wire::snowflake(&interaction["message"]["id"]).unwrap_or_default();
+            rest.interactions.created(id, &token, channel_id, message_id, Instant::now());
+            (id, token)
+        };
+        interaction["id"] = Value::String(id.to_string());
+        interaction["token"] = Value::String(token.clone());
+        self.dispatch("INTERACTION_CREATE", interaction);
+        Interaction { id, token }
+    }
+
+    /// Sets how long after an interaction its initial response is accepted (default 3 s).
+    pub fn set_interaction_response_limit(&self, limit: Duration) {
+        self.shared.rest().interactions.response_limit = limit;
+    }
+
+    /// Sets how long an interaction's token works for follow-ups (default 15 minutes).
+    pub fn set_interaction_token_lifetime(&self, lifetime: Duration) {
+        self.shared.rest().interactions.token_lifetime = lifetime;
+    }
+
+    /// Successful initial interaction responses, in order.
+    pub fn interaction_callbacks(&self) -> Vec<InteractionCallback> {
+        self.shared.rest().interactions.callbacks.clone()
+    }
+
+    /// Ids of dispatched interactions that got no initial response, in order.
+    pub fn unacknowledged_interactions(&self) -> Vec<u64> {
+        self.shared.rest().interactions.unacknowledged()
+    }
+
+    /// Panics, listing them, if any dispatched interaction got no initial response.
+    pub fn assert_interactions_acknowledged(&self) {
+        let open = self.unacknowledged_interactions();
+        assert!(open.is_empty(), "FakeDiscord: interactions never acknowledged: {open:?}");
     }
 
     /// Makes the next call of `route` fail; several queued failures apply one per call, in order.

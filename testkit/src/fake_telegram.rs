@@ -5,8 +5,29 @@
 //! Tests push incoming updates ([`FakeTelegram::push_message`], built with [`updates`]), script
 //! failures ([`FakeTelegram::fail_next`]) and inspect every call the bot made. Answers are shaped
 //! like Telegram's so teloxide deserializes them, and error descriptions are the exact strings
-//! teloxide maps to its `ApiError` variants.
+//! teloxide maps to its `ApiError` variants (one exception below).
+//!
+//! Inline keyboards and callback queries, as the Bot API does them:
+//! - `sendMessage` (and the media sends), `editMessageText` and `editMessageReplyMarkup` take
+//!   `reply_markup.inline_keyboard` (rows of `{text, callback_data}` buttons). `callback_data`
+//!   must be 1–64 bytes (else 400 `Bad Request: BUTTON_DATA_INVALID`); a button with a text and
+//!   no action gets 400 `… Text buttons are unallowed in the inline keyboard`. The keyboard
+//!   comes back in the message's `reply_markup` and is kept with the message
+//!   ([`FakeTelegram::buttons`], [`SentMessage::reply_markup`]).
+//! - Like Telegram, `editMessageText` without `reply_markup` removes the keyboard, and
+//!   `editMessageReplyMarkup` without one (or with an empty one) removes it too; an edit that
+//!   changes neither text nor keyboard gets 400 `message is not modified`.
+//! - [`FakeTelegram::press_button`] pushes a `callback_query` update for a button of a bot
+//!   message and returns the query id. Each query must be answered with `answerCallbackQuery`
+//!   once, within [`FakeTelegram::set_callback_answer_limit`] of the press (15 s by default,
+//!   about what Telegram allows; the clock starts when the update is pushed, not when the bot
+//!   fetches it, as a real press is timed from the tap); an unknown, already answered or late query gets 400
+//!   `Bad Request: query is too old and response timeout expired or query ID is invalid`. That
+//!   is the real server's spelling; teloxide 0.17's `ApiError::InvalidQueryId` expects
+//!   "query id", so teloxide reports it as `ApiError::Unknown`.
+//!   [`FakeTelegram::assert_callback_queries_answered`] checks every press got its answer.
 
+mod buttons;
 mod server;
 mod state;
 pub mod updates;
@@ -86,6 +107,33 @@ pub struct SentMessage {
     pub reply_to_message_id: Option<i64>,
     /// The uploaded file's name, for uploads.
     pub file_name: Option<String>,
+    /// The inline keyboard as sent (`{"inline_keyboard": [[…]]}`), if it had buttons; later
+    /// edits show in [`FakeTelegram::buttons`].
+    pub reply_markup: Option<Value>,
+}
+
+/// One button of an inline keyboard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InlineButton {
+    /// The label.
+    pub text: String,
+    /// What a press sends back in the callback query.
+    pub callback_data: Option<String>,
+    /// A link button's URL.
+    pub url: Option<String>,
+}
+
+/// A successful `answerCallbackQuery`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallbackAnswer {
+    /// The query answered.
+    pub query_id: String,
+    /// The notification text, if any.
+    pub text: Option<String>,
+    /// Whether the text is shown as an alert.
+    pub show_alert: bool,
+    /// When the answer arrived.
+    pub at: Instant,
 }
 
 /// The fake bot's identity, as `getMe` reports it.
@@ -226,6 +274,64 @@ impl FakeTelegram {
     /// HTML-mode `sendMessage`/`editMessageText` whose text contains `needle` get 400 can't parse entities.
     pub fn reject_html_containing(&self, needle: &str) {
         self.shared.state().reject_html.push(needle.to_owned());
+    }
+
+    /// The current inline keyboard of a message the bot sent, row by row (empty if none).
+    pub fn buttons(&self, chat_id: i64, message_id: i64) -> Vec<Vec<InlineButton>> {
+        let message = self.shared.state().bot_message(chat_id, message_id);
+        message.map(|message| buttons::buttons_of(&message["reply_markup"])).unwrap_or_default()
+    }
+
+    /// Presses the button with `callback_data` on a message the bot sent, as user `from` (see
+    /// [`updates::user`]): pushes the `callback_query` update and returns the query id. Panics
+    /// if the message is unknown or its keyboard has no such button.
+    pub fn press_button(&self, chat_id: i64, message_id: i64, from: Value, callback_data: &str) -> String {
+        let message = self.shared.state().bot_message(chat_id, message_id);
+        let Some(message) = message else { panic!("press_button: the bot sent no message {message_id} in {chat_id}") };
+        let keyboard = buttons::buttons_of(&message["reply_markup"]);
+        let found = keyboard.iter().flatten().any(|button| button.callback_data.as_deref() == Some(callback_data));
+        assert!(found, "press_button: no button {callback_data:?} on message {message_id}: {keyboard:?}");
+        self.push_callback_query(updates::callback_query("", from, message, callback_data))
+    }
+
+    /// Pushes `{"update_id": …, "callback_query": query}` (build it with
+    /// [`updates::callback_query`]; an empty or missing `id` gets a fresh one) and starts the
+    /// query's answer clock. Returns the query id. (A `callback_query` pushed with
+    /// [`FakeTelegram::push_update`] has no clock: answering it gets "query is too old".)
+    pub fn push_callback_query(&self, mut query: Value) -> String {
+        let id = {
+            let mut state = self.shared.state();
+            let id = match query.get("id").and_then(Value::as_str).filter(|id| !id.is_empty()) {
+                Some(id) => id.to_owned(),
+                None => state.callbacks.next_id(),
+            };
+            state.callbacks.pressed(&id, Instant::now());
+            id
+        };
+        query["id"] = Value::String(id.clone());
+        self.push_update(serde_json::json!({ "callback_query": query }));
+        id
+    }
+
+    /// Sets how long after a press `answerCallbackQuery` is still accepted (default 15 s).
+    pub fn set_callback_answer_limit(&self, limit: Duration) {
+        self.shared.state().callbacks.limit = limit;
+    }
+
+    /// Successful `answerCallbackQuery` calls, in order.
+    pub fn callback_answers(&self) -> Vec<CallbackAnswer> {
+        self.shared.state().callbacks.answers.clone()
+    }
+
+    /// Ids of pushed callback queries no successful `answerCallbackQuery` answered, in order.
+    pub fn unanswered_callback_queries(&self) -> Vec<String> {
+        self.shared.state().callbacks.unanswered()
+    }
+
+    /// Panics, listing them, if any pushed callback query went unanswered.
+    pub fn assert_callback_queries_answered(&self) {
+        let unanswered = self.unanswered_callback_queries();
+        assert!(unanswered.is_empty(), "FakeTelegram: callback queries never answered: {unanswered:?}");
     }
 
     /// Registers a downloadable file for `getFile`; returns its `file_path`.

@@ -6,7 +6,7 @@
 
 use serde_json::{Value, json};
 
-use super::{BOT_ID, wire};
+use super::{APPLICATION_ID, BOT_ID, wire};
 
 /// The id [`by_other_bot`] gives a message whose author was the fake's own bot.
 pub const OTHER_BOT_ID: u64 = 6000;
@@ -161,6 +161,67 @@ pub(super) fn content_type(filename: &str) -> &'static str {
         Some("ogg") => "audio/ogg",
         _ => "application/octet-stream",
     }
+}
+
+/// An `INTERACTION_CREATE` payload for a press on the button `custom_id` of `message` (a bot
+/// message, as created through REST) by `user` (see [`user`]): type 3 (MESSAGE_COMPONENT),
+/// with `member` in a guild or `user` in a DM, and every field serenity requires. An `id` of 0
+/// or an empty `token` let [`FakeDiscord::dispatch_interaction`](super::FakeDiscord::dispatch_interaction) pick them.
+pub fn button_interaction(
+    id: u64,
+    token: &str,
+    guild_id: Option<u64>,
+    message: Value,
+    user: Value,
+    custom_id: &str,
+) -> Value {
+    let channel_id = message["channel_id"].clone();
+    let mut interaction = json!({
+        "id": id.to_string(),
+        "application_id": APPLICATION_ID.to_string(),
+        "type": 3,
+        "data": { "custom_id": custom_id, "component_type": 2 },
+        "channel_id": channel_id,
+        "channel": { "id": channel_id, "type": if guild_id.is_some() { 0 } else { 1 } },
+        "message": message,
+        "token": token,
+        "version": 1,
+        "app_permissions": "2248473465835073",
+        "locale": "en-US",
+        "entitlements": [],
+        "attachment_size_limit": 26_214_400,
+    });
+    match guild_id {
+        Some(guild_id) => {
+            interaction["guild_id"] = json!(guild_id.to_string());
+            interaction["guild_locale"] = json!("en-US");
+            interaction["member"] = interaction_member(user);
+            interaction["authorizing_integration_owners"] = json!({ "0": guild_id.to_string() });
+            interaction["context"] = json!(0);
+        }
+        None => {
+            interaction["user"] = user;
+            interaction["authorizing_integration_owners"] = json!({ "0": "0" });
+            interaction["context"] = json!(1);
+        }
+    }
+    interaction
+}
+
+/// A guild member as interactions carry it: with its `user` and `permissions`.
+fn interaction_member(user: Value) -> Value {
+    json!({
+        "user": user,
+        "roles": [],
+        "joined_at": "2024-01-01T00:00:00.000000+00:00",
+        "deaf": false,
+        "mute": false,
+        "flags": 0,
+        "pending": false,
+        "nick": null,
+        "avatar": null,
+        "permissions": "2248473465835073",
+    })
 }
 
 /// A guild text channel (type 0) named `general`.

@@ -11,7 +11,7 @@ use axum::routing::get;
 use serde_json::{Map, Value, json};
 
 use super::state::Upload;
-use super::wire::{Answer, route_of};
+use super::wire::{Answer, route_of, token_route};
 use super::{Call, Failure, FakeDiscord, Shared, gateway};
 use crate::fake_server::{file_response, is_multipart, read_json};
 
@@ -48,7 +48,7 @@ async fn route(State(shared): State<Arc<Shared>>, request: Request) -> Response 
 /// itself; always recorded.
 async fn api_call(shared: &Shared, method: &str, path: String, request: Request, at: Instant) -> Response {
     let route = route_of(method, &path);
-    let authorized = authorized(&request) || route == "GET /gateway";
+    let authorized = authorized(&request) || route == "GET /gateway" || token_route(&route);
     let (body, uploads) = match read_body(request).await {
         Ok(read) => read,
         Err(error) => (json!({ "unreadable_body": error }), Vec::new()),

@@ -5,8 +5,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use super::interactions::Interactions;
 use super::wire::{self, Answer, snowflake};
-use super::{BOT_ID, Failure, SentMessage, events};
+use super::{BOT_ID, Failure, SentMessage, components, events};
 
 /// Discord's limit on `content`, in characters.
 const MAX_CONTENT_CHARS: usize = 2000;
@@ -31,7 +32,7 @@ pub(super) struct State {
     pub(super) guilds: BTreeMap<u64, Vec<u64>>,
     channels: HashMap<u64, Value>,
     /// Messages the bot created, by (channel id, message id).
-    created: HashMap<(u64, u64), Value>,
+    pub(super) created: HashMap<(u64, u64), Value>,
     /// Messages dispatched to the bot, by id (for `referenced_message`).
     seen: HashMap<u64, Value>,
     attachments: HashMap<String, Vec<u8>>,
@@ -40,8 +41,10 @@ pub(super) struct State {
     /// Rate limits in force: bucket (`METHOD /path`, or the global one) → until when, and
     /// whether it is the global limit.
     limits: HashMap<String, (Instant, bool)>,
-    next_message_id: u64,
+    pub(super) next_message_id: u64,
     next_attachment_id: u64,
+    /// Pressed buttons' interactions and their responses.
+    pub(super) interactions: Interactions,
 }
 
 impl State {
@@ -59,6 +62,7 @@ impl State {
             limits: HashMap::new(),
             next_message_id: 9000,
             next_attachment_id: 7000,
+            interactions: Interactions::new(),
         }
     }
 
@@ -123,6 +127,12 @@ impl State {
             ("POST", ["channels", _, "typing"]) if id(1).is_some() => Answer::NoContent,
             ("GET", ["guilds", _, "members", _]) => self.member(id(1), id(3)),
             ("GET", ["guilds", _, "roles"]) => self.roles(id(1)),
+            ("POST", ["interactions", _, token, "callback"]) => self.interaction_callback(id(1), token, body),
+            ("POST", ["webhooks", _, token]) => self.followup(id(1), token, body),
+            ("PATCH", ["webhooks", _, token, "messages", target]) => {
+                self.edit_webhook_message(id(1), token, target, body)
+            }
+            ("DELETE", ["webhooks", _, token, "messages", target]) => self.delete_webhook_message(id(1), token, target),
             _ => Answer::not_found(),
         }
     }
@@ -180,7 +190,17 @@ impl State {
         Answer::ok(Value::Array(std::iter::once(everyone).chain(others).collect()))
     }
 
-    fn create_message(&mut self, channel_id: Option<u64>, body: &Value, uploads: &[Upload]) -> Answer {
+    /// A guild channel's guild, for channels registered with `add_channel`.
+    pub(super) fn guild_of(&self, channel_id: u64) -> Option<u64> {
+        self.channels.get(&channel_id).and_then(|channel| snowflake(&channel["guild_id"]))
+    }
+
+    /// A message the bot created, as it is now.
+    pub(super) fn created_message(&self, channel_id: u64, message_id: u64) -> Option<Value> {
+        self.created.get(&(channel_id, message_id)).cloned()
+    }
+
+    pub(super) fn create_message(&mut self, channel_id: Option<u64>, body: &Value, uploads: &[Upload]) -> Answer {
         let Some(channel_id) = channel_id else { return Answer::not_found() };
         let content = body["content"].as_str().unwrap_or_default().to_owned();
         let has_embeds = body["embeds"].as_array().is_some_and(|embeds| !embeds.is_empty());
@@ -198,6 +218,10 @@ impl State {
         if nonce.as_ref().is_some_and(|nonce| nonce.chars().count() > MAX_NONCE_CHARS) {
             return too_long("nonce", MAX_NONCE_CHARS);
         }
+        let components = match checked_components(body) {
+            Ok(components) => components.unwrap_or_else(|| json!([])),
+            Err(refused) => return refused,
+        };
         let enforced = nonce.clone().filter(|_| body["enforce_nonce"] == json!(true));
         if let Some(earlier) = enforced.as_ref().and_then(|nonce| self.nonces.get(nonce)) {
             // Discord answers a repeated nonce with the message it created the first time.
@@ -211,6 +235,7 @@ impl State {
         let mut message = self.new_message(channel_id, message_id, &content, body);
         message["attachments"] = Value::Array(uploads.iter().map(|upload| self.store_upload(upload)).collect());
         message["nonce"] = nonce.clone().map_or(Value::Null, Value::String);
+        message["components"] = components.clone();
         self.sent_log.push(SentMessage {
             message_id,
             channel_id,
@@ -219,6 +244,7 @@ impl State {
             allowed_mentions: body.get("allowed_mentions").filter(|value| !value.is_null()).cloned(),
             file_names: uploads.iter().map(|upload| upload.file_name.clone()).collect(),
             nonce,
+            components,
         });
         if let Some(nonce) = enforced {
             self.nonces.insert(nonce, (channel_id, message_id));
@@ -228,7 +254,7 @@ impl State {
     }
 
     /// The bot's new message, with `message_reference`/`referenced_message` for replies.
-    fn new_message(&self, channel_id: u64, message_id: u64, content: &str, body: &Value) -> Value {
+    pub(super) fn new_message(&self, channel_id: u64, message_id: u64, content: &str, body: &Value) -> Value {
         let mut message = json!({
             "id": message_id.to_string(),
             "channel_id": channel_id.to_string(),
@@ -281,7 +307,7 @@ impl State {
         })
     }
 
-    fn edit_message(&mut self, channel_id: Option<u64>, message_id: Option<u64>, body: &Value) -> Answer {
+    pub(super) fn edit_message(&mut self, channel_id: Option<u64>, message_id: Option<u64>, body: &Value) -> Answer {
         let key = channel_id.zip(message_id);
         let Some(message) = key.and_then(|key| self.created.get_mut(&key)) else {
             if message_id.is_some_and(|id| self.seen.contains_key(&id)) {
@@ -289,14 +315,22 @@ impl State {
             }
             return Answer::error(404, "Unknown Message", 10008);
         };
-        if let Some(content) = body["content"].as_str() {
-            if content.chars().count() > MAX_CONTENT_CHARS {
-                return too_long("content", MAX_CONTENT_CHARS);
-            }
+        let content = body["content"].as_str();
+        if content.is_some_and(|content| content.chars().count() > MAX_CONTENT_CHARS) {
+            return too_long("content", MAX_CONTENT_CHARS);
+        }
+        let components = match checked_components(body) {
+            Ok(components) => components,
+            Err(refused) => return refused,
+        };
+        if let Some(content) = content {
             message["content"] = json!(content);
         }
         if let Some(embeds) = body.get("embeds").filter(|embeds| embeds.is_array()) {
             message["embeds"] = embeds.clone();
+        }
+        if let Some(components) = components {
+            message["components"] = components;
         }
         message["edited_timestamp"] = json!(wire::now_iso());
         Answer::ok(message.clone())
@@ -307,6 +341,14 @@ impl State {
         self.created.remove(&key);
         Answer::NoContent
     }
+}
+
+/// A body's `components`, checked as Discord checks them; `None` when absent.
+fn checked_components(body: &Value) -> Result<Option<Value>, Answer> {
+    body.get("components")
+        .filter(|found| !found.is_null())
+        .map(|found| components::check(found, &["components"]))
+        .transpose()
 }
 
 /// 400 Invalid Form Body for a `field` over `limit` characters, with Discord's `errors` tree.

@@ -163,15 +163,24 @@ pub(super) fn snowflake(value: &Value) -> Option<u64> {
     }
 }
 
-/// `METHOD /path` with every numeric segment replaced by `{id}` (`GET /channels/{id}`).
+/// `METHOD /path` with every numeric segment replaced by `{id}` (`GET /channels/{id}`), and the
+/// token of an interaction or webhook route by `{token}` (`POST /interactions/{id}/{token}/callback`).
 pub(super) fn route_of(method: &str, path: &str) -> String {
-    let segments: Vec<&str> =
+    let mut segments: Vec<&str> =
         path.split('/')
             .map(|segment| {
                 if !segment.is_empty() && segment.bytes().all(|byte| byte.is_ascii_digit()) { "{id}" } else { segment }
             })
             .collect();
+    if let ["", "interactions" | "webhooks", "{id}", token, ..] = segments.as_mut_slice() {
+        *token = "{token}";
+    }
     format!("{method} {}", segments.join("/"))
+}
+
+/// Routes Discord serves without the bot's token: an interaction's token is its credential.
+pub(super) fn token_route(route: &str) -> bool {
+    route.starts_with("POST /interactions/{id}/{token}") || route.contains(" /webhooks/{id}/{token}")
 }
 
 /// The current time as ISO 8601 with milliseconds, as Discord writes timestamps.
@@ -212,6 +221,11 @@ mod tests {
         assert_eq!(route_of("POST", "/channels/123/messages"), "POST /channels/{id}/messages");
         assert_eq!(route_of("GET", "/users/@me"), "GET /users/@me");
         assert_eq!(route_of("PATCH", "/channels/1/messages/22"), "PATCH /channels/{id}/messages/{id}");
+        assert_eq!(route_of("POST", "/interactions/9/tok-1/callback"), "POST /interactions/{id}/{token}/callback");
+        assert_eq!(
+            route_of("PATCH", "/webhooks/5/t/messages/@original"),
+            "PATCH /webhooks/{id}/{token}/messages/@original"
+        );
     }
 
     #[test]

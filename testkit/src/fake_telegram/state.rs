@@ -1,10 +1,12 @@
 //! The fake's state and the synchronous methods (everything but `getUpdates`'s waiting).
 
 use std::collections::{HashMap, VecDeque};
+use std::time::Instant;
 
 use serde_json::{Value, json};
 
-use super::wire::{self, Answer, EDIT_NOT_FOUND, INVALID_FILE_ID, int, object, string};
+use super::buttons::{self, CallbackQueries};
+use super::wire::{self, Answer, EDIT_NOT_FOUND, INVALID_FILE_ID, int, string};
 use super::{Failure, SentMessage};
 
 /// A file uploaded in a multipart request, keyed by the parameter that referenced it.
@@ -19,6 +21,7 @@ struct Stored {
     message: Value,
     /// The text as last sent, markup included (what "not modified" compares).
     raw_text: Option<String>,
+    /// The inline keyboard (`{"inline_keyboard": …}`), also in `message["reply_markup"]`.
     reply_markup: Option<Value>,
 }
 
@@ -46,6 +49,8 @@ pub(super) struct State {
     chats: HashMap<i64, Value>,
     next_message_id: i64,
     webhook_url: String,
+    /// Pressed buttons' queries and their answers.
+    pub(super) callbacks: CallbackQueries,
 }
 
 impl State {
@@ -64,6 +69,7 @@ impl State {
             chats: HashMap::new(),
             next_message_id: 1000,
             webhook_url: String::new(),
+            callbacks: CallbackQueries::new(),
         }
     }
 
@@ -132,15 +138,14 @@ impl State {
                 Answer::Ok(json!(true))
             }
             "deletewebhook" => self.delete_webhook(params),
-            "setmycommands"
-            | "deletemycommands"
-            | "sendchataction"
-            | "answercallbackquery"
-            | "deletemessage"
-            | "setmessagereaction" => Answer::Ok(json!(true)),
+            "setmycommands" | "deletemycommands" | "sendchataction" | "deletemessage" | "setmessagereaction" => {
+                Answer::Ok(json!(true))
+            }
             "getmycommands" => Answer::Ok(json!([])),
             "sendmessage" | "sendphoto" | "senddocument" | "sendvoice" => self.send(method, params, uploads),
             "editmessagetext" => self.edit(params),
+            "editmessagereplymarkup" => self.edit_reply_markup(params),
+            "answercallbackquery" => self.callbacks.answer(params, Instant::now()),
             "getfile" => self.get_file(params),
             _ => Answer::error(404, "Not Found"),
         }
@@ -173,7 +178,12 @@ impl State {
         if method == "sendmessage" && text.as_deref().unwrap_or("").is_empty() {
             return Answer::bad_request("Bad Request: message text is empty");
         }
+        let keyboard = match buttons::inline_keyboard(params) {
+            Ok(keyboard) => keyboard,
+            Err(refused) => return refused,
+        };
         let mut message = self.new_message(chat_id, params);
+        set_keyboard(&mut message, keyboard.as_ref());
         if let Some(text) = &text {
             message[text_key] = json!(render(params, text));
         }
@@ -188,10 +198,11 @@ impl State {
             message_thread_id: int(params, "message_thread_id"),
             reply_to_message_id: wire::reply_to_id(params),
             file_name,
+            reply_markup: keyboard.clone(),
         };
         self.feeds.retain(|feed| feed.send(sent.clone()).is_ok());
         self.sent_log.push(sent);
-        let stored = Stored { message: message.clone(), raw_text: text, reply_markup: object(params, "reply_markup") };
+        let stored = Stored { message: message.clone(), raw_text: text, reply_markup: keyboard };
         self.sent.insert((chat_id, message_id), stored);
         Answer::Ok(message)
     }
@@ -256,24 +267,59 @@ impl State {
         if self.rejects(params) {
             return Answer::bad_request(wire::CANT_PARSE);
         }
-        let Some(stored) = self.sent.get_mut(&(chat_id, message_id)) else {
-            let description = if self.seen.contains_key(&(chat_id, message_id)) {
-                "Bad Request: message can't be edited"
-            } else {
-                EDIT_NOT_FOUND
-            };
-            return Answer::bad_request(description);
+        let markup = match buttons::inline_keyboard(params) {
+            Ok(markup) => markup,
+            Err(refused) => return refused,
+        };
+        let stored = match self.editable(chat_id, message_id) {
+            Ok(stored) => stored,
+            Err(refused) => return refused,
         };
         let text = string(params, "text").unwrap_or_default();
-        let markup = object(params, "reply_markup");
         if stored.raw_text.as_deref() == Some(text.as_str()) && stored.reply_markup == markup {
             return Answer::bad_request(wire::NOT_MODIFIED);
         }
         stored.message["text"] = json!(render(params, &text));
-        stored.message["edit_date"] = json!(wire::now());
         stored.raw_text = Some(text);
-        stored.reply_markup = markup;
+        // Like Telegram, an edit without `reply_markup` removes the inline keyboard.
+        stored.set_markup(markup);
         Answer::Ok(stored.message.clone())
+    }
+
+    /// `editMessageReplyMarkup`: replaces the inline keyboard; none (or an empty one) removes it.
+    fn edit_reply_markup(&mut self, params: &Value) -> Answer {
+        if params.get("inline_message_id").is_some() {
+            return Answer::Ok(json!(true));
+        }
+        let (Some(chat_id), Some(message_id)) = (int(params, "chat_id"), int(params, "message_id")) else {
+            return Answer::bad_request(EDIT_NOT_FOUND);
+        };
+        let markup = match buttons::inline_keyboard(params) {
+            Ok(markup) => markup,
+            Err(refused) => return refused,
+        };
+        let stored = match self.editable(chat_id, message_id) {
+            Ok(stored) => stored,
+            Err(refused) => return refused,
+        };
+        if stored.reply_markup == markup {
+            return Answer::bad_request(wire::NOT_MODIFIED);
+        }
+        stored.set_markup(markup);
+        Answer::Ok(stored.message.clone())
+    }
+
+    /// The bot's own message, or the error Telegram gives for editing another one.
+    fn editable(&mut self, chat_id: i64, message_id: i64) -> Result<&mut Stored, Answer> {
+        let seen = self.seen.contains_key(&(chat_id, message_id));
+        self.sent.get_mut(&(chat_id, message_id)).ok_or_else(|| {
+            Answer::bad_request(if seen { "Bad Request: message can't be edited" } else { EDIT_NOT_FOUND })
+        })
+    }
+
+    /// A message the bot sent, as it is now (with its current `reply_markup`).
+    pub(super) fn bot_message(&self, chat_id: i64, message_id: i64) -> Option<Value> {
+        self.sent.get(&(chat_id, message_id)).map(|stored| stored.message.clone())
     }
 
     fn get_file(&self, params: &Value) -> Answer {
@@ -288,6 +334,24 @@ impl State {
             None => Answer::bad_request(INVALID_FILE_ID),
         }
     }
+}
+
+impl Stored {
+    /// Sets the inline keyboard after an edit, and the edit's date.
+    fn set_markup(&mut self, markup: Option<Value>) {
+        set_keyboard(&mut self.message, markup.as_ref());
+        self.message["edit_date"] = json!(wire::now());
+        self.reply_markup = markup;
+    }
+}
+
+/// Sets (or removes) a message's `reply_markup`, as Telegram returns inline keyboards.
+fn set_keyboard(message: &mut Value, keyboard: Option<&Value>) {
+    match (keyboard, message.as_object_mut()) {
+        (Some(keyboard), Some(object)) => object.insert("reply_markup".to_owned(), keyboard.clone()),
+        (None, Some(object)) => object.remove("reply_markup"),
+        _ => None,
+    };
 }
 
 /// The text as Telegram would show it: HTML markup removed in HTML mode.

@@ -133,6 +133,21 @@ pub fn from_bot(chat_id: i64, message_id: i64, text: &str) -> Value {
     text_message(chat, bot, message_id, text)
 }
 
+/// A `callback_query` for a press on a button of `message` (a bot message, e.g. from
+/// [`from_bot`] or a `sendMessage` result) by `from` (see [`user`]), to pass to
+/// [`FakeTelegram::push_callback_query`](super::FakeTelegram::push_callback_query); an empty
+/// `id` lets the fake pick one. `chat_instance` is derived from the chat id.
+pub fn callback_query(id: &str, from: Value, message: Value, data: &str) -> Value {
+    let chat_id = message.pointer("/chat/id").and_then(Value::as_i64).unwrap_or_default();
+    json!({
+        "id": id,
+        "from": from,
+        "message": message,
+        "chat_instance": format!("{}", chat_id.wrapping_mul(-7919).wrapping_add(1_000_003)),
+        "data": data,
+    })
+}
+
 /// Turns a message's `text` (if any, non-empty) into its caption, as media messages have no text.
 fn text_to_caption(mut message: Value) -> Value {
     let Some(object) = message.as_object_mut() else { return message };
