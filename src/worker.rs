@@ -23,6 +23,7 @@ mod memory;
 mod offer;
 mod order;
 mod overflow;
+mod owner;
 mod prefs;
 mod prompt;
 mod rate;

@@ -226,8 +226,8 @@ fn request_text(approval: &Approval, ctx: &ToolContext) -> String {
     let place = if ctx.is_group { "in a group" } else { "in a direct chat" };
     format!(
         "Approval {code}: {who} ({by}) {place} ({channel}:{chat}) wants the agent to run {tool}:\n{args}\n\n\
-         Allow once: switchboard approvals allow {code}\nAllow in that chat: switchboard approvals allow {code} --chat\n\
-         Deny: switchboard approvals deny {code}",
+         Reply /approve {code} (or /approve {code} chat: also later calls there) or /deny {code}.\n\
+         From a shell: switchboard approvals allow {code} [--chat] | deny {code}",
         code = approval.code,
         by = request.requested_by,
         channel = request.channel,

@@ -19,6 +19,7 @@ use super::{Shared, access};
 use crate::config::Level;
 use crate::config::QueueMode;
 use crate::context::compaction::{self, Outcome};
+use crate::store::approvals::Verdict;
 use crate::store::{RunStatus, StoreError};
 
 /// How long `/new` waits for a cancelled run to store its outcome before archiving.
@@ -41,6 +42,21 @@ pub(super) enum Command {
     Model(Option<String>),
     /// `/verbose` shows the setting; `/verbose on|off` sets it.
     Verbose(Option<String>),
+    /// The owner's: tool calls waiting for an approver.
+    Pending,
+    /// The owner's: allow a waiting call (`chat`: later ones in its chat too).
+    Approve {
+        code: Option<String>,
+        chat: bool,
+    },
+    /// The owner's: refuse a waiting call.
+    Deny(Option<String>),
+}
+
+impl Command {
+    fn is_owners(&self) -> bool {
+        matches!(self, Command::Pending | Command::Approve { .. } | Command::Deny(_))
+    }
 }
 
 /// Reads a command from a message's text: `/name`, `/name@botname`, then arguments.
@@ -56,6 +72,12 @@ pub(super) fn parse(content: &str) -> Option<Command> {
         "queue" => Command::Queue(args.next().map(str::to_owned)),
         "model" => Command::Model(args.next().map(str::to_owned)),
         "verbose" => Command::Verbose(args.next().map(str::to_owned)),
+        "pending" => Command::Pending,
+        "approve" => Command::Approve {
+            code: args.next().map(str::to_owned),
+            chat: args.next().is_some_and(|word| word.eq_ignore_ascii_case("chat")),
+        },
+        "deny" => Command::Deny(args.next().map(str::to_owned)),
         // A command of the table this worker does not implement (from a newer contract).
         _ => return None,
     })
@@ -92,8 +114,19 @@ async fn execute(shared: &Shared, job: &Job, key: &str, command: Command) -> Res
     if needs_user && job.msg.is_group && access::level_here(shared, &job.msg).await? < Level::User {
         return Ok("Only members with the user level or above can do that in a group.".into());
     }
+    let owner_here = !job.msg.is_group && access::level_here(shared, &job.msg).await? == Level::Owner;
+    if command.is_owners() && !owner_here {
+        return Ok(super::owner::unknown(&job.msg.content));
+    }
     Ok(match command {
+        Command::Help if owner_here => super::owner::help(),
         Command::Help => commands::help_text("Commands:"),
+        Command::Pending => super::owner::pending(shared).await?,
+        Command::Approve { code, chat } => {
+            let verdict = if chat { Verdict::AllowChat } else { Verdict::AllowOnce };
+            super::owner::decide(shared, &job.msg, code.as_deref(), verdict).await?
+        }
+        Command::Deny(code) => super::owner::decide(shared, &job.msg, code.as_deref(), Verdict::Deny).await?,
         Command::Status => status(shared, &job.msg, key).await?,
         Command::Usage => super::usage::report(shared, &job.msg).await?,
         Command::Stop => {

@@ -151,3 +151,39 @@ async fn stop_cancels_the_wait_and_a_restart_ends_it_as_expired() {
     assert_eq!(llm.requests().len(), calls_before, "the model was asked again");
     assert!(cli(dir.path(), &["approvals", "list", "--all"]).contains(" expired "));
 }
+
+/// The owner decides from their own chat: the request reaches it, `/pending` lists it,
+/// `/approve` lets it run. Anyone else is told the owner's commands are unknown.
+#[tokio::test]
+async fn the_owner_approves_from_their_direct_chat() {
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = launch(dir.path(), &llm, "owner").env("SWITCHBOARD_USERS__OWNERS", r#"["api:owner"]"#).spawn();
+    daemon.wait_healthy().await;
+    let owner = |content: &str| json!({"chat_id": "owner-dm", "sender": "owner", "content": content});
+    llm.push(Scripted::Text("hello".into()));
+    assert_eq!(daemon.post(owner("hi")).await.0, 200, "the owner's direct chat is on record");
+    let (_, help) = daemon.post(owner("/help")).await;
+    assert!(help["reply"].as_str().unwrap_or_default().contains("Yours (here only):\n/pending"), "{help}");
+
+    script_exec(&llm, "echo ran-after-chat-approval");
+    let asking = ask(&daemon, "x");
+    let deciding = async {
+        let code = pending_code(dir.path()).await;
+        let (_, told) = daemon.get_json("/v1/sessions/api%3Aowner-dm/messages").await;
+        assert!(told.to_string().contains(&format!("Approval {code}: bob")), "{told}");
+        let (_, listed) = daemon.post(owner("/pending")).await;
+        assert!(
+            listed["reply"].as_str().unwrap_or_default().contains(&format!("{code} exec asked by api:bob")),
+            "{listed}"
+        );
+        let (_, refused) = daemon.post(json!({"chat_id": "x2", "sender": "bob", "content": "/pending"})).await;
+        assert_eq!(refused["reply"], "Unknown command /pending. /help lists the commands.");
+        daemon.post(owner(&format!("/approve {}", code.to_lowercase()))).await
+    };
+    let ((status, body), (_, approved)) = tokio::join!(asking, deciding);
+    assert!(approved["reply"].as_str().unwrap_or_default().contains("allowed exec in api:x"), "{approved}");
+    assert_eq!((status, body["reply"].as_str()), (200, Some("done")), "{body}");
+    assert!(exec_result(&llm).contains("ran-after-chat-approval"));
+    assert!(cli(dir.path(), &["approvals", "list", "--all"]).contains("by api:owner"));
+}

@@ -34,9 +34,21 @@ pub const COMMANDS: &[ChatCommand] = &[
     ChatCommand { name: "verbose", args: "[on|off]", description: "short progress messages while tools run" },
 ];
 
-/// The command `name` (any case), if switchboard knows it.
+/// The owner's commands: answered in the owner's direct chats only (anyone else is told the
+/// command is unknown), and listed by `/help` there.
+pub const OWNER_COMMANDS: &[ChatCommand] = &[
+    ChatCommand { name: "pending", args: "", description: "tool calls waiting for your approval" },
+    ChatCommand {
+        name: "approve",
+        args: "<code> [chat]",
+        description: "let a waiting tool call run (with chat: later calls of that tool in that chat too)",
+    },
+    ChatCommand { name: "deny", args: "<code>", description: "refuse a waiting tool call" },
+];
+
+/// The command `name` (any case), if switchboard knows it: everyone's or the owner's.
 pub fn find(name: &str) -> Option<&'static ChatCommand> {
-    COMMANDS.iter().find(|command| command.name.eq_ignore_ascii_case(name))
+    COMMANDS.iter().chain(OWNER_COMMANDS).find(|command| command.name.eq_ignore_ascii_case(name))
 }
 
 /// Reads `/name`, `/name@botname`, then arguments, from a message's text: the command's name
@@ -49,8 +61,17 @@ pub fn split(content: &str) -> Option<(&str, std::str::SplitWhitespace<'_>)> {
 
 /// One line per command: `/name args: description`, under `heading`.
 pub fn help_text(heading: &str) -> String {
+    lines(heading, COMMANDS)
+}
+
+/// [`help_text`] of the owner's commands.
+pub fn owner_help_text(heading: &str) -> String {
+    lines(heading, OWNER_COMMANDS)
+}
+
+fn lines(heading: &str, table: &[ChatCommand]) -> String {
     let mut text = heading.to_owned();
-    for command in COMMANDS {
+    for command in table {
         let args = if command.args.is_empty() { String::new() } else { format!(" {}", command.args) };
         text.push_str(&format!("\n/{}{args}: {}", command.name, command.description));
     }
