@@ -20,7 +20,7 @@ use super::{Shared, access};
 use crate::config::Level;
 use crate::config::QueueMode;
 use crate::context::compaction::{self, Outcome};
-use crate::store::{RunStatus, StoreError};
+use crate::store::{RunKind, RunStatus, StoreError};
 
 /// How long `/new` waits for a cancelled run to store its outcome before archiving.
 const STOP_WAIT: Duration = Duration::from_secs(10);
@@ -71,7 +71,7 @@ pub(super) async fn handle(shared: Arc<Shared>, job: Job, command: Command) {
 }
 
 async fn handle_in_span(shared: Arc<Shared>, job: Job, command: Command, key: String) {
-    let run_id = match claim(&shared, &job.msg).await {
+    let run_id = match claim(&shared, &job.msg, RunKind::Command).await {
         Ok(Some(run_id)) => run_id,
         Ok(None) => return job.held.settle(Settle::Ack).await,
         Err(err) => return give_back(job, err).await,
