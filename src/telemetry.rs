@@ -42,7 +42,7 @@ pub fn init(config: &Config, logs: Logs) {
         }
         // `span` is the innermost span's fields, `spans` every entered span's from the root:
         // a line logged in a tool call still has its run's id under `spans`.
-        LogFormat::Json => builder.json().with_current_span(true).with_span_list(true).try_init(),
+        LogFormat::Json => builder.json().with_ansi(false).with_current_span(true).with_span_list(true).try_init(),
     };
     if let Some(err) = bad {
         tracing::warn!(%err, filter = wanted, "invalid log filter; using `info`");
