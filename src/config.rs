@@ -24,6 +24,7 @@ mod guard;
 mod heartbeat;
 mod identity;
 mod load;
+mod log_format;
 mod mcp;
 mod memory;
 mod metrics;
@@ -63,6 +64,7 @@ pub use heartbeat::{
     ActiveHoursConfig, BadTarget, DEFAULT_HEARTBEAT_PROMPT, HeartbeatConfig, HeartbeatTarget, MIN_HEARTBEAT_MINUTES,
 };
 pub use identity::{BadIdentity, BadLevel, Identity, Level};
+pub use log_format::LogFormat;
 pub use mcp::{MCP_SEPARATOR, McpConfig, McpServerConfig};
 pub use memory::{EmbeddingsConfig, MemoryConfig};
 pub use metrics::MetricsConfig;
@@ -92,6 +94,8 @@ pub struct Config {
     pub model: String,
     /// `tracing` filter directives; `RUST_LOG` wins when set.
     pub log: String,
+    /// `text` (the default) or `json`, one object a line.
+    pub log_format: LogFormat,
     pub bus_options: BusOptions,
     /// The provider used when `agent.models` is empty (and available in `agent.models` under
     /// the name of its kind).
@@ -145,6 +149,7 @@ impl Default for Config {
             bus: "memory".into(),
             model: String::new(),
             log: "info".into(),
+            log_format: LogFormat::default(),
             bus_options: BusOptions::default(),
             provider: ProviderConfig::default(),
             providers: BTreeMap::new(),

@@ -214,19 +214,35 @@ pub enum RunKind {
     MemoryFlush,
     /// A compaction's summary call.
     Summary,
+    /// A chat command (`/status`, `/new`, …): recorded like a run so that a redelivery is not
+    /// executed again, but no model was called.
+    Command,
+    /// A message settled without a turn of its own (queue full, dropped, merged into another
+    /// turn), recorded for the same reason.
+    NoTurn,
 }
 
 impl RunKind {
+    pub const ALL: [RunKind; 5] =
+        [RunKind::Turn, RunKind::MemoryFlush, RunKind::Summary, RunKind::Command, RunKind::NoTurn];
+
     pub fn as_str(self) -> &'static str {
         match self {
             RunKind::Turn => "turn",
             RunKind::MemoryFlush => "memory_flush",
             RunKind::Summary => "summary",
+            RunKind::Command => "command",
+            RunKind::NoTurn => "no_turn",
         }
     }
 
     pub fn parse(text: &str) -> Option<RunKind> {
-        [RunKind::Turn, RunKind::MemoryFlush, RunKind::Summary].into_iter().find(|kind| kind.as_str() == text)
+        RunKind::ALL.into_iter().find(|kind| kind.as_str() == text)
+    }
+
+    /// Whether the model was called: what `switchboard runs` lists.
+    pub fn calls_the_model(self) -> bool {
+        matches!(self, RunKind::Turn | RunKind::MemoryFlush | RunKind::Summary)
     }
 }
 
@@ -276,7 +292,12 @@ pub trait Store:
 {
     /// Records that `inbound_id` is being worked on in `session_key`, or reports what was
     /// already done for it. Atomic: two workers claiming one inbound id get one `New`.
-    async fn claim_run(&self, inbound_id: &str, session_key: &str) -> Result<RunClaim, StoreError>;
+    async fn claim_run(&self, inbound_id: &str, session_key: &str) -> Result<RunClaim, StoreError> {
+        self.claim_run_as(inbound_id, session_key, RunKind::Turn).await
+    }
+
+    /// [`Store::claim_run`] for a run of `kind` (a new run is recorded as that kind).
+    async fn claim_run_as(&self, inbound_id: &str, session_key: &str, kind: RunKind) -> Result<RunClaim, StoreError>;
 
     /// Whether the run of `inbound_id` is settled: finished (completed or failed) and its
     /// reply, if it has one, published. False when it runs, waits to publish, or has no run.

@@ -1,10 +1,12 @@
-//! Logging set-up: `tracing` to stderr, filtered by `RUST_LOG` or the config's `log`.
+//! Logging set-up: `tracing` to stderr, filtered by `RUST_LOG` or the config's `log`, written
+//! as text or JSON lines (`log_format`). Either way a line carries the fields of the spans it
+//! was logged in (a run's `run_id`, `session`, `agent`).
 
 use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
 
-use crate::config::Config;
+use crate::config::{Config, LogFormat};
 
 /// What the process is, which decides how much it logs by default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,11 +34,16 @@ pub fn init(config: &Config, logs: Logs) {
         Ok(filter) => (filter, None),
         Err(err) => (EnvFilter::new("info"), Some(err)),
     };
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(colours_wanted(std::io::stderr().is_terminal(), std::env::var_os("NO_COLOR")))
-        .try_init();
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // An error here means a subscriber is installed already (a test did it): keep that one.
+    let _ = match config.log_format {
+        LogFormat::Text => {
+            builder.with_ansi(colours_wanted(std::io::stderr().is_terminal(), std::env::var_os("NO_COLOR"))).try_init()
+        }
+        // `span` is the innermost span's fields, `spans` every entered span's from the root:
+        // a line logged in a tool call still has its run's id under `spans`.
+        LogFormat::Json => builder.json().with_ansi(false).with_current_span(true).with_span_list(true).try_init(),
+    };
     if let Some(err) = bad {
         tracing::warn!(%err, filter = wanted, "invalid log filter; using `info`");
     }

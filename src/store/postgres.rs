@@ -26,7 +26,7 @@ use super::finishing::{FinishRow, Finished};
 use super::history_cache::HistoryCache;
 use super::lock::{DatabaseLock, LockMode};
 use super::values::{encode, now_millis};
-use super::{SharedDir, StoreError};
+use super::{RunKind, SharedDir, StoreError};
 
 /// Connections per process. A turn holds one for a statement at a time, never across the
 /// model call, so a few serve hundreds of turns in flight; PostgreSQL's own default limit
@@ -121,17 +121,19 @@ impl PostgresStore {
         run_id: &str,
         inbound_id: &str,
         session_key: &str,
+        kind: RunKind,
     ) -> Result<bool, StoreError> {
         let inserted = sqlx::query(
             "WITH session AS (INSERT INTO sessions (key, created_at, updated_at) VALUES ($3, $4, $4) \
              ON CONFLICT (key) DO NOTHING) \
-             INSERT INTO runs (run_id, inbound_id, session_key, status, attempt, started_at) \
-             VALUES ($1, $2, $3, 'running', 1, $4) ON CONFLICT (inbound_id) DO NOTHING",
+             INSERT INTO runs (run_id, inbound_id, session_key, status, attempt, started_at, kind) \
+             VALUES ($1, $2, $3, 'running', 1, $4, $5) ON CONFLICT (inbound_id) DO NOTHING",
         )
         .bind(run_id)
         .bind(inbound_id)
         .bind(session_key)
         .bind(now_millis())
+        .bind(kind.as_str())
         .execute(&self.pool)
         .await?
         .rows_affected();

@@ -24,11 +24,11 @@ use switchboard_channels::bus::journal::JournalRecord;
 
 use self::group_writes::{ClaimRow, GroupWrites};
 use self::grouped::Grouped;
-use super::StoreError;
 use super::finishing::{FinishRow, Finished};
 use super::history_cache::HistoryCache;
 use super::migrate::{self, SQLITE_MIGRATIONS};
 use super::values::{now_millis, sql_limit};
+use super::{RunKind, StoreError};
 
 /// How long a statement waits for another connection's write lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -150,11 +150,13 @@ impl SqliteStore {
         run_id: &str,
         inbound_id: &str,
         session_key: &str,
+        kind: RunKind,
     ) -> Result<bool, StoreError> {
         let row = ClaimRow {
             run_id: run_id.to_owned(),
             inbound_id: inbound_id.to_owned(),
             session_key: session_key.to_owned(),
+            kind,
         };
         let inserted = Grouped::write(&self.writes.claims, vec![row]).await.map_err(StoreError::Grouped)?;
         Ok(inserted.first() == Some(&true))

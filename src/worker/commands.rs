@@ -10,6 +10,7 @@ use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use switchboard_channels::contract::{InboundMessage, commands};
+use tracing::Instrument;
 
 use super::job::Job;
 use super::keepalive::Settle;
@@ -20,7 +21,7 @@ use crate::config::Level;
 use crate::config::QueueMode;
 use crate::context::compaction::{self, Outcome};
 use crate::store::approvals::Verdict;
-use crate::store::{RunStatus, StoreError};
+use crate::store::{RunKind, RunStatus, StoreError};
 
 /// How long `/new` waits for a cancelled run to store its outcome before archiving.
 const STOP_WAIT: Duration = Duration::from_secs(10);
@@ -83,14 +84,21 @@ pub(super) fn parse(content: &str) -> Option<Command> {
     })
 }
 
-/// Runs a command and answers it, once per inbound id.
+/// Runs a command and answers it, once per inbound id, in a span of its own: its lines carry
+/// the session and the command's run id as a run's do.
 pub(super) async fn handle(shared: Arc<Shared>, job: Job, command: Command) {
     let key = shared.agents.get().session_key(&job.msg);
-    let run_id = match claim(&shared, &job.msg).await {
+    let span = tracing::info_span!("command", session = %key, inbound = %job.msg.id, run_id = tracing::field::Empty);
+    handle_in_span(shared, job, command, key).instrument(span).await;
+}
+
+async fn handle_in_span(shared: Arc<Shared>, job: Job, command: Command, key: String) {
+    let run_id = match claim(&shared, &job.msg, RunKind::Command).await {
         Ok(Some(run_id)) => run_id,
         Ok(None) => return job.held.settle(Settle::Ack).await,
         Err(err) => return give_back(job, err).await,
     };
+    tracing::Span::current().record("run_id", tracing::field::display(&run_id));
     let text = match execute(&shared, &job, &key, command).await {
         Ok(text) => text,
         Err(err) => return give_back(job, err).await,

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use switchboard_channels::bus::BusExt;
 use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, RunEvent, RunEventBody};
 use tokio::sync::mpsc;
+use tracing::Instrument;
 
 use crate::agent::EventSink;
 
@@ -37,17 +38,21 @@ impl BusEvents {
         let template = RunEvent::answering(msg, run_id, session_key, RunEventBody::Started);
         let mut progress =
             verbose.then(|| Progress { msg: msg.clone(), run_id: run_id.to_owned(), told: BTreeSet::new() });
-        tokio::spawn(async move {
-            while let Some(body) = rx.recv().await {
-                if let (Some(progress), RunEventBody::ToolCall { name, .. }) = (progress.as_mut(), &body) {
-                    progress.tool_started(bus.as_ref(), name).await;
-                }
-                let event = RunEvent { at: chrono::Utc::now(), body, ..template.clone() };
-                if let Err(err) = bus.publish_event(&event).await {
-                    tracing::debug!(%err, "cannot publish a run event");
+        tokio::spawn(
+            async move {
+                while let Some(body) = rx.recv().await {
+                    if let (Some(progress), RunEventBody::ToolCall { name, .. }) = (progress.as_mut(), &body) {
+                        progress.tool_started(bus.as_ref(), name).await;
+                    }
+                    let event = RunEvent { at: chrono::Utc::now(), body, ..template.clone() };
+                    if let Err(err) = bus.publish_event(&event).await {
+                        tracing::debug!(%err, "cannot publish a run event");
+                    }
                 }
             }
-        });
+            // Its lines belong to the run that started it.
+            .in_current_span(),
+        );
         Self { tx }
     }
 }

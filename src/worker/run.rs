@@ -59,6 +59,13 @@ pub(super) async fn process(shared: &Shared, msg: InboundMessage, held: Held, co
         }
     };
     span.record("duration_ms", started.elapsed().as_millis() as u64);
+    // The run's one line at `info`: the span's fields (run id, session, status, duration) reach
+    // the log only with an event logged in it.
+    span.in_scope(|| match &verdict {
+        Ok(_) if panicked => tracing::error!("run panicked"),
+        Ok(_) => tracing::info!("run finished"),
+        Err(_) => tracing::info!("run given back to the bus"),
+    });
     // Not while stopping: a compaction would only eat into the shutdown grace period.
     let compact = match &verdict {
         Ok(Done { compaction_due: true, billing, .. }) if !panicked && !shared.stopping.is_cancelled() => {
@@ -71,7 +78,7 @@ pub(super) async fn process(shared: &Shared, msg: InboundMessage, held: Held, co
         Ok(_) => Settle::Ack,
         Err(Giveback::Stopping) => Settle::Nak(None),
         Err(Giveback::Transient(reason)) => {
-            tracing::warn!(parent: &span, %reason, "giving the message back to the bus to retry");
+            span.in_scope(|| tracing::warn!(%reason, "giving the message back to the bus to retry"));
             Settle::Nak(Some(RETRY_DELAY))
         }
         Err(Giveback::Permanent(reason)) => {
@@ -87,7 +94,7 @@ pub(super) async fn process(shared: &Shared, msg: InboundMessage, held: Held, co
     // After the ack, still in the session's task: the next turn of this session waits for
     // the compaction, other sessions do not.
     if let Some(billing) = compact {
-        compact_session(shared, &route, &msg, billing.as_ref(), &span).await;
+        compact_session(shared, &route, &msg, billing.as_ref()).instrument(span).await;
     }
     acked
 }
@@ -95,33 +102,30 @@ pub(super) async fn process(shared: &Shared, msg: InboundMessage, held: Held, co
 /// Compacts the session if due (the turn found it may be), its memory flush in the memory scope of the chat (the scope
 /// decided as for the turn). When the scope cannot be decided, nothing is compacted now: the
 /// next turn tries again, and no flush ever runs in a scope it was not given.
-async fn compact_session(
-    shared: &Shared,
-    route: &Route,
-    msg: &InboundMessage,
-    billing: Option<&Billing>,
-    span: &tracing::Span,
-) {
+async fn compact_session(shared: &Shared, route: &Route, msg: &InboundMessage, billing: Option<&Billing>) {
     let (engine, store, agent) = (&shared.context, shared.store.as_ref(), &route.agent);
     // Most turns end here: the scope and the flush prompt are prepared only for a compaction.
     let due = match compaction::due(engine, store, agent, &route.key, shared.settings.history_limit).await {
         Ok(Some(due)) => due,
         Ok(None) => return,
         Err(err) => {
-            tracing::warn!(parent: span, %err, "cannot read the history to see whether to compact; not compacting now");
+            tracing::warn!(%err, "cannot read the history to see whether to compact; not compacting now");
             return;
         }
     };
-    let span = tracing::info_span!(parent: span, "compaction", session = %route.key);
-    let outcome = compact_with_flush(shared, route, msg, due, billing).instrument(span).await;
-    match outcome {
-        Ok(compaction::Outcome::Compacted { summarized, through_id }) => {
-            tracing::info!(summarized, through_id, "compacted the session's history");
+    // Inside the run's span (the caller's): the outcome's line carries the run's fields too.
+    async {
+        match compact_with_flush(shared, route, msg, due, billing).await {
+            Ok(compaction::Outcome::Compacted { summarized, through_id }) => {
+                tracing::info!(summarized, through_id, "compacted the session's history");
+            }
+            Ok(compaction::Outcome::Busy) => tracing::info!("a compaction of this session is already running"),
+            Ok(compaction::Outcome::NotNeeded) => {}
+            Err(err) => tracing::warn!(%err, "compaction failed; history and summary left as they were"),
         }
-        Ok(compaction::Outcome::Busy) => tracing::info!("a compaction of this session is already running"),
-        Ok(compaction::Outcome::NotNeeded) => {}
-        Err(err) => tracing::warn!(%err, "compaction failed; history and summary left as they were"),
     }
+    .instrument(tracing::info_span!("compaction"))
+    .await;
 }
 
 /// Why a compaction did not run or failed.
@@ -221,7 +225,8 @@ async fn process_inner(
     };
     let (agent_name, started) = (route.agent.settings().name.as_str(), std::time::Instant::now());
     meters().run_started(agent_name, &msg.channel);
-    tracing::Span::current().record("run_id", run_id.as_str());
+    // Displayed, not debugged: `run_id=0192…` in text logs, as `session` is, without quotes.
+    tracing::Span::current().record("run_id", tracing::field::display(&run_id));
     let access = access::admit(shared, &route.agent, msg).await.map_err(transient)?;
     let (msg, access) = hygiene::screen_input(shared, msg, access);
     let msg = msg.as_ref();
@@ -238,7 +243,7 @@ async fn process_inner(
         }
         ran = run_turn(shared, route, msg, &run_id, access, Turning { steer, choices, clock: clock.clone() }) => ran?,
     };
-    tracing::Span::current().record("status", outcome.status.as_str());
+    tracing::Span::current().record("status", tracing::field::display(outcome.status.as_str()));
     let journaled = finish(shared, msg, &run_id, &outcome, answered_row).await?;
     count_outcome(agent_name, &msg.channel, &outcome, started.elapsed());
     Ok(Done { compaction_due, journaled, billing: outcome.billing })

@@ -14,7 +14,7 @@ use thiserror::Error;
 use super::Shared;
 use super::job::Job;
 use super::keepalive::Settle;
-use crate::store::{RunClaim, RunOutcome, RunStatus, StoreError};
+use crate::store::{RunClaim, RunKind, RunOutcome, RunStatus, StoreError};
 
 /// Why a command or notice could not be handled now (the message is given back to the bus).
 #[derive(Debug, Error)]
@@ -52,7 +52,7 @@ pub(super) async fn answer_not_kept(shared: Arc<Shared>, job: Job, text: String)
 
 async fn answer_marked(shared: Arc<Shared>, job: Job, text: String, mark: fn(&mut OutboundMessage)) {
     let result = async {
-        if let Some(run_id) = claim(&shared, &job.msg).await? {
+        if let Some(run_id) = claim(&shared, &job.msg, RunKind::NoTurn).await? {
             let key = shared.agents.get().session_key(&job.msg);
             let mut notice = reply_to(&job.msg, &run_id, &key, OutboundKind::Notice, text);
             mark(&mut notice);
@@ -72,7 +72,7 @@ async fn answer_marked(shared: Arc<Shared>, job: Job, text: String, mark: fn(&mu
 pub(super) async fn settle_unanswered(shared: &Shared, job: Job, why: &str) {
     tracing::info!(id = %job.msg.id, session = %shared.agents.get().session_key(&job.msg), why, "settling a message without a turn");
     let result = async {
-        if let Some(run_id) = claim(shared, &job.msg).await? {
+        if let Some(run_id) = claim(shared, &job.msg, RunKind::NoTurn).await? {
             finish(shared, &job.msg, &run_id, RunStatus::Failed, None).await?;
         }
         Ok::<_, HandleError>(())
@@ -84,10 +84,10 @@ pub(super) async fn settle_unanswered(shared: &Shared, job: Job, why: &str) {
     }
 }
 
-/// Claims the message's run; `None` when it was already handled (its stored answer, if
-/// never delivered, is delivered now).
-pub(super) async fn claim(shared: &Shared, msg: &InboundMessage) -> Result<Option<String>, HandleError> {
-    match shared.store.claim_run(&msg.id, &shared.agents.get().session_key(msg)).await? {
+/// Claims the message's run, recorded as `kind` (no model is called for it); `None` when it
+/// was already handled (its stored answer, if never delivered, is delivered now).
+pub(super) async fn claim(shared: &Shared, msg: &InboundMessage, kind: RunKind) -> Result<Option<String>, HandleError> {
+    match shared.store.claim_run_as(&msg.id, &shared.agents.get().session_key(msg), kind).await? {
         RunClaim::New { run_id } | RunClaim::Resumed { run_id, .. } => Ok(Some(run_id)),
         RunClaim::Finished { run_id, reply, delivered } => {
             tracing::info!(%run_id, "command already handled; not running it again");

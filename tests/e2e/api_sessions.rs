@@ -14,7 +14,7 @@ use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
-use crate::support::{Daemon, Launch};
+use crate::support::{Daemon, Launch, run_to_exit};
 
 const ALICE: &str = "sb_alice_sessions_0123";
 const OPS: &str = "sb_ops_sessions_0123";
@@ -145,6 +145,62 @@ async fn sessions_and_runs_read_back_what_was_said_to_whom_may_read_it() {
     api.say(ALICE, "kitchen", "are you there").await;
     let request = llm.requests().last().unwrap().to_string();
     assert!(!request.contains("echo: hello"), "the deleted conversation reached the model");
+}
+
+/// Chats that only ever received messages (a cron job's, another chat's through the `message`
+/// tool), with no message from the chat itself, are listed with the chats of whoever may read
+/// them, and what they received is read back.
+#[tokio::test]
+async fn chats_that_only_received_messages_are_listed() {
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), None);
+    let fast_poll = ("SWITCHBOARD_CRON__POLL_INTERVAL_MS", "200");
+    let mut daemon = Launch::new(dir.path(), "run", &["run", "--config", &config])
+        .llm(&llm.base_url())
+        .env(fast_poll.0, fast_poll.1)
+        .spawn();
+    daemon.wait_healthy().await;
+    let api = Api { daemon: &daemon, client: reqwest::Client::new() };
+    let cron = |args: &[&str]| {
+        let (status, stderr, stdout) = run_to_exit(dir.path(), &[&["cron"], args].concat(), &[fast_poll]);
+        assert!(status.success(), "cron {args:?}: {stderr}");
+        stdout
+    };
+    let added =
+        cron(&["add", "--to", "api:alice/garden", "--at", "+1h", "--reminder", "--message", "Water the plants"]);
+    let id = added.lines().next().and_then(|line| line.strip_prefix("added ")).unwrap_or_else(|| panic!("{added}"));
+    cron(&["run", id.trim()]);
+    let send = json!({"content": "dinner is ready", "target": "api:alice/kitchen"});
+    llm.push_when("tell alice", Scripted::ToolCalls(vec![("message".into(), send)]));
+    api.say(OPS, "ops-room", "tell alice dinner is ready").await;
+    for chat in ["garden", "kitchen"] {
+        let messages = format!("/v1/sessions/{}/messages", encoded(&format!("api:alice/{chat}")));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+        while api.get(&messages, ALICE).await.1["messages"].as_array().is_none_or(Vec::is_empty) {
+            assert!(tokio::time::Instant::now() < deadline, "nothing reached {chat}\n{}", daemon.logs());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    let (_, mine) = api.get("/v1/sessions", ALICE).await;
+    let mut listed: Vec<(&str, &str)> = mine["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["key"].as_str().unwrap(), s["chat_id"].as_str().unwrap_or("")))
+        .collect();
+    listed.sort();
+    assert_eq!(listed, [("api:alice/garden", "garden"), ("api:alice/kitchen", "kitchen")], "{mine}");
+    let kitchen = mine["sessions"].as_array().unwrap().iter().find(|s| s["chat_id"] == "kitchen").unwrap();
+    assert_eq!(kitchen["messages"], 1, "{mine}");
+    let (_, all) = api.get("/v1/sessions", OPS).await;
+    assert!(all["sessions"].as_array().unwrap().iter().any(|s| s["key"] == "api:alice/kitchen"), "{all}");
+    // Deleted like any chat: gone from the list.
+    let path = format!("/v1/sessions/{}", encoded("api:alice/kitchen"));
+    assert_eq!(api.call(reqwest::Method::DELETE, &path, ALICE, None).await.0, 204);
+    let (_, mine) = api.get("/v1/sessions", ALICE).await;
+    assert!(mine["sessions"].as_array().unwrap().iter().all(|s| s["chat_id"] != "kitchen"), "{mine}");
 }
 
 /// A WebSocket of `token`, speaking the `switchboard` subprotocol with the token as a second

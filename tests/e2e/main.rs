@@ -21,6 +21,7 @@ mod doctor;
 mod embedded;
 mod exec_secrets;
 mod local_model;
+mod logs;
 mod mcp;
 mod metrics;
 mod nats;

@@ -3,6 +3,9 @@
 
 use std::path::Path;
 
+use serde_json::json;
+use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
+
 use crate::support::{Launch, run_to_exit, run_to_exit_via};
 
 /// A model server nobody calls: these tests stop before or without a message.
@@ -123,6 +126,26 @@ fn only_the_commands_that_use_a_bus_offer_nats() {
     let (status, stderr, _) = run_to_exit(dir.path(), &["cron", "list", "--nats", "nats://127.0.0.1:4222"], &[]);
     assert_eq!(status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("unexpected argument '--nats'"), "{stderr}");
+}
+
+/// `runs` lists what called the model: a chat command is answered (and recorded, so that a
+/// redelivery is not run again) but is not a run with 0 tokens in the list.
+#[tokio::test]
+async fn runs_lists_model_runs_not_chat_commands() {
+    let llm = FakeLlm::start().await;
+    llm.push(Scripted::Text("hello back".into()));
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = Launch::new(dir.path(), "run", &["run"]).llm(&llm.base_url()).spawn();
+    daemon.wait_healthy().await;
+    for content in ["/status", "hello", "/help"] {
+        let (status, reply) = daemon.post(json!({"chat_id": "me", "content": content})).await;
+        assert_eq!(status, 200, "{content}: {reply}\n{}", daemon.logs());
+    }
+    let (status, stderr, stdout) = run_to_exit(dir.path(), &["runs"], &[]);
+    assert!(status.success(), "{stderr}");
+    let rows: Vec<&str> = stdout.lines().skip(1).filter(|line| !line.starts_with(' ')).collect();
+    assert_eq!(rows.len(), 1, "{stdout}");
+    assert!(rows[0].contains("turn") && rows[0].contains("completed") && rows[0].contains("api:me"), "{stdout}");
 }
 
 fn is_root() -> bool {

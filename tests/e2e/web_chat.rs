@@ -1,7 +1,8 @@
 //! The web chat in a real browser: Debian's headless Chromium at phone width loads the page
 //! from the daemon, asks for the token, sends a message, shows the fake model's reply as it
 //! streams in, renders Markdown without running what the model wrote, and shows a reminder
-//! that arrives on its own. It saves a screenshot under `target/`.
+//! that arrives on its own; chats that only received messages are listed and show them. It
+//! saves a screenshot under `target/`.
 
 mod webdriver;
 
@@ -12,7 +13,7 @@ use serde_json::{Value, json};
 use switchboard_channels::api::access::token_sha256_hex;
 use switchboard_testkit::fake_llm::{FakeLlm, Quirks, Scripted};
 
-use crate::support::{Daemon, Launch};
+use crate::support::{Daemon, Launch, run_to_exit};
 use webdriver::Browser;
 
 const TOKEN: &str = "sb_browser_0123456789";
@@ -141,4 +142,74 @@ async fn the_web_chat_streams_a_reply_renders_it_safely_and_shows_a_reminder() {
     let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("web-chat.png");
     std::fs::write(&shot, browser.screenshot().await).unwrap();
     eprintln!("screenshot: {}", shot.display());
+}
+
+/// The texts of the page's message bubbles.
+const SHOWN: &str = "return [...document.querySelectorAll('#messages .msg')].map(e => e.textContent).join(' | ')";
+
+/// Chats that only ever received messages are in the list and show them: one that got another
+/// chat's `message` before the page loaded, and one whose first message (a reminder) came after
+/// it loaded, opened by name.
+#[tokio::test]
+async fn chats_that_only_received_messages_are_listed_and_show_them() {
+    if !browser_installed() {
+        return;
+    }
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = start(dir.path(), &llm).await;
+    let send = json!({"content": "dinner is ready", "target": "api:me/kitchen"});
+    llm.push_when("tell the kitchen", Scripted::ToolCalls(vec![("message".into(), send)]));
+    let (status, reply) = daemon.post_with(json!({"chat_id": "web", "content": "tell the kitchen"}), Some(TOKEN)).await;
+    assert_eq!(status, 200, "{reply}");
+
+    let browser = Browser::start(1200, 900).await;
+    browser.open(&daemon.url("/")).await;
+    browser.wait_for("return document.getElementById('token-dialog').open", Duration::from_secs(10)).await;
+    browser.type_into("#token", TOKEN).await;
+    browser.click("#token-form button[type=submit]").await;
+    let chats = "return [...document.querySelectorAll('#chats button')].map(b => b.textContent)";
+    let listed = "return [...document.querySelectorAll('#chats button')].some(b => b.textContent === 'kitchen')";
+    let Some(_) = browser.try_wait_for(listed, Duration::from_secs(10)).await else {
+        panic!("kitchen is not listed: {}", browser.run(chats).await);
+    };
+    browser.run("[...document.querySelectorAll('#chats button')].find(b => b.textContent === 'kitchen').click()").await;
+    let Some(_) = browser.try_wait_for(&format!("{SHOWN}.includes('dinner is ready')"), Duration::from_secs(10)).await
+    else {
+        panic!("kitchen shows {}", browser.run(SHOWN).await);
+    };
+
+    // A reminder to a chat the page has not heard of, then that chat opened by its name.
+    let cron = |args: &[&str]| {
+        let (status, stderr, stdout) = run_to_exit(dir.path(), &[&["cron"], args].concat(), &[]);
+        assert!(status.success(), "cron {args:?}: {stderr}");
+        stdout
+    };
+    let added = cron(&["add", "--to", "api:me/garden", "--at", "+1h", "--reminder", "--message", "Water the plants"]);
+    let id = added.lines().next().and_then(|line| line.strip_prefix("added ")).unwrap_or_else(|| panic!("{added}"));
+    cron(&["run", id.trim()]);
+    let client = reqwest::Client::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let page: Value = client
+            .get(daemon.url("/v1/sessions/api%3Ame%2Fgarden/messages"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if page["messages"].as_array().is_some_and(|lines| !lines.is_empty()) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the reminder never came\n{}", daemon.logs());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    browser.type_into("#new-chat-name", "garden").await;
+    browser.run("document.getElementById('new-chat').requestSubmit()").await;
+    let Some(_) = browser.try_wait_for(&format!("{SHOWN}.includes('Water the plants')"), Duration::from_secs(10)).await
+    else {
+        panic!("garden shows {:?}; the chats are {}", browser.run(SHOWN).await, browser.run(chats).await);
+    };
 }

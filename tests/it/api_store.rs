@@ -61,6 +61,27 @@ on_both_stores! {
         assert!(underscore.is_empty());
     }
 
+    /// A chat that only received outbox lines has no session row: it is listed all the same,
+    /// in its place by time and with its count, among the chats of whoever may see it.
+    async fn a_chat_with_only_outbox_lines_is_listed(fresh) {
+        let store = fresh.store.as_ref();
+        store.keep_outbound(&outbox("o1", "alice/news", "first", false)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        turn(store, "api:alice/k", "1", "hi").await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        store.keep_outbound(&outbox("o2", "alice/news", "second", false)).await.unwrap();
+        store.keep_outbound(&outbox("o3", "bob/news", "not alice's", false)).await.unwrap();
+        let scope = SessionScope::ApiChatsUnder("alice/".into());
+        let listed = store.sessions(&scope, None, 50).await.unwrap();
+        let listed: Vec<(&str, u64)> = listed.iter().map(|s| (s.key.as_str(), s.messages)).collect();
+        assert_eq!(listed, [("api:alice/news", 2), ("api:alice/k", 2)], "newest first");
+        assert_eq!(store.sessions(&SessionScope::All, None, 50).await.unwrap().len(), 3);
+        // Paged by the time of its newest line, as a session by its last change.
+        let first = store.sessions(&scope, None, 1).await.unwrap();
+        let rest = store.sessions(&scope, Some(first[0].updated_at), 1).await.unwrap();
+        assert_eq!((first[0].key.as_str(), rest[0].key.as_str()), ("api:alice/news", "api:alice/k"));
+    }
+
     /// Pages go back in time; outbox lines show between the turns they came between, once.
     async fn messages_page_back_with_the_outbox_between_the_turns(fresh) {
         let store = fresh.store.as_ref();

@@ -12,7 +12,7 @@ use switchboard::store::heartbeat::SlotClaim;
 use switchboard::store::lock::LockMode;
 use switchboard::store::memory_index::{MemoryChunk, MemoryQuery};
 use switchboard::store::subagents::{Created, NewSubagent};
-use switchboard::store::{Database, RunClaim, RunOutcome, RunStatus, StoreError};
+use switchboard::store::{Database, RunClaim, RunKind, RunOutcome, RunStatus, StoreError};
 use switchboard_channels::bus::journal::JournalRecord;
 use switchboard_channels::contract::{ChatAddress, Usage};
 use switchboard_channels::subject::Flow;
@@ -63,6 +63,23 @@ fn child(n: usize) -> NewSubagent {
     }
 }
 
+/// A completed outcome without transcript or reply.
+fn turn_outcome() -> RunOutcome {
+    RunOutcome {
+        status: RunStatus::Completed,
+        transcript: Vec::new(),
+        reply: None,
+        error: None,
+        usage: Usage::new(10, 5),
+        model: "m".into(),
+        cost_usd: None,
+        iterations: 1,
+        context_tokens: 0,
+        billing: None,
+        memory_scope: None,
+    }
+}
+
 /// Finishes a turn written in the memory scope `scope`.
 async fn remembered(store: &dyn Database, inbound: &str, scope: &str, question: &str, answer: &str) {
     let RunClaim::New { run_id } = store.claim_run(inbound, "telegram:42").await.unwrap() else { panic!("not new") };
@@ -83,6 +100,26 @@ async fn remembered(store: &dyn Database, inbound: &str, scope: &str, question: 
 }
 
 on_both_stores! {
+    /// Commands and messages settled without a turn are recorded (a redelivery finds them
+    /// finished) but are not listed as runs: nothing called the model. Claimed at once, so
+    /// that SQLite's grouped claim carries each one's kind too.
+    async fn only_model_runs_are_listed_though_commands_are_recorded(fresh) {
+        let kinds = [RunKind::Turn, RunKind::Command, RunKind::NoTurn, RunKind::Command];
+        let claims = kinds.into_iter().enumerate().map(|(i, kind)| {
+            let store = Arc::clone(&fresh.store);
+            tokio::spawn(async move { store.claim_run_as(&format!("in-{i}"), "api:me", kind).await.unwrap() })
+        });
+        for claim in claims.collect::<Vec<_>>() {
+            let RunClaim::New { run_id } = claim.await.unwrap() else { panic!("not new") };
+            let outcome = RunOutcome { iterations: 0, usage: Usage::default(), ..turn_outcome() };
+            fresh.store.finish_run(&run_id, &outcome).await.unwrap();
+        }
+        let runs = fresh.store.recent_runs(10).await.unwrap();
+        assert_eq!(runs.iter().map(|run| (run.inbound_id.as_str(), run.kind)).collect::<Vec<_>>(), [("in-0", RunKind::Turn)]);
+        let again = fresh.store.claim_run_as("in-1", "api:me", RunKind::Command).await.unwrap();
+        assert!(matches!(again, RunClaim::Finished { .. }), "{again:?}");
+    }
+
     /// A stranger's first messages handled by two workers at once make one user, not two.
     async fn first_messages_through_two_handles_make_one_user(fresh) {
         let (a, b) = (Arc::clone(&fresh.store), fresh.another().await);

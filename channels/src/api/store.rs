@@ -56,7 +56,8 @@ pub struct MessagePage {
 pub struct RunView {
     pub id: String,
     pub session_key: String,
-    /// `turn`, or a compaction's `memory_flush` or `summary`.
+    /// `turn`, a compaction's `memory_flush` or `summary`, or `command` / `no_turn` (a chat
+    /// command, a message settled without a turn: recorded, but no model was called).
     pub kind: String,
     /// `running`, `completed` or `failed`.
     pub status: String,

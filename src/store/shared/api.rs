@@ -120,15 +120,23 @@ fn tool_calls(rows: &[(i64, String)]) -> Result<Vec<Value>, ApiStoreError> {
 }
 
 /// A page of sessions with something to show, then their message counts: counted for the
-/// page only, not for every session the scope holds.
+/// page only, not for every session the scope holds. A chat that only ever received messages
+/// (a cron reminder, a `message` from another chat) has outbox lines but no session row: it is
+/// listed too, its times those of its lines.
 const SESSIONS_PAGE: &str = "SELECT p.key, p.created_at, p.updated_at, \
      (SELECT COUNT(*) FROM transcript t WHERE t.session_key = p.key) \
      + (SELECT COUNT(*) FROM api_outbox o WHERE o.session_key = p.key AND NOT o.in_transcript) AS messages \
-     FROM (SELECT s.key, s.created_at, s.updated_at FROM sessions s \
-     WHERE (s.key LIKE $1 ESCAPE '\\' OR s.key LIKE $2 ESCAPE '\\') AND s.updated_at < $3 \
+     FROM (SELECT l.key, l.created_at, l.updated_at FROM ( \
+     SELECT s.key, s.created_at, s.updated_at FROM sessions s \
+     WHERE (s.key LIKE $1 ESCAPE '\\' OR s.key LIKE $2 ESCAPE '\\') \
      AND (EXISTS (SELECT 1 FROM transcript t WHERE t.session_key = s.key) \
      OR EXISTS (SELECT 1 FROM api_outbox o WHERE o.session_key = s.key AND NOT o.in_transcript)) \
-     ORDER BY s.updated_at DESC, s.key LIMIT $4) AS p \
+     UNION ALL \
+     SELECT o.session_key, MIN(o.created_at), MAX(o.created_at) FROM api_outbox o \
+     WHERE (o.session_key LIKE $1 ESCAPE '\\' OR o.session_key LIKE $2 ESCAPE '\\') AND NOT o.in_transcript \
+     AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.key = o.session_key) \
+     GROUP BY o.session_key) AS l \
+     WHERE l.updated_at < $3 ORDER BY l.updated_at DESC, l.key LIMIT $4) AS p \
      ORDER BY p.updated_at DESC, p.key";
 
 fn summary(row: (String, i64, i64, i64)) -> Result<SessionSummary, ApiStoreError> {

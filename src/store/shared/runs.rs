@@ -50,6 +50,12 @@ where
     Ok(LastTurn { usage, cost_usd: row.try_get("cost_usd")?, context_tokens: count("context_tokens")? })
 }
 
+/// The kinds of runs that call the model, as an SQL list: `'turn', 'memory_flush', …`.
+fn model_kinds() -> String {
+    let kinds = RunKind::ALL.into_iter().filter(|kind| kind.calls_the_model());
+    kinds.map(|kind| format!("'{}'", kind.as_str())).collect::<Vec<_>>().join(", ")
+}
+
 /// The same queries serve both stores; only sqlx's types differ, hence a macro.
 macro_rules! run_store {
     ($module:ident, $store:ty) => {
@@ -92,9 +98,14 @@ macro_rules! run_store {
 
         #[async_trait]
         impl Store for $store {
-            async fn claim_run(&self, inbound_id: &str, session_key: &str) -> Result<RunClaim, StoreError> {
+            async fn claim_run_as(
+                &self,
+                inbound_id: &str,
+                session_key: &str,
+                kind: RunKind,
+            ) -> Result<RunClaim, StoreError> {
                 let run_id = Uuid::now_v7().to_string();
-                if self.insert_claim(&run_id, inbound_id, session_key).await? {
+                if self.insert_claim(&run_id, inbound_id, session_key, kind).await? {
                     return Ok(RunClaim::New { run_id });
                 }
                 // Its worker died (or the bus gave up on it): this claimant takes it over. One
@@ -302,7 +313,12 @@ macro_rules! run_store {
             async fn recent_runs(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
                 // Run ids are UUID v7, time-ordered, so they break ties between runs started in
                 // the same millisecond.
-                let sql = format!("SELECT {RUN_COLUMNS} FROM runs ORDER BY started_at DESC, run_id DESC LIMIT $1");
+                // Model runs only: commands and messages settled without a turn have rows too
+                // (so that a redelivery is not run again), but nothing ran.
+                let sql = format!(
+                    "SELECT {RUN_COLUMNS} FROM runs WHERE kind IN ({}) ORDER BY started_at DESC, run_id DESC LIMIT $1",
+                    model_kinds()
+                );
                 let rows = sqlx::query(&sql).bind(sql_limit(limit)).fetch_all(self.pool()).await?;
                 rows.iter().map(run_record).collect()
             }

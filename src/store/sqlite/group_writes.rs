@@ -14,14 +14,15 @@ use super::grouped::{GroupOutcome, Grouped};
 use crate::store::finishing::{FinishRow, Finished};
 use switchboard_channels::bus::journal::JournalRecord;
 
-use crate::store::RunStatus;
 use crate::store::values::flow_name;
+use crate::store::{RunKind, RunStatus};
 
 /// A run to claim for an inbound message.
 pub(in crate::store) struct ClaimRow {
     pub run_id: String,
     pub inbound_id: String,
     pub session_key: String,
+    pub kind: RunKind,
 }
 
 /// The grouped writes of one store, all through its writer connection.
@@ -128,11 +129,12 @@ async fn claim(writer: SqlitePool, rows: Vec<ClaimRow>) -> GroupOutcome<bool> {
     if let [row] = rows.as_slice() {
         return claim_one(&writer, row).await.map(|inserted| vec![inserted]);
     }
-    let array: Vec<_> = rows.iter().map(|row| (&row.run_id, &row.inbound_id, &row.session_key)).collect();
+    let array: Vec<_> =
+        rows.iter().map(|row| (&row.run_id, &row.inbound_id, &row.session_key, row.kind.as_str())).collect();
     let array = serde_json::to_string(&array).map_err(|err| err.to_string())?;
     let inserted: Vec<String> = sqlx::query_scalar(
-        "INSERT INTO runs (run_id, inbound_id, session_key, status, attempt, started_at) \
-         SELECT r.value ->> 0, r.value ->> 1, r.value ->> 2, $2, 1, $3 \
+        "INSERT INTO runs (run_id, inbound_id, session_key, status, attempt, started_at, kind) \
+         SELECT r.value ->> 0, r.value ->> 1, r.value ->> 2, $2, 1, $3, r.value ->> 3 \
          FROM json_each($1) AS r WHERE true ORDER BY r.key \
          ON CONFLICT (inbound_id) DO NOTHING RETURNING run_id",
     )
@@ -151,14 +153,15 @@ async fn claim(writer: SqlitePool, rows: Vec<ClaimRow>) -> GroupOutcome<bool> {
 /// A claim alone: the plain statement, without the JSON that carries a group.
 async fn claim_one(writer: &SqlitePool, row: &ClaimRow) -> Result<bool, String> {
     let inserted = sqlx::query(
-        "INSERT INTO runs (run_id, inbound_id, session_key, status, attempt, started_at) \
-         VALUES ($1, $2, $3, $4, 1, $5) ON CONFLICT (inbound_id) DO NOTHING",
+        "INSERT INTO runs (run_id, inbound_id, session_key, status, attempt, started_at, kind) \
+         VALUES ($1, $2, $3, $4, 1, $5, $6) ON CONFLICT (inbound_id) DO NOTHING",
     )
     .bind(&row.run_id)
     .bind(&row.inbound_id)
     .bind(&row.session_key)
     .bind(RunStatus::Running.as_str())
     .bind(super::now_millis())
+    .bind(row.kind.as_str())
     .execute(writer)
     .await
     .map_err(|err| err.to_string())?;

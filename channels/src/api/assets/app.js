@@ -121,8 +121,11 @@ async function openChat(chatId) {
   state.bubbles.clear();
   renderChats();
   subscribe(chatId);
+  // A chat that got its first message after the list was read (a reminder, a message from
+  // another chat) is not in it yet: read the list again before deciding it is new.
+  if (!sessionOf(chatId)) await loadChats();
   const key = sessionOf(chatId);
-  if (!key) return;
+  if (!key || state.current !== chatId) return;
   const page = await api("/v1/sessions/" + encodeURIComponent(key) + "/messages?limit=100");
   for (const line of page.messages) showLine(line);
   scrollDown();
@@ -259,6 +262,8 @@ function onFrame(frame) {
       if (frame.session_key && !sessionOf(frame.chat_id)) loadChats();
       break;
     case "message": {
+      // The first message of a chat the list does not have yet: list it.
+      if (frame.chat_id && !sessionOf(frame.chat_id)) loadChats();
       if (!here) break;
       // A run this page watched (a reminder's, a heartbeat's) sent it: mark that bubble as
       // having come on its own; otherwise it is new.
