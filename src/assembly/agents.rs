@@ -14,7 +14,7 @@ use crate::store::cron::CronStore;
 use crate::store::memory_index::MemoryIndex;
 use crate::subagents::SubagentManager;
 use crate::subagents::tool::SpawnTool;
-use crate::tools::approval::{ApprovalGate, ApprovalSettings};
+use crate::tools::approval::ApprovalGate;
 use crate::tools::mcp::{McpCall, McpToolSearch};
 use crate::tools::memory::{EmbeddingSettings, MemorySearcher, MemorySettings};
 use crate::tools::skills::{SkillGet, SkillSearch};
@@ -115,9 +115,9 @@ impl Assembly {
         if let Some(allowed) = config.agents.get(name).map(|o| &o.tools).filter(|tools| !tools.is_empty()) {
             tools.retain(allowed);
         }
-        if !config.approvals.tools.is_empty() {
-            let settings = ApprovalSettings::from(&config.approvals);
-            tools.set_approvals(Arc::new(ApprovalGate::new(Arc::clone(store), Arc::clone(bus), settings)));
+        let approvals = settings::approvals(config, name);
+        if !approvals.tools.is_empty() {
+            tools.set_approvals(Arc::new(ApprovalGate::new(Arc::clone(store), Arc::clone(bus), approvals)));
         }
         Ok(tools)
     }

@@ -23,6 +23,7 @@ use crate::provider::transcribe::{Transcriber, TranscriptionSettings};
 use crate::scheduler::heartbeat::{HeartbeatAgent, HeartbeatSettings};
 use crate::subagents::SubagentSettings;
 use crate::tools::ToolLimits;
+use crate::tools::approval::ApprovalSettings;
 use crate::users::AccessPolicy;
 use crate::worker::{QueueSettings, RecallSettings, WorkerSettings};
 use crate::workspace::protected::ProtectedFiles;
@@ -128,6 +129,15 @@ pub fn agent(config: &Config, name: &str, chain: &[ChainEntry]) -> AgentSettings
         skills: agent_skills(config, name),
         protected: Arc::new(ProtectedFiles::new(&config.workspace.protected)),
     }
+}
+
+/// `[approvals]` for agent `name`: its own `approval_tools` when it sets them.
+pub fn approvals(config: &Config, name: &str) -> ApprovalSettings {
+    let mut settings = ApprovalSettings::from(&config.approvals);
+    if let Some(tools) = config.agents.get(name).and_then(|agent| agent.approval_tools.as_ref()) {
+        settings.tools = tools.iter().cloned().collect();
+    }
+    settings
 }
 
 /// Who may do what: `[users]`, `[permissions]` (with each MCP server's level) and `[budgets]`.
@@ -299,4 +309,25 @@ pub fn bus_label(config: &Config) -> String {
 /// A hand-built config's problem, said like the loader says it.
 pub(super) fn invalid(key: String, reason: String) -> ConfigError {
     ConfigError::Invalid { key, origin: Origin::Default, reason }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::NamedAgentConfig;
+
+    #[test]
+    fn an_agent_may_set_its_own_approval_tools() {
+        let mut config = Config::default();
+        config.approvals.tools = vec!["exec".into()];
+        let named = |tools: Option<Vec<String>>| NamedAgentConfig { approval_tools: tools, ..Default::default() };
+        config.agents.insert("ops".into(), named(Some(vec!["write_file".into(), "exec".into()])));
+        config.agents.insert("open".into(), named(Some(Vec::new())));
+        config.agents.insert("plain".into(), named(None));
+        let tools = |name: &str| approvals(&config, name).tools.into_iter().collect::<Vec<_>>();
+        assert_eq!(tools("main"), ["exec"]);
+        assert_eq!(tools("plain"), ["exec"], "unset: the global list");
+        assert_eq!(tools("ops"), ["exec", "write_file"]);
+        assert!(tools("open").is_empty(), "empty: nothing waits");
+    }
 }

@@ -47,6 +47,8 @@ pub struct NamedAgentConfig {
     pub system_prompt: Option<String>,
     /// Its own heartbeat; unset = `[heartbeat]`.
     pub heartbeat: Option<super::HeartbeatConfig>,
+    /// The tools whose calls wait for an approver; unset = `approvals.tools`, empty = none.
+    pub approval_tools: Option<Vec<String>>,
 }
 
 /// One `[[bindings]]` entry: which agent answers where. Exactly one of `chat`, `group`,
