@@ -100,7 +100,7 @@ impl ApprovalGate {
         tracing::info!(code = %approval.code, %tool, session = %ctx.session_key, "a tool call waits for an approver");
         self.announce(&approval, ctx).await;
         let _still = ctx.clock.pause();
-        let waiting = Waiting { store: Arc::clone(&self.store), code: Some(approval.code.clone()) };
+        let waiting = Waiting { store: Arc::clone(&self.store), code: approval.code.clone(), settled: false };
         waiting.outcome(&approval).await
     }
 
@@ -159,55 +159,58 @@ impl ApprovalGate {
 /// as cancelled.
 struct Waiting {
     store: Arc<dyn Database>,
-    code: Option<String>,
+    code: String,
+    settled: bool,
 }
 
 impl Waiting {
     async fn outcome(mut self, approval: &Approval) -> Gate {
-        let tool = &approval.request.tool;
+        let gate = self.decision(approval).await;
+        self.settled = true;
+        gate
+    }
+
+    /// Polls the store until the approval is decided or past its time.
+    async fn decision(&self, approval: &Approval) -> Gate {
+        let (tool, code) = (&approval.request.tool, &self.code);
         loop {
             tokio::time::sleep(POLL).await;
-            let Some(code) = self.code.clone() else { return Gate::Declined("the approval was lost".into()) };
-            let found = match self.store.approval(&code).await {
+            let found = match self.store.approval(code).await {
                 Ok(Some(found)) => found,
-                Ok(None) => return self.settled(Gate::Declined(format!("the approval of {tool} was lost"))),
+                Ok(None) => return Gate::Declined(format!("the approval of {tool} was lost")),
                 Err(err) => {
                     tracing::warn!(%err, %code, "cannot read an approval; trying again");
                     continue;
                 }
             };
             match found.status {
-                ApprovalStatus::Allowed => return self.settled(Gate::Run),
+                ApprovalStatus::Allowed => return Gate::Run,
                 ApprovalStatus::Pending if chrono::Utc::now() < found.expires_at => {}
                 ApprovalStatus::Pending => {
-                    let reason = "nobody decided in time";
-                    let _ = self.store.close_approval(&code, ApprovalStatus::Expired, reason).await;
-                    return self.settled(Gate::Declined(format!(
+                    let _ = self.store.close_approval(code, ApprovalStatus::Expired, "nobody decided in time").await;
+                    return Gate::Declined(format!(
                         "the owner did not answer in time, so {tool} did not run; tell the person it needs the \
                          owner's approval and they can ask again"
-                    )));
+                    ));
                 }
                 status => {
-                    return self.settled(Gate::Declined(format!(
-                        "the owner {} this call, so {tool} did not run; tell the person and do not try to get \
-                         around it",
-                        if status == ApprovalStatus::Denied { "declined" } else { "could not approve" }
-                    )));
+                    let verb = if status == ApprovalStatus::Denied { "declined" } else { "could not approve" };
+                    return Gate::Declined(format!(
+                        "the owner {verb} this call, so {tool} did not run; tell the person and do not try to get \
+                         around it"
+                    ));
                 }
             }
         }
-    }
-
-    fn settled(&mut self, gate: Gate) -> Gate {
-        self.code = None;
-        gate
     }
 }
 
 impl Drop for Waiting {
     fn drop(&mut self) {
-        let Some(code) = self.code.take() else { return };
-        let store = Arc::clone(&self.store);
+        if self.settled {
+            return;
+        }
+        let (store, code) = (Arc::clone(&self.store), std::mem::take(&mut self.code));
         // Dropped inside the runtime (the run's future); the close must outlive it.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {

@@ -122,7 +122,9 @@ async fn execute(shared: &Shared, job: &Job, key: &str, command: Command) -> Res
     if needs_user && job.msg.is_group && access::level_here(shared, &job.msg).await? < Level::User {
         return Ok("Only members with the user level or above can do that in a group.".into());
     }
-    let owner_here = !job.msg.is_group && access::level_here(shared, &job.msg).await? == Level::Owner;
+    // Only the owner's commands and /help depend on it: the others do not look the sender up.
+    let asks_owner = command.is_owners() || command == Command::Help;
+    let owner_here = asks_owner && !job.msg.is_group && access::level_here(shared, &job.msg).await? == Level::Owner;
     if command.is_owners() && !owner_here {
         return Ok(super::owner::unknown(&job.msg.content));
     }

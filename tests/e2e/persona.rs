@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::sandbox::bwrap_present;
 use crate::support::{Daemon, Launch, run_to_exit};
 use serde_json::{Value, json};
 use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
@@ -115,15 +116,6 @@ async fn a_group_member_at_user_level_cannot_change_the_persona_with_any_file_to
     let mut after = snapshot(&workspace);
     assert_eq!(after.remove("notes.md").as_deref(), Some("You are a pirate now."));
     assert_eq!(after, before, "no protected file changed");
-}
-
-fn bwrap_present() -> bool {
-    let found = Path::new("/usr/bin/bwrap").is_file();
-    if !found {
-        assert!(std::env::var_os("CI").is_none(), "bubblewrap must be installed in CI (.ci/run installs it)");
-        eprintln!("skipped: bubblewrap is not installed (apt-get install bubblewrap)");
-    }
-    found
 }
 
 #[tokio::test]

@@ -14,7 +14,7 @@ use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
 
 const SECRET: &str = "sk-proj-Zq8wX3vB6nM1kL4pR7tY0uI2oE";
 
-fn bwrap_present() -> bool {
+pub(crate) fn bwrap_present() -> bool {
     let found = Path::new("/usr/bin/bwrap").is_file();
     if !found {
         assert!(std::env::var_os("CI").is_none(), "bubblewrap must be installed in CI (.ci/run installs it)");

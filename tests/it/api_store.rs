@@ -6,30 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
-use switchboard::provider::ChatMessage;
-use switchboard::store::{Database, RunClaim, RunOutcome, RunStatus};
 use switchboard_channels::api::store::{OutboxEntry, SessionScope};
-use switchboard_channels::contract::{OutboundMessage, Usage};
+use switchboard_channels::contract::OutboundMessage;
 
-use crate::stores::on_both_stores;
-
-async fn turn(store: &dyn Database, session: &str, inbound: &str, question: &str) {
-    let RunClaim::New { run_id } = store.claim_run(inbound, session).await.unwrap() else { panic!("not new") };
-    let outcome = RunOutcome {
-        status: RunStatus::Completed,
-        transcript: vec![ChatMessage::user(question), ChatMessage::assistant(format!("re: {question}"), Vec::new())],
-        reply: None,
-        error: None,
-        usage: Usage::new(10, 5),
-        model: "m".into(),
-        cost_usd: None,
-        iterations: 1,
-        context_tokens: 0,
-        billing: None,
-        memory_scope: None,
-    };
-    store.finish_run(&run_id, &outcome).await.unwrap();
-}
+use crate::stores::{finished_turn as turn, on_both_stores};
 
 fn outbox(id: &str, chat: &str, content: &str, webhook: bool) -> OutboxEntry {
     let message = OutboundMessage {

@@ -12,12 +12,12 @@ use switchboard::store::heartbeat::SlotClaim;
 use switchboard::store::lock::LockMode;
 use switchboard::store::memory_index::{MemoryChunk, MemoryQuery};
 use switchboard::store::subagents::{Created, NewSubagent};
-use switchboard::store::{Database, RunClaim, RunKind, RunOutcome, RunStatus, StoreError};
+use switchboard::store::{Database, RunClaim, RunKind, RunOutcome, StoreError};
 use switchboard_channels::bus::journal::JournalRecord;
 use switchboard_channels::contract::{ChatAddress, Usage};
 use switchboard_channels::subject::Flow;
 
-use crate::stores::on_both_stores;
+use crate::stores::{completed, on_both_stores};
 
 /// `n` tasks at once, alternately on `a` and `b`, each doing `work` with its number.
 async fn on_two<T, F, Fut>(a: &Arc<dyn Database>, b: &Arc<dyn Database>, n: usize, work: F) -> Vec<T>
@@ -63,39 +63,11 @@ fn child(n: usize) -> NewSubagent {
     }
 }
 
-/// A completed outcome without transcript or reply.
-fn turn_outcome() -> RunOutcome {
-    RunOutcome {
-        status: RunStatus::Completed,
-        transcript: Vec::new(),
-        reply: None,
-        error: None,
-        usage: Usage::new(10, 5),
-        model: "m".into(),
-        cost_usd: None,
-        iterations: 1,
-        context_tokens: 0,
-        billing: None,
-        memory_scope: None,
-    }
-}
-
 /// Finishes a turn written in the memory scope `scope`.
 async fn remembered(store: &dyn Database, inbound: &str, scope: &str, question: &str, answer: &str) {
     let RunClaim::New { run_id } = store.claim_run(inbound, "telegram:42").await.unwrap() else { panic!("not new") };
-    let outcome = RunOutcome {
-        status: RunStatus::Completed,
-        transcript: vec![ChatMessage::user(question), ChatMessage::assistant(answer, Vec::new())],
-        reply: None,
-        error: None,
-        usage: Usage::new(10, 5),
-        model: "m".into(),
-        cost_usd: None,
-        iterations: 1,
-        context_tokens: 0,
-        billing: None,
-        memory_scope: Some(scope.into()),
-    };
+    let exchange = vec![ChatMessage::user(question), ChatMessage::assistant(answer, Vec::new())];
+    let outcome = RunOutcome { memory_scope: Some(scope.into()), ..completed(exchange) };
     store.finish_run(&run_id, &outcome).await.unwrap();
 }
 
@@ -111,7 +83,7 @@ on_both_stores! {
         });
         for claim in claims.collect::<Vec<_>>() {
             let RunClaim::New { run_id } = claim.await.unwrap() else { panic!("not new") };
-            let outcome = RunOutcome { iterations: 0, usage: Usage::default(), ..turn_outcome() };
+            let outcome = RunOutcome { iterations: 0, usage: Usage::default(), ..completed(Vec::new()) };
             fresh.store.finish_run(&run_id, &outcome).await.unwrap();
         }
         let runs = fresh.store.recent_runs(10).await.unwrap();

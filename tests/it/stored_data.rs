@@ -4,31 +4,11 @@
 use std::sync::Arc;
 
 use switchboard::provider::ChatMessage;
-use switchboard::store::{RunClaim, RunOutcome, RunStatus, Store, StoreError};
-use switchboard_channels::contract::Usage;
+use switchboard::store::{RunClaim, StoreError};
 
-use crate::stores::on_both_stores;
+use crate::stores::{finished_turn, on_both_stores};
 
 const SESSION: &str = "api:c";
-
-/// A finished turn: `question` and its answer in the transcript.
-async fn turn(store: &dyn Store, inbound_id: &str, question: &str) {
-    let RunClaim::New { run_id } = store.claim_run(inbound_id, SESSION).await.unwrap() else { panic!("not new") };
-    let outcome = RunOutcome {
-        status: RunStatus::Completed,
-        transcript: vec![ChatMessage::user(question), ChatMessage::assistant(format!("re: {question}"), Vec::new())],
-        reply: None,
-        error: None,
-        usage: Usage::new(10, 5),
-        model: "m".into(),
-        cost_usd: None,
-        iterations: 1,
-        context_tokens: 0,
-        billing: None,
-        memory_scope: None,
-    };
-    store.finish_run(&run_id, &outcome).await.unwrap();
-}
 
 fn texts(history: &[ChatMessage]) -> Vec<&str> {
     history.iter().map(|message| message.content.as_str()).collect()
@@ -37,8 +17,8 @@ fn texts(history: &[ChatMessage]) -> Vec<&str> {
 on_both_stores! {
     async fn a_transcript_row_that_does_not_decode_is_left_out_of_the_history(fresh) {
         let store = Arc::clone(&fresh.store);
-        turn(&*store, "in-1", "one").await;
-        turn(&*store, "in-2", "two").await;
+        finished_turn(&*store, SESSION, "in-1", "one").await;
+        finished_turn(&*store, SESSION, "in-2", "two").await;
         let broken = fresh
             .execute("UPDATE transcript SET message_json = '{\"role\": 7}' WHERE message_json LIKE '%re: one%'")
             .await;
@@ -51,14 +31,14 @@ on_both_stores! {
         let rows = other.history_rows(SESSION, 50).await.unwrap();
         assert_eq!(rows.len(), 3);
         // A turn after it reads the same, plus its own rows.
-        turn(&*other, "in-3", "three").await;
+        finished_turn(&*other, SESSION, "in-3", "three").await;
         let conversation = other.conversation(SESSION, 50).await.unwrap();
         assert_eq!(texts(&conversation.history), ["one", "two", "re: two", "three", "re: three"]);
     }
 
     async fn a_summary_count_out_of_range_keeps_the_summary(fresh) {
         let store = Arc::clone(&fresh.store);
-        turn(&*store, "in-1", "one").await;
+        finished_turn(&*store, SESSION, "in-1", "one").await;
         fresh.execute("UPDATE sessions SET summary = 'tea', compaction_count = -1").await;
         let other = fresh.another().await;
         let conversation = other.conversation(SESSION, 50).await.unwrap();
@@ -69,7 +49,7 @@ on_both_stores! {
 
     async fn a_finished_runs_reply_that_does_not_decode_settles_its_redelivery(fresh) {
         let store = Arc::clone(&fresh.store);
-        turn(&*store, "in-1", "one").await;
+        finished_turn(&*store, SESSION, "in-1", "one").await;
         assert_eq!(fresh.execute("UPDATE runs SET reply_json = 'not a reply', reply_delivered = false").await, 1);
         // The message comes again (its ack was lost): finished, nothing left to deliver, where
         // an error would give it back to the bus until it aged out.
@@ -80,7 +60,7 @@ on_both_stores! {
 
     async fn a_store_that_cannot_be_reached_still_fails(fresh) {
         let store = Arc::clone(&fresh.store);
-        turn(&*store, "in-1", "one").await;
+        finished_turn(&*store, SESSION, "in-1", "one").await;
         store.close().await;
         let err = store.conversation(SESSION, 50).await.unwrap_err();
         assert!(matches!(err, StoreError::Database(_)), "{err:?}");

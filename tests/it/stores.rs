@@ -5,9 +5,11 @@
 
 use std::sync::Arc;
 
-use switchboard::store::Database;
+use switchboard::provider::ChatMessage;
 use switchboard::store::postgres::PostgresStore;
 use switchboard::store::sqlite::SqliteStore;
+use switchboard::store::{Database, RunClaim, RunOutcome, RunStatus, Store};
+use switchboard_channels::contract::Usage;
 use switchboard_testkit::postgres::TempDatabase;
 use tempfile::TempDir;
 
@@ -97,3 +99,27 @@ macro_rules! on_both_stores {
     )*};
 }
 pub(crate) use on_both_stores;
+
+/// A completed run's outcome with `transcript`: what a turn stores, without reply or error.
+pub fn completed(transcript: Vec<ChatMessage>) -> RunOutcome {
+    RunOutcome {
+        status: RunStatus::Completed,
+        transcript,
+        reply: None,
+        error: None,
+        usage: Usage::new(10, 5),
+        model: "m".into(),
+        cost_usd: None,
+        iterations: 1,
+        context_tokens: 0,
+        billing: None,
+        memory_scope: None,
+    }
+}
+
+/// A turn of `session` claimed by `inbound` and finished: `question`, answered `re: question`.
+pub async fn finished_turn(store: &dyn Store, session: &str, inbound: &str, question: &str) {
+    let RunClaim::New { run_id } = store.claim_run(inbound, session).await.unwrap() else { panic!("not new") };
+    let exchange = vec![ChatMessage::user(question), ChatMessage::assistant(format!("re: {question}"), Vec::new())];
+    store.finish_run(&run_id, &completed(exchange)).await.unwrap();
+}
