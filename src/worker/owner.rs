@@ -7,7 +7,7 @@ use switchboard_channels::contract::{InboundMessage, commands};
 use super::Shared;
 use crate::config::Identity;
 use crate::store::StoreError;
-use crate::store::approvals::{ApprovalStatus, Verdict};
+use crate::store::approvals::{ApprovalStatus, DecideProblem, Verdict};
 use crate::store::pairing::normalize_code;
 
 /// Waiting calls `/pending` lists at most.
@@ -68,6 +68,8 @@ pub(super) async fn decide(
             approval.request.channel,
             approval.request.chat_id
         ),
+        // The store's wording points at the shell; here the list is a command away.
+        Err(DecideProblem::Unknown) => format!("Approval {code} is unknown; /pending lists the open ones."),
         Err(problem) => format!("Approval {code} {problem}."),
     })
 }
