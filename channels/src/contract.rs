@@ -8,11 +8,13 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+pub mod buttons;
 pub mod commands;
 mod dead_letter;
 mod replied;
 pub mod reply;
 mod system;
+pub use buttons::Button;
 pub use dead_letter::DeadLetter;
 pub use replied::{CUT_MARKER, MAX_REPLIED_CHARS, RepliedTo};
 
@@ -40,6 +42,10 @@ pub const MESSAGE_ID: &str = "message_id";
 /// platform's length limit). The worker then waits a moment for the rest before the turn
 /// starts; other messages start their turn at once.
 pub const BURST: &str = "burst";
+/// In an outbound message's metadata: `true` when `chat_id` is a person's user id rather than
+/// a chat: the adapter delivers to that person's direct chat (on Telegram the same id; Discord
+/// opens the DM channel). Used to reach an owner or a stranger who has not written yet.
+pub const TO_USER: &str = "to_user";
 
 fn contract_version() -> u32 {
     CONTRACT_VERSION
@@ -213,6 +219,8 @@ pub enum ContractError {
     TooLong { field: &'static str, len: usize, limit: usize },
     #[error("field `{field}` is {len} characters long; the limit is {limit} characters")]
     TooManyChars { field: &'static str, len: usize, limit: usize },
+    #[error("field `{field}` has {count} entries; the limit is {limit}")]
+    TooMany { field: &'static str, count: usize, limit: usize },
     #[error("`media.kind` {0:?} is not one of photo, document, voice, audio, video or file")]
     MediaKind(String),
 }
@@ -359,6 +367,11 @@ pub struct OutboundMessage {
     /// Platform message id to quote, if the adapter should reply to a specific message.
     pub reply_to: Option<String>,
     pub kind: OutboundKind,
+    /// Rows of buttons under the message (a Telegram inline keyboard, Discord components);
+    /// left out of the JSON when there are none. Adapters that cannot show buttons send the
+    /// text alone.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub buttons: Vec<Vec<Button>>,
     #[serde(default = "Utc::now")]
     pub created_at: DateTime<Utc>,
     pub metadata: Map<String, Value>,
@@ -377,6 +390,7 @@ impl Default for OutboundMessage {
             media: Vec::new(),
             reply_to: None,
             kind: OutboundKind::Reply,
+            buttons: Vec::new(),
             created_at: Utc::now(),
             metadata: Map::new(),
         }
@@ -405,7 +419,13 @@ impl OutboundMessage {
         non_empty("channel", &self.channel)?;
         non_empty("chat_id", &self.chat_id)?;
         check_ids(&self.id, &self.channel, &self.chat_id, self.thread_id.as_deref())?;
-        check_media(&self.media)
+        check_media(&self.media)?;
+        buttons::check_buttons(&self.buttons)
+    }
+
+    /// Whether `chat_id` names a person to reach in their direct chat ([`TO_USER`]).
+    pub fn to_user(&self) -> bool {
+        self.metadata.get(TO_USER).and_then(Value::as_bool) == Some(true)
     }
 }
 

@@ -4,6 +4,7 @@
 pub mod bus;
 pub mod chunking;
 pub mod contract;
+pub mod control;
 pub mod delivery;
 pub mod gauge;
 pub mod media_files;
