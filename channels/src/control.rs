@@ -8,10 +8,13 @@
 //! interaction not answered within 3 s, so the answer cannot wait behind a chat's running turn.
 //! The desk lives in the daemon crate, next to the store and the config that say who may decide.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use crate::contract::{Button, Sender};
+use crate::pairing::PairingStore;
 
 /// What a button's data asks for: `<verb>:<argument>`, short enough for Telegram's 64 bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,6 +142,15 @@ pub trait ControlDesk: Send + Sync {
     /// A stranger was given a new pairing code: tell the owner, with Approve and Deny buttons.
     /// Failures are logged; the stranger's code works either way.
     async fn pairing_requested(&self, notice: &PairingNotice);
+}
+
+/// What a chat adapter is given for strangers and the owner: the store that says who may talk
+/// to it in direct messages, and the desk its buttons and pairing notices go to. Either may be
+/// missing (tests, a deployment without a store): strangers are then ignored, presses refused.
+#[derive(Clone, Default)]
+pub struct OwnerLink {
+    pub pairing: Option<Arc<dyn PairingStore>>,
+    pub desk: Option<Arc<dyn ControlDesk>>,
 }
 
 #[cfg(test)]

@@ -21,8 +21,8 @@ use self::ingress::Ingress;
 use self::platform::DiscordPlatform;
 use self::rest::{Rest, RestError};
 use crate::bus::{Bus, BusError, Deliveries, Events};
+use crate::control::OwnerLink;
 use crate::delivery::{self, DeliveryPolicy, LiveRuns};
-use crate::pairing::PairingStore;
 
 mod directory;
 mod download;
@@ -147,7 +147,7 @@ impl DiscordChannel {
     pub async fn start(
         bus: Arc<dyn Bus>,
         settings: DiscordSettings,
-        pairing: Option<Arc<dyn PairingStore>>,
+        owner: OwnerLink,
         delivery: DeliveryPolicy,
         shutdown: CancellationToken,
     ) -> Result<DiscordChannel, DiscordError> {
@@ -160,7 +160,7 @@ impl DiscordChannel {
         let events = bus.events(CHANNEL, None).await?;
         let platform = Arc::new(DiscordPlatform::new(Arc::clone(&rest), Arc::clone(&directory), Arc::clone(&settings)));
         let sending = spawn_sending(platform, LiveRuns::new(), replies, events, delivery, &stop_sending);
-        let ingress = Ingress::new(Arc::clone(&rest), bus, Arc::clone(&settings), pairing, directory, shutdown.clone());
+        let ingress = Ingress::new(Arc::clone(&rest), bus, Arc::clone(&settings), owner, directory, shutdown.clone());
         if let Some(id) = bot_id {
             ingress.set_bot_id(id);
         }

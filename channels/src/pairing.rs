@@ -71,7 +71,8 @@ pub struct PairingDesk {
 }
 
 impl PairingDesk {
-    /// Handles a direct message from `sender_id` on `channel` who is not otherwise allowed.
+    /// Handles a direct message from `sender_id` on `channel` who is not otherwise allowed; with
+    /// the answer, the request when it is new (for the owner's notification).
     pub async fn answer(
         &self,
         store: &dyn PairingStore,
@@ -80,13 +81,13 @@ impl PairingDesk {
         sender_name: &str,
         ttl: Duration,
         max_pending: usize,
-    ) -> PairingAnswer {
+    ) -> (PairingAnswer, Option<PairingRequest>) {
         match store.is_approved(channel, sender_id).await {
-            Ok(true) => return PairingAnswer::Approved,
+            Ok(true) => return (PairingAnswer::Approved, None),
             Ok(false) => {}
             Err(err) => {
                 tracing::error!(%err, "cannot check pairing; message not answered");
-                return PairingAnswer::Silent;
+                return (PairingAnswer::Silent, None);
             }
         }
         let request = store.request(channel, sender_id, sender_name, ttl, max_pending).await;
@@ -100,19 +101,20 @@ impl PairingDesk {
                     "pairing requested: approve with `switchboard pairing approve {channel} {}`",
                     request.code
                 );
-                PairingAnswer::Reply(code_message(channel, &request.code, ttl))
+                let reply = PairingAnswer::Reply(code_message(channel, &request.code, ttl));
+                (reply, Some(request).filter(|request| request.new))
             }
             Ok(Some(_)) => {
                 tracing::debug!(sender = sender_id, "pairing code already shown recently");
-                PairingAnswer::Silent
+                (PairingAnswer::Silent, None)
             }
             Ok(None) => {
                 tracing::warn!(sender = sender_id, "too many pending pairing requests; no code given");
-                PairingAnswer::Silent
+                (PairingAnswer::Silent, None)
             }
             Err(err) => {
                 tracing::error!(%err, "cannot create a pairing code");
-                PairingAnswer::Silent
+                (PairingAnswer::Silent, None)
             }
         }
     }

@@ -26,8 +26,8 @@ use self::poll::sleep_or_cancel;
 use self::retry::describe;
 use crate::bus::{Bus, BusError};
 use crate::contract::commands;
+use crate::control::OwnerLink;
 use crate::delivery::DeliveryPolicy;
-use crate::pairing::PairingStore;
 
 pub use crate::policy::{DmPolicy, StreamSettings};
 
@@ -164,7 +164,7 @@ impl TelegramChannel {
     pub async fn start(
         bus: Arc<dyn Bus>,
         settings: TelegramSettings,
-        pairing: Option<Arc<dyn PairingStore>>,
+        owner: OwnerLink,
         delivery: DeliveryPolicy,
         shutdown: CancellationToken,
     ) -> Result<TelegramChannel, TelegramError> {
@@ -173,7 +173,7 @@ impl TelegramChannel {
         let me = first_identity(&bot).await?;
         let stop_sending = CancellationToken::new();
         let sending = start_sending(&bot, &bus, &settings, delivery, &stop_sending).await?;
-        let pending = PendingIngress { bot, bus, settings: Arc::clone(&settings), pairing, me };
+        let pending = PendingIngress { bot, bus, settings: Arc::clone(&settings), owner, me };
         let (webhook_addr, receiving) = match settings.receive.clone() {
             Receive::Polling { timeout } => (None, tokio::spawn(receive_by_polling(pending, timeout, shutdown))),
             Receive::Webhook { public_url, listen, secret } => {
@@ -265,7 +265,7 @@ pub(crate) struct PendingIngress {
     bot: Bot,
     bus: Arc<dyn Bus>,
     settings: Arc<TelegramSettings>,
-    pairing: Option<Arc<dyn PairingStore>>,
+    owner: OwnerLink,
     me: Option<BotIdentity>,
 }
 
@@ -278,7 +278,7 @@ impl PendingIngress {
             None => identity_until_known(&self.bot, shutdown).await?,
         };
         register_commands(&self.bot).await;
-        Some(Arc::new(Ingress::new(self.bot, self.bus, self.settings, me, self.pairing, shutdown.clone())))
+        Some(Arc::new(Ingress::new(self.bot, self.bus, self.settings, me, self.owner, shutdown.clone())))
     }
 }
 

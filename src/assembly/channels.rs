@@ -6,6 +6,7 @@ use async_trait::async_trait;
 use switchboard_channels::Bus;
 use switchboard_channels::api::store::ApiStore;
 use switchboard_channels::api::{ApiChannel, LiveAccess};
+use switchboard_channels::control::OwnerLink;
 use switchboard_channels::delivery::{DeliveryPolicy, DeliveryRecord};
 use switchboard_channels::discord::DiscordChannel;
 use switchboard_channels::pairing::PairingStore;
@@ -181,7 +182,8 @@ impl Assembly {
         shutdown: CancellationToken,
     ) -> Result<Box<dyn RunningChannel>, AssemblyError> {
         let config = &self.config;
-        let pairing = Some(Arc::clone(store) as Arc<dyn PairingStore>);
+        // The control desk joins with the owner's buttons.
+        let owner = OwnerLink { pairing: Some(Arc::clone(store) as Arc<dyn PairingStore>), desk: None };
         let delivery = self.delivery_policy(store);
         Ok(match kind {
             ChannelKind::Api => {
@@ -194,11 +196,11 @@ impl Assembly {
             }
             ChannelKind::Telegram => {
                 let settings = channel_settings::telegram(config);
-                Box::new(TelegramChannel::start(bus, settings, pairing, delivery, shutdown).await?)
+                Box::new(TelegramChannel::start(bus, settings, owner, delivery, shutdown).await?)
             }
             ChannelKind::Discord => {
                 let settings = channel_settings::discord(config);
-                Box::new(DiscordChannel::start(bus, settings, pairing, delivery, shutdown).await?)
+                Box::new(DiscordChannel::start(bus, settings, owner, delivery, shutdown).await?)
             }
         })
     }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use switchboard_channels::bus::memory::MemoryBus;
 use switchboard_channels::contract::OutboundMessage;
+use switchboard_channels::control::OwnerLink;
 use switchboard_channels::delivery::{DeliveryPolicy, DeliveryRecord, Sent};
 use switchboard_channels::subject::Flow;
 use switchboard_channels::telegram::TelegramChannel;
@@ -41,7 +42,13 @@ async fn adapter(fake: &FakeTelegram, record: Arc<dyn DeliveryRecord>, max_age: 
     let settings = crate::common::fake_telegram_settings(fake, dir.path(), 111);
     let shutdown = CancellationToken::new();
     let policy = DeliveryPolicy { max_age, record: Some(record) };
-    let channel = TelegramChannel::start(Arc::clone(&bus) as Arc<dyn Bus>, settings, None, policy, shutdown.clone());
+    let channel = TelegramChannel::start(
+        Arc::clone(&bus) as Arc<dyn Bus>,
+        settings,
+        OwnerLink::default(),
+        policy,
+        shutdown.clone(),
+    );
     Adapter { bus, channel: channel.await.unwrap(), shutdown, _dir: dir }
 }
 

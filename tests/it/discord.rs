@@ -11,6 +11,7 @@ use serde_json::Value;
 use switchboard::store::Database;
 use switchboard::store::sqlite::SqliteStore;
 use switchboard_channels::bus::memory::MemoryBus;
+use switchboard_channels::control::OwnerLink;
 use switchboard_channels::delivery::DeliveryPolicy;
 use switchboard_channels::discord::{DiscordChannel, DiscordError, DiscordSettings, DmPolicy};
 use switchboard_channels::pairing::PairingStore;
@@ -52,9 +53,9 @@ impl Rig {
         let mut settings = settings(&fake, &dir);
         configure(&mut settings);
         let shutdown = CancellationToken::new();
-        let pairing = Some(Arc::clone(&store) as Arc<dyn PairingStore>);
+        let owner = OwnerLink { pairing: Some(Arc::clone(&store) as Arc<dyn PairingStore>), desk: None };
         let channel =
-            DiscordChannel::start(bus, settings, pairing, DeliveryPolicy::default(), shutdown.clone()).await.unwrap();
+            DiscordChannel::start(bus, settings, owner, DeliveryPolicy::default(), shutdown.clone()).await.unwrap();
         fake.wait_connected(1, WAIT).await;
         Rig { fake, inbound, store, shutdown, channel: Some(channel), dir }
     }
@@ -293,7 +294,9 @@ async fn a_rejected_token_fails_the_start_clearly() {
     let dir = tempfile::tempdir().unwrap();
     let settings = DiscordSettings { token: "not-the-token".into(), ..settings(&fake, &dir) };
     let bus = Arc::new(MemoryBus::new(8));
-    let result = DiscordChannel::start(bus, settings, None, DeliveryPolicy::default(), CancellationToken::new()).await;
+    let result =
+        DiscordChannel::start(bus, settings, OwnerLink::default(), DeliveryPolicy::default(), CancellationToken::new())
+            .await;
     let err = result.err().expect("start fails");
     assert!(matches!(err, DiscordError::InvalidToken), "{err}");
     let text = err.to_string();
@@ -317,7 +320,8 @@ async fn a_discord_down_at_start_is_tried_again_until_it_comes_up() {
     let bus = Arc::new(MemoryBus::new(64));
     let mut inbound = bus.inbound().await.unwrap();
     let shutdown = CancellationToken::new();
-    let starting = DiscordChannel::start(bus, settings, None, DeliveryPolicy::default(), shutdown.clone());
+    let starting =
+        DiscordChannel::start(bus, settings, OwnerLink::default(), DeliveryPolicy::default(), shutdown.clone());
     let channel = tokio::time::timeout(WAIT, starting).await.expect("the start does not wait for Discord").unwrap();
     // Down for the first attempts (at start, then after 1 s), up before the one after 2 s more.
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -344,10 +348,15 @@ async fn a_discord_down_at_start_does_not_delay_shutdown() {
         ..DiscordSettings::default()
     };
     let shutdown = CancellationToken::new();
-    let channel =
-        DiscordChannel::start(Arc::new(MemoryBus::new(8)), settings, None, DeliveryPolicy::default(), shutdown.clone())
-            .await
-            .unwrap();
+    let channel = DiscordChannel::start(
+        Arc::new(MemoryBus::new(8)),
+        settings,
+        OwnerLink::default(),
+        DeliveryPolicy::default(),
+        shutdown.clone(),
+    )
+    .await
+    .unwrap();
     // Long enough to be in a backoff wait.
     tokio::time::sleep(Duration::from_millis(300)).await;
     shutdown.cancel();

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
+use switchboard_channels::control::OwnerLink;
 use switchboard_channels::delivery::DeliveryPolicy;
 use switchboard_channels::discord::{DiscordChannel, DiscordSettings, DmPolicy};
 use switchboard_channels::telegram::TelegramChannel;
@@ -61,10 +62,15 @@ impl TelegramRig {
         let fake = FakeTelegram::start().await;
         let settings = crate::common::fake_telegram_settings(&fake, h.dir.path(), ALICE);
         let shutdown = CancellationToken::new();
-        let channel =
-            TelegramChannel::start(Arc::clone(&h.bus), settings, None, DeliveryPolicy::default(), shutdown.clone())
-                .await
-                .unwrap();
+        let channel = TelegramChannel::start(
+            Arc::clone(&h.bus),
+            settings,
+            OwnerLink::default(),
+            DeliveryPolicy::default(),
+            shutdown.clone(),
+        )
+        .await
+        .unwrap();
         TelegramRig { h, fake, channel, shutdown }
     }
 
@@ -158,10 +164,15 @@ impl DiscordRig {
             ..DiscordSettings::default()
         };
         let shutdown = CancellationToken::new();
-        let channel =
-            DiscordChannel::start(Arc::clone(&h.bus), settings, None, DeliveryPolicy::default(), shutdown.clone())
-                .await
-                .unwrap();
+        let channel = DiscordChannel::start(
+            Arc::clone(&h.bus),
+            settings,
+            OwnerLink::default(),
+            DeliveryPolicy::default(),
+            shutdown.clone(),
+        )
+        .await
+        .unwrap();
         fake.wait_connected(1, WAIT).await;
         DiscordRig { h, fake, channel, shutdown }
     }

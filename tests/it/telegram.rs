@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use switchboard::store::Database;
 use switchboard::store::sqlite::SqliteStore;
 use switchboard_channels::bus::memory::MemoryBus;
+use switchboard_channels::control::OwnerLink;
 use switchboard_channels::delivery::DeliveryPolicy;
 use switchboard_channels::pairing::PairingStore;
 use switchboard_channels::telegram::{DmPolicy, GroupPolicy, Receive, TelegramChannel, TelegramSettings};
@@ -44,9 +45,9 @@ impl Rig {
         let mut settings = crate::common::fake_telegram_settings(&fake, dir.path(), ALICE);
         configure(&mut settings);
         let shutdown = CancellationToken::new();
-        let pairing = Some(Arc::clone(&store) as Arc<dyn PairingStore>);
+        let owner = OwnerLink { pairing: Some(Arc::clone(&store) as Arc<dyn PairingStore>), desk: None };
         let channel =
-            TelegramChannel::start(bus, settings, pairing, DeliveryPolicy::default(), shutdown.clone()).await.unwrap();
+            TelegramChannel::start(bus, settings, owner, DeliveryPolicy::default(), shutdown.clone()).await.unwrap();
         Rig { fake, inbound, store, shutdown, channel: Some(channel), dir }
     }
 
@@ -194,7 +195,9 @@ async fn a_fetched_batch_keeps_its_order_and_each_mention_its_own_context() {
     let settings = crate::common::fake_telegram_settings(&fake, dir.path(), ALICE);
     let shutdown = CancellationToken::new();
     let channel =
-        TelegramChannel::start(bus, settings, None, DeliveryPolicy::default(), shutdown.clone()).await.unwrap();
+        TelegramChannel::start(bus, settings, OwnerLink::default(), DeliveryPolicy::default(), shutdown.clone())
+            .await
+            .unwrap();
     let mut contents = Vec::new();
     for _ in 0..4 {
         let delivery = tokio::time::timeout(Duration::from_secs(5), inbound.next()).await.unwrap().unwrap().unwrap();
@@ -419,9 +422,15 @@ async fn a_rejected_token_fails_the_start_with_a_clear_error() {
     let bus = Arc::new(MemoryBus::new(8));
     let settings =
         TelegramSettings { token: "999:WRONG".into(), api_url: Some(fake.api_url()), ..TelegramSettings::default() };
-    let err = TelegramChannel::start(bus, settings, None, DeliveryPolicy::default(), CancellationToken::new())
-        .await
-        .err()
-        .unwrap();
+    let err = TelegramChannel::start(
+        bus,
+        settings,
+        OwnerLink::default(),
+        DeliveryPolicy::default(),
+        CancellationToken::new(),
+    )
+    .await
+    .err()
+    .unwrap();
     assert!(err.to_string().contains("TELEGRAM_BOT_TOKEN"), "{err}");
 }

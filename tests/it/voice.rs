@@ -12,6 +12,7 @@ use serde_json::Value;
 use switchboard::config::TranscriptionConfig;
 use switchboard::worker::{QueueSettings, WorkerSettings};
 use switchboard_channels::contract::{InboundMessage, Media, OutboundMessage, Sender};
+use switchboard_channels::control::OwnerLink;
 use switchboard_channels::delivery::DeliveryPolicy;
 use switchboard_channels::telegram::TelegramChannel;
 use switchboard_channels::{BusExt, Deliveries};
@@ -50,10 +51,15 @@ async fn a_telegram_voice_note_reaches_the_model_as_its_words_and_later_turns_st
     let fake = FakeTelegram::start().await;
     let settings = crate::common::fake_telegram_settings(&fake, h.dir.path(), ALICE);
     let shutdown = CancellationToken::new();
-    let channel =
-        TelegramChannel::start(Arc::clone(&h.bus), settings, None, DeliveryPolicy::default(), shutdown.clone())
-            .await
-            .unwrap();
+    let channel = TelegramChannel::start(
+        Arc::clone(&h.bus),
+        settings,
+        OwnerLink::default(),
+        DeliveryPolicy::default(),
+        shutdown.clone(),
+    )
+    .await
+    .unwrap();
 
     fake.add_file("voice-1", transcriptions::recording(4000));
     fake.push_message(updates::voice(updates::private_text(ALICE, "alice", 1, ""), "voice-1", 3, 4000));

@@ -25,9 +25,10 @@ use super::target::Target;
 use super::{CHANNEL, DiscordSettings};
 use crate::bus::{Bus, BusError, BusExt};
 use crate::contract::{InboundMessage, Media, Sender};
+use crate::control::OwnerLink;
 use crate::delivery::group_context::GroupContext;
-use crate::delivery::pairing::PairingCheck;
-use crate::pairing::{PairingAnswer, PairingStore};
+use crate::delivery::pairing::{PairingCheck, Stranger};
+use crate::pairing::PairingAnswer;
 
 /// How long the roles the bot holds in a guild are trusted before they are looked up again.
 const BOT_ROLES_TTL: Duration = Duration::from_secs(600);
@@ -57,11 +58,11 @@ impl Ingress {
         rest: Arc<Rest>,
         bus: Arc<dyn Bus>,
         settings: Arc<DiscordSettings>,
-        pairing: Option<Arc<dyn PairingStore>>,
+        owner: OwnerLink,
         directory: Arc<Directory>,
         shutdown: CancellationToken,
     ) -> Self {
-        let pairing = PairingCheck::new(CHANNEL, pairing, settings.pairing_ttl, settings.pairing_max_pending);
+        let pairing = PairingCheck::new(CHANNEL, owner, settings.pairing_ttl, settings.pairing_max_pending);
         let context = Mutex::new(GroupContext::new(settings.group_context_messages));
         Self {
             rest,
@@ -240,7 +241,11 @@ impl Ingress {
     }
 
     async fn check_pairing(&self, msg: &Incoming, place: Place) -> Result<(), BusError> {
-        let answer = self.pairing.check(&msg.author.id.to_string(), &msg.author.name).await;
+        let sender = Sender { id: msg.author.id.to_string(), name: msg.author.name.clone(), is_bot: false };
+        let chat_id = msg.channel_id.to_string();
+        let username = Some(msg.author.username.as_str()).filter(|name| !name.is_empty());
+        let stranger = Stranger { sender: &sender, username, chat_id: &chat_id, text: &msg.text };
+        let answer = self.pairing.check(stranger).await;
         match answer {
             PairingAnswer::Approved => return self.forward(msg, place).await,
             PairingAnswer::Reply(text) => self.answer_locally(msg, &text).await,

@@ -20,9 +20,10 @@ use super::target::Target;
 use super::{CHANNEL, TelegramSettings};
 use crate::bus::{Bus, BusError, BusExt};
 use crate::contract::{InboundMessage, Media, Sender, commands};
+use crate::control::OwnerLink;
 use crate::delivery::group_context::GroupContext;
-use crate::delivery::pairing::PairingCheck;
-use crate::pairing::{PairingAnswer, PairingStore};
+use crate::delivery::pairing::{PairingCheck, Stranger};
+use crate::pairing::PairingAnswer;
 
 /// A message ready for the bus (see [`Ingress::prepare`]).
 pub(crate) struct Prepared {
@@ -49,11 +50,11 @@ impl Ingress {
         bus: Arc<dyn Bus>,
         settings: Arc<TelegramSettings>,
         me: BotIdentity,
-        pairing: Option<Arc<dyn PairingStore>>,
+        owner: OwnerLink,
         shutdown: CancellationToken,
     ) -> Self {
         let context = Mutex::new(GroupContext::new(settings.group_context_messages));
-        let pairing = PairingCheck::new(CHANNEL, pairing, settings.pairing_ttl, settings.pairing_max_pending);
+        let pairing = PairingCheck::new(CHANNEL, owner, settings.pairing_ttl, settings.pairing_max_pending);
         Self { bot, bus, settings, me, pairing, context, shutdown }
     }
 
@@ -135,7 +136,11 @@ impl Ingress {
     }
 
     async fn check_pairing(&self, msg: &Incoming) -> Option<Prepared> {
-        let answer = self.pairing.check(&msg.author.id.to_string(), &msg.author.name).await;
+        let sender = Sender { id: msg.author.id.to_string(), name: msg.author.name.clone(), is_bot: false };
+        let chat_id = msg.chat_id.to_string();
+        let stranger =
+            Stranger { sender: &sender, username: msg.author.username.as_deref(), chat_id: &chat_id, text: &msg.text };
+        let answer = self.pairing.check(stranger).await;
         match answer {
             PairingAnswer::Approved => return self.forward(msg).await,
             PairingAnswer::Reply(text) => self.answer_locally(msg, &text).await,

@@ -7,6 +7,7 @@ use std::time::Duration;
 use switchboard::config::Level;
 use switchboard::tools::Tool;
 use switchboard::worker::WorkerSettings;
+use switchboard_channels::control::OwnerLink;
 use switchboard_channels::delivery::DeliveryPolicy;
 use switchboard_channels::discord::{DiscordChannel, DiscordSettings};
 use switchboard_channels::telegram::TelegramChannel;
@@ -42,10 +43,15 @@ async fn a_telegram_family_group_gives_a_new_member_user_tools_and_usage_says_so
     let fake = FakeTelegram::start().await;
     let settings = crate::common::fake_telegram_settings(&fake, h.dir.path(), ALICE);
     let shutdown = CancellationToken::new();
-    let channel =
-        TelegramChannel::start(Arc::clone(&h.bus), settings, None, DeliveryPolicy::default(), shutdown.clone())
-            .await
-            .unwrap();
+    let channel = TelegramChannel::start(
+        Arc::clone(&h.bus),
+        settings,
+        OwnerLink::default(),
+        DeliveryPolicy::default(),
+        shutdown.clone(),
+    )
+    .await
+    .unwrap();
     let bot = fake.bot().username;
 
     let hello = updates::group_text(FAMILY, ALICE, "alice", 1, &format!("@{bot} hello"));
@@ -91,10 +97,15 @@ async fn a_discord_server_entry_gives_its_thread_members_user_tools_and_a_pool()
         ..DiscordSettings::default()
     };
     let shutdown = CancellationToken::new();
-    let channel =
-        DiscordChannel::start(Arc::clone(&h.bus), settings, None, DeliveryPolicy::default(), shutdown.clone())
-            .await
-            .unwrap();
+    let channel = DiscordChannel::start(
+        Arc::clone(&h.bus),
+        settings,
+        OwnerLink::default(),
+        DeliveryPolicy::default(),
+        shutdown.clone(),
+    )
+    .await
+    .unwrap();
     fake.wait_connected(1, WAIT).await;
     let in_thread = |id: u64, text: &str| {
         let message = fake_discord::events::guild_message(GUILD, THREAD, ALICE, "alice", id, text);
