@@ -34,13 +34,34 @@ pub struct User {
 }
 
 /// A user with everything an operator listing wants.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct UserSummary {
     pub user: User,
     /// With display names, ordered by channel and id.
     pub identities: Vec<(Identity, String)>,
     /// Tokens used in the month asked for.
     pub used: Usage,
+    /// What they cost.
+    pub cost: MonthCost,
+}
+
+/// The estimated cost of a month's usage (`[prices]`): the sum of the runs whose cost is
+/// known, and the tokens of those whose model had no price (or that were counted before
+/// switchboard counted costs), which the sum leaves out.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct MonthCost {
+    pub usd: f64,
+    pub unpriced_tokens: u64,
+}
+
+impl MonthCost {
+    /// Adds another's.
+    pub fn add(self, other: MonthCost) -> MonthCost {
+        MonthCost {
+            usd: self.usd + other.usd,
+            unpriced_tokens: self.unpriced_tokens.saturating_add(other.unpriced_tokens),
+        }
+    }
 }
 
 /// Whose monthly usage a run's tokens are added to, and for which month.
@@ -95,6 +116,9 @@ pub trait UserStore: Send + Sync {
 
     /// Tokens used in `month` in the configured group `group` (its `[users.groups]` key).
     async fn group_usage(&self, group: &str, month: &str) -> Result<Usage, StoreError>;
+
+    /// What the group's usage in `month` cost.
+    async fn group_cost(&self, group: &str, month: &str) -> Result<MonthCost, StoreError>;
 
     /// Every user with its identities and its usage in `month`, by id.
     async fn list_users(&self, month: &str) -> Result<Vec<UserSummary>, StoreError>;

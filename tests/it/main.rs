@@ -29,6 +29,7 @@ mod limits;
 mod memory_embeddings;
 mod memory_scopes;
 mod memory_search;
+mod month_cost;
 mod prompt_cache;
 mod provider;
 mod query_plans;

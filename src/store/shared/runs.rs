@@ -291,7 +291,7 @@ macro_rules! run_store {
                 if inserted == 1
                     && let Some(billing) = &run.billing
                 {
-                    crate::store::shared::users::$module::record_usage(&mut tx, billing, run.usage).await?;
+                    crate::store::shared::users::$module::record_usage(&mut tx, billing, run.usage, run.cost_usd).await?;
                 }
                 tx.commit().await?;
                 Ok(())

@@ -152,7 +152,7 @@ macro_rules! subagent_store {
                     if changed == 1
                         && let Some(billing) = &end.billing
                     {
-                        crate::store::shared::users::$module::record_usage(&mut tx, billing, end.usage).await?;
+                        crate::store::shared::users::$module::record_usage(&mut tx, billing, end.usage, end.cost_usd).await?;
                     }
                     tx.commit().await?;
                     Ok(changed == 1)

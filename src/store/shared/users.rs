@@ -12,7 +12,7 @@ use switchboard_channels::contract::Usage;
 
 use crate::config::{Identity, Level};
 use crate::store::StoreError;
-use crate::store::users::{Billing, LinkOutcome, User, UserId, UserStore, UserSummary};
+use crate::store::users::{Billing, LinkOutcome, MonthCost, User, UserId, UserStore, UserSummary};
 use crate::store::values::{from_millis, now_millis, to_i64, to_u64};
 
 const USER_COLUMNS: &str = "u.id, u.level, u.budget_tokens, u.created_at";
@@ -116,12 +116,24 @@ macro_rules! user_store {
                     row.map_or(Ok(Usage::default()), |(input, output, cached)| usage_with_cache(input, output, cached))
                 }
 
+                async fn group_cost(&self, group: &str, month: &str) -> Result<MonthCost, StoreError> {
+                    let row: Option<(f64, i64)> = sqlx::query_as(
+                        "SELECT cost_usd, unpriced_tokens FROM group_usage_monthly WHERE group_key = $1 AND month = $2",
+                    )
+                    .bind(group)
+                    .bind(month)
+                    .fetch_optional(self.pool())
+                    .await?;
+                    row.map_or(Ok(MonthCost::default()), |(usd, unpriced)| month_cost(usd, unpriced))
+                }
+
                 async fn list_users(&self, month: &str) -> Result<Vec<UserSummary>, StoreError> {
                     // One read transaction: users and identities from the same snapshot.
                     let mut tx = self.pool().begin().await?;
                     let sql = format!(
                         "SELECT {USER_COLUMNS}, COALESCE(m.input_tokens, 0) AS input_tokens, \
-                         COALESCE(m.output_tokens, 0) AS output_tokens \
+                         COALESCE(m.output_tokens, 0) AS output_tokens, \
+                         COALESCE(m.cost_usd, 0.0) AS cost_usd, COALESCE(m.unpriced_tokens, 0) AS unpriced_tokens \
                          FROM users u LEFT JOIN usage_monthly m ON m.user_id = u.id AND m.month = $1 ORDER BY u.id"
                     );
                     let rows = sqlx::query(&sql).bind(month).fetch_all(&mut *tx).await?;
@@ -131,27 +143,34 @@ macro_rules! user_store {
                         .map(|row| {
                             let user = user_from_row(row)?;
                             let used = usage(row.try_get("input_tokens")?, row.try_get("output_tokens")?)?;
-                            Ok(UserSummary { identities: identities.remove(&user.id.0).unwrap_or_default(), user, used })
+                            let cost = month_cost(row.try_get("cost_usd")?, row.try_get("unpriced_tokens")?)?;
+                            let identities = identities.remove(&user.id.0).unwrap_or_default();
+                            Ok(UserSummary { identities, user, used, cost })
                         })
                         .collect()
                 }
             }
 
-            /// Adds a finished run's tokens to its user's month (and its group's, when it ran in a
-            /// configured group), inside `finish_run`'s transaction, so a run is counted exactly when it
-            /// is finished: never twice, never without its transcript.
+            /// Adds a finished run's tokens and cost (`None`: unknown) to its user's month (and its
+            /// group's, when it ran in a configured group), inside `finish_run`'s transaction, so a
+            /// run is counted exactly when it is finished: never twice, never without its transcript.
             pub(in crate::store) async fn record_usage(
                 tx: &mut Transaction<'_, $db>,
                 billing: &Billing,
                 used: Usage,
+                cost_usd: Option<f64>,
             ) -> Result<(), StoreError> {
+                let cost = run_cost(used, cost_usd);
                 let added = sqlx::query(
-                    "INSERT INTO usage_monthly (user_id, month, input_tokens, output_tokens, cache_read_tokens) \
-                     SELECT user_id, $3, $4, $5, $6 FROM identities WHERE channel = $1 AND sender_id = $2 \
+                    "INSERT INTO usage_monthly (user_id, month, input_tokens, output_tokens, cache_read_tokens, \
+                     cost_usd, unpriced_tokens) \
+                     SELECT user_id, $3, $4, $5, $6, $7, $8 FROM identities WHERE channel = $1 AND sender_id = $2 \
                      ON CONFLICT (user_id, month) DO UPDATE SET \
                      input_tokens = usage_monthly.input_tokens + excluded.input_tokens, \
                      output_tokens = usage_monthly.output_tokens + excluded.output_tokens, \
-                     cache_read_tokens = usage_monthly.cache_read_tokens + excluded.cache_read_tokens",
+                     cache_read_tokens = usage_monthly.cache_read_tokens + excluded.cache_read_tokens, \
+                     cost_usd = usage_monthly.cost_usd + excluded.cost_usd, \
+                     unpriced_tokens = usage_monthly.unpriced_tokens + excluded.unpriced_tokens",
                 )
                 .bind(&billing.identity.channel)
                 .bind(&billing.identity.sender_id)
@@ -159,6 +178,8 @@ macro_rules! user_store {
                 .bind(to_i64(used.input_tokens))
                 .bind(to_i64(used.output_tokens))
                 .bind(to_i64(used.cache_read_tokens))
+                .bind(cost.usd)
+                .bind(to_i64(cost.unpriced_tokens))
                 .execute(&mut **tx)
                 .await?
                 .rows_affected();
@@ -169,17 +190,22 @@ macro_rules! user_store {
                 }
                 if let Some(group) = &billing.group {
                     sqlx::query(
-                        "INSERT INTO group_usage_monthly (group_key, month, input_tokens, output_tokens, cache_read_tokens) \
-                         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (group_key, month) DO UPDATE SET \
+                        "INSERT INTO group_usage_monthly (group_key, month, input_tokens, output_tokens, cache_read_tokens, \
+                         cost_usd, unpriced_tokens) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (group_key, month) DO UPDATE SET \
                          input_tokens = group_usage_monthly.input_tokens + excluded.input_tokens, \
                          output_tokens = group_usage_monthly.output_tokens + excluded.output_tokens, \
-                         cache_read_tokens = group_usage_monthly.cache_read_tokens + excluded.cache_read_tokens",
+                         cache_read_tokens = group_usage_monthly.cache_read_tokens + excluded.cache_read_tokens, \
+                         cost_usd = group_usage_monthly.cost_usd + excluded.cost_usd, \
+                         unpriced_tokens = group_usage_monthly.unpriced_tokens + excluded.unpriced_tokens",
                     )
                     .bind(group)
                     .bind(&billing.month)
                     .bind(to_i64(used.input_tokens))
                     .bind(to_i64(used.output_tokens))
                     .bind(to_i64(used.cache_read_tokens))
+                    .bind(cost.usd)
+                    .bind(to_i64(cost.unpriced_tokens))
                     .execute(&mut **tx)
                     .await?;
                 }
@@ -290,11 +316,16 @@ macro_rules! user_store {
                     .await?;
                 // `WHERE true` keeps SQLite from reading ON CONFLICT as a join constraint.
                 sqlx::query(
-                    "INSERT INTO usage_monthly (user_id, month, input_tokens, output_tokens) \
-                     SELECT $1, month, input_tokens, output_tokens FROM usage_monthly WHERE user_id = $2 AND true \
+                    "INSERT INTO usage_monthly (user_id, month, input_tokens, output_tokens, cache_read_tokens, \
+                     cost_usd, unpriced_tokens) \
+                     SELECT $1, month, input_tokens, output_tokens, cache_read_tokens, cost_usd, unpriced_tokens \
+                     FROM usage_monthly WHERE user_id = $2 AND true \
                      ON CONFLICT (user_id, month) DO UPDATE SET \
                      input_tokens = usage_monthly.input_tokens + excluded.input_tokens, \
-                     output_tokens = usage_monthly.output_tokens + excluded.output_tokens",
+                     output_tokens = usage_monthly.output_tokens + excluded.output_tokens, \
+                     cache_read_tokens = usage_monthly.cache_read_tokens + excluded.cache_read_tokens, \
+                     cost_usd = usage_monthly.cost_usd + excluded.cost_usd, \
+                     unpriced_tokens = usage_monthly.unpriced_tokens + excluded.unpriced_tokens",
                 )
                 .bind(into.0)
                 .bind(from.0)
@@ -351,4 +382,16 @@ fn usage(input: i64, output: i64) -> Result<Usage, StoreError> {
 
 fn usage_with_cache(input: i64, output: i64, cached: i64) -> Result<Usage, StoreError> {
     Ok(usage(input, output)?.with_cache(to_u64(cached, "cache_read_tokens")?, 0))
+}
+
+fn month_cost(usd: f64, unpriced: i64) -> Result<MonthCost, StoreError> {
+    Ok(MonthCost { usd, unpriced_tokens: to_u64(unpriced, "unpriced_tokens")? })
+}
+
+/// What one run adds to its month: its cost when known, else its tokens as unpriced.
+fn run_cost(used: Usage, cost_usd: Option<f64>) -> MonthCost {
+    match cost_usd {
+        Some(usd) => MonthCost { usd, unpriced_tokens: 0 },
+        None => MonthCost { usd: 0.0, unpriced_tokens: used.input_tokens.saturating_add(used.output_tokens) },
+    }
 }

@@ -67,8 +67,11 @@ BEGIN
             rows.value ->> 1, NEW.finished_at, NEW.memory_scope
         FROM finish_result AS result, json_each(NEW.transcript) AS rows
         WHERE result.run_id = NEW.run_id AND result.prior_status = 'running' ORDER BY rows.key;
-    INSERT INTO usage_monthly (user_id, month, input_tokens, output_tokens, cache_read_tokens)
-        SELECT user_id, NEW.billing_month, NEW.input_tokens, NEW.output_tokens, NEW.cache_read_tokens
+    -- A run's cost, when known, is added to the month's; else its tokens count as unpriced.
+    INSERT INTO usage_monthly (user_id, month, input_tokens, output_tokens, cache_read_tokens,
+            cost_usd, unpriced_tokens)
+        SELECT user_id, NEW.billing_month, NEW.input_tokens, NEW.output_tokens, NEW.cache_read_tokens,
+            COALESCE(NEW.cost_usd, 0.0), CASE WHEN NEW.cost_usd IS NULL THEN NEW.input_tokens + NEW.output_tokens ELSE 0 END
         FROM identities
         WHERE NEW.billing_month IS NOT NULL AND channel = NEW.billing_channel
             AND sender_id = NEW.billing_sender
@@ -76,15 +79,21 @@ BEGIN
         ON CONFLICT (user_id, month) DO UPDATE SET
             input_tokens = input_tokens + excluded.input_tokens,
             output_tokens = output_tokens + excluded.output_tokens,
-            cache_read_tokens = cache_read_tokens + excluded.cache_read_tokens;
-    INSERT INTO group_usage_monthly (group_key, month, input_tokens, output_tokens, cache_read_tokens)
-        SELECT NEW.billing_group, NEW.billing_month, NEW.input_tokens, NEW.output_tokens, NEW.cache_read_tokens
+            cache_read_tokens = cache_read_tokens + excluded.cache_read_tokens,
+            cost_usd = cost_usd + excluded.cost_usd,
+            unpriced_tokens = unpriced_tokens + excluded.unpriced_tokens;
+    INSERT INTO group_usage_monthly (group_key, month, input_tokens, output_tokens, cache_read_tokens,
+            cost_usd, unpriced_tokens)
+        SELECT NEW.billing_group, NEW.billing_month, NEW.input_tokens, NEW.output_tokens, NEW.cache_read_tokens,
+            COALESCE(NEW.cost_usd, 0.0), CASE WHEN NEW.cost_usd IS NULL THEN NEW.input_tokens + NEW.output_tokens ELSE 0 END
         WHERE NEW.billing_group IS NOT NULL
             AND EXISTS (SELECT 1 FROM finish_result WHERE run_id = NEW.run_id AND prior_status = 'running')
         ON CONFLICT (group_key, month) DO UPDATE SET
             input_tokens = input_tokens + excluded.input_tokens,
             output_tokens = output_tokens + excluded.output_tokens,
-            cache_read_tokens = cache_read_tokens + excluded.cache_read_tokens;
+            cache_read_tokens = cache_read_tokens + excluded.cache_read_tokens,
+            cost_usd = cost_usd + excluded.cost_usd,
+            unpriced_tokens = unpriced_tokens + excluded.unpriced_tokens;
     UPDATE sessions SET updated_at = NEW.finished_at, history_version = history_version + 1
         WHERE key = (SELECT session_key FROM finish_result WHERE run_id = NEW.run_id AND prior_status = 'running');
     -- A pending row with the reply's dedupe id means it is journaled already.
