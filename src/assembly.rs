@@ -13,7 +13,7 @@ mod providers;
 pub mod settings;
 pub mod shared_dirs;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 pub use channels::{ChannelKind, RunningChannel, stop_all};
 use switchboard_channels::Bus;
@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 use crate::config::{BusKind, Config, ConfigError};
+use crate::control::Control;
 use crate::hygiene::GuardError;
 use crate::provider::ProviderError;
 use crate::scheduler::heartbeat::Heartbeats;
@@ -112,6 +113,8 @@ pub struct Assembly {
     provider_limits: crate::provider::limit::ProviderLimits,
     /// The MCP servers whose tools every agent offers; started with the worker.
     mcp: Arc<McpServers>,
+    /// The owner's operations, made on first use (see [`Assembly::control`]).
+    control: OnceLock<Arc<Control>>,
 }
 
 /// A worker and, when `[subagents]` is enabled, the sub-agent manager its agents share.
@@ -127,7 +130,7 @@ impl Assembly {
 
     pub fn with_overrides(config: Config, overrides: Overrides) -> Self {
         let mcp = McpServers::new(&config.mcp);
-        Self { config, overrides, provider_limits: Default::default(), mcp }
+        Self { config, overrides, provider_limits: Default::default(), mcp, control: OnceLock::new() }
     }
 
     pub fn config(&self) -> &Config {
@@ -155,6 +158,15 @@ impl Assembly {
         })
     }
 
+    /// The owner's operations, one for the process: the chat adapters' buttons and the worker's
+    /// owner commands share it, and a config reload updates it once for both. Made on the first
+    /// call; later calls return the same one (their `bus` and `store` are the process's too).
+    pub fn control(&self, bus: &Arc<dyn Bus>, store: &Arc<dyn Database>) -> Arc<Control> {
+        let control =
+            self.control.get_or_init(|| Arc::new(Control::new(Arc::clone(store), Arc::clone(bus), &self.config)));
+        Arc::clone(control)
+    }
+
     /// The worker with every agent; the sub-agent manager is built before the agents, whose
     /// `spawn` tools hold it, and the agents are attached to it after.
     pub fn worker(&self, bus: &Arc<dyn Bus>, store: &Arc<dyn Database>) -> Result<AssembledWorker, AssemblyError> {
@@ -175,7 +187,8 @@ impl Assembly {
             Some(settings) => settings.clone(),
             None => settings::worker(&self.config)?,
         };
-        let mut worker = Worker::with_agents(Arc::clone(bus), Arc::clone(store) as _, agents, settings);
+        let control = self.control(bus, store);
+        let mut worker = Worker::with_agents(Arc::clone(bus), Arc::clone(store) as _, agents, settings, control);
         if let Some(manager) = &subagents {
             worker = worker.with_subagents(Arc::clone(manager));
         }

@@ -88,7 +88,7 @@ enum Command {
         #[command(subcommand)]
         command: UsersCommand,
     },
-    /// DM pairing: approve the codes strangers get in direct messages, list, revoke and
+    /// DM pairing: approve or deny the codes strangers get in direct messages, list, revoke and
     /// pre-approve senders
     Pairing {
         #[command(subcommand)]

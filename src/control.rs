@@ -8,13 +8,15 @@
 mod cron;
 mod deciders;
 mod pairing;
+mod people;
 
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use switchboard_channels::bus::Bus;
 
 pub use self::cron::CronChange;
 pub use self::deciders::Deciders;
+pub use self::people::{LevelChange, Person, PersonMatch};
 use crate::config::{Config, Level};
 use crate::store::approvals::{Approval, DecideProblem, Verdict};
 use crate::store::{Database, StoreError};
@@ -25,12 +27,23 @@ pub struct Control {
     bus: Arc<dyn Bus>,
     deciders: Deciders,
     /// What an approved stranger's user gets at least (`users.approved_level`).
-    approved_level: Level,
+    approved_level: RwLock<Level>,
 }
 
 impl Control {
     pub fn new(store: Arc<dyn Database>, bus: Arc<dyn Bus>, config: &Config) -> Self {
-        Self { store, bus, deciders: Deciders::from_config(config), approved_level: config.users.approved_level }
+        let approved_level = RwLock::new(config.users.approved_level);
+        Self { store, bus, deciders: Deciders::from_config(config), approved_level }
+    }
+
+    /// Takes what a reloaded config says about people: owners, approvers, levels given.
+    pub fn reload(&self, config: &Config) {
+        self.deciders.reload(config);
+        *self.approved_level.write().unwrap_or_else(PoisonError::into_inner) = config.users.approved_level;
+    }
+
+    fn approved_level(&self) -> Level {
+        *self.approved_level.read().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Who may decide what.

@@ -205,6 +205,7 @@ fn start_worker(
         store: Arc::clone(store),
         subagents: assembled.subagents,
         reloader: assembled.worker.reloader(),
+        control: assembly.control(bus, store),
         mcp: (mcp_stop, mcp),
     };
     Ok((Some(assembled.worker), background, Some(parts)))

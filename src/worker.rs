@@ -10,6 +10,7 @@
 mod abort;
 mod access;
 pub mod agents;
+mod answer;
 mod batch;
 mod commands;
 mod cron_hooks;
@@ -53,6 +54,7 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::Agent;
 use crate::config::RateLimitsConfig;
 use crate::context::{ContextEngine, ContextSettings};
+use crate::control::Control;
 use crate::hygiene::Guard;
 use crate::provider::transcribe::Transcriber;
 use crate::store::Store;
@@ -162,6 +164,8 @@ pub(crate) struct Shared {
     /// Levels, tool permissions and budgets (`settings.access` until a reload replaces it).
     pub access: live::Live<AccessPolicy>,
     pub settings: WorkerSettings,
+    /// The owner's operations, for the owner's commands.
+    pub control: Arc<Control>,
     /// The history pipeline and the token estimate correction, shared by all sessions.
     pub context: ContextEngine,
     runs: Arc<Semaphore>,
@@ -208,12 +212,25 @@ pub struct Worker {
 }
 
 impl Worker {
-    pub fn new(bus: Arc<dyn Bus>, store: Arc<dyn Store>, agent: Arc<Agent>, settings: WorkerSettings) -> Self {
-        Self::with_agents(bus, store, Agents::single(agent), settings)
+    pub fn new(
+        bus: Arc<dyn Bus>,
+        store: Arc<dyn Store>,
+        agent: Arc<Agent>,
+        settings: WorkerSettings,
+        control: Arc<Control>,
+    ) -> Self {
+        Self::with_agents(bus, store, Agents::single(agent), settings, control)
     }
 
-    /// A worker that picks one of several agents per message (see [`agents`]).
-    pub fn with_agents(bus: Arc<dyn Bus>, store: Arc<dyn Store>, agents: Agents, settings: WorkerSettings) -> Self {
+    /// A worker that picks one of several agents per message (see [`agents`]); `control`
+    /// carries out the owner's commands.
+    pub fn with_agents(
+        bus: Arc<dyn Bus>,
+        store: Arc<dyn Store>,
+        agents: Agents,
+        settings: WorkerSettings,
+        control: Arc<Control>,
+    ) -> Self {
         let runs = Arc::new(Semaphore::new(settings.max_concurrent_runs.max(1)));
         let context = ContextEngine::new(settings.context.clone());
         let rate = Mutex::new(rate::RateLimiter::new(settings.rate_limits, settings.queue.debounce));
@@ -224,6 +241,7 @@ impl Worker {
             access: live::Live::new(settings.access.clone()),
             context,
             settings,
+            control,
             runs,
             sessions: Mutex::new(HashMap::new()),
             overflow: Mutex::new(HashMap::new()),

@@ -1,5 +1,5 @@
-//! `switchboard pairing …`: approve the codes strangers get in direct messages, list pending
-//! and approved senders, revoke an approval, or approve a sender by id.
+//! `switchboard pairing …`: approve or deny the codes strangers get in direct messages, list
+//! pending and approved senders, revoke an approval, or approve a sender by id.
 
 use std::fmt;
 use std::io::Write as _;
@@ -23,6 +23,13 @@ pub enum PairingCommand {
     },
     /// Approve the sender a code was given to, so they may write to the bot directly
     Approve {
+        /// telegram or discord
+        channel: PairingChannel,
+        /// The code the sender was shown (case, spaces and dashes do not matter)
+        code: String,
+    },
+    /// Refuse the sender a code was given to; they get no new code for a day
+    Deny {
         /// telegram or discord
         channel: PairingChannel,
         /// The code the sender was shown (case, spaces and dashes do not matter)
@@ -100,6 +107,11 @@ async fn execute(store: &dyn Database, command: PairingCommand, level: Level) ->
             let approved = store.approve_pairing(channel.as_str(), &code, level, "cli").await?;
             let sender = describe_sender(channel.as_str(), &approved.sender_id, &approved.sender_name);
             format!("approved {sender} as {}\n", approved.level)
+        }
+        PairingCommand::Deny { channel, code } => {
+            let denied = store.deny_pairing(channel.as_str(), &code, "cli").await?;
+            let sender = describe_sender(channel.as_str(), &denied.sender_id, &denied.sender_name);
+            format!("denied {sender}; they get no new code for a day\n")
         }
         PairingCommand::Revoke { channel, sender_id } => {
             let sender = describe_sender(channel.as_str(), &sender_id, "");

@@ -68,4 +68,14 @@ impl Deciders {
     pub fn named_owners_on(&self, channel: &str) -> Vec<Identity> {
         self.named().owners.into_iter().filter(|owner| owner.channel == channel).collect()
     }
+
+    /// Every owner named in the config (`users.owners`): owners whatever the store says.
+    pub fn named_owners(&self) -> Vec<Identity> {
+        self.named().owners
+    }
+
+    /// The level a person first seen gets (`users.default_level`).
+    pub fn new_user_level(&self) -> Level {
+        self.named().new_user_level
+    }
 }

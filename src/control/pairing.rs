@@ -21,7 +21,7 @@ impl Control {
         code: &str,
         decided_by: &str,
     ) -> Result<ApprovedPairing, StoreError> {
-        let approved = self.store.approve_pairing(channel, code, self.approved_level, decided_by).await?;
+        let approved = self.store.approve_pairing(channel, code, self.approved_level(), decided_by).await?;
         tracing::info!(%channel, sender = %approved.sender_id, %decided_by, "pairing approved");
         self.tell_stranger(channel, &approved.sender_id, code, "approved", WELCOME).await;
         Ok(approved)

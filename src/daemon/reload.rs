@@ -1,7 +1,8 @@
 //! SIGHUP: the config read again and applied without a restart. What turns use is replaced
 //! (agents, bindings, model chains, tools and skills settings, permissions and budgets, MCP
-//! servers), from the next turn on; a running turn finishes with what it started with. A config
-//! that does not load, validate or build is refused with its error, and the running one stays.
+//! servers), from the next turn on, and so are the owners and approvers who decide; a running
+//! turn finishes with what it started with. A config that does not load, validate or build is
+//! refused with its error, and the running one stays.
 //! The API's tokens are replaced at once, in the worker and in a process serving only the API:
 //! a revoked token must not keep working. Channels, the bus, the store, cron, heartbeats and
 //! the worker's own limits keep what they started with (a restart applies those); the log
@@ -17,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::assembly::Assembly;
 use crate::config::Config;
+use crate::control::Control;
 use crate::store::Database;
 use crate::subagents::SubagentManager;
 use crate::worker::Reloader;
@@ -42,6 +44,9 @@ pub(super) struct WorkerParts {
     pub store: Arc<dyn Database>,
     pub subagents: Option<Arc<SubagentManager>>,
     pub reloader: Reloader,
+    /// The owner's operations (the worker's commands and the chat adapters' buttons): who is
+    /// an owner or approver, what an approved stranger gets.
+    pub control: Arc<Control>,
     /// The MCP servers running now: what stops them, and their supervisors.
     pub mcp: (CancellationToken, Option<JoinHandle<()>>),
 }
@@ -106,7 +111,8 @@ impl Reload {
         let stale = restart::needing_restart(&self.running, &config);
         let applied = match self.worker.is_some() {
             true => {
-                "agents, bindings, models, tools, skills, permissions, budgets and MCP servers apply from the next turn"
+                "agents, bindings, models, tools, skills, permissions, budgets, owners, approvers and MCP servers apply \
+                 from the next turn"
             }
             false => "this process runs no agent worker",
         };
@@ -145,6 +151,7 @@ impl WorkerParts {
         let stop = shutdown.child_token();
         let supervisors = assembly.start_mcp(&stop);
         self.reloader.apply(agents, access);
+        self.control.reload(config);
         let (old_stop, old_supervisors) = std::mem::replace(&mut self.mcp, (stop, supervisors));
         old_stop.cancel();
         if let Some(old) = old_supervisors

@@ -1,6 +1,7 @@
 //! Chat commands (`/new` or `/reset`, `/stop`, `/compact`, `/status`, `/usage`, `/help`, `/queue`,
-//! `/model`, `/verbose`): handled when they arrive,
-//! not behind the session's running turn, and answered with a `notice`.
+//! `/model`, `/verbose`, and the owner's, see [`super::owner`]): handled when they arrive,
+//! not behind the session's running turn, and answered with a `notice` (a list with buttons:
+//! a notice per item, then the reply; see [`super::answer`]).
 //!
 //! A command is recorded like a run (claimed by its inbound id, finished with its answer), so
 //! a redelivered command is not executed again: its stored answer is re-sent if it never went
@@ -12,6 +13,7 @@ use std::time::Duration;
 use switchboard_channels::contract::{InboundMessage, commands};
 use tracing::Instrument;
 
+use super::answer::{Answer, publish_items};
 use super::job::Job;
 use super::keepalive::Settle;
 use super::session::set_mode;
@@ -43,20 +45,37 @@ pub(super) enum Command {
     Model(Option<String>),
     /// `/verbose` shows the setting; `/verbose on|off` sets it.
     Verbose(Option<String>),
-    /// The owner's: tool calls waiting for an approver.
+    /// The owner's: pairing requests and tool calls waiting.
     Pending,
-    /// The owner's: allow a waiting call (`chat`: later ones in its chat too).
+    /// The owner's: let a stranger in, or allow a waiting call (`chat`: later ones in its chat too).
     Approve {
         code: Option<String>,
         chat: bool,
     },
-    /// The owner's: refuse a waiting call.
+    /// The owner's: turn a stranger away, or refuse a waiting call.
     Deny(Option<String>),
+    /// The owner's: people, levels and this month's use.
+    Users,
+    /// The owner's: `/level <person> <level>`, the words after the command.
+    Level(Vec<String>),
+    /// The owner's: the cron jobs, with buttons.
+    Cron,
+    /// The owner's: this month's tokens and cost by person and group.
+    Spend,
 }
 
 impl Command {
     fn is_owners(&self) -> bool {
-        matches!(self, Command::Pending | Command::Approve { .. } | Command::Deny(_))
+        matches!(
+            self,
+            Command::Pending
+                | Command::Approve { .. }
+                | Command::Deny(_)
+                | Command::Users
+                | Command::Level(_)
+                | Command::Cron
+                | Command::Spend
+        )
     }
 }
 
@@ -79,6 +98,10 @@ pub(super) fn parse(content: &str) -> Option<Command> {
             chat: args.next().is_some_and(|word| word.eq_ignore_ascii_case("chat")),
         },
         "deny" => Command::Deny(args.next().map(str::to_owned)),
+        "users" => Command::Users,
+        "level" => Command::Level(args.map(str::to_owned).collect()),
+        "cron" => Command::Cron,
+        "spend" => Command::Spend,
         // A command of the table this worker does not implement (from a newer contract).
         _ => return None,
     })
@@ -99,17 +122,20 @@ async fn handle_in_span(shared: Arc<Shared>, job: Job, command: Command, key: St
         Err(err) => return give_back(job, err).await,
     };
     tracing::Span::current().record("run_id", tracing::field::display(&run_id));
-    let text = match execute(&shared, &job, &key, command).await {
-        Ok(text) => text,
+    let Answer { items, text } = match execute(&shared, &job, &key, command).await {
+        Ok(answer) => answer,
         Err(err) => return give_back(job, err).await,
     };
+    if let Err(err) = publish_items(&shared, &job.msg, &run_id, items).await {
+        return give_back(job, err).await;
+    }
     match finish(&shared, &job.msg, &run_id, RunStatus::Completed, Some(text)).await {
         Ok(()) => job.held.settle(Settle::Ack).await,
         Err(err) => give_back(job, err).await,
     }
 }
 
-async fn execute(shared: &Shared, job: &Job, key: &str, command: Command) -> Result<String, StoreError> {
+async fn execute(shared: &Shared, job: &Job, key: &str, command: Command) -> Result<Answer, StoreError> {
     let needs_user = matches!(
         command,
         Command::New
@@ -120,13 +146,13 @@ async fn execute(shared: &Shared, job: &Job, key: &str, command: Command) -> Res
             | Command::Verbose(Some(_))
     );
     if needs_user && job.msg.is_group && access::level_here(shared, &job.msg).await? < Level::User {
-        return Ok("Only members with the user level or above can do that in a group.".into());
+        return Ok(String::from("Only members with the user level or above can do that in a group.").into());
     }
     // Only the owner's commands and /help depend on it: the others do not look the sender up.
     let asks_owner = command.is_owners() || command == Command::Help;
     let owner_here = asks_owner && !job.msg.is_group && access::level_here(shared, &job.msg).await? == Level::Owner;
     if command.is_owners() && !owner_here {
-        return Ok(super::owner::unknown(&job.msg.content));
+        return Ok(super::owner::unknown(&job.msg.content).into());
     }
     Ok(match command {
         Command::Help if owner_here => super::owner::help(),
@@ -137,6 +163,10 @@ async fn execute(shared: &Shared, job: &Job, key: &str, command: Command) -> Res
             super::owner::decide(shared, &job.msg, code.as_deref(), verdict).await?
         }
         Command::Deny(code) => super::owner::decide(shared, &job.msg, code.as_deref(), Verdict::Deny).await?,
+        Command::Users => super::owner::users(shared).await?,
+        Command::Level(words) => super::owner::level(shared, &job.msg, &words).await?,
+        Command::Cron => return super::owner::cron(shared).await,
+        Command::Spend => super::owner::spend(shared).await?,
         Command::Status => status(shared, &job.msg, key).await?,
         Command::Usage => super::usage::report(shared, &job.msg).await?,
         Command::Stop => {
@@ -163,7 +193,8 @@ async fn execute(shared: &Shared, job: &Job, key: &str, command: Command) -> Res
         },
         Command::Model(name) => super::prefs::model(shared, &job.msg, key, name.as_deref()).await?,
         Command::Verbose(value) => super::prefs::verbose(shared, key, value.as_deref()).await?,
-    })
+    }
+    .into())
 }
 
 /// `/compact`: the history summarised now, whatever its size, keeping the newest messages as a
@@ -311,6 +342,11 @@ mod tests {
         assert_eq!(parse("/queue collect"), Some(Command::Queue(Some("collect".into()))));
         assert_eq!(parse("/Status"), Some(Command::Status));
         assert_eq!(parse("/usage@switchboard_bot"), Some(Command::Usage));
+        assert_eq!(
+            parse("/level Ann Smith admin"),
+            Some(Command::Level(vec!["Ann".into(), "Smith".into(), "admin".into()]))
+        );
+        assert_eq!(parse("/spend"), Some(Command::Spend));
         assert_eq!(parse("/unknown"), None);
         assert_eq!(parse("stop"), None);
         assert_eq!(parse("/"), None);

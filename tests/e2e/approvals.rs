@@ -180,7 +180,7 @@ async fn the_owner_approves_from_their_direct_chat() {
         let (_, refused) = daemon.post(json!({"chat_id": "x2", "sender": "bob", "content": "/pending"})).await;
         assert_eq!(refused["reply"], "Unknown command /pending. /help lists the commands.");
         let (_, typo) = daemon.post(owner("/approve nope")).await;
-        assert_eq!(typo["reply"], "Approval NOPE is unknown; /pending lists the open ones.");
+        assert_eq!(typo["reply"], "Nothing waits under NOPE; /pending lists what does.");
         daemon.post(owner(&format!("/approve {}", code.to_lowercase()))).await
     };
     let ((status, body), (_, approved)) = tokio::join!(asking, deciding);

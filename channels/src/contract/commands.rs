@@ -37,13 +37,25 @@ pub const COMMANDS: &[ChatCommand] = &[
 /// The owner's commands: answered in the owner's direct chats only (anyone else is told the
 /// command is unknown), and listed by `/help` there.
 pub const OWNER_COMMANDS: &[ChatCommand] = &[
-    ChatCommand { name: "pending", args: "", description: "tool calls waiting for your approval" },
+    ChatCommand {
+        name: "pending",
+        args: "",
+        description: "people asking to talk to me, and tool calls waiting for you",
+    },
     ChatCommand {
         name: "approve",
         args: "<code> [chat]",
-        description: "let a waiting tool call run (with chat: later calls of that tool in that chat too)",
+        description: "let a person in, or a waiting tool call run (with chat: that tool in that chat from now on)",
     },
-    ChatCommand { name: "deny", args: "<code>", description: "refuse a waiting tool call" },
+    ChatCommand { name: "deny", args: "<code>", description: "turn a person away, or refuse a waiting tool call" },
+    ChatCommand { name: "users", args: "", description: "people, their levels and what they used this month" },
+    ChatCommand {
+        name: "level",
+        args: "<person> <level>",
+        description: "set someone's level: guest, user, admin or owner",
+    },
+    ChatCommand { name: "cron", args: "", description: "cron jobs, with buttons to pause, resume or delete them" },
+    ChatCommand { name: "spend", args: "", description: "this month's tokens and cost, by person and by group" },
 ];
 
 /// The command `name` (any case), if switchboard knows it: everyone's or the owner's.

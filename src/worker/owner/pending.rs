@@ -1,0 +1,76 @@
+//! `/pending`: the strangers asking to pair and the tool calls waiting for an approver.
+
+use chrono::Utc;
+
+use crate::store::StoreError;
+use crate::store::approvals::{Approval, ApprovalStatus};
+use crate::store::pairing::{PairingEntry, PairingState};
+use crate::worker::Shared;
+
+/// Waiting calls, and pairing requests, listed at most.
+const PENDING_LIMIT: usize = 20;
+
+/// `/pending`: pairing requests (soonest to expire first), then tool calls (newest first).
+pub(in crate::worker) async fn pending(shared: &Shared) -> Result<String, StoreError> {
+    let now = Utc::now();
+    let pairings: Vec<PairingEntry> = shared
+        .control
+        .store()
+        .list_pairings(None)
+        .await?
+        .into_iter()
+        .filter(|entry| matches!(entry.state, PairingState::Pending { expires_at, .. } if expires_at > now))
+        .collect();
+    let calls: Vec<Approval> = shared
+        .store
+        .list_approvals(true, PENDING_LIMIT)
+        .await?
+        .into_iter()
+        .filter(|approval| approval.status == ApprovalStatus::Pending && approval.expires_at > now)
+        .collect();
+    if pairings.is_empty() && calls.is_empty() {
+        return Ok("Nothing waits for you.".into());
+    }
+    let mut text = String::new();
+    if !pairings.is_empty() {
+        text.push_str(&format!("Asking to talk to me ({}):", pairings.len()));
+        for entry in pairings.iter().take(PENDING_LIMIT) {
+            text.push_str(&format!("\n{}", pairing_line(shared, entry)));
+        }
+        text.push_str(&more(pairings.len()));
+    }
+    if !calls.is_empty() {
+        let gap = if text.is_empty() { "" } else { "\n\n" };
+        text.push_str(&format!("{gap}Waiting for your approval ({}):", calls.len()));
+        for approval in &calls {
+            let request = &approval.request;
+            text.push_str(&format!(
+                "\n{} {} asked by {} in {}:{}: {}",
+                approval.code, request.tool, request.requested_by, request.channel, request.chat_id, request.arguments
+            ));
+        }
+    }
+    text.push_str("\n\n/approve <code> or /deny <code>");
+    if !calls.is_empty() {
+        text.push_str(" (/approve <code> chat: that tool in that chat from now on, without asking)");
+    }
+    Ok(text)
+}
+
+/// `ABCD2345 Ann (telegram 777), expires 14:05 CET`.
+fn pairing_line(shared: &Shared, entry: &PairingEntry) -> String {
+    let PairingState::Pending { code, expires_at } = &entry.state else { return String::new() };
+    let until = expires_at.with_timezone(&shared.settings.prompt.timezone).format("%H:%M %Z");
+    let who = match entry.sender_name.as_str() {
+        "" => format!("{} {}", entry.channel, entry.sender_id),
+        name => format!("{name} ({} {})", entry.channel, entry.sender_id),
+    };
+    format!("{code} {who}, expires {until}")
+}
+
+fn more(count: usize) -> String {
+    match count.checked_sub(PENDING_LIMIT) {
+        Some(left) if left > 0 => format!("\n…and {left} more: `switchboard pairing list` shows them all."),
+        _ => String::new(),
+    }
+}
