@@ -70,6 +70,33 @@ async fn the_owner_approves_a_code_on_the_command_line() {
     assert_eq!(level_of(&store, "discord:77").await, Level::User);
 }
 
+#[tokio::test]
+async fn the_owner_denies_a_code_on_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("switchboard.db");
+    let store: Arc<dyn Database> = Arc::new(SqliteStore::open(&path).await.unwrap());
+    let code = store.request("telegram", "5", "eve", HOUR, 10).await.unwrap().unwrap().code;
+    store.close().await;
+
+    let (ok, out, err) = pairing_cli(dir.path(), &["deny", "telegram", &code]);
+    assert!(ok, "{err}");
+    assert_eq!(out, "denied telegram user 5 (eve); they get no new code for a day\n");
+    let (ok, out, _) = pairing_cli(dir.path(), &["list"]);
+    assert!(ok && out.contains("(no pending or approved senders)"), "{out}");
+    let (ok, _, err) = pairing_cli(dir.path(), &["deny", "telegram", &code]);
+    assert!(!ok && err.contains("was already used"), "{err}");
+
+    let store: Arc<dyn Database> = Arc::new(SqliteStore::open(&path).await.unwrap());
+    assert!(store.request("telegram", "5", "eve", HOUR, 10).await.unwrap().is_none(), "no new code for a day");
+    assert!(!store.is_approved("telegram", "5").await.unwrap());
+    store.close().await;
+    let options = sqlx::sqlite::SqliteConnectOptions::new().filename(&path);
+    let mut connection = sqlx::ConnectOptions::connect(&options).await.unwrap();
+    let decided: (String, String) =
+        sqlx::query_as("SELECT decision, decided_by FROM pairing_requests").fetch_one(&mut connection).await.unwrap();
+    assert_eq!(decided, ("denied".to_owned(), "cli".to_owned()));
+}
+
 /// The stored level of the user behind `identity` (who exists already).
 async fn level_of(store: &Arc<dyn Database>, identity: &str) -> Level {
     let identity: Identity = identity.parse().unwrap();

@@ -118,18 +118,32 @@ pub async fn add_job(
     missed: MissedPolicy,
     now: DateTime<Utc>,
 ) -> CronJob {
+    insert_job(store, &NewCronJob { payload, missed, ..new_job("daily", "UTC", schedule, now) }).await
+}
+
+/// `job` added straight to the store.
+pub async fn insert_job(store: &Arc<dyn Database>, job: &NewCronJob) -> CronJob {
+    match store.add_cron_job(job, AddLimits { max_per_session: 100, max_per_run: None }).await.unwrap() {
+        AddOutcome::Added(job) => *job,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A job `name` made from the shell, its times shown in `tz`, a turn whose results go to the
+/// Telegram chat 42.
+pub fn new_job(name: &str, tz: &str, schedule: Schedule, now: DateTime<Utc>) -> NewCronJob {
     let chat = ChatAddress { channel: "telegram".into(), chat_id: "42".into(), thread_id: None, is_group: false };
-    let job = NewCronJob {
-        name: "daily".into(),
+    NewCronJob {
+        name: name.into(),
         agent: "main".into(),
         owner_session: chat.session_key(),
         chat,
-        payload,
+        payload: Payload::Turn,
         message: "good morning".into(),
         next_run_at: schedule.next_after(now),
         schedule,
-        tz: "UTC".into(),
-        missed,
+        tz: tz.into(),
+        missed: MissedPolicy::Skip,
         created_by_id: "cli".into(),
         created_by_name: "test".into(),
         created_at: now,
@@ -137,9 +151,5 @@ pub async fn add_job(
         parent_job: None,
         created_by_run: None,
         on_behalf_of: None,
-    };
-    match store.add_cron_job(&job, AddLimits { max_per_session: 100, max_per_run: None }).await.unwrap() {
-        AddOutcome::Added(job) => *job,
-        other => panic!("{other:?}"),
     }
 }

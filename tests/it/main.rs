@@ -30,6 +30,7 @@ mod memory_embeddings;
 mod memory_scopes;
 mod memory_search;
 mod month_cost;
+mod owner_commands;
 mod prompt_cache;
 mod provider;
 mod query_plans;
