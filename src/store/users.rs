@@ -54,9 +54,10 @@ pub struct MonthCost {
     pub unpriced_tokens: u64,
 }
 
-impl MonthCost {
-    /// Adds another's.
-    pub fn add(self, other: MonthCost) -> MonthCost {
+impl std::ops::Add for MonthCost {
+    type Output = MonthCost;
+
+    fn add(self, other: MonthCost) -> MonthCost {
         MonthCost {
             usd: self.usd + other.usd,
             unpriced_tokens: self.unpriced_tokens.saturating_add(other.unpriced_tokens),

@@ -32,9 +32,9 @@ pub(in crate::worker) async fn spend(shared: &Shared) -> Result<String, StoreErr
             (who, summary.used.total(), summary.cost)
         })
         .collect();
-    people.sort_by(|a, b| b.1.cmp(&a.1));
+    people.sort_by_key(|(_, tokens, _)| std::cmp::Reverse(*tokens));
     let tokens = people.iter().map(|(_, tokens, _)| tokens).sum();
-    let cost = people.iter().fold(MonthCost::default(), |sum, (_, _, cost)| sum.add(*cost));
+    let cost = people.iter().fold(MonthCost::default(), |sum, (_, _, cost)| sum + *cost);
     let mut text = format!("{} (UTC), everyone: {}", month_name(now), used(tokens, cost));
     if !people.is_empty() {
         text.push_str("\n\nBy person:");
