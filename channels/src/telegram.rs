@@ -13,8 +13,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use teloxide::payloads::SetMyCommandsSetters;
 use teloxide::prelude::Requester;
-use teloxide::types::BotCommand;
+use teloxide::types::{BotCommand, BotCommandScope, ChatId, Recipient};
 use teloxide::{ApiError, Bot, RequestError};
 use thiserror::Error;
 use tokio::task::JoinHandle;
@@ -277,7 +278,7 @@ impl PendingIngress {
             Some(me) => me,
             None => identity_until_known(&self.bot, shutdown).await?,
         };
-        register_commands(&self.bot).await;
+        register_commands(&self.bot, &self.settings.owners).await;
         Some(Arc::new(Ingress::new(self.bot, self.bus, self.settings, me, self.owner, shutdown.clone())))
     }
 }
@@ -288,12 +289,24 @@ async fn receive_by_polling(pending: PendingIngress, timeout: Duration, shutdown
     }
 }
 
-/// The command menu Telegram shows; best effort.
-async fn register_commands(bot: &Bot) {
+/// The command menu Telegram shows, and in each configured owner's direct chat the owner's
+/// commands after it (nobody else sees those); best effort.
+async fn register_commands(bot: &Bot, owners: &[String]) {
     let start = BotCommand::new(START, "say hello and see what I can do");
-    let known = commands::COMMANDS.iter().map(|command| BotCommand::new(command.name, command.description));
-    let commands: Vec<BotCommand> = std::iter::once(start).chain(known).collect();
-    if let Err(err) = bot.set_my_commands(commands).await {
+    let menu = |table: &'static [commands::ChatCommand]| {
+        table.iter().map(|command| BotCommand::new(command.name, command.description))
+    };
+    let everyone: Vec<BotCommand> = std::iter::once(start).chain(menu(commands::COMMANDS)).collect();
+    if let Err(err) = bot.set_my_commands(everyone.clone()).await {
         tracing::warn!(err = %describe(&err), "cannot register the command menu");
+    }
+    let owners_menu: Vec<BotCommand> = everyone.into_iter().chain(menu(commands::OWNER_COMMANDS)).collect();
+    for owner in owners {
+        let Ok(id) = owner.parse::<i64>() else { continue };
+        let scope = BotCommandScope::Chat { chat_id: Recipient::Id(ChatId(id)) };
+        if let Err(err) = bot.set_my_commands(owners_menu.clone()).scope(scope).await {
+            // Telegram knows no chat with an owner who never started the bot.
+            tracing::warn!(err = %describe(&err), %owner, "cannot register the owner's command menu");
+        }
     }
 }

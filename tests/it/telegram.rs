@@ -116,6 +116,24 @@ async fn a_direct_message_reaches_the_agent_with_stable_ids() {
     rig.stop().await;
 }
 
+/// A configured owner's direct chat has a menu of its own: everyone's commands, then the
+/// owner's, which nobody else's menu shows.
+#[tokio::test]
+async fn an_owners_menu_has_the_owners_commands_too() {
+    let rig = Rig::start(|settings| settings.owners = vec!["555".into()]).await;
+    let calls = rig.fake.wait_for_calls("setmycommands", 2, Duration::from_secs(5)).await;
+    let names = |call: &switchboard_testkit::fake_telegram::Call| -> Vec<String> {
+        let commands = call.params["commands"].as_array().unwrap();
+        commands.iter().map(|command| command["command"].as_str().unwrap().to_owned()).collect()
+    };
+    assert!(calls[0].params.get("scope").is_none() && !names(&calls[0]).contains(&"spend".to_owned()));
+    assert_eq!(calls[1].params["scope"], serde_json::json!({"type": "chat", "chat_id": 555}));
+    let owners = names(&calls[1]);
+    assert_eq!(owners[..names(&calls[0]).len()], names(&calls[0])[..]);
+    assert!(owners.ends_with(&["pending", "approve", "deny", "users", "level", "cron", "spend"].map(String::from)));
+    rig.stop().await;
+}
+
 /// Every way of addressing the bot in a group, and the ways that are not.
 #[tokio::test]
 async fn group_messages_are_answered_only_when_they_address_the_bot() {
