@@ -9,9 +9,11 @@
 //! behind [`UserStore`](crate::store::users::UserStore), next to the other sub-stores of [`crate::store::Store`].
 
 mod groups;
+mod identities;
 mod month;
 mod policy;
 
 pub use groups::{BadGroup, GroupPlace, GroupRule, GroupRules};
+pub use identities::unusable_identity;
 pub use month::{month_key, next_month_start};
 pub use policy::{AccessPolicy, Clock, PolicyError};

@@ -11,7 +11,7 @@ use crate::config::Config;
 use crate::config::{Identity, Level};
 use crate::store::Database;
 use crate::store::users::{LinkOutcome, User, UserSummary};
-use crate::users::{AccessPolicy, month_key};
+use crate::users::{AccessPolicy, month_key, unusable_identity};
 
 #[derive(Debug, Subcommand)]
 pub enum UsersCommand {
@@ -55,29 +55,9 @@ impl UsersCommand {
     }
 }
 
-/// The channels people write from. An identity on another one can never match a sender, so
-/// setting it is a typo that would otherwise pass in silence.
-const PEOPLE_CHANNELS: [&str; 3] = ["api", "telegram", "discord"];
-
-/// Refuses an identity no sender can have: an unknown channel, or a Telegram or Discord id
-/// that is not a number (both platforms number their users).
+/// Refuses an identity no sender can have.
 fn check_known(identity: &Identity) -> Result<(), CliError> {
-    let channel = identity.channel.as_str();
-    if !PEOPLE_CHANNELS.contains(&channel) {
-        return Err(CliError::Invalid(format!(
-            "{identity}: switchboard has no channel {channel:?}; identities are {}, then the sender's id \
-             (for example telegram:123456789)",
-            PEOPLE_CHANNELS.map(|name| format!("{name}:")).join(", ")
-        )));
-    }
-    let numeric = identity.sender_id.bytes().all(|byte| byte.is_ascii_digit());
-    if channel != "api" && !numeric {
-        return Err(CliError::Invalid(format!(
-            "{identity}: {channel} user ids are numbers (for example {channel}:123456789); the id is in the \
-             daemon's log for each message and in `switchboard users list` once they wrote"
-        )));
-    }
-    Ok(())
+    unusable_identity(identity).map_or(Ok(()), |problem| Err(CliError::Invalid(problem)))
 }
 
 /// What raising an `api:` identity means while the API takes anyone's word for the sender.

@@ -4,7 +4,7 @@ use super::Control;
 use crate::config::{Identity, Level};
 use crate::store::StoreError;
 use crate::store::users::UserSummary;
-use crate::users::month_key;
+use crate::users::{month_key, unusable_identity};
 
 /// A person as the owner names them: one of their identities, their display name, and all
 /// the identities of their user (one, for someone never seen).
@@ -29,6 +29,8 @@ pub enum PersonMatch {
     /// Several people's names match: each described as [`Person::describe`] does.
     Several(Vec<String>),
     Nobody,
+    /// An identity no sender can have (an unknown channel, a platform id that is not a number): why.
+    Unusable(String),
 }
 
 /// What setting a level did.
@@ -50,6 +52,9 @@ impl Control {
     pub async fn find_person(&self, typed: &str) -> Result<PersonMatch, StoreError> {
         let users = self.store.list_users(&month_key(crate::clock::now())).await?;
         if let Ok(identity) = typed.parse::<Identity>() {
+            if let Some(problem) = unusable_identity(&identity) {
+                return Ok(PersonMatch::Unusable(problem));
+            }
             let known = users.iter().find(|summary| summary.identities.iter().any(|(known, _)| *known == identity));
             return Ok(PersonMatch::One(match known {
                 Some(summary) => person(summary, &identity),

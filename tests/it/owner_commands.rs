@@ -117,8 +117,19 @@ async fn the_owner_lists_people_and_a_new_level_changes_what_they_are_offered() 
     );
     assert_eq!(rig.owner("/level Ann boss").await, "boss is not a level: guest, user, admin, owner.");
     assert!(rig.owner("/level admin").await.starts_with("Use /level <person> <level>"));
+    let typo = rig.owner("/level telegram:ann user").await;
+    assert!(typo.starts_with("telegram:ann: telegram user ids are numbers"), "{typo}");
     // Someone who never wrote, named by identity, is ready when they do.
     assert_eq!(rig.owner("/level telegram:77 user").await, "telegram:77 is user now (was guest).");
+
+    // A long list is cut, and says how many more there are.
+    for n in 100..130 {
+        rig.h.store.resolve_user(&identity(&n.to_string()), &format!("P{n}"), Level::Guest).await.unwrap();
+    }
+    let users = rig.owner("/users").await;
+    assert!(users.starts_with("People (34), "), "{users}");
+    assert!(users.contains("\n…and 4 more: `switchboard users list` shows everyone.\n"), "{users}");
+    assert_eq!(users.lines().count(), 1 + 30 + 2, "{users}");
 }
 
 #[tokio::test]

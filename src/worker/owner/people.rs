@@ -74,6 +74,7 @@ pub(in crate::worker) async fn level(
                 names.join(", ")
             ));
         }
+        PersonMatch::Unusable(problem) => return Ok(format!("{problem}.")),
         PersonMatch::Nobody => {
             return Ok(format!(
                 "I know nobody called {typed}. /users lists people; an identity like telegram:123456 works too."
