@@ -201,12 +201,12 @@ mod by_button {
     use switchboard_testkit::fake_telegram::{FakeTelegram, SentMessage, updates};
 
     use super::{exec_result, launch, script_exec};
-    use crate::owner_buttons::{OWNER, button_data, owner, owner_bot, press, sent_to, settled_text, shown};
+    use crate::owner_buttons::{NO_LONGER_OPEN, OWNER, button_data, decide, owner, owner_bot, press, sent_to, started};
     use crate::support::{Daemon, run_to_exit};
 
     const BOB: i64 = 222;
 
-    fn start(dir: &Path, llm: &FakeLlm, fake: &FakeTelegram, name: &'static str) -> Daemon {
+    fn spawn(dir: &Path, llm: &FakeLlm, fake: &FakeTelegram, name: &'static str) -> Daemon {
         owner_bot(launch(dir, llm, name), fake, llm)
             .env("SWITCHBOARD_CHANNELS__TELEGRAM__ALLOW_FROM", &format!(r#"["{BOB}"]"#))
             .spawn()
@@ -223,7 +223,7 @@ mod by_button {
     async fn bob_asks(fake: &FakeTelegram, n: i64) -> (SentMessage, String) {
         let requests = || -> Vec<SentMessage> {
             let sent = fake.sent_messages().into_iter();
-            sent.filter(|sent| sent.chat_id == OWNER && shown(sent).starts_with("Approval ")).collect()
+            sent.filter(|sent| sent.chat_id == OWNER && sent.shown().starts_with("Approval ")).collect()
         };
         let asked = requests().len();
         fake.push_message(updates::private_text(BOB, "bob", n, "please run it"));
@@ -241,7 +241,7 @@ mod by_button {
 
     /// Waits for Bob's `n`th message that starts with `start`.
     async fn bob_told(fake: &FakeTelegram, n: usize, start: &str) {
-        let count = || fake.sent_messages().iter().filter(|s| s.chat_id == BOB && shown(s).starts_with(start)).count();
+        let count = || fake.sent_messages().iter().filter(|s| s.chat_id == BOB && s.shown().starts_with(start)).count();
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         while count() < n {
             assert!(
@@ -255,10 +255,7 @@ mod by_button {
 
     #[tokio::test]
     async fn the_owner_allows_denies_or_misses_a_call_by_button() {
-        let (llm, fake) = (FakeLlm::start().await, FakeTelegram::start().await);
-        let dir = tempfile::tempdir().unwrap();
-        let mut daemon = start(dir.path(), &llm, &fake, "buttons");
-        daemon.wait_healthy().await;
+        let (llm, fake, dir, _daemon) = started(|dir, llm, fake| spawn(dir, llm, fake, "buttons")).await;
         owner_says_hi(&fake).await;
 
         // Allowed once: it runs.
@@ -266,21 +263,27 @@ mod by_button {
         let (request, code) = bob_asks(&fake, 1).await;
         bob_told(&fake, 1, "This needs the owner's approval first (exec)").await;
         assert!(
-            shown(&request).contains("Bob (telegram:222) in a direct chat (telegram:222) wants the agent to run exec")
+            request.shown().contains("Bob (telegram:222) in a direct chat (telegram:222) wants the agent to run exec")
         );
         let labels: Vec<String> =
             button_data(&fake, &request)[0].iter().map(|b| b.split('=').next().unwrap().into()).collect();
         assert_eq!(labels, ["Allow once", "Allow for this chat", "Deny"]);
-        assert_eq!(press(&fake, &request, owner(), &format!("ta:{code}")).await.text.as_deref(), Some("Allowed once."));
-        assert!(settled_text(&fake, &request).await.ends_with("\n\n✅ Allowed once by Owner (telegram:1)."));
+        decide(
+            &fake,
+            &request,
+            owner(),
+            &format!("ta:{code}"),
+            "Allowed once.",
+            "✅ Allowed once by Owner (telegram:1).",
+        )
+        .await;
         bob_told(&fake, 1, "done").await;
         assert!(exec_result(&llm).contains("ran-by-button"), "{}", exec_result(&llm));
 
         // Denied: it does not run, and the model is told.
         script_exec(&llm, "echo must-not-run");
         let (request, code) = bob_asks(&fake, 2).await;
-        assert_eq!(press(&fake, &request, owner(), &format!("td:{code}")).await.text.as_deref(), Some("Denied."));
-        assert!(settled_text(&fake, &request).await.ends_with("\n\n❌ Denied by Owner (telegram:1)."));
+        decide(&fake, &request, owner(), &format!("td:{code}"), "Denied.", "❌ Denied by Owner (telegram:1).").await;
         bob_told(&fake, 2, "done").await;
         assert!(exec_result(&llm).contains("the owner declined this call"), "{}", exec_result(&llm));
 
@@ -289,15 +292,13 @@ mod by_button {
         let (request, code) = bob_asks(&fake, 3).await;
         bob_told(&fake, 3, "done").await;
         assert!(exec_result(&llm).contains("did not answer in time"), "{}", exec_result(&llm));
-        let late = press(&fake, &request, owner(), &format!("ta:{code}")).await;
-        assert_eq!(late.text.as_deref(), Some("This request is no longer open."));
-        assert!(settled_text(&fake, &request).await.ends_with("\n\nNo longer open."));
+        decide(&fake, &request, owner(), &format!("ta:{code}"), NO_LONGER_OPEN, "No longer open.").await;
 
         // Allowed for this chat: this call and the next one there run without asking.
         script_exec(&llm, "echo first-of-the-chat");
         let (request, code) = bob_asks(&fake, 4).await;
-        press(&fake, &request, owner(), &format!("tc:{code}")).await;
-        assert!(settled_text(&fake, &request).await.ends_with("\n\n✅ Allowed for this chat by Owner (telegram:1)."));
+        let outcome = "✅ Allowed for this chat by Owner (telegram:1).";
+        decide(&fake, &request, owner(), &format!("tc:{code}"), "Allowed for this chat.", outcome).await;
         bob_told(&fake, 4, "done").await;
         script_exec(&llm, "echo no-need-to-ask");
         fake.push_message(updates::private_text(BOB, "bob", 5, "and again"));
@@ -312,10 +313,7 @@ mod by_button {
     /// no longer open.
     #[tokio::test]
     async fn stop_and_restart_close_the_request_the_buttons_show() {
-        let (llm, fake) = (FakeLlm::start().await, FakeTelegram::start().await);
-        let dir = tempfile::tempdir().unwrap();
-        let mut first = start(dir.path(), &llm, &fake, "first");
-        first.wait_healthy().await;
+        let (llm, fake, dir, mut first) = started(|dir, llm, fake| spawn(dir, llm, fake, "first")).await;
         owner_says_hi(&fake).await;
 
         llm.push(Scripted::ToolCalls(vec![("exec".into(), json!({"command": "echo must-not-run"}))]));
@@ -327,17 +325,15 @@ mod by_button {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let answer = press(&fake, &stopped, owner(), &format!("ta:{stopped_code}")).await;
-        assert_eq!(answer.text.as_deref(), Some("This request is no longer open."));
+        assert_eq!(answer.text.as_deref(), Some(NO_LONGER_OPEN));
 
         llm.push(Scripted::ToolCalls(vec![("exec".into(), json!({"command": "echo must-not-run"}))]));
         let (waiting, code) = bob_asks(&fake, 3).await;
         first.kill_hard();
-        let mut second = start(dir.path(), &llm, &fake, "second");
+        let mut second = spawn(dir.path(), &llm, &fake, "second");
         second.wait_healthy().await;
         bob_told(&fake, 1, "While this waited for the owner's approval (exec), switchboard restarted").await;
-        let answer = press(&fake, &waiting, owner(), &format!("ta:{code}")).await;
-        assert_eq!(answer.text.as_deref(), Some("This request is no longer open."));
-        assert!(settled_text(&fake, &waiting).await.ends_with("\n\nNo longer open."));
+        decide(&fake, &waiting, owner(), &format!("ta:{code}"), NO_LONGER_OPEN, "No longer open.").await;
         // Neither call ran: the model was asked once for "hi" and once for each call, never again.
         assert_eq!(llm.requests().len(), 3);
         fake.assert_callback_queries_answered();

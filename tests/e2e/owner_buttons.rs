@@ -4,17 +4,21 @@
 //! on requests decided elsewhere, expired, or from before a restart, are answered as such.
 //! (The helpers here serve the approval buttons in `approvals.rs` too.)
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::support::{Daemon, Launch, run_to_exit};
 use serde_json::Value;
 use switchboard_testkit::fake_llm::FakeLlm;
 use switchboard_testkit::fake_telegram::{CallbackAnswer, FakeTelegram, InlineButton, SentMessage, updates};
+use tempfile::TempDir;
 
 /// The owner, named in `users.owners`.
 pub const OWNER: i64 = 1;
 const EVE: i64 = 555;
 const MALLORY: i64 = 777;
+/// What a press of a closed request's button answers.
+pub const NO_LONGER_OPEN: &str = "This request is no longer open.";
 
 /// A daemon with the Telegram channel on the fake, `telegram:1` as its owner, strangers asked
 /// to pair, and no debounce.
@@ -45,22 +49,6 @@ pub async fn sent_to(fake: &FakeTelegram, chat: i64, test: impl Fn(&SentMessage)
     }
 }
 
-/// A sent message's text as Telegram shows it: HTML tags removed, entities decoded.
-pub fn shown(sent: &SentMessage) -> String {
-    let html = sent.text.clone().unwrap_or_default();
-    let mut text = String::new();
-    let mut in_tag = false;
-    for ch in html.chars() {
-        match ch {
-            '<' => in_tag = true,
-            '>' if in_tag => in_tag = false,
-            _ if !in_tag => text.push(ch),
-            _ => {}
-        }
-    }
-    text.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", "\"").replace("&amp;", "&")
-}
-
 /// The callback data of a message's buttons, row by row.
 pub fn button_data(fake: &FakeTelegram, sent: &SentMessage) -> Vec<Vec<String>> {
     let data = |button: &InlineButton| format!("{}={}", button.text, button.callback_data.clone().unwrap_or_default());
@@ -78,6 +66,25 @@ pub async fn press(fake: &FakeTelegram, sent: &SentMessage, from: Value, data: &
         assert!(Instant::now() < deadline, "press {data} never answered: {:#?}", fake.calls());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Presses `data` under `sent` as `from`; asserts the presser is shown `toast` and the message
+/// then ends with `outcome`, its buttons gone.
+pub async fn decide(fake: &FakeTelegram, sent: &SentMessage, from: Value, data: &str, toast: &str, outcome: &str) {
+    assert_eq!(press(fake, sent, from, data).await.text.as_deref(), Some(toast));
+    let settled = settled_text(fake, sent).await;
+    assert!(settled.ends_with(&format!("\n\n{outcome}")), "{settled}");
+}
+
+/// The fakes, a data dir, and the healthy daemon `spawn` starts there.
+pub async fn started(
+    spawn: impl FnOnce(&Path, &FakeLlm, &FakeTelegram) -> Daemon,
+) -> (FakeLlm, FakeTelegram, TempDir, Daemon) {
+    let (llm, fake) = (FakeLlm::start().await, FakeTelegram::start().await);
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = spawn(dir.path(), &llm, &fake);
+    daemon.wait_healthy().await;
+    (llm, fake, dir, daemon)
 }
 
 /// The text `sent` was edited to once its buttons are gone.
@@ -104,31 +111,26 @@ async fn stranger_asks(fake: &FakeTelegram, id: i64, name: &str, message_id: i64
     (notice, code)
 }
 
-fn daemon(dir: &std::path::Path, fake: &FakeTelegram, llm: &FakeLlm, name: &'static str) -> Daemon {
+fn daemon(dir: &Path, llm: &FakeLlm, fake: &FakeTelegram, name: &'static str) -> Daemon {
     owner_bot(Launch::new(dir, name, &["run"]), fake, llm).spawn()
 }
 
 #[tokio::test]
 async fn the_owner_approves_a_stranger_with_a_button() {
-    let (llm, fake) = (FakeLlm::start().await, FakeTelegram::start().await);
-    let dir = tempfile::tempdir().unwrap();
-    let mut daemon = daemon(dir.path(), &fake, &llm, "approve");
-    daemon.wait_healthy().await;
+    let (_llm, fake, dir, _daemon) = started(|dir, llm, fake| daemon(dir, llm, fake, "approve")).await;
 
     let (notice, code) = stranger_asks(&fake, EVE, "eve", 1, "Hi! I'm Eve from next door.\n\nCan we talk?").await;
     let told = sent_to(&fake, EVE, |_| true).await;
     assert!(told.text.as_deref().unwrap().contains("I've asked them about you"), "{told:?}");
     assert!(told.text.as_deref().unwrap().contains(&code), "the code is still given: {told:?}");
-    let text = shown(&notice);
+    let text = notice.shown();
     assert!(text.starts_with("Eve (@eve, id 555 on Telegram) asks to talk to me. They wrote:"), "{text}");
     assert!(text.contains("Hi! I'm Eve from next door. Can we talk?"), "{text}");
     assert!(text.contains(&format!("Code {code}, valid until ")) && text.contains(" UTC."), "{text}");
     assert_eq!(button_data(&fake, &notice), [[format!("Approve=pa:{code}"), format!("Deny=pd:{code}")]]);
 
-    let answer = press(&fake, &notice, owner(), &format!("pa:{code}")).await;
-    assert_eq!(answer.text.as_deref(), Some("Approved."));
+    decide(&fake, &notice, owner(), &format!("pa:{code}"), "Approved.", "✅ Approved by Owner (telegram:1).").await;
     let settled = settled_text(&fake, &notice).await;
-    assert!(settled.ends_with("\n\n✅ Approved by Owner (telegram:1)."), "{settled}");
     assert!(settled.contains("asks to talk to me"), "the request stays readable: {settled}");
     let welcome =
         sent_to(&fake, EVE, |sent| sent.text.as_deref().is_some_and(|text| text.contains("approved you"))).await;
@@ -145,10 +147,7 @@ async fn the_owner_approves_a_stranger_with_a_button() {
 /// out; a request decided from the shell first is no longer open to a button.
 #[tokio::test]
 async fn denials_refusals_and_requests_decided_elsewhere() {
-    let (llm, fake) = (FakeLlm::start().await, FakeTelegram::start().await);
-    let dir = tempfile::tempdir().unwrap();
-    let mut daemon = daemon(dir.path(), &fake, &llm, "deny");
-    daemon.wait_healthy().await;
+    let (llm, fake, dir, daemon) = started(|dir, llm, fake| daemon(dir, llm, fake, "deny")).await;
 
     let (notice, code) = stranger_asks(&fake, EVE, "eve", 1, "let me in").await;
     let refused = press(&fake, &notice, updates::user(MALLORY, "mallory"), &format!("pa:{code}")).await;
@@ -158,8 +157,7 @@ async fn denials_refusals_and_requests_decided_elsewhere() {
     assert_eq!(button_data(&fake, &notice).len(), 1, "the buttons stay");
     assert!(fake.edits().is_empty());
 
-    assert_eq!(press(&fake, &notice, owner(), &format!("pd:{code}")).await.text.as_deref(), Some("Denied."));
-    assert!(settled_text(&fake, &notice).await.ends_with("\n\n❌ Denied by Owner (telegram:1)."));
+    decide(&fake, &notice, owner(), &format!("pd:{code}"), "Denied.", "❌ Denied by Owner (telegram:1).").await;
     sent_to(&fake, EVE, |sent| sent.text.as_deref().is_some_and(|text| text.contains("declined"))).await;
     let before = fake.sent_messages().len();
     fake.push_message(updates::private_text(EVE, "eve", 2, "please?"));
@@ -171,9 +169,7 @@ async fn denials_refusals_and_requests_decided_elsewhere() {
     let (notice, code) = stranger_asks(&fake, 556, "frank", 1, "hello").await;
     let (status, stderr, _) = run_to_exit(dir.path(), &["pairing", "approve", "telegram", &code], &[]);
     assert!(status.success(), "{stderr}");
-    let late = press(&fake, &notice, owner(), &format!("pa:{code}")).await;
-    assert_eq!(late.text.as_deref(), Some("This request is no longer open."));
-    assert!(settled_text(&fake, &notice).await.ends_with("\n\nNo longer open."));
+    decide(&fake, &notice, owner(), &format!("pa:{code}"), NO_LONGER_OPEN, "No longer open.").await;
     fake.assert_callback_queries_answered();
 }
 
@@ -191,17 +187,15 @@ async fn a_restart_between_request_and_press() {
     let asked = Instant::now();
     first.kill_hard();
 
-    let mut second = daemon(dir.path(), &fake, &llm, "second");
+    let mut second = daemon(dir.path(), &llm, &fake, "second");
     second.wait_healthy().await;
     let (valid, code) = stranger_asks(&fake, EVE, "eve", 1, "hi").await;
     second.kill_hard();
 
-    let mut third = daemon(dir.path(), &fake, &llm, "third");
+    let mut third = daemon(dir.path(), &llm, &fake, "third");
     third.wait_healthy().await;
     tokio::time::sleep(Duration::from_millis(2500).saturating_sub(asked.elapsed())).await;
-    let answer = press(&fake, &expired, owner(), &format!("pa:{expired_code}")).await;
-    assert_eq!(answer.text.as_deref(), Some("This request is no longer open."));
-    assert!(settled_text(&fake, &expired).await.ends_with("\n\nNo longer open."));
+    decide(&fake, &expired, owner(), &format!("pa:{expired_code}"), NO_LONGER_OPEN, "No longer open.").await;
     assert_eq!(press(&fake, &valid, owner(), &format!("pa:{code}")).await.text.as_deref(), Some("Approved."));
     sent_to(&fake, EVE, |sent| sent.text.as_deref().is_some_and(|text| text.contains("approved you"))).await;
     fake.push_message(updates::private_text(EVE, "eve", 2, "in at last"));
