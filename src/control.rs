@@ -7,8 +7,11 @@
 
 mod cron;
 mod deciders;
+mod desk;
 mod pairing;
+mod pairing_notice;
 mod people;
+mod press;
 
 use std::sync::{Arc, PoisonError, RwLock};
 
@@ -16,6 +19,8 @@ use switchboard_channels::bus::Bus;
 
 pub use self::cron::CronChange;
 pub use self::deciders::Deciders;
+pub use self::desk::Desk;
+pub use self::pairing_notice::local_time;
 pub use self::people::{LevelChange, Person, PersonMatch};
 use crate::config::{Config, Level};
 use crate::store::approvals::{Approval, DecideProblem, Verdict};

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use teloxide::payloads::SetMyCommandsSetters;
 use teloxide::prelude::Requester;
-use teloxide::types::{BotCommand, BotCommandScope, ChatId, Recipient};
+use teloxide::types::{AllowedUpdate, BotCommand, BotCommandScope, ChatId, Recipient};
 use teloxide::{ApiError, Bot, RequestError};
 use thiserror::Error;
 use tokio::task::JoinHandle;
@@ -34,6 +34,10 @@ pub use crate::policy::{DmPolicy, StreamSettings};
 
 /// The channel name of this adapter on the bus.
 pub const CHANNEL: &str = "telegram";
+
+/// The updates asked for, polling or by webhook: new messages and button presses. Edits,
+/// reactions and the rest are not answered.
+const ALLOWED_UPDATES: [AllowedUpdate; 2] = [AllowedUpdate::Message, AllowedUpdate::CallbackQuery];
 
 /// How updates reach the bot.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,6 +121,7 @@ impl Default for TelegramSettings {
         }
     }
 }
+mod buttons;
 mod download;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
@@ -126,6 +131,7 @@ mod inbound;
 mod ingress;
 mod platform;
 mod poll;
+mod press;
 mod replied;
 mod retry;
 mod send;

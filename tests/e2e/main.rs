@@ -27,6 +27,7 @@ mod metrics;
 mod nats;
 mod nats_faults;
 mod operations;
+mod owner_buttons;
 mod owner_commands;
 mod pairing;
 mod persona;

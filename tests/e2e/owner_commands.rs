@@ -1,16 +1,17 @@
 //! The owner's chat commands through the real daemon: strangers let in and turned away from
-//! the owner's Telegram chat (and told), commands refused in a group; a configured owner's
-//! level kept, and owners named by a reloaded config kept too.
+//! the owner's Telegram chat (and told), commands refused in a group, `/cron`'s jobs with
+//! buttons that work; a configured owner's level kept, and owners named by a reloaded config
+//! kept too.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use crate::owner_buttons::{OWNER, button_data, owner, owner_bot, press, sent_to, settled_text, started};
 use crate::support::{Daemon, Launch, run_to_exit};
 use serde_json::json;
 use switchboard_testkit::fake_llm::FakeLlm;
 use switchboard_testkit::fake_telegram::{FakeTelegram, updates};
 
-const OWNER: i64 = 111;
 const ANN: i64 = 222;
 const BOB: i64 = 333;
 
@@ -33,18 +34,13 @@ impl<'a> Chats<'a> {
         self.fake.push_message(if text.starts_with('/') { updates::bot_command(message) } else { message });
     }
 
-    /// The next message the bot sent to `chat`.
+    /// The next message the bot sent to `chat`, as Telegram shows it.
     async fn next_to(&mut self, chat: i64) -> String {
         let deadline = Instant::now() + Duration::from_secs(20);
         let read = self.read.entry(chat).or_default();
         loop {
-            let sent: Vec<String> = self
-                .fake
-                .sent_messages()
-                .into_iter()
-                .filter(|message| message.chat_id == chat)
-                .map(|message| message.text.unwrap_or_default())
-                .collect();
+            let sent: Vec<String> =
+                self.fake.sent_messages().iter().filter(|message| message.chat_id == chat).map(|m| m.shown()).collect();
             if let Some(text) = sent.get(*read) {
                 *read += 1;
                 return text.clone();
@@ -56,34 +52,32 @@ impl<'a> Chats<'a> {
 
     /// The owner's command, answered in their direct chat.
     async fn owner(&mut self, command: &str) -> String {
-        self.write(OWNER, "olga", command);
+        self.write(OWNER, "owner", command);
         self.next_to(OWNER).await
+    }
+
+    /// A stranger writes; the code they are given (the owner is told about them too).
+    async fn stranger(&mut self, user: i64, username: &str, text: &str) -> String {
+        self.write(user, username, text);
+        let given = self.next_to(user).await;
+        let after = given.split("pairing code: ").nth(1).unwrap_or_else(|| panic!("no code in {given:?}"));
+        let code: String = after.chars().take_while(char::is_ascii_alphanumeric).collect();
+        let told = self.next_to(OWNER).await;
+        assert!(told.contains(&format!("id {user} on")) && told.contains(&code), "{told}");
+        code
     }
 }
 
-fn pairing_code(text: &str) -> String {
-    let after = text.split("pairing code: ").nth(1).unwrap_or_else(|| panic!("no code in {text:?}"));
-    after.chars().take_while(char::is_ascii_alphanumeric).collect()
+fn daemon(dir: &std::path::Path, llm: &FakeLlm, fake: &FakeTelegram) -> Daemon {
+    owner_bot(Launch::new(dir, "commands", &["run"]), fake, llm).spawn()
 }
 
 #[tokio::test]
 async fn strangers_are_let_in_and_turned_away_from_the_owners_telegram_chat() {
-    let (llm, fake) = (FakeLlm::start().await, FakeTelegram::start().await);
-    let dir = tempfile::tempdir().unwrap();
-    let mut daemon = Launch::new(dir.path(), "owner", &["run"])
-        .llm(&llm.base_url())
-        .env("TELEGRAM_BOT_TOKEN", FakeTelegram::TOKEN)
-        .env("SWITCHBOARD_CHANNELS__TELEGRAM__API_URL", &fake.api_url())
-        .env("SWITCHBOARD_CHANNELS__TELEGRAM__POLL_TIMEOUT_SECS", "1")
-        .env("SWITCHBOARD_USERS__OWNERS", &format!(r#"["telegram:{OWNER}"]"#))
-        .spawn();
-    daemon.wait_healthy().await;
+    let (_llm, fake, dir, _daemon) = started(daemon).await;
     let mut chats = Chats::new(&fake);
-
-    chats.write(ANN, "ann", "hello, may I?");
-    let ann_code = pairing_code(&chats.next_to(ANN).await);
-    chats.write(BOB, "bob", "hi there");
-    let bob_code = pairing_code(&chats.next_to(BOB).await);
+    let ann_code = chats.stranger(ANN, "ann", "hello, may I?").await;
+    let bob_code = chats.stranger(BOB, "bob", "hi there").await;
     let pending = chats.owner("/pending").await;
     for line in
         [format!("\n{ann_code} Ann (telegram {ANN}), expires "), format!("\n{bob_code} Bob (telegram {BOB}), expires ")]
@@ -109,13 +103,48 @@ async fn strangers_are_let_in_and_turned_away_from_the_owners_telegram_chat() {
     // In a group, even the owner's commands are unknown.
     let group = -100_777;
     let command = format!("/pending@{}", fake.bot().username);
-    fake.push_message(updates::bot_command(updates::group_text(group, OWNER, "olga", 90, &command)));
+    fake.push_message(updates::bot_command(updates::group_text(group, OWNER, "owner", 90, &command)));
     assert_eq!(chats.next_to(group).await, "Unknown command /pending. /help lists the commands.");
 
     let (status, stderr, listed) = run_to_exit(dir.path(), &["pairing", "list"], &[]);
     assert!(status.success(), "{stderr}");
     assert!(listed.lines().any(|line| line.contains(&ANN.to_string()) && line.contains("approved")), "{listed}");
     assert!(!listed.contains(&BOB.to_string()), "{listed}");
+}
+
+/// `/cron` on Telegram: a message per job with its buttons as an inline keyboard, which work.
+#[tokio::test]
+async fn cron_jobs_come_with_buttons_the_owner_can_press() {
+    let (_llm, fake, dir, _daemon) = started(daemon).await;
+    let add = [
+        "cron",
+        "add",
+        "--to",
+        "telegram:42",
+        "--every",
+        "1d",
+        "--tz",
+        "Europe/Berlin",
+        "--message",
+        "water",
+        "--name",
+        "Plants",
+    ];
+    let (status, stderr, added) = run_to_exit(dir.path(), &add, &[]);
+    assert!(status.success(), "{stderr}");
+    let id = added.split_whitespace().nth(1).unwrap_or_else(|| panic!("no id in {added}")).to_owned();
+    let mut chats = Chats::new(&fake);
+    let notice = chats.owner("/cron").await;
+    assert!(notice.starts_with(&format!("Plants ({id})\nevery 1d, to telegram:42\nNext run: ")), "{notice}");
+    assert!(notice.ends_with(" CET") || notice.ends_with(" CEST"), "in the job's zone: {notice}");
+    assert_eq!(chats.next_to(OWNER).await, "1 cron job, above.");
+
+    let sent = sent_to(&fake, OWNER, |sent| sent.shown().starts_with("Plants")).await;
+    assert_eq!(button_data(&fake, &sent), [vec![format!("Pause=cp:{id}"), format!("Delete=cx:{id}")]]);
+    assert!(press(&fake, &sent, owner(), &format!("cp:{id}")).await.text.is_some());
+    settled_text(&fake, &sent).await;
+    let (_, _, listed) = run_to_exit(dir.path(), &["cron", "list"], &[]);
+    assert!(listed.contains("paused"), "{listed}");
 }
 
 const OWNERS_BEFORE: &str = r#"

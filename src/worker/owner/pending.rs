@@ -1,7 +1,8 @@
 //! `/pending`: the strangers asking to pair and the tool calls waiting for an approver.
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 
+use crate::control::local_time;
 use crate::store::StoreError;
 use crate::store::approvals::{Approval, ApprovalStatus};
 use crate::store::pairing::{PairingEntry, PairingState};
@@ -35,7 +36,7 @@ pub(in crate::worker) async fn pending(shared: &Shared) -> Result<String, StoreE
     if !pairings.is_empty() {
         text.push_str(&format!("Asking to talk to me ({}):", pairings.len()));
         for entry in pairings.iter().take(PENDING_LIMIT) {
-            text.push_str(&format!("\n{}", pairing_line(shared, entry)));
+            text.push_str(&format!("\n{}", pairing_line(shared, entry, now)));
         }
         text.push_str(&more(pairings.len()));
     }
@@ -57,10 +58,10 @@ pub(in crate::worker) async fn pending(shared: &Shared) -> Result<String, StoreE
     Ok(text)
 }
 
-/// `ABCD2345 Ann (telegram 777), expires 14:05 CET`.
-fn pairing_line(shared: &Shared, entry: &PairingEntry) -> String {
+/// `ABCD2345 Ann (telegram 777), expires 14:05 CET`, in the owner's time zone.
+fn pairing_line(shared: &Shared, entry: &PairingEntry, now: DateTime<Utc>) -> String {
     let PairingState::Pending { code, expires_at } = &entry.state else { return String::new() };
-    let until = expires_at.with_timezone(&shared.settings.prompt.timezone).format("%H:%M %Z");
+    let until = local_time(*expires_at, shared.settings.prompt.timezone, now);
     let who = match entry.sender_name.as_str() {
         "" => format!("{} {}", entry.channel, entry.sender_id),
         name => format!("{name} ({} {})", entry.channel, entry.sender_id),
