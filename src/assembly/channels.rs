@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use switchboard_channels::Bus;
+use switchboard_channels::api::console::desk::ConsoleDesk;
 use switchboard_channels::api::store::ApiStore;
 use switchboard_channels::api::{ApiChannel, LiveAccess};
 use switchboard_channels::control::OwnerLink;
@@ -15,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Assembly, AssemblyError, channel_settings, settings};
 use crate::config::{BusKind, Config};
+use crate::console::{Console, HealthProbe};
 use crate::metrics::GaugeSource;
 use crate::store::Database;
 
@@ -154,12 +156,13 @@ impl RunningChannel for DiscordChannel {
 
 impl Assembly {
     /// Starts those of `kinds` the config enables. The API keeps its sessions, runs and outbox
-    /// in `store`, the chat channels their DM pairings.
+    /// in `store`, the chat channels their DM pairings; the API's owner console reads `health`.
     pub async fn start_channels(
         &self,
         kinds: &[ChannelKind],
         bus: &Arc<dyn Bus>,
         store: &Arc<dyn Database>,
+        health: Option<Arc<dyn HealthProbe>>,
         shutdown: &CancellationToken,
     ) -> Result<Vec<Box<dyn RunningChannel>>, AssemblyError> {
         let mut channels = Vec::new();
@@ -169,7 +172,7 @@ impl Assembly {
             }
         }
         for &kind in kinds.iter().filter(|kind| kind.is_active(&self.config)) {
-            channels.push(self.start_channel(kind, Arc::clone(bus), store, shutdown.clone()).await?);
+            channels.push(self.start_channel(kind, Arc::clone(bus), store, health.clone(), shutdown.clone()).await?);
         }
         Ok(channels)
     }
@@ -179,6 +182,7 @@ impl Assembly {
         kind: ChannelKind,
         bus: Arc<dyn Bus>,
         store: &Arc<dyn Database>,
+        health: Option<Arc<dyn HealthProbe>>,
         shutdown: CancellationToken,
     ) -> Result<Box<dyn RunningChannel>, AssemblyError> {
         let config = &self.config;
@@ -191,8 +195,15 @@ impl Assembly {
                     return Err(AssemblyError::ApiUnguarded(config.channels.api.listen));
                 }
                 super::descriptors::warn_if_short(config.channels.api.max_connections);
+                let console = Console::new(Arc::clone(store), config.clone(), health);
+                let console = Some(Arc::new(console) as Arc<dyn ConsoleDesk>);
                 let store = Arc::clone(store) as Arc<dyn ApiStore>;
-                Box::new(ApiChannel::start(bus, settings::api(config), store, shutdown).await?)
+                let mut api = settings::api(config);
+                // An admin's socket may watch every session, the chat channels' too.
+                let chats =
+                    [ChannelKind::Telegram, ChannelKind::Discord].into_iter().filter(|kind| kind.is_active(config));
+                api.live_channels = chats.map(|kind| kind.name().to_owned()).collect();
+                Box::new(ApiChannel::start(bus, api, store, console, shutdown).await?)
             }
             ChannelKind::Telegram => {
                 let settings = channel_settings::telegram(config);
