@@ -20,14 +20,21 @@ pub(super) async fn pairing(
     by: &str,
 ) -> Result<Decided, ConsoleError> {
     let code = normalize_code(code);
-    if !approve {
-        return Err(ConsoleError::Invalid("denying a pairing request is not possible yet".into()));
-    }
-    match console.store.approve_pairing(channel, &code, console.config.users.approved_level).await {
-        Ok(approved) => {
-            tracing::info!(channel, sender = %approved.sender_id, by, "pairing approved from the owner console");
-            let who = if approved.sender_name.is_empty() { approved.sender_id.clone() } else { approved.sender_name };
-            Ok(Decided { outcome: "approved".into(), message: format!("{who} may now write to the bot.") })
+    let store = &console.store;
+    let decided = match approve {
+        true => store.approve_pairing(channel, &code, console.config.users.approved_level, by).await.map(|approved| {
+            let who = name_or_id(&approved.sender_name, &approved.sender_id);
+            ("approved", format!("{who} may now write to the bot."), approved.sender_id)
+        }),
+        false => store.deny_pairing(channel, &code, by).await.map(|denied| {
+            let who = name_or_id(&denied.sender_name, &denied.sender_id);
+            ("denied", format!("Denied {who}."), denied.sender_id)
+        }),
+    };
+    match decided {
+        Ok((outcome, message, sender)) => {
+            tracing::info!(channel, %sender, by, outcome, "pairing decided from the owner console");
+            Ok(Decided { outcome: outcome.into(), message })
         }
         Err(StoreError::PairingCode { problem: CodeProblem::Unknown, .. }) => {
             Err(ConsoleError::NotFound(format!("{channel} has no pairing request {code}")))
@@ -37,6 +44,10 @@ pub(super) async fn pairing(
         }
         Err(err) => Err(failed(err)),
     }
+}
+
+fn name_or_id(name: &str, id: &str) -> String {
+    if name.is_empty() { id.to_owned() } else { name.to_owned() }
 }
 
 pub(super) async fn approvals(console: &Console) -> Result<Vec<ApprovalItem>, ConsoleError> {

@@ -107,14 +107,14 @@ pub(super) async fn set_level(
     })?;
     let level: Level = level.parse().map_err(|err: BadLevel| ConsoleError::Invalid(err.to_string()))?;
     let policy = console.policy()?;
-    let known = console.users(&policy).await?;
-    if !known.iter().any(|summary| summary.identities.iter().any(|(known, _)| *known == identity)) {
-        return Err(ConsoleError::NotFound(format!("nobody is known as {identity}")));
-    }
     if policy.new_user_level(&identity) == Level::Owner && level < Level::Owner {
         return Err(ConsoleError::Invalid(format!(
             "{identity} is listed in users.owners, so it acts as owner whatever is set here; lower it in the config"
         )));
+    }
+    let known = console.users(&policy).await?;
+    if !known.iter().any(|summary| summary.identities.iter().any(|(known, _)| *known == identity)) {
+        return Err(ConsoleError::NotFound(format!("nobody is known as {identity}")));
     }
     let user = console.store.set_level(&identity, level).await.map_err(failed)?;
     tracing::info!(%identity, %level, by, "level set from the owner console");

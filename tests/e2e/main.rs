@@ -15,6 +15,7 @@ mod api_sessions;
 mod approvals;
 mod bad_input;
 mod chaos;
+mod console;
 mod cron;
 mod discord;
 mod doctor;

@@ -14,8 +14,8 @@ use switchboard_channels::pairing::{PairingError, PairingRequest, PairingStore};
 use crate::config::{Identity, Level};
 use crate::store::StoreError;
 use crate::store::pairing::{
-    ApprovedPairing, CodeProblem, DeniedPairing, PairingAdmin, PairingEntry, PairingState, RandomSourceError, SenderApproval,
-    generate_code, normalize_code,
+    ApprovedPairing, CodeProblem, DeniedPairing, PairingAdmin, PairingEntry, PairingState, RandomSourceError,
+    SenderApproval, generate_code, normalize_code,
 };
 use crate::store::values::{from_millis, now_millis};
 
