@@ -16,6 +16,7 @@ mod approvals;
 mod bad_input;
 mod chaos;
 mod console;
+mod console_decisions;
 mod cron;
 mod discord;
 mod doctor;
