@@ -8,6 +8,7 @@ pub mod clock;
 pub mod config;
 pub mod console;
 pub mod context;
+pub mod control;
 pub mod daemon;
 pub mod doctor;
 #[cfg(feature = "fuzzing")]
