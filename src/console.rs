@@ -1,6 +1,7 @@
 //! The owner console's desk: what the web page's admin routes (`/v1/admin/…`) do, on the store,
-//! the config and the same owner's operations the chat buttons use. The API channel sees it as
-//! a [`ConsoleDesk`].
+//! the config and the owner's operations the chat buttons and commands use ([`Control`]), so a
+//! decision from the browser is the same decision as one from a chat. The API channel sees it
+//! as a [`ConsoleDesk`].
 //!
 //! Health is the `doctor`'s, which sits above this module: the daemon hands in a
 //! [`HealthProbe`].
@@ -20,6 +21,7 @@ use switchboard_channels::api::console::views::{
 };
 
 use crate::config::Config;
+use crate::control::Control;
 use crate::store::{Database, StoreError};
 
 /// Runs the `doctor`'s checks for the console.
@@ -30,14 +32,15 @@ pub trait HealthProbe: Send + Sync {
 
 /// The daemon's [`ConsoleDesk`].
 pub struct Console {
+    control: Control,
     store: Arc<dyn Database>,
     config: Config,
     health: Option<Arc<dyn HealthProbe>>,
 }
 
 impl Console {
-    pub fn new(store: Arc<dyn Database>, config: Config, health: Option<Arc<dyn HealthProbe>>) -> Self {
-        Self { store, config, health }
+    pub fn new(control: Control, config: Config, health: Option<Arc<dyn HealthProbe>>) -> Self {
+        Self { store: Arc::clone(control.store()), control, config, health }
     }
 
     /// The zone the owner reads times in: `[cron] timezone`, else `agent.timezone`.

@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Assembly, AssemblyError, channel_settings, settings};
 use crate::config::{BusKind, Config};
 use crate::console::{Console, HealthProbe};
+use crate::control::Control;
 use crate::metrics::GaugeSource;
 use crate::store::Database;
 
@@ -195,7 +196,8 @@ impl Assembly {
                     return Err(AssemblyError::ApiUnguarded(config.channels.api.listen));
                 }
                 super::descriptors::warn_if_short(config.channels.api.max_connections);
-                let console = Console::new(Arc::clone(store), config.clone(), health);
+                let control = Control::new(Arc::clone(store), Arc::clone(&bus), config);
+                let console = Console::new(control, config.clone(), health);
                 let console = Some(Arc::new(console) as Arc<dyn ConsoleDesk>);
                 let store = Arc::clone(store) as Arc<dyn ApiStore>;
                 let mut api = settings::api(config);

@@ -7,6 +7,7 @@ use switchboard_channels::api::console::desk::{ConsoleError, CronAction};
 use switchboard_channels::api::console::views::{CronJobItem, Decided, HeartbeatItem, NewCronJob, ScheduleView};
 
 use super::{Console, failed};
+use crate::control::CronChange;
 use crate::scheduler::owner_job::{OWNER_LIMITS, OwnerJob};
 use crate::scheduler::spec::ScheduleSpec;
 use crate::store::cron::{AddOutcome, CronJob, Payload};
@@ -102,33 +103,32 @@ pub(super) async fn add(console: &Console, job: &NewCronJob, by: &str) -> Result
 }
 
 pub(super) async fn act(console: &Console, id: &str, action: CronAction, by: &str) -> Result<Decided, ConsoleError> {
-    let store = &console.store;
-    let now = crate::clock::now();
     let gone = || ConsoleError::NotFound(format!("there is no cron job {id}"));
-    let job = store.cron_job(id).await.map_err(failed)?.ok_or_else(gone)?;
+    let job = console.store.cron_job(id).await.map_err(failed)?.ok_or_else(gone)?;
     let name = &job.job.name;
-    let (outcome, message) = match action {
-        CronAction::Pause => {
-            store.set_cron_enabled(id, None, false, None).await.map_err(failed)?;
-            ("paused", format!("Paused \"{name}\"."))
+    let control = &console.control;
+    let change = match action {
+        CronAction::Pause => control.pause_cron(id).await,
+        CronAction::Resume => control.resume_cron(id).await,
+        CronAction::Delete => control.delete_cron(id).await,
+        CronAction::RunNow => {
+            let found = console.store.request_cron_run(id, crate::clock::now()).await.map_err(failed)?;
+            tracing::info!(id, by, "cron job run requested from the owner console");
+            let message = format!("\"{name}\" runs within a few seconds.");
+            return if found { Ok(Decided { outcome: "requested".into(), message }) } else { Err(gone()) };
         }
-        CronAction::Resume => {
-            let next = job.job.schedule.next_after(now);
-            store.set_cron_enabled(id, None, true, next).await.map_err(failed)?;
+    };
+    let (outcome, message) = match change.map_err(failed)? {
+        CronChange::Paused => ("paused", format!("Paused \"{name}\".")),
+        CronChange::Resumed(next) => {
             let when = next.map_or_else(
                 || "its schedule has no run left".to_owned(),
                 |at| format!("next run {}", console.local(at)),
             );
             ("resumed", format!("Resumed \"{name}\"; {when}."))
         }
-        CronAction::Delete => {
-            store.remove_cron_job(id, None).await.map_err(failed)?;
-            ("deleted", format!("Deleted \"{name}\"."))
-        }
-        CronAction::RunNow => {
-            store.request_cron_run(id, now).await.map_err(failed)?;
-            ("requested", format!("\"{name}\" runs within a few seconds."))
-        }
+        CronChange::Deleted => ("deleted", format!("Deleted \"{name}\".")),
+        CronChange::Gone => return Err(gone()),
     };
     tracing::info!(id, by, outcome, "cron job changed from the owner console");
     Ok(Decided { outcome: outcome.into(), message })

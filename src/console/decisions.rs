@@ -20,22 +20,20 @@ pub(super) async fn pairing(
     by: &str,
 ) -> Result<Decided, ConsoleError> {
     let code = normalize_code(code);
-    let store = &console.store;
+    let control = &console.control;
+    // The operations tell the stranger.
     let decided = match approve {
-        true => store.approve_pairing(channel, &code, console.config.users.approved_level, by).await.map(|approved| {
+        true => control.approve_pairing(channel, &code, by).await.map(|approved| {
             let who = name_or_id(&approved.sender_name, &approved.sender_id);
             ("approved", format!("{who} may now write to the bot."), approved.sender_id)
         }),
-        false => store.deny_pairing(channel, &code, by).await.map(|denied| {
+        false => control.deny_pairing(channel, &code, by).await.map(|denied| {
             let who = name_or_id(&denied.sender_name, &denied.sender_id);
             ("denied", format!("Denied {who}."), denied.sender_id)
         }),
     };
     match decided {
-        Ok((outcome, message, sender)) => {
-            tracing::info!(channel, %sender, by, outcome, "pairing decided from the owner console");
-            Ok(Decided { outcome: outcome.into(), message })
-        }
+        Ok((outcome, message, _)) => Ok(Decided { outcome: outcome.into(), message }),
         Err(StoreError::PairingCode { problem: CodeProblem::Unknown, .. }) => {
             Err(ConsoleError::NotFound(format!("{channel} has no pairing request {code}")))
         }
@@ -93,10 +91,9 @@ pub(super) async fn approval(
         ApprovalDecision::AllowChat => Verdict::AllowChat,
         ApprovalDecision::Deny => Verdict::Deny,
     };
-    match console.store.decide_approval(&code, verdict, by).await.map_err(failed)? {
+    match console.control.decide_approval(&code, verdict, by).await.map_err(failed)? {
         Ok(approval) => {
             let request = &approval.request;
-            tracing::info!(%code, tool = %request.tool, by, verdict = verdict.status().as_str(), "approval decided from the owner console");
             let chat = format!("{}:{}", request.channel, request.chat_id);
             let message = match verdict {
                 Verdict::AllowOnce => format!("Allowed {} once in {chat}.", request.tool),

@@ -1,5 +1,6 @@
 //! Decisions from the owner console through the real daemon: strangers who wrote to the bot on
-//! the fake Telegram are approved (they can talk now) or denied; a guest's `exec` call waits
+//! the fake Telegram are approved (told so, and they can talk now) or denied (told so, and kept
+//! out); a guest's `exec` call waits
 //! until the console allows it, and a denied one never runs. Every decision is recorded as
 //! taken by the admin token's identity.
 
@@ -83,7 +84,11 @@ async fn strangers_are_approved_and_denied_from_the_console() {
     let eve = eve.unwrap_or_else(|| panic!("eve is a person now: {people}"));
     assert_eq!((eve["level"].as_str(), eve["identities"][0]["paired"].as_bool()), (Some("user"), Some(true)), "{eve}");
 
-    // Eve may talk now; Mallory is still kept out.
+    // Both are told; Eve may talk now, Mallory is still kept out.
+    let told = sent_to(&fake, EVE, 2).await;
+    assert!(told[1].contains("my owner approved you"), "{told:?}");
+    let told = sent_to(&fake, MALLORY, 2).await;
+    assert!(told[1].contains("my owner declined"), "{told:?}");
     let before = fake.sent_messages().iter().filter(|m| m.chat_id == EVE).count();
     llm.push(Scripted::Text("welcome, Eve".into()));
     fake.push_message(updates::private_text(EVE, "eve", 2, "thanks!"));
