@@ -17,6 +17,7 @@ mod bad_input;
 mod chaos;
 mod console;
 mod console_decisions;
+mod console_web;
 mod cron;
 mod discord;
 mod doctor;

@@ -4,8 +4,8 @@
 
 // --- cron jobs and heartbeats ----------------------------------------------------------
 
-function field(label, input) {
-  return el("label", "field", [el("span", null, label), input]);
+function field(label, input, className) {
+  return el("label", "field" + (className ? " " + className : ""), [el("span", null, label), input]);
 }
 
 function input(name, placeholder, required) {

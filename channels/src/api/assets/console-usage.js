@@ -85,9 +85,9 @@ consoleTabs.usage = {
     period.value = String(usageView.days);
     period.addEventListener("change", () => { usageView.days = Number(period.value); showTab("usage"); });
     const t = usage.total;
-    const unpriced = t.unpriced_runs ? `, and ${t.unpriced_runs} runs of models without a price` : "";
+    const unpriced = t.unpriced_runs ? ` (${t.unpriced_runs} runs of models without a price not counted)` : "";
     const parts = [
-      el("div", "row", [field("Period", period), el("p", "muted", `${usage.from} to ${usage.to} (${usage.timezone})`)]),
+      el("div", "row", [field("Period", period, "compact"), el("p", "muted", `${usage.from} to ${usage.to} (${usage.timezone})`)]),
       el("p", "summary", `${t.runs} runs, ${tokens(t.input_tokens)} tokens in (${tokens(t.cache_read_tokens)} from the cache) and ${tokens(t.output_tokens)} out, ${money(t.cost_usd)}${unpriced}.`),
       heading("Tokens per day"),
       dayChart("usage-days", "Tokens per day", usage.days, [["input", (d) => d.input_tokens], ["output", (d) => d.output_tokens]], tokens),
@@ -107,7 +107,7 @@ consoleTabs.health = {
   async load(section) {
     section.replaceChildren(el("p", "muted", "Checking… (each check waits at most 5 s)"));
     const { checks } = await api("/v1/admin/health");
-    const rows = checks.map((check) => el("tr", "check " + check.status, [
+    const rows = checks.map((check) => el("tr", "health-check", [
       el("td", "status " + check.status, check.status),
       el("td", null, check.check),
       el("td", null, [el("span", null, check.detail), check.fix ? el("small", "muted block", "→ " + check.fix) : null]),

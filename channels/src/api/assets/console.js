@@ -25,7 +25,9 @@ function button(label, onClick, className) {
 
 function heading(text) { return el("h3", null, text); }
 
-function when(iso) { return iso ? new Date(iso).toLocaleString() : "—"; }
+function when(iso) {
+  return iso ? new Date(iso).toLocaleString([], { dateStyle: "short", timeStyle: "short" }) : "—";
+}
 
 function consoleSay(text, problem) {
   const status = $("console-status");
@@ -35,19 +37,19 @@ function consoleSay(text, problem) {
   consoleState.sayTimer = setTimeout(() => { status.textContent = ""; }, 6000);
 }
 
-// Runs an admin request; its answer's message (or the error) is said in the status line,
-// and the section is read again.
+// Runs an admin request; `done` (or else the answer's message, or the error) is said in the
+// status line, and the section is read again.
 async function act(path, options, done) {
   try {
     const answer = await api(path, options);
-    consoleSay((answer && answer.message) || done || "Done.");
+    consoleSay(done || (answer && answer.message) || "Done.");
   } catch (err) {
     consoleSay(err.message, true);
   }
   await showTab(consoleState.tab);
 }
 
-function post(path, body) {
+function post(body) {
   return body === undefined ? { method: "POST" } : { method: "POST", body: JSON.stringify(body) };
 }
 
@@ -199,13 +201,12 @@ function waitingApproval(approval) {
 
 function decidedApproval(approval) {
   const by = approval.decided_by ? " by " + approval.decided_by : "";
-  const at = approval.decided_at ? " at " + when(approval.decided_at) : "";
-  const scope = approval.scope === "chat" ? " (for the chat)" : "";
+  const at = approval.decided_at ? " " + when(approval.decided_at) : "";
+  const scope = approval.scope === "chat" ? " for the chat" : "";
   return el("tr", null, [
-    el("td", null, approval.code),
-    el("td", "status " + approval.status, approval.status + scope),
-    el("td", null, approval.tool + " in " + approval.chat),
-    el("td", null, (approval.requested_by) + by + at),
+    el("td", "status " + approval.status, approval.status + scope + by + at),
+    el("td", null, `${approval.tool} in ${approval.chat}, asked by ${approval.requested_by}`),
+    el("td", "muted", approval.reason || approval.code),
   ]);
 }
 
