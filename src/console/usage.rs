@@ -13,7 +13,7 @@ use crate::store::usage::UsageSlice;
 use crate::users::month_key;
 
 /// What runs billed to nobody are listed as.
-const NOBODY: &str = "no one (cron jobs, heartbeats)";
+const NOBODY: &str = "no one (cron jobs, heartbeats, older runs)";
 
 pub(super) async fn report(console: &Console, period: UsagePeriod) -> Result<UsageReport, ConsoleError> {
     let zone: Tz = console.timezone().parse().unwrap_or(Tz::UTC);
