@@ -20,9 +20,10 @@ const MALLORY: i64 = 5353;
 /// Waits until the pairing request of Telegram user `id` is listed; its code.
 async fn pending_code(api: &Api<'_>, id: i64) -> String {
     let deadline = Instant::now() + Duration::from_secs(15);
+    let sender = id.to_string();
     loop {
         let people = api.admin(Method::GET, "/v1/admin/people", None).await;
-        let found = people["pending"].as_array().unwrap().iter().find(|p| p["sender_id"] == id.to_string()).cloned();
+        let found = people["pending"].as_array().unwrap().iter().find(|p| p["sender_id"] == sender.as_str()).cloned();
         if let Some(request) = found {
             assert_eq!(request["channel"], "telegram", "{request}");
             return request["code"].as_str().unwrap().to_owned();

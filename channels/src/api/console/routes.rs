@@ -2,6 +2,8 @@
 //! shape every refusal has) before it reads anything, and answers 503 in a process that was
 //! started without a console desk.
 
+#![expect(clippy::result_large_err, reason = "the errors are the answers to send; one per failed request")]
+
 use std::sync::Arc;
 
 use axum::body::Bytes;
