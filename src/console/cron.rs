@@ -72,12 +72,9 @@ fn item(console: &Console, job: &CronJob) -> CronJobItem {
 }
 
 pub(super) async fn add(console: &Console, job: &NewCronJob, by: &str) -> Result<CronJobItem, ConsoleError> {
-    let payload = match job.kind.as_deref().unwrap_or("turn") {
-        "reminder" => Payload::Reminder,
-        "isolated" => Payload::Isolated,
-        "turn" => Payload::Turn,
-        other => return Err(ConsoleError::Invalid(format!("kind {other:?} is not turn, reminder or isolated"))),
-    };
+    let kind = job.kind.as_deref().unwrap_or(Payload::Turn.as_str());
+    let payload = Payload::parse(kind)
+        .ok_or_else(|| ConsoleError::Invalid(format!("kind {kind:?} is not turn, reminder or isolated")))?;
     let request = OwnerJob {
         to: &job.to,
         message: &job.message,

@@ -12,13 +12,14 @@ use serde_json::{Value, json};
 use switchboard_channels::api::access::token_sha256_hex;
 use switchboard_testkit::fake_llm::FakeLlm;
 
-use crate::support::{Daemon, Launch};
+pub use crate::api_sessions::Api;
+use crate::support::Launch;
 
 pub const OPS: &str = "sb_ops_console_0123456789";
 pub const KID: &str = "sb_kid_console_0123456789";
 
 /// `ops` (admin, an owner) and `kid` (chat only); `extra` is added to the config.
-pub fn write_config(dir: &Path, extra: &str) -> String {
+fn write_config(dir: &Path, extra: &str) -> String {
     let text = format!(
         "[users]\nowners = [\"api:ops\"]\n\
          [channels.api.tokens.kid]\nsha256 = \"{}\"\n\
@@ -32,27 +33,13 @@ pub fn write_config(dir: &Path, extra: &str) -> String {
     path.to_string_lossy().into_owned()
 }
 
-/// A client of one daemon's API.
-pub struct Api<'a> {
-    pub daemon: &'a Daemon,
-    client: reqwest::Client,
+/// The daemon with `ops` and `kid`'s config (and `extra`), on the fake model `llm`.
+pub fn launch<'a>(dir: &'a Path, llm: &FakeLlm, extra: &str) -> Launch<'a> {
+    let config = write_config(dir, extra);
+    Launch::new(dir, "run", &["run", "--config", &config]).llm(&llm.base_url())
 }
 
-impl<'a> Api<'a> {
-    pub fn new(daemon: &'a Daemon) -> Self {
-        Self { daemon, client: reqwest::Client::new() }
-    }
-
-    pub async fn call(&self, method: Method, path: &str, token: &str, body: Option<Value>) -> (u16, Value) {
-        let mut request = self.client.request(method, self.daemon.url(path)).bearer_auth(token);
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let response = request.send().await.unwrap();
-        let status = response.status().as_u16();
-        (status, response.json().await.unwrap_or(Value::Null))
-    }
-
+impl Api<'_> {
     /// An admin request that must succeed; its answer.
     pub async fn admin(&self, method: Method, path: &str, body: Option<Value>) -> Value {
         let (status, answer) = self.call(method.clone(), path, OPS, body).await;
@@ -87,8 +74,7 @@ async fn admin_routes(api: &Api<'_>) -> Vec<(Method, String)> {
 async fn every_admin_route_is_refused_to_a_chat_token_and_answered_to_an_admin() {
     let llm = FakeLlm::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), "");
-    let mut daemon = Launch::new(dir.path(), "run", &["run", "--config", &config]).llm(&llm.base_url()).spawn();
+    let mut daemon = launch(dir.path(), &llm, "").spawn();
     daemon.wait_healthy().await;
     let api = Api::new(&daemon);
     let routes = admin_routes(&api).await;
@@ -118,9 +104,7 @@ async fn every_admin_route_is_refused_to_a_chat_token_and_answered_to_an_admin()
 async fn levels_cron_jobs_usage_and_runs_from_the_console() {
     let llm = FakeLlm::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), "[agent]\ntimezone = \"Europe/Berlin\"\n");
-    let mut daemon = Launch::new(dir.path(), "run", &["run", "--config", &config])
-        .llm(&llm.base_url())
+    let mut daemon = launch(dir.path(), &llm, "[agent]\ntimezone = \"Europe/Berlin\"\n")
         .env("SWITCHBOARD_WORKER__DEBOUNCE_MS", "0")
         .spawn();
     daemon.wait_healthy().await;

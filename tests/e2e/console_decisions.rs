@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
 use switchboard_testkit::fake_telegram::{FakeTelegram, updates};
 
-use crate::console::{Api, OPS, write_config};
-use crate::support::{Daemon, Launch};
+use crate::console::{Api, OPS, launch};
+use crate::support::Daemon;
 
 const EVE: i64 = 4242;
 const MALLORY: i64 = 5353;
@@ -51,9 +51,7 @@ async fn sent_to(fake: &FakeTelegram, chat: i64, n: usize) -> Vec<String> {
 async fn strangers_are_approved_and_denied_from_the_console() {
     let (llm, fake) = (FakeLlm::start().await, FakeTelegram::start().await);
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), "");
-    let mut daemon = Launch::new(dir.path(), "run", &["run", "--config", &config])
-        .llm(&llm.base_url())
+    let mut daemon = launch(dir.path(), &llm, "")
         .env("TELEGRAM_BOT_TOKEN", FakeTelegram::TOKEN)
         .env("SWITCHBOARD_CHANNELS__TELEGRAM__API_URL", &fake.api_url())
         .env("SWITCHBOARD_CHANNELS__TELEGRAM__POLL_TIMEOUT_SECS", "1")
@@ -135,9 +133,7 @@ async fn ask(daemon: &Daemon, chat: &str) -> (u16, Value) {
 async fn a_waiting_tool_call_is_allowed_or_denied_from_the_console() {
     let llm = FakeLlm::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), "");
-    let mut daemon = Launch::new(dir.path(), "run", &["run", "--config", &config])
-        .llm(&llm.base_url())
+    let mut daemon = launch(dir.path(), &llm, "")
         .env("SWITCHBOARD_APPROVALS__TOOLS", r#"["exec"]"#)
         .env("SWITCHBOARD_PERMISSIONS__TOOLS__EXEC", "guest")
         .env("SWITCHBOARD_TOOLS__EXEC__SANDBOX", "none")

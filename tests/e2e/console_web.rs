@@ -11,17 +11,15 @@ use serde_json::{Value, json};
 use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
 use switchboard_testkit::fake_telegram::{FakeTelegram, updates};
 
-use crate::console::{KID, OPS, write_config};
-use crate::support::{Daemon, Launch};
+use crate::console::{KID, OPS, launch};
+use crate::support::Daemon;
 use crate::web_chat::browser_installed;
 use crate::web_chat::webdriver::Browser;
 
 const EVE: i64 = 4242;
 
 async fn start(dir: &Path, llm: &FakeLlm, fake: &FakeTelegram) -> Daemon {
-    let config = write_config(dir, "[agent]\ntimezone = \"Europe/Berlin\"\n");
-    let mut daemon = Launch::new(dir, "run", &["run", "--config", &config])
-        .llm(&llm.base_url())
+    let mut daemon = launch(dir, llm, "[agent]\ntimezone = \"Europe/Berlin\"\n")
         .env("TELEGRAM_BOT_TOKEN", FakeTelegram::TOKEN)
         .env("SWITCHBOARD_CHANNELS__TELEGRAM__API_URL", &fake.api_url())
         .env("SWITCHBOARD_CHANNELS__TELEGRAM__POLL_TIMEOUT_SECS", "1")

@@ -28,6 +28,9 @@ const DEFAULT_USAGE_DAYS: u32 = 30;
 
 type Route = (&'static str, &'static str, MethodRouter<Arc<AppState>>);
 
+/// A handler's answer; the error is a refusal answered as it is.
+type Answer = Result<Response, Response>;
+
 /// The console's routes, guarded like every other API route.
 pub(in crate::api) fn routes() -> Vec<Route> {
     vec![
@@ -83,11 +86,8 @@ fn logged(caller: &Caller, what: &str, subject: &str) {
     tracing::info!(token = caller.token.as_deref().unwrap_or("-"), what, subject, "owner console");
 }
 
-async fn people(State(state): State<Arc<AppState>>, Extension(caller): Extension<Caller>) -> Response {
-    match desk(&state, &caller) {
-        Ok(desk) => answer(desk.people().await),
-        Err(response) => response,
-    }
+async fn people(State(state): State<Arc<AppState>>, Extension(caller): Extension<Caller>) -> Answer {
+    Ok(answer(desk(&state, &caller)?.people().await))
 }
 
 #[derive(Debug, Deserialize)]
@@ -101,120 +101,97 @@ async fn set_level(
     Extension(caller): Extension<Caller>,
     Path(identity): Path<String>,
     body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let desk = match desk(&state, &caller) {
-        Ok(desk) => desk,
-        Err(response) => return response,
-    };
-    let body: LevelBody = match parse_body(body) {
-        Ok(body) => body,
-        Err(response) => return response,
-    };
+) -> Answer {
+    let desk = desk(&state, &caller)?;
+    let body: LevelBody = parse_body(body)?;
     logged(&caller, "set level", &identity);
-    answer(desk.set_level(&identity, &body.level, &actor(&caller)).await)
+    Ok(answer(desk.set_level(&identity, &body.level, &actor(&caller)).await))
 }
 
 async fn decide_pairing(
     State(state): State<Arc<AppState>>,
     Extension(caller): Extension<Caller>,
     Path((channel, code, decision)): Path<(String, String, String)>,
-) -> Response {
-    let desk = match desk(&state, &caller) {
-        Ok(desk) => desk,
-        Err(response) => return response,
-    };
+) -> Answer {
+    let desk = desk(&state, &caller)?;
     let approve = match decision.as_str() {
         "approve" => true,
         "deny" => false,
-        _ => return error(StatusCode::NOT_FOUND, "not_found", "a pairing request is approved or denied"),
+        _ => return Err(error(StatusCode::NOT_FOUND, "not_found", "a pairing request is approved or denied")),
     };
     logged(&caller, &format!("pairing {decision}"), &format!("{channel} {code}"));
-    answer(desk.decide_pairing(&channel, &code, approve, &actor(&caller)).await)
+    Ok(answer(desk.decide_pairing(&channel, &code, approve, &actor(&caller)).await))
 }
 
-async fn approvals(State(state): State<Arc<AppState>>, Extension(caller): Extension<Caller>) -> Response {
-    match desk(&state, &caller) {
-        Ok(desk) => answer(desk.approvals().await.map(|approvals| serde_json::json!({"approvals": approvals}))),
-        Err(response) => response,
-    }
+async fn approvals(State(state): State<Arc<AppState>>, Extension(caller): Extension<Caller>) -> Answer {
+    let approvals = desk(&state, &caller)?.approvals().await;
+    Ok(answer(approvals.map(|approvals| serde_json::json!({"approvals": approvals}))))
 }
 
 async fn decide_approval(
     State(state): State<Arc<AppState>>,
     Extension(caller): Extension<Caller>,
     Path((code, decision)): Path<(String, String)>,
-) -> Response {
-    let desk = match desk(&state, &caller) {
-        Ok(desk) => desk,
-        Err(response) => return response,
-    };
+) -> Answer {
+    let desk = desk(&state, &caller)?;
     let decision = match decision.as_str() {
         "allow_once" => ApprovalDecision::AllowOnce,
         "allow_chat" => ApprovalDecision::AllowChat,
         "deny" => ApprovalDecision::Deny,
-        _ => return error(StatusCode::NOT_FOUND, "not_found", "an approval is decided allow_once, allow_chat or deny"),
+        _ => {
+            return Err(error(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "an approval is decided allow_once, allow_chat or deny",
+            ));
+        }
     };
     logged(&caller, "approval decision", &code);
-    answer(desk.decide_approval(&code, decision, &actor(&caller)).await)
+    Ok(answer(desk.decide_approval(&code, decision, &actor(&caller)).await))
 }
 
-async fn schedule(State(state): State<Arc<AppState>>, Extension(caller): Extension<Caller>) -> Response {
-    match desk(&state, &caller) {
-        Ok(desk) => answer(desk.schedule().await),
-        Err(response) => response,
-    }
+async fn schedule(State(state): State<Arc<AppState>>, Extension(caller): Extension<Caller>) -> Answer {
+    Ok(answer(desk(&state, &caller)?.schedule().await))
 }
 
 async fn add_cron_job(
     State(state): State<Arc<AppState>>,
     Extension(caller): Extension<Caller>,
     body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let desk = match desk(&state, &caller) {
-        Ok(desk) => desk,
-        Err(response) => return response,
-    };
-    let job: NewCronJob = match parse_body(body) {
-        Ok(job) => job,
-        Err(response) => return response,
-    };
+) -> Answer {
+    let desk = desk(&state, &caller)?;
+    let job: NewCronJob = parse_body(body)?;
     logged(&caller, "add cron job", &job.to);
-    match desk.add_cron_job(&job, &actor(&caller)).await {
+    Ok(match desk.add_cron_job(&job, &actor(&caller)).await {
         Ok(job) => (StatusCode::CREATED, axum::Json(job)).into_response(),
         Err(err) => answer::<()>(Err(err)),
-    }
+    })
 }
 
 async fn cron_action(
     State(state): State<Arc<AppState>>,
     Extension(caller): Extension<Caller>,
     Path((id, action)): Path<(String, String)>,
-) -> Response {
-    let desk = match desk(&state, &caller) {
-        Ok(desk) => desk,
-        Err(response) => return response,
-    };
+) -> Answer {
+    let desk = desk(&state, &caller)?;
     let action = match action.as_str() {
         "pause" => CronAction::Pause,
         "resume" => CronAction::Resume,
         "run" => CronAction::RunNow,
-        _ => return error(StatusCode::NOT_FOUND, "not_found", "a cron job is paused, resumed or run"),
+        _ => return Err(error(StatusCode::NOT_FOUND, "not_found", "a cron job is paused, resumed or run")),
     };
     logged(&caller, "cron job", &id);
-    answer(desk.cron_action(&id, action, &actor(&caller)).await)
+    Ok(answer(desk.cron_action(&id, action, &actor(&caller)).await))
 }
 
 async fn delete_cron_job(
     State(state): State<Arc<AppState>>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
-) -> Response {
-    let desk = match desk(&state, &caller) {
-        Ok(desk) => desk,
-        Err(response) => return response,
-    };
+) -> Answer {
+    let desk = desk(&state, &caller)?;
     logged(&caller, "delete cron job", &id);
-    answer(desk.cron_action(&id, CronAction::Delete, &actor(&caller)).await)
+    Ok(answer(desk.cron_action(&id, CronAction::Delete, &actor(&caller)).await))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -227,22 +204,17 @@ async fn usage(
     State(state): State<Arc<AppState>>,
     Extension(caller): Extension<Caller>,
     Query(query): Query<UsageQuery>,
-) -> Response {
-    let desk = match desk(&state, &caller) {
-        Ok(desk) => desk,
-        Err(response) => return response,
-    };
+) -> Answer {
+    let desk = desk(&state, &caller)?;
     let days = query.days.unwrap_or(DEFAULT_USAGE_DAYS);
     if !(1..=MAX_USAGE_DAYS).contains(&days) {
         let text = format!("days must be 1 to {MAX_USAGE_DAYS}");
-        return error(StatusCode::BAD_REQUEST, "invalid_query", &text);
+        return Err(error(StatusCode::BAD_REQUEST, "invalid_query", &text));
     }
-    answer(desk.usage(UsagePeriod { days }).await)
+    Ok(answer(desk.usage(UsagePeriod { days }).await))
 }
 
-async fn health(State(state): State<Arc<AppState>>, Extension(caller): Extension<Caller>) -> Response {
-    match desk(&state, &caller) {
-        Ok(desk) => answer(desk.health().await.map(|checks| serde_json::json!({"checks": checks}))),
-        Err(response) => response,
-    }
+async fn health(State(state): State<Arc<AppState>>, Extension(caller): Extension<Caller>) -> Answer {
+    let checks = desk(&state, &caller)?.health().await;
+    Ok(answer(checks.map(|checks| serde_json::json!({"checks": checks}))))
 }
