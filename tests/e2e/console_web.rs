@@ -1,7 +1,7 @@
 //! The owner console in a real browser (Debian's headless Chromium, as the web chat's test
 //! runs it): with an admin token the page offers the console; a stranger's pairing request is
-//! approved, a waiting `exec` call allowed, a cron job created and paused, and the usage chart
-//! drawn for today; at phone width the sections are a menu. Screenshots at 1280 and 360 px
+//! approved, a waiting `exec` call allowed, a cron job created and paused, every session's runs
+//! shown live (Telegram's too), and the usage chart drawn for today; at phone width the sections are a menu. Screenshots at 1280 and 360 px
 //! are saved under `target/`.
 
 use std::path::Path;
@@ -139,6 +139,19 @@ async fn the_owner_console_decides_schedules_and_charts_in_the_browser() {
     press(&browser, "cron", "plants", "Pause").await;
     let paused = "return [...document.querySelectorAll('#tab-cron .card.job.paused')].some(c => c.textContent.includes('plants'))";
     browser.wait_for(paused, Duration::from_secs(10)).await;
+
+    // Live: the runs of every session, Eve's on Telegram too.
+    fake.push_message(updates::private_text(EVE, "eve", 2, "thank you"));
+    tab(&browser, "live").await;
+    for session in [format!("telegram:{EVE}"), "api:bob".to_owned()] {
+        let script = format!("return document.getElementById('tab-live').textContent.includes({session:?})");
+        let Some(_) = browser.try_wait_for(&script, Duration::from_secs(15)).await else {
+            panic!(
+                "{session} is not live: {}",
+                browser.run("return document.getElementById('tab-live').textContent").await
+            );
+        };
+    }
 
     // Usage: today's bar is drawn.
     tab(&browser, "usage").await;

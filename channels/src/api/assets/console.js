@@ -5,7 +5,7 @@
 "use strict";
 
 const consoleTabs = {};
-const consoleState = { tab: "people", timers: [] };
+const consoleState = { tab: "people", timers: [], watching: false };
 
 // An element with a class and text (or children).
 function el(tag, className, content) {
@@ -56,6 +56,12 @@ function post(body) {
 // --- the shell -------------------------------------------------------------------------
 
 function openConsole(tab) {
+  // Every session's run events, for the Live section: asked for once the console is used,
+  // and again whenever the socket reconnects.
+  if (!consoleState.watching) {
+    consoleState.watching = true;
+    sendFrame({ type: "watch_all" });
+  }
   $("chat").hidden = true;
   $("sidebar").classList.remove("open");
   $("console").hidden = false;
@@ -117,8 +123,7 @@ async function detectAdmin() {
   }
   buildNavigation();
   $("open-console").hidden = false;
-  sendFrame({ type: "watch_all" });
-  hooks.open.push(() => sendFrame({ type: "watch_all" }));
+  hooks.open.push(() => { if (consoleState.watching) sendFrame({ type: "watch_all" }); });
 }
 
 $("open-console").addEventListener("click", () => openConsole());
