@@ -32,14 +32,14 @@ pub trait HealthProbe: Send + Sync {
 
 /// The daemon's [`ConsoleDesk`].
 pub struct Console {
-    control: Control,
+    control: Arc<Control>,
     store: Arc<dyn Database>,
     config: Config,
     health: Option<Arc<dyn HealthProbe>>,
 }
 
 impl Console {
-    pub fn new(control: Control, config: Config, health: Option<Arc<dyn HealthProbe>>) -> Self {
+    pub fn new(control: Arc<Control>, config: Config, health: Option<Arc<dyn HealthProbe>>) -> Self {
         Self { store: Arc::clone(control.store()), control, config, health }
     }
 

@@ -7,7 +7,7 @@ use switchboard_channels::Bus;
 use switchboard_channels::api::console::desk::ConsoleDesk;
 use switchboard_channels::api::store::ApiStore;
 use switchboard_channels::api::{ApiChannel, LiveAccess};
-use switchboard_channels::control::OwnerLink;
+use switchboard_channels::control::{ControlDesk, OwnerLink};
 use switchboard_channels::delivery::{DeliveryPolicy, DeliveryRecord};
 use switchboard_channels::discord::DiscordChannel;
 use switchboard_channels::pairing::PairingStore;
@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Assembly, AssemblyError, channel_settings, settings};
 use crate::config::{BusKind, Config};
 use crate::console::{Console, HealthProbe};
-use crate::control::Control;
+use crate::control::{Control, Desk};
 use crate::metrics::GaugeSource;
 use crate::store::Database;
 
@@ -90,6 +90,13 @@ impl ChannelKind {
             (false, true, _) => Some(AssemblyError::NoDiscordToken),
         }
     }
+}
+
+/// What the channels share for the owner (see `Assembly::owner_parts`).
+struct OwnerParts {
+    link: OwnerLink,
+    control: Arc<Control>,
+    health: Option<Arc<dyn HealthProbe>>,
 }
 
 /// A started channel adapter.
@@ -172,10 +179,29 @@ impl Assembly {
                 tracing::warn!("{missing}");
             }
         }
+        let owner = self.owner_parts(bus, store, health);
         for &kind in kinds.iter().filter(|kind| kind.is_active(&self.config)) {
-            channels.push(self.start_channel(kind, Arc::clone(bus), store, health.clone(), shutdown.clone()).await?);
+            channels.push(self.start_channel(kind, Arc::clone(bus), store, &owner, shutdown.clone()).await?);
         }
         Ok(channels)
+    }
+
+    /// What the channels share for the owner: the chat channels' link (the pairing store they
+    /// ask about strangers, the control desk their button presses go to), and the operations
+    /// and health checks of the API's owner console.
+    fn owner_parts(
+        &self,
+        bus: &Arc<dyn Bus>,
+        store: &Arc<dyn Database>,
+        health: Option<Arc<dyn HealthProbe>>,
+    ) -> OwnerParts {
+        let control = Arc::new(Control::new(Arc::clone(store), Arc::clone(bus), &self.config));
+        let desk = Desk::new(Arc::clone(&control), Arc::clone(bus), &self.config);
+        let link = OwnerLink {
+            pairing: Some(Arc::clone(store) as Arc<dyn PairingStore>),
+            desk: Some(Arc::new(desk) as Arc<dyn ControlDesk>),
+        };
+        OwnerParts { link, control, health }
     }
 
     async fn start_channel(
@@ -183,12 +209,10 @@ impl Assembly {
         kind: ChannelKind,
         bus: Arc<dyn Bus>,
         store: &Arc<dyn Database>,
-        health: Option<Arc<dyn HealthProbe>>,
+        owner: &OwnerParts,
         shutdown: CancellationToken,
     ) -> Result<Box<dyn RunningChannel>, AssemblyError> {
         let config = &self.config;
-        // The control desk joins with the owner's buttons.
-        let owner = OwnerLink { pairing: Some(Arc::clone(store) as Arc<dyn PairingStore>), desk: None };
         let delivery = self.delivery_policy(store);
         Ok(match kind {
             ChannelKind::Api => {
@@ -196,8 +220,7 @@ impl Assembly {
                     return Err(AssemblyError::ApiUnguarded(config.channels.api.listen));
                 }
                 super::descriptors::warn_if_short(config.channels.api.max_connections);
-                let control = Control::new(Arc::clone(store), Arc::clone(&bus), config);
-                let console = Console::new(control, config.clone(), health);
+                let console = Console::new(Arc::clone(&owner.control), config.clone(), owner.health.clone());
                 let console = Some(Arc::new(console) as Arc<dyn ConsoleDesk>);
                 let store = Arc::clone(store) as Arc<dyn ApiStore>;
                 let mut api = settings::api(config);
@@ -209,11 +232,11 @@ impl Assembly {
             }
             ChannelKind::Telegram => {
                 let settings = channel_settings::telegram(config);
-                Box::new(TelegramChannel::start(bus, settings, owner, delivery, shutdown).await?)
+                Box::new(TelegramChannel::start(bus, settings, owner.link.clone(), delivery, shutdown).await?)
             }
             ChannelKind::Discord => {
                 let settings = channel_settings::discord(config);
-                Box::new(DiscordChannel::start(bus, settings, owner, delivery, shutdown).await?)
+                Box::new(DiscordChannel::start(bus, settings, owner.link.clone(), delivery, shutdown).await?)
             }
         })
     }
