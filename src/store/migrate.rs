@@ -61,6 +61,7 @@ pub(crate) const SQLITE_MIGRATIONS: &[Migration] = &[
         name: "pairing_decisions",
         sql: include_str!("../../migrations/sqlite/0022_pairing_decisions.sql"),
     },
+    Migration { version: 23, name: "run_payer", sql: include_str!("../../migrations/sqlite/0023_run_payer.sql") },
 ];
 
 /// Brings the database up to the newest schema this build knows.

@@ -44,6 +44,7 @@ mod telegram;
 mod tool_attacks;
 mod traces;
 mod turn_writes;
+mod usage_ledger;
 mod users;
 mod vision;
 mod voice;
