@@ -58,6 +58,12 @@ function dayChart(id, label, days, parts, format, line) {
   return chart;
 }
 
+// A cost as far as prices are known: "no price" when none of the runs had one (not $0).
+function knownCost(totals) {
+  if (totals.runs > 0 && totals.unpriced_runs === totals.runs) return "no price";
+  return money(totals.cost_usd) + (totals.unpriced_runs ? " +?" : "");
+}
+
 // One horizontal bar per person, by tokens, with their cost.
 function peopleChart(people) {
   const [width, row, left] = [640, 26, 170];
@@ -71,7 +77,7 @@ function peopleChart(people) {
     const bar = svgNode("rect", { class: "bar person", x: left, y, width: Math.max(w, used > 0 ? 1 : 0), height: row - 8 });
     bar.append(svgNode("title", {}, `${person.name}: ${used} tokens`));
     chart.append(bar);
-    chart.append(svgNode("text", { class: "label", x: left + w + 6, y: y + 15 }, `${tokens(used)} · ${money(person.cost_usd)}`));
+    chart.append(svgNode("text", { class: "label", x: left + w + 6, y: y + 15 }, `${tokens(used)} · ${knownCost(person)}`));
   });
   return chart;
 }
@@ -88,14 +94,17 @@ consoleTabs.usage = {
     const unpriced = t.unpriced_runs ? ` (${t.unpriced_runs} runs of models without a price not counted)` : "";
     const parts = [
       el("div", "row", [field("Period", period, "compact"), el("p", "muted", `${usage.from} to ${usage.to} (${usage.timezone})`)]),
-      el("p", "summary", `${t.runs} runs, ${tokens(t.input_tokens)} tokens in (${tokens(t.cache_read_tokens)} from the cache) and ${tokens(t.output_tokens)} out, ${money(t.cost_usd)}${unpriced}.`),
+      el("p", "summary", `${t.runs} runs, ${tokens(t.input_tokens)} tokens in (${tokens(t.cache_read_tokens)} from the cache) and ${tokens(t.output_tokens)} out, ${knownCost(t)}${unpriced}.`),
       heading("Tokens per day"),
       dayChart("usage-days", "Tokens per day", usage.days, [["input", (d) => d.input_tokens], ["output", (d) => d.output_tokens]], tokens),
       el("p", "legend", [el("span", "key input", "in"), el("span", "key output", "out")]),
       heading("Cost per day"),
-      dayChart("usage-cost", "Cost per day", usage.days, [["cost", (d) => d.cost_usd]], money, true),
-      heading("Per person"),
     ];
+    // Without any price there is no cost to draw; a flat line at $0 would say it was free.
+    parts.push(t.runs > t.unpriced_runs
+      ? dayChart("usage-cost", "Cost per day", usage.days, [["cost", (d) => d.cost_usd]], money, true)
+      : el("p", "muted", "No cost to show: the models used have no price. Give them one under [prices] in the config."));
+    parts.push(heading("Per person"));
     parts.push(usage.people.length ? peopleChart(usage.people) : el("p", "muted", "No runs in this period."));
     section.replaceChildren(...parts);
   },
