@@ -22,8 +22,8 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use serenity::all::{
-    Channel, ChannelId, CreateAttachment, CreateMessage, CurrentUser, EditMessage, GuildId, Http, LightMethod, Member,
-    MessageId, Request, Route, UserId,
+    ApplicationId, Channel, ChannelId, CreateAttachment, CreateMessage, CurrentUser, EditMessage, GuildId, Http,
+    InteractionId, LightMethod, Member, MessageId, Request, Route, UserId,
 };
 use serenity::http::HttpError;
 use tokio::time::Instant;
@@ -131,6 +131,52 @@ impl Rest {
     pub(crate) async fn delete_message(&self, channel_id: ChannelId, message_id: MessageId) -> Result<(), RestError> {
         let route = Route::ChannelMessage { channel_id, message_id };
         self.execute(Request::new(route, LightMethod::Delete)).await.map(drop)
+    }
+
+    /// `POST /users/@me/channels`: the DM channel with a person (Discord returns the same one
+    /// each time).
+    pub(crate) async fn open_direct(&self, user_id: UserId) -> Result<ChannelId, RestError> {
+        #[derive(Deserialize)]
+        struct Opened {
+            id: ChannelId,
+        }
+        let body = json(&serde_json::json!({ "recipient_id": user_id.to_string() }))?;
+        let request = Request::new(Route::UserMeDmChannels, LightMethod::Post).body(Some(body));
+        Ok(decode::<Opened>(self.execute(request).await?).await?.id)
+    }
+
+    /// `POST /interactions/{id}/{token}/callback`: the one initial response to an interaction.
+    pub(crate) async fn respond_to_interaction(
+        &self,
+        interaction_id: InteractionId,
+        token: &str,
+        response: &Value,
+    ) -> Result<(), RestError> {
+        let route = Route::InteractionResponse { interaction_id, token };
+        self.execute(Request::new(route, LightMethod::Post).body(Some(json(response)?))).await.map(drop)
+    }
+
+    /// `POST /webhooks/{application}/{token}`: a follow-up message to an answered interaction.
+    pub(crate) async fn follow_up(
+        &self,
+        application_id: ApplicationId,
+        token: &str,
+        message: &Value,
+    ) -> Result<(), RestError> {
+        let route = Route::WebhookFollowupMessages { application_id, token };
+        self.execute(Request::new(route, LightMethod::Post).body(Some(json(message)?))).await.map(drop)
+    }
+
+    /// `PATCH /webhooks/{application}/{token}/messages/@original`: edits the message an
+    /// interaction's response stands for (after a deferred update: the pressed message).
+    pub(crate) async fn edit_original(
+        &self,
+        application_id: ApplicationId,
+        token: &str,
+        edit: &Value,
+    ) -> Result<(), RestError> {
+        let route = Route::WebhookOriginalInteractionResponse { application_id, token };
+        self.execute(Request::new(route, LightMethod::Patch).body(Some(json(edit)?))).await.map(drop)
     }
 
     /// Shows "typing…" in a channel for about ten seconds.
