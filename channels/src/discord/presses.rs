@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use serenity::all::ComponentInteraction;
 use tokio_util::sync::CancellationToken;
 
-use super::rest::Rest;
+use super::rest::{AnswerPart, Rest};
 use super::retry::{RetryPolicy, with_retry};
 use super::{CHANNEL, MESSAGE_LIMIT};
 use crate::contract::Sender;
@@ -91,7 +91,8 @@ impl Presses {
     async fn answer_later(&self, interaction: &ComponentInteraction, answer: &PressAnswer) {
         if let Some(line) = &answer.outcome {
             let edit = settled_message(&interaction.message.content, line);
-            let call = || self.rest.edit_original(interaction.application_id, &interaction.token, &edit);
+            let part = AnswerPart::EditOriginal(interaction.application_id);
+            let call = || self.rest.answer_interaction(part, &interaction.token, &edit);
             if let Err(err) = with_retry(&RetryPolicy::DEFAULT, "edit a pressed message", &self.shutdown, call).await {
                 tracing::warn!(%err, "cannot show a press's outcome under its message");
             }
@@ -105,7 +106,8 @@ impl Presses {
             return;
         }
         let message = json!({ "content": toast, "flags": EPHEMERAL, "allowed_mentions": { "parse": [] } });
-        let call = || self.rest.follow_up(interaction.application_id, &interaction.token, &message);
+        let part = AnswerPart::FollowUp(interaction.application_id);
+        let call = || self.rest.answer_interaction(part, &interaction.token, &message);
         if let Err(err) = with_retry(&RetryPolicy::DEFAULT, "answer a press", &self.shutdown, call).await {
             tracing::warn!(%err, "cannot tell the presser the answer to their press");
         }
@@ -114,7 +116,8 @@ impl Presses {
     /// The interaction's initial response, sent once: a retry could only meet "already
     /// acknowledged" or the 3 s limit. True if Discord took it.
     async fn respond(&self, interaction: &ComponentInteraction, response: Value) -> bool {
-        match self.rest.respond_to_interaction(interaction.id, &interaction.token, &response).await {
+        let part = AnswerPart::Response(interaction.id);
+        match self.rest.answer_interaction(part, &interaction.token, &response).await {
             Ok(()) => true,
             Err(err) => {
                 tracing::warn!(%err, interaction_id = interaction.id.get(), "cannot answer a button press");

@@ -59,6 +59,18 @@ impl RestError {
     }
 }
 
+/// A part of the answer to an interaction.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum AnswerPart {
+    /// `POST /interactions/{id}/{token}/callback`: the one initial response.
+    Response(InteractionId),
+    /// `POST /webhooks/{application}/{token}`: a follow-up message, after the response.
+    FollowUp(ApplicationId),
+    /// `PATCH /webhooks/{application}/{token}/messages/@original`: edits the message the
+    /// response stands for (after a deferred update: the pressed message).
+    EditOriginal(ApplicationId),
+}
+
 /// The adapter's Discord REST client (see the module docs).
 pub(crate) struct Rest {
     http: Arc<Http>,
@@ -145,38 +157,25 @@ impl Rest {
         Ok(decode::<Opened>(self.execute(request).await?).await?.id)
     }
 
-    /// `POST /interactions/{id}/{token}/callback`: the one initial response to an interaction.
-    pub(crate) async fn respond_to_interaction(
+    /// Sends `body` as part of the answer to an interaction, authorized by its `token`.
+    pub(crate) async fn answer_interaction(
         &self,
-        interaction_id: InteractionId,
+        part: AnswerPart,
         token: &str,
-        response: &Value,
+        body: &Value,
     ) -> Result<(), RestError> {
-        let route = Route::InteractionResponse { interaction_id, token };
-        self.execute(Request::new(route, LightMethod::Post).body(Some(json(response)?))).await.map(drop)
-    }
-
-    /// `POST /webhooks/{application}/{token}`: a follow-up message to an answered interaction.
-    pub(crate) async fn follow_up(
-        &self,
-        application_id: ApplicationId,
-        token: &str,
-        message: &Value,
-    ) -> Result<(), RestError> {
-        let route = Route::WebhookFollowupMessages { application_id, token };
-        self.execute(Request::new(route, LightMethod::Post).body(Some(json(message)?))).await.map(drop)
-    }
-
-    /// `PATCH /webhooks/{application}/{token}/messages/@original`: edits the message an
-    /// interaction's response stands for (after a deferred update: the pressed message).
-    pub(crate) async fn edit_original(
-        &self,
-        application_id: ApplicationId,
-        token: &str,
-        edit: &Value,
-    ) -> Result<(), RestError> {
-        let route = Route::WebhookOriginalInteractionResponse { application_id, token };
-        self.execute(Request::new(route, LightMethod::Patch).body(Some(json(edit)?))).await.map(drop)
+        let (route, method) = match part {
+            AnswerPart::Response(interaction_id) => {
+                (Route::InteractionResponse { interaction_id, token }, LightMethod::Post)
+            }
+            AnswerPart::FollowUp(application_id) => {
+                (Route::WebhookFollowupMessages { application_id, token }, LightMethod::Post)
+            }
+            AnswerPart::EditOriginal(application_id) => {
+                (Route::WebhookOriginalInteractionResponse { application_id, token }, LightMethod::Patch)
+            }
+        };
+        self.execute(Request::new(route, method).body(Some(json(body)?))).await.map(drop)
     }
 
     /// Shows "typing…" in a channel for about ten seconds.
