@@ -7,6 +7,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod context;
+pub mod control;
 pub mod daemon;
 pub mod doctor;
 #[cfg(feature = "fuzzing")]

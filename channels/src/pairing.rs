@@ -37,7 +37,8 @@ pub trait PairingStore: Send + Sync {
 
     /// The sender's pending code: the still-valid one if any (new = false), else a fresh one
     /// valid for `ttl`. Returns Ok(None) when the channel already has `max_pending` valid codes
-    /// of other senders (so strangers cannot flood the owner's list).
+    /// of other senders (so strangers cannot flood the owner's list), or when the owner denied
+    /// this sender recently (so they are not asked again).
     async fn request(
         &self,
         channel: &str,
@@ -109,7 +110,10 @@ impl PairingDesk {
                 (PairingAnswer::Silent, None)
             }
             Ok(None) => {
-                tracing::warn!(sender = sender_id, "too many pending pairing requests; no code given");
+                tracing::warn!(
+                    sender = sender_id,
+                    "no pairing code given: too many pending requests, or the owner denied this sender in the last day"
+                );
                 (PairingAnswer::Silent, None)
             }
             Err(err) => {

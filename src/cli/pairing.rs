@@ -97,7 +97,7 @@ async fn execute(store: &dyn Database, command: PairingCommand, level: Level) ->
             format_list(&store.list_pairings(channel.map(PairingChannel::as_str)).await?)
         }
         PairingCommand::Approve { channel, code } => {
-            let approved = store.approve_pairing(channel.as_str(), &code, level).await?;
+            let approved = store.approve_pairing(channel.as_str(), &code, level, "cli").await?;
             let sender = describe_sender(channel.as_str(), &approved.sender_id, &approved.sender_name);
             format!("approved {sender} as {}\n", approved.level)
         }

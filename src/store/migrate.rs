@@ -56,6 +56,11 @@ pub(crate) const SQLITE_MIGRATIONS: &[Migration] = &[
     },
     Migration { version: 20, name: "prompt_cache", sql: include_str!("../../migrations/sqlite/0020_prompt_cache.sql") },
     Migration { version: 21, name: "approvals", sql: include_str!("../../migrations/sqlite/0021_approvals.sql") },
+    Migration {
+        version: 22,
+        name: "pairing_decisions",
+        sql: include_str!("../../migrations/sqlite/0022_pairing_decisions.sql"),
+    },
 ];
 
 /// Brings the database up to the newest schema this build knows.

@@ -67,6 +67,14 @@ pub struct ApprovedPairing {
     pub level: Level,
 }
 
+/// The sender whose request was denied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeniedPairing {
+    pub channel: String,
+    pub sender_id: String,
+    pub sender_name: String,
+}
+
 /// What approving a sender by id did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SenderApproval {
@@ -98,7 +106,18 @@ pub trait PairingAdmin: Send + Sync {
     /// sender's user at least `level` (`users.approved_level`). `code` may be in any case and
     /// contain spaces or dashes. Fails with [`StoreError::PairingCode`] when the code is
     /// unknown on `channel`, has expired or was used already.
-    async fn approve_pairing(&self, channel: &str, code: &str, level: Level) -> Result<ApprovedPairing, StoreError>;
+    /// `decided_by` is recorded with the request: an identity, or `cli`.
+    async fn approve_pairing(
+        &self,
+        channel: &str,
+        code: &str,
+        level: Level,
+        decided_by: &str,
+    ) -> Result<ApprovedPairing, StoreError>;
+
+    /// Refuses the request `code` belongs to, recording who did; the sender gets no new code
+    /// for a day. Fails like [`PairingAdmin::approve_pairing`] when the code is not open.
+    async fn deny_pairing(&self, channel: &str, code: &str, decided_by: &str) -> Result<DeniedPairing, StoreError>;
 
     /// Approves a sender by id, without a code; their valid codes are marked used and their
     /// user gets at least `level`. `added` is false when they were approved already (their

@@ -155,13 +155,13 @@ on_both_stores! {
         assert!(fresh.new);
         assert_ne!(fresh.code, old.code);
 
-        let err = store.approve_pairing("telegram", &old.code, Level::User).await.unwrap_err();
+        let err = store.approve_pairing("telegram", &old.code, Level::User, "cli").await.unwrap_err();
         assert_eq!(problem(&err), Some(CodeProblem::Expired), "{err}");
         assert!(err.to_string().contains("expired"), "{err}");
         assert!(!store.is_approved("telegram", "1").await.unwrap());
         // A ttl of zero is expired at once.
         let zero = code_for(&store, "telegram", "2", Duration::ZERO).await;
-        let err = store.approve_pairing("telegram", &zero.code, Level::User).await.unwrap_err();
+        let err = store.approve_pairing("telegram", &zero.code, Level::User, "cli").await.unwrap_err();
         assert_eq!(problem(&err), Some(CodeProblem::Expired), "{err}");
     }
 
@@ -176,7 +176,7 @@ on_both_stores! {
         // The cap is per channel.
         assert!(store.request("discord", "3", "three", HOUR, 2).await.unwrap().is_some());
         // An approved code no longer counts.
-        store.approve_pairing("telegram", &first.code, Level::User).await.unwrap();
+        store.approve_pairing("telegram", &first.code, Level::User, "cli").await.unwrap();
         assert!(store.request("telegram", "3", "three", HOUR, 2).await.unwrap().is_some());
     }
 
@@ -184,14 +184,14 @@ on_both_stores! {
         let store = Arc::clone(&fresh.store);
         let request = code_for(&store, "telegram", "123", HOUR).await;
         assert!(!store.is_approved("telegram", "123").await.unwrap());
-        let approved = store.approve_pairing("telegram", &request.code, Level::User).await.unwrap();
+        let approved = store.approve_pairing("telegram", &request.code, Level::User, "cli").await.unwrap();
         assert_eq!((approved.channel.as_str(), approved.sender_id.as_str()), ("telegram", "123"));
         assert_eq!(approved.sender_name, "123 name");
         assert!(store.is_approved("telegram", "123").await.unwrap());
         assert!(!store.is_approved("discord", "123").await.unwrap());
 
         // The code is spent.
-        let err = store.approve_pairing("telegram", &request.code, Level::User).await.unwrap_err();
+        let err = store.approve_pairing("telegram", &request.code, Level::User, "cli").await.unwrap_err();
         assert_eq!(problem(&err), Some(CodeProblem::Used), "{err}");
 
         assert!(store.revoke_pairing("telegram", "123").await.unwrap());
@@ -199,20 +199,38 @@ on_both_stores! {
         assert!(!store.revoke_pairing("telegram", "123").await.unwrap());
     }
 
+    async fn a_denied_sender_is_not_let_in_nor_given_a_new_code(fresh) {
+        let store = Arc::clone(&fresh.store);
+        let request = code_for(&store, "telegram", "66", HOUR).await;
+        let denied = store.deny_pairing("telegram", &request.code, "telegram:1").await.unwrap();
+        assert_eq!((denied.sender_id.as_str(), denied.sender_name.as_str()), ("66", "66 name"));
+        assert!(!store.is_approved("telegram", "66").await.unwrap());
+        // Decided: neither an approval nor a second denial goes through ...
+        let err = store.approve_pairing("telegram", &request.code, Level::User, "cli").await.unwrap_err();
+        assert_eq!(problem(&err), Some(CodeProblem::Used), "{err}");
+        let err = store.deny_pairing("telegram", &request.code, "cli").await.unwrap_err();
+        assert_eq!(problem(&err), Some(CodeProblem::Used), "{err}");
+        // ... and writing again does not ask the owner again; other senders still get codes.
+        assert_eq!(store.request("telegram", "66", "", HOUR, 10).await.unwrap(), None);
+        assert!(code_for(&store, "telegram", "67", HOUR).await.new);
+        // Approving by id still works: the owner may change their mind.
+        assert!(store.approve_sender("telegram", "66", "", Level::User).await.unwrap().added);
+    }
+
     async fn approval_ignores_case_spaces_and_dashes(fresh) {
         let store = Arc::clone(&fresh.store);
         let code = code_for(&store, "telegram", "1", HOUR).await.code;
         let typed = format!(" {}-{} ", code[..4].to_lowercase(), code[4..].to_lowercase());
-        store.approve_pairing("telegram", &typed, Level::User).await.unwrap();
+        store.approve_pairing("telegram", &typed, Level::User, "cli").await.unwrap();
         assert!(store.is_approved("telegram", "1").await.unwrap());
     }
 
     async fn unknown_codes_and_codes_of_another_channel_are_refused(fresh) {
         let store = Arc::clone(&fresh.store);
         let code = code_for(&store, "telegram", "1", HOUR).await.code;
-        let err = store.approve_pairing("discord", &code, Level::User).await.unwrap_err();
+        let err = store.approve_pairing("discord", &code, Level::User, "cli").await.unwrap_err();
         assert_eq!(problem(&err), Some(CodeProblem::Unknown), "{err}");
-        let err = store.approve_pairing("telegram", "ZZZZZZZZ", Level::User).await.unwrap_err();
+        let err = store.approve_pairing("telegram", "ZZZZZZZZ", Level::User, "cli").await.unwrap_err();
         assert_eq!(problem(&err), Some(CodeProblem::Unknown), "{err}");
         assert!(!store.is_approved("telegram", "1").await.unwrap());
     }
@@ -260,7 +278,7 @@ on_both_stores! {
         store.approve_sender("telegram", "1", "", Level::User).await.unwrap();
         let entries = store.list_pairings(None).await.unwrap();
         assert_eq!(entries.len(), 1, "no pending entry left: {entries:?}");
-        let err = store.approve_pairing("telegram", &code, Level::User).await.unwrap_err();
+        let err = store.approve_pairing("telegram", &code, Level::User, "cli").await.unwrap_err();
         assert_eq!(problem(&err), Some(CodeProblem::Used), "{err}");
     }
 }

@@ -21,6 +21,8 @@ const SRC_LAYERS: &[&[&str]] = &[
     &["store", "prompt", "tokens"],
     &["tools"],
     &["users"],
+    // The owner's operations, which buttons, chat commands, the console and the CLI share.
+    &["control"],
     &["agent"],
     &["context"],
     &["scheduler", "subagents"],
@@ -38,6 +40,7 @@ const CHANNELS_LAYERS: &[&[&str]] = &[
     &["contract"],
     &["subject", "gauge", "meters", "chunking", "policy", "media_files"],
     &["bus", "pairing"],
+    &["control"],
     &["delivery"],
     &["api", "telegram", "discord"],
 ];

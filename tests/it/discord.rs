@@ -255,7 +255,7 @@ async fn a_stranger_gets_a_pairing_code_once_and_is_answered_after_approval() {
     assert!(rig.drain().await.is_empty(), "nothing reaches the agent before approval");
     assert_eq!(rig.fake.sent_messages().len(), 1, "the code is not repeated at once");
 
-    rig.store.approve_pairing("discord", code, switchboard::config::Level::User).await.unwrap();
+    rig.store.approve_pairing("discord", code, switchboard::config::Level::User, "cli").await.unwrap();
     rig.fake.send_message_create(events::dm_message(DM, BOB, "bob", 43, "approved now?"));
     let msg = rig.next().await;
     assert_eq!((msg.id.as_str(), msg.sender.id.as_str()), ("discord:300:43", "222"));

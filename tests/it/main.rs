@@ -15,6 +15,7 @@ mod api_store;
 mod architecture;
 mod bursts;
 mod compaction;
+mod control;
 mod cron;
 mod cron_clock;
 mod delivery_record;

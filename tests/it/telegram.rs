@@ -290,8 +290,11 @@ async fn pairing_gives_a_code_and_approval_lets_the_user_in() {
     rig.nothing_more().await;
     assert_eq!(rig.fake.calls_to("sendmessage").len(), 1, "the second message gets no second code");
 
-    let approved =
-        rig.store.approve_pairing("telegram", &code.to_lowercase(), switchboard::config::Level::User).await.unwrap();
+    let approved = rig
+        .store
+        .approve_pairing("telegram", &code.to_lowercase(), switchboard::config::Level::User, "cli")
+        .await
+        .unwrap();
     assert_eq!(approved.sender_id, "222");
     rig.fake.push_message(updates::private_text(222, "bob", 3, "now?"));
     assert_eq!(rig.next().await.content, "now?");

@@ -30,6 +30,11 @@ pub(crate) const POSTGRES_MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../../migrations/postgres/0006_prompt_cache.sql"),
     },
     Migration { version: 7, name: "approvals", sql: include_str!("../../../migrations/postgres/0007_approvals.sql") },
+    Migration {
+        version: 8,
+        name: "pairing_decisions",
+        sql: include_str!("../../../migrations/postgres/0008_pairing_decisions.sql"),
+    },
 ];
 
 /// The advisory lock migrations hold ("sb" "mg" in ASCII); any fixed number would do.

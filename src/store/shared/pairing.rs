@@ -14,8 +14,8 @@ use switchboard_channels::pairing::{PairingError, PairingRequest, PairingStore};
 use crate::config::{Identity, Level};
 use crate::store::StoreError;
 use crate::store::pairing::{
-    ApprovedPairing, CodeProblem, PairingAdmin, PairingEntry, PairingState, RandomSourceError, SenderApproval,
-    generate_code, normalize_code,
+    ApprovedPairing, CodeProblem, DeniedPairing, PairingAdmin, PairingEntry, PairingState, RandomSourceError,
+    SenderApproval, generate_code, normalize_code,
 };
 use crate::store::values::{from_millis, now_millis};
 
@@ -82,6 +82,8 @@ macro_rules! pairing_store {
                     prune(&mut tx, now).await?;
                     let request = match valid_code(&mut tx, sender, now).await? {
                         Some((code, expires_at)) => Some(PairingRequest { code, expires_at: from_millis(expires_at)?, new: false }),
+                        // Denied: not asked again until the denial is pruned.
+                        None if denied_recently(&mut tx, sender).await? => None,
                         // The sender has no valid code, so every valid one is another sender's.
                         None if pending_count(&mut tx, sender.channel, now).await? >= max_pending => None,
                         None => {
@@ -102,30 +104,37 @@ macro_rules! pairing_store {
                     channel: &str,
                     code: &str,
                     level: Level,
+                    decided_by: &str,
                 ) -> Result<ApprovedPairing, StoreError> {
                     let code = normalize_code(code);
                     let mut tx = self.begin_write().await?;
-                    let row: Option<(String, String, i64, Option<i64>)> = sqlx::query_as(
-                        "SELECT sender_id, sender_name, expires_at, used_at FROM pairing_requests \
-                         WHERE channel = $1 AND code = $2",
-                    )
-                    .bind(channel)
-                    .bind(&code)
-                    .fetch_optional(&mut *tx)
-                    .await?;
                     let now = now_millis();
-                    let refuse = |problem| StoreError::PairingCode { channel: channel.to_owned(), code: code.clone(), problem };
-                    let (sender_id, sender_name) = match row {
-                        None => return Err(refuse(CodeProblem::Unknown)),
-                        Some((_, _, _, Some(_))) => return Err(refuse(CodeProblem::Used)),
-                        Some((_, _, expires_at, None)) if expires_at <= now => return Err(refuse(CodeProblem::Expired)),
-                        Some((sender_id, sender_name, _, None)) => (sender_id, sender_name),
-                    };
+                    let (sender_id, sender_name) = open_request(&mut tx, channel, &code, now).await?;
                     let sender = Sender { channel, id: &sender_id, name: &sender_name };
                     approve(&mut tx, &sender, now).await?;
+                    record_decision(&mut tx, channel, &code, "approved", decided_by).await?;
                     let user = crate::store::shared::users::$module::raise_level(&mut tx, &Identity::new(channel, &sender_id), &sender_name, level).await?;
                     tx.commit().await?;
                     Ok(ApprovedPairing { channel: channel.to_owned(), sender_id, sender_name, level: user.level })
+                }
+
+                async fn deny_pairing(&self, channel: &str, code: &str, decided_by: &str) -> Result<DeniedPairing, StoreError> {
+                    let code = normalize_code(code);
+                    let mut tx = self.begin_write().await?;
+                    let now = now_millis();
+                    let (sender_id, sender_name) = open_request(&mut tx, channel, &code, now).await?;
+                    sqlx::query(
+                        "UPDATE pairing_requests SET used_at = $3 \
+                         WHERE channel = $1 AND sender_id = $2 AND used_at IS NULL AND expires_at > $3",
+                    )
+                    .bind(channel)
+                    .bind(&sender_id)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
+                    record_decision(&mut tx, channel, &code, "denied", decided_by).await?;
+                    tx.commit().await?;
+                    Ok(DeniedPairing { channel: channel.to_owned(), sender_id, sender_name })
                 }
 
                 async fn approve_sender(
@@ -182,6 +191,59 @@ macro_rules! pairing_store {
                     });
                     pending.chain(approved).collect()
                 }
+            }
+
+            /// The sender of the request `code`, if it is still open (not decided, not expired).
+            async fn open_request(
+                tx: &mut Transaction<'_, $db>,
+                channel: &str,
+                code: &str,
+                now: i64,
+            ) -> Result<(String, String), StoreError> {
+                let row: Option<(String, String, i64, Option<i64>)> = sqlx::query_as(
+                    "SELECT sender_id, sender_name, expires_at, used_at FROM pairing_requests \
+                     WHERE channel = $1 AND code = $2",
+                )
+                .bind(channel)
+                .bind(code)
+                .fetch_optional(&mut **tx)
+                .await?;
+                let refuse = |problem| StoreError::PairingCode { channel: channel.to_owned(), code: code.to_owned(), problem };
+                match row {
+                    None => Err(refuse(CodeProblem::Unknown)),
+                    Some((_, _, _, Some(_))) => Err(refuse(CodeProblem::Used)),
+                    Some((_, _, expires_at, None)) if expires_at <= now => Err(refuse(CodeProblem::Expired)),
+                    Some((sender_id, sender_name, _, None)) => Ok((sender_id, sender_name)),
+                }
+            }
+
+            async fn record_decision(
+                tx: &mut Transaction<'_, $db>,
+                channel: &str,
+                code: &str,
+                decision: &str,
+                decided_by: &str,
+            ) -> Result<(), StoreError> {
+                sqlx::query("UPDATE pairing_requests SET decision = $3, decided_by = $4 WHERE channel = $1 AND code = $2")
+                    .bind(channel)
+                    .bind(code)
+                    .bind(decision)
+                    .bind(decided_by)
+                    .execute(&mut **tx)
+                    .await?;
+                Ok(())
+            }
+
+            /// Whether the owner denied the sender and the denied request is still kept.
+            async fn denied_recently(tx: &mut Transaction<'_, $db>, sender: &Sender<'_>) -> Result<bool, StoreError> {
+                Ok(sqlx::query_scalar(
+                    "SELECT EXISTS (SELECT 1 FROM pairing_requests \
+                     WHERE channel = $1 AND sender_id = $2 AND decision = 'denied')",
+                )
+                .bind(sender.channel)
+                .bind(sender.id)
+                .fetch_one(&mut **tx)
+                .await?)
             }
 
             /// Deletes requests that expired more than [`KEEP_EXPIRED`] ago, on every channel.
