@@ -7,7 +7,10 @@
 
 mod cron;
 mod deciders;
+mod desk;
 mod pairing;
+mod pairing_notice;
+mod press;
 
 use std::sync::Arc;
 
@@ -15,6 +18,7 @@ use switchboard_channels::bus::Bus;
 
 pub use self::cron::CronChange;
 pub use self::deciders::Deciders;
+pub use self::desk::Desk;
 use crate::config::{Config, Level};
 use crate::store::approvals::{Approval, DecideProblem, Verdict};
 use crate::store::{Database, StoreError};

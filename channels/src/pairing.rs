@@ -69,9 +69,16 @@ pub enum PairingAnswer {
 #[derive(Debug, Default)]
 pub struct PairingDesk {
     reminded: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
+    /// Whether new requests go to the owner (a control desk is there): the stranger is told so.
+    owner_asked: bool,
 }
 
 impl PairingDesk {
+    /// A desk whose new requests are (`owner_asked`) or are not passed on to the owner.
+    pub fn new(owner_asked: bool) -> Self {
+        Self { owner_asked, ..Self::default() }
+    }
+
     /// Handles a direct message from `sender_id` on `channel` who is not otherwise allowed; with
     /// the answer, the request when it is new (for the owner's notification).
     pub async fn answer(
@@ -102,7 +109,7 @@ impl PairingDesk {
                     "pairing requested: approve with `switchboard pairing approve {channel} {}`",
                     request.code
                 );
-                let reply = PairingAnswer::Reply(code_message(channel, &request.code, ttl));
+                let reply = PairingAnswer::Reply(code_message(channel, &request.code, ttl, self.owner_asked));
                 (reply, Some(request).filter(|request| request.new))
             }
             Ok(Some(_)) => {
@@ -136,11 +143,21 @@ impl PairingDesk {
     }
 }
 
-/// The text a stranger gets, with their code and the owner's command.
-fn code_message(channel: &str, code: &str, ttl: Duration) -> String {
+/// The text a stranger gets, with their code and the owner's command (for an owner who
+/// prefers the shell, or who was not asked).
+fn code_message(channel: &str, code: &str, ttl: Duration, owner_asked: bool) -> String {
     let minutes = ttl.as_secs().div_ceil(60);
-    format!(
-        "Hi! I only talk to people my owner has approved.\n\nYour pairing code: {code}\n\nSend it to my owner; they \
-         approve it with `switchboard pairing approve {channel} {code}`. The code is valid for {minutes} minutes."
-    )
+    let command = format!("`switchboard pairing approve {channel} {code}`");
+    if owner_asked {
+        format!(
+            "Hi! I only talk to people my owner has approved. I've asked them about you, and I'll let you know \
+             when they decide.\n\nYour pairing code: {code} (valid for {minutes} minutes). From a shell, the owner \
+             approves it with {command}."
+        )
+    } else {
+        format!(
+            "Hi! I only talk to people my owner has approved.\n\nYour pairing code: {code}\n\nSend it to my owner; \
+             they approve it with {command}. The code is valid for {minutes} minutes."
+        )
+    }
 }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use teloxide::prelude::Requester;
-use teloxide::types::BotCommand;
+use teloxide::types::{AllowedUpdate, BotCommand};
 use teloxide::{ApiError, Bot, RequestError};
 use thiserror::Error;
 use tokio::task::JoinHandle;
@@ -33,6 +33,10 @@ pub use crate::policy::{DmPolicy, StreamSettings};
 
 /// The channel name of this adapter on the bus.
 pub const CHANNEL: &str = "telegram";
+
+/// The updates asked for, polling or by webhook: new messages and button presses. Edits,
+/// reactions and the rest are not answered.
+const ALLOWED_UPDATES: [AllowedUpdate; 2] = [AllowedUpdate::Message, AllowedUpdate::CallbackQuery];
 
 /// How updates reach the bot.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,6 +120,7 @@ impl Default for TelegramSettings {
         }
     }
 }
+mod buttons;
 mod download;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
@@ -125,6 +130,7 @@ mod inbound;
 mod ingress;
 mod platform;
 mod poll;
+mod press;
 mod replied;
 mod retry;
 mod send;

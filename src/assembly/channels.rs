@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use switchboard_channels::Bus;
 use switchboard_channels::api::store::ApiStore;
 use switchboard_channels::api::{ApiChannel, LiveAccess};
-use switchboard_channels::control::OwnerLink;
+use switchboard_channels::control::{ControlDesk, OwnerLink};
 use switchboard_channels::delivery::{DeliveryPolicy, DeliveryRecord};
 use switchboard_channels::discord::DiscordChannel;
 use switchboard_channels::pairing::PairingStore;
@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Assembly, AssemblyError, channel_settings, settings};
 use crate::config::{BusKind, Config};
+use crate::control::{Control, Desk};
 use crate::metrics::GaugeSource;
 use crate::store::Database;
 
@@ -168,10 +169,22 @@ impl Assembly {
                 tracing::warn!("{missing}");
             }
         }
+        let owner = self.owner_link(bus, store);
         for &kind in kinds.iter().filter(|kind| kind.is_active(&self.config)) {
-            channels.push(self.start_channel(kind, Arc::clone(bus), store, shutdown.clone()).await?);
+            channels.push(self.start_channel(kind, Arc::clone(bus), store, owner.clone(), shutdown.clone()).await?);
         }
         Ok(channels)
+    }
+
+    /// What the chat channels ask about strangers and hand the owner's button presses to: the
+    /// pairing store, and the control desk over the owner's operations.
+    fn owner_link(&self, bus: &Arc<dyn Bus>, store: &Arc<dyn Database>) -> OwnerLink {
+        let control = Arc::new(Control::new(Arc::clone(store), Arc::clone(bus), &self.config));
+        let desk = Desk::new(control, Arc::clone(bus), &self.config);
+        OwnerLink {
+            pairing: Some(Arc::clone(store) as Arc<dyn PairingStore>),
+            desk: Some(Arc::new(desk) as Arc<dyn ControlDesk>),
+        }
     }
 
     async fn start_channel(
@@ -179,11 +192,10 @@ impl Assembly {
         kind: ChannelKind,
         bus: Arc<dyn Bus>,
         store: &Arc<dyn Database>,
+        owner: OwnerLink,
         shutdown: CancellationToken,
     ) -> Result<Box<dyn RunningChannel>, AssemblyError> {
         let config = &self.config;
-        // The control desk joins with the owner's buttons.
-        let owner = OwnerLink { pairing: Some(Arc::clone(store) as Arc<dyn PairingStore>), desk: None };
         let delivery = self.delivery_policy(store);
         Ok(match kind {
             ChannelKind::Api => {

@@ -12,7 +12,8 @@ use std::time::Duration;
 use serde_json::Value;
 use switchboard_channels::Bus;
 use switchboard_channels::BusExt as _;
-use switchboard_channels::contract::{OutboundKind, OutboundMessage};
+use switchboard_channels::contract::{Button, OutboundKind, OutboundMessage};
+use switchboard_channels::control::ButtonAction;
 
 use super::ToolContext;
 use crate::config::{ApprovalsConfig, Identity, Level};
@@ -111,8 +112,9 @@ impl ApprovalGate {
             "This needs the owner's approval first ({}); I will go on once they answer (within {minutes} min).",
             approval.request.tool
         );
-        self.publish(ctx.channel.clone(), ctx.chat_id.clone(), ctx.thread_id.clone(), &approval.code, "waits", waits)
-            .await;
+        let chat =
+            Place { channel: ctx.channel.clone(), chat_id: ctx.chat_id.clone(), thread_id: ctx.thread_id.clone() };
+        self.publish(chat, &approval.code, "waits", waits, Vec::new()).await;
         let chats = match self.store.owner_chats(&ctx.agent).await {
             Ok(chats) => chats,
             Err(err) => {
@@ -121,9 +123,10 @@ impl ApprovalGate {
         };
         let text = request_text(approval, ctx);
         for chat in chats.iter().filter(|chat| self.approves(&chat.identity)) {
-            let place = &chat.chat;
+            let place =
+                Place { channel: chat.chat.channel.clone(), chat_id: chat.chat.chat_id.clone(), thread_id: None };
             let key = format!("to:{}", chat.identity);
-            self.publish(place.channel.clone(), place.chat_id.clone(), None, &approval.code, &key, text.clone()).await;
+            self.publish(place, &approval.code, &key, text.clone(), decision_buttons(&approval.code)).await;
         }
     }
 
@@ -131,28 +134,37 @@ impl ApprovalGate {
         self.settings.approvers.is_empty() || identity.parse().is_ok_and(|id| self.settings.approvers.contains(&id))
     }
 
-    async fn publish(
-        &self,
-        channel: String,
-        chat_id: String,
-        thread_id: Option<String>,
-        code: &str,
-        what: &str,
-        content: String,
-    ) {
+    async fn publish(&self, place: Place, code: &str, what: &str, content: String, buttons: Vec<Vec<Button>>) {
         let msg = OutboundMessage {
             id: format!("approval:{code}:{what}"),
-            channel,
-            chat_id,
-            thread_id,
+            channel: place.channel,
+            chat_id: place.chat_id,
+            thread_id: place.thread_id,
             content,
             kind: OutboundKind::Notice,
+            buttons,
             ..OutboundMessage::default()
         };
         if let Err(err) = self.bus.publish_outbound(&msg).await {
             tracing::warn!(%err, code, "cannot send an approval message");
         }
     }
+}
+
+/// Where an approval message goes.
+struct Place {
+    channel: String,
+    chat_id: String,
+    thread_id: Option<String>,
+}
+
+/// An approver's buttons: Allow once, Allow for this chat, Deny.
+fn decision_buttons(code: &str) -> Vec<Vec<Button>> {
+    vec![vec![
+        ButtonAction::ToolAllowOnce(code.to_owned()).button("Allow once"),
+        ButtonAction::ToolAllowChat(code.to_owned()).button("Allow for this chat"),
+        ButtonAction::ToolDeny(code.to_owned()).button("Deny"),
+    ]]
 }
 
 /// A request being waited for; dropped before a decision (the run was stopped), it is closed

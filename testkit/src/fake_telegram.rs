@@ -112,6 +112,18 @@ pub struct SentMessage {
     pub reply_markup: Option<Value>,
 }
 
+impl SentMessage {
+    /// The text or caption as Telegram shows it: in HTML mode, tags removed and the basic
+    /// entities decoded.
+    pub fn shown(&self) -> String {
+        let text = self.text.clone().unwrap_or_default();
+        match &self.parse_mode {
+            Some(mode) if mode.eq_ignore_ascii_case("html") => wire::strip_html(&text),
+            _ => text,
+        }
+    }
+}
+
 /// One button of an inline keyboard.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InlineButton {

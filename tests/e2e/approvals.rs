@@ -189,3 +189,153 @@ async fn the_owner_approves_from_their_direct_chat() {
     assert!(exec_result(&llm).contains("ran-after-chat-approval"));
     assert!(cli(dir.path(), &["approvals", "list", "--all"]).contains("by api:owner"));
 }
+
+/// The same decisions by button on Telegram: a guest in a direct chat causes the call, the
+/// owner's direct chat gets the request with Allow once, Allow for this chat and Deny.
+mod by_button {
+    use std::path::Path;
+    use std::time::Duration;
+
+    use serde_json::json;
+    use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
+    use switchboard_testkit::fake_telegram::{FakeTelegram, SentMessage, updates};
+
+    use super::{exec_result, launch, script_exec};
+    use crate::owner_buttons::{NO_LONGER_OPEN, OWNER, button_data, decide, owner, owner_bot, press, sent_to, started};
+    use crate::support::{Daemon, run_to_exit};
+
+    const BOB: i64 = 222;
+
+    fn spawn(dir: &Path, llm: &FakeLlm, fake: &FakeTelegram, name: &'static str) -> Daemon {
+        owner_bot(launch(dir, llm, name), fake, llm)
+            .env("SWITCHBOARD_CHANNELS__TELEGRAM__ALLOW_FROM", &format!(r#"["{BOB}"]"#))
+            .spawn()
+    }
+
+    /// The owner writes once, so their direct chat is on record for approval requests.
+    async fn owner_says_hi(fake: &FakeTelegram) {
+        fake.push_message(updates::private_text(OWNER, "owner", 1, "hi"));
+        sent_to(fake, OWNER, |sent| sent.text.as_deref() == Some("echo: hi")).await;
+    }
+
+    /// Bob asks (message `n` of his chat); returns the owner's request and its code once Bob
+    /// was told it waits.
+    async fn bob_asks(fake: &FakeTelegram, n: i64) -> (SentMessage, String) {
+        let requests = || -> Vec<SentMessage> {
+            let sent = fake.sent_messages().into_iter();
+            sent.filter(|sent| sent.chat_id == OWNER && sent.shown().starts_with("Approval ")).collect()
+        };
+        let asked = requests().len();
+        fake.push_message(updates::private_text(BOB, "bob", n, "please run it"));
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let request = loop {
+            if let Some(request) = requests().into_iter().nth(asked) {
+                break request;
+            }
+            assert!(std::time::Instant::now() < deadline, "no approval request: {:#?}", fake.sent_messages());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let code = button_data(fake, &request)[0][2].rsplit(':').next().unwrap().to_owned();
+        (request, code)
+    }
+
+    /// Waits for Bob's `n`th message that starts with `start`.
+    async fn bob_told(fake: &FakeTelegram, n: usize, start: &str) {
+        let count = || fake.sent_messages().iter().filter(|s| s.chat_id == BOB && s.shown().starts_with(start)).count();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while count() < n {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "Bob never told {start:?} {n} times: {:#?}",
+                fake.sent_messages()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn the_owner_allows_denies_or_misses_a_call_by_button() {
+        let (llm, fake, dir, _daemon) = started(|dir, llm, fake| spawn(dir, llm, fake, "buttons")).await;
+        owner_says_hi(&fake).await;
+
+        // Allowed once: it runs.
+        script_exec(&llm, "echo ran-by-button");
+        let (request, code) = bob_asks(&fake, 1).await;
+        bob_told(&fake, 1, "This needs the owner's approval first (exec)").await;
+        assert!(
+            request.shown().contains("Bob (telegram:222) in a direct chat (telegram:222) wants the agent to run exec")
+        );
+        let labels: Vec<String> =
+            button_data(&fake, &request)[0].iter().map(|b| b.split('=').next().unwrap().into()).collect();
+        assert_eq!(labels, ["Allow once", "Allow for this chat", "Deny"]);
+        decide(
+            &fake,
+            &request,
+            owner(),
+            &format!("ta:{code}"),
+            "Allowed once.",
+            "✅ Allowed once by Owner (telegram:1).",
+        )
+        .await;
+        bob_told(&fake, 1, "done").await;
+        assert!(exec_result(&llm).contains("ran-by-button"), "{}", exec_result(&llm));
+
+        // Denied: it does not run, and the model is told.
+        script_exec(&llm, "echo must-not-run");
+        let (request, code) = bob_asks(&fake, 2).await;
+        decide(&fake, &request, owner(), &format!("td:{code}"), "Denied.", "❌ Denied by Owner (telegram:1).").await;
+        bob_told(&fake, 2, "done").await;
+        assert!(exec_result(&llm).contains("the owner declined this call"), "{}", exec_result(&llm));
+
+        // Unanswered: declined at the timeout; a press after it finds the request closed.
+        script_exec(&llm, "echo must-not-run");
+        let (request, code) = bob_asks(&fake, 3).await;
+        bob_told(&fake, 3, "done").await;
+        assert!(exec_result(&llm).contains("did not answer in time"), "{}", exec_result(&llm));
+        decide(&fake, &request, owner(), &format!("ta:{code}"), NO_LONGER_OPEN, "No longer open.").await;
+
+        // Allowed for this chat: this call and the next one there run without asking.
+        script_exec(&llm, "echo first-of-the-chat");
+        let (request, code) = bob_asks(&fake, 4).await;
+        let outcome = "✅ Allowed for this chat by Owner (telegram:1).";
+        decide(&fake, &request, owner(), &format!("tc:{code}"), "Allowed for this chat.", outcome).await;
+        bob_told(&fake, 4, "done").await;
+        script_exec(&llm, "echo no-need-to-ask");
+        fake.push_message(updates::private_text(BOB, "bob", 5, "and again"));
+        bob_told(&fake, 5, "done").await;
+        assert!(exec_result(&llm).contains("no-need-to-ask"), "{}", exec_result(&llm));
+        let all = run_to_exit(dir.path(), &["approvals", "list", "--all"], &[]).2;
+        assert_eq!(all.matches("by telegram:1").count(), 3, "{all}");
+        fake.assert_callback_queries_answered();
+    }
+
+    /// `/stop` and a restart end the wait; the owner's buttons then answer that the request is
+    /// no longer open.
+    #[tokio::test]
+    async fn stop_and_restart_close_the_request_the_buttons_show() {
+        let (llm, fake, dir, mut first) = started(|dir, llm, fake| spawn(dir, llm, fake, "first")).await;
+        owner_says_hi(&fake).await;
+
+        llm.push(Scripted::ToolCalls(vec![("exec".into(), json!({"command": "echo must-not-run"}))]));
+        let (stopped, stopped_code) = bob_asks(&fake, 1).await;
+        fake.push_message(updates::bot_command(updates::private_text(BOB, "bob", 2, "/stop")));
+        bob_told(&fake, 1, "Stopped").await;
+        let closed = || run_to_exit(dir.path(), &["approvals", "list", "--all"], &[]).2.contains(" cancelled ");
+        while !closed() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let answer = press(&fake, &stopped, owner(), &format!("ta:{stopped_code}")).await;
+        assert_eq!(answer.text.as_deref(), Some(NO_LONGER_OPEN));
+
+        llm.push(Scripted::ToolCalls(vec![("exec".into(), json!({"command": "echo must-not-run"}))]));
+        let (waiting, code) = bob_asks(&fake, 3).await;
+        first.kill_hard();
+        let mut second = spawn(dir.path(), &llm, &fake, "second");
+        second.wait_healthy().await;
+        bob_told(&fake, 1, "While this waited for the owner's approval (exec), switchboard restarted").await;
+        decide(&fake, &waiting, owner(), &format!("ta:{code}"), NO_LONGER_OPEN, "No longer open.").await;
+        // Neither call ran: the model was asked once for "hi" and once for each call, never again.
+        assert_eq!(llm.requests().len(), 3);
+        fake.assert_callback_queries_answered();
+    }
+}

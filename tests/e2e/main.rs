@@ -27,6 +27,7 @@ mod metrics;
 mod nats;
 mod nats_faults;
 mod operations;
+mod owner_buttons;
 mod pairing;
 mod persona;
 mod pg_lock;

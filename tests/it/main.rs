@@ -16,6 +16,7 @@ mod architecture;
 mod bursts;
 mod compaction;
 mod control;
+mod control_desk;
 mod cron;
 mod cron_clock;
 mod delivery_record;

@@ -349,6 +349,32 @@ async fn two_updates_for_one_message_reach_the_agent_once() {
     rig.stop().await;
 }
 
+/// Button presses are asked for, and one with no control desk behind the channel is answered
+/// at once, never reaches the agent, and is confirmed like a message.
+#[tokio::test]
+async fn a_press_without_a_desk_is_answered_and_goes_no_further() {
+    let mut rig = Rig::start(|_| {}).await;
+    let message = updates::from_bot(ALICE, 900, "Approve?");
+    let pressed = rig.fake.push_callback_query(updates::callback_query(
+        "",
+        updates::user(ALICE, "alice"),
+        message,
+        "pa:ABCD2345",
+    ));
+    rig.fake.wait_for_calls("answercallbackquery", 1, Duration::from_secs(5)).await;
+    let answers = rig.fake.callback_answers();
+    assert_eq!(
+        (answers[0].query_id.as_str(), answers[0].text.as_deref()),
+        (pressed.as_str(), Some("These buttons don't work here."))
+    );
+    rig.nothing_more().await;
+    let polls = rig.fake.calls_to("getupdates");
+    assert_eq!(polls[0].params["allowed_updates"], json!(["message", "callback_query"]));
+    assert!(rig.fake.edits().is_empty());
+    rig.fake.assert_callback_queries_answered();
+    rig.stop().await;
+}
+
 /// 409 Conflict (another poller on the token) does not become a hot loop.
 #[tokio::test]
 async fn a_second_poller_conflict_backs_off() {
@@ -407,6 +433,8 @@ async fn webhook_mode_checks_the_secret_and_answers_after_the_bus_took_the_updat
     let registered = rig.fake.wait_for_calls("setwebhook", 1, Duration::from_secs(5)).await;
     assert_eq!(registered[0].params["secret_token"], "s3cret");
     assert_eq!(registered[0].params["url"], format!("http://127.0.0.1:{port}/hook/telegram"));
+    // setWebhook goes as multipart: the list is a JSON text.
+    assert_eq!(registered[0].params["allowed_updates"], r#"["message","callback_query"]"#);
     let update = json!({"update_id": 1, "message": updates::private_text(ALICE, "alice", 3, "via webhook")});
     let client = reqwest::Client::new();
     let url = format!("http://127.0.0.1:{port}/hook/telegram");

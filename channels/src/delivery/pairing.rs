@@ -33,7 +33,8 @@ pub struct PairingCheck {
 
 impl PairingCheck {
     pub fn new(channel: &'static str, owner: OwnerLink, ttl: Duration, max_pending: usize) -> Self {
-        Self { channel, store: owner.pairing, owner_desk: owner.desk, desk: PairingDesk::default(), ttl, max_pending }
+        let desk = PairingDesk::new(owner.desk.is_some());
+        Self { channel, store: owner.pairing, owner_desk: owner.desk, desk, ttl, max_pending }
     }
 
     /// What to do with a direct message from `stranger`, who is not otherwise allowed. Without

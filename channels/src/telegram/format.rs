@@ -146,7 +146,7 @@ fn close_down_to(html: &mut String, open: &mut Vec<&Tag>, depth: usize) {
 }
 
 /// Escapes text for Telegram HTML; `"` too, so the same function serves attribute values.
-fn escape_into(html: &mut String, text: &str) {
+pub(crate) fn escape_into(html: &mut String, text: &str) {
     for ch in text.chars() {
         match ch {
             '&' => html.push_str("&amp;"),

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::download::fetch_attachments;
 use super::gate::{Verdict, judge};
 use super::inbound::{BotIdentity, Incoming, START, classify};
+use super::press::Presses;
 use super::send::send_markdown;
 use super::target::Target;
 use super::{CHANNEL, TelegramSettings};
@@ -39,6 +40,7 @@ pub(crate) struct Ingress {
     pub settings: Arc<TelegramSettings>,
     pub me: BotIdentity,
     pairing: PairingCheck,
+    presses: Arc<Presses>,
     context: Mutex<GroupContext>,
     /// Local answers stop retrying when the channel shuts down.
     shutdown: CancellationToken,
@@ -54,8 +56,9 @@ impl Ingress {
         shutdown: CancellationToken,
     ) -> Self {
         let context = Mutex::new(GroupContext::new(settings.group_context_messages));
+        let presses = Arc::new(Presses::new(bot.clone(), &me, owner.desk.clone(), shutdown.clone()));
         let pairing = PairingCheck::new(CHANNEL, owner, settings.pairing_ttl, settings.pairing_max_pending);
-        Self { bot, bus, settings, me, pairing, context, shutdown }
+        Self { bot, bus, settings, me, pairing, presses, context, shutdown }
     }
 
     /// Handles one update. `Err` means the bus did not take the message: retry the update.
@@ -70,9 +73,18 @@ impl Ingress {
     /// Everything but the publishing: classifies the update, answers locally what needs no
     /// agent, keeps group chatter as context, and returns the message for the bus, if any.
     /// Once the bus took it, [`Ingress::use_context`] must follow.
+    /// A button press is handed to the control desk on a task of its own: it never reaches
+    /// the bus, and the update counts as handled at once.
     pub async fn prepare(&self, update: &Update) -> Option<Prepared> {
-        // Only new messages are asked for; edits, reactions and the rest are not answered.
-        let UpdateKind::Message(message) = &update.kind else { return None };
+        let message = match &update.kind {
+            UpdateKind::Message(message) => message,
+            UpdateKind::CallbackQuery(query) => {
+                self.presses.spawn(query.clone());
+                return None;
+            }
+            // Only messages and presses are asked for (see `ALLOWED_UPDATES`).
+            _ => return None,
+        };
         let msg = match classify(message, &self.me) {
             Ok(msg) => msg,
             Err(skip) => {

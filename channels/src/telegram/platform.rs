@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use teloxide::prelude::*;
-use teloxide::types::{ChatAction, MessageId, ReplyParameters, ThreadId};
+use teloxide::types::{ChatAction, InlineKeyboardMarkup, MessageId, ReplyParameters, ThreadId};
 use teloxide::{ApiError, RequestError};
 use tokio_util::sync::CancellationToken;
 
+use super::buttons::keyboard_of;
 use super::format::{MESSAGE_LIMIT, Part, render_parts};
 use super::retry::{Verdict, classify, describe};
 use super::send::{edit_part, send_part};
@@ -35,9 +36,10 @@ impl TelegramPlatform {
     }
 }
 
-/// One message of a delivery: the text goes first, in rendered parts, then each file.
+/// One message of a delivery: the text goes first, in rendered parts (the last one with the
+/// message's buttons under it), then each file.
 pub enum Step {
-    Part(Part),
+    Part(Part, Option<InlineKeyboardMarkup>),
     File(Media),
 }
 
@@ -61,7 +63,16 @@ impl Platform for TelegramPlatform {
 
     async fn plan(&self, msg: &OutboundMessage) -> Vec<Step> {
         let parts = if msg.content.trim().is_empty() { Vec::new() } else { render_parts(&msg.content, MESSAGE_LIMIT) };
-        parts.into_iter().map(Step::Part).chain(msg.media.iter().cloned().map(Step::File)).collect()
+        let mut keyboard = keyboard_of(&msg.buttons);
+        if keyboard.is_some() && parts.is_empty() {
+            tracing::warn!(id = %msg.id, "buttons without text cannot be shown on Telegram; sent without them");
+        }
+        let last = parts.len().saturating_sub(1);
+        let parts = parts.into_iter().enumerate().map(|(index, part)| {
+            let keyboard = if index == last { keyboard.take() } else { None };
+            Step::Part(part, keyboard)
+        });
+        parts.chain(msg.media.iter().cloned().map(Step::File)).collect()
     }
 
     async fn send_step(
@@ -73,7 +84,9 @@ impl Platform for TelegramPlatform {
         shutdown: &CancellationToken,
     ) -> Result<(), RequestError> {
         match step {
-            Step::Part(part) => send_part(&self.bot, target, part, index == 0, shutdown).await.map(drop),
+            Step::Part(part, keyboard) => {
+                send_part(&self.bot, target, part, keyboard.as_ref(), index == 0, shutdown).await.map(drop)
+            }
             Step::File(media) => send_media(&self.bot, target, media, index == 0, shutdown).await,
         }
     }
@@ -87,7 +100,7 @@ impl Platform for TelegramPlatform {
     }
 
     fn can_edit_into(&self, step: &Step) -> bool {
-        matches!(step, Step::Part(_))
+        matches!(step, Step::Part(..))
     }
 
     async fn edit_into(
@@ -98,7 +111,9 @@ impl Platform for TelegramPlatform {
         shutdown: &CancellationToken,
     ) -> Result<(), RequestError> {
         match step {
-            Step::Part(part) => edit_part(&self.bot, target.chat, message, part, shutdown).await,
+            Step::Part(part, keyboard) => {
+                edit_part(&self.bot, target.chat, message, part, keyboard.as_ref(), shutdown).await
+            }
             Step::File(_) => Ok(()),
         }
     }
@@ -217,6 +232,42 @@ mod tests {
         let not_a_topic = RunEvent { thread_id: Some("x".into()), ..event("-100") };
         assert_eq!(platform.live_target(&not_a_topic).unwrap().thread, None);
         assert!(platform.live_target(&RunEvent { chat_id: "x".into(), ..event("-100") }).is_none());
+    }
+
+    #[tokio::test]
+    async fn buttons_go_under_the_last_part_of_the_text() {
+        let msg = OutboundMessage {
+            id: "o1".into(),
+            channel: "telegram".into(),
+            chat_id: "42".into(),
+            content: format!("{}\n\n{}", "a".repeat(4000), "b".repeat(100)),
+            media: vec![Media { url: Some("https://example.com/a.png".into()), ..Media::default() }],
+            buttons: vec![vec![crate::contract::Button::new("Approve", "pa:ABCD2345")]],
+            ..OutboundMessage::default()
+        };
+        let keyboards: Vec<Option<usize>> = platform()
+            .plan(&msg)
+            .await
+            .iter()
+            .map(|step| match step {
+                Step::Part(_, keyboard) => keyboard.as_ref().map(|keyboard| keyboard.inline_keyboard.len()),
+                Step::File(_) => None,
+            })
+            .collect();
+        assert_eq!(keyboards, [None, Some(1), None]);
+    }
+
+    #[test]
+    fn a_message_to_a_person_goes_to_their_direct_chat_unquoted() {
+        let mut msg = OutboundMessage {
+            chat_id: "42".into(),
+            thread_id: Some("7".into()),
+            reply_to: Some("9".into()),
+            ..OutboundMessage::default()
+        };
+        msg.metadata.insert(crate::contract::TO_USER.into(), true.into());
+        let target = platform().target_of(&msg).unwrap();
+        assert_eq!((target.chat, target.thread, target.reply_to), (ChatId(42), None, None));
     }
 
     #[test]

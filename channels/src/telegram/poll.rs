@@ -8,10 +8,11 @@ use std::time::{Duration, Instant};
 
 use teloxide::payloads::GetUpdatesSetters;
 use teloxide::prelude::Requester;
-use teloxide::types::{AllowedUpdate, Update};
+use teloxide::types::Update;
 use teloxide::{ApiError, RequestError};
 use tokio_util::sync::CancellationToken;
 
+use super::ALLOWED_UPDATES;
 use super::ingress::Ingress;
 use super::retry::describe;
 use crate::bus::BusExt;
@@ -30,7 +31,7 @@ pub(crate) async fn run_polling(ingress: Arc<Ingress>, timeout: Duration, shutdo
     let mut poller = Poller { offset: None, backoff: BACKOFF_START, conflict_logged: None };
     let timeout_secs = u32::try_from(timeout.as_secs()).unwrap_or(10);
     while !shutdown.is_cancelled() {
-        let mut request = ingress.bot.get_updates().timeout(timeout_secs).allowed_updates([AllowedUpdate::Message]);
+        let mut request = ingress.bot.get_updates().timeout(timeout_secs).allowed_updates(ALLOWED_UPDATES);
         if let Some(offset) = poller.offset {
             request = request.offset(offset);
         }

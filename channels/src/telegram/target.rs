@@ -24,8 +24,13 @@ impl Target {
     /// The target of an outbound message: `reply_to` is kept in groups (negative chat ids)
     /// when `quote_in_groups` is on; private chats are never quoted. A thread or message id
     /// that is not a number is ignored with a log line rather than losing the message.
+    /// A message to a person ([`OutboundMessage::to_user`]) goes to their direct chat, whose id
+    /// is their user id, with no topic or quote.
     pub fn of(settings: &TelegramSettings, msg: &OutboundMessage) -> Result<Target, AddressError> {
         let chat = msg.chat_id.parse::<i64>().map(ChatId).map_err(|_| AddressError::Chat(msg.chat_id.clone()))?;
+        if msg.to_user() {
+            return Ok(Target { chat, thread: None, reply_to: None });
+        }
         let thread = msg.thread_id.as_deref().and_then(|thread| match thread.parse::<i32>() {
             Ok(id) => Some(ThreadId(MessageId(id))),
             Err(_) => {

@@ -13,10 +13,11 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use teloxide::payloads::SetWebhookSetters;
 use teloxide::prelude::Requester;
-use teloxide::types::{AllowedUpdate, Update};
+use teloxide::types::Update;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use super::ALLOWED_UPDATES;
 use super::ingress::Ingress;
 use super::poll::sleep_or_cancel;
 use super::retry::describe;
@@ -75,7 +76,7 @@ async fn register(ingress: &Ingress, url: reqwest::Url, secret: &str, shutdown: 
             .bot
             .set_webhook(url.clone())
             .secret_token(secret)
-            .allowed_updates([AllowedUpdate::Message])
+            .allowed_updates(ALLOWED_UPDATES)
             // One request at a time keeps each chat's messages in order.
             .max_connections(1);
         match request.await {
