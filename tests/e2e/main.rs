@@ -17,6 +17,7 @@ mod bad_input;
 mod chaos;
 mod cron;
 mod discord;
+mod discord_owner;
 mod doctor;
 mod embedded;
 mod exec_secrets;
