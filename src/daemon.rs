@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::assembly::{self, Assembly, AssemblyError, ChannelKind, RunningChannel};
 use crate::config::{BusKind, Config};
+use crate::console::HealthProbe;
 use crate::metrics::GaugeSource;
 use crate::store::StoreError;
 use crate::store::lock::{KeptLock, LockMode};
@@ -87,11 +88,12 @@ impl Parts {
 }
 
 /// Runs `parts` until `shutdown` is cancelled; on SIGHUP, reads the config at `config_path`
-/// (and the environment) again (see [`reload`]).
+/// (and the environment) again (see [`reload`]). The owner console's health page runs `health`.
 pub async fn run(
     config: Config,
     parts: Parts,
     config_path: Option<PathBuf>,
+    health: Option<Arc<dyn HealthProbe>>,
     shutdown: CancellationToken,
 ) -> Result<(), DaemonError> {
     let hangups = reload::hangups();
@@ -120,7 +122,7 @@ pub async fn run(
         // A process still waiting for the NATS server (started before it at boot) stops when asked.
         () = shutdown.cancelled() => return Ok(()),
     };
-    let channels = assembly.start_channels(parts.channels(), &bus, &store, &shutdown).await?;
+    let channels = assembly.start_channels(parts.channels(), &bus, &store, health, &shutdown).await?;
     let (worker, mut background, worker_parts) = match parts.runs_worker() {
         true => start_worker(&assembly, &bus, &store, &shutdown)?,
         false => (None, Vec::new(), None),

@@ -10,10 +10,12 @@ use std::path::Path;
 use std::time::Duration;
 
 use reqwest::StatusCode;
+use switchboard_channels::api::console::views::HealthCheck;
 
 use crate::assembly::Assembly;
 use crate::assembly::ChannelKind;
 use crate::config::{BusKind, Config, ProviderConfig, ProviderKind};
+use crate::console::HealthProbe;
 use crate::workspace::BOOTSTRAP_FILES;
 
 /// How long one check may wait for an answer.
@@ -68,6 +70,46 @@ impl fmt::Display for Finding {
             Some(fix) => write!(f, " -> {fix}"),
             None => Ok(()),
         }
+    }
+}
+
+/// The checks for the owner console, on the config the daemon started with.
+pub struct Doctor {
+    config: Config,
+}
+
+impl Doctor {
+    pub fn new(config: Config) -> Self {
+        Self { config }
+    }
+}
+
+#[async_trait::async_trait]
+impl HealthProbe for Doctor {
+    async fn examine(&self) -> Vec<HealthCheck> {
+        let status = |status| match status {
+            Status::Ok => "ok",
+            Status::Warn => "warn",
+            Status::Fail => "fail",
+            Status::Skip => "skip",
+        };
+        // The checks' future is not provably Send (sqlx's executors, borrowed across awaits),
+        // so it runs on a blocking thread of its own rather than as a task.
+        let config = self.config.clone();
+        let handle = tokio::runtime::Handle::current();
+        let findings = match tokio::task::spawn_blocking(move || handle.block_on(examine(&config))).await {
+            Ok(findings) => findings,
+            Err(err) => vec![Finding::bad(Status::Fail, "doctor", err.to_string(), "report this as a bug")],
+        };
+        findings
+            .into_iter()
+            .map(|finding| HealthCheck {
+                status: status(finding.status).to_owned(),
+                check: finding.check,
+                detail: finding.detail,
+                fix: finding.fix,
+            })
+            .collect()
     }
 }
 

@@ -6,6 +6,7 @@ pub mod assembly;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod console;
 pub mod context;
 pub mod control;
 pub mod daemon;

@@ -4,6 +4,7 @@
 pub mod cron;
 pub mod heartbeat;
 pub mod job;
+pub mod owner_job;
 pub mod spec;
 pub mod tool;
 

@@ -19,6 +19,7 @@ pub mod postgres;
 mod shared;
 pub mod sqlite;
 pub mod subagents;
+pub mod usage;
 pub mod users;
 mod values;
 
@@ -38,6 +39,7 @@ use self::heartbeat::HeartbeatStore;
 use self::memory_index::MemoryIndex;
 use self::pairing::{CodeProblem, PairingAdmin, RandomSourceError};
 use self::subagents::SubagentStore;
+use self::usage::UsageLedger;
 use self::users::{Billing, UserStore};
 use crate::config::StoreConfig;
 use crate::provider::ChatMessage;
@@ -414,7 +416,9 @@ pub struct LastTurn {
 /// Everything switchboard keeps in its database, whichever store holds it: what the assembly,
 /// the worker's tools and the operator's commands are given.
 #[async_trait]
-pub trait Database: Store + MemoryIndex + PairingStore + PairingAdmin + Journal + DeliveryRecord + ApiStore {
+pub trait Database:
+    Store + MemoryIndex + PairingStore + PairingAdmin + Journal + DeliveryRecord + ApiStore + UsageLedger
+{
     /// Where it is, for messages: a file's path, or a server's URL without the password.
     fn location(&self) -> String;
 

@@ -11,6 +11,7 @@ pub mod access;
 mod body;
 mod compose;
 mod conn;
+pub mod console;
 mod errors;
 mod exchange;
 mod feed;
@@ -76,6 +77,8 @@ pub struct ApiSettings {
     pub access: LiveAccess,
     /// The agents a request may pick as its `model`, the default one first.
     pub agents: Vec<String>,
+    /// The chat channels whose run events an admin's WebSocket may watch too (`watch_all`).
+    pub live_channels: Vec<String>,
     /// When this process started (the `created` time of `/v1/models`).
     pub started_at: chrono::DateTime<chrono::Utc>,
     /// How long `POST /v1/messages` waits for the reply before answering 504.
@@ -99,6 +102,7 @@ impl std::fmt::Debug for ApiSettings {
             .field("listen", &self.listen)
             .field("access", &self.access)
             .field("agents", &self.agents)
+            .field("live_channels", &self.live_channels)
             .field("reply_timeout", &self.reply_timeout)
             .field("max_body_bytes", &self.max_body_bytes)
             .field("max_websockets", &self.max_websockets)
@@ -125,12 +129,14 @@ pub struct ApiChannel {
 }
 
 impl ApiChannel {
-    /// Binds the listener and serves. Cancelling `shutdown` stops accepting connections;
+    /// Binds the listener and serves; the owner console's routes answer through `console`
+    /// (503 without one). Cancelling `shutdown` stops accepting connections;
     /// requests already waiting still get their replies until [`ApiChannel::stop`].
     pub async fn start(
         bus: Arc<dyn Bus>,
         settings: ApiSettings,
         store: Arc<dyn store::ApiStore>,
+        console: Option<Arc<dyn console::desk::ConsoleDesk>>,
         shutdown: CancellationToken,
     ) -> Result<ApiChannel, ApiError> {
         let listener = TcpListener::bind(settings.listen)
@@ -146,7 +152,7 @@ impl ApiChannel {
             deliveries = futures_util::stream::select(deliveries, routed).boxed();
         }
         let stop_routing = CancellationToken::new();
-        let feed = RunFeed::start(&bus, stop_routing.clone()).await?;
+        let feed = RunFeed::start(&bus, &settings.live_channels, stop_routing.clone()).await?;
         let kept = Arc::new(tokio::sync::Notify::new());
         let webhook = settings.webhook.clone().map(|webhook| {
             tokio::spawn(webhook::run(Arc::clone(&store), webhook, Arc::clone(&kept), stop_routing.clone()))
@@ -164,6 +170,7 @@ impl ApiChannel {
             feed: Arc::clone(&feed),
             rate_limits: access::RateLimits::default(),
             store,
+            console,
             sockets: Arc::clone(&sockets),
             shutdown: shutdown.clone(),
         };

@@ -21,7 +21,7 @@ pub mod record;
 pub use ledger::{Ledger, RecentIds};
 pub use live::{DraftState, LiveRuns, run_live};
 pub use outbound::Sender;
-pub use platform::{DraftLimits, Platform};
+pub use platform::{DraftLimits, Platform, Unreachable};
 pub use queues::run_outbound;
 pub use record::{DeliveryPolicy, DeliveryRecord, RecordError, Sent};
 

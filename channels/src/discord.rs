@@ -19,11 +19,13 @@ use tokio_util::sync::CancellationToken;
 use self::directory::Directory;
 use self::ingress::Ingress;
 use self::platform::DiscordPlatform;
+use self::presses::Presses;
 use self::rest::{Rest, RestError};
 use crate::bus::{Bus, BusError, Deliveries, Events};
 use crate::control::OwnerLink;
 use crate::delivery::{self, DeliveryPolicy, LiveRuns};
 
+mod components;
 mod directory;
 mod download;
 #[cfg(feature = "fuzzing")]
@@ -34,6 +36,7 @@ mod gateway;
 mod inbound;
 mod ingress;
 mod platform;
+mod presses;
 mod rest;
 mod retry;
 mod send;
@@ -160,12 +163,13 @@ impl DiscordChannel {
         let events = bus.events(CHANNEL, None).await?;
         let platform = Arc::new(DiscordPlatform::new(Arc::clone(&rest), Arc::clone(&directory), Arc::clone(&settings)));
         let sending = spawn_sending(platform, LiveRuns::new(), replies, events, delivery, &stop_sending);
+        let presses = Arc::new(Presses::new(Arc::clone(&rest), owner.desk.clone(), shutdown.clone()));
         let ingress = Ingress::new(Arc::clone(&rest), bus, Arc::clone(&settings), owner, directory, shutdown.clone());
         if let Some(id) = bot_id {
             ingress.set_bot_id(id);
         }
-        let ingress = Arc::new(ingress);
-        let gateway = tokio::spawn(gateway::run_gateway(settings, rest, ingress, bot_id.is_some(), shutdown));
+        let inbound = (Arc::new(ingress), presses);
+        let gateway = tokio::spawn(gateway::run_gateway(settings, rest, inbound, bot_id.is_some(), shutdown));
         Ok(DiscordChannel { gateway, sending, stop_sending })
     }
 

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use switchboard_channels::Bus;
+use switchboard_channels::api::console::desk::ConsoleDesk;
 use switchboard_channels::api::store::ApiStore;
 use switchboard_channels::api::{ApiChannel, LiveAccess};
 use switchboard_channels::control::{ControlDesk, OwnerLink};
@@ -15,7 +16,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Assembly, AssemblyError, channel_settings, settings};
 use crate::config::{BusKind, Config};
-use crate::control::Desk;
+use crate::console::{Console, HealthProbe};
+use crate::control::{Control, Desk};
 use crate::metrics::GaugeSource;
 use crate::store::Database;
 
@@ -90,6 +92,13 @@ impl ChannelKind {
     }
 }
 
+/// What the channels share for the owner (see `Assembly::owner_parts`).
+struct OwnerParts {
+    link: OwnerLink,
+    control: Arc<Control>,
+    health: Option<Arc<dyn HealthProbe>>,
+}
+
 /// A started channel adapter.
 #[async_trait]
 pub trait RunningChannel: Send {
@@ -155,12 +164,13 @@ impl RunningChannel for DiscordChannel {
 
 impl Assembly {
     /// Starts those of `kinds` the config enables. The API keeps its sessions, runs and outbox
-    /// in `store`, the chat channels their DM pairings.
+    /// in `store`, the chat channels their DM pairings; the API's owner console reads `health`.
     pub async fn start_channels(
         &self,
         kinds: &[ChannelKind],
         bus: &Arc<dyn Bus>,
         store: &Arc<dyn Database>,
+        health: Option<Arc<dyn HealthProbe>>,
         shutdown: &CancellationToken,
     ) -> Result<Vec<Box<dyn RunningChannel>>, AssemblyError> {
         let mut channels = Vec::new();
@@ -169,22 +179,29 @@ impl Assembly {
                 tracing::warn!("{missing}");
             }
         }
-        let owner = self.owner_link(bus, store);
+        let owner = self.owner_parts(bus, store, health);
         for &kind in kinds.iter().filter(|kind| kind.is_active(&self.config)) {
-            channels.push(self.start_channel(kind, Arc::clone(bus), store, owner.clone(), shutdown.clone()).await?);
+            channels.push(self.start_channel(kind, Arc::clone(bus), store, &owner, shutdown.clone()).await?);
         }
         Ok(channels)
     }
 
-    /// What the chat channels ask about strangers and hand the owner's button presses to: the
-    /// pairing store, and the control desk over the owner's operations.
-    fn owner_link(&self, bus: &Arc<dyn Bus>, store: &Arc<dyn Database>) -> OwnerLink {
+    /// What the channels share for the owner: the chat channels' link (the pairing store they
+    /// ask about strangers, the control desk their button presses go to), and the operations
+    /// and health checks of the API's owner console.
+    fn owner_parts(
+        &self,
+        bus: &Arc<dyn Bus>,
+        store: &Arc<dyn Database>,
+        health: Option<Arc<dyn HealthProbe>>,
+    ) -> OwnerParts {
         let control = self.control(bus, store);
-        let desk = Desk::new(control, Arc::clone(bus), &self.config);
-        OwnerLink {
+        let desk = Desk::new(Arc::clone(&control), Arc::clone(bus), &self.config);
+        let link = OwnerLink {
             pairing: Some(Arc::clone(store) as Arc<dyn PairingStore>),
             desk: Some(Arc::new(desk) as Arc<dyn ControlDesk>),
-        }
+        };
+        OwnerParts { link, control, health }
     }
 
     async fn start_channel(
@@ -192,7 +209,7 @@ impl Assembly {
         kind: ChannelKind,
         bus: Arc<dyn Bus>,
         store: &Arc<dyn Database>,
-        owner: OwnerLink,
+        owner: &OwnerParts,
         shutdown: CancellationToken,
     ) -> Result<Box<dyn RunningChannel>, AssemblyError> {
         let config = &self.config;
@@ -203,16 +220,23 @@ impl Assembly {
                     return Err(AssemblyError::ApiUnguarded(config.channels.api.listen));
                 }
                 super::descriptors::warn_if_short(config.channels.api.max_connections);
+                let console = Console::new(Arc::clone(&owner.control), config.clone(), owner.health.clone());
+                let console = Some(Arc::new(console) as Arc<dyn ConsoleDesk>);
                 let store = Arc::clone(store) as Arc<dyn ApiStore>;
-                Box::new(ApiChannel::start(bus, settings::api(config), store, shutdown).await?)
+                let mut api = settings::api(config);
+                // An admin's socket may watch every session, the chat channels' too.
+                let chats =
+                    [ChannelKind::Telegram, ChannelKind::Discord].into_iter().filter(|kind| kind.is_active(config));
+                api.live_channels = chats.map(|kind| kind.name().to_owned()).collect();
+                Box::new(ApiChannel::start(bus, api, store, console, shutdown).await?)
             }
             ChannelKind::Telegram => {
                 let settings = channel_settings::telegram(config);
-                Box::new(TelegramChannel::start(bus, settings, owner, delivery, shutdown).await?)
+                Box::new(TelegramChannel::start(bus, settings, owner.link.clone(), delivery, shutdown).await?)
             }
             ChannelKind::Discord => {
                 let settings = channel_settings::discord(config);
-                Box::new(DiscordChannel::start(bus, settings, owner, delivery, shutdown).await?)
+                Box::new(DiscordChannel::start(bus, settings, owner.link.clone(), delivery, shutdown).await?)
             }
         })
     }

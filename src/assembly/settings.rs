@@ -189,6 +189,8 @@ pub fn api(config: &Config) -> ApiSettings {
         listen: api.listen,
         access: LiveAccess::new(api_access(api)),
         agents: config.agent_names(),
+        // Set by the assembly, which knows which chat channels run.
+        live_channels: Vec::new(),
         started_at: chrono::Utc::now(),
         reply_timeout: api.reply_timeout(),
         max_body_bytes: api.max_body_bytes,

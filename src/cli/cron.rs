@@ -7,11 +7,12 @@ use std::io::Write as _;
 use clap::{Args, Subcommand};
 
 use super::CliError;
-use crate::config::{Config, MAIN_AGENT, agent_session_key};
-use crate::scheduler::job::{local_time, parse_address};
-use crate::scheduler::spec::{ScheduleSpec, default_name, job_line};
+use crate::config::{Config, MAIN_AGENT};
+use crate::scheduler::job::local_time;
+use crate::scheduler::owner_job::{OWNER_LIMITS, OwnerJob};
+use crate::scheduler::spec::{ScheduleSpec, job_line};
 use crate::store::Database;
-use crate::store::cron::{AddLimits, AddOutcome, MissedPolicy, NewCronJob, Payload};
+use crate::store::cron::{AddOutcome, Payload};
 
 #[derive(Debug, Subcommand)]
 pub enum CronCommand {
@@ -120,44 +121,25 @@ async fn execute(config: &Config, store: &dyn Database, command: CronCommand) ->
 }
 
 async fn add(config: &Config, store: &dyn Database, args: AddArgs) -> Result<String, CliError> {
-    let now = crate::clock::now();
-    let chat = parse_address(&args.to).map_err(CliError::Invalid)?;
-    let tz = args.tz.unwrap_or_else(|| config.cron.default_timezone(&config.agent.timezone).to_owned());
-    let spec = ScheduleSpec { at: args.at.as_deref(), every: args.every.as_deref(), cron: args.cron.as_deref() };
-    let schedule = spec.build(&tz, now, config.cron.min_interval()).map_err(CliError::Invalid)?;
-    let missed = MissedPolicy::parse(&args.missed)
-        .ok_or_else(|| CliError::Invalid(format!("--missed {:?} is not run_once or skip", args.missed)))?;
-    if args.agent != MAIN_AGENT && !config.agents.contains_key(&args.agent) {
-        return Err(CliError::Invalid(format!("no agent named {:?} in the config", args.agent)));
-    }
     let payload = match (args.reminder, args.isolated) {
         (true, _) => Payload::Reminder,
         (_, true) => Payload::Isolated,
         _ => Payload::Turn,
     };
-    let owner_session = agent_session_key(&args.agent, &chat.session_key());
-    let job = NewCronJob {
-        name: args.name.unwrap_or_else(|| default_name(&args.message)),
-        agent: args.agent,
-        owner_session,
-        chat,
+    let request = OwnerJob {
+        to: &args.to,
+        message: &args.message,
+        schedule: ScheduleSpec { at: args.at.as_deref(), every: args.every.as_deref(), cron: args.cron.as_deref() },
+        tz: args.tz.as_deref(),
         payload,
-        message: args.message,
-        next_run_at: schedule.next_after(now),
-        schedule,
-        tz,
-        missed,
-        created_by_id: "cli".into(),
-        created_by_name: "switchboard cron add".into(),
-        created_at: now,
-        generation: 0,
-        parent_job: None,
-        created_by_run: None,
-        on_behalf_of: None,
+        name: args.name.as_deref(),
+        agent: Some(&args.agent),
+        missed: Some(&args.missed),
+        created_by_id: "cli",
+        created_by_name: "switchboard cron add",
     };
-    // The owner is not held to the agent's per-session limit.
-    let limits = AddLimits { max_per_session: usize::MAX, max_per_run: None };
-    match store.add_cron_job(&job, limits).await? {
+    let job = request.build(config, crate::clock::now()).map_err(CliError::Invalid)?;
+    match store.add_cron_job(&job, OWNER_LIMITS).await? {
         AddOutcome::Added(job) => Ok(format!("added {}\n{}\n", job.id, job_line(&job))),
         AddOutcome::SessionFull(_) | AddOutcome::RunFull(_) => {
             Err(CliError::Invalid("the job store refused the job".into()))

@@ -1,12 +1,14 @@
 //! `switchboard run`, `agent` and `channel <name>`: the daemon until a signal stops it.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
 use super::CliError;
 use crate::config::Config;
 use crate::daemon::{self, Parts};
+use crate::doctor::Doctor;
 
 /// Threads for blocking work: file reads (the workspace files of every turn, the file tools),
 /// DNS lookups. Tokio allows 512; under a steady 20 messages a second the daemon kept 14 of
@@ -25,7 +27,9 @@ pub(super) fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
 pub(super) async fn serve(config: Config, parts: Parts, config_path: Option<PathBuf>) -> Result<(), CliError> {
     let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal(shutdown.clone()));
-    daemon::run(config, parts, config_path, shutdown).await?;
+    // The console's health page runs the doctor's checks on the config the daemon started with.
+    let health = Arc::new(Doctor::new(config.clone()));
+    daemon::run(config, parts, config_path, Some(health), shutdown).await?;
     Ok(())
 }
 

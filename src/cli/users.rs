@@ -201,9 +201,7 @@ async fn list_groups(store: &dyn Database, policy: &AccessPolicy, month: &str) -
 
 fn format_user(policy: &AccessPolicy, summary: &UserSummary) -> String {
     let UserSummary { user, identities, used, .. } = summary;
-    // A user with a configured owner identity acts as owner when writing from it.
-    let level =
-        identities.iter().map(|(identity, _)| policy.effective_level(identity, user)).max().unwrap_or(user.level);
+    let level = policy.listed_level(summary);
     let names: Vec<String> = identities
         .iter()
         .map(|(identity, name)| if name.is_empty() { identity.to_string() } else { format!("{identity} ({name})") })

@@ -43,6 +43,9 @@ pub trait HeartbeatStore: Send + Sync {
     /// The agent's row, created with `first_at` as its next slot if it has none yet.
     async fn heartbeat_state(&self, agent: &str, first_at: DateTime<Utc>) -> Result<HeartbeatState, StoreError>;
 
+    /// Every agent's row, by agent name; read only (no row is created).
+    async fn heartbeat_states(&self) -> Result<Vec<(String, HeartbeatState)>, StoreError>;
+
     /// Compare-and-set: moves the agent's `next_at` from `claim.slot` to `claim.next` and
     /// records the outcome. `false` (nothing written) when `next_at` is no longer
     /// `claim.slot`: another scheduler claimed the slot first.

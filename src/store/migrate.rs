@@ -61,7 +61,8 @@ pub(crate) const SQLITE_MIGRATIONS: &[Migration] = &[
         name: "pairing_decisions",
         sql: include_str!("../../migrations/sqlite/0022_pairing_decisions.sql"),
     },
-    Migration { version: 23, name: "usage_cost", sql: include_str!("../../migrations/sqlite/0023_usage_cost.sql") },
+    Migration { version: 23, name: "run_payer", sql: include_str!("../../migrations/sqlite/0023_run_payer.sql") },
+    Migration { version: 24, name: "usage_cost", sql: include_str!("../../migrations/sqlite/0024_usage_cost.sql") },
 ];
 
 /// Brings the database up to the newest schema this build knows.

@@ -12,4 +12,5 @@ pub(super) mod memory;
 mod pairing;
 pub(super) mod runs;
 mod subagents;
+mod usage;
 mod users;

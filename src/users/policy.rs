@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 
 use crate::config::{BadIdentity, Identity, Level};
 use crate::config::{BudgetsConfig, PermissionsConfig, UsersConfig};
-use crate::store::users::User;
+use crate::store::users::{User, UserSummary};
 use crate::tools::ToolFilter;
 
 use super::groups::{BadGroup, GroupPlace, GroupRule, GroupRules};
@@ -119,6 +119,16 @@ impl AccessPolicy {
     /// owner whatever the stored level says (so the config cannot be overridden from the store).
     pub fn effective_level(&self, identity: &Identity, user: &User) -> Level {
         if self.is_owner(identity) { Level::Owner } else { user.level }
+    }
+
+    /// A listed user's level, as lists show it: owner when one of their identities is a
+    /// configured owner (they act as owner writing from it), else the stored one.
+    pub fn listed_level(&self, summary: &UserSummary) -> Level {
+        let identities = summary.identities.iter();
+        identities
+            .map(|(identity, _)| self.effective_level(identity, &summary.user))
+            .max()
+            .unwrap_or(summary.user.level)
     }
 
     /// The configured group a message written at `place` belongs to, if any.

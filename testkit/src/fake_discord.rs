@@ -35,8 +35,14 @@
 //!   message, type 6 only acknowledges (`@original` is then the pressed message).
 //!   [`FakeDiscord::assert_interactions_acknowledged`] checks every press got a response.
 //!   Interaction and webhook routes are recorded as `…/{token}/…` and need no bot token.
+//! - DMs to a person (see `direct`): `POST /users/@me/channels {"recipient_id"}` answers their
+//!   DM channel (type 1, with `recipients`), the same one each time and the one their DMs came
+//!   from ([`FakeDiscord::direct_channel_of`]); an unknown user is 400 `Invalid Recipient(s)`
+//!   (50033, [`FakeDiscord::forget_user`]); sending to someone who does not accept DMs is 403
+//!   `Cannot send messages to this user` (50007, [`FakeDiscord::refuse_direct_messages`]).
 
 mod components;
+mod direct;
 mod gateway;
 mod interactions;
 mod server;
@@ -283,6 +289,23 @@ impl FakeDiscord {
     /// Registers bytes served at `/attachments/{name}`; returns that URL.
     pub fn add_attachment(&self, name: &str, bytes: Vec<u8>) -> String {
         self.shared.rest().add_attachment(name, bytes)
+    }
+
+    /// The DM channel of `user_id` with the bot, once it exists (opened through REST, added
+    /// with [`FakeDiscord::add_channel`], or a DM of theirs dispatched).
+    pub fn direct_channel_of(&self, user_id: u64) -> Option<u64> {
+        self.shared.rest().directs.channel_of(user_id)
+    }
+
+    /// `user_id` does not accept DMs from the bot: message creates in their DM channel are
+    /// refused with 403 `Cannot send messages to this user` (50007).
+    pub fn refuse_direct_messages(&self, user_id: u64) {
+        self.shared.rest().directs.closed.insert(user_id);
+    }
+
+    /// Discord knows no user `user_id`: opening a DM with them is 400 `Invalid Recipient(s)` (50033).
+    pub fn forget_user(&self, user_id: u64) {
+        self.shared.rest().directs.unknown.insert(user_id);
     }
 
     /// Sets the `heartbeat_interval` sent in later HELLOs (default 41 250 ms, like Discord).

@@ -44,13 +44,18 @@ async fn start(dir: &Path, llm: &FakeLlm, webhook: Option<&str>) -> Daemon {
     daemon
 }
 
-struct Api<'a> {
-    daemon: &'a Daemon,
+/// A client of one daemon's API (the owner console's tests use it too).
+pub struct Api<'a> {
+    pub daemon: &'a Daemon,
     client: reqwest::Client,
 }
 
-impl Api<'_> {
-    async fn call(&self, method: reqwest::Method, path: &str, token: &str, body: Option<Value>) -> (u16, Value) {
+impl<'a> Api<'a> {
+    pub fn new(daemon: &'a Daemon) -> Self {
+        Self { daemon, client: reqwest::Client::new() }
+    }
+
+    pub async fn call(&self, method: reqwest::Method, path: &str, token: &str, body: Option<Value>) -> (u16, Value) {
         let mut request = self.client.request(method, self.daemon.url(path)).bearer_auth(token);
         if let Some(body) = body {
             request = request.json(&body);
@@ -81,7 +86,7 @@ async fn sessions_and_runs_read_back_what_was_said_to_whom_may_read_it() {
     let llm = FakeLlm::start().await;
     let dir = tempfile::tempdir().unwrap();
     let daemon = start(dir.path(), &llm, None).await;
-    let api = Api { daemon: &daemon, client: reqwest::Client::new() };
+    let api = Api::new(&daemon);
     llm.push_when("what time", Scripted::ToolCalls(vec![("current_time".into(), json!({}))]));
     let first = api.say(ALICE, "kitchen", "hello").await;
     api.say(ALICE, "kitchen", "what time is it").await;
@@ -161,7 +166,7 @@ async fn chats_that_only_received_messages_are_listed() {
         .env(fast_poll.0, fast_poll.1)
         .spawn();
     daemon.wait_healthy().await;
-    let api = Api { daemon: &daemon, client: reqwest::Client::new() };
+    let api = Api::new(&daemon);
     let cron = |args: &[&str]| {
         let (status, stderr, stdout) = run_to_exit(dir.path(), &[&["cron"], args].concat(), &[fast_poll]);
         assert!(status.success(), "cron {args:?}: {stderr}");
@@ -309,7 +314,7 @@ async fn an_answer_still_streaming_past_the_reply_timeout_is_not_given_up_on() {
     );
     // The same for a plain request, which waits for the whole reply.
     llm.push(Scripted::Text("Another long answer, also written slowly, piece by piece, over seconds.".into()));
-    let api = Api { daemon: &daemon, client: reqwest::Client::new() };
+    let api = Api::new(&daemon);
     let started = std::time::Instant::now();
     let reply = api.say(ALICE, "slow", "and once more").await;
     assert!(started.elapsed() > Duration::from_secs(2), "the model took {:?}", started.elapsed());
@@ -350,7 +355,7 @@ async fn a_message_nobody_waits_for_reaches_the_socket_the_session_and_the_webho
     let (hook, posts) = webhook_receiver().await;
     let dir = tempfile::tempdir().unwrap();
     let daemon = start(dir.path(), &llm, Some(&hook)).await;
-    let api = Api { daemon: &daemon, client: reqwest::Client::new() };
+    let api = Api::new(&daemon);
     let mut ws = socket(&daemon, ALICE).await;
     ws.send(Message::Text(json!({"type": "subscribe", "chat_id": "kitchen"}).to_string().into())).await.unwrap();
     frames_until(&mut ws, "subscribed").await;
@@ -398,7 +403,7 @@ async fn a_websocket_that_stops_reading_is_closed_and_costs_no_memory() {
         .env("SWITCHBOARD_CHANNELS__API__TOKENS__ALICE__REQUESTS_PER_MINUTE", "0")
         .spawn();
     daemon.wait_healthy().await;
-    let api = Api { daemon: &daemon, client: reqwest::Client::new() };
+    let api = Api::new(&daemon);
     // A small receive buffer, so the daemon's writes back up soon.
     let tcp = tokio::net::TcpSocket::new_v4().unwrap();
     tcp.set_recv_buffer_size(4096).unwrap();

@@ -10,7 +10,7 @@ use crate::support::{Daemon, Launch, run_to_exit};
 use serde_json::{Value, json};
 use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
 
-fn launch<'a>(dir: &'a Path, llm: &FakeLlm, name: &'a str) -> Launch<'a> {
+pub fn launch<'a>(dir: &'a Path, llm: &FakeLlm, name: &'a str) -> Launch<'a> {
     Launch::new(dir, name, &["run"])
         .llm(&llm.base_url())
         .env("SWITCHBOARD_APPROVALS__TOOLS", r#"["exec"]"#)
@@ -42,14 +42,14 @@ fn cli(dir: &Path, args: &[&str]) -> String {
 }
 
 /// The result the model got for its exec call in its last request.
-fn exec_result(llm: &FakeLlm) -> String {
+pub fn exec_result(llm: &FakeLlm) -> String {
     let requests = llm.requests();
     let messages = requests.last().unwrap()["messages"].as_array().unwrap().clone();
     let result = messages.iter().rev().find(|m| m["role"] == "tool").expect("no tool result");
     result["content"].as_str().unwrap().to_owned()
 }
 
-fn script_exec(llm: &FakeLlm, command: &str) {
+pub fn script_exec(llm: &FakeLlm, command: &str) {
     llm.push(Scripted::ToolCalls(vec![("exec".into(), json!({"command": command}))]));
     llm.push(Scripted::Text("done".into()));
 }

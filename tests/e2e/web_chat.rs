@@ -4,7 +4,7 @@
 //! that arrives on its own; chats that only received messages are listed and show them. It
 //! saves a screenshot under `target/`.
 
-mod webdriver;
+pub mod webdriver;
 
 use std::path::Path;
 use std::time::Duration;
@@ -20,7 +20,7 @@ const TOKEN: &str = "sb_browser_0123456789";
 
 /// Chromium and chromedriver where Debian puts them: `.ci/run` installs them. In CI their
 /// absence fails the test; elsewhere it skips it.
-fn browser_installed() -> bool {
+pub fn browser_installed() -> bool {
     let present = Path::new(webdriver::CHROMIUM).exists() && Path::new(webdriver::CHROMEDRIVER).exists();
     if !present {
         assert!(std::env::var_os("CI").is_none(), "CI must have chromium and chromium-driver installed");

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
-use switchboard_channels::api::store::{OutboxEntry, SessionScope};
+use switchboard_channels::api::store::{OutboxEntry, RunFilter, SessionScope};
 use switchboard_channels::contract::OutboundMessage;
 
 use crate::stores::{finished_turn as turn, on_both_stores};
@@ -93,7 +93,8 @@ on_both_stores! {
         assert!(store.session_messages("api:k", None, 50).await.unwrap().messages.is_empty());
         assert!(store.history("api:k", 50).await.unwrap().is_empty());
         assert!(store.sessions(&SessionScope::All, None, 50).await.unwrap().is_empty());
-        assert_eq!(store.runs(Some("api:k"), None, 50).await.unwrap().len(), 1);
+        let filter = RunFilter { session: Some("api:k"), ..RunFilter::default() };
+        assert_eq!(store.runs(&filter, 50).await.unwrap().len(), 1);
         assert!(!store.delete_session("api:nothing").await.unwrap());
     }
 

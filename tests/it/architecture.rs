@@ -30,6 +30,8 @@ const SRC_LAYERS: &[&[&str]] = &[
     // The edge: what switchboard reports through; the composition root that builds every part
     // from the config; the daemon that runs what was built; the command line over all of it.
     &["metrics", "fuzzing"],
+    // The owner console's desk, which the assembly hands to the API channel.
+    &["console"],
     &["assembly"],
     &["daemon", "doctor"],
     &["cli"],

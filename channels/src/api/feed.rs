@@ -1,5 +1,5 @@
 //! Live run events for the API's streaming answers and WebSockets: one subscription to the
-//! `api` channel's run events per process, handed to the requests that watch a run (by the
+//! `api` channel's run events per process (and to the chat channels' for admins' sockets), handed to the requests that watch a run (by the
 //! inbound id the run answers) and to every WebSocket (which picks its chats' events).
 //!
 //! Events are best effort (a slow process may miss some) and are not ordered with the reply, so
@@ -96,9 +96,18 @@ impl RunFeed {
         self.watched.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Subscribes to the run events of the `api` channel and follows them until `stop`.
-    pub(super) async fn start(bus: &Arc<dyn Bus>, stop: CancellationToken) -> Result<Arc<RunFeed>, BusError> {
-        let events = bus.events(CHANNEL, None).await?;
+    /// Subscribes to the run events of the `api` channel, and of the chat channels in `others`
+    /// (for admins who watch every session), and follows them until `stop`.
+    pub(super) async fn start(
+        bus: &Arc<dyn Bus>,
+        others: &[String],
+        stop: CancellationToken,
+    ) -> Result<Arc<RunFeed>, BusError> {
+        let mut streams = vec![bus.events(CHANNEL, None).await?];
+        for channel in others.iter().filter(|channel| *channel != CHANNEL) {
+            streams.push(bus.events(channel, None).await?);
+        }
+        let events: Events = Box::pin(futures_util::stream::select_all(streams));
         let feed = Arc::new(RunFeed::default());
         tokio::spawn(follow(events, Arc::downgrade(&feed), stop));
         Ok(feed)

@@ -18,7 +18,7 @@ use super::access::{self, Caller};
 use super::compose::{keyed, new_message};
 use super::errors::error;
 use super::state::AppState;
-use super::{exchange, guard, openai, sessions, web, ws};
+use super::{console, exchange, guard, openai, sessions, web, ws};
 use crate::contract::{ContractError, MAX_CHAT_ID_BYTES, MAX_SENDER_ID_BYTES, check_length};
 
 /// One route: method, path, handler.
@@ -38,6 +38,9 @@ fn guarded_routes() -> Vec<Route> {
         ("get", "/v1/runs/{id}", get(sessions::get_run)),
         ("get", "/v1/ws", get(ws::websocket)),
     ]
+    .into_iter()
+    .chain(console::routes::routes())
+    .collect()
 }
 
 /// The routes open to everyone: the health check, the web page and the API's description.

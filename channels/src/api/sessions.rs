@@ -1,5 +1,7 @@
 //! `GET /v1/sessions`, `GET /v1/sessions/{key}/messages`, `DELETE /v1/sessions/{key}`,
 //! `GET /v1/runs` and `GET /v1/runs/{id}`: what the conversations hold and what their runs did.
+//! The run list holds the runs that called the model; `include_commands=true` adds the chat
+//! commands and the messages settled without a turn.
 //!
 //! An admin token sees every session (of every channel); a chat token sees the API chats of
 //! its identity (`api:<identity>/…`, under any agent), and the runs of those.
@@ -18,7 +20,7 @@ use serde_json::json;
 use super::access::{self, Caller};
 use super::errors::error;
 use super::state::AppState;
-use super::store::{ApiStoreError, SessionScope};
+use super::store::{ApiStoreError, RunFilter, SessionScope};
 
 /// Most items a page holds; the default is smaller.
 const MAX_PAGE: usize = 200;
@@ -32,6 +34,8 @@ pub(super) struct PageQuery {
     before: Option<String>,
     /// Runs: only those of this session.
     session: Option<String>,
+    /// Runs: chat commands and messages settled without a turn too.
+    include_commands: bool,
 }
 
 impl PageQuery {
@@ -188,7 +192,8 @@ pub(super) async fn list_runs(
         return response;
     }
     let limit = query.limit();
-    match state.store.runs(session, before, limit).await {
+    let filter = RunFilter { session, before, commands: query.include_commands };
+    match state.store.runs(&filter, limit).await {
         Ok(runs) => {
             let next = next_before(&runs, limit, |r| r.started_at);
             axum::Json(json!({"runs": runs, "next_before": next})).into_response()

@@ -6,6 +6,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::ApiSettings;
 use super::access::RateLimits;
+use super::console::desk::ConsoleDesk;
 use super::feed::RunFeed;
 use super::replies::Replies;
 use super::sockets::Sockets;
@@ -20,6 +21,8 @@ pub(super) struct AppState {
     pub(super) rate_limits: RateLimits,
     /// Sessions, runs and the outbox.
     pub(super) store: Arc<dyn ApiStore>,
+    /// The owner console's operations; `None`: its routes answer 503.
+    pub(super) console: Option<Arc<dyn ConsoleDesk>>,
     pub(super) sockets: Arc<Sockets>,
     /// Cancelled when the channel stops accepting: WebSockets close then.
     pub(super) shutdown: CancellationToken,

@@ -90,6 +90,17 @@ pub enum SessionScope {
     ApiChatsUnder(String),
 }
 
+/// Which runs [`ApiStore::runs`] lists.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunFilter<'a> {
+    /// Only this session's.
+    pub session: Option<&'a str>,
+    /// Only those started before this.
+    pub before: Option<DateTime<Utc>>,
+    /// Chat commands and messages settled without a turn too (kinds `command`, `no_turn`).
+    pub commands: bool,
+}
+
 /// A message for the outbox.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OutboxEntry {
@@ -136,13 +147,10 @@ pub trait ApiStore: Send + Sync {
     /// their reply text) for usage accounting. False when there was no such session.
     async fn delete_session(&self, key: &str) -> Result<bool, ApiStoreError>;
 
-    /// The newest runs, of one session when `session` is given, started before `before`.
-    async fn runs(
-        &self,
-        session: Option<&str>,
-        before: Option<DateTime<Utc>>,
-        limit: usize,
-    ) -> Result<Vec<RunView>, ApiStoreError>;
+    /// The newest runs, of one session when `session` is given, started before `before`: the
+    /// runs that called the model, and with `commands` the chat commands and the messages
+    /// settled without a turn too.
+    async fn runs(&self, filter: &RunFilter<'_>, limit: usize) -> Result<Vec<RunView>, ApiStoreError>;
 
     /// One run with its tool calls.
     async fn run(&self, id: &str) -> Result<Option<RunView>, ApiStoreError>;

@@ -11,6 +11,12 @@ const INDEX: &str = include_str!("assets/index.html");
 const APP_JS: &str = include_str!("assets/app.js");
 const MARKDOWN_JS: &str = include_str!("assets/markdown.js");
 const APP_CSS: &str = include_str!("assets/app.css");
+/// The owner console, shown to admin tokens.
+const CONSOLE_JS: &str = include_str!("assets/console.js");
+const CONSOLE_CRON_JS: &str = include_str!("assets/console-cron.js");
+const CONSOLE_USAGE_JS: &str = include_str!("assets/console-usage.js");
+const CONSOLE_CSS: &str = include_str!("assets/console.css");
+const JS: &str = "text/javascript; charset=utf-8";
 const OPENAPI: &str = include_str!("assets/openapi.json");
 
 /// Scripts and styles from this server only; sockets to it; images inline at most.
@@ -22,9 +28,13 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; conn
 pub(super) fn routes<S: Clone + Send + Sync + 'static>() -> Vec<(&'static str, &'static str, MethodRouter<S>)> {
     vec![
         ("get", "/", get(|| async { asset("text/html; charset=utf-8", INDEX) })),
-        ("get", "/assets/app.js", get(|| async { asset("text/javascript; charset=utf-8", APP_JS) })),
-        ("get", "/assets/markdown.js", get(|| async { asset("text/javascript; charset=utf-8", MARKDOWN_JS) })),
+        ("get", "/assets/app.js", get(|| async { asset(JS, APP_JS) })),
+        ("get", "/assets/markdown.js", get(|| async { asset(JS, MARKDOWN_JS) })),
+        ("get", "/assets/console.js", get(|| async { asset(JS, CONSOLE_JS) })),
+        ("get", "/assets/console-cron.js", get(|| async { asset(JS, CONSOLE_CRON_JS) })),
+        ("get", "/assets/console-usage.js", get(|| async { asset(JS, CONSOLE_USAGE_JS) })),
         ("get", "/assets/app.css", get(|| async { asset("text/css; charset=utf-8", APP_CSS) })),
+        ("get", "/assets/console.css", get(|| async { asset("text/css; charset=utf-8", CONSOLE_CSS) })),
         ("get", "/openapi.json", get(|| async { openapi() })),
     ]
 }
@@ -66,14 +76,27 @@ mod tests {
 
     #[test]
     fn the_page_loads_only_its_own_assets() {
-        for asset in ["/assets/app.css", "/assets/app.js", "/assets/markdown.js"] {
+        let assets = ["/assets/app.css", "/assets/app.js", "/assets/markdown.js", "/assets/console.css"];
+        let console = ["/assets/console.js", "/assets/console-cron.js", "/assets/console-usage.js"];
+        for asset in assets.into_iter().chain(console) {
             assert!(INDEX.contains(asset), "index.html does not load {asset}");
         }
         assert!(!INDEX.contains("http://") && !INDEX.contains("https://"), "index.html loads something from elsewhere");
-        assert!(!INDEX.contains("<script>"), "inline script is refused by the page's own policy");
         assert!(
-            !APP_JS.contains("innerHTML") && !MARKDOWN_JS.contains("innerHTML"),
-            "model output must not meet innerHTML"
+            !INDEX.contains("<script>") && !INDEX.contains("style="),
+            "inline script and style are refused by the page's own policy"
         );
+        for script in [APP_JS, MARKDOWN_JS, CONSOLE_JS, CONSOLE_CRON_JS, CONSOLE_USAGE_JS] {
+            assert!(!script.contains("innerHTML"), "model output and stored text must not meet innerHTML");
+        }
+        for script in [CONSOLE_JS, CONSOLE_CRON_JS, CONSOLE_USAGE_JS] {
+            // The SVG namespace is a name, not an address: the charts load nothing from elsewhere.
+            let addresses = script.matches("://").count();
+            assert_eq!(
+                addresses,
+                script.matches("http://www.w3.org/2000/svg").count(),
+                "a console script names an address"
+            );
+        }
     }
 }

@@ -1,5 +1,6 @@
 //! `GET /v1/ws`: a WebSocket that sends messages and receives, for the chats it subscribed
-//! to, their run events as they happen (`run.started`, `chunk`, `tool.call`, `tool.result`,
+//! to (or, for an admin that sent `watch_all`, for every session of every channel), their run
+//! events as they happen (`run.started`, `chunk`, `tool.call`, `tool.result`,
 //! `run.completed`, `run.failed`), the replies to its own messages, and messages that arrive on
 //! their own (`message`: a reminder, a heartbeat finding). The protocol is in
 //! `docs/channels/api.md`.
@@ -65,6 +66,8 @@ struct Connection {
     caller: Caller,
     /// Chats subscribed to, by their full ids.
     chats: HashSet<String>,
+    /// Every session's events (an admin's `watch_all`).
+    all: bool,
     own_tx: mpsc::Sender<Value>,
 }
 
@@ -81,7 +84,7 @@ async fn serve(state: Arc<AppState>, caller: Caller, socket: WebSocket) {
     let (own_tx, mut own_rx) = mpsc::channel(OWN_FRAMES);
     let mut events = state.feed.subscribe_all();
     let shutdown = state.shutdown.clone();
-    let mut conn = Connection { state, caller, chats: HashSet::new(), own_tx };
+    let mut conn = Connection { state, caller, chats: HashSet::new(), all: false, own_tx };
     let (mut sink, mut stream) = socket.split();
     let mut ping = tokio::time::interval_at(Instant::now() + PING_EVERY, PING_EVERY);
     let mut heard = Instant::now();
@@ -98,7 +101,7 @@ async fn serve(state: Arc<AppState>, caller: Caller, socket: WebSocket) {
                 }
             }
             event = events.recv() => match event {
-                Ok(event) => frames::event_frame(&conn.caller, &conn.chats, &event),
+                Ok(event) => frames::event_frame(&conn.caller, &conn.chats, conn.all, &event),
                 Err(broadcast::error::RecvError::Lagged(missed)) => {
                     break Ended::Close(POLICY, format!("too slow: {missed} events were missed; reconnect"));
                 }
@@ -149,6 +152,13 @@ impl Connection {
                 let full = self.caller.chat_id(&chat_id);
                 self.chats.insert(full);
                 Some(json!({"type": "subscribed", "chat_id": chat_id}))
+            }
+            ClientFrame::WatchAll if !self.caller.scopes.admin => {
+                Some(frames::error_frame("forbidden", "watching every session needs an admin token", None))
+            }
+            ClientFrame::WatchAll => {
+                self.all = true;
+                Some(json!({"type": "watching_all"}))
             }
             ClientFrame::Unsubscribe { chat_id } => {
                 self.chats.remove(&self.caller.chat_id(&chat_id));

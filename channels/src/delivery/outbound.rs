@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Ledger;
 use super::live::{DraftState, LiveRuns};
-use super::platform::Platform;
+use super::platform::{Platform, Unreachable};
 use super::record::{DeliveryPolicy, RecordError, Sent};
 use crate::bus::Acker;
 use crate::contract::{OutboundKind, OutboundMessage, reply};
@@ -128,12 +128,18 @@ impl<P: Platform> Sender<P> {
                 "reply older than bus_options.outbound_max_age_secs; dropped, not sent");
             return Outcome::Settled;
         }
-        let mut target = match self.platform.target_of(msg) {
+        let addressed = if msg.to_user() {
+            self.platform.person_target(msg, &self.shutdown).await
+        } else {
+            self.platform.target_of(msg).map_err(Unreachable::Address)
+        };
+        let mut target = match addressed {
             Ok(target) => target,
-            Err(err) => {
+            Err(Unreachable::Address(err)) => {
                 tracing::warn!(%err, id = %msg.id, "outbound message cannot be addressed; dropped");
                 return Outcome::GivenUp;
             }
+            Err(Unreachable::Failed(err)) => return self.failed(msg, &err),
         };
         let draft = self.take_draft(msg).await;
         if reply::says_nothing(msg) {

@@ -18,6 +18,15 @@ pub struct DraftLimits {
     pub kept_bytes: usize,
 }
 
+/// Why a person's direct chat cannot be reached.
+#[derive(Debug)]
+pub enum Unreachable<A, E> {
+    /// Their id is not the platform's: the message can never be delivered.
+    Address(A),
+    /// Opening their direct chat failed, like a send (final, or worth another try later).
+    Failed(E),
+}
+
 /// A chat platform's side of delivering replies and live feedback.
 #[async_trait]
 pub trait Platform: Send + Sync + 'static {
@@ -43,6 +52,17 @@ pub trait Platform: Send + Sync + 'static {
 
     /// The target of an outbound message.
     fn target_of(&self, msg: &OutboundMessage) -> Result<Self::Target, Self::AddressError>;
+
+    /// The target of a message to a person ([`OutboundMessage::to_user`]: `chat_id` is their
+    /// user id). By default a person's id names their direct chat too (Telegram); a platform
+    /// that must first open one (Discord's DM channel) does it here.
+    async fn person_target(
+        &self,
+        msg: &OutboundMessage,
+        _shutdown: &CancellationToken,
+    ) -> Result<Self::Target, Unreachable<Self::AddressError, Self::Error>> {
+        self.target_of(msg).map_err(Unreachable::Address)
+    }
 
     /// The sequence a message is delivered in: messages with the same key go out one after
     /// the other in arrival order. The chat, unless the platform orders per thread.

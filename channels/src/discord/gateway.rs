@@ -10,11 +10,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serenity::all::{ClientBuilder, Context, EventHandler, GatewayIntents, Message, Ready};
+use serenity::all::{ClientBuilder, Context, EventHandler, GatewayIntents, Interaction, Message, Ready};
 use serenity::gateway::GatewayError;
 use tokio_util::sync::CancellationToken;
 
 use super::ingress::Ingress;
+use super::presses::Presses;
 use super::rest::Rest;
 use super::{DiscordSettings, build_http, identify_bot};
 
@@ -27,13 +28,14 @@ const INVALID_TOKEN_WAIT: Duration = Duration::from_secs(600);
 const STOP_WAIT: Duration = Duration::from_secs(5);
 
 /// The intents a text bot needs. MESSAGE_CONTENT is privileged: without it (in the developer
-/// portal) guild messages arrive with empty content.
+/// portal) guild messages arrive with empty content. Pressed buttons (interactions) need none.
 pub(crate) fn intents() -> GatewayIntents {
     GatewayIntents::GUILD_MESSAGES | GatewayIntents::DIRECT_MESSAGES | GatewayIntents::MESSAGE_CONTENT
 }
 
 struct Handler {
     ingress: Arc<Ingress>,
+    presses: Arc<Presses>,
 }
 
 #[serenity::async_trait]
@@ -46,6 +48,14 @@ impl EventHandler for Handler {
     async fn message(&self, _ctx: Context, message: Message) {
         self.ingress.handle_until_accepted(&message).await;
     }
+
+    /// Button presses; other interactions (slash commands) are not registered by the bot.
+    async fn interaction_create(&self, _ctx: Context, interaction: Interaction) {
+        match interaction {
+            Interaction::Component(press) => self.presses.handle(&press).await,
+            other => tracing::debug!(kind = ?other.kind(), "Discord interaction ignored"),
+        }
+    }
 }
 
 /// Runs gateway clients one after the other until `shutdown`. `token_checked`: whether the
@@ -53,7 +63,7 @@ impl EventHandler for Handler {
 pub(crate) async fn run_gateway(
     settings: Arc<DiscordSettings>,
     rest: Arc<Rest>,
-    ingress: Arc<Ingress>,
+    (ingress, presses): (Arc<Ingress>, Arc<Presses>),
     mut token_checked: bool,
     shutdown: CancellationToken,
 ) {
@@ -72,7 +82,10 @@ pub(crate) async fn run_gateway(
             prepared = prepare(&rest, &ingress, &mut token_checked) => prepared,
         };
         let end = match prepared {
-            Ok(url) => run_client(&settings, url, &ingress, &shutdown).await,
+            Ok(url) => {
+                let handler = Handler { ingress: Arc::clone(&ingress), presses: Arc::clone(&presses) };
+                run_client(&settings, url, handler, &shutdown).await
+            }
             Err(end) => end,
         };
         let wait = match end {
@@ -131,10 +144,9 @@ async fn prepare(rest: &Rest, ingress: &Ingress, token_checked: &mut bool) -> Re
 async fn run_client(
     settings: &DiscordSettings,
     gateway_url: String,
-    ingress: &Arc<Ingress>,
+    handler: Handler,
     shutdown: &CancellationToken,
 ) -> ClientEnd {
-    let handler = Handler { ingress: Arc::clone(ingress) };
     let mut client = match ClientBuilder::new_with_http(build_http(settings), intents()).event_handler(handler).await {
         Ok(client) => client,
         Err(err) => return ClientEnd::Failed(format!("cannot build the client: {err}")),

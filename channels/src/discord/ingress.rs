@@ -144,7 +144,7 @@ impl Ingress {
     async fn place(&self, msg: &Incoming) -> Place {
         let channel_id = msg.channel_id;
         let Some(guild_id) = msg.guild_id else {
-            self.directory.insert(channel_id, ChannelKind::Direct);
+            self.directory.insert_direct(msg.author.id, channel_id);
             return Place::Direct { channel_id };
         };
         let kind = match self.directory.get(channel_id) {

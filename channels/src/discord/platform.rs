@@ -6,17 +6,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serenity::all::{ChannelId, EditMessage, MessageId};
+use serenity::all::{ChannelId, EditMessage, MessageId, UserId};
 use tokio_util::sync::CancellationToken;
 
 use super::directory::Directory;
 use super::rest::Rest;
-use super::retry::{RetryPolicy, SendError, once};
-use super::send::{Step, edit_text, plan_steps, send_part};
+use super::retry::{RetryPolicy, SendError, once, with_retry};
+use super::send::{Step, edit_into_step, plan_steps, send_part};
 use super::target::{AddressError, Target, allowed_mentions, nonce, parse_id};
-use super::{CHANNEL, DiscordSettings, MESSAGE_LIMIT, upload};
+use super::{CHANNEL, DiscordSettings, MESSAGE_LIMIT, components, upload};
 use crate::contract::{OutboundMessage, RunEvent};
-use crate::delivery::{DraftLimits, Platform};
+use crate::delivery::{DraftLimits, Platform, Unreachable};
 
 /// The REST client, the channel directory and the settings, as the delivery core uses them.
 pub(crate) struct DiscordPlatform {
@@ -55,13 +55,36 @@ impl Platform for DiscordPlatform {
         Target::of(msg, &self.directory)
     }
 
+    /// The person's DM channel: known from a message they sent or an earlier opening, else
+    /// opened now (Discord returns the same channel every time) and remembered.
+    async fn person_target(
+        &self,
+        msg: &OutboundMessage,
+        shutdown: &CancellationToken,
+    ) -> Result<Target, Unreachable<AddressError, SendError>> {
+        let user =
+            parse_id(&msg.chat_id).ok_or_else(|| Unreachable::Address(AddressError::Person(msg.chat_id.clone())))?;
+        let channel = match self.directory.direct_channel_of(user) {
+            Some(channel) => ChannelId::new(channel),
+            None => {
+                let open = || self.rest.open_direct(UserId::new(user));
+                let channel =
+                    with_retry(&self.retry, "open a DM", shutdown, open).await.map_err(Unreachable::Failed)?;
+                tracing::debug!(user, channel = channel.get(), "opened a Discord DM channel");
+                self.directory.insert_direct(user, channel.get());
+                channel
+            }
+        };
+        Ok(Target { channel, reply_to: None })
+    }
+
     /// Ordered per Discord channel: a thread is its own channel.
     fn queue_key(&self, msg: &OutboundMessage) -> String {
         msg.thread_id.clone().unwrap_or_else(|| msg.chat_id.clone())
     }
 
     async fn plan(&self, msg: &OutboundMessage) -> Vec<Step> {
-        plan_steps(&msg.content, upload::prepare(&msg.media).await)
+        plan_steps(&msg.content, upload::prepare(&msg.media).await, components::action_rows(&msg.buttons))
     }
 
     /// Retries carry the same nonce, made from the message id and the step, so a create whose
@@ -89,7 +112,7 @@ impl Platform for DiscordPlatform {
         step: &Step,
         shutdown: &CancellationToken,
     ) -> Result<(), SendError> {
-        edit_text(&self.rest, &self.retry, target.channel, message, &step.text, shutdown).await
+        edit_into_step(&self.rest, &self.retry, target.channel, message, step, shutdown).await
     }
 
     async fn delete(&self, target: &Target, message: MessageId) -> Result<(), SendError> {

@@ -22,8 +22,8 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use serenity::all::{
-    Channel, ChannelId, CreateAttachment, CreateMessage, CurrentUser, EditMessage, GuildId, Http, LightMethod, Member,
-    MessageId, Request, Route, UserId,
+    ApplicationId, Channel, ChannelId, CreateAttachment, CreateMessage, CurrentUser, EditMessage, GuildId, Http,
+    InteractionId, LightMethod, Member, MessageId, Request, Route, UserId,
 };
 use serenity::http::HttpError;
 use tokio::time::Instant;
@@ -57,6 +57,18 @@ impl RestError {
             RestError::Network(_) | RestError::Unexpected(_) => None,
         }
     }
+}
+
+/// A part of the answer to an interaction.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum AnswerPart {
+    /// `POST /interactions/{id}/{token}/callback`: the one initial response.
+    Response(InteractionId),
+    /// `POST /webhooks/{application}/{token}`: a follow-up message, after the response.
+    FollowUp(ApplicationId),
+    /// `PATCH /webhooks/{application}/{token}/messages/@original`: edits the message the
+    /// response stands for (after a deferred update: the pressed message).
+    EditOriginal(ApplicationId),
 }
 
 /// The adapter's Discord REST client (see the module docs).
@@ -131,6 +143,39 @@ impl Rest {
     pub(crate) async fn delete_message(&self, channel_id: ChannelId, message_id: MessageId) -> Result<(), RestError> {
         let route = Route::ChannelMessage { channel_id, message_id };
         self.execute(Request::new(route, LightMethod::Delete)).await.map(drop)
+    }
+
+    /// `POST /users/@me/channels`: the DM channel with a person (Discord returns the same one
+    /// each time).
+    pub(crate) async fn open_direct(&self, user_id: UserId) -> Result<ChannelId, RestError> {
+        #[derive(Deserialize)]
+        struct Opened {
+            id: ChannelId,
+        }
+        let body = json(&serde_json::json!({ "recipient_id": user_id.to_string() }))?;
+        let request = Request::new(Route::UserMeDmChannels, LightMethod::Post).body(Some(body));
+        Ok(decode::<Opened>(self.execute(request).await?).await?.id)
+    }
+
+    /// Sends `body` as part of the answer to an interaction, authorized by its `token`.
+    pub(crate) async fn answer_interaction(
+        &self,
+        part: AnswerPart,
+        token: &str,
+        body: &Value,
+    ) -> Result<(), RestError> {
+        let (route, method) = match part {
+            AnswerPart::Response(interaction_id) => {
+                (Route::InteractionResponse { interaction_id, token }, LightMethod::Post)
+            }
+            AnswerPart::FollowUp(application_id) => {
+                (Route::WebhookFollowupMessages { application_id, token }, LightMethod::Post)
+            }
+            AnswerPart::EditOriginal(application_id) => {
+                (Route::WebhookOriginalInteractionResponse { application_id, token }, LightMethod::Patch)
+            }
+        };
+        self.execute(Request::new(route, method).body(Some(json(body)?))).await.map(drop)
     }
 
     /// Shows "typing…" in a channel for about ten seconds.

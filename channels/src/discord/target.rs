@@ -24,6 +24,8 @@ pub(crate) struct Target {
 pub(crate) enum AddressError {
     #[error("channel id {0:?} is not a Discord channel id")]
     Channel(String),
+    #[error("user id {0:?} is not a Discord user id")]
+    Person(String),
 }
 
 impl Target {

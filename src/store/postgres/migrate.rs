@@ -35,7 +35,12 @@ pub(crate) const POSTGRES_MIGRATIONS: &[Migration] = &[
         name: "pairing_decisions",
         sql: include_str!("../../../migrations/postgres/0008_pairing_decisions.sql"),
     },
-    Migration { version: 9, name: "usage_cost", sql: include_str!("../../../migrations/postgres/0009_usage_cost.sql") },
+    Migration { version: 9, name: "run_payer", sql: include_str!("../../../migrations/postgres/0009_run_payer.sql") },
+    Migration {
+        version: 10,
+        name: "usage_cost",
+        sql: include_str!("../../../migrations/postgres/0010_usage_cost.sql"),
+    },
 ];
 
 /// The advisory lock migrations hold ("sb" "mg" in ASCII); any fixed number would do.

@@ -7,8 +7,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use switchboard_channels::api::store::{
-    ApiStore, ApiStoreError, MessagePage, OutboxEntry, RunView, SessionMessage, SessionScope, SessionSummary,
-    WebhookDue,
+    ApiStore, ApiStoreError, MessagePage, OutboxEntry, RunFilter, RunView, SessionMessage, SessionScope,
+    SessionSummary, WebhookDue,
 };
 use switchboard_channels::contract::OutboundMessage;
 
@@ -286,21 +286,18 @@ macro_rules! api_store {
                 Ok(true)
             }
 
-            async fn runs(
-                &self,
-                session: Option<&str>,
-                before: Option<DateTime<Utc>>,
-                limit: usize,
-            ) -> Result<Vec<RunView>, ApiStoreError> {
+            async fn runs(&self, filter: &RunFilter<'_>, limit: usize) -> Result<Vec<RunView>, ApiStoreError> {
                 let sql = format!(
                     "SELECT {} FROM runs WHERE ($1 = '' OR session_key = $1) AND started_at < $2 \
-                     ORDER BY started_at DESC, run_id DESC LIMIT $3",
-                    crate::store::shared::runs::RUN_COLUMNS
+                     AND ($4 OR kind IN ({})) ORDER BY started_at DESC, run_id DESC LIMIT $3",
+                    crate::store::shared::runs::RUN_COLUMNS,
+                    crate::store::shared::runs::model_kinds()
                 );
                 let rows = sqlx::query(&sql)
-                    .bind(session.unwrap_or(""))
-                    .bind(millis(before))
+                    .bind(filter.session.unwrap_or(""))
+                    .bind(millis(filter.before))
                     .bind(sql_limit(limit))
+                    .bind(filter.commands)
                     .fetch_all(self.pool())
                     .await
                     .map_err(failed)?;

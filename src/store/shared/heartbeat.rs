@@ -43,6 +43,23 @@ macro_rules! heartbeat_store {
                 })
             }
 
+            async fn heartbeat_states(&self) -> Result<Vec<(String, HeartbeatState)>, StoreError> {
+                let rows: Vec<(String, i64, Option<i64>, Option<String>)> =
+                    sqlx::query_as("SELECT agent, next_at, last_at, last_outcome FROM heartbeats ORDER BY agent")
+                        .fetch_all(self.pool())
+                        .await?;
+                rows.into_iter()
+                    .map(|(agent, next_at, last_at, last_outcome)| {
+                        let state = HeartbeatState {
+                            next_at: time("heartbeats.next_at", next_at)?,
+                            last_at: last_at.map(|at| time("heartbeats.last_at", at)).transpose()?,
+                            last_outcome,
+                        };
+                        Ok((agent, state))
+                    })
+                    .collect()
+            }
+
             async fn claim_heartbeat_slot(&self, claim: &SlotClaim<'_>) -> Result<bool, StoreError> {
                 let updated = sqlx::query(
                     "UPDATE heartbeats SET next_at = $1, last_at = $2, last_outcome = $3 WHERE agent = $4 AND next_at = $5",

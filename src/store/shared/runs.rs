@@ -51,7 +51,7 @@ where
 }
 
 /// The kinds of runs that call the model, as an SQL list: `'turn', 'memory_flush', …`.
-fn model_kinds() -> String {
+pub(super) fn model_kinds() -> String {
     let kinds = RunKind::ALL.into_iter().filter(|kind| kind.calls_the_model());
     kinds.map(|kind| format!("'{}'", kind.as_str())).collect::<Vec<_>>().join(", ")
 }
@@ -265,8 +265,8 @@ macro_rules! run_store {
                 let inserted = sqlx::query(
                     "INSERT INTO runs (run_id, inbound_id, session_key, kind, status, model, input_tokens, \
                      output_tokens, cache_read_tokens, cache_write_tokens, usage_estimated, cost_usd, iterations, \
-                     error, started_at, finished_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) \
+                     error, started_at, finished_at, billed_channel, billed_sender) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) \
                      ON CONFLICT (inbound_id) DO NOTHING",
                 )
                 .bind(Uuid::now_v7().to_string())
@@ -285,6 +285,8 @@ macro_rules! run_store {
                 .bind(&run.error)
                 .bind(run.started_at.timestamp_millis())
                 .bind(now)
+                .bind(run.billing.as_ref().map(|billing| billing.identity.channel.as_str()))
+                .bind(run.billing.as_ref().map(|billing| billing.identity.sender_id.as_str()))
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();

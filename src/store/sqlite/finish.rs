@@ -59,7 +59,8 @@ BEGIN
         iterations = NEW.iterations, error = NEW.error,
         reply_json = NEW.reply_json, finished_at = NEW.finished_at, cost_usd = NEW.cost_usd,
         usage_estimated = NEW.usage_estimated,
-        reply_delivered = reply_delivered OR NEW.reply_payload IS NOT NULL
+        reply_delivered = reply_delivered OR NEW.reply_payload IS NOT NULL,
+        billed_channel = NEW.billing_channel, billed_sender = NEW.billing_sender
         WHERE run_id = NEW.run_id AND status = 'running';
     -- The transcript comes as a JSON array of [role, message JSON] pairs, in order.
     INSERT INTO transcript (session_key, run_id, seq, role, message_json, created_at, memory_scope)

@@ -34,11 +34,8 @@ pub(in crate::worker) async fn users(shared: &Shared) -> Result<String, StoreErr
 
 /// `Ann, owner: telegram:1, api:ann; 8000 tokens, $0.0300`.
 fn user_line(shared: &Shared, summary: &UserSummary) -> String {
-    let policy = shared.access.get();
     let UserSummary { user, identities, used: usage, cost } = summary;
-    // A configured owner identity makes its user an owner when writing from it.
-    let level =
-        identities.iter().map(|(identity, _)| policy.effective_level(identity, user)).max().unwrap_or(user.level);
+    let level = shared.access.get().listed_level(summary);
     let name = identities.iter().map(|(_, name)| name.as_str()).find(|name| !name.is_empty());
     let ids: Vec<String> = identities.iter().map(|(identity, _)| identity.to_string()).collect();
     format!(

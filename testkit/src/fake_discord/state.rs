@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use super::direct::Directs;
 use super::interactions::Interactions;
 use super::wire::{self, Answer, snowflake};
 use super::{BOT_ID, Failure, SentMessage, components, events};
@@ -45,6 +46,8 @@ pub(super) struct State {
     next_attachment_id: u64,
     /// Pressed buttons' interactions and their responses.
     pub(super) interactions: Interactions,
+    /// People's DM channels with the bot.
+    pub(super) directs: Directs,
 }
 
 impl State {
@@ -63,6 +66,7 @@ impl State {
             next_message_id: 9000,
             next_attachment_id: 7000,
             interactions: Interactions::new(),
+            directs: Directs::new(),
         }
     }
 
@@ -89,6 +93,7 @@ impl State {
     }
 
     pub(super) fn add_channel(&mut self, channel: Value) {
+        self.learn_direct(&channel);
         if let Some(id) = snowflake(&channel["id"]) {
             self.channels.insert(id, channel);
         }
@@ -96,6 +101,7 @@ impl State {
 
     /// Remembers a dispatched message so replies to it can carry it as `referenced_message`.
     pub(super) fn remember(&mut self, message: &Value) {
+        self.learn_direct(message);
         if let Some(id) = snowflake(&message["id"]) {
             self.seen.insert(id, message.clone());
         }
@@ -119,6 +125,7 @@ impl State {
             ("GET", ["gateway"]) => Answer::ok(json!({ "url": self.gateway_url() })),
             ("GET", ["gateway", "bot"]) => Answer::ok(self.bot_gateway()),
             ("GET", ["users", "@me"]) => Answer::ok(wire::current_user()),
+            ("POST", ["users", "@me", "channels"]) => self.open_direct(body),
             ("GET", ["oauth2", "applications", "@me"]) => Answer::ok(wire::application()),
             ("GET", ["channels", _]) => self.channel(id(1)),
             ("POST", ["channels", _, "messages"]) => self.create_message(id(1), body, uploads),
@@ -202,6 +209,9 @@ impl State {
 
     pub(super) fn create_message(&mut self, channel_id: Option<u64>, body: &Value, uploads: &[Upload]) -> Answer {
         let Some(channel_id) = channel_id else { return Answer::not_found() };
+        if let Some(refused) = self.directs.refuses_messages_in(channel_id) {
+            return refused;
+        }
         let content = body["content"].as_str().unwrap_or_default().to_owned();
         let has_embeds = body["embeds"].as_array().is_some_and(|embeds| !embeds.is_empty());
         if content.is_empty() && uploads.is_empty() && !has_embeds {

@@ -17,6 +17,10 @@ const state = {
   outbox: [],           // frames waiting for the socket to open
 };
 
+// What the owner console (console*.js) hooks into: called when the token is accepted, when
+// the socket (re)opens, and with every frame.
+const hooks = { ready: [], open: [], frame: [] };
+
 class Unauthorized extends Error {}
 
 async function api(path, options = {}) {
@@ -213,6 +217,7 @@ function connect() {
     setStatus("");
     if (state.current) subscribe(state.current);
     for (const frame of state.outbox.splice(0)) socket.send(JSON.stringify(frame));
+    for (const hook of hooks.open) hook();
   });
   socket.addEventListener("message", (event) => onFrame(JSON.parse(event.data)));
   socket.addEventListener("close", () => {
@@ -230,6 +235,9 @@ function sendFrame(frame) {
 function subscribe(chatId) { sendFrame({ type: "subscribe", chat_id: chatId }); }
 
 function onFrame(frame) {
+  for (const hook of hooks.frame) hook(frame);
+  // An admin watching every session gets other channels' events too: never this chat's.
+  if (frame.channel && frame.channel !== "api") return;
   const here = frame.chat_id === undefined || frame.chat_id === null || frame.chat_id === state.current;
   const key = frame.inbound_id || frame.message_id || frame.run_id;
   switch (frame.type) {
@@ -309,6 +317,8 @@ async function start() {
     return;
   }
   $("forget-token").hidden = !state.token;
+  state.ready = true;
+  for (const hook of hooks.ready) hook();
   await loadChats();
   const wanted = decodeURIComponent(location.hash.slice(1));
   connect();

@@ -31,6 +31,8 @@ pub(super) enum ClientFrame {
     Unsubscribe {
         chat_id: String,
     },
+    /// Receive the run events of every session, of every channel (admin tokens only).
+    WatchAll,
     /// Send a message to a chat (and subscribe to it).
     Message(SendFrame),
 }
@@ -143,17 +145,22 @@ async fn refusal_frame(response: Response, client_id: Option<&str>) -> Value {
     json!({"type": "error", "status": status, "error": error, "client_id": client_id})
 }
 
-/// The frame for a run event, when it is for one of the socket's chats.
-pub(super) fn event_frame(caller: &Caller, chats: &HashSet<String>, event: &RunEvent) -> Option<Value> {
-    if !chats.contains(&event.chat_id) {
+/// The frame for a run event, when it is for one of the socket's API chats, or for any session
+/// when the socket watches them all (then with its `channel`, and the chat id as it is).
+pub(super) fn event_frame(caller: &Caller, chats: &HashSet<String>, all: bool, event: &RunEvent) -> Option<Value> {
+    let own = event.channel == crate::api::CHANNEL && chats.contains(&event.chat_id);
+    if !own && !all {
         return None;
     }
     let mut frame = serde_json::to_value(event).ok()?;
     let fields = frame.as_object_mut()?;
-    for noise in ["v", "channel", "thread_id", "reply_to"] {
+    for noise in ["v", "thread_id", "reply_to"] {
         fields.remove(noise);
     }
-    fields.insert("chat_id".into(), Value::from(client_chat(caller, &event.chat_id)));
+    if !all {
+        fields.remove("channel");
+        fields.insert("chat_id".into(), Value::from(client_chat(caller, &event.chat_id)));
+    }
     let tool_result = fields.get("type").and_then(Value::as_str) == Some("tool.result");
     if let Some(Value::String(content)) = fields.get_mut("content")
         && tool_result
@@ -189,18 +196,31 @@ mod tests {
     fn a_socket_gets_its_chats_events_under_the_names_it_knows() {
         let chats = HashSet::from(["alice/kitchen".to_owned()]);
         let chunk = event("alice/kitchen", RunEventBody::Chunk { text: "he".into() });
-        let frame = event_frame(&alice(), &chats, &chunk).unwrap();
+        let frame = event_frame(&alice(), &chats, false, &chunk).unwrap();
         assert_eq!(
             (frame["type"].as_str(), frame["chat_id"].as_str(), frame["text"].as_str()),
             (Some("chunk"), Some("kitchen"), Some("he"))
         );
         assert!(frame.get("channel").is_none());
-        assert!(event_frame(&alice(), &chats, &event("bob/kitchen", RunEventBody::Started)).is_none());
+        assert!(event_frame(&alice(), &chats, false, &event("bob/kitchen", RunEventBody::Started)).is_none());
         let long = "x".repeat(TOOL_RESULT_CHARS + 10);
         let result =
             RunEventBody::ToolResult { call_id: "1".into(), name: "read".into(), content: long, is_error: false };
-        let frame = event_frame(&alice(), &chats, &event("alice/kitchen", result)).unwrap();
+        let frame = event_frame(&alice(), &chats, false, &event("alice/kitchen", result)).unwrap();
         assert_eq!(frame["content"].as_str().unwrap().chars().count(), TOOL_RESULT_CHARS + 1);
+    }
+
+    #[test]
+    fn a_chat_subscription_gets_api_events_only_and_watching_all_gets_every_channel() {
+        let chats = HashSet::from(["111".to_owned()]);
+        let inbound = InboundMessage::user("telegram", "111", Default::default(), "hi");
+        let telegram = RunEvent::answering(&inbound, "r2", "telegram:111", RunEventBody::Started);
+        assert!(event_frame(&alice(), &chats, false, &telegram).is_none(), "a Telegram chat is no API chat");
+        let frame = event_frame(&alice(), &HashSet::new(), true, &telegram).unwrap();
+        assert_eq!(
+            (frame["channel"].as_str(), frame["chat_id"].as_str(), frame["session_key"].as_str()),
+            (Some("telegram"), Some("111"), Some("telegram:111"))
+        );
     }
 
     #[test]

@@ -1,15 +1,12 @@
--- The estimated cost of each month's usage, per user and per configured group, added with its
--- tokens when a run finishes: `cost_usd` sums the runs whose cost is known, `unpriced_tokens`
--- counts the tokens of those whose model has no price (left out of `cost_usd`). Tokens counted
--- before this migration have no known cost.
-ALTER TABLE usage_monthly ADD COLUMN cost_usd DOUBLE PRECISION NOT NULL DEFAULT 0.0;
-ALTER TABLE usage_monthly ADD COLUMN unpriced_tokens BIGINT NOT NULL DEFAULT 0;
-UPDATE usage_monthly SET unpriced_tokens = input_tokens + output_tokens;
-ALTER TABLE group_usage_monthly ADD COLUMN cost_usd DOUBLE PRECISION NOT NULL DEFAULT 0.0;
-ALTER TABLE group_usage_monthly ADD COLUMN unpriced_tokens BIGINT NOT NULL DEFAULT 0;
-UPDATE group_usage_monthly SET unpriced_tokens = input_tokens + output_tokens;
+-- Who a run's usage was billed to (its billing identity, `channel` and `sender_id`), so usage
+-- and cost can be summed per person and per day, and a person's last activity read. NULL for
+-- runs billed to nobody (cron jobs and heartbeats acting for no one, commands) and for runs
+-- finished before these columns.
+ALTER TABLE runs ADD COLUMN billed_channel TEXT;
+ALTER TABLE runs ADD COLUMN billed_sender TEXT;
+CREATE INDEX runs_by_payer ON runs (billed_channel, billed_sender, started_at);
 
--- finish_runs (0006) adding the run's cost (or its tokens, when the cost is unknown) to the month's usage.
+-- finish_runs (0006) recording the billing identity on the run.
 CREATE OR REPLACE FUNCTION finish_runs(finishes JSONB)
 RETURNS TABLE (
     finished_run    TEXT,
@@ -27,8 +24,6 @@ DECLARE
     inputs   BIGINT;
     outputs  BIGINT;
     cached   BIGINT;
-    cost     DOUBLE PRECISION;
-    unpriced BIGINT;
     billed   TEXT;
 BEGIN
     FOR f IN SELECT value FROM jsonb_array_elements(finishes) LOOP
@@ -52,8 +47,6 @@ BEGIN
         outputs := (f ->> 'output_tokens')::BIGINT;
         cached := (f ->> 'cache_read_tokens')::BIGINT;
         billed := f ->> 'billing_month';
-        cost := COALESCE((f ->> 'cost_usd')::DOUBLE PRECISION, 0);
-        unpriced := CASE WHEN f ->> 'cost_usd' IS NULL THEN inputs + outputs ELSE 0 END;
         UPDATE runs SET status = f ->> 'status', model = f ->> 'model', input_tokens = inputs,
             output_tokens = outputs, cache_read_tokens = cached,
             cache_write_tokens = (f ->> 'cache_write_tokens')::BIGINT,
@@ -61,7 +54,8 @@ BEGIN
             reply_json = f ->> 'reply_json', finished_at = at,
             cost_usd = (f ->> 'cost_usd')::DOUBLE PRECISION,
             usage_estimated = (f ->> 'usage_estimated')::BOOLEAN,
-            reply_delivered = reply_delivered OR f ->> 'reply_payload' IS NOT NULL
+            reply_delivered = reply_delivered OR f ->> 'reply_payload' IS NOT NULL,
+            billed_channel = f ->> 'billing_channel', billed_sender = f ->> 'billing_sender'
             WHERE run_id = finished_run;
         -- Transcript ids are taken in commit order, as SQLite's one writer takes them: a
         -- session's history reads its rows by id, and the memory index reads every scope's rows
@@ -75,27 +69,21 @@ BEGIN
             ORDER BY t.n;
         usage_counted := TRUE;
         IF billed IS NOT NULL THEN
-            INSERT INTO usage_monthly AS u (user_id, month, input_tokens, output_tokens, cache_read_tokens,
-                    cost_usd, unpriced_tokens)
-                SELECT i.user_id, billed, inputs, outputs, cached, cost, unpriced FROM identities AS i
+            INSERT INTO usage_monthly AS u (user_id, month, input_tokens, output_tokens, cache_read_tokens)
+                SELECT i.user_id, billed, inputs, outputs, cached FROM identities AS i
                 WHERE i.channel = f ->> 'billing_channel' AND i.sender_id = f ->> 'billing_sender'
                 ON CONFLICT (user_id, month) DO UPDATE SET
                     input_tokens = u.input_tokens + excluded.input_tokens,
                     output_tokens = u.output_tokens + excluded.output_tokens,
-                    cache_read_tokens = u.cache_read_tokens + excluded.cache_read_tokens,
-                    cost_usd = u.cost_usd + excluded.cost_usd,
-                    unpriced_tokens = u.unpriced_tokens + excluded.unpriced_tokens;
+                    cache_read_tokens = u.cache_read_tokens + excluded.cache_read_tokens;
             usage_counted := FOUND;
             IF f ->> 'billing_group' IS NOT NULL THEN
-                INSERT INTO group_usage_monthly AS g (group_key, month, input_tokens, output_tokens, cache_read_tokens,
-                        cost_usd, unpriced_tokens)
-                    VALUES (f ->> 'billing_group', billed, inputs, outputs, cached, cost, unpriced)
+                INSERT INTO group_usage_monthly AS g (group_key, month, input_tokens, output_tokens, cache_read_tokens)
+                    VALUES (f ->> 'billing_group', billed, inputs, outputs, cached)
                     ON CONFLICT (group_key, month) DO UPDATE SET
                         input_tokens = g.input_tokens + excluded.input_tokens,
                         output_tokens = g.output_tokens + excluded.output_tokens,
-                        cache_read_tokens = g.cache_read_tokens + excluded.cache_read_tokens,
-                        cost_usd = g.cost_usd + excluded.cost_usd,
-                        unpriced_tokens = g.unpriced_tokens + excluded.unpriced_tokens;
+                        cache_read_tokens = g.cache_read_tokens + excluded.cache_read_tokens;
             END IF;
         END IF;
         UPDATE sessions SET updated_at = at, history_version = history_version + 1

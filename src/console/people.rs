@@ -1,0 +1,122 @@
+//! People and levels: every user with their identities, level, this month's tokens and last
+//! activity, the pairing requests waiting, and a level changed.
+
+use std::collections::{HashMap, HashSet};
+
+use chrono::{DateTime, Utc};
+use switchboard_channels::api::console::desk::ConsoleError;
+use switchboard_channels::api::console::views::{IdentityItem, PairingRequestItem, People, Person};
+
+use super::{Console, failed};
+use crate::config::{BadLevel, Identity, Level};
+use crate::store::pairing::PairingState;
+use crate::store::users::{UserId, UserSummary};
+use crate::users::{AccessPolicy, month_key};
+
+/// What a person's view is made of besides the user.
+struct Context {
+    policy: AccessPolicy,
+    /// Identities let into direct messages by an approved pairing.
+    paired: HashSet<String>,
+    last_active: HashMap<UserId, DateTime<Utc>>,
+}
+
+impl Console {
+    fn policy(&self) -> Result<AccessPolicy, ConsoleError> {
+        let config = &self.config;
+        AccessPolicy::from_config(&config.users, &config.permissions, &config.budgets)
+            .map_err(|err| ConsoleError::Failed(err.to_string()))
+    }
+
+    async fn users(&self, policy: &AccessPolicy) -> Result<Vec<UserSummary>, ConsoleError> {
+        self.store.list_users(&month_key(policy.now())).await.map_err(failed)
+    }
+}
+
+pub(super) async fn list(console: &Console) -> Result<People, ConsoleError> {
+    let policy = console.policy()?;
+    let users = console.users(&policy).await?;
+    let pairings = console.store.list_pairings(None).await.map_err(failed)?;
+    let mut paired = HashSet::new();
+    let mut pending = Vec::new();
+    for entry in pairings {
+        match entry.state {
+            PairingState::Approved { .. } => {
+                paired.insert(format!("{}:{}", entry.channel, entry.sender_id));
+            }
+            PairingState::Pending { code, expires_at } => pending.push(PairingRequestItem {
+                expires: console.local(expires_at),
+                channel: entry.channel,
+                code,
+                sender_id: entry.sender_id,
+                name: entry.sender_name,
+                expires_at,
+            }),
+        }
+    }
+    pending.sort_by_key(|request| request.expires_at);
+    let last_active = console.store.last_active().await.map_err(failed)?;
+    let context = Context { policy, paired, last_active: last_active.into_iter().map(|a| (a.user, a.at)).collect() };
+    let people = users.iter().map(|summary| person(&context, summary)).collect();
+    let levels = Level::ALL.iter().map(|level| level.as_str().to_owned()).collect();
+    Ok(People { people, pending, levels })
+}
+
+fn person(context: &Context, summary: &UserSummary) -> Person {
+    let UserSummary { user, identities, used, .. } = summary;
+    let level = context.policy.listed_level(summary);
+    let name = identities
+        .iter()
+        .map(|(identity, name)| if name.is_empty() { identity.to_string() } else { name.clone() })
+        .next()
+        .unwrap_or_else(|| format!("user {}", user.id));
+    let items = identities
+        .iter()
+        .map(|(identity, name)| IdentityItem {
+            identity: identity.to_string(),
+            name: name.clone(),
+            paired: context.paired.contains(&identity.to_string()),
+        })
+        .collect();
+    Person {
+        user_id: user.id.0,
+        name,
+        level: level.as_str().to_owned(),
+        configured_owner: identities
+            .iter()
+            .any(|(identity, _)| context.policy.new_user_level(identity) == Level::Owner),
+        identities: items,
+        tokens_this_month: used.input_tokens.saturating_add(used.output_tokens),
+        last_active: context.last_active.get(&user.id).copied(),
+    }
+}
+
+pub(super) async fn set_level(
+    console: &Console,
+    identity: &str,
+    level: &str,
+    by: &str,
+) -> Result<Person, ConsoleError> {
+    let identity: Identity = identity.parse().map_err(|_| {
+        ConsoleError::Invalid(format!("{identity:?} is not an identity (channel:sender_id, e.g. telegram:123456)"))
+    })?;
+    let level: Level = level.parse().map_err(|err: BadLevel| ConsoleError::Invalid(err.to_string()))?;
+    let policy = console.policy()?;
+    if policy.new_user_level(&identity) == Level::Owner && level < Level::Owner {
+        return Err(ConsoleError::Invalid(format!(
+            "{identity} is listed in users.owners, so it acts as owner whatever is set here; lower it in the config"
+        )));
+    }
+    let known = console.users(&policy).await?;
+    if !known.iter().any(|summary| summary.identities.iter().any(|(known, _)| *known == identity)) {
+        return Err(ConsoleError::NotFound(format!("nobody is known as {identity}")));
+    }
+    let user = console.store.set_level(&identity, level).await.map_err(failed)?;
+    tracing::info!(%identity, %level, by, "level set from the owner console");
+    let people = list(console).await?;
+    people
+        .people
+        .into_iter()
+        .find(|person| person.user_id == user.id.0)
+        .ok_or_else(|| ConsoleError::Failed(format!("user {} is gone after its level was set", user.id)))
+}
