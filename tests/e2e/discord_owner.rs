@@ -4,11 +4,14 @@
 //! and who decided, and tells the stranger. Presses by others, and on requests decided
 //! elsewhere, are answered as such.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use switchboard_testkit::fake_discord::{FakeDiscord, InteractionCallback, SentMessage, events};
-use switchboard_testkit::fake_llm::FakeLlm;
+use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
+
+use crate::approvals::exec_result;
 
 use crate::support::{Daemon, Launch, run_to_exit};
 
@@ -123,12 +126,12 @@ async fn the_owner_approves_a_stranger_with_a_discord_button() {
     fake.assert_interactions_acknowledged();
 }
 
-/// Someone else's press is refused (to them alone) and logged; a request decided from the shell
-/// first is no longer open to a button.
+/// Someone else's press is refused (to them alone) and logged; the owner's Deny tells the
+/// stranger, who stays out; a request decided from the shell first is no longer open to a button.
 #[tokio::test]
-async fn a_strangers_press_is_refused_and_a_decided_request_is_no_longer_open() {
+async fn refusals_denials_and_requests_decided_elsewhere() {
     let dir = tempfile::tempdir().unwrap();
-    let (_llm, fake, daemon) = started(dir.path(), "dc-refuse").await;
+    let (llm, fake, daemon) = started(dir.path(), "dc-refuse").await;
 
     let (notice, code) = stranger_asks(&fake, EVE, EVES_DM, "eve", "let me in").await;
     let refused = press(&fake, &notice, MALLORY, &format!("pa:{code}")).await;
@@ -140,6 +143,11 @@ async fn a_strangers_press_is_refused_and_a_decided_request_is_no_longer_open() 
 
     decide(&fake, &notice, &format!("pd:{code}"), "Denied.", "❌ Denied by User999 (discord:999).").await;
     sent_to(&fake, || Some(EVES_DM), |content| content.contains("declined")).await;
+    let before = fake.sent_messages().len();
+    fake.send_message_create(events::dm_message(EVES_DM, EVE, "eve", 2, "please?"));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(fake.sent_messages().len(), before, "no new code, no answer: {:#?}", fake.sent_messages());
+    assert!(llm.requests().is_empty(), "nothing reached the model");
 
     // Approved from the shell while the notice still shows its buttons.
     let (notice, code) = stranger_asks(&fake, FRANK, FRANKS_DM, "frank", "hello").await;
@@ -197,40 +205,103 @@ async fn someone_asks(fake: &FakeDiscord, user: u64, dm: u64, n: u64) -> (SentMe
     (request, deny.trim_start_matches("td:").to_owned())
 }
 
-/// A guest's `exec` call waits for the owner, who decides it with a button in their DM (on
-/// record since they wrote to the bot): allowed once it runs, denied the model is told.
-#[tokio::test]
-async fn the_owner_allows_or_denies_a_tool_call_with_a_discord_button() {
-    const OWNERS_DM: u64 = 399;
-    const BOB: u64 = 222;
-    const BOBS_DM: u64 = 303;
-    let dir = tempfile::tempdir().unwrap();
-    let (llm, fake) = (FakeLlm::start().await, FakeDiscord::start().await);
-    let mut daemon = owner_bot(crate::approvals::launch(dir.path(), &llm, "dc-tools"), &llm, &fake)
+const OWNERS_DM: u64 = 399;
+const BOB: u64 = 222;
+const BOBS_DM: u64 = 303;
+
+/// A daemon where a guest's `exec` waits for the owner and Bob may talk to the bot; healthy,
+/// and the fake's `connection`th gateway connection made.
+async fn approvals_bot(dir: &Path, llm: &FakeLlm, fake: &FakeDiscord, name: &'static str, connection: usize) -> Daemon {
+    let mut daemon = owner_bot(crate::approvals::launch(dir, llm, name), llm, fake)
         .env("SWITCHBOARD_CHANNELS__DISCORD__ALLOW_FROM", &format!(r#"["{BOB}"]"#))
         .spawn();
     daemon.wait_healthy().await;
-    fake.wait_connected(1, Duration::from_secs(10)).await;
+    fake.wait_connected(connection, Duration::from_secs(10)).await;
+    daemon
+}
+
+/// The owner writes once, so their DM is on record for approval requests.
+async fn owner_says_hi(fake: &FakeDiscord) {
     fake.send_message_create(events::dm_message(OWNERS_DM, OWNER, "user999", 1, "hi"));
-    sent_to(&fake, || Some(OWNERS_DM), |content| content == "echo: hi").await;
+    sent_to(fake, || Some(OWNERS_DM), |content| content == "echo: hi").await;
+}
+
+/// Waits until Bob was sent `n` messages that start with `start`.
+async fn bob_told(fake: &FakeDiscord, n: usize, start: &str) {
+    let count =
+        || fake.sent_messages().iter().filter(|s| s.channel_id == BOBS_DM && s.content.starts_with(start)).count();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while count() < n {
+        assert!(Instant::now() < deadline, "Bob never told {start:?} {n} times: {:#?}", fake.sent_messages());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A guest's `exec` call waits for the owner, who decides it with a button in their DM (on
+/// record since they wrote to the bot): allowed once it runs, denied the model is told,
+/// unanswered it is declined at the timeout and a later press finds it closed.
+#[tokio::test]
+async fn the_owner_allows_denies_or_misses_a_tool_call_with_a_discord_button() {
+    let dir = tempfile::tempdir().unwrap();
+    let (llm, fake) = (FakeLlm::start().await, FakeDiscord::start().await);
+    let _daemon = approvals_bot(dir.path(), &llm, &fake, "dc-tools", 1).await;
+    owner_says_hi(&fake).await;
 
     crate::approvals::script_exec(&llm, "echo ran-by-button");
     let (request, code) = someone_asks(&fake, BOB, BOBS_DM, 1).await;
     assert_eq!(request.channel_id, OWNERS_DM, "the owner's direct chat on record");
+    bob_told(&fake, 1, "This needs the owner's approval first (exec)").await;
     let buttons = fake.buttons(request.channel_id, request.message_id);
     let shown: Vec<(u8, &str)> = buttons[0].iter().map(|b| (b.style, b.label.as_deref().unwrap_or(""))).collect();
     assert_eq!(shown, [(3, "Allow once"), (3, "Allow for this chat"), (4, "Deny")]);
     decide(&fake, &request, &format!("ta:{code}"), "Allowed once.", "✅ Allowed once by User999 (discord:999).").await;
-    sent_to(&fake, || Some(BOBS_DM), |content| content == "done").await;
-    assert!(crate::approvals::exec_result(&llm).contains("ran-by-button"));
+    bob_told(&fake, 1, "done").await;
+    assert!(exec_result(&llm).contains("ran-by-button"));
 
     crate::approvals::script_exec(&llm, "echo must-not-run");
     let (request, code) = someone_asks(&fake, BOB, BOBS_DM, 2).await;
     decide(&fake, &request, &format!("td:{code}"), "Denied.", "❌ Denied by User999 (discord:999).").await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !crate::approvals::exec_result(&llm).contains("the owner declined this call") {
-        assert!(Instant::now() < deadline, "{}", crate::approvals::exec_result(&llm));
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    bob_told(&fake, 2, "done").await;
+    assert!(exec_result(&llm).contains("the owner declined this call"), "{}", exec_result(&llm));
+
+    // Unanswered: declined at the timeout (4 s), Bob still answered.
+    crate::approvals::script_exec(&llm, "echo must-not-run");
+    let (request, code) = someone_asks(&fake, BOB, BOBS_DM, 3).await;
+    bob_told(&fake, 3, "done").await;
+    assert!(exec_result(&llm).contains("did not answer in time"), "{}", exec_result(&llm));
+    decide(&fake, &request, &format!("ta:{code}"), NO_LONGER_OPEN, "No longer open.").await;
+    fake.assert_interactions_acknowledged();
+}
+
+/// `/stop` and a restart end the wait, Bob answered each time; the owner's buttons then answer
+/// that the request is no longer open.
+#[tokio::test]
+async fn stop_and_restart_close_the_request_the_discord_buttons_show() {
+    let dir = tempfile::tempdir().unwrap();
+    let (llm, fake) = (FakeLlm::start().await, FakeDiscord::start().await);
+    let mut first = approvals_bot(dir.path(), &llm, &fake, "dc-first", 1).await;
+    owner_says_hi(&fake).await;
+
+    llm.push(Scripted::ToolCalls(vec![("exec".into(), json!({"command": "echo must-not-run"}))]));
+    let (stopped, code) = someone_asks(&fake, BOB, BOBS_DM, 1).await;
+    fake.send_message_create(events::dm_message(BOBS_DM, BOB, "bob", 2, "/stop"));
+    bob_told(&fake, 1, "Stopped").await;
+    let closed = || run_to_exit(dir.path(), &["approvals", "list", "--all"], &[]).2.contains(" cancelled ");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !closed() {
+        assert!(Instant::now() < deadline, "the approval was never cancelled");
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    decide(&fake, &stopped, &format!("ta:{code}"), NO_LONGER_OPEN, "No longer open.").await;
+
+    llm.push(Scripted::ToolCalls(vec![("exec".into(), json!({"command": "echo must-not-run"}))]));
+    let (waiting, code) = someone_asks(&fake, BOB, BOBS_DM, 3).await;
+    first.kill_hard();
+    let _second = approvals_bot(dir.path(), &llm, &fake, "dc-second", 2).await;
+    bob_told(&fake, 1, "While this waited for the owner's approval (exec), switchboard restarted").await;
+    decide(&fake, &waiting, &format!("ta:{code}"), NO_LONGER_OPEN, "No longer open.").await;
+    // Neither call ran: the model was asked once for "hi" and once for each call, never again.
+    assert_eq!(llm.requests().len(), 3);
+    assert!(run_to_exit(dir.path(), &["approvals", "list", "--all"], &[]).2.contains(" expired "));
     fake.assert_interactions_acknowledged();
 }
