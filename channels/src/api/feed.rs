@@ -1,6 +1,8 @@
 //! Live run events for the API's streaming answers and WebSockets: one subscription to the
-//! `api` channel's run events per process (and to the chat channels' for admins' sockets), handed to the requests that watch a run (by the
-//! inbound id the run answers) and to every WebSocket (which picks its chats' events).
+//! `api` channel's run events per process, handed to the requests that watch a run (by the
+//! inbound id the run answers) and to every WebSocket (which picks its chats' events). The chat
+//! channels' events are subscribed to only once an admin's socket asks to watch every session
+//! (the console's live feed): until then their turns cost this process nothing.
 //!
 //! Events are best effort (a slow process may miss some) and are not ordered with the reply, so
 //! a watcher keeps the streamed text and the reply remains the authority: what the events
@@ -83,11 +85,20 @@ const SOCKET_BACKLOG: usize = 1024;
 pub(super) struct RunFeed {
     watched: Mutex<HashMap<String, Weak<Watch>>>,
     all: broadcast::Sender<Arc<RunEvent>>,
+    /// The chat channels' events, not subscribed to yet: taken by the first `watch_all`.
+    others: tokio::sync::Mutex<Option<Others>>,
+}
+
+/// What subscribing to the chat channels' events takes.
+struct Others {
+    bus: Arc<dyn Bus>,
+    channels: Vec<String>,
+    stop: CancellationToken,
 }
 
 impl Default for RunFeed {
     fn default() -> Self {
-        Self { watched: Mutex::default(), all: broadcast::channel(SOCKET_BACKLOG).0 }
+        Self { watched: Mutex::default(), all: broadcast::channel(SOCKET_BACKLOG).0, others: Default::default() }
     }
 }
 
@@ -96,21 +107,37 @@ impl RunFeed {
         self.watched.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Subscribes to the run events of the `api` channel, and of the chat channels in `others`
-    /// (for admins who watch every session), and follows them until `stop`.
+    /// Subscribes to the run events of the `api` channel and follows them until `stop`; those
+    /// of the chat channels in `others` wait for [`RunFeed::follow_every_channel`].
     pub(super) async fn start(
         bus: &Arc<dyn Bus>,
         others: &[String],
         stop: CancellationToken,
     ) -> Result<Arc<RunFeed>, BusError> {
-        let mut streams = vec![bus.events(CHANNEL, None).await?];
-        for channel in others.iter().filter(|channel| *channel != CHANNEL) {
-            streams.push(bus.events(channel, None).await?);
-        }
-        let events: Events = Box::pin(futures_util::stream::select_all(streams));
+        let events = bus.events(CHANNEL, None).await?;
         let feed = Arc::new(RunFeed::default());
+        let channels: Vec<String> = others.iter().filter(|channel| *channel != CHANNEL).cloned().collect();
+        if !channels.is_empty() {
+            *feed.others.lock().await = Some(Others { bus: Arc::clone(bus), channels, stop: stop.clone() });
+        }
         tokio::spawn(follow(events, Arc::downgrade(&feed), stop));
         Ok(feed)
+    }
+
+    /// Follows the chat channels' run events too, from now on (once; later calls return at
+    /// once, after the first has subscribed). A channel that cannot be subscribed to is logged
+    /// and left out: its sessions are then missing from the live feed.
+    pub(super) async fn follow_every_channel(self: &Arc<Self>) {
+        let Some(others) = self.others.lock().await.take() else { return };
+        let mut streams = Vec::new();
+        for channel in &others.channels {
+            match others.bus.events(channel, None).await {
+                Ok(events) => streams.push(events),
+                Err(err) => tracing::warn!(%channel, %err, "cannot follow a channel's run events for the live feed"),
+            }
+        }
+        let events: Events = Box::pin(futures_util::stream::select_all(streams));
+        tokio::spawn(follow(events, Arc::downgrade(self), others.stop));
     }
 
     /// Watches the run answering inbound message `inbound_id`; call it before publishing the

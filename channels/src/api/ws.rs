@@ -158,7 +158,13 @@ impl Connection {
             }
             ClientFrame::WatchAll => {
                 self.all = true;
-                Some(json!({"type": "watching_all"}))
+                // Answered once the chat channels' events are followed, so none after it is missed.
+                let (feed, own_tx) = (Arc::clone(&self.state.feed), self.own_tx.clone());
+                tokio::spawn(async move {
+                    feed.follow_every_channel().await;
+                    let _ = own_tx.send(json!({"type": "watching_all"})).await;
+                });
+                None
             }
             ClientFrame::Unsubscribe { chat_id } => {
                 self.chats.remove(&self.caller.chat_id(&chat_id));
