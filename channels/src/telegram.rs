@@ -307,12 +307,19 @@ async fn register_commands(bot: &Bot, owners: &[String]) {
         tracing::warn!(err = %describe(&err), "cannot register the command menu");
     }
     let owners_menu: Vec<BotCommand> = everyone.into_iter().chain(menu(commands::OWNER_COMMANDS)).collect();
-    for owner in owners {
-        let Ok(id) = owner.parse::<i64>() else { continue };
-        let scope = BotCommandScope::Chat { chat_id: Recipient::Id(ChatId(id)) };
-        if let Err(err) = bot.set_my_commands(owners_menu.clone()).scope(scope).await {
-            // Telegram knows no chat with an owner who never started the bot.
-            tracing::warn!(err = %describe(&err), %owner, "cannot register the owner's command menu");
-        }
+    let owner_ids: Vec<i64> = owners.iter().filter_map(|owner| owner.parse().ok()).collect();
+    if owner_ids.is_empty() {
+        return;
     }
+    // A call per owner: done aside, so it does not delay the first getUpdates.
+    let bot = bot.clone();
+    tokio::spawn(async move {
+        for id in owner_ids {
+            let scope = BotCommandScope::Chat { chat_id: Recipient::Id(ChatId(id)) };
+            if let Err(err) = bot.set_my_commands(owners_menu.clone()).scope(scope).await {
+                // Telegram knows no chat with an owner who never started the bot.
+                tracing::warn!(err = %describe(&err), owner = id, "cannot register the owner's command menu");
+            }
+        }
+    });
 }
