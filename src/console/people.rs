@@ -9,6 +9,7 @@ use switchboard_channels::api::console::views::{IdentityItem, PairingRequestItem
 
 use super::{Console, failed};
 use crate::config::{BadLevel, Identity, Level};
+use crate::control::{LevelChange, PersonMatch};
 use crate::store::pairing::PairingState;
 use crate::store::users::{UserId, UserSummary};
 use crate::users::{AccessPolicy, month_key};
@@ -101,22 +102,33 @@ pub(super) async fn set_level(
         ConsoleError::Invalid(format!("{identity:?} is not an identity (channel:sender_id, e.g. telegram:123456)"))
     })?;
     let level: Level = level.parse().map_err(|err: BadLevel| ConsoleError::Invalid(err.to_string()))?;
-    let policy = console.policy()?;
-    if policy.new_user_level(&identity) == Level::Owner && level < Level::Owner {
-        return Err(ConsoleError::Invalid(format!(
-            "{identity} is listed in users.owners, so it acts as owner whatever is set here; lower it in the config"
-        )));
-    }
-    let known = console.users(&policy).await?;
-    if !known.iter().any(|summary| summary.identities.iter().any(|(known, _)| *known == identity)) {
+    // The owner's operation, as `/level` does it: the config's owners are not lowered.
+    let known = console.users(&console.policy()?).await?;
+    let is_known = known.iter().any(|summary| summary.identities.iter().any(|(known, _)| *known == identity));
+    // A configured owner, seen or not, gets the config's answer below.
+    if !is_known && !console.control.deciders().named_owners().contains(&identity) {
         return Err(ConsoleError::NotFound(format!("nobody is known as {identity}")));
     }
-    let user = console.store.set_level(&identity, level).await.map_err(failed)?;
-    tracing::info!(%identity, %level, by, "level set from the owner console");
+    let person = match console.control.find_person(&identity.to_string()).await.map_err(failed)? {
+        PersonMatch::One(person) => person,
+        PersonMatch::Unusable(problem) => return Err(ConsoleError::Invalid(problem)),
+        PersonMatch::Several(_) | PersonMatch::Nobody => {
+            return Err(ConsoleError::NotFound(format!("nobody is known as {identity}")));
+        }
+    };
+    let user_identity = person.identity.clone();
+    match console.control.set_level(person, level, by).await.map_err(failed)? {
+        LevelChange::ConfiguredOwner(owner) => {
+            return Err(ConsoleError::Invalid(format!(
+                "{owner} is listed in users.owners, so it acts as owner whatever is set here; lower it in the config"
+            )));
+        }
+        LevelChange::Set { .. } => {}
+    }
     let people = list(console).await?;
     people
         .people
         .into_iter()
-        .find(|person| person.user_id == user.id.0)
-        .ok_or_else(|| ConsoleError::Failed(format!("user {} is gone after its level was set", user.id)))
+        .find(|person| person.identities.iter().any(|item| item.identity == user_identity.to_string()))
+        .ok_or_else(|| ConsoleError::Failed(format!("{user_identity} is gone after its level was set")))
 }
