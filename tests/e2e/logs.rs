@@ -27,6 +27,8 @@ async fn json_logs_are_one_object_a_line_with_the_run_and_session_of_the_line() 
     let dir = tempfile::tempdir().unwrap();
     let (daemon, reply) = one_run(dir.path(), &llm, "json").await;
     let run_id = reply["run_id"].as_str().unwrap_or_else(|| panic!("no run_id in {reply}"));
+    // "run finished" is logged after the reply is handed over, so it may trail the answer.
+    daemon.wait_for_log(&format!("\"run_id\":\"{run_id}\"")).await;
     let logs = daemon.logs();
     let lines: Vec<Value> = logs
         .lines()
@@ -56,6 +58,7 @@ async fn text_logs_show_the_run_id_of_a_line_logged_during_the_run() {
     let dir = tempfile::tempdir().unwrap();
     let (daemon, reply) = one_run(dir.path(), &llm, "text").await;
     let run_id = reply["run_id"].as_str().unwrap_or_else(|| panic!("no run_id in {reply}"));
+    daemon.wait_for_log("run finished").await;
     let logs = daemon.logs();
     assert!(
         logs.lines().any(|line| line.contains(&format!("run_id={run_id}")) && line.contains("session=api:logs")),
