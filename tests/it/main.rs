@@ -21,6 +21,7 @@ mod cron;
 mod cron_clock;
 mod delivery_record;
 mod discord;
+mod docs;
 mod discord_buttons;
 mod group_chat;
 mod groups;
