@@ -164,6 +164,7 @@ pub async fn run(
     }
     shutdown.cancelled().await;
     for (what, task) in background {
+        tracing::debug!(what, "waiting for a background task to stop");
         if let Err(err) = task.await {
             tracing::warn!(%err, what, "a background task ended abnormally");
         }
