@@ -95,7 +95,26 @@ fn admin_commands_print_their_answer_without_log_lines() {
     let other = tempfile::tempdir().unwrap();
     let (status, stderr, _) = run_to_exit(other.path(), &["users", "list"], &[("RUST_LOG", "info")]);
     assert!(status.success(), "{stderr}");
-    assert!(stderr.contains("applied database migration"), "{stderr}");
+    assert!(stderr.contains("created the database schema"), "{stderr}");
+    assert!(!stderr.contains("applied database migration"), "one line, not one a migration: {stderr}");
+}
+
+/// A second `run` on another data dir but the same API address: one clear line at once,
+/// before a database is created there.
+#[tokio::test]
+async fn a_second_run_on_a_taken_address_says_so_before_creating_a_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = Launch::new(dir.path(), "run-1", &["run"]).llm("http://127.0.0.1:9/v1").spawn();
+    first.wait_healthy().await;
+    let other = tempfile::tempdir().unwrap();
+    let address = first.url("").trim_start_matches("http://").to_owned();
+    let env = [LLM.as_slice(), &[("SWITCHBOARD_CHANNELS__API__LISTEN", address.as_str()), ("RUST_LOG", "info")]].concat();
+    let (status, stderr, _) = run_to_exit(other.path(), &["run"], &env);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(&format!("cannot listen on {address}")), "{stderr}");
+    assert!(stderr.contains("is another switchboard running?"), "{stderr}");
+    assert!(!stderr.contains("migration") && !stderr.contains("database schema"), "{stderr}");
+    assert!(!other.path().join("switchboard.db").exists(), "a database was created first");
 }
 
 #[test]
