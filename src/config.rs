@@ -356,6 +356,10 @@ pub struct AgentConfig {
     pub system_prompt: String,
     /// LLM calls per run before the run is stopped.
     pub max_iterations: u32,
+    /// Tool-loop detection: the same tool with the same arguments asked for this many times in
+    /// one run, or two steps alternating this many times less one (`A, B, A, B` with 3), is a
+    /// loop. The model gets one tool result saying so; if it goes on, the run ends. 0 = off.
+    pub loop_detection: u32,
     /// Seconds a whole run (every model call and tool of one turn) may take before it is
     /// stopped and the chat told; the chat's next message waits no longer than this.
     pub run_timeout_secs: u64,
@@ -396,6 +400,7 @@ impl Default for AgentConfig {
                             they help."
                 .into(),
             max_iterations: 20,
+            loop_detection: 3,
             // A turn with a few tool calls on a slow local model takes a minute or two; five
             // minutes is a loop, and the chat's next message should not wait longer.
             run_timeout_secs: 300,

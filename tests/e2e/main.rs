@@ -6,6 +6,7 @@ mod stores;
 #[path = "../support/mod.rs"]
 mod support;
 
+mod agent_loop;
 mod agents;
 mod api_limits;
 mod api_openai;
