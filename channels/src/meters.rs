@@ -108,6 +108,7 @@ pub struct Meters {
     pub dead_letters: Family<FlowLabels, Counter>,
     pub send_errors: Family<ChannelLabels, Counter>,
     pub rate_limited: Family<ChannelLabels, Counter>,
+    pub expired: Family<RouteLabels, Counter>,
 }
 
 /// Turns last from well under a second (a command) to minutes (tools, slow local models):
@@ -133,6 +134,7 @@ impl Meters {
             dead_letters: Family::default(),
             send_errors: Family::default(),
             rate_limited: Family::default(),
+            expired: Family::default(),
         }
     }
 
@@ -170,6 +172,11 @@ impl Meters {
             "rate_limited",
             "Answers from a chat platform that said to wait (HTTP 429), by channel",
             self.rate_limited.clone(),
+        );
+        registry.register(
+            "messages_expired",
+            "Messages that waited longer than worker.max_wait_secs for their turn and were not run (a person's got a note), by agent and channel",
+            self.expired.clone(),
         );
     }
 
@@ -225,6 +232,11 @@ impl Meters {
 
     pub fn send_failed(&self, channel: &str) {
         self.send_errors.get_or_create(&ChannelLabels { channel: channel.to_owned() }).inc();
+    }
+
+    /// A message waited past `worker.max_wait_secs` and was not run.
+    pub fn expired(&self, agent: &str, channel: &str) {
+        self.expired.get_or_create(&RouteLabels { agent: agent.to_owned(), channel: channel.to_owned() }).inc();
     }
 
     pub fn told_to_wait(&self, channel: &str) {
