@@ -463,6 +463,10 @@ pub struct WorkerConfig {
     /// burst (a forward, an album, a split text) waits a moment for its rest, and what arrives
     /// during a turn is answered together in the next.
     pub debounce_ms: u64,
+    /// A person's message that waited longer than this for its turn (behind a slow model's
+    /// turns) gets a short note instead, or in `collect` mode is folded into a fresher turn;
+    /// heartbeats that waited as long are skipped. 0 = no limit.
+    pub max_wait_secs: u64,
 }
 
 impl Default for WorkerConfig {
@@ -477,6 +481,9 @@ impl Default for WorkerConfig {
             // No fixed wait: people see a lone message answered at once (bursts are merged
             // without one, see `worker::batch`).
             debounce_ms: 0,
+            // Ten minutes behind other turns: the conversation has moved on, and the person
+            // is better served by being asked to send it again than by a stale answer.
+            max_wait_secs: 600,
         }
     }
 }

@@ -129,6 +129,7 @@ pub struct Meters {
     pub rate_limited: Family<ChannelLabels, Counter>,
     pub tool_loops: Family<ToolLoopLabels, Counter>,
     pub run_compactions: Family<AgentLabels, Counter>,
+    pub expired: Family<RouteLabels, Counter>,
 }
 
 /// Turns last from well under a second (a command) to minutes (tools, slow local models):
@@ -156,6 +157,7 @@ impl Meters {
             rate_limited: Family::default(),
             tool_loops: Family::default(),
             run_compactions: Family::default(),
+            expired: Family::default(),
         }
     }
 
@@ -203,6 +205,11 @@ impl Meters {
             "run_compactions",
             "Model calls before which a run shortened its older tool results to fit the context window, by agent",
             self.run_compactions.clone(),
+        );
+        registry.register(
+            "messages_expired",
+            "Messages that waited longer than worker.max_wait_secs for their turn and were not run (a person's got a note), by agent and channel",
+            self.expired.clone(),
         );
     }
 
@@ -258,6 +265,11 @@ impl Meters {
 
     pub fn send_failed(&self, channel: &str) {
         self.send_errors.get_or_create(&ChannelLabels { channel: channel.to_owned() }).inc();
+    }
+
+    /// A message waited past `worker.max_wait_secs` and was not run.
+    pub fn expired(&self, agent: &str, channel: &str) {
+        self.expired.get_or_create(&RouteLabels { agent: agent.to_owned(), channel: channel.to_owned() }).inc();
     }
 
     pub fn told_to_wait(&self, channel: &str) {

@@ -59,7 +59,9 @@ impl Agent {
             tool_choice,
             cache_key: cache_key.map(str::to_owned),
         };
-        let chunk = |text: &str| events.emit(RunEventBody::Chunk { text: text.to_owned() });
+        // What streams is cleaned as the final reply will be: no leaked block shows meanwhile.
+        let chunk =
+            crate::hygiene::stream::cleaning(|text: &str| events.emit(RunEventBody::Chunk { text: text.to_owned() }));
         let stream = self.settings.stream.then_some(&chunk as &(dyn Fn(&str) + Send + Sync));
         let span = tracing::info_span!(
             "llm_call",

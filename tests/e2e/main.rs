@@ -49,6 +49,7 @@ mod subagents;
 mod systemd_units;
 mod telegram;
 mod tools;
+mod wait_limit;
 mod web;
 mod web_chat;
 mod workspace;
