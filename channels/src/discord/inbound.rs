@@ -115,7 +115,7 @@ fn replied_message(replied: &Message, bot_id: u64) -> RepliedTo {
     RepliedTo::new(replied.id.get().to_string(), sender, author.id == bot_id, &text, None)
 }
 
-fn author(user: &User) -> Author {
+pub(crate) fn author(user: &User) -> Author {
     Author {
         id: user.id.get(),
         username: user.name.clone(),
