@@ -124,22 +124,12 @@ fn given(interaction: &CommandInteraction) -> Vec<(String, String)> {
     interaction.data.options.iter().filter_map(|option| Some((option.name.clone(), text(&option.value)?))).collect()
 }
 
-/// The invocation as the message its typed form would be; its id is the interaction's.
+/// The invocation as the message its typed form would be; its id is the interaction's. It
+/// addresses the bot by being its command.
 fn incoming(interaction: &CommandInteraction, text: String) -> Incoming {
-    Incoming {
-        channel_id: interaction.channel_id.get(),
-        message_id: interaction.id.get(),
-        guild_id: interaction.guild_id.map(|id| id.get()),
-        author: author(&interaction.user),
-        text,
-        mentions_bot: true,
-        mention_roles: Vec::new(),
-        replies_to_bot: false,
-        reply_to: None,
-        replied_to: None,
-        attachments: Vec::new(),
-        burst: false,
-    }
+    let (channel_id, guild_id) = (interaction.channel_id.get(), interaction.guild_id.map(|id| id.get()));
+    let typed = Incoming::text(channel_id, interaction.id.get(), guild_id, author(&interaction.user), text);
+    Incoming { mentions_bot: true, ..typed }
 }
 
 /// The interaction a reply answers, when its inbound message was a slash command still open:

@@ -18,7 +18,7 @@ use std::collections::{HashMap, HashSet};
 use serde_json::{Value, json};
 
 use super::APPLICATION_ID;
-use super::form::{Refusal, invalid_form_body};
+use super::form::{Refusal, bounded_list, invalid_form_body};
 use super::state::State;
 use super::wire::Answer;
 
@@ -150,12 +150,7 @@ fn listed_option(option: &Value) -> Value {
 }
 
 fn check_table(body: &Value) -> Result<(), Refusal> {
-    let Some(commands) = body.as_array() else {
-        return Err(Refusal::new(&[], "BASE_TYPE_ARRAY", "Must be an array."));
-    };
-    if commands.len() > MAX_COMMANDS {
-        return Err(Refusal::new(&[], "BASE_TYPE_MAX_LENGTH", format!("Must be {MAX_COMMANDS} or fewer in length.")));
-    }
+    let commands = bounded_list(body, MAX_COMMANDS)?;
     let mut names = HashSet::new();
     for (index, command) in commands.iter().enumerate() {
         let index = index.to_string();
@@ -190,10 +185,7 @@ fn check_command(command: &Value) -> Result<(), Refusal> {
 }
 
 fn check_options(options: &Value) -> Result<(), Refusal> {
-    let options = options.as_array().map(Vec::as_slice).unwrap_or_default();
-    if options.len() > MAX_OPTIONS {
-        return Err(Refusal::new(&[], "BASE_TYPE_MAX_LENGTH", format!("Must be {MAX_OPTIONS} or fewer in length.")));
-    }
+    let options = if options.is_null() { &[] } else { bounded_list(options, MAX_OPTIONS)? };
     let (mut names, mut optional_seen) = (HashSet::new(), false);
     for (index, option) in options.iter().enumerate() {
         let index = index.to_string();
@@ -219,11 +211,10 @@ fn check_option(option: &Value) -> Result<(), Refusal> {
     check_name(&option["name"], "APPLICATION_COMMAND_INVALID_NAME", "Option name is invalid")
         .map_err(|refusal| refusal.under(&["name"]))?;
     check_length(&option["description"], 1, 100).map_err(|refusal| refusal.under(&["description"]))?;
-    let choices = option["choices"].as_array().map(Vec::as_slice).unwrap_or_default();
-    if choices.len() > MAX_CHOICES {
-        let message = format!("Must be {MAX_CHOICES} or fewer in length.");
-        return Err(Refusal::new(&["choices"], "BASE_TYPE_MAX_LENGTH", message));
-    }
+    let choices = match &option["choices"] {
+        Value::Null => &[],
+        choices => bounded_list(choices, MAX_CHOICES).map_err(|refusal| refusal.under(&["choices"]))?,
+    };
     for (index, choice) in choices.iter().enumerate() {
         let index = index.to_string();
         check_length(&choice["name"], 1, 100).map_err(|refusal| refusal.under(&["choices", &index, "name"]))?;

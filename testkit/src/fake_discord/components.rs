@@ -12,7 +12,7 @@ use std::collections::HashSet;
 use serde_json::Value;
 
 use super::ComponentButton;
-use super::form::{Refusal, invalid_form_body};
+use super::form::{Refusal, bounded_list, invalid_form_body};
 use super::wire::Answer;
 
 const MAX_ROWS: usize = 5;
@@ -31,12 +31,7 @@ pub(super) fn check(components: &Value, field: &[&str]) -> Result<Value, Answer>
 }
 
 fn check_rows(components: &Value) -> Result<(), Refusal> {
-    let Some(rows) = components.as_array() else {
-        return Err(Refusal::new(&[], "BASE_TYPE_LIST", "Must be an array."));
-    };
-    if rows.len() > MAX_ROWS {
-        return Err(Refusal::new(&[], "BASE_TYPE_MAX_LENGTH", format!("Must be {MAX_ROWS} or fewer in length.")));
-    }
+    let rows = bounded_list(components, MAX_ROWS)?;
     let mut custom_ids = HashSet::new();
     for (index, row) in rows.iter().enumerate() {
         let index = index.to_string();

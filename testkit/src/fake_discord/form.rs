@@ -37,3 +37,12 @@ pub(super) fn invalid_form_body(refusal: Refusal) -> Answer {
     }
     Answer::Json(400, json!({ "code": 50035, "message": "Invalid Form Body", "errors": tree }))
 }
+
+/// `value` as a list of at most `max` items, or Discord's refusal of it.
+pub(super) fn bounded_list(value: &Value, max: usize) -> Result<&[Value], Refusal> {
+    let items = value.as_array().ok_or_else(|| Refusal::new(&[], "BASE_TYPE_LIST", "Must be an array."))?;
+    if items.len() > max {
+        return Err(Refusal::new(&[], "BASE_TYPE_MAX_LENGTH", format!("Must be {max} or fewer in length.")));
+    }
+    Ok(items)
+}

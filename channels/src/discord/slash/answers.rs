@@ -219,17 +219,18 @@ mod tests {
         }
     }
 
-    fn rest_of(fake: &FakeDiscord) -> Arc<Rest> {
+    /// The fake, the answers of a client pointed at it, and an invocation of `/status` there.
+    async fn started() -> (FakeDiscord, Arc<Answers>, CommandInteraction) {
+        let fake = FakeDiscord::start().await;
         let http = HttpBuilder::new(FakeDiscord::TOKEN).proxy(fake.url()).ratelimiter_disabled(true).build();
-        Arc::new(Rest::new(Arc::new(http)))
+        let rest = Arc::new(Rest::new(Arc::new(http)));
+        let command = invoked(&fake, &rest).await;
+        (fake, Arc::new(Answers::new(rest, CancellationToken::new())), command)
     }
 
     #[tokio::test]
     async fn an_answer_in_time_is_the_response_and_the_deferral_stands_down() {
-        let fake = FakeDiscord::start().await;
-        let rest = rest_of(&fake);
-        let command = invoked(&fake, &rest).await;
-        let answers = Arc::new(Answers::new(rest, CancellationToken::new()));
+        let (fake, answers, command) = started().await;
         assert!(answers.open(&command, false, Instant::now()));
         assert!(!answers.open(&command, false, Instant::now()), "a replay is not taken on twice");
         answers.defer_unless_answered(command.id.get());
@@ -242,10 +243,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_late_answer_is_deferred_in_time_then_edits_the_response_and_follows_up() {
-        let fake = FakeDiscord::start().await;
-        let rest = rest_of(&fake);
-        let command = invoked(&fake, &rest).await;
-        let answers = Arc::new(Answers::new(rest, CancellationToken::new()));
+        let (fake, answers, command) = started().await;
         let id = command.id.get();
         assert!(answers.open(&command, true, Instant::now()));
         answers.defer_unless_answered(id);
