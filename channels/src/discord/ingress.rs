@@ -50,6 +50,8 @@ pub(crate) struct Ingress {
     /// (which always comes before any message). 0 = not known yet.
     bot_id: AtomicU64,
     bot_roles: tokio::sync::Mutex<HashMap<u64, (Instant, Vec<u64>)>>,
+    /// Held across a channel lookup (see [`Self::place`]).
+    channel_lookup: tokio::sync::Mutex<()>,
     /// Recent guild messages that did not address the bot, for the next one that does.
     context: Mutex<GroupContext>,
     shutdown: CancellationToken,
@@ -75,6 +77,7 @@ impl Ingress {
             downloads: reqwest::Client::new(),
             bot_id: AtomicU64::new(0),
             bot_roles: tokio::sync::Mutex::new(HashMap::new()),
+            channel_lookup: tokio::sync::Mutex::new(()),
             context,
             shutdown,
         }
@@ -151,7 +154,16 @@ impl Ingress {
         };
         let kind = match self.directory.get(channel_id) {
             Some(kind) => kind,
-            None => self.look_up_channel(guild_id, channel_id).await,
+            None => {
+                // One lookup at a time, in arrival order: messages of a new channel arriving
+                // together ask Discord once and go on in the order they came (the chatter
+                // before a mention is kept as its context before the mention is forwarded).
+                let _lookup = self.channel_lookup.lock().await;
+                match self.directory.get(channel_id) {
+                    Some(kind) => kind,
+                    None => self.look_up_channel(guild_id, channel_id).await,
+                }
+            }
         };
         match kind {
             ChannelKind::Thread { guild_id, parent_id } => Place::Thread { guild_id, parent_id, thread_id: channel_id },
