@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::discord::rest::{AnswerPart, Rest};
-use crate::discord::retry::{RetryPolicy, with_retry};
+use crate::discord::retry::{RetryPolicy, SendError, once, with_retry};
 use crate::discord::target::allowed_mentions;
 
 /// How long an answer may take before the command is acknowledged with a deferred response:
@@ -91,7 +91,14 @@ impl Answers {
 
     /// Whether replies to `id` can still go through the interaction.
     pub(crate) fn is_open(&self, id: u64) -> bool {
-        self.usable(id).is_some()
+        let young = self.lock().get(&id).map(|pending| pending.received.elapsed() < TOKEN_USABLE);
+        if young == Some(false) {
+            tracing::info!(
+                interaction_id = id,
+                "a slash command's interaction has expired; its answer goes to the channel"
+            );
+        }
+        young == Some(true)
     }
 
     fn usable(&self, id: u64) -> Option<Arc<Pending>> {
@@ -146,8 +153,9 @@ impl Answers {
         let sent = match *stage {
             Stage::Open => {
                 let response = json!({ "type": CHANNEL_MESSAGE, "data": message });
+                // Once: a retry could only meet "already acknowledged" or the 3 s limit.
                 let part = AnswerPart::Response(pending.id);
-                self.rest.answer_interaction(part, &pending.token, &response).await.map_err(|err| err.to_string())
+                once("answer a slash command", self.rest.answer_interaction(part, &pending.token, &response)).await
             }
             Stage::Deferred => {
                 let mut edit = message;
@@ -174,11 +182,9 @@ impl Answers {
     }
 
     /// A webhook call (edit or follow-up), retried as message creates are.
-    async fn retried(&self, part: AnswerPart, token: &str, body: &Value) -> Result<(), String> {
+    async fn retried(&self, part: AnswerPart, token: &str, body: &Value) -> Result<(), SendError> {
         let call = || self.rest.answer_interaction(part, token, body);
-        with_retry(&RetryPolicy::DEFAULT, "answer a slash command", &self.shutdown, call)
-            .await
-            .map_err(|err| err.to_string())
+        with_retry(&RetryPolicy::DEFAULT, "answer a slash command", &self.shutdown, call).await
     }
 }
 
