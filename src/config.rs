@@ -56,7 +56,7 @@ pub use api::{ApiChannelConfig, ApiTokenConfig, ApiWebhookConfig};
 pub use approvals::ApprovalsConfig;
 pub use context::{CompactionConfig, DEFAULT_OUTPUT_RESERVE, HistoryConfig, output_reserve};
 pub use cron::CronConfig;
-pub use discord::DiscordChannelConfig;
+pub use discord::{DiscordChannelConfig, SlashCommandsConfig};
 pub use env::{ENV_PREFIX, NON_KEY_VARS};
 pub use error::{ConfigError, Origin};
 pub use guard::{GuardConfig, GuardMode};

@@ -21,6 +21,7 @@ mod console_decisions;
 mod console_web;
 mod cron;
 mod discord;
+mod discord_commands;
 mod discord_owner;
 mod doctor;
 mod embedded;
