@@ -8,7 +8,8 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use switchboard_channels::contract::{RunEventBody, Usage};
 
-use super::run::{drop_oldest_history, failure_reply};
+use super::run::failure_reply;
+use crate::provider::history::drop_oldest_history;
 use super::*;
 use crate::provider::pricing::PriceTable;
 use crate::provider::{ChatResponse, ProviderError, Role, TextSink, ToolCall};
