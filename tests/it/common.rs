@@ -228,7 +228,7 @@ impl Setup {
         assert_eq!(main.name, MAIN_AGENT, "the first agent is [agent], `main`");
         let chain = std::iter::once(&main.model).chain(&self.fallbacks);
         let agent = AgentConfig {
-            models: chain.map(|model| format!("fake/{model}")).collect(),
+            models: chain.map(|model| format!("fake/{model}").as_str().into()).collect(),
             max_iterations: 5,
             system_prompt: main.system_prompt.clone(),
             workspace: workspace(dir, main),
@@ -237,7 +237,7 @@ impl Setup {
         let agents = others.iter().map(|spec| {
             let agent = NamedAgentConfig {
                 workspace: workspace(dir, spec),
-                models: vec![format!("fake/{}", spec.model)],
+                models: vec![format!("fake/{}", spec.model).as_str().into()],
                 tools: spec.allow.clone(),
                 system_prompt: Some(spec.system_prompt.clone()),
                 ..NamedAgentConfig::default()

@@ -32,6 +32,7 @@ mod limits;
 mod memory_embeddings;
 mod memory_scopes;
 mod memory_search;
+mod model_windows;
 mod month_cost;
 mod owner_commands;
 mod prompt_cache;
