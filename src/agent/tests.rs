@@ -126,6 +126,7 @@ fn agent_with_prices(
         skills: Default::default(),
         protected: Default::default(),
         models: Vec::new(),
+        context_windows: Default::default(),
     };
     (Agent::new(provider.clone(), tools, settings), provider)
 }

@@ -150,7 +150,9 @@ impl Config {
     /// The model chain of agent `name`: its own `models`, else the default chain.
     pub fn agent_model_chain(&self, name: &str) -> Result<Vec<super::ChainEntry>, super::ConfigError> {
         match self.agents.get(name) {
-            Some(agent) if !agent.models.is_empty() => agent.models.iter().map(|spec| self.chain_entry(&spec.model)).collect(),
+            Some(agent) if !agent.models.is_empty() => {
+                agent.models.iter().map(|spec| self.chain_entry(&spec.model)).collect()
+            }
             _ => self.model_chain(),
         }
     }

@@ -88,9 +88,7 @@ impl Config {
 
     /// The windows given in the chains, by model (`provider/model`).
     pub fn listed_windows(&self) -> BTreeMap<&str, u64> {
-        self.listed_models()
-            .filter_map(|(_, spec)| Some((spec.model.as_str(), spec.context_window?)))
-            .collect()
+        self.listed_models().filter_map(|(_, spec)| Some((spec.model.as_str(), spec.context_window?))).collect()
     }
 
     /// The context window of `model` (`provider/model`): the one a chain gives it, else
@@ -171,7 +169,10 @@ mod tests {
         let err = load_text(twice, &vars).unwrap_err().to_string();
         assert!(err.starts_with("agents.b.models[0].context_window") && err.contains("one window"), "{err}");
         // From the environment, written as TOML.
-        let env = [("OPENAI_API_KEY", "sk"), ("SWITCHBOARD_AGENT__MODELS", r#"["openai/a", { model = "openai/b", context_window = 4096 }]"#)];
+        let env = [
+            ("OPENAI_API_KEY", "sk"),
+            ("SWITCHBOARD_AGENT__MODELS", r#"["openai/a", { model = "openai/b", context_window = 4096 }]"#),
+        ];
         let config = super::super::tests::load_env(&env).unwrap();
         assert_eq!(config.context_window_of("openai/b"), 4096);
         assert_eq!(config.context_window_of("openai/a"), 128_000);

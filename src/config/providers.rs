@@ -82,7 +82,12 @@ impl Config {
             return Err(ConfigError::ProviderKey { name: name.to_owned(), var: key_var });
         }
         let context_window = self.context_window_of(spec);
-        Ok(ChainEntry { provider: name.to_owned(), model: model.to_owned(), settings: settings.clone(), context_window })
+        Ok(ChainEntry {
+            provider: name.to_owned(),
+            model: model.to_owned(),
+            settings: settings.clone(),
+            context_window,
+        })
     }
 
     pub(super) fn unknown_provider(&self, name: &str) -> String {
