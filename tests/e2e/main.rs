@@ -28,6 +28,7 @@ mod exec_secrets;
 mod local_model;
 mod logs;
 mod mcp;
+mod model_windows;
 mod metrics;
 mod nats;
 mod nats_faults;
