@@ -89,7 +89,11 @@ async fn a_smaller_fallback_gets_the_request_refitted_to_its_window_and_answers(
 
     primary.push(Scripted::server_error());
     let body = say(&daemon, "and now?").await;
-    assert_eq!((body["reply"].as_str(), body["model"].as_str()), (Some("echo: and now?"), Some("small/tiny")), "{body}");
+    assert_eq!(
+        (body["reply"].as_str(), body["model"].as_str()),
+        (Some("echo: and now?"), Some("small/tiny")),
+        "{body}"
+    );
     let requests = small.requests();
     assert_eq!(requests.len(), 1, "one request, which the small model took: {requests:?}");
     let request = &requests[0];

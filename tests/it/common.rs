@@ -230,6 +230,8 @@ impl Setup {
         let agent = AgentConfig {
             models: chain.map(|model| format!("fake/{model}").as_str().into()).collect(),
             max_iterations: 5,
+            // The window the worker's settings give: the chains' entries take it.
+            context_window: self.settings.context.context_window,
             system_prompt: main.system_prompt.clone(),
             workspace: workspace(dir, main),
             ..AgentConfig::default()
