@@ -9,9 +9,8 @@ use crate::config::{ApiChannelConfig, Config};
 pub(super) fn needing_restart(running: &Config, new: &Config) -> Vec<&'static str> {
     // The context windows are not among them: each chain entry carries its model's window,
     // and the chains are rebuilt.
-    let agent = |config: &Config| {
-        (config.agent.history_limit, config.agent.run_timeout_secs, config.agent.workspace.clone())
-    };
+    let agent =
+        |config: &Config| (config.agent.history_limit, config.agent.run_timeout_secs, config.agent.workspace.clone());
     let checks: [(&'static str, bool); 18] = [
         ("data_dir", running.data_dir != new.data_dir),
         ("bus", running.bus != new.bus),

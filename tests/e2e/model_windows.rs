@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use switchboard_testkit::fake_llm::{FakeLlm, Quirks, Scripted, request_tokens};
 
 use crate::support::{Daemon, Launch};
@@ -56,12 +56,6 @@ async fn start(dir: &Path, config: &str) -> Daemon {
     daemon
 }
 
-async fn say(daemon: &Daemon, text: &str) -> Value {
-    let (status, body) = daemon.post(json!({"chat_id": "me", "content": text})).await;
-    assert_eq!(status, 200, "{body}");
-    body
-}
-
 /// Turn `n`'s message: about 600 tokens, marked `turn-<n>:`.
 fn turn_text(n: usize) -> String {
     format!("turn-{n}: {}", "The quick brown fox jumps over the lazy dog. ".repeat(53).trim())
@@ -70,7 +64,7 @@ fn turn_text(n: usize) -> String {
 /// Six exchanges of about 1,200 tokens each on the primary: 7,000 tokens and more with the prompt.
 async fn a_long_conversation(daemon: &Daemon) {
     for n in 0..6 {
-        let body = say(daemon, &turn_text(n)).await;
+        let body = daemon.say(&turn_text(n)).await;
         assert_eq!(body["model"], "primary/big", "{body}");
     }
 }
@@ -88,7 +82,7 @@ async fn a_smaller_fallback_gets_the_request_refitted_to_its_window_and_answers(
     a_long_conversation(&daemon).await;
 
     primary.push(Scripted::server_error());
-    let body = say(&daemon, "and now?").await;
+    let body = daemon.say("and now?").await;
     assert_eq!(
         (body["reply"].as_str(), body["model"].as_str()),
         (Some("echo: and now?"), Some("small/tiny")),
@@ -115,14 +109,14 @@ async fn a_window_a_fallback_names_is_its_own_and_kept_across_a_restart() {
     // The primary fails twice: before the refusal, and when the turn is tried with less history.
     primary.push(Scripted::server_error());
     primary.push(Scripted::server_error());
-    let body = say(&daemon, "and now?").await;
+    let body = daemon.say("and now?").await;
     assert_eq!(body["model"], "small/tiny", "{body}");
     daemon.wait_for_log(r#"{ model = "small/tiny", context_window = 4096 }"#).await;
     let requests = small.requests();
     assert!(request_tokens(&requests[0]) > SMALL_WINDOW, "fitted to the configured 8192 at first");
     assert!(request_tokens(requests.last().unwrap()) <= SMALL_WINDOW);
     // The primary's window is not the fallback's: its next request carries the whole conversation.
-    let body = say(&daemon, "and the primary?").await;
+    let body = daemon.say("and the primary?").await;
     assert_eq!(body["model"], "primary/big", "{body}");
     assert!(sent(primary.requests().last().unwrap(), "turn-0:"), "the primary's budget shrank");
 
@@ -131,11 +125,11 @@ async fn a_window_a_fallback_names_is_its_own_and_kept_across_a_restart() {
     let daemon = start(dir.path(), &config).await;
     // Two more long exchanges: refitted to the configured 8192, the request would pass 4096.
     for n in 6..8 {
-        assert_eq!(say(&daemon, &turn_text(n)).await["model"], "primary/big");
+        assert_eq!(daemon.say(&turn_text(n)).await["model"], "primary/big");
     }
     primary.push(Scripted::server_error());
     let asked_before = small.requests().len();
-    let body = say(&daemon, &turn_text(8)).await;
+    let body = daemon.say(&turn_text(8)).await;
     assert_eq!(body["model"], "small/tiny", "{body}");
     let requests = small.requests();
     assert_eq!(requests.len(), asked_before + 1, "no refusal first: {:?}", &requests[asked_before..]);
