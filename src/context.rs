@@ -33,7 +33,8 @@ const FIXED_SHARE: f64 = 0.75;
 /// The context settings a worker runs with.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ContextSettings {
-    /// The model's context window in tokens.
+    /// The context window in tokens of a model its agent's settings give none
+    /// (`agent.context_window`); the chains' models carry their own (`AgentSettings::context_windows`).
     pub context_window: u64,
     pub history: HistoryConfig,
     pub compaction: CompactionConfig,
