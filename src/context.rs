@@ -155,11 +155,11 @@ impl ContextEngine {
         u32::try_from(reserve).unwrap_or(u32::MAX)
     }
 
-    /// The most one model call of `agent`'s runs may send, in heuristic tokens (see
+    /// The most one model call of the target's runs may send, in heuristic tokens (see
     /// [`crate::agent::Turn::budget`]): context window − output reserve, the estimate's
     /// correction taken out.
-    pub fn run_budget(&self, agent: &Agent) -> u64 {
-        (self.window_for_input(agent) as f64 / self.calibration.ratio()).floor() as u64
+    pub fn run_budget(&self, target: Target<'_>) -> u64 {
+        (self.window_for_input(target) as f64 / self.calibration.ratio()).floor() as u64
     }
 
     /// Context window − output reserve.

@@ -9,8 +9,8 @@ use serde_json::{Value, json};
 use switchboard_channels::contract::{RunEventBody, Usage};
 
 use super::run::failure_reply;
-use crate::provider::history::drop_oldest_history;
 use super::*;
+use crate::provider::history::drop_oldest_history;
 use crate::provider::pricing::PriceTable;
 use crate::provider::{ChatResponse, ProviderError, Role, TextSink, ToolCall};
 use crate::tools::{Tool, ToolError, ToolFilter};

@@ -373,7 +373,7 @@ async fn flush_memory(
         model: None,
         max_tokens: Some(deps.engine.answer_limit(Target::primary(deps.agent))),
         cache_key: Some(crate::provider::cache_key(&deps.agent.settings().name, deps.session_key)),
-        budget: Some(deps.engine.run_budget(deps.agent)),
+        budget: Some(deps.engine.run_budget(Target::primary(deps.agent))),
     };
     let timeout = deps.engine.settings().compaction.flush_timeout();
     let run = SideRun { started_at, ..side_run(deps, RunKind::MemoryFlush) };

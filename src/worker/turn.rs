@@ -115,7 +115,7 @@ async fn attempt(
         model: plan.model.clone(),
         max_tokens: Some(shared.context.answer_limit(target)),
         cache_key: Some(crate::provider::cache_key(&agent.settings().name, session_key)),
-        budget: Some(shared.context.run_budget(agent)),
+        budget: Some(shared.context.run_budget(target)),
     };
     let result = agent.run(turn).await;
     // Estimates teach the estimator nothing.
