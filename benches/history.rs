@@ -11,7 +11,7 @@ use std::hint::black_box;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use switchboard::context::compaction::HistoryShape;
-use switchboard::context::{ContextEngine, ContextSettings};
+use switchboard::context::{ContextEngine, ContextSettings, Target};
 use switchboard::provider::ChatMessage;
 use switchboard::tokens;
 use switchboard::tools::ToolFilter;
@@ -40,8 +40,15 @@ fn history(c: &mut Criterion) {
     let mut group = c.benchmark_group("history");
     for (name, window) in [("128k", 128_000), ("16k", 16_000)] {
         let engine = ContextEngine::new(ContextSettings { context_window: window, ..ContextSettings::default() });
-        let prepared =
-            engine.prepare(&agent, "bench:1", &system_prompt, history.clone(), Some(&summary), &input, &filter);
+        let prepared = engine.prepare(
+            Target::primary(&agent),
+            "bench:1",
+            &system_prompt,
+            history.clone(),
+            Some(&summary),
+            &input,
+            &filter,
+        );
         println!(
             "{name} window: {} messages kept, ~{} tokens of history",
             prepared.history.len(),
@@ -52,7 +59,7 @@ fn history(c: &mut Criterion) {
                 || history.clone(),
                 |history| {
                     engine.prepare(
-                        &agent,
+                        Target::primary(&agent),
                         "bench:1",
                         &system_prompt,
                         history,

@@ -45,6 +45,9 @@ pub struct AgentSettings {
     pub workspace: std::path::PathBuf,
     /// Its model chain, `provider/model` each, in the order tried (what `/model` offers).
     pub models: Vec<String>,
+    /// The context window of each of `models` as configured; a turn is fitted to the window of
+    /// the model it calls first (see [`crate::context::Target`]).
+    pub context_windows: std::collections::HashMap<String, u64>,
     /// Which of the workspace's skills it uses, and how they are offered.
     pub skills: crate::workspace::skills::SkillSettings,
     /// The workspace files only an admin or the owner may change (`[workspace] protected`).

@@ -31,6 +31,7 @@ use crate::config::{BusKind, Config, ConfigError};
 use crate::control::Control;
 use crate::hygiene::GuardError;
 use crate::provider::ProviderError;
+use crate::provider::failover::Fitting;
 use crate::scheduler::heartbeat::Heartbeats;
 use crate::scheduler::{CronScheduler, CronSettings};
 use crate::store::Database;
@@ -179,16 +180,18 @@ impl Assembly {
             )),
             false => None,
         };
-        let agents = self.agents(bus, store, subagents.as_ref())?;
-        if let Some(manager) = &subagents {
-            manager.attach(agents.all());
-        }
         let settings = match &self.overrides.worker {
             Some(settings) => settings.clone(),
             None => settings::worker(&self.config)?,
         };
+        let context = Worker::context_for(&settings);
+        let agents = self.agents(bus, store, subagents.as_ref(), Arc::clone(&context) as _)?;
+        if let Some(manager) = &subagents {
+            manager.attach(agents.all());
+        }
         let control = self.control(bus, store);
-        let mut worker = Worker::with_agents(Arc::clone(bus), Arc::clone(store) as _, agents, settings, control);
+        let (bus, store) = (Arc::clone(bus), Arc::clone(store) as _);
+        let mut worker = Worker::with_agents(bus, store, agents, settings, control, context);
         if let Some(manager) = &subagents {
             worker = worker.with_subagents(Arc::clone(manager));
         }
@@ -212,14 +215,16 @@ impl Assembly {
 
     /// What a config reload replaces in a running worker: every agent (bindings, chains, tools,
     /// skills settings, this assembly's MCP servers) and the access policy. The agents' `spawn`
-    /// tools hold `subagents`, the running worker's manager.
+    /// tools hold `subagents`, the running worker's manager; their chains refit requests with
+    /// `fitting`, the running worker's context engine.
     pub fn reloadable(
         &self,
         bus: &Arc<dyn Bus>,
         store: &Arc<dyn Database>,
         subagents: Option<&Arc<SubagentManager>>,
+        fitting: Arc<dyn Fitting>,
     ) -> Result<(crate::worker::agents::Agents, crate::users::AccessPolicy), AssemblyError> {
-        let agents = self.agents(bus, store, subagents)?;
+        let agents = self.agents(bus, store, subagents, fitting)?;
         let access = settings::access_policy(&self.config)?;
         Ok((agents, access))
     }

@@ -28,6 +28,7 @@ mod log_format;
 mod mcp;
 mod memory;
 mod metrics;
+mod models;
 mod providers;
 mod queue_mode;
 mod secret;
@@ -68,6 +69,7 @@ pub use log_format::LogFormat;
 pub use mcp::{MCP_SEPARATOR, McpConfig, McpServerConfig};
 pub use memory::{EmbeddingsConfig, MemoryConfig};
 pub use metrics::MetricsConfig;
+pub use models::ModelSpec;
 pub use providers::{ANTHROPIC_DEFAULT_BASE_URL, CacheTtl, ChainEntry, PromptCache};
 pub use queue_mode::QueueMode;
 pub use secret::Secret;
@@ -378,8 +380,9 @@ pub struct AgentConfig {
     /// (when 0: a quarter of the window, at most 4096) minus the offered tools' schemas.
     pub context_window: u64,
     /// The model chain, `"<provider>/<model>"`, first = primary; the next ones are tried when
-    /// a model keeps failing transiently. Empty = `[provider]` with `model`.
-    pub models: Vec<String>,
+    /// a model keeps failing transiently. Empty = `[provider]` with `model`. An entry may be a
+    /// table with the model's own `context_window` (see [`ModelSpec`]).
+    pub models: Vec<ModelSpec>,
     pub tool_timeout_secs: u64,
     /// The agent's working directory for file tools and `exec`; empty = `<data_dir>/workspace`,
     /// relative = under `data_dir`.

@@ -2,12 +2,15 @@
 //!
 //! The worker loads a generous slice of the transcript (`agent.history_limit`) and the
 //! session's saved summary; [`ContextEngine::prepare`] turns them into the history of one
-//! turn within the input budget. After the turn, [`ContextEngine::learn`] corrects the token
-//! estimates with the provider's reported usage, and [`compaction`] folds old history into a
-//! summary when the session grows long.
+//! turn within the input budget of the model the turn calls first ([`Target`]). After the turn,
+//! [`ContextEngine::learn`] corrects the token estimates with the provider's reported usage, and
+//! [`compaction`] folds old history into a summary when the session grows long. The engine is
+//! also the model chain's [`crate::provider::failover::Fitting`] ([`refit`]): a fallback model
+//! with a smaller window gets the request refitted to it.
 
 pub mod compaction;
 pub mod pipeline;
+mod refit;
 mod window;
 
 use std::collections::HashMap;
@@ -19,7 +22,7 @@ use crate::provider::ChatMessage;
 use crate::tokens::{self, Calibration};
 use crate::tools::ToolFilter;
 use pipeline::Budget;
-pub use window::Windows;
+pub use window::{WindowChange, Windows};
 
 pub use crate::config::{DEFAULT_OUTPUT_RESERVE, output_reserve};
 
@@ -30,7 +33,8 @@ const FIXED_SHARE: f64 = 0.75;
 /// The context settings a worker runs with.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ContextSettings {
-    /// The model's context window in tokens.
+    /// The context window in tokens of a model its agent's settings give none
+    /// (`agent.context_window`); the chains' models carry their own (`AgentSettings::context_windows`).
     pub context_window: u64,
     pub history: HistoryConfig,
     pub compaction: CompactionConfig,
@@ -55,6 +59,31 @@ pub struct Prepared {
 /// without its marks costs one more read of its history by the provider, nothing else).
 const MARKED_SESSIONS: usize = 10_000;
 
+/// What a turn's budgets are for: an agent, calling one model of its chain first. The budgets
+/// use that model's window; a fallback model with a smaller one gets the request refitted by the
+/// chain (see [`refit`]).
+#[derive(Clone, Copy)]
+pub struct Target<'a> {
+    pub agent: &'a Agent,
+    /// `provider/model`, as the chain names it; empty for an agent without a chain.
+    pub model: &'a str,
+}
+
+impl<'a> Target<'a> {
+    /// `agent` calling `pick` first (a session's `/model`), or its chain's first model when
+    /// nothing is picked or the pick is no longer in the chain.
+    pub fn new(agent: &'a Agent, pick: Option<&str>) -> Self {
+        let models = &agent.settings().models;
+        let picked = models.iter().find(|model| Some(model.as_str()) == pick);
+        Self { agent, model: picked.or(models.first()).map_or("", String::as_str) }
+    }
+
+    /// `agent` calling its chain in order, as compaction's calls do.
+    pub fn primary(agent: &'a Agent) -> Self {
+        Self::new(agent, None)
+    }
+}
+
 /// The budget and the estimate correction of one worker.
 #[derive(Debug)]
 pub struct ContextEngine {
@@ -63,24 +92,23 @@ pub struct ContextEngine {
     windows: Windows,
     /// Where each session's history was cut and pruned last (see [`pipeline::Marks`]).
     marks: Mutex<HashMap<String, pipeline::Marks>>,
-    /// Per agent: the room its last turn left for the history, what compaction measures a
-    /// history against (see [`ContextEngine::history_room`]).
-    rooms: Mutex<HashMap<String, u64>>,
+    /// Per agent and model: the room its last turn left for the history, what compaction
+    /// measures a history against (see [`ContextEngine::history_room`]).
+    rooms: Mutex<HashMap<(String, String), u64>>,
 }
 
 impl ContextEngine {
     pub fn new(settings: ContextSettings) -> Self {
-        let windows = Windows::new(settings.context_window);
         Self {
             settings,
             calibration: Calibration::default(),
-            windows,
+            windows: Windows::default(),
             marks: Mutex::default(),
             rooms: Mutex::default(),
         }
     }
 
-    /// The window of `agent`'s model, as configured or as its server said (see [`Windows`]).
+    /// The windows models' servers named (see [`Windows`]).
     pub fn windows(&self) -> &Windows {
         &self.windows
     }
@@ -93,47 +121,64 @@ impl ContextEngine {
         &self.calibration
     }
 
+    /// The window `model` has in `agent`'s chain as configured: its own, else
+    /// `agent.context_window`.
+    pub fn configured_window(&self, agent: &Agent, model: &str) -> u64 {
+        agent.settings().context_windows.get(model).copied().unwrap_or(self.settings.context_window)
+    }
+
+    /// The window of the target's model: as configured, or smaller as its server named it.
+    pub fn window(&self, target: Target<'_>) -> u64 {
+        self.windows.of(target.model, self.configured_window(target.agent, target.model))
+    }
+
     /// Context window − output reserve − the offered tools' schemas (`tool_tokens`, their
     /// heuristic count: [`Agent::tool_tokens`]).
-    pub fn input_budget(&self, agent: &Agent, tool_tokens: u64) -> u64 {
+    pub fn input_budget(&self, target: Target<'_>, tool_tokens: u64) -> u64 {
         let tools = self.calibration.correct(tool_tokens);
-        self.window_for_input(agent).saturating_sub(tools)
+        self.window_for_input(target).saturating_sub(tools)
     }
 
-    /// The tokens a turn of `agent` has for its history: the input budget less the system
+    /// The tokens a turn of the target has for its history: the input budget less the system
     /// prompt, with the tools its last turn offered (a small window drops tools, and an
     /// estimate with all of them would leave no room at all). Before any turn: with every tool.
-    pub fn history_room(&self, agent: &Agent) -> u64 {
-        let last = self.rooms.lock().unwrap_or_else(PoisonError::into_inner).get(&agent.settings().name).copied();
-        last.unwrap_or_else(|| self.input_budget(agent, agent.tool_tokens(&ToolFilter::All)))
+    pub fn history_room(&self, target: Target<'_>) -> u64 {
+        let last = self.rooms.lock().unwrap_or_else(PoisonError::into_inner).get(&room_key(target)).copied();
+        last.unwrap_or_else(|| self.input_budget(target, target.agent.tool_tokens(&ToolFilter::All)))
     }
 
-    /// The longest answer of a call of `agent`'s model: the output reserve its budgets keep
+    /// The longest answer of a call of the target's model: the output reserve its budgets keep
     /// (`agent.max_tokens`, else a quarter of the window up to 4096), so a model that would
     /// write on and on stops where the window has room.
-    pub fn answer_limit(&self, agent: &Agent) -> u32 {
-        let window = self.windows.of(&agent.settings().name);
-        u32::try_from(output_reserve(window, agent.settings().max_tokens)).unwrap_or(u32::MAX)
+    pub fn answer_limit(&self, target: Target<'_>) -> u32 {
+        let reserve = output_reserve(self.window(target), target.agent.settings().max_tokens);
+        u32::try_from(reserve).unwrap_or(u32::MAX)
     }
 
-    /// The most one model call of `agent`'s runs may send, in heuristic tokens (see
+    /// The most one model call of the target's runs may send, in heuristic tokens (see
     /// [`crate::agent::Turn::budget`]): context window − output reserve, the estimate's
     /// correction taken out.
-    pub fn run_budget(&self, agent: &Agent) -> u64 {
-        (self.window_for_input(agent) as f64 / self.calibration.ratio()).floor() as u64
+    pub fn run_budget(&self, target: Target<'_>) -> u64 {
+        (self.window_for_input(target) as f64 / self.calibration.ratio()).floor() as u64
     }
 
     /// Context window − output reserve.
-    fn window_for_input(&self, agent: &Agent) -> u64 {
-        let window = self.windows.of(&agent.settings().name);
-        window.saturating_sub(output_reserve(window, agent.settings().max_tokens))
+    fn window_for_input(&self, target: Target<'_>) -> u64 {
+        let window = self.window(target);
+        window.saturating_sub(output_reserve(window, target.agent.settings().max_tokens))
     }
 
     /// Whether a turn with this system prompt and tools of `tool_tokens` (heuristic) leaves
     /// room for the conversation: the prompt and the schemas take at most three quarters of
     /// the input budget, and the message being answered fits beside them.
-    pub fn fixed_part_fits(&self, agent: &Agent, system_prompt: &str, tool_tokens: u64, input: &ChatMessage) -> bool {
-        let room = self.window_for_input(agent);
+    pub fn fixed_part_fits(
+        &self,
+        target: Target<'_>,
+        system_prompt: &str,
+        tool_tokens: u64,
+        input: &ChatMessage,
+    ) -> bool {
+        let room = self.window_for_input(target);
         let fixed = self.calibration.correct(tokens::raw_messages(&[ChatMessage::system(system_prompt)]))
             + self.calibration.correct(tool_tokens);
         let input = self.calibration.messages(std::slice::from_ref(input));
@@ -146,7 +191,7 @@ impl ContextEngine {
     #[expect(clippy::too_many_arguments, reason = "one call per turn, each argument a part of the turn")]
     pub fn prepare(
         &self,
-        agent: &Agent,
+        target: Target<'_>,
         session_key: &str,
         system_prompt: &str,
         history: Vec<ChatMessage>,
@@ -154,15 +199,15 @@ impl ContextEngine {
         input: &ChatMessage,
         filter: &ToolFilter,
     ) -> Prepared {
-        let tool_tokens = agent.tool_tokens(filter);
+        let tool_tokens = target.agent.tool_tokens(filter);
         let system = ChatMessage::system(system_prompt);
         let fixed = self.calibration.messages(&[system.clone(), input.clone()]);
         // Steps of a quarter of the window (less the answer's room): a figure that stays the
         // same from turn to turn, as cut points must (see `pipeline::cut_points`).
-        let step = self.window_for_input(agent) / 4;
-        let budget = Budget { input: self.input_budget(agent, tool_tokens), fixed, step };
+        let step = self.window_for_input(target) / 4;
+        let budget = Budget { input: self.input_budget(target, tool_tokens), fixed, step };
         let room = budget.input.saturating_sub(self.calibration.messages(std::slice::from_ref(&system)));
-        self.rooms.lock().unwrap_or_else(PoisonError::into_inner).insert(agent.settings().name.clone(), room);
+        self.rooms.lock().unwrap_or_else(PoisonError::into_inner).insert(room_key(target), room);
         let before = self.marks.lock().unwrap_or_else(PoisonError::into_inner).get(session_key).copied();
         let (history, marks) =
             pipeline::prepare(history, summary, budget, &self.settings.history, &self.calibration, before);
@@ -184,4 +229,8 @@ impl ContextEngine {
     pub fn learn(&self, raw_base: u64, transcript: &[ChatMessage], shortened: u64, reported_input: u64) {
         self.calibration.observe(tokens::turn_input(raw_base, transcript) + shortened, reported_input);
     }
+}
+
+fn room_key(target: Target<'_>) -> (String, String) {
+    (target.agent.settings().name.clone(), target.model.to_owned())
 }

@@ -6,6 +6,7 @@ pub mod anthropic;
 mod clients;
 pub mod embeddings;
 pub mod failover;
+pub mod history;
 mod http;
 mod http_provider;
 pub mod images;

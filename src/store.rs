@@ -22,6 +22,7 @@ pub mod subagents;
 pub mod usage;
 pub mod users;
 mod values;
+pub mod windows;
 
 use std::sync::Arc;
 
@@ -41,6 +42,7 @@ use self::pairing::{CodeProblem, PairingAdmin, RandomSourceError};
 use self::subagents::SubagentStore;
 use self::usage::UsageLedger;
 use self::users::{Billing, UserStore};
+use self::windows::WindowStore;
 use crate::config::StoreConfig;
 use crate::provider::ChatMessage;
 
@@ -300,7 +302,7 @@ pub struct RunRecord {
 /// Users live in the same database as runs, so a run's usage is recorded with its outcome.
 #[async_trait]
 pub trait Store:
-    UserStore + CronStore + HeartbeatStore + SubagentStore + approvals::ApprovalStore + Send + Sync
+    UserStore + CronStore + HeartbeatStore + SubagentStore + approvals::ApprovalStore + WindowStore + Send + Sync
 {
     /// Records that `inbound_id` is being worked on in `session_key`, or reports what was
     /// already done for it. Atomic: two workers claiming one inbound id get one `New`.

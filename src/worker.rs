@@ -36,6 +36,7 @@ mod settle;
 mod turn;
 mod usage;
 mod voice;
+mod windows;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -167,8 +168,9 @@ pub(crate) struct Shared {
     pub settings: WorkerSettings,
     /// The owner's operations, for the owner's commands.
     pub control: Arc<Control>,
-    /// The history pipeline and the token estimate correction, shared by all sessions.
-    pub context: ContextEngine,
+    /// The history pipeline, the token estimate correction and the models' windows, shared by
+    /// all sessions and by the agents' model chains (which refit requests with it).
+    pub context: Arc<ContextEngine>,
     runs: Arc<Semaphore>,
     /// Sessions with work in this worker; see `session` for the state machine.
     sessions: Mutex<HashMap<String, Session>>,
@@ -195,6 +197,11 @@ pub(crate) struct Shared {
 pub struct Reloader(Arc<Shared>);
 
 impl Reloader {
+    /// What the new agents' model chains refit requests with: the running worker's engine.
+    pub fn fitting(&self) -> Arc<dyn crate::provider::failover::Fitting> {
+        Arc::clone(&self.0.context) as _
+    }
+
     pub fn apply(&self, agents: Agents, access: AccessPolicy) {
         if let Some(manager) = self.0.subagents.get() {
             manager.attach(agents.all());
@@ -220,20 +227,28 @@ impl Worker {
         settings: WorkerSettings,
         control: Arc<Control>,
     ) -> Self {
-        Self::with_agents(bus, store, Agents::single(agent), settings, control)
+        let context = Self::context_for(&settings);
+        Self::with_agents(bus, store, Agents::single(agent), settings, control, context)
+    }
+
+    /// The context engine of a worker with `settings`: made before the worker, since the
+    /// agents' model chains refit requests with it (see [`crate::provider::failover::Fitting`]).
+    pub fn context_for(settings: &WorkerSettings) -> Arc<ContextEngine> {
+        Arc::new(ContextEngine::new(settings.context.clone()))
     }
 
     /// A worker that picks one of several agents per message (see [`agents`]); `control`
-    /// carries out the owner's commands.
+    /// carries out the owner's commands. `context` is made from `settings.context`
+    /// beforehand, for the agents' model chains to refit requests with ([`Worker::context_for`]).
     pub fn with_agents(
         bus: Arc<dyn Bus>,
         store: Arc<dyn Store>,
         agents: Agents,
         settings: WorkerSettings,
         control: Arc<Control>,
+        context: Arc<ContextEngine>,
     ) -> Self {
         let runs = Arc::new(Semaphore::new(settings.max_concurrent_runs.max(1)));
-        let context = ContextEngine::new(settings.context.clone());
         let rate = Mutex::new(rate::RateLimiter::new(settings.rate_limits, settings.queue.debounce));
         let shared = Shared {
             bus,
@@ -289,6 +304,7 @@ impl Worker {
         let mut deliveries = shared.bus.inbound().await?;
         let slots = Arc::new(Semaphore::new(shared.settings.max_held.max(1)));
         let mut tasks = JoinSet::new();
+        windows::restore(&shared).await;
         tracing::info!(max_concurrent_runs = shared.settings.max_concurrent_runs, "worker started");
         loop {
             // Take a slot before pulling, so a busy worker leaves messages on the bus for others.

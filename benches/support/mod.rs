@@ -51,6 +51,7 @@ pub fn agent(workspace: &Path) -> Agent {
         skills: Default::default(),
         protected: Default::default(),
         models: Vec::new(),
+        context_windows: Default::default(),
     };
     Agent::new(Arc::new(Unused), tools, settings)
 }

@@ -8,6 +8,7 @@ use super::calls::{ModelCall, Step};
 use super::fit::shorten_to_fit;
 use super::loops::{LoopDetector, Verdict, stopped_reply};
 use super::{Agent, SteerReceiver, Turn, TurnResult};
+use crate::provider::history::drop_oldest_history;
 use crate::provider::pricing::CostTally;
 use crate::provider::{ChatMessage, ChatResponse, ProviderError, Role, ToolCall};
 
@@ -224,20 +225,6 @@ fn steer_in(steer: &mut SteerReceiver, messages: &mut Vec<ChatMessage>) {
 
 fn last_is_tool_result(messages: &[ChatMessage]) -> bool {
     messages.last().is_some_and(|m| m.role == Role::Tool)
-}
-
-/// Drops the oldest half of the history, `messages[1..first_new]` (after the system prompt,
-/// before this turn), and on up to the next user message, so the history left starts as every
-/// provider accepts (Anthropic refuses one that starts with the assistant, and a tool result
-/// without its call is refused everywhere). Returns how many messages went.
-pub(super) fn drop_oldest_history(messages: &mut Vec<ChatMessage>, first_new: usize) -> usize {
-    let history = first_new.saturating_sub(1);
-    let mut cut = 1 + history.div_ceil(2);
-    while cut < first_new && messages[cut].role != Role::User {
-        cut += 1;
-    }
-    messages.drain(1..cut);
-    cut - 1
 }
 
 /// What the user reads when the model could not answer: what happened, and what helps. Only

@@ -8,8 +8,9 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use switchboard_channels::contract::{RunEventBody, Usage};
 
-use super::run::{drop_oldest_history, failure_reply};
+use super::run::failure_reply;
 use super::*;
+use crate::provider::history::drop_oldest_history;
 use crate::provider::pricing::PriceTable;
 use crate::provider::{ChatResponse, ProviderError, Role, TextSink, ToolCall};
 use crate::tools::{Tool, ToolError, ToolFilter};
@@ -125,6 +126,7 @@ fn agent_with_prices(
         skills: Default::default(),
         protected: Default::default(),
         models: Vec::new(),
+        context_windows: Default::default(),
     };
     (Agent::new(provider.clone(), tools, settings), provider)
 }

@@ -8,6 +8,7 @@ use switchboard_channels::Bus;
 use super::{Assembly, AssemblyError, settings};
 use crate::agent::Agent;
 use crate::config::MAIN_AGENT;
+use crate::provider::failover::Fitting;
 use crate::scheduler::CronTool;
 use crate::store::Database;
 use crate::store::cron::CronStore;
@@ -23,17 +24,19 @@ use crate::tools::{MessageTool, ToolRegistry, register_local_tools};
 use crate::worker::agents::{Agents, Binding};
 
 impl Assembly {
-    /// Every agent, with the bindings; `subagents` gives each a `spawn` tool.
+    /// Every agent, with the bindings; `subagents` gives each a `spawn` tool, `fitting` (the
+    /// worker's context engine) refits the requests of their chains.
     pub(super) fn agents(
         &self,
         bus: &Arc<dyn Bus>,
         store: &Arc<dyn Database>,
         subagents: Option<&Arc<SubagentManager>>,
+        fitting: Arc<dyn Fitting>,
     ) -> Result<Agents, AssemblyError> {
         let config = &self.config;
-        let mut agents = vec![Arc::new(self.agent(bus, store, subagents, MAIN_AGENT)?)];
+        let mut agents = vec![Arc::new(self.agent(bus, store, subagents, &fitting, MAIN_AGENT)?)];
         for name in config.agents.keys() {
-            agents.push(Arc::new(self.agent(bus, store, subagents, name)?));
+            agents.push(Arc::new(self.agent(bus, store, subagents, &fitting, name)?));
         }
         let bindings = config.bindings.iter().filter_map(Binding::from_config).collect();
         // Validated at load; a hand-built config that names an unknown agent fails here.
@@ -47,10 +50,11 @@ impl Assembly {
         bus: &Arc<dyn Bus>,
         store: &Arc<dyn Database>,
         subagents: Option<&Arc<SubagentManager>>,
+        fitting: &Arc<dyn Fitting>,
         name: &str,
     ) -> Result<Agent, AssemblyError> {
         let chain = self.config.agent_model_chain(name)?;
-        let provider = super::providers::chain(&chain, &self.provider_limits)?;
+        let provider = super::providers::chain(&chain, &self.provider_limits, Some(Arc::clone(fitting)))?;
         tracing::info!(agent = name, chain = %crate::provider::Provider::name(&provider), "model chain");
         let searcher = self.memory_searcher(store)?;
         let tools = self.tools(name, bus, store, subagents, &searcher)?;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::config::{ChainEntry, Config, EmbeddingsConfig, PromptCache, ProviderKind};
 use crate::provider::anthropic::{AnthropicConfig, AnthropicProvider};
 use crate::provider::embeddings::{Embedder, EmbeddingsSettings, OpenAiEmbeddings};
-use crate::provider::failover::{FailoverEntry, FailoverProvider};
+use crate::provider::failover::{FailoverEntry, FailoverProvider, Fitting};
 use crate::provider::limit::ProviderLimits;
 use crate::provider::openai::{OpenAiConfig, OpenAiHints, OpenAiProvider};
 use crate::provider::{Provider, ProviderError, RetryPolicy};
@@ -14,8 +14,13 @@ use crate::provider::{Provider, ProviderError, RetryPolicy};
 use super::AssemblyError;
 
 /// One provider per name (entries of one provider share its HTTP client), each entry with
-/// its provider's retry policy.
-pub fn chain(chain: &[ChainEntry], limits: &ProviderLimits) -> Result<FailoverProvider, ProviderError> {
+/// its provider's retry policy and its model's context window; `fitting` refits requests for
+/// the entries tried after the first (see [`FailoverProvider`]).
+pub fn chain(
+    chain: &[ChainEntry],
+    limits: &ProviderLimits,
+    fitting: Option<Arc<dyn Fitting>>,
+) -> Result<FailoverProvider, ProviderError> {
     let mut built: HashMap<&str, Arc<dyn Provider>> = HashMap::new();
     let mut entries = Vec::with_capacity(chain.len());
     for entry in chain {
@@ -28,9 +33,18 @@ pub fn chain(chain: &[ChainEntry], limits: &ProviderLimits) -> Result<FailoverPr
             }
         };
         let retry = RetryPolicy { max_retries: entry.settings.max_retries, ..RetryPolicy::default() };
-        entries.push(FailoverEntry { provider, model: entry.model.clone(), retry });
+        entries.push(FailoverEntry {
+            provider,
+            model: entry.model.clone(),
+            retry,
+            context_window: entry.context_window,
+        });
     }
-    FailoverProvider::new(entries)
+    let chain = FailoverProvider::new(entries)?;
+    Ok(match fitting {
+        Some(fitting) => chain.with_fitting(fitting),
+        None => chain,
+    })
 }
 
 fn provider(entry: &ChainEntry) -> Result<Arc<dyn Provider>, ProviderError> {

@@ -126,7 +126,8 @@ pub fn agent(config: &Config, name: &str, chain: &[ChainEntry]) -> AgentSettings
         tool_choice: ToolChoice::parse(&config.agent.tool_choice),
         prices: PriceTable::new(config.prices.clone()),
         workspace: overrides.map_or_else(|| config.agent.workspace.clone(), |o| o.workspace.clone()),
-        models: chain.iter().map(|entry| format!("{}/{}", entry.provider, entry.model)).collect(),
+        models: chain.iter().map(ChainEntry::label).collect(),
+        context_windows: chain.iter().map(|entry| (entry.label(), entry.context_window)).collect(),
         skills: agent_skills(config, name),
         protected: Arc::new(ProtectedFiles::new(&config.workspace.protected)),
     }

@@ -36,7 +36,7 @@ pub struct NamedAgentConfig {
     /// relative = under `data_dir`.
     pub workspace: PathBuf,
     /// Its model chain, like `agent.models`; empty = the default chain.
-    pub models: Vec<String>,
+    pub models: Vec<super::ModelSpec>,
     /// The tools it may offer (intersected with the sender's permissions); empty = all.
     pub tools: Vec<String>,
     /// The skills it may use, by name; unset = `skills.allow`, empty = all.
@@ -150,7 +150,9 @@ impl Config {
     /// The model chain of agent `name`: its own `models`, else the default chain.
     pub fn agent_model_chain(&self, name: &str) -> Result<Vec<super::ChainEntry>, super::ConfigError> {
         match self.agents.get(name) {
-            Some(agent) if !agent.models.is_empty() => agent.models.iter().map(|spec| self.chain_entry(spec)).collect(),
+            Some(agent) if !agent.models.is_empty() => {
+                agent.models.iter().map(|spec| self.chain_entry(&spec.model)).collect()
+            }
             _ => self.model_chain(),
         }
     }

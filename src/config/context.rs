@@ -139,28 +139,33 @@ pub const MIN_INPUT_ROOM: u64 = 512;
 
 /// A context window too small for input once the completion reserve is taken.
 fn window_problem(config: &super::Config) -> Option<(&'static str, String)> {
-    let window = config.agent.context_window;
+    let key = "agent.context_window";
+    room_problem(config, config.agent.context_window, key).map(|reason| (key, reason))
+}
+
+/// Why a window of `window` tokens (set at `key`) leaves no room for a prompt beside the
+/// largest completion reserve an agent takes, if it does not.
+pub(super) fn room_problem(config: &super::Config, window: u64, key: &str) -> Option<String> {
     let reserve_of = |max_tokens: u32| output_reserve(window, Some(max_tokens).filter(|&n| n > 0));
     let mut reserves = vec![("agent.max_tokens", reserve_of(config.agent.max_tokens))];
     reserves.extend(
         config.agents.values().filter_map(|agent| agent.max_tokens).map(|n| ("agents.*.max_tokens", reserve_of(n))),
     );
-    let (key, reserve) = reserves.into_iter().max_by_key(|(_, reserve)| *reserve)?;
+    let (reserve_key, reserve) = reserves.into_iter().max_by_key(|(_, reserve)| *reserve)?;
     if window.saturating_sub(reserve) >= MIN_INPUT_ROOM {
         return None;
     }
-    let reason = if key == "agent.max_tokens" && config.agent.max_tokens == 0 {
+    Some(if reserve_key == "agent.max_tokens" && config.agent.max_tokens == 0 {
         format!(
             "{window} tokens is too small: at least {} are needed for a prompt and an answer",
             MIN_INPUT_ROOM * 4 / 3
         )
     } else {
         format!(
-            "{window} tokens minus {key} = {reserve} for the answer leaves under {MIN_INPUT_ROOM} tokens for the \
-             prompt; lower {key} or raise agent.context_window"
+            "{window} tokens minus {reserve_key} = {reserve} for the answer leaves under {MIN_INPUT_ROOM} tokens for \
+             the prompt; lower {reserve_key} or raise {key}"
         )
-    };
-    Some(("agent.context_window", reason))
+    })
 }
 
 #[cfg(test)]

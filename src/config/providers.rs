@@ -30,6 +30,16 @@ pub struct ChainEntry {
     pub provider: String,
     pub model: String,
     pub settings: ProviderConfig,
+    /// The model's context window: its own (see [`super::ModelSpec`]), else
+    /// `agent.context_window`.
+    pub context_window: u64,
+}
+
+impl ChainEntry {
+    /// `<provider>/<model>`, as the chain names it.
+    pub fn label(&self) -> String {
+        format!("{}/{}", self.provider, self.model)
+    }
 }
 
 impl Config {
@@ -42,7 +52,7 @@ impl Config {
     /// says what to set when no model can be called.
     pub fn model_chain(&self) -> Result<Vec<ChainEntry>, ConfigError> {
         if self.models_are_listed() {
-            return self.agent.models.iter().map(|spec| self.chain_entry(spec)).collect();
+            return self.agent.models.iter().map(|spec| self.chain_entry(&spec.model)).collect();
         }
         let legacy = self.provider.kind.as_str();
         let provider = if is_configured(&self.provider) {
@@ -56,7 +66,8 @@ impl Config {
             return Err(ConfigError::NoModel);
         }
         let settings = self.provider_named(provider).cloned().unwrap_or_default();
-        Ok(vec![ChainEntry { provider: provider.to_owned(), model: self.model.clone(), settings }])
+        let context_window = self.agent.context_window;
+        Ok(vec![ChainEntry { provider: provider.to_owned(), model: self.model.clone(), settings, context_window }])
     }
 
     fn models_are_listed(&self) -> bool {
@@ -70,7 +81,13 @@ impl Config {
             let (key_var, _) = settings.kind.env_vars();
             return Err(ConfigError::ProviderKey { name: name.to_owned(), var: key_var });
         }
-        Ok(ChainEntry { provider: name.to_owned(), model: model.to_owned(), settings: settings.clone() })
+        let context_window = self.context_window_of(spec);
+        Ok(ChainEntry {
+            provider: name.to_owned(),
+            model: model.to_owned(),
+            settings: settings.clone(),
+            context_window,
+        })
     }
 
     pub(super) fn unknown_provider(&self, name: &str) -> String {

@@ -27,7 +27,7 @@ pub(super) fn load_text(text: &str, vars: &[(&str, &str)]) -> Result<Config, Con
     load_with(Some(&path), &env(vars), None)
 }
 
-fn load_env(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+pub(super) fn load_env(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
     load_with(None, &env(vars), None)
 }
 

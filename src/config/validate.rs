@@ -97,6 +97,9 @@ pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigE
     if let Some((key, reason)) = super::context::problem(config) {
         return Err(fail(key, reason));
     }
+    if let Some((key, reason)) = super::models::problem(config) {
+        return Err(fail(&key, reason));
+    }
     if let Some((key, reason)) = super::telegram::problem(&config.channels.telegram) {
         return Err(fail(key, reason));
     }
@@ -134,7 +137,7 @@ pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigE
 }
 
 /// Where `key` came from: its own origin; for a table, that of a key inside it (a file's
-/// `[users.groups."x"]`); else that of the table it is in (a whole map set from the
+/// `[users.groups."x"]`); else that of the table or list it is in (a whole map set from the
 /// environment).
 fn origin_of<'a>(origins: &'a Origins, key: &str) -> Option<&'a Origin> {
     if let Some(origin) = origins.get(key) {
@@ -151,7 +154,8 @@ fn origin_of<'a>(origins: &'a Origins, key: &str) -> Option<&'a Origin> {
         }
         parent = up;
     }
-    None
+    // An entry of a list (`agent.models[1].context_window`): where the list came from.
+    key.split_once('[').and_then(|(list, _)| origin_of(origins, list))
 }
 
 /// The first problem of `[provider]`, `[providers.*]`, `agent.models` or `[prices.*]`.
@@ -173,7 +177,7 @@ fn provider_problem(config: &Config) -> Option<(String, String)> {
         }
     }
     for spec in &config.agent.models {
-        let problem = match parse_model_spec(spec) {
+        let problem = match parse_model_spec(&spec.model) {
             Err(reason) => Some(reason),
             Ok((name, _)) => config.provider_named(name).is_none().then(|| config.unknown_provider(name)),
         };

@@ -11,6 +11,9 @@
 //! never delivered and its messages never stored; (2) one model call that summarises all but the most recent messages (with
 //! the previous summary); (3) the summary is saved and the covered transcript rows hidden
 //! from history. A failure before (3) leaves summary and transcript as they were.
+//!
+//! Its calls go to the agent's chain in order (no session's `/model` pick), so it is measured
+//! against and fitted to the window of the chain's first model ([`Target::primary`]).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -20,7 +23,7 @@ use switchboard_channels::contract::{InboundMessage, RunEventBody, Usage};
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
-use super::ContextEngine;
+use super::{ContextEngine, Target};
 use crate::agent::{Agent, EventSink, Turn};
 use crate::provider::pricing::CostTally;
 use crate::provider::{ChatMessage, ChatResponse, ProviderError, Role};
@@ -158,7 +161,7 @@ pub async fn due(
     // more model calls each time, where trimming the history costs nothing.
     let kept: u64 =
         rows[cut..].iter().map(|(_, message)| engine.calibration().messages(std::slice::from_ref(message))).sum();
-    let trigger = engine.settings().compaction.context_share * engine.history_room(agent) as f64;
+    let trigger = engine.settings().compaction.context_share * engine.history_room(Target::primary(agent)) as f64;
     if kept as f64 > trigger / 2.0 {
         tracing::debug!(kept, "a compaction would keep too much to free room; the history is trimmed instead");
         return Ok(None);
@@ -200,7 +203,7 @@ fn over_threshold(engine: &ContextEngine, agent: &Agent, count: usize, raw: u64)
     if count > config.max_messages {
         return true;
     }
-    engine.calibration().correct(raw) as f64 > config.context_share * engine.history_room(agent) as f64
+    engine.calibration().correct(raw) as f64 > config.context_share * engine.history_room(Target::primary(agent)) as f64
 }
 
 /// The history a turn read, as the compaction check after the turn needs it: each message's
@@ -230,7 +233,7 @@ impl HistoryShape {
 /// `keep_recent_messages`.
 pub fn split_for(engine: &ContextEngine, agent: &Agent, rows: &[(i64, ChatMessage)]) -> Option<usize> {
     let config = &engine.settings().compaction;
-    let keep_tokens = (config.keep_recent_share * engine.history_room(agent) as f64) as u64;
+    let keep_tokens = (config.keep_recent_share * engine.history_room(Target::primary(agent)) as f64) as u64;
     split_point(rows, keep_tokens, config.keep_recent_messages, engine.calibration())
 }
 
@@ -315,7 +318,7 @@ async fn compact(
 fn summary_max_tokens(deps: Deps<'_>) -> u32 {
     // At least 1: the config refuses 0, and settings built in code get the same floor.
     let configured = deps.engine.settings().compaction.summary_max_tokens.max(1);
-    let window = deps.engine.windows().of(&deps.agent.settings().name);
+    let window = deps.engine.window(Target::primary(deps.agent));
     let reserve = crate::config::output_reserve(window, deps.agent.settings().max_tokens);
     u32::try_from(reserve).map_or(configured, |reserve| configured.min(reserve.max(1)))
 }
@@ -325,7 +328,7 @@ fn summary_max_tokens(deps: Deps<'_>) -> u32 {
 /// have shown (a small model's tokenizer may count twice the heuristic), with a margin.
 fn summary_room(deps: Deps<'_>) -> usize {
     let instruction = deps.engine.calibration().messages(&[ChatMessage::system(SUMMARY_PROMPT)]);
-    let tokens = deps.engine.input_budget(deps.agent, 0).saturating_sub(instruction);
+    let tokens = deps.engine.input_budget(Target::primary(deps.agent), 0).saturating_sub(instruction);
     // The heuristic counts four characters a token; three leaves a quarter for text that
     // tokenizes worse than what the calibration learnt from.
     let chars = tokens as f64 * 3.0 / deps.engine.calibration().ratio();
@@ -348,8 +351,15 @@ async fn flush_memory(
     let started_at = crate::clock::now();
     let filter = flush_filter();
     let input = ChatMessage::user(flush_prompt(deps.memory));
-    let prepared =
-        deps.engine.prepare(deps.agent, deps.session_key, deps.flush_prompt, history, summary, &input, &filter);
+    let prepared = deps.engine.prepare(
+        Target::primary(deps.agent),
+        deps.session_key,
+        deps.flush_prompt,
+        history,
+        summary,
+        &input,
+        &filter,
+    );
     let turn = Turn {
         system_prompt: deps.flush_prompt.to_owned(),
         history: prepared.history,
@@ -361,9 +371,9 @@ async fn flush_memory(
         max_iterations: Some(FLUSH_MAX_STEPS),
         name_speakers: msg.is_group,
         model: None,
-        max_tokens: Some(deps.engine.answer_limit(deps.agent)),
+        max_tokens: Some(deps.engine.answer_limit(Target::primary(deps.agent))),
         cache_key: Some(crate::provider::cache_key(&deps.agent.settings().name, deps.session_key)),
-        budget: Some(deps.engine.run_budget(deps.agent)),
+        budget: Some(deps.engine.run_budget(Target::primary(deps.agent))),
     };
     let timeout = deps.engine.settings().compaction.flush_timeout();
     let run = SideRun { started_at, ..side_run(deps, RunKind::MemoryFlush) };

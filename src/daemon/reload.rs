@@ -145,7 +145,7 @@ impl WorkerParts {
     /// Replaces what turns use and the MCP servers; an error leaves everything as it was.
     async fn apply(&mut self, config: &Config, shutdown: &CancellationToken) -> Result<(), String> {
         let assembly = Assembly::new(config.clone());
-        let built = assembly.reloadable(&self.bus, &self.store, self.subagents.as_ref());
+        let built = assembly.reloadable(&self.bus, &self.store, self.subagents.as_ref(), self.reloader.fitting());
         let (agents, access) = built.map_err(|err| err.to_string())?;
         // The new servers start before the old ones stop, so tools that stay come back soon.
         let stop = shutdown.child_token();

@@ -7,14 +7,10 @@ use crate::config::{ApiChannelConfig, Config};
 /// The settings that changed between `running` and `new` and need a restart to apply, by
 /// their config key. The API's tokens are not among them: a reload applies them at once.
 pub(super) fn needing_restart(running: &Config, new: &Config) -> Vec<&'static str> {
-    let agent = |config: &Config| {
-        (
-            config.agent.context_window,
-            config.agent.history_limit,
-            config.agent.run_timeout_secs,
-            config.agent.workspace.clone(),
-        )
-    };
+    // The context windows are not among them: each chain entry carries its model's window,
+    // and the chains are rebuilt.
+    let agent =
+        |config: &Config| (config.agent.history_limit, config.agent.run_timeout_secs, config.agent.workspace.clone());
     let checks: [(&'static str, bool); 18] = [
         ("data_dir", running.data_dir != new.data_dir),
         ("bus", running.bus != new.bus),
@@ -33,7 +29,7 @@ pub(super) fn needing_restart(running: &Config, new: &Config) -> Vec<&'static st
         ("rate_limits", running.rate_limits != new.rate_limits),
         ("transcription", running.transcription != new.transcription),
         ("log", running.log != new.log),
-        ("agent (context_window, history_limit, run_timeout_secs, workspace)", agent(running) != agent(new)),
+        ("agent (history_limit, run_timeout_secs, workspace)", agent(running) != agent(new)),
     ];
     checks.into_iter().filter(|(_, changed)| *changed).map(|(key, _)| key).collect()
 }

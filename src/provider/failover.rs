@@ -7,6 +7,12 @@
 //!
 //! Once any text has reached the sink, nothing is retried and no other entry is tried: the
 //! user would otherwise see the start of the answer twice, or two different answers spliced.
+//!
+//! Each entry has its model's context window. The request was fitted to the window of the
+//! entry tried first; one tried after it gets the request refitted to its own window by the
+//! chain's [`Fitting`] (the oldest history dropped, the answer's room lowered), so a smaller
+//! fallback model gets a request it can take instead of an overflow. A window a server names
+//! in an overflow error is learned for that entry's model alone.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,6 +27,19 @@ pub struct FailoverEntry {
     /// The model to ask this provider for.
     pub model: String,
     pub retry: RetryPolicy,
+    /// The model's context window as configured.
+    pub context_window: u64,
+}
+
+/// How the chain fits a request to the window of the model it goes to, and learns the windows
+/// servers name; the worker's context engine, which knows the windows and the token estimates.
+pub trait Fitting: Send + Sync {
+    /// `request` fitted to the window of `model` (`provider/model`), configured as
+    /// `configured` or smaller as its server named it; `None` when it fits as it is.
+    fn refit(&self, model: &str, configured: u64, request: &ChatRequest<'_>) -> Option<ChatRequest<'static>>;
+
+    /// `model`'s server refused a request as too long and `named` its window.
+    fn learn(&self, model: &str, configured: u64, named: u64);
 }
 
 impl FailoverEntry {
@@ -34,6 +53,8 @@ impl FailoverEntry {
 pub struct FailoverProvider {
     entries: Vec<FailoverEntry>,
     name: String,
+    /// `None`: requests go to every entry as they come, and nothing is learned.
+    fitting: Option<Arc<dyn Fitting>>,
 }
 
 impl std::fmt::Debug for FailoverProvider {
@@ -49,7 +70,13 @@ impl FailoverProvider {
             return Err(ProviderError::Config("the model chain is empty".into()));
         }
         let name = entries.iter().map(FailoverEntry::label).collect::<Vec<_>>().join(" > ");
-        Ok(Self { entries, name })
+        Ok(Self { entries, name, fitting: None })
+    }
+
+    /// The chain with `fitting` to refit requests for the entries tried after the first and
+    /// to learn the windows servers name.
+    pub fn with_fitting(self, fitting: Arc<dyn Fitting>) -> Self {
+        Self { fitting: Some(fitting), ..self }
     }
 
     /// The entries to try: the one `asked` names (`provider/model` or the model alone, as a
@@ -110,7 +137,17 @@ impl Provider for FailoverProvider {
         let sink = stream.map(|_| &forward as TextSink<'_>);
         let order = self.in_order_for(&request.model);
         for (at, &entry) in order.iter().enumerate() {
-            match self.call_entry(entry, request, sink, &streamed).await {
+            // The first entry's window is the one the request was fitted to.
+            let fitting = self.fitting.as_deref();
+            let refitted =
+                fitting.filter(|_| at > 0).and_then(|f| f.refit(&entry.label(), entry.context_window, request));
+            let answer = self.call_entry(entry, refitted.as_ref().unwrap_or(request), sink, &streamed).await;
+            if let (Err(error), Some(fitting)) = (&answer, fitting)
+                && let Some(named) = error.context_limit()
+            {
+                fitting.learn(&entry.label(), entry.context_window, named);
+            }
+            match answer {
                 Ok(mut response) => {
                     let served = if response.model.is_empty() { entry.model.as_str() } else { &response.model };
                     response.model = format!("{}/{served}", entry.provider.name());
@@ -146,10 +183,18 @@ mod tests {
         script: Mutex<VecDeque<Result<ChatResponse, ProviderError>>>,
         stream_first: Option<&'static str>,
         calls: Mutex<Vec<String>>,
+        /// The messages each call sent.
+        sent: Mutex<Vec<usize>>,
     }
 
     fn fake(name: &'static str, script: Vec<Result<ChatResponse, ProviderError>>) -> Arc<Fake> {
-        Arc::new(Fake { name, script: Mutex::new(script.into()), stream_first: None, calls: Mutex::default() })
+        Arc::new(Fake {
+            name,
+            script: Mutex::new(script.into()),
+            stream_first: None,
+            calls: Mutex::default(),
+            sent: Mutex::default(),
+        })
     }
 
     #[async_trait]
@@ -163,6 +208,7 @@ mod tests {
             sink: Option<TextSink<'_>>,
         ) -> Result<ChatResponse, ProviderError> {
             self.calls.lock().unwrap().push(req.model.clone());
+            self.sent.lock().unwrap().push(req.messages.len());
             if let (Some(text), Some(sink)) = (self.stream_first, sink) {
                 sink(text);
             }
@@ -181,7 +227,7 @@ mod tests {
     fn entry(provider: Arc<Fake>, model: &str, max_retries: u32) -> FailoverEntry {
         let retry =
             RetryPolicy { max_retries, base_delay: Duration::from_millis(1), max_delay: Duration::from_millis(2) };
-        FailoverEntry { provider, model: model.into(), retry }
+        FailoverEntry { provider, model: model.into(), retry, context_window: 128_000 }
     }
 
     fn request() -> ChatRequest<'static> {
@@ -243,6 +289,7 @@ mod tests {
             script: Mutex::new(vec![http(500)].into()),
             stream_first: Some("Hello, wor"),
             calls: Mutex::default(),
+            sent: Mutex::default(),
         });
         let secondary = fake("anthropic", vec![ok("other", "")]);
         let chain =
@@ -264,5 +311,43 @@ mod tests {
         assert!(matches!(chain.complete(&request(), None).await, Err(ProviderError::Http { status: 502, .. })));
         assert_eq!(chain.complete(&request(), None).await.unwrap().model, "local/llama3.2:latest");
         assert!(FailoverProvider::new(Vec::new()).is_err());
+    }
+
+    /// Refits by keeping the last message, and notes what it learns.
+    #[derive(Default)]
+    struct LastOnly {
+        learned: Mutex<Vec<(String, u64, u64)>>,
+    }
+
+    impl Fitting for LastOnly {
+        fn refit(&self, _: &str, _: u64, request: &ChatRequest<'_>) -> Option<ChatRequest<'static>> {
+            let last = request.messages.last().cloned().into_iter().collect::<Vec<_>>();
+            Some(ChatRequest { messages: last.into(), ..request.clone().into_owned() })
+        }
+
+        fn learn(&self, model: &str, configured: u64, named: u64) {
+            self.learned.lock().unwrap().push((model.to_owned(), configured, named));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_fallback_gets_a_refitted_request_and_its_overflow_teaches_its_own_window() {
+        let overflow = || Err(ProviderError::ContextOverflow("maximum context length is 2048 tokens".into()));
+        let primary = fake("openai", vec![http(500), ok("from gpt", "")]);
+        let fallback = fake("local", vec![overflow(), ok("from qwen", "")]);
+        let fitting = Arc::new(LastOnly::default());
+        let small = FailoverEntry { context_window: 8192, ..entry(fallback.clone(), "qwen", 0) };
+        let chain =
+            FailoverProvider::new(vec![entry(primary.clone(), "gpt", 0), small]).unwrap().with_fitting(fitting.clone());
+        let long = ChatRequest {
+            messages: vec![ChatMessage::system("s"), ChatMessage::user("old"), ChatMessage::user("hi")].into(),
+            ..request()
+        };
+        assert!(matches!(chain.complete(&long, None).await, Err(ProviderError::ContextOverflow(_))));
+        assert_eq!(*fallback.sent.lock().unwrap(), [1], "refitted before the call");
+        assert_eq!(*fitting.learned.lock().unwrap(), [("local/qwen".to_owned(), 8192, 2048)]);
+        // The first entry gets the request as it was fitted.
+        assert_eq!(chain.complete(&long, None).await.unwrap().content, "from gpt");
+        assert_eq!(*primary.sent.lock().unwrap(), [3, 3]);
     }
 }

@@ -63,6 +63,11 @@ pub(crate) const SQLITE_MIGRATIONS: &[Migration] = &[
     },
     Migration { version: 23, name: "run_payer", sql: include_str!("../../migrations/sqlite/0023_run_payer.sql") },
     Migration { version: 24, name: "usage_cost", sql: include_str!("../../migrations/sqlite/0024_usage_cost.sql") },
+    Migration {
+        version: 25,
+        name: "model_windows",
+        sql: include_str!("../../migrations/sqlite/0025_model_windows.sql"),
+    },
 ];
 
 /// Brings the database up to the newest schema this build knows.

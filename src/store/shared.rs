@@ -14,3 +14,4 @@ pub(super) mod runs;
 mod subagents;
 mod usage;
 mod users;
+mod windows;

@@ -137,6 +137,7 @@ mod tests {
             skills: Default::default(),
             protected: Default::default(),
             models: Vec::new(),
+            context_windows: Default::default(),
         };
         Arc::new(Agent::new(Arc::new(provider), ToolRegistry::with_builtins(ToolLimits::default()), settings))
     }

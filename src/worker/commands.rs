@@ -294,8 +294,8 @@ async fn status(shared: &Shared, msg: &InboundMessage, key: &str) -> Result<Stri
     let mode = current_mode(shared, key).await?;
     let picked = shared.store.session_prefs(key).await?.model;
     let route = shared.agents.get().route(msg);
+    let window = shared.context.window(crate::context::Target::new(&route.agent, picked.as_deref()));
     let model = picked.unwrap_or_else(|| route.agent.settings().model.clone());
-    let window = shared.context.windows().of(&route.agent.settings().name);
     let context = match info.last_turn {
         Some(last) if last.context_tokens > 0 => format!(
             "about {} tokens, sent again with your next message (the model's window: {window})",

@@ -6,6 +6,7 @@ use switchboard_channels::contract::{InboundKind, InboundMessage};
 use super::Shared;
 use crate::agent::Agent;
 use crate::config::Level;
+use crate::context::Target;
 use crate::prompt::{self, PromptInput, PromptMode, Sender, TurnContext};
 use crate::provider::ChatMessage;
 use crate::tools::ToolFilter;
@@ -85,25 +86,26 @@ fn sender(msg: &InboundMessage, level: Level) -> Sender<'_> {
 /// room for it (it is then taken off `input`).
 pub(super) async fn fitted_prompt(
     shared: &Shared,
-    agent: &Agent,
+    target: Target<'_>,
     run: &PromptFor<'_>,
     tools: ToolFilter,
     input: &mut ChatMessage,
 ) -> (String, ToolFilter) {
-    let engine = &shared.context;
+    let (engine, agent) = (&shared.context, target.agent);
     let super::offer::Offer { tools, skills } = super::offer::offer(agent, tools, shared.settings.mcp_inline_max).await;
     let full = system_prompt(shared, agent, run, &tools, &skills, PromptMode::Full).await;
-    if engine.fixed_part_fits(agent, &full, agent.tool_tokens(&tools), input) {
+    if engine.fixed_part_fits(target, &full, agent.tool_tokens(&tools), input) {
         return (full, tools);
     }
     // A small model calls memory_search least reliably, and tools it calls badly at best:
     // recall (turned on by the operator) is how it keeps its memory, so it outlasts the tools.
-    let mut fitted = fit_tools(shared, agent, run, &tools, &skills, input).await;
+    let mut fitted = fit_tools(shared, target, run, &tools, &skills, input).await;
     if !fitted.fits && input.recalled.is_some() {
         input.recalled = None;
-        fitted = fit_tools(shared, agent, run, &tools, &skills, input).await;
+        fitted = fit_tools(shared, target, run, &tools, &skills, input).await;
     }
-    engine.windows().note_degraded(&agent.settings().name, &fitted.dropped, fitted.fits);
+    let window = engine.window(target);
+    engine.windows().note_degraded(&agent.settings().name, target.model, window, &fitted.dropped, fitted.fits);
     (fitted.prompt, fitted.tools)
 }
 
@@ -118,25 +120,25 @@ struct Fitted {
 /// The minimal prompt for `run`, with tool schemas dropped largest first until it fits.
 async fn fit_tools(
     shared: &Shared,
-    agent: &Agent,
+    target: Target<'_>,
     run: &PromptFor<'_>,
     tools: &ToolFilter,
     skills: &Catalog,
     input: &ChatMessage,
 ) -> Fitted {
-    let engine = &shared.context;
+    let (engine, agent) = (&shared.context, target.agent);
     // Built with every tool, this prompt lists more tools than it will: an upper bound.
     let minimal = system_prompt(shared, agent, run, tools, skills, PromptMode::Minimal).await;
     let mut offered = agent.tool_tokens_each(tools);
     offered.sort_by_key(|(name, tokens)| (drop_tier(name), std::cmp::Reverse(*tokens)));
     let mut tool_tokens: u64 = offered.iter().map(|(_, tokens)| tokens).sum();
     let mut dropped = Vec::new();
-    while !offered.is_empty() && !engine.fixed_part_fits(agent, &minimal, tool_tokens, input) {
+    while !offered.is_empty() && !engine.fixed_part_fits(target, &minimal, tool_tokens, input) {
         let (name, tokens) = offered.remove(0);
         tool_tokens -= tokens;
         dropped.push(name);
     }
-    let fits = engine.fixed_part_fits(agent, &minimal, tool_tokens, input);
+    let fits = engine.fixed_part_fits(target, &minimal, tool_tokens, input);
     if dropped.is_empty() {
         return Fitted { prompt: minimal, tools: tools.clone(), dropped, fits };
     }

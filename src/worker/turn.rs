@@ -1,14 +1,16 @@
-//! The agent's part of a run: the prompt fitted to the model's context window, the history
-//! chosen within it, the agent loop. When the model server refuses a call as too long and names
-//! a window smaller than the configured one, the window is learned for the turns to come; a turn
-//! that failed on it runs once more within it, so a local model with the default configuration
-//! still answers.
+//! The agent's part of a run: the prompt fitted to the context window of the model the turn
+//! calls first (the session's `/model` pick, else the chain's first), the history chosen within
+//! it, the agent loop. When a model's server refuses a call as too long and names a window
+//! smaller than the configured one, the chain learns it for that model (see
+//! [`crate::context::Windows`]); a turn that failed on the window of the model it was fitted to
+//! runs once more within it, so a local model with the default configuration still answers.
 
 use switchboard_channels::contract::InboundMessage;
 
 use super::Shared;
 use crate::agent::{Agent, EventSink, SteerReceiver, Turn, TurnResult};
 use crate::config::Level;
+use crate::context::Target;
 use crate::context::compaction::HistoryShape;
 use crate::provider::ChatMessage;
 use crate::store::StoreError;
@@ -53,10 +55,13 @@ pub(super) async fn run_agent(
     let recalled =
         super::recall::recall(shared, plan.agent, plan.msg, &plan.input.content, || tool_context(plan)).await;
     let recalled = recalled.as_deref();
+    let target = Target::new(plan.agent, plan.model.as_deref());
+    let window = shared.context.window(target);
     let (mut result, mut history) = attempt(shared, plan, recalled, events, steer).await?;
-    let agent = &plan.agent.settings().name;
-    // Learned whenever the server names it, so later turns fit without a refusal first.
-    let shrank = result.context_limit.is_some_and(|limit| shared.context.windows().learn(agent, limit));
+    // The chain learns what a server names, for the model it named it for: a fallback's
+    // refusal leaves this window as it was, and the turn is not run again for it.
+    let shrank = shared.context.window(target) < window;
+    super::windows::save(shared).await;
     if shrank && result.overflowed {
         tracing::info!(limit = ?result.context_limit, "running the turn again within the window the model server named");
         let first = result;
@@ -86,16 +91,17 @@ async fn attempt(
     steer: &mut SteerReceiver,
 ) -> Result<(TurnResult, HistoryShape), StoreError> {
     let TurnPlan { agent, msg, session_key, .. } = *plan;
+    let target = Target::new(agent, plan.model.as_deref());
     let memory = &plan.memory;
     let conversation = shared.store.conversation(session_key, shared.settings.history_limit).await?;
     let (history, summary) = (conversation.history, conversation.summary);
     let run = super::prompt::PromptFor { msg, session_key, memory };
     let mut input = ChatMessage { recalled: recalled.map(str::to_owned), ..plan.input.clone() };
     let (system_prompt, tools) =
-        super::prompt::fitted_prompt(shared, agent, &run, plan.tools.clone(), &mut input).await;
+        super::prompt::fitted_prompt(shared, target, &run, plan.tools.clone(), &mut input).await;
     let summary = summary.as_ref().map(|s| s.0.as_str());
     let shape = HistoryShape::of(&history);
-    let prepared = shared.context.prepare(agent, session_key, &system_prompt, history, summary, &input, &tools);
+    let prepared = shared.context.prepare(target, session_key, &system_prompt, history, summary, &input, &tools);
     let turn = Turn {
         system_prompt,
         history: prepared.history,
@@ -107,9 +113,9 @@ async fn attempt(
         max_iterations: None,
         name_speakers: msg.is_group,
         model: plan.model.clone(),
-        max_tokens: Some(shared.context.answer_limit(agent)),
+        max_tokens: Some(shared.context.answer_limit(target)),
         cache_key: Some(crate::provider::cache_key(&agent.settings().name, session_key)),
-        budget: Some(shared.context.run_budget(agent)),
+        budget: Some(shared.context.run_budget(target)),
     };
     let result = agent.run(turn).await;
     // Estimates teach the estimator nothing.

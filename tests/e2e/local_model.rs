@@ -3,7 +3,7 @@
 //! streamed answers, an empty 200 stream for a request over its window, strict requests.
 
 use crate::support::{Daemon, Launch, run_to_exit};
-use serde_json::{Value, json};
+use serde_json::Value;
 use switchboard_testkit::fake_llm::{FakeLlm, Quirks, Scripted};
 
 /// The daemon against `llm`, with extra environment.
@@ -21,12 +21,6 @@ async fn daemon(dir: &std::path::Path, llm: &FakeLlm, env: &[(&str, &str)]) -> D
     daemon
 }
 
-async fn say(daemon: &Daemon, text: &str) -> Value {
-    let (status, body) = daemon.post(json!({"chat_id": "me", "content": text})).await;
-    assert_eq!(status, 200, "{body}");
-    body
-}
-
 #[tokio::test]
 async fn streamed_answers_without_usage_are_charged_an_estimate() {
     let llm = FakeLlm::start_with_quirks(Quirks::llama_cpp(1_000_000)).await;
@@ -36,18 +30,18 @@ async fn streamed_answers_without_usage_are_charged_an_estimate() {
     // then sent unstreamed, and unstreamed answers report their usage).
     let env = [("SWITCHBOARD_BUDGETS__GUEST", "6000"), ("SWITCHBOARD_PERMISSIONS__TOOLS__CURRENT_TIME", "owner")];
     let daemon = daemon(dir.path(), &llm, &env).await;
-    let first = say(&daemon, "hello there").await;
+    let first = daemon.say("hello there").await;
     assert_eq!(first["reply"], "echo: hello there");
     let usage = &first["usage"];
     assert_eq!(usage["estimated"], true, "{first}");
     assert!(usage["input_tokens"].as_u64().unwrap() > 100, "the prompt is counted: {first}");
     assert!(usage["output_tokens"].as_u64().unwrap() > 0, "{first}");
 
-    let status = say(&daemon, "/status").await;
+    let status = daemon.say("/status").await;
     assert!(status["reply"].as_str().unwrap().contains("partly estimated"), "{status}");
     let mut turns = 1;
     let notice = loop {
-        let body = say(&daemon, "and again").await;
+        let body = daemon.say("and again").await;
         if body["reply"] != "echo: and again" {
             break body;
         }
@@ -68,7 +62,7 @@ async fn a_model_with_a_small_window_answers_with_the_default_config() {
     let dir = tempfile::tempdir().unwrap();
     // The owner is offered every tool: the full prompt and the schemas alone pass 2048 tokens.
     let daemon = daemon(dir.path(), &llm, &[("SWITCHBOARD_USERS__OWNERS", "[\"api:api\"]")]).await;
-    let first = say(&daemon, "hi").await;
+    let first = daemon.say("hi").await;
     assert_eq!(first["reply"], "echo: hi", "{first}");
     daemon.wait_for_log("Set agent.context_window = 2048").await;
     daemon.wait_for_log("turns use the minimal prompt").await;
@@ -87,7 +81,7 @@ async fn a_model_with_a_small_window_answers_with_the_default_config() {
     let paragraph = "The quick brown fox jumps over the lazy dog. ".repeat(25);
     for n in 0..8 {
         let text = format!("{n}: {}", paragraph.trim());
-        let body = say(&daemon, &text).await;
+        let body = daemon.say(&text).await;
         assert_eq!(body["reply"], format!("echo: {text}"), "turn {n}");
     }
     for n in 0..8 {
@@ -103,11 +97,11 @@ async fn a_message_too_long_for_the_window_says_so_and_the_next_is_answered() {
     let llm = FakeLlm::start_with_quirks(Quirks::llama_cpp(2048)).await;
     let dir = tempfile::tempdir().unwrap();
     let daemon = daemon(dir.path(), &llm, &[("SWITCHBOARD_AGENT__CONTEXT_WINDOW", "2048")]).await;
-    let huge = say(&daemon, &"word ".repeat(3000)).await;
+    let huge = daemon.say(&"word ".repeat(3000)).await;
     let reply = huge["reply"].as_str().unwrap();
     assert!(reply.contains("does not fit") && reply.contains("shorter message"), "{reply}");
     assert!(!reply.contains("try again in a moment"), "{reply}");
-    let next = say(&daemon, "short one").await;
+    let next = daemon.say("short one").await;
     assert_eq!(next["reply"], "echo: short one");
 }
 
@@ -117,12 +111,12 @@ async fn a_failed_turn_leaves_a_conversation_strict_templates_accept() {
     let llm = FakeLlm::start_with_quirks(quirks).await;
     let dir = tempfile::tempdir().unwrap();
     let daemon = daemon(dir.path(), &llm, &[]).await;
-    assert_eq!(say(&daemon, "first").await["reply"], "echo: first");
+    assert_eq!(daemon.say("first").await["reply"], "echo: first");
     llm.push(Scripted::server_error());
-    let failed = say(&daemon, "second").await;
+    let failed = daemon.say("second").await;
     assert!(failed["reply"].as_str().unwrap().contains("HTTP 500"), "{failed}");
     // The unanswered "second" is stored; the next request must still alternate.
-    assert_eq!(say(&daemon, "third").await["reply"], "echo: third");
+    assert_eq!(daemon.say("third").await["reply"], "echo: third");
     let roles: Vec<String> = llm.requests().last().unwrap()["messages"]
         .as_array()
         .unwrap()
@@ -137,7 +131,7 @@ async fn a_bad_key_says_who_can_fix_it() {
     let llm = FakeLlm::start_with_key("sk-right").await;
     let dir = tempfile::tempdir().unwrap();
     let daemon = daemon(dir.path(), &llm, &[("OPENAI_API_KEY", "sk-wrong")]).await;
-    let reply = say(&daemon, "hi").await["reply"].as_str().unwrap().to_owned();
+    let reply = daemon.say("hi").await["reply"].as_str().unwrap().to_owned();
     assert!(reply.contains("API key") && reply.contains("owner"), "{reply}");
     assert!(!reply.contains("try again in a moment"), "{reply}");
 }
@@ -155,7 +149,7 @@ async fn a_window_named_while_dropping_history_is_kept_for_later_turns() {
     let mut overflowed_at = None;
     for n in 0..12 {
         let text = format!("{n}: {paragraph}");
-        assert_eq!(say(&daemon, &text).await["reply"], format!("echo: {text}"), "turn {n}");
+        assert_eq!(daemon.say(&text).await["reply"], format!("echo: {text}"), "turn {n}");
         // The turn's own model calls (compaction may add calls of its own).
         let sent = llm.requests().iter().filter(|r| last_user_text(r) == text).count();
         match overflowed_at {

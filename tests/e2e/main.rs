@@ -30,6 +30,7 @@ mod local_model;
 mod logs;
 mod mcp;
 mod metrics;
+mod model_windows;
 mod nats;
 mod nats_faults;
 mod operations;

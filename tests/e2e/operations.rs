@@ -108,7 +108,8 @@ async fn a_second_run_on_a_taken_address_says_so_before_creating_a_database() {
     first.wait_healthy().await;
     let other = tempfile::tempdir().unwrap();
     let address = first.url("").trim_start_matches("http://").to_owned();
-    let env = [LLM.as_slice(), &[("SWITCHBOARD_CHANNELS__API__LISTEN", address.as_str()), ("RUST_LOG", "info")]].concat();
+    let env =
+        [LLM.as_slice(), &[("SWITCHBOARD_CHANNELS__API__LISTEN", address.as_str()), ("RUST_LOG", "info")]].concat();
     let (status, stderr, _) = run_to_exit(other.path(), &["run"], &env);
     assert_eq!(status.code(), Some(1), "{stderr}");
     assert!(stderr.contains(&format!("cannot listen on {address}")), "{stderr}");

@@ -302,11 +302,13 @@ fn openai_entry(fake: &FakeLlm, model: &str) -> FailoverEntry {
         provider: Arc::new(OpenAiProvider::new(config).unwrap()),
         model: model.into(),
         retry: quick_retries(1),
+        context_window: 128_000,
     }
 }
 
 fn anthropic_entry(fake: &FakeAnthropic, model: &str) -> FailoverEntry {
-    FailoverEntry { provider: Arc::new(provider(fake, true)), model: model.into(), retry: quick_retries(1) }
+    let provider = Arc::new(provider(fake, true));
+    FailoverEntry { provider, model: model.into(), retry: quick_retries(1), context_window: 128_000 }
 }
 
 #[tokio::test]

@@ -228,8 +228,10 @@ impl Setup {
         assert_eq!(main.name, MAIN_AGENT, "the first agent is [agent], `main`");
         let chain = std::iter::once(&main.model).chain(&self.fallbacks);
         let agent = AgentConfig {
-            models: chain.map(|model| format!("fake/{model}")).collect(),
+            models: chain.map(|model| format!("fake/{model}").as_str().into()).collect(),
             max_iterations: 5,
+            // The window the worker's settings give: the chains' entries take it.
+            context_window: self.settings.context.context_window,
             system_prompt: main.system_prompt.clone(),
             workspace: workspace(dir, main),
             ..AgentConfig::default()
@@ -237,7 +239,7 @@ impl Setup {
         let agents = others.iter().map(|spec| {
             let agent = NamedAgentConfig {
                 workspace: workspace(dir, spec),
-                models: vec![format!("fake/{}", spec.model)],
+                models: vec![format!("fake/{}", spec.model).as_str().into()],
                 tools: spec.allow.clone(),
                 system_prompt: Some(spec.system_prompt.clone()),
                 ..NamedAgentConfig::default()

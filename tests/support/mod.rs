@@ -235,6 +235,13 @@ impl Daemon {
         self.post_with(body, None).await
     }
 
+    /// Posts `text` to the chat `me` and returns the answer's body, which must come with a 200.
+    pub async fn say(&self, text: &str) -> Value {
+        let (status, body) = self.post(serde_json::json!({"chat_id": "me", "content": text})).await;
+        assert_eq!(status, 200, "{body}");
+        body
+    }
+
     pub async fn post_with(&self, body: Value, token: Option<&str>) -> (u16, Value) {
         let mut request = reqwest::Client::new().post(self.url("/v1/messages")).json(&body);
         if let Some(token) = token {

@@ -41,6 +41,11 @@ pub(crate) const POSTGRES_MIGRATIONS: &[Migration] = &[
         name: "usage_cost",
         sql: include_str!("../../../migrations/postgres/0010_usage_cost.sql"),
     },
+    Migration {
+        version: 11,
+        name: "model_windows",
+        sql: include_str!("../../../migrations/postgres/0011_model_windows.sql"),
+    },
 ];
 
 /// The advisory lock migrations hold ("sb" "mg" in ASCII); any fixed number would do.

@@ -85,6 +85,7 @@ fn agent(name: &str) -> std::sync::Arc<crate::agent::Agent> {
         skills: Default::default(),
         protected: Default::default(),
         models: Vec::new(),
+        context_windows: Default::default(),
     };
     std::sync::Arc::new(crate::agent::Agent::new(std::sync::Arc::new(provider), Default::default(), settings))
 }
