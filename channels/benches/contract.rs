@@ -91,6 +91,7 @@ fn completed(inbound: &InboundMessage, reply: String) -> RunEvent {
         usage: Usage::new(12_345, 678),
         model: "gpt-4o-mini".into(),
         cost_usd: Some(0.0023),
+        media: Vec::new(),
     };
     let mut event = RunEvent::answering(inbound, "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5c", &inbound.session_key(), body);
     event.at = at();

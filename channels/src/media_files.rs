@@ -15,7 +15,9 @@ pub fn saved_file_name(
     PathBuf::from(format!("{message_id}-{index}-{}", safe.as_deref().unwrap_or(fallback)))
 }
 
-fn safe_name(name: &str) -> String {
+/// `name` made safe as a file name: letters, digits, `.`, `-` and `_` (anything else becomes
+/// `_`), at most 100 characters, no leading dots; may be empty.
+pub fn safe_name(name: &str) -> String {
     let cleaned: String = name
         .chars()
         .map(|c| if c.is_alphanumeric() || matches!(c, '.' | '-' | '_') { c } else { '_' })

@@ -127,6 +127,7 @@ fn run_events_keep_their_json() {
         usage: Usage::new(3, 4),
         model: "gpt-x".into(),
         cost_usd: Some(0.5),
+        media: Vec::new(),
     };
     let completed = serde_json::to_string(&event(completed)).unwrap();
     let tail = r#""type":"run.completed","reply":"hello","usage":{"input_tokens":3,"output_tokens":4},"model":"gpt-x","cost_usd":0.5}"#;

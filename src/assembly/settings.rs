@@ -59,6 +59,7 @@ pub fn worker(config: &Config) -> Result<WorkerSettings, AssemblyError> {
         recall: RecallSettings::from(&config.memory),
         transcriber: transcriber(config)?,
         mcp_inline_max: config.mcp.inline_max,
+        outbox_keep: config.workspace.outbox_keep(),
     })
 }
 
