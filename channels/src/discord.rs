@@ -86,6 +86,8 @@ pub struct DiscordSettings {
     /// Where inbound attachments are saved.
     pub media_dir: PathBuf,
     pub media_max_bytes: u64,
+    /// Largest upload of one message outside boosted servers (see `upload`).
+    pub upload_max_bytes: u64,
 }
 
 impl std::fmt::Debug for DiscordSettings {
@@ -120,6 +122,7 @@ impl Default for DiscordSettings {
             typing: true,
             media_dir: PathBuf::from("media/discord"),
             media_max_bytes: 25 * 1024 * 1024,
+            upload_max_bytes: upload::DEFAULT_MAX_BYTES,
         }
     }
 }

@@ -22,8 +22,9 @@ mod tests;
 use std::path::{Component, Path, PathBuf};
 
 use sha2::{Digest, Sha256};
+use switchboard_channels::media_files::TOKEN_CHARS;
 
-pub use collect::{Collected, SentFile, clear, collect, prune, send_files, session_of};
+pub use collect::{Collected, SentFile, clear, collect, prune, send_files};
 
 use super::mark::{MarkError, read_or_make_file};
 
@@ -37,8 +38,6 @@ pub const SENT_DIR: &str = "sent";
 const KEY_FILE: &str = ".key";
 /// Files one reply carries at most; more are named in a note, not sent.
 pub const MAX_FILES: usize = 10;
-/// Length of a token: 128 bits in hex.
-pub const TOKEN_CHARS: usize = 32;
 
 /// The folder run `run_id` knows as `outbox/`, relative to the workspace.
 pub fn run_folder(run_id: &str) -> PathBuf {
@@ -47,7 +46,12 @@ pub fn run_folder(run_id: &str) -> PathBuf {
 
 /// The folder where the files sent under `token` are kept, in `workspace`.
 pub fn sent_folder(workspace: &Path, token: &str) -> PathBuf {
-    workspace.join(OUTBOX_DIR).join(SENT_DIR).join(token)
+    sent_dir(workspace).join(token)
+}
+
+/// Where `workspace` keeps the files runs sent, a folder per token (what the API serves).
+pub fn sent_dir(workspace: &Path) -> PathBuf {
+    workspace.join(OUTBOX_DIR).join(SENT_DIR)
 }
 
 /// Whether `relative` (a path relative to the workspace) is the outbox or inside it, its
@@ -86,11 +90,6 @@ pub fn token(workspace: &Path, seed: &str) -> Result<String, MarkError> {
     hasher.update([0]);
     hasher.update(seed.as_bytes());
     Ok(hex(&hasher.finalize()[..TOKEN_CHARS / 2]))
-}
-
-/// Whether `text` looks like a token (what the API accepts in a download URL).
-pub fn is_token(text: &str) -> bool {
-    text.len() == TOKEN_CHARS && text.chars().all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
 }
 
 /// 256 random bits in hex; from uuids should the OS's random source fail (it does not on

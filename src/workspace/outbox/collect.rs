@@ -107,15 +107,7 @@ fn shown_name(path: &Path) -> String {
 
 /// What `sent/<token>.json` holds: whose files these are, for the API's download check.
 fn label(seed: &str, session_key: &str) -> String {
-    serde_json::json!({ "session_key": session_key, "run_id": seed }).to_string()
-}
-
-/// The session the files under `token` belong to, as their label says; `None` when there are
-/// no such files (or the label is unreadable).
-pub fn session_of(workspace: &Path, token: &str) -> Option<String> {
-    let label = std::fs::read(workspace.join(OUTBOX_DIR).join(SENT_DIR).join(format!("{token}.json"))).ok()?;
-    let label: serde_json::Value = serde_json::from_slice(&label).ok()?;
-    label.get("session_key")?.as_str().map(str::to_owned)
+    switchboard_channels::media_files::sent_label(session_key, seed)
 }
 
 /// Moves each `(shown path, path)` into `sent` under a safe, flat name (`charts/a.png` becomes

