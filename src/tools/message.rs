@@ -227,4 +227,23 @@ mod tests {
             assert!(result.is_err(), "{files} should be refused");
         }
     }
+
+    #[tokio::test]
+    async fn a_file_from_the_outbox_is_sent_now_and_not_again_with_the_reply() {
+        let dir = tempfile::tempdir().unwrap();
+        let folder = crate::workspace::outbox::run_folder("r1");
+        std::fs::create_dir_all(dir.path().join(&folder)).unwrap();
+        std::fs::write(dir.path().join(&folder).join("chart.png"), b"png").unwrap();
+        let ctx = ToolContext { workspace: dir.path().to_path_buf(), outbox: Some(folder.clone()), ..ctx() };
+        let bus = Arc::new(MemoryBus::new(8));
+        let tool = MessageTool::new(bus.clone());
+        tool.execute(json!({"content": "the chart", "files": ["outbox/chart.png"]}), &ctx).await.unwrap();
+        let msg = sent(&bus, "telegram").await;
+        let path = msg.media[0].path.clone().unwrap();
+        assert!(path.contains("/outbox/sent/") && path.ends_with("/chart.png"), "{path}");
+        assert_eq!((msg.media[0].kind.as_str(), msg.media[0].size), ("photo", Some(3)));
+        let scope = crate::workspace::memory::MemoryScope::Owner;
+        let left = crate::workspace::outbox::collect(dir.path(), "r1", &scope, "telegram:-100").unwrap();
+        assert!(left.files.is_empty(), "sent once: {left:?}");
+    }
 }

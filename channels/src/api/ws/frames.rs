@@ -227,6 +227,29 @@ mod tests {
     }
 
     #[test]
+    fn files_show_as_attachments_without_their_paths() {
+        let chats = HashSet::from(["alice/kitchen".to_owned()]);
+        let token = "0123456789abcdef0123456789abcdef";
+        let media = vec![crate::contract::Media {
+            kind: "document".into(),
+            path: Some(format!("/srv/ws/outbox/sent/{token}/a.csv")),
+            file_name: Some("a.csv".into()),
+            size: Some(3),
+            ..Default::default()
+        }];
+        let done = RunEventBody::Completed {
+            reply: "here".into(),
+            usage: Default::default(),
+            model: "m".into(),
+            cost_usd: None,
+            media,
+        };
+        let frame = event_frame(&alice(), &chats, false, &event("alice/kitchen", done)).unwrap();
+        assert_eq!(frame["attachments"][0]["url"], format!("/v1/files/{token}/a.csv"));
+        assert!(frame.get("media").is_none() && !frame.to_string().contains("/srv"), "{frame}");
+    }
+
+    #[test]
     fn client_frames_parse_by_type() {
         let send: ClientFrame =
             serde_json::from_str(r#"{"type":"message","chat_id":"k","content":"hi","client_id":"c1"}"#).unwrap();
