@@ -199,7 +199,8 @@ impl Tool for Exec {
             false => Confinement::default(),
         };
         let outbox = outbox_env(workspace.root(), ctx, &confinement)?;
-        let how = How { sandbox: &self.sandbox, limits: self.limits, env: &self.env, confinement: &confinement, outbox };
+        let how =
+            How { sandbox: &self.sandbox, limits: self.limits, env: &self.env, confinement: &confinement, outbox };
         let finished = run(command, workspace.root(), &how, limit, self.max_output_bytes).await?;
         finished.report(limit)
     }

@@ -94,11 +94,8 @@ async fn a_file_over_telegrams_limit_is_named_with_its_size_and_the_limit() {
     fake.push_message(updates::private_text(ALICE, "alice", 1, "send me the recording"));
     let sent = telegram_sent(&fake, 3).await;
     let note = "(video.mp4 was not sent: it is 60 MB, more than the 50 MB Telegram accepts from bots)";
-    let expected = [
-        ("sendmessage", "The recording and my notes."),
-        ("senddocument", "notes.txt"),
-        ("sendmessage", note),
-    ];
+    let expected =
+        [("sendmessage", "The recording and my notes."), ("senddocument", "notes.txt"), ("sendmessage", note)];
     assert_eq!(shown(&sent), expected.map(|(m, w)| (m.to_owned(), w.to_owned())), "{}", daemon.logs());
     assert!(fake.calls_to("senddocument").iter().all(|call| !call.failed), "nothing over the limit was uploaded");
 }

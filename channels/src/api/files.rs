@@ -160,8 +160,11 @@ mod tests {
         };
         let elsewhere = Media { kind: "photo".into(), path: Some("/srv/ws/chart.png".into()), ..Media::default() };
         let shown = attachments(&[kept, elsewhere]);
-        assert_eq!(shown[0], json!({"name": "Q3 report.csv", "size": 12, "kind": "document",
-            "url": format!("/v1/files/{token}/Q3%20report.csv")}));
+        assert_eq!(
+            shown[0],
+            json!({"name": "Q3 report.csv", "size": 12, "kind": "document",
+            "url": format!("/v1/files/{token}/Q3%20report.csv")})
+        );
         assert_eq!(shown[1], json!({"name": "chart.png", "size": null, "kind": "photo", "url": null}));
         assert!(!shown.iter().any(|item| item.to_string().contains("/srv")));
     }

@@ -84,9 +84,10 @@ pub(crate) async fn prepare(media: &[Media], limit: u64) -> Uploads {
         if let Some(path) = &item.path {
             match read_file(item, Path::new(path), limit).await {
                 Ok((file, size)) => {
-                    let full = uploads.batches.last().is_none_or(|batch| {
-                        batch.len() == MAX_FILES_PER_MESSAGE || batch_bytes + size > limit
-                    });
+                    let full = uploads
+                        .batches
+                        .last()
+                        .is_none_or(|batch| batch.len() == MAX_FILES_PER_MESSAGE || batch_bytes + size > limit);
                     if full {
                         uploads.batches.push(Vec::new());
                         batch_bytes = 0;

@@ -124,7 +124,7 @@ impl Workspace {
 
     /// A lexical path inside the workspace's `outbox/` taken to the run's own folder, or
     /// refused when the run has none.
-    fn into_outbox(&self, lexical: PathBuf, requested: &str) -> Result<PathBuf, ToolError> {
+    fn map_outbox(&self, lexical: PathBuf, requested: &str) -> Result<PathBuf, ToolError> {
         let Ok(relative) = lexical.strip_prefix(&self.root) else { return Ok(lexical) };
         if !is_outbox_path(relative) {
             return Ok(lexical);
@@ -195,7 +195,7 @@ impl Workspace {
         if !self.allow_outside && !lexical.starts_with(&self.root) {
             return Err(outside(requested));
         }
-        let lexical = self.into_outbox(lexical, requested)?;
+        let lexical = self.map_outbox(lexical, requested)?;
         let real = canonicalize_existing(&lexical, requested)?;
         self.check_outbox(&real, requested)?;
         if !self.allow_outside && !real.starts_with(&self.root) {
@@ -391,7 +391,10 @@ mod tests {
         assert_eq!(resolved.path, ws.root().join(&folder).join("report.csv"));
         assert_eq!(resolved.shown, "outbox/report.csv");
         let absolute = ws.root().join("outbox/runs/r2/x.csv");
-        assert_eq!(run.resolve(absolute.to_str().unwrap()).unwrap().path, ws.root().join(&folder).join("runs/r2/x.csv"));
+        assert_eq!(
+            run.resolve(absolute.to_str().unwrap()).unwrap().path,
+            ws.root().join(&folder).join("runs/r2/x.csv")
+        );
         assert_eq!(run.resolve_dir("outbox").unwrap().shown, "outbox");
         assert!(ws.root().join(&folder).is_dir(), "listing the outbox makes it");
         std::fs::create_dir_all(ws.root().join("outbox/sent/t")).unwrap();

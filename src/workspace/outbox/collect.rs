@@ -39,10 +39,7 @@ impl Collected {
     pub fn note(&self) -> Option<String> {
         let mut lines: Vec<String> = self.refused.iter().map(|line| format!("({line})")).collect();
         if !self.left_out.is_empty() {
-            lines.push(format!(
-                "(not sent: {}; a reply carries at most {MAX_FILES} files)",
-                self.left_out.join(", ")
-            ));
+            lines.push(format!("(not sent: {}; a reply carries at most {MAX_FILES} files)", self.left_out.join(", ")));
         }
         (!lines.is_empty()).then(|| lines.join("\n"))
     }

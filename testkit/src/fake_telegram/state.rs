@@ -380,7 +380,8 @@ fn refuse_upload(method: &str, uploads: &HashMap<String, Upload>) -> Option<Answ
     if size > UPLOAD_MAX_BYTES {
         return Some(Answer::error(413, "Request Entity Too Large"));
     }
-    (method == "sendphoto" && size > PHOTO_MAX_BYTES).then(|| Answer::bad_request("Bad Request: PHOTO_SAVE_FILE_INVALID"))
+    (method == "sendphoto" && size > PHOTO_MAX_BYTES)
+        .then(|| Answer::bad_request("Bad Request: PHOTO_SAVE_FILE_INVALID"))
 }
 
 /// A chat object for an id never seen in an incoming message: private if positive, else a supergroup.
