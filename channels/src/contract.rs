@@ -598,6 +598,13 @@ pub enum RunEventBody {
     Unknown,
 }
 
+impl RunEventBody {
+    /// `run.completed` with `reply`, without files.
+    pub fn completed(reply: impl Into<String>, usage: Usage, model: impl Into<String>, cost_usd: Option<f64>) -> Self {
+        Self::Completed { reply: reply.into(), usage, model: model.into(), cost_usd, media: Vec::new() }
+    }
+}
+
 /// The session key for a chat, optionally narrowed to a topic or thread.
 pub fn session_key(channel: &str, chat_id: &str, thread_id: Option<&str>) -> String {
     match thread_id {

@@ -355,7 +355,7 @@ async fn run_turn(
         let events = BusEvents::start(Arc::clone(&shared.bus), msg, run_id, session_key);
         events.emit(RunEventBody::Started);
         let (reply, usage, model) = (msg.content.clone(), Usage::default(), String::new());
-        events.emit(RunEventBody::Completed { reply, usage, model, cost_usd: None, media: Vec::new() });
+        events.emit(RunEventBody::completed(reply, usage, model, None));
         return Ok((outcome, false));
     }
     let (tools, level, billing) = match access {
@@ -421,13 +421,7 @@ async fn run_turn(
 fn over_budget(shared: &Shared, msg: &InboundMessage, run_id: &str, session_key: &str, notice: String) -> RunOutcome {
     let events = BusEvents::start(Arc::clone(&shared.bus), msg, run_id, session_key);
     events.emit(RunEventBody::Started);
-    events.emit(RunEventBody::Completed {
-        reply: notice.clone(),
-        usage: Usage::default(),
-        model: String::new(),
-        cost_usd: None,
-        media: Vec::new(),
-    });
+    events.emit(RunEventBody::completed(notice.clone(), Usage::default(), "", None));
     RunOutcome {
         status: RunStatus::Completed,
         transcript: Vec::new(),

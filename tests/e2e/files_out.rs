@@ -3,7 +3,7 @@
 //! a crash; a file over the platform's limit is named in a note instead.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use switchboard_channels::api::access::token_sha256_hex;
@@ -11,40 +11,45 @@ use switchboard_testkit::fake_discord::{self, FakeDiscord, events};
 use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
 use switchboard_testkit::fake_telegram::{self, Failure, FakeTelegram, updates};
 
-use crate::support::Launch;
-
-const ALICE: i64 = 111;
+use crate::discord::{ALICE as DISCORD_ALICE, DM, replies as discord_replies};
+use crate::support::{Daemon, Launch};
+use crate::telegram::{ALICE, replies};
 
 /// The daemon on the fake Bot API, Alice an owner (she may use the file tools and exec).
 fn telegram<'a>(launch: Launch<'a>, fake: &FakeTelegram) -> Launch<'a> {
-    launch
-        .env("TELEGRAM_BOT_TOKEN", FakeTelegram::TOKEN)
-        .env("SWITCHBOARD_CHANNELS__TELEGRAM__API_URL", &fake.api_url())
-        .env("SWITCHBOARD_CHANNELS__TELEGRAM__POLL_TIMEOUT_SECS", "1")
-        .env("SWITCHBOARD_CHANNELS__TELEGRAM__ALLOW_FROM", &format!("[\"{ALICE}\"]"))
-        .env("SWITCHBOARD_USERS__OWNERS", &format!("[\"telegram:{ALICE}\"]"))
+    crate::telegram::telegram(launch, fake).env("SWITCHBOARD_USERS__OWNERS", &format!("[\"telegram:{ALICE}\"]"))
 }
 
 fn write(path: &str, content: &str) -> (String, Value) {
     ("write_file".into(), json!({"path": path, "content": content}))
 }
 
-/// Waits until the fake has `n` messages from the bot, then a little longer to see that no more
-/// come.
-async fn telegram_sent(fake: &FakeTelegram, n: usize) -> Vec<fake_telegram::SentMessage> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while fake.sent_messages().len() < n {
-        assert!(Instant::now() < deadline, "{} sent, expected {n}: {:#?}", fake.sent_messages().len(), fake.calls());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    fake.sent_messages()
-}
-
 /// What each sent message was: (method, text or file name).
 fn shown(sent: &[fake_telegram::SentMessage]) -> Vec<(String, String)> {
     let what = |m: &fake_telegram::SentMessage| m.file_name.clone().or(m.text.clone()).unwrap_or_default();
     sent.iter().map(|m| (m.method.clone(), what(m))).collect()
+}
+
+/// Asserts what was sent, in order, as (method, text or file name).
+fn assert_shown(sent: &[fake_telegram::SentMessage], expected: &[(&str, &str)], daemon: &Daemon) {
+    let expected: Vec<(String, String)> = expected.iter().map(|(m, w)| ((*m).to_owned(), (*w).to_owned())).collect();
+    assert_eq!(shown(sent), expected, "{}", daemon.logs());
+}
+
+/// `switchboard run` in `dir` on the fake Bot API and model, up and answering.
+async fn started(dir: &Path, name: &str, llm: &FakeLlm, fake: &FakeTelegram) -> Daemon {
+    let mut daemon = telegram(Launch::new(dir, name, &["run"]).llm(&llm.base_url()), fake).spawn();
+    daemon.wait_healthy().await;
+    daemon
+}
+
+/// Starts the daemon again (the first one was killed) and checks that the chat got `text`, then
+/// the document `file`, each once.
+async fn restarted_sends(dir: &Path, llm: &FakeLlm, fake: &FakeTelegram, text: &str, file: (&str, &[u8])) {
+    let second = started(dir, "tg-2", llm, fake).await;
+    let sent = replies(fake, 2).await;
+    assert_shown(&sent, &[("sendmessage", text), ("senddocument", file.0)], &second);
+    assert_eq!(sent[1].file_bytes.as_deref(), Some(file.1));
 }
 
 /// Files left in the workspace's outbox folders of runs (none once a reply went out).
@@ -60,16 +65,15 @@ async fn files_written_to_the_outbox_reach_telegram_with_the_reply_once() {
     llm.push(Scripted::ToolCalls(vec![write("outbox/report.csv", "a,b\n1,2\n"), write("outbox/chart.png", "png")]));
     llm.push(Scripted::Text("Here are the report and the chart.".into()));
     let dir = tempfile::tempdir().unwrap();
-    let mut daemon = telegram(Launch::new(dir.path(), "tg", &["run"]).llm(&llm.base_url()), &fake).spawn();
-    daemon.wait_healthy().await;
+    let daemon = started(dir.path(), "tg", &llm, &fake).await;
     fake.push_message(updates::private_text(ALICE, "alice", 1, "the quarterly numbers, please"));
-    let sent = telegram_sent(&fake, 3).await;
+    let sent = replies(&fake, 3).await;
     let expected = [
         ("sendmessage", "Here are the report and the chart."),
         ("sendphoto", "chart.png"),
         ("senddocument", "report.csv"),
     ];
-    assert_eq!(shown(&sent), expected.map(|(m, w)| (m.to_owned(), w.to_owned())), "{}", daemon.logs());
+    assert_shown(&sent, &expected, &daemon);
     assert_eq!(sent[2].file_bytes.as_deref(), Some(&b"a,b\n1,2\n"[..]));
     assert!(sent.iter().all(|m| m.chat_id == ALICE));
     let result = llm.requests()[1]["messages"].to_string();
@@ -78,7 +82,7 @@ async fn files_written_to_the_outbox_reach_telegram_with_the_reply_once() {
 
     // The next answer carries nothing more: the files left the outbox with the first.
     fake.push_message(updates::private_text(ALICE, "alice", 2, "thanks"));
-    let sent = telegram_sent(&fake, 4).await;
+    let sent = replies(&fake, 4).await;
     assert_eq!(shown(&sent[3..]), [("sendmessage".to_owned(), "echo: thanks".to_owned())]);
 }
 
@@ -89,14 +93,13 @@ async fn a_file_over_telegrams_limit_is_named_with_its_size_and_the_limit() {
     llm.push(Scripted::ToolCalls(vec![("exec".into(), json!({"command": command}))]));
     llm.push(Scripted::Text("The recording and my notes.".into()));
     let dir = tempfile::tempdir().unwrap();
-    let mut daemon = telegram(Launch::new(dir.path(), "tg", &["run"]).llm(&llm.base_url()), &fake).spawn();
-    daemon.wait_healthy().await;
+    let daemon = started(dir.path(), "tg", &llm, &fake).await;
     fake.push_message(updates::private_text(ALICE, "alice", 1, "send me the recording"));
-    let sent = telegram_sent(&fake, 3).await;
+    let sent = replies(&fake, 3).await;
     let note = "(video.mp4 was not sent: it is 60 MB, more than the 50 MB Telegram accepts from bots)";
     let expected =
         [("sendmessage", "The recording and my notes."), ("senddocument", "notes.txt"), ("sendmessage", note)];
-    assert_eq!(shown(&sent), expected.map(|(m, w)| (m.to_owned(), w.to_owned())), "{}", daemon.logs());
+    assert_shown(&sent, &expected, &daemon);
     assert!(fake.calls_to("senddocument").iter().all(|call| !call.failed), "nothing over the limit was uploaded");
 }
 
@@ -109,18 +112,12 @@ async fn a_crash_while_the_file_goes_out_sends_neither_text_nor_file_twice() {
     llm.push(Scripted::Text("The report.".into()));
     fake.fail_next("sendDocument", Failure::Hang(Duration::from_secs(30)));
     let dir = tempfile::tempdir().unwrap();
-    let mut first = telegram(Launch::new(dir.path(), "tg-1", &["run"]).llm(&llm.base_url()), &fake).spawn();
-    first.wait_healthy().await;
+    let mut first = started(dir.path(), "tg-1", &llm, &fake).await;
     fake.push_message(updates::private_text(ALICE, "alice", 1, "the report"));
     fake.wait_for_held("sendDocument", Duration::from_secs(20)).await;
     first.kill_hard();
 
-    let mut second = telegram(Launch::new(dir.path(), "tg-2", &["run"]).llm(&llm.base_url()), &fake).spawn();
-    second.wait_healthy().await;
-    let sent = telegram_sent(&fake, 2).await;
-    let expected = [("sendmessage", "The report."), ("senddocument", "report.csv")];
-    assert_eq!(shown(&sent), expected.map(|(m, w)| (m.to_owned(), w.to_owned())), "{}", second.logs());
-    assert_eq!(sent[1].file_bytes.as_deref(), Some(&b"x,y\n"[..]));
+    restarted_sends(dir.path(), &llm, &fake, "The report.", ("report.csv", b"x,y\n")).await;
     assert_eq!(llm.requests().len(), 2, "the run was not run again");
 }
 
@@ -133,41 +130,20 @@ async fn a_run_resumed_after_a_crash_sends_the_file_its_first_attempt_wrote() {
     llm.push(Scripted::Delay(Duration::from_secs(60), Box::new(Scripted::Text("never".into()))));
     llm.push(Scripted::Text("Here is the draft.".into()));
     let dir = tempfile::tempdir().unwrap();
-    let mut first = telegram(Launch::new(dir.path(), "tg-1", &["run"]).llm(&llm.base_url()), &fake).spawn();
-    first.wait_healthy().await;
+    let mut first = started(dir.path(), "tg-1", &llm, &fake).await;
     fake.push_message(updates::private_text(ALICE, "alice", 1, "a draft"));
     llm.wait_for_requests(2, Duration::from_secs(10)).await;
     first.kill_hard();
 
-    let mut second = telegram(Launch::new(dir.path(), "tg-2", &["run"]).llm(&llm.base_url()), &fake).spawn();
-    second.wait_healthy().await;
-    let sent = telegram_sent(&fake, 2).await;
-    let expected = [("sendmessage", "Here is the draft."), ("senddocument", "draft.txt")];
-    assert_eq!(shown(&sent), expected.map(|(m, w)| (m.to_owned(), w.to_owned())), "{}", second.logs());
-    assert_eq!(sent[1].file_bytes.as_deref(), Some(&b"first attempt"[..]));
+    restarted_sends(dir.path(), &llm, &fake, "Here is the draft.", ("draft.txt", b"first attempt")).await;
 }
 
-const DISCORD_ALICE: u64 = 111;
 const GUILD: u64 = 500;
 const CHANNEL: u64 = 501;
-const DM: u64 = 300;
 
+/// The daemon on the fake Discord, Alice an owner.
 fn discord<'a>(launch: Launch<'a>, fake: &FakeDiscord) -> Launch<'a> {
-    launch
-        .env("DISCORD_BOT_TOKEN", FakeDiscord::TOKEN)
-        .env("SWITCHBOARD_CHANNELS__DISCORD__PROXY_URL", &fake.url())
-        .env("SWITCHBOARD_CHANNELS__DISCORD__ALLOW_FROM", &format!("[\"{DISCORD_ALICE}\"]"))
-        .env("SWITCHBOARD_USERS__OWNERS", &format!("[\"discord:{DISCORD_ALICE}\"]"))
-}
-
-async fn discord_sent(fake: &FakeDiscord, n: usize) -> Vec<fake_discord::SentMessage> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while fake.sent_messages().len() < n {
-        assert!(Instant::now() < deadline, "{} sent, expected {n}: {:#?}", fake.sent_messages().len(), fake.calls());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    fake.sent_messages()
+    crate::discord::discord(launch, fake).env("SWITCHBOARD_USERS__OWNERS", &format!("[\"discord:{DISCORD_ALICE}\"]"))
 }
 
 /// In a DM the limit is 10 MiB; in a server at boost level 2, which the adapter asks Discord
@@ -189,7 +165,7 @@ async fn discord_attachments_follow_the_limit_discord_reports() {
     fake.wait_connected(1, Duration::from_secs(10)).await;
 
     fake.send_message_create(events::dm_message(DM, DISCORD_ALICE, "alice", 10, "the files"));
-    let sent = discord_sent(&fake, 1).await;
+    let sent = discord_replies(&fake, 1).await;
     let note = "(video.mp4 was not sent: it is 12 MB, more than the 10 MB Discord accepts here)";
     assert_eq!(sent[0].content, format!("Your files.\n\n{note}"), "{}", daemon.logs());
     assert_eq!(sent[0].file_names, ["table.csv"]);
@@ -197,7 +173,7 @@ async fn discord_attachments_follow_the_limit_discord_reports() {
 
     let mention = events::guild_message(GUILD, CHANNEL, DISCORD_ALICE, "alice", 11, "<@5000> the files");
     fake.send_message_create(events::mentioning_user(mention, fake_discord::BOT_ID));
-    let sent = discord_sent(&fake, 2).await;
+    let sent = discord_replies(&fake, 2).await;
     assert_eq!(sent[1].content, "Your files.", "{}", daemon.logs());
     assert_eq!(sent[1].file_names, ["table.csv", "video.mp4"]);
     assert_eq!(sent[1].file_bytes[1].len(), 12 << 20);

@@ -61,12 +61,18 @@ fn collected_files_move_to_the_sent_folder_in_name_order() {
     assert!(!folder.exists());
 }
 
+/// A workspace where an attempt of [`RUN`] collected `a.txt`.
+fn collected_once() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    write(&dir.path().join(run_folder(RUN)), "a.txt", "first");
+    collect(dir.path(), RUN, &MemoryScope::Owner, "api:me").unwrap();
+    dir
+}
+
 #[test]
 fn a_new_attempt_of_the_run_sends_what_an_earlier_one_moved() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = collected_once();
     let root = dir.path();
-    write(&root.join(run_folder(RUN)), "a.txt", "first");
-    collect(root, RUN, &MemoryScope::Owner, "api:me").unwrap();
     // The attempt stopped before its reply was stored; the next one writes one more file.
     write(&root.join(run_folder(RUN)), "b.txt", "second");
     let again = collect(root, RUN, &MemoryScope::Owner, "api:me").unwrap();
@@ -120,10 +126,8 @@ fn files_the_message_tool_sends_leave_the_outbox_at_once() {
 
 #[test]
 fn old_folders_are_pruned() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = collected_once();
     let root = dir.path();
-    write(&root.join(run_folder(RUN)), "a.txt", "x");
-    collect(root, RUN, &MemoryScope::Owner, "api:me").unwrap();
     write(&root.join(run_folder("other")), "b.txt", "x");
     let old = SystemTime::now() - Duration::from_secs(8 * 24 * 3600);
     let token = token(root, RUN).unwrap();
