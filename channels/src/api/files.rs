@@ -80,10 +80,13 @@ pub(super) async fn download(
     if !is_token(&token) || !is_plain_name(&name) {
         return gone();
     }
-    let found = state.settings.sent_dirs.iter().find_map(|dir| {
-        let label = std::fs::read(dir.join(format!("{token}.json"))).ok()?;
-        Some((dir.join(&token).join(&name), label_session(&label)?))
-    });
+    let mut found = None;
+    for dir in &state.settings.sent_dirs {
+        if let Ok(label) = tokio::fs::read(dir.join(format!("{token}.json"))).await {
+            found = label_session(&label).map(|session| (dir.join(&token).join(&name), session));
+            break;
+        }
+    }
     let Some((path, session)) = found.filter(|(_, session)| may_see(&caller, session)) else { return gone() };
     // Only a regular file: the worker moved it there, but a link is never followed.
     let size = match tokio::fs::symlink_metadata(&path).await {
