@@ -56,7 +56,7 @@ pub use api::{ApiChannelConfig, ApiTokenConfig, ApiWebhookConfig};
 pub use approvals::ApprovalsConfig;
 pub use context::{CompactionConfig, DEFAULT_OUTPUT_RESERVE, HistoryConfig, output_reserve};
 pub use cron::CronConfig;
-pub use discord::DiscordChannelConfig;
+pub use discord::{DiscordChannelConfig, SlashCommandsConfig};
 pub use env::{ENV_PREFIX, NON_KEY_VARS};
 pub use error::{ConfigError, Origin};
 pub use guard::{GuardConfig, GuardMode};
@@ -356,6 +356,10 @@ pub struct AgentConfig {
     pub system_prompt: String,
     /// LLM calls per run before the run is stopped.
     pub max_iterations: u32,
+    /// Tool-loop detection: the same tool with the same arguments asked for this many times in
+    /// one run, or two steps alternating this many times less one (`A, B, A, B` with 3), is a
+    /// loop. The model gets one tool result saying so; if it goes on, the run ends. 0 = off.
+    pub loop_detection: u32,
     /// Seconds a whole run (every model call and tool of one turn) may take before it is
     /// stopped and the chat told; the chat's next message waits no longer than this.
     pub run_timeout_secs: u64,
@@ -396,6 +400,7 @@ impl Default for AgentConfig {
                             they help."
                 .into(),
             max_iterations: 20,
+            loop_detection: 3,
             // A turn with a few tool calls on a slow local model takes a minute or two; five
             // minutes is a loop, and the chat's next message should not wait longer.
             run_timeout_secs: 300,
@@ -458,6 +463,10 @@ pub struct WorkerConfig {
     /// burst (a forward, an album, a split text) waits a moment for its rest, and what arrives
     /// during a turn is answered together in the next.
     pub debounce_ms: u64,
+    /// A person's message that waited longer than this for its turn (behind a slow model's
+    /// turns) gets a short note instead, or in `collect` mode is folded into a fresher turn;
+    /// heartbeats that waited as long are skipped. 0 = no limit.
+    pub max_wait_secs: u64,
 }
 
 impl Default for WorkerConfig {
@@ -472,6 +481,9 @@ impl Default for WorkerConfig {
             // No fixed wait: people see a lone message answered at once (bursts are merged
             // without one, see `worker::batch`).
             debounce_ms: 0,
+            // Ten minutes behind other turns: the conversation has moved on, and the person
+            // is better served by being asked to send it again than by a stale answer.
+            max_wait_secs: 600,
         }
     }
 }

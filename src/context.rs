@@ -116,6 +116,13 @@ impl ContextEngine {
         u32::try_from(output_reserve(window, agent.settings().max_tokens)).unwrap_or(u32::MAX)
     }
 
+    /// The most one model call of `agent`'s runs may send, in heuristic tokens (see
+    /// [`crate::agent::Turn::budget`]): context window − output reserve, the estimate's
+    /// correction taken out.
+    pub fn run_budget(&self, agent: &Agent) -> u64 {
+        (self.window_for_input(agent) as f64 / self.calibration.ratio()).floor() as u64
+    }
+
     /// Context window − output reserve.
     fn window_for_input(&self, agent: &Agent) -> u64 {
         let window = self.windows.of(&agent.settings().name);
@@ -172,8 +179,9 @@ impl ContextEngine {
     }
 
     /// Learns from a finished turn: `transcript` (input first) was sent on top of
-    /// `raw_base`, and the provider counted `reported_input` tokens over all its calls.
-    pub fn learn(&self, raw_base: u64, transcript: &[ChatMessage], reported_input: u64) {
-        self.calibration.observe(tokens::turn_input(raw_base, transcript), reported_input);
+    /// `raw_base`, with `shortened` heuristic tokens more of tool results it holds shortened,
+    /// and the provider counted `reported_input` tokens over all its calls.
+    pub fn learn(&self, raw_base: u64, transcript: &[ChatMessage], shortened: u64, reported_input: u64) {
+        self.calibration.observe(tokens::turn_input(raw_base, transcript) + shortened, reported_input);
     }
 }

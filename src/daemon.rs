@@ -33,6 +33,8 @@ pub enum DaemonError {
     NeedsNats(&'static str),
     #[error(transparent)]
     Metrics(#[from] crate::metrics::MetricsError),
+    #[error("cannot listen on {addr}: {source}{hint}")]
+    ApiAddress { addr: std::net::SocketAddr, source: std::io::Error, hint: &'static str },
 }
 
 /// Which parts of switchboard this process runs.
@@ -103,6 +105,7 @@ pub async fn run(
     if let Some(refusal) = parts.refusal(&config) {
         return Err(refusal);
     }
+    api_address_free(&config, parts)?;
     let lock_mode = parts.lock_mode(&config);
     let assembly = Assembly::new(config);
     // Every part keeps something in the store: the API its sessions, runs and outbox, the chat
@@ -164,6 +167,7 @@ pub async fn run(
     }
     shutdown.cancelled().await;
     for (what, task) in background {
+        tracing::debug!(what, "waiting for a background task to stop");
         if let Err(err) = task.await {
             tracing::warn!(%err, what, "a background task ended abnormally");
         }
@@ -171,6 +175,26 @@ pub async fn run(
     assembly::stop_all(channels).await?;
     tracing::info!("switchboard stopped");
     Ok(())
+}
+
+/// Tries the API's address before anything else: a second `run` (on another data dir) whose
+/// address is taken says so at once, rather than after creating and migrating a database.
+/// The channel binds it again when it starts.
+fn api_address_free(config: &Config, parts: Parts) -> Result<(), DaemonError> {
+    if !(config.channels.api.enabled && parts.channels().contains(&ChannelKind::Api)) {
+        return Ok(());
+    }
+    let addr = config.channels.api.listen;
+    std::net::TcpListener::bind(addr).map(drop).map_err(|source| {
+        let hint = match source.kind() {
+            std::io::ErrorKind::AddrInUse => {
+                " (is another switchboard running? Stop it, or set channels.api.listen or \
+                 SWITCHBOARD_CHANNELS__API__LISTEN to another address)"
+            }
+            _ => "",
+        };
+        DaemonError::ApiAddress { addr, source, hint }
+    })
 }
 
 /// Waits until `lock` is lost for good; never without a lock.

@@ -3,6 +3,8 @@
 
 pub mod guard;
 pub mod sanitize;
+pub mod stream;
 
 pub use guard::{Finding, Guard, GuardError, InjectionKind, Screening, Verdict};
 pub use sanitize::{Sanitized, sanitize_reply};
+pub use stream::StreamCleaner;

@@ -222,11 +222,14 @@ pub enum RunKind {
     /// A message settled without a turn of its own (queue full, dropped, merged into another
     /// turn), recorded for the same reason.
     NoTurn,
+    /// A message that waited longer than `worker.max_wait_secs` for its turn: the chat got a
+    /// note instead (a heartbeat was skipped); no model was called.
+    Expired,
 }
 
 impl RunKind {
-    pub const ALL: [RunKind; 5] =
-        [RunKind::Turn, RunKind::MemoryFlush, RunKind::Summary, RunKind::Command, RunKind::NoTurn];
+    pub const ALL: [RunKind; 6] =
+        [RunKind::Turn, RunKind::MemoryFlush, RunKind::Summary, RunKind::Command, RunKind::NoTurn, RunKind::Expired];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -235,6 +238,7 @@ impl RunKind {
             RunKind::Summary => "summary",
             RunKind::Command => "command",
             RunKind::NoTurn => "no_turn",
+            RunKind::Expired => "expired",
         }
     }
 
@@ -242,9 +246,15 @@ impl RunKind {
         RunKind::ALL.into_iter().find(|kind| kind.as_str() == text)
     }
 
-    /// Whether the model was called: what `switchboard runs` lists.
+    /// Whether the model was called: what usage counts.
     pub fn calls_the_model(self) -> bool {
         matches!(self, RunKind::Turn | RunKind::MemoryFlush | RunKind::Summary)
+    }
+
+    /// What `switchboard runs` and `GET /v1/runs` list: the runs that called the model, and
+    /// the messages that expired waiting for one (an answer someone did not get).
+    pub fn listed(self) -> bool {
+        self.calls_the_model() || self == RunKind::Expired
     }
 }
 

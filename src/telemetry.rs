@@ -21,6 +21,25 @@ pub enum Logs {
 /// The filter for commands when `RUST_LOG` does not name one.
 const COMMAND_FILTER: &str = "warn";
 
+/// Dependencies whose `info` lines are for their own developers: rmcp logs every MCP server's
+/// whole `InitializeResult` (kilobytes) and each notification. They log at `warn` unless the
+/// filter names them (`RUST_LOG=info,rmcp=debug`); switchboard says what matters itself
+/// ("MCP server ready").
+const QUIET_DEPENDENCIES: &[&str] = &["rmcp"];
+
+/// `wanted` with the quiet dependencies at `warn`, where it does not name them.
+fn with_quiet_dependencies(wanted: &str) -> String {
+    let mut filter = wanted.trim().to_owned();
+    for dependency in QUIET_DEPENDENCIES {
+        let named = filter.split(',').any(|directive| directive.trim().starts_with(dependency));
+        if !named {
+            let separator = if filter.is_empty() { "" } else { "," };
+            filter.push_str(&format!("{separator}{dependency}=warn"));
+        }
+    }
+    filter
+}
+
 /// Installs the global subscriber. An invalid filter falls back to `info` with a warning.
 pub fn init(config: &Config, logs: Logs) {
     let env: std::collections::HashMap<String, String> = std::env::vars().collect();
@@ -30,7 +49,7 @@ pub fn init(config: &Config, logs: Logs) {
             env.get("RUST_LOG").map(String::as_str).filter(|f| !f.trim().is_empty()).unwrap_or(COMMAND_FILTER)
         }
     };
-    let (filter, bad) = match EnvFilter::try_new(wanted) {
+    let (filter, bad) = match EnvFilter::try_new(with_quiet_dependencies(wanted)) {
         Ok(filter) => (filter, None),
         Err(err) => (EnvFilter::new("info"), Some(err)),
     };
@@ -58,6 +77,13 @@ fn colours_wanted(terminal: bool, no_color: Option<std::ffi::OsString>) -> bool 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rmcp_logs_warnings_unless_the_filter_names_it() {
+        assert_eq!(with_quiet_dependencies("info"), "info,rmcp=warn");
+        assert_eq!(with_quiet_dependencies("debug,sqlx=warn"), "debug,sqlx=warn,rmcp=warn");
+        assert_eq!(with_quiet_dependencies("info,rmcp=debug"), "info,rmcp=debug");
+    }
 
     #[test]
     fn colours_only_on_a_terminal_without_no_color() {

@@ -15,6 +15,7 @@ mod batch;
 mod commands;
 mod cron_hooks;
 mod events;
+mod expiry;
 mod files;
 mod hygiene;
 mod input;

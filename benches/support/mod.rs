@@ -41,6 +41,7 @@ pub fn agent(workspace: &Path) -> Agent {
         system_prompt: "Answer in the language of the question. Prefer short answers.".into(),
         model: "gpt-4o-mini".into(),
         max_iterations: 20,
+        loop_detection: 3,
         max_tokens: None,
         temperature: None,
         stream: true,

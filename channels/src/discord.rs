@@ -17,10 +17,12 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use self::directory::Directory;
+use self::gateway::Inbound;
 use self::ingress::Ingress;
 use self::platform::DiscordPlatform;
 use self::presses::Presses;
 use self::rest::{Rest, RestError};
+use self::slash::{Answers, SlashCommands};
 use crate::bus::{Bus, BusError, Deliveries, Events};
 use crate::control::OwnerLink;
 use crate::delivery::{self, DeliveryPolicy, LiveRuns};
@@ -40,6 +42,7 @@ mod presses;
 mod rest;
 mod retry;
 mod send;
+mod slash;
 mod target;
 mod upload;
 
@@ -88,6 +91,19 @@ pub struct DiscordSettings {
     pub media_max_bytes: u64,
     /// Largest upload of one message outside boosted servers (see `upload`).
     pub upload_max_bytes: u64,
+    /// Where the chat commands are registered as slash commands.
+    pub slash_commands: SlashScope,
+}
+
+/// Where the chat commands are registered as Discord application (slash) commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlashScope {
+    /// One global table: every server the bot is in, and its DMs.
+    Global,
+    /// In each server of `guilds`, plus a global table for DMs only.
+    Guilds,
+    /// None; those registered before are removed.
+    Off,
 }
 
 impl std::fmt::Debug for DiscordSettings {
@@ -98,6 +114,7 @@ impl std::fmt::Debug for DiscordSettings {
             .field("dm_policy", &self.dm_policy)
             .field("require_mention", &self.require_mention)
             .field("stream", &self.stream)
+            .field("slash_commands", &self.slash_commands)
             .finish_non_exhaustive()
     }
 }
@@ -123,6 +140,7 @@ impl Default for DiscordSettings {
             media_dir: PathBuf::from("media/discord"),
             media_max_bytes: 25 * 1024 * 1024,
             upload_max_bytes: upload::DEFAULT_MAX_BYTES,
+            slash_commands: SlashScope::Global,
         }
     }
 }
@@ -164,14 +182,28 @@ impl DiscordChannel {
         let stop_sending = CancellationToken::new();
         let replies = crate::bus::screen::deliverable_outbound(Arc::clone(&bus), CHANNEL).await?;
         let events = bus.events(CHANNEL, None).await?;
-        let platform = Arc::new(DiscordPlatform::new(Arc::clone(&rest), Arc::clone(&directory), Arc::clone(&settings)));
+        let answers = Arc::new(Answers::new(Arc::clone(&rest), shutdown.clone()));
+        let platform = Arc::new(DiscordPlatform::new(
+            Arc::clone(&rest),
+            Arc::clone(&directory),
+            Arc::clone(&answers),
+            Arc::clone(&settings),
+        ));
         let sending = spawn_sending(platform, LiveRuns::new(), replies, events, delivery, &stop_sending);
         let presses = Arc::new(Presses::new(Arc::clone(&rest), owner.desk.clone(), shutdown.clone()));
         let ingress = Ingress::new(Arc::clone(&rest), bus, Arc::clone(&settings), owner, directory, shutdown.clone());
         if let Some(id) = bot_id {
             ingress.set_bot_id(id);
         }
-        let inbound = (Arc::new(ingress), presses);
+        let ingress = Arc::new(ingress);
+        let slash = SlashCommands::new(
+            Arc::clone(&rest),
+            Arc::clone(&ingress),
+            answers,
+            Arc::clone(&settings),
+            shutdown.clone(),
+        );
+        let inbound = Inbound { ingress, presses, slash: Arc::new(slash) };
         let gateway = tokio::spawn(gateway::run_gateway(settings, rest, inbound, bot_id.is_some(), shutdown));
         Ok(DiscordChannel { gateway, sending, stop_sending })
     }
@@ -251,6 +283,7 @@ pub mod testing {
     use super::directory::{ChannelKind, Directory};
     use super::platform::DiscordPlatform;
     use super::rest::Rest;
+    use super::slash::Answers;
     use super::target::Target;
     use super::{DiscordSettings, send};
     use crate::bus::{Deliveries, Events};
@@ -287,7 +320,8 @@ pub mod testing {
             directory.insert(channel, kind);
         }
         let rest = Arc::new(Rest::new(http));
-        let platform = Arc::new(DiscordPlatform::new(rest, directory, Arc::new(settings)));
+        let answers = Arc::new(Answers::new(Arc::clone(&rest), shutdown.clone()));
+        let platform = Arc::new(DiscordPlatform::new(rest, directory, answers, Arc::new(settings)));
         let live = LiveRuns::new().with_typing_interval(typing_interval);
         super::spawn_sending(platform, live, replies, events, super::DeliveryPolicy::default(), &shutdown);
     }
@@ -302,7 +336,8 @@ pub mod testing {
         key: &str,
         markdown: &str,
     ) -> Result<Vec<u64>, String> {
-        let target = Target { channel: ChannelId::new(channel), reply_to: reply_to.map(MessageId::new) };
+        let target =
+            Target { channel: ChannelId::new(channel), reply_to: reply_to.map(MessageId::new), interaction: None };
         let rest = Rest::new(http);
         let sent = send::send_markdown(&rest, &target, key, markdown, &CancellationToken::new()).await;
         sent.map(|ids| ids.into_iter().map(MessageId::get).collect()).map_err(|err| err.to_string())

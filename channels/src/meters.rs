@@ -93,6 +93,25 @@ pub struct ChannelLabels {
     pub channel: String,
 }
 
+/// What the loop detection of a run did: told the model (`warned`), or ended the run.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum LoopOutcome {
+    warned,
+    stopped,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ToolLoopLabels {
+    pub agent: String,
+    pub outcome: LoopOutcome,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AgentLabels {
+    pub agent: String,
+}
+
 type Seconds = Family<RouteLabels, Histogram, fn() -> Histogram>;
 type CallSeconds = Family<ModelCallLabels, Histogram, fn() -> Histogram>;
 
@@ -108,6 +127,9 @@ pub struct Meters {
     pub dead_letters: Family<FlowLabels, Counter>,
     pub send_errors: Family<ChannelLabels, Counter>,
     pub rate_limited: Family<ChannelLabels, Counter>,
+    pub tool_loops: Family<ToolLoopLabels, Counter>,
+    pub run_compactions: Family<AgentLabels, Counter>,
+    pub expired: Family<RouteLabels, Counter>,
 }
 
 /// Turns last from well under a second (a command) to minutes (tools, slow local models):
@@ -133,6 +155,9 @@ impl Meters {
             dead_letters: Family::default(),
             send_errors: Family::default(),
             rate_limited: Family::default(),
+            tool_loops: Family::default(),
+            run_compactions: Family::default(),
+            expired: Family::default(),
         }
     }
 
@@ -170,6 +195,21 @@ impl Meters {
             "rate_limited",
             "Answers from a chat platform that said to wait (HTTP 429), by channel",
             self.rate_limited.clone(),
+        );
+        registry.register(
+            "tool_loops",
+            "Runs whose model looped on tool calls, by agent and outcome (warned, or stopped for going on)",
+            self.tool_loops.clone(),
+        );
+        registry.register(
+            "run_compactions",
+            "Model calls before which a run shortened its older tool results to fit the context window, by agent",
+            self.run_compactions.clone(),
+        );
+        registry.register(
+            "messages_expired",
+            "Messages that waited longer than worker.max_wait_secs for their turn and were not run (a person's got a note), by agent and channel",
+            self.expired.clone(),
         );
     }
 
@@ -227,8 +267,21 @@ impl Meters {
         self.send_errors.get_or_create(&ChannelLabels { channel: channel.to_owned() }).inc();
     }
 
+    /// A message waited past `worker.max_wait_secs` and was not run.
+    pub fn expired(&self, agent: &str, channel: &str) {
+        self.expired.get_or_create(&RouteLabels { agent: agent.to_owned(), channel: channel.to_owned() }).inc();
+    }
+
     pub fn told_to_wait(&self, channel: &str) {
         self.rate_limited.get_or_create(&ChannelLabels { channel: channel.to_owned() }).inc();
+    }
+
+    pub fn tool_loop(&self, agent: &str, outcome: LoopOutcome) {
+        self.tool_loops.get_or_create(&ToolLoopLabels { agent: agent.to_owned(), outcome }).inc();
+    }
+
+    pub fn run_compacted(&self, agent: &str) {
+        self.run_compactions.get_or_create(&AgentLabels { agent: agent.to_owned() }).inc();
     }
 }
 

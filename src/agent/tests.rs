@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use switchboard_channels::contract::{RunEventBody, Usage};
 
+use super::run::{drop_oldest_history, failure_reply};
 use super::*;
 use crate::provider::pricing::PriceTable;
 use crate::provider::{ChatResponse, ProviderError, Role, TextSink, ToolCall};
@@ -39,7 +40,7 @@ impl Provider for Scripted {
     }
 }
 
-fn text(content: &str) -> Result<ChatResponse, ProviderError> {
+pub(super) fn text(content: &str) -> Result<ChatResponse, ProviderError> {
     Ok(ChatResponse {
         content: content.into(),
         usage: Usage::new(10, 2),
@@ -114,6 +115,7 @@ fn agent_with_prices(
         system_prompt: "be brief".into(),
         model: "m".into(),
         max_iterations,
+        loop_detection: 3,
         max_tokens: None,
         temperature: None,
         stream: true,
@@ -141,6 +143,7 @@ pub(super) fn turn<'a>(history: Vec<ChatMessage>, input: &str, events: &'a Recor
         model: None,
         max_tokens: None,
         cache_key: None,
+        budget: None,
     }
 }
 
@@ -202,48 +205,6 @@ async fn iteration_limit_stops_the_loop_with_an_explanation() {
     assert_eq!(provider.requests.lock().unwrap().len(), 3);
     assert!(result.reply.contains("stopped after 3 steps"), "{}", result.reply);
     assert!(result.error.is_some());
-}
-
-#[tokio::test]
-async fn a_call_asked_for_a_third_time_is_not_run_and_the_model_answers() {
-    let mut script: Vec<_> = (0..3).map(|_| calls(&[("current_time", json!({}))])).collect();
-    script.push(text("It is noon."));
-    let (agent, provider) = agent(script, 20);
-    let result = agent.run(turn(vec![], "what time is it?", &Recorder::default())).await;
-    assert_eq!((result.reply.as_str(), result.error.as_deref()), ("It is noon.", None));
-    let requests = provider.requests.lock().unwrap();
-    assert_eq!(requests.len(), 4);
-    let last_result = |n: usize| requests[n].messages.last().unwrap().content.clone();
-    assert!(!last_result(2).contains("not run"), "the second time it runs: {}", last_result(2));
-    assert!(last_result(3).starts_with("error: not run"), "{}", last_result(3));
-    // Nothing else changes in the request: the prompt's head (and the provider's cache) holds.
-    assert!(requests[1..].iter().all(|request| request.tool_choice == ToolChoice::Auto));
-    assert!(requests.iter().all(|request| request.tools.len() == requests[0].tools.len()));
-}
-
-#[tokio::test]
-async fn a_model_stuck_on_one_call_is_stopped_the_fourth_time() {
-    let script = (0..6).map(|_| calls(&[("current_time", json!({}))])).collect();
-    let (agent, provider) = agent(script, 20);
-    let result = agent.run(turn(vec![], "what time is it?", &Recorder::default())).await;
-    assert_eq!(provider.requests.lock().unwrap().len(), 4, "not twenty calls");
-    assert!(result.reply.contains("kept repeating the same step"), "{}", result.reply);
-    assert!(result.error.is_some());
-    // Every call has its result, so the next turn's history is valid.
-    let transcript = &result.transcript;
-    assert_eq!(transcript.iter().filter(|m| m.role == Role::Tool).count(), 4);
-    assert_eq!(transcript.last().unwrap().role, Role::Tool);
-}
-
-#[tokio::test]
-async fn different_calls_are_not_a_loop() {
-    let mut script: Vec<_> =
-        (0..4).map(|n| calls(&[("current_time", json!({"timezone": format!("UTC+{n}")}))])).collect();
-    script.push(text("done"));
-    let (agent, provider) = agent(script, 20);
-    let result = agent.run(turn(vec![], "times around the world", &Recorder::default())).await;
-    assert_eq!(result.reply, "done");
-    assert_eq!(provider.requests.lock().unwrap().len(), 5, "each call ran");
 }
 
 #[tokio::test]
@@ -388,6 +349,8 @@ async fn unknown_price_means_unknown_cost() {
     assert_eq!(unpriced.run(turn(vec![], "hi", &Recorder::default())).await.cost_usd, None);
 }
 
+mod fit;
+mod loops;
 mod models;
 
 fn by(id: &str, name: &str, text: &str) -> ChatMessage {

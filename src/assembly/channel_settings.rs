@@ -1,10 +1,10 @@
 //! Channel adapter settings resolved from the config: the adapters live in
 //! `switchboard-channels` and know nothing of the config file.
 
-use switchboard_channels::discord::DiscordSettings;
+use switchboard_channels::discord::{DiscordSettings, SlashScope};
 use switchboard_channels::telegram::{DmPolicy, GroupPolicy, Receive, StreamSettings, TelegramSettings};
 
-use crate::config::{Config, DmPolicyConfig, GroupPolicyConfig, TelegramMode};
+use crate::config::{Config, DmPolicyConfig, GroupPolicyConfig, SlashCommandsConfig, TelegramMode};
 
 /// `[channels.telegram]`, with the owners from `users.owners` (`telegram:<id>`).
 pub fn telegram(config: &Config) -> TelegramSettings {
@@ -75,6 +75,11 @@ pub fn discord(config: &Config) -> DiscordSettings {
         media_dir: discord.media_dir.clone(),
         media_max_bytes: discord.media_max_bytes,
         upload_max_bytes: discord.upload_max_bytes,
+        slash_commands: match discord.slash_commands {
+            SlashCommandsConfig::Global => SlashScope::Global,
+            SlashCommandsConfig::Guilds => SlashScope::Guilds,
+            SlashCommandsConfig::Off => SlashScope::Off,
+        },
     }
 }
 

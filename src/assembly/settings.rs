@@ -119,6 +119,7 @@ pub fn agent(config: &Config, name: &str, chain: &[ChainEntry]) -> AgentSettings
             .unwrap_or_else(|| config.agent.system_prompt.clone()),
         model: chain.first().map(|entry| entry.model.clone()).unwrap_or_default(),
         max_iterations: config.agent.max_iterations,
+        loop_detection: overrides.and_then(|o| o.loop_detection).unwrap_or(config.agent.loop_detection),
         max_tokens: Some(max_tokens).filter(|&n| n > 0),
         temperature: config.agent.temperature,
         // Chunks are streamed to the user when the primary streams; the others follow suit.

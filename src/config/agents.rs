@@ -45,6 +45,8 @@ pub struct NamedAgentConfig {
     pub max_tokens: Option<u32>,
     /// Operator instructions; unset = `agent.system_prompt`.
     pub system_prompt: Option<String>,
+    /// Tool-loop detection, like `agent.loop_detection`; unset = that.
+    pub loop_detection: Option<u32>,
     /// Its own heartbeat; unset = `[heartbeat]`.
     pub heartbeat: Option<super::HeartbeatConfig>,
     /// The tools whose calls wait for an approver; unset = `approvals.tools`, empty = none.
@@ -99,6 +101,9 @@ pub(super) fn problem(config: &Config) -> Option<(String, String)> {
         names.extend(config.agents.keys().cloned());
         names.join(", ")
     };
+    if let Some(reason) = loop_detection_problem(config.agent.loop_detection) {
+        return Some(("agent.loop_detection".into(), reason));
+    }
     if !config.has_agent(&config.agent.default) {
         let reason = format!("no agent named {:?} (configured: {})", config.agent.default, known());
         return Some(("agent.default".into(), reason));
@@ -112,12 +117,22 @@ pub(super) fn problem(config: &Config) -> Option<(String, String)> {
             return Some((format!("agents.{name}"), "names use letters, digits, `_` and `-` only".into()));
         }
     }
+    for (name, agent) in &config.agents {
+        if let Some(reason) = agent.loop_detection.and_then(loop_detection_problem) {
+            return Some((format!("agents.{name}.loop_detection"), reason));
+        }
+    }
     for (i, binding) in config.bindings.iter().enumerate() {
         if let Some(reason) = binding_problem(config, binding, &known) {
             return Some((format!("bindings[{i}]"), reason));
         }
     }
     None
+}
+
+/// 1 would call every tool call a loop.
+fn loop_detection_problem(repeats: u32) -> Option<String> {
+    (repeats == 1).then(|| "must be 0 (off) or at least 2 (calls of one tool with the same arguments)".into())
 }
 
 fn binding_problem(config: &Config, binding: &BindingConfig, known: &dyn Fn() -> String) -> Option<String> {

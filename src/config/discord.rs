@@ -53,6 +53,21 @@ pub struct DiscordChannelConfig {
     /// Discord's limit for bots, 10 MiB. Servers at boost level 2 or 3 take 50 or 100 MiB;
     /// the adapter asks Discord a server's level when a file is larger than this.
     pub upload_max_bytes: u64,
+    /// Where the chat commands are registered as Discord slash commands.
+    pub slash_commands: SlashCommandsConfig,
+}
+
+/// Where the chat commands are registered as Discord application (slash) commands.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SlashCommandsConfig {
+    /// One global table: every server the bot is in and its DMs, no ids to keep up to date.
+    #[default]
+    Global,
+    /// In each server of `guilds` (changes show at once), plus a global table for DMs only.
+    Guilds,
+    /// None: the ones registered before are removed.
+    Off,
 }
 
 impl Default for DiscordChannelConfig {
@@ -79,6 +94,7 @@ impl Default for DiscordChannelConfig {
             media_dir: PathBuf::new(),
             media_max_bytes: 25 * 1024 * 1024,
             upload_max_bytes: 10 * 1024 * 1024,
+            slash_commands: SlashCommandsConfig::Global,
         }
     }
 }
@@ -122,6 +138,11 @@ pub(super) fn problem(discord: &DiscordChannelConfig) -> Option<(&'static str, S
             return Some((key, format!("{bad:?} is not a Discord id (a number, as a string)")));
         }
     }
+    if discord.slash_commands == SlashCommandsConfig::Guilds && discord.guilds.is_empty() {
+        let reason = "\"guilds\" registers the slash commands in the servers of channels.discord.guilds, and it is \
+                      empty: name them, or use \"global\"";
+        return Some(("channels.discord.slash_commands", reason.to_owned()));
+    }
     None
 }
 
@@ -152,6 +173,7 @@ mod tests {
         assert_eq!(discord.guilds, ["100"]);
         assert_eq!(discord.answer_all_in, ["200"]);
         assert!(!discord.require_mention);
+        assert_eq!(discord.slash_commands, SlashCommandsConfig::Global);
         assert_eq!(discord.media_dir, config.data_dir().join("inbox"));
         let default = load("", &[]).unwrap();
         assert_eq!(default.channels.discord.media_dir, default.agent.workspace.join("media").join("discord"));
@@ -166,6 +188,8 @@ mod tests {
             ("dm_policy = \"friends\"", "dm_policy"),
             ("pairing_code_ttl_secs = 0", "channels.discord.pairing_code_ttl_secs"),
             ("media_max_bytes = 0", "channels.discord.media_max_bytes"),
+            ("slash_commands = \"guilds\"", "channels.discord.slash_commands"),
+            ("slash_commands = \"everywhere\"", "slash_commands"),
         ];
         for (line, key) in cases {
             let err = load(&format!("[channels.discord]\n{line}"), &[]).expect_err(line).to_string();

@@ -363,6 +363,7 @@ async fn flush_memory(
         model: None,
         max_tokens: Some(deps.engine.answer_limit(deps.agent)),
         cache_key: Some(crate::provider::cache_key(&deps.agent.settings().name, deps.session_key)),
+        budget: Some(deps.engine.run_budget(deps.agent)),
     };
     let timeout = deps.engine.settings().compaction.flush_timeout();
     let run = SideRun { started_at, ..side_run(deps, RunKind::MemoryFlush) };
@@ -396,12 +397,21 @@ async fn flush_memory(
     }
 }
 
-/// Whether the flush wrote to its memory file (rather than answering that nothing was new).
+/// Whether the flush wrote to its memory file (rather than answering that nothing was new):
+/// a `write_file` or `edit_file` call whose result is not an error. A refused or failed write
+/// wrote nothing.
 fn wrote_a_file(transcript: &[ChatMessage]) -> bool {
-    transcript
+    let writes: Vec<&str> = transcript
         .iter()
         .flat_map(|message| &message.tool_calls)
-        .any(|call| call.name == "write_file" || call.name == "edit_file")
+        .filter(|call| call.name == "write_file" || call.name == "edit_file")
+        .map(|call| call.id.as_str())
+        .collect();
+    transcript.iter().any(|message| {
+        message.role == Role::Tool
+            && message.tool_call_id.as_deref().is_some_and(|id| writes.contains(&id))
+            && !message.content.starts_with("error:")
+    })
 }
 
 /// A side run of `kind` for this compaction, before its outcome is known.
@@ -506,6 +516,25 @@ pub fn render(previous: Option<&str>, messages: &[ChatMessage]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_write_is_not_counted_as_written() {
+        let call = |id: &str| crate::provider::ToolCall {
+            id: id.to_owned(),
+            name: "write_file".to_owned(),
+            arguments: serde_json::json!({"path": "memory/x.md"}),
+        };
+        let refused = vec![
+            ChatMessage::assistant("", vec![call("a")]),
+            ChatMessage::tool_result(&call("a"), "error: refused: memory/x.md is not your memory file"),
+            ChatMessage::assistant("NO_REPLY", Vec::new()),
+        ];
+        assert!(!wrote_a_file(&refused));
+        let mut written = refused.clone();
+        written.insert(2, ChatMessage::assistant("", vec![call("b")]));
+        written.insert(3, ChatMessage::tool_result(&call("b"), "wrote memory/x.md (120 bytes)"));
+        assert!(wrote_a_file(&written));
+    }
 
     fn rows(messages: Vec<ChatMessage>) -> Vec<(i64, ChatMessage)> {
         messages.into_iter().zip(1..).map(|(m, id)| (id, m)).collect()

@@ -18,7 +18,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;
 
 /// A cleaned reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,34 +34,114 @@ pub struct Sanitized {
 /// The word a model answers with to stay silent.
 const NO_REPLY: &str = "no_reply";
 
-/// Blocks removed whole, with the label reported in [`Sanitized::removed`]. Applied to the
-/// lowercased text with `(?s)` where a block spans lines.
-const BLOCKS: &[(&str, &str)] = &[
-    ("thinking", r"(?s)<think(?:ing)?>.*?</think(?:ing)?>"),
+/// A leaked format, removed whole with the label reported in [`Sanitized::removed`]. The
+/// pattern runs on the lowercased text (`(?s)` where a block spans lines). The rest tells the
+/// stream cleaner (`hygiene::stream`) what to hold back while a reply streams: `openers` are
+/// how every match begins (lowercase; after the line's indentation when `line_start`), `reach`
+/// how far the text must have come before the pattern can decide.
+pub(super) struct Leak {
+    pub label: &'static str,
+    pub pattern: &'static str,
+    pub openers: &'static [&'static str],
+    /// The pattern matches only at the start of a line (`^[ \t]*`).
+    pub line_start: bool,
+    pub reach: Reach,
+}
+
+/// What must have arrived after a leak's opener before its pattern decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Reach {
+    /// Its closing tag: a match is the whole block; until it comes, it may still come.
+    Closer,
+    /// Its closing mark, which does not come after a blank line.
+    CloserInParagraph,
+    /// The end of its line: a match then is final, and no match means it is none.
+    Line,
+    /// It runs on over the lines of its paragraph: a match is final at a blank line; the
+    /// opener's line decides whether it is one.
+    Paragraph,
+    /// The end of the reply (a call cut off mid-way: all that follows goes).
+    End,
+}
+
+const fn leak(label: &'static str, pattern: &'static str, openers: &'static [&'static str], reach: Reach) -> Leak {
+    Leak { label, pattern, openers, line_start: false, reach }
+}
+
+/// [`leak`] at the start of a line only.
+const fn line_leak(label: &'static str, pattern: &'static str, openers: &'static [&'static str], reach: Reach) -> Leak {
+    Leak { label, pattern, openers, line_start: true, reach }
+}
+
+/// The leaked formats, in the order they are applied (a later match starting inside an earlier
+/// one's is dropped with it).
+pub(super) const LEAKS: &[Leak] = &[
+    leak("thinking", r"(?s)<think(?:ing)?>.*?</think(?:ing)?>", &["<think>", "<thinking>"], Reach::Closer),
     // Gemma-style and Claude-style reasoning tags.
-    ("thinking", r"(?s)<thought>.*?</thought>"),
-    ("thinking", r"(?s)<antthinking>.*?</antthinking>"),
-    ("tool_call_xml", r"(?s)<tool_call>.*?</tool_call>"),
-    ("tool_call_xml", r"(?s)<tool_use>.*?</tool_use>"),
-    ("tool_call_xml", r"(?s)<function_calls?>.*?</function_calls?>"),
-    ("tool_call_xml", r#"(?s)<invoke name="[^"]*">.*?</invoke>"#),
+    leak("thinking", r"(?s)<thought>.*?</thought>", &["<thought>"], Reach::Closer),
+    leak("thinking", r"(?s)<antthinking>.*?</antthinking>", &["<antthinking>"], Reach::Closer),
+    leak("tool_call_xml", r"(?s)<tool_call>.*?</tool_call>", &["<tool_call>"], Reach::Closer),
+    leak("tool_call_xml", r"(?s)<tool_use>.*?</tool_use>", &["<tool_use>"], Reach::Closer),
+    leak(
+        "tool_call_xml",
+        r"(?s)<function_calls?>.*?</function_calls?>",
+        &["<function_call>", "<function_calls>"],
+        Reach::Closer,
+    ),
+    // MiniMax M2: `<invoke name=…>` calls with `<parameter name=…>` values, in this wrapper.
+    leak("tool_call_xml", r"(?s)<minimax:tool_call>.*?</minimax:tool_call>", &["<minimax:tool_call>"], Reach::Closer),
+    leak("tool_call_xml", r#"(?s)<invoke name="[^"]*">.*?</invoke>"#, &["<invoke name=\""], Reach::Closer),
     // Cut off mid-call (the token limit): an opener at the start of a line, to the end. An
     // opener inside a sentence is someone talking about the tags, and stays.
-    ("tool_call_xml", r"(?sm)^[ \t]*<(?:tool_call|tool_use|function_calls?|invoke name=)[^\n]*.*\z"),
+    line_leak(
+        "tool_call_xml",
+        r"(?sm)^[ \t]*<(?:tool_call|tool_use|function_calls?|invoke name=|minimax:tool_call)[^\n]*.*\z",
+        &["<tool_call", "<tool_use", "<function_call", "<invoke name=", "<minimax:tool_call"],
+        Reach::End,
+    ),
     // Mistral's marker, followed by a JSON array on the same line.
-    ("text_tool_call", r"\[tool_calls\][^\n]*"),
+    leak("text_tool_call", r"\[tool_calls\][^\n]*", &["[tool_calls]"], Reach::Line),
     // Transcripts rendered as text and echoed back: `[Tool Call: name(args)]` lines, and a
     // `[Tool Result …]` header with the rest of its paragraph. Only at the start of a line.
-    ("text_tool_call", r"(?m)^[ \t]*\[tool call:[^\n]*"),
-    ("tool_result_echo", r"(?m)^[ \t]*\[tool result[^\]\n]*\][^\n]*(?:\n[ \t]*\S[^\n]*)*"),
+    line_leak("text_tool_call", r"(?m)^[ \t]*\[tool call:[^\n]*", &["[tool call:"], Reach::Line),
+    line_leak(
+        "tool_result_echo",
+        r"(?m)^[ \t]*\[tool result[^\]\n]*\][^\n]*(?:\n[ \t]*\S[^\n]*)*",
+        &["[tool result"],
+        Reach::Paragraph,
+    ),
     // A JSON object alone on its line that is shaped like a tool call.
-    (
+    line_leak(
         "text_tool_call",
         r#"(?m)^[ \t]*\{\s*"name"\s*:\s*"[^"\n]*"\s*,\s*"(?:arguments|parameters)"\s*:\s*\{[^\n]*\}\s*\}[ \t]*$"#,
+        &["{\"name\"", "{ \"name\""],
+        Reach::Line,
     ),
-    ("system_echo", r"(?s)<system>.*?</system>"),
+    // A tool call of an earlier model as some clients replay it to Gemini, which writes it
+    // back: `[Historical context: a different model called tool "exec" with arguments: {…}. Do
+    // not mimic this format - use proper function calling.]`. A line starting with one goes
+    // whole, unless it ends opening the call's JSON (pretty-printed over several lines): then,
+    // as when it follows text on its line, the note goes to its closing words.
+    line_leak(
+        "historical_context",
+        r"(?m)^[ \t]*\[historical context:[^\n]*[^\s{\[][ \t]*$",
+        &["[historical context:"],
+        Reach::Line,
+    ),
+    leak(
+        "historical_context",
+        r"(?s)\[historical context:(?:[^\n]|\n[ \t]*\S)*?do not mimic this format[^\]\n]*\]",
+        &["[historical context:"],
+        Reach::CloserInParagraph,
+    ),
+    leak("system_echo", r"(?s)<system>.*?</system>", &["<system>"], Reach::Closer),
     // A bracketed system-message header and the rest of its paragraph.
-    ("system_echo", r"(?m)^[ \t]*\[system message\][^\n]*(?:\n[ \t]*\S[^\n]*)*"),
+    line_leak(
+        "system_echo",
+        r"(?m)^[ \t]*\[system message\][^\n]*(?:\n[ \t]*\S[^\n]*)*",
+        &["[system message]"],
+        Reach::Paragraph,
+    ),
 ];
 
 /// `<final>…</final>`: when present, only the inside is the answer.
@@ -70,17 +150,17 @@ const FINAL: &str = r"(?s)<final>(.*?)</final>";
 /// The patterns compiled once. They are constants, so a failure is a bug that the tests
 /// catch (`every_pattern_compiles`); in a release build a bad pattern is skipped rather
 /// than taking the worker down.
-static COMPILED: LazyLock<Compiled> = LazyLock::new(Compiled::build);
+pub(super) static COMPILED: LazyLock<Compiled> = LazyLock::new(Compiled::build);
 
-struct Compiled {
-    blocks: Vec<(&'static str, Regex)>,
+pub(super) struct Compiled {
+    pub blocks: Vec<(&'static Leak, Regex)>,
     final_tag: Option<Regex>,
     paragraph_break: Option<Regex>,
 }
 
 impl Compiled {
     fn build() -> Self {
-        let blocks = BLOCKS.iter().filter_map(|(label, pattern)| Some((*label, Regex::new(pattern).ok()?))).collect();
+        let blocks = LEAKS.iter().filter_map(|leak| Some((leak, Regex::new(leak.pattern).ok()?))).collect();
         Self { blocks, final_tag: Regex::new(FINAL).ok(), paragraph_break: Regex::new(r"\n[ \t]*\n\s*").ok() }
     }
 }
@@ -121,7 +201,7 @@ fn strip_blocks(text: &str, compiled: &Compiled, removed: &mut Vec<&'static str>
     let lower = text.to_ascii_lowercase();
     let mut cuts: Vec<Range<usize>> = Vec::new();
     let fenced = fenced_ranges(text);
-    for (label, regex) in &compiled.blocks {
+    for (leak, regex) in &compiled.blocks {
         for found in regex.find_iter(&lower) {
             // Inside a code block the model is showing the syntax on purpose (asked how tool
             // calls look, say): leave it.
@@ -134,7 +214,7 @@ fn strip_blocks(text: &str, compiled: &Compiled, removed: &mut Vec<&'static str>
                 continue;
             }
             cuts.push(found.range());
-            note(removed, label);
+            note(removed, leak.label);
         }
     }
     if let Some(range) = unpaired_think(&lower) {
@@ -154,7 +234,7 @@ fn fenced_ranges(text: &str) -> Vec<Range<usize>> {
     let mut open: Option<usize> = None;
     let mut at = 0;
     for line in text.split_inclusive('\n') {
-        if line.trim_start().starts_with("```") {
+        if is_fence(line) {
             match open.take() {
                 Some(start) => ranges.push(start..at + line.len()),
                 None => open = Some(at),
@@ -164,6 +244,11 @@ fn fenced_ranges(text: &str) -> Vec<Range<usize>> {
     }
     ranges.extend(open.map(|start| start..text.len()));
     ranges
+}
+
+/// Whether `line` opens or closes a fenced code block.
+pub(super) fn is_fence(line: &str) -> bool {
+    line.trim_start().starts_with("```")
 }
 
 /// Reasoning whose tags do not pair up: an opener at the very start that is never closed

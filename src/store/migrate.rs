@@ -82,10 +82,29 @@ pub(crate) async fn run(pool: &SqlitePool, migrations: &[Migration]) -> Result<(
             ),
         });
     }
+    let mut applied = Vec::new();
     for migration in migrations.iter().filter(|m| m.version > current) {
-        apply(pool, migration).await?;
+        if apply(pool, migration).await? {
+            applied.push(migration);
+        }
     }
+    report(current, &applied);
     Ok(())
+}
+
+/// One line for what start-up did to the schema (each migration is logged at debug): a new
+/// data dir gets "created the database schema", not a line per migration.
+pub(crate) fn report(before: i64, applied: &[&Migration]) {
+    let Some(last) = applied.last() else { return };
+    for migration in applied {
+        tracing::debug!(version = migration.version, name = migration.name, "applied database migration");
+    }
+    if before == 0 {
+        tracing::info!(version = last.version, "created the database schema");
+    } else {
+        let names: Vec<&str> = applied.iter().map(|migration| migration.name).collect();
+        tracing::info!(from = before, to = last.version, migrations = %names.join(", "), "upgraded the database schema");
+    }
 }
 
 async fn create_ledger(pool: &SqlitePool) -> Result<(), StoreError> {
@@ -109,8 +128,9 @@ async fn current_version(pool: &SqlitePool) -> Result<i64, StoreError> {
 }
 
 /// Applies one migration unless another process applied it since we looked: the check is
-/// repeated inside the write transaction, which `BEGIN IMMEDIATE` serializes.
-async fn apply(pool: &SqlitePool, migration: &Migration) -> Result<(), StoreError> {
+/// repeated inside the write transaction, which `BEGIN IMMEDIATE` serializes. True when this
+/// process applied it.
+async fn apply(pool: &SqlitePool, migration: &Migration) -> Result<bool, StoreError> {
     let version = migration.version;
     let wrap = |e| failed(version, migration.name, e);
     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(wrap)?;
@@ -120,7 +140,7 @@ async fn apply(pool: &SqlitePool, migration: &Migration) -> Result<(), StoreErro
         .await
         .map_err(wrap)?;
     if done.is_some() {
-        return Ok(());
+        return Ok(false);
     }
     sqlx::raw_sql(migration.sql).execute(&mut *tx).await.map_err(wrap)?;
     sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)")
@@ -130,8 +150,7 @@ async fn apply(pool: &SqlitePool, migration: &Migration) -> Result<(), StoreErro
         .await
         .map_err(wrap)?;
     tx.commit().await.map_err(wrap)?;
-    tracing::info!(version, name = migration.name, "applied database migration");
-    Ok(())
+    Ok(true)
 }
 
 pub(crate) fn failed(version: i64, what: &str, err: sqlx::Error) -> StoreError {

@@ -127,6 +127,7 @@ mod tests {
             system_prompt: "test".into(),
             model: "unused".into(),
             max_iterations: 5,
+            loop_detection: 3,
             max_tokens: None,
             temperature: None,
             stream: false,

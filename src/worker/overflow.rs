@@ -145,7 +145,7 @@ fn notice(not_kept: &[NotKept]) -> String {
 }
 
 /// The start of a message's text on one line, marked when cut.
-fn quote(content: &str) -> String {
+pub(super) fn quote(content: &str) -> String {
     let line = content.split_whitespace().collect::<Vec<_>>().join(" ");
     if line.is_empty() {
         return "(no text)".to_owned();

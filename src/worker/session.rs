@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::batch::{self, Batching};
 use super::job::{Choices, Control, Job};
 use super::keepalive::Settle;
-use super::{Shared, overflow, run, settle};
+use super::{Shared, expiry, overflow, run, settle};
 use crate::agent::SteerReceiver;
 use crate::config::QueueMode;
 
@@ -35,6 +35,9 @@ pub struct QueueSettings {
     pub max_depth: usize,
     /// Quiet time after which one sender's rapid messages are merged into one turn; zero = off.
     pub debounce: Duration,
+    /// A turn whose newest message waited longer than this does not start (see `expiry`);
+    /// zero = no limit.
+    pub max_wait: Duration,
 }
 
 impl QueueSettings {
@@ -44,6 +47,7 @@ impl QueueSettings {
             collect_window: Duration::from_millis(config.collect_window_ms),
             max_depth: config.max_queue_depth,
             debounce: Duration::from_millis(config.debounce_ms),
+            max_wait: Duration::from_secs(config.max_wait_secs),
         }
     }
 }
@@ -188,6 +192,11 @@ pub(super) async fn session_loop(shared: Arc<Shared>, key: String) {
         wait_for_turn(&shared, &key).await;
         let Some(Batch { first, rest, cancel, mut steer }) = next_batch(&shared, &key) else { return };
         let (primary, merged) = batch::merge(first, rest, mode_of(&shared, &key));
+        let Some((primary, merged)) = expiry::admit(&shared, primary, merged).await else {
+            // No turn read the steering channel: what was steered meanwhile becomes followups.
+            end_run(&shared, &key, &mut steer);
+            continue;
+        };
         let control = Control { cancel: &cancel, steer: &mut steer, choices: choices_of(&shared, &key) };
         // `process` catches a panic of the run itself; this one is for its bookkeeping around
         // the run (settling, compaction). Unwinding out of here would leave the session marked

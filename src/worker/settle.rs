@@ -51,29 +51,52 @@ pub(super) async fn answer_not_kept(shared: Arc<Shared>, job: Job, text: String)
 }
 
 async fn answer_marked(shared: Arc<Shared>, job: Job, text: String, mark: fn(&mut OutboundMessage)) {
-    let result = async {
-        if let Some(run_id) = claim(&shared, &job.msg, RunKind::NoTurn).await? {
-            let key = shared.agents.get().session_key(&job.msg);
-            let mut notice = reply_to(&job.msg, &run_id, &key, OutboundKind::Notice, text);
-            mark(&mut notice);
-            finish_with(&shared, &run_id, RunStatus::Completed, Some(notice)).await?;
-        }
-        Ok::<_, HandleError>(())
-    }
-    .await;
-    match result {
-        Ok(()) => job.held.settle(Settle::Ack).await,
-        Err(err) => give_back(job, err).await,
-    }
+    let record = NoTurn { kind: RunKind::NoTurn, status: RunStatus::Completed, error: None, note: Some((text, mark)) };
+    record_and_ack(&shared, job, record).await;
 }
 
 /// Records that a message got no turn of its own (`why`), then acks it; its outcome is
 /// stored first, so a redelivery does not run it.
 pub(super) async fn settle_unanswered(shared: &Shared, job: Job, why: &str) {
     tracing::info!(id = %job.msg.id, session = %shared.agents.get().session_key(&job.msg), why, "settling a message without a turn");
+    let error = Some(NO_TURN.to_owned());
+    record_and_ack(shared, job, NoTurn { kind: RunKind::NoTurn, status: RunStatus::Failed, error, note: None }).await;
+}
+
+/// Records that a message waited too long for its turn (`why`, the run's error), answered
+/// with `note` when there is one (its reply marked by the function beside it), then acks it.
+pub(super) async fn settle_expired(shared: &Shared, job: Job, note: Option<Note>, why: String) {
+    let record = NoTurn { kind: RunKind::Expired, status: RunStatus::Failed, error: Some(why), note };
+    record_and_ack(shared, job, record).await;
+}
+
+/// The stored error of a message settled without a turn, when nothing more is said.
+const NO_TURN: &str = "no turn of its own";
+
+/// A notice's text, and how it is marked (see [`reply`]).
+pub(super) type Note = (String, fn(&mut OutboundMessage));
+
+/// What is stored for a message given no turn of its own.
+struct NoTurn {
+    kind: RunKind,
+    status: RunStatus,
+    error: Option<String>,
+    /// Its notice, and how the notice is marked.
+    note: Option<Note>,
+}
+
+/// Stores `record` as the message's run (unless it was handled already) and delivers its
+/// notice, then acks the message; on a store or bus failure it is given back.
+async fn record_and_ack(shared: &Shared, job: Job, record: NoTurn) {
     let result = async {
-        if let Some(run_id) = claim(shared, &job.msg, RunKind::NoTurn).await? {
-            finish(shared, &job.msg, &run_id, RunStatus::Failed, None).await?;
+        if let Some(run_id) = claim(shared, &job.msg, record.kind).await? {
+            let key = shared.agents.get().session_key(&job.msg);
+            let notice = record.note.map(|(text, mark)| {
+                let mut notice = reply_to(&job.msg, &run_id, &key, OutboundKind::Notice, text);
+                mark(&mut notice);
+                notice
+            });
+            finish_with(shared, &run_id, record.status, notice, record.error).await?;
         }
         Ok::<_, HandleError>(())
     }
@@ -109,7 +132,8 @@ pub(super) async fn finish(
 ) -> Result<(), HandleError> {
     let key = shared.agents.get().session_key(msg);
     let reply = text.map(|text| reply_to(msg, run_id, &key, OutboundKind::Notice, text));
-    finish_with(shared, run_id, status, reply).await
+    let error = (status == RunStatus::Failed).then(|| NO_TURN.to_owned());
+    finish_with(shared, run_id, status, reply, error).await
 }
 
 /// [`finish`] with the notice made already.
@@ -118,11 +142,12 @@ async fn finish_with(
     run_id: &str,
     status: RunStatus,
     reply: Option<OutboundMessage>,
+    error: Option<String>,
 ) -> Result<(), HandleError> {
     let outcome = RunOutcome {
         status,
         transcript: Vec::new(),
-        error: (status == RunStatus::Failed).then(|| "no turn of its own".to_owned()),
+        error,
         reply,
         usage: Usage::default(),
         model: String::new(),

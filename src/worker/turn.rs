@@ -110,11 +110,13 @@ async fn attempt(
         model: plan.model.clone(),
         max_tokens: Some(shared.context.answer_limit(agent)),
         cache_key: Some(crate::provider::cache_key(&agent.settings().name, session_key)),
+        budget: Some(shared.context.run_budget(agent)),
     };
     let result = agent.run(turn).await;
     // Estimates teach the estimator nothing.
     if result.error.is_none() && !result.usage.estimated {
-        shared.context.learn(prepared.raw_base, &result.transcript, result.usage.input_tokens);
+        let shortened = result.shortened_tokens_sent;
+        shared.context.learn(prepared.raw_base, &result.transcript, shortened, result.usage.input_tokens);
     }
     Ok((result, shape))
 }

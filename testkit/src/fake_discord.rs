@@ -39,14 +39,22 @@
 //!   message, type 6 only acknowledges (`@original` is then the pressed message).
 //!   [`FakeDiscord::assert_interactions_acknowledged`] checks every press got a response.
 //!   Interaction and webhook routes are recorded as `…/{token}/…` and need no bot token.
+//! - Slash commands (see `commands`): `GET`/`PUT /applications/{id}/commands` and
+//!   `…/guilds/{id}/commands` (bulk overwrite), checked with Discord's rules (names, lengths,
+//!   options, choices, contexts; 400 Invalid Form Body with the field's path), listed as Discord
+//!   lists them ([`FakeDiscord::application_commands`]); [`FakeDiscord::run_command`]
+//!   dispatches an APPLICATION_COMMAND interaction (type 2) for a command offered there, which
+//!   takes responses 4, 5 and 9 under the same 3 s and once-only rules.
 //! - DMs to a person (see `direct`): `POST /users/@me/channels {"recipient_id"}` answers their
 //!   DM channel (type 1, with `recipients`), the same one each time and the one their DMs came
 //!   from ([`FakeDiscord::direct_channel_of`]); an unknown user is 400 `Invalid Recipient(s)`
 //!   (50033, [`FakeDiscord::forget_user`]); sending to someone who does not accept DMs is 403
 //!   `Cannot send messages to this user` (50007, [`FakeDiscord::refuse_direct_messages`]).
 
+mod commands;
 mod components;
 mod direct;
+mod form;
 mod gateway;
 mod interactions;
 mod server;
@@ -457,13 +465,41 @@ impl FakeDiscord {
                 interaction["token"].as_str().filter(|token| !token.is_empty()).map_or(fresh_token, str::to_owned);
             let channel_id = wire::snowflake(&interaction["channel_id"]).unwrap_or_default();
             let message_id = wire::snowflake(&interaction["message"]["id"]).unwrap_or_default();
-            rest.interactions.created(id, &token, channel_id, message_id, Instant::now());
+            let kind = interaction["type"].as_u64().unwrap_or_default();
+            rest.interactions.created(id, kind, &token, (channel_id, message_id), Instant::now());
             (id, token)
         };
         interaction["id"] = Value::String(id.to_string());
         interaction["token"] = Value::String(token.clone());
         self.dispatch("INTERACTION_CREATE", interaction);
         Interaction { id, token }
+    }
+
+    /// The application commands registered globally (`None`) or in a server, as Discord lists
+    /// them (`GET …/commands`).
+    pub fn application_commands(&self, guild_id: Option<u64>) -> Vec<Value> {
+        self.shared.rest().commands.table(guild_id)
+    }
+
+    /// User `user_id` uses the slash command `/name` with `options` (name, value) in
+    /// `channel_id`: dispatches an `INTERACTION_CREATE` of type 2 (APPLICATION_COMMAND) and
+    /// returns its id and token. The channel is a server's if it was added with a `guild_id`
+    /// ([`FakeDiscord::add_channel`]), else a DM. As Discord's client, panics unless the
+    /// command is offered there (a server's own, or a global one whose `contexts` include the
+    /// place) and the options are its own, with its required ones and allowed choices.
+    pub fn run_command(&self, channel_id: u64, user_id: u64, name: &str, options: &[(&str, &str)]) -> Interaction {
+        let (command, guild_id) = {
+            let rest = self.shared.rest();
+            let guild_id = rest.guild_of(channel_id);
+            (rest.commands.visible(guild_id, name), guild_id)
+        };
+        let Some(command) = command else {
+            let place = guild_id.map_or_else(|| "a DM".to_owned(), |guild| format!("guild {guild}"));
+            panic!("run_command: no /{name} is registered for {place}: {:#?}", self.application_commands(guild_id))
+        };
+        let options = commands::invocation_options(&command, options);
+        let user = events::user(user_id, &format!("user{user_id}"));
+        self.dispatch_interaction(events::command_interaction((0, ""), guild_id, channel_id, user, &command, options))
     }
 
     /// Sets how long after an interaction its initial response is accepted (default 3 s).

@@ -115,6 +115,20 @@ async fn read_frames(mut response: reqwest::Response) -> Vec<Frame> {
     frames
 }
 
+/// Alice's streamed chat completion `body`: its event stream's frames.
+async fn streamed(daemon: &Daemon, body: &Value) -> Vec<Frame> {
+    let response = reqwest::Client::new()
+        .post(daemon.url("/v1/chat/completions"))
+        .bearer_auth(ALICE)
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    read_frames(response).await
+}
+
 /// A model that takes seconds: the client sees the first words long before the last, in
 /// OpenAI's chunk shape, then the finish with usage, the usage chunk and `[DONE]`.
 #[tokio::test]
@@ -130,16 +144,7 @@ async fn a_streamed_answer_arrives_as_the_model_writes_it() {
         "model": "main", "stream": true, "stream_options": {"include_usage": true},
         "messages": [{"role": "user", "content": "tell me slowly"}],
     });
-    let response = reqwest::Client::new()
-        .post(daemon.url("/v1/chat/completions"))
-        .bearer_auth(ALICE)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    assert_eq!(response.headers()["content-type"], "text/event-stream");
-    let frames = read_frames(response).await;
+    let frames = streamed(&daemon, &body).await;
 
     assert_eq!(frames.last().unwrap().data, "[DONE]");
     let chunks: Vec<Value> =
@@ -161,6 +166,36 @@ async fn a_streamed_answer_arrives_as_the_model_writes_it() {
     assert_eq!(usage_only["choices"], json!([]));
     assert!(usage_only["usage"]["total_tokens"].as_u64().unwrap() > 0, "{usage_only}");
     assert_eq!(chunks.iter().filter(|c| c["usage"].is_object()).count(), 1);
+}
+
+/// A model whose text leaks its reasoning and a tool call in MiniMax's XML (a server without
+/// its tool parser), streamed in pieces that cut the blocks anywhere: the client is shown only
+/// the answer, as it is written, never a piece of what the final reply leaves out.
+#[tokio::test]
+async fn a_streamed_answer_never_shows_a_leaked_block() {
+    let quirks = Quirks { stream_pace: Some(Duration::from_millis(150)), ..Quirks::default() };
+    let llm = FakeLlm::start_with_quirks(quirks).await;
+    llm.push(fake_llm::Scripted::Text(
+        "<think>The secret plan: read the file.</think>\n\n<minimax:tool_call>\n<invoke name=\"exec\">\n\
+         <parameter name=\"command\">cat secret.txt</parameter>\n</invoke>\n</minimax:tool_call>\n\
+         The file holds a list of 42 names, sorted by the date they joined."
+            .into(),
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = start(dir.path(), &llm).await;
+    let body = json!({"model": "main", "stream": true, "messages": [{"role": "user", "content": "what is in it?"}]});
+    let frames = streamed(&daemon, &body).await;
+    let texts: Vec<String> = frames
+        .iter()
+        .filter_map(|frame| serde_json::from_str::<Value>(&frame.data).ok())
+        .filter_map(|chunk| chunk["choices"][0]["delta"]["content"].as_str().map(str::to_owned))
+        .filter(|text| !text.is_empty())
+        .collect();
+    for leaked in ["secret", "think", "minimax", "invoke", "parameter", "<"] {
+        assert!(texts.iter().all(|text| !text.contains(leaked)), "{leaked:?} was streamed: {texts:?}");
+    }
+    assert_eq!(texts.concat(), "The file holds a list of 42 names, sorted by the date they joined.");
+    assert!(texts.len() >= 2, "the answer came at once, not as it was written: {texts:?}");
 }
 
 /// Tokens: none or a wrong one is refused; a chat token speaks as its identity and no one

@@ -6,6 +6,7 @@ mod stores;
 #[path = "../support/mod.rs"]
 mod support;
 
+mod agent_loop;
 mod agents;
 mod api_limits;
 mod api_openai;
@@ -20,6 +21,7 @@ mod console_decisions;
 mod console_web;
 mod cron;
 mod discord;
+mod discord_commands;
 mod discord_owner;
 mod doctor;
 mod embedded;
@@ -49,6 +51,7 @@ mod subagents;
 mod systemd_units;
 mod telegram;
 mod tools;
+mod wait_limit;
 mod web;
 mod web_chat;
 mod workspace;

@@ -97,6 +97,8 @@ async fn stdio_servers_tools_reach_the_model_by_level_and_a_dead_server_comes_ba
     daemon.wait_healthy().await;
     wait_for_logged(&daemon, "MCP server ready mcp=everything", 1).await;
     wait_for_logged(&daemon, "MCP server ready mcp=files", 1).await;
+    // rmcp's own `info` lines (each server's whole InitializeResult) stay out of an `info` log.
+    assert!(!daemon.logs().contains("Service initialized"), "{}", daemon.logs());
 
     llm.push(Scripted::ToolCalls(vec![("everything__echo".into(), json!({"message": "hello mcp"}))]));
     llm.push(Scripted::Text("Echoed.".into()));

@@ -13,7 +13,7 @@ use crate::support::{Launch, free_port};
 const ALICE: i64 = 111;
 
 /// The value of the sample `name` whose labels include all of `labels`.
-fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+pub(crate) fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
     text.lines().filter(|line| !line.starts_with('#')).find_map(|line| {
         let (series, value) = line.rsplit_once(' ')?;
         let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
@@ -40,7 +40,7 @@ async fn scrape(port: u16) -> String {
 
 /// Scrapes until `ready` holds for the text (counters move a moment after the chat sees the
 /// reply), or fails with the last text.
-async fn scrape_until(port: u16, ready: impl Fn(&str) -> bool) -> String {
+pub(crate) async fn scrape_until(port: u16, ready: impl Fn(&str) -> bool) -> String {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let text = scrape(port).await;

@@ -2,6 +2,7 @@
 //! cannot write, logs under systemd (not a terminal), admin commands' output, error messages.
 
 use std::path::Path;
+use std::time::Duration;
 
 use serde_json::json;
 use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
@@ -94,7 +95,27 @@ fn admin_commands_print_their_answer_without_log_lines() {
     let other = tempfile::tempdir().unwrap();
     let (status, stderr, _) = run_to_exit(other.path(), &["users", "list"], &[("RUST_LOG", "info")]);
     assert!(status.success(), "{stderr}");
-    assert!(stderr.contains("applied database migration"), "{stderr}");
+    assert!(stderr.contains("created the database schema"), "{stderr}");
+    assert!(!stderr.contains("applied database migration"), "one line, not one a migration: {stderr}");
+}
+
+/// A second `run` on another data dir but the same API address: one clear line at once,
+/// before a database is created there.
+#[tokio::test]
+async fn a_second_run_on_a_taken_address_says_so_before_creating_a_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = Launch::new(dir.path(), "run-1", &["run"]).llm("http://127.0.0.1:9/v1").spawn();
+    first.wait_healthy().await;
+    let other = tempfile::tempdir().unwrap();
+    let address = first.url("").trim_start_matches("http://").to_owned();
+    let env =
+        [LLM.as_slice(), &[("SWITCHBOARD_CHANNELS__API__LISTEN", address.as_str()), ("RUST_LOG", "info")]].concat();
+    let (status, stderr, _) = run_to_exit(other.path(), &["run"], &env);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(&format!("cannot listen on {address}")), "{stderr}");
+    assert!(stderr.contains("is another switchboard running?"), "{stderr}");
+    assert!(!stderr.contains("migration") && !stderr.contains("database schema"), "{stderr}");
+    assert!(!other.path().join("switchboard.db").exists(), "a database was created first");
 }
 
 #[test]
@@ -158,4 +179,30 @@ fn is_root() -> bool {
 fn set_mode(path: &Path, mode: u32) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// Ctrl-C on an idle daemon: it stops at once, the Telegram long poll and the API's reply
+/// router do not hold it up. (The API router used to wait a quarter of a second for replies
+/// that cannot come once the worker has stopped. Discord is left out: serenity looks for the
+/// stop request between gateway reads, up to half a second apart.)
+#[tokio::test]
+async fn an_idle_daemon_stops_at_once_on_ctrl_c() {
+    use switchboard_testkit::fake_telegram::FakeTelegram;
+    let (llm, telegram) = (FakeLlm::start().await, FakeTelegram::start().await);
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = Launch::new(dir.path(), "run", &["run"])
+        .llm(&llm.base_url())
+        .env("TELEGRAM_BOT_TOKEN", FakeTelegram::TOKEN)
+        .env("SWITCHBOARD_CHANNELS__TELEGRAM__API_URL", &telegram.api_url())
+        .spawn();
+    daemon.wait_healthy().await;
+    telegram.wait_for_calls("getMe", 1, Duration::from_secs(10)).await;
+    // Now in its first long poll.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let asked = std::time::Instant::now();
+    daemon.signal("INT");
+    let status = daemon.wait_exit(Duration::from_secs(10)).await;
+    let took = asked.elapsed();
+    assert!(status.success(), "exit status {status}:\n{}", daemon.logs());
+    assert!(took < Duration::from_millis(240), "an idle daemon took {took:?} to stop:\n{}", daemon.logs());
 }

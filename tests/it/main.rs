@@ -22,6 +22,7 @@ mod cron_clock;
 mod delivery_record;
 mod discord;
 mod discord_buttons;
+mod docs;
 mod group_chat;
 mod groups;
 mod heartbeat;

@@ -1,7 +1,8 @@
 //! `GET /v1/sessions`, `GET /v1/sessions/{key}/messages`, `DELETE /v1/sessions/{key}`,
 //! `GET /v1/runs` and `GET /v1/runs/{id}`: what the conversations hold and what their runs did.
-//! The run list holds the runs that called the model; `include_commands=true` adds the chat
-//! commands and the messages settled without a turn.
+//! The run list holds the runs that called the model and the messages that expired waiting
+//! for one; `include_commands=true` adds the chat commands and the messages settled without a
+//! turn.
 //!
 //! An admin token sees every session (of every channel); a chat token sees the API chats of
 //! its identity (`api:<identity>/…`, under any agent), and the runs of those.

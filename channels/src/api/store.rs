@@ -56,8 +56,9 @@ pub struct MessagePage {
 pub struct RunView {
     pub id: String,
     pub session_key: String,
-    /// `turn`, a compaction's `memory_flush` or `summary`, or `command` / `no_turn` (a chat
-    /// command, a message settled without a turn: recorded, but no model was called).
+    /// `turn`, a compaction's `memory_flush` or `summary`, `expired` (a message that waited
+    /// longer than `worker.max_wait_secs` and got a note instead), or `command` / `no_turn` (a
+    /// chat command, a message settled without a turn: recorded, but no model was called).
     pub kind: String,
     /// `running`, `completed` or `failed`.
     pub status: String,

@@ -91,20 +91,8 @@ mod tests {
     use super::*;
 
     fn message(is_bot: bool) -> Incoming {
-        Incoming {
-            channel_id: 200,
-            message_id: 1,
-            guild_id: Some(100),
-            author: Author { id: 7, username: "alice".into(), name: "Alice".into(), is_bot },
-            text: "hi".into(),
-            mentions_bot: false,
-            mention_roles: Vec::new(),
-            replies_to_bot: false,
-            reply_to: None,
-            replied_to: None,
-            attachments: Vec::new(),
-            burst: false,
-        }
+        let author = Author { id: 7, username: "alice".into(), name: "Alice".into(), is_bot };
+        Incoming::text(200, 1, Some(100), author, "hi".into())
     }
 
     const DM: Place = Place::Direct { channel_id: 300 };

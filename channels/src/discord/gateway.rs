@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::ingress::Ingress;
 use super::presses::Presses;
 use super::rest::Rest;
+use super::slash::SlashCommands;
 use super::{DiscordSettings, build_http, identify_bot};
 
 /// Restart backoff: doubles from the start up to the cap; reset after a client ran a while.
@@ -33,26 +34,33 @@ pub(crate) fn intents() -> GatewayIntents {
     GatewayIntents::GUILD_MESSAGES | GatewayIntents::DIRECT_MESSAGES | GatewayIntents::MESSAGE_CONTENT
 }
 
-struct Handler {
-    ingress: Arc<Ingress>,
-    presses: Arc<Presses>,
+/// What the gateway's events go to: messages, button presses, slash commands.
+#[derive(Clone)]
+pub(crate) struct Inbound {
+    pub ingress: Arc<Ingress>,
+    pub presses: Arc<Presses>,
+    pub slash: Arc<SlashCommands>,
 }
+
+struct Handler(Inbound);
 
 #[serenity::async_trait]
 impl EventHandler for Handler {
     async fn ready(&self, _ctx: Context, ready: Ready) {
-        self.ingress.set_bot_id(ready.user.id.get());
+        self.0.ingress.set_bot_id(ready.user.id.get());
         tracing::info!(bot = %ready.user.name, guilds = ready.guilds.len(), "connected to the Discord gateway");
+        self.0.slash.on_ready(ready.application.id);
     }
 
     async fn message(&self, _ctx: Context, message: Message) {
-        self.ingress.handle_until_accepted(&message).await;
+        self.0.ingress.handle_until_accepted(&message).await;
     }
 
-    /// Button presses; other interactions (slash commands) are not registered by the bot.
+    /// Button presses and slash commands; others (autocomplete, modals) are not asked for.
     async fn interaction_create(&self, _ctx: Context, interaction: Interaction) {
         match interaction {
-            Interaction::Component(press) => self.presses.handle(&press).await,
+            Interaction::Component(press) => self.0.presses.handle(&press).await,
+            Interaction::Command(command) => self.0.slash.handle(&command).await,
             other => tracing::debug!(kind = ?other.kind(), "Discord interaction ignored"),
         }
     }
@@ -63,7 +71,7 @@ impl EventHandler for Handler {
 pub(crate) async fn run_gateway(
     settings: Arc<DiscordSettings>,
     rest: Arc<Rest>,
-    (ingress, presses): (Arc<Ingress>, Arc<Presses>),
+    inbound: Inbound,
     mut token_checked: bool,
     shutdown: CancellationToken,
 ) {
@@ -79,13 +87,10 @@ pub(crate) async fn run_gateway(
         let started = Instant::now();
         let prepared = tokio::select! {
             _ = shutdown.cancelled() => return,
-            prepared = prepare(&rest, &ingress, &mut token_checked) => prepared,
+            prepared = prepare(&rest, &inbound.ingress, &mut token_checked) => prepared,
         };
         let end = match prepared {
-            Ok(url) => {
-                let handler = Handler { ingress: Arc::clone(&ingress), presses: Arc::clone(&presses) };
-                run_client(&settings, url, handler, &shutdown).await
-            }
+            Ok(url) => run_client(&settings, url, Handler(inbound.clone()), &shutdown).await,
             Err(end) => end,
         };
         let wait = match end {

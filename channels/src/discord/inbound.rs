@@ -53,6 +53,24 @@ pub(crate) struct Incoming {
 }
 
 impl Incoming {
+    /// A message of text only: addressing nobody, replying to nothing, nothing attached.
+    pub fn text(channel_id: u64, message_id: u64, guild_id: Option<u64>, author: Author, text: String) -> Incoming {
+        Incoming {
+            channel_id,
+            message_id,
+            guild_id,
+            author,
+            text,
+            mentions_bot: false,
+            mention_roles: Vec::new(),
+            replies_to_bot: false,
+            reply_to: None,
+            replied_to: None,
+            attachments: Vec::new(),
+            burst: false,
+        }
+    }
+
     pub fn is_direct(&self) -> bool {
         self.guild_id.is_none()
     }
@@ -115,7 +133,7 @@ fn replied_message(replied: &Message, bot_id: u64) -> RepliedTo {
     RepliedTo::new(replied.id.get().to_string(), sender, author.id == bot_id, &text, None)
 }
 
-fn author(user: &User) -> Author {
+pub(crate) fn author(user: &User) -> Author {
     Author {
         id: user.id.get(),
         username: user.name.clone(),

@@ -32,6 +32,8 @@ use crate::pairing::PairingAnswer;
 
 /// How long the roles the bot holds in a guild are trusted before they are looked up again.
 const BOT_ROLES_TTL: Duration = Duration::from_secs(600);
+/// A slash command's answer to a stranger who was given a pairing code a moment ago.
+const PAIRING_PENDING: &str = "Your request to talk to me is waiting for the owner's approval.";
 /// Backoff while the bus refuses a message: doubles up to the cap.
 const BUS_BACKOFF_START: Duration = Duration::from_millis(500);
 const BUS_BACKOFF_CAP: Duration = Duration::from_secs(30);
@@ -48,6 +50,8 @@ pub(crate) struct Ingress {
     /// (which always comes before any message). 0 = not known yet.
     bot_id: AtomicU64,
     bot_roles: tokio::sync::Mutex<HashMap<u64, (Instant, Vec<u64>)>>,
+    /// Held across a channel lookup (see [`Self::place`]).
+    channel_lookup: tokio::sync::Mutex<()>,
     /// Recent guild messages that did not address the bot, for the next one that does.
     context: Mutex<GroupContext>,
     shutdown: CancellationToken,
@@ -73,6 +77,7 @@ impl Ingress {
             downloads: reqwest::Client::new(),
             bot_id: AtomicU64::new(0),
             bot_roles: tokio::sync::Mutex::new(HashMap::new()),
+            channel_lookup: tokio::sync::Mutex::new(()),
             context,
             shutdown,
         }
@@ -149,7 +154,16 @@ impl Ingress {
         };
         let kind = match self.directory.get(channel_id) {
             Some(kind) => kind,
-            None => self.look_up_channel(guild_id, channel_id).await,
+            None => {
+                // One lookup at a time, in arrival order: messages of a new channel arriving
+                // together ask Discord once and go on in the order they came (the chatter
+                // before a mention is kept as its context before the mention is forwarded).
+                let _lookup = self.channel_lookup.lock().await;
+                match self.directory.get(channel_id) {
+                    Some(kind) => kind,
+                    None => self.look_up_channel(guild_id, channel_id).await,
+                }
+            }
         };
         match kind {
             ChannelKind::Thread { guild_id, parent_id } => Place::Thread { guild_id, parent_id, thread_id: channel_id },
@@ -241,12 +255,7 @@ impl Ingress {
     }
 
     async fn check_pairing(&self, msg: &Incoming, place: Place) -> Result<(), BusError> {
-        let sender = Sender { id: msg.author.id.to_string(), name: msg.author.name.clone(), is_bot: false };
-        let chat_id = msg.channel_id.to_string();
-        let username = Some(msg.author.username.as_str()).filter(|name| !name.is_empty());
-        let stranger = Stranger { sender: &sender, username, chat_id: &chat_id, text: &msg.text };
-        let answer = self.pairing.check(stranger).await;
-        match answer {
+        match self.pairing_of(msg).await {
             PairingAnswer::Approved => return self.forward(msg, place).await,
             PairingAnswer::Reply(text) => self.answer_locally(msg, &text).await,
             PairingAnswer::Silent => {}
@@ -254,10 +263,42 @@ impl Ingress {
         Ok(())
     }
 
+    /// Asks the pairing store about the author of a DM under the pairing policy.
+    async fn pairing_of(&self, msg: &Incoming) -> PairingAnswer {
+        let sender = Sender { id: msg.author.id.to_string(), name: msg.author.name.clone(), is_bot: false };
+        let chat_id = msg.channel_id.to_string();
+        let username = Some(msg.author.username.as_str()).filter(|name| !name.is_empty());
+        let stranger = Stranger { sender: &sender, username, chat_id: &chat_id, text: &msg.text };
+        self.pairing.check(stranger).await
+    }
+
+    /// A slash command, given as the message its typed form would be (its id the
+    /// interaction's), under the same rules as a message: on the bus, answered here, or refused.
+    /// A command addresses the bot by itself, so no mention is needed.
+    pub(crate) async fn take_command(&self, msg: &Incoming) -> Result<Taken, BusError> {
+        let place = self.place(msg).await;
+        match judge(msg, place, &self.settings) {
+            Verdict::Forward | Verdict::ForwardIfAddressed => {}
+            Verdict::CheckPairing => match self.pairing_of(msg).await {
+                PairingAnswer::Approved => {}
+                PairingAnswer::Reply(text) => return Ok(Taken::Answered(text)),
+                // The code was given a moment ago; it is not repeated.
+                PairingAnswer::Silent => return Ok(Taken::Answered(PAIRING_PENDING.to_owned())),
+            },
+            Verdict::Ignore(reason) => return Ok(Taken::Refused(reason)),
+        }
+        let mut inbound = self.to_inbound(msg, place, true).await;
+        // No message of that id exists for the reply to reference.
+        inbound.metadata.remove(crate::contract::MESSAGE_ID);
+        self.bus.publish_inbound(&inbound).await?;
+        tracing::debug!(id = %inbound.id, "discord slash command accepted");
+        Ok(Taken::Forwarded)
+    }
+
     /// Sends a short answer that needs no agent. Best effort: a failure is logged.
     async fn answer_locally(&self, msg: &Incoming, text: &str) {
         let reply_to = (!msg.is_direct()).then(|| MessageId::new(msg.message_id));
-        let target = Target { channel: ChannelId::new(msg.channel_id), reply_to };
+        let target = Target { channel: ChannelId::new(msg.channel_id), reply_to, interaction: None };
         let key = format!("{CHANNEL}:{}:{}", msg.channel_id, msg.message_id);
         if let Err(err) = send_markdown(&self.rest, &target, &key, text, &self.shutdown).await {
             tracing::warn!(channel_id = msg.channel_id, %err, "cannot send a local answer");
@@ -267,6 +308,17 @@ impl Ingress {
     fn lock_context(&self) -> std::sync::MutexGuard<'_, GroupContext> {
         self.context.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// What became of a slash command at the ingress.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Taken {
+    /// On the bus: the worker answers it.
+    Forwarded,
+    /// Answered without the worker (pairing).
+    Answered(String),
+    /// Not answered here, for this reason (logged, not shown).
+    Refused(&'static str),
 }
 
 /// Whether recent unaddressed messages go before this one: in guild channels, unless it is a

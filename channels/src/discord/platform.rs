@@ -13,23 +13,31 @@ use super::directory::{ChannelKind, Directory};
 use super::rest::Rest;
 use super::retry::{RetryPolicy, SendError, once, with_retry};
 use super::send::{Step, edit_into_step, plan_steps, send_part};
+use super::slash::{Answers, answered_interaction};
 use super::target::{AddressError, Target, allowed_mentions, nonce, parse_id};
 use super::{CHANNEL, DiscordSettings, MESSAGE_LIMIT, components, upload};
 use crate::contract::{OutboundMessage, RunEvent};
 use crate::delivery::{DraftLimits, Platform, Unreachable};
 
-/// The REST client, the channel directory and the settings, as the delivery core uses them.
+/// The REST client, the channel directory, the open slash commands and the settings, as the
+/// delivery core uses them.
 pub(crate) struct DiscordPlatform {
     rest: Arc<Rest>,
     directory: Arc<Directory>,
+    answers: Arc<Answers>,
     settings: Arc<DiscordSettings>,
     retry: RetryPolicy,
     limits: upload::ServerLimits,
 }
 
 impl DiscordPlatform {
-    pub(crate) fn new(rest: Arc<Rest>, directory: Arc<Directory>, settings: Arc<DiscordSettings>) -> Self {
-        Self { rest, directory, settings, retry: RetryPolicy::DEFAULT, limits: Default::default() }
+    pub(crate) fn new(
+        rest: Arc<Rest>,
+        directory: Arc<Directory>,
+        answers: Arc<Answers>,
+        settings: Arc<DiscordSettings>,
+    ) -> Self {
+        Self { rest, directory, answers, settings, retry: RetryPolicy::DEFAULT, limits: Default::default() }
     }
 
     #[cfg(test)]
@@ -63,8 +71,10 @@ impl Platform for DiscordPlatform {
     type Error = SendError;
     type AddressError = AddressError;
 
+    /// A reply to a slash command goes through its interaction while that is open.
     fn target_of(&self, msg: &OutboundMessage) -> Result<Target, AddressError> {
-        Target::of(msg, &self.directory)
+        let interaction = answered_interaction(msg.in_reply_to.as_deref(), &self.answers);
+        Ok(Target { interaction, ..Target::of(msg, &self.directory)? })
     }
 
     /// The person's DM channel: known from a message they sent or an earlier opening, else
@@ -87,7 +97,7 @@ impl Platform for DiscordPlatform {
                 channel
             }
         };
-        Ok(Target { channel, reply_to: None })
+        Ok(Target { channel, reply_to: None, interaction: None })
     }
 
     /// Ordered per Discord channel: a thread is its own channel.
@@ -103,7 +113,8 @@ impl Platform for DiscordPlatform {
     }
 
     /// Retries carry the same nonce, made from the message id and the step, so a create whose
-    /// answer was lost is not posted twice, not even by a redelivery.
+    /// answer was lost is not posted twice, not even by a redelivery. An answer to a slash
+    /// command goes through its interaction (files excepted), else into the channel.
     async fn send_step(
         &self,
         target: &Target,
@@ -112,6 +123,11 @@ impl Platform for DiscordPlatform {
         step: &Step,
         shutdown: &CancellationToken,
     ) -> Result<(), SendError> {
+        if let Some(interaction) = target.interaction.filter(|_| step.files.is_empty())
+            && self.answers.say(interaction, &step.text, &step.buttons).await
+        {
+            return Ok(());
+        }
         send_part(&self.rest, &self.retry, target, step, &nonce(id, index), index == 0, shutdown).await.map(drop)
     }
 
@@ -147,7 +163,7 @@ impl Platform for DiscordPlatform {
     fn live_target(&self, event: &RunEvent) -> Option<Target> {
         let channel = event.thread_id.as_deref().and_then(parse_id).or_else(|| parse_id(&event.chat_id))?;
         let trigger = event.reply_to.as_deref().and_then(parse_id).filter(|_| !self.directory.is_direct(channel));
-        Some(Target { channel: ChannelId::new(channel), reply_to: trigger.map(MessageId::new) })
+        Some(Target { channel: ChannelId::new(channel), reply_to: trigger.map(MessageId::new), interaction: None })
     }
 
     fn typing_enabled(&self) -> bool {

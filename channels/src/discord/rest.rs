@@ -189,6 +189,27 @@ impl Rest {
         self.execute(Request::new(route, method).body(Some(json(body)?))).await.map(drop)
     }
 
+    /// `GET /applications/{id}/commands`, or a guild's: the application commands Discord has.
+    pub(crate) async fn commands(
+        &self,
+        application_id: ApplicationId,
+        guild_id: Option<GuildId>,
+    ) -> Result<Vec<Value>, RestError> {
+        decode(self.execute(Request::new(commands_route(application_id, guild_id), LightMethod::Get)).await?).await
+    }
+
+    /// `PUT /applications/{id}/commands`, or a guild's: replaces every command there by `table`.
+    pub(crate) async fn overwrite_commands(
+        &self,
+        application_id: ApplicationId,
+        guild_id: Option<GuildId>,
+        table: &[Value],
+    ) -> Result<(), RestError> {
+        let request =
+            Request::new(commands_route(application_id, guild_id), LightMethod::Put).body(Some(json(&table)?));
+        self.execute(request).await.map(drop)
+    }
+
     /// Shows "typing…" in a channel for about ten seconds.
     pub(crate) async fn typing(&self, channel_id: ChannelId) -> Result<(), RestError> {
         self.execute(Request::new(Route::ChannelTyping { channel_id }, LightMethod::Post)).await.map(drop)
@@ -276,6 +297,14 @@ impl Rest {
         if let Some(until) = held {
             tokio::time::sleep_until(until).await;
         }
+    }
+}
+
+/// The global application commands, or a guild's.
+fn commands_route(application_id: ApplicationId, guild_id: Option<GuildId>) -> Route<'static> {
+    match guild_id {
+        Some(guild_id) => Route::GuildCommands { application_id, guild_id },
+        None => Route::Commands { application_id },
     }
 }
 

@@ -18,6 +18,9 @@ use crate::contract::OutboundMessage;
 pub(crate) struct Target {
     pub channel: ChannelId,
     pub reply_to: Option<MessageId>,
+    /// The slash command a reply answers, while its interaction is open: the reply goes
+    /// through it rather than into the channel.
+    pub interaction: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -35,7 +38,7 @@ impl Target {
         let channel_id = msg.thread_id.as_deref().unwrap_or(&msg.chat_id);
         let channel = parse_id(channel_id).ok_or_else(|| AddressError::Channel(channel_id.to_owned()))?;
         let reply_to = msg.reply_to.as_deref().and_then(parse_id).filter(|_| !directory.is_direct(channel));
-        Ok(Target { channel: ChannelId::new(channel), reply_to: reply_to.map(MessageId::new) })
+        Ok(Target { channel: ChannelId::new(channel), reply_to: reply_to.map(MessageId::new), interaction: None })
     }
 
     /// The message to create for a part; only the first references the reply's trigger.
@@ -106,7 +109,8 @@ mod tests {
         let directory = Directory::default();
         directory.insert(7, ChannelKind::Direct);
         let guild = Target::of(&reply("200", None), &directory).unwrap();
-        assert_eq!(guild, Target { channel: ChannelId::new(200), reply_to: Some(MessageId::new(42)) });
+        let expected = Target { channel: ChannelId::new(200), reply_to: Some(MessageId::new(42)), interaction: None };
+        assert_eq!(guild, expected);
         let thread = Target::of(&reply("200", Some("201")), &directory).unwrap();
         assert_eq!(thread.channel, ChannelId::new(201));
         assert_eq!(Target::of(&reply("7", None), &directory).unwrap().reply_to, None);

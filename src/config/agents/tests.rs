@@ -68,3 +68,14 @@ fn a_named_agents_sessions_carry_its_prefix_and_the_main_agents_do_not() {
     assert_eq!(base_session_key("ops", "opsx/telegram:1"), "opsx/telegram:1");
     assert_eq!(base_session_key(MAIN_AGENT, "main/telegram:1"), "main/telegram:1");
 }
+
+#[test]
+fn loop_detection_is_off_or_at_least_two_and_named_agents_may_set_their_own() {
+    let config = load("[agents.coder]\nloop_detection = 5\n").unwrap();
+    assert_eq!((config.agent.loop_detection, config.agents["coder"].loop_detection), (3, Some(5)));
+    assert_eq!(load("[agent]\nloop_detection = 0\n").unwrap().agent.loop_detection, 0);
+    let message = load("[agent]\nloop_detection = 1\n").unwrap_err().to_string();
+    assert!(message.starts_with("agent.loop_detection (in "), "{message}");
+    let message = load("[agents.coder]\nloop_detection = 1\n").unwrap_err().to_string();
+    assert!(message.starts_with("agents.coder.loop_detection (in "), "{message}");
+}

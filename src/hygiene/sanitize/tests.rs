@@ -2,17 +2,17 @@ use super::*;
 
 #[test]
 fn every_pattern_compiles() {
-    for (label, pattern) in BLOCKS {
-        assert!(Regex::new(pattern).is_ok(), "{label}: {pattern}");
+    for leak in LEAKS {
+        assert!(Regex::new(leak.pattern).is_ok(), "{}: {}", leak.label, leak.pattern);
     }
     assert!(Regex::new(FINAL).is_ok());
     let compiled = Compiled::build();
-    assert_eq!(compiled.blocks.len(), BLOCKS.len());
+    assert_eq!(compiled.blocks.len(), LEAKS.len());
     assert!(compiled.final_tag.is_some() && compiled.paragraph_break.is_some());
 }
 
 /// What the model wrote → what the chat sees (`None`: suppressed) and what was removed.
-const CASES: &[(&str, Option<&str>, &[&str])] = &[
+pub(in crate::hygiene) const CASES: &[(&str, Option<&str>, &[&str])] = &[
     ("Hello there!", Some("Hello there!"), &[]),
     ("<think>The user greets me. I should greet back.</think>Hello", Some("Hello"), &["thinking"]),
     (
@@ -134,6 +134,41 @@ const CASES: &[(&str, Option<&str>, &[&str])] = &[
         &[],
     ),
     (
+        "Let me check the weather.\n<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"location\">Paris</parameter>\n</invoke>\n</minimax:tool_call>",
+        Some("Let me check the weather."),
+        &["tool_call_xml"],
+    ),
+    (
+        "<think>\nThe user wants the weather.\n</think>\n\n<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">Paris</parameter>\n</invoke>\n</minimax:tool_call>",
+        None,
+        &["thinking", "tool_call_xml"],
+    ),
+    (
+        "One moment.\n<minimax:tool_call>\n<invoke name=\"exec\">\n<parameter name=\"command\">ls",
+        Some("One moment."),
+        &["tool_call_xml"],
+    ),
+    (
+        "**Running the report script**[Historical context: a different model called tool \"exec\" with arguments: {\n  \"command\": \"python3 report.py --month [3]\"\n}. Do not mimic this format - use proper function calling.]\n\nThe report is ready.",
+        Some("**Running the report script**\n\nThe report is ready."),
+        &["historical_context"],
+    ),
+    (
+        "[Historical context: tool \"read_file\" was called with arguments: {\"path\": \"a.txt\"}. Do not mimic this format - use proper function calling.]\nHere is the file.",
+        Some("Here is the file."),
+        &["historical_context"],
+    ),
+    (
+        "[Historical context: the user asked about Paris before]\nParis has 2.1 million inhabitants.",
+        Some("Paris has 2.1 million inhabitants."),
+        &["historical_context"],
+    ),
+    (
+        "Some clients write [Historical context: …] notes; I do not.",
+        Some("Some clients write [Historical context: …] notes; I do not."),
+        &[],
+    ),
+    (
         "Qwen wraps calls like so:\n```\n<tool_call>\n{\"name\": \"x\", \"arguments\": {}}\n</tool_call>\n```\n<think>done</think>",
         Some("Qwen wraps calls like so:\n```\n<tool_call>\n{\"name\": \"x\", \"arguments\": {}}\n</tool_call>\n```"),
         &["thinking"],
@@ -170,4 +205,29 @@ fn overlapping_blocks_are_cut_once() {
 fn multibyte_text_survives() {
     let raw = "<think>überlegen…</think>Grüße aus Köln 🌧️";
     assert_eq!(sanitize_reply(raw).text, "Grüße aus Köln 🌧️");
+}
+
+#[test]
+fn line_leaks_are_the_anchored_patterns_and_openers_are_lowercase() {
+    for leak in LEAKS {
+        assert_eq!(leak.line_start, leak.pattern.contains(")^"), "{}", leak.pattern);
+        for opener in leak.openers {
+            assert_eq!(*opener, opener.to_ascii_lowercase(), "{}", leak.pattern);
+        }
+    }
+}
+
+/// Every match of a leak's pattern in the cases begins with one of its openers (after the
+/// indentation of its line), which is what the stream cleaner watches for.
+#[test]
+fn every_match_begins_with_an_opener() {
+    for (raw, _, _) in CASES {
+        let lower = raw.to_ascii_lowercase();
+        for (leak, regex) in &Compiled::build().blocks {
+            for found in regex.find_iter(&lower) {
+                let text = found.as_str().trim_start_matches([' ', '\t']);
+                assert!(leak.openers.iter().any(|opener| text.starts_with(opener)), "{text:?} of {}", leak.pattern);
+            }
+        }
+    }
 }

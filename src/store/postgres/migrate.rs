@@ -82,7 +82,8 @@ async fn run_these(pool: &PgPool, migrations: &[Migration]) -> Result<(), StoreE
     }
     // One transaction for all: PostgreSQL's DDL is transactional, so a failed migration
     // leaves the database as it was, and the lock is held until every one is applied.
-    for migration in migrations.iter().filter(|m| m.version > current) {
+    let pending: Vec<&Migration> = migrations.iter().filter(|m| m.version > current).collect();
+    for migration in &pending {
         let wrap = |e| failed(migration.version, migration.name, e);
         sqlx::raw_sql(migration.sql).execute(&mut *tx).await.map_err(wrap)?;
         sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)")
@@ -91,8 +92,8 @@ async fn run_these(pool: &PgPool, migrations: &[Migration]) -> Result<(), StoreE
             .execute(&mut *tx)
             .await
             .map_err(wrap)?;
-        tracing::info!(version = migration.version, name = migration.name, "applied database migration");
     }
     tx.commit().await.map_err(|e| failed(known, "cannot commit the migrations", e))?;
+    crate::store::migrate::report(current, &pending);
     Ok(())
 }

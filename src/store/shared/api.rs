@@ -291,7 +291,7 @@ macro_rules! api_store {
                     "SELECT {} FROM runs WHERE ($1 = '' OR session_key = $1) AND started_at < $2 \
                      AND ($4 OR kind IN ({})) ORDER BY started_at DESC, run_id DESC LIMIT $3",
                     crate::store::shared::runs::RUN_COLUMNS,
-                    crate::store::shared::runs::model_kinds()
+                    crate::store::shared::runs::listed_kinds()
                 );
                 let rows = sqlx::query(&sql)
                     .bind(filter.session.unwrap_or(""))

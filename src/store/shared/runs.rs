@@ -52,7 +52,16 @@ where
 
 /// The kinds of runs that call the model, as an SQL list: `'turn', 'memory_flush', …`.
 pub(super) fn model_kinds() -> String {
-    let kinds = RunKind::ALL.into_iter().filter(|kind| kind.calls_the_model());
+    kinds_where(RunKind::calls_the_model)
+}
+
+/// The kinds of runs listed for operators (see [`RunKind::listed`]), as an SQL list.
+pub(super) fn listed_kinds() -> String {
+    kinds_where(RunKind::listed)
+}
+
+fn kinds_where(keep: fn(RunKind) -> bool) -> String {
+    let kinds = RunKind::ALL.into_iter().filter(|kind| keep(*kind));
     kinds.map(|kind| format!("'{}'", kind.as_str())).collect::<Vec<_>>().join(", ")
 }
 
@@ -315,11 +324,11 @@ macro_rules! run_store {
             async fn recent_runs(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
                 // Run ids are UUID v7, time-ordered, so they break ties between runs started in
                 // the same millisecond.
-                // Model runs only: commands and messages settled without a turn have rows too
-                // (so that a redelivery is not run again), but nothing ran.
+                // Model runs and expired messages only: commands and messages settled without
+                // a turn have rows too (so that a redelivery is not run again), but nothing ran.
                 let sql = format!(
                     "SELECT {RUN_COLUMNS} FROM runs WHERE kind IN ({}) ORDER BY started_at DESC, run_id DESC LIMIT $1",
-                    model_kinds()
+                    listed_kinds()
                 );
                 let rows = sqlx::query(&sql).bind(sql_limit(limit)).fetch_all(self.pool()).await?;
                 rows.iter().map(run_record).collect()

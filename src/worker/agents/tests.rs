@@ -75,6 +75,7 @@ fn agent(name: &str) -> std::sync::Arc<crate::agent::Agent> {
         system_prompt: String::new(),
         model: "m".into(),
         max_iterations: 1,
+        loop_detection: 3,
         max_tokens: None,
         temperature: None,
         stream: false,

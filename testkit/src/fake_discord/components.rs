@@ -9,9 +9,10 @@
 
 use std::collections::HashSet;
 
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
 use super::ComponentButton;
+use super::form::{Refusal, bounded_list, invalid_form_body};
 use super::wire::Answer;
 
 const MAX_ROWS: usize = 5;
@@ -23,27 +24,6 @@ const BUTTON: u64 = 2;
 const LINK_STYLE: u64 = 5;
 const PREMIUM_STYLE: u64 = 6;
 
-/// A refused field: the path under `errors`, Discord's error code and message.
-struct Refusal {
-    path: Vec<String>,
-    code: &'static str,
-    message: String,
-}
-
-impl Refusal {
-    fn new(path: &[&str], code: &'static str, message: impl Into<String>) -> Refusal {
-        Refusal { path: path.iter().map(|part| (*part).to_owned()).collect(), code, message: message.into() }
-    }
-
-    /// Prefixes the path with `parts` (the refusal was found inside them).
-    fn under(mut self, parts: &[&str]) -> Refusal {
-        let mut path: Vec<String> = parts.iter().map(|part| (*part).to_owned()).collect();
-        path.append(&mut self.path);
-        self.path = path;
-        self
-    }
-}
-
 /// The `components` of a message body, checked; `field` names it in errors (`components`, or
 /// `data.components` in an interaction response).
 pub(super) fn check(components: &Value, field: &[&str]) -> Result<Value, Answer> {
@@ -51,12 +31,7 @@ pub(super) fn check(components: &Value, field: &[&str]) -> Result<Value, Answer>
 }
 
 fn check_rows(components: &Value) -> Result<(), Refusal> {
-    let Some(rows) = components.as_array() else {
-        return Err(Refusal::new(&[], "BASE_TYPE_LIST", "Must be an array."));
-    };
-    if rows.len() > MAX_ROWS {
-        return Err(Refusal::new(&[], "BASE_TYPE_MAX_LENGTH", format!("Must be {MAX_ROWS} or fewer in length.")));
-    }
+    let rows = bounded_list(components, MAX_ROWS)?;
     let mut custom_ids = HashSet::new();
     for (index, row) in rows.iter().enumerate() {
         let index = index.to_string();
@@ -126,17 +101,6 @@ fn check_button(button: &Value) -> Result<(), Refusal> {
     }
 }
 
-/// 400 with Discord's nested `errors` tree for one refused field.
-fn invalid_form_body(refusal: Refusal) -> Answer {
-    let mut tree = json!({ "_errors": [{ "code": refusal.code, "message": refusal.message }] });
-    for part in refusal.path.iter().rev() {
-        let mut level = Map::new();
-        level.insert(part.clone(), tree);
-        tree = Value::Object(level);
-    }
-    Answer::Json(400, json!({ "code": 50035, "message": "Invalid Form Body", "errors": tree }))
-}
-
 /// The buttons of a message's `components`, row by row (other components are left out).
 pub(super) fn buttons_of(components: &Value) -> Vec<Vec<ComponentButton>> {
     let rows = components.as_array().map(Vec::as_slice).unwrap_or_default();
@@ -161,6 +125,8 @@ fn button_of(item: &Value) -> ComponentButton {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn row(buttons: Value) -> Value {

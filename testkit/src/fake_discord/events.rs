@@ -175,15 +175,48 @@ pub fn button_interaction(
     user: Value,
     custom_id: &str,
 ) -> Value {
-    let channel_id = message["channel_id"].clone();
+    let channel_id = wire::snowflake(&message["channel_id"]).unwrap_or_default();
+    let data = json!({ "custom_id": custom_id, "component_type": 2 });
+    let mut interaction = interaction(3, (id, token), guild_id, channel_id, user, data);
+    interaction["message"] = message;
+    interaction
+}
+
+/// An `INTERACTION_CREATE` payload for the slash command `command` (as Discord lists it after
+/// a `PUT`: its `id`, `name`, `guild_id` for a server's own) used by `user` in `channel_id` of
+/// `guild_id` (a DM for `None`), with `options` (`{"name", "type", "value"}`): type 2
+/// (APPLICATION_COMMAND). Ids as for [`button_interaction`].
+pub fn command_interaction(
+    (id, token): (u64, &str),
+    guild_id: Option<u64>,
+    channel_id: u64,
+    user: Value,
+    command: &Value,
+    options: Vec<Value>,
+) -> Value {
+    let mut data = json!({ "id": command["id"], "name": command["name"], "type": 1, "options": options });
+    if let Some(guild) = command.get("guild_id").filter(|guild| !guild.is_null()) {
+        data["guild_id"] = guild.clone();
+    }
+    interaction(2, (id, token), guild_id, channel_id, user, data)
+}
+
+/// The fields every interaction of type `kind` carries.
+fn interaction(
+    kind: u8,
+    (id, token): (u64, &str),
+    guild_id: Option<u64>,
+    channel_id: u64,
+    user: Value,
+    data: Value,
+) -> Value {
     let mut interaction = json!({
         "id": id.to_string(),
         "application_id": APPLICATION_ID.to_string(),
-        "type": 3,
-        "data": { "custom_id": custom_id, "component_type": 2 },
-        "channel_id": channel_id,
-        "channel": { "id": channel_id, "type": if guild_id.is_some() { 0 } else { 1 } },
-        "message": message,
+        "type": kind,
+        "data": data,
+        "channel_id": channel_id.to_string(),
+        "channel": { "id": channel_id.to_string(), "type": if guild_id.is_some() { 0 } else { 1 } },
         "token": token,
         "version": 1,
         "app_permissions": "2248473465835073",

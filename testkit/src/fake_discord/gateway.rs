@@ -212,7 +212,13 @@ async fn connection(shared: Arc<Shared>, socket: WebSocket) {
             },
             incoming = stream.next() => match incoming {
                 Some(Ok(Message::Text(text))) => handle_op(&shared, id, &tx, text.as_str()),
-                Some(Ok(Message::Close(_)) | Err(_)) | None => break,
+                // Discord answers a client's close frame with its own, which serenity waits for
+                // before it reports the shard stopped.
+                Some(Ok(Message::Close(frame))) => {
+                    let _ = sink.send(Message::Close(frame)).await;
+                    break;
+                }
+                Some(Err(_)) | None => break,
                 Some(Ok(_)) => {}
             },
         }

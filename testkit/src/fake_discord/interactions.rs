@@ -1,4 +1,4 @@
-//! Component interactions: the presses the test dispatched, their initial responses
+//! Interactions: the presses and slash commands the test dispatched, their initial responses
 //! (`POST /interactions/{id}/{token}/callback`) and the follow-ups through the interaction's
 //! webhook (`POST /webhooks/{application_id}/{token}`, `PATCH`/`DELETE …/messages/@original` or
 //! `…/messages/{id}` of a follow-up).
@@ -24,12 +24,20 @@ const RESPONSE_LIMIT: Duration = Duration::from_secs(3);
 const TOKEN_LIFETIME: Duration = Duration::from_secs(15 * 60);
 /// CHANNEL_MESSAGE_WITH_SOURCE, DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE, DEFERRED_UPDATE_MESSAGE,
 /// UPDATE_MESSAGE and MODAL: the responses a component interaction takes.
-const RESPONSE_TYPES: [u64; 5] = [4, 5, 6, 7, 9];
+const COMPONENT_RESPONSES: &[u64] = &[4, 5, 6, 7, 9];
+/// A slash command (APPLICATION_COMMAND) has no message of its own to update.
+const COMMAND_RESPONSES: &[u64] = &[4, 5, 9];
+/// The interaction type of a slash command.
+const APPLICATION_COMMAND: u64 = 2;
+/// The `flags` of an ephemeral message.
+const EPHEMERAL: u64 = 64;
 /// The `flags` of a deferred response's "thinking…" message.
 const LOADING: u64 = 128;
 
 /// One dispatched interaction.
 struct Pending {
+    /// The interaction type: 2 for a slash command, 3 for a press.
+    kind: u64,
     token: String,
     channel_id: u64,
     /// The message whose component was pressed.
@@ -69,9 +77,16 @@ impl Interactions {
         (id, format!("interaction-token-{id}"))
     }
 
-    /// Starts the clocks of a dispatched interaction.
-    pub(super) fn created(&mut self, id: u64, token: &str, channel_id: u64, message_id: u64, at: Instant) {
-        let pending = Pending { token: token.to_owned(), channel_id, message_id, created: at, original: None };
+    /// Starts the clocks of a dispatched interaction of type `kind`.
+    pub(super) fn created(
+        &mut self,
+        id: u64,
+        kind: u64,
+        token: &str,
+        (channel_id, message_id): (u64, u64),
+        at: Instant,
+    ) {
+        let pending = Pending { kind, token: token.to_owned(), channel_id, message_id, created: at, original: None };
         self.pending.insert(id, pending);
         self.order.push(id);
     }
@@ -82,8 +97,8 @@ impl Interactions {
         self.order.iter().filter(open).copied().collect()
     }
 
-    /// An interaction still waiting for its initial response: (id, channel id, message id).
-    fn open(&self, id: Option<u64>, token: &str, now: Instant) -> Result<(u64, u64, u64), Answer> {
+    /// An interaction still waiting for its initial response: (id, channel id, message id, type).
+    fn open(&self, id: Option<u64>, token: &str, now: Instant) -> Result<(u64, u64, u64, u64), Answer> {
         let found = id.and_then(|id| self.pending.get(&id).map(|pending| (id, pending)));
         let Some((id, pending)) = found.filter(|(_, pending)| pending.token == token) else {
             return Err(unknown_interaction());
@@ -94,7 +109,7 @@ impl Interactions {
         if pending.original.is_some() {
             return Err(Answer::error(400, "Interaction has already been acknowledged.", 40060));
         }
-        Ok((id, pending.channel_id, pending.message_id))
+        Ok((id, pending.channel_id, pending.message_id, pending.kind))
     }
 
     /// The interaction a webhook token belongs to, while it works, or Discord's error.
@@ -114,13 +129,14 @@ impl Interactions {
     }
 }
 
-/// A response body's type and `data`, checked.
-fn response_of(body: &Value) -> Result<(u8, Value), Answer> {
-    let kind =
-        body["type"].as_u64().filter(|kind| RESPONSE_TYPES.contains(kind)).and_then(|kind| u8::try_from(kind).ok());
+/// A response body's type and `data`, checked for an interaction of type `interaction`.
+fn response_of(body: &Value, interaction: u64) -> Result<(u8, Value), Answer> {
+    let allowed = if interaction == APPLICATION_COMMAND { COMMAND_RESPONSES } else { COMPONENT_RESPONSES };
+    let kind = body["type"].as_u64().filter(|kind| allowed.contains(kind)).and_then(|kind| u8::try_from(kind).ok());
     let Some(kind) = kind else {
-        let error = json!({ "code": "BASE_TYPE_CHOICES", "message": "Value must be one of {4, 5, 6, 7, 9}." });
-        let errors = json!({ "type": { "_errors": [error] } });
+        let listed: Vec<String> = allowed.iter().map(u64::to_string).collect();
+        let message = format!("Value must be one of {{{}}}.", listed.join(", "));
+        let errors = json!({ "type": { "_errors": [{ "code": "BASE_TYPE_CHOICES", "message": message }] } });
         return Err(Answer::Json(400, json!({ "code": 50035, "message": "Invalid Form Body", "errors": errors })));
     };
     let data = body.get("data").cloned().unwrap_or(Value::Null);
@@ -146,11 +162,11 @@ impl State {
     /// `POST /interactions/{id}/{token}/callback`: the initial response, once, in time.
     pub(super) fn interaction_callback(&mut self, id: Option<u64>, token: &str, body: &Value) -> Answer {
         let now = Instant::now();
-        let (id, channel_id, message_id) = match self.interactions.open(id, token, now) {
+        let (id, channel_id, message_id, interaction) = match self.interactions.open(id, token, now) {
             Ok(open) => open,
             Err(refused) => return refused,
         };
-        let (kind, data) = match response_of(body) {
+        let (kind, data) = match response_of(body, interaction) {
             Ok(response) => response,
             Err(refused) => return refused,
         };
@@ -174,7 +190,8 @@ impl State {
                 let id = self.next_message_id;
                 self.next_message_id += 1;
                 let mut message = self.new_message(channel_id, id, "", &Value::Null);
-                message["flags"] = json!(LOADING);
+                let ephemeral = data["flags"].as_u64().unwrap_or(0) & EPHEMERAL;
+                message["flags"] = json!(LOADING | ephemeral);
                 self.created.insert((channel_id, id), message);
                 Ok(id)
             }
@@ -221,7 +238,7 @@ impl State {
             && let Some(message) = self.created.get_mut(&(channel_id, message_id))
             && message["flags"].as_u64().is_some_and(|flags| flags & LOADING != 0)
         {
-            message["flags"] = json!(0);
+            message["flags"] = json!(message["flags"].as_u64().unwrap_or(0) & !LOADING);
             return Answer::ok(message.clone());
         }
         answer

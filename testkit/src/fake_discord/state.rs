@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use super::commands::Commands;
 use super::direct::Directs;
 use super::interactions::Interactions;
 use super::wire::{self, Answer, snowflake};
@@ -50,6 +51,8 @@ pub(super) struct State {
     pub(super) interactions: Interactions,
     /// People's DM channels with the bot.
     pub(super) directs: Directs,
+    /// The application commands registered, globally and per server.
+    pub(super) commands: Commands,
 }
 
 impl State {
@@ -70,6 +73,7 @@ impl State {
             next_attachment_id: 7000,
             interactions: Interactions::new(),
             directs: Directs::new(),
+            commands: Commands::default(),
         }
     }
 
@@ -144,6 +148,14 @@ impl State {
                 self.edit_webhook_message(id(1), token, target, body)
             }
             ("DELETE", ["webhooks", _, token, "messages", target]) => self.delete_webhook_message(id(1), token, target),
+            ("GET", ["applications", _, "commands"]) => self.list_commands(id(1), None),
+            ("PUT", ["applications", _, "commands"]) => self.overwrite_commands(id(1), None, body),
+            ("GET", ["applications", _, "guilds", _, "commands"]) if id(3).is_some() => {
+                self.list_commands(id(1), id(3))
+            }
+            ("PUT", ["applications", _, "guilds", _, "commands"]) if id(3).is_some() => {
+                self.overwrite_commands(id(1), id(3), body)
+            }
             _ => Answer::not_found(),
         }
     }

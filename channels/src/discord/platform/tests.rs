@@ -40,7 +40,9 @@ async fn an_outage_naks_for_later_and_a_refusal_acks() {
     let retry =
         RetryPolicy { first_backoff: Duration::from_millis(1), max_backoff: Duration::from_millis(2), max_attempts: 3 };
     let ledger = Ledger::new(8, 256);
-    let platform = DiscordPlatform::new(rest, Arc::new(Directory::default()), Arc::new(DiscordSettings::default()));
+    let answers = Arc::new(Answers::new(Arc::clone(&rest), CancellationToken::new()));
+    let platform =
+        DiscordPlatform::new(rest, Arc::new(Directory::default()), answers, Arc::new(DiscordSettings::default()));
     let live = Arc::new(LiveRuns::new());
     let sender = Sender::with_ledger(Arc::new(platform.with_retry(retry)), live, CancellationToken::new(), ledger);
     let outcomes = Arc::new(Mutex::new(Vec::new()));
@@ -82,7 +84,9 @@ fn event(session_key: &str, chat: &str, inbound_id: Option<&str>) -> RunEvent {
 
 fn platform(directory: Directory) -> DiscordPlatform {
     let http = Arc::new(HttpBuilder::new(FakeDiscord::TOKEN).build());
-    DiscordPlatform::new(Arc::new(Rest::new(http)), Arc::new(directory), Arc::new(DiscordSettings::default()))
+    let rest = Arc::new(Rest::new(http));
+    let answers = Arc::new(Answers::new(Arc::clone(&rest), CancellationToken::new()));
+    DiscordPlatform::new(rest, Arc::new(directory), answers, Arc::new(DiscordSettings::default()))
 }
 
 fn channel_of(event: &RunEvent) -> Option<ChannelId> {
