@@ -8,7 +8,7 @@ pub mod exec;
 pub mod fs;
 pub mod mcp;
 pub mod memory;
-mod message;
+pub mod message;
 pub mod run_clock;
 pub mod skills;
 mod truncate;

@@ -16,6 +16,7 @@ mod commands;
 mod cron_hooks;
 mod events;
 mod expiry;
+mod files;
 mod hygiene;
 mod input;
 mod job;
@@ -129,6 +130,8 @@ pub struct WorkerSettings {
     pub transcriber: Option<Arc<Transcriber>>,
     /// MCP tools offered one by one up to this many; beyond, through `mcp_tool_search`.
     pub mcp_inline_max: usize,
+    /// How long files sent from runs' outboxes are kept (`[workspace] outbox_keep_days`).
+    pub outbox_keep: Duration,
 }
 
 impl Default for WorkerSettings {
@@ -153,6 +156,7 @@ impl Default for WorkerSettings {
             recall: RecallSettings::default(),
             transcriber: None,
             mcp_inline_max: 30,
+            outbox_keep: Duration::from_secs(7 * 24 * 3600),
         }
     }
 }

@@ -11,6 +11,7 @@ mod cache;
 pub mod init;
 pub mod mark;
 pub mod memory;
+pub mod outbox;
 pub mod protected;
 pub mod skills;
 mod stamp;

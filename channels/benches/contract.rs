@@ -86,12 +86,7 @@ fn outbound(inbound: &InboundMessage, content: String) -> OutboundMessage {
 
 /// The event that ends every run; it carries the whole reply again.
 fn completed(inbound: &InboundMessage, reply: String) -> RunEvent {
-    let body = RunEventBody::Completed {
-        reply,
-        usage: Usage::new(12_345, 678),
-        model: "gpt-4o-mini".into(),
-        cost_usd: Some(0.0023),
-    };
+    let body = RunEventBody::completed(reply, Usage::new(12_345, 678), "gpt-4o-mini", Some(0.0023));
     let mut event = RunEvent::answering(inbound, "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5c", &inbound.session_key(), body);
     event.at = at();
     event

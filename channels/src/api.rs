@@ -15,6 +15,7 @@ pub mod console;
 mod errors;
 mod exchange;
 mod feed;
+mod files;
 mod guard;
 mod http;
 mod idempotency;
@@ -94,6 +95,9 @@ pub struct ApiSettings {
     /// The channel this process takes the replies to its own requests from (`api@<instance>`),
     /// named in each message it publishes; `None`: the replies come on `api` (one API process).
     pub reply_channel: Option<String>,
+    /// Where the agents' workspaces keep the files runs sent (`<workspace>/outbox/sent`), which
+    /// `GET /v1/files/…` serves.
+    pub sent_dirs: Vec<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for ApiSettings {
@@ -110,6 +114,7 @@ impl std::fmt::Debug for ApiSettings {
             .field("replay", &self.replay)
             .field("webhook", &self.webhook)
             .field("reply_channel", &self.reply_channel)
+            .field("sent_dirs", &self.sent_dirs)
             .finish()
     }
 }

@@ -576,6 +576,9 @@ pub enum RunEventBody {
         /// Estimated cost in USD; absent when unknown (a model without a configured price).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cost_usd: Option<f64>,
+        /// The files that go with the reply (from the run's `outbox/`); absent when none.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        media: Vec<Media>,
     },
     #[serde(rename = "run.failed")]
     Failed { error: String },
@@ -583,10 +586,23 @@ pub enum RunEventBody {
     /// `message` sent from another chat, a reply nobody waited for), kept in the API's outbox:
     /// published by the API process that kept it, so every API process can show it live.
     #[serde(rename = "message")]
-    Message { id: String, content: String },
+    Message {
+        id: String,
+        content: String,
+        /// The files that came with it; absent when none.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        media: Vec<Media>,
+    },
     /// An event type this build does not know (from a newer worker).
     #[serde(other)]
     Unknown,
+}
+
+impl RunEventBody {
+    /// `run.completed` with `reply`, without files.
+    pub fn completed(reply: impl Into<String>, usage: Usage, model: impl Into<String>, cost_usd: Option<f64>) -> Self {
+        Self::Completed { reply: reply.into(), usage, model: model.into(), cost_usd, media: Vec::new() }
+    }
 }
 
 /// The session key for a chat, optionally narrowed to a topic or thread.

@@ -89,6 +89,8 @@ pub struct DiscordSettings {
     /// Where inbound attachments are saved.
     pub media_dir: PathBuf,
     pub media_max_bytes: u64,
+    /// Largest upload of one message outside boosted servers (see `upload`).
+    pub upload_max_bytes: u64,
     /// Where the chat commands are registered as slash commands.
     pub slash_commands: SlashScope,
 }
@@ -137,6 +139,7 @@ impl Default for DiscordSettings {
             typing: true,
             media_dir: PathBuf::from("media/discord"),
             media_max_bytes: 25 * 1024 * 1024,
+            upload_max_bytes: upload::DEFAULT_MAX_BYTES,
             slash_commands: SlashScope::Global,
         }
     }

@@ -122,12 +122,7 @@ fn run_events_keep_their_json() {
     );
     let chunk = serde_json::to_string(&event(RunEventBody::Chunk { text: "he".into() })).unwrap();
     assert_eq!(chunk, format!(r#"{head}"type":"chunk","text":"he"}}"#));
-    let completed = RunEventBody::Completed {
-        reply: "hello".into(),
-        usage: Usage::new(3, 4),
-        model: "gpt-x".into(),
-        cost_usd: Some(0.5),
-    };
+    let completed = RunEventBody::completed("hello", Usage::new(3, 4), "gpt-x", Some(0.5));
     let completed = serde_json::to_string(&event(completed)).unwrap();
     let tail = r#""type":"run.completed","reply":"hello","usage":{"input_tokens":3,"output_tokens":4},"model":"gpt-x","cost_usd":0.5}"#;
     assert_eq!(completed, format!("{head}{tail}"));

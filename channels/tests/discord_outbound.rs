@@ -324,8 +324,7 @@ async fn typing_repeats_in_the_thread_while_the_run_lasts_and_stops_when_it_comp
     h.emit(&event(GUILD_CHANNEL, &key, RunEventBody::Started)).await;
     let typing = h.fake.wait_for_calls(TYPING, 3, PATIENCE).await;
     assert!(typing.iter().all(|call| call.path == "/channels/201/typing"), "{typing:?}");
-    let completed =
-        RunEventBody::Completed { reply: "done".into(), usage: Usage::default(), model: "m".into(), cost_usd: None };
+    let completed = RunEventBody::completed("done", Usage::default(), "m", None);
     h.emit(&event(GUILD_CHANNEL, &key, completed)).await;
     tokio::time::sleep(Duration::from_millis(150)).await;
     let after_completion = h.fake.calls_to(TYPING).len();

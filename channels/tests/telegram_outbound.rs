@@ -323,8 +323,7 @@ async fn typing_repeats_while_the_run_lasts_and_stops_when_it_completes() {
     let actions = h.fake.wait_for_calls("sendChatAction", 3, PATIENCE).await;
     assert_eq!(actions[0].params["action"], "typing");
     assert_eq!(actions[0].params["message_thread_id"], 9);
-    let completed =
-        RunEventBody::Completed { reply: "done".into(), usage: Usage::default(), model: "m".into(), cost_usd: None };
+    let completed = RunEventBody::completed("done", Usage::default(), "m", None);
     h.emit(&event(GROUP, &key, completed)).await;
     tokio::time::sleep(Duration::from_millis(150)).await;
     let after_completion = h.fake.calls_to("sendChatAction").len();

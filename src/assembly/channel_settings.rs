@@ -74,6 +74,7 @@ pub fn discord(config: &Config) -> DiscordSettings {
         typing: discord.typing,
         media_dir: discord.media_dir.clone(),
         media_max_bytes: discord.media_max_bytes,
+        upload_max_bytes: discord.upload_max_bytes,
         slash_commands: match discord.slash_commands {
             SlashCommandsConfig::Global => SlashScope::Global,
             SlashCommandsConfig::Guilds => SlashScope::Guilds,

@@ -246,13 +246,16 @@ impl Assembly {
     /// How the chat channels treat their deliveries: replies older than
     /// `bus_options.outbound_max_age_secs` are dropped; on NATS each delivery is recorded in
     /// the store, so a restarted adapter (on any host) does not send a reply twice. The
-    /// in-process bus needs no record: a reply's journal row goes the moment it is delivered.
+    /// in-process bus records only the progress of replies sent in several steps (text, then
+    /// files): a reply's journal row goes the moment it is delivered, but a restart in the
+    /// middle of one must not send its text again.
     fn delivery_policy(&self, store: &Arc<dyn Database>) -> DeliveryPolicy {
-        let record = match self.config.bus_kind() {
-            BusKind::Nats(_) => Some(Arc::clone(store) as Arc<dyn DeliveryRecord>),
-            BusKind::Memory => None,
-        };
-        DeliveryPolicy { max_age: self.config.bus_options.outbound_max_age(), record }
+        let partial_only = matches!(self.config.bus_kind(), BusKind::Memory);
+        DeliveryPolicy {
+            max_age: self.config.bus_options.outbound_max_age(),
+            record: Some(Arc::clone(store) as Arc<dyn DeliveryRecord>),
+            partial_only,
+        }
     }
 }
 

@@ -59,6 +59,7 @@ pub fn worker(config: &Config) -> Result<WorkerSettings, AssemblyError> {
         recall: RecallSettings::from(&config.memory),
         transcriber: transcriber(config)?,
         mcp_inline_max: config.mcp.inline_max,
+        outbox_keep: config.workspace.outbox_keep(),
     })
 }
 
@@ -207,6 +208,10 @@ pub fn api(config: &Config) -> ApiSettings {
         },
         replay: ReplayCache { ttl: api.idempotency_ttl(), max_entries: api.idempotency_max_entries },
         reply_channel: api_reply_channel(config),
+        sent_dirs: std::iter::once(&config.agent.workspace)
+            .chain(config.agents.values().map(|agent| &agent.workspace))
+            .map(|workspace| crate::workspace::outbox::sent_dir(workspace))
+            .collect(),
         webhook: Some(&api.webhook).filter(|webhook| !webhook.url.trim().is_empty()).map(|webhook| WebhookSettings {
             url: webhook.url.trim().to_owned(),
             secret: webhook.secret.expose().to_owned(),

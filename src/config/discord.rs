@@ -49,6 +49,10 @@ pub struct DiscordChannelConfig {
     pub media_dir: PathBuf,
     /// Larger attachments are not downloaded.
     pub media_max_bytes: u64,
+    /// Largest upload of one message (all its files) in DMs and in servers without boosts:
+    /// Discord's limit for bots, 10 MiB. Servers at boost level 2 or 3 take 50 or 100 MiB;
+    /// the adapter asks Discord a server's level when a file is larger than this.
+    pub upload_max_bytes: u64,
     /// Where the chat commands are registered as Discord slash commands.
     pub slash_commands: SlashCommandsConfig,
 }
@@ -89,6 +93,7 @@ impl Default for DiscordChannelConfig {
             typing: true,
             media_dir: PathBuf::new(),
             media_max_bytes: 25 * 1024 * 1024,
+            upload_max_bytes: 10 * 1024 * 1024,
             slash_commands: SlashCommandsConfig::Global,
         }
     }

@@ -241,6 +241,7 @@ fn zero_counts(config: &Config) -> Option<(&'static str, u64)> {
         ("channels.discord.pairing_max_pending", as_u64(config.channels.discord.pairing_max_pending)),
         ("channels.discord.stream_edit_interval_ms", config.channels.discord.stream_edit_interval_ms),
         ("channels.discord.media_max_bytes", config.channels.discord.media_max_bytes),
+        ("channels.discord.upload_max_bytes", config.channels.discord.upload_max_bytes),
         ("tools.web.max_results", as_u64(config.tools.web.max_results)),
         ("tools.web.max_fetch_bytes", as_u64(config.tools.web.max_fetch_bytes)),
         ("tools.web.fetch_timeout_secs", config.tools.web.fetch_timeout_secs),

@@ -10,11 +10,21 @@ pub struct WorkspaceConfig {
     /// Paths relative to each workspace (a trailing `/` for a folder and all it holds) that
     /// only runs of an admin or the owner may write, edit or delete, with any tool.
     pub protected: Vec<String>,
+    /// Days the files runs sent from their `outbox/` are kept (for the API's download links
+    /// and redeliveries), and folders of runs that never finished; at least 1.
+    pub outbox_keep_days: u64,
 }
 
 impl Default for WorkspaceConfig {
     fn default() -> Self {
-        Self { protected: DEFAULT_PROTECTED.map(str::to_owned).to_vec() }
+        Self { protected: DEFAULT_PROTECTED.map(str::to_owned).to_vec(), outbox_keep_days: 7 }
+    }
+}
+
+impl WorkspaceConfig {
+    /// How long sent files are kept.
+    pub fn outbox_keep(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.outbox_keep_days.max(1) * 24 * 3600)
     }
 }
 

@@ -175,6 +175,10 @@ pub fn workspace(input: &PromptInput<'_>) -> Option<String> {
     if !owner {
         text.push_str(&format!("\n\n{}", scope_note(input.memory)));
     }
+    // Not for sub-agents (the minimal prompt): their runs have no reply to carry files.
+    if input.mode == PromptMode::Full && (offered("write_file") || offered("exec")) {
+        text.push_str(&format!("\n\n{OUTBOX_NOTE}"));
+    }
     for (name, file) in [("AGENTS.md", &input.files.agents), ("TOOLS.md", &input.files.tools)] {
         if let Some(body) = file.render(name, Keep::Head) {
             text.push_str(&format!("\n\n## {name}\n\n{body}"));
@@ -182,6 +186,12 @@ pub fn workspace(input: &PromptInput<'_>) -> Option<String> {
     }
     Some(text)
 }
+
+/// How files reach the chat. The same words every run (no run's folder named): the prompt's
+/// head stays the same from turn to turn, as the providers' prompt caches need.
+const OUTBOX_NOTE: &str = "Files: what you write under outbox/ (report.csv, chart.png, …) is sent to this \
+                           chat with your reply, images as pictures, then removed from outbox/; say in your \
+                           reply what you are sending. Put files there only to send them.";
 
 fn is_owner_memory(name: &str) -> bool {
     name == memory::OWNER_MEMORY || name == memory::OWNER_PROFILE

@@ -166,6 +166,9 @@ fn a_guest_is_not_told_about_tools_it_lacks() {
     let all = [tool("read_file", "R."), tool("write_file", "W."), tool("exec", "E.")];
     let owner = sections::workspace(&input(PromptMode::Full, &files, &all)).unwrap();
     assert!(owner.contains("File tools and commands (exec) work there.") && owner.contains("edit them"), "{owner}");
+    assert!(owner.contains("what you write under outbox/") && !none.contains("outbox/"), "{owner}");
+    let sub_agent = sections::workspace(&input(PromptMode::Minimal, &files, &all)).unwrap();
+    assert!(!sub_agent.contains("outbox/"), "a sub-agent's run sends no reply: {sub_agent}");
 }
 
 #[test]

@@ -260,6 +260,8 @@ fn tool_context(agent: &Agent, job: &Job) -> ToolContext {
         persona: job.persona.clone(),
         level: job.level,
         clock: Default::default(),
+        // Its result goes to the parent's chat in a run of its own: nothing to attach to.
+        outbox: None,
     }
 }
 

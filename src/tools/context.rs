@@ -48,6 +48,10 @@ pub struct ToolContext {
     pub level: Level,
     /// The run's time limit, held still while a call waits for an approver.
     pub clock: RunClock,
+    /// What the run knows as `outbox/`: its own folder (relative to the workspace), whose
+    /// files go with its reply. `None` (sub-agents, the memory flush: no reply of their own):
+    /// `outbox/` is refused.
+    pub outbox: Option<PathBuf>,
 }
 
 /// Whether a run may change the workspace's protected files: the persona, instructions and
@@ -112,6 +116,7 @@ impl ToolContext {
             persona: PersonaAccess::default(),
             level: Level::default(),
             clock: RunClock::default(),
+            outbox: None,
         }
     }
 }

@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
@@ -112,10 +112,14 @@ impl Exec {
             }
             Sandbox::None => "",
         };
+        let outbox = match &self.sandbox {
+            Sandbox::Bwrap { .. } => " Files it writes under outbox/ (also named by $OUTBOX) go with your reply.",
+            Sandbox::None => " Files it writes into the folder $OUTBOX names go with your reply.",
+        };
         self.description = format!(
             "Runs a shell command (sh -c) in the workspace and returns its exit code and output (stdout and \
              stderr together). stdin is empty; only a few environment variables are set; it runs without privileges, so sudo \
-             and setuid programs do not work.{place} The command and \
+             and setuid programs do not work.{place}{outbox} The command and \
              everything it started are killed after timeout_secs (default {}, at most {}) and when it ends, \
              so background processes do not outlive it. Destructive commands are refused.",
             self.timeout.as_secs(),
@@ -194,7 +198,9 @@ impl Tool for Exec {
             // Without a sandbox nothing confines a command; docs/security.md says what it reaches.
             false => Confinement::default(),
         };
-        let how = How { sandbox: &self.sandbox, limits: self.limits, env: &self.env, confinement: &confinement };
+        let outbox = outbox_env(workspace.root(), ctx, &confinement)?;
+        let how =
+            How { sandbox: &self.sandbox, limits: self.limits, env: &self.env, confinement: &confinement, outbox };
         let finished = run(command, workspace.root(), &how, limit, self.max_output_bytes).await?;
         finished.report(limit)
     }
@@ -230,6 +236,20 @@ struct How<'a> {
     limits: Limits,
     env: &'a [(OsString, OsString)],
     confinement: &'a Confinement,
+    /// `$OUTBOX`: where the command writes files that go with the reply, if the run has a place.
+    outbox: Option<PathBuf>,
+}
+
+/// What `$OUTBOX` names: in the sandbox the workspace's `outbox/`, the run's own folder
+/// mounted there; without one the run's folder itself (made here).
+fn outbox_env(root: &Path, ctx: &ToolContext, confinement: &Confinement) -> Result<Option<PathBuf>, ToolError> {
+    if let Some((outbox, Some(_))) = &confinement.outbox {
+        return Ok(Some(outbox.clone()));
+    }
+    let Some(folder) = ctx.outbox.as_ref().filter(|_| confinement.outbox.is_none()) else { return Ok(None) };
+    let own = root.join(folder);
+    std::fs::create_dir_all(&own).map_err(|e| ToolError::Failed(format!("cannot make the outbox folder: {e}")))?;
+    Ok(Some(own))
 }
 
 /// Runs the command to its end or its time limit. `status` is `None` when it was killed for
@@ -248,6 +268,7 @@ async fn run(
     let mut cmd = how.sandbox.command(command, dir, how.confinement);
     cmd.env_clear()
         .envs(how.env.iter().map(|(k, v)| (k, v)))
+        .envs(how.outbox.iter().map(|dir| ("OUTBOX", dir)))
         .stdin(Stdio::null())
         .stdout(Stdio::from(writer))
         .stderr(Stdio::from(writer_err))

@@ -1,6 +1,7 @@
 //! `message`: lets the agent send a message now — to the current chat (a progress note during
 //! a long task) or to another chat by `channel:chat_id` — through the bus, like any reply.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -10,6 +11,7 @@ use switchboard_channels::{Bus, BusExt};
 
 use super::fs::workspace::{Workspace, io_error};
 use super::{Tool, ToolContext, ToolError};
+use crate::workspace::outbox;
 
 /// Sends messages through the bus.
 pub struct MessageTool {
@@ -50,7 +52,10 @@ impl Tool for MessageTool {
 
     async fn execute(&self, arguments: Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let content = arguments.get("content").and_then(Value::as_str).unwrap_or_default();
-        let media = attachments(&arguments, ctx)?;
+        // A turn redone after a worker crash asks the model again, which may send again:
+        // side effects of tools are at-least-once, only the final reply is at-most-once.
+        let id = format!("{}:message:{}", ctx.run_id, next_sequence());
+        let media = attachments(&arguments, ctx, &id)?;
         if content.trim().is_empty() && media.is_empty() {
             return Err(ToolError::InvalidArguments("`content` must not be empty".into()));
         }
@@ -63,11 +68,8 @@ impl Tool for MessageTool {
                 (channel.to_owned(), chat_id.to_owned(), thread_id)
             }
         };
-        let sequence = next_sequence();
         let msg = OutboundMessage {
-            // A turn redone after a worker crash asks the model again, which may send again:
-            // side effects of tools are at-least-once, only the final reply is at-most-once.
-            id: format!("{}:message:{sequence}", ctx.run_id),
+            id,
             channel: channel.clone(),
             chat_id: chat_id.clone(),
             thread_id,
@@ -84,8 +86,10 @@ impl Tool for MessageTool {
 /// Most files one message carries.
 const MAX_FILES: usize = 10;
 
-/// The `files` argument as media: each a regular file inside the workspace.
-fn attachments(arguments: &Value, ctx: &ToolContext) -> Result<Vec<Media>, ToolError> {
+/// The `files` argument as media: each a regular file inside the workspace. Files from the
+/// run's `outbox/` leave it now (`id` names where they are kept), so the reply does not carry
+/// them again.
+fn attachments(arguments: &Value, ctx: &ToolContext, id: &str) -> Result<Vec<Media>, ToolError> {
     let Some(files) = arguments.get("files").filter(|files| !files.is_null()) else { return Ok(Vec::new()) };
     let paths = files
         .as_array()
@@ -94,24 +98,43 @@ fn attachments(arguments: &Value, ctx: &ToolContext) -> Result<Vec<Media>, ToolE
         .ok_or_else(|| ToolError::InvalidArguments(format!("`files` must be a list of at most {MAX_FILES} paths")))?;
     // Checked against the memory scope: a file sent is a file read.
     let workspace = Workspace::for_run(ctx, false)?;
-    paths.into_iter().map(|path| attachment(&workspace, path)).collect()
+    let outbox = ctx.outbox.as_ref().map(|folder| workspace.root().join(folder));
+    let attach = |requested: &str| {
+        let (path, size) = checked_file(&workspace, requested)?;
+        if outbox.as_ref().is_none_or(|outbox| !path.starts_with(outbox)) {
+            let name = path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+            return Ok(file_media(&path, name, size));
+        }
+        let sent = outbox::send_files(workspace.root(), id, &ctx.session_key, std::slice::from_ref(&path))
+            .map_err(|err| ToolError::Failed(format!("cannot send `{requested}` from the outbox: {err}")))?;
+        let file = sent.into_iter().next().ok_or_else(|| ToolError::Failed(format!("`{requested}` vanished")))?;
+        Ok(file_media(&file.path, file.name, file.size))
+    };
+    paths.into_iter().map(attach).collect()
 }
 
-fn attachment(workspace: &Workspace, requested: &str) -> Result<Media, ToolError> {
+/// A regular file of the workspace, and its size.
+fn checked_file(workspace: &Workspace, requested: &str) -> Result<(PathBuf, u64), ToolError> {
     let resolved = workspace.resolve(requested)?;
     let meta = std::fs::metadata(&resolved.path).map_err(|err| io_error("read", &resolved.shown, &err))?;
     if !meta.is_file() {
         return Err(ToolError::InvalidArguments(format!("`{}` is not a file", resolved.shown)));
     }
-    let extension = resolved.path.extension().and_then(|ext| ext.to_str()).unwrap_or_default().to_ascii_lowercase();
+    Ok((resolved.path, meta.len()))
+}
+
+/// A file to send as `name`: images as photos (`png`, `jpg`, `gif`, `webp`), anything else as
+/// a document; the adapters decide what the platform takes.
+pub fn file_media(path: &Path, name: String, size: u64) -> Media {
+    let extension = path.extension().and_then(|ext| ext.to_str()).unwrap_or_default().to_ascii_lowercase();
     let kind = if matches!(extension.as_str(), "png" | "jpg" | "jpeg" | "gif" | "webp") { "photo" } else { "document" };
-    Ok(Media {
+    Media {
         kind: kind.to_owned(),
-        path: Some(resolved.path.display().to_string()),
-        file_name: resolved.path.file_name().map(|name| name.to_string_lossy().into_owned()),
-        size: Some(meta.len()),
+        path: Some(path.display().to_string()),
+        file_name: Some(name),
+        size: Some(size),
         ..Media::default()
-    })
+    }
 }
 
 /// Splits `channel:chat_id` at the first colon: chat ids may contain colons, channel names not.
@@ -203,5 +226,24 @@ mod tests {
             let result = tool.execute(json!({"content": "x", "files": files.clone()}), &ctx).await;
             assert!(result.is_err(), "{files} should be refused");
         }
+    }
+
+    #[tokio::test]
+    async fn a_file_from_the_outbox_is_sent_now_and_not_again_with_the_reply() {
+        let dir = tempfile::tempdir().unwrap();
+        let folder = crate::workspace::outbox::run_folder("r1");
+        std::fs::create_dir_all(dir.path().join(&folder)).unwrap();
+        std::fs::write(dir.path().join(&folder).join("chart.png"), b"png").unwrap();
+        let ctx = ToolContext { workspace: dir.path().to_path_buf(), outbox: Some(folder.clone()), ..ctx() };
+        let bus = Arc::new(MemoryBus::new(8));
+        let tool = MessageTool::new(bus.clone());
+        tool.execute(json!({"content": "the chart", "files": ["outbox/chart.png"]}), &ctx).await.unwrap();
+        let msg = sent(&bus, "telegram").await;
+        let path = msg.media[0].path.clone().unwrap();
+        assert!(path.contains("/outbox/sent/") && path.ends_with("/chart.png"), "{path}");
+        assert_eq!((msg.media[0].kind.as_str(), msg.media[0].size), ("photo", Some(3)));
+        let scope = crate::workspace::memory::MemoryScope::Owner;
+        let left = crate::workspace::outbox::collect(dir.path(), "r1", &scope, "telegram:-100").unwrap();
+        assert!(left.files.is_empty(), "sent once: {left:?}");
     }
 }

@@ -245,6 +245,8 @@ async fn process_inner(
     };
     tracing::Span::current().record("status", tracing::field::display(outcome.status.as_str()));
     let journaled = finish(shared, msg, &run_id, &outcome, answered_row).await?;
+    // Only now: until the reply naming its files is stored, a new attempt looks for them.
+    super::files::clear(&route.agent.settings().workspace, &run_id).await;
     count_outcome(agent_name, &msg.channel, &outcome, started.elapsed());
     Ok(Done { compaction_due, journaled, billing: outcome.billing })
 }
@@ -353,7 +355,7 @@ async fn run_turn(
         let events = BusEvents::start(Arc::clone(&shared.bus), msg, run_id, session_key);
         events.emit(RunEventBody::Started);
         let (reply, usage, model) = (msg.content.clone(), Usage::default(), String::new());
-        events.emit(RunEventBody::Completed { reply, usage, model, cost_usd: None });
+        events.emit(RunEventBody::completed(reply, usage, model, None));
         return Ok((outcome, false));
     }
     let (tools, level, billing) = match access {
@@ -375,9 +377,14 @@ async fn run_turn(
     let mut result = ran.result;
     let ack_limit = hygiene::heartbeat_ack_limit(shared, &agent.settings().name, msg);
     let suppressed = hygiene::clean_reply(&mut result, ack_limit);
+    let files = super::files::collect(shared, &agent.settings().workspace, run_id, &plan.memory, session_key).await;
+    result.reply = files.noted(&result.reply);
     let status = if result.error.is_some() { RunStatus::Failed } else { RunStatus::Completed };
     let kind = if result.error.is_some() { OutboundKind::Notice } else { OutboundKind::Reply };
     let mut reply = reply_to(msg, run_id, session_key, kind, result.reply.clone());
+    // Files the run made go out even when it had nothing to say about them.
+    let suppressed = suppressed && files.media.is_empty() && files.note.is_none();
+    reply.media = files.media;
     hygiene::mark_suppressed(&mut reply, suppressed);
     // `cost_usd` is `null` when unknown (a model without a price), so it is never taken for zero.
     reply::set_model(&mut reply, &result.model, result.usage, result.cost_usd);
@@ -387,6 +394,7 @@ async fn run_turn(
             usage: result.usage,
             model: result.model.clone(),
             cost_usd: result.cost_usd,
+            media: reply.media.clone(),
         },
         Some(error) => RunEventBody::Failed { error: error.clone() },
     });
@@ -413,12 +421,7 @@ async fn run_turn(
 fn over_budget(shared: &Shared, msg: &InboundMessage, run_id: &str, session_key: &str, notice: String) -> RunOutcome {
     let events = BusEvents::start(Arc::clone(&shared.bus), msg, run_id, session_key);
     events.emit(RunEventBody::Started);
-    events.emit(RunEventBody::Completed {
-        reply: notice.clone(),
-        usage: Usage::default(),
-        model: String::new(),
-        cost_usd: None,
-    });
+    events.emit(RunEventBody::completed(notice.clone(), Usage::default(), "", None));
     RunOutcome {
         status: RunStatus::Completed,
         transcript: Vec::new(),

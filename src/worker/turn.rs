@@ -80,7 +80,8 @@ fn tool_context(plan: &TurnPlan<'_>) -> ToolContext {
     let ctx =
         ToolContext::for_message(&settings.name, &settings.workspace, plan.session_key, plan.msg, plan.run_id, memory);
     let persona = PersonaAccess::for_level(plan.level, &settings.protected);
-    ToolContext { persona, level: plan.level, clock: plan.clock.clone(), ..ctx }
+    let outbox = Some(crate::workspace::outbox::run_folder(plan.run_id));
+    ToolContext { persona, level: plan.level, clock: plan.clock.clone(), outbox, ..ctx }
 }
 
 async fn attempt(

@@ -22,14 +22,21 @@ pub struct MarkError {
 /// making it at once (on one host or through a shared mount) end up with the same id: the
 /// file is created exclusively, and the one that finds it made reads it instead.
 pub fn read_or_make(dir: &Path) -> Result<String, MarkError> {
-    let path = dir.join(MARK_FILE);
-    let failed = |source| MarkError { path: path.clone(), source };
-    if let Some(id) = read(&path).map_err(failed)? {
+    read_or_make_file(&dir.join(MARK_FILE), || uuid::Uuid::now_v7().to_string())
+}
+
+/// The text in the file at `path`, making it (and its directory) with `make()` when missing,
+/// as [`read_or_make`] makes a mark: exclusively, so processes racing to make it agree.
+pub fn read_or_make_file(path: &Path, make: impl FnOnce() -> String) -> Result<String, MarkError> {
+    let failed = |source| MarkError { path: path.to_owned(), source };
+    if let Some(id) = read(path).map_err(failed)? {
         return Ok(id);
     }
-    std::fs::create_dir_all(dir).map_err(failed)?;
-    let id = uuid::Uuid::now_v7().to_string();
-    match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(failed)?;
+    }
+    let id = make();
+    match std::fs::OpenOptions::new().write(true).create_new(true).open(path) {
         Ok(mut file) => {
             file.write_all(format!("{id}\n").as_bytes()).and_then(|()| file.sync_all()).map_err(failed)?;
             Ok(id)
@@ -37,7 +44,7 @@ pub fn read_or_make(dir: &Path) -> Result<String, MarkError> {
         Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {
             // Made by another process just now; it may still be writing the id.
             for _ in 0..50 {
-                if let Some(id) = read(&path).map_err(failed)? {
+                if let Some(id) = read(path).map_err(failed)? {
                     return Ok(id);
                 }
                 std::thread::sleep(std::time::Duration::from_millis(20));

@@ -17,6 +17,10 @@
 //!   RESUME with replay, and dispatches pushed by the test ([`FakeDiscord::dispatch`], payloads
 //!   built with [`events`]).
 //! - Plain files at `/attachments/{name}` ([`FakeDiscord::add_attachment`]), for attachment URLs.
+//! - Uploads within Discord's limit for bots: a message's files together at most 10 MiB, in a
+//!   server at boost level 2 or 3 ([`FakeDiscord::set_premium_tier`]) 50 or 100 MiB; more is
+//!   413 `Request entity too large` (40005). `GET /guilds/{id}` reports the level
+//!   (`premium_tier`).
 //! - Buttons: message creates and edits take `components` (action rows of buttons), checked as
 //!   Discord checks them (see `components`: up to 5 rows of 1–5, `custom_id` 1–100 characters
 //!   and unique, a refusal is 400 Invalid Form Body, code 50035, with the field's path in
@@ -156,6 +160,8 @@ pub struct SentMessage {
     pub allowed_mentions: Option<Value>,
     /// The uploaded files' names, in order.
     pub file_names: Vec<String>,
+    /// The uploaded files' bytes, in the same order.
+    pub file_bytes: Vec<Vec<u8>>,
     /// `nonce` as sent (a number is given as its decimal text).
     pub nonce: Option<String>,
     /// `components` as sent (`[]` if none); later edits show in [`FakeDiscord::buttons`].
@@ -290,6 +296,11 @@ impl FakeDiscord {
     }
 
     /// Makes `GET /channels/{id}` answer `channel` (see [`events::text_channel`] and friends).
+    /// Sets a guild's boost level (0–3, `premium_tier`), which sets its upload limit.
+    pub fn set_premium_tier(&self, guild_id: u64, tier: u8) {
+        self.shared.rest().premium_tiers.insert(guild_id, tier);
+    }
+
     pub fn add_channel(&self, channel: Value) {
         self.shared.rest().add_channel(channel);
     }

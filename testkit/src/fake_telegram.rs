@@ -7,6 +7,11 @@
 //! like Telegram's so teloxide deserializes them, and error descriptions are the exact strings
 //! teloxide maps to its `ApiError` variants (one exception below).
 //!
+//! Uploads (`sendPhoto`, `sendDocument`, `sendVoice` with a file part) follow the Bot API's
+//! limits: a file over 50 MB is refused with 413 `Request Entity Too Large`, a photo over
+//! 10 MB with 400 `Bad Request: PHOTO_SAVE_FILE_INVALID`. The uploaded bytes are kept with the
+//! sent message ([`SentMessage::file_bytes`]).
+//!
 //! Inline keyboards and callback queries, as the Bot API does them:
 //! - `sendMessage` (and the media sends), `editMessageText` and `editMessageReplyMarkup` take
 //!   `reply_markup.inline_keyboard` (rows of `{text, callback_data}` buttons). `callback_data`
@@ -66,6 +71,10 @@ pub enum Failure {
         /// The `description` field.
         description: String,
     },
+    /// The request (its body read) is held this long, then answered 502 `Bad Gateway` and not
+    /// carried out: as if it never reached Telegram. For a bot killed while it waits
+    /// ([`FakeTelegram::wait_for_held`] says when a request is being held).
+    Hang(Duration),
 }
 
 /// One recorded API call (every method, including failed and unauthorized ones).
@@ -107,6 +116,8 @@ pub struct SentMessage {
     pub reply_to_message_id: Option<i64>,
     /// The uploaded file's name, for uploads.
     pub file_name: Option<String>,
+    /// The uploaded file's bytes, for uploads.
+    pub file_bytes: Option<Vec<u8>>,
     /// The inline keyboard as sent (`{"inline_keyboard": [[…]]}`), if it had buttons; later
     /// edits show in [`FakeTelegram::buttons`].
     pub reply_markup: Option<Value>,
@@ -344,6 +355,16 @@ impl FakeTelegram {
     pub fn assert_callback_queries_answered(&self) {
         let unanswered = self.unanswered_callback_queries();
         assert!(unanswered.is_empty(), "FakeTelegram: callback queries never answered: {unanswered:?}");
+    }
+
+    /// Waits until a request of `method` is being held by a [`Failure::Hang`]; panics on timeout.
+    pub async fn wait_for_held(&self, method: &str, timeout: Duration) {
+        let method = method.to_ascii_lowercase();
+        let deadline = Instant::now() + timeout;
+        while !self.shared.state().held.contains(&method) {
+            assert!(Instant::now() < deadline, "FakeTelegram: no {method} request was held within {timeout:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Registers a downloadable file for `getFile`; returns its `file_path`.

@@ -7,10 +7,10 @@ use crate::support::{Launch, run_to_exit};
 use switchboard_testkit::fake_discord::{FakeDiscord, SentMessage, events};
 use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
 
-const ALICE: u64 = 111;
-const DM: u64 = 300;
+pub(crate) const ALICE: u64 = 111;
+pub(crate) const DM: u64 = 300;
 
-fn discord<'a>(launch: Launch<'a>, fake: &FakeDiscord) -> Launch<'a> {
+pub(crate) fn discord<'a>(launch: Launch<'a>, fake: &FakeDiscord) -> Launch<'a> {
     launch
         .env("DISCORD_BOT_TOKEN", FakeDiscord::TOKEN)
         .env("SWITCHBOARD_CHANNELS__DISCORD__PROXY_URL", &fake.url())
@@ -19,7 +19,7 @@ fn discord<'a>(launch: Launch<'a>, fake: &FakeDiscord) -> Launch<'a> {
 
 /// Waits until the fake has received `n` messages from the bot, then a little longer to see
 /// that no more come.
-async fn replies(fake: &FakeDiscord, n: usize) -> Vec<SentMessage> {
+pub(crate) async fn replies(fake: &FakeDiscord, n: usize) -> Vec<SentMessage> {
     let deadline = Instant::now() + Duration::from_secs(15);
     while fake.sent_messages().len() < n {
         assert!(Instant::now() < deadline, "{} replies, expected {n}: {:#?}", fake.sent_messages().len(), fake.calls());

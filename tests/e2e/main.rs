@@ -26,6 +26,7 @@ mod discord_owner;
 mod doctor;
 mod embedded;
 mod exec_secrets;
+mod files_out;
 mod local_model;
 mod logs;
 mod mcp;

@@ -7,9 +7,9 @@ use crate::support::{Launch, run_to_exit};
 use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
 use switchboard_testkit::fake_telegram::{FakeTelegram, SentMessage, updates};
 
-const ALICE: i64 = 111;
+pub(crate) const ALICE: i64 = 111;
 
-fn telegram<'a>(launch: Launch<'a>, fake: &FakeTelegram) -> Launch<'a> {
+pub(crate) fn telegram<'a>(launch: Launch<'a>, fake: &FakeTelegram) -> Launch<'a> {
     launch
         .env("TELEGRAM_BOT_TOKEN", FakeTelegram::TOKEN)
         .env("SWITCHBOARD_CHANNELS__TELEGRAM__API_URL", &fake.api_url())
@@ -19,7 +19,7 @@ fn telegram<'a>(launch: Launch<'a>, fake: &FakeTelegram) -> Launch<'a> {
 
 /// Waits until the fake has received `n` messages from the bot, then a little longer to see
 /// that no more come.
-async fn replies(fake: &FakeTelegram, n: usize) -> Vec<SentMessage> {
+pub(crate) async fn replies(fake: &FakeTelegram, n: usize) -> Vec<SentMessage> {
     let deadline = Instant::now() + Duration::from_secs(20);
     while fake.sent_messages().len() < n {
         assert!(Instant::now() < deadline, "{} replies, expected {n}: {:#?}", fake.sent_messages().len(), fake.calls());

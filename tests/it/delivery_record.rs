@@ -41,7 +41,7 @@ async fn adapter(fake: &FakeTelegram, record: Arc<dyn DeliveryRecord>, max_age: 
     let bus = Arc::new(MemoryBus::new(64));
     let settings = crate::common::fake_telegram_settings(fake, dir.path(), 111);
     let shutdown = CancellationToken::new();
-    let policy = DeliveryPolicy { max_age, record: Some(record) };
+    let policy = DeliveryPolicy { max_age, record: Some(record), partial_only: false };
     let channel = TelegramChannel::start(
         Arc::clone(&bus) as Arc<dyn Bus>,
         settings,

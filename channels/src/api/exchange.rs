@@ -220,6 +220,7 @@ pub(super) fn replied(msg: &InboundMessage, reply: &OutboundMessage, replayed: b
         "message_id": msg.id,
         "reply_id": reply.id,
         "session_key": msg.session_key(),
+        "attachments": super::files::attachments(&reply.media),
     });
     // `suppressed`: the model chose not to answer (`reply` is then empty).
     for key in reply::API_FIELDS {

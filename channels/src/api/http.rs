@@ -18,7 +18,7 @@ use super::access::{self, Caller};
 use super::compose::{keyed, new_message};
 use super::errors::error;
 use super::state::AppState;
-use super::{console, exchange, guard, openai, sessions, web, ws};
+use super::{console, exchange, files, guard, openai, sessions, web, ws};
 use crate::contract::{ContractError, MAX_CHAT_ID_BYTES, MAX_SENDER_ID_BYTES, check_length};
 
 /// One route: method, path, handler.
@@ -36,6 +36,7 @@ fn guarded_routes() -> Vec<Route> {
         ("get", "/v1/sessions/{key}/messages", get(sessions::session_messages)),
         ("get", "/v1/runs", get(sessions::list_runs)),
         ("get", "/v1/runs/{id}", get(sessions::get_run)),
+        ("get", "/v1/files/{token}/{name}", get(files::download)),
         ("get", "/v1/ws", get(ws::websocket)),
     ]
     .into_iter()

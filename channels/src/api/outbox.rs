@@ -45,7 +45,11 @@ impl Outbox {
             thread_id: None,
             reply_to: None,
             at: message.created_at,
-            body: RunEventBody::Message { id: message.id.clone(), content: message.content.clone() },
+            body: RunEventBody::Message {
+                id: message.id.clone(),
+                content: message.content.clone(),
+                media: message.media.clone(),
+            },
         };
         // Best effort like every event: the store has the message either way.
         if let Err(err) = self.bus.publish_event(&event).await {

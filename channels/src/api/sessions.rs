@@ -81,7 +81,7 @@ fn split_agent(key: &str) -> (&str, &str) {
 }
 
 /// Whether `caller` may see session `key`.
-fn may_see(caller: &Caller, key: &str) -> bool {
+pub(super) fn may_see(caller: &Caller, key: &str) -> bool {
     match scope(caller) {
         SessionScope::All => true,
         SessionScope::ApiChatsUnder(prefix) => {

@@ -111,6 +111,7 @@ async fn deliver(client: &reqwest::Client, store: &dyn ApiStore, settings: &Webh
         "chat_id": message.chat_id,
         "session_key": post.session_key,
         "content": message.content,
+        "attachments": super::files::attachments(&message.media),
         "kind": message.kind,
         "in_reply_to": message.in_reply_to,
         "created_at": message.created_at,

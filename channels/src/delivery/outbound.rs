@@ -64,12 +64,19 @@ impl<P: Platform> Sender<P> {
         self.ledger.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Delivers one message and acks or naks it.
-    pub async fn handle(&self, msg: OutboundMessage, mut acker: Box<dyn Acker>) {
-        let result = match self.deliver(&msg).await {
+    /// Delivers one message (offered for the first time) and acks or naks it.
+    pub async fn handle(&self, msg: OutboundMessage, acker: Box<dyn Acker>) {
+        self.handle_attempt(msg, acker, 1).await;
+    }
+
+    /// Delivers one message the bus offers for the `attempt`-th time and acks or naks it.
+    pub async fn handle_attempt(&self, msg: OutboundMessage, mut acker: Box<dyn Acker>, attempt: u64) {
+        let result = match self.deliver(&msg, attempt).await {
             Outcome::Delivered | Outcome::GivenUp => {
                 self.ledger().record_delivered(&msg.id);
-                self.record(&msg.id, Sent::All).await;
+                if !self.policy.partial_only {
+                    self.record(&msg.id, Sent::All).await;
+                }
                 acker.ack().await
             }
             Outcome::Settled => {
@@ -95,9 +102,12 @@ impl<P: Platform> Sender<P> {
 
     /// Whether `msg` was delivered before, by this process (its memory) or an earlier one (the
     /// record); sets the memory's progress from the record.
-    async fn settled_before(&self, msg: &OutboundMessage) -> Result<bool, RecordError> {
+    async fn settled_before(&self, msg: &OutboundMessage, attempt: u64) -> Result<bool, RecordError> {
         if self.ledger().is_delivered(&msg.id) {
             return Ok(true);
+        }
+        if self.policy.partial_only && attempt <= 1 {
+            return Ok(false);
         }
         let (Some(record), 0) = (&self.policy.record, self.ledger().progress_of(&msg.id)) else { return Ok(false) };
         match record.sent(P::CHANNEL, &msg.id).await? {
@@ -110,8 +120,8 @@ impl<P: Platform> Sender<P> {
         }
     }
 
-    async fn deliver(&self, msg: &OutboundMessage) -> Outcome {
-        match self.settled_before(msg).await {
+    async fn deliver(&self, msg: &OutboundMessage, attempt: u64) -> Outcome {
+        match self.settled_before(msg, attempt).await {
             Ok(true) => {
                 tracing::info!(id = %msg.id, "outbound message already delivered; not sent again");
                 return Outcome::Settled;

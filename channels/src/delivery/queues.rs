@@ -30,6 +30,8 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 struct Job {
     msg: OutboundMessage,
     acker: Box<dyn Acker>,
+    /// How many times the bus offered it (1: the first time).
+    attempt: u64,
 }
 
 pub(super) struct ChatQueues<P: Platform> {
@@ -101,9 +103,9 @@ impl<P: Platform> ChatQueues<P> {
         if delivery.attempt > 1 {
             crate::meters::meters().redelivered(crate::meters::FlowLabel::outbound);
         }
-        let (_, acker) = delivery.into_parts();
+        let (info, acker) = delivery.into_parts();
         let chat = self.sender.queue_key(&msg);
-        let job = Job { msg, acker };
+        let job = Job { msg, acker, attempt: info.attempt };
         self.held += 1;
         match self.chats.get_mut(&chat) {
             Some(waiting) => waiting.push_back(job),
@@ -131,7 +133,7 @@ impl<P: Platform> ChatQueues<P> {
         let task = self.running.spawn(async move {
             // The semaphore is never closed; without a permit the job would just run unlimited.
             let _permit = sending.acquire_owned().await.ok();
-            sender.handle(job.msg, job.acker).await;
+            sender.handle_attempt(job.msg, job.acker, job.attempt).await;
         });
         self.running_chats.insert(task.id(), chat);
     }

@@ -41,9 +41,14 @@ pub struct DeliveryPolicy {
     /// A reply created longer ago than this is dropped with a log line instead of sent (zero:
     /// no limit): after a long outage, answers an hour late only confuse the chat.
     pub max_age: Duration,
-    /// Where deliveries are recorded so they outlive the process; `None`: in memory only (the
-    /// embedded shape, whose journal row is deleted the moment a reply is delivered).
+    /// Where deliveries are recorded so they outlive the process; `None`: in memory only.
     pub record: Option<Arc<dyn DeliveryRecord>>,
+    /// Record only how far a message sent in several steps (its text, then its files) got,
+    /// and read the record only when the bus offers a message again. Enough for the embedded
+    /// shape, whose journal forgets a message once it was acked: a restart in the middle of
+    /// such a message then neither repeats its first steps nor skips the rest, and a message
+    /// sent in one step costs nothing.
+    pub partial_only: bool,
 }
 
 impl std::fmt::Debug for DeliveryPolicy {
@@ -51,6 +56,7 @@ impl std::fmt::Debug for DeliveryPolicy {
         f.debug_struct("DeliveryPolicy")
             .field("max_age", &self.max_age)
             .field("record", &self.record.is_some())
+            .field("partial_only", &self.partial_only)
             .finish()
     }
 }
@@ -69,7 +75,7 @@ mod tests {
 
     #[test]
     fn only_replies_beyond_the_age_are_late() {
-        let policy = DeliveryPolicy { max_age: Duration::from_secs(3600), record: None };
+        let policy = DeliveryPolicy { max_age: Duration::from_secs(3600), ..DeliveryPolicy::default() };
         let mut msg = OutboundMessage { created_at: Utc::now() - chrono::Duration::minutes(59), ..Default::default() };
         assert_eq!(policy.too_late(&msg), None);
         msg.created_at = Utc::now() - chrono::Duration::minutes(61);

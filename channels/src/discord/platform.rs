@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use serenity::all::{ChannelId, EditMessage, MessageId, UserId};
 use tokio_util::sync::CancellationToken;
 
-use super::directory::Directory;
+use super::directory::{ChannelKind, Directory};
 use super::rest::Rest;
 use super::retry::{RetryPolicy, SendError, once, with_retry};
 use super::send::{Step, edit_into_step, plan_steps, send_part};
@@ -27,6 +27,7 @@ pub(crate) struct DiscordPlatform {
     answers: Arc<Answers>,
     settings: Arc<DiscordSettings>,
     retry: RetryPolicy,
+    limits: upload::ServerLimits,
 }
 
 impl DiscordPlatform {
@@ -36,12 +37,23 @@ impl DiscordPlatform {
         answers: Arc<Answers>,
         settings: Arc<DiscordSettings>,
     ) -> Self {
-        Self { rest, directory, answers, settings, retry: RetryPolicy::DEFAULT }
+        Self { rest, directory, answers, settings, retry: RetryPolicy::DEFAULT, limits: Default::default() }
     }
 
     #[cfg(test)]
     fn with_retry(self, retry: RetryPolicy) -> Self {
         Self { retry, ..self }
+    }
+}
+
+impl DiscordPlatform {
+    /// The server of the channel (or thread) `msg` goes to, when the channel is known.
+    fn guild_of(&self, msg: &OutboundMessage) -> Option<u64> {
+        let channel = msg.thread_id.as_deref().and_then(parse_id).or_else(|| parse_id(&msg.chat_id))?;
+        match self.directory.get(channel)? {
+            ChannelKind::Guild { guild_id } | ChannelKind::Thread { guild_id, .. } => Some(guild_id),
+            ChannelKind::Direct => None,
+        }
     }
 }
 
@@ -94,7 +106,10 @@ impl Platform for DiscordPlatform {
     }
 
     async fn plan(&self, msg: &OutboundMessage) -> Vec<Step> {
-        plan_steps(&msg.content, upload::prepare(&msg.media).await, components::action_rows(&msg.buttons))
+        let largest = msg.media.iter().filter_map(|media| media.size).max().unwrap_or(0);
+        let base = self.settings.upload_max_bytes;
+        let limit = self.limits.limit(&self.rest, self.guild_of(msg), base, largest).await;
+        plan_steps(&msg.content, upload::prepare(&msg.media, limit).await, components::action_rows(&msg.buttons))
     }
 
     /// Retries carry the same nonce, made from the message id and the step, so a create whose

@@ -109,6 +109,17 @@ impl Rest {
         decode(self.execute(Request::new(route, LightMethod::Get)).await?).await
     }
 
+    /// A server's boost level (`premium_tier`, 0–3), which sets its upload limit.
+    pub(crate) async fn guild_tier(&self, guild_id: GuildId) -> Result<u8, RestError> {
+        #[derive(Deserialize)]
+        struct Tier {
+            #[serde(default)]
+            premium_tier: u8,
+        }
+        let request = Request::new(Route::Guild { guild_id }, LightMethod::Get);
+        Ok(decode::<Tier>(self.execute(request).await?).await?.premium_tier)
+    }
+
     /// Creates a message (with `files` as attachments); returns its id.
     pub(crate) async fn create_message(
         &self,

@@ -1,19 +1,70 @@
 //! Files sent with an outbound message. Local files are uploaded as attachments of the
-//! reply's last part (Discord takes up to 10 per message and, for bots by default, 25 MiB per
-//! message in all; more go in further messages). URLs are appended to the text as links, which
-//! Discord previews. A file that cannot be sent (missing, too large) becomes a one-line notice
-//! in the text, so the user knows something is missing.
+//! reply's last part (Discord takes up to 10 per message and, for bots, 10 MiB per message in
+//! all, 50 or 100 MiB in servers at boost level 2 or 3; more go in further messages). URLs are
+//! appended to the text as links, which Discord previews. A file that cannot be sent (missing,
+//! too large) becomes a one-line notice in the text, so the user knows something is missing.
 
+use std::collections::HashMap;
 use std::path::Path;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
-use serenity::all::CreateAttachment;
+use serenity::all::{CreateAttachment, GuildId};
+
+use super::rest::Rest;
 
 use crate::contract::Media;
+use crate::media_files::too_large_note;
 
 /// Attachments one message may carry.
 const MAX_FILES_PER_MESSAGE: usize = 10;
-/// The upload limit of a message (all its files together) for bots by default.
-const MAX_MESSAGE_BYTES: u64 = 25 * 1024 * 1024;
+/// The upload limit of a message (all its files together) for bots, in DMs and servers
+/// without boosts.
+pub(crate) const DEFAULT_MAX_BYTES: u64 = 10 * 1024 * 1024;
+
+/// The upload limit of a server at boost level `tier` (Discord's `premium_tier`), at least
+/// `base`.
+pub(crate) fn limit_of_tier(tier: u8, base: u64) -> u64 {
+    let boosted = match tier {
+        2 => 50 * 1024 * 1024,
+        3 => 100 * 1024 * 1024,
+        _ => DEFAULT_MAX_BYTES,
+    };
+    boosted.max(base)
+}
+
+/// How long a server's boost level is trusted before Discord is asked again.
+const TIER_KEPT: Duration = Duration::from_secs(3600);
+
+/// The boost levels of the servers the bot sent large files to, as Discord reported them.
+#[derive(Debug, Default)]
+pub(crate) struct ServerLimits {
+    tiers: Mutex<HashMap<u64, (u8, Instant)>>,
+}
+
+impl ServerLimits {
+    /// The upload limit for files of at most `largest` bytes in server `guild` (`None`: a DM
+    /// or a channel not known): `base`, unless a file is larger and the server's boost level
+    /// (asked once an hour at most) allows more.
+    pub(crate) async fn limit(&self, rest: &Rest, guild: Option<u64>, base: u64, largest: u64) -> u64 {
+        let Some(guild) = guild.filter(|_| largest > base) else { return base };
+        let known = self.tiers.lock().unwrap_or_else(PoisonError::into_inner).get(&guild).copied();
+        let tier = match known {
+            Some((tier, at)) if at.elapsed() < TIER_KEPT => tier,
+            _ => match rest.guild_tier(GuildId::new(guild.max(1))).await {
+                Ok(tier) => {
+                    self.tiers.lock().unwrap_or_else(PoisonError::into_inner).insert(guild, (tier, Instant::now()));
+                    tier
+                }
+                Err(err) => {
+                    tracing::info!(guild, %err, "cannot ask Discord for a server's boost level; using the base upload limit");
+                    0
+                }
+            },
+        };
+        limit_of_tier(tier, base)
+    }
+}
 
 /// The files of an outbound message, read and ready to go.
 #[derive(Debug, Default)]
@@ -24,17 +75,19 @@ pub(crate) struct Uploads {
     pub lines: Vec<String>,
 }
 
-/// Reads the files of `media` and sorts them into batches, links and notices.
-pub(crate) async fn prepare(media: &[Media]) -> Uploads {
+/// Reads the files of `media` and sorts them into batches of at most `limit` bytes, links and
+/// notices.
+pub(crate) async fn prepare(media: &[Media], limit: u64) -> Uploads {
     let mut uploads = Uploads::default();
     let mut batch_bytes = 0u64;
     for item in media {
         if let Some(path) = &item.path {
-            match read_file(item, Path::new(path)).await {
+            match read_file(item, Path::new(path), limit).await {
                 Ok((file, size)) => {
-                    let full = uploads.batches.last().is_none_or(|batch| {
-                        batch.len() == MAX_FILES_PER_MESSAGE || batch_bytes + size > MAX_MESSAGE_BYTES
-                    });
+                    let full = uploads
+                        .batches
+                        .last()
+                        .is_none_or(|batch| batch.len() == MAX_FILES_PER_MESSAGE || batch_bytes + size > limit);
                     if full {
                         uploads.batches.push(Vec::new());
                         batch_bytes = 0;
@@ -56,7 +109,7 @@ pub(crate) async fn prepare(media: &[Media]) -> Uploads {
 }
 
 /// One local file as an attachment with its size, or the notice saying why it cannot be sent.
-async fn read_file(media: &Media, path: &Path) -> Result<(CreateAttachment, u64), String> {
+async fn read_file(media: &Media, path: &Path, limit: u64) -> Result<(CreateAttachment, u64), String> {
     let name = media
         .file_name
         .clone()
@@ -69,9 +122,9 @@ async fn read_file(media: &Media, path: &Path) -> Result<(CreateAttachment, u64)
             return Err(format!("(file not found: {name})"));
         }
     };
-    if size > MAX_MESSAGE_BYTES {
-        tracing::warn!(path = %path.display(), size, "outbound file too large for Discord");
-        return Err(format!("(file too large to send: {name}, {} MB)", size / (1024 * 1024)));
+    if size > limit {
+        tracing::warn!(path = %path.display(), size, limit, "outbound file too large for Discord");
+        return Err(too_large_note(&name, size, limit, "Discord accepts here"));
     }
     match tokio::fs::read(path).await {
         Ok(bytes) => Ok((CreateAttachment::bytes(bytes, name), size)),
@@ -101,10 +154,23 @@ mod tests {
         }
         media.push(file(&dir.path().join("missing.csv")));
         media.push(Media { kind: "photo".into(), url: Some("https://example.com/a.png".into()), ..Media::default() });
-        let uploads = prepare(&media).await;
+        let uploads = prepare(&media, DEFAULT_MAX_BYTES).await;
         let sizes: Vec<usize> = uploads.batches.iter().map(Vec::len).collect();
         assert_eq!(sizes, [10, 2]);
         assert_eq!(uploads.batches[0][0].filename, "f0.txt");
         assert_eq!(uploads.lines, ["(file not found: missing.csv)", "https://example.com/a.png"]);
+    }
+
+    #[tokio::test]
+    async fn a_file_over_the_limit_is_named_with_its_size_and_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("video.mp4");
+        std::fs::File::create(&path).unwrap().set_len(12 * 1024 * 1024).unwrap();
+        let uploads = prepare(&[file(&path)], DEFAULT_MAX_BYTES).await;
+        assert!(uploads.batches.is_empty());
+        assert_eq!(uploads.lines, ["(video.mp4 was not sent: it is 12 MB, more than the 10 MB Discord accepts here)"]);
+        let boosted = prepare(&[file(&path)], limit_of_tier(2, DEFAULT_MAX_BYTES)).await;
+        assert_eq!(boosted.batches.len(), 1, "a server at boost level 2 takes 50 MB");
+        assert_eq!(limit_of_tier(1, 20 * 1024 * 1024), 20 * 1024 * 1024, "never below the configured limit");
     }
 }

@@ -17,6 +17,7 @@ use super::retry::{Verdict, classify, describe, with_retry};
 use super::send::send_plain;
 use super::target::Target;
 use crate::contract::Media;
+use crate::media_files::too_large_note;
 
 /// The Bot API's limit for photos; larger images go as documents.
 const PHOTO_MAX_BYTES: u64 = 10 * 1024 * 1024;
@@ -65,9 +66,8 @@ async fn send_file(
     };
     if size > UPLOAD_MAX_BYTES {
         tracing::warn!(path = %path.display(), size, "outbound file too large for Telegram");
-        let megabytes = size / (1024 * 1024);
-        return notice(bot, target, &format!("(file too large to send: {name}, {megabytes} MB)"), first, shutdown)
-            .await;
+        let note = too_large_note(&name, size, UPLOAD_MAX_BYTES, "Telegram accepts from bots");
+        return notice(bot, target, &note, first, shutdown).await;
     }
     if is_image(media, path) && size <= PHOTO_MAX_BYTES {
         let photo = InputFile::file(path).file_name(name.clone());

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use crate::tools::ToolContext;
 use crate::workspace::memory::{MEMORY_DIR, MemoryScope, OWNER_MEMORY, OWNER_PROFILE};
+use crate::workspace::outbox::OUTBOX_DIR;
 
 /// Mounts over the workspace, in the order bubblewrap must make them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -20,6 +21,9 @@ pub struct Confinement {
     pub hidden: Vec<PathBuf>,
     /// Mounted read-only: the protected files that exist.
     pub read_only: Vec<PathBuf>,
+    /// The workspace's `outbox/` and what is mounted over it: the run's own folder, or an
+    /// empty directory for a run without a reply of its own.
+    pub outbox: Option<(PathBuf, Option<PathBuf>)>,
 }
 
 impl Confinement {
@@ -39,6 +43,7 @@ impl Confinement {
                 confinement.hidden.push(path);
             }
         }
+        confinement.outbox = Some(outbox(root, ctx)?);
         if let Some(protected) = ctx.persona.read_only() {
             let hidden = &confinement.hidden;
             let paths = protected.paths_in(root).into_iter();
@@ -62,8 +67,25 @@ impl Confinement {
         for path in &self.read_only {
             args.extend(["--ro-bind".as_ref(), path.as_os_str(), path.as_os_str()]);
         }
+        match &self.outbox {
+            Some((outbox, Some(own))) => args.extend(["--bind".as_ref(), own.as_os_str(), outbox.as_os_str()]),
+            Some((outbox, None)) => args.extend(["--tmpfs".as_ref(), outbox.as_os_str()]),
+            None => {}
+        }
         args
     }
+}
+
+/// The workspace's `outbox/` and the run's own folder (made, both, so they can be mounted):
+/// in the sandbox the run sees only its own files there, never another run's or those sent.
+fn outbox(root: &Path, ctx: &ToolContext) -> std::io::Result<(PathBuf, Option<PathBuf>)> {
+    let outbox = root.join(OUTBOX_DIR);
+    std::fs::create_dir_all(&outbox)?;
+    let own = ctx.outbox.as_ref().map(|folder| root.join(folder));
+    if let Some(own) = &own {
+        std::fs::create_dir_all(own)?;
+    }
+    Ok((outbox, own))
 }
 
 /// The scope's own memory file, created empty when missing so that it can be mounted.
@@ -101,7 +123,8 @@ mod tests {
     fn the_owners_chats_see_everything_and_may_change_the_persona() {
         let dir = tempfile::tempdir().unwrap();
         let confinement = Confinement::for_run(dir.path(), &ctx(MemoryScope::Owner, PersonaAccess::Editable)).unwrap();
-        assert_eq!(confinement, Confinement::default());
+        let closed = Some((dir.path().join("outbox"), None));
+        assert_eq!(confinement, Confinement { outbox: closed, ..Confinement::default() });
     }
 
     #[test]
@@ -122,5 +145,17 @@ mod tests {
         let line = args.join(" ");
         let at = |needle: &str| line.find(needle).unwrap_or_else(|| panic!("{needle}: {line}"));
         assert!(at("--tmpfs") < at(&format!("--bind {}", own.display())), "{line}");
+    }
+
+    #[test]
+    fn the_outbox_is_the_runs_own_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let folder = crate::workspace::outbox::run_folder("r1");
+        let run = ToolContext { outbox: Some(folder.clone()), ..ctx(MemoryScope::Owner, PersonaAccess::Editable) };
+        let confinement = Confinement::for_run(root, &run).unwrap();
+        assert!(root.join(&folder).is_dir());
+        let line = confinement.args().iter().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>().join(" ");
+        assert_eq!(line, format!("--bind {} {}", root.join(&folder).display(), root.join("outbox").display()));
     }
 }

@@ -231,3 +231,17 @@ fn default_deny_list_refuses_destructive_commands_only() {
         assert!(exec.check_denied(command).is_ok(), "should run: {command}");
     }
 }
+
+#[tokio::test]
+async fn outbox_names_the_runs_own_folder() {
+    let (_dir, ctx) = context();
+    let folder = crate::workspace::outbox::run_folder("r1");
+    let ctx = ToolContext { outbox: Some(folder.clone()), ..ctx };
+    let out = run_ok(&exec_with(&config()), &ctx, json!({"command": "echo 1,2 > \"$OUTBOX/table.csv\""})).await;
+    assert_eq!(out, "[exit code 0]\n(no output)");
+    let written = ctx.workspace.canonicalize().unwrap().join(folder).join("table.csv");
+    assert_eq!(std::fs::read_to_string(written).unwrap(), "1,2\n");
+    let none = ToolContext { outbox: None, ..ctx };
+    let out = run_ok(&exec_with(&config()), &none, json!({"command": "echo \"[$OUTBOX]\""})).await;
+    assert_eq!(out, "[exit code 0]\n[]\n", "a run without a reply has no outbox");
+}

@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use crate::tools::{PersonaAccess, ToolContext, ToolError};
 use crate::workspace::memory::{MemoryScope, Reach, Target, check_real_path};
+use crate::workspace::outbox::{OUTBOX_DIR, is_outbox_path, map_into};
 use crate::workspace::protected::ProtectedFiles;
 
 /// A workspace directory and how strictly paths are confined to it.
@@ -28,6 +29,20 @@ pub struct Workspace {
     memory: Option<(MemoryScope, Reach)>,
     /// The protected files, when the run may not change them (see [`PersonaAccess`]).
     protected: Option<Arc<ProtectedFiles>>,
+    /// What `outbox/` is.
+    outbox: Outbox,
+}
+
+/// What `outbox/` means to the paths of a workspace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Outbox {
+    /// A folder like any other (`exec`, and workspaces opened outside a run).
+    Plain,
+    /// The run's own folder (relative to the workspace): every path under `outbox/` leads
+    /// there, and the other runs' folders and the sent files cannot be reached.
+    Run(PathBuf),
+    /// A run without a reply of its own: `outbox/` is refused.
+    Closed,
 }
 
 /// A path the model named, resolved.
@@ -51,7 +66,8 @@ impl Workspace {
             .canonicalize()
             .map_err(|e| ToolError::Failed(format!("cannot open the workspace {}: {e}", dir.display())))?;
         let configured = std::path::absolute(dir).unwrap_or_else(|_| root.clone());
-        Ok(Self { configured: normalize(&configured), root, allow_outside, memory: None, protected: None })
+        let configured = normalize(&configured);
+        Ok(Self { configured, root, allow_outside, memory: None, protected: None, outbox: Outbox::Plain })
     }
 
     /// The workspace of the run `ctx`, its paths checked against the run's memory scope.
@@ -61,7 +77,8 @@ impl Workspace {
             PersonaAccess::Editable => None,
             PersonaAccess::ReadOnly(protected) => Some(Arc::clone(protected)),
         };
-        Ok(Self { memory: Some((ctx.memory.clone(), ctx.memory_reach)), protected, ..workspace })
+        let outbox = ctx.outbox.clone().map_or(Outbox::Closed, Outbox::Run);
+        Ok(Self { memory: Some((ctx.memory.clone(), ctx.memory_reach)), protected, outbox, ..workspace })
     }
 
     /// The canonical workspace directory.
@@ -93,9 +110,51 @@ impl Workspace {
         Ok(resolved)
     }
 
-    /// Like [`Workspace::resolve`], for a directory to list.
+    /// Like [`Workspace::resolve`], for a directory to list. The run's outbox is made when
+    /// listed before anything was written there: it exists, empty, from the run's start on.
     pub fn resolve_dir(&self, requested: &str) -> Result<Resolved, ToolError> {
-        self.resolve_as(requested, Target::Dir)
+        let resolved = self.resolve_as(requested, Target::Dir)?;
+        if let Outbox::Run(folder) = &self.outbox
+            && resolved.path == self.root.join(folder)
+        {
+            std::fs::create_dir_all(&resolved.path).map_err(|e| io_error("create", &resolved.shown, &e))?;
+        }
+        Ok(resolved)
+    }
+
+    /// A lexical path inside the workspace's `outbox/` taken to the run's own folder, or
+    /// refused when the run has none.
+    fn map_outbox(&self, lexical: PathBuf, requested: &str) -> Result<PathBuf, ToolError> {
+        let Ok(relative) = lexical.strip_prefix(&self.root) else { return Ok(lexical) };
+        if !is_outbox_path(relative) {
+            return Ok(lexical);
+        }
+        match &self.outbox {
+            Outbox::Plain => Ok(lexical),
+            Outbox::Run(folder) => Ok(self.root.join(map_into(relative, folder))),
+            Outbox::Closed => Err(ToolError::Refused(format!(
+                "`{requested}`: {OUTBOX_DIR}/ holds the files that go with a chat's reply, and this run \
+                 (a sub-agent or housekeeping) sends no reply of its own; write elsewhere"
+            ))),
+        }
+    }
+
+    /// Refuses a real path (links followed) in the outbox but outside the run's own folder:
+    /// another run's files, or files already sent.
+    fn check_outbox(&self, real: &Path, requested: &str) -> Result<(), ToolError> {
+        let Ok(relative) = real.strip_prefix(&self.root) else { return Ok(()) };
+        let own = match &self.outbox {
+            Outbox::Plain => return Ok(()),
+            Outbox::Run(folder) => relative.starts_with(folder),
+            Outbox::Closed => false,
+        };
+        if own || !is_outbox_path(relative) {
+            return Ok(());
+        }
+        Err(ToolError::Refused(format!(
+            "`{requested}` leads into files of another run's {OUTBOX_DIR}/; only this run's own \
+             {OUTBOX_DIR}/ can be used"
+        )))
     }
 
     fn resolve_as(&self, requested: &str, target: Target) -> Result<Resolved, ToolError> {
@@ -136,7 +195,9 @@ impl Workspace {
         if !self.allow_outside && !lexical.starts_with(&self.root) {
             return Err(outside(requested));
         }
+        let lexical = self.map_outbox(lexical, requested)?;
         let real = canonicalize_existing(&lexical, requested)?;
+        self.check_outbox(&real, requested)?;
         if !self.allow_outside && !real.starts_with(&self.root) {
             return Err(ToolError::Refused(format!(
                 "`{requested}` leads through a symbolic link to {}, which is outside the workspace; \
@@ -148,6 +209,15 @@ impl Workspace {
     }
 
     fn show(&self, real: &Path, requested: &str) -> String {
+        // The run's folder is shown as the `outbox/` the run knows.
+        if let Outbox::Run(folder) = &self.outbox
+            && let Ok(rest) = real.strip_prefix(self.root.join(folder))
+        {
+            return match rest.as_os_str().is_empty() {
+                true => OUTBOX_DIR.to_owned(),
+                false => Path::new(OUTBOX_DIR).join(rest).display().to_string(),
+            };
+        }
         match real.strip_prefix(&self.root) {
             Ok(rest) if rest.as_os_str().is_empty() => ".".to_owned(),
             Ok(rest) => rest.display().to_string(),
@@ -309,6 +379,32 @@ mod tests {
         assert!(read_only.resolve_to_change("todo.md").is_ok());
         let editable = Workspace::for_run(&ctx(PersonaAccess::Editable), false).unwrap();
         assert!(editable.resolve_to_change("SOUL.md").is_ok());
+    }
+
+    #[test]
+    fn outbox_paths_lead_to_the_runs_own_folder_only() {
+        let (_dir, ws) = workspace();
+        let folder = crate::workspace::outbox::run_folder("r1");
+        let ctx = |outbox| ToolContext { workspace: ws.root().to_owned(), outbox, ..ToolContext::default() };
+        let run = Workspace::for_run(&ctx(Some(folder.clone())), false).unwrap();
+        let resolved = run.resolve("outbox/report.csv").unwrap();
+        assert_eq!(resolved.path, ws.root().join(&folder).join("report.csv"));
+        assert_eq!(resolved.shown, "outbox/report.csv");
+        let absolute = ws.root().join("outbox/runs/r2/x.csv");
+        assert_eq!(
+            run.resolve(absolute.to_str().unwrap()).unwrap().path,
+            ws.root().join(&folder).join("runs/r2/x.csv")
+        );
+        assert_eq!(run.resolve_dir("outbox").unwrap().shown, "outbox");
+        assert!(ws.root().join(&folder).is_dir(), "listing the outbox makes it");
+        std::fs::create_dir_all(ws.root().join("outbox/sent/t")).unwrap();
+        std::os::unix::fs::symlink(ws.root().join("outbox/sent/t"), ws.root().join("peek")).unwrap();
+        let err = run.resolve("peek/file").unwrap_err();
+        assert!(err.to_string().contains("another run"), "{err}");
+        let closed = Workspace::for_run(&ctx(None), false).unwrap();
+        let err = closed.resolve("outbox/a.txt").unwrap_err();
+        assert!(err.to_string().contains("sends no reply of its own"), "{err}");
+        assert!(ws.resolve("outbox/a.txt").is_ok(), "outside a run, a folder like any other");
     }
 
     #[test]

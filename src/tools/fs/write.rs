@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use super::workspace::{io_error, refuse_special};
 use super::{FsSettings, Resolved, blocking};
 use crate::tools::{Tool, ToolContext, ToolError, required_str};
+use crate::workspace::outbox::is_outbox_path;
 
 /// Writes a whole file, creating parent directories inside the workspace.
 pub struct WriteFile {
@@ -56,7 +57,8 @@ impl Tool for WriteFile {
             let existed = prepare_target(&resolved)?;
             atomic_write(&resolved, content.as_bytes())?;
             let verb = if existed { "replaced" } else { "created" };
-            Ok(format!("{verb} `{}` ({} bytes)", resolved.shown, content.len()))
+            let sent = if is_outbox_path(Path::new(&resolved.shown)) { "; it goes with your reply" } else { "" };
+            Ok(format!("{verb} `{}` ({} bytes){sent}", resolved.shown, content.len()))
         })
         .await
     }

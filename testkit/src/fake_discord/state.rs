@@ -32,6 +32,8 @@ pub(super) struct State {
     pub(super) failures: HashMap<String, VecDeque<Failure>>,
     /// Guild id → the roles the bot's member holds.
     pub(super) guilds: BTreeMap<u64, Vec<u64>>,
+    /// Guild id → its boost level, where not 0.
+    pub(super) premium_tiers: HashMap<u64, u8>,
     channels: HashMap<u64, Value>,
     /// Messages the bot created, by (channel id, message id).
     pub(super) created: HashMap<(u64, u64), Value>,
@@ -60,6 +62,7 @@ impl State {
             sent_log: Vec::new(),
             failures: HashMap::new(),
             guilds: BTreeMap::new(),
+            premium_tiers: HashMap::new(),
             channels: HashMap::new(),
             created: HashMap::new(),
             seen: HashMap::new(),
@@ -136,6 +139,7 @@ impl State {
             ("PATCH", ["channels", _, "messages", _]) => self.edit_message(id(1), id(3), body),
             ("DELETE", ["channels", _, "messages", _]) => self.delete_message(id(1), id(3)),
             ("POST", ["channels", _, "typing"]) if id(1).is_some() => Answer::NoContent,
+            ("GET", ["guilds", _]) => self.guild(id(1)),
             ("GET", ["guilds", _, "members", _]) => self.member(id(1), id(3)),
             ("GET", ["guilds", _, "roles"]) => self.roles(id(1)),
             ("POST", ["interactions", _, token, "callback"]) => self.interaction_callback(id(1), token, body),
@@ -173,6 +177,44 @@ impl State {
         match channel_id.and_then(|id| self.channels.get(&id)) {
             Some(channel) => Answer::ok(channel.clone()),
             None => Answer::error(404, "Unknown Channel", 10003),
+        }
+    }
+
+    /// `GET /guilds/{id}`: the guild, with its boost level.
+    fn guild(&self, guild_id: Option<u64>) -> Answer {
+        let Some(guild_id) = guild_id.filter(|id| self.guilds.contains_key(id)) else {
+            return Answer::error(404, "Unknown Guild", 10004);
+        };
+        let tier = self.premium_tiers.get(&guild_id).copied().unwrap_or(0);
+        let boosts = [0, 2, 7, 14][usize::from(tier.min(3))];
+        Answer::ok(json!({
+            "id": guild_id.to_string(),
+            "name": format!("guild-{guild_id}"),
+            "icon": null,
+            "owner_id": "1",
+            "afk_channel_id": null,
+            "afk_timeout": 300,
+            "verification_level": 0,
+            "default_message_notifications": 0,
+            "explicit_content_filter": 0,
+            "roles": [],
+            "emojis": [],
+            "features": [],
+            "mfa_level": 0,
+            "premium_tier": tier,
+            "premium_subscription_count": boosts,
+            "preferred_locale": "en-US",
+            "nsfw_level": 0,
+        }))
+    }
+
+    /// The upload limit of a message in `channel_id`: 10 MiB, more in boosted guilds.
+    fn upload_limit(&self, channel_id: u64) -> usize {
+        let tier = self.guild_of(channel_id).and_then(|guild| self.premium_tiers.get(&guild)).copied();
+        match tier {
+            Some(2) => 50 << 20,
+            Some(3) => 100 << 20,
+            _ => 10 << 20,
         }
     }
 
@@ -232,6 +274,9 @@ impl State {
         if content.chars().count() > MAX_CONTENT_CHARS {
             return too_long("content", MAX_CONTENT_CHARS);
         }
+        if uploads.iter().map(|upload| upload.bytes.len()).sum::<usize>() > self.upload_limit(channel_id) {
+            return Answer::error(413, "Request entity too large", 40005);
+        }
         let nonce = match &body["nonce"] {
             Value::String(text) => Some(text.clone()),
             Value::Number(number) => Some(number.to_string()),
@@ -265,6 +310,7 @@ impl State {
             message_reference: snowflake(&body["message_reference"]["message_id"]),
             allowed_mentions: body.get("allowed_mentions").filter(|value| !value.is_null()).cloned(),
             file_names: uploads.iter().map(|upload| upload.file_name.clone()).collect(),
+            file_bytes: uploads.iter().map(|upload| upload.bytes.clone()).collect(),
             nonce,
             components,
         });

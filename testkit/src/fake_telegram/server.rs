@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 
 use super::state::Upload;
 use super::wire::{Answer, int};
-use super::{Call, FakeTelegram, Shared};
+use super::{Call, Failure, FakeTelegram, Shared};
 use crate::fake_server::{file_response, is_multipart, read_json};
 
 /// Bodies up to this size are accepted (uploads included).
@@ -55,6 +55,11 @@ async fn api_call(shared: &Arc<Shared>, token: &str, method: &str, request: Requ
 /// A queued failure first, then the method itself.
 async fn answer(shared: &Arc<Shared>, method: &str, params: &Value, uploads: &HashMap<String, Upload>) -> Answer {
     let failure = shared.state().take_failure(method);
+    if let Some(Failure::Hang(time)) = failure {
+        shared.state().held.push(method.to_owned());
+        tokio::time::sleep(time).await;
+        return Answer::error(502, "Bad Gateway");
+    }
     if let Some(failure) = failure {
         return failure.into();
     }

@@ -40,6 +40,8 @@ pub(super) struct State {
     pub(super) feeds: Vec<tokio::sync::mpsc::UnboundedSender<SentMessage>>,
     pub(super) failures: HashMap<String, VecDeque<Failure>>,
     pub(super) reject_html: Vec<String>,
+    /// Methods of requests held by a `Failure::Hang`, one entry per request.
+    pub(super) held: Vec<String>,
     files: HashMap<String, StoredFile>,
     /// Keyed by (chat id, message id).
     sent: HashMap<(i64, i64), Stored>,
@@ -63,6 +65,7 @@ impl State {
             feeds: Vec::new(),
             failures: HashMap::new(),
             reject_html: Vec::new(),
+            held: Vec::new(),
             files: HashMap::new(),
             sent: HashMap::new(),
             seen: HashMap::new(),
@@ -178,6 +181,9 @@ impl State {
         if method == "sendmessage" && text.as_deref().unwrap_or("").is_empty() {
             return Answer::bad_request("Bad Request: message text is empty");
         }
+        if let Some(refused) = refuse_upload(method, uploads) {
+            return refused;
+        }
         let keyboard = match buttons::inline_keyboard(params) {
             Ok(keyboard) => keyboard,
             Err(refused) => return refused,
@@ -188,6 +194,7 @@ impl State {
             message[text_key] = json!(render(params, text));
         }
         let file_name = self.attach_media(method, &mut message, params, uploads);
+        let file_bytes = method.strip_prefix("send").and_then(|kind| uploads.get(kind)).map(|u| u.bytes.clone());
         let message_id = message["message_id"].as_i64().unwrap_or_default();
         let sent = SentMessage {
             method: method.to_owned(),
@@ -198,6 +205,7 @@ impl State {
             message_thread_id: int(params, "message_thread_id"),
             reply_to_message_id: wire::reply_to_id(params),
             file_name,
+            file_bytes,
             reply_markup: keyboard.clone(),
         };
         self.feeds.retain(|feed| feed.send(sent.clone()).is_ok());
@@ -360,6 +368,20 @@ fn render(params: &Value, text: &str) -> String {
         Some(mode) if mode.eq_ignore_ascii_case("html") => wire::strip_html(text),
         _ => text.to_owned(),
     }
+}
+
+/// Bots upload at most 50 MB per file, and photos of at most 10 MB.
+const UPLOAD_MAX_BYTES: usize = 50 * 1024 * 1024;
+const PHOTO_MAX_BYTES: usize = 10 * 1024 * 1024;
+
+/// Telegram's answer to an upload over its limits, if it is.
+fn refuse_upload(method: &str, uploads: &HashMap<String, Upload>) -> Option<Answer> {
+    let size = uploads.values().map(|upload| upload.bytes.len()).max()?;
+    if size > UPLOAD_MAX_BYTES {
+        return Some(Answer::error(413, "Request Entity Too Large"));
+    }
+    (method == "sendphoto" && size > PHOTO_MAX_BYTES)
+        .then(|| Answer::bad_request("Bad Request: PHOTO_SAVE_FILE_INVALID"))
 }
 
 /// A chat object for an id never seen in an incoming message: private if positive, else a supergroup.

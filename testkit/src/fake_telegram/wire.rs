@@ -65,6 +65,8 @@ impl From<Failure> for Answer {
             Failure::CantParseEntities => Answer::bad_request(CANT_PARSE),
             Failure::NotModified => Answer::bad_request(NOT_MODIFIED),
             Failure::Status { code, description } => Answer::error(code, &description),
+            // Held by the server first (see `server::answer`).
+            Failure::Hang(_) => Answer::error(502, "Bad Gateway"),
         }
     }
 }

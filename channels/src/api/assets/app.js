@@ -195,14 +195,57 @@ function liveBubble(key) {
   return div;
 }
 
-function finish(key, text, role) {
-  if (state.finished.has(key)) return;
+function finish(key, text, role, attachments) {
+  if (state.finished.has(key)) { addAttachments(state.bubbles.get(key), attachments); return; }
   state.finished.add(key);
   const div = state.bubbles.get(key) || bubble(role || "assistant", "", false);
   div.className = "msg " + (role || "assistant");
   div.replaceChildren(window.renderMarkdown(text));
+  addAttachments(div, attachments);
   state.bubbles.set(key, div);
   scrollDown();
+}
+
+// --- files that came with an answer ---------------------------------------------------
+
+// Under the answer, once: each file a download link. The link fetches with the token (a plain
+// link cannot send it) and saves what comes back under the file's name.
+function addAttachments(div, attachments) {
+  if (!div || !attachments || !attachments.length || div.querySelector(".attachments")) return;
+  const list = document.createElement("ul");
+  list.className = "attachments";
+  for (const file of attachments) {
+    const item = document.createElement("li");
+    const name = file.name || "file";
+    if (file.url) {
+      const link = document.createElement("a");
+      link.href = file.url;
+      link.textContent = name;
+      link.addEventListener("click", (event) => { event.preventDefault(); download(file.url, name); });
+      item.append(link);
+    } else item.textContent = name;
+    if (typeof file.size === "number") item.append(" (" + shownSize(file.size) + ")");
+    list.append(item);
+  }
+  div.append(list);
+}
+
+function shownSize(bytes) {
+  if (bytes >= 1024 * 1024) return (bytes / (1024 * 1024)).toFixed(1) + " MB";
+  return Math.max(1, Math.ceil(bytes / 1024)) + " KB";
+}
+
+async function download(url, name) {
+  const headers = state.token ? { Authorization: "Bearer " + state.token } : {};
+  const response = await fetch(url, { headers });
+  if (!response.ok) { setStatus("cannot download " + name + ": " + response.statusText); return; }
+  const saved = document.createElement("a");
+  saved.href = URL.createObjectURL(await response.blob());
+  saved.download = name;
+  document.body.append(saved);
+  saved.click();
+  saved.remove();
+  setTimeout(() => URL.revokeObjectURL(saved.href), 60000);
 }
 
 // --- the socket ----------------------------------------------------------------------
@@ -260,13 +303,13 @@ function onFrame(frame) {
       if (here) toolLine(frame.name + " → result", frame.content);
       break;
     case "run.completed":
-      if (here) { finish(key, frame.reply); setStatus(""); }
+      if (here) { finish(key, frame.reply, null, frame.attachments); setStatus(""); }
       break;
     case "run.failed":
       if (here) { finish(key, "The run failed: " + frame.error, "notice"); setStatus(""); }
       break;
     case "reply":
-      if (here) { finish(frame.message_id, frame.content, frame.kind === "notice" ? "notice" : "assistant"); setStatus(""); }
+      if (here) { finish(frame.message_id, frame.content, frame.kind === "notice" ? "notice" : "assistant", frame.attachments); setStatus(""); }
       if (frame.session_key && !sessionOf(frame.chat_id)) loadChats();
       break;
     case "message": {
@@ -276,8 +319,8 @@ function onFrame(frame) {
       // A run this page watched (a reminder's, a heartbeat's) sent it: mark that bubble as
       // having come on its own; otherwise it is new.
       const shown = frame.inbound_id && state.bubbles.get(frame.inbound_id);
-      if (shown) shown.className = "msg outbox";
-      else finish(frame.id, frame.content, "outbox");
+      if (shown) { shown.className = "msg outbox"; addAttachments(shown, frame.attachments); }
+      else finish(frame.id, frame.content, "outbox", frame.attachments);
       break;
     }
     case "error":

@@ -128,6 +128,7 @@ fn reply_frame(caller: &Caller, msg: &InboundMessage, reply: &OutboundMessage, c
         "kind": reply.kind,
         "session_key": reply.metadata.get(reply::SESSION_KEY),
         "client_id": client_id,
+        "attachments": crate::api::files::attachments(&reply.media),
     });
     for key in reply::API_FIELDS {
         if let Some(value) = reply.metadata.get(key) {
@@ -146,7 +147,8 @@ async fn refusal_frame(response: Response, client_id: Option<&str>) -> Value {
 }
 
 /// The frame for a run event, when it is for one of the socket's API chats, or for any session
-/// when the socket watches them all (then with its `channel`, and the chat id as it is).
+/// when the socket watches them all (then with its `channel`, and the chat id as it is). Files
+/// show as `attachments` (see `files`).
 pub(super) fn event_frame(caller: &Caller, chats: &HashSet<String>, all: bool, event: &RunEvent) -> Option<Value> {
     let own = event.channel == crate::api::CHANNEL && chats.contains(&event.chat_id);
     if !own && !all {
@@ -157,6 +159,7 @@ pub(super) fn event_frame(caller: &Caller, chats: &HashSet<String>, all: bool, e
     for noise in ["v", "thread_id", "reply_to"] {
         fields.remove(noise);
     }
+    crate::api::files::show_event_media(fields);
     if !all {
         fields.remove("channel");
         fields.insert("chat_id".into(), Value::from(client_chat(caller, &event.chat_id)));
@@ -221,6 +224,29 @@ mod tests {
             (frame["channel"].as_str(), frame["chat_id"].as_str(), frame["session_key"].as_str()),
             (Some("telegram"), Some("111"), Some("telegram:111"))
         );
+    }
+
+    #[test]
+    fn files_show_as_attachments_without_their_paths() {
+        let chats = HashSet::from(["alice/kitchen".to_owned()]);
+        let token = "0123456789abcdef0123456789abcdef";
+        let media = vec![crate::contract::Media {
+            kind: "document".into(),
+            path: Some(format!("/srv/ws/outbox/sent/{token}/a.csv")),
+            file_name: Some("a.csv".into()),
+            size: Some(3),
+            ..Default::default()
+        }];
+        let done = RunEventBody::Completed {
+            reply: "here".into(),
+            usage: Default::default(),
+            model: "m".into(),
+            cost_usd: None,
+            media,
+        };
+        let frame = event_frame(&alice(), &chats, false, &event("alice/kitchen", done)).unwrap();
+        assert_eq!(frame["attachments"][0]["url"], format!("/v1/files/{token}/a.csv"));
+        assert!(frame.get("media").is_none() && !frame.to_string().contains("/srv"), "{frame}");
     }
 
     #[test]
