@@ -188,6 +188,7 @@ impl Assembly {
         let agents = self.agents(bus, store, subagents.as_ref(), Arc::clone(&context) as _)?;
         if let Some(manager) = &subagents {
             manager.attach(agents.all());
+            manager.use_context(Arc::clone(&context));
         }
         let control = self.control(bus, store);
         let (bus, store) = (Arc::clone(bus), Arc::clone(store) as _);

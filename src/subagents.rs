@@ -163,6 +163,9 @@ pub struct SubagentManager {
     tasks: tokio::sync::Mutex<JoinSet<()>>,
     /// Cancelled by [`SubagentManager::shutdown`].
     stopping: CancellationToken,
+    /// The worker's context engine, for the budget inside which a sub-agent's run shortens
+    /// its older tool results (see [`SubagentManager::use_context`]); unset: no budget.
+    context: std::sync::OnceLock<Arc<crate::context::ContextEngine>>,
 }
 
 impl SubagentManager {
@@ -184,7 +187,21 @@ impl SubagentManager {
             live: Mutex::new(HashMap::new()),
             tasks: tokio::sync::Mutex::new(JoinSet::new()),
             stopping: CancellationToken::new(),
+            context: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Gives the manager the worker's context engine (once; a reload keeps the engine), so a
+    /// sub-agent's run is fitted to its model's window like a turn's.
+    pub fn use_context(&self, engine: Arc<crate::context::ContextEngine>) {
+        // Already set: the same worker's engine.
+        let _ = self.context.set(engine);
+    }
+
+    /// The tokens a run of `agent` may send, when the worker's engine is known.
+    fn run_budget(&self, agent: &Agent) -> Option<u64> {
+        let engine = self.context.get()?;
+        Some(engine.run_budget(crate::context::Target::primary(agent)))
     }
 
     /// Gives the manager the agents its sub-agents run as (again after a config reload).

@@ -147,9 +147,9 @@ async fn work(manager: &SubagentManager, job: &Job) -> SubagentEnd {
         // A sub-agent runs on the configured window; its own max_tokens, else the default reserve.
         max_tokens: Some(agent.settings().max_tokens.unwrap_or(crate::config::DEFAULT_OUTPUT_RESERVE as u32)),
         cache_key: None,
-        // Not checked: the manager does not know the model's window; an overflow drops nothing
-        // (a sub-agent has no history) and fails the sub-agent.
-        budget: None,
+        // Its older tool results are shortened to fit, as a turn's are: a sub-agent has no
+        // history for an overflow to drop.
+        budget: manager.run_budget(&agent),
     };
     let limit = manager.settings.timeout;
     match tokio::time::timeout(limit, agent.run(turn)).await {

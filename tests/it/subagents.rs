@@ -21,7 +21,7 @@ use switchboard::store::subagents::{NewSubagent, SubagentStatus, SubagentStore};
 use switchboard::subagents::{LOST_ERROR, SHUTDOWN_ERROR, SpawnRequest, SubagentManager, SubagentSettings};
 use switchboard::users::month_key;
 use switchboard_channels::contract::{ChatAddress, InboundMessage, Origin, OutboundKind, Usage};
-use switchboard_testkit::fake_llm::Scripted;
+use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
 
 const TASK: &str = "Find the capital of Peru and its population.";
 /// In the runtime section of every sub-agent's prompt, and of no main-agent prompt.
@@ -580,5 +580,47 @@ async fn a_new_conversation_cancels_the_sessions_subagents() {
     })
     .await;
     nothing_more(&mut out, Duration::from_millis(500)).await;
+    rig.stop().await;
+}
+
+/// A sub-agent has no history an overflow could drop: its run shortens its older tool results
+/// to fit the model's window, as a turn does, and finishes.
+#[tokio::test]
+async fn a_subagent_whose_tool_results_outgrow_the_window_shortens_them_and_finishes() {
+    // Six reads of 16,000 characters (`tools.max_result_chars`), about 4,000 tokens each, do
+    // not fit beside the prompt; the window leaves the parent its tools, which the child gets.
+    const WINDOW: u64 = 24_000;
+    const FILES: [&str; 6] = ["a", "b", "c", "d", "e", "f"];
+    let quirks = switchboard_testkit::fake_llm::Quirks {
+        context_window: Some(WINDOW as usize),
+        ..switchboard_testkit::fake_llm::Quirks::default()
+    };
+    let mut setup = setup(BusKind::Memory);
+    setup.file_tools = true;
+    setup.settings.context.context_window = WINDOW;
+    setup.llm = Some(FakeLlm::start_with_quirks(quirks).await);
+    let rig = setup.start().await;
+    for name in FILES {
+        let line = format!("{name} {}\n", "lorem ipsum ".repeat(8));
+        std::fs::write(rig.workspace.join(format!("{name}.txt")), line.repeat(20_000 / line.len())).unwrap();
+    }
+    let mut out = rig.outbound("test").await;
+    rig.llm.push(spawn_call("Read the six files.", "reader"));
+    rig.llm.push(Scripted::Text("started".into()));
+    for name in FILES {
+        let call = ("read_file".into(), json!({"path": format!("{name}.txt")}));
+        rig.llm.push_when(MINIMAL, Scripted::ToolCalls(vec![call]));
+    }
+    rig.llm.push_when(MINIMAL, Scripted::Text("All six read.".into()));
+    rig.llm.push(Scripted::Text("The helper read them.".into()));
+    rig.send(&message("test", "it", None, false, "read them")).await;
+    assert_eq!(next_out(&mut out).await.content, "started");
+    assert_eq!(next_out(&mut out).await.content, "The helper read them.");
+    let record = rig.store.subagents_of("test:it").await.unwrap().remove(0);
+    assert_eq!(record.status, SubagentStatus::Completed, "{record:?}");
+    let requests = subagent_requests(&rig.llm);
+    assert_eq!(requests.len(), FILES.len() + 1, "no call of the sub-agent was refused");
+    let last = requests[FILES.len()]["messages"].to_string();
+    assert!(last.contains("[shortened to fit the context window:"), "{last}");
     rig.stop().await;
 }
