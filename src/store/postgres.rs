@@ -168,6 +168,18 @@ impl PostgresStore {
     }
 }
 
+impl super::shared::Backend for PostgresStore {
+    type Db = sqlx::Postgres;
+
+    fn pool(&self) -> &sqlx::Pool<sqlx::Postgres> {
+        PostgresStore::pool(self)
+    }
+
+    fn write_pool(&self) -> &sqlx::Pool<sqlx::Postgres> {
+        PostgresStore::write_pool(self)
+    }
+}
+
 #[async_trait]
 impl super::Database for PostgresStore {
     fn location(&self) -> String {

@@ -196,6 +196,18 @@ async fn connect_waiting_for_wal(
     }
 }
 
+impl super::shared::Backend for SqliteStore {
+    type Db = sqlx::Sqlite;
+
+    fn pool(&self) -> &sqlx::Pool<sqlx::Sqlite> {
+        SqliteStore::pool(self)
+    }
+
+    fn write_pool(&self) -> &sqlx::Pool<sqlx::Sqlite> {
+        SqliteStore::write_pool(self)
+    }
+}
+
 #[async_trait]
 impl super::Database for SqliteStore {
     fn location(&self) -> String {
