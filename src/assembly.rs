@@ -151,10 +151,10 @@ impl Assembly {
     pub async fn connect_bus(&self, store: Option<Arc<dyn Database>>) -> Result<Arc<dyn Bus>, AssemblyError> {
         let config = &self.config;
         Ok(match (config.bus_kind(), store) {
-            (BusKind::Memory, Some(store)) => {
+            (BusKind::InProcess, Some(store)) => {
                 Arc::new(InProcessBus::with_journal(config.bus_options.queue_capacity, store).await?)
             }
-            (BusKind::Memory, None) => Arc::new(InProcessBus::new(config.bus_options.queue_capacity)),
+            (BusKind::InProcess, None) => Arc::new(InProcessBus::new(config.bus_options.queue_capacity)),
             (BusKind::Nats(url), _) => Arc::new(NatsBus::connect(url, settings::nats(config)).await?),
         })
     }

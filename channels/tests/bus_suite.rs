@@ -32,7 +32,7 @@ struct Harness {
     _server: Option<switchboard_testkit::nats::NatsServer>,
 }
 
-fn memory() -> Harness {
+fn in_process() -> Harness {
     Harness {
         bus: Arc::new(InProcessBus::new(16)),
         redelivery: Duration::ZERO,
@@ -317,8 +317,8 @@ async fn over_long_ids_are_refused_as_permanent(h: Harness) {
 
 macro_rules! shared_suite {
     ($($behaviour:ident),* $(,)?) => {
-        mod memory_bus {
-            $(#[tokio::test] async fn $behaviour() { super::$behaviour(super::memory()).await })*
+        mod in_process_bus {
+            $(#[tokio::test] async fn $behaviour() { super::$behaviour(super::in_process()).await })*
         }
         #[cfg(feature = "nats")]
         mod nats_bus {
