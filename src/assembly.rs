@@ -18,7 +18,7 @@ use std::sync::{Arc, OnceLock};
 pub use channels::{ChannelKind, RunningChannel, stop_all};
 use switchboard_channels::Bus;
 use switchboard_channels::api::ApiError;
-use switchboard_channels::bus::memory::MemoryBus;
+use switchboard_channels::bus::in_process::InProcessBus;
 use switchboard_channels::bus::nats::NatsBus;
 use switchboard_channels::discord::DiscordError;
 use switchboard_channels::telegram::TelegramError;
@@ -151,10 +151,10 @@ impl Assembly {
     pub async fn connect_bus(&self, store: Option<Arc<dyn Database>>) -> Result<Arc<dyn Bus>, AssemblyError> {
         let config = &self.config;
         Ok(match (config.bus_kind(), store) {
-            (BusKind::Memory, Some(store)) => {
-                Arc::new(MemoryBus::with_journal(config.bus_options.queue_capacity, store).await?)
+            (BusKind::InProcess, Some(store)) => {
+                Arc::new(InProcessBus::with_journal(config.bus_options.queue_capacity, store).await?)
             }
-            (BusKind::Memory, None) => Arc::new(MemoryBus::new(config.bus_options.queue_capacity)),
+            (BusKind::InProcess, None) => Arc::new(InProcessBus::new(config.bus_options.queue_capacity)),
             (BusKind::Nats(url), _) => Arc::new(NatsBus::connect(url, settings::nats(config)).await?),
         })
     }

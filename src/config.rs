@@ -187,8 +187,8 @@ impl Default for Config {
 /// Which bus implementation `bus` selects.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BusKind<'a> {
-    /// The in-process bus (embedded shape).
-    Memory,
+    /// The in-process bus (embedded shape), `bus = "memory"`.
+    InProcess,
     /// NATS JetStream at this URL (distributed shape).
     Nats(&'a str),
 }
@@ -553,7 +553,7 @@ impl Config {
 
     /// The bus `bus` selects; `bus` was validated at load.
     pub fn bus_kind(&self) -> BusKind<'_> {
-        if self.bus == "memory" { BusKind::Memory } else { BusKind::Nats(&self.bus) }
+        if self.bus == "memory" { BusKind::InProcess } else { BusKind::Nats(&self.bus) }
     }
 
     /// The `tracing` filter to use: `RUST_LOG` when set and non-empty, else `log`.

@@ -71,8 +71,8 @@ impl Parts {
             return Some(refusal.into());
         }
         match (self, config.bus_kind()) {
-            (Parts::Agent, BusKind::Memory) => Some(DaemonError::NeedsNats("agent")),
-            (Parts::Channel(_), BusKind::Memory) => Some(DaemonError::NeedsNats("channel")),
+            (Parts::Agent, BusKind::InProcess) => Some(DaemonError::NeedsNats("agent")),
+            (Parts::Channel(_), BusKind::InProcess) => Some(DaemonError::NeedsNats("channel")),
             _ => None,
         }
     }
@@ -82,7 +82,7 @@ impl Parts {
     /// channel-only processes take no lock.
     fn lock_mode(self, config: &Config) -> Option<LockMode> {
         match config.bus_kind() {
-            BusKind::Memory if self == Parts::All => Some(LockMode::Exclusive),
+            BusKind::InProcess if self == Parts::All => Some(LockMode::Exclusive),
             BusKind::Nats(_) if self.runs_worker() => Some(LockMode::Shared),
             _ => None,
         }

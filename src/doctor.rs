@@ -243,7 +243,7 @@ async fn shared_dirs(config: &Config, database: &dyn crate::store::Database) -> 
 
 async fn bus(config: &Config) -> Finding {
     let url = match config.bus_kind() {
-        BusKind::Memory => return Finding::ok("bus", "in-process (messages journaled in the store)"),
+        BusKind::InProcess => return Finding::ok("bus", "in-process (messages journaled in the store)"),
         BusKind::Nats(url) => url.to_owned(),
     };
     let shown = url.split('@').next_back().unwrap_or_default().to_owned();

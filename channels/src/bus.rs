@@ -1,6 +1,6 @@
 //! The message bus: how adapters and workers reach each other.
 //!
-//! Two implementations pass one behaviour suite (`tests/bus_suite.rs`): [`memory::MemoryBus`]
+//! Two implementations pass one behaviour suite (`tests/bus_suite.rs`): [`in_process::InProcessBus`]
 //! for the embedded single-process shape and `nats::NatsBus` (feature `nats`) on JetStream
 //! for the distributed shape. Callers see only this trait.
 //!
@@ -9,8 +9,8 @@
 //! [`Delivery::nak`] it to have it delivered again. A delivery dropped without either is
 //! delivered again too. Events are fire-and-forget broadcasts for live views.
 
+pub mod in_process;
 pub mod journal;
-pub mod memory;
 #[cfg(feature = "nats")]
 pub mod nats;
 mod recent;

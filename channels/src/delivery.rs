@@ -20,7 +20,7 @@ pub mod record;
 
 pub use ledger::{Ledger, RecentIds};
 pub use live::{DraftState, LiveRuns, run_live};
-pub use outbound::Sender;
+pub use outbound::Courier;
 pub use platform::{DraftLimits, Platform, Unreachable};
 pub use queues::run_outbound;
 pub use record::{DeliveryPolicy, DeliveryRecord, RecordError, Sent};

@@ -1,5 +1,5 @@
 //! One behaviour suite for every `Bus`: each behaviour is a generic async function run once
-//! against `MemoryBus` and once against `NatsBus` on its own `nats-server` (feature `nats`).
+//! against `InProcessBus` and once against `NatsBus` on its own `nats-server` (feature `nats`).
 //!
 //! Every await that could hang is under a timeout, so a broken bus fails a test instead of
 //! stalling the suite.
@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use switchboard_channels::bus::memory::MemoryBus;
+use switchboard_channels::bus::in_process::InProcessBus;
 use switchboard_channels::contract::{DeadLetter, Sender};
 use switchboard_channels::subject::{DEFAULT_PREFIX, Flow, Subjects};
 use switchboard_channels::{
@@ -32,9 +32,9 @@ struct Harness {
     _server: Option<switchboard_testkit::nats::NatsServer>,
 }
 
-fn memory() -> Harness {
+fn in_process() -> Harness {
     Harness {
-        bus: Arc::new(MemoryBus::new(16)),
+        bus: Arc::new(InProcessBus::new(16)),
         redelivery: Duration::ZERO,
         #[cfg(feature = "nats")]
         _server: None,
@@ -317,8 +317,8 @@ async fn over_long_ids_are_refused_as_permanent(h: Harness) {
 
 macro_rules! shared_suite {
     ($($behaviour:ident),* $(,)?) => {
-        mod memory_bus {
-            $(#[tokio::test] async fn $behaviour() { super::$behaviour(super::memory()).await })*
+        mod in_process_bus {
+            $(#[tokio::test] async fn $behaviour() { super::$behaviour(super::in_process()).await })*
         }
         #[cfg(feature = "nats")]
         mod nats_bus {
@@ -347,7 +347,7 @@ shared_suite!(
 
 #[tokio::test]
 async fn memory_full_queue_makes_publishers_wait() {
-    let bus = Arc::new(MemoryBus::new(2));
+    let bus = Arc::new(InProcessBus::new(2));
     let mut deliveries = bus.inbound().await.expect("inbound");
     for n in 0..2 {
         within(PATIENCE, "publish", bus.publish_inbound(&inbound("c", &format!("m{n}")))).await.expect("publish");
@@ -365,7 +365,7 @@ async fn memory_full_queue_makes_publishers_wait() {
 
 #[tokio::test]
 async fn memory_cancelled_publish_can_be_retried() {
-    let bus = MemoryBus::new(1);
+    let bus = InProcessBus::new(1);
     let mut deliveries = bus.inbound().await.expect("inbound");
     bus.publish_inbound(&inbound("c", "fills the queue")).await.expect("publish");
     let msg = inbound("c", "retried");
@@ -378,7 +378,7 @@ async fn memory_cancelled_publish_can_be_retried() {
 
 #[tokio::test]
 async fn memory_deliveries_end_when_the_bus_is_dropped() {
-    let bus = MemoryBus::new(4);
+    let bus = InProcessBus::new(4);
     let mut deliveries = bus.inbound().await.expect("inbound");
     drop(bus);
     assert!(within(PATIENCE, "end of stream", deliveries.next()).await.is_none());

@@ -1,5 +1,5 @@
 #![cfg(feature = "discord")]
-//! The Discord outbound side against the fake Discord: replies from a real `MemoryBus`
+//! The Discord outbound side against the fake Discord: replies from a real `InProcessBus`
 //! delivered by `run_outbound`, typing and streamed drafts driven by `run_live`, wired the way
 //! `DiscordChannel::start` will wire them (through `discord::testing::spawn_outbound`).
 //!
@@ -13,7 +13,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde_json::json;
 use serenity::all::{Http, HttpBuilder};
-use switchboard_channels::bus::memory::MemoryBus;
+use switchboard_channels::bus::in_process::InProcessBus;
 use switchboard_channels::contract::{Media, RunEventBody, Usage};
 use switchboard_channels::discord::testing::{self, KnownChannel};
 use switchboard_channels::discord::{DiscordSettings, StreamSettings};
@@ -35,7 +35,7 @@ const DM: &str = "300";
 /// The fake, the bus, and the outbound and live tasks of the channel.
 struct Harness {
     fake: FakeDiscord,
-    bus: Arc<MemoryBus>,
+    bus: Arc<InProcessBus>,
     http: Arc<Http>,
     shutdown: CancellationToken,
 }
@@ -48,7 +48,7 @@ impl Drop for Harness {
 
 async fn start(settings: DiscordSettings) -> Harness {
     let fake = FakeDiscord::start().await;
-    let bus = Arc::new(MemoryBus::new(64));
+    let bus = Arc::new(InProcessBus::new(64));
     let http = Arc::new(HttpBuilder::new(FakeDiscord::TOKEN).proxy(fake.url()).ratelimiter_disabled(true).build());
     let settings = DiscordSettings { token: FakeDiscord::TOKEN.into(), proxy_url: Some(fake.url()), ..settings };
     let shutdown = CancellationToken::new();

@@ -1,5 +1,5 @@
 #![cfg(feature = "telegram")]
-//! The Telegram outbound side against the fake Bot API: replies from a real `MemoryBus`
+//! The Telegram outbound side against the fake Bot API: replies from a real `InProcessBus`
 //! delivered by `run_outbound`, typing and streamed drafts driven by `run_live`, wired the way
 //! `TelegramChannel::start` wires them.
 //!
@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use serde_json::json;
-use switchboard_channels::bus::memory::MemoryBus;
+use switchboard_channels::bus::in_process::InProcessBus;
 use switchboard_channels::contract::{Media, RunEventBody, Usage};
 use switchboard_channels::delivery::DeliveryPolicy;
 use switchboard_channels::subject::Flow;
@@ -31,7 +31,7 @@ const PRIVATE: &str = "5550001";
 /// The fake, the bus, and the outbound and live tasks of the channel.
 struct Harness {
     fake: FakeTelegram,
-    bus: Arc<MemoryBus>,
+    bus: Arc<InProcessBus>,
     shutdown: CancellationToken,
 }
 
@@ -47,7 +47,7 @@ async fn start(settings: TelegramSettings) -> Harness {
 
 async fn start_with(settings: TelegramSettings, live: LiveRuns) -> Harness {
     let fake = FakeTelegram::start().await;
-    let bus = Arc::new(MemoryBus::new(64));
+    let bus = Arc::new(InProcessBus::new(64));
     let url = reqwest::Url::parse(&fake.api_url()).unwrap();
     let bot = Bot::new(FakeTelegram::TOKEN).set_api_url(url);
     let settings = Arc::new(TelegramSettings { token: FakeTelegram::TOKEN.into(), ..settings });

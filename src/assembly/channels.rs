@@ -250,7 +250,7 @@ impl Assembly {
     /// files): a reply's journal row goes the moment it is delivered, but a restart in the
     /// middle of one must not send its text again.
     fn delivery_policy(&self, store: &Arc<dyn Database>) -> DeliveryPolicy {
-        let partial_only = matches!(self.config.bus_kind(), BusKind::Memory);
+        let partial_only = matches!(self.config.bus_kind(), BusKind::InProcess);
         DeliveryPolicy {
             max_age: self.config.bus_options.outbound_max_age(),
             record: Some(Arc::clone(store) as Arc<dyn DeliveryRecord>),

@@ -261,7 +261,7 @@ pub fn api_access(api: &ApiChannelConfig) -> Access {
 /// API processes may serve one bus, and each must get the replies to its own requests. The
 /// in-process bus has one API channel, which takes the `api` replies.
 fn api_reply_channel(config: &Config) -> Option<String> {
-    if matches!(config.bus_kind(), BusKind::Memory) {
+    if matches!(config.bus_kind(), BusKind::InProcess) {
         return None;
     }
     let api = &config.channels.api;
@@ -304,7 +304,7 @@ pub fn nats(config: &Config) -> NatsOptions {
 /// The bus for logs, without credentials a NATS URL may carry.
 pub fn bus_label(config: &Config) -> String {
     match config.bus_kind() {
-        BusKind::Memory => "memory".to_owned(),
+        BusKind::InProcess => "memory".to_owned(),
         BusKind::Nats(url) => match url.split_once('@') {
             Some((scheme_and_auth, host)) => {
                 let scheme = scheme_and_auth.split("://").next().unwrap_or("nats");

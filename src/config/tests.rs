@@ -40,7 +40,7 @@ fn defaults_without_file() {
     let config = load_env(&[]).unwrap();
     let defaults = Config::default();
     assert_eq!(config.bus, "memory");
-    assert_eq!(config.bus_kind(), BusKind::Memory);
+    assert_eq!(config.bus_kind(), BusKind::InProcess);
     assert_eq!(config.model, "");
     assert_eq!(config.log, "info");
     assert_eq!(config.channels.api, defaults.channels.api);

@@ -100,7 +100,7 @@ mod tests {
     use std::path::Path;
     use std::time::Duration;
 
-    use switchboard_channels::bus::memory::MemoryBus;
+    use switchboard_channels::bus::in_process::InProcessBus;
 
     use super::*;
     use crate::agent::{Agent, AgentSettings};
@@ -155,7 +155,7 @@ mod tests {
         .execute(&other)
         .await
         .unwrap();
-        let bus = Arc::new(MemoryBus::new(8));
+        let bus = Arc::new(InProcessBus::new(8));
         let manager = SubagentManager::new(store, bus, crate::clock::system(), SubagentSettings::default());
         let agent = agent(dir.path());
         manager.attach([&agent]);

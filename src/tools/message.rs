@@ -157,7 +157,7 @@ mod tests {
     use std::time::Duration;
 
     use futures_util::StreamExt;
-    use switchboard_channels::bus::memory::MemoryBus;
+    use switchboard_channels::bus::in_process::InProcessBus;
 
     use super::*;
 
@@ -171,7 +171,7 @@ mod tests {
         }
     }
 
-    async fn sent(bus: &MemoryBus, channel: &str) -> OutboundMessage {
+    async fn sent(bus: &InProcessBus, channel: &str) -> OutboundMessage {
         let mut out = bus.outbound(channel).await.unwrap();
         let delivery = tokio::time::timeout(Duration::from_secs(2), out.next()).await.unwrap().unwrap().unwrap();
         delivery.decode().unwrap()
@@ -179,7 +179,7 @@ mod tests {
 
     #[tokio::test]
     async fn sends_to_the_current_chat_and_topic_by_default() {
-        let bus = Arc::new(MemoryBus::new(8));
+        let bus = Arc::new(InProcessBus::new(8));
         let tool = MessageTool::new(bus.clone());
         let result = tool.execute(json!({"content": "working on it"}), &ctx()).await.unwrap();
         assert_eq!(result, "sent to telegram:-100");
@@ -191,7 +191,7 @@ mod tests {
 
     #[tokio::test]
     async fn sends_to_another_chat_whose_id_has_colons() {
-        let bus = Arc::new(MemoryBus::new(8));
+        let bus = Arc::new(InProcessBus::new(8));
         let tool = MessageTool::new(bus.clone());
         tool.execute(json!({"content": "hello", "target": "api:team:ops"}), &ctx()).await.unwrap();
         let msg = sent(&bus, "api").await;
@@ -200,7 +200,7 @@ mod tests {
 
     #[tokio::test]
     async fn bad_targets_and_empty_content_are_argument_errors() {
-        let tool = MessageTool::new(Arc::new(MemoryBus::new(8)));
+        let tool = MessageTool::new(Arc::new(InProcessBus::new(8)));
         for args in [json!({"content": "x", "target": "nochannel"}), json!({"content": "  "}), json!({})] {
             let err = tool.execute(args.clone(), &ctx()).await.unwrap_err();
             assert!(matches!(err, ToolError::InvalidArguments(_)), "{args}: {err}");
@@ -213,7 +213,7 @@ mod tests {
         std::fs::write(dir.path().join("chart.PNG"), b"png").unwrap();
         std::fs::write(dir.path().join("notes.txt"), b"text").unwrap();
         let ctx = ToolContext { workspace: dir.path().to_path_buf(), ..ctx() };
-        let bus = Arc::new(MemoryBus::new(8));
+        let bus = Arc::new(InProcessBus::new(8));
         let tool = MessageTool::new(bus.clone());
         tool.execute(json!({"content": "", "files": ["chart.PNG", "notes.txt"]}), &ctx).await.unwrap();
         let msg = sent(&bus, "telegram").await;
@@ -235,7 +235,7 @@ mod tests {
         std::fs::create_dir_all(dir.path().join(&folder)).unwrap();
         std::fs::write(dir.path().join(&folder).join("chart.png"), b"png").unwrap();
         let ctx = ToolContext { workspace: dir.path().to_path_buf(), outbox: Some(folder.clone()), ..ctx() };
-        let bus = Arc::new(MemoryBus::new(8));
+        let bus = Arc::new(InProcessBus::new(8));
         let tool = MessageTool::new(bus.clone());
         tool.execute(json!({"content": "the chart", "files": ["outbox/chart.png"]}), &ctx).await.unwrap();
         let msg = sent(&bus, "telegram").await;

@@ -60,7 +60,7 @@ async fn a_bound_chat_gets_its_agent_and_other_chats_the_default() {
             AgentSpec::new("support", "support-model", "agents/support").allow(&["current_time"]),
         ],
         bindings: vec![BindingConfig { agent: "support".into(), chat: "test:help".into(), ..BindingConfig::default() }],
-        ..Setup::new(BusKind::Memory)
+        ..Setup::new(BusKind::InProcess)
     };
     let h = setup.start().await;
     std::fs::write(h.workspace.join("SOUL.md"), "You are Marvin, the main agent.").unwrap();

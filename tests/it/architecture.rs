@@ -1,6 +1,7 @@
 //! The layer rule of `src/` and `channels/src/`: a top-level module may name (`crate::…`,
 //! `super::…`) only modules of strictly lower layers, and the files of one top-level module
-//! (of either tree) do not import each other in a cycle. `docs/architecture.md` shows the same tables.
+//! (of either tree) do not import each other in a cycle. `docs/architecture.md`'s module map
+//! lists the same layers, and a test here holds it to them.
 //!
 //! The check reads the sources as text (comments and string literals blanked out), so it sees
 //! `#[cfg(test)]` code and feature-gated modules too. A top-level module missing from its
@@ -9,8 +10,10 @@
 use std::path::Path;
 
 use check::{Finding, cycle_findings, layer_findings, read_tree};
+use doc_tables::{CHANNELS_TABLE, SRC_TABLE, assert_doc_table, read_doc};
 
 mod check;
+mod doc_tables;
 mod self_tests;
 
 /// `src/`, lowest layer first. Same-layer imports are refused like upward ones.
@@ -69,6 +72,16 @@ fn files_of_a_src_module_form_no_cycle() {
 fn files_of_a_channels_module_form_no_cycle() {
     let files = read_tree(&Path::new(env!("CARGO_MANIFEST_DIR")).join("channels/src"));
     assert_clean(&cycle_findings(&files), "channels/src/");
+}
+
+#[test]
+fn the_docs_module_map_lists_the_src_layers() {
+    assert_doc_table(&read_doc(), &SRC_TABLE, SRC_LAYERS);
+}
+
+#[test]
+fn the_docs_module_map_lists_the_channels_layers() {
+    assert_doc_table(&read_doc(), &CHANNELS_TABLE, CHANNELS_LAYERS);
 }
 
 fn assert_clean(findings: &[Finding], tree: &str) {

@@ -140,7 +140,7 @@ async fn a_forwarded_burst_is_one_turn_and_no_message_is_lost(kind: BusKind) {
     let inputs = turn_inputs(&h);
     // One turn. On NATS, where a message may come a moment late (the worker's check that no
     // older message of the chat is left hands it back for a fraction of a second), two at most.
-    let turns = if kind == BusKind::Memory { 1 } else { 2 };
+    let turns = if kind == BusKind::InProcess { 1 } else { 2 };
     assert!(inputs.len() <= turns && inputs.len() == answers.len(), "{inputs:#?}");
     assert_all_reached_in_order(&inputs, &lines);
     h.stop().await;

@@ -131,9 +131,9 @@ pub struct Harness {
     pub buses: TestBus,
 }
 
-/// A worker with the default agent on the memory bus, the `message` tool included.
+/// A worker with the default agent on the in-process bus, the `message` tool included.
 pub async fn start(settings: WorkerSettings, llm: FakeLlm) -> Harness {
-    Setup { settings, llm: Some(llm), ..Setup::new(BusKind::Memory) }.start().await
+    Setup { settings, llm: Some(llm), ..Setup::new(BusKind::InProcess) }.start().await
 }
 
 impl Setup {

@@ -63,7 +63,7 @@ fn tool_names(request: &Value) -> Vec<String> {
 /// The owner's chat after two exchanges: four messages, below `max_messages` (5), so the
 /// next turn leads to a compaction.
 async fn two_turns_in(texts: [&str; 2]) -> (crate::common::Harness, Deliveries) {
-    let h = Setup { settings: settings(), file_tools: true, ..Setup::new(BusKind::Memory) }.start().await;
+    let h = Setup { settings: settings(), file_tools: true, ..Setup::new(BusKind::InProcess) }.start().await;
     let mut out = h.bus.outbound("test").await.unwrap();
     for text in texts {
         turn(&h, &mut out, text).await;
@@ -173,7 +173,7 @@ async fn the_summary_stays_within_its_bound_however_often_the_session_is_compact
     let mut settings = settings();
     settings.context.compaction.summary_max_tokens = 50;
     settings.queue.debounce = Duration::ZERO;
-    let h = Setup { settings, ..Setup::new(BusKind::Memory) }.start().await;
+    let h = Setup { settings, ..Setup::new(BusKind::InProcess) }.start().await;
     let mut out = h.bus.outbound("test").await.unwrap();
     let long = "a long message that the summary would repeat word for word. ".repeat(20);
     let mut compactions = 0;
@@ -202,7 +202,7 @@ async fn compact_summarises_now_and_says_when_there_is_nothing_to_do() {
     let compaction = CompactionConfig { max_messages: 100, keep_recent_messages: 2, ..CompactionConfig::default() };
     let settings =
         WorkerSettings { context: ContextSettings { compaction, ..ContextSettings::default() }, ..settings() };
-    let h = Setup { settings, file_tools: true, ..Setup::new(BusKind::Memory) }.start().await;
+    let h = Setup { settings, file_tools: true, ..Setup::new(BusKind::InProcess) }.start().await;
     let mut out = h.bus.outbound("test").await.unwrap();
     let short = turn(&h, &mut out, "/compact").await;
     assert_eq!(short.content, "Nothing to compact yet: the conversation has no earlier exchange to summarise.");
@@ -237,8 +237,9 @@ async fn a_small_window_compacts_now_and_then_and_its_calls_are_runs() {
     let llm = FakeLlm::start_with_quirks(Quirks::llama_cpp(4096)).await;
     // Streamed, as by default: llama-cpp-python then reports no usage, and every call
     // (the summary's too) is counted by an estimate.
-    let h =
-        Setup { settings, llm: Some(llm), file_tools: true, stream: true, ..Setup::new(BusKind::Memory) }.start().await;
+    let h = Setup { settings, llm: Some(llm), file_tools: true, stream: true, ..Setup::new(BusKind::InProcess) }
+        .start()
+        .await;
     let mut out = h.bus.outbound("test").await.unwrap();
     for n in 0..30 {
         let text = format!("Turn {n}: what should we cook tonight, something with the leftover rice and the peas?");
@@ -297,7 +298,7 @@ async fn a_dense_tokenizer_gets_its_summary_at_the_first_try() {
     settings.context.compaction = CompactionConfig { max_messages: 1000, context_share: 10.0, ..Default::default() };
     let quirks = Quirks { dense_tokenizer: true, ..Quirks::llama_cpp(4096) };
     let llm = FakeLlm::start_with_quirks(quirks).await;
-    let setup = Setup { settings, llm: Some(llm), message_tool: false, ..Setup::new(BusKind::Memory) };
+    let setup = Setup { settings, llm: Some(llm), message_tool: false, ..Setup::new(BusKind::InProcess) };
     let h = setup.start().await;
     let mut out = h.bus.outbound("test").await.unwrap();
     for n in 0..6 {

@@ -11,7 +11,7 @@ use switchboard::schedule::Schedule;
 use switchboard::store::StoreError;
 use switchboard::store::cron::{MissedPolicy, Payload};
 use switchboard::store::pairing::CodeProblem;
-use switchboard_channels::bus::memory::MemoryBus;
+use switchboard_channels::bus::in_process::InProcessBus;
 use switchboard_channels::contract::{OutboundKind, OutboundMessage};
 use switchboard_channels::{Bus, Deliveries};
 
@@ -41,7 +41,7 @@ fn identity(text: &str) -> Identity {
 
 on_both_stores! {
     async fn owners_are_named_or_stored_and_approvers_default_to_them(fresh) {
-        let bus: Arc<dyn Bus> = Arc::new(MemoryBus::new(16));
+        let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(16));
         let store = Arc::clone(&fresh.store);
         let control = Control::new(Arc::clone(&store), Arc::clone(&bus), &config(&["discord:9", "telegram:2", "telegram:1"], &[]));
         let deciders = control.deciders();
@@ -59,7 +59,7 @@ on_both_stores! {
     }
 
     async fn pairing_decisions_tell_the_stranger_once(fresh) {
-        let bus: Arc<dyn Bus> = Arc::new(MemoryBus::new(16));
+        let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(16));
         let mut out = bus.outbound("telegram").await.unwrap();
         let store = Arc::clone(&fresh.store);
         let control = Control::new(Arc::clone(&store), Arc::clone(&bus), &config(&["telegram:1"], &[]));
@@ -86,7 +86,7 @@ on_both_stores! {
     }
 
     async fn cron_jobs_pause_resume_and_go(fresh) {
-        let bus: Arc<dyn Bus> = Arc::new(MemoryBus::new(16));
+        let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(16));
         let store = Arc::clone(&fresh.store);
         let control = Control::new(Arc::clone(&store), bus, &config(&["telegram:1"], &[]));
         let now = switchboard::clock::now();

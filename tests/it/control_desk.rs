@@ -11,7 +11,7 @@ use switchboard::schedule::Schedule;
 use switchboard::store::Database;
 use switchboard::store::approvals::{ApprovalStatus, NewApproval};
 use switchboard::store::cron::{MissedPolicy, Payload};
-use switchboard_channels::bus::memory::MemoryBus;
+use switchboard_channels::bus::in_process::InProcessBus;
 use switchboard_channels::contract::{Button, ChatAddress, Sender};
 use switchboard_channels::control::{ControlDesk, PairingNotice, Press, PressAnswer};
 use switchboard_channels::{Bus, Deliveries, OutboundMessage};
@@ -64,7 +64,7 @@ async fn next_out(out: &mut Deliveries) -> Option<OutboundMessage> {
 
 on_both_stores! {
     async fn cron_buttons_act_for_owners_only(fresh) {
-        let bus: Arc<dyn Bus> = Arc::new(MemoryBus::new(16));
+        let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(16));
         let store = Arc::clone(&fresh.store);
         let desk = desk(&store, &bus, &["telegram:1"], &[]);
         let now = switchboard::clock::now();
@@ -86,7 +86,7 @@ on_both_stores! {
     }
 
     async fn tool_buttons_act_for_approvers_once(fresh) {
-        let bus: Arc<dyn Bus> = Arc::new(MemoryBus::new(16));
+        let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(16));
         let store = Arc::clone(&fresh.store);
         let desk = desk(&store, &bus, &["telegram:1"], &["telegram:9"]);
         let request = NewApproval {
@@ -114,7 +114,7 @@ on_both_stores! {
     }
 
     async fn a_pairing_request_goes_to_the_first_named_owner_else_the_owners_direct_chats(fresh) {
-        let bus: Arc<dyn Bus> = Arc::new(MemoryBus::new(16));
+        let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(16));
         let mut out = bus.outbound("telegram").await.unwrap();
         let store = Arc::clone(&fresh.store);
 
@@ -147,7 +147,7 @@ on_both_stores! {
 #[tokio::test]
 async fn a_pairing_request_without_any_owner_tells_nobody() {
     let fresh = crate::stores::Fresh::sqlite().await;
-    let bus: Arc<dyn Bus> = Arc::new(MemoryBus::new(16));
+    let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(16));
     let mut out = bus.outbound("telegram").await.unwrap();
     desk(&fresh.store, &bus, &[], &[]).pairing_requested(&notice()).await;
     assert!(next_out(&mut out).await.is_none());

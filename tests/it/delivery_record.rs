@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use switchboard_channels::bus::memory::MemoryBus;
+use switchboard_channels::bus::in_process::InProcessBus;
 use switchboard_channels::contract::OutboundMessage;
 use switchboard_channels::control::OwnerLink;
 use switchboard_channels::delivery::{DeliveryPolicy, DeliveryRecord, Sent};
@@ -23,7 +23,7 @@ const CHAT: &str = "111";
 
 /// One adapter process: its own bus and memory, the store's record.
 struct Adapter {
-    bus: Arc<MemoryBus>,
+    bus: Arc<InProcessBus>,
     channel: TelegramChannel,
     shutdown: CancellationToken,
     _dir: tempfile::TempDir,
@@ -38,7 +38,7 @@ impl Adapter {
 
 async fn adapter(fake: &FakeTelegram, record: Arc<dyn DeliveryRecord>, max_age: Duration) -> Adapter {
     let dir = tempfile::tempdir().unwrap();
-    let bus = Arc::new(MemoryBus::new(64));
+    let bus = Arc::new(InProcessBus::new(64));
     let settings = crate::common::fake_telegram_settings(fake, dir.path(), 111);
     let shutdown = CancellationToken::new();
     let policy = DeliveryPolicy { max_age, record: Some(record), partial_only: false };

@@ -10,7 +10,7 @@ use futures_util::StreamExt;
 use serde_json::Value;
 use switchboard::store::Database;
 use switchboard::store::sqlite::SqliteStore;
-use switchboard_channels::bus::memory::MemoryBus;
+use switchboard_channels::bus::in_process::InProcessBus;
 use switchboard_channels::control::OwnerLink;
 use switchboard_channels::delivery::DeliveryPolicy;
 use switchboard_channels::discord::{DiscordChannel, DiscordError, DiscordSettings, DmPolicy};
@@ -48,7 +48,7 @@ impl Rig {
         fake.add_channel(events::text_channel(GUILD, OTHER_CHANNEL));
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(SqliteStore::open(&dir.path().join("store.db")).await.unwrap());
-        let bus = Arc::new(MemoryBus::new(64));
+        let bus = Arc::new(InProcessBus::new(64));
         let inbound = bus.inbound().await.unwrap();
         let mut settings = settings(&fake, &dir);
         configure(&mut settings);
@@ -293,7 +293,7 @@ async fn a_rejected_token_fails_the_start_clearly() {
     let fake = FakeDiscord::start().await;
     let dir = tempfile::tempdir().unwrap();
     let settings = DiscordSettings { token: "not-the-token".into(), ..settings(&fake, &dir) };
-    let bus = Arc::new(MemoryBus::new(8));
+    let bus = Arc::new(InProcessBus::new(8));
     let result =
         DiscordChannel::start(bus, settings, OwnerLink::default(), DeliveryPolicy::default(), CancellationToken::new())
             .await;
@@ -317,7 +317,7 @@ async fn a_discord_down_at_start_is_tried_again_until_it_comes_up() {
         media_dir: dir.path().join("media"),
         ..DiscordSettings::default()
     };
-    let bus = Arc::new(MemoryBus::new(64));
+    let bus = Arc::new(InProcessBus::new(64));
     let mut inbound = bus.inbound().await.unwrap();
     let shutdown = CancellationToken::new();
     let starting =
@@ -349,7 +349,7 @@ async fn a_discord_down_at_start_does_not_delay_shutdown() {
     };
     let shutdown = CancellationToken::new();
     let channel = DiscordChannel::start(
-        Arc::new(MemoryBus::new(8)),
+        Arc::new(InProcessBus::new(8)),
         settings,
         OwnerLink::default(),
         DeliveryPolicy::default(),

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use serde_json::{Value, json};
-use switchboard_channels::bus::memory::MemoryBus;
+use switchboard_channels::bus::in_process::InProcessBus;
 use switchboard_channels::contract::{Button, Sender, TO_USER};
 use switchboard_channels::control::{ControlDesk, OwnerLink, PairingNotice, Press, PressAnswer};
 use switchboard_channels::delivery::DeliveryPolicy;
@@ -62,7 +62,7 @@ impl ControlDesk for TestDesk {
 
 struct Rig {
     fake: FakeDiscord,
-    bus: Arc<MemoryBus>,
+    bus: Arc<InProcessBus>,
     inbound: Deliveries,
     shutdown: CancellationToken,
     channel: Option<DiscordChannel>,
@@ -75,7 +75,7 @@ impl Rig {
         fake.add_guild(GUILD, &[]);
         fake.add_channel(events::text_channel(GUILD, CHANNEL));
         let dir = tempfile::tempdir().unwrap();
-        let bus = Arc::new(MemoryBus::new(64));
+        let bus = Arc::new(InProcessBus::new(64));
         let inbound = bus.inbound().await.unwrap();
         let settings = DiscordSettings {
             token: FakeDiscord::TOKEN.into(),

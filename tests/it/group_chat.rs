@@ -58,7 +58,7 @@ struct TelegramRig {
 
 impl TelegramRig {
     async fn start() -> TelegramRig {
-        let h = Setup::new(BusKind::Memory).start().await;
+        let h = Setup::new(BusKind::InProcess).start().await;
         let fake = FakeTelegram::start().await;
         let settings = crate::common::fake_telegram_settings(&fake, h.dir.path(), ALICE);
         let shutdown = CancellationToken::new();
@@ -152,7 +152,7 @@ struct DiscordRig {
 
 impl DiscordRig {
     async fn start() -> DiscordRig {
-        let h = Setup::new(BusKind::Memory).start().await;
+        let h = Setup::new(BusKind::InProcess).start().await;
         let fake = FakeDiscord::start().await;
         fake.add_guild(GUILD, &[]);
         fake.add_channel(events::text_channel(GUILD, CHANNEL));

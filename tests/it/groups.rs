@@ -52,7 +52,7 @@ async fn start(policy: AccessPolicy) -> Harness {
     let access = policy.with_clock(Arc::new(move || *now.lock().unwrap()));
     let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(NamedTool("write_file")), Arc::new(NamedTool("exec"))];
     let settings = WorkerSettings { access, ..WorkerSettings::default() };
-    let base = Setup { settings, message_tool: false, tools, ..Setup::new(BusKind::Memory) }.start().await;
+    let base = Setup { settings, message_tool: false, tools, ..Setup::new(BusKind::InProcess) }.start().await;
     let telegram = base.outbound("telegram").await;
     let discord = base.outbound("discord").await;
     Harness { base, telegram, discord }
@@ -278,7 +278,7 @@ async fn users_list_shows_each_group_with_its_level_pool_and_usage() {
     let settings =
         WorkerSettings { access: policy(&[(&family, Level::User, 0)], BudgetsConfig::default()), ..Default::default() };
     let store_path = Some(data.path().join("switchboard.db"));
-    let base = Setup { settings, store_path, ..Setup::new(BusKind::Memory) }.start().await;
+    let base = Setup { settings, store_path, ..Setup::new(BusKind::InProcess) }.start().await;
     let mut out = base.outbound("telegram").await;
     base.send(&in_telegram_group(FAMILY, "55", "hello")).await;
     tokio::time::timeout(Duration::from_secs(10), out.next()).await.expect("no reply").unwrap().unwrap();

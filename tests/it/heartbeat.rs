@@ -53,7 +53,7 @@ fn every(minutes: u64) -> HeartbeatSettings {
     HeartbeatSettings::from_config(&config, "UTC").unwrap()
 }
 
-/// A store, a memory bus, a clock and one agent's workspace, without a worker.
+/// A store, an in-process bus, a clock and one agent's workspace, without a worker.
 struct Rig {
     dir: tempfile::TempDir,
     store: Arc<dyn Database>,
@@ -66,7 +66,7 @@ impl Rig {
     async fn new(start: DateTime<Utc>) -> Rig {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(SqliteStore::open(&dir.path().join("s.db")).await.unwrap());
-        let bus = TestBus::start(BusKind::Memory).await.bus;
+        let bus = TestBus::start(BusKind::InProcess).await.bus;
         let inbound = bus.inbound().await.unwrap();
         std::fs::create_dir_all(dir.path().join("workspace")).unwrap();
         Rig { dir, store, bus, inbound, clock: ManualClock::new(start) }

@@ -7,13 +7,13 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use switchboard::store::Database;
 use switchboard::store::sqlite::SqliteStore;
-use switchboard_channels::bus::memory::MemoryBus;
+use switchboard_channels::bus::in_process::InProcessBus;
 use switchboard_channels::contract::{InboundMessage, OutboundMessage, Sender};
 use switchboard_channels::{Bus, BusExt, Deliveries, Delivery};
 
-async fn open(path: &std::path::Path) -> (Arc<dyn Database>, MemoryBus) {
+async fn open(path: &std::path::Path) -> (Arc<dyn Database>, InProcessBus) {
     let store = Arc::new(SqliteStore::open(path).await.unwrap());
-    let bus = MemoryBus::with_journal(16, store.clone()).await.unwrap();
+    let bus = InProcessBus::with_journal(16, store.clone()).await.unwrap();
     (store, bus)
 }
 
@@ -102,7 +102,7 @@ async fn replies_acked_at_once_are_all_gone_after_a_restart() {
     let path = dir.path().join("s.db");
     let store = Arc::new(SqliteStore::open(&path).await.unwrap());
     // Room for every reply at once: nothing is taken until all are published.
-    let bus = MemoryBus::with_journal(512, store.clone()).await.unwrap();
+    let bus = InProcessBus::with_journal(512, store.clone()).await.unwrap();
     for n in 0..300 {
         bus.publish_outbound(&outbound(&format!("reply-{n}"))).await.unwrap();
     }
@@ -184,7 +184,7 @@ async fn concurrent_publishes_each_get_their_own_journal_row() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.db");
     let store = Arc::new(SqliteStore::open(&path).await.unwrap());
-    let bus = Arc::new(MemoryBus::with_journal(512, store.clone()).await.unwrap());
+    let bus = Arc::new(InProcessBus::with_journal(512, store.clone()).await.unwrap());
     let publishes = (0..200).map(|n| {
         let bus = Arc::clone(&bus);
         tokio::spawn(async move { bus.publish_inbound(&inbound(&format!("message {n}"))).await })

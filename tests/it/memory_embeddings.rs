@@ -26,7 +26,8 @@ fn embeddings() -> EmbeddingsConfig {
 /// default).
 async fn start(embeddings_on: bool, memory: &str) -> Harness {
     let embeddings = embeddings_on.then(embeddings);
-    let h = Setup { settings: settings(), memory_tools: true, embeddings, ..Setup::new(BusKind::Memory) }.start().await;
+    let h =
+        Setup { settings: settings(), memory_tools: true, embeddings, ..Setup::new(BusKind::InProcess) }.start().await;
     std::fs::write(h.workspace.join("MEMORY.md"), memory).unwrap();
     h
 }

@@ -95,7 +95,7 @@ fn settings() -> WorkerSettings {
 
 async fn start(subagents: bool) -> Harness {
     let subagents = subagents.then(|| (SubagentSettings::default(), switchboard::clock::system()));
-    let h = Setup { settings: settings(), file_tools: true, subagents, ..Setup::new(BusKind::Memory) }.start().await;
+    let h = Setup { settings: settings(), file_tools: true, subagents, ..Setup::new(BusKind::InProcess) }.start().await;
     std::fs::write(h.workspace.join("USER.md"), format!("# About the owner\n\nThe owner was {PROFILE_SECRET}.\n"))
         .unwrap();
     h

@@ -37,7 +37,7 @@ pub(crate) fn settings() -> WorkerSettings {
 }
 
 async fn start() -> Harness {
-    let h = Setup { settings: settings(), memory_tools: true, ..Setup::new(BusKind::Memory) }.start().await;
+    let h = Setup { settings: settings(), memory_tools: true, ..Setup::new(BusKind::InProcess) }.start().await;
     std::fs::write(h.workspace.join("MEMORY.md"), long_memory()).unwrap();
     h
 }
@@ -129,7 +129,7 @@ async fn guests_are_not_offered_memory_search_by_default() {
     let access = AccessPolicy::from_config(&users, &PermissionsConfig::default(), &BudgetsConfig::default()).unwrap();
     let mut settings = WorkerSettings { access, ..WorkerSettings::default() };
     settings.queue.debounce = Duration::ZERO;
-    let h = Setup { settings, memory_tools: true, ..Setup::new(BusKind::Memory) }.start().await;
+    let h = Setup { settings, memory_tools: true, ..Setup::new(BusKind::InProcess) }.start().await;
     let mut out = h.outbound("telegram").await;
     h.llm.push(Scripted::Text("Hi.".into()));
     h.send(&in_group("hello")).await;
@@ -147,7 +147,7 @@ const PASSPORT: &str = "X9-55-1234";
 async fn a_fact_compaction_took_out_of_the_history_is_found_in_the_past_conversation() {
     let mut settings = settings();
     settings.context.compaction = CompactionConfig { max_messages: 5, keep_recent_messages: 2, ..Default::default() };
-    let h = Setup { settings, memory_tools: true, ..Setup::new(BusKind::Memory) }.start().await;
+    let h = Setup { settings, memory_tools: true, ..Setup::new(BusKind::InProcess) }.start().await;
     let mut out = h.outbound("telegram").await;
     h.send(&dm(&format!("My passport number is {PASSPORT}."))).await;
     next_out(&mut out).await;
@@ -201,7 +201,7 @@ async fn wait_for_compaction(h: &Harness, session: &str, count: u32) {
 async fn recall_puts_the_best_hits_into_the_prompt_in_the_chats_own_scope() {
     let mut settings = settings();
     settings.recall = RecallSettings { results: 2, max_chars: 2_000 };
-    let h = Setup { settings, memory_tools: true, ..Setup::new(BusKind::Memory) }.start().await;
+    let h = Setup { settings, memory_tools: true, ..Setup::new(BusKind::InProcess) }.start().await;
     std::fs::write(h.workspace.join("MEMORY.md"), long_memory()).unwrap();
     let own = format!("memory/groups/telegram_{GROUP}.md");
     std::fs::create_dir_all(h.workspace.join("memory/groups")).unwrap();
@@ -248,7 +248,7 @@ async fn a_small_window_keeps_what_the_message_recalled() {
     let mut settings = settings();
     settings.recall = RecallSettings { results: 2, max_chars: 2_000 };
     settings.context.context_window = 2048;
-    let h = Setup { settings, memory_tools: true, ..Setup::new(BusKind::Memory) }.start().await;
+    let h = Setup { settings, memory_tools: true, ..Setup::new(BusKind::InProcess) }.start().await;
     std::fs::write(h.workspace.join("MEMORY.md"), long_memory()).unwrap();
     let mut out = h.outbound("telegram").await;
     h.send(&dm("Which code opens my zoo locker?")).await;
@@ -267,7 +267,7 @@ async fn a_small_window_keeps_what_the_message_recalled() {
 async fn recall_brings_back_what_the_person_said_and_not_the_agents_replies() {
     let mut settings = settings();
     settings.recall = RecallSettings { results: 3, max_chars: 2_000 };
-    let h = Setup { settings, memory_tools: true, ..Setup::new(BusKind::Memory) }.start().await;
+    let h = Setup { settings, memory_tools: true, ..Setup::new(BusKind::InProcess) }.start().await;
     let mut out = h.outbound("telegram").await;
     h.send(&dm("My bike is a blue Gazelle.")).await;
     assert_eq!(next_out(&mut out).await.content, "echo: My bike is a blue Gazelle.");

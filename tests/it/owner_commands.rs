@@ -46,7 +46,7 @@ async fn start() -> Rig {
         tools,
         message_tool: false,
         prices: BTreeMap::from([("fake-model".to_owned(), price)]),
-        ..Setup::new(BusKind::Memory)
+        ..Setup::new(BusKind::InProcess)
     };
     let h = setup.start().await;
     h.store.set_level(&identity(OWNER), Level::Owner).await.unwrap();

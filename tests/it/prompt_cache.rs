@@ -68,7 +68,7 @@ async fn rig(vendor: Vendor, tweak: impl FnOnce(&mut Setup)) -> Rig {
         cron: Some((CronSettings::default(), clock.clock())),
         subagents: Some((SubagentSettings::default(), clock.clock())),
         anthropic: anthropic.as_ref().map(FakeAnthropic::base_url),
-        ..Setup::new(BusKind::Memory)
+        ..Setup::new(BusKind::InProcess)
     };
     tweak(&mut setup);
     let h = setup.start().await;

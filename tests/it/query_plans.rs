@@ -88,7 +88,7 @@ fn settings() -> WorkerSettings {
 #[tokio::test]
 async fn no_statement_of_a_turn_reads_more_as_the_data_grows() {
     statement_log();
-    let h = Setup { settings: settings(), ..Setup::new(BusKind::Memory) }.start().await;
+    let h = Setup { settings: settings(), ..Setup::new(BusKind::InProcess) }.start().await;
     let mut out = h.bus.outbound("test").await.unwrap();
     RECORDING.store(true, Ordering::Relaxed);
     for n in 0..30 {

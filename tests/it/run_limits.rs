@@ -58,7 +58,7 @@ async fn a_looping_run_ends_at_the_time_limit_with_a_message_and_the_next_one_is
         let setup = Setup {
             settings: settings(channel, Duration::from_millis(1500)),
             llm: Some(llm),
-            ..Setup::new(BusKind::Memory)
+            ..Setup::new(BusKind::InProcess)
         };
         let h = setup.start().await;
         let mut out = h.bus.outbound(channel).await.unwrap();
@@ -120,7 +120,7 @@ async fn a_run_that_panics_is_recorded_and_answered_and_the_chat_goes_on() {
             settings: settings(channel, Duration::from_secs(300)),
             llm: Some(llm),
             tools: vec![Arc::new(Explode) as Arc<dyn Tool>],
-            ..Setup::new(BusKind::Memory)
+            ..Setup::new(BusKind::InProcess)
         };
         let h = setup.start().await;
         let mut out = h.bus.outbound(channel).await.unwrap();

@@ -1,5 +1,5 @@
 //! Chat commands and busy sessions, as a user sees them: the in-process worker with the
-//! memory bus, a real SQLite store and a scripted model.
+//! in-process bus, a real SQLite store and a scripted model.
 
 use std::time::{Duration, Instant};
 

@@ -1,4 +1,4 @@
-//! Sub-agents through the in-process worker, on the memory bus and on NATS JetStream: the
+//! Sub-agents through the in-process worker, on the in-process bus and on NATS JetStream: the
 //! `spawn` tool, the announcement back to the origin session and chat (with the model usage and
 //! its cost), the limits, the `/stop` cascade and the reports of sub-agents lost with their
 //! worker.
@@ -249,7 +249,7 @@ async fn stop_cascade(kind: BusKind) {
 }
 
 async fn memory_rig(settings: SubagentSettings) -> Harness {
-    setup_with(BusKind::Memory, settings, switchboard::clock::system()).start().await
+    setup_with(BusKind::InProcess, settings, switchboard::clock::system()).start().await
 }
 
 #[tokio::test]
@@ -409,7 +409,7 @@ async fn a_timed_out_subagent_is_announced_as_timed_out() {
 async fn racing_reapers_report_a_lost_subagent_exactly_once() {
     let start = chrono::Utc::now();
     let clock = ManualClock::new(start);
-    let rig = setup_with(BusKind::Memory, SubagentSettings::default(), clock.clock()).start().await;
+    let rig = setup_with(BusKind::InProcess, SubagentSettings::default(), clock.clock()).start().await;
     let other = Arc::new(SqliteStore::open(&rig.dir.path().join("s.db")).await.unwrap());
     let mut new = record("dead-1", "telegram:-100123:topic:7", "crashed-worker");
     new.chat = ChatAddress {
@@ -453,7 +453,7 @@ async fn record_life_cycle_and_reannouncement() {
     // Whole milliseconds, as the store keeps them.
     let start = chrono::DateTime::from_timestamp_millis(chrono::Utc::now().timestamp_millis()).unwrap();
     let clock = ManualClock::new(start);
-    let rig = setup_with(BusKind::Memory, SubagentSettings::default(), clock.clock()).start().await;
+    let rig = setup_with(BusKind::InProcess, SubagentSettings::default(), clock.clock()).start().await;
     let store = rig.store.clone();
     let lease = |at: chrono::DateTime<chrono::Utc>| at + chrono::Duration::seconds(60);
     let mut new = record("life-1", "test:life", "w1");
@@ -595,7 +595,7 @@ async fn a_subagent_whose_tool_results_outgrow_the_window_shortens_them_and_fini
         context_window: Some(WINDOW as usize),
         ..switchboard_testkit::fake_llm::Quirks::default()
     };
-    let mut setup = setup(BusKind::Memory);
+    let mut setup = setup(BusKind::InProcess);
     setup.file_tools = true;
     setup.settings.context.context_window = WINDOW;
     setup.llm = Some(FakeLlm::start_with_quirks(quirks).await);

@@ -9,7 +9,7 @@ use futures_util::StreamExt;
 use serde_json::{Value, json};
 use switchboard::store::Database;
 use switchboard::store::sqlite::SqliteStore;
-use switchboard_channels::bus::memory::MemoryBus;
+use switchboard_channels::bus::in_process::InProcessBus;
 use switchboard_channels::control::OwnerLink;
 use switchboard_channels::delivery::DeliveryPolicy;
 use switchboard_channels::pairing::PairingStore;
@@ -40,7 +40,7 @@ impl Rig {
         let fake = FakeTelegram::start().await;
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(SqliteStore::open(&dir.path().join("store.db")).await.unwrap());
-        let bus = Arc::new(MemoryBus::new(capacity));
+        let bus = Arc::new(InProcessBus::new(capacity));
         let inbound = bus.inbound().await.unwrap();
         let mut settings = crate::common::fake_telegram_settings(&fake, dir.path(), ALICE);
         configure(&mut settings);
@@ -208,7 +208,7 @@ async fn a_fetched_batch_keeps_its_order_and_each_mention_its_own_context() {
     fake.push_message(updates::private_text(ALICE, "alice", 6, "and a direct one"));
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(SqliteStore::open(&dir.path().join("store.db")).await.unwrap());
-    let bus = Arc::new(MemoryBus::with_journal(64, store.clone()).await.unwrap());
+    let bus = Arc::new(InProcessBus::with_journal(64, store.clone()).await.unwrap());
     let mut inbound = bus.inbound().await.unwrap();
     let settings = crate::common::fake_telegram_settings(&fake, dir.path(), ALICE);
     let shutdown = CancellationToken::new();
@@ -468,7 +468,7 @@ async fn webhook_mode_checks_the_secret_and_answers_after_the_bus_took_the_updat
 #[tokio::test]
 async fn a_rejected_token_fails_the_start_with_a_clear_error() {
     let fake = FakeTelegram::start().await;
-    let bus = Arc::new(MemoryBus::new(8));
+    let bus = Arc::new(InProcessBus::new(8));
     let settings =
         TelegramSettings { token: "999:WRONG".into(), api_url: Some(fake.api_url()), ..TelegramSettings::default() };
     let err = TelegramChannel::start(

@@ -13,15 +13,15 @@ use switchboard::provider::ChatMessage;
 use switchboard::store::Database;
 use switchboard::store::sqlite::SqliteStore;
 use switchboard::store::{BusWrites, RunClaim, RunOutcome, RunStatus};
-use switchboard_channels::bus::memory::MemoryBus;
+use switchboard_channels::bus::in_process::InProcessBus;
 use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, Sender, Usage};
 use switchboard_channels::{Bus, BusExt, Deliveries, Delivery};
 
 const SESSION: &str = "telegram:-100";
 
-async fn open(path: &Path) -> (Arc<dyn Database>, MemoryBus) {
+async fn open(path: &Path) -> (Arc<dyn Database>, InProcessBus) {
     let store = Arc::new(SqliteStore::open(path).await.unwrap());
-    let bus = MemoryBus::with_journal(16, store.clone()).await.unwrap();
+    let bus = InProcessBus::with_journal(16, store.clone()).await.unwrap();
     (store, bus)
 }
 

@@ -48,7 +48,7 @@ async fn start(policy: AccessPolicy) -> Harness {
         .map(|name| Arc::new(NamedTool(name)) as Arc<dyn Tool>)
         .collect();
     let settings = WorkerSettings { access, ..WorkerSettings::default() };
-    let base = Setup { settings, message_tool: false, tools: dummies, ..Setup::new(BusKind::Memory) }.start().await;
+    let base = Setup { settings, message_tool: false, tools: dummies, ..Setup::new(BusKind::InProcess) }.start().await;
     let out = base.outbound("test").await;
     Harness { base, out, clock }
 }
@@ -352,7 +352,7 @@ async fn the_default_guest_budget_lasts_a_trial_of_fifty_messages() {
     for _ in 0..4 * AT_LEAST {
         llm.push(switchboard_testkit::fake_llm::Scripted::Text(answer.clone()));
     }
-    let h = Setup { settings, llm: Some(llm), agents: vec![agent], ..Setup::new(BusKind::Memory) }.start().await;
+    let h = Setup { settings, llm: Some(llm), agents: vec![agent], ..Setup::new(BusKind::InProcess) }.start().await;
     switchboard::workspace::init::write_workspace(&h.workspace).unwrap();
     let mut out = h.outbound("test").await;
 

@@ -24,7 +24,7 @@ const PNG: &[u8] = &[
 ];
 
 async fn worker(vision: bool, anthropic: Option<&FakeAnthropic>) -> (Harness, Deliveries) {
-    let setup = Setup { vision, anthropic: anthropic.map(FakeAnthropic::base_url), ..Setup::new(BusKind::Memory) };
+    let setup = Setup { vision, anthropic: anthropic.map(FakeAnthropic::base_url), ..Setup::new(BusKind::InProcess) };
     let h = setup.start().await;
     let out = h.bus.outbound("test").await.unwrap();
     (h, out)
@@ -96,7 +96,7 @@ async fn openai_vision_model_gets_the_photo_as_a_data_url_and_later_turns_only_i
 
 #[tokio::test]
 async fn a_streamed_request_carries_the_photo_and_the_streamed_answer_is_delivered() {
-    let setup = Setup { vision: true, stream: true, ..Setup::new(BusKind::Memory) };
+    let setup = Setup { vision: true, stream: true, ..Setup::new(BusKind::InProcess) };
     let h = setup.start().await;
     let mut out = h.bus.outbound("test").await.unwrap();
     let path = save(&h, "1-0-cat.png", PNG);

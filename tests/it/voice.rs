@@ -33,7 +33,7 @@ fn on_the_fake() -> TranscriptionConfig {
 fn setup(transcription: TranscriptionConfig, llm: FakeLlm) -> Setup {
     let queue = QueueSettings { debounce: Duration::ZERO, ..QueueSettings::default() };
     let settings = WorkerSettings { queue, ..WorkerSettings::default() };
-    Setup { settings, llm: Some(llm), transcription, ..Setup::new(BusKind::Memory) }
+    Setup { settings, llm: Some(llm), transcription, ..Setup::new(BusKind::InProcess) }
 }
 
 /// The last user message of a chat request, as the model got it.

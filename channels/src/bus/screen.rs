@@ -75,11 +75,11 @@ pub async fn dead_letter(bus: &dyn Bus, flow: Flow, delivery: Delivery, reason: 
 mod tests {
     use super::*;
     use crate::bus::BusExt;
-    use crate::bus::memory::MemoryBus;
+    use crate::bus::in_process::InProcessBus;
 
     #[tokio::test]
     async fn undeliverable_outbound_is_dead_lettered_and_the_rest_passes() {
-        let bus: Arc<dyn Bus> = Arc::new(MemoryBus::new(16));
+        let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(16));
         let mut replies = deliverable_outbound(Arc::clone(&bus), "telegram").await.unwrap();
         bus.publish_raw(Flow::Out, "telegram", "1", None, "{not json".into()).await.unwrap();
         let message = |v, id: &str| OutboundMessage {

@@ -35,7 +35,8 @@ const FINISHED_KEPT: usize = 1024;
 /// simply sent, without a draft that flickers for a moment and an edit to replace it.
 const FIRST_DRAFT_AFTER: Duration = Duration::from_millis(500);
 
-/// Runs in progress in a platform's chats, shared by the event follower and the reply sender.
+/// Runs in progress in a platform's chats, shared by the event follower and the
+/// `Courier` that delivers replies.
 pub struct LiveRuns<P: Platform> {
     state: Mutex<LiveState<P>>,
     typing_interval: Duration,

@@ -41,8 +41,9 @@ enum Outcome {
     Unknown,
 }
 
-/// The state shared by the delivery tasks of one platform.
-pub struct Sender<P: Platform> {
+/// The courier of one platform: delivers an outbound message step by step and acks or naks
+/// it, remembering what went out (its state is shared by the delivery tasks of all chats).
+pub struct Courier<P: Platform> {
     platform: Arc<P>,
     live: Arc<LiveRuns<P>>,
     shutdown: CancellationToken,
@@ -50,7 +51,7 @@ pub struct Sender<P: Platform> {
     policy: DeliveryPolicy,
 }
 
-impl<P: Platform> Sender<P> {
+impl<P: Platform> Courier<P> {
     pub fn new(platform: Arc<P>, live: Arc<LiveRuns<P>>, shutdown: CancellationToken, policy: DeliveryPolicy) -> Self {
         let ledger = Ledger::new(DELIVERED_KEPT, PROGRESS_KEPT);
         Self { platform, live, shutdown, ledger: Mutex::new(ledger), policy }

@@ -13,7 +13,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::live::LiveRuns;
-use super::outbound::Sender;
+use super::outbound::Courier;
 use super::platform::Platform;
 use super::record::DeliveryPolicy;
 use crate::bus::{Acker, Deliveries, Delivery};
@@ -35,7 +35,7 @@ struct Job {
 }
 
 pub(super) struct ChatQueues<P: Platform> {
-    sender: Arc<Sender<P>>,
+    courier: Arc<Courier<P>>,
     sending: Arc<Semaphore>,
     running: JoinSet<()>,
     /// The chat of each running task, so that its queue moves on even if the task panicked.
@@ -45,9 +45,9 @@ pub(super) struct ChatQueues<P: Platform> {
 }
 
 impl<P: Platform> ChatQueues<P> {
-    pub(super) fn new(sender: Arc<Sender<P>>) -> Self {
+    pub(super) fn new(courier: Arc<Courier<P>>) -> Self {
         Self {
-            sender,
+            courier,
             sending: Arc::new(Semaphore::new(MAX_SENDING)),
             running: JoinSet::new(),
             running_chats: HashMap::new(),
@@ -104,7 +104,7 @@ impl<P: Platform> ChatQueues<P> {
             crate::meters::meters().redelivered(crate::meters::FlowLabel::outbound);
         }
         let (info, acker) = delivery.into_parts();
-        let chat = self.sender.queue_key(&msg);
+        let chat = self.courier.queue_key(&msg);
         let job = Job { msg, acker, attempt: info.attempt };
         self.held += 1;
         match self.chats.get_mut(&chat) {
@@ -129,11 +129,11 @@ impl<P: Platform> ChatQueues<P> {
     }
 
     fn spawn(&mut self, chat: String, job: Job) {
-        let (sender, sending) = (Arc::clone(&self.sender), Arc::clone(&self.sending));
+        let (courier, sending) = (Arc::clone(&self.courier), Arc::clone(&self.sending));
         let task = self.running.spawn(async move {
             // The semaphore is never closed; without a permit the job would just run unlimited.
             let _permit = sending.acquire_owned().await.ok();
-            sender.handle_attempt(job.msg, job.acker, job.attempt).await;
+            courier.handle_attempt(job.msg, job.acker, job.attempt).await;
         });
         self.running_chats.insert(task.id(), chat);
     }
@@ -149,6 +149,6 @@ pub async fn run_outbound<P: Platform>(
     policy: DeliveryPolicy,
     shutdown: CancellationToken,
 ) {
-    let sender = Arc::new(Sender::new(platform, live, shutdown.clone(), policy));
-    ChatQueues::new(sender).run(replies, shutdown).await;
+    let courier = Arc::new(Courier::new(platform, live, shutdown.clone(), policy));
+    ChatQueues::new(courier).run(replies, shutdown).await;
 }

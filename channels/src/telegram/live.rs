@@ -10,7 +10,8 @@ use super::TelegramSettings;
 use super::platform::TelegramPlatform;
 use crate::bus::Events;
 
-/// Runs in progress in Telegram chats, shared by the event follower and the reply sender.
+/// Runs in progress in Telegram chats, shared by the event follower and the
+/// `Courier` that delivers replies.
 pub type LiveRuns = crate::delivery::LiveRuns<TelegramPlatform>;
 
 /// Follows the run events of the channel and keeps typing indicators and drafts up to date,

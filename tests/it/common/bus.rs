@@ -14,7 +14,7 @@ use switchboard_testkit::nats::NatsServer;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BusKind {
     /// The in-process bus.
-    Memory,
+    InProcess,
     /// A NATS JetStream server of the test's own.
     Nats,
 }
@@ -29,7 +29,7 @@ impl TestBus {
     /// The bus as the production assembly connects it, without a journal.
     pub async fn start(kind: BusKind) -> TestBus {
         let server = match kind {
-            BusKind::Memory => None,
+            BusKind::InProcess => None,
             BusKind::Nats => Some(NatsServer::start().await),
         };
         let bus = connect(server.as_ref()).await;
@@ -56,7 +56,7 @@ async fn connect(server: Option<&NatsServer>) -> Arc<dyn Bus> {
     Assembly::new(config).connect_bus(None).await.unwrap()
 }
 
-/// Runs each scenario once per bus, as `memory::<name>` and `nats::<name>`. Either
+/// Runs each scenario once per bus, as `in_process::<name>` and `nats::<name>`. Either
 /// `both_buses!(scenario, ...)`, calling `scenario(kind)`, or
 /// `both_buses! { name => scenario(args); ... }`, calling `scenario(kind, args)`.
 #[macro_export]
@@ -65,12 +65,12 @@ macro_rules! both_buses {
         $crate::both_buses! { $($name => $name();)+ }
     };
     ($($name:ident => $f:ident($($arg:expr),*);)+) => {
-        mod memory {
+        mod in_process {
             #[allow(unused_imports)]
             use super::*;
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() { super::$f($crate::common::BusKind::Memory $(, $arg)*).await }
+                async fn $name() { super::$f($crate::common::BusKind::InProcess $(, $arg)*).await }
             )+
         }
         mod nats {

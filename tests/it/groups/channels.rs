@@ -26,7 +26,7 @@ const ALICE: i64 = 111;
 async fn worker(groups: &[(&str, Level, u64)]) -> Harness {
     let settings = WorkerSettings { access: policy(groups, Default::default()), ..WorkerSettings::default() };
     let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(NamedTool("write_file"))];
-    Setup { settings, message_tool: false, tools, ..Setup::new(BusKind::Memory) }.start().await
+    Setup { settings, message_tool: false, tools, ..Setup::new(BusKind::InProcess) }.start().await
 }
 
 /// The tool names the `i`-th model request offered.

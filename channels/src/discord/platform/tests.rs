@@ -8,7 +8,7 @@ use switchboard_testkit::fake_discord::{Failure, FakeDiscord, LostAnswer};
 use super::*;
 use crate::bus::{Acker, BusError};
 use crate::contract::RunEventBody;
-use crate::delivery::{Ledger, LiveRuns, Sender};
+use crate::delivery::{Courier, Ledger, LiveRuns};
 use crate::discord::directory::ChannelKind;
 
 /// Records what became of a delivery: `ack` or `nak <delay>`.
@@ -44,7 +44,7 @@ async fn an_outage_naks_for_later_and_a_refusal_acks() {
     let platform =
         DiscordPlatform::new(rest, Arc::new(Directory::default()), answers, Arc::new(DiscordSettings::default()));
     let live = Arc::new(LiveRuns::new());
-    let sender = Sender::with_ledger(Arc::new(platform.with_retry(retry)), live, CancellationToken::new(), ledger);
+    let courier = Courier::with_ledger(Arc::new(platform.with_retry(retry)), live, CancellationToken::new(), ledger);
     let outcomes = Arc::new(Mutex::new(Vec::new()));
     let msg = OutboundMessage { content: "hi".into(), ..reply("200", None) };
 
@@ -53,16 +53,16 @@ async fn an_outage_naks_for_later_and_a_refusal_acks() {
     for _ in 0..2 {
         fake.fail_next(CREATE, Failure::ServerError);
     }
-    sender.handle(msg.clone(), Box::new(RecordingAcker(Arc::clone(&outcomes)))).await;
+    courier.handle(msg.clone(), Box::new(RecordingAcker(Arc::clone(&outcomes)))).await;
     assert_eq!(fake.sent_messages().len(), 1);
     // Redelivered after the outage: its nonce makes Discord return the message posted then.
-    sender.handle(msg.clone(), Box::new(RecordingAcker(Arc::clone(&outcomes)))).await;
+    courier.handle(msg.clone(), Box::new(RecordingAcker(Arc::clone(&outcomes)))).await;
     assert_eq!(fake.sent_messages().len(), 1);
     let forbidden =
         Failure::Status { code: 403, body: serde_json::json!({ "message": "Missing Access", "code": 50001 }) };
     fake.fail_next(CREATE, forbidden);
     let other = OutboundMessage { id: "o2".into(), ..msg };
-    sender.handle(other, Box::new(RecordingAcker(Arc::clone(&outcomes)))).await;
+    courier.handle(other, Box::new(RecordingAcker(Arc::clone(&outcomes)))).await;
     assert_eq!(*outcomes.lock().unwrap(), ["nak Some(30s)", "ack", "ack"]);
     assert_eq!(fake.calls_to(CREATE).len(), 5, "three failures, one success, one refusal");
 }

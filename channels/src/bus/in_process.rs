@@ -63,7 +63,7 @@ impl Queue {
         futures_util::stream::unfold((rx, requeue, journal), |(rx, requeue, journal)| async move {
             let item = rx.lock().await.recv().await?;
             let acker =
-                MemoryAcker { item: Some(item.clone_meta()), requeue: requeue.clone(), journal: journal.clone() };
+                InProcessAcker { item: Some(item.clone_meta()), requeue: requeue.clone(), journal: journal.clone() };
             let delivery = Delivery::new(item.subject, item.payload, item.attempt, Box::new(acker));
             Some((Ok(delivery), (rx, requeue, journal)))
         })
@@ -78,13 +78,13 @@ impl Item {
 }
 
 /// Puts its delivery back in the queue unless it was acked.
-struct MemoryAcker {
+struct InProcessAcker {
     item: Option<Item>,
     requeue: mpsc::WeakSender<Item>,
     journal: Option<Arc<dyn Journal>>,
 }
 
-impl MemoryAcker {
+impl InProcessAcker {
     fn requeue_after(&mut self, delay: Option<Duration>) {
         let Some(mut item) = self.item.take() else { return };
         item.attempt += 1;
@@ -105,7 +105,7 @@ impl MemoryAcker {
 }
 
 #[async_trait]
-impl Acker for MemoryAcker {
+impl Acker for InProcessAcker {
     async fn ack(&mut self) -> Result<(), BusError> {
         let Some(item) = self.item.take() else { return Ok(()) };
         if let (Some(journal), Some(seq)) = (&self.journal, item.seq) {
@@ -133,7 +133,7 @@ impl Acker for MemoryAcker {
     }
 }
 
-impl Drop for MemoryAcker {
+impl Drop for InProcessAcker {
     fn drop(&mut self) {
         if self.item.is_some() && tokio::runtime::Handle::try_current().is_ok() {
             self.requeue_after(None);
@@ -142,7 +142,7 @@ impl Drop for MemoryAcker {
 }
 
 /// The in-process bus. Cheap to share behind an `Arc`.
-pub struct MemoryBus {
+pub struct InProcessBus {
     subjects: Subjects,
     capacity: usize,
     inbound: Queue,
@@ -153,7 +153,7 @@ pub struct MemoryBus {
     journal: Option<Arc<dyn Journal>>,
 }
 
-impl MemoryBus {
+impl InProcessBus {
     /// A bus whose queues hold at most `capacity` messages each.
     pub fn new(capacity: usize) -> Self {
         let subjects = Subjects::new(DEFAULT_PREFIX).unwrap_or_else(|_| unreachable!("the default prefix is valid"));
@@ -304,7 +304,7 @@ fn flow_key(flow: Flow) -> &'static str {
 }
 
 #[async_trait]
-impl Bus for MemoryBus {
+impl Bus for InProcessBus {
     async fn publish_raw(
         &self,
         flow: Flow,
