@@ -180,6 +180,20 @@ impl super::shared::Backend for PostgresStore {
     }
 }
 
+// The pieces of the shared SQL that differ per backend (see `shared`).
+
+impl super::shared::RowsAffected for sqlx::postgres::PgQueryResult {
+    fn rows_affected(&self) -> u64 {
+        sqlx::postgres::PgQueryResult::rows_affected(self)
+    }
+}
+
+impl super::shared::WriteTransactions for PostgresStore {
+    async fn begin_write(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
+        PostgresStore::begin_write(self).await
+    }
+}
+
 #[async_trait]
 impl super::Database for PostgresStore {
     fn location(&self) -> String {

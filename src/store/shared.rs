@@ -30,3 +30,19 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// The pool writes go through (on SQLite one connection, so writes never wait on a lock).
     fn write_pool(&self) -> &sqlx::Pool<Self::Db>;
 }
+
+// What the shared SQL of cron, users, pairing, sub-agents, approvals, heartbeats and the memory
+// index needs beyond `Backend`, each written per backend (`sqlite.rs`, `postgres.rs`).
+
+/// The rows a statement changed. sqlx reports it per database, with no trait over them.
+pub(crate) trait RowsAffected {
+    fn rows_affected(&self) -> u64;
+}
+
+/// A store's check-then-act write transaction: serialised with every other one of the
+/// deployment (SQLite's write lock taken up front, PostgreSQL's advisory lock).
+pub(crate) trait WriteTransactions: Backend {
+    fn begin_write(
+        &self,
+    ) -> impl Future<Output = Result<sqlx::Transaction<'static, Self::Db>, super::StoreError>> + Send;
+}
