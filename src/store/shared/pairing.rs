@@ -113,7 +113,7 @@ macro_rules! pairing_store {
                     let sender = Sender { channel, id: &sender_id, name: &sender_name };
                     approve(&mut tx, &sender, now).await?;
                     record_decision(&mut tx, channel, &code, "approved", decided_by).await?;
-                    let user = crate::store::shared::users::$module::raise_level(&mut tx, &Identity::new(channel, &sender_id), &sender_name, level).await?;
+                    let user = <$db as crate::store::shared::users::UserRows>::raise_level(&mut tx, &Identity::new(channel, &sender_id), &sender_name, level).await?;
                     tx.commit().await?;
                     Ok(ApprovedPairing { channel: channel.to_owned(), sender_id, sender_name, level: user.level })
                 }
@@ -146,7 +146,7 @@ macro_rules! pairing_store {
                 ) -> Result<SenderApproval, StoreError> {
                     let mut tx = self.begin_write().await?;
                     let added = approve(&mut tx, &Sender { channel, id: sender_id, name: sender_name }, now_millis()).await?;
-                    let user = crate::store::shared::users::$module::raise_level(&mut tx, &Identity::new(channel, sender_id), sender_name, level).await?;
+                    let user = <$db as crate::store::shared::users::UserRows>::raise_level(&mut tx, &Identity::new(channel, sender_id), sender_name, level).await?;
                     tx.commit().await?;
                     Ok(SenderApproval { added, level: user.level })
                 }
