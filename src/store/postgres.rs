@@ -10,7 +10,7 @@
 
 mod journal;
 pub(super) mod lock;
-mod memory;
+mod memory_index;
 mod migrate;
 
 use std::sync::Arc;

@@ -12,7 +12,7 @@ mod cron;
 mod deliveries;
 mod heartbeat;
 mod lenient;
-pub(super) mod memory;
+pub(super) mod memory_index;
 mod pairing;
 pub(super) mod runs;
 mod subagents;
@@ -45,4 +45,44 @@ pub(crate) trait WriteTransactions: Backend {
     fn begin_write(
         &self,
     ) -> impl Future<Output = Result<sqlx::Transaction<'static, Self::Db>, super::StoreError>> + Send;
+}
+
+/// What each store's search engine decides in the memory index (`memory_index`): FTS5 on
+/// SQLite, a generated `tsvector` on PostgreSQL.
+pub(crate) trait SearchEngine: Backend {
+    /// The ranked hits of a query with terms, somewhere to look and a limit.
+    fn search(
+        &self,
+        query: &super::memory_index::MemoryQuery<'_>,
+    ) -> impl Future<Output = Result<Vec<super::memory_index::MemoryHit>, super::StoreError>> + Send;
+
+    /// The files' chunks in the order of `query.paths`, `query.limit` at most.
+    fn file_chunks(
+        &self,
+        query: &super::memory_index::ChunkQuery<'_>,
+    ) -> impl Future<Output = Result<Vec<memory_index::ChunkRow>, super::StoreError>> + Send;
+
+    /// The kept vectors of `model` for `hashes` (some), as stored: text hash and bytes.
+    fn cached_vectors(
+        &self,
+        model: &str,
+        hashes: &[String],
+    ) -> impl Future<Output = Result<Vec<(String, Vec<u8>)>, super::StoreError>> + Send;
+
+    /// Adds one chunk, and its words to the index.
+    fn add_chunk(
+        tx: &mut sqlx::Transaction<'static, Self::Db>,
+        root: &str,
+        path: &str,
+        lines: (i64, i64),
+        text: &str,
+        scope: Option<&str>,
+    ) -> impl Future<Output = Result<(), super::StoreError>> + Send;
+
+    /// Removes a file's chunks, and their words from the index.
+    fn remove_file_chunks(
+        tx: &mut sqlx::Transaction<'static, Self::Db>,
+        root: &str,
+        path: &str,
+    ) -> impl Future<Output = Result<(), super::StoreError>> + Send;
 }
