@@ -491,23 +491,3 @@ fn run_cost(used: Usage, cost_usd: Option<f64>) -> MonthCost {
         None => MonthCost { usd: 0.0, unpriced_tokens: used.input_tokens.saturating_add(used.output_tokens) },
     }
 }
-
-/// [`UserRows::record_usage`] by store, as the run finish's macro (`runs.rs`) calls it until
-/// that is generic too.
-macro_rules! record_usage_for {
-    ($module:ident, $db:ty) => {
-        pub(in crate::store) mod $module {
-            pub(in crate::store) async fn record_usage(
-                tx: &mut sqlx::Transaction<'_, $db>,
-                billing: &super::Billing,
-                used: super::Usage,
-                cost_usd: Option<f64>,
-            ) -> Result<(), super::StoreError> {
-                <$db as super::UserRows>::record_usage(tx, billing, used, cost_usd).await
-            }
-        }
-    };
-}
-
-record_usage_for!(sqlite, sqlx::Sqlite);
-record_usage_for!(postgres, sqlx::Postgres);
