@@ -13,8 +13,8 @@ use super::{SearchEngine, WriteTransactions};
 use crate::provider::ChatMessage;
 use crate::store::StoreError;
 use crate::store::memory_index::{
-    CONVERSATION_PREFIX, ChunkQuery, IndexedChunk, MemoryChunk, MemoryHit, MemoryIndex, MemoryQuery,
-    conversation_chunks, conversation_text, vector_from_bytes, vector_to_bytes,
+    CONVERSATION_PREFIX, ChunkQuery, ConversationMessage, IndexedChunk, MemoryChunk, MemoryHit, MemoryIndex,
+    MemoryQuery, conversation_chunks, conversation_text, vector_from_bytes, vector_to_bytes,
 };
 use crate::store::values::{from_millis, now_millis, sql_limit};
 
@@ -125,7 +125,7 @@ where
         session_key: &str,
         from_id: i64,
         limit: usize,
-    ) -> Result<Vec<(i64, String)>, StoreError> {
+    ) -> Result<Vec<ConversationMessage>, StoreError> {
         let rows: Vec<(i64, String, i64)> = sqlx::query_as(
             "SELECT id, message_json, created_at FROM transcript \
              WHERE session_key = $1 AND memory_scope = $2 AND id >= $3 ORDER BY id LIMIT $4",
@@ -140,7 +140,7 @@ where
         for (id, json, created_at) in rows {
             let at = from_millis(created_at)?;
             if let Some(text) = conversation_text(&decode_message(id, &json)?, at) {
-                messages.push((id, text));
+                messages.push(ConversationMessage { id, text });
             }
         }
         Ok(messages)
