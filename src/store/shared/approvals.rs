@@ -2,6 +2,8 @@
 //! 'pending'`, so two approvers pressing at once (or an approver and the timeout) cannot both
 //! win: the second finds it closed.
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 
@@ -11,7 +13,7 @@ use crate::store::approvals::{
     Approval, ApprovalStatus, ApprovalStore, DecideProblem, NewApproval, Verdict, verdict_scope,
 };
 use crate::store::pairing::generate_code;
-use crate::store::values::{from_millis, now_millis, sql_limit};
+use crate::store::values::{duration_millis, from_millis, now_millis, sql_limit};
 
 /// Fresh codes tried when one is taken.
 const CODE_ATTEMPTS: usize = 5;
@@ -67,7 +69,7 @@ where
     for<'r> Row: FromRow<'r, <B::Db as Database>::Row>,
     for<'r> (i64,): FromRow<'r, <B::Db as Database>::Row>,
 {
-    async fn request_approval(&self, request: &NewApproval, timeout_ms: i64) -> Result<Approval, StoreError> {
+    async fn request_approval(&self, request: &NewApproval, timeout: Duration) -> Result<Approval, StoreError> {
         let now = now_millis();
         for _ in 0..CODE_ATTEMPTS {
             let code = generate_code().map_err(|e| StoreError::Corrupt(e.to_string()))?;
@@ -85,7 +87,7 @@ where
             .bind(&request.arguments)
             .bind(&request.requested_by)
             .bind(now)
-            .bind(now.saturating_add(timeout_ms))
+            .bind(now.saturating_add(duration_millis(timeout)))
             .execute(self.write_pool())
             .await?
             .rows_affected();

@@ -5,12 +5,15 @@
 //! the condition after a concurrent update), so of two schedulers, even on two hosts, only
 //! one sees a changed row.
 
+use std::collections::BTreeMap;
+
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 use switchboard_channels::contract::ChatAddress;
 
 use super::{Backend, RowsAffected};
+use crate::config::Identity;
 use crate::store::StoreError;
 use crate::store::heartbeat::{HeartbeatState, HeartbeatStore, OwnerChat, SlotClaim};
 
@@ -54,7 +57,7 @@ where
         })
     }
 
-    async fn heartbeat_states(&self) -> Result<Vec<(String, HeartbeatState)>, StoreError> {
+    async fn heartbeat_states(&self) -> Result<BTreeMap<String, HeartbeatState>, StoreError> {
         let rows: Vec<(String, i64, Option<i64>, Option<String>)> =
             sqlx::query_as("SELECT agent, next_at, last_at, last_outcome FROM heartbeats ORDER BY agent")
                 .fetch_all(self.pool())
@@ -105,10 +108,11 @@ where
     async fn record_owner_chat(
         &self,
         agent: &str,
-        identity: &str,
+        identity: &Identity,
         chat: &ChatAddress,
         at: DateTime<Utc>,
     ) -> Result<(), StoreError> {
+        let identity = identity.to_string();
         let chat_json = serde_json::to_string(chat).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         sqlx::query(
             "INSERT INTO owner_chats (agent, identity, chat_json, written_at) VALUES ($1, $2, $3, $4) \
@@ -116,7 +120,7 @@ where
              written_at = excluded.written_at WHERE excluded.written_at >= owner_chats.written_at",
         )
         .bind(agent)
-        .bind(identity)
+        .bind(identity.as_str())
         .bind(chat_json.as_str())
         .bind(millis(at))
         .execute(self.pool())

@@ -21,7 +21,7 @@ use crate::store::pairing::{
 };
 use crate::store::postgres::PostgresStore;
 use crate::store::sqlite::SqliteStore;
-use crate::store::values::{from_millis, now_millis};
+use crate::store::values::{duration_millis, from_millis, now_millis};
 
 /// How long requests are kept after they expire: approving such a code says "expired"
 /// rather than "unknown". Used codes expire too, so they go the same way.
@@ -130,7 +130,7 @@ where
         // The sender has no valid code, so every valid one is another sender's.
         None if B::Db::pending_count(&mut tx, sender.channel, now).await? >= max_pending => None,
         None => {
-            let expires_at = now.saturating_add(millis(ttl.min(MAX_TTL)));
+            let expires_at = now.saturating_add(duration_millis(ttl.min(MAX_TTL)));
             let code = B::Db::insert_code(&mut tx, sender, now, expires_at).await?;
             Some(PairingRequest { code, expires_at: from_millis(expires_at)?, new: true })
         }
@@ -354,7 +354,7 @@ where
 
     async fn prune(conn: &mut DB::Connection, now: i64) -> Result<(), StoreError> {
         sqlx::query("DELETE FROM pairing_requests WHERE expires_at < $1")
-            .bind(now.saturating_sub(millis(KEEP_EXPIRED)))
+            .bind(now.saturating_sub(duration_millis(KEEP_EXPIRED)))
             .execute(&mut *conn)
             .await?;
         Ok(())
@@ -472,8 +472,4 @@ where
         });
         pending.chain(approved).collect()
     }
-}
-
-fn millis(duration: Duration) -> i64 {
-    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
