@@ -5,6 +5,9 @@
 //! sqlx's types differ per database, and Rust does not carry a trait's `where` clauses to its
 //! users, so each implementation states the sqlx bounds its queries need (which values it binds
 //! and decodes) in its own `where` clause; the compiler checks them against both databases.
+//! Statements that run inside a transaction are associated functions of a trait over the
+//! database (`users::UserRows`, `cron::CronRows`, `pairing::PairingRows`), implemented once with
+//! their bounds, so a caller names one bound (`B::Db: UserRows`) instead of repeating them.
 
 mod api;
 mod approvals;
