@@ -1,8 +1,6 @@
 //! Cron jobs and heartbeats in the console: listed with their next runs in the owner's time
 //! zone, added, paused, resumed, deleted and run now.
 
-use std::collections::HashMap;
-
 use switchboard_channels::api::console::desk::{ConsoleError, CronAction};
 use switchboard_channels::api::console::views::{CronJobItem, Decided, HeartbeatItem, NewCronJob, ScheduleView};
 
@@ -14,7 +12,7 @@ use crate::store::cron::{AddOutcome, CronJob, Payload};
 
 pub(super) async fn schedule(console: &Console) -> Result<ScheduleView, ConsoleError> {
     let jobs = console.store.cron_jobs(None).await.map_err(failed)?;
-    let states: HashMap<String, _> = console.store.heartbeat_states().await.map_err(failed)?.into_iter().collect();
+    let states = console.store.heartbeat_states().await.map_err(failed)?;
     let agents = console.config.agent_names();
     let heartbeats = agents
         .iter()

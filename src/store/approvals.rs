@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -121,8 +122,8 @@ impl fmt::Display for DecideProblem {
 /// The approvals of the store.
 #[async_trait]
 pub trait ApprovalStore: Send + Sync {
-    /// Records a pending approval that expires after `timeout_ms`; returns it with its code.
-    async fn request_approval(&self, request: &NewApproval, timeout_ms: i64) -> Result<Approval, StoreError>;
+    /// Records a pending approval that expires after `timeout`; returns it with its code.
+    async fn request_approval(&self, request: &NewApproval, timeout: Duration) -> Result<Approval, StoreError>;
 
     async fn approval(&self, code: &str) -> Result<Option<Approval>, StoreError>;
 

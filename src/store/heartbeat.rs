@@ -1,11 +1,14 @@
 //! What heartbeats keep in the store: each agent's next slot and last outcome, and the
 //! owners' most recent direct chats. Times are passed in from the injected clock.
 
+use std::collections::BTreeMap;
+
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use switchboard_channels::contract::ChatAddress;
 
 use super::StoreError;
+use crate::config::Identity;
 
 /// An agent's heartbeat row.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,7 +47,7 @@ pub trait HeartbeatStore: Send + Sync {
     async fn heartbeat_state(&self, agent: &str, first_at: DateTime<Utc>) -> Result<HeartbeatState, StoreError>;
 
     /// Every agent's row, by agent name; read only (no row is created).
-    async fn heartbeat_states(&self) -> Result<Vec<(String, HeartbeatState)>, StoreError>;
+    async fn heartbeat_states(&self) -> Result<BTreeMap<String, HeartbeatState>, StoreError>;
 
     /// Compare-and-set: moves the agent's `next_at` from `claim.slot` to `claim.next` and
     /// records the outcome. `false` (nothing written) when `next_at` is no longer
@@ -66,7 +69,7 @@ pub trait HeartbeatStore: Send + Sync {
     async fn record_owner_chat(
         &self,
         agent: &str,
-        identity: &str,
+        identity: &Identity,
         chat: &ChatAddress,
         at: DateTime<Utc>,
     ) -> Result<(), StoreError>;

@@ -63,6 +63,15 @@ pub struct ChunkQuery<'a> {
     pub limit: usize,
 }
 
+/// A message of a conversation as [`MemoryIndex::conversation_messages`] reads it back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConversationMessage {
+    /// Its transcript id (a conversation hit's line).
+    pub id: i64,
+    /// As [`conversation_text`] shows it.
+    pub text: String,
+}
+
 /// A chunk of the index as it is, with its text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexedChunk {
@@ -124,7 +133,7 @@ pub trait MemoryIndex: Send + Sync {
         session_key: &str,
         from_id: i64,
         limit: usize,
-    ) -> Result<Vec<(i64, String)>, StoreError>;
+    ) -> Result<Vec<ConversationMessage>, StoreError>;
 
     /// The indexed chunks `query` covers, at most `query.limit`: the files' chunks first, then
     /// the scope's conversation chunks, newest first.

@@ -10,7 +10,7 @@
 
 mod journal;
 pub(super) mod lock;
-mod memory;
+mod memory_index;
 mod migrate;
 
 use std::sync::Arc;
@@ -177,6 +177,20 @@ impl super::shared::Backend for PostgresStore {
 
     fn write_pool(&self) -> &sqlx::Pool<sqlx::Postgres> {
         PostgresStore::write_pool(self)
+    }
+}
+
+// The pieces of the shared SQL that differ per backend (see `shared`).
+
+impl super::shared::RowsAffected for sqlx::postgres::PgQueryResult {
+    fn rows_affected(&self) -> u64 {
+        sqlx::postgres::PgQueryResult::rows_affected(self)
+    }
+}
+
+impl super::shared::WriteTransactions for PostgresStore {
+    async fn begin_write(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
+        PostgresStore::begin_write(self).await
     }
 }
 

@@ -5,6 +5,9 @@
 //! sqlx's types differ per database, and Rust does not carry a trait's `where` clauses to its
 //! users, so each implementation states the sqlx bounds its queries need (which values it binds
 //! and decodes) in its own `where` clause; the compiler checks them against both databases.
+//! Statements that run inside a transaction are associated functions of a trait over the
+//! database (`users::UserRows`, `cron::CronRows`, `pairing::PairingRows`), implemented once with
+//! their bounds, so a caller names one bound (`B::Db: UserRows`) instead of repeating them.
 
 mod api;
 mod approvals;
@@ -12,7 +15,7 @@ mod cron;
 mod deliveries;
 mod heartbeat;
 mod lenient;
-pub(super) mod memory;
+pub(super) mod memory_index;
 mod pairing;
 pub(super) mod runs;
 mod subagents;
@@ -29,4 +32,60 @@ pub(crate) trait Backend: Send + Sync + 'static {
 
     /// The pool writes go through (on SQLite one connection, so writes never wait on a lock).
     fn write_pool(&self) -> &sqlx::Pool<Self::Db>;
+}
+
+// What the shared SQL of cron, users, pairing, sub-agents, approvals, heartbeats and the memory
+// index needs beyond `Backend`, each written per backend (`sqlite.rs`, `postgres.rs`).
+
+/// The rows a statement changed. sqlx reports it per database, with no trait over them.
+pub(crate) trait RowsAffected {
+    fn rows_affected(&self) -> u64;
+}
+
+/// A store's check-then-act write transaction: serialised with every other one of the
+/// deployment (SQLite's write lock taken up front, PostgreSQL's advisory lock).
+pub(crate) trait WriteTransactions: Backend {
+    fn begin_write(
+        &self,
+    ) -> impl Future<Output = Result<sqlx::Transaction<'static, Self::Db>, super::StoreError>> + Send;
+}
+
+/// What each store's search engine decides in the memory index (`memory_index`): FTS5 on
+/// SQLite, a generated `tsvector` on PostgreSQL.
+pub(crate) trait SearchEngine: Backend {
+    /// The ranked hits of a query with terms, somewhere to look and a limit.
+    fn search(
+        &self,
+        query: &super::memory_index::MemoryQuery<'_>,
+    ) -> impl Future<Output = Result<Vec<super::memory_index::MemoryHit>, super::StoreError>> + Send;
+
+    /// The files' chunks in the order of `query.paths`, `query.limit` at most.
+    fn file_chunks(
+        &self,
+        query: &super::memory_index::ChunkQuery<'_>,
+    ) -> impl Future<Output = Result<Vec<memory_index::ChunkRow>, super::StoreError>> + Send;
+
+    /// The kept vectors of `model` for `hashes` (some), as stored: text hash and bytes.
+    fn cached_vectors(
+        &self,
+        model: &str,
+        hashes: &[String],
+    ) -> impl Future<Output = Result<Vec<(String, Vec<u8>)>, super::StoreError>> + Send;
+
+    /// Adds one chunk, and its words to the index.
+    fn add_chunk(
+        tx: &mut sqlx::Transaction<'static, Self::Db>,
+        root: &str,
+        path: &str,
+        lines: (i64, i64),
+        text: &str,
+        scope: Option<&str>,
+    ) -> impl Future<Output = Result<(), super::StoreError>> + Send;
+
+    /// Removes a file's chunks, and their words from the index.
+    fn remove_file_chunks(
+        tx: &mut sqlx::Transaction<'static, Self::Db>,
+        root: &str,
+        path: &str,
+    ) -> impl Future<Output = Result<(), super::StoreError>> + Send;
 }

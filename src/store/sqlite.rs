@@ -208,6 +208,20 @@ impl super::shared::Backend for SqliteStore {
     }
 }
 
+// The pieces of the shared SQL that differ per backend (see `shared`).
+
+impl super::shared::RowsAffected for sqlx::sqlite::SqliteQueryResult {
+    fn rows_affected(&self) -> u64 {
+        sqlx::sqlite::SqliteQueryResult::rows_affected(self)
+    }
+}
+
+impl super::shared::WriteTransactions for SqliteStore {
+    async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
+        SqliteStore::begin_write(self).await
+    }
+}
+
 #[async_trait]
 impl super::Database for SqliteStore {
     fn location(&self) -> String {

@@ -48,6 +48,11 @@ pub(super) fn from_millis(millis: i64) -> Result<DateTime<Utc>, StoreError> {
     DateTime::from_timestamp_millis(millis).ok_or_else(|| StoreError::Corrupt(format!("time {millis} is out of range")))
 }
 
+/// A duration as stored (milliseconds), saturating.
+pub(super) fn duration_millis(duration: std::time::Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
 /// Database integers are signed; a `usize` limit beyond `i64::MAX` means "no limit" anyway.
 pub(super) fn sql_limit(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)

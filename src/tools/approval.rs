@@ -93,8 +93,7 @@ impl ApprovalGate {
             arguments: shown_arguments(arguments),
             requested_by: ctx.on_behalf_of.clone().unwrap_or_default(),
         };
-        let timeout_ms = i64::try_from(self.settings.timeout.as_millis()).unwrap_or(i64::MAX);
-        let approval = match self.store.request_approval(&request, timeout_ms).await {
+        let approval = match self.store.request_approval(&request, self.settings.timeout).await {
             Ok(approval) => approval,
             Err(err) => return Gate::Declined(format!("the approval of {tool} could not be asked for: {err}")),
         };

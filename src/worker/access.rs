@@ -67,7 +67,7 @@ pub(super) async fn admit(shared: &Shared, agent: &Agent, msg: &InboundMessage) 
     let now = policy.now();
     // Where `target = "owner"` heartbeats go: an owner's direct chats, never a group.
     if msg.kind == InboundKind::User && level == Level::Owner && !msg.is_group {
-        shared.store.record_owner_chat(&agent.settings().name, &identity.to_string(), &msg.chat(), now).await?;
+        shared.store.record_owner_chat(&agent.settings().name, &identity, &msg.chat(), now).await?;
     }
     let month = month_key(now);
     tracing::debug!(user = %user.id, %level, %month, group = group.as_ref().map(|g| g.key.as_str()), "sender resolved");

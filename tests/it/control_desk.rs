@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use switchboard::config::Config;
+use switchboard::config::{Config, Identity};
 use switchboard::control::{Control, Desk};
 use switchboard::schedule::Schedule;
 use switchboard::store::Database;
@@ -98,7 +98,7 @@ on_both_stores! {
             arguments: "{}".into(),
             requested_by: "telegram:222".into(),
         };
-        let code = store.request_approval(&request, 60_000).await.unwrap().code;
+        let code = store.request_approval(&request, Duration::from_secs(60)).await.unwrap().code;
 
         // Approvers are named: the owner is not one.
         let by_owner = desk.press(&press("1", "Ann", &format!("ta:{code}"))).await;
@@ -128,10 +128,10 @@ on_both_stores! {
         // No owner named on Telegram: the owners who wrote to the bot there, each once.
         let now = switchboard::clock::now();
         let dm = |chat: &str| ChatAddress { channel: "telegram".into(), chat_id: chat.into(), thread_id: None, is_group: false };
-        store.record_owner_chat("main", "telegram:7", &dm("70"), now).await.unwrap();
-        store.record_owner_chat("main", "telegram:8", &dm("80"), now).await.unwrap();
+        store.record_owner_chat("main", &Identity::new("telegram", "7"), &dm("70"), now).await.unwrap();
+        store.record_owner_chat("main", &Identity::new("telegram", "8"), &dm("80"), now).await.unwrap();
         let discord = ChatAddress { channel: "discord".into(), ..dm("90") };
-        store.record_owner_chat("main", "discord:3", &discord, now).await.unwrap();
+        store.record_owner_chat("main", &Identity::new("discord", "3"), &discord, now).await.unwrap();
         desk(&store, &bus, &["discord:3"], &[]).pairing_requested(&notice()).await;
         let mut chats = Vec::new();
         while let Some(told) = next_out(&mut out).await {

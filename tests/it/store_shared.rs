@@ -187,7 +187,7 @@ on_both_stores! {
         let from = i64::try_from(hits[0].start_line).unwrap() - 1;
         let messages = store.conversation_messages("main/owner", "telegram:42", from, 10).await.unwrap();
         assert_eq!(messages.len(), 2, "{messages:?}");
-        assert!(messages[0].1.contains("Where did I park?") && messages[1].1.contains("level three"));
+        assert!(messages[0].text.contains("Where did I park?") && messages[1].text.contains("level three"));
     }
 
     /// The in-process bus's journal keeps what was accepted in order, refuses a second copy

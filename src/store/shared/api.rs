@@ -183,7 +183,7 @@ macro_rules! api_store {
                     .await?;
                 let mut tx = self.begin_write().await?;
                 for root in &roots {
-                    Self::remove_file_chunks(&mut tx, root, &path).await?;
+                    <Self as crate::store::shared::SearchEngine>::remove_file_chunks(&mut tx, root, &path).await?;
                 }
                 for sql in [
                     "DELETE FROM transcript WHERE session_key = $1",

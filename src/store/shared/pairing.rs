@@ -8,16 +8,20 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::Transaction;
+use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 use switchboard_channels::pairing::{PairingError, PairingRequest, PairingStore};
 
+use super::users::UserRows;
+use super::{Backend, RowsAffected, WriteTransactions};
 use crate::config::{Identity, Level};
 use crate::store::StoreError;
 use crate::store::pairing::{
     ApprovedPairing, CodeProblem, DeniedPairing, PairingAdmin, PairingEntry, PairingState, RandomSourceError,
     SenderApproval, generate_code, normalize_code,
 };
-use crate::store::values::{from_millis, now_millis};
+use crate::store::postgres::PostgresStore;
+use crate::store::sqlite::SqliteStore;
+use crate::store::values::{duration_millis, from_millis, now_millis};
 
 /// How long requests are kept after they expire: approving such a code says "expired"
 /// rather than "unknown". Used codes expire too, so they go the same way.
@@ -29,322 +33,443 @@ const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 /// Fresh codes tried when one is taken; with 2^40 codes one retry is already unlikely.
 const CODE_ATTEMPTS: usize = 5;
 
-/// The same queries serve both stores; only sqlx's types differ, hence a macro, expanded in a
-/// module per store.
-macro_rules! pairing_store {
-    ($module:ident, $store:ty, $db:ty) => {
-        pub(super) mod $module {
-            #[allow(clippy::wildcard_imports)]
-            use super::*;
+// `PairingStore` is the channels crate's trait, so it cannot be implemented for every `Backend`
+// at once (a foreign trait needs a local type): each store's implementation hands over.
 
-            #[async_trait]
-            impl PairingStore for $store {
-                async fn is_approved(&self, channel: &str, sender_id: &str) -> Result<bool, PairingError> {
-                    sqlx::query_scalar(
-                        "SELECT EXISTS (SELECT 1 FROM pairing_approvals WHERE channel = $1 AND sender_id = $2)",
-                    )
-                    .bind(channel)
-                    .bind(sender_id)
-                    .fetch_one(self.pool())
-                    .await
-                    .map_err(|e| PairingError::Store(StoreError::from(e).to_string()))
-                }
+#[async_trait]
+impl PairingStore for SqliteStore {
+    async fn is_approved(&self, channel: &str, sender_id: &str) -> Result<bool, PairingError> {
+        is_approved(self, channel, sender_id).await
+    }
 
-                async fn request(
-                    &self,
-                    channel: &str,
-                    sender_id: &str,
-                    sender_name: &str,
-                    ttl: Duration,
-                    max_pending: usize,
-                ) -> Result<Option<PairingRequest>, PairingError> {
-                    let sender = Sender { channel, id: sender_id, name: sender_name };
-                    self.request_code(&sender, ttl, max_pending).await.map_err(|e| PairingError::Store(e.to_string()))
-                }
-            }
-
-            /// Who asks for a code.
-            struct Sender<'a> {
-                channel: &'a str,
-                id: &'a str,
-                name: &'a str,
-            }
-
-            impl $store {
-                async fn request_code(
-                    &self,
-                    sender: &Sender<'_>,
-                    ttl: Duration,
-                    max_pending: usize,
-                ) -> Result<Option<PairingRequest>, StoreError> {
-                    let mut tx = self.begin_write().await?;
-                    let now = now_millis();
-                    prune(&mut tx, now).await?;
-                    let request = match valid_code(&mut tx, sender, now).await? {
-                        Some((code, expires_at)) => Some(PairingRequest { code, expires_at: from_millis(expires_at)?, new: false }),
-                        // Denied: not asked again until the denial is pruned.
-                        None if denied_recently(&mut tx, sender).await? => None,
-                        // The sender has no valid code, so every valid one is another sender's.
-                        None if pending_count(&mut tx, sender.channel, now).await? >= max_pending => None,
-                        None => {
-                            let expires_at = now.saturating_add(millis(ttl.min(MAX_TTL)));
-                            let code = insert_code(&mut tx, sender, now, expires_at).await?;
-                            Some(PairingRequest { code, expires_at: from_millis(expires_at)?, new: true })
-                        }
-                    };
-                    tx.commit().await?;
-                    Ok(request)
-                }
-            }
-
-            #[async_trait]
-            impl PairingAdmin for $store {
-                async fn approve_pairing(
-                    &self,
-                    channel: &str,
-                    code: &str,
-                    level: Level,
-                    decided_by: &str,
-                ) -> Result<ApprovedPairing, StoreError> {
-                    let code = normalize_code(code);
-                    let mut tx = self.begin_write().await?;
-                    let now = now_millis();
-                    let (sender_id, sender_name) = open_request(&mut tx, channel, &code, now).await?;
-                    let sender = Sender { channel, id: &sender_id, name: &sender_name };
-                    approve(&mut tx, &sender, now).await?;
-                    record_decision(&mut tx, channel, &code, "approved", decided_by).await?;
-                    let user = crate::store::shared::users::$module::raise_level(&mut tx, &Identity::new(channel, &sender_id), &sender_name, level).await?;
-                    tx.commit().await?;
-                    Ok(ApprovedPairing { channel: channel.to_owned(), sender_id, sender_name, level: user.level })
-                }
-
-                async fn deny_pairing(&self, channel: &str, code: &str, decided_by: &str) -> Result<DeniedPairing, StoreError> {
-                    let code = normalize_code(code);
-                    let mut tx = self.begin_write().await?;
-                    let now = now_millis();
-                    let (sender_id, sender_name) = open_request(&mut tx, channel, &code, now).await?;
-                    sqlx::query(
-                        "UPDATE pairing_requests SET used_at = $3 \
-                         WHERE channel = $1 AND sender_id = $2 AND used_at IS NULL AND expires_at > $3",
-                    )
-                    .bind(channel)
-                    .bind(&sender_id)
-                    .bind(now)
-                    .execute(&mut *tx)
-                    .await?;
-                    record_decision(&mut tx, channel, &code, "denied", decided_by).await?;
-                    tx.commit().await?;
-                    Ok(DeniedPairing { channel: channel.to_owned(), sender_id, sender_name })
-                }
-
-                async fn approve_sender(
-                    &self,
-                    channel: &str,
-                    sender_id: &str,
-                    sender_name: &str,
-                    level: Level,
-                ) -> Result<SenderApproval, StoreError> {
-                    let mut tx = self.begin_write().await?;
-                    let added = approve(&mut tx, &Sender { channel, id: sender_id, name: sender_name }, now_millis()).await?;
-                    let user = crate::store::shared::users::$module::raise_level(&mut tx, &Identity::new(channel, sender_id), sender_name, level).await?;
-                    tx.commit().await?;
-                    Ok(SenderApproval { added, level: user.level })
-                }
-
-                async fn revoke_pairing(&self, channel: &str, sender_id: &str) -> Result<bool, StoreError> {
-                    let deleted = sqlx::query("DELETE FROM pairing_approvals WHERE channel = $1 AND sender_id = $2")
-                        .bind(channel)
-                        .bind(sender_id)
-                        .execute(self.pool())
-                        .await?
-                        .rows_affected();
-                    Ok(deleted == 1)
-                }
-
-                async fn list_pairings(&self, channel: Option<&str>) -> Result<Vec<PairingEntry>, StoreError> {
-                    // One read transaction: both lists from the same snapshot.
-                    let mut tx = self.pool().begin().await?;
-                    let pending: Vec<(String, String, String, String, i64)> = sqlx::query_as(
-                        "SELECT channel, sender_id, sender_name, code, expires_at FROM pairing_requests \
-                         WHERE used_at IS NULL AND expires_at > $1 AND ($2 IS NULL OR channel = $2) \
-                         ORDER BY channel, expires_at, sender_id",
-                    )
-                    .bind(now_millis())
-                    .bind(channel)
-                    .fetch_all(&mut *tx)
-                    .await?;
-                    let approved: Vec<(String, String, String, i64)> = sqlx::query_as(
-                        "SELECT channel, sender_id, sender_name, approved_at FROM pairing_approvals \
-                         WHERE $1 IS NULL OR channel = $1 ORDER BY channel, approved_at, sender_id",
-                    )
-                    .bind(channel)
-                    .fetch_all(&mut *tx)
-                    .await?;
-                    tx.commit().await?;
-                    let pending = pending.into_iter().map(|(channel, sender_id, sender_name, code, expires_at)| {
-                        let state = PairingState::Pending { code, expires_at: from_millis(expires_at)? };
-                        Ok(PairingEntry { channel, sender_id, sender_name, state })
-                    });
-                    let approved = approved.into_iter().map(|(channel, sender_id, sender_name, approved_at)| {
-                        let state = PairingState::Approved { approved_at: from_millis(approved_at)? };
-                        Ok(PairingEntry { channel, sender_id, sender_name, state })
-                    });
-                    pending.chain(approved).collect()
-                }
-            }
-
-            /// The sender of the request `code`, if it is still open (not decided, not expired).
-            async fn open_request(
-                tx: &mut Transaction<'_, $db>,
-                channel: &str,
-                code: &str,
-                now: i64,
-            ) -> Result<(String, String), StoreError> {
-                let row: Option<(String, String, i64, Option<i64>)> = sqlx::query_as(
-                    "SELECT sender_id, sender_name, expires_at, used_at FROM pairing_requests \
-                     WHERE channel = $1 AND code = $2",
-                )
-                .bind(channel)
-                .bind(code)
-                .fetch_optional(&mut **tx)
-                .await?;
-                let refuse = |problem| StoreError::PairingCode { channel: channel.to_owned(), code: code.to_owned(), problem };
-                match row {
-                    None => Err(refuse(CodeProblem::Unknown)),
-                    Some((_, _, _, Some(_))) => Err(refuse(CodeProblem::Used)),
-                    Some((_, _, expires_at, None)) if expires_at <= now => Err(refuse(CodeProblem::Expired)),
-                    Some((sender_id, sender_name, _, None)) => Ok((sender_id, sender_name)),
-                }
-            }
-
-            async fn record_decision(
-                tx: &mut Transaction<'_, $db>,
-                channel: &str,
-                code: &str,
-                decision: &str,
-                decided_by: &str,
-            ) -> Result<(), StoreError> {
-                sqlx::query("UPDATE pairing_requests SET decision = $3, decided_by = $4 WHERE channel = $1 AND code = $2")
-                    .bind(channel)
-                    .bind(code)
-                    .bind(decision)
-                    .bind(decided_by)
-                    .execute(&mut **tx)
-                    .await?;
-                Ok(())
-            }
-
-            /// Whether the owner denied the sender and the denied request is still kept.
-            async fn denied_recently(tx: &mut Transaction<'_, $db>, sender: &Sender<'_>) -> Result<bool, StoreError> {
-                Ok(sqlx::query_scalar(
-                    "SELECT EXISTS (SELECT 1 FROM pairing_requests \
-                     WHERE channel = $1 AND sender_id = $2 AND decision = 'denied')",
-                )
-                .bind(sender.channel)
-                .bind(sender.id)
-                .fetch_one(&mut **tx)
-                .await?)
-            }
-
-            /// Deletes requests that expired more than [`KEEP_EXPIRED`] ago, on every channel.
-            async fn prune(tx: &mut Transaction<'_, $db>, now: i64) -> Result<(), StoreError> {
-                sqlx::query("DELETE FROM pairing_requests WHERE expires_at < $1")
-                    .bind(now.saturating_sub(millis(KEEP_EXPIRED)))
-                    .execute(&mut **tx)
-                    .await?;
-                Ok(())
-            }
-
-            /// The sender's unused, unexpired code and when it expires.
-            async fn valid_code(
-                tx: &mut Transaction<'_, $db>,
-                sender: &Sender<'_>,
-                now: i64,
-            ) -> Result<Option<(String, i64)>, StoreError> {
-                Ok(sqlx::query_as(
-                    "SELECT code, expires_at FROM pairing_requests \
-                     WHERE channel = $1 AND sender_id = $2 AND used_at IS NULL AND expires_at > $3 \
-                     ORDER BY expires_at DESC LIMIT 1",
-                )
-                .bind(sender.channel)
-                .bind(sender.id)
-                .bind(now)
-                .fetch_optional(&mut **tx)
-                .await?)
-            }
-
-            /// How many unused, unexpired codes the channel has.
-            async fn pending_count(tx: &mut Transaction<'_, $db>, channel: &str, now: i64) -> Result<usize, StoreError> {
-                let count: i64 = sqlx::query_scalar(
-                    "SELECT COUNT(*) FROM pairing_requests WHERE channel = $1 AND used_at IS NULL AND expires_at > $2",
-                )
-                .bind(channel)
-                .bind(now)
-                .fetch_one(&mut **tx)
-                .await?;
-                usize::try_from(count).map_err(|_| StoreError::Corrupt(format!("pending pairing count is negative: {count}")))
-            }
-
-            /// Stores a fresh code for the sender, drawing another if the channel has it already.
-            async fn insert_code(
-                tx: &mut Transaction<'_, $db>,
-                sender: &Sender<'_>,
-                now: i64,
-                expires_at: i64,
-            ) -> Result<String, StoreError> {
-                for _ in 0..CODE_ATTEMPTS {
-                    let code = generate_code()?;
-                    let inserted = sqlx::query(
-                        "INSERT INTO pairing_requests (channel, code, sender_id, sender_name, created_at, expires_at) \
-                         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (channel, code) DO NOTHING",
-                    )
-                    .bind(sender.channel)
-                    .bind(&code)
-                    .bind(sender.id)
-                    .bind(sender.name)
-                    .bind(now)
-                    .bind(expires_at)
-                    .execute(&mut **tx)
-                    .await?
-                    .rows_affected();
-                    if inserted == 1 {
-                        return Ok(code);
-                    }
-                }
-                Err(RandomSourceError(format!("{CODE_ATTEMPTS} fresh pairing codes in a row were taken already")).into())
-            }
-
-            /// Adds the approval (false if there was one) and marks the sender's valid codes used.
-            async fn approve(tx: &mut Transaction<'_, $db>, sender: &Sender<'_>, now: i64) -> Result<bool, StoreError> {
-                let added = sqlx::query(
-                    "INSERT INTO pairing_approvals (channel, sender_id, sender_name, approved_at) VALUES ($1, $2, $3, $4) \
-                     ON CONFLICT (channel, sender_id) DO NOTHING",
-                )
-                .bind(sender.channel)
-                .bind(sender.id)
-                .bind(sender.name)
-                .bind(now)
-                .execute(&mut **tx)
-                .await?
-                .rows_affected();
-                sqlx::query(
-                    "UPDATE pairing_requests SET used_at = $3 \
-                     WHERE channel = $1 AND sender_id = $2 AND used_at IS NULL AND expires_at > $3",
-                )
-                .bind(sender.channel)
-                .bind(sender.id)
-                .bind(now)
-                .execute(&mut **tx)
-                .await?;
-                Ok(added == 1)
-            }
-        }
-    };
+    async fn request(
+        &self,
+        channel: &str,
+        sender_id: &str,
+        sender_name: &str,
+        ttl: Duration,
+        max_pending: usize,
+    ) -> Result<Option<PairingRequest>, PairingError> {
+        request(self, &Sender { channel, id: sender_id, name: sender_name }, ttl, max_pending).await
+    }
 }
 
-pairing_store!(sqlite, crate::store::sqlite::SqliteStore, sqlx::Sqlite);
-pairing_store!(postgres, crate::store::postgres::PostgresStore, sqlx::Postgres);
+#[async_trait]
+impl PairingStore for PostgresStore {
+    async fn is_approved(&self, channel: &str, sender_id: &str) -> Result<bool, PairingError> {
+        is_approved(self, channel, sender_id).await
+    }
 
-fn millis(duration: Duration) -> i64 {
-    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+    async fn request(
+        &self,
+        channel: &str,
+        sender_id: &str,
+        sender_name: &str,
+        ttl: Duration,
+        max_pending: usize,
+    ) -> Result<Option<PairingRequest>, PairingError> {
+        request(self, &Sender { channel, id: sender_id, name: sender_name }, ttl, max_pending).await
+    }
+}
+
+/// Who asks for a code.
+struct Sender<'a> {
+    channel: &'a str,
+    id: &'a str,
+    name: &'a str,
+}
+
+async fn is_approved<B>(store: &B, channel: &str, sender_id: &str) -> Result<bool, PairingError>
+where
+    B: Backend,
+    for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
+    for<'q> <B::Db as Database>::Arguments<'q>: IntoArguments<'q, B::Db>,
+    for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
+    for<'r> (bool,): FromRow<'r, <B::Db as Database>::Row>,
+{
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pairing_approvals WHERE channel = $1 AND sender_id = $2)")
+        .bind(channel)
+        .bind(sender_id)
+        .fetch_one(store.pool())
+        .await
+        .map_err(|e| PairingError::Store(StoreError::from(e).to_string()))
+}
+
+/// The sender's valid code, or a new one unless the sender was denied or the channel has
+/// `max_pending` codes out already.
+async fn request<B>(
+    store: &B,
+    sender: &Sender<'_>,
+    ttl: Duration,
+    max_pending: usize,
+) -> Result<Option<PairingRequest>, PairingError>
+where
+    B: WriteTransactions,
+    B::Db: PairingRows,
+{
+    request_code(store, sender, ttl, max_pending).await.map_err(|e| PairingError::Store(e.to_string()))
+}
+
+async fn request_code<B>(
+    store: &B,
+    sender: &Sender<'_>,
+    ttl: Duration,
+    max_pending: usize,
+) -> Result<Option<PairingRequest>, StoreError>
+where
+    B: WriteTransactions,
+    B::Db: PairingRows,
+{
+    let mut tx = store.begin_write().await?;
+    let now = now_millis();
+    B::Db::prune(&mut tx, now).await?;
+    let request = match B::Db::valid_code(&mut tx, sender, now).await? {
+        Some((code, expires_at)) => Some(PairingRequest { code, expires_at: from_millis(expires_at)?, new: false }),
+        // Denied: not asked again until the denial is pruned.
+        None if B::Db::denied_recently(&mut tx, sender).await? => None,
+        // The sender has no valid code, so every valid one is another sender's.
+        None if B::Db::pending_count(&mut tx, sender.channel, now).await? >= max_pending => None,
+        None => {
+            let expires_at = now.saturating_add(duration_millis(ttl.min(MAX_TTL)));
+            let code = B::Db::insert_code(&mut tx, sender, now, expires_at).await?;
+            Some(PairingRequest { code, expires_at: from_millis(expires_at)?, new: true })
+        }
+    };
+    tx.commit().await?;
+    Ok(request)
+}
+
+#[async_trait]
+impl<B> PairingAdmin for B
+where
+    B: WriteTransactions,
+    B::Db: PairingRows + UserRows,
+    for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
+    <B::Db as Database>::QueryResult: RowsAffected,
+    for<'q> <B::Db as Database>::Arguments<'q>: IntoArguments<'q, B::Db>,
+    for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
+{
+    async fn approve_pairing(
+        &self,
+        channel: &str,
+        code: &str,
+        level: Level,
+        decided_by: &str,
+    ) -> Result<ApprovedPairing, StoreError> {
+        let code = normalize_code(code);
+        let mut tx = self.begin_write().await?;
+        let now = now_millis();
+        let (sender_id, sender_name) = B::Db::open_request(&mut tx, channel, &code, now).await?;
+        let sender = Sender { channel, id: &sender_id, name: &sender_name };
+        B::Db::approve(&mut tx, &sender, now).await?;
+        B::Db::record_decision(&mut tx, channel, &code, "approved", decided_by).await?;
+        let user = B::Db::raise_level(&mut tx, &Identity::new(channel, &sender_id), &sender_name, level).await?;
+        tx.commit().await?;
+        Ok(ApprovedPairing { channel: channel.to_owned(), sender_id, sender_name, level: user.level })
+    }
+
+    async fn deny_pairing(&self, channel: &str, code: &str, decided_by: &str) -> Result<DeniedPairing, StoreError> {
+        let code = normalize_code(code);
+        let mut tx = self.begin_write().await?;
+        let now = now_millis();
+        let (sender_id, sender_name) = B::Db::open_request(&mut tx, channel, &code, now).await?;
+        B::Db::mark_used(&mut tx, &Sender { channel, id: &sender_id, name: &sender_name }, now).await?;
+        B::Db::record_decision(&mut tx, channel, &code, "denied", decided_by).await?;
+        tx.commit().await?;
+        Ok(DeniedPairing { channel: channel.to_owned(), sender_id, sender_name })
+    }
+
+    async fn approve_sender(
+        &self,
+        channel: &str,
+        sender_id: &str,
+        sender_name: &str,
+        level: Level,
+    ) -> Result<SenderApproval, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let added =
+            B::Db::approve(&mut tx, &Sender { channel, id: sender_id, name: sender_name }, now_millis()).await?;
+        let user = B::Db::raise_level(&mut tx, &Identity::new(channel, sender_id), sender_name, level).await?;
+        tx.commit().await?;
+        Ok(SenderApproval { added, level: user.level })
+    }
+
+    async fn revoke_pairing(&self, channel: &str, sender_id: &str) -> Result<bool, StoreError> {
+        let deleted = sqlx::query("DELETE FROM pairing_approvals WHERE channel = $1 AND sender_id = $2")
+            .bind(channel)
+            .bind(sender_id)
+            .execute(self.pool())
+            .await?
+            .rows_affected();
+        Ok(deleted == 1)
+    }
+
+    async fn list_pairings(&self, channel: Option<&str>) -> Result<Vec<PairingEntry>, StoreError> {
+        // One read transaction: both lists from the same snapshot.
+        let mut tx = self.pool().begin().await?;
+        let entries = B::Db::entries(&mut tx, channel).await?;
+        tx.commit().await?;
+        Ok(entries)
+    }
+}
+
+/// The pairing statements that run inside a write transaction, written once for every
+/// database whose sqlx types they need (both stores').
+trait PairingRows: Database {
+    /// The sender of the request `code`, if it is still open (not decided, not expired).
+    fn open_request(
+        conn: &mut Self::Connection,
+        channel: &str,
+        code: &str,
+        now: i64,
+    ) -> impl Future<Output = Result<(String, String), StoreError>> + Send;
+
+    fn record_decision(
+        conn: &mut Self::Connection,
+        channel: &str,
+        code: &str,
+        decision: &str,
+        decided_by: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Whether the owner denied the sender and the denied request is still kept.
+    fn denied_recently(
+        conn: &mut Self::Connection,
+        sender: &Sender<'_>,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Deletes requests that expired more than [`KEEP_EXPIRED`] ago, on every channel.
+    fn prune(conn: &mut Self::Connection, now: i64) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The sender's unused, unexpired code and when it expires.
+    fn valid_code(
+        conn: &mut Self::Connection,
+        sender: &Sender<'_>,
+        now: i64,
+    ) -> impl Future<Output = Result<Option<(String, i64)>, StoreError>> + Send;
+
+    /// How many unused, unexpired codes the channel has.
+    fn pending_count(
+        conn: &mut Self::Connection,
+        channel: &str,
+        now: i64,
+    ) -> impl Future<Output = Result<usize, StoreError>> + Send;
+
+    /// Stores a fresh code for the sender, drawing another if the channel has it already.
+    fn insert_code(
+        conn: &mut Self::Connection,
+        sender: &Sender<'_>,
+        now: i64,
+        expires_at: i64,
+    ) -> impl Future<Output = Result<String, StoreError>> + Send;
+
+    /// Adds the approval (false if there was one) and marks the sender's valid codes used.
+    fn approve(
+        conn: &mut Self::Connection,
+        sender: &Sender<'_>,
+        now: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Marks the sender's valid codes used.
+    fn mark_used(
+        conn: &mut Self::Connection,
+        sender: &Sender<'_>,
+        now: i64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Senders waiting with a valid code, then approved senders, on `channel` or on every one.
+    fn entries(
+        conn: &mut Self::Connection,
+        channel: Option<&str>,
+    ) -> impl Future<Output = Result<Vec<PairingEntry>, StoreError>> + Send;
+}
+
+impl<DB> PairingRows for DB
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB::QueryResult: RowsAffected,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'r> (bool,): FromRow<'r, DB::Row>,
+    for<'r> (i64,): FromRow<'r, DB::Row>,
+    for<'r> (String, i64): FromRow<'r, DB::Row>,
+    for<'r> (String, String, i64, Option<i64>): FromRow<'r, DB::Row>,
+    for<'r> (String, String, String, String, i64): FromRow<'r, DB::Row>,
+    for<'r> (String, String, String, i64): FromRow<'r, DB::Row>,
+{
+    async fn open_request(
+        conn: &mut DB::Connection,
+        channel: &str,
+        code: &str,
+        now: i64,
+    ) -> Result<(String, String), StoreError> {
+        let row: Option<(String, String, i64, Option<i64>)> = sqlx::query_as(
+            "SELECT sender_id, sender_name, expires_at, used_at FROM pairing_requests \
+             WHERE channel = $1 AND code = $2",
+        )
+        .bind(channel)
+        .bind(code)
+        .fetch_optional(&mut *conn)
+        .await?;
+        let refuse = |problem| StoreError::PairingCode { channel: channel.to_owned(), code: code.to_owned(), problem };
+        match row {
+            None => Err(refuse(CodeProblem::Unknown)),
+            Some((_, _, _, Some(_))) => Err(refuse(CodeProblem::Used)),
+            Some((_, _, expires_at, None)) if expires_at <= now => Err(refuse(CodeProblem::Expired)),
+            Some((sender_id, sender_name, _, None)) => Ok((sender_id, sender_name)),
+        }
+    }
+
+    async fn record_decision(
+        conn: &mut DB::Connection,
+        channel: &str,
+        code: &str,
+        decision: &str,
+        decided_by: &str,
+    ) -> Result<(), StoreError> {
+        sqlx::query("UPDATE pairing_requests SET decision = $3, decided_by = $4 WHERE channel = $1 AND code = $2")
+            .bind(channel)
+            .bind(code)
+            .bind(decision)
+            .bind(decided_by)
+            .execute(&mut *conn)
+            .await?;
+        Ok(())
+    }
+
+    async fn denied_recently(conn: &mut DB::Connection, sender: &Sender<'_>) -> Result<bool, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pairing_requests \
+             WHERE channel = $1 AND sender_id = $2 AND decision = 'denied')",
+        )
+        .bind(sender.channel)
+        .bind(sender.id)
+        .fetch_one(&mut *conn)
+        .await?)
+    }
+
+    async fn prune(conn: &mut DB::Connection, now: i64) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM pairing_requests WHERE expires_at < $1")
+            .bind(now.saturating_sub(duration_millis(KEEP_EXPIRED)))
+            .execute(&mut *conn)
+            .await?;
+        Ok(())
+    }
+
+    async fn valid_code(
+        conn: &mut DB::Connection,
+        sender: &Sender<'_>,
+        now: i64,
+    ) -> Result<Option<(String, i64)>, StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT code, expires_at FROM pairing_requests \
+             WHERE channel = $1 AND sender_id = $2 AND used_at IS NULL AND expires_at > $3 \
+             ORDER BY expires_at DESC LIMIT 1",
+        )
+        .bind(sender.channel)
+        .bind(sender.id)
+        .bind(now)
+        .fetch_optional(&mut *conn)
+        .await?)
+    }
+
+    async fn pending_count(conn: &mut DB::Connection, channel: &str, now: i64) -> Result<usize, StoreError> {
+        let count: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM pairing_requests WHERE channel = $1 AND used_at IS NULL AND expires_at > $2",
+        )
+        .bind(channel)
+        .bind(now)
+        .fetch_one(&mut *conn)
+        .await?;
+        usize::try_from(count).map_err(|_| StoreError::Corrupt(format!("pending pairing count is negative: {count}")))
+    }
+
+    async fn insert_code(
+        conn: &mut DB::Connection,
+        sender: &Sender<'_>,
+        now: i64,
+        expires_at: i64,
+    ) -> Result<String, StoreError> {
+        for _ in 0..CODE_ATTEMPTS {
+            let code = generate_code()?;
+            let inserted = sqlx::query(
+                "INSERT INTO pairing_requests (channel, code, sender_id, sender_name, created_at, expires_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (channel, code) DO NOTHING",
+            )
+            .bind(sender.channel)
+            .bind(&code)
+            .bind(sender.id)
+            .bind(sender.name)
+            .bind(now)
+            .bind(expires_at)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+            if inserted == 1 {
+                return Ok(code);
+            }
+        }
+        Err(RandomSourceError(format!("{CODE_ATTEMPTS} fresh pairing codes in a row were taken already")).into())
+    }
+
+    async fn approve(conn: &mut DB::Connection, sender: &Sender<'_>, now: i64) -> Result<bool, StoreError> {
+        let added = sqlx::query(
+            "INSERT INTO pairing_approvals (channel, sender_id, sender_name, approved_at) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (channel, sender_id) DO NOTHING",
+        )
+        .bind(sender.channel)
+        .bind(sender.id)
+        .bind(sender.name)
+        .bind(now)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+        Self::mark_used(conn, sender, now).await?;
+        Ok(added == 1)
+    }
+
+    async fn mark_used(conn: &mut DB::Connection, sender: &Sender<'_>, now: i64) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE pairing_requests SET used_at = $3 \
+             WHERE channel = $1 AND sender_id = $2 AND used_at IS NULL AND expires_at > $3",
+        )
+        .bind(sender.channel)
+        .bind(sender.id)
+        .bind(now)
+        .execute(conn)
+        .await?;
+        Ok(())
+    }
+
+    async fn entries(conn: &mut DB::Connection, channel: Option<&str>) -> Result<Vec<PairingEntry>, StoreError> {
+        let pending: Vec<(String, String, String, String, i64)> = sqlx::query_as(
+            "SELECT channel, sender_id, sender_name, code, expires_at FROM pairing_requests \
+             WHERE used_at IS NULL AND expires_at > $1 AND ($2 IS NULL OR channel = $2) \
+             ORDER BY channel, expires_at, sender_id",
+        )
+        .bind(now_millis())
+        .bind(channel)
+        .fetch_all(&mut *conn)
+        .await?;
+        let approved: Vec<(String, String, String, i64)> = sqlx::query_as(
+            "SELECT channel, sender_id, sender_name, approved_at FROM pairing_approvals \
+             WHERE $1 IS NULL OR channel = $1 ORDER BY channel, approved_at, sender_id",
+        )
+        .bind(channel)
+        .fetch_all(&mut *conn)
+        .await?;
+        let pending = pending.into_iter().map(|(channel, sender_id, sender_name, code, expires_at)| {
+            let state = PairingState::Pending { code, expires_at: from_millis(expires_at)? };
+            Ok(PairingEntry { channel, sender_id, sender_name, state })
+        });
+        let approved = approved.into_iter().map(|(channel, sender_id, sender_name, approved_at)| {
+            let state = PairingState::Approved { approved_at: from_millis(approved_at)? };
+            Ok(PairingEntry { channel, sender_id, sender_name, state })
+        });
+        pending.chain(approved).collect()
+    }
 }

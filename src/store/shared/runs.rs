@@ -302,7 +302,7 @@ macro_rules! run_store {
                 if inserted == 1
                     && let Some(billing) = &run.billing
                 {
-                    crate::store::shared::users::$module::record_usage(&mut tx, billing, run.usage, run.cost_usd).await?;
+                    <<$store as crate::store::shared::Backend>::Db as crate::store::shared::users::UserRows>::record_usage(&mut tx, billing, run.usage, run.cost_usd).await?;
                 }
                 tx.commit().await?;
                 Ok(())

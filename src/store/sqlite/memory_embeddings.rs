@@ -1,18 +1,15 @@
 //! Embeddings in the SQLite memory index: the chunks a search ranks by meaning, and the vector
 //! cache by model and text hash (`migrations/sqlite/0015_memory_embeddings.sql`).
 
-use std::collections::HashMap;
-
 use super::{SqliteStore, sql_limit};
 use crate::store::StoreError;
-use crate::store::memory_index::{ChunkQuery, IndexedChunk, vector_from_bytes};
-use crate::store::shared::memory::{ChunkRow, indexed_chunk};
+use crate::store::memory_index::ChunkQuery;
+use crate::store::shared::memory_index::ChunkRow;
 
-/// The files' chunks in the order of `query.paths`, then the scope's conversation chunks,
-/// newest (highest id) first; `query.limit` in all.
-pub(super) async fn chunks(store: &SqliteStore, query: &ChunkQuery<'_>) -> Result<Vec<IndexedChunk>, StoreError> {
+/// The files' chunks in the order of `query.paths`, `query.limit` at most.
+pub(super) async fn file_chunks(store: &SqliteStore, query: &ChunkQuery<'_>) -> Result<Vec<ChunkRow>, StoreError> {
     let paths = serde_json::to_string(query.paths).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-    let mut rows: Vec<ChunkRow> = sqlx::query_as(
+    Ok(sqlx::query_as(
         "SELECT c.id, c.path, c.start_line, c.end_line, c.body \
          FROM json_each($2) AS p JOIN memory_chunks c ON c.root = $1 AND c.path = p.value \
          ORDER BY p.key, c.start_line, c.id LIMIT $3",
@@ -21,34 +18,24 @@ pub(super) async fn chunks(store: &SqliteStore, query: &ChunkQuery<'_>) -> Resul
     .bind(paths)
     .bind(sql_limit(query.limit))
     .fetch_all(store.pool())
-    .await?;
-    let room = query.limit.saturating_sub(rows.len());
-    if let Some(scope) = query.scope.filter(|_| room > 0) {
-        rows.extend(store.scope_chunks(query.root, scope, room).await?);
-    }
-    rows.into_iter().map(indexed_chunk).collect()
+    .await?)
 }
 
-/// The kept vectors of `model` for `hashes`. A row that is no vector is left out (so its
-/// text is embedded again, and the row replaced).
-pub(super) async fn cached(
+/// The kept vectors of `model` for `hashes`, as stored.
+pub(super) async fn cached_vectors(
     store: &SqliteStore,
     model: &str,
     hashes: &[String],
-) -> Result<HashMap<String, Vec<f32>>, StoreError> {
-    if hashes.is_empty() {
-        return Ok(HashMap::new());
-    }
+) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
     let hashes = serde_json::to_string(hashes).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-    let rows: Vec<(String, Vec<u8>)> = sqlx::query_as(
+    Ok(sqlx::query_as(
         "SELECT text_hash, vector FROM memory_embeddings \
          WHERE model = $1 AND text_hash IN (SELECT value FROM json_each($2))",
     )
     .bind(model)
     .bind(hashes)
     .fetch_all(store.pool())
-    .await?;
-    Ok(rows.into_iter().filter_map(|(hash, bytes)| Some((hash, vector_from_bytes(&bytes)?))).collect())
+    .await?)
 }
 
 #[cfg(test)]

@@ -1,15 +1,12 @@
-//! [`MemoryIndex`] for SQLite (`migrations/sqlite/0013_memory_index.sql`): FTS5 with BM25
-//! ranking over `memory_chunks`, kept in step by hand (external content table).
-
-use std::collections::HashMap;
-
-use async_trait::async_trait;
+//! The SQLite store's search engine for the memory index
+//! (`migrations/sqlite/0013_memory_index.sql`): FTS5 with BM25 ranking over `memory_chunks`,
+//! kept in step by hand (external content table).
 
 use super::SqliteStore;
 use crate::store::StoreError;
-use crate::store::memory_index::{
-    ChunkQuery, IndexedChunk, MemoryChunk, MemoryHit, MemoryIndex, MemoryQuery, spoken_by_agent,
-};
+use crate::store::memory_index::{ChunkQuery, MemoryHit, MemoryQuery, spoken_by_agent};
+use crate::store::shared::SearchEngine;
+use crate::store::shared::memory_index::ChunkRow;
 
 /// A search's row: chunk id, path, lines, snippet, BM25, and a conversation chunk's start
 /// (empty for a file's), which says who wrote it.
@@ -31,30 +28,8 @@ pub(crate) fn fts5_query(terms: &[String]) -> String {
         .join(" OR ")
 }
 
-#[async_trait]
-impl MemoryIndex for SqliteStore {
-    async fn memory_fingerprint(&self, root: &str, path: &str) -> Result<Option<String>, StoreError> {
-        self.stored_fingerprint(root, path).await
-    }
-
-    async fn index_memory_file(
-        &self,
-        root: &str,
-        path: &str,
-        fingerprint: &str,
-        chunks: &[MemoryChunk],
-    ) -> Result<(), StoreError> {
-        self.index_file(root, path, fingerprint, chunks).await
-    }
-
-    async fn forget_memory_file(&self, root: &str, path: &str) -> Result<(), StoreError> {
-        self.forget_file(root, path).await
-    }
-
-    async fn search_memory(&self, query: &MemoryQuery<'_>) -> Result<Vec<MemoryHit>, StoreError> {
-        if query.terms.is_empty() || (query.paths.is_empty() && query.scope.is_none()) || query.limit == 0 {
-            return Ok(Vec::new());
-        }
+impl SearchEngine for SqliteStore {
+    async fn search(&self, query: &MemoryQuery<'_>) -> Result<Vec<MemoryHit>, StoreError> {
         let paths = serde_json::to_string(query.paths).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         let rows: Vec<Hit> = sqlx::query_as(
             "SELECT c.id, c.path, c.start_line, c.end_line, snippet(memory_fts, 0, '**', '**', '…', $5), bm25(memory_fts), \
@@ -83,36 +58,16 @@ impl MemoryIndex for SqliteStore {
             .collect()
     }
 
-    async fn index_conversations(&self, root: &str, scope: &str) -> Result<(), StoreError> {
-        self.index_scope(root, scope).await
+    async fn file_chunks(&self, query: &ChunkQuery<'_>) -> Result<Vec<ChunkRow>, StoreError> {
+        super::memory_embeddings::file_chunks(self, query).await
     }
 
-    async fn conversation_messages(
-        &self,
-        scope: &str,
-        session_key: &str,
-        from_id: i64,
-        limit: usize,
-    ) -> Result<Vec<(i64, String)>, StoreError> {
-        self.conversation_in_scope(scope, session_key, from_id, limit).await
+    async fn cached_vectors(&self, model: &str, hashes: &[String]) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        super::memory_embeddings::cached_vectors(self, model, hashes).await
     }
 
-    async fn memory_chunks(&self, query: &ChunkQuery<'_>) -> Result<Vec<IndexedChunk>, StoreError> {
-        super::memory_embeddings::chunks(self, query).await
-    }
-
-    async fn cached_embeddings(&self, model: &str, hashes: &[String]) -> Result<HashMap<String, Vec<f32>>, StoreError> {
-        super::memory_embeddings::cached(self, model, hashes).await
-    }
-
-    async fn store_embeddings(&self, model: &str, vectors: &[(String, Vec<f32>)]) -> Result<(), StoreError> {
-        self.keep_embeddings(model, vectors).await
-    }
-}
-
-impl SqliteStore {
     /// Adds one chunk to the table and to the FTS index (external content: told by hand).
-    pub(in crate::store) async fn add_chunk(
+    async fn add_chunk(
         tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
         root: &str,
         path: &str,
@@ -142,7 +97,7 @@ impl SqliteStore {
 
     /// Removes a file's chunks from the table and from the FTS index (which, holding external
     /// content, must be told the old text to forget).
-    pub(in crate::store) async fn remove_file_chunks(
+    async fn remove_file_chunks(
         tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
         root: &str,
         path: &str,
@@ -167,6 +122,7 @@ impl SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::memory_index::{MemoryChunk, MemoryIndex};
 
     fn chunk(line: u32, text: &str) -> MemoryChunk {
         MemoryChunk { start_line: line, end_line: line, text: text.into() }

@@ -42,12 +42,12 @@ impl MemoryGet {
                 "no message of this chat's conversation `{session}` from message {from} on"
             )));
         };
-        let lines: Vec<&str> = messages.iter().map(|(_, text)| text.as_str()).collect();
+        let lines: Vec<&str> = messages.iter().map(|message| message.text.as_str()).collect();
         Ok(format!(
             "[conversation {session} messages {}-{}; to read on, from_line={}]\n{}",
-            first.0,
-            last.0,
-            last.0 + 1,
+            first.id,
+            last.id,
+            last.id + 1,
             lines.join("\n")
         ))
     }

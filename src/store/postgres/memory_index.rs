@@ -1,19 +1,15 @@
-//! [`MemoryIndex`] for the PostgreSQL store: the SQLite store's tables, with PostgreSQL's own
-//! full-text search where that one has FTS5. Each chunk's words are a generated `tsvector`
+//! The PostgreSQL store's search engine for the memory index: the SQLite store's tables, with
+//! PostgreSQL's own full-text search where that one has FTS5. Each chunk's words are a generated `tsvector`
 //! (the `simple` configuration: no stemming and no stop words, like FTS5's `unicode61`), a
 //! GIN index finds the matches, `ts_rank` orders them and `ts_headline` cuts the snippet.
 
-use std::collections::HashMap;
-
-use async_trait::async_trait;
 use sqlx::{Postgres, Transaction};
 
 use super::PostgresStore;
 use crate::store::StoreError;
-use crate::store::memory_index::{
-    ChunkQuery, IndexedChunk, MemoryChunk, MemoryHit, MemoryIndex, MemoryQuery, spoken_by_agent, vector_from_bytes,
-};
-use crate::store::shared::memory::{ChunkRow, indexed_chunk, line};
+use crate::store::memory_index::{ChunkQuery, MemoryHit, MemoryQuery, spoken_by_agent};
+use crate::store::shared::SearchEngine;
+use crate::store::shared::memory_index::{ChunkRow, line};
 use crate::store::values::sql_limit;
 
 /// A search's row: chunk id, path, lines, snippet, rank, and a conversation chunk's start
@@ -37,30 +33,8 @@ pub(crate) fn ts_query(terms: &[String]) -> String {
         .join(" | ")
 }
 
-#[async_trait]
-impl MemoryIndex for PostgresStore {
-    async fn memory_fingerprint(&self, root: &str, path: &str) -> Result<Option<String>, StoreError> {
-        self.stored_fingerprint(root, path).await
-    }
-
-    async fn index_memory_file(
-        &self,
-        root: &str,
-        path: &str,
-        fingerprint: &str,
-        chunks: &[MemoryChunk],
-    ) -> Result<(), StoreError> {
-        self.index_file(root, path, fingerprint, chunks).await
-    }
-
-    async fn forget_memory_file(&self, root: &str, path: &str) -> Result<(), StoreError> {
-        self.forget_file(root, path).await
-    }
-
-    async fn search_memory(&self, query: &MemoryQuery<'_>) -> Result<Vec<MemoryHit>, StoreError> {
-        if query.terms.is_empty() || (query.paths.is_empty() && query.scope.is_none()) || query.limit == 0 {
-            return Ok(Vec::new());
-        }
+impl SearchEngine for PostgresStore {
+    async fn search(&self, query: &MemoryQuery<'_>) -> Result<Vec<MemoryHit>, StoreError> {
         // Ranked and cut first; the headline, which reads the whole text, only for the hits.
         let rows: Vec<Hit> = sqlx::query_as(
             "SELECT id, path, start_line, end_line, ts_headline('simple', body, q, $5), rank, \
@@ -88,22 +62,8 @@ impl MemoryIndex for PostgresStore {
             .collect()
     }
 
-    async fn index_conversations(&self, root: &str, scope: &str) -> Result<(), StoreError> {
-        self.index_scope(root, scope).await
-    }
-
-    async fn conversation_messages(
-        &self,
-        scope: &str,
-        session_key: &str,
-        from_id: i64,
-        limit: usize,
-    ) -> Result<Vec<(i64, String)>, StoreError> {
-        self.conversation_in_scope(scope, session_key, from_id, limit).await
-    }
-
-    async fn memory_chunks(&self, query: &ChunkQuery<'_>) -> Result<Vec<IndexedChunk>, StoreError> {
-        let mut rows: Vec<ChunkRow> = sqlx::query_as(
+    async fn file_chunks(&self, query: &ChunkQuery<'_>) -> Result<Vec<ChunkRow>, StoreError> {
+        Ok(sqlx::query_as(
             "SELECT c.id, c.path, c.start_line, c.end_line, c.body \
              FROM unnest($2::TEXT[]) WITH ORDINALITY AS p (path, n) \
              JOIN memory_chunks c ON c.root = $1 AND c.path = p.path \
@@ -113,36 +73,19 @@ impl MemoryIndex for PostgresStore {
         .bind(query.paths)
         .bind(sql_limit(query.limit))
         .fetch_all(self.pool())
-        .await?;
-        let room = query.limit.saturating_sub(rows.len());
-        if let Some(scope) = query.scope.filter(|_| room > 0) {
-            rows.extend(self.scope_chunks(query.root, scope, room).await?);
-        }
-        rows.into_iter().map(indexed_chunk).collect()
+        .await?)
     }
 
-    async fn cached_embeddings(&self, model: &str, hashes: &[String]) -> Result<HashMap<String, Vec<f32>>, StoreError> {
-        if hashes.is_empty() {
-            return Ok(HashMap::new());
-        }
-        let rows: Vec<(String, Vec<u8>)> =
-            sqlx::query_as("SELECT text_hash, vector FROM memory_embeddings WHERE model = $1 AND text_hash = ANY($2)")
-                .bind(model)
-                .bind(hashes)
-                .fetch_all(self.pool())
-                .await?;
-        // A row that is no vector is left out, so its text is embedded again.
-        Ok(rows.into_iter().filter_map(|(hash, bytes)| Some((hash, vector_from_bytes(&bytes)?))).collect())
+    async fn cached_vectors(&self, model: &str, hashes: &[String]) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        Ok(sqlx::query_as("SELECT text_hash, vector FROM memory_embeddings WHERE model = $1 AND text_hash = ANY($2)")
+            .bind(model)
+            .bind(hashes)
+            .fetch_all(self.pool())
+            .await?)
     }
 
-    async fn store_embeddings(&self, model: &str, vectors: &[(String, Vec<f32>)]) -> Result<(), StoreError> {
-        self.keep_embeddings(model, vectors).await
-    }
-}
-
-impl PostgresStore {
     /// Adds one chunk; its words are the generated column's.
-    pub(in crate::store) async fn add_chunk(
+    async fn add_chunk(
         tx: &mut Transaction<'static, Postgres>,
         root: &str,
         path: &str,
@@ -166,7 +109,7 @@ impl PostgresStore {
     }
 
     /// Removes a file's chunks; the GIN index follows by itself.
-    pub(in crate::store) async fn remove_file_chunks(
+    async fn remove_file_chunks(
         tx: &mut Transaction<'static, Postgres>,
         root: &str,
         path: &str,
