@@ -11,6 +11,8 @@
 //! message to the same chat arrived (messages of one chat are delivered in order), or another
 //! run's typing ticked on.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code: a failed unwrap is a failed test")]
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
