@@ -314,3 +314,22 @@ pub fn run_to_exit_via(
     let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
     (output.status, text(&output.stderr), text(&output.stdout))
 }
+
+/// Waits until each of the JetStream `streams` (`SWITCHBOARD_IN`, `SWITCHBOARD_OUT`) holds no
+/// message. They are work-queue streams, which drop a message when it is acked: so by then
+/// every message published to them was settled for good, and none can be redelivered. The
+/// signal a test waits for before it asserts that nothing came round again.
+pub async fn wait_streams_acked(nats_url: &str, streams: &[&str]) {
+    let js = async_nats::jetstream::new(async_nats::connect(nats_url).await.unwrap());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for name in streams {
+        loop {
+            let held = js.get_stream(name).await.unwrap().info().await.unwrap().state.messages;
+            if held == 0 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{held} messages in {name} were never acked");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}

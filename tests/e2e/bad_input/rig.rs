@@ -142,6 +142,13 @@ impl Rig {
         }
     }
 
+    /// Waits until the JetStream `streams` hold nothing: every message published to them was
+    /// settled for good, none can come round again (NATS shape only).
+    pub async fn wait_acked(&self, streams: &[&str]) {
+        let nats = self.nats.as_ref().expect("a NATS-shape rig");
+        crate::support::wait_streams_acked(&nats.url(), streams).await;
+    }
+
     /// After the corpus: the process is alive, never panicked, and a normal message is answered.
     pub async fn assert_still_healthy(&mut self) {
         assert!(self.daemon.is_alive(), "the daemon died:\n{}", self.daemon.logs());
