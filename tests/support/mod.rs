@@ -333,3 +333,21 @@ pub async fn wait_streams_acked(nats_url: &str, streams: &[&str]) {
         }
     }
 }
+
+/// Waits until the bus journal of the embedded daemon in `data_dir` holds no row: a row is
+/// deleted when its message is acked, so by then every message the daemon took in or sends out
+/// was settled for good. The embedded shape's counterpart of [`wait_streams_acked`].
+pub async fn wait_journal_empty(data_dir: &Path) {
+    let options = sqlx::sqlite::SqliteConnectOptions::new().filename(data_dir.join("switchboard.db"));
+    let mut connection = sqlx::ConnectOptions::connect(&options).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (held,): (i64,) =
+            sqlx::query_as("SELECT count(*) FROM bus_journal").fetch_one(&mut connection).await.unwrap();
+        if held == 0 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{held} journaled messages were never acked");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
