@@ -281,10 +281,10 @@ impl<P: FakePlatform> Harness<P> {
     /// types no more.
     async fn assert_typing_stopped(&self, place: &str, witness: &str) {
         self.emit(&event::<P>(witness, None, RunEventBody::Started)).await;
-        // By the witness's second call, a call to `place` already on its way has landed.
-        until("the witness typing", || self.typing_in(witness) >= 2).await;
+        // By the witness's third call, a call to `place` already on its way has landed.
+        until("the witness typing", || self.typing_in(witness) >= 3).await;
         let stopped_at = self.typing_in(place);
-        until("the witness typing on", || self.typing_in(witness) >= 2 + TYPING_TICKS_WATCHED).await;
+        until("the witness typing on", || self.typing_in(witness) >= 3 + TYPING_TICKS_WATCHED).await;
         assert_eq!(self.typing_in(place), stopped_at, "typing went on in {place}");
     }
 }
