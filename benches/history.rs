@@ -7,6 +7,8 @@
 //!
 //! `cargo bench -p switchboard --bench history`
 
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "a benchmark fails loudly on a broken fixture")]
+
 use std::hint::black_box;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};

@@ -5,6 +5,8 @@
 //!
 //! `cargo bench -p switchboard --bench prompt`
 
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "a benchmark fails loudly on a broken fixture")]
+
 use std::hint::black_box;
 use std::time::Duration;
 

@@ -4,6 +4,8 @@
 //!
 //! `cargo bench -p switchboard-channels --bench contract`
 
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "a benchmark fails loudly on a broken fixture")]
+
 use std::hint::black_box;
 
 use chrono::{DateTime, Utc};

@@ -3,6 +3,8 @@
 //!
 //! `cargo bench -p switchboard-channels --features telegram --bench telegram_format`
 
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "a benchmark fails loudly on a broken fixture")]
+
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};

@@ -4,6 +4,8 @@
 //! Every await that could hang is under a timeout, so a broken bus fails a test instead of
 //! stalling the suite.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code: a failed unwrap is a failed test")]
+
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;

@@ -2,6 +2,8 @@
 //! is a contract with adapters and workers of other versions, so a refactor must not change it.
 //! New optional fields that are left out when empty keep these strings as they are.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code: a failed unwrap is a failed test")]
+
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value, json};
 use switchboard_channels::contract::{

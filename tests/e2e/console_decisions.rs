@@ -94,6 +94,7 @@ async fn strangers_are_approved_and_denied_from_the_console() {
     let texts = sent_to(&fake, EVE, before + 1).await;
     assert!(texts.iter().any(|text| text.contains("welcome, Eve")), "{texts:?}");
     fake.push_message(updates::private_text(MALLORY, "mallory", 2, "please?"));
+    // A denied stranger's message leaves nothing to wait for; a while passes instead.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(llm.requests().iter().all(|r| !r.to_string().contains("please?")), "a denied stranger reached the model");
 }

@@ -1,6 +1,8 @@
 //! End-to-end tests: the real `switchboard` binary run as a child process against fake chat
 //! platforms and models on loopback. One binary, one module per area.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code: a failed unwrap is a failed test")]
+
 #[path = "../it/stores.rs"]
 mod stores;
 #[path = "../support/mod.rs"]

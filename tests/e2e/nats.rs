@@ -127,7 +127,8 @@ async fn long_turn_is_not_redelivered_while_it_runs() {
     let (status, body) = first.post(json!({"chat_id": "long", "content": "take your time"})).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["reply"], "worth the wait");
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Acked: every worker a redelivery reached would have settled it, model call and all.
+    crate::support::wait_streams_acked(&nats.url(), &["SWITCHBOARD_IN"]).await;
     assert_eq!(llm.requests().len(), 1, "the message was redelivered during the run");
 }
 

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::support::Launch;
+use crate::support::{Launch, wait_streams_acked};
 use futures_util::StreamExt;
 use serde_json::json;
 use switchboard_channels::bus::nats::{NatsBus, NatsOptions};
@@ -18,12 +18,6 @@ use switchboard_testkit::nats::NatsServer;
 /// Lines that say the process lost its NATS connection.
 fn disconnects(logs: &str) -> usize {
     logs.lines().filter(|line| line.contains("NATS connection lost")).count()
-}
-
-/// How many messages the inbound stream still holds.
-async fn stored_inbound(nats: &NatsServer) -> u64 {
-    let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.unwrap());
-    js.get_stream("SWITCHBOARD_IN").await.unwrap().info().await.unwrap().state.messages
 }
 
 /// The attack as reported: valid JSON with a 4,016-character chat id, published by a raw NATS
@@ -53,10 +47,9 @@ async fn an_over_long_chat_id_published_on_nats_is_dead_lettered_and_the_worker_
     assert_eq!(dead.len(), 1, "{dead:?}");
     assert_eq!(dead[0].subject, subject);
     assert!(dead[0].reason.contains("chat_id") && dead[0].reason.contains("limit is 256 bytes"), "{}", dead[0].reason);
-    // Not redelivered: past more than one ack wait, still one dead letter and nothing stored.
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    // Not redelivered: acked (nothing stored), so still one dead letter.
+    wait_streams_acked(&nats.url(), &["SWITCHBOARD_IN"]).await;
     assert_eq!(bus.dead_letters(Flow::In, 10).await.unwrap().len(), 1);
-    assert_eq!(stored_inbound(&nats).await, 0);
     assert_eq!(disconnects(&daemon.logs()), 0, "{}", daemon.logs());
     assert_eq!(llm.requests().len(), 1, "the hostile message reached the model");
 }
@@ -98,13 +91,13 @@ async fn a_bad_message_whose_dead_letter_exceeds_max_payload_is_dead_lettered_tr
     js.publish("switchboard.in.api.big", payload.into()).await.unwrap().await.unwrap();
 
     agent.wait_for_log("message dead-lettered").await;
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    // Acked (nothing stored), so it cannot come round again.
+    wait_streams_acked(&nats.url(), &["SWITCHBOARD_IN"]).await;
     let bus = NatsBus::connect(&nats.url(), NatsOptions::default()).await.unwrap();
     let dead = bus.dead_letters(Flow::In, 10).await.unwrap();
     assert_eq!(dead.len(), 1, "dead-lettered once, not redelivered");
     assert!(dead[0].truncated && dead[0].original_bytes == Some(1_000_000), "{:?}", dead[0].original_bytes);
     assert!(dead[0].reason.contains("not a valid InboundMessage"), "{}", dead[0].reason);
-    assert_eq!(stored_inbound(&nats).await, 0, "the bad message was not acked");
     let logs = agent.logs();
     let lines: Vec<&str> = logs.lines().filter(|l| l.contains("dead-letter")).collect();
     assert_eq!(lines.len(), 1, "{lines:#?}");
@@ -130,12 +123,12 @@ async fn a_message_whose_reply_can_never_be_published_is_dead_lettered() {
     let sender = Sender { id: "u1".into(), name: "U".into(), is_bot: false };
     bus.publish_inbound(&InboundMessage::user("test", "big", sender.clone(), "say a lot")).await.unwrap();
     agent.wait_for_log("message dead-lettered").await;
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    // Acked (nothing stored), so it cannot run again.
+    wait_streams_acked(&nats.url(), &["SWITCHBOARD_IN"]).await;
     let dead = bus.dead_letters(Flow::In, 10).await.unwrap();
     assert_eq!(dead.len(), 1, "{dead:?}");
     assert!(dead[0].reason.contains("reply cannot be published"), "{}", dead[0].reason);
     assert!(dead[0].payload.contains("say a lot"), "{}", dead[0].payload);
-    assert_eq!(stored_inbound(&nats).await, 0);
     assert_eq!(llm.requests().len(), 1, "the turn ran again");
     // The worker goes on: the next message of the chat is answered (from another sender: the
     // long reply used up the first one's monthly token allowance).

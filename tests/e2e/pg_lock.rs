@@ -140,7 +140,10 @@ async fn a_second_run_started_after_the_cut_does_not_run_beside_the_first() {
     cut_lock_connection(&database);
     let mut second = launch(dir.path(), "second", &llm, &database).spawn();
     // Whichever loses stops within a few checks of the lock.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while first.is_alive() && second.is_alive() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let alive = [first.is_alive(), second.is_alive()];
     assert_eq!(
         alive.iter().filter(|a| **a).count(),

@@ -74,6 +74,7 @@ async fn a_subagent_lost_in_a_crash_is_reported_to_its_chat_once_after_restart()
     assert!(announcement.contains("the worker running it stopped before it finished"), "{announcement}");
     // Exactly once: a few more reaper passes later, nothing else was sent.
     second.wait_for_log("sub-agent's end announced").await;
+    // The reaper's passes leave no trace to count, so a few of its intervals pass instead.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(fake.sent_messages().len(), 2, "{:#?}\n{}", fake.sent_messages(), second.logs());
     assert_eq!(llm.requests().len(), 4, "one model call for the announcement");

@@ -153,6 +153,7 @@ async fn a_second_poller_on_the_token_is_reported_in_one_line() {
         fake.fail_next("getupdates", switchboard_testkit::fake_telegram::Failure::Conflict);
     }
     daemon.wait_for_log("409 Conflict").await;
+    // A second line would come with the next polls; nothing says they are over.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(daemon.logs().matches("409 Conflict").count(), 1, "{}", daemon.logs());
 }

@@ -2,6 +2,8 @@
 //! the production builder), real SQLite files, real NATS servers, fake chat platforms and models.
 //! One binary, one module per area.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code: a failed unwrap is a failed test")]
+
 mod common;
 mod cron_support;
 mod stores;

@@ -401,6 +401,7 @@ async fn a_second_poller_conflict_backs_off() {
     rig.fake.fail_next("getupdates", Failure::Conflict);
     rig.fake.fail_next("getupdates", Failure::Conflict);
     // The long poll in flight returns within a second; then the conflict answers at once.
+    // A rate over a window of time is the claim, so the window has to pass.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let polls = rig.fake.calls_to("getupdates");
     assert!(polls.iter().any(|c| c.failed), "the conflict was served");

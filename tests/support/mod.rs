@@ -314,3 +314,40 @@ pub fn run_to_exit_via(
     let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
     (output.status, text(&output.stderr), text(&output.stdout))
 }
+
+/// Waits until each of the JetStream `streams` (`SWITCHBOARD_IN`, `SWITCHBOARD_OUT`) holds no
+/// message. They are work-queue streams, which drop a message when it is acked: so by then
+/// every message published to them was settled for good, and none can be redelivered. The
+/// signal a test waits for before it asserts that nothing came round again.
+pub async fn wait_streams_acked(nats_url: &str, streams: &[&str]) {
+    let js = async_nats::jetstream::new(async_nats::connect(nats_url).await.unwrap());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for name in streams {
+        loop {
+            let held = js.get_stream(name).await.unwrap().info().await.unwrap().state.messages;
+            if held == 0 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{held} messages in {name} were never acked");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Waits until the bus journal of the embedded daemon in `data_dir` holds no row: a row is
+/// deleted when its message is acked, so by then every message the daemon took in or sends out
+/// was settled for good. The embedded shape's counterpart of [`wait_streams_acked`].
+pub async fn wait_journal_empty(data_dir: &Path) {
+    let options = sqlx::sqlite::SqliteConnectOptions::new().filename(data_dir.join("switchboard.db"));
+    let mut connection = sqlx::ConnectOptions::connect(&options).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (held,): (i64,) =
+            sqlx::query_as("SELECT count(*) FROM bus_journal").fetch_one(&mut connection).await.unwrap();
+        if held == 0 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{held} journaled messages were never acked");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -75,14 +75,14 @@ const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 /// with the privileges it should have lost.
 #[cfg(target_os = "linux")]
 pub(super) fn drop_privileges() -> io::Result<()> {
-    // SAFETY (every call below): prctl(2) and capset(2) with integer arguments or pointers to
-    // live, correctly laid out structs; they touch only this (child) process.
     // First, so that nothing the command executes can gain privileges: setuid and setgid bits
     // and file capabilities are ignored from here on, for the command and all it starts.
+    // SAFETY: prctl(2) with integer arguments only; it touches only this (child) process.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
         return Err(io::Error::last_os_error());
     }
     // Ambient capabilities would be kept across execve. EINVAL: a kernel without them.
+    // SAFETY: prctl(2) with integer arguments only; it touches only this (child) process.
     if unsafe { libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) } != 0 {
         let error = io::Error::last_os_error();
         if error.raw_os_error() != Some(libc::EINVAL) {
@@ -93,6 +93,7 @@ pub(super) fn drop_privileges() -> io::Result<()> {
     // forbids it; this is the second lock). Dropping needs CAP_SETPCAP: EPERM means a daemon
     // without it, which has no capabilities to pass on. EINVAL: past the last capability.
     for capability in 0..64 {
+        // SAFETY: prctl(2) with integer arguments only; it touches only this (child) process.
         if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, capability, 0, 0, 0) } != 0 {
             let error = io::Error::last_os_error();
             match error.raw_os_error() {
@@ -105,6 +106,8 @@ pub(super) fn drop_privileges() -> io::Result<()> {
     // and inheritable sets. Giving up capabilities is always allowed.
     let header = CapHeader { version: CAPABILITY_VERSION_3, pid: 0 };
     let data = [CapData::default(); 2];
+    // SAFETY: capset(2) with pointers to a live header and the two data structs version 3
+    // reads, laid out as the kernel's (`repr(C)`); it touches only this (child) process.
     if unsafe { libc::syscall(libc::SYS_capset, &header as *const CapHeader, data.as_ptr()) } != 0 {
         return Err(io::Error::last_os_error());
     }

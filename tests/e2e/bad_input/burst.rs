@@ -89,8 +89,8 @@ async fn burst_in_one_chat(shape: Shape) {
         }
     }
     let elapsed = started.elapsed();
-    // Nothing more comes after every message is accounted for.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Nothing more comes after every message is accounted for: all of it settled.
+    rig.wait_settled().await;
     let outcome = outcome(&rig.telegram);
     let rss_after = rig.daemon.rss_kib();
     eprintln!(

@@ -33,6 +33,8 @@ async fn discord_corpus(shape: Shape) {
     let texts = || rig.discord.sent_messages().into_iter().map(|m| m.content).collect::<Vec<_>>();
     let all_in = || expected.iter().all(|needle| texts().iter().any(|reply| reply.contains(needle)));
     let arrived = eventually(Duration::from_secs(20), all_in).await;
+    // No signal says the gateway will not hand an event over again (a resumed session replays
+    // what it missed), so a while passes before counting the answers.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let sent = texts();
     assert!(arrived, "{sent:#?}\n{}", rig.logs());
@@ -49,6 +51,7 @@ async fn discord_corpus(shape: Shape) {
     rig.discord.send_message_create(dm(12, "after a broken frame"));
     let answered = eventually(Duration::from_secs(30), || rig.discord.sent_messages().len() > before).await;
     assert!(answered, "{:#?}\n{}", rig.discord.sent_messages(), rig.logs());
+    // As above: a resumed gateway session may replay events, and nothing says it is done.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let last: Vec<String> = rig.discord.sent_messages().into_iter().skip(before).map(|m| m.content).collect();
     assert_eq!(last, ["echo: after a broken frame"]);

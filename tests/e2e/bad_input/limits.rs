@@ -97,7 +97,8 @@ async fn raw_inbound_ids_past_limits_are_dead_lettered_nats() {
         assert!(letter.reason.contains("limit"), "{}", letter.reason);
     }
     assert!(eventually(Duration::from_secs(10), || rig.llm.requests().len() == 1).await, "{}", rig.logs());
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    // Every message acked (the reply waits in the outbound stream): none can come round again.
+    rig.wait_acked(&["SWITCHBOARD_IN"]).await;
     assert_eq!(rig.dead_letters(Flow::In).await.len(), past.len(), "a refused message came round again");
     assert_eq!(rig.llm.requests().len(), 1);
     rig.assert_still_healthy().await;
@@ -126,10 +127,9 @@ async fn garbage_needing_an_oversized_dead_letter_is_cut_not_redelivered_nats() 
             assert!(letter.payload.len() < NATS_MAX_PAYLOAD, "{flow:?}: a {}-byte payload copy", letter.payload.len());
         }
     }
-    tokio::time::sleep(Duration::from_secs(7)).await;
+    // Every bad message acked (none still waiting for a worker), so none can come round again.
+    rig.wait_acked(&["SWITCHBOARD_IN", "SWITCHBOARD_OUT"]).await;
     assert_eq!(rig.dead_letters(Flow::In).await.len(), payloads.len(), "dead-lettered again:\n{}", rig.logs());
-    let mut stream = js.get_stream("SWITCHBOARD_IN").await.unwrap();
-    assert_eq!(stream.info().await.unwrap().state.messages, 0, "a bad message is still waiting for a worker");
     assert!(rig.telegram.sent_messages().is_empty());
     rig.assert_still_healthy().await;
     rig.report("oversized dead letters");

@@ -135,8 +135,8 @@ async fn garbage_on_every_subject_is_dead_lettered_with_a_reason_nats() {
     assert!(rig.telegram.sent_messages().is_empty(), "{:?}", rig.telegram.sent_messages());
     assert!(rig.discord.sent_messages().is_empty(), "{:?}", rig.discord.sent_messages());
     rig.assert_still_healthy().await;
-    // Nothing comes back round: the dead letters stay as many after a redelivery period.
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    // Nothing comes back round: every message acked, and the dead letters stay as many.
+    rig.wait_acked(&["SWITCHBOARD_IN", "SWITCHBOARD_OUT"]).await;
     assert_eq!(rig.dead_letters(Flow::In).await.len(), inbound_sent.len(), "{}", rig.logs());
     rig.report("raw garbage on every subject");
 }
@@ -170,7 +170,8 @@ async fn replayed_and_oversized_inbound_is_answered_once_nats() {
     // Replayed once more after the answers went out, without an id: still nothing new.
     publish(&js, &subject, second.to_string().into(), None).await;
     publish(&js, &subject, first.to_string().into(), None).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Handled: taken, (not) answered and acked, and any answer delivered and acked.
+    rig.wait_acked(&["SWITCHBOARD_IN", "SWITCHBOARD_OUT"]).await;
 
     let mut texts: Vec<String> = rig.telegram.sent_messages().into_iter().filter_map(|m| m.text).collect();
     texts.sort();

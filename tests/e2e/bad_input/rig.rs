@@ -142,6 +142,25 @@ impl Rig {
         }
     }
 
+    /// Waits until the JetStream `streams` hold nothing: every message published to them was
+    /// settled for good, none can come round again (NATS shape only).
+    pub async fn wait_acked(&self, streams: &[&str]) {
+        let nats = self.nats.as_ref().expect("a NATS-shape rig");
+        crate::support::wait_streams_acked(&nats.url(), streams).await;
+    }
+
+    /// Waits until nothing is on its way: every Telegram update was fetched and confirmed (none
+    /// is fetched again), and every message the daemon took in or sends out was acked (the
+    /// NATS streams or the embedded shape's journal hold none).
+    pub async fn wait_settled(&self) {
+        let confirmed = eventually(Duration::from_secs(20), || self.telegram.pending_updates() == 0).await;
+        assert!(confirmed, "Telegram updates never confirmed\n{}", self.logs());
+        match self.shape {
+            Shape::Nats => self.wait_acked(&["SWITCHBOARD_IN", "SWITCHBOARD_OUT"]).await,
+            Shape::Embedded => crate::support::wait_journal_empty(self.dir.path()).await,
+        }
+    }
+
     /// After the corpus: the process is alive, never panicked, and a normal message is answered.
     pub async fn assert_still_healthy(&mut self) {
         assert!(self.daemon.is_alive(), "the daemon died:\n{}", self.daemon.logs());

@@ -65,7 +65,7 @@ async fn telegram_corpus(shape: Shape) {
     let texts = || rig.telegram.sent_messages().into_iter().filter_map(|m| m.text).collect::<Vec<_>>();
     let all_in = || expected.iter().all(|needle| texts().iter().any(|reply| reply.contains(needle.as_str())));
     let arrived = eventually(Duration::from_secs(30), all_in).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    rig.wait_settled().await;
     let sent = texts();
     assert!(arrived, "{sent:#?}\n{}", rig.logs());
     assert!(sent.len() <= expected.len(), "answered a message twice or answered garbage: {sent:#?}");
