@@ -21,8 +21,7 @@ mod hygiene;
 mod input;
 mod job;
 mod keepalive;
-mod live;
-mod memory;
+mod memory_scope;
 mod offer;
 mod order;
 mod overflow;
@@ -31,6 +30,7 @@ mod prefs;
 mod prompt;
 mod rate;
 mod recall;
+mod reloadable;
 mod run;
 mod session;
 mod settle;
@@ -166,9 +166,9 @@ pub(crate) struct Shared {
     pub bus: Arc<dyn Bus>,
     pub store: Arc<dyn Store>,
     /// The agents by name and the bindings that pick one per message (replaced by a reload).
-    pub agents: live::Live<Agents>,
+    pub agents: reloadable::Reloadable<Agents>,
     /// Levels, tool permissions and budgets (`settings.access` until a reload replaces it).
-    pub access: live::Live<AccessPolicy>,
+    pub access: reloadable::Reloadable<AccessPolicy>,
     pub settings: WorkerSettings,
     /// The owner's operations, for the owner's commands.
     pub control: Arc<Control>,
@@ -257,8 +257,8 @@ impl Worker {
         let shared = Shared {
             bus,
             store,
-            agents: live::Live::new(agents),
-            access: live::Live::new(settings.access.clone()),
+            agents: reloadable::Reloadable::new(agents),
+            access: reloadable::Reloadable::new(settings.access.clone()),
             context,
             settings,
             control,

@@ -146,8 +146,9 @@ pub(super) async fn compact_with_flush(
     billing: Option<&Billing>,
 ) -> Result<compaction::Outcome, CompactError> {
     let (engine, store, agent) = (&shared.context, shared.store.as_ref(), &route.agent);
-    let memory =
-        super::memory::scope(shared, agent, msg, None).await.map_err(|err| CompactError::Scope(err.to_string()))?;
+    let memory = super::memory_scope::scope(shared, agent, msg, None)
+        .await
+        .map_err(|err| CompactError::Scope(err.to_string()))?;
     // The memory flush is housekeeping: the minimal prompt, with only the file tools.
     let flush_tools = compaction::flush_filter();
     let run = super::prompt::PromptFor { msg, session_key: &route.key, memory: &memory };
@@ -370,7 +371,7 @@ async fn run_turn(
     let model = choices.model.as_deref().unwrap_or(&agent.settings().model);
     input.context = Some(super::prompt::context_line(shared, msg, level, model));
     // The level `access::admit` found for the person the message acts for: no second lookup.
-    let memory = super::memory::scope(shared, agent, msg, Some(level)).await.map_err(transient)?;
+    let memory = super::memory_scope::scope(shared, agent, msg, Some(level)).await.map_err(transient)?;
     let memory_scope = memory.label(&agent.settings().name);
     let plan = TurnPlan { agent, msg, run_id, session_key, tools, level, clock, input, memory, model: choices.model };
     let ran = super::turn::run_agent(shared, &plan, &events, steer).await.map_err(transient)?;
