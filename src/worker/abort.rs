@@ -8,13 +8,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use switchboard_channels::bus::BusExt;
-use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, RunEventBody, Usage};
+use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, RunEventBody};
 
 use super::Shared;
 use super::events::BusEvents;
 use super::settle::reply_to;
 use crate::agent::EventSink;
-use crate::store::{RunClaim, RunOutcome, RunStatus};
+use crate::store::{RunClaim, RunOutcome};
 
 /// The error recorded for a run the time limit ended; `switchboard runs` shows it.
 const TIMED_OUT: &str = "timed out";
@@ -133,19 +133,8 @@ fn ended_early(
 ) -> RunOutcome {
     let events = BusEvents::start(Arc::clone(&shared.bus), msg, run_id, session_key);
     events.emit(RunEventBody::Failed { error: error.clone() });
-    RunOutcome {
-        status: RunStatus::Failed,
-        transcript: Vec::new(),
-        reply: notice.map(|text| reply_to(msg, run_id, session_key, OutboundKind::Notice, text)),
-        error: Some(error),
-        usage: Usage::default(),
-        model: String::new(),
-        cost_usd: None,
-        iterations: 0,
-        context_tokens: 0,
-        billing: None,
-        memory_scope: None,
-    }
+    let notice = notice.map(|text| reply_to(msg, run_id, session_key, OutboundKind::Notice, text));
+    RunOutcome::failed(error, notice)
 }
 
 /// "5 minutes", "90 seconds": a limit as the chat reads it.

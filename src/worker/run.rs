@@ -423,17 +423,5 @@ fn over_budget(shared: &Shared, msg: &InboundMessage, run_id: &str, session_key:
     let events = BusEvents::start(Arc::clone(&shared.bus), msg, run_id, session_key);
     events.emit(RunEventBody::Started);
     events.emit(RunEventBody::completed(notice.clone(), Usage::default(), "", None));
-    RunOutcome {
-        status: RunStatus::Completed,
-        transcript: Vec::new(),
-        reply: Some(reply_to(msg, run_id, session_key, OutboundKind::Notice, notice)),
-        error: None,
-        usage: Usage::default(),
-        model: String::new(),
-        iterations: 0,
-        context_tokens: 0,
-        billing: None,
-        memory_scope: None,
-        cost_usd: None,
-    }
+    RunOutcome::answered(reply_to(msg, run_id, session_key, OutboundKind::Notice, notice))
 }

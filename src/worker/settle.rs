@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use switchboard_channels::bus::{BusError, BusExt};
-use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, Usage, reply};
+use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, reply};
 use thiserror::Error;
 
 use super::Shared;
@@ -144,19 +144,7 @@ async fn finish_with(
     reply: Option<OutboundMessage>,
     error: Option<String>,
 ) -> Result<(), HandleError> {
-    let outcome = RunOutcome {
-        status,
-        transcript: Vec::new(),
-        error,
-        reply,
-        usage: Usage::default(),
-        model: String::new(),
-        cost_usd: None,
-        iterations: 0,
-        context_tokens: 0,
-        billing: None,
-        memory_scope: None,
-    };
+    let outcome = RunOutcome::without_model(status, reply, error);
     shared.store.finish_run(run_id, &outcome).await?;
     if let Some(reply) = &outcome.reply {
         deliver(shared, run_id, reply).await?;

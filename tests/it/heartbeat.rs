@@ -20,7 +20,7 @@ use switchboard::store::sqlite::SqliteStore;
 use switchboard::store::{RunClaim, RunOutcome, RunStatus};
 use switchboard::users::AccessPolicy;
 use switchboard::worker::WorkerSettings;
-use switchboard_channels::contract::{ChatAddress, InboundKind, InboundMessage, Origin, Sender, Usage};
+use switchboard_channels::contract::{ChatAddress, InboundKind, InboundMessage, Origin, Sender};
 use switchboard_channels::{Bus, BusExt, Deliveries};
 use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
 
@@ -215,19 +215,7 @@ async fn a_busy_target_session_is_tried_again_after_a_minute() {
     rig.clock.advance(MINUTE / 2);
     assert_eq!(tick_one(&heartbeats).await, skipped(SkipReason::Busy));
     assert!(rig.published().await.is_empty());
-    let finished = RunOutcome {
-        status: RunStatus::Completed,
-        transcript: Vec::new(),
-        reply: None,
-        error: None,
-        usage: Usage::default(),
-        model: String::new(),
-        cost_usd: None,
-        iterations: 0,
-        context_tokens: 0,
-        billing: None,
-        memory_scope: None,
-    };
+    let finished = RunOutcome::without_model(RunStatus::Completed, None, None);
     rig.store.finish_run(&run_id, &finished).await.unwrap();
     rig.clock.advance(MINUTE);
     assert!(is_fired(&tick_one(&heartbeats).await));
