@@ -118,11 +118,6 @@ pub struct WorkerSettings {
     pub queue: QueueSettings,
     /// Turns a sender may start per minute, by level (`[rate_limits]`).
     pub rate_limits: RateLimitsConfig,
-    /// A heartbeat's reply of `HEARTBEAT_OK` with at most this many other characters is
-    /// suppressed (`heartbeat.ack_max_chars`).
-    pub heartbeat_ack_max_chars: usize,
-    /// The same for agents with their own `[agents.<name>.heartbeat]`, by agent name.
-    pub heartbeat_ack_max_chars_by_agent: HashMap<String, usize>,
     /// Memory recalled into each turn's prompt (`[memory]`).
     pub recall: RecallSettings,
     /// Turns voice notes into text before a turn (`[transcription]`); `None`: they reach the
@@ -151,8 +146,6 @@ impl Default for WorkerSettings {
             queue: QueueSettings::default(),
             // Off unless asked for: the daemon passes `[rate_limits]`, whose defaults limit.
             rate_limits: RateLimitsConfig::UNLIMITED,
-            heartbeat_ack_max_chars: 300,
-            heartbeat_ack_max_chars_by_agent: HashMap::new(),
             recall: RecallSettings::default(),
             transcriber: None,
             mcp_inline_max: 30,

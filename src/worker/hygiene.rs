@@ -7,7 +7,7 @@ use switchboard_channels::contract::{InboundKind, InboundMessage, OutboundMessag
 
 use super::Shared;
 use super::access::Access;
-use crate::agent::TurnResult;
+use crate::agent::{AgentSettings, TurnResult};
 use crate::hygiene::{Verdict, sanitize_reply};
 use crate::provider::Role;
 use crate::scheduler::heartbeat::{self, HeartbeatAck, ack};
@@ -123,12 +123,10 @@ pub(super) fn clean_reply(result: &mut TurnResult, heartbeat_ack_max_chars: Opti
 
 /// The `HEARTBEAT_OK` allowance for `agent`'s reply to `msg`: `Some` only for a heartbeat (a
 /// system message of origin `heartbeat`), so a person's message is never suppressed this way.
-pub(super) fn heartbeat_ack_limit(shared: &Shared, agent: &str, msg: &InboundMessage) -> Option<usize> {
+pub(super) fn heartbeat_ack_limit(agent: &AgentSettings, msg: &InboundMessage) -> Option<usize> {
     let is_heartbeat = msg.kind == InboundKind::System
         && msg.origin.as_ref().is_some_and(|origin| origin.kind == heartbeat::HEARTBEAT_ORIGIN);
-    let settings = &shared.settings;
-    let limit = settings.heartbeat_ack_max_chars_by_agent.get(agent).copied();
-    is_heartbeat.then(|| limit.unwrap_or(settings.heartbeat_ack_max_chars))
+    is_heartbeat.then_some(agent.heartbeat_ack_max_chars)
 }
 
 /// Marks a suppressed reply so the API channel can say so; its content is already empty,

@@ -376,7 +376,7 @@ async fn run_turn(
     let plan = TurnPlan { agent, msg, run_id, session_key, tools, level, clock, input, memory, model: choices.model };
     let ran = super::turn::run_agent(shared, &plan, &events, steer).await.map_err(transient)?;
     let mut result = ran.result;
-    let ack_limit = hygiene::heartbeat_ack_limit(shared, &agent.settings().name, msg);
+    let ack_limit = hygiene::heartbeat_ack_limit(agent.settings(), msg);
     let suppressed = hygiene::clean_reply(&mut result, ack_limit);
     let files = super::files::collect(shared, &agent.settings().workspace, run_id, &plan.memory, session_key).await;
     result.reply = files.noted(&result.reply);
