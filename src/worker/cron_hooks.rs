@@ -3,10 +3,9 @@
 
 use switchboard_channels::contract::{InboundKind, InboundMessage, OutboundKind};
 
-use super::Shared;
 use crate::provider::ChatMessage;
 use crate::scheduler::job::{META_NAME, ORIGIN_KIND};
-use crate::store::{RunOutcome, RunStatus};
+use crate::store::{RunOutcome, RunStatus, Store};
 
 /// The job id of a message a cron job published; `None` for any other message.
 fn cron_job(msg: &InboundMessage) -> Option<&str> {
@@ -31,10 +30,10 @@ pub(super) fn reminder(msg: &InboundMessage, run_id: &str, session_key: &str) ->
 
 /// Records a finished cron run's status and error on its history row and its job. Never
 /// fails the run: a store error is logged.
-pub(super) async fn record_finish(shared: &Shared, msg: &InboundMessage, outcome: &RunOutcome) {
+pub(super) async fn record_finish(store: &dyn Store, msg: &InboundMessage, outcome: &RunOutcome) {
     let Some(job) = cron_job(msg) else { return };
     let failed = outcome.status == RunStatus::Failed;
-    let result = shared.store.finish_cron_run(job, &msg.id, failed, outcome.error.as_deref()).await;
+    let result = store.finish_cron_run(job, &msg.id, failed, outcome.error.as_deref()).await;
     if let Err(err) = result {
         tracing::warn!(%job, inbound = %msg.id, %err, "cannot record the cron run's outcome");
     }

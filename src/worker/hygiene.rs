@@ -5,10 +5,9 @@ use std::borrow::Cow;
 
 use switchboard_channels::contract::{InboundKind, InboundMessage, OutboundMessage, RepliedTo};
 
-use super::Shared;
 use super::access::Access;
 use crate::agent::{AgentSettings, TurnResult};
-use crate::hygiene::{Verdict, sanitize_reply};
+use crate::hygiene::{Guard, Verdict, sanitize_reply};
 use crate::provider::Role;
 use crate::scheduler::heartbeat::{self, HeartbeatAck, ack};
 
@@ -24,11 +23,11 @@ const SUPPRESSED_IN_TRANSCRIPT: &str = "NO_REPLY";
 /// permitted user set up, so they are cleaned and cut but never judged: a blocked heartbeat
 /// would just be a silent failure.
 pub(super) fn screen_input<'m>(
-    shared: &Shared,
+    guard: Option<&Guard>,
     msg: &'m InboundMessage,
     access: Access,
 ) -> (Cow<'m, InboundMessage>, Access) {
-    let Some(guard) = &shared.settings.guard else { return (Cow::Borrowed(msg), access) };
+    let Some(guard) = guard else { return (Cow::Borrowed(msg), access) };
     if matches!(access, Access::OverBudget { .. }) {
         return (Cow::Borrowed(msg), access);
     }
@@ -50,7 +49,7 @@ pub(super) fn screen_input<'m>(
 /// The message a person replied to reaches the model beside theirs, so it is screened like
 /// theirs: it may be a stranger's text the bot was never addressed with. A replied-to text
 /// the guard would block is withheld rather than refusing the person who quoted it.
-fn screen_replied(guard: &crate::hygiene::Guard, replied: &RepliedTo) -> RepliedTo {
+fn screen_replied(guard: &Guard, replied: &RepliedTo) -> RepliedTo {
     let screen = |text: &str| match guard.screen(text).verdict {
         Verdict::Pass(text) => Some(text),
         Verdict::Block(_) => None,
