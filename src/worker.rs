@@ -42,12 +42,14 @@ mod usage;
 mod voice;
 mod windows;
 
-use std::sync::Arc;
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use switchboard_channels::Gauge;
 use switchboard_channels::bus::{Bus, BusError};
+use switchboard_channels::contract::InboundMessage;
 use thiserror::Error;
 use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
@@ -61,12 +63,12 @@ use crate::provider::transcribe::Transcriber;
 use crate::store::Store;
 use crate::subagents::SubagentManager;
 use crate::users::AccessPolicy;
+use access::People;
 use agents::Agents;
-use intake::{Intake, IntakeSettings};
 pub use recall::RecallSettings;
 use reloadable::Reloadable;
-use run::{TurnRunner, TurnSettings};
 pub use session::QueueSettings;
+use session::Session;
 
 #[derive(Debug, Error)]
 pub enum WorkerError {
@@ -148,6 +150,122 @@ impl Default for WorkerSettings {
             transcriber: None,
             mcp_inline_max: 30,
             outbox_keep: Duration::from_secs(7 * 24 * 3600),
+        }
+    }
+}
+
+/// What turns run with (the turn's part of [`WorkerSettings`]).
+struct TurnSettings {
+    /// Messages of history read from the store for a turn, before the history pipeline.
+    history_limit: usize,
+    /// How long one run may take in all (`agent.run_timeout_secs`).
+    run_timeout: Duration,
+    /// Time zone and file caps for the system prompt built for each run.
+    prompt: crate::prompt::PromptSettings,
+    /// The input guard; `None` passes messages to the model unchanged.
+    guard: Option<Arc<Guard>>,
+    /// Memory recalled into each turn's prompt (`[memory]`).
+    recall: RecallSettings,
+    /// Turns voice notes into text before a turn; `None`: they reach the model as their path.
+    transcriber: Option<Arc<Transcriber>>,
+    /// MCP tools offered one by one up to this many; beyond, through `mcp_tool_search`.
+    mcp_inline_max: usize,
+    /// How long files sent from runs' outboxes are kept.
+    outbox_keep: Duration,
+}
+
+/// Everything a turn needs, shared by the session tasks and the commands. The intake
+/// (`intake`) decides when a message's turn runs; this runs it.
+pub(crate) struct TurnRunner {
+    bus: Arc<dyn Bus>,
+    store: Arc<dyn Store>,
+    /// The agents by name and the bindings that pick one per message (replaced by a reload).
+    agents: Reloadable<Agents>,
+    /// Levels, tool permissions and budgets (replaced by a reload).
+    access: Reloadable<AccessPolicy>,
+    /// The owner's operations, for the owner's commands.
+    control: Arc<crate::control::Control>,
+    /// The history pipeline, the token estimate correction and the models' windows, shared by
+    /// all sessions and by the agents' model chains (which refit requests with it).
+    context: Arc<ContextEngine>,
+    settings: TurnSettings,
+    /// Turns running at once (`max_concurrent_runs`).
+    runs: Semaphore,
+    /// Cancelled when shutdown starts: no new turn starts.
+    stopping: CancellationToken,
+    /// Cancelled when the grace period is over: running turns are abandoned.
+    abandon: CancellationToken,
+    /// The sub-agents `/stop` and `/new` cancel, when sub-agents are enabled.
+    subagents: OnceLock<Arc<SubagentManager>>,
+}
+
+impl TurnRunner {
+    /// The session key `msg` is stored under.
+    fn session_key(&self, msg: &InboundMessage) -> String {
+        self.agents.get().session_key(msg)
+    }
+
+    /// Who people are and what they may do, under the access policy in force now.
+    fn people(&self) -> People<'_> {
+        People { policy: self.access.get(), store: self.store.as_ref() }
+    }
+}
+
+/// How the intake paces itself (its part of [`WorkerSettings`]).
+struct IntakeSettings {
+    /// Sessions whose turns run at the same time.
+    max_concurrent_runs: usize,
+    /// Deliveries held at once (queued behind a busy session or running); bounds memory.
+    max_held: usize,
+    /// Older messages are dropped with a log line rather than answered hours late.
+    max_message_age: Duration,
+    /// How often a held delivery is reported as still in progress.
+    progress_interval: Duration,
+    /// How long in-flight runs may take to finish at shutdown before they are abandoned.
+    shutdown_grace: Duration,
+    /// What messages arriving during a run do.
+    queue: QueueSettings,
+    /// The longest text a merged turn may have (the input guard's limit; none without one).
+    max_message_chars: usize,
+    /// Voice notes are transcribed before their turn (so one is never steered into a run).
+    hears_voice: bool,
+}
+
+/// The queueing state of a worker, in front of its [`TurnRunner`].
+pub(crate) struct Intake {
+    /// Runs the turns the intake lets start.
+    turns: Arc<TurnRunner>,
+    settings: IntakeSettings,
+    /// Sessions with work in this worker; see `session` for the state machine.
+    sessions: Mutex<HashMap<String, Session>>,
+    /// Per session, the messages a full queue did not keep since its last notice.
+    overflow: Mutex<HashMap<String, Vec<overflow::NotKept>>>,
+    /// Per-sender turn counts for `[rate_limits]`.
+    rate: Mutex<rate::RateLimiter>,
+    /// Numbers messages in arrival order.
+    arrivals: AtomicU64,
+    /// Stream positions of the inbound messages held here (see `order`).
+    held_seqs: order::HeldSeqs,
+    /// Cancelled when shutdown starts: no new runs start (the runner's token too).
+    stopping: CancellationToken,
+    /// Tasks of the intake loop not yet joined (session loops, commands, notices).
+    tasks: AtomicUsize,
+}
+
+impl Intake {
+    fn new(turns: Arc<TurnRunner>, settings: IntakeSettings, rate_limits: crate::config::RateLimitsConfig) -> Self {
+        let rate = Mutex::new(rate::RateLimiter::new(rate_limits, settings.queue.debounce));
+        let stopping = turns.stopping.clone();
+        Self {
+            turns,
+            settings,
+            sessions: Mutex::new(HashMap::new()),
+            overflow: Mutex::new(HashMap::new()),
+            rate,
+            arrivals: AtomicU64::new(0),
+            held_seqs: order::HeldSeqs::default(),
+            stopping,
+            tasks: AtomicUsize::new(0),
         }
     }
 }

@@ -13,8 +13,8 @@ use std::time::Duration;
 use switchboard_channels::contract::{InboundMessage, commands};
 use tracing::Instrument;
 
+use super::Intake;
 use super::answer::{Answer, publish_items};
-use super::intake::Intake;
 use super::job::Job;
 use super::keepalive::Settle;
 use super::session::set_mode;

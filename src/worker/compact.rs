@@ -4,8 +4,8 @@
 use switchboard_channels::contract::InboundMessage;
 use tracing::Instrument;
 
+use super::TurnRunner;
 use super::agents::Route;
-use super::run::TurnRunner;
 use crate::context::compaction;
 use crate::store::users::Billing;
 

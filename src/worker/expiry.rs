@@ -29,8 +29,8 @@ use switchboard_channels::contract::{InboundKind, InboundMessage, OutboundMessag
 use switchboard_channels::meters::meters;
 use tokio::time::Instant;
 
+use super::TurnRunner;
 use super::job::Job;
-use super::run::TurnRunner;
 use super::{overflow, settle};
 use crate::scheduler::heartbeat::HEARTBEAT_ORIGIN;
 

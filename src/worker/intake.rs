@@ -1,10 +1,9 @@
-//! The intake: takes deliveries off the bus, decodes and checks them, keeps a chat's order,
-//! applies the rate limit, and hands each message to its session's queue (or a command to its
-//! handler). It owns the queueing state; the turns themselves are the [`TurnRunner`]'s.
+//! The intake loop: takes deliveries off the bus, decodes and checks them, keeps a chat's
+//! order, applies the rate limit, and hands each message to its session's queue (or a command
+//! to its handler). [`Intake`] owns the queueing state; the turns are the `TurnRunner`'s.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -15,74 +14,13 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use super::Intake;
 use super::job::Job;
 use super::keepalive::{Held, Settle};
-use super::run::TurnRunner;
-use super::session::{Placed, QueueSettings, Session};
+use super::session::Placed;
 use super::{commands, order, overflow, rate, session, settle};
 
-/// How the intake paces itself (its part of [`super::WorkerSettings`]).
-pub(super) struct IntakeSettings {
-    /// Sessions whose turns run at the same time.
-    pub max_concurrent_runs: usize,
-    /// Deliveries held at once (queued behind a busy session or running); bounds memory.
-    pub max_held: usize,
-    /// Older messages are dropped with a log line rather than answered hours late.
-    pub max_message_age: Duration,
-    /// How often a held delivery is reported as still in progress.
-    pub progress_interval: Duration,
-    /// How long in-flight runs may take to finish at shutdown before they are abandoned.
-    pub shutdown_grace: Duration,
-    /// What messages arriving during a run do.
-    pub queue: QueueSettings,
-    /// The longest text a merged turn may have (the input guard's limit; none without one).
-    pub max_message_chars: usize,
-    /// Voice notes are transcribed before their turn (so one is never steered into a run).
-    pub hears_voice: bool,
-}
-
-/// The queueing state of a worker, in front of its [`TurnRunner`].
-pub(crate) struct Intake {
-    /// Runs the turns the intake lets start.
-    pub(super) turns: Arc<TurnRunner>,
-    pub(super) settings: IntakeSettings,
-    /// Sessions with work in this worker; see `session` for the state machine.
-    pub(super) sessions: Mutex<HashMap<String, Session>>,
-    /// Per session, the messages a full queue did not keep since its last notice.
-    pub(super) overflow: Mutex<HashMap<String, Vec<overflow::NotKept>>>,
-    /// Per-sender turn counts for `[rate_limits]`.
-    rate: Mutex<rate::RateLimiter>,
-    /// Numbers messages in arrival order.
-    arrivals: AtomicU64,
-    /// Stream positions of the inbound messages held here (see `order`).
-    held_seqs: order::HeldSeqs,
-    /// Cancelled when shutdown starts: no new runs start (the runner's token too).
-    pub(super) stopping: CancellationToken,
-    /// Tasks of the intake loop not yet joined (session loops, commands, notices).
-    tasks: AtomicUsize,
-}
-
 impl Intake {
-    pub(super) fn new(
-        turns: Arc<TurnRunner>,
-        settings: IntakeSettings,
-        rate_limits: crate::config::RateLimitsConfig,
-    ) -> Self {
-        let rate = Mutex::new(rate::RateLimiter::new(rate_limits, settings.queue.debounce));
-        let stopping = turns.stopping.clone();
-        Self {
-            turns,
-            settings,
-            sessions: Mutex::new(HashMap::new()),
-            overflow: Mutex::new(HashMap::new()),
-            rate,
-            arrivals: AtomicU64::new(0),
-            held_seqs: order::HeldSeqs::default(),
-            stopping,
-            tasks: AtomicUsize::new(0),
-        }
-    }
-
     /// Takes deliveries until `shutdown` is cancelled (only while `gate` is open), then drains.
     pub(super) async fn run(
         self: Arc<Self>,

@@ -19,9 +19,9 @@ use switchboard_channels::api;
 use switchboard_channels::contract::{InboundKind, InboundMessage};
 use tokio::time::Instant;
 
-use super::intake::Intake;
+use super::Intake;
+use super::TurnRunner;
 use super::job::Job;
-use super::run::TurnRunner;
 use super::settle;
 
 /// Why a message not kept was settled without a turn (logged and stored with its run).

@@ -3,7 +3,7 @@
 
 use switchboard_channels::contract::InboundMessage;
 
-use super::intake::Intake;
+use super::Intake;
 use super::session::set_prefs;
 use crate::store::StoreError;
 

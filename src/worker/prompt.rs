@@ -3,7 +3,7 @@
 
 use switchboard_channels::contract::{InboundKind, InboundMessage};
 
-use super::run::TurnRunner;
+use super::TurnRunner;
 use crate::agent::Agent;
 use crate::config::Level;
 use crate::context::Target;

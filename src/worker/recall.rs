@@ -6,7 +6,7 @@
 
 use switchboard_channels::contract::{InboundKind, InboundMessage};
 
-use super::run::TurnRunner;
+use super::TurnRunner;
 use crate::agent::Agent;
 use crate::config::MemoryConfig;
 use crate::store::memory_index::{CONVERSATION_PREFIX, MemoryHit};

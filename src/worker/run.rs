@@ -1,89 +1,36 @@
-//! One inbound message, from claim to acknowledgement: [`TurnRunner`] owns everything a turn
-//! needs, and its [`TurnRunner::run`] is the turn's story, top to bottom. The steps it calls
-//! take only what they need.
+//! One inbound message, from claim to acknowledgement: [`TurnRunner::run`] is the turn's
+//! story, top to bottom ([`TurnRunner`] owns everything a turn needs). The steps it calls take
+//! only what they need.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
 use switchboard_channels::bus::Bus;
 use switchboard_channels::contract::{InboundMessage, OutboundKind, RunEventBody, Usage, reply};
 use switchboard_channels::meters::{FlowLabel, meters};
-use tokio::sync::Semaphore;
-use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::TurnRunner;
 use super::abort;
-use super::access::{Access, People};
-use super::agents::{Agents, Route};
+use super::access::Access;
+use super::agents::Route;
 use super::commit::{self, Giveback, transient};
 use super::compact::compact_session;
 use super::events::BusEvents;
 use super::hygiene;
 use super::job::{Choices, Control};
 use super::keepalive::{Held, Settle};
-use super::recall::RecallSettings;
-use super::reloadable::Reloadable;
 use super::settle::reply_to;
 use super::turn::TurnPlan;
 use crate::agent::{EventSink, SteerReceiver};
-use crate::context::ContextEngine;
-use crate::hygiene::Guard;
-use crate::provider::transcribe::Transcriber;
 use crate::store::users::Billing;
-use crate::store::{RunClaim, RunOutcome, RunStatus, Store};
-use crate::subagents::SubagentManager;
+use crate::store::{RunClaim, RunOutcome, RunStatus};
 use crate::tools::run_clock::RunClock;
-use crate::users::AccessPolicy;
 
 /// How long to wait before a message is tried again after the store or bus failed.
 const RETRY_DELAY: Duration = Duration::from_secs(5);
-
-/// What turns run with (the turn's part of [`super::WorkerSettings`]).
-pub(super) struct TurnSettings {
-    /// Messages of history read from the store for a turn, before the history pipeline.
-    pub history_limit: usize,
-    /// How long one run may take in all (`agent.run_timeout_secs`).
-    pub run_timeout: Duration,
-    /// Time zone and file caps for the system prompt built for each run.
-    pub prompt: crate::prompt::PromptSettings,
-    /// The input guard; `None` passes messages to the model unchanged.
-    pub guard: Option<Arc<Guard>>,
-    /// Memory recalled into each turn's prompt (`[memory]`).
-    pub recall: RecallSettings,
-    /// Turns voice notes into text before a turn; `None`: they reach the model as their path.
-    pub transcriber: Option<Arc<Transcriber>>,
-    /// MCP tools offered one by one up to this many; beyond, through `mcp_tool_search`.
-    pub mcp_inline_max: usize,
-    /// How long files sent from runs' outboxes are kept.
-    pub outbox_keep: Duration,
-}
-
-/// Everything a turn needs, shared by the session tasks and the commands. The intake
-/// (`super::intake`) decides when a message's turn runs; this runs it.
-pub(crate) struct TurnRunner {
-    pub(super) bus: Arc<dyn Bus>,
-    pub(super) store: Arc<dyn Store>,
-    /// The agents by name and the bindings that pick one per message (replaced by a reload).
-    pub(super) agents: Reloadable<Agents>,
-    /// Levels, tool permissions and budgets (replaced by a reload).
-    pub(super) access: Reloadable<AccessPolicy>,
-    /// The owner's operations, for the owner's commands.
-    pub(super) control: Arc<crate::control::Control>,
-    /// The history pipeline, the token estimate correction and the models' windows, shared by
-    /// all sessions and by the agents' model chains (which refit requests with it).
-    pub(super) context: Arc<ContextEngine>,
-    pub(super) settings: TurnSettings,
-    /// Turns running at once (`max_concurrent_runs`).
-    pub(super) runs: Semaphore,
-    /// Cancelled when shutdown starts: no new turn starts.
-    pub(super) stopping: CancellationToken,
-    /// Cancelled when the grace period is over: running turns are abandoned.
-    pub(super) abandon: CancellationToken,
-    /// The sub-agents `/stop` and `/new` cancel, when sub-agents are enabled.
-    pub(super) subagents: OnceLock<Arc<SubagentManager>>,
-}
 
 /// How a processed message ended.
 #[derive(Debug, Default, Clone)]
@@ -104,16 +51,6 @@ struct Turning<'a> {
 }
 
 impl TurnRunner {
-    /// The session key `msg` is stored under.
-    pub(super) fn session_key(&self, msg: &InboundMessage) -> String {
-        self.agents.get().session_key(msg)
-    }
-
-    /// Who people are and what they may do, under the access policy in force now.
-    pub(super) fn people(&self) -> People<'_> {
-        People { policy: self.access.get(), store: self.store.as_ref() }
-    }
-
     /// Runs `msg`'s turn and settles its delivery; true when it was acked (its outcome stored).
     /// `control` is the session's stop handle and steering messages.
     pub(super) async fn run(&self, msg: InboundMessage, held: Held, control: Control<'_>) -> bool {

@@ -17,8 +17,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::Intake;
 use super::batch::{self, Batching};
-use super::intake::Intake;
 use super::job::{Choices, Control, Job};
 use super::keepalive::Settle;
 use super::{expiry, overflow, settle};
@@ -201,9 +201,9 @@ pub(super) async fn session_loop(intake: Arc<Intake>, key: String) {
             continue;
         };
         let control = Control { cancel: &cancel, steer: &mut steer, choices: choices_of(&intake, &key) };
-        // `process` catches a panic of the run itself; this one is for its bookkeeping around
-        // the run (settling, compaction). Unwinding out of here would leave the session marked
-        // running forever, and every later message of the chat queued behind nothing.
+        // `TurnRunner::run` catches a panic of the run itself; this one is for its bookkeeping
+        // around the run (settling, compaction). Unwinding out of here would leave the session
+        // marked running forever, and every later message of the chat queued behind nothing.
         let turn = AssertUnwindSafe(intake.turns.run(primary.msg, primary.held, control)).catch_unwind();
         let acked = turn.await.unwrap_or_else(|panic| {
             let panic = super::abort::panic_text(panic.as_ref());

@@ -12,9 +12,9 @@ use switchboard_channels::contract::{DeadLetter, InboundMessage, OutboundKind, O
 use switchboard_channels::subject::Flow;
 use thiserror::Error;
 
+use super::TurnRunner;
 use super::job::Job;
 use super::keepalive::{Held, Settle};
-use super::run::TurnRunner;
 use crate::store::{RunClaim, RunKind, RunOutcome, RunStatus, StoreError};
 
 /// Why a command or notice could not be handled now (the message is given back to the bus).

@@ -7,7 +7,7 @@
 
 use switchboard_channels::contract::InboundMessage;
 
-use super::run::TurnRunner;
+use super::TurnRunner;
 use crate::agent::{Agent, EventSink, SteerReceiver, Turn, TurnResult};
 use crate::config::Level;
 use crate::context::Target;

@@ -6,7 +6,7 @@ use crate::control::local_time;
 use crate::store::StoreError;
 use crate::store::approvals::{Approval, ApprovalStatus};
 use crate::store::pairing::{PairingEntry, PairingState};
-use crate::worker::run::TurnRunner;
+use crate::worker::TurnRunner;
 
 /// Waiting calls, and pairing requests, listed at most.
 const PENDING_LIMIT: usize = 20;

@@ -9,7 +9,7 @@ use crate::control::{LevelChange, PersonMatch};
 use crate::store::StoreError;
 use crate::store::users::UserSummary;
 use crate::users::month_key;
-use crate::worker::run::TurnRunner;
+use crate::worker::TurnRunner;
 
 /// People `/users` lists at most.
 const USERS_LIMIT: usize = 30;

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use crate::store::StoreError;
 use crate::store::users::MonthCost;
 use crate::users::month_key;
-use crate::worker::run::TurnRunner;
+use crate::worker::TurnRunner;
 
 /// People `/spend` lists at most (the biggest spenders).
 const PEOPLE_LIMIT: usize = 20;
