@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use futures_util::FutureExt;
 use switchboard_channels::bus::Bus;
-use switchboard_channels::contract::{InboundMessage, OutboundKind, RunEventBody, Usage, reply};
+use switchboard_channels::contract::{
+    InboundMessage, Media, OutboundKind, OutboundMessage, RunEventBody, Usage, reply,
+};
 use switchboard_channels::meters::{FlowLabel, meters};
 use tracing::Instrument;
 
@@ -24,7 +26,7 @@ use super::job::{Choices, Control};
 use super::keepalive::{Held, Settle};
 use super::settle::reply_to;
 use super::turn::TurnPlan;
-use crate::agent::{EventSink, SteerReceiver};
+use crate::agent::{EventSink, SteerReceiver, TurnResult};
 use crate::store::users::Billing;
 use crate::store::{RunClaim, RunOutcome, RunStatus};
 use crate::tools::run_clock::RunClock;
@@ -225,38 +227,11 @@ impl TurnRunner {
         let keep = self.settings.outbox_keep;
         let files = super::files::collect(workspace, run_id, &plan.memory, session_key, keep).await;
         result.reply = files.noted(&result.reply);
-        let kind = if result.error.is_some() { OutboundKind::Notice } else { OutboundKind::Reply };
-        let mut reply = reply_to(msg, run_id, session_key, kind, result.reply.clone());
         // Files the run made go out even when it had nothing to say about them.
         let suppressed = suppressed && files.media.is_empty() && files.note.is_none();
-        reply.media = files.media;
-        hygiene::mark_suppressed(&mut reply, suppressed);
-        // `cost_usd` is `null` when unknown (a model without a price), so it is never taken for zero.
-        reply::set_model(&mut reply, &result.model, result.usage, result.cost_usd);
-        events.emit(match &result.error {
-            None => RunEventBody::Completed {
-                reply: result.reply.clone(),
-                usage: result.usage,
-                model: result.model.clone(),
-                cost_usd: result.cost_usd,
-                media: reply.media.clone(),
-            },
-            Some(error) => RunEventBody::Failed { error: error.clone() },
-        });
-        let status = if result.error.is_some() { RunStatus::Failed } else { RunStatus::Completed };
-        let outcome = RunOutcome {
-            status,
-            transcript: result.transcript,
-            reply: Some(reply),
-            error: result.error,
-            usage: result.usage,
-            model: result.model,
-            cost_usd: result.cost_usd,
-            iterations: result.iterations,
-            context_tokens: result.context_tokens,
-            billing,
-            memory_scope,
-        };
+        let reply = reply_of(msg, run_id, session_key, &result, files.media, suppressed);
+        events.emit(finished_event(&result, &reply));
+        let outcome = turn_outcome(result, reply, billing, memory_scope);
         Ok((outcome, ran.compaction_due))
     }
 
@@ -269,6 +244,62 @@ impl TurnRunner {
         answered_row: Option<i64>,
     ) -> Result<bool, Giveback> {
         commit::finish(self.bus.as_ref(), self.store.as_ref(), msg, run_id, outcome, answered_row).await
+    }
+}
+
+/// The answer of a turn the agent ran: its text (the noted files' line included), the run's
+/// files, marked suppressed or not, and the model and usage it came from.
+fn reply_of(
+    msg: &InboundMessage,
+    run_id: &str,
+    session_key: &str,
+    result: &TurnResult,
+    media: Vec<Media>,
+    suppressed: bool,
+) -> OutboundMessage {
+    let kind = if result.error.is_some() { OutboundKind::Notice } else { OutboundKind::Reply };
+    let mut reply = reply_to(msg, run_id, session_key, kind, result.reply.clone());
+    reply.media = media;
+    hygiene::mark_suppressed(&mut reply, suppressed);
+    // `cost_usd` is `null` when unknown (a model without a price), so it is never taken for zero.
+    reply::set_model(&mut reply, &result.model, result.usage, result.cost_usd);
+    reply
+}
+
+/// What live views are told when the agent's turn ends.
+fn finished_event(result: &TurnResult, reply: &OutboundMessage) -> RunEventBody {
+    match &result.error {
+        None => RunEventBody::Completed {
+            reply: result.reply.clone(),
+            usage: result.usage,
+            model: result.model.clone(),
+            cost_usd: result.cost_usd,
+            media: reply.media.clone(),
+        },
+        Some(error) => RunEventBody::Failed { error: error.clone() },
+    }
+}
+
+/// The outcome of a turn the agent ran, failed when the agent's result carries an error.
+fn turn_outcome(
+    result: TurnResult,
+    reply: OutboundMessage,
+    billing: Option<Billing>,
+    memory_scope: Option<String>,
+) -> RunOutcome {
+    let status = if result.error.is_some() { RunStatus::Failed } else { RunStatus::Completed };
+    RunOutcome {
+        status,
+        transcript: result.transcript,
+        reply: Some(reply),
+        error: result.error,
+        usage: result.usage,
+        model: result.model,
+        cost_usd: result.cost_usd,
+        iterations: result.iterations,
+        context_tokens: result.context_tokens,
+        billing,
+        memory_scope,
     }
 }
 
