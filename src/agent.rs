@@ -52,6 +52,9 @@ pub struct AgentSettings {
     pub skills: crate::workspace::skills::SkillSettings,
     /// The workspace files only an admin or the owner may change (`[workspace] protected`).
     pub protected: std::sync::Arc<crate::workspace::protected::ProtectedFiles>,
+    /// A heartbeat's reply of `HEARTBEAT_OK` with at most this many other characters is
+    /// suppressed (its own `[agents.<name>.heartbeat] ack_max_chars`, else `[heartbeat]`'s).
+    pub heartbeat_ack_max_chars: usize,
 }
 
 /// Where a run reports what it does (`tool.call`, `chunk`, …). Must not block.

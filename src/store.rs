@@ -189,6 +189,36 @@ pub struct RunOutcome {
     pub memory_scope: Option<String>,
 }
 
+impl RunOutcome {
+    /// A run that called no model (a command, a notice, a run ended before its turn): nothing
+    /// for the transcript, no usage, billed to nobody.
+    pub fn without_model(status: RunStatus, reply: Option<OutboundMessage>, error: Option<String>) -> Self {
+        Self {
+            status,
+            transcript: Vec::new(),
+            reply,
+            error,
+            usage: Usage::default(),
+            model: String::new(),
+            cost_usd: None,
+            iterations: 0,
+            context_tokens: 0,
+            billing: None,
+            memory_scope: None,
+        }
+    }
+
+    /// Answered without a model: `reply` (a notice, a reminder's text) is all of it.
+    pub fn answered(reply: OutboundMessage) -> Self {
+        Self::without_model(RunStatus::Completed, Some(reply), None)
+    }
+
+    /// Failed with `error` without a model's answer; the chat is told `notice`, if any.
+    pub fn failed(error: String, notice: Option<OutboundMessage>) -> Self {
+        Self::without_model(RunStatus::Failed, notice, Some(error))
+    }
+}
+
 /// A session's history and summary, as a turn reads them.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Conversation {

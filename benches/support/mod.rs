@@ -50,6 +50,7 @@ pub fn agent(workspace: &Path) -> Agent {
         workspace: workspace.to_path_buf(),
         skills: Default::default(),
         protected: Default::default(),
+        heartbeat_ack_max_chars: 300,
         models: Vec::new(),
         context_windows: Default::default(),
     };

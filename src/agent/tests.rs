@@ -125,6 +125,7 @@ fn agent_with_prices(
         workspace: std::env::temp_dir(),
         skills: Default::default(),
         protected: Default::default(),
+        heartbeat_ack_max_chars: 300,
         models: Vec::new(),
         context_windows: Default::default(),
     };

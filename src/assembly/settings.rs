@@ -50,12 +50,6 @@ pub fn worker(config: &Config) -> Result<WorkerSettings, AssemblyError> {
         guard: Some(Arc::new(Guard::new(&config.guard)?)),
         queue: QueueSettings::from_config(&config.worker),
         rate_limits: config.rate_limits,
-        heartbeat_ack_max_chars: config.heartbeat.ack_max_chars,
-        heartbeat_ack_max_chars_by_agent: config
-            .agents
-            .iter()
-            .filter_map(|(name, agent)| Some((name.clone(), agent.heartbeat.as_ref()?.ack_max_chars)))
-            .collect(),
         recall: RecallSettings::from(&config.memory),
         transcriber: transcriber(config)?,
         mcp_inline_max: config.mcp.inline_max,
@@ -131,6 +125,7 @@ pub fn agent(config: &Config, name: &str, chain: &[ChainEntry]) -> AgentSettings
         context_windows: chain.iter().map(|entry| (entry.label(), entry.context_window)).collect(),
         skills: agent_skills(config, name),
         protected: Arc::new(ProtectedFiles::new(&config.workspace.protected)),
+        heartbeat_ack_max_chars: config.heartbeat_for(name).ack_max_chars,
     }
 }
 

@@ -136,6 +136,7 @@ mod tests {
             workspace: workspace.to_path_buf(),
             skills: Default::default(),
             protected: Default::default(),
+            heartbeat_ack_max_chars: 300,
             models: Vec::new(),
             context_windows: Default::default(),
         };

@@ -7,37 +7,37 @@ use std::any::Any;
 use std::sync::Arc;
 use std::time::Duration;
 
-use switchboard_channels::bus::BusExt;
-use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, RunEventBody, Usage};
+use switchboard_channels::bus::{Bus, BusExt};
+use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, RunEventBody};
 
-use super::Shared;
 use super::events::BusEvents;
 use super::settle::reply_to;
 use crate::agent::EventSink;
-use crate::store::{RunClaim, RunOutcome, RunStatus};
+use crate::store::{RunClaim, RunOutcome, Store};
 
 /// The error recorded for a run the time limit ended; `switchboard runs` shows it.
 const TIMED_OUT: &str = "timed out";
 
 /// A run cancelled by `/stop`, `/new` or `interrupt`: no reply (the command answers).
-pub(super) fn stopped(shared: &Shared, msg: &InboundMessage, run_id: &str, session_key: &str) -> RunOutcome {
+pub(super) fn stopped(bus: &Arc<dyn Bus>, msg: &InboundMessage, run_id: &str, session_key: &str) -> RunOutcome {
     // A chat saw the turn stop; a client waiting for this message's own answer sees nothing
     // else, so it is told instead of waiting for its reply timeout.
     let notice = super::overflow::awaited(msg).then(|| STOPPED.to_owned());
-    ended_early(shared, msg, run_id, session_key, "stopped".into(), notice)
+    ended_early(bus, msg, run_id, session_key, "stopped".into(), notice)
 }
 
 /// A run taken up again after a restart while one of its calls waited for an approver: the
 /// request is closed as expired and the person told to ask again, rather than the model asked
 /// a second time behind the owner's back. `None` when the run waited for nobody.
 pub(super) async fn approval_gone(
-    shared: &Shared,
+    bus: &Arc<dyn Bus>,
+    store: &dyn Store,
     msg: &InboundMessage,
     run_id: &str,
     session_key: &str,
 ) -> Result<Option<RunOutcome>, crate::store::StoreError> {
     let reason = crate::store::approvals::RESTART_REASON;
-    let closed = crate::store::approvals::ApprovalStore::close_run_approvals(&*shared.store, run_id, reason).await?;
+    let closed = crate::store::approvals::ApprovalStore::close_run_approvals(store, run_id, reason).await?;
     let Some(approval) = closed else { return Ok(None) };
     tracing::info!(%run_id, code = %approval.code, "a run that waited for an approver ended with a restart");
     let notice = format!(
@@ -46,7 +46,7 @@ pub(super) async fn approval_gone(
         approval.request.tool
     );
     let error = format!("approval {} expired: {reason}", approval.code);
-    Ok(Some(ended_early(shared, msg, run_id, session_key, error, Some(notice))))
+    Ok(Some(ended_early(bus, msg, run_id, session_key, error, Some(notice))))
 }
 
 /// What a waiting client hears when its turn was stopped (`/stop`, or a newer message in
@@ -56,7 +56,7 @@ const STOPPED: &str = "Stopped before answering: /stop, or a newer message in th
 /// A run that passed `agent.run_timeout_secs`: the chat is told, and its next message is
 /// served.
 pub(super) fn timed_out(
-    shared: &Shared,
+    bus: &Arc<dyn Bus>,
     msg: &InboundMessage,
     run_id: &str,
     session_key: &str,
@@ -68,20 +68,26 @@ pub(super) fn timed_out(
         spoken(limit)
     );
     let error = format!("{TIMED_OUT} after {} s (agent.run_timeout_secs)", limit.as_secs());
-    ended_early(shared, msg, run_id, session_key, error, Some(notice))
+    ended_early(bus, msg, run_id, session_key, error, Some(notice))
 }
 
 /// Records a run whose task panicked as failed and tells the chat, so the chat is not left
 /// waiting and its next message is served. Failures here are logged: the message is acked
 /// either way, since running it again would most likely panic again.
-pub(super) async fn recover_from_panic(shared: &Shared, msg: &InboundMessage, session_key: &str, panic: &str) {
+pub(super) async fn recover_from_panic(
+    bus: &Arc<dyn Bus>,
+    store: &dyn Store,
+    msg: &InboundMessage,
+    session_key: &str,
+    panic: &str,
+) {
     tracing::error!(session = %session_key, inbound = %msg.id, %panic,
         "a run panicked; it is recorded as failed and the chat's next message will be served");
-    let run_id = match shared.store.claim_run(&msg.id, session_key).await {
+    let run_id = match store.claim_run(&msg.id, session_key).await {
         Ok(RunClaim::New { run_id } | RunClaim::Resumed { run_id, .. }) => run_id,
         // The panic came after the outcome was stored: only the delivery may be missing.
         Ok(RunClaim::Finished { run_id, reply: Some(reply), delivered: false }) => {
-            return deliver(shared, &run_id, &reply).await;
+            return deliver(bus.as_ref(), store, &run_id, &reply).await;
         }
         Ok(RunClaim::Finished { .. }) => return,
         Err(err) => {
@@ -91,24 +97,24 @@ pub(super) async fn recover_from_panic(shared: &Shared, msg: &InboundMessage, se
     };
     let notice = "Something went wrong on my side while answering this, and it was logged. Please try again.";
     let error = format!("panicked: {panic}");
-    let outcome = ended_early(shared, msg, &run_id, session_key, error, Some(notice.into()));
-    if let Err(err) = shared.store.finish_run(&run_id, &outcome).await {
+    let outcome = ended_early(bus, msg, &run_id, session_key, error, Some(notice.into()));
+    if let Err(err) = store.finish_run(&run_id, &outcome).await {
         tracing::error!(%run_id, %err, "cannot record the run that panicked");
         return;
     }
     if let Some(reply) = &outcome.reply {
-        deliver(shared, &run_id, reply).await;
+        deliver(bus.as_ref(), store, &run_id, reply).await;
     }
 }
 
 /// Publishes a panicked run's reply and marks it sent; failures are logged (see
 /// [`recover_from_panic`]).
-async fn deliver(shared: &Shared, run_id: &str, reply: &OutboundMessage) {
-    if let Err(err) = shared.bus.publish_outbound(reply).await {
+async fn deliver(bus: &dyn Bus, store: &dyn Store, run_id: &str, reply: &OutboundMessage) {
+    if let Err(err) = bus.publish_outbound(reply).await {
         tracing::error!(%run_id, %err, "cannot tell the chat that its run panicked");
         return;
     }
-    if let Err(err) = shared.store.mark_reply_delivered(run_id).await {
+    if let Err(err) = store.mark_reply_delivered(run_id).await {
         tracing::error!(%run_id, %err, "cannot mark the reply of a run that panicked as sent");
     }
 }
@@ -124,28 +130,17 @@ pub(super) fn panic_text(panic: &(dyn Any + Send)) -> String {
 
 /// A failed run with `error`, and `notice` (if any) as its reply.
 fn ended_early(
-    shared: &Shared,
+    bus: &Arc<dyn Bus>,
     msg: &InboundMessage,
     run_id: &str,
     session_key: &str,
     error: String,
     notice: Option<String>,
 ) -> RunOutcome {
-    let events = BusEvents::start(Arc::clone(&shared.bus), msg, run_id, session_key);
+    let events = BusEvents::start(Arc::clone(bus), msg, run_id, session_key);
     events.emit(RunEventBody::Failed { error: error.clone() });
-    RunOutcome {
-        status: RunStatus::Failed,
-        transcript: Vec::new(),
-        reply: notice.map(|text| reply_to(msg, run_id, session_key, OutboundKind::Notice, text)),
-        error: Some(error),
-        usage: Usage::default(),
-        model: String::new(),
-        cost_usd: None,
-        iterations: 0,
-        context_tokens: 0,
-        billing: None,
-        memory_scope: None,
-    }
+    let notice = notice.map(|text| reply_to(msg, run_id, session_key, OutboundKind::Notice, text));
+    RunOutcome::failed(error, notice)
 }
 
 /// "5 minutes", "90 seconds": a limit as the chat reads it.

@@ -4,16 +4,17 @@
 //! claimed, so a redelivered message that already has its answer is never checked (or charged)
 //! again.
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 use switchboard_channels::contract::{InboundKind, InboundMessage, Usage};
 
-use super::Shared;
 use crate::agent::Agent;
 use crate::config::{Identity, Level};
-use crate::store::StoreError;
 use crate::store::users::{Billing, User};
+use crate::store::{Store, StoreError};
 use crate::tools::ToolFilter;
-use crate::users::{GroupPlace, GroupRule, month_key, next_month_start};
+use crate::users::{AccessPolicy, GroupPlace, GroupRule, month_key, next_month_start};
 
 /// The metadata key the Discord channel puts a server message's guild id under.
 const DISCORD_GUILD_ID: &str = "guild_id";
@@ -41,98 +42,127 @@ pub(super) struct Standing {
     pub group: Option<GroupRule>,
 }
 
-/// Resolves the sender to a user (created on first sight) and decides.
-pub(super) async fn admit(shared: &Shared, agent: &Agent, msg: &InboundMessage) -> Result<Access, StoreError> {
-    let policy = shared.access.get();
-    // The agent's registry holds only its allowlisted tools, so this is the intersection of
-    // the allowlist and what the sender's level may use.
-    let tool_names = agent.tool_names();
-    let (identity, name) = match msg.kind {
-        InboundKind::User => (Identity::new(&msg.channel, &msg.sender.id), msg.sender.name.as_str()),
-        // Made by switchboard itself (cron prompts, heartbeats, sub-agent results). One made
-        // for a person (their cron job, their sub-agent) gets that person's tools and budget,
-        // read now, so a job cannot do more than its creator may today. The others were set
-        // up by the operator: run as owner, count against no one. Adapters only ever publish
-        // `user` messages, so no person can choose this.
-        InboundKind::System => match on_behalf_of(msg) {
-            Some(identity) => (identity, ""),
-            None => {
-                let tools = policy.tool_filter(Level::Owner, tool_names.iter().map(String::as_str));
-                return Ok(Access::Allowed { tools, level: Level::Owner, billing: None });
+/// Who people are and what they may do: the access policy in force (read once, so one
+/// decision sees one policy) and the store of users.
+pub(super) struct People<'a> {
+    pub policy: Arc<AccessPolicy>,
+    pub store: &'a dyn Store,
+}
+
+impl People<'_> {
+    /// Resolves the sender to a user (created on first sight) and decides.
+    pub async fn admit(&self, agent: &Agent, msg: &InboundMessage) -> Result<Access, StoreError> {
+        let policy = &self.policy;
+        // The agent's registry holds only its allowlisted tools, so this is the intersection of
+        // the allowlist and what the sender's level may use.
+        let tool_names = agent.tool_names();
+        let (identity, name) = match msg.kind {
+            InboundKind::User => (Identity::new(&msg.channel, &msg.sender.id), msg.sender.name.as_str()),
+            // Made by switchboard itself (cron prompts, heartbeats, sub-agent results). One made
+            // for a person (their cron job, their sub-agent) gets that person's tools and budget,
+            // read now, so a job cannot do more than its creator may today. The others were set
+            // up by the operator: run as owner, count against no one. Adapters only ever publish
+            // `user` messages, so no person can choose this.
+            InboundKind::System => match on_behalf_of(msg) {
+                Some(identity) => (identity, ""),
+                None => {
+                    let tools = policy.tool_filter(Level::Owner, tool_names.iter().map(String::as_str));
+                    return Ok(Access::Allowed { tools, level: Level::Owner, billing: None });
+                }
+            },
+        };
+        let standing = self.stand(msg, &identity, name).await?;
+        let Standing { user, level, group, .. } = standing;
+        let now = policy.now();
+        // Where `target = "owner"` heartbeats go: an owner's direct chats, never a group.
+        if msg.kind == InboundKind::User && level == Level::Owner && !msg.is_group {
+            self.store.record_owner_chat(&agent.settings().name, &identity, &msg.chat(), now).await?;
+        }
+        let month = month_key(now);
+        tracing::debug!(user = %user.id, %level, %month, group = group.as_ref().map(|g| g.key.as_str()), "sender resolved");
+        if let Some(budget) = policy.budget(level, &user) {
+            let used = tokens(self.store.monthly_usage(user.id, &month).await?);
+            if used >= budget {
+                tracing::info!(user = %user.id, used, budget, "monthly token budget used up; not calling the model");
+                return Ok(Access::OverBudget { notice: over_budget_notice(budget, now) });
             }
-        },
-    };
-    let standing = stand(shared, msg, &identity, name).await?;
-    let Standing { user, level, group, .. } = standing;
-    let now = policy.now();
-    // Where `target = "owner"` heartbeats go: an owner's direct chats, never a group.
-    if msg.kind == InboundKind::User && level == Level::Owner && !msg.is_group {
-        shared.store.record_owner_chat(&agent.settings().name, &identity, &msg.chat(), now).await?;
-    }
-    let month = month_key(now);
-    tracing::debug!(user = %user.id, %level, %month, group = group.as_ref().map(|g| g.key.as_str()), "sender resolved");
-    if let Some(budget) = policy.budget(level, &user) {
-        let used = tokens(shared.store.monthly_usage(user.id, &month).await?);
-        if used >= budget {
-            tracing::info!(user = %user.id, used, budget, "monthly token budget used up; not calling the model");
-            return Ok(Access::OverBudget { notice: over_budget_notice(budget, now) });
         }
-    }
-    if let Some(group) = &group
-        && let Some(budget) = group.budget
-    {
-        let used = tokens(shared.store.group_usage(&group.key, &month).await?);
-        if used >= budget {
-            tracing::info!(group = %group.key, used, budget, "the group's monthly token budget is used up; not calling the model");
-            return Ok(Access::OverBudget { notice: group_over_budget_notice(budget, now) });
+        if let Some(group) = &group
+            && let Some(budget) = group.budget
+        {
+            let used = tokens(self.store.group_usage(&group.key, &month).await?);
+            if used >= budget {
+                tracing::info!(group = %group.key, used, budget, "the group's monthly token budget is used up; not calling the model");
+                return Ok(Access::OverBudget { notice: group_over_budget_notice(budget, now) });
+            }
         }
+        let tools = policy.tool_filter(level, tool_names.iter().map(String::as_str));
+        let billing = Billing { identity, month, group: group.map(|group| group.key) };
+        Ok(Access::Allowed { tools, level, billing: Some(billing) })
     }
-    let tools = policy.tool_filter(level, tool_names.iter().map(String::as_str));
-    let billing = Billing { identity, month, group: group.map(|group| group.key) };
-    Ok(Access::Allowed { tools, level, billing: Some(billing) })
-}
 
-/// Whose month a model call made for `msg` outside its turn (`/compact`'s) counts in: the
-/// sender (or the person a system message acts for) and the group they write in, as
-/// [`admit`] bills a turn; `None` for switchboard's own messages.
-pub(super) async fn billing_for(shared: &Shared, msg: &InboundMessage) -> Result<Option<Billing>, StoreError> {
-    let (identity, name) = match msg.kind {
-        InboundKind::User => (Identity::new(&msg.channel, &msg.sender.id), msg.sender.name.as_str()),
-        InboundKind::System => match on_behalf_of(msg) {
-            Some(identity) => (identity, ""),
-            None => return Ok(None),
-        },
-    };
-    let group = stand(shared, msg, &identity, name).await?.group;
-    let month = month_key(shared.access.get().now());
-    Ok(Some(Billing { identity, month, group: group.map(|group| group.key) }))
-}
-
-/// The user behind `identity` (created on first sight) and the level they run with for
-/// `msg`. Only what people write in a group takes the group's settings: switchboard's own
-/// messages for a person (their cron jobs, sub-agent results) run at the person's own level.
-pub(super) async fn stand(
-    shared: &Shared,
-    msg: &InboundMessage,
-    identity: &Identity,
-    name: &str,
-) -> Result<Standing, StoreError> {
-    let policy = shared.access.get();
-    let user = shared.store.resolve_user(identity, name, policy.new_user_level(identity)).await?;
-    let own_level = policy.effective_level(identity, &user);
-    let group = (msg.kind == InboundKind::User).then(|| group_of(shared, msg)).flatten();
-    let level = policy.level_in(own_level, group.as_ref());
-    Ok(Standing { user, own_level, level, group })
-}
-
-/// The configured group a person's message was written in, if any.
-pub(super) fn group_of(shared: &Shared, msg: &InboundMessage) -> Option<GroupRule> {
-    if !msg.is_group {
-        return None;
+    /// Whose month a model call made for `msg` outside its turn (`/compact`'s) counts in: the
+    /// sender (or the person a system message acts for) and the group they write in, as
+    /// [`People::admit`] bills a turn; `None` for switchboard's own messages.
+    pub async fn billing_for(&self, msg: &InboundMessage) -> Result<Option<Billing>, StoreError> {
+        let (identity, name) = match msg.kind {
+            InboundKind::User => (Identity::new(&msg.channel, &msg.sender.id), msg.sender.name.as_str()),
+            InboundKind::System => match on_behalf_of(msg) {
+                Some(identity) => (identity, ""),
+                None => return Ok(None),
+            },
+        };
+        let group = self.stand(msg, &identity, name).await?.group;
+        let month = month_key(self.policy.now());
+        Ok(Some(Billing { identity, month, group: group.map(|group| group.key) }))
     }
-    let guild_id = msg.metadata.get(DISCORD_GUILD_ID).and_then(serde_json::Value::as_str);
-    let place = GroupPlace { channel: &msg.channel, chat_id: &msg.chat_id, guild_id };
-    shared.access.get().group(place).cloned()
+
+    /// The user behind `identity` (created on first sight) and the level they run with for
+    /// `msg`. Only what people write in a group takes the group's settings: switchboard's own
+    /// messages for a person (their cron jobs, sub-agent results) run at the person's own level.
+    pub async fn stand(&self, msg: &InboundMessage, identity: &Identity, name: &str) -> Result<Standing, StoreError> {
+        let policy = &self.policy;
+        let user = self.store.resolve_user(identity, name, policy.new_user_level(identity)).await?;
+        let own_level = policy.effective_level(identity, &user);
+        let group = (msg.kind == InboundKind::User).then(|| self.group_of(msg)).flatten();
+        let level = policy.level_in(own_level, group.as_ref());
+        Ok(Standing { user, own_level, level, group })
+    }
+
+    /// The configured group a person's message was written in, if any.
+    pub fn group_of(&self, msg: &InboundMessage) -> Option<GroupRule> {
+        if !msg.is_group {
+            return None;
+        }
+        let guild_id = msg.metadata.get(DISCORD_GUILD_ID).and_then(serde_json::Value::as_str);
+        let place = GroupPlace { channel: &msg.channel, chat_id: &msg.chat_id, guild_id };
+        self.policy.group(place).cloned()
+    }
+
+    /// The sender's level here (a group's raises it), for commands that need one (`/stop` in a
+    /// group). System messages act as owner, like their runs.
+    pub async fn level_here(&self, msg: &InboundMessage) -> Result<Level, StoreError> {
+        if msg.kind == InboundKind::System {
+            return Ok(Level::Owner);
+        }
+        let identity = Identity::new(&msg.channel, &msg.sender.id);
+        Ok(self.stand(msg, &identity, &msg.sender.name).await?.level)
+    }
+
+    /// The sender's own level, whatever group they write in: what `[rate_limits]` go by, as the
+    /// limiter remembers a sender's level across their chats.
+    pub async fn own_level(&self, msg: &InboundMessage) -> Result<Level, StoreError> {
+        if msg.kind == InboundKind::System {
+            return Ok(Level::Owner);
+        }
+        self.level_of(&Identity::new(&msg.channel, &msg.sender.id), &msg.sender.name).await
+    }
+
+    /// The effective level of `identity` (named `name` when first seen), whatever group.
+    pub async fn level_of(&self, identity: &Identity, name: &str) -> Result<Level, StoreError> {
+        let user = self.store.resolve_user(identity, name, self.policy.new_user_level(identity)).await?;
+        Ok(self.policy.effective_level(identity, &user))
+    }
 }
 
 /// The person a system message acts for (`metadata.on_behalf_of`), if it names a valid one.
@@ -147,28 +177,6 @@ fn on_behalf_of(msg: &InboundMessage) -> Option<Identity> {
             Some(Identity::new("invalid", text))
         }
     }
-}
-
-/// The sender's level here (a group's raises it), for commands that need one (`/stop` in a
-/// group). System messages act as owner, like their runs.
-pub(super) async fn level_here(shared: &Shared, msg: &InboundMessage) -> Result<Level, StoreError> {
-    if msg.kind == InboundKind::System {
-        return Ok(Level::Owner);
-    }
-    let identity = Identity::new(&msg.channel, &msg.sender.id);
-    Ok(stand(shared, msg, &identity, &msg.sender.name).await?.level)
-}
-
-/// The sender's own level, whatever group they write in: what `[rate_limits]` go by, as the
-/// limiter remembers a sender's level across their chats.
-pub(super) async fn own_level(shared: &Shared, msg: &InboundMessage) -> Result<Level, StoreError> {
-    if msg.kind == InboundKind::System {
-        return Ok(Level::Owner);
-    }
-    let policy = shared.access.get();
-    let identity = Identity::new(&msg.channel, &msg.sender.id);
-    let user = shared.store.resolve_user(&identity, &msg.sender.name, policy.new_user_level(&identity)).await?;
-    Ok(policy.effective_level(&identity, &user))
 }
 
 /// Input and output tokens together, as budgets count them.

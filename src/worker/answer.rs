@@ -6,10 +6,9 @@
 //! command given back to the bus before its run finished publishes the same ids again and the
 //! bus drops the copies; once the run is finished nothing is sent again but its reply.
 
-use switchboard_channels::bus::BusExt;
+use switchboard_channels::bus::{Bus, BusExt};
 use switchboard_channels::contract::{Button, InboundMessage, OutboundKind, OutboundMessage};
 
-use super::Shared;
 use super::settle::HandleError;
 
 /// A command's answer.
@@ -38,7 +37,7 @@ impl From<String> for Answer {
 /// run's transcript: the API hands a waiting request the reply, and keeps these in the chat's
 /// outbox.
 pub(super) async fn publish_items(
-    shared: &Shared,
+    bus: &dyn Bus,
     msg: &InboundMessage,
     run_id: &str,
     items: Vec<Item>,
@@ -48,7 +47,7 @@ pub(super) async fn publish_items(
         notice.in_reply_to = None;
         notice.reply_to = None;
         notice.buttons = item.buttons;
-        shared.bus.publish_outbound(&notice).await?;
+        bus.publish_outbound(&notice).await?;
     }
     Ok(())
 }

@@ -13,12 +13,12 @@ use std::time::Duration;
 use switchboard_channels::contract::{InboundMessage, commands};
 use tracing::Instrument;
 
+use super::Intake;
 use super::answer::{Answer, publish_items};
 use super::job::Job;
 use super::keepalive::Settle;
 use super::session::set_mode;
 use super::settle::{claim, finish, give_back, settle_unanswered};
-use super::{Shared, access};
 use crate::config::Level;
 use crate::config::QueueMode;
 use crate::context::compaction::{self, Outcome};
@@ -109,33 +109,33 @@ pub(super) fn parse(content: &str) -> Option<Command> {
 
 /// Runs a command and answers it, once per inbound id, in a span of its own: its lines carry
 /// the session and the command's run id as a run's do.
-pub(super) async fn handle(shared: Arc<Shared>, job: Job, command: Command) {
-    let key = shared.agents.get().session_key(&job.msg);
+pub(super) async fn handle(intake: Arc<Intake>, job: Job, command: Command) {
+    let key = intake.turns.agents.get().session_key(&job.msg);
     let span = tracing::info_span!("command", session = %key, inbound = %job.msg.id, run_id = tracing::field::Empty);
-    handle_in_span(shared, job, command, key).instrument(span).await;
+    handle_in_span(intake, job, command, key).instrument(span).await;
 }
 
-async fn handle_in_span(shared: Arc<Shared>, job: Job, command: Command, key: String) {
-    let run_id = match claim(&shared, &job.msg, RunKind::Command).await {
+async fn handle_in_span(intake: Arc<Intake>, job: Job, command: Command, key: String) {
+    let run_id = match claim(&intake.turns, &job.msg, RunKind::Command).await {
         Ok(Some(run_id)) => run_id,
         Ok(None) => return job.held.settle(Settle::Ack).await,
         Err(err) => return give_back(job, err).await,
     };
     tracing::Span::current().record("run_id", tracing::field::display(&run_id));
-    let Answer { items, text } = match execute(&shared, &job, &key, command).await {
+    let Answer { items, text } = match execute(&intake, &job, &key, command).await {
         Ok(answer) => answer,
         Err(err) => return give_back(job, err).await,
     };
-    if let Err(err) = publish_items(&shared, &job.msg, &run_id, items).await {
+    if let Err(err) = publish_items(intake.turns.bus.as_ref(), &job.msg, &run_id, items).await {
         return give_back(job, err).await;
     }
-    match finish(&shared, &job.msg, &run_id, RunStatus::Completed, Some(text)).await {
+    match finish(&intake.turns, &job.msg, &run_id, RunStatus::Completed, Some(text)).await {
         Ok(()) => job.held.settle(Settle::Ack).await,
         Err(err) => give_back(job, err).await,
     }
 }
 
-async fn execute(shared: &Shared, job: &Job, key: &str, command: Command) -> Result<Answer, StoreError> {
+async fn execute(intake: &Intake, job: &Job, key: &str, command: Command) -> Result<Answer, StoreError> {
     let needs_user = matches!(
         command,
         Command::New
@@ -145,68 +145,72 @@ async fn execute(shared: &Shared, job: &Job, key: &str, command: Command) -> Res
             | Command::Model(Some(_))
             | Command::Verbose(Some(_))
     );
-    if needs_user && job.msg.is_group && access::level_here(shared, &job.msg).await? < Level::User {
+    if needs_user && job.msg.is_group && intake.turns.people().level_here(&job.msg).await? < Level::User {
         return Ok(String::from("Only members with the user level or above can do that in a group.").into());
     }
     // Only the owner's commands and /help depend on it: the others do not look the sender up.
     let asks_owner = command.is_owners() || command == Command::Help;
-    let owner_here = asks_owner && !job.msg.is_group && access::level_here(shared, &job.msg).await? == Level::Owner;
+    let owner_here =
+        asks_owner && !job.msg.is_group && intake.turns.people().level_here(&job.msg).await? == Level::Owner;
     if command.is_owners() && !owner_here {
         return Ok(super::owner::unknown(&job.msg.content).into());
     }
     Ok(match command {
         Command::Help if owner_here => super::owner::help(),
         Command::Help => commands::help_text("Commands:"),
-        Command::Pending => super::owner::pending(shared).await?,
+        Command::Pending => super::owner::pending(&intake.turns).await?,
         Command::Approve { code, chat } => {
             let verdict = if chat { Verdict::AllowChat } else { Verdict::AllowOnce };
-            super::owner::decide(shared, &job.msg, code.as_deref(), verdict).await?
+            super::owner::decide(&intake.turns.control, &job.msg, code.as_deref(), verdict).await?
         }
-        Command::Deny(code) => super::owner::decide(shared, &job.msg, code.as_deref(), Verdict::Deny).await?,
-        Command::Users => super::owner::users(shared).await?,
-        Command::Level(words) => super::owner::level(shared, &job.msg, &words).await?,
-        Command::Cron => return super::owner::cron(shared).await,
-        Command::Spend => super::owner::spend(shared).await?,
-        Command::Status => status(shared, &job.msg, key).await?,
-        Command::Usage => super::usage::report(shared, &job.msg).await?,
+        Command::Deny(code) => {
+            super::owner::decide(&intake.turns.control, &job.msg, code.as_deref(), Verdict::Deny).await?
+        }
+        Command::Users => super::owner::users(&intake.turns).await?,
+        Command::Level(words) => super::owner::level(&intake.turns, &job.msg, &words).await?,
+        Command::Cron => return super::owner::cron(&intake.turns.control).await,
+        Command::Spend => super::owner::spend(&intake.turns).await?,
+        Command::Status => status(intake, &job.msg, key).await?,
+        Command::Usage => super::usage::report(&intake.turns.people(), &job.msg).await?,
         Command::Stop => {
-            let subagents = cancel_subagents(shared, key).await;
-            stop(shared, key, job.seq, subagents).await
+            let subagents = cancel_subagents(intake, key).await;
+            stop(intake, key, job.seq, subagents).await
         }
         Command::New => {
-            let subagents = cancel_subagents(shared, key).await;
-            new_conversation(shared, key).await?;
+            let subagents = cancel_subagents(intake, key).await;
+            new_conversation(intake, key).await?;
             format!("Started a new conversation.{}", cancelled_note(subagents))
         }
-        Command::Compact => compact_now(shared, &job.msg, key).await?,
+        Command::Compact => compact_now(intake, &job.msg, key).await?,
         Command::Queue(None) => {
-            let mode = current_mode(shared, key).await?;
+            let mode = current_mode(intake, key).await?;
             format!("Queue mode: {}. Modes: {}.", mode.as_str(), QueueMode::names())
         }
         Command::Queue(Some(name)) => match QueueMode::parse(&name) {
             Some(mode) => {
-                shared.store.set_queue_mode(key, Some(mode.as_str())).await?;
-                set_mode(shared, key, mode);
+                intake.turns.store.set_queue_mode(key, Some(mode.as_str())).await?;
+                set_mode(intake, key, mode);
                 format!("Queue mode set to {}.", mode.as_str())
             }
             None => format!("Unknown queue mode {name:?}. Modes: {}.", QueueMode::names()),
         },
-        Command::Model(name) => super::prefs::model(shared, &job.msg, key, name.as_deref()).await?,
-        Command::Verbose(value) => super::prefs::verbose(shared, key, value.as_deref()).await?,
+        Command::Model(name) => super::prefs::model(intake, &job.msg, key, name.as_deref()).await?,
+        Command::Verbose(value) => super::prefs::verbose(intake, key, value.as_deref()).await?,
     }
     .into())
 }
 
 /// `/compact`: the history summarised now, whatever its size, keeping the newest messages as a
 /// compaction after a turn does (and the memory flush before it).
-async fn compact_now(shared: &Shared, msg: &InboundMessage, key: &str) -> Result<String, StoreError> {
-    let route = shared.agents.get().route(msg);
-    let (engine, store, limit) = (&shared.context, shared.store.as_ref(), shared.settings.history_limit);
+async fn compact_now(intake: &Intake, msg: &InboundMessage, key: &str) -> Result<String, StoreError> {
+    let route = intake.turns.agents.get().route(msg);
+    let (engine, store, limit) =
+        (&intake.turns.context, intake.turns.store.as_ref(), intake.turns.settings.history_limit);
     let Some(due) = compaction::due_now(engine, store, &route.agent, key, limit).await? else {
         return Ok("Nothing to compact yet: the conversation has no earlier exchange to summarise.".into());
     };
-    let billing = access::billing_for(shared, msg).await?;
-    Ok(match super::run::compact_with_flush(shared, &route, msg, due, billing.as_ref()).await {
+    let billing = intake.turns.people().billing_for(msg).await?;
+    Ok(match super::compact::compact_with_flush(&intake.turns, &route, msg, due, billing.as_ref()).await {
         Ok(Outcome::Compacted { summarized, .. }) => {
             format!("Compacted: the {summarized} oldest messages of this conversation are now a summary.")
         }
@@ -222,8 +226,8 @@ async fn compact_now(shared: &Shared, msg: &InboundMessage, key: &str) -> Result
 }
 
 /// Cancels the session's sub-agents; how many.
-async fn cancel_subagents(shared: &Shared, key: &str) -> usize {
-    match shared.subagents.get() {
+async fn cancel_subagents(intake: &Intake, key: &str) -> usize {
+    match intake.turns.subagents.get() {
         Some(manager) => manager.cancel_session(key).await,
         None => 0,
     }
@@ -239,9 +243,9 @@ fn cancelled_note(subagents: usize) -> String {
 
 /// Cancels the running turn and drops the messages that arrived before this command
 /// (`subagents`: how many of the session's sub-agents were cancelled already).
-async fn stop(shared: &Shared, key: &str, seq: u64, subagents: usize) -> String {
+async fn stop(intake: &Intake, key: &str, seq: u64, subagents: usize) -> String {
     let (was_running, dropped) = {
-        let mut sessions = shared.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut sessions = intake.sessions.lock().unwrap_or_else(PoisonError::into_inner);
         match sessions.get_mut(key) {
             Some(session) => {
                 let running = session.active.as_ref().map(|active| active.cancel.cancel()).is_some();
@@ -255,7 +259,7 @@ async fn stop(shared: &Shared, key: &str, seq: u64, subagents: usize) -> String 
     };
     let count = dropped.len();
     for job in dropped {
-        settle_unanswered(shared, job, "dropped by /stop").await;
+        settle_unanswered(&intake.turns, job, "dropped by /stop").await;
     }
     let head = if was_running || subagents > 0 { "Stopped." } else { "Nothing to stop." };
     let dropped = match count {
@@ -269,9 +273,9 @@ async fn stop(shared: &Shared, key: &str, seq: u64, subagents: usize) -> String 
 /// `/new` stops a running turn rather than waiting for it: its answer would belong to the
 /// conversation being left. It waits until that run has stored its (empty) outcome, so no
 /// transcript row of the old conversation lands after the archive point.
-async fn new_conversation(shared: &Shared, key: &str) -> Result<(), StoreError> {
+async fn new_conversation(intake: &Intake, key: &str) -> Result<(), StoreError> {
     let finished = {
-        let sessions = shared.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+        let sessions = intake.sessions.lock().unwrap_or_else(PoisonError::into_inner);
         sessions.get(key).and_then(|session| session.active.as_ref()).map(|active| {
             active.cancel.cancel();
             active.finished.clone()
@@ -282,19 +286,19 @@ async fn new_conversation(shared: &Shared, key: &str) -> Result<(), StoreError> 
     {
         tracing::warn!(session = %key, "the stopped run did not finish in time; archiving anyway");
     }
-    shared.store.archive_session(key).await
+    intake.turns.store.archive_session(key).await
 }
 
-async fn status(shared: &Shared, msg: &InboundMessage, key: &str) -> Result<String, StoreError> {
-    let info = shared.store.session_info(key).await?;
+async fn status(intake: &Intake, msg: &InboundMessage, key: &str) -> Result<String, StoreError> {
+    let info = intake.turns.store.session_info(key).await?;
     let (waiting, running) = {
-        let sessions = shared.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+        let sessions = intake.sessions.lock().unwrap_or_else(PoisonError::into_inner);
         sessions.get(key).map_or((0, false), |session| (session.queue.len(), session.active.is_some()))
     };
-    let mode = current_mode(shared, key).await?;
-    let picked = shared.store.session_prefs(key).await?.model;
-    let route = shared.agents.get().route(msg);
-    let window = shared.context.window(crate::context::Target::new(&route.agent, picked.as_deref()));
+    let mode = current_mode(intake, key).await?;
+    let picked = intake.turns.store.session_prefs(key).await?.model;
+    let route = intake.turns.agents.get().route(msg);
+    let window = intake.turns.context.window(crate::context::Target::new(&route.agent, picked.as_deref()));
     let model = picked.unwrap_or_else(|| route.agent.settings().model.clone());
     let context = match info.last_turn {
         Some(last) if last.context_tokens > 0 => format!(
@@ -325,9 +329,9 @@ pub(super) fn spent(usage: switchboard_channels::contract::Usage, cost_usd: Opti
     format!("{} tokens in{cached}, {} out{cost}{estimated}", usage.input_tokens, usage.output_tokens)
 }
 
-async fn current_mode(shared: &Shared, key: &str) -> Result<QueueMode, StoreError> {
-    let info = shared.store.session_info(key).await?;
-    Ok(info.queue_mode.as_deref().and_then(QueueMode::parse).unwrap_or(shared.settings.queue.mode))
+async fn current_mode(intake: &Intake, key: &str) -> Result<QueueMode, StoreError> {
+    let info = intake.turns.store.session_info(key).await?;
+    Ok(info.queue_mode.as_deref().and_then(QueueMode::parse).unwrap_or(intake.settings.queue.mode))
 }
 
 #[cfg(test)]

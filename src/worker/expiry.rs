@@ -22,7 +22,6 @@
 //! Every expired message is recorded as a run of kind `expired` (status `failed`, the wait in
 //! its error), counted in `messages_expired`, and acked once, like any message given no turn.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -30,8 +29,9 @@ use switchboard_channels::contract::{InboundKind, InboundMessage, OutboundMessag
 use switchboard_channels::meters::meters;
 use tokio::time::Instant;
 
+use super::TurnRunner;
 use super::job::Job;
-use super::{Shared, overflow, settle};
+use super::{overflow, settle};
 use crate::scheduler::heartbeat::HEARTBEAT_ORIGIN;
 
 /// What the wait limit does to a message that waited too long.
@@ -61,9 +61,13 @@ fn waited(msg: &InboundMessage, arrived: Instant, now: (DateTime<Utc>, Instant))
 
 /// Lets the turn `primary` carries start, with `merged` (the older messages it answers too);
 /// `None` when its newest message waited longer than the limit: then every message of the
-/// batch has been recorded, told (the primary) and acked here.
-pub(super) async fn admit(shared: &Arc<Shared>, primary: Job, merged: Vec<Job>) -> Option<(Job, Vec<Job>)> {
-    let limit = shared.settings.queue.max_wait;
+/// batch has been recorded, told (the primary) and acked here. `limit`: `worker.max_wait_secs`.
+pub(super) async fn admit(
+    turns: &TurnRunner,
+    limit: Duration,
+    primary: Job,
+    merged: Vec<Job>,
+) -> Option<(Job, Vec<Job>)> {
     if limit.is_zero() {
         return Some((primary, merged));
     }
@@ -71,7 +75,7 @@ pub(super) async fn admit(shared: &Arc<Shared>, primary: Job, merged: Vec<Job>) 
     if waited <= limit {
         return Some((primary, merged));
     }
-    let route = shared.agents.get().route(&primary.msg);
+    let route = turns.agents.get().route(&primary.msg);
     let session = route.key.as_str();
     let waited_secs = waited.as_secs();
     match rule(&primary.msg) {
@@ -88,11 +92,11 @@ pub(super) async fn admit(shared: &Arc<Shared>, primary: Job, merged: Vec<Job>) 
     let agent = route.agent.settings().name.clone();
     for job in merged {
         meters().expired(&agent, &job.msg.channel);
-        settle::settle_expired(shared, job, None, why.clone()).await;
+        settle::settle_expired(turns, job, None, why.clone()).await;
     }
     meters().expired(&agent, &primary.msg.channel);
     let note = (rule(&primary.msg) == Rule::Note).then(|| (note(&primary.msg, waited), marker(&primary.msg)));
-    settle::settle_expired(shared, primary, note, why).await;
+    settle::settle_expired(turns, primary, note, why).await;
     None
 }
 

@@ -1,10 +1,10 @@
 //! The files a run wrote under `outbox/` go with its reply (see `workspace::outbox`).
 
 use std::path::Path;
+use std::time::Duration;
 
 use switchboard_channels::contract::Media;
 
-use super::Shared;
 use crate::tools::message::file_media;
 use crate::workspace::memory::MemoryScope;
 use crate::workspace::outbox::{self, Collected};
@@ -12,9 +12,9 @@ use crate::workspace::outbox::{self, Collected};
 /// The run's files, moved out of its outbox, as media for its reply in name order, with the
 /// note about those that were not sent. A failure to read or move them costs the files, not
 /// the reply: the reply says so.
-pub(super) async fn collect(shared: &Shared, workspace: &Path, run: &str, memory: &MemoryScope, session: &str) -> Sent {
-    let (dir, run_id, scope, session_key, keep) =
-        (workspace.to_owned(), run.to_owned(), memory.clone(), session.to_owned(), shared.settings.outbox_keep);
+/// Outboxes older than `keep` are pruned meanwhile.
+pub(super) async fn collect(workspace: &Path, run: &str, memory: &MemoryScope, session: &str, keep: Duration) -> Sent {
+    let (dir, run_id, scope, session_key) = (workspace.to_owned(), run.to_owned(), memory.clone(), session.to_owned());
     let collected = tokio::task::spawn_blocking(move || {
         let collected = outbox::collect(&dir, &run_id, &scope, &session_key);
         outbox::prune(&dir, keep);

@@ -5,10 +5,9 @@ use std::borrow::Cow;
 
 use switchboard_channels::contract::{InboundKind, InboundMessage, OutboundMessage, RepliedTo};
 
-use super::Shared;
 use super::access::Access;
-use crate::agent::TurnResult;
-use crate::hygiene::{Verdict, sanitize_reply};
+use crate::agent::{AgentSettings, TurnResult};
+use crate::hygiene::{Guard, Verdict, sanitize_reply};
 use crate::provider::Role;
 use crate::scheduler::heartbeat::{self, HeartbeatAck, ack};
 
@@ -24,11 +23,11 @@ const SUPPRESSED_IN_TRANSCRIPT: &str = "NO_REPLY";
 /// permitted user set up, so they are cleaned and cut but never judged: a blocked heartbeat
 /// would just be a silent failure.
 pub(super) fn screen_input<'m>(
-    shared: &Shared,
+    guard: Option<&Guard>,
     msg: &'m InboundMessage,
     access: Access,
 ) -> (Cow<'m, InboundMessage>, Access) {
-    let Some(guard) = &shared.settings.guard else { return (Cow::Borrowed(msg), access) };
+    let Some(guard) = guard else { return (Cow::Borrowed(msg), access) };
     if matches!(access, Access::OverBudget { .. }) {
         return (Cow::Borrowed(msg), access);
     }
@@ -50,7 +49,7 @@ pub(super) fn screen_input<'m>(
 /// The message a person replied to reaches the model beside theirs, so it is screened like
 /// theirs: it may be a stranger's text the bot was never addressed with. A replied-to text
 /// the guard would block is withheld rather than refusing the person who quoted it.
-fn screen_replied(guard: &crate::hygiene::Guard, replied: &RepliedTo) -> RepliedTo {
+fn screen_replied(guard: &Guard, replied: &RepliedTo) -> RepliedTo {
     let screen = |text: &str| match guard.screen(text).verdict {
         Verdict::Pass(text) => Some(text),
         Verdict::Block(_) => None,
@@ -123,12 +122,10 @@ pub(super) fn clean_reply(result: &mut TurnResult, heartbeat_ack_max_chars: Opti
 
 /// The `HEARTBEAT_OK` allowance for `agent`'s reply to `msg`: `Some` only for a heartbeat (a
 /// system message of origin `heartbeat`), so a person's message is never suppressed this way.
-pub(super) fn heartbeat_ack_limit(shared: &Shared, agent: &str, msg: &InboundMessage) -> Option<usize> {
+pub(super) fn heartbeat_ack_limit(agent: &AgentSettings, msg: &InboundMessage) -> Option<usize> {
     let is_heartbeat = msg.kind == InboundKind::System
         && msg.origin.as_ref().is_some_and(|origin| origin.kind == heartbeat::HEARTBEAT_ORIGIN);
-    let settings = &shared.settings;
-    let limit = settings.heartbeat_ack_max_chars_by_agent.get(agent).copied();
-    is_heartbeat.then(|| limit.unwrap_or(settings.heartbeat_ack_max_chars))
+    is_heartbeat.then_some(agent.heartbeat_ack_max_chars)
 }
 
 /// Marks a suppressed reply so the API channel can say so; its content is already empty,

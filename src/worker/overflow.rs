@@ -19,8 +19,10 @@ use switchboard_channels::api;
 use switchboard_channels::contract::{InboundKind, InboundMessage};
 use tokio::time::Instant;
 
+use super::Intake;
+use super::TurnRunner;
 use super::job::Job;
-use super::{Shared, settle};
+use super::settle;
 
 /// Why a message not kept was settled without a turn (logged and stored with its run).
 pub(super) const NOT_KEPT: &str = "not kept: the session was busy (queue full, or drop mode)";
@@ -53,8 +55,8 @@ pub(super) struct NotKept {
 
 /// Records a message the queue cannot take. True when it is the first since the chat was last
 /// told: the caller then hands it to [`notify`]. Called under the sessions lock.
-pub(super) fn note(shared: &Shared, key: &str, msg: &InboundMessage, reason: Reason) -> bool {
-    let mut overflow = shared.overflow.lock().unwrap_or_else(PoisonError::into_inner);
+pub(super) fn note(intake: &Intake, key: &str, msg: &InboundMessage, reason: Reason) -> bool {
+    let mut overflow = intake.overflow.lock().unwrap_or_else(PoisonError::into_inner);
     let not_kept = overflow.entry(key.to_owned()).or_default();
     not_kept.push(NotKept::of(msg, reason));
     not_kept.len() == 1
@@ -72,19 +74,19 @@ pub(super) fn awaited(msg: &InboundMessage) -> bool {
 }
 
 /// Answers `job`, which was not kept and whose client waits (see [`awaited`]), at once.
-pub(super) async fn refuse(shared: Arc<Shared>, job: Job, reason: Reason) {
+pub(super) async fn refuse(turns: Arc<TurnRunner>, job: Job, reason: Reason) {
     let not_kept = NotKept::of(&job.msg, reason);
     tracing::info!(id = %job.msg.id, ?reason, "a waiting client's message was not kept; telling it at once");
-    settle::answer_not_kept(shared, job, notice(std::slice::from_ref(&not_kept))).await;
+    settle::answer_not_kept(turns, job, notice(std::slice::from_ref(&not_kept))).await;
 }
 
 /// Settles `job`, dropped unanswered by a newer message in `interrupt` mode; a client waiting
 /// for its answer (see [`awaited`]) is told at once instead of waiting for its reply timeout.
-pub(super) async fn replaced(shared: Arc<Shared>, job: Job) {
+pub(super) async fn replaced(turns: Arc<TurnRunner>, job: Job) {
     if awaited(&job.msg) {
-        settle::answer_not_kept(shared, job, REPLACED.to_owned()).await;
+        settle::answer_not_kept(turns, job, REPLACED.to_owned()).await;
     } else {
-        settle::settle_unanswered(&shared, job, "dropped by a newer message (interrupt mode)").await;
+        settle::settle_unanswered(&turns, job, "dropped by a newer message (interrupt mode)").await;
     }
 }
 
@@ -93,32 +95,32 @@ const REPLACED: &str = "Not answered: a newer message in this chat replaced it (
 
 /// Holds `carrier` (the spell's first message not kept) until the chat is quiet, then answers
 /// it with the notice naming every message not kept meanwhile.
-pub(super) async fn notify(shared: Arc<Shared>, key: String, carrier: Job) {
-    wait_for_quiet(&shared, &key, carrier.arrived).await;
+pub(super) async fn notify(intake: Arc<Intake>, key: String, carrier: Job) {
+    wait_for_quiet(&intake, &key, carrier.arrived).await;
     let not_kept = {
-        let mut overflow = shared.overflow.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut overflow = intake.overflow.lock().unwrap_or_else(PoisonError::into_inner);
         overflow.remove(&key).unwrap_or_default()
     };
     tracing::info!(session = %key, not_kept = not_kept.len(), "the queue was full; telling the chat what it did not keep");
-    settle::answer(shared, carrier, notice(&not_kept)).await;
+    settle::answer(Arc::clone(&intake.turns), carrier, notice(&not_kept)).await;
 }
 
 /// Until no message arrived for the session for a window (at most [`MAX_WAIT_WINDOWS`]
 /// windows after `since`), or shutdown starts.
-async fn wait_for_quiet(shared: &Shared, key: &str, since: Instant) {
-    let window = shared.settings.queue.debounce.max(MIN_QUIET);
+async fn wait_for_quiet(intake: &Intake, key: &str, since: Instant) {
+    let window = intake.settings.queue.debounce.max(MIN_QUIET);
     let latest = since + window * MAX_WAIT_WINDOWS;
     loop {
         let quiet_at = {
-            let sessions = shared.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+            let sessions = intake.sessions.lock().unwrap_or_else(PoisonError::into_inner);
             sessions.get(key).map_or(Instant::now(), |session| session.last_arrival + window).min(latest)
         };
-        if Instant::now() >= quiet_at || shared.stopping.is_cancelled() {
+        if Instant::now() >= quiet_at || intake.stopping.is_cancelled() {
             return;
         }
         tokio::select! {
             _ = tokio::time::sleep_until(quiet_at) => {}
-            _ = shared.stopping.cancelled() => {}
+            _ = intake.stopping.cancelled() => {}
         }
     }
 }

@@ -3,23 +3,23 @@
 
 use switchboard_channels::contract::InboundMessage;
 
-use super::Shared;
+use super::Intake;
 use super::session::set_prefs;
 use crate::store::StoreError;
 
 /// `/model`: the agent's models and this chat's pick; `/model <name>` picks one (tried first,
 /// the others still behind it when it fails); `/model default` goes back to the chain's order.
 pub(super) async fn model(
-    shared: &Shared,
+    intake: &Intake,
     msg: &InboundMessage,
     key: &str,
     name: Option<&str>,
 ) -> Result<String, StoreError> {
-    let route = shared.agents.get().route(msg);
+    let route = intake.turns.agents.get().route(msg);
     let models = &route.agent.settings().models;
     let list = models.iter().enumerate().map(|(n, m)| format!("{}. {m}", n + 1)).collect::<Vec<_>>().join("\n");
     let Some(name) = name else {
-        let current = shared.store.session_prefs(key).await?.model;
+        let current = intake.turns.store.session_prefs(key).await?.model;
         let current = match current {
             Some(model) => format!("This chat uses {model} first."),
             None => format!(
@@ -32,8 +32,8 @@ pub(super) async fn model(
         ));
     };
     if name.eq_ignore_ascii_case("default") {
-        shared.store.set_session_model(key, None).await?;
-        set_prefs(shared, key, Some(None), None);
+        intake.turns.store.set_session_model(key, None).await?;
+        set_prefs(intake, key, Some(None), None);
         return Ok("This chat uses the agent's models in order again.".into());
     }
     // `openai/gpt-4o-mini`, or just `gpt-4o-mini` when no other provider has that model.
@@ -45,8 +45,8 @@ pub(super) async fn model(
         .collect();
     match matching.as_slice() {
         [label] => {
-            shared.store.set_session_model(key, Some(label)).await?;
-            set_prefs(shared, key, Some(Some((*label).clone())), None);
+            intake.turns.store.set_session_model(key, Some(label)).await?;
+            set_prefs(intake, key, Some(Some((*label).clone())), None);
             Ok(format!("This chat now uses {label} first."))
         }
         [] => Ok(format!("{name:?} is not one of this agent's models:\n{list}")),
@@ -55,10 +55,10 @@ pub(super) async fn model(
 }
 
 /// `/verbose`: whether progress messages are on; `/verbose on|off` sets it.
-pub(super) async fn verbose(shared: &Shared, key: &str, value: Option<&str>) -> Result<String, StoreError> {
+pub(super) async fn verbose(intake: &Intake, key: &str, value: Option<&str>) -> Result<String, StoreError> {
     let on = match value.map(str::to_ascii_lowercase).as_deref() {
         None => {
-            let on = shared.store.session_prefs(key).await?.verbose;
+            let on = intake.turns.store.session_prefs(key).await?.verbose;
             let state = if on { "on" } else { "off" };
             return Ok(format!("Progress messages while tools run: {state}. /verbose on or /verbose off changes it."));
         }
@@ -66,8 +66,8 @@ pub(super) async fn verbose(shared: &Shared, key: &str, value: Option<&str>) -> 
         Some("off" | "false" | "no" | "0") => false,
         Some(other) => return Ok(format!("{other:?} is neither on nor off.")),
     };
-    shared.store.set_verbose(key, on).await?;
-    set_prefs(shared, key, None, Some(on));
+    intake.turns.store.set_verbose(key, on).await?;
+    set_prefs(intake, key, None, Some(on));
     Ok(if on {
         "Progress messages on: you will see a short note as each tool starts.".into()
     } else {

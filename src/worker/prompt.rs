@@ -3,7 +3,7 @@
 
 use switchboard_channels::contract::{InboundKind, InboundMessage};
 
-use super::Shared;
+use super::TurnRunner;
 use crate::agent::Agent;
 use crate::config::Level;
 use crate::context::Target;
@@ -26,7 +26,7 @@ pub(super) struct PromptFor<'a> {
 /// for small context windows and housekeeping turns. It is the same for every turn of the
 /// chat (the time and the speaker go in the message's context line: [`context_line`]).
 pub(super) async fn system_prompt(
-    shared: &Shared,
+    turns: &TurnRunner,
     agent: &Agent,
     run: &PromptFor<'_>,
     tools: &ToolFilter,
@@ -36,7 +36,7 @@ pub(super) async fn system_prompt(
     let PromptFor { msg, session_key, memory } = *run;
     let tools = agent.tool_specs(tools);
     let agent = agent.settings();
-    let settings = &shared.settings.prompt;
+    let settings = &turns.settings.prompt;
     let files =
         WorkspaceFiles::load(&agent.workspace, settings.max_file_chars, settings.memory_max_chars, memory).await;
     prompt::build(&PromptInput {
@@ -57,10 +57,10 @@ pub(super) async fn system_prompt(
 
 /// The context line of the message a turn answers (see [`crate::prompt::context`]): the time
 /// now, the sender at `level`, the chat, and `model`, the model asked first.
-pub(super) fn context_line(shared: &Shared, msg: &InboundMessage, level: Level, model: &str) -> String {
+pub(super) fn context_line(turns: &TurnRunner, msg: &InboundMessage, level: Level, model: &str) -> String {
     TurnContext {
-        now: shared.access.get().now(),
-        timezone: shared.settings.prompt.timezone,
+        now: turns.access.get().now(),
+        timezone: turns.settings.prompt.timezone,
         sender: sender(msg, level),
         several_people: super::batch::merged_with_names(msg),
         channel: &msg.channel,
@@ -85,24 +85,24 @@ fn sender(msg: &InboundMessage, level: Level) -> Sender<'_> {
 /// conversation; what `input` recalled from memory goes last, only when even no tool leaves
 /// room for it (it is then taken off `input`).
 pub(super) async fn fitted_prompt(
-    shared: &Shared,
+    turns: &TurnRunner,
     target: Target<'_>,
     run: &PromptFor<'_>,
     tools: ToolFilter,
     input: &mut ChatMessage,
 ) -> (String, ToolFilter) {
-    let (engine, agent) = (&shared.context, target.agent);
-    let super::offer::Offer { tools, skills } = super::offer::offer(agent, tools, shared.settings.mcp_inline_max).await;
-    let full = system_prompt(shared, agent, run, &tools, &skills, PromptMode::Full).await;
+    let (engine, agent) = (&turns.context, target.agent);
+    let super::offer::Offer { tools, skills } = super::offer::offer(agent, tools, turns.settings.mcp_inline_max).await;
+    let full = system_prompt(turns, agent, run, &tools, &skills, PromptMode::Full).await;
     if engine.fixed_part_fits(target, &full, agent.tool_tokens(&tools), input) {
         return (full, tools);
     }
     // A small model calls memory_search least reliably, and tools it calls badly at best:
     // recall (turned on by the operator) is how it keeps its memory, so it outlasts the tools.
-    let mut fitted = fit_tools(shared, target, run, &tools, &skills, input).await;
+    let mut fitted = fit_tools(turns, target, run, &tools, &skills, input).await;
     if !fitted.fits && input.recalled.is_some() {
         input.recalled = None;
-        fitted = fit_tools(shared, target, run, &tools, &skills, input).await;
+        fitted = fit_tools(turns, target, run, &tools, &skills, input).await;
     }
     let window = engine.window(target);
     engine.windows().note_degraded(&agent.settings().name, target.model, window, &fitted.dropped, fitted.fits);
@@ -119,16 +119,16 @@ struct Fitted {
 
 /// The minimal prompt for `run`, with tool schemas dropped largest first until it fits.
 async fn fit_tools(
-    shared: &Shared,
+    turns: &TurnRunner,
     target: Target<'_>,
     run: &PromptFor<'_>,
     tools: &ToolFilter,
     skills: &Catalog,
     input: &ChatMessage,
 ) -> Fitted {
-    let (engine, agent) = (&shared.context, target.agent);
+    let (engine, agent) = (&turns.context, target.agent);
     // Built with every tool, this prompt lists more tools than it will: an upper bound.
-    let minimal = system_prompt(shared, agent, run, tools, skills, PromptMode::Minimal).await;
+    let minimal = system_prompt(turns, agent, run, tools, skills, PromptMode::Minimal).await;
     let mut offered = agent.tool_tokens_each(tools);
     offered.sort_by_key(|(name, tokens)| (drop_tier(name), std::cmp::Reverse(*tokens)));
     let mut tool_tokens: u64 = offered.iter().map(|(_, tokens)| tokens).sum();
@@ -143,7 +143,7 @@ async fn fit_tools(
         return Fitted { prompt: minimal, tools: tools.clone(), dropped, fits };
     }
     let kept = ToolFilter::Only(offered.into_iter().map(|(name, _)| name).collect());
-    let prompt = system_prompt(shared, agent, run, &kept, skills, PromptMode::Minimal).await;
+    let prompt = system_prompt(turns, agent, run, &kept, skills, PromptMode::Minimal).await;
     Fitted { prompt, tools: kept, dropped, fits }
 }
 

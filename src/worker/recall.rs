@@ -6,7 +6,7 @@
 
 use switchboard_channels::contract::{InboundKind, InboundMessage};
 
-use super::Shared;
+use super::TurnRunner;
 use crate::agent::Agent;
 use crate::config::MemoryConfig;
 use crate::store::memory_index::{CONVERSATION_PREFIX, MemoryHit};
@@ -43,13 +43,13 @@ impl From<&MemoryConfig> for RecallSettings {
 /// `text` is what the model reads of `msg`; `tool_context` makes the tools' view of the turn
 /// (its scope), only when there is something to recall.
 pub(super) async fn recall(
-    shared: &Shared,
+    turns: &TurnRunner,
     agent: &Agent,
     msg: &InboundMessage,
     text: &str,
     tool_context: impl FnOnce() -> ToolContext,
 ) -> Option<String> {
-    let settings = shared.settings.recall;
+    let settings = turns.settings.recall;
     if settings.results == 0 || msg.kind != InboundKind::User {
         return None;
     }
@@ -60,7 +60,7 @@ pub(super) async fn recall(
     }
     let ctx = &tool_context();
     // Hits the history still shows are not recalled again: only rows older than its oldest.
-    let visible_from = match shared.store.history_rows(&ctx.session_key, shared.settings.history_limit).await {
+    let visible_from = match turns.store.history_rows(&ctx.session_key, turns.settings.history_limit).await {
         Ok(rows) => rows.first().map_or(i64::MAX, |(id, _)| *id),
         Err(err) => {
             tracing::warn!(%err, "cannot read the history for recall; recalling nothing");

@@ -17,10 +17,11 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::Intake;
 use super::batch::{self, Batching};
 use super::job::{Choices, Control, Job};
 use super::keepalive::Settle;
-use super::{Shared, expiry, overflow, run, settle};
+use super::{expiry, overflow, settle};
 use crate::agent::SteerReceiver;
 use crate::config::QueueMode;
 
@@ -107,18 +108,18 @@ pub(super) enum Placed {
 
 /// Whether a message that finds its session busy is kept: not in `drop` mode, nor beyond the
 /// queue's depth. Either way the chat is told once per busy spell (see `overflow`).
-fn not_kept(shared: &Shared, key: &str, job: Job, reason: overflow::Reason) -> Placed {
+fn not_kept(intake: &Intake, key: &str, job: Job, reason: overflow::Reason) -> Placed {
     if overflow::awaited(&job.msg) {
         return Placed::Refused { job: Box::new(job), reason };
     }
-    let first = overflow::note(shared, key, &job.msg, reason);
+    let first = overflow::note(intake, key, &job.msg, reason);
     Placed::Full { job: Box::new(job), first }
 }
 
 /// Decides what happens to `job` in its session. Called by the intake loop in arrival order.
-pub(super) fn place(shared: &Shared, key: &str, job: Job) -> Placed {
-    let mut sessions = shared.sessions.lock().unwrap_or_else(PoisonError::into_inner);
-    let queue_settings = &shared.settings.queue;
+pub(super) fn place(intake: &Intake, key: &str, job: Job) -> Placed {
+    let mut sessions = intake.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+    let queue_settings = &intake.settings.queue;
     let Some(session) = sessions.get_mut(key) else {
         let mut queue = VecDeque::new();
         queue.push_back(job);
@@ -143,19 +144,19 @@ pub(super) fn place(shared: &Shared, key: &str, job: Job) -> Placed {
         return Placed::Interrupted(dropped);
     }
     if session.active.is_some() && session.mode == QueueMode::Drop {
-        return not_kept(shared, key, job, overflow::Reason::Busy);
+        return not_kept(intake, key, job, overflow::Reason::Busy);
     }
     // Turns, not messages, are counted: a message joining the last waiting turn (the same
     // sender's burst, or anything in `collect`) costs nothing, so a burst is never cut short.
     let steered = session.active.as_ref().map_or(0, |active| active.steered.len());
     session.queue.push_back(job);
-    if batching(shared, session.mode).turns(&session.queue) + steered > queue_settings.max_depth.max(1) {
+    if batching(intake, session.mode).turns(&session.queue) + steered > queue_settings.max_depth.max(1) {
         let Some(job) = session.queue.pop_back() else { return Placed::Queued };
-        return not_kept(shared, key, job, overflow::Reason::QueueFull);
+        return not_kept(intake, key, job, overflow::Reason::QueueFull);
     }
     // A voice note to transcribe waits for a turn of its own: transcribing is async work this
     // lock cannot wait for, and steered in it would reach the model as a path only.
-    let hearable = shared.settings.transcriber.is_some() && job_has_voice_note(session.queue.back());
+    let hearable = intake.settings.hears_voice && job_has_voice_note(session.queue.back());
     if let Some(active) = session.active.as_mut().filter(|_| session.mode == QueueMode::Steer && !hearable) {
         // Sent under the lock the session task takes to end the run, so the text is either
         // read by the turn or still in the channel when it is counted there.
@@ -175,42 +176,44 @@ fn job_has_voice_note(job: Option<&Job>) -> bool {
 }
 
 /// The batching rule for a session in `mode`.
-pub(super) fn batching(shared: &Shared, mode: QueueMode) -> Batching {
-    let settings = &shared.settings.queue;
+pub(super) fn batching(intake: &Intake, mode: QueueMode) -> Batching {
+    let settings = &intake.settings.queue;
     Batching {
         mode,
         debounce: settings.debounce,
         collect_window: settings.collect_window,
-        max_chars: shared.settings.guard.as_ref().map_or(usize::MAX, |guard| guard.max_message_chars()),
+        max_chars: intake.settings.max_message_chars,
     }
 }
 
 /// Runs one session's turns in order until its queue is empty, then removes the session.
-pub(super) async fn session_loop(shared: Arc<Shared>, key: String) {
-    load_prefs(&shared, &key).await;
+pub(super) async fn session_loop(intake: Arc<Intake>, key: String) {
+    load_prefs(&intake, &key).await;
     loop {
-        wait_for_turn(&shared, &key).await;
-        let Some(Batch { first, rest, cancel, mut steer }) = next_batch(&shared, &key) else { return };
-        let (primary, merged) = batch::merge(first, rest, mode_of(&shared, &key));
-        let Some((primary, merged)) = expiry::admit(&shared, primary, merged).await else {
+        wait_for_turn(&intake, &key).await;
+        let Some(Batch { first, rest, cancel, mut steer }) = next_batch(&intake, &key) else { return };
+        let (primary, merged) = batch::merge(first, rest, mode_of(&intake, &key));
+        let Some((primary, merged)) =
+            expiry::admit(&intake.turns, intake.settings.queue.max_wait, primary, merged).await
+        else {
             // No turn read the steering channel: what was steered meanwhile becomes followups.
-            end_run(&shared, &key, &mut steer);
+            end_run(&intake, &key, &mut steer);
             continue;
         };
-        let control = Control { cancel: &cancel, steer: &mut steer, choices: choices_of(&shared, &key) };
-        // `process` catches a panic of the run itself; this one is for its bookkeeping around
-        // the run (settling, compaction). Unwinding out of here would leave the session marked
-        // running forever, and every later message of the chat queued behind nothing.
-        let turn = AssertUnwindSafe(run::process(&shared, primary.msg, primary.held, control)).catch_unwind();
+        let control = Control { cancel: &cancel, steer: &mut steer, choices: choices_of(&intake, &key) };
+        // `TurnRunner::run` catches a panic of the run itself; this one is for its bookkeeping
+        // around the run (settling, compaction). Unwinding out of here would leave the session
+        // marked running forever, and every later message of the chat queued behind nothing.
+        let turn = AssertUnwindSafe(intake.turns.run(primary.msg, primary.held, control)).catch_unwind();
         let acked = turn.await.unwrap_or_else(|panic| {
             let panic = super::abort::panic_text(panic.as_ref());
             tracing::error!(session = %key, %panic, "a session task panicked after its run; the session goes on");
             false
         });
-        let steered = end_run(&shared, &key, &mut steer);
+        let steered = end_run(&intake, &key, &mut steer);
         for job in merged.into_iter().chain(steered) {
             if acked {
-                settle::settle_unanswered(&shared, job, "merged into another turn").await;
+                settle::settle_unanswered(&intake.turns, job, "merged into another turn").await;
             } else {
                 // The turn went back to the bus; so do the messages it stood for.
                 job.held.settle(Settle::Nak(None)).await;
@@ -221,8 +224,8 @@ pub(super) async fn session_loop(shared: Arc<Shared>, key: String) {
 
 /// Marks the session idle. Steering messages the turn never read become followup turns, at
 /// the front of the queue in their order; the ones it read are returned, to be settled.
-fn end_run(shared: &Shared, key: &str, steer: &mut SteerReceiver) -> Vec<Job> {
-    let mut sessions = shared.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+fn end_run(intake: &Intake, key: &str, steer: &mut SteerReceiver) -> Vec<Job> {
+    let mut sessions = intake.sessions.lock().unwrap_or_else(PoisonError::into_inner);
     let Some(session) = sessions.get_mut(key) else { return Vec::new() };
     let Some(mut active) = session.active.take() else { return Vec::new() };
     active.finished.cancel();
@@ -239,8 +242,8 @@ fn end_run(shared: &Shared, key: &str, steer: &mut SteerReceiver) -> Vec<Job> {
 }
 
 /// Reads what the session chose with `/queue`, `/model` and `/verbose` from the store.
-async fn load_prefs(shared: &Shared, key: &str) {
-    let prefs = match shared.store.session_prefs(key).await {
+async fn load_prefs(intake: &Intake, key: &str) {
+    let prefs = match intake.turns.store.session_prefs(key).await {
         Ok(prefs) => prefs,
         Err(err) => {
             tracing::warn!(%err, session = %key, "cannot read the session's settings; using the defaults");
@@ -248,13 +251,13 @@ async fn load_prefs(shared: &Shared, key: &str) {
         }
     };
     match prefs.queue_mode.as_deref().map(|name| (name, QueueMode::parse(name))) {
-        Some((_, Some(mode))) => set_mode(shared, key, mode),
+        Some((_, Some(mode))) => set_mode(intake, key, mode),
         // Stored by a newer build, or by hand: the session keeps the configured mode.
         Some((name, None)) => tracing::warn!(session = %key, setting = "queue_mode", value = %name.escape_debug(),
             "a session setting is not a queue mode; using the configured one"),
         None => {}
     }
-    let mut sessions = shared.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut sessions = intake.sessions.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(session) = sessions.get_mut(key) {
         session.model = prefs.model;
         session.verbose = prefs.verbose;
@@ -263,8 +266,8 @@ async fn load_prefs(shared: &Shared, key: &str) {
 
 /// Changes the model or the verbosity of a live session (`/model`, `/verbose`); a session
 /// without a task reads them on start.
-pub(super) fn set_prefs(shared: &Shared, key: &str, model: Option<Option<String>>, verbose: Option<bool>) {
-    let mut sessions = shared.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+pub(super) fn set_prefs(intake: &Intake, key: &str, model: Option<Option<String>>, verbose: Option<bool>) {
+    let mut sessions = intake.sessions.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(session) = sessions.get_mut(key) {
         if let Some(model) = model {
             session.model = model;
@@ -276,42 +279,42 @@ pub(super) fn set_prefs(shared: &Shared, key: &str, model: Option<Option<String>
 }
 
 /// The live session's model choice and verbosity.
-fn choices_of(shared: &Shared, key: &str) -> Choices {
-    let sessions = shared.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+fn choices_of(intake: &Intake, key: &str) -> Choices {
+    let sessions = intake.sessions.lock().unwrap_or_else(PoisonError::into_inner);
     sessions
         .get(key)
         .map_or_else(Choices::default, |session| Choices { model: session.model.clone(), verbose: session.verbose })
 }
 
 /// Changes the mode of a live session (`/queue`); a session without a task reads it on start.
-pub(super) fn set_mode(shared: &Shared, key: &str, mode: QueueMode) {
-    let mut sessions = shared.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+pub(super) fn set_mode(intake: &Intake, key: &str, mode: QueueMode) {
+    let mut sessions = intake.sessions.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(session) = sessions.get_mut(key) {
         session.mode = mode;
     }
 }
 
-fn mode_of(shared: &Shared, key: &str) -> QueueMode {
-    let sessions = shared.sessions.lock().unwrap_or_else(PoisonError::into_inner);
-    sessions.get(key).map_or(shared.settings.queue.mode, |session| session.mode)
+fn mode_of(intake: &Intake, key: &str) -> QueueMode {
+    let sessions = intake.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+    sessions.get(key).map_or(intake.settings.queue.mode, |session| session.mode)
 }
 
 /// Waits until the turn at the front of the queue may start: in `collect` mode, or with
 /// debouncing on, until its burst is over (see [`Batching::start_at`]). Sleeps without the lock
 /// and looks again, since a message that arrived meanwhile moves the time.
-async fn wait_for_turn(shared: &Shared, key: &str) {
+async fn wait_for_turn(intake: &Intake, key: &str) {
     let free_since = Instant::now();
     loop {
         let start_at = {
-            let sessions = shared.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+            let sessions = intake.sessions.lock().unwrap_or_else(PoisonError::into_inner);
             let Some(session) = sessions.get(key) else { return };
-            batching(shared, session.mode).start_at(&session.queue, free_since)
+            batching(intake, session.mode).start_at(&session.queue, free_since)
         };
         match start_at {
-            Some(at) if Instant::now() < at && !shared.stopping.is_cancelled() => {
+            Some(at) if Instant::now() < at && !intake.stopping.is_cancelled() => {
                 tokio::select! {
                     _ = tokio::time::sleep_until(at) => {}
-                    _ = shared.stopping.cancelled() => {}
+                    _ = intake.stopping.cancelled() => {}
                 }
             }
             _ => return,
@@ -322,14 +325,14 @@ async fn wait_for_turn(shared: &Shared, key: &str) {
 /// Takes the next turn's messages and marks the session running; `None` (and the session
 /// removed) when nothing waits. Done under the lock `place` takes, so no message is stranded
 /// between "queue empty" and "session gone".
-fn next_batch(shared: &Shared, key: &str) -> Option<Batch> {
-    let mut sessions = shared.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+fn next_batch(intake: &Intake, key: &str) -> Option<Batch> {
+    let mut sessions = intake.sessions.lock().unwrap_or_else(PoisonError::into_inner);
     let session = sessions.get_mut(key)?;
     if session.queue.is_empty() {
         sessions.remove(key);
         return None;
     }
-    let len = batching(shared, session.mode).len_at(&session.queue, 0);
+    let len = batching(intake, session.mode).len_at(&session.queue, 0);
     let mut jobs = session.queue.drain(..len);
     let first = jobs.next()?;
     let rest: Vec<Job> = jobs.collect();

@@ -7,7 +7,7 @@
 
 use switchboard_channels::contract::InboundMessage;
 
-use super::Shared;
+use super::TurnRunner;
 use crate::agent::{Agent, EventSink, SteerReceiver, Turn, TurnResult};
 use crate::config::Level;
 use crate::context::Target;
@@ -47,29 +47,28 @@ pub(super) struct Ran {
 /// Runs the turn (see the module docs) in the memory scope of its plan; store errors reading
 /// the history are the caller's.
 pub(super) async fn run_agent(
-    shared: &Shared,
+    turns: &TurnRunner,
     plan: &TurnPlan<'_>,
     events: &dyn EventSink,
     steer: &mut SteerReceiver,
 ) -> Result<Ran, StoreError> {
-    let recalled =
-        super::recall::recall(shared, plan.agent, plan.msg, &plan.input.content, || tool_context(plan)).await;
+    let recalled = super::recall::recall(turns, plan.agent, plan.msg, &plan.input.content, || tool_context(plan)).await;
     let recalled = recalled.as_deref();
     let target = Target::new(plan.agent, plan.model.as_deref());
-    let window = shared.context.window(target);
-    let (mut result, mut history) = attempt(shared, plan, recalled, events, steer).await?;
+    let window = turns.context.window(target);
+    let (mut result, mut history) = attempt(turns, plan, recalled, events, steer).await?;
     // The chain learns what a server names, for the model it named it for: a fallback's
     // refusal leaves this window as it was, and the turn is not run again for it.
-    let shrank = shared.context.window(target) < window;
-    super::windows::save(shared).await;
+    let shrank = turns.context.window(target) < window;
+    super::windows::save(turns.store.as_ref(), &turns.context).await;
     if shrank && result.overflowed {
         tracing::info!(limit = ?result.context_limit, "running the turn again within the window the model server named");
         let first = result;
-        (result, history) = attempt(shared, plan, recalled, events, steer).await?;
+        (result, history) = attempt(turns, plan, recalled, events, steer).await?;
         result.usage.add(first.usage);
     }
-    let limit = shared.settings.history_limit;
-    let compaction_due = history.due_after(&shared.context, plan.agent, &result.transcript, limit);
+    let limit = turns.settings.history_limit;
+    let compaction_due = history.due_after(&turns.context, plan.agent, &result.transcript, limit);
     Ok(Ran { result, compaction_due })
 }
 
@@ -85,7 +84,7 @@ fn tool_context(plan: &TurnPlan<'_>) -> ToolContext {
 }
 
 async fn attempt(
-    shared: &Shared,
+    turns: &TurnRunner,
     plan: &TurnPlan<'_>,
     recalled: Option<&str>,
     events: &dyn EventSink,
@@ -94,15 +93,15 @@ async fn attempt(
     let TurnPlan { agent, msg, session_key, .. } = *plan;
     let target = Target::new(agent, plan.model.as_deref());
     let memory = &plan.memory;
-    let conversation = shared.store.conversation(session_key, shared.settings.history_limit).await?;
+    let conversation = turns.store.conversation(session_key, turns.settings.history_limit).await?;
     let (history, summary) = (conversation.history, conversation.summary);
     let run = super::prompt::PromptFor { msg, session_key, memory };
     let mut input = ChatMessage { recalled: recalled.map(str::to_owned), ..plan.input.clone() };
     let (system_prompt, tools) =
-        super::prompt::fitted_prompt(shared, target, &run, plan.tools.clone(), &mut input).await;
+        super::prompt::fitted_prompt(turns, target, &run, plan.tools.clone(), &mut input).await;
     let summary = summary.as_ref().map(|s| s.0.as_str());
     let shape = HistoryShape::of(&history);
-    let prepared = shared.context.prepare(target, session_key, &system_prompt, history, summary, &input, &tools);
+    let prepared = turns.context.prepare(target, session_key, &system_prompt, history, summary, &input, &tools);
     let turn = Turn {
         system_prompt,
         history: prepared.history,
@@ -114,15 +113,15 @@ async fn attempt(
         max_iterations: None,
         name_speakers: msg.is_group,
         model: plan.model.clone(),
-        max_tokens: Some(shared.context.answer_limit(target)),
+        max_tokens: Some(turns.context.answer_limit(target)),
         cache_key: Some(crate::provider::cache_key(&agent.settings().name, session_key)),
-        budget: Some(shared.context.run_budget(target)),
+        budget: Some(turns.context.run_budget(target)),
     };
     let result = agent.run(turn).await;
     // Estimates teach the estimator nothing.
     if result.error.is_none() && !result.usage.estimated {
         let shortened = result.shortened_tokens_sent;
-        shared.context.learn(prepared.raw_base, &result.transcript, shortened, result.usage.input_tokens);
+        turns.context.learn(prepared.raw_base, &result.transcript, shortened, result.usage.input_tokens);
     }
     Ok((result, shape))
 }

@@ -4,8 +4,7 @@
 use chrono::{DateTime, Utc};
 use switchboard_channels::contract::InboundMessage;
 
-use super::Shared;
-use super::access::{self, Standing};
+use super::access::{self, People, Standing};
 use crate::config::{Identity, Level};
 use crate::store::StoreError;
 use crate::users::month_key;
@@ -28,16 +27,16 @@ struct Report {
 }
 
 /// The answer to `/usage` from the sender of `msg`, in the chat it came from.
-pub(super) async fn report(shared: &Shared, msg: &InboundMessage) -> Result<String, StoreError> {
-    let policy = shared.access.get();
+pub(super) async fn report(people: &People<'_>, msg: &InboundMessage) -> Result<String, StoreError> {
+    let policy = &people.policy;
     let identity = Identity::new(&msg.channel, &msg.sender.id);
-    let Standing { user, own_level, level, group } = access::stand(shared, msg, &identity, &msg.sender.name).await?;
+    let Standing { user, own_level, level, group } = people.stand(msg, &identity, &msg.sender.name).await?;
     let now = policy.now();
     let month = month_key(now);
-    let usage = shared.store.monthly_usage(user.id, &month).await?;
+    let usage = people.store.monthly_usage(user.id, &month).await?;
     let (used, cached) = (access::tokens(usage), usage.cache_read_tokens);
     let pool = match group.as_ref().and_then(|group| Some((group, group.budget?))) {
-        Some((group, budget)) => Some((budget, access::tokens(shared.store.group_usage(&group.key, &month).await?))),
+        Some((group, budget)) => Some((budget, access::tokens(people.store.group_usage(&group.key, &month).await?))),
         None => None,
     };
     let report = Report {

@@ -10,16 +10,19 @@ use std::time::Instant;
 
 use switchboard_channels::contract::{InboundMessage, Media};
 
-use super::Shared;
 use super::input::{self, Heard};
-use crate::hygiene::Verdict;
+use crate::hygiene::{Guard, Verdict};
 use crate::provider::ChatMessage;
 use crate::provider::transcribe::{Recording, Transcriber};
 
 /// The user message of a turn for `msg`, its voice notes transcribed first.
-pub(super) async fn turn_input(shared: &Shared, msg: &InboundMessage) -> ChatMessage {
-    let heard = match &shared.settings.transcriber {
-        Some(transcriber) if msg.media.iter().any(is_voice_note) => hear_all(shared, transcriber, msg).await,
+pub(super) async fn turn_input(
+    transcriber: Option<&Transcriber>,
+    guard: Option<&Guard>,
+    msg: &InboundMessage,
+) -> ChatMessage {
+    let heard = match transcriber {
+        Some(transcriber) if msg.media.iter().any(is_voice_note) => hear_all(guard, transcriber, msg).await,
         _ => Vec::new(),
     };
     input::message_hearing(msg, &heard)
@@ -31,26 +34,26 @@ pub(super) fn is_voice_note(media: &Media) -> bool {
 }
 
 /// What became of each attachment that is a voice note, by its place in `msg.media`.
-async fn hear_all(shared: &Shared, transcriber: &Transcriber, msg: &InboundMessage) -> Vec<Option<Heard>> {
+async fn hear_all(guard: Option<&Guard>, transcriber: &Transcriber, msg: &InboundMessage) -> Vec<Option<Heard>> {
     let mut heard = Vec::with_capacity(msg.media.len());
     for media in &msg.media {
         let voice_note = media.path.as_deref().filter(|_| is_voice_note(media));
         heard.push(match voice_note {
-            Some(path) => Some(hear(shared, transcriber, media, path).await),
+            Some(path) => Some(hear(guard, transcriber, media, path).await),
             None => None,
         });
     }
     heard
 }
 
-async fn hear(shared: &Shared, transcriber: &Transcriber, media: &Media, path: &str) -> Heard {
+async fn hear(guard: Option<&Guard>, transcriber: &Transcriber, media: &Media, path: &str) -> Heard {
     let started = Instant::now();
     let recording = Recording { path: Path::new(path), mime_type: media.mime_type.as_deref() };
     match transcriber.transcribe(recording).await {
         Ok(words) => {
             let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
             tracing::info!(path, chars = words.chars().count(), duration_ms, "voice note transcribed");
-            screened(shared, words)
+            screened(guard, words)
         }
         Err(err) => {
             tracing::warn!(path, %err, "voice note not transcribed; the model is told why");
@@ -61,8 +64,8 @@ async fn hear(shared: &Shared, transcriber: &Transcriber, media: &Media, path: &
 
 /// The words as the input guard passes them (cleaned, cut, perhaps with a note); withheld when
 /// it would block them, since the rest of the message may still deserve an answer.
-fn screened(shared: &Shared, words: String) -> Heard {
-    let Some(guard) = &shared.settings.guard else { return Heard::Words(words) };
+fn screened(guard: Option<&Guard>, words: String) -> Heard {
+    let Some(guard) = guard else { return Heard::Words(words) };
     match guard.screen(&words).verdict {
         Verdict::Pass(words) => Heard::Words(words),
         Verdict::Block(_) => Heard::Withheld,

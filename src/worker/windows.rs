@@ -4,13 +4,14 @@
 
 use std::collections::HashSet;
 
-use super::Shared;
-use crate::context::{Target, WindowChange};
+use super::agents::Agents;
+use crate::context::{ContextEngine, Target, WindowChange};
+use crate::store::Store;
 
 /// Loads what earlier runs learned, says which windows are in force, and forgets those whose
 /// model has another configured window now.
-pub(super) async fn restore(shared: &Shared) {
-    let stored = match shared.store.learned_windows().await {
+pub(super) async fn restore(store: &dyn Store, context: &ContextEngine, agents: &Agents) {
+    let stored = match store.learned_windows().await {
         Ok(stored) => stored,
         Err(err) => {
             tracing::warn!(%err, "cannot read the context windows learned before; they are learned again");
@@ -20,13 +21,12 @@ pub(super) async fn restore(shared: &Shared) {
     if stored.is_empty() {
         return;
     }
-    shared.context.windows().restore(stored);
-    let agents = shared.agents.get();
+    context.windows().restore(stored);
     let mut said = HashSet::new();
     for agent in agents.all() {
         for model in &agent.settings().models {
-            let configured = shared.context.configured_window(agent, model);
-            let window = shared.context.window(Target { agent, model });
+            let configured = context.configured_window(agent, model);
+            let window = context.window(Target { agent, model });
             if window < configured && said.insert(model) {
                 tracing::info!(
                     model = %model,
@@ -37,15 +37,15 @@ pub(super) async fn restore(shared: &Shared) {
             }
         }
     }
-    save(shared).await;
+    save(store, context).await;
 }
 
 /// Writes what was learned or forgotten since the last call.
-pub(super) async fn save(shared: &Shared) {
-    for change in shared.context.windows().take_changes() {
+pub(super) async fn save(store: &dyn Store, context: &ContextEngine) {
+    for change in context.windows().take_changes() {
         let written = match &change {
-            WindowChange::Learned(learned) => shared.store.save_learned_window(learned).await,
-            WindowChange::Forgotten(model) => shared.store.forget_learned_window(model).await,
+            WindowChange::Learned(learned) => store.save_learned_window(learned).await,
+            WindowChange::Forgotten(model) => store.forget_learned_window(model).await,
         };
         if let Err(err) = written {
             tracing::warn!(%err, ?change, "cannot store a model's context window; a restart learns it again");

@@ -16,8 +16,8 @@ pub use bus::{BusKind, TestBus, next_out, nothing_more};
 use switchboard::assembly::{AssembledWorker, Assembly, Overrides};
 use switchboard::clock::Clock;
 use switchboard::config::{
-    AgentConfig, BindingConfig, Config, EmbeddingsConfig, MAIN_AGENT, ModelPrice, NamedAgentConfig, ProviderConfig,
-    ProviderKind, StoreConfig, TranscriptionConfig,
+    AgentConfig, BindingConfig, Config, EmbeddingsConfig, HeartbeatConfig, MAIN_AGENT, ModelPrice, NamedAgentConfig,
+    ProviderConfig, ProviderKind, StoreConfig, TranscriptionConfig,
 };
 use switchboard::scheduler::CronSettings;
 use switchboard::store::Database;
@@ -51,6 +51,8 @@ pub struct AgentSpec {
     pub allow: Vec<String>,
     /// `system_prompt`, the operator's instructions in the prompt; "test" by default.
     pub system_prompt: String,
+    /// Its `[agents.<name>.heartbeat] ack_max_chars` (for `main`, `[heartbeat]`'s); unset: the default.
+    pub heartbeat_ack_max_chars: Option<usize>,
 }
 
 impl AgentSpec {
@@ -61,7 +63,13 @@ impl AgentSpec {
             workspace: workspace.into(),
             allow: Vec::new(),
             system_prompt: "test".into(),
+            heartbeat_ack_max_chars: None,
         }
+    }
+
+    pub fn heartbeat_ack_max_chars(mut self, chars: usize) -> Self {
+        self.heartbeat_ack_max_chars = Some(chars);
+        self
     }
 
     pub fn allow(mut self, tools: &[&str]) -> Self {
@@ -242,6 +250,7 @@ impl Setup {
                 models: vec![format!("fake/{}", spec.model).as_str().into()],
                 tools: spec.allow.clone(),
                 system_prompt: Some(spec.system_prompt.clone()),
+                heartbeat: spec.heartbeat_ack_max_chars.map(heartbeat_acking),
                 ..NamedAgentConfig::default()
             };
             (spec.name.clone(), agent)
@@ -267,6 +276,9 @@ impl Setup {
         config.cron.enabled = self.cron.is_some();
         config.subagents.enabled = self.subagents.is_some();
         config.transcription = self.transcription.clone();
+        if let Some(chars) = main.heartbeat_ack_max_chars {
+            config.heartbeat = heartbeat_acking(chars);
+        }
         config
     }
 
@@ -282,6 +294,11 @@ impl Setup {
             message_tool: self.message_tool,
         }
     }
+}
+
+/// A heartbeat section that sets only `ack_max_chars`.
+fn heartbeat_acking(ack_max_chars: usize) -> HeartbeatConfig {
+    HeartbeatConfig { ack_max_chars, ..HeartbeatConfig::default() }
 }
 
 /// An agent's workspace under `dir`, created.

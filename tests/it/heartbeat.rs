@@ -20,7 +20,7 @@ use switchboard::store::sqlite::SqliteStore;
 use switchboard::store::{RunClaim, RunOutcome, RunStatus};
 use switchboard::users::AccessPolicy;
 use switchboard::worker::WorkerSettings;
-use switchboard_channels::contract::{ChatAddress, InboundKind, InboundMessage, Origin, Sender, Usage};
+use switchboard_channels::contract::{ChatAddress, InboundKind, InboundMessage, Origin, Sender};
 use switchboard_channels::{Bus, BusExt, Deliveries};
 use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
 
@@ -215,19 +215,7 @@ async fn a_busy_target_session_is_tried_again_after_a_minute() {
     rig.clock.advance(MINUTE / 2);
     assert_eq!(tick_one(&heartbeats).await, skipped(SkipReason::Busy));
     assert!(rig.published().await.is_empty());
-    let finished = RunOutcome {
-        status: RunStatus::Completed,
-        transcript: Vec::new(),
-        reply: None,
-        error: None,
-        usage: Usage::default(),
-        model: String::new(),
-        cost_usd: None,
-        iterations: 0,
-        context_tokens: 0,
-        billing: None,
-        memory_scope: None,
-    };
+    let finished = RunOutcome::without_model(RunStatus::Completed, None, None);
     rig.store.finish_run(&run_id, &finished).await.unwrap();
     rig.clock.advance(MINUTE);
     assert!(is_fired(&tick_one(&heartbeats).await));
@@ -321,16 +309,11 @@ async fn a_shortened_interval_brings_the_next_heartbeat_forward() {
 
 // ---- Through a real worker, on both buses ----
 
-/// The worker's settings: the owner is `telegram:42`; `ops` has its own `ack_max_chars` of 5.
+/// The worker's settings: the owner is `telegram:42`.
 fn worker_settings() -> WorkerSettings {
     let users = UsersConfig { owners: vec!["telegram:42".into()], ..UsersConfig::default() };
     let access = AccessPolicy::from_config(&users, &PermissionsConfig::default(), &BudgetsConfig::default()).unwrap();
-    WorkerSettings {
-        access,
-        heartbeat_ack_max_chars: 300,
-        heartbeat_ack_max_chars_by_agent: HashMap::from([("ops".to_owned(), 5)]),
-        ..WorkerSettings::default()
-    }
+    WorkerSettings { access, ..WorkerSettings::default() }
 }
 
 /// A worker for `agents` (only the built-in tools) on a bus of `kind`.
@@ -443,8 +426,8 @@ async fn configured_targets(kind: BusKind) {
 
 /// Suppression through a worker; `ops` allows 5 characters besides the token.
 async fn suppression(kind: BusKind) {
-    let agents =
-        vec![AgentSpec::new("main", "fake-model", "workspace"), AgentSpec::new("ops", "fake-model", "agents/ops")];
+    let ops = AgentSpec::new("ops", "fake-model", "agents/ops").heartbeat_ack_max_chars(5);
+    let agents = vec![AgentSpec::new("main", "fake-model", "workspace"), ops];
     let h = worker_setup(kind, agents).start().await;
     let (bus, store, llm) = (&h.bus, &h.store, &h.llm);
     let report = "The nightly backup failed: the disk is full. ".repeat(8);

@@ -102,18 +102,14 @@ pub(crate) use on_both_stores;
 
 /// A completed run's outcome with `transcript`: what a turn stores, without reply or error.
 pub fn completed(transcript: Vec<ChatMessage>) -> RunOutcome {
+    let usage = Usage::new(10, 5);
+    let model = "m".into();
     RunOutcome {
-        status: RunStatus::Completed,
         transcript,
-        reply: None,
-        error: None,
-        usage: Usage::new(10, 5),
-        model: "m".into(),
-        cost_usd: None,
+        usage,
+        model,
         iterations: 1,
-        context_tokens: 0,
-        billing: None,
-        memory_scope: None,
+        ..RunOutcome::without_model(RunStatus::Completed, None, None)
     }
 }
 

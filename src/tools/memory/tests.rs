@@ -232,19 +232,8 @@ async fn the_owners_daily_notes_are_searched_and_a_groups_search_skips_them() {
 }
 
 fn completed() -> RunOutcome {
-    RunOutcome {
-        status: RunStatus::Completed,
-        transcript: vec![ChatMessage::user("I play the harmonica, bike lock code 9999.")],
-        reply: None,
-        error: None,
-        usage: Default::default(),
-        model: String::new(),
-        cost_usd: None,
-        iterations: 1,
-        context_tokens: 0,
-        billing: None,
-        memory_scope: None,
-    }
+    let transcript = vec![ChatMessage::user("I play the harmonica, bike lock code 9999.")];
+    RunOutcome { transcript, iterations: 1, ..RunOutcome::without_model(RunStatus::Completed, None, None) }
 }
 
 const EMBEDDINGS: EmbeddingSettings =

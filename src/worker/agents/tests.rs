@@ -84,6 +84,7 @@ fn agent(name: &str) -> std::sync::Arc<crate::agent::Agent> {
         workspace: std::path::PathBuf::new(),
         skills: Default::default(),
         protected: Default::default(),
+        heartbeat_ack_max_chars: 300,
         models: Vec::new(),
         context_windows: Default::default(),
     };

@@ -3,18 +3,18 @@
 
 use switchboard_channels::control::ButtonAction;
 
+use crate::control::Control;
 use crate::scheduler::job::local_time;
 use crate::store::StoreError;
 use crate::store::cron::CronJob;
-use crate::worker::Shared;
 use crate::worker::answer::{Answer, Item};
 
 /// Jobs shown, a notice each; more would flood the chat.
 const JOBS_SHOWN: usize = 10;
 
 /// `/cron`: the jobs due soonest first, then the paused ones, then those that will not run again.
-pub(in crate::worker) async fn cron(shared: &Shared) -> Result<Answer, StoreError> {
-    let mut jobs = shared.control.store().cron_jobs(None).await?;
+pub(in crate::worker) async fn cron(control: &Control) -> Result<Answer, StoreError> {
+    let mut jobs = control.store().cron_jobs(None).await?;
     if jobs.is_empty() {
         let text = "No cron jobs. Ask me to remind you of something, or add one with `switchboard cron add`.";
         return Ok(String::from(text).into());

@@ -5,14 +5,14 @@
 use switchboard_channels::contract::InboundMessage;
 
 use crate::config::Identity;
+use crate::control::Control;
 use crate::store::StoreError;
 use crate::store::approvals::{DecideProblem, Verdict};
 use crate::store::pairing::normalize_code;
-use crate::worker::Shared;
 
 /// Decides `code` as the owner who wrote `msg`.
 pub(in crate::worker) async fn decide(
-    shared: &Shared,
+    control: &Control,
     msg: &InboundMessage,
     code: Option<&str>,
     verdict: Verdict,
@@ -21,7 +21,7 @@ pub(in crate::worker) async fn decide(
         return Ok("Which one? Give the code: /approve <code> or /deny <code> (/pending lists them).".into());
     };
     let owner = Identity::new(&msg.channel, &msg.sender.id).to_string();
-    Ok(match shared.control.decide_approval(&code, verdict, &owner).await? {
+    Ok(match control.decide_approval(&code, verdict, &owner).await? {
         Ok(approval) => format!(
             "{code}: {} {} in {}:{}.",
             verdict.status().as_str(),
@@ -29,14 +29,13 @@ pub(in crate::worker) async fn decide(
             approval.request.channel,
             approval.request.chat_id
         ),
-        Err(DecideProblem::Unknown) => decide_pairing(shared, &code, verdict != Verdict::Deny, &owner).await?,
+        Err(DecideProblem::Unknown) => decide_pairing(control, &code, verdict != Verdict::Deny, &owner).await?,
         Err(problem) => format!("Approval {code} {problem}."),
     })
 }
 
 /// The open pairing request with `code`, approved or denied; the stranger is told.
-async fn decide_pairing(shared: &Shared, code: &str, approve: bool, owner: &str) -> Result<String, StoreError> {
-    let control = &shared.control;
+async fn decide_pairing(control: &Control, code: &str, approve: bool, owner: &str) -> Result<String, StoreError> {
     let Some(request) = control.open_pairing(code).await? else {
         return Ok(format!("Nothing waits under {code}; /pending lists what does."));
     };

@@ -6,15 +6,15 @@ use crate::control::local_time;
 use crate::store::StoreError;
 use crate::store::approvals::{Approval, ApprovalStatus};
 use crate::store::pairing::{PairingEntry, PairingState};
-use crate::worker::Shared;
+use crate::worker::TurnRunner;
 
 /// Waiting calls, and pairing requests, listed at most.
 const PENDING_LIMIT: usize = 20;
 
 /// `/pending`: pairing requests (soonest to expire first), then tool calls (newest first).
-pub(in crate::worker) async fn pending(shared: &Shared) -> Result<String, StoreError> {
+pub(in crate::worker) async fn pending(turns: &TurnRunner) -> Result<String, StoreError> {
     let now = Utc::now();
-    let pairings: Vec<PairingEntry> = shared
+    let pairings: Vec<PairingEntry> = turns
         .control
         .store()
         .list_pairings(None)
@@ -22,7 +22,7 @@ pub(in crate::worker) async fn pending(shared: &Shared) -> Result<String, StoreE
         .into_iter()
         .filter(|entry| matches!(entry.state, PairingState::Pending { expires_at, .. } if expires_at > now))
         .collect();
-    let calls: Vec<Approval> = shared
+    let calls: Vec<Approval> = turns
         .store
         .list_approvals(true, PENDING_LIMIT)
         .await?
@@ -36,7 +36,7 @@ pub(in crate::worker) async fn pending(shared: &Shared) -> Result<String, StoreE
     if !pairings.is_empty() {
         text.push_str(&format!("Asking to talk to me ({}):", pairings.len()));
         for entry in pairings.iter().take(PENDING_LIMIT) {
-            text.push_str(&format!("\n{}", pairing_line(shared, entry, now)));
+            text.push_str(&format!("\n{}", pairing_line(turns, entry, now)));
         }
         text.push_str(&more(pairings.len()));
     }
@@ -59,9 +59,9 @@ pub(in crate::worker) async fn pending(shared: &Shared) -> Result<String, StoreE
 }
 
 /// `ABCD2345 Ann (telegram 777), expires 14:05 CET`, in the owner's time zone.
-fn pairing_line(shared: &Shared, entry: &PairingEntry, now: DateTime<Utc>) -> String {
+fn pairing_line(turns: &TurnRunner, entry: &PairingEntry, now: DateTime<Utc>) -> String {
     let PairingState::Pending { code, expires_at } = &entry.state else { return String::new() };
-    let until = local_time(*expires_at, shared.settings.prompt.timezone, now);
+    let until = local_time(*expires_at, turns.settings.prompt.timezone, now);
     let who = match entry.sender_name.as_str() {
         "" => format!("{} {}", entry.channel, entry.sender_id),
         name => format!("{name} ({} {})", entry.channel, entry.sender_id),

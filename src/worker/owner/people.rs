@@ -9,21 +9,21 @@ use crate::control::{LevelChange, PersonMatch};
 use crate::store::StoreError;
 use crate::store::users::UserSummary;
 use crate::users::month_key;
-use crate::worker::Shared;
+use crate::worker::TurnRunner;
 
 /// People `/users` lists at most.
 const USERS_LIMIT: usize = 30;
 
 /// `/users`: one line per person, in the order they first wrote.
-pub(in crate::worker) async fn users(shared: &Shared) -> Result<String, StoreError> {
-    let now = shared.access.get().now();
-    let users = shared.control.store().list_users(&month_key(now)).await?;
+pub(in crate::worker) async fn users(turns: &TurnRunner) -> Result<String, StoreError> {
+    let now = turns.access.get().now();
+    let users = turns.control.store().list_users(&month_key(now)).await?;
     if users.is_empty() {
         return Ok("Nobody has written to me yet.".into());
     }
     let mut text = format!("People ({}), with what they used in {}:", users.len(), month_name(now));
     for summary in users.iter().take(USERS_LIMIT) {
-        text.push_str(&format!("\n{}", user_line(shared, summary)));
+        text.push_str(&format!("\n{}", user_line(turns, summary)));
     }
     if let Some(left) = users.len().checked_sub(USERS_LIMIT).filter(|left| *left > 0) {
         text.push_str(&format!("\n…and {left} more: `switchboard users list` shows everyone."));
@@ -33,9 +33,9 @@ pub(in crate::worker) async fn users(shared: &Shared) -> Result<String, StoreErr
 }
 
 /// `Ann, owner: telegram:1, api:ann; 8000 tokens, $0.0300`.
-fn user_line(shared: &Shared, summary: &UserSummary) -> String {
+fn user_line(turns: &TurnRunner, summary: &UserSummary) -> String {
     let UserSummary { user, identities, used: usage, cost } = summary;
-    let level = shared.access.get().listed_level(summary);
+    let level = turns.access.get().listed_level(summary);
     let name = identities.iter().map(|(_, name)| name.as_str()).find(|name| !name.is_empty());
     let ids: Vec<String> = identities.iter().map(|(identity, _)| identity.to_string()).collect();
     format!(
@@ -48,7 +48,7 @@ fn user_line(shared: &Shared, summary: &UserSummary) -> String {
 
 /// `/level <person> <level>`: the person is the words before the level (names have spaces).
 pub(in crate::worker) async fn level(
-    shared: &Shared,
+    turns: &TurnRunner,
     msg: &InboundMessage,
     words: &[String],
 ) -> Result<String, StoreError> {
@@ -63,7 +63,7 @@ pub(in crate::worker) async fn level(
         return Ok(format!("{level} is not a level: {levels}."));
     };
     let typed = person.join(" ");
-    let person = match shared.control.find_person(&typed).await? {
+    let person = match turns.control.find_person(&typed).await? {
         PersonMatch::One(person) => person,
         PersonMatch::Several(names) => {
             return Ok(format!(
@@ -79,7 +79,7 @@ pub(in crate::worker) async fn level(
         }
     };
     let owner = Identity::new(&msg.channel, &msg.sender.id).to_string();
-    Ok(match shared.control.set_level(person, level, &owner).await? {
+    Ok(match turns.control.set_level(person, level, &owner).await? {
         LevelChange::Set { person, previous, level } if previous == level => {
             format!("{} is {level} already.", person.describe())
         }

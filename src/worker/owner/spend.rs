@@ -6,17 +6,17 @@ use chrono::{DateTime, Utc};
 use crate::store::StoreError;
 use crate::store::users::MonthCost;
 use crate::users::month_key;
-use crate::worker::Shared;
+use crate::worker::TurnRunner;
 
 /// People `/spend` lists at most (the biggest spenders).
 const PEOPLE_LIMIT: usize = 20;
 
 /// `/spend`: the total first, then people (most tokens first), then groups.
-pub(in crate::worker) async fn spend(shared: &Shared) -> Result<String, StoreError> {
-    let policy = shared.access.get();
+pub(in crate::worker) async fn spend(turns: &TurnRunner) -> Result<String, StoreError> {
+    let policy = turns.access.get();
     let now = policy.now();
     let month = month_key(now);
-    let store = shared.control.store();
+    let store = turns.control.store();
     let mut people: Vec<(String, u64, MonthCost)> = store
         .list_users(&month)
         .await?

@@ -4,10 +4,10 @@
 
 use switchboard_channels::contract::{InboundKind, InboundMessage};
 
-use super::Shared;
+use super::access::People;
 use crate::agent::Agent;
 use crate::config::{Identity, Level};
-use crate::store::StoreError;
+use crate::store::{Store, StoreError};
 use crate::workspace::memory::{Acting, MemoryScope, ScopeFacts};
 
 /// The scope of a run of `agent` answering `msg`. `known_level` is the level of the person
@@ -15,7 +15,7 @@ use crate::workspace::memory::{Acting, MemoryScope, ScopeFacts};
 /// it is looked up. Store errors are the caller's: a scope that cannot be decided is never
 /// guessed.
 pub(super) async fn scope(
-    shared: &Shared,
+    people: &People<'_>,
     agent: &Agent,
     msg: &InboundMessage,
     known_level: Option<Level>,
@@ -41,7 +41,7 @@ pub(super) async fn scope(
     };
     let level = match (&identity, known_level) {
         (Some(_), Some(level)) => Some(level),
-        (Some(identity), None) => Some(level_of(shared, identity, &msg.sender.name).await?),
+        (Some(identity), None) => Some(people.level_of(identity, &msg.sender.name).await?),
         (None, _) => None,
     };
     facts.acting = identity.as_ref().zip(level).map(|(identity, level)| Acting {
@@ -50,20 +50,13 @@ pub(super) async fn scope(
         is_owner: level == Level::Owner,
     });
     if msg.kind == InboundKind::System && facts.acting.is_none_or(|acting| acting.is_owner) {
-        facts.owner_chat = is_owner_chat(shared, agent, msg).await?;
+        facts.owner_chat = is_owner_chat(people.store, agent, msg).await?;
     }
     Ok(MemoryScope::decide(&facts))
 }
 
-/// The effective level of `identity`, as `access::admit` computes it.
-async fn level_of(shared: &Shared, identity: &Identity, name: &str) -> Result<Level, StoreError> {
-    let policy = shared.access.get();
-    let user = shared.store.resolve_user(identity, name, policy.new_user_level(identity)).await?;
-    Ok(policy.effective_level(identity, &user))
-}
-
 /// Whether `msg`'s chat is a direct chat an owner wrote to `agent` in.
-async fn is_owner_chat(shared: &Shared, agent: &Agent, msg: &InboundMessage) -> Result<bool, StoreError> {
-    let chats = shared.store.owner_chats(&agent.settings().name).await?;
+async fn is_owner_chat(store: &dyn Store, agent: &Agent, msg: &InboundMessage) -> Result<bool, StoreError> {
+    let chats = store.owner_chats(&agent.settings().name).await?;
     Ok(chats.iter().any(|owner| owner.chat.channel == msg.channel && owner.chat.chat_id == msg.chat_id))
 }

@@ -4,9 +4,9 @@
 
 use std::sync::{Arc, PoisonError, RwLock};
 
-pub(crate) struct Live<T>(RwLock<Arc<T>>);
+pub(crate) struct Reloadable<T>(RwLock<Arc<T>>);
 
-impl<T> Live<T> {
+impl<T> Reloadable<T> {
     pub(crate) fn new(value: T) -> Self {
         Self(RwLock::new(Arc::new(value)))
     }
