@@ -15,7 +15,6 @@ mod batch;
 mod commands;
 mod commit;
 mod compact;
-mod cron_hooks;
 mod events;
 mod expiry;
 mod files;

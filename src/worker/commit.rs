@@ -38,7 +38,7 @@ pub(super) async fn finish(
     };
     let writes = BusWrites { reply: record.as_ref(), answered_row };
     let row = store.finish_run_journaled(run_id, outcome, &writes).await.map_err(transient)?;
-    super::cron_hooks::record_finish(store, msg, outcome).await;
+    crate::scheduler::hooks::record_finish(store, msg, outcome).await;
     if let (Some(record), Some(row)) = (record, row)
         && let Err(err) = bus.queue_journaled(record, row).await
     {
@@ -57,7 +57,7 @@ async fn finish_apart(
     outcome: &RunOutcome,
 ) -> Result<(), Giveback> {
     store.finish_run(run_id, outcome).await.map_err(transient)?;
-    super::cron_hooks::record_finish(store, msg, outcome).await;
+    crate::scheduler::hooks::record_finish(store, msg, outcome).await;
     if let Some(reply) = &outcome.reply {
         deliver(bus, store, run_id, reply).await?;
     }

@@ -195,7 +195,9 @@ impl TurnRunner {
     ) -> Result<(RunOutcome, bool), Giveback> {
         let Turning { steer, choices, clock } = turning;
         let (agent, session_key) = (&route.agent, route.key.as_str());
-        if let Some(outcome) = super::cron_hooks::reminder(msg, run_id, session_key) {
+        if let Some(reminder) = crate::scheduler::hooks::reminder(msg) {
+            let reply = super::settle::reply_to(msg, run_id, session_key, OutboundKind::Reply, reminder.text);
+            let outcome = RunOutcome { transcript: reminder.transcript, ..RunOutcome::answered(reply) };
             // Live views see a reminder like any run, without a model.
             let events = BusEvents::start(Arc::clone(&self.bus), msg, run_id, session_key);
             events.emit(RunEventBody::Started);
