@@ -164,7 +164,7 @@ impl Assembly {
     /// call; later calls return the same one (their `bus` and `store` are the process's too).
     pub fn control(&self, bus: &Arc<dyn Bus>, store: &Arc<dyn Database>) -> Arc<Control> {
         let control =
-            self.control.get_or_init(|| Arc::new(Control::new(Arc::clone(store), Arc::clone(bus), &self.config)));
+            self.control.get_or_init(|| Arc::new(Control::new(Arc::clone(store) as _, Arc::clone(bus), &self.config)));
         Arc::clone(control)
     }
 
