@@ -19,6 +19,7 @@ pub use channels::{ChannelKind, RunningChannel, stop_all};
 use switchboard_channels::Bus;
 use switchboard_channels::api::ApiError;
 use switchboard_channels::bus::in_process::InProcessBus;
+use switchboard_channels::bus::journal::Journal;
 use switchboard_channels::bus::nats::NatsBus;
 use switchboard_channels::discord::DiscordError;
 use switchboard_channels::telegram::TelegramError;
@@ -146,13 +147,13 @@ impl Assembly {
         Ok(store)
     }
 
-    /// The configured bus. The in-process bus journals to `store` when there is one, so what
-    /// it accepted survives a crash.
-    pub async fn connect_bus(&self, store: Option<Arc<dyn Database>>) -> Result<Arc<dyn Bus>, AssemblyError> {
+    /// The configured bus. The in-process bus keeps what it accepted in `journal` (the store)
+    /// when there is one, so that it survives a crash.
+    pub async fn connect_bus(&self, journal: Option<Arc<dyn Journal>>) -> Result<Arc<dyn Bus>, AssemblyError> {
         let config = &self.config;
-        Ok(match (config.bus_kind(), store) {
-            (BusKind::InProcess, Some(store)) => {
-                Arc::new(InProcessBus::with_journal(config.bus_options.queue_capacity, store).await?)
+        Ok(match (config.bus_kind(), journal) {
+            (BusKind::InProcess, Some(journal)) => {
+                Arc::new(InProcessBus::with_journal(config.bus_options.queue_capacity, journal).await?)
             }
             (BusKind::InProcess, None) => Arc::new(InProcessBus::new(config.bus_options.queue_capacity)),
             (BusKind::Nats(url), _) => Arc::new(NatsBus::connect(url, settings::nats(config)).await?),
@@ -164,7 +165,7 @@ impl Assembly {
     /// call; later calls return the same one (their `bus` and `store` are the process's too).
     pub fn control(&self, bus: &Arc<dyn Bus>, store: &Arc<dyn Database>) -> Arc<Control> {
         let control =
-            self.control.get_or_init(|| Arc::new(Control::new(Arc::clone(store), Arc::clone(bus), &self.config)));
+            self.control.get_or_init(|| Arc::new(Control::new(Arc::clone(store) as _, Arc::clone(bus), &self.config)));
         Arc::clone(control)
     }
 

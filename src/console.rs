@@ -22,7 +22,9 @@ use switchboard_channels::api::console::views::{
 
 use crate::config::Config;
 use crate::control::Control;
-use crate::store::{Database, StoreError};
+use crate::store::StoreError;
+use crate::store::roles::OwnerRecords;
+use crate::store::usage::UsageLedger;
 
 /// Runs the `doctor`'s checks for the console.
 #[async_trait]
@@ -33,14 +35,22 @@ pub trait HealthProbe: Send + Sync {
 /// The daemon's [`ConsoleDesk`].
 pub struct Console {
     control: Arc<Control>,
-    store: Arc<dyn Database>,
+    /// The owner's operations' records ([`Control::store`]), read for the lists.
+    store: Arc<dyn OwnerRecords>,
+    /// What people used, for the usage report and when each was last active.
+    usage: Arc<dyn UsageLedger>,
     config: Config,
     health: Option<Arc<dyn HealthProbe>>,
 }
 
 impl Console {
-    pub fn new(control: Arc<Control>, config: Config, health: Option<Arc<dyn HealthProbe>>) -> Self {
-        Self { store: Arc::clone(control.store()), control, config, health }
+    pub fn new(
+        control: Arc<Control>,
+        usage: Arc<dyn UsageLedger>,
+        config: Config,
+        health: Option<Arc<dyn HealthProbe>>,
+    ) -> Self {
+        Self { store: Arc::clone(control.store()), usage, control, config, health }
     }
 
     /// The zone the owner reads times in: `[cron] timezone`, else `agent.timezone`.

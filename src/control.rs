@@ -23,12 +23,13 @@ pub use self::desk::Desk;
 pub use self::pairing_notice::local_time;
 pub use self::people::{LevelChange, Person, PersonMatch};
 use crate::config::{Config, Level};
+use crate::store::StoreError;
 use crate::store::approvals::{Approval, DecideProblem, Verdict};
-use crate::store::{Database, StoreError};
+use crate::store::roles::OwnerRecords;
 
 /// The owner's operations over the store, telling the people concerned through the bus.
 pub struct Control {
-    store: Arc<dyn Database>,
+    store: Arc<dyn OwnerRecords>,
     bus: Arc<dyn Bus>,
     deciders: Deciders,
     /// What an approved stranger's user gets at least (`users.approved_level`).
@@ -36,7 +37,7 @@ pub struct Control {
 }
 
 impl Control {
-    pub fn new(store: Arc<dyn Database>, bus: Arc<dyn Bus>, config: &Config) -> Self {
+    pub fn new(store: Arc<dyn OwnerRecords>, bus: Arc<dyn Bus>, config: &Config) -> Self {
         let approved_level = RwLock::new(config.users.approved_level);
         Self { store, bus, deciders: Deciders::from_config(config), approved_level }
     }
@@ -56,7 +57,7 @@ impl Control {
         &self.deciders
     }
 
-    pub fn store(&self) -> &Arc<dyn Database> {
+    pub fn store(&self) -> &Arc<dyn OwnerRecords> {
         &self.store
     }
 

@@ -121,7 +121,7 @@ pub async fn run(
     let places = assembly::shared_dirs::places(assembly.config(), parts.runs_worker(), parts.channels());
     assembly::shared_dirs::check(store.as_ref(), &places).await.map_err(AssemblyError::from)?;
     let bus = tokio::select! {
-        bus = assembly.connect_bus(Some(Arc::clone(&store))) => bus?,
+        bus = assembly.connect_bus(Some(Arc::clone(&store) as _)) => bus?,
         // A process still waiting for the NATS server (started before it at boot) stops when asked.
         () = shutdown.cancelled() => return Ok(()),
     };

@@ -16,6 +16,7 @@ pub mod memory_index;
 mod migrate;
 pub mod pairing;
 pub mod postgres;
+pub mod roles;
 mod shared;
 pub mod sqlite;
 pub mod subagents;
@@ -39,6 +40,7 @@ use self::cron::CronStore;
 use self::heartbeat::HeartbeatStore;
 use self::memory_index::MemoryIndex;
 use self::pairing::{CodeProblem, PairingAdmin, RandomSourceError};
+use self::roles::OwnerRecords;
 use self::subagents::SubagentStore;
 use self::usage::UsageLedger;
 use self::users::{Billing, UserStore};
@@ -455,11 +457,12 @@ pub struct LastTurn {
     pub context_tokens: u64,
 }
 
-/// Everything switchboard keeps in its database, whichever store holds it: what the assembly,
-/// the worker's tools and the operator's commands are given.
+/// Everything switchboard keeps in its database, whichever store holds it: what the assembly
+/// and the operator's commands open. Each consumer is given the role it uses, upcast from it
+/// (the roles of several traits are in [`roles`]).
 #[async_trait]
 pub trait Database:
-    Store + MemoryIndex + PairingStore + PairingAdmin + Journal + DeliveryRecord + ApiStore + UsageLedger
+    Store + MemoryIndex + PairingStore + PairingAdmin + Journal + DeliveryRecord + ApiStore + UsageLedger + OwnerRecords
 {
     /// Where it is, for messages: a file's path, or a server's URL without the password.
     fn location(&self) -> String;

@@ -121,7 +121,8 @@ impl Assembly {
         }
         let approvals = settings::approvals(config, name);
         if !approvals.tools.is_empty() {
-            tools.set_approvals(Arc::new(ApprovalGate::new(Arc::clone(store), Arc::clone(bus), approvals)));
+            let gate = ApprovalGate::new(Arc::clone(store) as _, Arc::clone(store) as _, Arc::clone(bus), approvals);
+            tools.set_approvals(Arc::new(gate));
         }
         Ok(tools)
     }

@@ -20,6 +20,7 @@ use crate::console::{Console, HealthProbe};
 use crate::control::{Control, Desk};
 use crate::metrics::GaugeSource;
 use crate::store::Database;
+use crate::store::usage::UsageLedger;
 
 /// A channel adapter by name, as `switchboard channel <name>` takes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -220,7 +221,8 @@ impl Assembly {
                     return Err(AssemblyError::ApiUnguarded(config.channels.api.listen));
                 }
                 super::descriptors::warn_if_short(config.channels.api.max_connections);
-                let console = Console::new(Arc::clone(&owner.control), config.clone(), owner.health.clone());
+                let usage = Arc::clone(store) as Arc<dyn UsageLedger>;
+                let console = Console::new(Arc::clone(&owner.control), usage, config.clone(), owner.health.clone());
                 let console = Some(Arc::new(console) as Arc<dyn ConsoleDesk>);
                 let store = Arc::clone(store) as Arc<dyn ApiStore>;
                 let mut api = settings::api(config);

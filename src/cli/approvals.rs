@@ -7,7 +7,7 @@ use clap::Subcommand;
 
 use super::CliError;
 use crate::config::Config;
-use crate::store::approvals::{Approval, ApprovalStatus, Verdict};
+use crate::store::approvals::{Approval, ApprovalStatus, ApprovalStore, Verdict};
 use crate::store::pairing::normalize_code;
 
 /// Rows `list` shows at most.
@@ -53,7 +53,7 @@ pub(super) async fn run(config: &Config, command: ApprovalsCommand) -> Result<()
     Ok(())
 }
 
-async fn decide(store: &dyn crate::store::Database, code: &str, verdict: Verdict) -> Result<String, CliError> {
+async fn decide(store: &dyn ApprovalStore, code: &str, verdict: Verdict) -> Result<String, CliError> {
     let code = normalize_code(code);
     match store.decide_approval(&code, verdict, CLI_DECIDER).await? {
         Ok(approval) => Ok(format!(

@@ -11,8 +11,7 @@ use crate::config::{Config, MAIN_AGENT};
 use crate::scheduler::job::local_time;
 use crate::scheduler::owner_job::{OWNER_LIMITS, OwnerJob};
 use crate::scheduler::spec::{ScheduleSpec, job_line};
-use crate::store::Database;
-use crate::store::cron::{AddOutcome, Payload};
+use crate::store::cron::{AddOutcome, CronStore, Payload};
 
 #[derive(Debug, Subcommand)]
 pub enum CronCommand {
@@ -79,7 +78,7 @@ pub(super) async fn run(config: &Config, command: CronCommand) -> Result<(), Cli
     Ok(())
 }
 
-async fn execute(config: &Config, store: &dyn Database, command: CronCommand) -> Result<String, CliError> {
+async fn execute(config: &Config, store: &dyn CronStore, command: CronCommand) -> Result<String, CliError> {
     let now = crate::clock::now();
     Ok(match command {
         CronCommand::List => {
@@ -120,7 +119,7 @@ async fn execute(config: &Config, store: &dyn Database, command: CronCommand) ->
     })
 }
 
-async fn add(config: &Config, store: &dyn Database, args: AddArgs) -> Result<String, CliError> {
+async fn add(config: &Config, store: &dyn CronStore, args: AddArgs) -> Result<String, CliError> {
     let payload = match (args.reminder, args.isolated) {
         (true, _) => Payload::Reminder,
         (_, true) => Payload::Isolated,
@@ -147,7 +146,7 @@ async fn add(config: &Config, store: &dyn Database, args: AddArgs) -> Result<Str
     }
 }
 
-async fn history(store: &dyn Database, id: &str) -> Result<String, CliError> {
+async fn history(store: &dyn CronStore, id: &str) -> Result<String, CliError> {
     let job = store.cron_job(id).await?.ok_or_else(|| CliError::NoSuchJob(id.to_owned()))?;
     let runs = store.cron_history(id, usize::MAX).await?;
     if runs.is_empty() {

@@ -11,8 +11,7 @@ use clap::Subcommand;
 use super::CliError;
 use crate::config::Config;
 use crate::config::Level;
-use crate::store::Database;
-use crate::store::pairing::{PairingEntry, PairingState};
+use crate::store::pairing::{PairingAdmin, PairingEntry, PairingState};
 
 #[derive(Debug, Subcommand)]
 pub enum PairingCommand {
@@ -98,7 +97,7 @@ pub(super) async fn run(config: &Config, command: PairingCommand) -> Result<(), 
 }
 
 /// `level`: what an approved sender gets (`users.approved_level`).
-async fn execute(store: &dyn Database, command: PairingCommand, level: Level) -> Result<String, CliError> {
+async fn execute(store: &dyn PairingAdmin, command: PairingCommand, level: Level) -> Result<String, CliError> {
     Ok(match command {
         PairingCommand::List { channel } => {
             format_list(&store.list_pairings(channel.map(PairingChannel::as_str)).await?)

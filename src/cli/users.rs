@@ -9,8 +9,7 @@ use clap::Subcommand;
 use super::CliError;
 use crate::config::Config;
 use crate::config::{Identity, Level};
-use crate::store::Database;
-use crate::store::users::{LinkOutcome, User, UserSummary};
+use crate::store::users::{LinkOutcome, User, UserStore, UserSummary};
 use crate::users::{AccessPolicy, month_key, unusable_identity};
 
 #[derive(Debug, Subcommand)]
@@ -127,7 +126,7 @@ pub(super) async fn run(config: &Config, command: UsersCommand) -> Result<(), Cl
 }
 
 async fn link(
-    store: &dyn Database,
+    store: &dyn UserStore,
     policy: &AccessPolicy,
     first: &Identity,
     second: &Identity,
@@ -162,7 +161,7 @@ async fn link(
     })
 }
 
-async fn list(store: &dyn Database, policy: &AccessPolicy) -> Result<String, CliError> {
+async fn list(store: &dyn UserStore, policy: &AccessPolicy) -> Result<String, CliError> {
     let month = month_key(policy.now());
     let users = store.list_users(&month).await?;
     let mut text = format!("{:>5}  {:<7}  {:<28}  {:>12}  IDENTITIES\n", "USER", "LEVEL", "BUDGET", "USED");
@@ -179,7 +178,7 @@ async fn list(store: &dyn Database, policy: &AccessPolicy) -> Result<String, Cli
 }
 
 /// The `[users.groups]` table with each group's usage this month; empty without groups.
-async fn list_groups(store: &dyn Database, policy: &AccessPolicy, month: &str) -> Result<String, CliError> {
+async fn list_groups(store: &dyn UserStore, policy: &AccessPolicy, month: &str) -> Result<String, CliError> {
     let mut text = String::new();
     for group in policy.groups() {
         if text.is_empty() {

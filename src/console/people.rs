@@ -56,7 +56,7 @@ pub(super) async fn list(console: &Console) -> Result<People, ConsoleError> {
         }
     }
     pending.sort_by_key(|request| request.expires_at);
-    let last_active = console.store.last_active().await.map_err(failed)?;
+    let last_active = console.usage.last_active().await.map_err(failed)?;
     let context = Context { policy, paired, last_active: last_active.into_iter().map(|a| (a.user, a.at)).collect() };
     let people = users.iter().map(|summary| person(&context, summary)).collect();
     let levels = Level::ALL.iter().map(|level| level.as_str().to_owned()).collect();

@@ -21,7 +21,7 @@ pub(super) async fn report(console: &Console, period: UsagePeriod) -> Result<Usa
     let today = now.with_timezone(&zone).date_naive();
     let first = today.checked_sub_days(Days::new(u64::from(period.days.saturating_sub(1)))).unwrap_or(today);
     let end = today.checked_add_days(Days::new(1)).unwrap_or(today);
-    let slices = console.store.usage_slices(start_of(zone, first), start_of(zone, end)).await.map_err(failed)?;
+    let slices = console.usage.usage_slices(start_of(zone, first), start_of(zone, end)).await.map_err(failed)?;
     let users = console.store.list_users(&month_key(now)).await.map_err(failed)?;
     let names: HashMap<i64, String> = users
         .iter()

@@ -5,7 +5,8 @@ use std::collections::BTreeSet;
 use std::sync::{PoisonError, RwLock};
 
 use crate::config::{Config, Identity, Level};
-use crate::store::{Database, StoreError};
+use crate::store::StoreError;
+use crate::store::users::UserStore;
 
 /// The identities named in the config, replaced whole on reload.
 #[derive(Debug, Default)]
@@ -47,7 +48,7 @@ impl Deciders {
 
     /// An owner: named in `users.owners`, or raised to owner in the store (`/level`, the CLI).
     /// `name` is the person's display name, kept as a message of theirs would keep it.
-    pub async fn is_owner(&self, store: &dyn Database, identity: &Identity, name: &str) -> Result<bool, StoreError> {
+    pub async fn is_owner(&self, store: &dyn UserStore, identity: &Identity, name: &str) -> Result<bool, StoreError> {
         let named = self.named();
         if named.owners.contains(identity) {
             return Ok(true);
@@ -56,7 +57,12 @@ impl Deciders {
     }
 
     /// May decide tool calls waiting for approval.
-    pub async fn is_approver(&self, store: &dyn Database, identity: &Identity, name: &str) -> Result<bool, StoreError> {
+    pub async fn is_approver(
+        &self,
+        store: &dyn UserStore,
+        identity: &Identity,
+        name: &str,
+    ) -> Result<bool, StoreError> {
         let named = self.named();
         if named.approvers.is_empty() {
             return self.is_owner(store, identity, name).await;

@@ -41,6 +41,8 @@ pub(super) struct Reload {
 /// The parts of a running worker a reload replaces.
 pub(super) struct WorkerParts {
     pub bus: Arc<dyn Bus>,
+    /// The whole database, handed back to the assembly, which gives the rebuilt agents' tools
+    /// their roles of it.
     pub store: Arc<dyn Database>,
     pub subagents: Option<Arc<SubagentManager>>,
     pub reloader: Reloader,

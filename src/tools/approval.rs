@@ -17,8 +17,8 @@ use switchboard_channels::control::ButtonAction;
 
 use super::ToolContext;
 use crate::config::{ApprovalsConfig, Identity, Level};
-use crate::store::Database;
-use crate::store::approvals::{Approval, ApprovalStatus, NewApproval};
+use crate::store::approvals::{Approval, ApprovalStatus, ApprovalStore, NewApproval};
+use crate::store::heartbeat::HeartbeatStore;
 
 /// How often a waiting call looks for a decision (made by any process, the CLI included).
 const POLL: Duration = Duration::from_millis(250);
@@ -54,14 +54,21 @@ impl From<&ApprovalsConfig> for ApprovalSettings {
 }
 
 pub struct ApprovalGate {
-    store: Arc<dyn Database>,
+    approvals: Arc<dyn ApprovalStore>,
+    /// Where the approvers' direct chats are on record.
+    owner_chats: Arc<dyn HeartbeatStore>,
     bus: Arc<dyn Bus>,
     settings: ApprovalSettings,
 }
 
 impl ApprovalGate {
-    pub fn new(store: Arc<dyn Database>, bus: Arc<dyn Bus>, settings: ApprovalSettings) -> Self {
-        Self { store, bus, settings }
+    pub fn new(
+        approvals: Arc<dyn ApprovalStore>,
+        owner_chats: Arc<dyn HeartbeatStore>,
+        bus: Arc<dyn Bus>,
+        settings: ApprovalSettings,
+    ) -> Self {
+        Self { approvals, owner_chats, bus, settings }
     }
 
     /// Whether the person a run acts for decides approvals themselves.
@@ -79,7 +86,7 @@ impl ApprovalGate {
         if !self.settings.tools.contains(tool) || self.is_approver(ctx) {
             return Gate::Run;
         }
-        match self.store.chat_grant(&ctx.session_key, tool).await {
+        match self.approvals.chat_grant(&ctx.session_key, tool).await {
             Ok(true) => return Gate::Run,
             Ok(false) => {}
             Err(err) => return Gate::Declined(format!("the approval of {tool} could not be asked for: {err}")),
@@ -93,14 +100,14 @@ impl ApprovalGate {
             arguments: shown_arguments(arguments),
             requested_by: ctx.on_behalf_of.clone().unwrap_or_default(),
         };
-        let approval = match self.store.request_approval(&request, self.settings.timeout).await {
+        let approval = match self.approvals.request_approval(&request, self.settings.timeout).await {
             Ok(approval) => approval,
             Err(err) => return Gate::Declined(format!("the approval of {tool} could not be asked for: {err}")),
         };
         tracing::info!(code = %approval.code, %tool, session = %ctx.session_key, "a tool call waits for an approver");
         self.announce(&approval, ctx).await;
         let _still = ctx.clock.pause();
-        let waiting = Waiting { store: Arc::clone(&self.store), code: approval.code.clone(), settled: false };
+        let waiting = Waiting { approvals: Arc::clone(&self.approvals), code: approval.code.clone(), settled: false };
         waiting.outcome(&approval).await
     }
 
@@ -114,7 +121,7 @@ impl ApprovalGate {
         let chat =
             Place { channel: ctx.channel.clone(), chat_id: ctx.chat_id.clone(), thread_id: ctx.thread_id.clone() };
         self.publish(chat, &approval.code, "waits", waits, Vec::new()).await;
-        let chats = match self.store.owner_chats(&ctx.agent).await {
+        let chats = match self.owner_chats.owner_chats(&ctx.agent).await {
             Ok(chats) => chats,
             Err(err) => {
                 return tracing::warn!(%err, "cannot find the approvers' chats; decide with `switchboard approvals`");
@@ -169,7 +176,7 @@ fn decision_buttons(code: &str) -> Vec<Vec<Button>> {
 /// A request being waited for; dropped before a decision (the run was stopped), it is closed
 /// as cancelled.
 struct Waiting {
-    store: Arc<dyn Database>,
+    approvals: Arc<dyn ApprovalStore>,
     code: String,
     settled: bool,
 }
@@ -186,7 +193,7 @@ impl Waiting {
         let (tool, code) = (&approval.request.tool, &self.code);
         loop {
             tokio::time::sleep(POLL).await;
-            let found = match self.store.approval(code).await {
+            let found = match self.approvals.approval(code).await {
                 Ok(Some(found)) => found,
                 Ok(None) => return Gate::Declined(format!("the approval of {tool} was lost")),
                 Err(err) => {
@@ -198,7 +205,8 @@ impl Waiting {
                 ApprovalStatus::Allowed => return Gate::Run,
                 ApprovalStatus::Pending if chrono::Utc::now() < found.expires_at => {}
                 ApprovalStatus::Pending => {
-                    let _ = self.store.close_approval(code, ApprovalStatus::Expired, "nobody decided in time").await;
+                    let _ =
+                        self.approvals.close_approval(code, ApprovalStatus::Expired, "nobody decided in time").await;
                     return Gate::Declined(format!(
                         "the owner did not answer in time, so {tool} did not run; tell the person it needs the \
                          owner's approval and they can ask again"
@@ -221,11 +229,13 @@ impl Drop for Waiting {
         if self.settled {
             return;
         }
-        let (store, code) = (Arc::clone(&self.store), std::mem::take(&mut self.code));
+        let (approvals, code) = (Arc::clone(&self.approvals), std::mem::take(&mut self.code));
         // Dropped inside the runtime (the run's future); the close must outlive it.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
-                if let Err(err) = store.close_approval(&code, ApprovalStatus::Cancelled, "the run was stopped").await {
+                if let Err(err) =
+                    approvals.close_approval(&code, ApprovalStatus::Cancelled, "the run was stopped").await
+                {
                     tracing::warn!(%err, %code, "cannot close the approval of a stopped run");
                 }
             });

@@ -43,7 +43,7 @@ on_both_stores! {
     async fn owners_are_named_or_stored_and_approvers_default_to_them(fresh) {
         let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(16));
         let store = Arc::clone(&fresh.store);
-        let control = Control::new(Arc::clone(&store), Arc::clone(&bus), &config(&["discord:9", "telegram:2", "telegram:1"], &[]));
+        let control = Control::new(Arc::clone(&store) as _, Arc::clone(&bus), &config(&["discord:9", "telegram:2", "telegram:1"], &[]));
         let deciders = control.deciders();
         assert!(deciders.is_owner(store.as_ref(), &identity("telegram:1"), "Ann").await.unwrap());
         assert!(!deciders.is_owner(store.as_ref(), &identity("telegram:5"), "Eve").await.unwrap());
@@ -62,7 +62,7 @@ on_both_stores! {
         let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(16));
         let mut out = bus.outbound("telegram").await.unwrap();
         let store = Arc::clone(&fresh.store);
-        let control = Control::new(Arc::clone(&store), Arc::clone(&bus), &config(&["telegram:1"], &[]));
+        let control = Control::new(Arc::clone(&store) as _, Arc::clone(&bus), &config(&["telegram:1"], &[]));
         let ann = store.request("telegram", "77", "Ann", HOUR, 10).await.unwrap().unwrap();
         let bob = store.request("telegram", "78", "Bob", HOUR, 10).await.unwrap().unwrap();
         assert_eq!(control.open_pairing(&ann.code.to_lowercase()).await.unwrap().unwrap().sender_id, "77");
@@ -88,7 +88,7 @@ on_both_stores! {
     async fn cron_jobs_pause_resume_and_go(fresh) {
         let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(16));
         let store = Arc::clone(&fresh.store);
-        let control = Control::new(Arc::clone(&store), bus, &config(&["telegram:1"], &[]));
+        let control = Control::new(Arc::clone(&store) as _, bus, &config(&["telegram:1"], &[]));
         let now = switchboard::clock::now();
         let schedule = Schedule::every(HOUR, now, Duration::from_secs(60)).unwrap();
         let job = add_job(&store, Payload::Turn, schedule, MissedPolicy::Skip, now).await;

@@ -25,7 +25,7 @@ fn desk(store: &Arc<dyn Database>, bus: &Arc<dyn Bus>, owners: &[&str], approver
     let mut config = Config::default();
     config.users.owners = owners.iter().map(|owner| owner.to_string()).collect();
     config.approvals.approvers = approvers.iter().map(|approver| approver.to_string()).collect();
-    let control = Arc::new(Control::new(Arc::clone(store), Arc::clone(bus), &config));
+    let control = Arc::new(Control::new(Arc::clone(store) as _, Arc::clone(bus), &config));
     Desk::new(control, Arc::clone(bus), &config)
 }
 
