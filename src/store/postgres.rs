@@ -107,16 +107,42 @@ impl PostgresStore {
     pub(super) fn write_pool(&self) -> &PgPool {
         &self.pool
     }
+}
 
-    pub(super) fn history_cache(&self) -> &HistoryCache {
+impl super::shared::Backend for PostgresStore {
+    type Db = sqlx::Postgres;
+
+    fn pool(&self) -> &sqlx::Pool<sqlx::Postgres> {
+        PostgresStore::pool(self)
+    }
+
+    fn write_pool(&self) -> &sqlx::Pool<sqlx::Postgres> {
+        PostgresStore::write_pool(self)
+    }
+
+    async fn begin_write(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
+        PostgresStore::begin_write(self).await
+    }
+
+    fn history_cache(&self) -> &HistoryCache {
         &self.history
     }
 
+    async fn remove_file_chunks(
+        tx: &mut Transaction<'static, Postgres>,
+        root: &str,
+        path: &str,
+    ) -> Result<(), StoreError> {
+        PostgresStore::remove_file_chunks(tx, root, path).await
+    }
+}
+
+impl super::shared::RunWrites for PostgresStore {
     /// Inserts a new running run for `inbound_id`, and its session's row on first use, in one
     /// statement; false when the inbound id has a run already. The unique inbound id decides
     /// who is first, and the foreign key is checked at the statement's end, when the session
     /// row exists.
-    pub(super) async fn insert_claim(
+    async fn insert_claim(
         &self,
         run_id: &str,
         inbound_id: &str,
@@ -141,7 +167,7 @@ impl PostgresStore {
     }
 
     /// Writes a run's finish: one call of `finish_runs` (migrations/postgres).
-    pub(super) async fn write_finish(&self, row: FinishRow) -> Result<Finished, StoreError> {
+    async fn write_finish(&self, row: FinishRow) -> Result<Finished, StoreError> {
         type ResultRow = (String, Option<String>, Option<String>, Option<i64>, Option<i64>, Option<bool>);
         let rows: Vec<ResultRow> = sqlx::query_as(
             "SELECT finished_run, run_session, prior_status, new_version, reply_row, usage_counted \
@@ -165,18 +191,6 @@ impl PostgresStore {
             tracing::warn!(channel = ?row.billing_channel, %sender, "a run's usage has no user to be counted for");
         }
         Ok(Finished::Done { session_key, history_version, reply_row })
-    }
-}
-
-impl super::shared::Backend for PostgresStore {
-    type Db = sqlx::Postgres;
-
-    fn pool(&self) -> &sqlx::Pool<sqlx::Postgres> {
-        PostgresStore::pool(self)
-    }
-
-    fn write_pool(&self) -> &sqlx::Pool<sqlx::Postgres> {
-        PostgresStore::write_pool(self)
     }
 }
 
