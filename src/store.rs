@@ -7,6 +7,7 @@
 
 pub mod approvals;
 pub mod cron;
+mod finish_rule;
 mod finishing;
 pub mod heartbeat;
 mod history_cache;

@@ -8,6 +8,7 @@
 //!
 //! Times are stored as unix milliseconds (UTC), as in the SQLite store.
 
+mod finish;
 mod journal;
 pub(super) mod lock;
 mod memory;
@@ -25,7 +26,7 @@ use self::lock::SessionLock;
 use super::finishing::{FinishRow, Finished};
 use super::history_cache::HistoryCache;
 use super::lock::{DatabaseLock, LockMode};
-use super::values::{encode, now_millis};
+use super::values::now_millis;
 use super::{RunKind, SharedDir, StoreError};
 
 /// Connections per process. A turn holds one for a statement at a time, never across the
@@ -166,31 +167,9 @@ impl super::shared::RunWrites for PostgresStore {
         Ok(inserted == 1)
     }
 
-    /// Writes a run's finish: one call of `finish_runs` (migrations/postgres).
+    /// Writes a run's finish: one call of `finish_runs` (see `finish`).
     async fn write_finish(&self, row: FinishRow) -> Result<Finished, StoreError> {
-        type ResultRow = (String, Option<String>, Option<String>, Option<i64>, Option<i64>, Option<bool>);
-        let rows: Vec<ResultRow> = sqlx::query_as(
-            "SELECT finished_run, run_session, prior_status, new_version, reply_row, usage_counted \
-             FROM finish_runs($1::jsonb)",
-        )
-        .bind(encode(&[&row])?)
-        .fetch_all(&self.pool)
-        .await?;
-        let Some((run_id, Some(session_key), prior, version, reply_row, usage_counted)) = rows.into_iter().next()
-        else {
-            return Ok(Finished::NoSuchRun);
-        };
-        if prior.as_deref() != Some("running") {
-            return Ok(Finished::NotRunning);
-        }
-        let history_version =
-            version.ok_or_else(|| StoreError::Corrupt(format!("run {run_id}'s session {session_key} has no row")))?;
-        if usage_counted == Some(false)
-            && let Some(sender) = &row.billing_sender
-        {
-            tracing::warn!(channel = ?row.billing_channel, %sender, "a run's usage has no user to be counted for");
-        }
-        Ok(Finished::Done { session_key, history_version, reply_row })
+        finish::write(&self.pool, row).await
     }
 }
 

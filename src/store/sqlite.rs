@@ -45,7 +45,9 @@ const PAGE_CACHE_KIB: i64 = 512;
 
 /// The writer connection's finishing trigger (`finish`), for the query-plan test.
 #[doc(hidden)]
-pub const FINISH_SCHEMA: &str = finish::INSTALL;
+pub fn finish_schema() -> &'static str {
+    finish::INSTALL.as_str()
+}
 
 /// The SQLite implementation of [`Store`]. Cheap to share behind an `Arc`; all methods take
 /// `&self` and use the internal connection pool.
