@@ -185,7 +185,7 @@ async fn execute(shared: &Shared, job: &Job, key: &str, command: Command) -> Res
         }
         Command::Queue(Some(name)) => match QueueMode::parse(&name) {
             Some(mode) => {
-                shared.store.set_queue_mode(key, Some(mode.as_str())).await?;
+                shared.store.set_queue_mode(key, Some(mode)).await?;
                 set_mode(shared, key, mode);
                 format!("Queue mode set to {}.", mode.as_str())
             }
@@ -327,7 +327,7 @@ pub(super) fn spent(usage: switchboard_channels::contract::Usage, cost_usd: Opti
 
 async fn current_mode(shared: &Shared, key: &str) -> Result<QueueMode, StoreError> {
     let info = shared.store.session_info(key).await?;
-    Ok(info.queue_mode.as_deref().and_then(QueueMode::parse).unwrap_or(shared.settings.queue.mode))
+    Ok(info.queue_mode.unwrap_or(shared.settings.queue.mode))
 }
 
 #[cfg(test)]

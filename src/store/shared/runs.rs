@@ -13,6 +13,7 @@ use switchboard_channels::contract::Usage;
 use uuid::Uuid;
 
 use super::{Backend, RowsAffected, RunWrites, lenient};
+use crate::config::QueueMode;
 use crate::provider::ChatMessage;
 use crate::store::approvals::ApprovalStore;
 use crate::store::cron::CronStore;
@@ -25,8 +26,8 @@ use crate::store::users::{Billing, UserStore};
 use crate::store::values::{now_millis, run_record, sql_limit, to_i64, to_u32, to_u64};
 use crate::store::windows::WindowStore;
 use crate::store::{
-    BusWrites, Conversation, LastTurn, RunClaim, RunKind, RunOutcome, RunRecord, RunStatus, SessionInfo, SessionPrefs,
-    SideRun, Store, StoreError,
+    BusWrites, Conversation, HistorySummary, LastTurn, RunClaim, RunKind, RunOutcome, RunRecord, RunStatus,
+    SessionInfo, SessionPrefs, SideRun, Store, StoreError,
 };
 
 /// The columns [`RunRecord`] is read from.
@@ -194,7 +195,7 @@ where
         Ok(read_history(self, session_key, limit).await?.0)
     }
 
-    async fn session_summary(&self, session_key: &str) -> Result<Option<(String, u32)>, StoreError> {
+    async fn session_summary(&self, session_key: &str) -> Result<Option<HistorySummary>, StoreError> {
         Ok(session_head(self, session_key).await?.and_then(|head| head.summary))
     }
 
@@ -387,7 +388,7 @@ where
             return Ok(SessionInfo::default());
         };
         let archived_through: i64 = row.try_get("archived_through")?;
-        let queue_mode = lenient::setting(session_key, "queue_mode", lenient::column(&row, "queue_mode")?);
+        let queue_mode = lenient::queue_mode(session_key, &row)?;
         let compactions = lenient::column::<_, i64>(&row, "compaction_count")?
             .and_then(|count| u64::try_from(count).map_err(|_| format!("{count} is out of range")));
         let compactions = lenient::setting(session_key, "compaction_count", compactions);
@@ -463,14 +464,14 @@ where
         Ok(())
     }
 
-    async fn set_queue_mode(&self, session_key: &str, mode: Option<&str>) -> Result<(), StoreError> {
+    async fn set_queue_mode(&self, session_key: &str, mode: Option<QueueMode>) -> Result<(), StoreError> {
         sqlx::query(
             "INSERT INTO sessions (key, created_at, updated_at, queue_mode) VALUES ($1, $2, $2, $3) \
              ON CONFLICT (key) DO UPDATE SET queue_mode = $3, updated_at = $2",
         )
         .bind(session_key)
         .bind(now_millis())
-        .bind(mode)
+        .bind(mode.map(QueueMode::as_str))
         .execute(self.write_pool())
         .await?;
         Ok(())
