@@ -80,7 +80,7 @@ on_both_stores! {
         assert_eq!(fresh.store.group_cost("team", MONTH).await.unwrap(), MonthCost { usd: 0.25, unpriced_tokens: 0 });
         let info = fresh.store.session_info(SESSION).await.unwrap();
         assert_eq!(info.last_turn.map(|turn| turn.context_tokens), Some(900));
-        assert_eq!(fresh.store.run_settled("in-1").await.unwrap(), true);
+        assert!(fresh.store.run_settled("in-1").await.unwrap());
     }
 
     /// A failed run without a known cost: its error kept, its tokens counted as unpriced; a
@@ -141,7 +141,7 @@ on_both_stores! {
         assert_eq!(pending.iter().map(|entry| Some(entry.seq)).collect::<Vec<_>>(), [row]);
         assert_eq!(pending[0].payload, reply.payload);
         assert!(run(fresh, &run_id).await.reply_delivered);
-        assert_eq!(fresh.store.run_settled("in-1").await.unwrap(), true);
+        assert!(fresh.store.run_settled("in-1").await.unwrap());
 
         // The same reply again (another run answering with the same id): already pending.
         let run_id = claim(fresh, "in-2").await;

@@ -45,7 +45,7 @@ fn install() -> String {
     let nulls = FIELDS.map(|_| "NULL").join(", ");
     let mut body = String::new();
     for (step, sql) in STEPS {
-        let _ = write!(body, "    {};\n", finish_rule::statement(sql, &DIALECT));
+        let _ = writeln!(body, "    {};", finish_rule::statement(sql, &DIALECT));
         if step == Step::Reply {
             // Right after the reply's row: `changes()` counts that statement's rows.
             body.push_str(RESULT);
