@@ -1,8 +1,8 @@
 //! [`Store`] for both stores: runs, sessions, the transcript and compaction.
 //!
-//! The two writes of every turn are the backends' own, as inherent methods the macro calls:
-//! `insert_claim` (one `INSERT … ON CONFLICT (inbound_id) DO NOTHING`, grouped with others
-//! under load on SQLite) and `write_finish` (the SQLite trigger or the PostgreSQL
+//! The two writes of every turn are the backends' own ([`RunWrites`]): `insert_claim` (one
+//! `INSERT … ON CONFLICT (inbound_id) DO NOTHING`, grouped with others under load on SQLite)
+//! and `write_finish` (the rule of `finish_rule`, as the SQLite trigger or the PostgreSQL
 //! `finish_runs` function, one round trip each). Everything else is the same SQL on both:
 //! conditional updates that decide races by the row they change, and upserts that create a
 //! session row on first use.
