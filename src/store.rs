@@ -7,6 +7,7 @@
 
 pub mod approvals;
 pub mod cron;
+mod finish_rule;
 mod finishing;
 pub mod heartbeat;
 mod history_cache;
@@ -45,7 +46,7 @@ use self::subagents::SubagentStore;
 use self::usage::UsageLedger;
 use self::users::{Billing, UserStore};
 use self::windows::WindowStore;
-use crate::config::StoreConfig;
+use crate::config::{QueueMode, StoreConfig};
 use crate::provider::ChatMessage;
 
 #[derive(Debug, Error)]
@@ -226,8 +227,16 @@ impl RunOutcome {
 pub struct Conversation {
     /// The newest messages not covered by the summary, oldest first.
     pub history: Vec<ChatMessage>,
-    /// The summary of older messages and how many compactions made it.
-    pub summary: Option<(String, u32)>,
+    /// The summary of older messages.
+    pub summary: Option<HistorySummary>,
+}
+
+/// A session's saved summary of its older messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistorySummary {
+    pub text: String,
+    /// How many compactions made it (at least one).
+    pub compactions: u32,
 }
 
 /// The in-process bus's journal writes a finishing run makes in its own transaction (see
@@ -356,8 +365,8 @@ pub trait Store:
     /// Like [`Store::history`], with each message's transcript id (for compaction).
     async fn history_rows(&self, session_key: &str, limit: usize) -> Result<Vec<(i64, ChatMessage)>, StoreError>;
 
-    /// The session's saved summary and how many compactions made it; `None` before the first.
-    async fn session_summary(&self, session_key: &str) -> Result<Option<(String, u32)>, StoreError>;
+    /// The session's saved summary; `None` before the first compaction.
+    async fn session_summary(&self, session_key: &str) -> Result<Option<HistorySummary>, StoreError>;
 
     /// What a turn reads of its session: [`Store::history`] and [`Store::session_summary`]
     /// together, from a copy in memory when this process stored the session's last turn.
@@ -418,14 +427,14 @@ pub trait Store:
     async fn set_verbose(&self, session_key: &str, verbose: bool) -> Result<(), StoreError>;
 
     /// Stores the session's queue mode (`/queue <mode>`); `None` = the configured default.
-    async fn set_queue_mode(&self, session_key: &str, mode: Option<&str>) -> Result<(), StoreError>;
+    async fn set_queue_mode(&self, session_key: &str, mode: Option<QueueMode>) -> Result<(), StoreError>;
 }
 
 /// What a session chose with chat commands.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SessionPrefs {
-    /// `/queue`; `None` = the configured default.
-    pub queue_mode: Option<String>,
+    /// `/queue`; `None` = the configured default (also for a stored name no mode has).
+    pub queue_mode: Option<QueueMode>,
     /// `/model`: the chain entry (`provider/model`) tried first; `None` = the chain's order.
     pub model: Option<String>,
     /// `/verbose on`: a short progress message as each tool starts.
@@ -436,7 +445,7 @@ pub struct SessionPrefs {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SessionInfo {
     /// Set by `/queue`; `None` = the configured default.
-    pub queue_mode: Option<String>,
+    pub queue_mode: Option<QueueMode>,
     /// What the session's runs since the last `/new` used: its turns and the calls its
     /// compactions made (`used.estimated`: some counts are estimates).
     pub used: Usage,

@@ -277,7 +277,7 @@ async fn compact(
     cut: usize,
 ) -> Result<Outcome, CompactionError> {
     let key = deps.session_key;
-    let previous = deps.store.session_summary(key).await?.map(|(summary, _)| summary);
+    let previous = deps.store.session_summary(key).await?.map(|summary| summary.text);
     let history: Vec<ChatMessage> = rows.iter().map(|(_, m)| m.clone()).collect();
     let old = render(previous.as_deref(), &history[..cut]);
     let flush = flush_memory(deps, msg, history, previous.as_deref()).await;

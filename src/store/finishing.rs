@@ -1,6 +1,6 @@
 //! A run's finish as both stores write it: one row per run, with everything the finish
-//! writes, serialised as JSON for a group (the SQLite store's trigger, the PostgreSQL store's
-//! `finish_runs` function) or bound as parameters for one.
+//! writes (the fields of `finish_rule`), serialised as JSON for a group (the SQLite store's
+//! trigger, the PostgreSQL store's `finish_runs` function) or bound as parameters for one.
 
 use serde::Serialize;
 
@@ -54,6 +54,33 @@ pub(in crate::store) enum Finished {
     NoSuchRun,
     /// The run was not running (another worker finished it).
     NotRunning,
+}
+
+/// What a store's finish reads back per run: its id, its session, its status before, the
+/// session's history version after, the reply's journal row, whether the usage was counted
+/// for a user (see `finish_rule`).
+pub(in crate::store) type ResultRow = (String, Option<String>, Option<String>, Option<i64>, Option<i64>, Option<bool>);
+
+impl Finished {
+    /// The outcome of `row`'s finish from what the store read back (`None`: no row).
+    pub(in crate::store) fn read(row: &FinishRow, result: Option<ResultRow>) -> Result<Finished, StoreError> {
+        let Some((run_id, Some(session_key), prior_status, history_version, reply_row, usage_counted)) = result else {
+            return Ok(Finished::NoSuchRun);
+        };
+        if prior_status.as_deref() != Some("running") {
+            return Ok(Finished::NotRunning);
+        }
+        let history_version = history_version
+            .ok_or_else(|| StoreError::Corrupt(format!("run {run_id}'s session {session_key} has no row")))?;
+        if usage_counted == Some(false)
+            && let Some(sender) = &row.billing_sender
+        {
+            // Identities are only ever moved, never deleted, so this needs a hand-edited database.
+            // Failing would only make the message run (and cost) again, with the same result.
+            tracing::warn!(channel = ?row.billing_channel, %sender, "a run's usage has no user to be counted for");
+        }
+        Ok(Finished::Done { session_key, history_version, reply_row })
+    }
 }
 
 /// The finish of `run_id` with `outcome`, journaling `bus`'s writes with it, at `now` (unix ms).

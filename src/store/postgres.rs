@@ -8,6 +8,7 @@
 //!
 //! Times are stored as unix milliseconds (UTC), as in the SQLite store.
 
+mod finish;
 mod journal;
 pub(super) mod lock;
 mod memory_index;
@@ -25,7 +26,7 @@ use self::lock::SessionLock;
 use super::finishing::{FinishRow, Finished};
 use super::history_cache::HistoryCache;
 use super::lock::{DatabaseLock, LockMode};
-use super::values::{encode, now_millis};
+use super::values::now_millis;
 use super::{RunKind, SharedDir, StoreError};
 
 /// Connections per process. A turn holds one for a statement at a time, never across the
@@ -107,16 +108,34 @@ impl PostgresStore {
     pub(super) fn write_pool(&self) -> &PgPool {
         &self.pool
     }
+}
 
-    pub(super) fn history_cache(&self) -> &HistoryCache {
-        &self.history
+impl super::shared::Backend for PostgresStore {
+    type Db = sqlx::Postgres;
+
+    fn pool(&self) -> &sqlx::Pool<sqlx::Postgres> {
+        PostgresStore::pool(self)
     }
 
+    fn write_pool(&self) -> &sqlx::Pool<sqlx::Postgres> {
+        PostgresStore::write_pool(self)
+    }
+
+    async fn begin_write(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
+        PostgresStore::begin_write(self).await
+    }
+
+    fn history_cache(&self) -> &HistoryCache {
+        &self.history
+    }
+}
+
+impl super::shared::RunWrites for PostgresStore {
     /// Inserts a new running run for `inbound_id`, and its session's row on first use, in one
     /// statement; false when the inbound id has a run already. The unique inbound id decides
     /// who is first, and the foreign key is checked at the statement's end, when the session
     /// row exists.
-    pub(super) async fn insert_claim(
+    async fn insert_claim(
         &self,
         run_id: &str,
         inbound_id: &str,
@@ -140,57 +159,9 @@ impl PostgresStore {
         Ok(inserted == 1)
     }
 
-    /// Writes a run's finish: one call of `finish_runs` (migrations/postgres).
-    pub(super) async fn write_finish(&self, row: FinishRow) -> Result<Finished, StoreError> {
-        type ResultRow = (String, Option<String>, Option<String>, Option<i64>, Option<i64>, Option<bool>);
-        let rows: Vec<ResultRow> = sqlx::query_as(
-            "SELECT finished_run, run_session, prior_status, new_version, reply_row, usage_counted \
-             FROM finish_runs($1::jsonb)",
-        )
-        .bind(encode(&[&row])?)
-        .fetch_all(&self.pool)
-        .await?;
-        let Some((run_id, Some(session_key), prior, version, reply_row, usage_counted)) = rows.into_iter().next()
-        else {
-            return Ok(Finished::NoSuchRun);
-        };
-        if prior.as_deref() != Some("running") {
-            return Ok(Finished::NotRunning);
-        }
-        let history_version =
-            version.ok_or_else(|| StoreError::Corrupt(format!("run {run_id}'s session {session_key} has no row")))?;
-        if usage_counted == Some(false)
-            && let Some(sender) = &row.billing_sender
-        {
-            tracing::warn!(channel = ?row.billing_channel, %sender, "a run's usage has no user to be counted for");
-        }
-        Ok(Finished::Done { session_key, history_version, reply_row })
-    }
-}
-
-impl super::shared::Backend for PostgresStore {
-    type Db = sqlx::Postgres;
-
-    fn pool(&self) -> &sqlx::Pool<sqlx::Postgres> {
-        PostgresStore::pool(self)
-    }
-
-    fn write_pool(&self) -> &sqlx::Pool<sqlx::Postgres> {
-        PostgresStore::write_pool(self)
-    }
-}
-
-// The pieces of the shared SQL that differ per backend (see `shared`).
-
-impl super::shared::RowsAffected for sqlx::postgres::PgQueryResult {
-    fn rows_affected(&self) -> u64 {
-        sqlx::postgres::PgQueryResult::rows_affected(self)
-    }
-}
-
-impl super::shared::WriteTransactions for PostgresStore {
-    async fn begin_write(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
-        PostgresStore::begin_write(self).await
+    /// Writes a run's finish: one call of `finish_runs` (see `finish`).
+    async fn write_finish(&self, row: FinishRow) -> Result<Finished, StoreError> {
+        finish::write(&self.pool, row).await
     }
 }
 

@@ -23,36 +23,67 @@ mod usage;
 mod users;
 mod windows;
 
-/// A store the shared SQL runs on: its database and its two connection pools.
-pub(crate) trait Backend: Send + Sync + 'static {
-    type Db: sqlx::Database;
+use sqlx::Transaction;
+
+use super::finishing::{FinishRow, Finished};
+use super::history_cache::HistoryCache;
+use super::{RunKind, StoreError};
+
+/// A store the shared SQL runs on: its database, its two connection pools, and the pieces each
+/// backend does its own way.
+pub(in crate::store) trait Backend: Send + Sync + 'static {
+    type Db: sqlx::Database<QueryResult: RowsAffected>;
 
     /// The pool reads go through.
     fn pool(&self) -> &sqlx::Pool<Self::Db>;
 
     /// The pool writes go through (on SQLite one connection, so writes never wait on a lock).
     fn write_pool(&self) -> &sqlx::Pool<Self::Db>;
+
+    /// Starts a write transaction that checks and then acts, serialised with every other such
+    /// transaction on the database (SQLite's write lock, PostgreSQL's advisory lock).
+    fn begin_write(&self) -> impl Future<Output = Result<Transaction<'static, Self::Db>, StoreError>> + Send;
+
+    /// Sessions' recent history, for turns (see `history_cache`).
+    fn history_cache(&self) -> &HistoryCache;
 }
 
-// What the shared SQL of cron, users, pairing, sub-agents, approvals, heartbeats and the memory
-// index needs beyond `Backend`, each written per backend (`sqlite.rs`, `postgres.rs`).
+/// The writes of a turn, which each backend makes its own way: one round trip each.
+pub(in crate::store) trait RunWrites: Backend {
+    /// Inserts a new running run for `inbound_id` (and its session's row on first use); false
+    /// when the inbound id has a run already.
+    fn insert_claim(
+        &self,
+        run_id: &str,
+        inbound_id: &str,
+        session_key: &str,
+        kind: RunKind,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
-/// The rows a statement changed. sqlx reports it per database, with no trait over them.
-pub(crate) trait RowsAffected {
+    /// Writes a run's finish (see `finish_rule`).
+    fn write_finish(&self, row: FinishRow) -> impl Future<Output = Result<Finished, StoreError>> + Send;
+}
+
+/// How many rows a statement changed, which sqlx reports per database.
+pub(in crate::store) trait RowsAffected {
     fn rows_affected(&self) -> u64;
 }
 
-/// A store's check-then-act write transaction: serialised with every other one of the
-/// deployment (SQLite's write lock taken up front, PostgreSQL's advisory lock).
-pub(crate) trait WriteTransactions: Backend {
-    fn begin_write(
-        &self,
-    ) -> impl Future<Output = Result<sqlx::Transaction<'static, Self::Db>, super::StoreError>> + Send;
+impl RowsAffected for sqlx::sqlite::SqliteQueryResult {
+    fn rows_affected(&self) -> u64 {
+        sqlx::sqlite::SqliteQueryResult::rows_affected(self)
+    }
+}
+
+impl RowsAffected for sqlx::postgres::PgQueryResult {
+    fn rows_affected(&self) -> u64 {
+        sqlx::postgres::PgQueryResult::rows_affected(self)
+    }
 }
 
 /// What each store's search engine decides in the memory index (`memory_index`): FTS5 on
 /// SQLite, a generated `tsvector` on PostgreSQL.
-pub(crate) trait SearchEngine: Backend {
+pub(in crate::store) trait SearchEngine: Backend {
     /// The ranked hits of a query with terms, somewhere to look and a limit.
     fn search(
         &self,

@@ -45,7 +45,9 @@ const PAGE_CACHE_KIB: i64 = 512;
 
 /// The writer connection's finishing trigger (`finish`), for the query-plan test.
 #[doc(hidden)]
-pub const FINISH_SCHEMA: &str = finish::INSTALL;
+pub fn finish_schema() -> &'static str {
+    finish::INSTALL.as_str()
+}
 
 /// The SQLite implementation of [`Store`]. Cheap to share behind an `Arc`; all methods take
 /// `&self` and use the internal connection pool.
@@ -139,36 +141,6 @@ impl SqliteStore {
         &self.writer
     }
 
-    pub(super) fn history_cache(&self) -> &HistoryCache {
-        &self.history
-    }
-
-    /// Inserts a new running run for `inbound_id` (grouped with the claims made meanwhile);
-    /// false when the inbound id has a run already.
-    pub(super) async fn insert_claim(
-        &self,
-        run_id: &str,
-        inbound_id: &str,
-        session_key: &str,
-        kind: RunKind,
-    ) -> Result<bool, StoreError> {
-        let row = ClaimRow {
-            run_id: run_id.to_owned(),
-            inbound_id: inbound_id.to_owned(),
-            session_key: session_key.to_owned(),
-            kind,
-        };
-        let inserted = Grouped::write(&self.writes.claims, vec![row]).await.map_err(StoreError::Grouped)?;
-        Ok(inserted.first() == Some(&true))
-    }
-
-    /// Writes a run's finish (grouped with the finishes made meanwhile).
-    pub(super) async fn write_finish(&self, row: FinishRow) -> Result<Finished, StoreError> {
-        let finished = Grouped::write(&self.writes.finishes, vec![row]).await.map_err(StoreError::Grouped)?;
-        let finished = finished.into_iter().next().ok_or_else(|| StoreError::Grouped("no finish result".into()))?;
-        finished.map_err(StoreError::Grouped)
-    }
-
     /// Starts a write transaction holding the write lock from its first statement.
     pub(super) async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
         Ok(self.writer.begin_with("BEGIN IMMEDIATE").await?)
@@ -206,19 +178,41 @@ impl super::shared::Backend for SqliteStore {
     fn write_pool(&self) -> &sqlx::Pool<sqlx::Sqlite> {
         SqliteStore::write_pool(self)
     }
-}
 
-// The pieces of the shared SQL that differ per backend (see `shared`).
+    async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
+        SqliteStore::begin_write(self).await
+    }
 
-impl super::shared::RowsAffected for sqlx::sqlite::SqliteQueryResult {
-    fn rows_affected(&self) -> u64 {
-        sqlx::sqlite::SqliteQueryResult::rows_affected(self)
+    fn history_cache(&self) -> &HistoryCache {
+        &self.history
     }
 }
 
-impl super::shared::WriteTransactions for SqliteStore {
-    async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
-        SqliteStore::begin_write(self).await
+impl super::shared::RunWrites for SqliteStore {
+    /// Inserts a new running run for `inbound_id` (grouped with the claims made meanwhile);
+    /// false when the inbound id has a run already.
+    async fn insert_claim(
+        &self,
+        run_id: &str,
+        inbound_id: &str,
+        session_key: &str,
+        kind: RunKind,
+    ) -> Result<bool, StoreError> {
+        let row = ClaimRow {
+            run_id: run_id.to_owned(),
+            inbound_id: inbound_id.to_owned(),
+            session_key: session_key.to_owned(),
+            kind,
+        };
+        let inserted = Grouped::write(&self.writes.claims, vec![row]).await.map_err(StoreError::Grouped)?;
+        Ok(inserted.first() == Some(&true))
+    }
+
+    /// Writes a run's finish (grouped with the finishes made meanwhile).
+    async fn write_finish(&self, row: FinishRow) -> Result<Finished, StoreError> {
+        let finished = Grouped::write(&self.writes.finishes, vec![row]).await.map_err(StoreError::Grouped)?;
+        let finished = finished.into_iter().next().ok_or_else(|| StoreError::Grouped("no finish result".into()))?;
+        finished.map_err(StoreError::Grouped)
     }
 }
 

@@ -188,7 +188,7 @@ async fn execute(intake: &Intake, job: &Job, key: &str, command: Command) -> Res
         }
         Command::Queue(Some(name)) => match QueueMode::parse(&name) {
             Some(mode) => {
-                intake.turns.store.set_queue_mode(key, Some(mode.as_str())).await?;
+                intake.turns.store.set_queue_mode(key, Some(mode)).await?;
                 set_mode(intake, key, mode);
                 format!("Queue mode set to {}.", mode.as_str())
             }
@@ -331,7 +331,7 @@ pub(super) fn spent(usage: switchboard_channels::contract::Usage, cost_usd: Opti
 
 async fn current_mode(intake: &Intake, key: &str) -> Result<QueueMode, StoreError> {
     let info = intake.turns.store.session_info(key).await?;
-    Ok(info.queue_mode.as_deref().and_then(QueueMode::parse).unwrap_or(intake.settings.queue.mode))
+    Ok(info.queue_mode.unwrap_or(intake.settings.queue.mode))
 }
 
 #[cfg(test)]

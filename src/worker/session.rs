@@ -250,12 +250,8 @@ async fn load_prefs(intake: &Intake, key: &str) {
             return;
         }
     };
-    match prefs.queue_mode.as_deref().map(|name| (name, QueueMode::parse(name))) {
-        Some((_, Some(mode))) => set_mode(intake, key, mode),
-        // Stored by a newer build, or by hand: the session keeps the configured mode.
-        Some((name, None)) => tracing::warn!(session = %key, setting = "queue_mode", value = %name.escape_debug(),
-            "a session setting is not a queue mode; using the configured one"),
-        None => {}
+    if let Some(mode) = prefs.queue_mode {
+        set_mode(intake, key, mode);
     }
     let mut sessions = intake.sessions.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(session) = sessions.get_mut(key) {

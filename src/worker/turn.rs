@@ -99,7 +99,7 @@ async fn attempt(
     let mut input = ChatMessage { recalled: recalled.map(str::to_owned), ..plan.input.clone() };
     let (system_prompt, tools) =
         super::prompt::fitted_prompt(turns, target, &run, plan.tools.clone(), &mut input).await;
-    let summary = summary.as_ref().map(|s| s.0.as_str());
+    let summary = summary.as_ref().map(|s| s.text.as_str());
     let shape = HistoryShape::of(&history);
     let prepared = turns.context.prepare(target, session_key, &system_prompt, history, summary, &input, &tools);
     let turn = Turn {

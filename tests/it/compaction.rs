@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use switchboard::config::{BudgetsConfig, CompactionConfig, PermissionsConfig, UsersConfig};
 use switchboard::context::ContextSettings;
 use switchboard::context::compaction::{SUMMARY_PROMPT, flush_prompt};
-use switchboard::store::Store;
+use switchboard::store::{HistorySummary, Store};
 use switchboard::users::AccessPolicy;
 use switchboard::worker::WorkerSettings;
 use switchboard::workspace::memory::MemoryScope;
@@ -74,7 +74,7 @@ async fn two_turns_in(texts: [&str; 2]) -> (crate::common::Harness, Deliveries) 
 async fn wait_for_summary(store: &dyn Store) -> Option<(String, u32)> {
     for _ in 0..100 {
         if let Some(summary) = store.session_summary(SESSION).await.unwrap() {
-            return Some(summary);
+            return Some((summary.text, summary.compactions));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -181,7 +181,8 @@ async fn the_summary_stays_within_its_bound_however_often_the_session_is_compact
         turn(&h, &mut out, &format!("{n}: {long}")).await;
         // A compaction runs after its turn's reply, before the session's next turn.
         let saved = h.store.session_summary(SESSION).await.unwrap();
-        if let Some((summary, count)) = saved.filter(|(_, count)| *count > compactions) {
+        if let Some((summary, count)) = saved.map(|s| (s.text, s.compactions)).filter(|(_, count)| *count > compactions)
+        {
             compactions = count;
             assert!(summary.chars().count() <= 200, "compaction {count}: {} chars", summary.chars().count());
         }
@@ -214,7 +215,10 @@ async fn compact_summarises_now_and_says_when_there_is_nothing_to_do() {
     h.llm.push(Scripted::Text("They said one.".into()));
     let done = turn(&h, &mut out, "/compact").await;
     assert_eq!(done.content, "Compacted: the 2 oldest messages of this conversation are now a summary.");
-    assert_eq!(h.store.session_summary(SESSION).await.unwrap(), Some(("They said one.".to_owned(), 1)));
+    assert_eq!(
+        h.store.session_summary(SESSION).await.unwrap(),
+        Some(HistorySummary { text: "They said one.".to_owned(), compactions: 1 })
+    );
     let summary_request = h.llm.requests().last().unwrap().clone();
     assert_eq!(messages(&summary_request)[0]["content"], SUMMARY_PROMPT);
     // The next turn reads the summary and the two newest messages only.

@@ -25,6 +25,7 @@ mod delivery_record;
 mod discord;
 mod discord_buttons;
 mod docs;
+mod finish_rule;
 mod group_chat;
 mod groups;
 mod heartbeat;

@@ -189,7 +189,7 @@ async fn a_fact_compaction_took_out_of_the_history_is_found_in_the_past_conversa
 
 async fn wait_for_compaction(h: &Harness, session: &str, count: u32) {
     for _ in 0..200 {
-        if h.store.session_summary(session).await.unwrap().is_some_and(|(_, done)| done >= count) {
+        if h.store.session_summary(session).await.unwrap().is_some_and(|summary| summary.compactions >= count) {
             return;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;

@@ -8,9 +8,10 @@ use std::sync::Arc;
 use serde_json::json;
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{ConnectOptions, Connection, SqliteConnection};
+use switchboard::config::QueueMode;
 use switchboard::provider::{ChatMessage, ToolCall};
 use switchboard::store::sqlite::SqliteStore;
-use switchboard::store::{RunClaim, RunOutcome, RunStatus, SessionInfo, Store, StoreError};
+use switchboard::store::{HistorySummary, RunClaim, RunOutcome, RunStatus, SessionInfo, Store, StoreError};
 use switchboard_channels::contract::{OutboundKind, OutboundMessage, Usage};
 
 use crate::stores::on_both_stores;
@@ -458,14 +459,14 @@ on_both_stores! {
         // A second compaction of the same session is refused while the first runs.
         assert!(!store.begin_compaction(SESSION).await.unwrap());
         store.finish_compaction(SESSION, "first four", rows[3].0).await.unwrap();
-        assert_eq!(store.session_summary(SESSION).await.unwrap(), Some(("first four".into(), 1)));
+        assert_eq!(store.session_summary(SESSION).await.unwrap(), Some(HistorySummary { text: "first four".into(), compactions: 1 }));
         let after = store.history(SESSION, 100).await.unwrap();
         assert_eq!(after, vec![rows[4].1.clone(), rows[5].1.clone()]);
 
         // The mark is cleared: another compaction may start; an abort changes nothing else.
         assert!(store.begin_compaction(SESSION).await.unwrap());
         store.abort_compaction(SESSION).await.unwrap();
-        assert_eq!(store.session_summary(SESSION).await.unwrap(), Some(("first four".into(), 1)));
+        assert_eq!(store.session_summary(SESSION).await.unwrap(), Some(HistorySummary { text: "first four".into(), compactions: 1 }));
         assert_eq!(store.history(SESSION, 100).await.unwrap().len(), 2);
         assert!(store.begin_compaction(SESSION).await.unwrap());
 
@@ -490,8 +491,8 @@ on_both_stores! {
         let history = store.history("t:arch", 10).await.unwrap();
         assert_eq!(history, vec![ChatMessage::user("q3"), ChatMessage::assistant("a3", Vec::new())]);
         assert_eq!(store.session_info("t:arch").await.unwrap().used.total(), 150);
-        store.set_queue_mode("t:arch", Some("collect")).await.unwrap();
-        assert_eq!(store.session_info("t:arch").await.unwrap().queue_mode.as_deref(), Some("collect"));
+        store.set_queue_mode("t:arch", Some(QueueMode::Collect)).await.unwrap();
+        assert_eq!(store.session_info("t:arch").await.unwrap().queue_mode, Some(QueueMode::Collect));
     }
 
     async fn a_new_conversation_drops_the_old_summary_and_status_counts_compactions(fresh) {
@@ -504,7 +505,7 @@ on_both_stores! {
         store.finish_compaction(SESSION, "old talk", rows[1].0).await.unwrap();
         assert_eq!(store.session_info(SESSION).await.unwrap().compactions, 1);
         store.archive_session(SESSION).await.unwrap();
-        assert_eq!(store.session_summary(SESSION).await.unwrap().map(|s| s.0), None);
+        assert_eq!(store.session_summary(SESSION).await.unwrap().map(|s| s.text), None);
         assert!(store.history(SESSION, 100).await.unwrap().is_empty());
     }
 

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use switchboard::provider::ChatMessage;
-use switchboard::store::{RunClaim, StoreError};
+use switchboard::store::{HistorySummary, RunClaim, StoreError};
 
 use crate::stores::{finished_turn, on_both_stores};
 
@@ -42,7 +42,7 @@ on_both_stores! {
         fresh.execute("UPDATE sessions SET summary = 'tea', compaction_count = -1").await;
         let other = fresh.another().await;
         let conversation = other.conversation(SESSION, 50).await.unwrap();
-        assert_eq!(conversation.summary, Some(("tea".to_owned(), 1)));
+        assert_eq!(conversation.summary, Some(HistorySummary { text: "tea".to_owned(), compactions: 1 }));
         assert_eq!(texts(&conversation.history), ["one", "re: one"]);
         assert_eq!(other.session_info(SESSION).await.unwrap().compactions, 0);
     }

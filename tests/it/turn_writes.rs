@@ -159,5 +159,5 @@ async fn the_history_in_memory_follows_changes_made_by_another_process() {
     there.finish_compaction(SESSION, "they said q4", rows[1].0).await.unwrap();
     let after = here.conversation(SESSION, 50).await.unwrap();
     assert_eq!(texts(&after), ["q5", "a5"]);
-    assert_eq!(after.summary.map(|(summary, _)| summary).as_deref(), Some("they said q4"));
+    assert_eq!(after.summary.map(|summary| summary.text).as_deref(), Some("they said q4"));
 }

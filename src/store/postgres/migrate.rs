@@ -3,50 +3,78 @@
 //! (`store::migrate`). Several processes starting at once on one database take turns: each
 //! holds a transaction-scoped advisory lock while it checks and applies.
 
+use std::sync::LazyLock;
+
 use chrono::Utc;
 use sqlx::PgPool;
 
 use crate::store::StoreError;
 use crate::store::migrate::{Migration, failed};
 
-/// Every migration this build knows, in version order.
-pub(crate) const POSTGRES_MIGRATIONS: &[Migration] = &[
-    Migration { version: 1, name: "init", sql: include_str!("../../../migrations/postgres/0001_init.sql") },
-    Migration {
-        version: 2,
-        name: "shared_dirs",
-        sql: include_str!("../../../migrations/postgres/0002_shared_dirs.sql"),
-    },
-    Migration { version: 3, name: "deliveries", sql: include_str!("../../../migrations/postgres/0003_deliveries.sql") },
-    Migration { version: 4, name: "api_outbox", sql: include_str!("../../../migrations/postgres/0004_api_outbox.sql") },
-    Migration {
-        version: 5,
-        name: "session_prefs",
-        sql: include_str!("../../../migrations/postgres/0005_session_prefs.sql"),
-    },
-    Migration {
-        version: 6,
-        name: "prompt_cache",
-        sql: include_str!("../../../migrations/postgres/0006_prompt_cache.sql"),
-    },
-    Migration { version: 7, name: "approvals", sql: include_str!("../../../migrations/postgres/0007_approvals.sql") },
-    Migration {
-        version: 8,
-        name: "pairing_decisions",
-        sql: include_str!("../../../migrations/postgres/0008_pairing_decisions.sql"),
-    },
-    Migration { version: 9, name: "run_payer", sql: include_str!("../../../migrations/postgres/0009_run_payer.sql") },
-    Migration {
-        version: 10,
-        name: "usage_cost",
-        sql: include_str!("../../../migrations/postgres/0010_usage_cost.sql"),
-    },
-    Migration {
-        version: 11,
-        name: "model_windows",
-        sql: include_str!("../../../migrations/postgres/0011_model_windows.sql"),
-    },
-];
+/// Every migration this build knows, in version order. Those that create `finish_runs` from
+/// 12 on are generated from the finish rule (`finish::function`): later ones supersede earlier
+/// ones, so an earlier one creating today's function on a new database changes nothing.
+pub(crate) static POSTGRES_MIGRATIONS: LazyLock<[Migration; 12]> = LazyLock::new(|| {
+    [
+        Migration { version: 1, name: "init", sql: include_str!("../../../migrations/postgres/0001_init.sql") },
+        Migration {
+            version: 2,
+            name: "shared_dirs",
+            sql: include_str!("../../../migrations/postgres/0002_shared_dirs.sql"),
+        },
+        Migration {
+            version: 3,
+            name: "deliveries",
+            sql: include_str!("../../../migrations/postgres/0003_deliveries.sql"),
+        },
+        Migration {
+            version: 4,
+            name: "api_outbox",
+            sql: include_str!("../../../migrations/postgres/0004_api_outbox.sql"),
+        },
+        Migration {
+            version: 5,
+            name: "session_prefs",
+            sql: include_str!("../../../migrations/postgres/0005_session_prefs.sql"),
+        },
+        Migration {
+            version: 6,
+            name: "prompt_cache",
+            sql: include_str!("../../../migrations/postgres/0006_prompt_cache.sql"),
+        },
+        Migration {
+            version: 7,
+            name: "approvals",
+            sql: include_str!("../../../migrations/postgres/0007_approvals.sql"),
+        },
+        Migration {
+            version: 8,
+            name: "pairing_decisions",
+            sql: include_str!("../../../migrations/postgres/0008_pairing_decisions.sql"),
+        },
+        Migration {
+            version: 9,
+            name: "run_payer",
+            sql: include_str!("../../../migrations/postgres/0009_run_payer.sql"),
+        },
+        Migration {
+            version: 10,
+            name: "usage_cost",
+            sql: include_str!("../../../migrations/postgres/0010_usage_cost.sql"),
+        },
+        Migration {
+            version: 11,
+            name: "model_windows",
+            sql: include_str!("../../../migrations/postgres/0011_model_windows.sql"),
+        },
+        Migration { version: 12, name: "finish_rule", sql: super::finish::function() },
+    ]
+});
+
+/// The fingerprint of the finish rule's function as the newest migration creating it creates
+/// it (see `finish`'s test).
+#[cfg(test)]
+pub(super) const FINISH_RULE_FINGERPRINT: u64 = 11_161_536_843_899_666_779;
 
 /// The advisory lock migrations hold ("sb" "mg" in ASCII); any fixed number would do.
 const MIGRATION_LOCK: i64 = 0x7362_6d67;
@@ -54,7 +82,7 @@ const MIGRATION_LOCK: i64 = 0x7362_6d67;
 /// Brings the database up to the newest schema this build knows; refuses one that a newer
 /// build has migrated past us.
 pub(super) async fn run(pool: &PgPool) -> Result<(), StoreError> {
-    run_these(pool, POSTGRES_MIGRATIONS).await
+    run_these(pool, &*POSTGRES_MIGRATIONS).await
 }
 
 async fn run_these(pool: &PgPool, migrations: &[Migration]) -> Result<(), StoreError> {

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Row, Transaction, Type};
 
-use super::{RowsAffected, WriteTransactions};
+use super::{Backend, RowsAffected};
 use crate::store::StoreError;
 use crate::store::cron::{
     AddLimits, AddOutcome, CronClaim, CronJob, CronRun, CronRunStatus, CronStore, MissedPolicy, NewCronJob, NewCronRun,
@@ -30,7 +30,7 @@ const ID_ATTEMPTS: usize = 5;
 #[async_trait]
 impl<B> CronStore for B
 where
-    B: WriteTransactions,
+    B: Backend,
     B::Db: CronRows,
     for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
     for<'c> &'c mut <B::Db as Database>::Connection: Executor<'c, Database = B::Db>,

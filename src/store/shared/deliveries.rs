@@ -6,8 +6,12 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use async_trait::async_trait;
+use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 use switchboard_channels::delivery::{DeliveryRecord, RecordError, Sent};
 
+use super::Backend;
+use crate::store::postgres::PostgresStore;
+use crate::store::sqlite::SqliteStore;
 use crate::store::values::now_millis;
 
 /// How long a delivery is remembered: far beyond any redelivery (replies older than
@@ -46,49 +50,77 @@ fn decode(steps: i64) -> Sent {
     usize::try_from(steps).map_or(Sent::All, Sent::Steps)
 }
 
-/// The same queries serve both stores; only sqlx's types differ, hence a macro.
-macro_rules! delivery_record {
-    ($store:ty) => {
-        #[async_trait]
-        impl DeliveryRecord for $store {
-            async fn sent(&self, channel: &str, id: &str) -> Result<Option<Sent>, RecordError> {
-                let steps: Option<i64> = sqlx::query_scalar("SELECT steps FROM deliveries WHERE channel = $1 AND id = $2")
-                    .bind(channel)
-                    .bind(id)
-                    .fetch_optional(self.pool())
-                    .await
-                    .map_err(failed)?;
-                Ok(steps.map(decode))
-            }
-
-            async fn record_sent(&self, channel: &str, id: &str, sent: Sent) -> Result<(), RecordError> {
-                let now = now_millis();
-                sqlx::query(
-                    "INSERT INTO deliveries (channel, id, steps, recorded_at) VALUES ($1, $2, $3, $4) \
-                     ON CONFLICT (channel, id) DO UPDATE SET steps = excluded.steps, recorded_at = excluded.recorded_at",
-                )
-                .bind(channel)
-                .bind(id)
-                .bind(encode(sent))
-                .bind(now)
-                .execute(self.write_pool())
-                .await
-                .map_err(failed)?;
-                if prune_due(now) {
-                    sqlx::query("DELETE FROM deliveries WHERE recorded_at < $1")
-                        .bind(now - KEPT_MILLIS)
-                        .execute(self.write_pool())
-                        .await
-                        .map_err(failed)?;
-                }
-                Ok(())
-            }
-        }
-    };
+/// The step a message reached on `channel` as `id`, if any.
+async fn sent<B>(store: &B, channel: &str, id: &str) -> Result<Option<Sent>, RecordError>
+where
+    B: Backend,
+    for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
+    for<'q> <B::Db as Database>::Arguments<'q>: IntoArguments<'q, B::Db>,
+    for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
+    for<'r> (i64,): FromRow<'r, <B::Db as Database>::Row>,
+{
+    let steps: Option<i64> = sqlx::query_scalar("SELECT steps FROM deliveries WHERE channel = $1 AND id = $2")
+        .bind(channel)
+        .bind(id)
+        .fetch_optional(store.pool())
+        .await
+        .map_err(failed)?;
+    Ok(steps.map(decode))
 }
 
-delivery_record!(crate::store::sqlite::SqliteStore);
-delivery_record!(crate::store::postgres::PostgresStore);
+/// Records that `id` reached `sent` on `channel`, deleting old rows when it is this process's turn.
+async fn record_sent<B>(store: &B, channel: &str, id: &str, sent: Sent) -> Result<(), RecordError>
+where
+    B: Backend,
+    for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
+    for<'q> <B::Db as Database>::Arguments<'q>: IntoArguments<'q, B::Db>,
+    for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> i64: Encode<'q, B::Db> + Type<B::Db>,
+{
+    let now = now_millis();
+    sqlx::query(
+        "INSERT INTO deliveries (channel, id, steps, recorded_at) VALUES ($1, $2, $3, $4) \
+         ON CONFLICT (channel, id) DO UPDATE SET steps = excluded.steps, recorded_at = excluded.recorded_at",
+    )
+    .bind(channel)
+    .bind(id)
+    .bind(encode(sent))
+    .bind(now)
+    .execute(store.write_pool())
+    .await
+    .map_err(failed)?;
+    if prune_due(now) {
+        sqlx::query("DELETE FROM deliveries WHERE recorded_at < $1")
+            .bind(now - KEPT_MILLIS)
+            .execute(store.write_pool())
+            .await
+            .map_err(failed)?;
+    }
+    Ok(())
+}
+
+// `DeliveryRecord` is another crate's trait, so each store implements it, with the queries above.
+#[async_trait]
+impl DeliveryRecord for SqliteStore {
+    async fn sent(&self, channel: &str, id: &str) -> Result<Option<Sent>, RecordError> {
+        sent(self, channel, id).await
+    }
+
+    async fn record_sent(&self, channel: &str, id: &str, steps: Sent) -> Result<(), RecordError> {
+        record_sent(self, channel, id, steps).await
+    }
+}
+
+#[async_trait]
+impl DeliveryRecord for PostgresStore {
+    async fn sent(&self, channel: &str, id: &str) -> Result<Option<Sent>, RecordError> {
+        sent(self, channel, id).await
+    }
+
+    async fn record_sent(&self, channel: &str, id: &str, steps: Sent) -> Result<(), RecordError> {
+        record_sent(self, channel, id, steps).await
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -9,8 +9,9 @@
 
 use sqlx::{ColumnIndex, Decode, Row, Type};
 
+use crate::config::QueueMode;
 use crate::provider::ChatMessage;
-use crate::store::{SessionPrefs, StoreError};
+use crate::store::{HistorySummary, SessionPrefs, StoreError};
 
 /// A column's value, or why it does not decode (`Ok(Err(reason))`).
 pub(super) fn column<'r, R, T>(row: &'r R, name: &'static str) -> Result<Result<T, String>, StoreError>
@@ -62,7 +63,7 @@ where
 /// count.
 pub(super) struct Head {
     pub version: Option<i64>,
-    pub summary: Option<(String, u32)>,
+    pub summary: Option<HistorySummary>,
 }
 
 /// [`Head`] from a row of `history_version`, `summary` and `compaction_count`.
@@ -87,7 +88,7 @@ where
             None
         }
     };
-    let Some(summary) = summary else { return Ok(Head { version, summary: None }) };
+    let Some(text) = summary else { return Ok(Head { version, summary: None }) };
     // The count only tells how many compactions made the summary: at least one did.
     let count = column::<R, i64>(row, "compaction_count")?
         .and_then(|count| u32::try_from(count).map_err(|_| format!("{count} is out of range")))
@@ -96,7 +97,7 @@ where
                 "the session's compaction_count does not decode; counting its summary as one compaction");
             1
         });
-    Ok(Head { version, summary: Some((summary, count)) })
+    Ok(Head { version, summary: Some(HistorySummary { text, compactions: count }) })
 }
 
 /// [`SessionPrefs`] from a row of `queue_mode`, `model` and `show_progress`: a setting that
@@ -109,10 +110,24 @@ where
     String: Decode<'r, R::Database> + Type<R::Database>,
 {
     Ok(SessionPrefs {
-        queue_mode: setting(session_key, "queue_mode", column(row, "queue_mode")?),
+        queue_mode: queue_mode(session_key, row)?,
         model: setting(session_key, "model", column(row, "model")?),
         verbose: setting(session_key, "show_progress", column(row, "show_progress")?),
     })
+}
+
+/// The session's queue mode from a row's `queue_mode`: `None` (the configured one) with a
+/// warning when it does not decode or names no mode (stored by a newer build, or by hand).
+pub(super) fn queue_mode<'r, R>(session_key: &str, row: &'r R) -> Result<Option<QueueMode>, StoreError>
+where
+    R: Row,
+    &'static str: ColumnIndex<R>,
+    String: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let mode = column::<R, Option<String>>(row, "queue_mode")?.and_then(|name| {
+        name.map(|name| QueueMode::parse(&name).ok_or_else(|| format!("{name:?} is not a queue mode"))).transpose()
+    });
+    Ok(setting(session_key, "queue_mode", mode))
 }
 
 /// A setting's value, or its default with a warning when it does not decode.

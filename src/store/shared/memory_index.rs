@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 
-use super::{SearchEngine, WriteTransactions};
+use super::SearchEngine;
 use crate::provider::ChatMessage;
 use crate::store::StoreError;
 use crate::store::memory_index::{
@@ -42,7 +42,7 @@ fn decode_message(id: i64, json: &str) -> Result<ChatMessage, StoreError> {
 #[async_trait]
 impl<B> MemoryIndex for B
 where
-    B: SearchEngine + WriteTransactions,
+    B: SearchEngine,
     for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
     for<'c> &'c mut <B::Db as Database>::Connection: Executor<'c, Database = B::Db>,
     for<'q> <B::Db as Database>::Arguments<'q>: IntoArguments<'q, B::Db>,
@@ -205,7 +205,7 @@ where
 /// write transaction, so two searches beside each other never index a row twice.
 async fn index_scope_batch<B>(store: &B, root: &str, scope: &str) -> Result<bool, StoreError>
 where
-    B: SearchEngine + WriteTransactions,
+    B: SearchEngine,
     for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
     for<'c> &'c mut <B::Db as Database>::Connection: Executor<'c, Database = B::Db>,
     for<'q> <B::Db as Database>::Arguments<'q>: IntoArguments<'q, B::Db>,

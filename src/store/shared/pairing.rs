@@ -12,7 +12,7 @@ use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 use switchboard_channels::pairing::{PairingError, PairingRequest, PairingStore};
 
 use super::users::UserRows;
-use super::{Backend, RowsAffected, WriteTransactions};
+use super::{Backend, RowsAffected};
 use crate::config::{Identity, Level};
 use crate::store::StoreError;
 use crate::store::pairing::{
@@ -104,7 +104,7 @@ async fn request<B>(
     max_pending: usize,
 ) -> Result<Option<PairingRequest>, PairingError>
 where
-    B: WriteTransactions,
+    B: Backend,
     B::Db: PairingRows,
 {
     request_code(store, sender, ttl, max_pending).await.map_err(|e| PairingError::Store(e.to_string()))
@@ -117,7 +117,7 @@ async fn request_code<B>(
     max_pending: usize,
 ) -> Result<Option<PairingRequest>, StoreError>
 where
-    B: WriteTransactions,
+    B: Backend,
     B::Db: PairingRows,
 {
     let mut tx = store.begin_write().await?;
@@ -142,7 +142,7 @@ where
 #[async_trait]
 impl<B> PairingAdmin for B
 where
-    B: WriteTransactions,
+    B: Backend,
     B::Db: PairingRows + UserRows,
     for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
     <B::Db as Database>::QueryResult: RowsAffected,

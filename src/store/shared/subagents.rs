@@ -10,7 +10,7 @@ use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArgumen
 use switchboard_channels::contract::Usage;
 
 use super::users::UserRows;
-use super::{RowsAffected, WriteTransactions};
+use super::{Backend, RowsAffected};
 use crate::store::StoreError;
 use crate::store::subagents::{
     Created, NewSubagent, Renewal, SubagentEnd, SubagentRecord, SubagentStatus, SubagentStore,
@@ -30,7 +30,7 @@ const ANNOUNCED_ENDS: &str = "('completed', 'failed', 'timed_out', 'lost')";
 #[async_trait]
 impl<B> SubagentStore for B
 where
-    B: WriteTransactions,
+    B: Backend,
     B::Db: UserRows,
     for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
     for<'c> &'c mut <B::Db as Database>::Connection: Executor<'c, Database = B::Db>,

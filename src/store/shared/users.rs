@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Row, Type};
 use switchboard_channels::contract::Usage;
 
-use super::{RowsAffected, WriteTransactions};
+use super::{Backend, RowsAffected};
 use crate::config::{Identity, Level};
 use crate::store::StoreError;
 use crate::store::users::{Billing, LinkOutcome, MonthCost, User, UserId, UserStore, UserSummary};
@@ -23,7 +23,7 @@ const USER_COLUMNS: &str = "u.id, u.level, u.budget_tokens, u.created_at";
 #[async_trait]
 impl<B> UserStore for B
 where
-    B: WriteTransactions,
+    B: Backend,
     B::Db: UserRows,
     for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
     for<'q> <B::Db as Database>::Arguments<'q>: IntoArguments<'q, B::Db>,
