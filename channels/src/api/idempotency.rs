@@ -85,6 +85,15 @@ mod tests {
     }
 
     #[test]
+    fn a_keyed_message_asks_for_its_reply_again_by_flag() {
+        let mut msg = InboundMessage::user(CHANNEL, "c", Sender { id: "s".into(), ..Sender::default() }, "hi");
+        apply(&mut msg, "k");
+        assert!(msg.flags.resend_reply);
+        // Not the metadata key of earlier versions, which workers still read.
+        assert!(msg.metadata.is_empty());
+    }
+
+    #[test]
     fn keys_are_checked() {
         let mut headers = HeaderMap::new();
         assert_eq!(key(&headers), Ok(None));
