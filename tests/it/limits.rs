@@ -196,7 +196,7 @@ async fn claimed_senders_are_not_limited(kind: BusKind) {
         let person = Sender { id: "client".into(), name: "client".into(), is_bot: false };
         let request = |i: usize| {
             let msg = InboundMessage::user(channel, &format!("c{i}"), person.clone(), &format!("q{i}"));
-            let legacy = channel == "api" && i % 2 == 0;
+            let legacy = channel == "api" && i.is_multiple_of(2);
             if legacy { msg } else { InboundMessage { flags: MessageFlags::request(), ..msg } }
         };
         let requests: Vec<InboundMessage> = (1..=9).map(request).collect();
