@@ -47,7 +47,6 @@ use crate::contract::{OutboundKind, OutboundMessage};
 pub use access::{Access, ApiToken, LiveAccess, Scopes};
 use conn::Connections;
 use feed::RunFeed;
-pub use idempotency::RESEND_REPLY;
 pub use openai::SESSION_HEADER;
 pub use replies::ReplayCache;
 use replies::Replies;

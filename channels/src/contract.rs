@@ -11,11 +11,13 @@ use serde_json::{Map, Value};
 pub mod buttons;
 pub mod commands;
 mod dead_letter;
+mod flags;
 mod replied;
 pub mod reply;
 mod system;
 pub use buttons::Button;
 pub use dead_letter::DeadLetter;
+pub use flags::MessageFlags;
 pub use replied::{CUT_MARKER, MAX_REPLIED_CHARS, RepliedTo};
 
 /// The contract version written into every message.
@@ -181,6 +183,11 @@ pub struct InboundMessage {
     #[serde(default = "Utc::now")]
     pub received_at: DateTime<Utc>,
     pub metadata: Map<String, Value>,
+    /// What the publisher expects beyond an ordinary chat message (a client waiting for this
+    /// message's own answer, …); left out of the JSON when none is set. Read through
+    /// [`InboundMessage::effective_flags`].
+    #[serde(skip_serializing_if = "MessageFlags::is_empty")]
+    pub flags: MessageFlags,
 }
 
 impl Default for InboundMessage {
@@ -202,6 +209,7 @@ impl Default for InboundMessage {
             origin: None,
             received_at: Utc::now(),
             metadata: Map::new(),
+            flags: MessageFlags::default(),
         }
     }
 }

@@ -7,7 +7,8 @@
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value, json};
 use switchboard_channels::contract::{
-    InboundMessage, Media, OutboundKind, OutboundMessage, RepliedTo, RunEvent, RunEventBody, Sender, Usage,
+    InboundMessage, Media, MessageFlags, OutboundKind, OutboundMessage, RepliedTo, RunEvent, RunEventBody, Sender,
+    Usage,
 };
 
 fn at() -> DateTime<Utc> {
@@ -74,6 +75,26 @@ fn a_reply_to_another_message_carries_it_after_reply_to() {
     let own = RepliedTo { from_self: true, quote: None, ..msg.replied_to.clone().unwrap() };
     let own = serde_json::to_value(&own).unwrap();
     assert_eq!((own["from_self"].as_bool(), own.get("quote")), (Some(true), None));
+}
+
+#[test]
+fn a_request_carries_its_flags_after_metadata() {
+    let sender = Sender { id: "me".into(), name: "me".into(), is_bot: false };
+    let mut msg = InboundMessage::user("api", "c", sender, "hi");
+    msg.id = "api:idem:ab".into();
+    msg.received_at = at();
+    msg.metadata.insert("reply_channel".into(), json!("api@h-8080"));
+    msg.flags = MessageFlags { resend_reply: true, ..MessageFlags::request() };
+    let expected = concat!(
+        r#"{"v":1,"id":"api:idem:ab","channel":"api","chat_id":"c","#,
+        r#""sender":{"id":"me","name":"me","is_bot":false},"content":"hi","media":[],"#,
+        r#""reply_to":null,"thread_id":null,"is_group":false,"mentioned":false,"kind":"user","origin":null,"#,
+        r#""received_at":"2024-05-01T12:00:00Z","metadata":{"reply_channel":"api@h-8080"},"#,
+        r#""flags":{"awaits_reply":true,"claimed_sender":true,"resend_reply":true}}"#
+    );
+    let json = serde_json::to_string(&msg).unwrap();
+    assert_eq!(json, expected);
+    assert_eq!(serde_json::from_str::<InboundMessage>(&json).unwrap(), msg);
 }
 
 #[test]

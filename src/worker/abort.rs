@@ -22,7 +22,7 @@ const TIMED_OUT: &str = "timed out";
 pub(super) fn stopped(bus: &Arc<dyn Bus>, msg: &InboundMessage, run_id: &str, session_key: &str) -> RunOutcome {
     // A chat saw the turn stop; a client waiting for this message's own answer sees nothing
     // else, so it is told instead of waiting for its reply timeout.
-    let notice = super::overflow::awaited(msg).then(|| STOPPED.to_owned());
+    let notice = msg.awaits_reply().then(|| STOPPED.to_owned());
     ended_early(bus, msg, run_id, session_key, "stopped".into(), notice)
 }
 

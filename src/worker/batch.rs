@@ -18,7 +18,6 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use switchboard_channels::api;
 use switchboard_channels::contract::{InboundKind, InboundMessage};
 use tokio::time::Instant;
 
@@ -116,10 +115,10 @@ impl Batching {
         }
     }
 
-    /// A person's burst in a chat is merged. Not on the API channel: each of its requests
-    /// waits for the answer to its own message, which a merged turn would not give.
+    /// A person's burst in a chat is merged. Not a message whose sender awaits its own answer
+    /// (an API request), which a merged turn would not give.
     fn can_grow(&self, first: &InboundMessage) -> bool {
-        self.mode == QueueMode::Collect || (first.kind == InboundKind::User && first.channel != api::CHANNEL)
+        self.mode == QueueMode::Collect || (first.kind == InboundKind::User && !first.awaits_reply())
     }
 
     /// Whether `next`, arriving after `previous`, joins the turn `first` starts.

@@ -76,15 +76,9 @@ pub(super) async fn answered_before(
 ) -> Result<(), Giveback> {
     match (reply, delivered) {
         (Some(reply), false) => deliver(bus, store, run_id, &reply).await,
-        (Some(reply), true) if wants_reply_again(msg) => resend(bus, msg, &reply).await,
+        (Some(reply), true) if msg.wants_reply_again() => resend(bus, msg, &reply).await,
         _ => Ok(()),
     }
-}
-
-/// A client retry of an API request sent with an idempotency key, arriving after its reply
-/// went out (the API process may have restarted and lost it): it asks for the reply again.
-fn wants_reply_again(msg: &InboundMessage) -> bool {
-    msg.metadata.get(switchboard_channels::api::RESEND_REPLY).and_then(serde_json::Value::as_bool) == Some(true)
 }
 
 /// Sends a stored reply again under a new id, so the bus's dedupe of the first one (within

@@ -103,7 +103,7 @@ pub(super) async fn admit(
 /// How the note is marked: for a client waiting for this message's own answer (an API
 /// request) as a message not kept, which it tells apart from an answer (the API's 429).
 fn marker(msg: &InboundMessage) -> fn(&mut OutboundMessage) {
-    if overflow::awaited(msg) { reply::set_not_kept } else { |_| {} }
+    if msg.awaits_reply() { reply::set_not_kept } else { |_| {} }
 }
 
 /// "I was busy for 12 minutes and your message "where is the report?" waited too long; send

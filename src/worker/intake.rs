@@ -132,15 +132,15 @@ impl Intake {
         }
     }
 
-    /// Applies `[rate_limits]` to a person's message (commands and the API channel excepted):
+    /// Applies `[rate_limits]` to a person's message (commands and claimed senders excepted):
     /// `None` when it is over its sender's limit and was settled here, with the sender's one
     /// notice or without answer.
     async fn limit_rate(&self, job: Job, tasks: &mut JoinSet<()>) -> Option<Job> {
         let msg = &job.msg;
-        // The API channel takes the sender from the request, so a per-sender limit would not
-        // hold there (a client names a new sender); its token and HTTP limits guard it instead.
-        let api = msg.channel == switchboard_channels::api::CHANNEL;
-        if msg.kind != InboundKind::User || api || commands::parse(&msg.content).is_some() {
+        // A sender the client names itself (the API's) would escape a per-sender limit by
+        // naming a new one; its adapter limits its clients instead (the API's tokens and HTTP
+        // limits).
+        if msg.kind != InboundKind::User || msg.sender_is_claimed() || commands::parse(&msg.content).is_some() {
             return Some(job);
         }
         let key = self.turns.session_key(msg);

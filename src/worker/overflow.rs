@@ -15,8 +15,7 @@
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
-use switchboard_channels::api;
-use switchboard_channels::contract::{InboundKind, InboundMessage};
+use switchboard_channels::contract::InboundMessage;
 use tokio::time::Instant;
 
 use super::Intake;
@@ -68,12 +67,7 @@ impl NotKept {
     }
 }
 
-/// Whether a client waits for `msg`'s own answer: a person's message through the API.
-pub(super) fn awaited(msg: &InboundMessage) -> bool {
-    msg.channel == api::CHANNEL && msg.kind == InboundKind::User
-}
-
-/// Answers `job`, which was not kept and whose client waits (see [`awaited`]), at once.
+/// Answers `job`, which was not kept and whose client waits (see [`InboundMessage::awaits_reply`]), at once.
 pub(super) async fn refuse(turns: Arc<TurnRunner>, job: Job, reason: Reason) {
     let not_kept = NotKept::of(&job.msg, reason);
     tracing::info!(id = %job.msg.id, ?reason, "a waiting client's message was not kept; telling it at once");
@@ -81,9 +75,9 @@ pub(super) async fn refuse(turns: Arc<TurnRunner>, job: Job, reason: Reason) {
 }
 
 /// Settles `job`, dropped unanswered by a newer message in `interrupt` mode; a client waiting
-/// for its answer (see [`awaited`]) is told at once instead of waiting for its reply timeout.
+/// for its answer (see [`InboundMessage::awaits_reply`]) is told at once instead of waiting for its reply timeout.
 pub(super) async fn replaced(turns: Arc<TurnRunner>, job: Job) {
-    if awaited(&job.msg) {
+    if job.msg.awaits_reply() {
         settle::answer_not_kept(turns, job, REPLACED.to_owned()).await;
     } else {
         settle::settle_unanswered(&turns, job, "dropped by a newer message (interrupt mode)").await;

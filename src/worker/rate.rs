@@ -9,8 +9,9 @@
 //! count.
 //!
 //! A sender past their limit gets one notice saying when to send again; their later messages
-//! in that spell are settled without an answer. The API channel is not limited: it takes the
-//! sender from the request, so a client could name a new sender for every message. The limit
+//! in that spell are settled without an answer. A message whose sender the client names itself
+//! (`flags.claimed_sender`, set by the API) is not limited: the client could name a new sender
+//! for every message. The limit
 //! is per worker process: with several workers on NATS a sender may get up to that many times
 //! the rate.
 

@@ -109,7 +109,7 @@ pub(super) enum Placed {
 /// Whether a message that finds its session busy is kept: not in `drop` mode, nor beyond the
 /// queue's depth. Either way the chat is told once per busy spell (see `overflow`).
 fn not_kept(intake: &Intake, key: &str, job: Job, reason: overflow::Reason) -> Placed {
-    if overflow::awaited(&job.msg) {
+    if job.msg.awaits_reply() {
         return Placed::Refused { job: Box::new(job), reason };
     }
     let first = overflow::note(intake, key, &job.msg, reason);

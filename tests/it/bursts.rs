@@ -13,7 +13,7 @@ use switchboard::config::{GuardConfig, RateLimitsConfig, WorkerConfig};
 use switchboard::hygiene::Guard;
 use switchboard::worker::{QueueSettings, WorkerSettings};
 use switchboard_channels::Deliveries;
-use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, Sender};
+use switchboard_channels::contract::{InboundMessage, MessageFlags, OutboundKind, OutboundMessage, Sender};
 use switchboard_testkit::fake_llm;
 use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
 
@@ -25,6 +25,7 @@ crate::both_buses!(
     a_burst_too_long_for_one_message_is_split_never_cut,
     a_full_queue_says_once_which_messages_it_did_not_keep,
     a_lone_message_starts_at_once_and_commands_never_wait,
+    requests_awaiting_their_own_answer_are_never_merged,
 );
 
 /// What a worker started from the default configuration gets, input guard included.
@@ -311,5 +312,26 @@ async fn fifty_unmarked_messages_at_once_all_reach_the_model_in_order(kind: BusK
     let inputs = turn_inputs(&h);
     assert_eq!(inputs.len(), answers.len(), "{inputs:#?}");
     assert_all_reached_in_order(&inputs, &lines);
+    h.stop().await;
+}
+
+/// A request/response adapter's client waits for the answer to each of its messages
+/// (`flags.awaits_reply`, as the API sets it): a burst of them is a turn each, every one
+/// answered, never merged into one answer for the newest.
+async fn requests_awaiting_their_own_answer_are_never_merged(kind: BusKind) {
+    let (h, mut out) = start(kind, default_settings(GuardConfig::default()), vec![]).await;
+    let lines = forwarded(5);
+    let requests: Vec<InboundMessage> = lines
+        .iter()
+        .map(|line| InboundMessage { flags: MessageFlags::request(), ..forwarded_message("sam", line) })
+        .collect();
+    send_burst(&h, &requests).await;
+    let mut answered: Vec<String> =
+        replies(&mut out, requests.len()).await.into_iter().filter_map(|reply| reply.in_reply_to).collect();
+    answered.sort();
+    let mut sent: Vec<String> = requests.iter().map(|msg| msg.id.clone()).collect();
+    sent.sort();
+    assert_eq!(answered, sent, "one answer for each request");
+    assert_eq!(turn_inputs(&h).len(), requests.len(), "a turn each");
     h.stop().await;
 }

@@ -11,14 +11,14 @@ use switchboard::config::{BudgetsConfig, PermissionsConfig, RateLimitsConfig, Us
 use switchboard::users::AccessPolicy;
 use switchboard::worker::{QueueSettings, WorkerSettings};
 use switchboard_channels::Deliveries;
-use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, Sender};
+use switchboard_channels::contract::{InboundMessage, MessageFlags, OutboundKind, OutboundMessage, Sender};
 use switchboard_testkit::fake_llm;
 use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
 
 crate::both_buses!(
     a_flooding_member_is_told_once_and_the_others_are_still_answered,
     owners_are_not_limited_by_default,
-    the_api_channel_is_not_limited,
+    claimed_senders_are_not_limited,
     no_more_sessions_run_at_once_than_max_concurrent_runs,
 );
 
@@ -185,20 +185,28 @@ async fn no_more_sessions_run_at_once_than_max_concurrent_runs(kind: BusKind) {
     h.stop().await;
 }
 
-/// The API takes the sender from the request, so a per-sender limit would not hold there: its
-/// requests are not counted, and a guest's ninth request in a minute is answered like the first.
-async fn the_api_channel_is_not_limited(kind: BusKind) {
+/// A client that names its own sender (the API, or another adapter saying so with
+/// `flags.claimed_sender`) would escape a per-sender limit by naming a new one: its requests
+/// are not counted, and a guest's ninth request in a minute is answered like the first. A
+/// message of an earlier API process, without flags, is still read so.
+async fn claimed_senders_are_not_limited(kind: BusKind) {
     let h = Setup { settings: settings(&[]), ..Setup::new(kind) }.start().await;
-    let mut out = h.outbound("api").await;
-    let person = Sender { id: "client".into(), name: "client".into(), is_bot: false };
-    let requests: Vec<InboundMessage> =
-        (1..=9).map(|i| InboundMessage::user("api", &format!("c{i}"), person.clone(), &format!("q{i}"))).collect();
-    for msg in &requests {
-        h.send(msg).await;
-    }
-    let got = all_out(&mut out, 9).await;
-    for msg in &requests {
-        assert_eq!(got[&msg.id].content, format!("echo: {}", msg.content));
+    for channel in ["api", "console"] {
+        let mut out = h.outbound(channel).await;
+        let person = Sender { id: "client".into(), name: "client".into(), is_bot: false };
+        let request = |i: usize| {
+            let msg = InboundMessage::user(channel, &format!("c{i}"), person.clone(), &format!("q{i}"));
+            let legacy = channel == "api" && i.is_multiple_of(2);
+            if legacy { msg } else { InboundMessage { flags: MessageFlags::request(), ..msg } }
+        };
+        let requests: Vec<InboundMessage> = (1..=9).map(request).collect();
+        for msg in &requests {
+            h.send(msg).await;
+        }
+        let got = all_out(&mut out, 9).await;
+        for msg in &requests {
+            assert_eq!(got[&msg.id].content, format!("echo: {}", msg.content));
+        }
     }
     h.stop().await;
 }

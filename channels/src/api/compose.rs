@@ -9,12 +9,14 @@ use super::replies::Fingerprint;
 use super::state::AppState;
 use super::{CHANNEL, idempotency};
 use crate::contract::reply::REPLY_CHANNEL;
-use crate::contract::{InboundMessage, Sender};
+use crate::contract::{InboundMessage, MessageFlags, Sender};
 
-/// A user message from the API to chat `chat_id`, its replies routed to this process.
+/// A user message from the API to chat `chat_id`, its replies routed to this process. Its
+/// client waits for its own answer and named the sender itself ([`MessageFlags::request`]).
 pub(super) fn new_message(state: &AppState, chat_id: &str, sender_id: &str, content: &str) -> InboundMessage {
     let sender = Sender { id: sender_id.to_owned(), name: sender_id.to_owned(), is_bot: false };
-    let mut msg = InboundMessage::user(CHANNEL, chat_id, sender, content);
+    let mut msg =
+        InboundMessage { flags: MessageFlags::request(), ..InboundMessage::user(CHANNEL, chat_id, sender, content) };
     if let Some(own) = &state.settings.reply_channel {
         msg.metadata.insert(REPLY_CHANNEL.into(), own.clone().into());
     }

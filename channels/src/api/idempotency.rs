@@ -3,7 +3,6 @@
 //! which both drop a second message with an id they have seen, run one turn for all tries.
 
 use axum::http::HeaderMap;
-use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::CHANNEL;
@@ -15,9 +14,6 @@ pub(crate) const HEADER: &str = "idempotency-key";
 pub(crate) const MAX_KEY_LEN: usize = 255;
 /// Ids derived from a key start with this, so their replies are known to be worth caching.
 const ID_PREFIX: &str = "api:idem:";
-/// Metadata flag asking the worker to send the stored reply again when the message arrives
-/// after its turn finished (a client retry after its first reply was handed out).
-pub const RESEND_REPLY: &str = "resend_reply";
 
 /// The request's idempotency key, if it has one; an error text when it is unusable.
 pub(crate) fn key(headers: &HeaderMap) -> Result<Option<String>, String> {
@@ -45,7 +41,9 @@ pub(crate) fn apply(msg: &mut InboundMessage, key: &str) {
         hash.update(part.as_bytes());
     }
     msg.id = format!("{ID_PREFIX}{}", hex(&hash.finalize()));
-    msg.metadata.insert(RESEND_REPLY.into(), Value::Bool(true));
+    // A retry after the first reply was handed out (the API process may have restarted and
+    // lost it) asks for the reply again.
+    msg.flags.resend_reply = true;
 }
 
 /// What the request asked, beyond what the id already covers (chat and sender).
@@ -84,6 +82,15 @@ mod tests {
         assert_ne!(id, keyed("c", "s", "k2"));
         // The parts are kept apart: moving a character from one to the next changes the id.
         assert_ne!(keyed("ab", "c", "k"), keyed("a", "bc", "k"));
+    }
+
+    #[test]
+    fn a_keyed_message_asks_for_its_reply_again_by_flag() {
+        let mut msg = InboundMessage::user(CHANNEL, "c", Sender { id: "s".into(), ..Sender::default() }, "hi");
+        apply(&mut msg, "k");
+        assert!(msg.flags.resend_reply);
+        // Not the metadata key of earlier versions, which workers still read.
+        assert!(msg.metadata.is_empty());
     }
 
     #[test]

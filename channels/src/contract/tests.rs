@@ -86,3 +86,44 @@ fn run_events_are_tagged_by_type() {
             .unwrap();
     assert_eq!(unknown.body, RunEventBody::Unknown);
 }
+
+fn decode(json: &str) -> InboundMessage {
+    serde_json::from_str(json).unwrap()
+}
+
+#[test]
+fn flags_are_read_from_the_message() {
+    let request = decode(r#"{"id":"a","channel":"console","chat_id":"me","flags":{"awaits_reply":true}}"#);
+    assert!(request.awaits_reply());
+    assert!(!request.sender_is_claimed() && !request.wants_reply_again());
+    let retry = decode(r#"{"id":"a","channel":"console","chat_id":"me","flags":{"resend_reply":true}}"#);
+    assert!(retry.wants_reply_again() && !retry.awaits_reply());
+    // A system message has no person waiting for it, whatever its flags say.
+    let system =
+        decode(r#"{"id":"a","channel":"console","chat_id":"me","kind":"system","flags":{"awaits_reply":true}}"#);
+    assert!(!system.awaits_reply());
+    let chat = decode(r#"{"id":"a","channel":"telegram","chat_id":"me"}"#);
+    assert_eq!(chat.effective_flags(), MessageFlags::default());
+}
+
+#[test]
+fn a_message_of_an_earlier_api_process_reads_as_it_meant() {
+    let old = decode(r#"{"id":"a","channel":"api","chat_id":"me","metadata":{"resend_reply":true}}"#);
+    assert_eq!(old.effective_flags(), MessageFlags { resend_reply: true, ..MessageFlags::request() });
+    let old = decode(r#"{"id":"a","channel":"api","chat_id":"me"}"#);
+    assert_eq!(old.effective_flags(), MessageFlags::request());
+    // The legacy key still counts on any channel, as it did.
+    let other = decode(r#"{"id":"a","channel":"console","chat_id":"me","metadata":{"resend_reply":true}}"#);
+    assert_eq!(other.effective_flags(), MessageFlags { resend_reply: true, ..MessageFlags::default() });
+    // A message that says its flags is taken at its word, on the api channel too.
+    let flagged = decode(r#"{"id":"a","channel":"api","chat_id":"me","flags":{"resend_reply":true}}"#);
+    assert_eq!(flagged.effective_flags(), MessageFlags { resend_reply: true, ..MessageFlags::default() });
+}
+
+#[test]
+fn flags_are_left_out_of_the_json_when_none_is_set() {
+    let json = serde_json::to_value(InboundMessage::user("telegram", "1", Sender::default(), "hi")).unwrap();
+    assert_eq!(json.get("flags"), None);
+    let flags = MessageFlags { awaits_reply: true, ..MessageFlags::default() };
+    assert_eq!(serde_json::to_string(&flags).unwrap(), r#"{"awaits_reply":true}"#);
+}
