@@ -1,0 +1,68 @@
+//! Where a message goes and the session key that names it: a chat, and a Telegram topic or a
+//! Discord thread in it, written `channel:chat[:topic|thread:id]` on the bus, in the stores and
+//! wherever people name a chat.
+
+use serde::{Deserialize, Serialize};
+
+/// Where a message goes: a chat, and a Telegram topic or Discord thread in it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ChatAddress {
+    pub channel: String,
+    pub chat_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thread_id: Option<String>,
+    pub is_group: bool,
+}
+
+impl ChatAddress {
+    /// The session key of this chat (see [`InboundMessage::session_key`]).
+    pub fn session_key(&self) -> String {
+        session_key(&self.channel, &self.chat_id, self.thread_id.as_deref())
+    }
+
+    /// Reads a chat written like its session key (the inverse of [`ChatAddress::session_key`]):
+    /// `telegram:-100123`, `telegram:-100123:topic:7`, `discord:55:thread:9`, `api:me`. Used
+    /// where people name a chat: config, the CLI, tool arguments.
+    ///
+    /// Whether the chat is a group is not in a session key; it is inferred: a topic or thread
+    /// lives in a group, and Telegram groups have negative ids.
+    pub fn parse(text: &str) -> Result<ChatAddress, BadAddress> {
+        let bad = || BadAddress(text.to_owned());
+        let (channel, rest) = text.trim().split_once(':').ok_or_else(bad)?;
+        if channel.is_empty() || channel.contains(char::is_whitespace) || rest.is_empty() {
+            return Err(bad());
+        }
+        let (chat_id, thread_id) = match rest.rsplitn(3, ':').collect::<Vec<_>>().as_slice() {
+            [thread, word @ ("topic" | "thread"), chat] => {
+                // The word session keys use on this channel, so a typo is not read as a chat id.
+                let expected = if channel == "telegram" { "topic" } else { "thread" };
+                if *word != expected || thread.is_empty() || chat.is_empty() {
+                    return Err(bad());
+                }
+                (*chat, Some((*thread).to_owned()))
+            }
+            _ => (rest, None),
+        };
+        let is_group = thread_id.is_some() || (channel == "telegram" && chat_id.starts_with('-'));
+        Ok(ChatAddress { channel: channel.to_owned(), chat_id: chat_id.to_owned(), thread_id, is_group })
+    }
+}
+
+/// A chat name that is not written like a session key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{0:?} is not a chat address: write channel:chat_id, optionally with :topic:N (Telegram) or :thread:N \
+     (e.g. telegram:-100123:topic:7, discord:55:thread:9, api:me)"
+)]
+pub struct BadAddress(pub String);
+
+/// The session key for a chat, optionally narrowed to a topic or thread.
+pub fn session_key(channel: &str, chat_id: &str, thread_id: Option<&str>) -> String {
+    match thread_id {
+        // Telegram calls its sub-chats forum topics; Discord and others call them threads.
+        Some(thread) if channel == "telegram" => format!("{channel}:{chat_id}:topic:{thread}"),
+        Some(thread) => format!("{channel}:{chat_id}:thread:{thread}"),
+        None => format!("{channel}:{chat_id}"),
+    }
+}
