@@ -131,7 +131,7 @@ fn backend_list(pids: &[i32]) -> String {
     }
 }
 
-/// What a worker should do with an inbound message, decided atomically by [`Store::claim_run`].
+/// What a worker should do with an inbound message, decided atomically by [`RunStore::claim_run`].
 #[derive(Debug, Clone, PartialEq)]
 #[expect(
     clippy::large_enum_variant,
@@ -340,54 +340,29 @@ pub struct RunRecord {
     pub reply_delivered: bool,
 }
 
-/// Users live in the same database as runs, so a run's usage is recorded with its outcome.
+/// A run of a message: claimed once by inbound id, finished once with its transcript, reply and
+/// usage (users live in the same database as runs, so a run's usage is recorded with its
+/// outcome), and listed for operators.
 #[async_trait]
-pub trait Store:
-    UserStore + CronStore + HeartbeatStore + SubagentStore + approvals::ApprovalStore + WindowStore + Send + Sync
-{
+pub trait RunStore: Send + Sync {
     /// Records that `inbound_id` is being worked on in `session_key`, or reports what was
     /// already done for it. Atomic: two workers claiming one inbound id get one `New`.
     async fn claim_run(&self, inbound_id: &str, session_key: &str) -> Result<RunClaim, StoreError> {
         self.claim_run_as(inbound_id, session_key, RunKind::Turn).await
     }
 
-    /// [`Store::claim_run`] for a run of `kind` (a new run is recorded as that kind).
+    /// [`RunStore::claim_run`] for a run of `kind` (a new run is recorded as that kind).
     async fn claim_run_as(&self, inbound_id: &str, session_key: &str, kind: RunKind) -> Result<RunClaim, StoreError>;
 
     /// Whether the run of `inbound_id` is settled: finished (completed or failed) and its
     /// reply, if it has one, published. False when it runs, waits to publish, or has no run.
     async fn run_settled(&self, inbound_id: &str) -> Result<bool, StoreError>;
 
-    /// The most recent `limit` transcript messages of a session after its last compaction,
-    /// oldest first.
-    async fn history(&self, session_key: &str, limit: usize) -> Result<Vec<ChatMessage>, StoreError>;
-
-    /// Like [`Store::history`], with each message's transcript id (for compaction).
-    async fn history_rows(&self, session_key: &str, limit: usize) -> Result<Vec<(i64, ChatMessage)>, StoreError>;
-
-    /// The session's saved summary; `None` before the first compaction.
-    async fn session_summary(&self, session_key: &str) -> Result<Option<HistorySummary>, StoreError>;
-
-    /// What a turn reads of its session: [`Store::history`] and [`Store::session_summary`]
-    /// together, from a copy in memory when this process stored the session's last turn.
-    async fn conversation(&self, session_key: &str, limit: usize) -> Result<Conversation, StoreError>;
-
-    /// Marks a compaction of the session as running. `false` when one already is (and is
-    /// not stale), in which case the caller must not compact. Atomic across processes.
-    async fn begin_compaction(&self, session_key: &str) -> Result<bool, StoreError>;
-
-    /// Ends a compaction: saves the summary, hides transcript rows up to `through_id` from
-    /// [`Store::history`], counts the compaction and clears the running mark, in one statement.
-    async fn finish_compaction(&self, session_key: &str, summary: &str, through_id: i64) -> Result<(), StoreError>;
-
-    /// Clears the running mark after a failed compaction; summary and history stay as they were.
-    async fn abort_compaction(&self, session_key: &str) -> Result<(), StoreError>;
-
     /// Finishes a run: appends its transcript, stores the reply, sets status, usage and timings,
     /// and adds the usage to its user's month (`billing`), all in one transaction.
     async fn finish_run(&self, run_id: &str, outcome: &RunOutcome) -> Result<(), StoreError>;
 
-    /// [`Store::finish_run`] with the in-process bus's journal writes in the same transaction:
+    /// [`RunStore::finish_run`] with the in-process bus's journal writes in the same transaction:
     /// the reply's record appended (and the reply marked delivered, since it is then on the
     /// bus as surely as the run is stored) and the answered message's row deleted. Returns the
     /// reply's journal row, `None` when a row with its id is still pending (it is queued already).
@@ -407,8 +382,38 @@ pub trait Store:
 
     /// The most recent runs, newest first.
     async fn recent_runs(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError>;
+}
 
-    /// Starts the session afresh (`/new`): later [`Store::history`] calls see nothing written
+/// A session: its transcript after `/new` and the last compaction, the summary that stands
+/// for what a compaction covered, and what its chat chose (`/queue`, `/model`, `/verbose`).
+#[async_trait]
+pub trait SessionStore: Send + Sync {
+    /// The most recent `limit` transcript messages of a session after its last compaction,
+    /// oldest first.
+    async fn history(&self, session_key: &str, limit: usize) -> Result<Vec<ChatMessage>, StoreError>;
+
+    /// Like [`SessionStore::history`], with each message's transcript id (for compaction).
+    async fn history_rows(&self, session_key: &str, limit: usize) -> Result<Vec<(i64, ChatMessage)>, StoreError>;
+
+    /// The session's saved summary; `None` before the first compaction.
+    async fn session_summary(&self, session_key: &str) -> Result<Option<HistorySummary>, StoreError>;
+
+    /// What a turn reads of its session: [`SessionStore::history`] and [`SessionStore::session_summary`]
+    /// together, from a copy in memory when this process stored the session's last turn.
+    async fn conversation(&self, session_key: &str, limit: usize) -> Result<Conversation, StoreError>;
+
+    /// Marks a compaction of the session as running. `false` when one already is (and is
+    /// not stale), in which case the caller must not compact. Atomic across processes.
+    async fn begin_compaction(&self, session_key: &str) -> Result<bool, StoreError>;
+
+    /// Ends a compaction: saves the summary, hides transcript rows up to `through_id` from
+    /// [`SessionStore::history`], counts the compaction and clears the running mark, in one statement.
+    async fn finish_compaction(&self, session_key: &str, summary: &str, through_id: i64) -> Result<(), StoreError>;
+
+    /// Clears the running mark after a failed compaction; summary and history stay as they were.
+    async fn abort_compaction(&self, session_key: &str) -> Result<(), StoreError>;
+
+    /// Starts the session afresh (`/new`): later [`SessionStore::history`] calls see nothing written
     /// before now. The transcript itself is kept.
     async fn archive_session(&self, session_key: &str) -> Result<(), StoreError>;
 
@@ -428,6 +433,36 @@ pub trait Store:
 
     /// Stores the session's queue mode (`/queue <mode>`); `None` = the configured default.
     async fn set_queue_mode(&self, session_key: &str, mode: Option<QueueMode>) -> Result<(), StoreError>;
+}
+
+/// Everything a turn touches: its run, its session, its sender's user and budget, and what
+/// cron, heartbeats, sub-agents, approvals and the models' windows keep. The worker takes it;
+/// narrower consumers take one of its roles.
+pub trait Store:
+    RunStore
+    + SessionStore
+    + UserStore
+    + CronStore
+    + HeartbeatStore
+    + SubagentStore
+    + approvals::ApprovalStore
+    + WindowStore
+    + Send
+    + Sync
+{
+}
+
+impl<T> Store for T where
+    T: RunStore
+        + SessionStore
+        + UserStore
+        + CronStore
+        + HeartbeatStore
+        + SubagentStore
+        + approvals::ApprovalStore
+        + WindowStore
+        + ?Sized
+{
 }
 
 /// What a session chose with chat commands.

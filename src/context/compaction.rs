@@ -28,7 +28,7 @@ use crate::agent::{Agent, EventSink, Turn};
 use crate::provider::pricing::CostTally;
 use crate::provider::{ChatMessage, ChatResponse, ProviderError, Role};
 use crate::store::users::Billing;
-use crate::store::{RunKind, RunStatus, SideRun, Store, StoreError};
+use crate::store::{RunKind, RunStatus, RunStore, SessionStore, SideRun, StoreError};
 use crate::tools::{PersonaAccess, ToolContext, ToolFilter, truncate_middle};
 use crate::workspace::memory::{MemoryScope, Reach};
 
@@ -101,7 +101,10 @@ pub enum Outcome {
 #[derive(Clone, Copy)]
 pub struct Deps<'a> {
     pub engine: &'a ContextEngine,
-    pub store: &'a dyn Store,
+    /// Where the session's transcript, summary and compaction mark are.
+    pub sessions: &'a dyn SessionStore,
+    /// Where the flush and summary calls are recorded as side runs.
+    pub runs: &'a dyn RunStore,
     pub agent: &'a Agent,
     /// The session's key: it records the agent the session belongs to.
     pub session_key: &'a str,
@@ -131,7 +134,7 @@ pub struct Due {
 /// everything before the newest exchange is. `None` when there is nothing before that.
 pub async fn due_now(
     engine: &ContextEngine,
-    store: &dyn Store,
+    store: &dyn SessionStore,
     agent: &Agent,
     session_key: &str,
     history_limit: usize,
@@ -146,7 +149,7 @@ pub async fn due_now(
 /// (the memory scope, the flush's prompt) is prepared by the caller only when one is due.
 pub async fn due(
     engine: &ContextEngine,
-    store: &dyn Store,
+    store: &dyn SessionStore,
     agent: &Agent,
     session_key: &str,
     history_limit: usize,
@@ -177,7 +180,7 @@ pub async fn compact_due(
     stop: &CancellationToken,
 ) -> Result<Outcome, CompactionError> {
     let key = deps.session_key;
-    if !deps.store.begin_compaction(key).await? {
+    if !deps.sessions.begin_compaction(key).await? {
         return Ok(Outcome::Busy);
     }
     let result = tokio::select! {
@@ -185,7 +188,7 @@ pub async fn compact_due(
         () = stop.cancelled() => Err(CompactionError::Cancelled),
     };
     if result.is_err()
-        && let Err(err) = deps.store.abort_compaction(key).await
+        && let Err(err) = deps.sessions.abort_compaction(key).await
     {
         tracing::warn!(%err, "cannot clear the compaction mark; it goes stale on its own");
     }
@@ -277,7 +280,7 @@ async fn compact(
     cut: usize,
 ) -> Result<Outcome, CompactionError> {
     let key = deps.session_key;
-    let previous = deps.store.session_summary(key).await?.map(|summary| summary.text);
+    let previous = deps.sessions.session_summary(key).await?.map(|summary| summary.text);
     let history: Vec<ChatMessage> = rows.iter().map(|(_, m)| m.clone()).collect();
     let old = render(previous.as_deref(), &history[..cut]);
     let flush = flush_memory(deps, msg, history, previous.as_deref()).await;
@@ -309,7 +312,7 @@ async fn compact(
         return Err(CompactionError::EmptySummary);
     }
     let through_id = rows[cut - 1].0;
-    deps.store.finish_compaction(key, &summary, through_id).await?;
+    deps.sessions.finish_compaction(key, &summary, through_id).await?;
     Ok(Outcome::Compacted { summarized: cut, through_id })
 }
 
@@ -464,7 +467,7 @@ async fn record(deps: Deps<'_>, msg: &InboundMessage, run: SideRun, call: u32) {
         call => format!("{}:{}:{call}", msg.id, run.kind.as_str()),
     };
     let run = SideRun { inbound_id, ..run };
-    if let Err(err) = deps.store.record_side_run(&run).await {
+    if let Err(err) = deps.runs.record_side_run(&run).await {
         tracing::warn!(%err, kind = run.kind.as_str(), "cannot record a compaction's model call");
     }
 }

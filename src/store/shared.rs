@@ -18,6 +18,7 @@ mod lenient;
 pub(super) mod memory_index;
 mod pairing;
 pub(super) mod runs;
+mod sessions;
 mod subagents;
 mod usage;
 mod users;

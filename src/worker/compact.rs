@@ -72,7 +72,8 @@ pub(super) async fn compact_with_flush(
     let flush_prompt = super::prompt::system_prompt(turns, agent, &run, &flush_tools, &Default::default(), mode).await;
     let deps = compaction::Deps {
         engine,
-        store,
+        sessions: store,
+        runs: store,
         agent,
         session_key: &route.key,
         flush_prompt: &flush_prompt,

@@ -11,7 +11,9 @@ use sqlx::{ConnectOptions, Connection, SqliteConnection};
 use switchboard::config::QueueMode;
 use switchboard::provider::{ChatMessage, ToolCall};
 use switchboard::store::sqlite::SqliteStore;
-use switchboard::store::{HistorySummary, RunClaim, RunOutcome, RunStatus, SessionInfo, Store, StoreError};
+use switchboard::store::{
+    HistorySummary, RunClaim, RunOutcome, RunStatus, RunStore, SessionInfo, SessionStore, Store, StoreError,
+};
 use switchboard_channels::contract::{OutboundKind, OutboundMessage, Usage};
 
 use crate::stores::on_both_stores;

@@ -10,7 +10,7 @@ use super::*;
 use crate::provider::embeddings::{EmbeddingsSettings, OpenAiEmbeddings};
 use crate::provider::{Author, ChatMessage};
 use crate::store::sqlite::SqliteStore;
-use crate::store::{RunClaim, RunOutcome, RunStatus, Store};
+use crate::store::{RunClaim, RunOutcome, RunStatus, RunStore};
 use crate::tools::Tool;
 
 struct Rig {
