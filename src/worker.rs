@@ -245,8 +245,6 @@ pub(crate) struct Intake {
     arrivals: AtomicU64,
     /// Stream positions of the inbound messages held here (see `order`).
     held_seqs: order::HeldSeqs,
-    /// Cancelled when shutdown starts: no new runs start (the runner's token too).
-    stopping: CancellationToken,
     /// Tasks of the intake loop not yet joined (session loops, commands, notices).
     tasks: AtomicUsize,
 }
@@ -254,7 +252,6 @@ pub(crate) struct Intake {
 impl Intake {
     fn new(turns: Arc<TurnRunner>, settings: IntakeSettings, rate_limits: crate::config::RateLimitsConfig) -> Self {
         let rate = Mutex::new(rate::RateLimiter::new(rate_limits, settings.queue.debounce));
-        let stopping = turns.stopping.clone();
         Self {
             turns,
             settings,
@@ -263,7 +260,6 @@ impl Intake {
             rate,
             arrivals: AtomicU64::new(0),
             held_seqs: order::HeldSeqs::default(),
-            stopping,
             tasks: AtomicUsize::new(0),
         }
     }

@@ -226,7 +226,7 @@ impl Intake {
 
     /// Waits for session tasks to finish within the grace period, then abandons the rest.
     async fn drain(&self, mut tasks: JoinSet<()>) {
-        self.stopping.cancel();
+        self.turns.stopping.cancel();
         let grace = self.settings.shutdown_grace;
         tracing::info!(running = tasks.len(), grace_secs = grace.as_secs(), "worker stopping");
         let finished = tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;

@@ -109,12 +109,12 @@ async fn wait_for_quiet(intake: &Intake, key: &str, since: Instant) {
             let sessions = intake.sessions.lock().unwrap_or_else(PoisonError::into_inner);
             sessions.get(key).map_or(Instant::now(), |session| session.last_arrival + window).min(latest)
         };
-        if Instant::now() >= quiet_at || intake.stopping.is_cancelled() {
+        if Instant::now() >= quiet_at || intake.turns.stopping.is_cancelled() {
             return;
         }
         tokio::select! {
             _ = tokio::time::sleep_until(quiet_at) => {}
-            _ = intake.stopping.cancelled() => {}
+            _ = intake.turns.stopping.cancelled() => {}
         }
     }
 }

@@ -307,10 +307,10 @@ async fn wait_for_turn(intake: &Intake, key: &str) {
             batching(intake, session.mode).start_at(&session.queue, free_since)
         };
         match start_at {
-            Some(at) if Instant::now() < at && !intake.stopping.is_cancelled() => {
+            Some(at) if Instant::now() < at && !intake.turns.stopping.is_cancelled() => {
                 tokio::select! {
                     _ = tokio::time::sleep_until(at) => {}
-                    _ = intake.stopping.cancelled() => {}
+                    _ = intake.turns.stopping.cancelled() => {}
                 }
             }
             _ => return,
