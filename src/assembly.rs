@@ -35,14 +35,15 @@ use crate::provider::ProviderError;
 use crate::provider::failover::Fitting;
 use crate::scheduler::heartbeat::Heartbeats;
 use crate::scheduler::{CronScheduler, CronSettings};
-use crate::store::Database;
+use crate::store::{Database, Store};
 use crate::store::StoreError;
 use crate::store::cron::CronStore;
 use crate::subagents::{SubagentManager, SubagentSettings};
 use crate::tools::Tool;
 use crate::tools::mcp::McpServers;
 use crate::users::PolicyError;
-use crate::worker::{Worker, WorkerSettings};
+use crate::worker::commit::{CommitPort, JournalInStore, StoreThenPublish};
+use crate::worker::{Worker, WorkerPorts, WorkerSettings};
 
 #[derive(Debug, Error)]
 pub enum AssemblyError {
@@ -192,8 +193,9 @@ impl Assembly {
             manager.use_context(Arc::clone(&context));
         }
         let control = self.control(bus, store);
-        let (bus, store) = (Arc::clone(bus), Arc::clone(store) as _);
-        let mut worker = Worker::with_agents(bus, store, agents, settings, control, context);
+        let store = Arc::clone(store) as Arc<dyn Store>;
+        let ports = WorkerPorts { bus: Arc::clone(bus), commit: commit_port(bus, &store), store };
+        let mut worker = Worker::with_agents(ports, agents, settings, control, context);
         if let Some(manager) = &subagents {
             worker = worker.with_subagents(Arc::clone(manager));
         }
@@ -284,4 +286,13 @@ pub fn start_subagents(manager: Arc<SubagentManager>, shutdown: &CancellationTok
             tracing::warn!(%err, "the sub-agent reaper ended abnormally");
         }
     })
+}
+
+/// How a worker on `bus` commits a run: in one store transaction with the bus's journal when
+/// the bus journals in the store (the embedded shape), else stored, then published.
+fn commit_port(bus: &Arc<dyn Bus>, store: &Arc<dyn Store>) -> Arc<dyn CommitPort> {
+    match Arc::clone(bus).store_journal() {
+        Some(journal) => Arc::new(JournalInStore::new(journal, Arc::clone(bus), Arc::clone(store))),
+        None => Arc::new(StoreThenPublish::new(Arc::clone(bus), Arc::clone(store))),
+    }
 }

@@ -240,7 +240,7 @@ pub struct HistorySummary {
 }
 
 /// The in-process bus's journal writes a finishing run makes in its own transaction (see
-/// `Bus::outbound_record` and `Acker::journal_row`).
+/// `StoreJournal` and the worker's `JournalInStore` commit).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct BusWrites<'a> {
     /// The reply's record, to be appended.

@@ -13,7 +13,7 @@ pub mod agents;
 mod answer;
 mod batch;
 mod commands;
-mod commit;
+pub(crate) mod commit;
 mod compact;
 mod events;
 mod expiry;
@@ -53,7 +53,6 @@ use thiserror::Error;
 use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::Agent;
 use crate::config::RateLimitsConfig;
 use crate::context::{ContextEngine, ContextSettings};
 use crate::control::Control;
@@ -178,6 +177,8 @@ struct TurnSettings {
 pub(crate) struct TurnRunner {
     bus: Arc<dyn Bus>,
     store: Arc<dyn Store>,
+    /// How a finished run's outcome and reply are committed (chosen by the assembly).
+    commit: Arc<dyn commit::CommitPort>,
     /// The agents by name and the bindings that pick one per message (replaced by a reload).
     agents: Reloadable<Agents>,
     /// Levels, tool permissions and budgets (replaced by a reload).
@@ -243,8 +244,9 @@ pub(crate) struct Intake {
     rate: Mutex<rate::RateLimiter>,
     /// Numbers messages in arrival order.
     arrivals: AtomicU64,
-    /// Stream positions of the inbound messages held here (see `order`).
-    held_seqs: order::HeldSeqs,
+    /// A chat's order across workers, on a bus whose stream several processes consume (see
+    /// `order`); `None` on a bus that delivers in order by itself.
+    order: Option<order::ChatOrder>,
     /// Tasks of the intake loop not yet joined (session loops, commands, notices).
     tasks: AtomicUsize,
 }
@@ -252,6 +254,7 @@ pub(crate) struct Intake {
 impl Intake {
     fn new(turns: Arc<TurnRunner>, settings: IntakeSettings, rate_limits: crate::config::RateLimitsConfig) -> Self {
         let rate = Mutex::new(rate::RateLimiter::new(rate_limits, settings.queue.debounce));
+        let order = Arc::clone(&turns.bus).stream_order().map(order::ChatOrder::new);
         Self {
             turns,
             settings,
@@ -259,7 +262,7 @@ impl Intake {
             overflow: Mutex::new(HashMap::new()),
             rate,
             arrivals: AtomicU64::new(0),
-            held_seqs: order::HeldSeqs::default(),
+            order,
             tasks: AtomicUsize::new(0),
         }
     }
@@ -284,6 +287,14 @@ impl Reloader {
     }
 }
 
+/// What a worker reaches outside itself: the bus, the store, and how a run is committed to
+/// both (the assembly picks the commit for the bus in use).
+pub(crate) struct WorkerPorts {
+    pub(crate) bus: Arc<dyn Bus>,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) commit: Arc<dyn commit::CommitPort>,
+}
+
 /// Consumes the inbound queue until `shutdown` is cancelled, then drains: the intake in front
 /// (queues and scheduling, `intake`), the turn runner behind it (everything a turn needs, `run`).
 pub struct Worker {
@@ -294,29 +305,18 @@ pub struct Worker {
 }
 
 impl Worker {
-    pub fn new(
-        bus: Arc<dyn Bus>,
-        store: Arc<dyn Store>,
-        agent: Arc<Agent>,
-        settings: WorkerSettings,
-        control: Arc<Control>,
-    ) -> Self {
-        let context = Self::context_for(&settings);
-        Self::with_agents(bus, store, Agents::single(agent), settings, control, context)
-    }
-
     /// The context engine of a worker with `settings`: made before the worker, since the
     /// agents' model chains refit requests with it (see [`crate::provider::failover::Fitting`]).
     pub fn context_for(settings: &WorkerSettings) -> Arc<ContextEngine> {
         Arc::new(ContextEngine::new(settings.context.clone()))
     }
 
-    /// A worker that picks one of several agents per message (see [`agents`]); `control`
-    /// carries out the owner's commands. `context` is made from `settings.context`
-    /// beforehand, for the agents' model chains to refit requests with ([`Worker::context_for`]).
-    pub fn with_agents(
-        bus: Arc<dyn Bus>,
-        store: Arc<dyn Store>,
+    /// A worker that picks one of several agents per message (see [`agents`]) and commits
+    /// their runs through `ports.commit`; `control` carries out the owner's commands.
+    /// `context` is made from `settings.context` beforehand, for the agents' model chains to
+    /// refit requests with ([`Worker::context_for`]).
+    pub(crate) fn with_agents(
+        ports: WorkerPorts,
         agents: Agents,
         settings: WorkerSettings,
         control: Arc<Control>,
@@ -332,9 +332,11 @@ impl Worker {
             max_message_chars: settings.guard.as_ref().map_or(usize::MAX, |guard| guard.max_message_chars()),
             hears_voice: settings.transcriber.is_some(),
         };
+        let WorkerPorts { bus, store, commit } = ports;
         let turns = TurnRunner {
             bus,
             store,
+            commit,
             agents: Reloadable::new(agents),
             access: Reloadable::new(settings.access),
             control,

@@ -13,9 +13,11 @@ pub mod in_process;
 pub mod journal;
 #[cfg(feature = "nats")]
 pub mod nats;
+pub mod order;
 mod recent;
 pub mod screen;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -27,7 +29,8 @@ use thiserror::Error;
 
 use crate::contract::{DeadLetter, InboundMessage, MAX_MESSAGE_ID_BYTES, OutboundMessage, RunEvent};
 use crate::subject::{Flow, SubjectError};
-use journal::JournalRecord;
+pub use journal::StoreJournal;
+pub use order::{StoredInbound, StreamOrder};
 
 #[derive(Debug, Error)]
 pub enum BusError {
@@ -101,18 +104,6 @@ pub trait Acker: Send + Sync {
     /// Tells the bus the consumer is still working, so the delivery is not given to another.
     async fn progress(&self) -> Result<(), BusError>;
 
-    /// The delivery's row in the bus's journal, when the journal is the store's database
-    /// (the in-process bus of the embedded shape): a consumer may delete it in its own store
-    /// transaction and then settle with [`Acker::ack_journaled`]. `None` on other buses.
-    fn journal_row(&self) -> Option<i64> {
-        None
-    }
-
-    /// Acks a delivery whose journal row (see [`Acker::journal_row`]) the consumer already
-    /// deleted; on buses without one, the same as [`Acker::ack`].
-    async fn ack_journaled(&mut self) -> Result<(), BusError> {
-        self.ack().await
-    }
 }
 
 /// One message taken from an inbound or outbound queue, not yet acknowledged.
@@ -214,20 +205,6 @@ pub trait Bus: Send + Sync + 'static {
         publish_each(self, flow, messages).await
     }
 
-    /// When this bus keeps its journal in the store's database (the in-process bus of the
-    /// embedded shape), the record that publishing `msg` would write, so the caller can write it
-    /// in its own store transaction and then queue it with [`Bus::queue_journaled`]: one
-    /// transaction instead of two. `None`: publish it with `publish_outbound`.
-    fn outbound_record(&self, _msg: &OutboundMessage) -> Option<Result<JournalRecord, BusError>> {
-        None
-    }
-
-    /// Queues a message whose record (from [`Bus::outbound_record`]) the caller wrote to the
-    /// journal as row `seq`. Waits for room in the queue like a publish.
-    async fn queue_journaled(&self, record: JournalRecord, _seq: i64) -> Result<(), BusError> {
-        Err(BusError::Publish { subject: record.subject, reason: "this bus keeps no journal in the store".into() })
-    }
-
     /// Takes inbound messages of every channel. Several subscribers share the work.
     async fn inbound(&self) -> Result<Deliveries, BusError>;
 
@@ -244,21 +221,17 @@ pub trait Bus: Send + Sync + 'static {
     /// Dead letters published so far that are still kept (newest last), for operators and tests.
     async fn dead_letters(&self, flow: Flow, limit: usize) -> Result<Vec<DeadLetter>, BusError>;
 
-    /// The stream position of the first inbound message at or after position `from` still
-    /// stored on `subject` (not acked yet: waiting, in flight at some worker, or waiting to be
-    /// redelivered after a crash), on buses whose inbound queue is a stream shared by several
-    /// processes. A worker runs a message only when nothing older of its chat is left elsewhere,
-    /// which keeps a chat's order across crashes and workers. `None` on buses that deliver in
-    /// order by themselves.
-    async fn stored_inbound(&self, _subject: &str, _from: u64) -> Result<Option<StoredInbound>, BusError> {
-        Ok(None)
+    /// This bus as one whose journal is the store's database (the in-process bus of the
+    /// embedded shape, with its journal), for a consumer that commits its work and the bus's
+    /// writes in one transaction. `None` on other buses.
+    fn store_journal(self: Arc<Self>) -> Option<Arc<dyn StoreJournal>> {
+        None
     }
 
-    /// Removes the inbound message at stream position `seq`: one whose turn is known to be
-    /// done but that the stream still holds (its ack was lost as the server went down), which
-    /// would hold its chat up for good. Nothing on buses without stream positions.
-    async fn discard_inbound(&self, _seq: u64) -> Result<(), BusError> {
-        Ok(())
+    /// This bus as a stream several processes consume (JetStream), for a consumer that keeps
+    /// a chat's order across them. `None` on buses that deliver in order by themselves.
+    fn stream_order(self: Arc<Self>) -> Option<Arc<dyn StreamOrder>> {
+        None
     }
 
     /// What this bus keeps in this process's memory, for the metrics endpoint. Nothing on
@@ -272,15 +245,6 @@ pub trait Bus: Send + Sync + 'static {
     async fn queue_depths(&self) -> Result<Vec<crate::Gauge>, BusError> {
         Ok(Vec::new())
     }
-}
-
-/// An inbound message still stored in the stream (see [`Bus::stored_inbound`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoredInbound {
-    /// Its position in the stream.
-    pub seq: u64,
-    /// The id it was published with (the inbound message's id), when it has one.
-    pub id: Option<String>,
 }
 
 /// A message for [`Bus::publish_raw_many`].

@@ -53,7 +53,7 @@ impl Intake {
             match delivery {
                 Some(Ok(delivery)) => {
                     let (info, acker) = delivery.into_parts();
-                    let held = Held::start(acker, info.subject.clone(), self.settings.progress_interval);
+                    let held = Held::start(acker, &info, self.settings.progress_interval);
                     // The lock may have been lost while waiting for this one: it is not run
                     // before the lock is back (held meanwhile, so the bus does not hand it out).
                     if !gate_open(gate.as_mut(), &shutdown).await {
@@ -110,14 +110,13 @@ impl Intake {
     /// `order`); otherwise marks its stream position as held here and returns it. Commands are
     /// exempt: they bypass the session's queue anyway (`/stop` must not wait for the run it stops).
     async fn wait_in_order(&self, info: &DeliveryInfo, msg: &InboundMessage, mut held: Held) -> Option<Held> {
-        let Some(position) = info.stream_seq else { return Some(held) };
+        let (Some(order), Some(position)) = (&self.order, info.stream_seq) else { return Some(held) };
         if msg.kind == InboundKind::User && commands::parse(&msg.content).is_some() {
             return Some(held);
         }
-        let (bus, store) = (self.turns.bus.as_ref(), self.turns.store.as_ref());
-        match order::wait_for_older(bus, store, &self.held_seqs, info).await {
+        match order::wait_for_older(order, self.turns.store.as_ref(), info).await {
             Ok(None) => {
-                held.keep_position(self.held_seqs.hold(position));
+                held.keep_position(order.held.hold(position));
                 Some(held)
             }
             Ok(Some(delay)) => {

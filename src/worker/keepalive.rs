@@ -4,15 +4,13 @@
 
 use std::time::Duration;
 
-use switchboard_channels::bus::Acker;
+use switchboard_channels::bus::{Acker, DeliveryInfo};
 use tokio::sync::oneshot;
 
 /// How a held delivery ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Settle {
     Ack,
-    /// Ack a delivery whose journal row was deleted with the run's outcome.
-    AckJournaled,
     Nak(Option<Duration>),
 }
 
@@ -24,28 +22,27 @@ pub struct Held {
     position: Option<super::order::SeqGuard>,
     /// The subject the message came from, for a dead letter.
     subject: String,
-    /// The message's row in the bus's journal, when that is the store's database.
-    journal_row: Option<i64>,
+    /// The message's position in its stream, when the bus numbers them.
+    stream_seq: Option<u64>,
 }
 
 impl Held {
-    /// Starts holding `acker` of a message from `subject`, sending progress every `interval`.
-    pub fn start(acker: Box<dyn Acker>, subject: String, interval: Duration) -> Self {
+    /// Starts holding `acker` of the message `info` describes, sending progress every `interval`.
+    pub fn start(acker: Box<dyn Acker>, info: &DeliveryInfo, interval: Duration) -> Self {
         let (settle_tx, settle_rx) = oneshot::channel();
         let (done_tx, done_rx) = oneshot::channel();
-        let journal_row = acker.journal_row();
         tokio::spawn(hold(acker, interval, settle_rx, done_tx));
-        Self { settle: Some(settle_tx), done: Some(done_rx), position: None, subject, journal_row }
+        let (subject, stream_seq) = (info.subject.clone(), info.stream_seq);
+        Self { settle: Some(settle_tx), done: Some(done_rx), position: None, subject, stream_seq }
     }
 
     pub fn subject(&self) -> &str {
         &self.subject
     }
 
-    /// The message's row in the bus's journal, when a run may delete it with its outcome
-    /// (then settle with [`Settle::AckJournaled`]).
-    pub fn journal_row(&self) -> Option<i64> {
-        self.journal_row
+    /// The message's position in its stream, when the bus numbers them.
+    pub fn stream_seq(&self) -> Option<u64> {
+        self.stream_seq
     }
 
     /// Keeps `position` until the delivery is settled (or dropped).
@@ -92,7 +89,6 @@ async fn hold(
     };
     let result = match outcome {
         Some(Settle::Ack) => acker.ack().await,
-        Some(Settle::AckJournaled) => acker.ack_journaled().await,
         Some(Settle::Nak(delay)) => acker.nak(delay).await,
         // The worker dropped the delivery without a verdict: let the bus redeliver it.
         None => Ok(()),

@@ -8,13 +8,13 @@
 //! by this worker (where the session queue keeps the order) nor the message itself, it is still
 //! waiting, running elsewhere or due for redelivery: this message is handed back with a short,
 //! growing delay and looked at again then. The in-process bus delivers in order by itself and
-//! reports no stream positions, so nothing is looked up there.
+//! offers no [`StreamOrder`], so nothing is looked up there.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use switchboard_channels::bus::{Bus, BusError, DeliveryInfo, StoredInbound};
+use switchboard_channels::bus::{BusError, DeliveryInfo, StoredInbound, StreamOrder};
 use thiserror::Error;
 
 use crate::store::{Store, StoreError};
@@ -24,6 +24,18 @@ use crate::store::{Store, StoreError};
 /// message waiting behind a long turn costs a lookup every two seconds, not a storm.
 const WAIT_MIN: Duration = Duration::from_millis(200);
 const WAIT_MAX: Duration = Duration::from_secs(2);
+
+/// The bus's stream and the positions of the inbound messages this worker holds in it.
+pub(super) struct ChatOrder {
+    pub(super) stream: Arc<dyn StreamOrder>,
+    pub(super) held: HeldSeqs,
+}
+
+impl ChatOrder {
+    pub(super) fn new(stream: Arc<dyn StreamOrder>) -> Self {
+        Self { stream, held: HeldSeqs::default() }
+    }
+}
 
 /// Stream positions of the inbound messages this worker holds (queued or running).
 #[derive(Clone, Default)]
@@ -63,12 +75,12 @@ pub(super) enum OrderError {
 
 /// When the delivery must wait for an older message of its chat: how long to hand it back for.
 pub(super) async fn wait_for_older(
-    bus: &dyn Bus,
+    order: &ChatOrder,
     store: &dyn Store,
-    held: &HeldSeqs,
     info: &DeliveryInfo,
 ) -> Result<Option<Duration>, OrderError> {
     let Some(seq) = info.stream_seq else { return Ok(None) };
+    let (bus, held) = (order.stream.as_ref(), &order.held);
     let mut from = 1;
     // Each step skips one message this worker holds or one that is done, so the walk ends.
     while let Some(older) = bus.stored_inbound(&info.subject, from).await? {
@@ -92,7 +104,7 @@ pub(super) async fn wait_for_older(
 /// still holds: its worker's ack is on its way, or was lost (nats-server killed just after it
 /// counted the ack, before it removed the message; no one would ever be given it again). It
 /// is removed, so the chat goes on at once either way.
-async fn answered_but_kept(bus: &dyn Bus, store: &dyn Store, older: &StoredInbound) -> Result<bool, OrderError> {
+async fn answered_but_kept(bus: &dyn StreamOrder, store: &dyn Store, older: &StoredInbound) -> Result<bool, OrderError> {
     let Some(id) = &older.id else { return Ok(false) };
     if !store.run_settled(id).await? {
         return Ok(false);

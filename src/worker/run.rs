@@ -39,8 +39,6 @@ const RETRY_DELAY: Duration = Duration::from_secs(5);
 struct Done {
     /// The turn ran and its session may now be due for compaction.
     compaction_due: bool,
-    /// The message's journal row was deleted with the run's outcome.
-    journaled: bool,
     /// Who paid for the turn: who pays for a compaction after it.
     billing: Option<Billing>,
 }
@@ -63,8 +61,7 @@ impl TurnRunner {
         let started = std::time::Instant::now();
         // A panic anywhere in the run is a bug, but it must cost one answer, not the chat: the
         // session task would die with the session still marked busy.
-        let answered_row = held.journal_row();
-        let inner = AssertUnwindSafe(self.answer(&route, &msg, answered_row, control)).catch_unwind();
+        let inner = AssertUnwindSafe(self.answer(&route, &msg, held.stream_seq(), control)).catch_unwind();
         let (verdict, panicked) = match inner.instrument(span.clone()).await {
             Ok(verdict) => (verdict, false),
             Err(panic) => {
@@ -91,7 +88,6 @@ impl TurnRunner {
             _ => None,
         };
         let settle = match verdict {
-            Ok(Done { journaled: true, .. }) => Settle::AckJournaled,
             Ok(_) => Settle::Ack,
             Err(Giveback::Stopping) => Settle::Nak(None),
             Err(Giveback::Transient(reason)) => {
@@ -106,7 +102,7 @@ impl TurnRunner {
                 return true;
             }
         };
-        let acked = matches!(settle, Settle::Ack | Settle::AckJournaled);
+        let acked = settle == Settle::Ack;
         held.settle(settle).await;
         // After the ack, still in the session's task: the next turn of this session waits for
         // the compaction, other sessions do not.
@@ -117,13 +113,13 @@ impl TurnRunner {
     }
 
     /// Claims the run, admits the sender, runs the turn (unless it is stopped, times out or is
-    /// abandoned) and commits its outcome. `answered_row`: the message's journal row, deleted
-    /// with the outcome when the journal is the store's database.
+    /// abandoned) and commits its outcome. `position`: the message's position in its stream,
+    /// for the commit (see [`commit::CommitPort`]).
     async fn answer(
         &self,
         route: &Route,
         msg: &InboundMessage,
-        answered_row: Option<i64>,
+        position: Option<u64>,
         control: Control<'_>,
     ) -> Result<Done, Giveback> {
         let Control { cancel, steer, choices } = control;
@@ -147,8 +143,8 @@ impl TurnRunner {
                 meters().redelivered(FlowLabel::inbound);
                 let gone = abort::approval_gone(&self.bus, self.store.as_ref(), msg, &run_id, session_key);
                 if let Some(outcome) = gone.await.map_err(transient)? {
-                    let journaled = self.commit(msg, &run_id, &outcome, answered_row).await?;
-                    return Ok(Done { journaled, ..Done::default() });
+                    self.commit.finish(msg, &run_id, &outcome, position).await?;
+                    return Ok(Done::default());
                 }
                 run_id
             }
@@ -175,11 +171,11 @@ impl TurnRunner {
             ran = self.turn(route, msg, &run_id, access, Turning { steer, choices, clock: clock.clone() }) => ran?,
         };
         tracing::Span::current().record("status", tracing::field::display(outcome.status.as_str()));
-        let journaled = self.commit(msg, &run_id, &outcome, answered_row).await?;
+        self.commit.finish(msg, &run_id, &outcome, position).await?;
         // Only now: until the reply naming its files is stored, a new attempt looks for them.
         super::files::clear(&route.agent.settings().workspace, &run_id).await;
         count_outcome(agent_name, &msg.channel, &outcome, started.elapsed());
-        Ok(Done { compaction_due, journaled, billing: outcome.billing })
+        Ok(Done { compaction_due, billing: outcome.billing })
     }
 
     /// The turn itself: a reminder's text, the notice of a sender over budget or refused by
@@ -235,17 +231,6 @@ impl TurnRunner {
         events.emit(finished_event(&result, &reply));
         let outcome = turn_outcome(result, reply, billing, memory_scope);
         Ok((outcome, ran.compaction_due))
-    }
-
-    /// Stores the outcome and publishes the reply (see [`commit::finish`]).
-    async fn commit(
-        &self,
-        msg: &InboundMessage,
-        run_id: &str,
-        outcome: &RunOutcome,
-        answered_row: Option<i64>,
-    ) -> Result<bool, Giveback> {
-        commit::finish(self.bus.as_ref(), self.store.as_ref(), msg, run_id, outcome, answered_row).await
     }
 }
 

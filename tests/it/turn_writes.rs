@@ -13,6 +13,7 @@ use switchboard::provider::ChatMessage;
 use switchboard::store::Database;
 use switchboard::store::sqlite::SqliteStore;
 use switchboard::store::{BusWrites, RunClaim, RunOutcome, RunStatus};
+use switchboard_channels::bus::StoreJournal;
 use switchboard_channels::bus::in_process::InProcessBus;
 use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, Sender, Usage};
 use switchboard_channels::{Bus, BusExt, Deliveries, Delivery};
@@ -73,12 +74,12 @@ async fn a_crash_after_the_finishing_transaction_delivers_the_reply_and_does_not
     let msg = InboundMessage::user("telegram", "-100", Sender::default(), "hello");
     bus.publish_inbound(&msg).await.unwrap();
     let mut inbox = bus.inbound().await.unwrap();
-    let (_, acker) = take(&mut inbox).await.into_parts();
-    let answered_row = acker.journal_row().expect("the in-process bus journals in the store");
+    let (info, acker) = take(&mut inbox).await.into_parts();
+    let answered_row = info.stream_seq.expect("a journaled delivery's position is its journal row");
     let run_id = claim_new(&store, &msg.id).await;
     let finished = outcome(&run_id, "hello", "hi there");
-    let record = bus.outbound_record(finished.reply.as_ref().unwrap()).unwrap().unwrap();
-    let writes = BusWrites { reply: Some(&record), answered_row: Some(answered_row) };
+    let record = bus.outbound_record(finished.reply.as_ref().unwrap()).unwrap();
+    let writes = BusWrites { reply: Some(&record), answered_row: Some(answered_row as i64) };
     let reply_row = store.finish_run_journaled(&run_id, &finished, &writes).await.unwrap();
     assert!(reply_row.is_some());
     // The process dies before it queues the reply or settles the delivery.
@@ -106,14 +107,15 @@ async fn a_refused_finish_writes_nothing_and_the_message_stays_to_answer() {
     let msg = InboundMessage::user("telegram", "-100", Sender::default(), "hello");
     bus.publish_inbound(&msg).await.unwrap();
     let mut inbox = bus.inbound().await.unwrap();
-    let (_, acker) = take(&mut inbox).await.into_parts();
+    let (info, acker) = take(&mut inbox).await.into_parts();
     let run_id = claim_new(&store, &msg.id).await;
     store.finish_run(&run_id, &outcome(&run_id, "hello", "first")).await.unwrap();
     // A second worker that resumed the run finishes too late: refused, and neither its reply
     // nor the deletion of the message's row is written.
     let late = outcome(&run_id, "hello", "second");
-    let record = bus.outbound_record(late.reply.as_ref().unwrap()).unwrap().unwrap();
-    let writes = BusWrites { reply: Some(&record), answered_row: acker.journal_row() };
+    let record = bus.outbound_record(late.reply.as_ref().unwrap()).unwrap();
+    let answered_row = info.stream_seq.map(|row| row as i64);
+    let writes = BusWrites { reply: Some(&record), answered_row };
     assert!(store.finish_run_journaled(&run_id, &late, &writes).await.is_err());
     std::mem::forget(acker);
     drop((inbox, bus));

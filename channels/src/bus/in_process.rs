@@ -5,10 +5,10 @@
 //! (the embedded daemon always has one), inbound and outbound messages are on disk before
 //! `publish` returns and until they are acked, and a restarted bus delivers them again. The
 //! journal is the store's database, so a worker may write its reply's journal row and delete
-//! its message's row in the transaction that stores the run (`Bus::outbound_record`,
-//! `Acker::journal_row`) instead of in transactions of their own.
+//! its message's row in the transaction that stores the run instead of in transactions of
+//! their own ([`StoreJournal`]); a journaled delivery's stream position is its journal row.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -17,7 +17,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use tokio::sync::{Mutex as AsyncMutex, broadcast, mpsc};
 
-use super::journal::{Journal, JournalEntry, JournalRecord};
+use super::journal::{Journal, JournalEntry, JournalRecord, StoreJournal};
 use super::recent::RecentIds;
 use super::{Acker, Bus, BusError, Deliveries, Delivery, Events, RawMessage};
 use crate::Gauge;
@@ -56,15 +56,20 @@ impl Queue {
         self.tx.max_capacity() - self.tx.capacity()
     }
 
-    fn deliveries(&self, journal: Option<Arc<dyn Journal>>) -> Deliveries {
+    fn deliveries(&self, journal: Option<JournalRows>) -> Deliveries {
         let rx = Arc::clone(&self.rx);
         // Weak, so that the stream ends once the bus is dropped.
         let requeue = self.tx.downgrade();
         futures_util::stream::unfold((rx, requeue, journal), |(rx, requeue, journal)| async move {
             let item = rx.lock().await.recv().await?;
+            let row = journal.as_ref().and(item.seq).and_then(|seq| u64::try_from(seq).ok());
             let acker =
                 InProcessAcker { item: Some(item.clone_meta()), requeue: requeue.clone(), journal: journal.clone() };
             let delivery = Delivery::new(item.subject, item.payload, item.attempt, Box::new(acker));
+            let delivery = match row {
+                Some(row) => delivery.with_stream_seq(row),
+                None => delivery,
+            };
             Some((Ok(delivery), (rx, requeue, journal)))
         })
         .boxed()
@@ -77,11 +82,28 @@ impl Item {
     }
 }
 
+/// The journal as acks see it: the rows to remove, less those a consumer's own transaction
+/// removed already (see [`StoreJournal::committed`]), whose ack writes nothing.
+#[derive(Clone)]
+struct JournalRows {
+    journal: Arc<dyn Journal>,
+    removed_by_consumers: Arc<Mutex<HashSet<i64>>>,
+}
+
+impl JournalRows {
+    async fn remove(&self, seq: i64) -> Result<(), BusError> {
+        if self.removed_by_consumers.lock().unwrap_or_else(PoisonError::into_inner).remove(&seq) {
+            return Ok(());
+        }
+        self.journal.remove(seq).await.map_err(|err| BusError::Ack(err.to_string()))
+    }
+}
+
 /// Puts its delivery back in the queue unless it was acked.
 struct InProcessAcker {
     item: Option<Item>,
     requeue: mpsc::WeakSender<Item>,
-    journal: Option<Arc<dyn Journal>>,
+    journal: Option<JournalRows>,
 }
 
 impl InProcessAcker {
@@ -108,10 +130,10 @@ impl InProcessAcker {
 impl Acker for InProcessAcker {
     async fn ack(&mut self) -> Result<(), BusError> {
         let Some(item) = self.item.take() else { return Ok(()) };
-        if let (Some(journal), Some(seq)) = (&self.journal, item.seq) {
-            journal.remove(seq).await.map_err(|err| BusError::Ack(err.to_string()))?;
+        match (&self.journal, item.seq) {
+            (Some(journal), Some(seq)) => journal.remove(seq).await,
+            _ => Ok(()),
         }
-        Ok(())
     }
 
     async fn nak(&mut self, delay: Option<Duration>) -> Result<(), BusError> {
@@ -120,15 +142,6 @@ impl Acker for InProcessAcker {
     }
 
     async fn progress(&self) -> Result<(), BusError> {
-        Ok(())
-    }
-
-    fn journal_row(&self) -> Option<i64> {
-        self.journal.as_ref().and(self.item.as_ref()?.seq)
-    }
-
-    async fn ack_journaled(&mut self) -> Result<(), BusError> {
-        self.item = None;
         Ok(())
     }
 }
@@ -151,6 +164,8 @@ pub struct InProcessBus {
     seen: Mutex<RecentIds>,
     dead: Mutex<HashMap<&'static str, VecDeque<DeadLetter>>>,
     journal: Option<Arc<dyn Journal>>,
+    /// Journal rows of deliveries a consumer removed in its own transaction, until acked.
+    removed_by_consumers: Arc<Mutex<HashSet<i64>>>,
 }
 
 impl InProcessBus {
@@ -166,6 +181,7 @@ impl InProcessBus {
             seen: Mutex::new(RecentIds::new(DEDUPE_WINDOW)),
             dead: Mutex::new(HashMap::new()),
             journal: None,
+            removed_by_consumers: Arc::default(),
         }
     }
 
@@ -206,6 +222,12 @@ impl InProcessBus {
                 }
             });
         }
+    }
+
+    /// The journal as this bus's deliveries ack against it, when there is one.
+    fn journal_rows(&self) -> Option<JournalRows> {
+        let journal = Arc::clone(self.journal.as_ref()?);
+        Some(JournalRows { journal, removed_by_consumers: Arc::clone(&self.removed_by_consumers) })
     }
 
     fn outbound_queue(&self, channel: &str) -> Arc<Queue> {
@@ -366,42 +388,17 @@ impl Bus for InProcessBus {
         }
     }
 
-    fn outbound_record(&self, msg: &OutboundMessage) -> Option<Result<JournalRecord, BusError>> {
-        self.journal.as_ref()?;
-        let record = super::check_publish(&msg.channel, &msg.chat_id, Some(&msg.id)).and_then(|()| {
-            Ok(JournalRecord {
-                flow: Flow::Out,
-                channel: msg.channel.clone(),
-                subject: self.subjects.chat(Flow::Out, &msg.channel, &msg.chat_id),
-                dedupe_id: Some(msg.id.clone()),
-                payload: Bytes::from(serde_json::to_vec(msg)?),
-            })
-        });
-        Some(record)
-    }
-
-    async fn queue_journaled(&self, record: JournalRecord, seq: i64) -> Result<(), BusError> {
-        let tx = match record.flow {
-            Flow::In => self.inbound.tx.clone(),
-            _ => self.outbound_queue(&record.channel).tx.clone(),
-        };
-        if let Some(id) = &record.dedupe_id {
-            self.seen_recently(&format!("{}:{id}", flow_key(record.flow)), true);
-        }
-        let item = Item { subject: record.subject, payload: record.payload, attempt: 1, seq: Some(seq) };
-        // The row is on disk already: if the bus closes first, the next start delivers it.
-        tx.send(item).await.map_err(|_| BusError::Publish {
-            subject: String::new(),
-            reason: "the bus is closed; the message is delivered after the restart".into(),
-        })
+    fn store_journal(self: Arc<Self>) -> Option<Arc<dyn StoreJournal>> {
+        let journaled = self.journal.is_some();
+        journaled.then_some(self as Arc<dyn StoreJournal>)
     }
 
     async fn inbound(&self) -> Result<Deliveries, BusError> {
-        Ok(self.inbound.deliveries(self.journal.clone()))
+        Ok(self.inbound.deliveries(self.journal_rows()))
     }
 
     async fn outbound(&self, channel: &str) -> Result<Deliveries, BusError> {
-        Ok(self.outbound_queue(channel).deliveries(self.journal.clone()))
+        Ok(self.outbound_queue(channel).deliveries(self.journal_rows()))
     }
 
     async fn events(&self, channel: &str, chat_id: Option<&str>) -> Result<Events, BusError> {
@@ -472,6 +469,40 @@ impl Bus for InProcessBus {
                 outbound,
             ),
         ]
+    }
+}
+
+#[async_trait]
+impl StoreJournal for InProcessBus {
+    fn outbound_record(&self, msg: &OutboundMessage) -> Result<JournalRecord, BusError> {
+        super::check_publish(&msg.channel, &msg.chat_id, Some(&msg.id))?;
+        Ok(JournalRecord {
+            flow: Flow::Out,
+            channel: msg.channel.clone(),
+            subject: self.subjects.chat(Flow::Out, &msg.channel, &msg.chat_id),
+            dedupe_id: Some(msg.id.clone()),
+            payload: Bytes::from(serde_json::to_vec(msg)?),
+        })
+    }
+
+    async fn committed(&self, answered: Option<u64>, reply: Option<(JournalRecord, i64)>) -> Result<(), BusError> {
+        if let Some(row) = answered.and_then(|row| i64::try_from(row).ok()) {
+            self.removed_by_consumers.lock().unwrap_or_else(PoisonError::into_inner).insert(row);
+        }
+        let Some((record, seq)) = reply else { return Ok(()) };
+        let tx = match record.flow {
+            Flow::In => self.inbound.tx.clone(),
+            _ => self.outbound_queue(&record.channel).tx.clone(),
+        };
+        if let Some(id) = &record.dedupe_id {
+            self.seen_recently(&format!("{}:{id}", flow_key(record.flow)), true);
+        }
+        let item = Item { subject: record.subject, payload: record.payload, attempt: 1, seq: Some(seq) };
+        // The row is on disk already: if the bus closes first, the next start delivers it.
+        tx.send(item).await.map_err(|_| BusError::Publish {
+            subject: String::new(),
+            reason: "the bus is closed; the message is delivered after the restart".into(),
+        })
     }
 }
 

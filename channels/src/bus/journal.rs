@@ -6,6 +6,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use thiserror::Error;
 
+use super::BusError;
+use crate::contract::OutboundMessage;
 use crate::subject::Flow;
 
 #[derive(Debug, Error)]
@@ -24,7 +26,7 @@ pub struct JournalEntry {
 
 /// A message to be journaled by a caller in its own transaction: when the journal is the
 /// store's database, a worker writes its reply's record in the transaction that stores the
-/// run (see [`Bus::outbound_record`](super::Bus::outbound_record)).
+/// run (see [`StoreJournal`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct JournalRecord {
     pub flow: Flow,
@@ -47,7 +49,6 @@ pub trait Journal: Send + Sync + 'static {
         payload: &[u8],
     ) -> Result<Option<i64>, JournalError>;
 
-    /// Forgets an acked message.
     /// Writes several messages, in order, as one write where the journal can; each one's
     /// sequence number as [`Journal::append`] gives it.
     async fn append_many(&self, records: &[JournalRecord]) -> Result<Vec<Option<i64>>, JournalError> {
@@ -59,8 +60,24 @@ pub trait Journal: Send + Sync + 'static {
         Ok(seqs)
     }
 
+    /// Forgets an acked message.
     async fn remove(&self, seq: i64) -> Result<(), JournalError>;
 
     /// Every message not acked yet, oldest first.
     async fn pending(&self) -> Result<Vec<JournalEntry>, JournalError>;
+}
+
+/// A bus whose journal is the store's database (the in-process bus of the embedded shape,
+/// see [`Bus::store_journal`](super::Bus::store_journal)). A consumer may then write its
+/// reply's record and remove the message it answered in the transaction that stores its own
+/// work, instead of in transactions of their own, and tell the bus afterwards.
+#[async_trait]
+pub trait StoreJournal: Send + Sync {
+    /// The record that publishing `msg` would write, checked as a publish would check it.
+    fn outbound_record(&self, msg: &OutboundMessage) -> Result<JournalRecord, BusError>;
+
+    /// The caller's transaction removed the journal row of the delivery at stream position
+    /// `answered` (its ack then writes nothing) and wrote `reply`'s record as row `seq` (now
+    /// queued, waiting for room like a publish).
+    async fn committed(&self, answered: Option<u64>, reply: Option<(JournalRecord, i64)>) -> Result<(), BusError>;
 }

@@ -14,6 +14,7 @@ mod puller;
 mod servers;
 mod streams;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::{AckPolicy, PullConsumer, pull};
@@ -25,7 +26,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 
 use self::streams::StreamNames;
-use super::{Acker, Bus, BusError, Deliveries, Delivery, Events, RawMessage};
+use super::{Acker, Bus, BusError, Deliveries, Delivery, Events, RawMessage, StoredInbound, StreamOrder};
 use crate::contract::{DeadLetter, RunEvent};
 use crate::subject::{DEFAULT_PREFIX, Flow, Subjects, encode_token};
 
@@ -308,12 +309,8 @@ impl Bus for NatsBus {
         Ok(())
     }
 
-    async fn stored_inbound(&self, subject: &str, from: u64) -> Result<Option<super::StoredInbound>, BusError> {
-        order::first_stored(&self.js, &self.streams.inbound, subject, from).await
-    }
-
-    async fn discard_inbound(&self, seq: u64) -> Result<(), BusError> {
-        order::discard(&self.js, &self.streams.inbound, seq).await
+    fn stream_order(self: Arc<Self>) -> Option<Arc<dyn StreamOrder>> {
+        Some(self)
     }
 
     async fn queue_depths(&self) -> Result<Vec<crate::Gauge>, BusError> {
@@ -462,6 +459,17 @@ fn keep_last(kept: &mut std::collections::VecDeque<DeadLetter>, limit: usize, pa
             kept.push_back(letter);
         }
         Err(err) => tracing::warn!(%err, "undecodable dead letter skipped"),
+    }
+}
+
+#[async_trait]
+impl StreamOrder for NatsBus {
+    async fn stored_inbound(&self, subject: &str, from: u64) -> Result<Option<StoredInbound>, BusError> {
+        order::first_stored(&self.js, &self.streams.inbound, subject, from).await
+    }
+
+    async fn discard_inbound(&self, seq: u64) -> Result<(), BusError> {
+        order::discard(&self.js, &self.streams.inbound, seq).await
     }
 }
 
