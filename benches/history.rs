@@ -39,12 +39,13 @@ fn history(c: &mut Criterion) {
         tokens::raw_messages(&history)
     );
 
+    let session = switchboard_channels::contract::SessionKey::stored("bench:1");
     let mut group = c.benchmark_group("history");
     for (name, window) in [("128k", 128_000), ("16k", 16_000)] {
         let engine = ContextEngine::new(ContextSettings { context_window: window, ..ContextSettings::default() });
         let prepared = engine.prepare(
             Target::primary(&agent),
-            "bench:1",
+            &session,
             &system_prompt,
             history.clone(),
             Some(&summary),
@@ -62,7 +63,7 @@ fn history(c: &mut Criterion) {
                 |history| {
                     engine.prepare(
                         Target::primary(&agent),
-                        "bench:1",
+                        &session,
                         &system_prompt,
                         history,
                         Some(&summary),

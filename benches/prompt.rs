@@ -35,6 +35,7 @@ fn prompt(c: &mut Criterion) {
     let files = load();
     let tools = agent.tool_specs(&ToolFilter::All);
     let skills = switchboard::workspace::skills::Catalog::default();
+    let session_key = switchboard_channels::contract::SessionKey::stored("telegram:123456789");
     let input = |mode| PromptInput {
         mode,
         files: &files,
@@ -47,7 +48,7 @@ fn prompt(c: &mut Criterion) {
         is_group: false,
         memory: &scope,
         agent: &agent.settings().name,
-        session_key: "telegram:123456789",
+        session_key: &session_key,
     };
     let full = prompt::build(&input(PromptMode::Full));
     println!(

@@ -51,7 +51,7 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer, Serialize};
 
 pub use active_hours::ActiveHours;
-pub use agents::{BindingConfig, MAIN_AGENT, NamedAgentConfig, agent_session_key, base_session_key};
+pub use agents::{BindingConfig, MAIN_AGENT, NamedAgentConfig};
 pub use allow_list::AllowList;
 pub use api::{ApiChannelConfig, ApiTokenConfig, ApiWebhookConfig};
 pub use approvals::ApprovalsConfig;

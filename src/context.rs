@@ -15,6 +15,7 @@ mod window;
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
+use switchboard_channels::contract::SessionKey;
 
 use crate::agent::Agent;
 use crate::config::{CompactionConfig, HistoryConfig};
@@ -91,7 +92,7 @@ pub struct ContextEngine {
     calibration: Calibration,
     windows: Windows,
     /// Where each session's history was cut and pruned last (see [`pipeline::Marks`]).
-    marks: Mutex<HashMap<String, pipeline::Marks>>,
+    marks: Mutex<HashMap<SessionKey, pipeline::Marks>>,
     /// Per agent and model: the room its last turn left for the history, what compaction
     /// measures a history against (see [`ContextEngine::history_room`]).
     rooms: Mutex<HashMap<(String, String), u64>>,
@@ -192,7 +193,7 @@ impl ContextEngine {
     pub fn prepare(
         &self,
         target: Target<'_>,
-        session_key: &str,
+        session_key: &SessionKey,
         system_prompt: &str,
         history: Vec<ChatMessage>,
         summary: Option<&str>,
@@ -216,7 +217,7 @@ impl ContextEngine {
             if all.len() >= MARKED_SESSIONS && !all.contains_key(session_key) {
                 all.clear();
             }
-            all.insert(session_key.to_owned(), marks);
+            all.insert(session_key.clone(), marks);
         }
         let raw_base =
             tokens::raw_messages(std::slice::from_ref(&system)) + tokens::raw_messages(&history) + tool_tokens;

@@ -17,6 +17,7 @@ mod tests;
 
 use std::path::Path;
 use std::sync::Arc;
+use switchboard_channels::contract::SessionKey;
 
 use chrono_tz::Tz;
 
@@ -87,7 +88,7 @@ pub struct PromptInput<'a> {
     /// scope has `USER.md` and `MEMORY.md`.
     pub memory: &'a MemoryScope,
     pub agent: &'a str,
-    pub session_key: &'a str,
+    pub session_key: &'a SessionKey,
 }
 
 /// The system prompt for a run: its sections in order, separated by blank lines.

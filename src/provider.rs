@@ -25,7 +25,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use switchboard_channels::contract::Usage;
+use switchboard_channels::contract::{SessionKey, Usage};
 use thiserror::Error;
 
 pub(crate) use http::error_chain;
@@ -268,7 +268,7 @@ impl ChatRequest<'_> {
 
 /// The prompt-cache grouping key of `agent`'s conversation `session_key` (see
 /// [`ChatRequest::cache_key`]): a hash, so the provider never learns chat ids.
-pub fn cache_key(agent: &str, session_key: &str) -> String {
+pub fn cache_key(agent: &str, session_key: &SessionKey) -> String {
     use sha2::Digest;
     let digest = sha2::Sha256::digest(format!("{agent}\0{session_key}").as_bytes());
     digest.iter().take(16).map(|byte| format!("{byte:02x}")).collect()

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
 use switchboard_channels::Bus;
-use switchboard_channels::contract::ChatAddress;
+use switchboard_channels::contract::{ChatAddress, SessionKey};
 use thiserror::Error;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -31,7 +31,7 @@ use tracing::Instrument;
 
 use crate::agent::Agent;
 use crate::clock::{Clock, to_store_precision};
-use crate::config::{SubagentsConfig, base_session_key};
+use crate::config::SubagentsConfig;
 use crate::prompt::PromptSettings;
 use crate::store::StoreError;
 use crate::store::subagents::{Created, NewSubagent, SubagentStore};
@@ -118,7 +118,7 @@ pub enum SpawnError {
 #[derive(Debug, Clone)]
 pub struct SpawnRequest {
     /// The spawning run's full session key (`ToolContext::session_key`).
-    pub parent_session: String,
+    pub parent_session: SessionKey,
     pub parent_agent: String,
     /// Where the spawning run's replies go; the result is announced there.
     pub chat: ChatAddress,
@@ -139,7 +139,7 @@ pub struct SpawnRequest {
 
 /// A sub-agent this process runs, as `/stop` needs to find it.
 struct Live {
-    parent_session: String,
+    parent_session: SessionKey,
     cancel: CancellationToken,
 }
 
@@ -243,7 +243,7 @@ impl SubagentManager {
         let new = NewSubagent {
             id: id.clone(),
             session: isolated_session(&request.parent_session, &request.parent_agent, &request.chat),
-            parent_session: request.parent_session.clone(),
+            parent_session: request.parent_session.to_string(),
             parent_agent: request.parent_agent.clone(),
             chat: request.chat.clone(),
             label: request.label.clone(),
@@ -259,7 +259,7 @@ impl SubagentManager {
         }
         let cancel = CancellationToken::new();
         self.lock_live()
-            .insert(id.clone(), Live { parent_session: new.parent_session.clone(), cancel: cancel.clone() });
+            .insert(id.clone(), Live { parent_session: request.parent_session.clone(), cancel: cancel.clone() });
         let tools = run::subagent_tools(&agent, &request.tools);
         let job = run::Job {
             record: new,
@@ -279,7 +279,7 @@ impl SubagentManager {
     /// Cancels the queued and running sub-agents of `parent_session` (`/stop`, `/new`): those
     /// of this process at once, those of other workers at their next lease renewal. Returns
     /// how many were cancelled. They are recorded `cancelled` and not announced.
-    pub async fn cancel_session(&self, parent_session: &str) -> usize {
+    pub async fn cancel_session(&self, parent_session: &SessionKey) -> usize {
         // The store first: a local sub-agent cancelled before it would end its record and
         // no longer be counted.
         let mut ids: Vec<String> = match self.store.request_subagent_cancel(parent_session).await {
@@ -292,7 +292,7 @@ impl SubagentManager {
         let local: Vec<(String, CancellationToken)> = self
             .lock_live()
             .iter()
-            .filter(|(_, live)| live.parent_session == parent_session)
+            .filter(|(_, live)| live.parent_session == *parent_session)
             .map(|(id, live)| (id.clone(), live.cancel.clone()))
             .collect();
         for (id, cancel) in local {
@@ -337,8 +337,8 @@ impl SubagentManager {
 
 /// The parent's isolated session (`metadata.session`), when its session is not its chat's:
 /// its key without the `<agent>/` prefix, if that differs from the chat's key.
-pub fn isolated_session(parent_session: &str, parent_agent: &str, chat: &ChatAddress) -> Option<String> {
-    let base = base_session_key(parent_agent, parent_session);
+pub fn isolated_session(parent_session: &SessionKey, parent_agent: &str, chat: &ChatAddress) -> Option<String> {
+    let base = parent_session.base(parent_agent);
     (base != chat.session_key()).then(|| base.to_owned())
 }
 
@@ -352,9 +352,12 @@ mod tests {
 
     #[test]
     fn the_isolated_session_is_the_parent_key_without_the_agent_prefix() {
-        assert_eq!(isolated_session("telegram:-100:topic:7", "main", &topic()), None);
-        assert_eq!(isolated_session("support/telegram:-100:topic:7", "support", &topic()), None);
-        assert_eq!(isolated_session("cron:abc", "main", &topic()), Some("cron:abc".into()));
-        assert_eq!(isolated_session("support/cron:abc", "support", &topic()), Some("cron:abc".into()));
+        assert_eq!(isolated_session(&SessionKey::stored("telegram:-100:topic:7"), "main", &topic()), None);
+        assert_eq!(isolated_session(&SessionKey::stored("support/telegram:-100:topic:7"), "support", &topic()), None);
+        assert_eq!(isolated_session(&SessionKey::stored("cron:abc"), "main", &topic()), Some("cron:abc".into()));
+        assert_eq!(
+            isolated_session(&SessionKey::stored("support/cron:abc"), "support", &topic()),
+            Some("cron:abc".into())
+        );
     }
 }

@@ -48,7 +48,7 @@ use std::time::Duration;
 
 use switchboard_channels::Gauge;
 use switchboard_channels::bus::{Bus, BusError};
-use switchboard_channels::contract::InboundMessage;
+use switchboard_channels::contract::{InboundMessage, SessionKey};
 use thiserror::Error;
 use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
@@ -201,7 +201,7 @@ pub(crate) struct TurnRunner {
 
 impl TurnRunner {
     /// The session key `msg` is stored under.
-    fn session_key(&self, msg: &InboundMessage) -> String {
+    fn session_key(&self, msg: &InboundMessage) -> SessionKey {
         self.agents.get().session_key(msg)
     }
 
@@ -237,9 +237,9 @@ pub(crate) struct Intake {
     turns: Arc<TurnRunner>,
     settings: IntakeSettings,
     /// Sessions with work in this worker; see `session` for the state machine.
-    sessions: Mutex<HashMap<String, Session>>,
+    sessions: Mutex<HashMap<SessionKey, Session>>,
     /// Per session, the messages a full queue did not keep since its last notice.
-    overflow: Mutex<HashMap<String, Vec<overflow::NotKept>>>,
+    overflow: Mutex<HashMap<SessionKey, Vec<overflow::NotKept>>>,
     /// Per-sender turn counts for `[rate_limits]`.
     rate: Mutex<rate::RateLimiter>,
     /// Numbers messages in arrival order.

@@ -103,7 +103,6 @@ pub trait Acker: Send + Sync {
     async fn nak(&mut self, delay: Option<Duration>) -> Result<(), BusError>;
     /// Tells the bus the consumer is still working, so the delivery is not given to another.
     async fn progress(&self) -> Result<(), BusError>;
-
 }
 
 /// One message taken from an inbound or outbound queue, not yet acknowledged.

@@ -16,7 +16,7 @@ mod flags;
 mod replied;
 pub mod reply;
 mod system;
-pub use address::{BadAddress, ChatAddress, session_key};
+pub use address::{BadAddress, ChatAddress, MAIN_AGENT, SessionKey, session_key};
 pub use buttons::Button;
 pub use dead_letter::DeadLetter;
 pub use flags::MessageFlags;

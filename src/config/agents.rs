@@ -8,25 +8,9 @@ use serde::{Deserialize, Serialize};
 
 use super::Config;
 
-/// The implicit agent configured by `[agent]`. Its session keys carry no agent prefix, so
-/// data written before named agents existed stays valid.
-pub const MAIN_AGENT: &str = "main";
-
-/// The key of `agent`'s session in the session `base` (a chat's key such as
-/// `telegram:-100123:topic:7`, or an isolated one such as `cron:ab12cd34`): `base` itself for
-/// the main agent, `<agent>/<base>` for the others. The one place the prefix is written.
-pub fn agent_session_key(agent: &str, base: &str) -> String {
-    if agent == MAIN_AGENT { base.to_owned() } else { format!("{agent}/{base}") }
-}
-
-/// The inverse of [`agent_session_key`]: `key` without `agent`'s prefix (unchanged when it
-/// has none).
-pub fn base_session_key<'a>(agent: &str, key: &'a str) -> &'a str {
-    if agent == MAIN_AGENT {
-        return key;
-    }
-    key.strip_prefix(agent).and_then(|rest| rest.strip_prefix('/')).unwrap_or(key)
-}
+/// The implicit agent configured by `[agent]` (see [`SessionKey`](switchboard_channels::contract::SessionKey)
+/// for its sessions' keys).
+pub use switchboard_channels::contract::MAIN_AGENT;
 
 /// One `[agents.<name>]` table: overrides of `[agent]` for this agent.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

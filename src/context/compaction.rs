@@ -19,7 +19,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use switchboard_channels::contract::{InboundMessage, RunEventBody, Usage};
+use switchboard_channels::contract::{InboundMessage, RunEventBody, SessionKey, Usage};
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
@@ -107,7 +107,7 @@ pub struct Deps<'a> {
     pub runs: &'a dyn RunStore,
     pub agent: &'a Agent,
     /// The session's key: it records the agent the session belongs to.
-    pub session_key: &'a str,
+    pub session_key: &'a SessionKey,
     /// The system prompt of the memory flush turn (minimal mode).
     pub flush_prompt: &'a str,
     /// The session's memory scope: the flush writes there and nowhere else's.
@@ -136,7 +136,7 @@ pub async fn due_now(
     engine: &ContextEngine,
     store: &dyn SessionStore,
     agent: &Agent,
-    session_key: &str,
+    session_key: &SessionKey,
     history_limit: usize,
 ) -> Result<Option<Due>, StoreError> {
     let rows = store.history_rows(session_key, history_limit).await?;
@@ -151,7 +151,7 @@ pub async fn due(
     engine: &ContextEngine,
     store: &dyn SessionStore,
     agent: &Agent,
-    session_key: &str,
+    session_key: &SessionKey,
     history_limit: usize,
 ) -> Result<Option<Due>, StoreError> {
     let rows = store.history_rows(session_key, history_limit).await?;
@@ -431,7 +431,7 @@ fn wrote_a_file(transcript: &[ChatMessage]) -> bool {
 fn side_run(deps: Deps<'_>, kind: RunKind) -> SideRun {
     SideRun {
         kind,
-        session_key: deps.session_key.to_owned(),
+        session_key: deps.session_key.to_string(),
         inbound_id: String::new(),
         status: RunStatus::Completed,
         model: deps.agent.settings().model.clone(),
@@ -474,7 +474,7 @@ async fn record(deps: Deps<'_>, msg: &InboundMessage, run: SideRun, call: u32) {
 
 /// Outside the owner's scope the flush reaches only the scope's memory file: its only job, and
 /// what a conversation of strangers could otherwise steer into any workspace file.
-fn flush_context(agent: &Agent, session_key: &str, msg: &InboundMessage, memory: &MemoryScope) -> ToolContext {
+fn flush_context(agent: &Agent, session_key: &SessionKey, msg: &InboundMessage, memory: &MemoryScope) -> ToolContext {
     let ctx = ToolContext::for_message(
         &agent.settings().name,
         &agent.settings().workspace,

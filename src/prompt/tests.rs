@@ -1,5 +1,6 @@
 use std::path::Path;
 use std::sync::Arc;
+use switchboard_channels::contract::SessionKey;
 
 use serde_json::json;
 
@@ -56,8 +57,13 @@ fn input<'a>(mode: PromptMode, files: &'a WorkspaceFiles, tools: &'a [Arc<ToolSp
         is_group: false,
         memory: &MemoryScope::Owner,
         agent: "main",
-        session_key: "telegram:42",
+        session_key: telegram_42(),
     }
+}
+
+fn telegram_42() -> &'static SessionKey {
+    static KEY: std::sync::OnceLock<SessionKey> = std::sync::OnceLock::new();
+    KEY.get_or_init(|| SessionKey::stored("telegram:42"))
 }
 
 #[test]

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use switchboard_channels::contract::{ChatAddress, InboundMessage, Origin};
+use switchboard_channels::contract::{ChatAddress, InboundMessage, Origin, SessionKey};
 use switchboard_channels::{Bus, BusError, BusExt};
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 pub use self::ack::HeartbeatAck;
 pub use self::settings::{BadHeartbeat, HeartbeatSettings};
 use crate::clock::{Clock, to_store_precision};
-use crate::config::{HeartbeatTarget, agent_session_key};
+use crate::config::HeartbeatTarget;
 use crate::store::StoreError;
 use crate::store::heartbeat::{HeartbeatStore, SlotClaim};
 
@@ -196,7 +196,7 @@ impl Heartbeats {
         let Some(chat) = self.target_chat(agent).await? else {
             return self.use_slot(agent, slot, next, now, skip(SkipReason::NoTarget)).await;
         };
-        if self.is_busy(&session_key(&agent.name, &chat), now).await? {
+        if self.is_busy(&SessionKey::of_chat(&agent.name, &chat), now).await? {
             let retry = now + chrono::Duration::from_std(BUSY_RETRY).unwrap_or(every);
             return self.use_slot(agent, slot, retry, now, skip(SkipReason::Busy)).await;
         }
@@ -264,7 +264,7 @@ impl Heartbeats {
     }
 
     /// Whether the session runs a turn now; see [`Heartbeats::with_max_message_age`].
-    async fn is_busy(&self, session_key: &str, now: DateTime<Utc>) -> Result<bool, HeartbeatError> {
+    async fn is_busy(&self, session_key: &SessionKey, now: DateTime<Utc>) -> Result<bool, HeartbeatError> {
         let age = chrono::Duration::from_std(self.abandoned_after).unwrap_or(chrono::Duration::MAX);
         let started_after = now.checked_sub_signed(age).unwrap_or(DateTime::<Utc>::MIN_UTC);
         Ok(self.store.session_has_running_run(session_key, started_after).await?)
@@ -300,12 +300,6 @@ fn next_slot(slot: DateTime<Utc>, now: DateTime<Utc>, every: chrono::Duration) -
     slot + chrono::Duration::milliseconds((behind / every_ms + 1) * every_ms)
 }
 
-/// The session a heartbeat of `agent` runs in: the chat's, under the agent's prefix, the same key
-/// the worker's routing gives that chat's messages.
-pub fn session_key(agent: &str, chat: &ChatAddress) -> String {
-    agent_session_key(agent, &chat.session_key())
-}
-
 fn log_outcome(outcome: &HeartbeatOutcome) {
     match outcome {
         HeartbeatOutcome::NotDue { .. } => {}
@@ -336,12 +330,5 @@ mod tests {
         assert_eq!(next_slot(slot, slot, every), utc("2026-01-15T10:30:00Z"));
         assert_eq!(next_slot(slot, utc("2026-01-15T10:29:00Z"), every), utc("2026-01-15T10:30:00Z"));
         assert_eq!(next_slot(slot, utc("2026-01-15T12:45:00Z"), every), utc("2026-01-15T13:00:00Z"));
-    }
-
-    #[test]
-    fn heartbeat_sessions_carry_the_agent_prefix() {
-        let chat = ChatAddress { channel: "telegram".into(), chat_id: "5".into(), thread_id: None, is_group: false };
-        assert_eq!(session_key("main", &chat), "telegram:5");
-        assert_eq!(session_key("ops", &chat), "ops/telegram:5");
     }
 }

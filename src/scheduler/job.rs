@@ -3,9 +3,8 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::json;
-use switchboard_channels::contract::{ChatAddress, InboundMessage, Origin};
+use switchboard_channels::contract::{ChatAddress, InboundMessage, Origin, SessionKey};
 
-use crate::config::base_session_key;
 use crate::store::cron::{CronJob, Payload};
 
 /// `origin.kind` of cron messages.
@@ -80,7 +79,7 @@ fn turn_text(job: &CronJob, occurrence: &Occurrence<'_>) -> String {
 
 /// The owner session without the agent prefix the worker adds back (`<agent>/…`).
 fn owner_base_session(job: &CronJob) -> String {
-    base_session_key(&job.job.agent, &job.job.owner_session).to_owned()
+    SessionKey::stored(job.job.owner_session.as_str()).base(&job.job.agent).to_owned()
 }
 
 /// `time` in the IANA zone `tz` (UTC when the zone is unknown), e.g. `2026-11-23 08:00 CET`.

@@ -2,12 +2,12 @@
 //! console: checked against the config (the agent exists, the schedule is slow enough, the zone
 //! is known) and built the same way from both.
 
-use chrono::{DateTime, Utc};
-
 use super::job::parse_address;
 use super::spec::{ScheduleSpec, default_name};
-use crate::config::{Config, MAIN_AGENT, agent_session_key};
+use crate::config::{Config, MAIN_AGENT};
 use crate::store::cron::{AddLimits, MissedPolicy, NewCronJob, Payload};
+use chrono::{DateTime, Utc};
+use switchboard_channels::contract::SessionKey;
 
 /// The owner is not held to the agent's per-session limit.
 pub const OWNER_LIMITS: AddLimits = AddLimits { max_per_session: usize::MAX, max_per_run: None };
@@ -47,7 +47,8 @@ impl OwnerJob<'_> {
         if agent != MAIN_AGENT && !config.agents.contains_key(agent) {
             return Err(format!("no agent named {agent:?} in the config"));
         }
-        let owner_session = agent_session_key(agent, &chat.session_key());
+        // Stored as text: the worker reads it back as the job's session (`SessionKey::stored`).
+        let owner_session = SessionKey::of_chat(agent, &chat).into();
         Ok(NewCronJob {
             name: self
                 .name

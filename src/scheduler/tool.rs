@@ -116,7 +116,7 @@ impl CronTool {
         let job = NewCronJob {
             name: text(arguments, "name").map_or_else(|| default_name(message), str::to_owned),
             agent: ctx.agent.clone(),
-            owner_session: ctx.session_key.clone(),
+            owner_session: ctx.session_key.to_string(),
             chat: target(arguments, ctx)?,
             payload,
             message: message.to_owned(),

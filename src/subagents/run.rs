@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use switchboard_channels::contract::{Origin, RunEventBody, Usage};
+use switchboard_channels::contract::{Origin, RunEventBody, SessionKey, Usage};
 use tokio_util::sync::CancellationToken;
 
 use super::{ORIGIN_KIND, RUN_ID_PREFIX, SHUTDOWN_ERROR, SubagentManager, WITHHELD_TOOLS};
@@ -219,7 +219,7 @@ async fn system_prompt(manager: &SubagentManager, agent: &Agent, job: &Job) -> S
         true => crate::workspace::skills::load(&settings.workspace, &settings.skills.allow).await,
         false => Default::default(),
     };
-    let session_key = format!("{RUN_ID_PREFIX}{}", record.id);
+    let session_key = own_session(record);
     prompt::build(&PromptInput {
         mode: PromptMode::Minimal,
         files: &files,
@@ -242,7 +242,7 @@ fn tool_context(agent: &Agent, job: &Job) -> ToolContext {
     let (record, tools) = (&job.record, &job.tools);
     let run_id = format!("{RUN_ID_PREFIX}{}", record.id);
     ToolContext {
-        session_key: run_id.clone(),
+        session_key: own_session(record),
         channel: record.chat.channel.clone(),
         chat_id: record.chat.chat_id.clone(),
         thread_id: record.chat.thread_id.clone(),
@@ -270,4 +270,10 @@ struct NoEvents;
 
 impl EventSink for NoEvents {
     fn emit(&self, _: RunEventBody) {}
+}
+
+/// A sub-agent's own session: named by its run id alone, whatever its agent, so that its
+/// tools know they run in a sub-agent.
+fn own_session(record: &NewSubagent) -> SessionKey {
+    SessionKey::stored(format!("{RUN_ID_PREFIX}{}", record.id))
 }

@@ -162,7 +162,7 @@ mod tests {
         manager.attach([&agent]);
         let tool = SpawnTool::new(manager);
         let ctx = ToolContext {
-            session_key: "telegram:42".into(),
+            session_key: switchboard_channels::contract::SessionKey::stored("telegram:42"),
             channel: "telegram".into(),
             chat_id: "42".into(),
             run_id: "r1".into(),

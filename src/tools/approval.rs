@@ -93,7 +93,7 @@ impl ApprovalGate {
         }
         let request = NewApproval {
             run_id: ctx.run_id.clone(),
-            session_key: ctx.session_key.clone(),
+            session_key: ctx.session_key.to_string(),
             channel: ctx.channel.clone(),
             chat_id: ctx.chat_id.clone(),
             tool: tool.to_owned(),

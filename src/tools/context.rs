@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use switchboard_channels::contract::{InboundKind, InboundMessage, Origin};
+use switchboard_channels::contract::{InboundKind, InboundMessage, Origin, SessionKey};
 
 use super::ToolFilter;
 use super::run_clock::RunClock;
@@ -14,7 +14,7 @@ use crate::workspace::protected::ProtectedFiles;
 /// What a tool knows about the run that calls it.
 #[derive(Debug, Clone, Default)]
 pub struct ToolContext {
-    pub session_key: String,
+    pub session_key: SessionKey,
     pub channel: String,
     pub chat_id: String,
     pub thread_id: Option<String>,
@@ -92,7 +92,7 @@ impl ToolContext {
     pub fn for_message(
         agent: &str,
         workspace: &Path,
-        session_key: &str,
+        session_key: &SessionKey,
         msg: &InboundMessage,
         run_id: &str,
         memory: MemoryScope,

@@ -243,7 +243,13 @@ mod tests {
         assert!(path.contains("/outbox/sent/") && path.ends_with("/chart.png"), "{path}");
         assert_eq!((msg.media[0].kind.as_str(), msg.media[0].size), ("photo", Some(3)));
         let scope = crate::workspace::memory::MemoryScope::Owner;
-        let left = crate::workspace::outbox::collect(dir.path(), "r1", &scope, "telegram:-100").unwrap();
+        let left = crate::workspace::outbox::collect(
+            dir.path(),
+            "r1",
+            &scope,
+            &switchboard_channels::contract::SessionKey::stored("telegram:-100"),
+        )
+        .unwrap();
         assert!(left.files.is_empty(), "sent once: {left:?}");
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use switchboard_channels::bus::{Bus, BusExt};
-use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, RunEventBody};
+use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, RunEventBody, SessionKey};
 
 use super::events::BusEvents;
 use super::settle::reply_to;
@@ -19,7 +19,7 @@ use crate::store::{RunClaim, RunOutcome, Store};
 const TIMED_OUT: &str = "timed out";
 
 /// A run cancelled by `/stop`, `/new` or `interrupt`: no reply (the command answers).
-pub(super) fn stopped(bus: &Arc<dyn Bus>, msg: &InboundMessage, run_id: &str, session_key: &str) -> RunOutcome {
+pub(super) fn stopped(bus: &Arc<dyn Bus>, msg: &InboundMessage, run_id: &str, session_key: &SessionKey) -> RunOutcome {
     // A chat saw the turn stop; a client waiting for this message's own answer sees nothing
     // else, so it is told instead of waiting for its reply timeout.
     let notice = msg.awaits_reply().then(|| STOPPED.to_owned());
@@ -34,7 +34,7 @@ pub(super) async fn approval_gone(
     store: &dyn Store,
     msg: &InboundMessage,
     run_id: &str,
-    session_key: &str,
+    session_key: &SessionKey,
 ) -> Result<Option<RunOutcome>, crate::store::StoreError> {
     let reason = crate::store::approvals::RESTART_REASON;
     let closed = crate::store::approvals::ApprovalStore::close_run_approvals(store, run_id, reason).await?;
@@ -59,7 +59,7 @@ pub(super) fn timed_out(
     bus: &Arc<dyn Bus>,
     msg: &InboundMessage,
     run_id: &str,
-    session_key: &str,
+    session_key: &SessionKey,
     limit: Duration,
 ) -> RunOutcome {
     tracing::warn!(limit_secs = limit.as_secs(), "the run passed its time limit; stopping it");
@@ -78,7 +78,7 @@ pub(super) async fn recover_from_panic(
     bus: &Arc<dyn Bus>,
     store: &dyn Store,
     msg: &InboundMessage,
-    session_key: &str,
+    session_key: &SessionKey,
     panic: &str,
 ) {
     tracing::error!(session = %session_key, inbound = %msg.id, %panic,
@@ -133,7 +133,7 @@ fn ended_early(
     bus: &Arc<dyn Bus>,
     msg: &InboundMessage,
     run_id: &str,
-    session_key: &str,
+    session_key: &SessionKey,
     error: String,
     notice: Option<String>,
 ) -> RunOutcome {

@@ -7,10 +7,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use switchboard_channels::contract::{InboundMessage, session_key};
+use switchboard_channels::contract::{InboundMessage, SessionKey, session_key};
 
 use crate::agent::Agent;
-use crate::config::{BindingConfig, agent_session_key};
+use crate::config::BindingConfig;
 
 /// Where a binding applies.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,7 +87,7 @@ pub fn resolve<'a>(bindings: &'a [Binding], msg: &InboundMessage) -> Option<&'a 
 /// A message's agent and the session key its history is stored under.
 pub(crate) struct Route {
     pub agent: Arc<Agent>,
-    pub key: String,
+    pub key: SessionKey,
 }
 
 /// The worker's agents by name, the default one, and the bindings.
@@ -135,7 +135,7 @@ impl Agents {
             .unwrap_or(&self.default);
         let name = &agent.settings().name;
         let base = msg.system_session().map_or_else(|| msg.session_key(), str::to_owned);
-        let key = agent_session_key(name, &base);
+        let key = SessionKey::named(name, &base);
         Route { agent: Arc::clone(agent), key }
     }
 
@@ -152,7 +152,7 @@ impl Agents {
     }
 
     /// The session key `msg` is stored under.
-    pub(crate) fn session_key(&self, msg: &InboundMessage) -> String {
+    pub(crate) fn session_key(&self, msg: &InboundMessage) -> SessionKey {
         self.route(msg).key
     }
 }

@@ -10,7 +10,7 @@
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
-use switchboard_channels::contract::{InboundMessage, commands};
+use switchboard_channels::contract::{InboundMessage, SessionKey, commands};
 use tracing::Instrument;
 
 use super::Intake;
@@ -115,7 +115,7 @@ pub(super) async fn handle(intake: Arc<Intake>, job: Job, command: Command) {
     handle_in_span(intake, job, command, key).instrument(span).await;
 }
 
-async fn handle_in_span(intake: Arc<Intake>, job: Job, command: Command, key: String) {
+async fn handle_in_span(intake: Arc<Intake>, job: Job, command: Command, key: SessionKey) {
     let run_id = match claim(&intake.turns, &job.msg, RunKind::Command).await {
         Ok(Some(run_id)) => run_id,
         Ok(None) => return job.held.settle(Settle::Ack).await,
@@ -135,7 +135,7 @@ async fn handle_in_span(intake: Arc<Intake>, job: Job, command: Command, key: St
     }
 }
 
-async fn execute(intake: &Intake, job: &Job, key: &str, command: Command) -> Result<Answer, StoreError> {
+async fn execute(intake: &Intake, job: &Job, key: &SessionKey, command: Command) -> Result<Answer, StoreError> {
     let needs_user = matches!(
         command,
         Command::New
@@ -202,7 +202,7 @@ async fn execute(intake: &Intake, job: &Job, key: &str, command: Command) -> Res
 
 /// `/compact`: the history summarised now, whatever its size, keeping the newest messages as a
 /// compaction after a turn does (and the memory flush before it).
-async fn compact_now(intake: &Intake, msg: &InboundMessage, key: &str) -> Result<String, StoreError> {
+async fn compact_now(intake: &Intake, msg: &InboundMessage, key: &SessionKey) -> Result<String, StoreError> {
     let route = intake.turns.agents.get().route(msg);
     let (engine, store, limit) =
         (&intake.turns.context, intake.turns.store.as_ref(), intake.turns.settings.history_limit);
@@ -226,7 +226,7 @@ async fn compact_now(intake: &Intake, msg: &InboundMessage, key: &str) -> Result
 }
 
 /// Cancels the session's sub-agents; how many.
-async fn cancel_subagents(intake: &Intake, key: &str) -> usize {
+async fn cancel_subagents(intake: &Intake, key: &SessionKey) -> usize {
     match intake.turns.subagents.get() {
         Some(manager) => manager.cancel_session(key).await,
         None => 0,
@@ -243,7 +243,7 @@ fn cancelled_note(subagents: usize) -> String {
 
 /// Cancels the running turn and drops the messages that arrived before this command
 /// (`subagents`: how many of the session's sub-agents were cancelled already).
-async fn stop(intake: &Intake, key: &str, seq: u64, subagents: usize) -> String {
+async fn stop(intake: &Intake, key: &SessionKey, seq: u64, subagents: usize) -> String {
     let (was_running, dropped) = {
         let mut sessions = intake.sessions.lock().unwrap_or_else(PoisonError::into_inner);
         match sessions.get_mut(key) {
@@ -273,7 +273,7 @@ async fn stop(intake: &Intake, key: &str, seq: u64, subagents: usize) -> String 
 /// `/new` stops a running turn rather than waiting for it: its answer would belong to the
 /// conversation being left. It waits until that run has stored its (empty) outcome, so no
 /// transcript row of the old conversation lands after the archive point.
-async fn new_conversation(intake: &Intake, key: &str) -> Result<(), StoreError> {
+async fn new_conversation(intake: &Intake, key: &SessionKey) -> Result<(), StoreError> {
     let finished = {
         let sessions = intake.sessions.lock().unwrap_or_else(PoisonError::into_inner);
         sessions.get(key).and_then(|session| session.active.as_ref()).map(|active| {
@@ -289,7 +289,7 @@ async fn new_conversation(intake: &Intake, key: &str) -> Result<(), StoreError> 
     intake.turns.store.archive_session(key).await
 }
 
-async fn status(intake: &Intake, msg: &InboundMessage, key: &str) -> Result<String, StoreError> {
+async fn status(intake: &Intake, msg: &InboundMessage, key: &SessionKey) -> Result<String, StoreError> {
     let info = intake.turns.store.session_info(key).await?;
     let (waiting, running) = {
         let sessions = intake.sessions.lock().unwrap_or_else(PoisonError::into_inner);
@@ -329,7 +329,7 @@ pub(super) fn spent(usage: switchboard_channels::contract::Usage, cost_usd: Opti
     format!("{} tokens in{cached}, {} out{cost}{estimated}", usage.input_tokens, usage.output_tokens)
 }
 
-async fn current_mode(intake: &Intake, key: &str) -> Result<QueueMode, StoreError> {
+async fn current_mode(intake: &Intake, key: &SessionKey) -> Result<QueueMode, StoreError> {
     let info = intake.turns.store.session_info(key).await?;
     Ok(info.queue_mode.unwrap_or(intake.settings.queue.mode))
 }

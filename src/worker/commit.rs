@@ -52,7 +52,13 @@ impl StoreThenPublish {
 
 #[async_trait]
 impl CommitPort for StoreThenPublish {
-    async fn finish(&self, msg: &InboundMessage, run_id: &str, outcome: &RunOutcome, _: Option<u64>) -> Result<(), Giveback> {
+    async fn finish(
+        &self,
+        msg: &InboundMessage,
+        run_id: &str,
+        outcome: &RunOutcome,
+        _: Option<u64>,
+    ) -> Result<(), Giveback> {
         let store = self.store.as_ref();
         store.finish_run(run_id, outcome).await.map_err(transient)?;
         crate::scheduler::hooks::record_finish(store, msg, outcome).await;

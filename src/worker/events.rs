@@ -5,7 +5,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use switchboard_channels::bus::BusExt;
-use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, RunEvent, RunEventBody};
+use switchboard_channels::contract::{
+    InboundMessage, OutboundKind, OutboundMessage, RunEvent, RunEventBody, SessionKey,
+};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
@@ -21,7 +23,7 @@ impl BusEvents {
         bus: Arc<dyn switchboard_channels::Bus>,
         msg: &InboundMessage,
         run_id: &str,
-        session_key: &str,
+        session_key: &SessionKey,
     ) -> Self {
         Self::with_progress(bus, msg, run_id, session_key, false)
     }
@@ -31,7 +33,7 @@ impl BusEvents {
         bus: Arc<dyn switchboard_channels::Bus>,
         msg: &InboundMessage,
         run_id: &str,
-        session_key: &str,
+        session_key: &SessionKey,
         verbose: bool,
     ) -> Self {
         let (tx, mut rx) = mpsc::unbounded_channel::<RunEventBody>();

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use switchboard_channels::contract::Media;
+use switchboard_channels::contract::{Media, SessionKey};
 
 use crate::tools::message::file_media;
 use crate::workspace::memory::MemoryScope;
@@ -13,7 +13,13 @@ use crate::workspace::outbox::{self, Collected};
 /// note about those that were not sent. A failure to read or move them costs the files, not
 /// the reply: the reply says so.
 /// Outboxes older than `keep` are pruned meanwhile.
-pub(super) async fn collect(workspace: &Path, run: &str, memory: &MemoryScope, session: &str, keep: Duration) -> Sent {
+pub(super) async fn collect(
+    workspace: &Path,
+    run: &str,
+    memory: &MemoryScope,
+    session: &SessionKey,
+    keep: Duration,
+) -> Sent {
     let (dir, run_id, scope, session_key) = (workspace.to_owned(), run.to_owned(), memory.clone(), session.to_owned());
     let collected = tokio::task::spawn_blocking(move || {
         let collected = outbox::collect(&dir, &run_id, &scope, &session_key);

@@ -104,7 +104,11 @@ pub(super) async fn wait_for_older(
 /// still holds: its worker's ack is on its way, or was lost (nats-server killed just after it
 /// counted the ack, before it removed the message; no one would ever be given it again). It
 /// is removed, so the chat goes on at once either way.
-async fn answered_but_kept(bus: &dyn StreamOrder, store: &dyn Store, older: &StoredInbound) -> Result<bool, OrderError> {
+async fn answered_but_kept(
+    bus: &dyn StreamOrder,
+    store: &dyn Store,
+    older: &StoredInbound,
+) -> Result<bool, OrderError> {
     let Some(id) = &older.id else { return Ok(false) };
     if !store.run_settled(id).await? {
         return Ok(false);

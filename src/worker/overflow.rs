@@ -15,7 +15,7 @@
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
-use switchboard_channels::contract::InboundMessage;
+use switchboard_channels::contract::{InboundMessage, SessionKey};
 use tokio::time::Instant;
 
 use super::Intake;
@@ -54,7 +54,7 @@ pub(super) struct NotKept {
 
 /// Records a message the queue cannot take. True when it is the first since the chat was last
 /// told: the caller then hands it to [`notify`]. Called under the sessions lock.
-pub(super) fn note(intake: &Intake, key: &str, msg: &InboundMessage, reason: Reason) -> bool {
+pub(super) fn note(intake: &Intake, key: &SessionKey, msg: &InboundMessage, reason: Reason) -> bool {
     let mut overflow = intake.overflow.lock().unwrap_or_else(PoisonError::into_inner);
     let not_kept = overflow.entry(key.to_owned()).or_default();
     not_kept.push(NotKept::of(msg, reason));
@@ -89,7 +89,7 @@ const REPLACED: &str = "Not answered: a newer message in this chat replaced it (
 
 /// Holds `carrier` (the spell's first message not kept) until the chat is quiet, then answers
 /// it with the notice naming every message not kept meanwhile.
-pub(super) async fn notify(intake: Arc<Intake>, key: String, carrier: Job) {
+pub(super) async fn notify(intake: Arc<Intake>, key: SessionKey, carrier: Job) {
     wait_for_quiet(&intake, &key, carrier.arrived).await;
     let not_kept = {
         let mut overflow = intake.overflow.lock().unwrap_or_else(PoisonError::into_inner);
@@ -101,7 +101,7 @@ pub(super) async fn notify(intake: Arc<Intake>, key: String, carrier: Job) {
 
 /// Until no message arrived for the session for a window (at most [`MAX_WAIT_WINDOWS`]
 /// windows after `since`), or shutdown starts.
-async fn wait_for_quiet(intake: &Intake, key: &str, since: Instant) {
+async fn wait_for_quiet(intake: &Intake, key: &SessionKey, since: Instant) {
     let window = intake.settings.queue.debounce.max(MIN_QUIET);
     let latest = since + window * MAX_WAIT_WINDOWS;
     loop {

@@ -1,7 +1,7 @@
 //! `/model` and `/verbose`: what a chat chose for its session, stored with the session and
 //! applied from its next turn (see [`super::session::set_prefs`]).
 
-use switchboard_channels::contract::InboundMessage;
+use switchboard_channels::contract::{InboundMessage, SessionKey};
 
 use super::Intake;
 use super::session::set_prefs;
@@ -12,7 +12,7 @@ use crate::store::StoreError;
 pub(super) async fn model(
     intake: &Intake,
     msg: &InboundMessage,
-    key: &str,
+    key: &SessionKey,
     name: Option<&str>,
 ) -> Result<String, StoreError> {
     let route = intake.turns.agents.get().route(msg);
@@ -55,7 +55,7 @@ pub(super) async fn model(
 }
 
 /// `/verbose`: whether progress messages are on; `/verbose on|off` sets it.
-pub(super) async fn verbose(intake: &Intake, key: &str, value: Option<&str>) -> Result<String, StoreError> {
+pub(super) async fn verbose(intake: &Intake, key: &SessionKey, value: Option<&str>) -> Result<String, StoreError> {
     let on = match value.map(str::to_ascii_lowercase).as_deref() {
         None => {
             let on = intake.turns.store.session_prefs(key).await?.verbose;

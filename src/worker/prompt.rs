@@ -1,7 +1,7 @@
 //! The system prompt of one run: the workspace files read fresh, the sender, the tools
 //! offered. Building it is [`crate::prompt`]'s job; this only gathers the run's facts.
 
-use switchboard_channels::contract::{InboundKind, InboundMessage};
+use switchboard_channels::contract::{InboundKind, InboundMessage, SessionKey};
 
 use super::TurnRunner;
 use crate::agent::Agent;
@@ -17,7 +17,7 @@ use crate::workspace::skills::Catalog;
 /// What a prompt is for: the message a run answers, in which session, for whom.
 pub(super) struct PromptFor<'a> {
     pub msg: &'a InboundMessage,
-    pub session_key: &'a str,
+    pub session_key: &'a SessionKey,
     /// Whose memory the prompt shows.
     pub memory: &'a MemoryScope,
 }

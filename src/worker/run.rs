@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use switchboard_channels::bus::Bus;
 use switchboard_channels::contract::{
-    InboundMessage, Media, OutboundKind, OutboundMessage, RunEventBody, Usage, reply,
+    InboundMessage, Media, OutboundKind, OutboundMessage, RunEventBody, SessionKey, Usage, reply,
 };
 use switchboard_channels::meters::{FlowLabel, meters};
 use tracing::Instrument;
@@ -190,7 +190,7 @@ impl TurnRunner {
         turning: Turning<'_>,
     ) -> Result<(RunOutcome, bool), Giveback> {
         let Turning { steer, choices, clock } = turning;
-        let (agent, session_key) = (&route.agent, route.key.as_str());
+        let (agent, session_key) = (&route.agent, &route.key);
         if let Some(reminder) = crate::scheduler::hooks::reminder(msg) {
             let reply = super::settle::reply_to(msg, run_id, session_key, OutboundKind::Reply, reminder.text);
             let outcome = RunOutcome { transcript: reminder.transcript, ..RunOutcome::answered(reply) };
@@ -239,7 +239,7 @@ impl TurnRunner {
 fn reply_of(
     msg: &InboundMessage,
     run_id: &str,
-    session_key: &str,
+    session_key: &SessionKey,
     result: &TurnResult,
     media: Vec<Media>,
     suppressed: bool,
@@ -304,7 +304,7 @@ fn over_budget(
     bus: &Arc<dyn Bus>,
     msg: &InboundMessage,
     run_id: &str,
-    session_key: &str,
+    session_key: &SessionKey,
     notice: String,
 ) -> RunOutcome {
     let events = BusEvents::start(Arc::clone(bus), msg, run_id, session_key);

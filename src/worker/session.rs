@@ -13,6 +13,7 @@ use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use futures_util::FutureExt;
+use switchboard_channels::contract::SessionKey;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -108,7 +109,7 @@ pub(super) enum Placed {
 
 /// Whether a message that finds its session busy is kept: not in `drop` mode, nor beyond the
 /// queue's depth. Either way the chat is told once per busy spell (see `overflow`).
-fn not_kept(intake: &Intake, key: &str, job: Job, reason: overflow::Reason) -> Placed {
+fn not_kept(intake: &Intake, key: &SessionKey, job: Job, reason: overflow::Reason) -> Placed {
     if job.msg.awaits_reply() {
         return Placed::Refused { job: Box::new(job), reason };
     }
@@ -117,7 +118,7 @@ fn not_kept(intake: &Intake, key: &str, job: Job, reason: overflow::Reason) -> P
 }
 
 /// Decides what happens to `job` in its session. Called by the intake loop in arrival order.
-pub(super) fn place(intake: &Intake, key: &str, job: Job) -> Placed {
+pub(super) fn place(intake: &Intake, key: &SessionKey, job: Job) -> Placed {
     let mut sessions = intake.sessions.lock().unwrap_or_else(PoisonError::into_inner);
     let queue_settings = &intake.settings.queue;
     let Some(session) = sessions.get_mut(key) else {
@@ -187,7 +188,7 @@ pub(super) fn batching(intake: &Intake, mode: QueueMode) -> Batching {
 }
 
 /// Runs one session's turns in order until its queue is empty, then removes the session.
-pub(super) async fn session_loop(intake: Arc<Intake>, key: String) {
+pub(super) async fn session_loop(intake: Arc<Intake>, key: SessionKey) {
     load_prefs(&intake, &key).await;
     loop {
         wait_for_turn(&intake, &key).await;
@@ -224,7 +225,7 @@ pub(super) async fn session_loop(intake: Arc<Intake>, key: String) {
 
 /// Marks the session idle. Steering messages the turn never read become followup turns, at
 /// the front of the queue in their order; the ones it read are returned, to be settled.
-fn end_run(intake: &Intake, key: &str, steer: &mut SteerReceiver) -> Vec<Job> {
+fn end_run(intake: &Intake, key: &SessionKey, steer: &mut SteerReceiver) -> Vec<Job> {
     let mut sessions = intake.sessions.lock().unwrap_or_else(PoisonError::into_inner);
     let Some(session) = sessions.get_mut(key) else { return Vec::new() };
     let Some(mut active) = session.active.take() else { return Vec::new() };
@@ -242,7 +243,7 @@ fn end_run(intake: &Intake, key: &str, steer: &mut SteerReceiver) -> Vec<Job> {
 }
 
 /// Reads what the session chose with `/queue`, `/model` and `/verbose` from the store.
-async fn load_prefs(intake: &Intake, key: &str) {
+async fn load_prefs(intake: &Intake, key: &SessionKey) {
     let prefs = match intake.turns.store.session_prefs(key).await {
         Ok(prefs) => prefs,
         Err(err) => {
@@ -262,7 +263,7 @@ async fn load_prefs(intake: &Intake, key: &str) {
 
 /// Changes the model or the verbosity of a live session (`/model`, `/verbose`); a session
 /// without a task reads them on start.
-pub(super) fn set_prefs(intake: &Intake, key: &str, model: Option<Option<String>>, verbose: Option<bool>) {
+pub(super) fn set_prefs(intake: &Intake, key: &SessionKey, model: Option<Option<String>>, verbose: Option<bool>) {
     let mut sessions = intake.sessions.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(session) = sessions.get_mut(key) {
         if let Some(model) = model {
@@ -275,7 +276,7 @@ pub(super) fn set_prefs(intake: &Intake, key: &str, model: Option<Option<String>
 }
 
 /// The live session's model choice and verbosity.
-fn choices_of(intake: &Intake, key: &str) -> Choices {
+fn choices_of(intake: &Intake, key: &SessionKey) -> Choices {
     let sessions = intake.sessions.lock().unwrap_or_else(PoisonError::into_inner);
     sessions
         .get(key)
@@ -283,14 +284,14 @@ fn choices_of(intake: &Intake, key: &str) -> Choices {
 }
 
 /// Changes the mode of a live session (`/queue`); a session without a task reads it on start.
-pub(super) fn set_mode(intake: &Intake, key: &str, mode: QueueMode) {
+pub(super) fn set_mode(intake: &Intake, key: &SessionKey, mode: QueueMode) {
     let mut sessions = intake.sessions.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(session) = sessions.get_mut(key) {
         session.mode = mode;
     }
 }
 
-fn mode_of(intake: &Intake, key: &str) -> QueueMode {
+fn mode_of(intake: &Intake, key: &SessionKey) -> QueueMode {
     let sessions = intake.sessions.lock().unwrap_or_else(PoisonError::into_inner);
     sessions.get(key).map_or(intake.settings.queue.mode, |session| session.mode)
 }
@@ -298,7 +299,7 @@ fn mode_of(intake: &Intake, key: &str) -> QueueMode {
 /// Waits until the turn at the front of the queue may start: in `collect` mode, or with
 /// debouncing on, until its burst is over (see [`Batching::start_at`]). Sleeps without the lock
 /// and looks again, since a message that arrived meanwhile moves the time.
-async fn wait_for_turn(intake: &Intake, key: &str) {
+async fn wait_for_turn(intake: &Intake, key: &SessionKey) {
     let free_since = Instant::now();
     loop {
         let start_at = {
@@ -321,7 +322,7 @@ async fn wait_for_turn(intake: &Intake, key: &str) {
 /// Takes the next turn's messages and marks the session running; `None` (and the session
 /// removed) when nothing waits. Done under the lock `place` takes, so no message is stranded
 /// between "queue empty" and "session gone".
-fn next_batch(intake: &Intake, key: &str) -> Option<Batch> {
+fn next_batch(intake: &Intake, key: &SessionKey) -> Option<Batch> {
     let mut sessions = intake.sessions.lock().unwrap_or_else(PoisonError::into_inner);
     let session = sessions.get_mut(key)?;
     if session.queue.is_empty() {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use switchboard_channels::bus::{Bus, BusError, BusExt, DeliveryInfo};
-use switchboard_channels::contract::{DeadLetter, InboundMessage, OutboundKind, OutboundMessage, reply};
+use switchboard_channels::contract::{DeadLetter, InboundMessage, OutboundKind, OutboundMessage, SessionKey, reply};
 use switchboard_channels::subject::Flow;
 use thiserror::Error;
 
@@ -31,7 +31,7 @@ pub(super) enum HandleError {
 pub(super) fn reply_to(
     msg: &InboundMessage,
     run_id: &str,
-    session_key: &str,
+    session_key: &SessionKey,
     kind: OutboundKind,
     text: String,
 ) -> OutboundMessage {

@@ -5,7 +5,7 @@
 //! [`crate::context::Windows`]); a turn that failed on the window of the model it was fitted to
 //! runs once more within it, so a local model with the default configuration still answers.
 
-use switchboard_channels::contract::InboundMessage;
+use switchboard_channels::contract::{InboundMessage, SessionKey};
 
 use super::TurnRunner;
 use crate::agent::{Agent, EventSink, SteerReceiver, Turn, TurnResult};
@@ -23,7 +23,7 @@ pub(super) struct TurnPlan<'a> {
     pub agent: &'a Agent,
     pub msg: &'a InboundMessage,
     pub run_id: &'a str,
-    pub session_key: &'a str,
+    pub session_key: &'a SessionKey,
     /// The tools the sender may use.
     pub tools: ToolFilter,
     /// The level the turn runs at (a group's raises it): whether it may change the persona,

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+use switchboard_channels::contract::SessionKey;
 
 use crate::common::{BusKind, next_out, nothing_more};
 use crate::cron_support::{add_job, person, request_text, start, start_with};
@@ -315,7 +316,7 @@ mod tool {
 
     fn ctx(chat: &str) -> ToolContext {
         ToolContext {
-            session_key: format!("telegram:{chat}"),
+            session_key: SessionKey::stored(format!("telegram:{chat}")),
             channel: "telegram".into(),
             chat_id: chat.into(),
             run_id: "run-1".into(),

@@ -8,6 +8,7 @@ mod harness;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
+use switchboard_channels::contract::SessionKey;
 
 use crate::common::{BusKind, Harness, next_out, nothing_more};
 use futures_util::StreamExt;
@@ -132,7 +133,7 @@ async fn usage_and_cost(kind: BusKind) {
     rig.llm.push(Scripted::Text("42".into()));
     let chat = ChatAddress { channel: "telegram".into(), chat_id: "42".into(), thread_id: None, is_group: false };
     let request = SpawnRequest {
-        parent_session: chat.session_key(),
+        parent_session: SessionKey::stored(chat.session_key()),
         parent_agent: "main".into(),
         chat,
         label: "answer".into(),
@@ -278,7 +279,7 @@ async fn the_sixth_live_child_of_a_session_is_refused() {
     assert!(refused[0].contains("already has 5 sub-agents queued or running"), "{}", refused[0]);
     let records = rig.store.subagents_of("test:cap").await.unwrap();
     assert_eq!(records.len(), 5);
-    assert_eq!(rig.manager().cancel_session("test:cap").await, 5);
+    assert_eq!(rig.manager().cancel_session(&SessionKey::stored("test:cap")).await, 5);
     rig.stop().await;
 }
 
@@ -344,7 +345,7 @@ async fn the_global_limit_queues_the_rest() {
     rig.llm.wait_for_requests(4, Duration::from_secs(10)).await;
     assert_eq!(subagent_requests(&rig.llm).len(), 2, "the queued one has not called the model");
     // The queued one is cancelled too, without ever running.
-    assert_eq!(rig.manager().cancel_session("test:q").await, 3);
+    assert_eq!(rig.manager().cancel_session(&SessionKey::stored("test:q")).await, 3);
     eventually("all cancelled", || {
         let store = store.clone();
         async move {
@@ -515,7 +516,7 @@ async fn a_stop_on_one_worker_cancels_a_subagent_running_on_another() {
     rig.send(&message("test", "far", None, false, "go")).await;
     assert_eq!(next_out(&mut out).await.content, "started");
     let id = rig.store.subagents_of("test:far").await.unwrap().remove(0).id;
-    assert_eq!(other.cancel_session("test:far").await, 1, "counted through the store");
+    assert_eq!(other.cancel_session(&SessionKey::stored("test:far")).await, 1, "counted through the store");
     let store = rig.store.clone();
     eventually("the owner noticed the request", || {
         let (store, id) = (store.clone(), id.clone());

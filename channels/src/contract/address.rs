@@ -66,3 +66,91 @@ pub fn session_key(channel: &str, chat_id: &str, thread_id: Option<&str>) -> Str
         None => format!("{channel}:{chat_id}"),
     }
 }
+
+/// The agent configured by `[agent]`: its session keys carry no prefix, so data written
+/// before named agents existed stays valid.
+pub const MAIN_AGENT: &str = "main";
+
+/// A session's key: one agent's conversation in one chat (or in an isolated session such as
+/// a cron job's `cron:ab12cd34`). Its text form, the same on the bus, in the stores and in the
+/// API, is the chat's key ([`session_key`]) for the main agent and `<agent>/<chat's key>` for
+/// the others. Made only here: [`SessionKey::of_chat`], [`SessionKey::named`], or
+/// [`SessionKey::stored`] for one read back.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SessionKey(String);
+
+impl SessionKey {
+    /// `agent`'s session in `chat`.
+    pub fn of_chat(agent: &str, chat: &ChatAddress) -> Self {
+        Self::named(agent, &chat.session_key())
+    }
+
+    /// `agent`'s session called `base`: a chat's key (`telegram:-100123:topic:7`) or an
+    /// isolated session's name (`cron:ab12cd34`).
+    pub fn named(agent: &str, base: &str) -> Self {
+        if agent == MAIN_AGENT { Self(base.to_owned()) } else { Self(format!("{agent}/{base}")) }
+    }
+
+    /// A key as it was stored or sent (`ops/telegram:-100123`).
+    pub fn stored(text: impl Into<String>) -> Self {
+        Self(text.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The key without `agent`'s prefix: the chat's key or the isolated session's name
+    /// (unchanged when it has no such prefix).
+    pub fn base(&self, agent: &str) -> &str {
+        if agent == MAIN_AGENT {
+            return &self.0;
+        }
+        self.0.strip_prefix(agent).and_then(|rest| rest.strip_prefix('/')).unwrap_or(&self.0)
+    }
+}
+
+impl std::ops::Deref for SessionKey {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for SessionKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::borrow::Borrow<str> for SessionKey {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl PartialEq<SessionKey> for String {
+    fn eq(&self, other: &SessionKey) -> bool {
+        *self == other.0
+    }
+}
+
+impl From<SessionKey> for String {
+    fn from(key: SessionKey) -> String {
+        key.0
+    }
+}
+
+impl PartialEq<str> for SessionKey {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for SessionKey {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}

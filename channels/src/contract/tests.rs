@@ -127,3 +127,19 @@ fn flags_are_left_out_of_the_json_when_none_is_set() {
     let flags = MessageFlags { awaits_reply: true, ..MessageFlags::default() };
     assert_eq!(serde_json::to_string(&flags).unwrap(), r#"{"awaits_reply":true}"#);
 }
+
+#[test]
+fn a_named_agents_session_keys_carry_its_prefix_and_the_main_agents_do_not() {
+    use crate::contract::{ChatAddress, MAIN_AGENT, SessionKey};
+    let topic = ChatAddress::parse("telegram:-100:topic:7").unwrap();
+    assert_eq!(SessionKey::of_chat(MAIN_AGENT, &topic).as_str(), "telegram:-100:topic:7");
+    assert_eq!(SessionKey::of_chat("ops", &topic).as_str(), "ops/telegram:-100:topic:7");
+    assert_eq!(SessionKey::named("ops", "cron:ab12cd34").base("ops"), "cron:ab12cd34");
+    // Another agent's prefix, or a name that only starts like the agent's, is left alone.
+    assert_eq!(SessionKey::stored("support/telegram:1").base("ops"), "support/telegram:1");
+    assert_eq!(SessionKey::stored("opsx/telegram:1").base("ops"), "opsx/telegram:1");
+    assert_eq!(SessionKey::stored("main/telegram:1").base(MAIN_AGENT), "main/telegram:1");
+    // On the wire and in the stores, the text itself.
+    let json = serde_json::to_string(&SessionKey::of_chat("ops", &topic)).unwrap();
+    assert_eq!(json, "\"ops/telegram:-100:topic:7\"");
+}

@@ -2,8 +2,8 @@
 
 use super::*;
 use switchboard_channels::BusError;
-use switchboard_channels::bus::nats::{NatsBus, NatsOptions};
 use switchboard_channels::bus::StreamOrder;
+use switchboard_channels::bus::nats::{NatsBus, NatsOptions};
 use switchboard_testkit::nats::NatsServer;
 
 /// Short enough to keep redelivery tests fast, long enough that a busy machine acks in time.

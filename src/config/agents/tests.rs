@@ -58,18 +58,6 @@ fn unknown_agents_and_bad_bindings_fail_with_the_key_path() {
 }
 
 #[test]
-fn a_named_agents_sessions_carry_its_prefix_and_the_main_agents_do_not() {
-    use crate::config::{MAIN_AGENT, agent_session_key, base_session_key};
-    assert_eq!(agent_session_key(MAIN_AGENT, "telegram:-100:topic:7"), "telegram:-100:topic:7");
-    assert_eq!(agent_session_key("ops", "telegram:-100:topic:7"), "ops/telegram:-100:topic:7");
-    assert_eq!(base_session_key("ops", "ops/cron:ab12cd34"), "cron:ab12cd34");
-    // Another agent's prefix, or a name that only starts like the agent's, is left alone.
-    assert_eq!(base_session_key("ops", "support/telegram:1"), "support/telegram:1");
-    assert_eq!(base_session_key("ops", "opsx/telegram:1"), "opsx/telegram:1");
-    assert_eq!(base_session_key(MAIN_AGENT, "main/telegram:1"), "main/telegram:1");
-}
-
-#[test]
 fn loop_detection_is_off_or_at_least_two_and_named_agents_may_set_their_own() {
     let config = load("[agents.coder]\nloop_detection = 5\n").unwrap();
     assert_eq!((config.agent.loop_detection, config.agents["coder"].loop_detection), (3, Some(5)));

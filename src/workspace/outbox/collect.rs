@@ -5,6 +5,7 @@ use std::io::{self, ErrorKind};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
+use switchboard_channels::contract::SessionKey;
 
 use super::{MAX_FILES, OUTBOX_DIR, RUNS_DIR, SENT_DIR, run_folder, sent_folder, token};
 use crate::workspace::memory::{MemoryScope, Reach, Target, check_real_path};
@@ -51,7 +52,7 @@ impl Collected {
 /// not sent outside the owner's chats. The run's folder stays until [`clear`] (after the reply
 /// is stored): while it is there, a new attempt of the run looks for files an earlier one
 /// moved. A run that never used its outbox costs one look at the disk.
-pub fn collect(workspace: &Path, run_id: &str, scope: &MemoryScope, session_key: &str) -> io::Result<Collected> {
+pub fn collect(workspace: &Path, run_id: &str, scope: &MemoryScope, session_key: &SessionKey) -> io::Result<Collected> {
     let mut collected = Collected::default();
     if !workspace.join(run_folder(run_id)).exists() {
         return Ok(collected);
@@ -88,7 +89,12 @@ pub fn clear(workspace: &Path, run_id: &str) -> io::Result<()> {
 
 /// Moves `paths` (files in the run's outbox folder) to the sent folder of `seed` at once: the
 /// `message` tool sends them now, so they do not go with the reply again.
-pub fn send_files(workspace: &Path, seed: &str, session_key: &str, paths: &[PathBuf]) -> io::Result<Vec<SentFile>> {
+pub fn send_files(
+    workspace: &Path,
+    seed: &str,
+    session_key: &SessionKey,
+    paths: &[PathBuf],
+) -> io::Result<Vec<SentFile>> {
     let root = workspace.canonicalize()?;
     let token = token(&root, seed).map_err(|err| io::Error::other(err.to_string()))?;
     let sent = sent_folder(&root, &token);
@@ -103,7 +109,7 @@ fn shown_name(path: &Path) -> String {
 }
 
 /// What `sent/<token>.json` holds: whose files these are, for the API's download check.
-fn label(seed: &str, session_key: &str) -> String {
+fn label(seed: &str, session_key: &SessionKey) -> String {
     switchboard_channels::media_files::sent_label(session_key, seed)
 }
 

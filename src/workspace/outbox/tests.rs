@@ -1,4 +1,5 @@
 use std::time::{Duration, SystemTime};
+use switchboard_channels::contract::SessionKey;
 
 use super::*;
 use crate::workspace::memory::MemoryScope;
@@ -48,7 +49,7 @@ fn collected_files_move_to_the_sent_folder_in_name_order() {
     write(&folder, "report.csv", "a,b\n");
     write(&folder, "charts/q3 sales.png", "png");
     std::os::unix::fs::symlink("/etc/hostname", folder.join("link.txt")).unwrap();
-    let collected = collect(&root, RUN, &MemoryScope::Owner, "telegram:42").unwrap();
+    let collected = collect(&root, RUN, &MemoryScope::Owner, &SessionKey::stored("telegram:42")).unwrap();
     assert_eq!(names(&collected), ["charts_q3_sales.png", "report.csv"]);
     let sent = sent_folder(&root, &token(&root, RUN).unwrap());
     assert_eq!(collected.files[1].path, sent.join("report.csv"));
@@ -65,7 +66,7 @@ fn collected_files_move_to_the_sent_folder_in_name_order() {
 fn collected_once() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     write(&dir.path().join(run_folder(RUN)), "a.txt", "first");
-    collect(dir.path(), RUN, &MemoryScope::Owner, "api:me").unwrap();
+    collect(dir.path(), RUN, &MemoryScope::Owner, &SessionKey::stored("api:me")).unwrap();
     dir
 }
 
@@ -75,14 +76,17 @@ fn a_new_attempt_of_the_run_sends_what_an_earlier_one_moved() {
     let root = dir.path();
     // The attempt stopped before its reply was stored; the next one writes one more file.
     write(&root.join(run_folder(RUN)), "b.txt", "second");
-    let again = collect(root, RUN, &MemoryScope::Owner, "api:me").unwrap();
+    let again = collect(root, RUN, &MemoryScope::Owner, &SessionKey::stored("api:me")).unwrap();
     assert_eq!(names(&again), ["a.txt", "b.txt"]);
 }
 
 #[test]
 fn a_run_that_never_wrote_there_touches_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    assert_eq!(collect(dir.path(), RUN, &MemoryScope::Owner, "api:me").unwrap(), Collected::default());
+    assert_eq!(
+        collect(dir.path(), RUN, &MemoryScope::Owner, &SessionKey::stored("api:me")).unwrap(),
+        Collected::default()
+    );
     assert!(!dir.path().join(OUTBOX_DIR).exists(), "no key, no folders");
 }
 
@@ -92,7 +96,7 @@ fn more_files_than_a_reply_carries_are_named_in_the_note() {
     for n in 0..MAX_FILES + 2 {
         write(&dir.path().join(run_folder(RUN)), &format!("f{n:02}.txt"), "x");
     }
-    let collected = collect(dir.path(), RUN, &MemoryScope::Owner, "api:me").unwrap();
+    let collected = collect(dir.path(), RUN, &MemoryScope::Owner, &SessionKey::stored("api:me")).unwrap();
     assert_eq!(collected.files.len(), MAX_FILES);
     assert_eq!(collected.left_out, ["f10.txt", "f11.txt"]);
     let note = collected.note().unwrap();
@@ -108,7 +112,7 @@ fn the_owners_memory_under_another_name_stays_in_the_owners_chats() {
     std::fs::create_dir_all(&folder).unwrap();
     std::fs::hard_link(&memory, folder.join("notes.md")).unwrap();
     let group = MemoryScope::Group { channel: "telegram".into(), chat_id: "-100".into() };
-    let collected = collect(&root, RUN, &group, "telegram:-100").unwrap();
+    let collected = collect(&root, RUN, &group, &SessionKey::stored("telegram:-100")).unwrap();
     assert!(collected.files.is_empty());
     assert!(collected.note().unwrap().contains("outbox/notes.md was not sent"), "{:?}", collected.note());
 }
@@ -118,10 +122,15 @@ fn files_the_message_tool_sends_leave_the_outbox_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().canonicalize().unwrap();
     let chart = write(&root.join(run_folder(RUN)), "chart.png", "png");
-    let sent = send_files(&root, &format!("{RUN}:message:1"), "api:me", std::slice::from_ref(&chart)).unwrap();
+    let sent =
+        send_files(&root, &format!("{RUN}:message:1"), &SessionKey::stored("api:me"), std::slice::from_ref(&chart))
+            .unwrap();
     assert_eq!(sent.len(), 1);
     assert!(sent[0].path.starts_with(root.join("outbox/sent")) && !chart.exists());
-    assert!(collect(&root, RUN, &MemoryScope::Owner, "api:me").unwrap().files.is_empty(), "not sent twice");
+    assert!(
+        collect(&root, RUN, &MemoryScope::Owner, &SessionKey::stored("api:me")).unwrap().files.is_empty(),
+        "not sent twice"
+    );
 }
 
 #[test]
