@@ -132,7 +132,8 @@ pub async fn run(
     };
     let reload = reload::Reload {
         path: config_path,
-        running: assembly.config().clone(),
+        started: assembly.config().clone(),
+        applied: assembly.config().clone(),
         api_access: channels.iter().find_map(|channel| channel.api_access()),
         worker: worker_parts,
     };

@@ -6,7 +6,10 @@
 //! The API's tokens are replaced at once, in the worker and in a process serving only the API:
 //! a revoked token must not keep working. Channels, the bus, the store, cron, heartbeats and
 //! the worker's own limits keep what they started with (a restart applies those); the log
-//! names each such setting that changed.
+//! names each such setting that differs from what the process started with, on every reload
+//! until a restart applies it. Such a setting is judged by what runs, never by the last file
+//! read: a reload that moves the API's listen address to loopback (not applied) and a later one
+//! that removes its token must not leave a public listener open.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -30,8 +33,12 @@ use super::restart;
 pub(super) struct Reload {
     /// The config file given at start (`--config`, `SWITCHBOARD_CONFIG`, or the default place).
     pub path: Option<PathBuf>,
-    /// The config in force: what a new one is compared with.
-    pub running: Config,
+    /// The config the process started with: the settings a reload cannot apply (the API's
+    /// listen address, the channels, the bus, …) are in force as it says until a restart.
+    pub started: Config,
+    /// The last config applied (the started one until a reload is taken): what the API's
+    /// tokens are compared with.
+    pub applied: Config,
     /// The API's tokens, when this process serves the API.
     pub api_access: Option<LiveAccess>,
     /// What turns use, when this process runs the agent worker.
@@ -103,14 +110,14 @@ impl Reload {
                 return refused(&err);
             }
         }
-        let tokens_changed = restart::api_tokens_changed(&self.running, &config);
+        let tokens_changed = restart::api_tokens_changed(&self.applied, &config);
         if let Some(live) = self.api_access.as_ref().filter(|_| tokens_changed) {
             let access = crate::assembly::settings::api_access(&config.channels.api);
             let count = access.tokens.len();
             live.replace(access);
             tracing::warn!(tokens = count, "the API's tokens changed: in force from the next request");
         }
-        let stale = restart::needing_restart(&self.running, &config);
+        let stale = restart::needing_restart(&self.started, &config);
         let applied = match self.worker.is_some() {
             true => {
                 "agents, bindings, models, tools, skills, permissions, budgets, owners, approvers and MCP servers apply \
@@ -125,13 +132,14 @@ impl Reload {
                 stale.join(", ")
             ),
         }
-        self.running = config;
+        self.applied = config;
     }
 
-    /// Why `config` cannot be taken: its tokens would leave a listener beyond loopback, which
-    /// the running process keeps, open to everyone.
+    /// Why `config` cannot be taken: its tokens would leave a listener beyond loopback open to
+    /// everyone. The address is the one bound at start, whatever the file now says: a reload
+    /// does not move the listener.
     fn refusal(&self, config: &Config) -> Option<String> {
-        let listen = self.running.channels.api.listen;
+        let listen = self.started.channels.api.listen;
         let api = &config.channels.api;
         let opens = self.api_access.is_some() && !listen.ip().is_loopback() && !api.has_tokens();
         (opens && !api.allow_unauthenticated).then(|| {

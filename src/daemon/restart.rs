@@ -4,39 +4,41 @@
 
 use crate::config::{ApiChannelConfig, Config};
 
-/// The settings that changed between `running` and `new` and need a restart to apply, by
-/// their config key. The API's tokens are not among them: a reload applies them at once.
-pub(super) fn needing_restart(running: &Config, new: &Config) -> Vec<&'static str> {
+/// The settings that differ between `started` (the config the process started with: a reload
+/// applies none of them) and `new` and need a restart to apply, by their config key. The API's
+/// tokens are not among them: a reload applies them at once.
+pub(super) fn needing_restart(started: &Config, new: &Config) -> Vec<&'static str> {
     // The context windows are not among them: each chain entry carries its model's window,
     // and the chains are rebuilt.
     let agent =
         |config: &Config| (config.agent.history_limit, config.agent.run_timeout_secs, config.agent.workspace.clone());
     let checks: [(&'static str, bool); 18] = [
-        ("data_dir", running.data_dir != new.data_dir),
-        ("bus", running.bus != new.bus),
-        ("bus_options", running.bus_options != new.bus_options),
-        ("store", running.store != new.store),
-        ("channels.api", without_tokens(&running.channels.api) != without_tokens(&new.channels.api)),
-        ("channels.telegram", running.channels.telegram != new.channels.telegram),
-        ("channels.discord", running.channels.discord != new.channels.discord),
-        ("cron", running.cron != new.cron),
-        ("heartbeat", running.heartbeat != new.heartbeat),
-        ("metrics", running.metrics != new.metrics),
-        ("worker", running.worker != new.worker),
-        ("history", running.history != new.history),
-        ("compaction", running.compaction != new.compaction),
-        ("guard", running.guard != new.guard),
-        ("rate_limits", running.rate_limits != new.rate_limits),
-        ("transcription", running.transcription != new.transcription),
-        ("log", running.log != new.log),
-        ("agent (history_limit, run_timeout_secs, workspace)", agent(running) != agent(new)),
+        ("data_dir", started.data_dir != new.data_dir),
+        ("bus", started.bus != new.bus),
+        ("bus_options", started.bus_options != new.bus_options),
+        ("store", started.store != new.store),
+        ("channels.api", without_tokens(&started.channels.api) != without_tokens(&new.channels.api)),
+        ("channels.telegram", started.channels.telegram != new.channels.telegram),
+        ("channels.discord", started.channels.discord != new.channels.discord),
+        ("cron", started.cron != new.cron),
+        ("heartbeat", started.heartbeat != new.heartbeat),
+        ("metrics", started.metrics != new.metrics),
+        ("worker", started.worker != new.worker),
+        ("history", started.history != new.history),
+        ("compaction", started.compaction != new.compaction),
+        ("guard", started.guard != new.guard),
+        ("rate_limits", started.rate_limits != new.rate_limits),
+        ("transcription", started.transcription != new.transcription),
+        ("log", started.log != new.log),
+        ("agent (history_limit, run_timeout_secs, workspace)", agent(started) != agent(new)),
     ];
     checks.into_iter().filter(|(_, changed)| *changed).map(|(key, _)| key).collect()
 }
 
-/// Whether the API's tokens differ: the one `token` or the named `tokens`.
-pub(super) fn api_tokens_changed(running: &Config, new: &Config) -> bool {
-    let (old, new) = (&running.channels.api, &new.channels.api);
+/// Whether the API's tokens differ between the last config applied and `new`: the one `token`
+/// or the named `tokens`.
+pub(super) fn api_tokens_changed(applied: &Config, new: &Config) -> bool {
+    let (old, new) = (&applied.channels.api, &new.channels.api);
     old.token != new.token || old.tokens != new.tokens
 }
 

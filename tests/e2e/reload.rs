@@ -120,3 +120,46 @@ async fn a_reload_applies_api_tokens_at_once_and_names_what_needs_a_restart() {
     assert!(logs.contains("the API's tokens changed: in force from the next request"), "{logs}");
     assert!(logs.contains("these changed settings need a restart to apply: channels.telegram, worker"), "{logs}");
 }
+
+/// A setting that needs a restart is judged by what runs, not by the last file read: a reload
+/// that moves the API's listen address to loopback moves no listener, so a later reload that
+/// removes the token is refused, and the API on every address stays closed to callers
+/// without it.
+#[tokio::test]
+async fn a_listen_address_not_yet_applied_does_not_let_a_reload_open_a_public_api() {
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("switchboard.toml");
+    let port = crate::support::free_port();
+    let config = |listen: &str, token: bool| {
+        let token = if token { "token = \"sk-public-secret\"\n" } else { "" };
+        format!("[channels.api]\nlisten = \"{listen}:{port}\"\n{token}")
+    };
+    std::fs::write(&path, config("0.0.0.0", true)).unwrap();
+    let mut daemon = Launch::new(dir.path(), "listen", &["run", "--config", path.to_str().unwrap()])
+        .listen_in_config(port)
+        .llm(&llm.base_url())
+        .spawn();
+    daemon.wait_healthy().await;
+    let ask = json!({"chat_id": "l", "content": "hi"});
+    assert_eq!(daemon.post(ask.clone()).await.0, 401);
+
+    std::fs::write(&path, config("127.0.0.1", true)).unwrap();
+    daemon.signal("HUP");
+    wait_for_logged(&daemon, "need a restart to apply: channels.api", 1).await;
+
+    std::fs::write(&path, config("127.0.0.1", false)).unwrap();
+    daemon.signal("HUP");
+    wait_for_logged(&daemon, "config reload refused", 1).await;
+    let logs = daemon.logs();
+    let refusal = logs.lines().find(|line| line.contains("config reload refused")).unwrap();
+    assert!(refusal.contains(&format!("the API listens on 0.0.0.0:{port}, beyond loopback")), "{refusal}");
+    assert_eq!(daemon.post(ask.clone()).await.0, 401, "the token stays in force");
+    let (status, body) = daemon.post_with(ask, Some("sk-public-secret")).await;
+    assert_eq!(status, 200, "{body}");
+
+    // Until a restart, every reload names the listen address as not applied.
+    std::fs::write(&path, config("127.0.0.1", true)).unwrap();
+    daemon.signal("HUP");
+    wait_for_logged(&daemon, "need a restart to apply: channels.api", 2).await;
+}

@@ -1,6 +1,6 @@
 //! What the API reads and keeps in the store, on both stores: sessions by who may see them,
-//! their messages paged with the outbox in between, deletion, and webhook posts taken once
-//! however many API processes ask.
+//! their messages paged with the outbox in between, deletion, webhook posts taken once
+//! however many API processes ask, and rows that no longer decode left out of all of them.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +9,10 @@ use chrono::Utc;
 use switchboard_channels::api::store::{OutboxEntry, RunFilter, SessionScope};
 use switchboard_channels::contract::OutboundMessage;
 
-use crate::stores::{finished_turn as turn, on_both_stores};
+use switchboard::provider::{ChatMessage, ToolCall};
+use switchboard::store::RunClaim;
+
+use crate::stores::{completed, finished_turn as turn, on_both_stores};
 
 fn outbox(id: &str, chat: &str, content: &str, webhook: bool) -> OutboxEntry {
     let message = OutboundMessage {
@@ -119,5 +122,42 @@ on_both_stores! {
         a.webhook_outcome(taken[1], Some(Utc::now() - chrono::Duration::seconds(1))).await.unwrap();
         let again = a.claim_webhooks(lease, 10).await.unwrap();
         assert_eq!(again.iter().map(|due| (due.seq, due.attempt)).collect::<Vec<_>>(), [(taken[1], 2)]);
+    }
+
+    /// A transcript or outbox row broken by hand is left out of the session's messages, the
+    /// run's tool calls and the webhook's posts; the rows beside it are all still there, and
+    /// the broken post is given up rather than claimed again after every lease.
+    async fn rows_that_do_not_decode_are_left_out_of_every_view(fresh) {
+        let store = fresh.store.as_ref();
+        let RunClaim::New { run_id } = store.claim_run("1", "api:k").await.unwrap() else { panic!("not new") };
+        let call = ToolCall { id: "c1".into(), name: "current_time".into(), arguments: serde_json::json!({}) };
+        let exchange = vec![
+            ChatMessage::user("what time is it"),
+            ChatMessage::assistant("", vec![call.clone()]),
+            ChatMessage::tool_result(&call, "12:00"),
+            ChatMessage::assistant("noon", Vec::new()),
+        ];
+        store.finish_run(&run_id, &completed(exchange)).await.unwrap();
+        for id in ["o1", "o2"] {
+            store.keep_outbound(&outbox(id, "k", &format!("reminder {id}"), true)).await.unwrap();
+        }
+        let broken = fresh
+            .execute("UPDATE transcript SET message_json = 'not json' WHERE session_key = 'api:k' AND role = 'user'")
+            .await;
+        assert_eq!(broken, 1);
+        assert_eq!(fresh.execute("UPDATE api_outbox SET message_json = '{' WHERE outbound_id = 'o1'").await, 1);
+
+        let page = store.session_messages("api:k", None, 50).await.unwrap();
+        let lines: Vec<(&str, &str)> = page.messages.iter().map(|m| (m.role.as_str(), m.content.as_str())).collect();
+        assert_eq!(lines, [("assistant", ""), ("tool", "12:00"), ("assistant", "noon"), ("outbox", "reminder o2")]);
+        let run = store.run(&run_id).await.unwrap().unwrap();
+        let calls = run.tool_calls.unwrap();
+        assert_eq!((calls.len(), calls[0]["result"].as_str()), (1, Some("12:00")), "{calls:?}");
+
+        // A lease of nothing: whatever is not done is due again at once.
+        let due = store.claim_webhooks(Duration::ZERO, 10).await.unwrap();
+        assert_eq!(due.iter().map(|d| d.message.id.as_str()).collect::<Vec<_>>(), ["o2"]);
+        let again = store.claim_webhooks(Duration::ZERO, 10).await.unwrap();
+        assert_eq!(again.iter().map(|d| (d.message.id.as_str(), d.attempt)).collect::<Vec<_>>(), [("o2", 2)]);
     }
 }

@@ -35,6 +35,9 @@ pub struct Launch<'a> {
     pub wrapper: Vec<String>,
     /// The API's port; a free one when not set.
     pub port: Option<u16>,
+    /// The config file sets the API's listen address (on `port`), not the environment: a
+    /// reload can then change it.
+    pub listen_in_config: bool,
 }
 
 impl<'a> Launch<'a> {
@@ -48,6 +51,7 @@ impl<'a> Launch<'a> {
             user: None,
             wrapper: Vec::new(),
             port: None,
+            listen_in_config: false,
         }
     }
 
@@ -55,6 +59,13 @@ impl<'a> Launch<'a> {
     pub fn port(mut self, port: u16) -> Self {
         self.port = Some(port);
         self
+    }
+
+    /// Leaves the API's listen address to the config file, which must set it on `port` (the
+    /// environment would override the file, on every reload too).
+    pub fn listen_in_config(mut self, port: u16) -> Self {
+        self.listen_in_config = true;
+        self.port(port)
     }
 
     /// Starts the daemon through `wrapper`, a command that execs it (so the pid stays the
@@ -117,8 +128,10 @@ impl<'a> Launch<'a> {
             .env("HOME", self.data_dir)
             .env("XDG_CONFIG_HOME", self.data_dir.join("config"))
             .env("SWITCHBOARD_DATA_DIR", self.data_dir)
-            .env("SWITCHBOARD_CHANNELS__API__LISTEN", format!("127.0.0.1:{port}"))
             .env("SWITCHBOARD_LOG", "info,switchboard=debug");
+        if !self.listen_in_config {
+            command.env("SWITCHBOARD_CHANNELS__API__LISTEN", format!("127.0.0.1:{port}"));
+        }
         for (key, value) in &self.env {
             command.env(key, value);
         }

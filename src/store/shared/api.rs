@@ -5,24 +5,20 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use serde_json::{Value, json};
-use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Type};
+use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Row, Type};
 use switchboard_channels::api::store::{
     ApiStore, ApiStoreError, MessagePage, OutboxEntry, RunFilter, RunView, SessionMessage, SessionScope,
     SessionSummary, WebhookDue,
 };
-use switchboard_channels::contract::OutboundMessage;
 
-use super::{Backend, RowsAffected, SearchEngine};
-use crate::provider::{ChatMessage, Role};
+use super::{Backend, RowsAffected, SearchEngine, lenient};
 use crate::store::postgres::PostgresStore;
 use crate::store::sqlite::SqliteStore;
-use crate::store::values::{from_millis, now_millis, role_name, run_record, sql_limit, to_u32, to_u64};
+use crate::store::values::{from_millis, now_millis, run_record, sql_limit, to_u32, to_u64};
 use crate::store::{RunRecord, StoreError};
+use rows::{outbox_line, outbox_message, tool_calls, transcript_lines};
 
-/// Longest tool result a session's messages or a run's details show; the transcript keeps it
-/// whole.
-const TOOL_RESULT_CHARS: usize = 2000;
+mod rows;
 
 fn failed(err: impl std::fmt::Display) -> ApiStoreError {
     ApiStoreError(err.to_string())
@@ -45,44 +41,6 @@ fn chat_patterns(prefix: &str) -> (String, String) {
     (format!("api:{escaped}%"), format!("%/api:{escaped}%"))
 }
 
-fn cut(text: &str, chars: usize) -> String {
-    match text.char_indices().nth(chars) {
-        Some((end, _)) => format!("{}…", &text[..end]),
-        None => text.to_owned(),
-    }
-}
-
-/// A transcript row as a session's message.
-fn transcript_line(id: i64, run_id: String, json: &str, created_at: i64) -> Result<SessionMessage, ApiStoreError> {
-    let message: ChatMessage = serde_json::from_str(json)
-        .map_err(|e| ApiStoreError(format!("transcript row {id} is not a chat message: {e}")))?;
-    let tool_calls = message.tool_calls.iter().map(|call| json!({"name": call.name, "arguments": call.arguments}));
-    let content = match message.role {
-        Role::Tool => cut(&message.content, TOOL_RESULT_CHARS),
-        _ => message.content.clone(),
-    };
-    Ok(SessionMessage {
-        role: role_name(message.role).to_owned(),
-        content,
-        at: from_millis(created_at).map_err(failed)?,
-        run_id: Some(run_id),
-        tool_calls: tool_calls.collect(),
-        name: message.name.clone(),
-    })
-}
-
-fn outbox_line(json: &str, created_at: i64) -> Result<SessionMessage, ApiStoreError> {
-    let message: OutboundMessage = serde_json::from_str(json).map_err(failed)?;
-    Ok(SessionMessage {
-        role: "outbox".into(),
-        content: message.content,
-        at: from_millis(created_at).map_err(failed)?,
-        run_id: None,
-        tool_calls: Vec::new(),
-        name: None,
-    })
-}
-
 fn run_view(record: RunRecord) -> RunView {
     RunView {
         id: record.run_id,
@@ -102,25 +60,6 @@ fn run_view(record: RunRecord) -> RunView {
         finished_at: record.finished_at,
         tool_calls: None,
     }
-}
-
-/// A run's tool calls with their results, from its transcript rows.
-fn tool_calls(rows: &[(i64, String)]) -> Result<Vec<Value>, ApiStoreError> {
-    let messages: Vec<ChatMessage> = rows
-        .iter()
-        .map(|(id, json)| serde_json::from_str(json).map_err(|e| ApiStoreError(format!("transcript row {id}: {e}"))))
-        .collect::<Result<_, _>>()?;
-    let result_of =
-        |call_id: &str| messages.iter().find(|m| m.role == Role::Tool && m.tool_call_id.as_deref() == Some(call_id));
-    let calls = messages.iter().flat_map(|m| &m.tool_calls).map(|call| {
-        let result = result_of(&call.id);
-        json!({
-            "name": call.name,
-            "arguments": call.arguments,
-            "result": result.map(|r| cut(&r.content, TOOL_RESULT_CHARS)),
-        })
-    });
-    Ok(calls.collect())
 }
 
 /// A page of sessions with something to show, then their message counts: counted for the
@@ -169,10 +108,12 @@ where
     for<'q> <B::Db as Database>::Arguments<'q>: IntoArguments<'q, B::Db>,
     for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
     for<'q> i64: Encode<'q, B::Db> + Type<B::Db>,
-    for<'r> (String, i64): FromRow<'r, <B::Db as Database>::Row>,
+    &'static str: ColumnIndex<<B::Db as Database>::Row>,
+    for<'r> String: Decode<'r, B::Db> + Type<B::Db>,
+    for<'r> i64: Decode<'r, B::Db> + Type<B::Db>,
 {
-    let rows: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT message_json, created_at FROM api_outbox WHERE session_key = $1 AND NOT in_transcript \
+    let rows = sqlx::query(
+        "SELECT seq, message_json, created_at FROM api_outbox WHERE session_key = $1 AND NOT in_transcript \
          AND created_at >= $2 AND created_at < $3 ORDER BY seq",
     )
     .bind(key)
@@ -181,7 +122,18 @@ where
     .fetch_all(store.pool())
     .await
     .map_err(failed)?;
-    rows.iter().map(|(json, at)| outbox_line(json, *at)).collect()
+    let mut lines = Vec::with_capacity(rows.len());
+    for row in &rows {
+        match outbox_line(row).map_err(failed)? {
+            Ok(line) => lines.push(line),
+            Err(problem) => {
+                let seq: i64 = row.try_get("seq").map_err(failed)?;
+                tracing::warn!(session = %key, outbox_seq = seq, %problem,
+                    "an outbox row is not a readable message; the session's messages are shown without it");
+            }
+        }
+    }
+    Ok(lines)
 }
 
 /// Deletes what a session said: its transcript, its outbox lines, its runs' replies and errors
@@ -247,10 +199,7 @@ where
     for<'r> (String,): FromRow<'r, <B::Db as Database>::Row>,
     for<'r> (bool,): FromRow<'r, <B::Db as Database>::Row>,
     for<'r> (i64,): FromRow<'r, <B::Db as Database>::Row>,
-    for<'r> (String, i64): FromRow<'r, <B::Db as Database>::Row>,
-    for<'r> (i64, String): FromRow<'r, <B::Db as Database>::Row>,
     for<'r> (String, i64, i64, i64): FromRow<'r, <B::Db as Database>::Row>,
-    for<'r> (i64, String, String, i64): FromRow<'r, <B::Db as Database>::Row>,
 {
     async fn sessions(
         &self,
@@ -279,7 +228,7 @@ where
         before: Option<i64>,
         limit: usize,
     ) -> Result<MessagePage, ApiStoreError> {
-        let rows: Vec<(i64, String, String, i64)> = sqlx::query_as(
+        let rows = sqlx::query(
             "SELECT id, run_id, message_json, created_at FROM transcript \
              WHERE session_key = $1 AND id < $2 ORDER BY id DESC LIMIT $3",
         )
@@ -301,16 +250,16 @@ where
             None => None,
         };
         let from = match rows.last() {
-            Some((_, _, _, at)) if full => *at,
+            // A time that does not decode: from the beginning (the row is left out anyway).
+            Some(row) if full => lenient::column::<_, i64>(row, "created_at").map_err(failed)?.unwrap_or(i64::MIN),
             _ => i64::MIN,
         };
         let outbox = outbox_lines(self.0, key, from, to.unwrap_or(i64::MAX)).await?;
-        let next = if full { rows.last().map(|row| row.0) } else { None };
-        let lines = rows
-            .into_iter()
-            .rev()
-            .map(|(id, run_id, json, at)| transcript_line(id, run_id, &json, at))
-            .collect::<Result<Vec<_>, _>>()?;
+        let next = match rows.last() {
+            Some(row) if full => Some(row.try_get::<i64, _>("id").map_err(failed)?),
+            _ => None,
+        };
+        let lines = transcript_lines(key, &rows).map_err(failed)?;
         Ok(MessagePage { messages: merge(lines, outbox), before: next })
     }
 
@@ -353,13 +302,12 @@ where
             return Ok(None);
         };
         let mut view = run_view(run_record(&row).map_err(failed)?);
-        let rows: Vec<(i64, String)> =
-            sqlx::query_as("SELECT id, message_json FROM transcript WHERE run_id = $1 ORDER BY id")
-                .bind(id)
-                .fetch_all(self.0.pool())
-                .await
-                .map_err(failed)?;
-        view.tool_calls = Some(tool_calls(&rows)?);
+        let rows = sqlx::query("SELECT id, message_json FROM transcript WHERE run_id = $1 ORDER BY id")
+            .bind(id)
+            .fetch_all(self.0.pool())
+            .await
+            .map_err(failed)?;
+        view.tool_calls = Some(tool_calls(id, &rows).map_err(failed)?);
         Ok(Some(view))
     }
 
@@ -387,7 +335,7 @@ where
         let until = now.saturating_add(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX));
         // The outer condition again: of two processes claiming at once, the second finds
         // the rows the first took no longer due.
-        let rows: Vec<(i64, String, String, i64)> = sqlx::query_as(
+        let rows = sqlx::query(
             "UPDATE api_outbox SET webhook_due_at = $2, webhook_attempts = webhook_attempts + 1 \
              WHERE webhook_due_at <= $1 AND seq IN (SELECT seq FROM api_outbox \
              WHERE webhook_due_at <= $1 ORDER BY webhook_due_at LIMIT $3) \
@@ -399,16 +347,25 @@ where
         .fetch_all(self.0.write_pool())
         .await
         .map_err(failed)?;
-        rows.into_iter()
-            .map(|(seq, session_key, json, attempts)| {
-                Ok(WebhookDue {
-                    seq,
-                    message: serde_json::from_str(&json).map_err(failed)?,
-                    session_key,
-                    attempt: to_u32(attempts, "webhook_attempts").map_err(failed)?,
-                })
-            })
-            .collect()
+        let mut due = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let seq: i64 = row.try_get("seq").map_err(failed)?;
+            let session_key: String = row.try_get("session_key").map_err(failed)?;
+            match outbox_message(row).map_err(failed)? {
+                Ok(message) => {
+                    let attempts: i64 = row.try_get("webhook_attempts").map_err(failed)?;
+                    let attempt = to_u32(attempts, "webhook_attempts").map_err(failed)?;
+                    due.push(WebhookDue { seq, message, session_key, attempt });
+                }
+                // Given up for good: claimed again after every lease, it would fill each batch.
+                Err(problem) => {
+                    tracing::warn!(session = %session_key, outbox_seq = seq, %problem,
+                        "an outbox row is not a readable message; its webhook post is given up");
+                    self.webhook_outcome(seq, None).await?;
+                }
+            }
+        }
+        Ok(due)
     }
 
     async fn webhook_outcome(&self, seq: i64, retry_at: Option<DateTime<Utc>>) -> Result<(), ApiStoreError> {
@@ -519,11 +476,5 @@ mod tests {
     #[test]
     fn chat_patterns_escape_like_wildcards() {
         assert_eq!(chat_patterns("al_ice/"), ("api:al\\_ice/%".to_owned(), "%/api:al\\_ice/%".to_owned()));
-    }
-
-    #[test]
-    fn long_tool_results_are_cut_on_a_character() {
-        assert_eq!(cut("héllo", 2), "hé…");
-        assert_eq!(cut("hé", 2), "hé");
     }
 }

@@ -4,13 +4,16 @@
 //! A turn must never wait on such a row: it would be given back to the bus and fail again on
 //! every retry until the message ages out, and the chat's next message with it. So the part that
 //! does not decode is left out (or replaced by its default) with a warning naming the session,
-//! the row and what is wrong, never the stored content; the turn runs on the rest. Only decoding
+//! the row and what is wrong, never the stored content; the turn runs on the rest. Memory search
+//! and the API's views of a session or a run leave such a row out the same way. Only decoding
 //! is forgiven: a column that is missing, a lost connection or a failed statement stay errors.
 
+use chrono::{DateTime, Utc};
 use sqlx::{ColumnIndex, Decode, Row, Type};
 
 use crate::config::QueueMode;
 use crate::provider::ChatMessage;
+use crate::store::values::from_millis;
 use crate::store::{HistorySummary, SessionPrefs, StoreError};
 
 /// A column's value, or why it does not decode (`Ok(Err(reason))`).
@@ -44,9 +47,7 @@ where
     // Fetched newest first so LIMIT keeps the most recent ones; the model wants them oldest first.
     for row in rows.iter().rev() {
         let id: i64 = row.try_get("id")?;
-        let decoded = column::<R, String>(row, "message_json")?
-            .and_then(|json| serde_json::from_str::<ChatMessage>(&json).map_err(|e| e.to_string()));
-        match decoded {
+        match message(row)? {
             Ok(message) => messages.push((id, message)),
             Err(problem) => {
                 skipped += 1;
@@ -56,6 +57,31 @@ where
         }
     }
     Ok((messages, skipped))
+}
+
+/// A transcript row's `message_json` as a chat message, or why it is not one (`Ok(Err(reason))`).
+pub(super) fn message<'r, R>(row: &'r R) -> Result<Result<ChatMessage, String>, StoreError>
+where
+    R: Row,
+    &'static str: ColumnIndex<R>,
+    String: Decode<'r, R::Database> + Type<R::Database>,
+{
+    Ok(column::<R, String>(row, "message_json")?
+        .and_then(|json| serde_json::from_str::<ChatMessage>(&json).map_err(|e| e.to_string())))
+}
+
+/// A transcript row's message with when it was written (`message_json`, `created_at`), or why
+/// either does not decode.
+pub(super) fn dated_message<'r, R>(row: &'r R) -> Result<Result<(ChatMessage, DateTime<Utc>), String>, StoreError>
+where
+    R: Row,
+    &'static str: ColumnIndex<R>,
+    i64: Decode<'r, R::Database> + Type<R::Database>,
+    String: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let message = message(row)?;
+    let at = column::<R, i64>(row, "created_at")?.and_then(|millis| from_millis(millis).map_err(|e| e.to_string()));
+    Ok(message.and_then(|message| Ok((message, at?))))
 }
 
 /// What a turn reads of its session's row: the history version (`None` when it does not

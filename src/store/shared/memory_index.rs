@@ -7,16 +7,17 @@
 use std::collections::HashMap;
 
 use async_trait::async_trait;
-use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
+use chrono::{DateTime, Utc};
+use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Row, Type};
 
-use super::SearchEngine;
+use super::{SearchEngine, lenient};
 use crate::provider::ChatMessage;
 use crate::store::StoreError;
 use crate::store::memory_index::{
     CONVERSATION_PREFIX, ChunkQuery, ConversationMessage, IndexedChunk, MemoryChunk, MemoryHit, MemoryIndex,
     MemoryQuery, conversation_chunks, conversation_text, vector_from_bytes, vector_to_bytes,
 };
-use crate::store::values::{from_millis, now_millis, sql_limit};
+use crate::store::values::{now_millis, sql_limit};
 
 /// A chunk row: id, path, start line, end line, text.
 pub(in crate::store) type ChunkRow = (i64, String, i64, i64, String);
@@ -34,9 +35,47 @@ fn indexed_chunk((id, path, start, end, text): ChunkRow) -> Result<IndexedChunk,
     Ok(IndexedChunk { id, path, start_line: line(start)?, end_line: line(end)?, text })
 }
 
-/// A transcript row's message.
-fn decode_message(id: i64, json: &str) -> Result<ChatMessage, StoreError> {
-    serde_json::from_str(json).map_err(|e| StoreError::Corrupt(format!("transcript row {id} is unreadable: {e}")))
+/// A transcript row's message and time, or `None` with a warning naming the row when either
+/// does not decode: memory search goes on without it rather than failing for the whole scope
+/// (see `lenient`).
+fn readable_message<R>(session_key: &str, id: i64, row: &R) -> Result<Option<(ChatMessage, DateTime<Utc>)>, StoreError>
+where
+    R: Row,
+    &'static str: ColumnIndex<R>,
+    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+{
+    Ok(lenient::dated_message(row)?
+        .map_err(|problem| {
+            tracing::warn!(session = %session_key, row = id, %problem,
+                "a transcript row is not a readable chat message; memory search goes on without it");
+        })
+        .ok())
+}
+
+/// A transcript row's id, session key, message and time.
+type IndexableRow = (i64, String, ChatMessage, DateTime<Utc>);
+
+/// A transcript row of a scope (`id`, `session_key`, `message_json`, `created_at`) to index,
+/// or `None` with a warning when it does not decode.
+fn indexable<R>(row: &R) -> Result<Option<IndexableRow>, StoreError>
+where
+    R: Row,
+    &'static str: ColumnIndex<R>,
+    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let id: i64 = row.try_get("id")?;
+    let session_key = match lenient::column::<R, String>(row, "session_key")? {
+        Ok(key) => key,
+        Err(problem) => {
+            tracing::warn!(row = id, %problem,
+                "a transcript row's session_key does not decode; memory search goes on without the row");
+            return Ok(None);
+        }
+    };
+    let readable = readable_message(&session_key, id, row)?;
+    Ok(readable.map(|(message, at)| (id, session_key, message, at)))
 }
 
 #[async_trait]
@@ -49,10 +88,11 @@ where
     for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
     for<'q> i64: Encode<'q, B::Db> + Type<B::Db>,
     for<'q> Vec<u8>: Encode<'q, B::Db> + Type<B::Db>,
+    &'static str: ColumnIndex<<B::Db as Database>::Row>,
+    for<'r> i64: Decode<'r, B::Db> + Type<B::Db>,
+    for<'r> String: Decode<'r, B::Db> + Type<B::Db>,
     for<'r> (String,): FromRow<'r, <B::Db as Database>::Row>,
     for<'r> (i64,): FromRow<'r, <B::Db as Database>::Row>,
-    for<'r> (i64, String, i64): FromRow<'r, <B::Db as Database>::Row>,
-    for<'r> (i64, String, String, i64): FromRow<'r, <B::Db as Database>::Row>,
     for<'r> ChunkRow: FromRow<'r, <B::Db as Database>::Row>,
 {
     async fn memory_fingerprint(&self, root: &str, path: &str) -> Result<Option<String>, StoreError> {
@@ -126,7 +166,7 @@ where
         from_id: i64,
         limit: usize,
     ) -> Result<Vec<ConversationMessage>, StoreError> {
-        let rows: Vec<(i64, String, i64)> = sqlx::query_as(
+        let rows = sqlx::query(
             "SELECT id, message_json, created_at FROM transcript \
              WHERE session_key = $1 AND memory_scope = $2 AND id >= $3 ORDER BY id LIMIT $4",
         )
@@ -137,9 +177,10 @@ where
         .fetch_all(self.pool())
         .await?;
         let mut messages = Vec::new();
-        for (id, json, created_at) in rows {
-            let at = from_millis(created_at)?;
-            if let Some(text) = conversation_text(&decode_message(id, &json)?, at) {
+        for row in &rows {
+            let id: i64 = row.try_get("id")?;
+            let Some((message, at)) = readable_message(session_key, id, row)? else { continue };
+            if let Some(text) = conversation_text(&message, at) {
                 messages.push(ConversationMessage { id, text });
             }
         }
@@ -211,8 +252,10 @@ where
     for<'q> <B::Db as Database>::Arguments<'q>: IntoArguments<'q, B::Db>,
     for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
     for<'q> i64: Encode<'q, B::Db> + Type<B::Db>,
+    &'static str: ColumnIndex<<B::Db as Database>::Row>,
+    for<'r> i64: Decode<'r, B::Db> + Type<B::Db>,
+    for<'r> String: Decode<'r, B::Db> + Type<B::Db>,
     for<'r> (i64,): FromRow<'r, <B::Db as Database>::Row>,
-    for<'r> (i64, String, String, i64): FromRow<'r, <B::Db as Database>::Row>,
 {
     const THROUGH: &str = "COALESCE((SELECT indexed_through FROM memory_transcripts \
          WHERE root = $1 AND scope = $2), 0)";
@@ -229,7 +272,7 @@ where
     }
     let mut tx = store.begin_write().await?;
     // Read again in the transaction: a search beside this one may have indexed them.
-    let rows: Vec<(i64, String, String, i64)> = sqlx::query_as(&format!(
+    let rows = sqlx::query(&format!(
         "SELECT id, session_key, message_json, created_at FROM transcript \
          WHERE memory_scope = $2 AND id > {THROUGH} ORDER BY id LIMIT $3"
     ))
@@ -238,15 +281,15 @@ where
     .bind(sql_limit(BATCH))
     .fetch_all(&mut *tx)
     .await?;
-    let Some(last) = rows.last().map(|row| row.0) else {
+    let Some(last) = rows.last().map(|row| row.try_get::<i64, _>("id")).transpose()? else {
         tx.commit().await?;
         return Ok(false);
     };
-    for (id, session_key, json, created_at) in &rows {
+    // A row that does not decode is passed over for good: indexed_through moves past it.
+    for row in &rows {
+        let Some((id, session_key, message, at)) = indexable(row)? else { continue };
         let path = format!("{CONVERSATION_PREFIX}{session_key}");
-        let message = decode_message(*id, json)?;
-        let at = from_millis(*created_at)?;
-        for (line, text) in conversation_chunks(*id, &message, at) {
+        for (line, text) in conversation_chunks(id, &message, at) {
             B::add_chunk(&mut tx, root, &path, (line, line), &text, Some(scope)).await?;
         }
     }
