@@ -22,6 +22,7 @@ pub use self::deciders::Deciders;
 pub use self::desk::Desk;
 pub use self::pairing_notice::local_time;
 pub use self::people::{LevelChange, Person, PersonMatch};
+pub use self::press::{APPROVERS_ONLY, OWNERS_ONLY};
 use crate::config::{Config, Level};
 use crate::store::StoreError;
 use crate::store::approvals::{Approval, DecideProblem, Verdict};

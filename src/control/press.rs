@@ -10,8 +10,11 @@ use crate::store::StoreError;
 use crate::store::approvals::Verdict;
 
 const NOT_MINE: &str = "This button is not mine.";
-const OWNERS_ONLY: &str = "Only the owner can decide this.";
-const APPROVERS_ONLY: &str = "Only an approver can decide this.";
+/// What someone who may not decide a pairing request or a cron job is told (by a button or a
+/// command alike).
+pub const OWNERS_ONLY: &str = "Only the owner can decide this.";
+/// What someone who may not decide a tool call is told.
+pub const APPROVERS_ONLY: &str = "Only an approver can decide this.";
 const NO_LONGER_OPEN: &str = "This request is no longer open.";
 
 /// Who pressed, as decisions record and outcome lines show them.

@@ -1,24 +1,26 @@
 //! `[approvals]`: a call of a listed tool, caused by someone who is not an approver, waits for
 //! an approver's decision before it runs. The request is stored (so the CLI, and any process
 //! of the deployment, can decide it), the person's chat is told that the answer waits for the
-//! owner, and the approvers' direct chats get the request. The run's time limit stands still
-//! meanwhile ([`RunClock`]); `/stop` drops the wait and closes the request as cancelled; a
-//! restart closes it as expired (the worker tells the person). See docs/security.md.
+//! owner, and the approvers get the request in their direct chats (`ApprovalGate::recipients`).
+//! The run's time limit stands still meanwhile ([`RunClock`]); `/stop` drops the wait and
+//! closes the request as cancelled; a restart closes it as expired (the worker tells the
+//! person). See docs/security.md.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 use switchboard_channels::Bus;
 use switchboard_channels::BusExt as _;
-use switchboard_channels::contract::{Button, OutboundKind, OutboundMessage};
+use switchboard_channels::contract::{Button, OutboundKind, OutboundMessage, TO_USER};
 use switchboard_channels::control::ButtonAction;
 
 use super::ToolContext;
 use crate::config::{ApprovalsConfig, Identity, Level};
+use crate::store::StoreError;
 use crate::store::approvals::{Approval, ApprovalStatus, ApprovalStore, NewApproval};
-use crate::store::heartbeat::HeartbeatStore;
+use crate::store::heartbeat::{HeartbeatStore, OwnerChat};
 
 /// How often a waiting call looks for a decision (made by any process, the CLI included).
 const POLL: Duration = Duration::from_millis(250);
@@ -118,29 +120,53 @@ impl ApprovalGate {
             "This needs the owner's approval first ({}); I will go on once they answer (within {minutes} min).",
             approval.request.tool
         );
-        let chat =
-            Place { channel: ctx.channel.clone(), chat_id: ctx.chat_id.clone(), thread_id: ctx.thread_id.clone() };
+        let chat = Place { thread_id: ctx.thread_id.clone(), ..Place::chat(&ctx.channel, &ctx.chat_id) };
         self.publish(chat, &approval.code, "waits", waits, Vec::new()).await;
-        let chats = match self.owner_chats.owner_chats(&ctx.agent).await {
-            Ok(chats) => chats,
+        let recipients = match self.recipients(&ctx.agent).await {
+            Ok(recipients) => recipients,
             Err(err) => {
                 return tracing::warn!(%err, "cannot find the approvers' chats; decide with `switchboard approvals`");
             }
         };
+        if recipients.is_empty() {
+            tracing::warn!(
+                code = %approval.code,
+                "no approver to tell: no owner has written to the bot in a direct chat yet; decide with /approve, \
+                 the console or `switchboard approvals`"
+            );
+        }
         let text = request_text(approval, ctx);
-        for chat in chats.iter().filter(|chat| self.approves(&chat.identity)) {
-            let place =
-                Place { channel: chat.chat.channel.clone(), chat_id: chat.chat.chat_id.clone(), thread_id: None };
-            let key = format!("to:{}", chat.identity);
+        for (identity, place) in recipients {
+            let key = format!("to:{identity}");
             self.publish(place, &approval.code, &key, text.clone(), decision_buttons(&approval.code)).await;
         }
     }
 
-    fn approves(&self, identity: &str) -> bool {
-        self.settings.approvers.is_empty() || identity.parse().is_ok_and(|id| self.settings.approvers.contains(&id))
+    /// Who is asked, and where. Named approvers: each one's direct chat on record, else a
+    /// direct message to the person (as a pairing notice reaches a named owner), since only
+    /// owners' direct chats are on record. Without named approvers: every owner's direct chat
+    /// on record.
+    async fn recipients(&self, agent: &str) -> Result<Vec<(String, Place)>, StoreError> {
+        let chats = self.owner_chats.owner_chats(agent).await?;
+        let in_chat = |chat: &OwnerChat| (chat.identity.clone(), Place::chat(&chat.chat.channel, &chat.chat.chat_id));
+        if self.settings.approvers.is_empty() {
+            return Ok(chats.iter().map(in_chat).collect());
+        }
+        let recipients = self.settings.approvers.iter().map(|approver| {
+            let identity = approver.to_string();
+            match chats.iter().find(|chat| chat.identity == identity) {
+                Some(chat) => in_chat(chat),
+                None => (identity, Place::person(approver)),
+            }
+        });
+        Ok(recipients.collect())
     }
 
     async fn publish(&self, place: Place, code: &str, what: &str, content: String, buttons: Vec<Vec<Button>>) {
+        let mut metadata = Map::new();
+        if place.to_user {
+            metadata.insert(TO_USER.to_owned(), Value::Bool(true));
+        }
         let msg = OutboundMessage {
             id: format!("approval:{code}:{what}"),
             channel: place.channel,
@@ -149,6 +175,7 @@ impl ApprovalGate {
             content,
             kind: OutboundKind::Notice,
             buttons,
+            metadata,
             ..OutboundMessage::default()
         };
         if let Err(err) = self.bus.publish_outbound(&msg).await {
@@ -162,6 +189,19 @@ struct Place {
     channel: String,
     chat_id: String,
     thread_id: Option<String>,
+    /// `chat_id` is a person's id: the adapter delivers to their direct chat ([`TO_USER`]).
+    to_user: bool,
+}
+
+impl Place {
+    fn chat(channel: &str, chat_id: &str) -> Self {
+        Self { channel: channel.to_owned(), chat_id: chat_id.to_owned(), thread_id: None, to_user: false }
+    }
+
+    /// The direct chat of `person`, who may never have written there.
+    fn person(person: &Identity) -> Self {
+        Self { to_user: true, ..Self::chat(&person.channel, &person.sender_id) }
+    }
 }
 
 /// An approver's buttons: Allow once, Allow for this chat, Deny.

@@ -17,6 +17,7 @@ use super::Intake;
 use super::answer::{Answer, publish_items};
 use super::job::Job;
 use super::keepalive::Settle;
+use super::owner::Deciding;
 use super::session::set_mode;
 use super::settle::{claim, finish, give_back, settle_unanswered};
 use crate::config::Level;
@@ -65,6 +66,16 @@ pub(super) enum Command {
 }
 
 impl Command {
+    /// Whether a sender who may decide what `deciding` says may use this command: the
+    /// owner's commands need an owner, the three about waiting calls an owner or an approver.
+    fn may_be_used(&self, deciding: Deciding) -> bool {
+        match self {
+            Command::Pending | Command::Approve { .. } | Command::Deny(_) => deciding.decides_any(),
+            command if command.is_owners() => deciding.owner,
+            _ => true,
+        }
+    }
+
     fn is_owners(&self) -> bool {
         matches!(
             self,
@@ -149,22 +160,23 @@ async fn execute(intake: &Intake, job: &Job, key: &SessionKey, command: Command)
         return Ok(String::from("Only members with the user level or above can do that in a group.").into());
     }
     // Only the owner's commands and /help depend on it: the others do not look the sender up.
-    let asks_owner = command.is_owners() || command == Command::Help;
-    let owner_here =
-        asks_owner && !job.msg.is_group && intake.turns.people().level_here(&job.msg).await? == Level::Owner;
-    if command.is_owners() && !owner_here {
+    let deciding = match command.is_owners() || command == Command::Help {
+        true => Deciding::of(&intake.turns, &job.msg).await?,
+        false => Deciding::default(),
+    };
+    if !command.may_be_used(deciding) {
         return Ok(super::owner::unknown(&job.msg.content).into());
     }
+    let control = &intake.turns.control;
     Ok(match command {
-        Command::Help if owner_here => super::owner::help(),
-        Command::Help => commands::help_text("Commands:"),
-        Command::Pending => super::owner::pending(&intake.turns).await?,
+        Command::Help => super::owner::help(deciding),
+        Command::Pending => super::owner::pending(&intake.turns, deciding).await?,
         Command::Approve { code, chat } => {
             let verdict = if chat { Verdict::AllowChat } else { Verdict::AllowOnce };
-            super::owner::decide(&intake.turns.control, &job.msg, code.as_deref(), verdict).await?
+            super::owner::decide(control, &job.msg, code.as_deref(), verdict, deciding).await?
         }
         Command::Deny(code) => {
-            super::owner::decide(&intake.turns.control, &job.msg, code.as_deref(), Verdict::Deny).await?
+            super::owner::decide(control, &job.msg, code.as_deref(), Verdict::Deny, deciding).await?
         }
         Command::Users => super::owner::users(&intake.turns).await?,
         Command::Level(words) => super::owner::level(&intake.turns, &job.msg, &words).await?,

@@ -218,12 +218,17 @@ mod by_button {
         sent_to(fake, OWNER, |sent| sent.text.as_deref() == Some("echo: hi")).await;
     }
 
-    /// Bob asks (message `n` of his chat); returns the owner's request and its code once Bob
-    /// was told it waits.
+    /// Bob asks (message `n` of his chat); returns the owner's request and its code.
     async fn bob_asks(fake: &FakeTelegram, n: i64) -> (SentMessage, String) {
+        bob_asks_of(fake, OWNER, n).await
+    }
+
+    /// Bob asks (message `n` of his chat); returns the request the approver with the direct
+    /// chat `approver` got, and its code.
+    async fn bob_asks_of(fake: &FakeTelegram, approver: i64, n: i64) -> (SentMessage, String) {
         let requests = || -> Vec<SentMessage> {
             let sent = fake.sent_messages().into_iter();
-            sent.filter(|sent| sent.chat_id == OWNER && sent.shown().starts_with("Approval ")).collect()
+            sent.filter(|sent| sent.chat_id == approver && sent.shown().starts_with("Approval ")).collect()
         };
         let asked = requests().len();
         fake.push_message(updates::private_text(BOB, "bob", n, "please run it"));
@@ -336,6 +341,45 @@ mod by_button {
         decide(&fake, &waiting, owner(), &format!("ta:{code}"), NO_LONGER_OPEN, "No longer open.").await;
         // Neither call ran: the model was asked once for "hi" and once for each call, never again.
         assert_eq!(llm.requests().len(), 3);
+        fake.assert_callback_queries_answered();
+    }
+
+    /// A named approver who is not an owner (and has never been asked anything before) gets
+    /// the request in their direct chat and decides it; the owner, not among the approvers, is
+    /// not asked and is refused like anyone else.
+    #[tokio::test]
+    async fn a_named_approver_who_is_not_an_owner_decides_by_button() {
+        const APPROVER: i64 = 9;
+        let spawn = |dir: &Path, llm: &FakeLlm, fake: &FakeTelegram| {
+            owner_bot(launch(dir, llm, "approver"), fake, llm)
+                .env("SWITCHBOARD_CHANNELS__TELEGRAM__ALLOW_FROM", &format!(r#"["{BOB}", "{APPROVER}"]"#))
+                .env("SWITCHBOARD_APPROVALS__APPROVERS", &format!(r#"["telegram:{APPROVER}"]"#))
+                .spawn()
+        };
+        let (llm, fake, dir, _daemon) = started(spawn).await;
+        // Both have started the bot, as Telegram needs before a bot may write to someone.
+        owner_says_hi(&fake).await;
+        fake.push_message(updates::private_text(APPROVER, "val", 1, "hi"));
+        sent_to(&fake, APPROVER, |sent| sent.text.as_deref() == Some("echo: hi")).await;
+
+        script_exec(&llm, "echo ran-for-the-approver");
+        let (request, code) = bob_asks_of(&fake, APPROVER, 1).await;
+        assert!(request.shown().contains("Bob (telegram:222) in a direct chat"), "{}", request.shown());
+        for someone_else in [owner(), updates::user(777, "mallory")] {
+            let refused = press(&fake, &request, someone_else, &format!("ta:{code}")).await;
+            assert_eq!(refused.text.as_deref(), Some("Only an approver can decide this."));
+        }
+        let approver = updates::user(APPROVER, "val");
+        let outcome = "✅ Allowed once by Val (telegram:9).";
+        decide(&fake, &request, approver, &format!("ta:{code}"), "Allowed once.", outcome).await;
+        bob_told(&fake, 1, "done").await;
+        assert!(exec_result(&llm).contains("ran-for-the-approver"), "{}", exec_result(&llm));
+
+        let asked_owner =
+            fake.sent_messages().into_iter().any(|s| s.chat_id == OWNER && s.shown().starts_with("Approval "));
+        assert!(!asked_owner, "the owner is not an approver: {:#?}", fake.sent_messages());
+        let all = run_to_exit(dir.path(), &["approvals", "list", "--all"], &[]).2;
+        assert!(all.contains("by telegram:9"), "{all}");
         fake.assert_callback_queries_answered();
     }
 }

@@ -16,8 +16,8 @@ pub use bus::{BusKind, TestBus, next_out, nothing_more};
 use switchboard::assembly::{AssembledWorker, Assembly, Overrides};
 use switchboard::clock::Clock;
 use switchboard::config::{
-    AgentConfig, BindingConfig, Config, EmbeddingsConfig, HeartbeatConfig, MAIN_AGENT, ModelPrice, NamedAgentConfig,
-    ProviderConfig, ProviderKind, StoreConfig, TranscriptionConfig,
+    AgentConfig, ApprovalsConfig, BindingConfig, Config, EmbeddingsConfig, HeartbeatConfig, MAIN_AGENT, ModelPrice,
+    NamedAgentConfig, ProviderConfig, ProviderKind, StoreConfig, TranscriptionConfig,
 };
 use switchboard::scheduler::CronSettings;
 use switchboard::store::Database;
@@ -122,6 +122,8 @@ pub struct Setup {
     pub transcription: TranscriptionConfig,
     /// Models after the main agent's in its chain (`agent.models`), on the same provider.
     pub fallbacks: Vec<String>,
+    /// `[approvals]`: who decides tool calls (and which calls wait); none by default.
+    pub approvals: ApprovalsConfig,
 }
 
 pub struct Harness {
@@ -168,6 +170,7 @@ impl Setup {
             run_worker: true,
             transcription: TranscriptionConfig::default(),
             fallbacks: Vec::new(),
+            approvals: ApprovalsConfig::default(),
         }
     }
 
@@ -276,6 +279,7 @@ impl Setup {
         config.cron.enabled = self.cron.is_some();
         config.subagents.enabled = self.subagents.is_some();
         config.transcription = self.transcription.clone();
+        config.approvals = self.approvals.clone();
         if let Some(chars) = main.heartbeat_ack_max_chars {
             config.heartbeat = heartbeat_acking(chars);
         }

@@ -14,6 +14,7 @@ mod acting_for;
 mod agents;
 mod anthropic;
 mod api_store;
+mod approvals_store;
 mod architecture;
 mod bursts;
 mod compaction;

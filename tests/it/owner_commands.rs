@@ -1,16 +1,17 @@
 //! The owner's chat commands on the worker assembled in-process (real SQLite, the in-process
 //! bus, the scripted model): `/users` and `/level` (which changes what a person is offered),
 //! `/spend` against the runs it sums, `/cron`'s notices with buttons, and that only the owner,
-//! in a direct chat, may use them.
+//! in a direct chat, may use them (and named approvers the ones about tool calls).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use switchboard::config::{GroupAccessConfig, Identity, Level, ModelPrice, UsersConfig};
+use switchboard::config::{ApprovalsConfig, GroupAccessConfig, Identity, Level, ModelPrice, UsersConfig};
 use switchboard::schedule::Schedule;
 use switchboard::store::RunKind;
+use switchboard::store::approvals::{ApprovalStatus, NewApproval};
 use switchboard::tools::Tool;
 use switchboard::users::AccessPolicy;
 use switchboard::worker::{QueueSettings, WorkerSettings};
@@ -33,6 +34,11 @@ struct Rig {
 /// A worker whose agent has an `exec` tool (admins only, by default), `[users.groups]` with
 /// one Telegram group, a priced model; the owner is an owner in the store.
 async fn start() -> Rig {
+    start_with(ApprovalsConfig::default()).await
+}
+
+/// [`start`] with `approvals` as `[approvals]`.
+async fn start_with(approvals: ApprovalsConfig) -> Rig {
     let group = GroupAccessConfig { level: Level::Guest, budget: 0 };
     let users =
         UsersConfig { groups: BTreeMap::from([(format!("telegram:{GROUP}"), group)]), ..UsersConfig::default() };
@@ -46,6 +52,7 @@ async fn start() -> Rig {
         tools,
         message_tool: false,
         prices: BTreeMap::from([("fake-model".to_owned(), price)]),
+        approvals,
         ..Setup::new(BusKind::InProcess)
     };
     let h = setup.start().await;
@@ -219,4 +226,56 @@ async fn only_the_owner_in_a_direct_chat_may_use_them() {
         rig.owner("/cron").await,
         "No cron jobs. Ask me to remind you of something, or add one with `switchboard cron add`."
     );
+}
+
+/// With approvers named, tool calls are theirs to decide, as the buttons have it: the owner,
+/// not among them, is refused and not shown the calls; an approver who is not an owner uses
+/// `/pending`, `/approve` and `/deny` for calls, and none of the owner's other commands.
+#[tokio::test]
+async fn named_approvers_decide_tool_calls_and_an_owner_outside_them_is_refused() {
+    let approvals =
+        ApprovalsConfig { tools: vec!["exec".into()], approvers: vec!["telegram:9".into()], timeout_secs: 600 };
+    let mut rig = start_with(approvals).await;
+    let request = |chat: &str| NewApproval {
+        run_id: format!("run-{chat}"),
+        session_key: format!("telegram:{chat}"),
+        channel: "telegram".into(),
+        chat_id: chat.into(),
+        tool: "exec".into(),
+        arguments: r#"{"command":"ls"}"#.into(),
+        requested_by: format!("telegram:{chat}"),
+    };
+    let asked = rig.h.store.request_approval(&request("2"), Duration::from_secs(600)).await.unwrap().code;
+    let stranger = rig.h.store.request("telegram", "77", "Eve", Duration::from_secs(3600), 10).await.unwrap().unwrap();
+
+    for command in [format!("/approve {asked}"), format!("/approve {asked} chat"), format!("/deny {asked}")] {
+        assert_eq!(rig.owner(&command).await, "Only an approver can decide this.", "{command}");
+    }
+    assert_eq!(rig.h.store.approval(&asked).await.unwrap().unwrap().status, ApprovalStatus::Pending);
+    let owners = rig.owner("/pending").await;
+    assert!(owners.contains(&stranger.code) && !owners.contains(&asked), "{owners}");
+
+    let approver = |content: &str| dm("9", "Val", content);
+    let pending = rig.ask(&approver("/pending")).await.1;
+    assert!(pending.contains(&format!("{asked} exec asked by telegram:2 in telegram:2")), "{pending}");
+    assert!(!pending.contains(&stranger.code), "pairing requests are the owner's: {pending}");
+    let help = rig.ask(&approver("/help")).await.1;
+    assert!(help.contains("\n/approve <code> [chat]: ") && !help.contains("/users"), "{help}");
+    for command in ["/users", "/level Ann admin", "/cron", "/spend"] {
+        let name = command.split_whitespace().next().unwrap();
+        assert_eq!(rig.ask(&approver(command)).await.1, format!("Unknown command {name}. /help lists the commands."));
+    }
+    let refused = rig.ask(&approver(&format!("/approve {}", stranger.code))).await.1;
+    assert_eq!(refused, "Only the owner can decide this.");
+    assert!(rig.h.store.list_pairings(None).await.unwrap().iter().any(|entry| entry.sender_id == "77"
+        && matches!(entry.state, switchboard::store::pairing::PairingState::Pending { .. })));
+
+    let allowed = rig.ask(&approver(&format!("/approve {}", asked.to_lowercase()))).await.1;
+    assert_eq!(allowed, format!("{asked}: allowed exec in telegram:2."));
+    let stored = rig.h.store.approval(&asked).await.unwrap().unwrap();
+    assert_eq!((stored.status, stored.decided_by.as_str()), (ApprovalStatus::Allowed, "telegram:9"));
+    let denied = rig.h.store.request_approval(&request("3"), Duration::from_secs(600)).await.unwrap().code;
+    assert_eq!(rig.ask(&approver(&format!("/deny {denied}"))).await.1, format!("{denied}: denied exec in telegram:3."));
+    // The owner still decides the stranger.
+    assert!(rig.owner(&format!("/approve {}", stranger.code)).await.starts_with("Approved Eve (telegram 77)"));
 }

@@ -67,7 +67,7 @@ where
     for<'q> String: Encode<'q, B::Db> + Type<B::Db>,
     for<'q> i64: Encode<'q, B::Db> + Type<B::Db>,
     for<'r> Row: FromRow<'r, <B::Db as Database>::Row>,
-    for<'r> (i64,): FromRow<'r, <B::Db as Database>::Row>,
+    for<'r> (bool,): FromRow<'r, <B::Db as Database>::Row>,
 {
     async fn request_approval(&self, request: &NewApproval, timeout: Duration) -> Result<Approval, StoreError> {
         let now = now_millis();
@@ -165,13 +165,14 @@ where
     }
 
     async fn chat_grant(&self, session_key: &str, tool: &str) -> Result<bool, StoreError> {
-        let granted: Option<i64> =
-            sqlx::query_scalar("SELECT 1 FROM approval_grants WHERE session_key = $1 AND tool = $2")
+        // EXISTS is a boolean on both databases (a bare `SELECT 1` is an INT4 on PostgreSQL).
+        let granted: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM approval_grants WHERE session_key = $1 AND tool = $2)")
                 .bind(session_key)
                 .bind(tool)
-                .fetch_optional(self.pool())
+                .fetch_one(self.pool())
                 .await?;
-        Ok(granted.is_some())
+        Ok(granted)
     }
 
     async fn list_approvals(&self, pending_only: bool, limit: usize) -> Result<Vec<Approval>, StoreError> {

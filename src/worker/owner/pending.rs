@@ -1,7 +1,9 @@
-//! `/pending`: the strangers asking to pair and the tool calls waiting for an approver.
+//! `/pending`: the strangers asking to pair (shown to owners) and the tool calls waiting for an
+//! approver (shown to approvers).
 
 use chrono::{DateTime, Utc};
 
+use super::Deciding;
 use crate::control::local_time;
 use crate::store::StoreError;
 use crate::store::approvals::{Approval, ApprovalStatus};
@@ -11,24 +13,18 @@ use crate::worker::TurnRunner;
 /// Waiting calls, and pairing requests, listed at most.
 const PENDING_LIMIT: usize = 20;
 
-/// `/pending`: pairing requests (soonest to expire first), then tool calls (newest first).
-pub(in crate::worker) async fn pending(turns: &TurnRunner) -> Result<String, StoreError> {
+/// `/pending`: pairing requests (soonest to expire first) to an owner, then tool calls (newest
+/// first) to an approver.
+pub(in crate::worker) async fn pending(turns: &TurnRunner, deciding: Deciding) -> Result<String, StoreError> {
     let now = Utc::now();
-    let pairings: Vec<PairingEntry> = turns
-        .control
-        .store()
-        .list_pairings(None)
-        .await?
-        .into_iter()
-        .filter(|entry| matches!(entry.state, PairingState::Pending { expires_at, .. } if expires_at > now))
-        .collect();
-    let calls: Vec<Approval> = turns
-        .store
-        .list_approvals(true, PENDING_LIMIT)
-        .await?
-        .into_iter()
-        .filter(|approval| approval.status == ApprovalStatus::Pending && approval.expires_at > now)
-        .collect();
+    let pairings = match deciding.owner {
+        true => open_pairings(turns, now).await?,
+        false => Vec::new(),
+    };
+    let calls = match deciding.approver {
+        true => waiting_calls(turns, now).await?,
+        false => Vec::new(),
+    };
     if pairings.is_empty() && calls.is_empty() {
         return Ok("Nothing waits for you.".into());
     }
@@ -56,6 +52,20 @@ pub(in crate::worker) async fn pending(turns: &TurnRunner) -> Result<String, Sto
         text.push_str(" (/approve <code> chat: that tool in that chat from now on, without asking)");
     }
     Ok(text)
+}
+
+/// The strangers' requests still open at `now`.
+async fn open_pairings(turns: &TurnRunner, now: DateTime<Utc>) -> Result<Vec<PairingEntry>, StoreError> {
+    let entries = turns.control.store().list_pairings(None).await?.into_iter();
+    Ok(entries
+        .filter(|entry| matches!(entry.state, PairingState::Pending { expires_at, .. } if expires_at > now))
+        .collect())
+}
+
+/// The newest tool calls still waiting at `now`.
+async fn waiting_calls(turns: &TurnRunner, now: DateTime<Utc>) -> Result<Vec<Approval>, StoreError> {
+    let approvals = turns.store.list_approvals(true, PENDING_LIMIT).await?.into_iter();
+    Ok(approvals.filter(|approval| approval.status == ApprovalStatus::Pending && approval.expires_at > now).collect())
 }
 
 /// `ABCD2345 Ann (telegram 777), expires 14:05 CET`, in the owner's time zone.
