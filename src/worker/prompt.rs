@@ -129,8 +129,7 @@ async fn fit_tools(
     let (engine, agent) = (&turns.context, target.agent);
     // Built with every tool, this prompt lists more tools than it will: an upper bound.
     let minimal = system_prompt(turns, agent, run, tools, skills, PromptMode::Minimal).await;
-    let mut offered = agent.tool_tokens_each(tools);
-    offered.sort_by_key(|(name, tokens)| (drop_tier(name), std::cmp::Reverse(*tokens)));
+    let mut offered = in_drop_order(agent.tool_tokens_each(tools));
     let mut tool_tokens: u64 = offered.iter().map(|(_, tokens)| tokens).sum();
     let mut dropped = Vec::new();
     while !offered.is_empty() && !engine.fixed_part_fits(target, &minimal, tool_tokens, input) {
@@ -150,8 +149,15 @@ async fn fit_tools(
 /// The tools a turn keeps longest when the window is small: the workspace files and `message`.
 const CORE_TOOLS: [&str; 5] = ["read_file", "write_file", "edit_file", "list_dir", "message"];
 
-/// In which order tools are dropped to fit a small window: an MCP server's (`<server>__<tool>`)
-/// first, then switchboard's own, the core ones last; largest first within each tier.
+/// Tools with their schemas' tokens, in the order they are dropped to fit a small window: an
+/// MCP server's (`<server>__<tool>`) first, then switchboard's own, the core ones last; largest
+/// first within each tier.
+fn in_drop_order(mut tools: Vec<(String, u64)>) -> Vec<(String, u64)> {
+    tools.sort_by_key(|(name, tokens)| (drop_tier(name), std::cmp::Reverse(*tokens)));
+    tools
+}
+
+/// See [`in_drop_order`].
 fn drop_tier(name: &str) -> u8 {
     if name.contains("__") {
         0
@@ -159,5 +165,43 @@ fn drop_tier(name: &str) -> u8 {
         2
     } else {
         1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mcp_tools_are_dropped_first_and_the_core_tools_last_largest_first_within_each() {
+        let tools = [
+            ("read_file", 300),
+            ("message", 150),
+            ("exec", 400),
+            ("files__search", 100),
+            ("cron", 900),
+            ("list_dir", 120),
+            ("files__read_everything", 2000),
+            ("write_file", 500),
+            ("web_fetch", 250),
+            ("docs__lookup", 700),
+        ];
+        let order = in_drop_order(tools.iter().map(|&(name, tokens)| (name.to_owned(), tokens)).collect());
+        let names: Vec<&str> = order.iter().map(|(name, _)| name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "files__read_everything",
+                "docs__lookup",
+                "files__search",
+                "cron",
+                "exec",
+                "web_fetch",
+                "write_file",
+                "read_file",
+                "message",
+                "list_dir",
+            ]
+        );
     }
 }

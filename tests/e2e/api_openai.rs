@@ -168,6 +168,58 @@ async fn a_streamed_answer_arrives_as_the_model_writes_it() {
     assert_eq!(chunks.iter().filter(|c| c["usage"].is_object()).count(), 1);
 }
 
+/// A conversation's later turns read the prompt the earlier ones sent from the provider's
+/// cache: each completion says how much in `usage.prompt_tokens_details.cached_tokens`, plain
+/// and streamed, and `GET /v1/runs` shows the same with each run.
+#[tokio::test]
+async fn cached_tokens_show_in_the_completions_usage_and_in_the_runs() {
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    // Alice owns the agent: her prompt (every tool, the workspace files) is long enough to cache.
+    let config = write_config(dir.path());
+    let mut daemon = Launch::new(dir.path(), "run", &["run", "--config", &config])
+        .llm(&llm.base_url())
+        .env("SWITCHBOARD_USERS__OWNERS", "[\"api:alice\"]")
+        .spawn();
+    daemon.wait_healthy().await;
+    let client = reqwest::Client::new();
+    let ask =
+        |content: &str| json!({"model": "main", "user": "kitchen", "messages": [{"role": "user", "content": content}]});
+    let mut completions = Vec::new();
+    for question in ["what should we cook tonight?", "and for dessert?"] {
+        let response =
+            client.post(daemon.url("/v1/chat/completions")).bearer_auth(ALICE).json(&ask(question)).send().await;
+        completions.push(response.unwrap().json::<Value>().await.unwrap());
+    }
+    let mut streamed_body = ask("and to drink?");
+    streamed_body["stream"] = json!(true);
+    streamed_body["stream_options"] = json!({"include_usage": true});
+    let frames = streamed(&daemon, &streamed_body).await;
+    let mut chunks = frames.iter().filter_map(|frame| serde_json::from_str::<Value>(&frame.data).ok());
+    let usage_chunk = chunks.rfind(|chunk| chunk["usage"].is_object()).expect("a usage chunk");
+
+    let cached = |usage: &Value| usage["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
+    assert_eq!(cached(&completions[0]["usage"]), 0, "nothing cached before the first turn: {}", completions[0]);
+    for usage in [&completions[1]["usage"], &usage_chunk["usage"]] {
+        let prompt = usage["prompt_tokens"].as_u64().unwrap();
+        assert!(cached(usage) > 0 && cached(usage) <= prompt, "{usage}");
+    }
+
+    let session = completions[0]["switchboard"]["session_key"].as_str().unwrap();
+    let runs = client.get(daemon.url("/v1/runs")).query(&[("session", session)]).bearer_auth(ALICE).send().await;
+    let runs: Value = runs.unwrap().json().await.unwrap();
+    let runs = runs["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    for completion in &completions {
+        let id = &completion["switchboard"]["run_id"];
+        let run = runs.iter().find(|run| &run["id"] == id).unwrap_or_else(|| panic!("no run {id} in {runs:?}"));
+        assert_eq!(run["cache_read_tokens"].as_u64(), Some(cached(&completion["usage"])), "{run}");
+        assert_eq!(run["input_tokens"], completion["usage"]["prompt_tokens"], "{run}");
+    }
+    let newest = runs.iter().max_by_key(|run| run["started_at"].as_str().unwrap_or_default().to_owned()).unwrap();
+    assert_eq!(newest["cache_read_tokens"].as_u64(), Some(cached(&usage_chunk["usage"])), "{newest}");
+}
+
 /// A model whose text leaks its reasoning and a tool call in MiniMax's XML (a server without
 /// its tool parser), streamed in pieces that cut the blocks anywhere: the client is shown only
 /// the answer, as it is written, never a piece of what the final reply leaves out.

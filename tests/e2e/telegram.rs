@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use crate::support::{Launch, run_to_exit};
-use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
-use switchboard_testkit::fake_telegram::{FakeTelegram, SentMessage, updates};
+use switchboard_testkit::fake_llm::{FakeLlm, Quirks, Scripted};
+use switchboard_testkit::fake_telegram::{Call, FakeTelegram, SentMessage, updates};
 
 pub(crate) const ALICE: i64 = 111;
 
@@ -71,6 +71,67 @@ async fn a_lone_direct_message_is_answered_without_a_fixed_wait() {
     }
     took.sort();
     assert!(took[2] < Duration::from_millis(300), "median time to the answer: {took:?}");
+}
+
+/// A daemon with the default config whose model streams its answers a frame every `pace`.
+async fn streaming_daemon(dir: &std::path::Path, pace: Duration) -> (FakeLlm, FakeTelegram, crate::support::Daemon) {
+    let quirks = Quirks { stream_pace: Some(pace), ..Quirks::default() };
+    let (llm, fake) = (FakeLlm::start_with_quirks(quirks).await, FakeTelegram::start().await);
+    let mut daemon = telegram(Launch::new(dir, "tg", &["run"]).llm(&llm.base_url()), &fake).spawn();
+    daemon.wait_healthy().await;
+    (llm, fake, daemon)
+}
+
+/// Waits until the chat shows `text` (HTML, as answers are sent), sent or edited in: the call
+/// that put it there.
+async fn shown(fake: &FakeTelegram, text: &str) -> Call {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let calls = fake.calls().into_iter().filter(|call| !call.failed);
+        let mut showing = calls.filter(|call| call.method == "sendmessage" || call.method == "editmessagetext");
+        if let Some(call) = showing.find(|call| call.params["text"] == text && call.params["parse_mode"] == "HTML") {
+            return call;
+        }
+        assert!(Instant::now() < deadline, "{text:?} never shown: {:#?}", fake.calls());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Streaming is on by default in a private chat: an answer the model writes over seconds shows
+/// its first words in a draft well before it is done, and the draft becomes the answer.
+#[tokio::test]
+async fn a_slow_answer_appears_as_a_draft_before_it_is_done() {
+    let dir = tempfile::tempdir().unwrap();
+    let (llm, fake, _daemon) = streaming_daemon(dir.path(), Duration::from_millis(600)).await;
+    let answer = "**Rice** with the peas tonight, and the last of the lemon cake after it.";
+    llm.push(Scripted::Text(answer.into()));
+    fake.push_message(updates::private_text(ALICE, "alice", 1, "what do we cook?"));
+    let last = shown(&fake, "<b>Rice</b> with the peas tonight, and the last of the lemon cake after it.").await;
+    let sent = fake.sent_messages();
+    assert_eq!(sent.len(), 1, "the draft became the answer, no second message: {sent:#?}");
+    // Drafts are plain text: the Markdown as the model wrote it so far.
+    let draft = sent[0].text.clone().unwrap_or_default();
+    assert!(!draft.is_empty() && draft.len() < answer.len() && answer.starts_with(&draft), "draft {draft:?}");
+    assert_eq!(last.method, "editmessagetext", "the answer was not edited into the draft");
+    assert_eq!(last.params["message_id"], serde_json::json!(sent[0].message_id));
+    assert_eq!(last.params["parse_mode"], "HTML");
+    let posted = fake.calls_to("sendmessage")[0].at;
+    assert!(last.at - posted >= Duration::from_secs(1), "the draft came only {:?} before the answer", last.at - posted);
+}
+
+/// An answer done within half a second shows no draft: one message, the answer.
+#[tokio::test]
+async fn a_quick_answer_shows_no_draft() {
+    let dir = tempfile::tempdir().unwrap();
+    let (llm, fake, _daemon) = streaming_daemon(dir.path(), Duration::from_millis(20)).await;
+    let answer = "Pasta, as always.";
+    llm.push(Scripted::Text(answer.into()));
+    fake.push_message(updates::private_text(ALICE, "alice", 1, "what do we cook?"));
+    let last = shown(&fake, answer).await;
+    assert_eq!(last.method, "sendmessage");
+    // The run is over once its answer is sent: no draft can come after it.
+    assert_eq!(fake.sent_messages().len(), 1, "{:#?}", fake.calls());
+    assert!(fake.calls_to("editmessagetext").is_empty(), "{:#?}", fake.calls());
 }
 
 /// The daemon dies after taking the update and before replying; after the restart the user

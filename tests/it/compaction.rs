@@ -227,6 +227,29 @@ async fn compact_summarises_now_and_says_when_there_is_nothing_to_do() {
     assert!(next.contains("They said one.") && !next.contains("echo: one"), "{next}");
 }
 
+/// With the default settings, which keep a share of a large window verbatim (all of a short
+/// chat), `/compact` still summarises everything before the newest exchange.
+#[tokio::test]
+async fn compact_with_the_default_settings_summarises_a_short_chat() {
+    let settings = WorkerSettings { context: ContextSettings::default(), ..settings() };
+    let h = Setup { settings, file_tools: true, ..Setup::new(BusKind::InProcess) }.start().await;
+    let mut out = h.bus.outbound("test").await.unwrap();
+    for text in ["one", "two", "three"] {
+        turn(&h, &mut out, text).await;
+    }
+    h.llm.push(Scripted::Text("NO_REPLY".into()));
+    h.llm.push(Scripted::Text("They counted to two.".into()));
+    let done = turn(&h, &mut out, "/compact").await;
+    assert_eq!(done.content, "Compacted: the 4 oldest messages of this conversation are now a summary.");
+    let summary = h.store.session_summary(SESSION).await.unwrap().map(|summary| summary.text);
+    assert_eq!(summary.as_deref(), Some("They counted to two."));
+    // The next turn reads the summary and the newest exchange only.
+    turn(&h, &mut out, "four").await;
+    let next = h.llm.requests().last().unwrap().to_string();
+    assert!(next.contains("They counted to two.") && next.contains("echo: three"), "{next}");
+    assert!(!next.contains("echo: two"), "{next}");
+}
+
 /// A local model's 4,096-token window (llama-cpp-python's quirks): thirty turns of a chat
 /// compact a handful of times, not on every turn, and each compaction's two calls are runs of
 /// the session that the person pays for.

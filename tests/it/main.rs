@@ -44,6 +44,7 @@ mod provider;
 mod query_plans;
 mod run_limits;
 mod sessions;
+mod small_windows;
 mod store;
 mod store_memory;
 mod store_shared;

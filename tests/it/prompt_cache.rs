@@ -5,6 +5,7 @@
 //! third turn on, at least 90 % of each turn's input must come from the cache, in a direct chat,
 //! in a group where people take turns, with recall on and with a model failing over; past the
 //! history budget and across a compaction the prefix changes only at the step that frees room.
+//! In every scenario, each message's request still tells the model the minute and the speaker.
 
 use std::time::Duration;
 
@@ -21,7 +22,7 @@ use switchboard::worker::{RecallSettings, WorkerSettings};
 use switchboard_channels::Deliveries;
 use switchboard_channels::contract::{InboundMessage, OutboundKind, Sender};
 use switchboard_testkit::fake_anthropic::{self, FakeAnthropic};
-use switchboard_testkit::fake_llm::Scripted;
+use switchboard_testkit::fake_llm::{Scripted, split_context_line};
 
 use crate::common::{BusKind, Harness, Setup, next_out, real_now};
 
@@ -85,7 +86,25 @@ impl Rig {
         self.h.send(&msg).await;
         let reply = next_out(&mut self.out).await;
         assert_eq!(reply.kind, OutboundKind::Reply, "{}", reply.content);
+        self.assert_told_time_and_speaker(&msg);
         reply.content
+    }
+
+    /// The newest request that answered `msg` tells the model, in the message's context line,
+    /// the minute the (test) clock shows and who spoke: the layout that keeps the prefix
+    /// cacheable must not lose them.
+    fn assert_told_time_and_speaker(&self, msg: &InboundMessage) {
+        let requests = match &self.anthropic {
+            Some(anthropic) => anthropic.requests(),
+            None => self.h.llm.requests(),
+        };
+        let newest = requests.iter().rev().filter_map(newest_user_text).find(|text| text.contains(&msg.content));
+        let newest = newest.unwrap_or_else(|| panic!("no request answered {:?}", msg.content));
+        let line = split_context_line(&newest).0.unwrap_or_else(|| panic!("no context line in {newest:?}"));
+        let minute = self.clock.now().format("%-d %B %Y, %H:%M").to_string();
+        let speaker = format!("from {} (id {})", msg.sender.name, msg.sender.id);
+        assert!(line.contains(&minute), "the time {minute} is not in {line}");
+        assert!(line.contains(&speaker), "the speaker {speaker:?} is not in {line}");
     }
 
     /// Scripts the next answer of whichever fake the rig talks to.
@@ -245,6 +264,16 @@ async fn past_the_history_budget(vendor: Vendor) {
         assert!(*share >= 90 || cut_at.contains(&turn), "turn {turn} missed the cache without a cut: {shares:?}");
     }
     rig.stop().await;
+}
+
+/// The text of a request's newest user message that has one (OpenAI's string content, or the
+/// first text block of Anthropic's; a message of tool results only has none).
+fn newest_user_text(request: &serde_json::Value) -> Option<String> {
+    let messages = request["messages"].as_array()?;
+    messages.iter().rev().filter(|message| message["role"] == "user").find_map(|message| match &message["content"] {
+        serde_json::Value::String(text) => Some(text.clone()),
+        content => content.as_array()?.iter().find_map(|block| block["text"].as_str().map(str::to_owned)),
+    })
 }
 
 fn anthropic_first_user_text(request: &serde_json::Value) -> Option<String> {

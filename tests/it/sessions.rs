@@ -3,10 +3,12 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::{Harness, start};
+use crate::common::{BusKind, Harness, Setup, start};
 use bytes::Bytes;
 use futures_util::StreamExt;
-use switchboard::config::QueueMode;
+use switchboard::config::{BudgetsConfig, PermissionsConfig, QueueMode, UsersConfig};
+use switchboard::store::RunKind;
+use switchboard::users::AccessPolicy;
 use switchboard::worker::{QueueSettings, WorkerSettings};
 use switchboard_channels::contract::{InboundMessage, OutboundKind, OutboundMessage, Sender};
 use switchboard_channels::subject::Flow;
@@ -98,6 +100,45 @@ async fn status_is_answered_while_a_run_is_active() {
     }
     assert_eq!(next_reply(&mut out).await.content, "done");
     assert_eq!(next_reply(&mut out).await.content, "echo: queued");
+}
+
+/// After two turns against a model server with a prompt cache: the last turn's input with the
+/// share the cache served, and the conversation as the next message will send it again (what
+/// the last call read and wrote), not the running total.
+#[tokio::test]
+async fn status_shows_the_cached_share_and_what_the_next_message_sends_again() {
+    // The owner's prompt of a fresh install: long enough for the provider to cache.
+    let users = UsersConfig { owners: vec!["test:u1".into()], ..UsersConfig::default() };
+    let access = AccessPolicy::from_config(&users, &PermissionsConfig::default(), &BudgetsConfig::default()).unwrap();
+    let settings = WorkerSettings { access, ..WorkerSettings::default() };
+    let h = Setup { settings, file_tools: true, ..Setup::new(BusKind::InProcess) }.start().await;
+    switchboard::workspace::init::write_workspace(&h.workspace).unwrap();
+    let mut out = h.bus.outbound("test").await.unwrap();
+    for text in ["what should we cook tonight?", "and for dessert?"] {
+        h.bus.publish_inbound(&msg("cache", text)).await.unwrap();
+        next_reply(&mut out).await;
+    }
+    let mut turns = h.store.recent_runs(10).await.unwrap();
+    turns.retain(|run| run.kind == RunKind::Turn);
+    let last = &turns[0].usage;
+    assert!(last.cache_read_tokens > 0, "the second turn was not served from the cache: {last:?}");
+    h.bus.publish_inbound(&msg("cache", "/status")).await.unwrap();
+    let status = next_reply(&mut out).await.content;
+    let last_turn = format!(
+        "Last turn: {} tokens in ({}% from the provider's cache), {} out",
+        last.input_tokens,
+        last.cached_percent(),
+        last.output_tokens
+    );
+    assert!(status.contains(&last_turn), "{last_turn:?} not in {status}");
+    let sent_again = format!(
+        "Conversation: about {} tokens, sent again with your next message",
+        last.input_tokens + last.output_tokens
+    );
+    assert!(status.contains(&sent_again), "{sent_again:?} not in {status}");
+    let input: u64 = turns.iter().map(|run| run.usage.input_tokens).sum();
+    assert!(status.contains(&format!("Since the conversation started: {input} tokens in (")), "{status}");
+    h.stop().await;
 }
 
 #[tokio::test]
