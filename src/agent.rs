@@ -10,6 +10,8 @@ mod fit;
 mod loops;
 mod run;
 
+pub use fit::{Shortened, shorten_to_fit};
+
 use std::sync::Arc;
 
 use switchboard_channels::contract::{RunEventBody, Usage};

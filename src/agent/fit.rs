@@ -10,6 +10,9 @@
 //! anything can; a result shortened stays so for the rest of the run (and in the transcript),
 //! so later calls share the new prefix. What this cannot fit is left to the provider's overflow
 //! refusal, which drops history (see [`super::run`]).
+//!
+//! The model chain uses the same shortening when it fails over to a model whose window is
+//! smaller (the context engine's refit, `context/refit.rs`), on that one request only.
 
 use crate::provider::{ChatMessage, Role};
 use crate::tokens::raw_message;
@@ -25,7 +28,7 @@ pub(super) const SHORTENED_NOTE: &str = "[shortened to fit the context window:";
 
 /// What fitting one request did.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub(super) struct Shortened {
+pub struct Shortened {
     /// Tool results shortened.
     pub results: usize,
     /// Heuristic tokens the request lost.
@@ -38,7 +41,7 @@ pub(super) struct Shortened {
 /// Shortens the tool results of this run (`messages[first_new..]`), oldest first, until the
 /// request, with tool schemas of `tool_tokens`, fits `budget` (both heuristic tokens); `None`
 /// when it fits already or nothing could be shortened.
-pub(super) fn shorten_to_fit(
+pub fn shorten_to_fit(
     messages: &mut [ChatMessage],
     first_new: usize,
     tool_tokens: u64,

@@ -13,8 +13,18 @@ use crate::config::DEFAULT_PROTECTED;
 pub struct ProtectedFiles {
     /// Lowercase, `/`-separated, without a trailing `/`.
     entries: Vec<String>,
-    /// As configured, for messages and for the sandbox's mounts.
+    /// As configured (without the trailing `/`), for messages and for the sandbox's mounts.
     shown: Vec<String>,
+    /// For each of `shown`: configured with a trailing `/`, as a directory.
+    dirs: Vec<bool>,
+}
+
+/// One protected path, joined to a workspace root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProtectedPath {
+    pub path: PathBuf,
+    /// Configured as a directory (`skills/`).
+    pub is_dir: bool,
 }
 
 impl Default for ProtectedFiles {
@@ -26,9 +36,10 @@ impl Default for ProtectedFiles {
 impl ProtectedFiles {
     /// The list of `[workspace] protected` (checked when the config loads).
     pub fn new(configured: &[String]) -> Self {
-        let shown: Vec<String> =
-            configured.iter().map(|entry| entry.trim_end_matches('/').to_owned()).filter(|e| !e.is_empty()).collect();
-        Self { entries: shown.iter().map(|entry| lowercase_path(Path::new(entry))).collect(), shown }
+        let configured = configured.iter().filter(|entry| !entry.trim_end_matches('/').is_empty());
+        let (shown, dirs): (Vec<String>, Vec<bool>) =
+            configured.map(|entry| (entry.trim_end_matches('/').to_owned(), entry.ends_with('/'))).unzip();
+        Self { entries: shown.iter().map(|entry| lowercase_path(Path::new(entry))).collect(), shown, dirs }
     }
 
     /// Whether `relative` (a real path relative to the workspace root) is protected or inside
@@ -39,8 +50,9 @@ impl ProtectedFiles {
     }
 
     /// Each protected path as configured, joined to `root`.
-    pub fn paths_in(&self, root: &Path) -> Vec<PathBuf> {
-        self.shown.iter().map(|entry| root.join(entry)).collect()
+    pub fn paths_in(&self, root: &Path) -> Vec<ProtectedPath> {
+        let paths = self.shown.iter().zip(&self.dirs);
+        paths.map(|(entry, &is_dir)| ProtectedPath { path: root.join(entry), is_dir }).collect()
     }
 
     /// The list as the refusal names it: `SOUL.md, IDENTITY.md, …`.
@@ -85,5 +97,8 @@ mod tests {
         assert!(protected.protects(Path::new("rules/a.md")));
         assert!(!protected.protects(Path::new("AGENTS.md")));
         assert_eq!(protected.listed(), "rules, SOUL.md");
+        let paths = protected.paths_in(Path::new("/w"));
+        let kinds: Vec<(&Path, bool)> = paths.iter().map(|p| (p.path.as_path(), p.is_dir)).collect();
+        assert_eq!(kinds, [(Path::new("/w/rules"), true), (Path::new("/w/SOUL.md"), false)]);
     }
 }

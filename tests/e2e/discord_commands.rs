@@ -1,7 +1,10 @@
 //! Slash commands on Discord, through the real daemon and the fake Discord: the chat commands
-//! registered at start (and not again on a restart with the same table), invocations answered
-//! within Discord's 3 s with what the typed command answers, the owner's commands refused to
-//! others as when typed, and a slow command acknowledged at once and answered later.
+//! registered at start (and not again on a restart with the same table; never with `off`),
+//! invocations answered within Discord's 3 s with what the typed command answers, the owner's
+//! commands refused to others as when typed, a slow command acknowledged at once and answered
+//! later, and the access paths of typed messages: a stranger under the pairing policy gets the
+//! pairing answer, and someone not allowed where they are gets a refusal for their eyes only,
+//! with nothing reaching the agent or the model.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -9,6 +12,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use switchboard_testkit::fake_discord::{BOT_ID, Call, FakeDiscord, Interaction, InteractionCallback, events};
 use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
+
+use sqlx::Connection;
 
 use crate::support::{Daemon, Launch};
 
@@ -20,6 +25,10 @@ const OWNER: u64 = 999;
 const OWNERS_DM: u64 = 301;
 const MALLORY: u64 = 777;
 const MALLORYS_DM: u64 = 302;
+const STRANGER: u64 = 555;
+const STRANGERS_DM: u64 = 303;
+/// A channel of the server outside a `channels` allowlist.
+const OTHER_CHANNEL: u64 = 201;
 const GLOBAL_PUT: &str = "PUT /applications/{id}/commands";
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -198,4 +207,99 @@ async fn a_slow_command_is_deferred_then_its_answer_follows() {
     let said = edit.body["content"].as_str().unwrap_or_default();
     assert!(said.starts_with("Compacted: "), "{said}");
     assert_eq!(fake.calls_to("POST /channels/{id}/messages").len(), 2, "only the two echoes went to the channel");
+}
+
+/// The sessions of the runs the worker recorded: every command that reaches it has one (a
+/// command's run is stored before it is answered).
+async fn sessions_with_runs(dir: &Path) -> Vec<String> {
+    let url = format!("sqlite://{}", dir.join("switchboard.db").display());
+    let mut connection = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    let rows: Vec<(String,)> = sqlx::query_as("SELECT session_key FROM runs").fetch_all(&mut connection).await.unwrap();
+    connection.close().await.unwrap();
+    rows.into_iter().map(|(key,)| key).collect()
+}
+
+#[tokio::test]
+async fn a_strangers_command_under_the_pairing_policy_gets_the_pairing_answer() {
+    let (llm, fake) = (FakeLlm::start().await, FakeDiscord::start().await);
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = started(dir.path(), &llm, &fake, |launch| launch).await;
+
+    let first = run(&fake, STRANGERS_DM, STRANGER, "status", &[]).await;
+    assert_eq!(first.kind, 4, "{first:?}");
+    assert!(content(&first).contains("Your pairing code: "), "{first:?}\n{}", daemon.logs());
+    let again = run(&fake, STRANGERS_DM, STRANGER, "status", &[]).await;
+    assert_eq!(content(&again), "Your request to talk to me is waiting for the owner's approval.");
+    let posted = fake.calls_to("POST /channels/{id}/messages");
+    let to_the_stranger = format!("/channels/{STRANGERS_DM}/messages");
+    assert!(posted.iter().all(|call| call.path != to_the_stranger), "answered through the interactions: {posted:#?}");
+    // Alice's command is answered by the worker, which records a run; the stranger's never got there.
+    let alices = run(&fake, ALICES_DM, ALICE, "status", &[]).await;
+    assert!(content(&alices).starts_with("Model: "), "{alices:?}");
+    let runs = sessions_with_runs(dir.path()).await;
+    assert_eq!(runs, [format!("discord:{ALICES_DM}")]);
+    assert!(llm.requests().is_empty(), "no model call: {:#?}", llm.requests());
+}
+
+/// Under the `allowlist` policy with a `channels` allowlist: a person not on `allow_from`, and
+/// a channel not on `channels`, get the refusal shown to that person alone, before any
+/// deferral (`/compact` is slow and would call the model), and nothing goes further.
+#[tokio::test]
+async fn a_command_where_the_bot_does_not_answer_is_refused_to_the_person_alone() {
+    let (llm, fake) = (FakeLlm::start().await, FakeDiscord::start().await);
+    fake_with_a_server(&fake);
+    fake.add_channel(events::text_channel(GUILD, OTHER_CHANNEL));
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = started(dir.path(), &llm, &fake, |launch| {
+        launch
+            .env("SWITCHBOARD_CHANNELS__DISCORD__DM_POLICY", "allowlist")
+            .env("SWITCHBOARD_CHANNELS__DISCORD__CHANNELS", &format!(r#"["{CHANNEL}"]"#))
+    })
+    .await;
+
+    let strangers = run(&fake, STRANGERS_DM, STRANGER, "compact", &[]).await;
+    let elsewhere = run(&fake, OTHER_CHANNEL, ALICE, "compact", &[]).await;
+    for refused in [&strangers, &elsewhere] {
+        let shown = (refused.kind, content(refused), refused.data["flags"].clone());
+        assert_eq!(shown, (4, "I don't take commands here.", json!(64)), "{}", daemon.logs());
+    }
+    assert_eq!(fake.interaction_callbacks().len(), 2, "one answer each, no deferral first");
+
+    // Alice's /status where the bot answers reaches the worker; the refused ones did not.
+    let allowed = run(&fake, CHANNEL, ALICE, "status", &[]).await;
+    assert!(content(&allowed).starts_with("Model: "), "{allowed:?}");
+    assert_eq!(sessions_with_runs(dir.path()).await, [format!("discord:{CHANNEL}")]);
+    assert!(llm.requests().is_empty(), "no model call: {:#?}", llm.requests());
+    let posted = fake.calls_to("POST /channels/{id}/messages");
+    assert!(posted.is_empty(), "nothing posted: {posted:#?}");
+}
+
+fn slash_off(launch: Launch<'_>) -> Launch<'_> {
+    launch.env("SWITCHBOARD_CHANNELS__DISCORD__SLASH_COMMANDS", "off")
+}
+
+/// `off` registers nothing on a new application, and empties a table registered before.
+#[tokio::test]
+async fn with_slash_commands_off_no_table_is_put() {
+    let (llm, fake) = (FakeLlm::start().await, FakeDiscord::start().await);
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = slash_off(bot(Launch::new(dir.path(), "dc-slash-off", &["run"]), &llm, &fake)).spawn();
+    daemon.wait_healthy().await;
+    fake.wait_for_calls("GET /applications/{id}/commands", 1, WAIT).await;
+    daemon.wait_for_log("the slash commands are registered already").await;
+    assert!(fake.calls_to(GLOBAL_PUT).is_empty(), "{:#?}", fake.calls());
+    assert!(fake.application_commands(None).is_empty());
+    daemon.signal("TERM");
+    daemon.wait_exit(WAIT).await;
+
+    // A table from an earlier `global` run is emptied once.
+    let mut global = bot(Launch::new(dir.path(), "dc-slash-global", &["run"]), &llm, &fake).spawn();
+    global.wait_healthy().await;
+    fake.wait_for_calls(GLOBAL_PUT, 1, WAIT).await;
+    global.signal("TERM");
+    global.wait_exit(WAIT).await;
+    let _again = slash_off(bot(Launch::new(dir.path(), "dc-slash-off-again", &["run"]), &llm, &fake)).spawn();
+    let puts = fake.wait_for_calls(GLOBAL_PUT, 2, WAIT).await;
+    assert_eq!(puts[1].body, json!([]), "{:#?}", puts[1]);
+    assert!(fake.application_commands(None).is_empty());
 }

@@ -2,12 +2,13 @@
 //! (`agent.models` with a table entry), the primary on a hosted-like server that fails with a
 //! 500 when told to, the fallback on a server whose window is 4,096 tokens (it refuses a longer
 //! request with OpenAI's `context_length_exceeded`, naming its window). The conversation is
-//! longer than the fallback's window but well within the primary's.
+//! longer than the fallback's window but well within the primary's; or, in a tool-heavy run,
+//! the run's own tool results are.
 
 use std::path::Path;
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use switchboard_testkit::fake_llm::{FakeLlm, Quirks, Scripted, request_tokens};
 
 use crate::support::{Daemon, Launch};
@@ -46,12 +47,20 @@ fn write_config(dir: &Path, primary: &FakeLlm, small: &FakeLlm, small_window: us
 }
 
 async fn start(dir: &Path, config: &str) -> Daemon {
+    start_with(dir, config, &[]).await
+}
+
+/// `start`, with more of the environment.
+async fn start_with(dir: &Path, config: &str, env: &[(&str, &str)]) -> Daemon {
     // A guest without a budget, offered no tool: a short prompt, so the conversation is what
     // outgrows the small window.
-    let mut daemon = Launch::new(dir, "run", &["--config", config, "run"])
+    let mut launch = Launch::new(dir, "run", &["--config", config, "run"])
         .env("SWITCHBOARD_BUDGETS__GUEST", "0")
-        .env("SWITCHBOARD_PERMISSIONS__TOOLS__CURRENT_TIME", "owner")
-        .spawn();
+        .env("SWITCHBOARD_PERMISSIONS__TOOLS__CURRENT_TIME", "owner");
+    for (key, value) in env {
+        launch = launch.env(key, value);
+    }
+    let mut daemon = launch.spawn();
     daemon.wait_healthy().await;
     daemon
 }
@@ -135,4 +144,53 @@ async fn a_window_a_fallback_names_is_its_own_and_kept_across_a_restart() {
     assert_eq!(requests.len(), asked_before + 1, "no refusal first: {:?}", &requests[asked_before..]);
     assert!(request_tokens(requests.last().unwrap()) <= SMALL_WINDOW);
     daemon.wait_for_log("using the context window the model's server named before the restart").await;
+}
+
+/// The primary reads two large files, then fails: the fallback gets the run with no history to
+/// drop, its older tool result shortened to fit its window, and answers.
+#[tokio::test]
+async fn a_tool_heavy_run_failing_over_to_a_smaller_model_has_its_older_results_shortened() {
+    let (primary, small) = servers().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &primary, &small, SMALL_WINDOW);
+    // The guest is offered `read_file` alone; each file is about 3,000 tokens.
+    let daemon = start_with(dir.path(), &config, &[("SWITCHBOARD_PERMISSIONS__TOOLS__READ_FILE", "guest")]).await;
+    let workspace = dir.path().join("workspace");
+    std::fs::create_dir_all(&workspace).unwrap();
+    for name in ["a", "b"] {
+        let line = format!("{name} {}\n", "lorem ipsum ".repeat(8));
+        std::fs::write(workspace.join(format!("{name}.txt")), line.repeat(12_000 / line.len())).unwrap();
+    }
+    for name in ["a", "b"] {
+        primary.push(Scripted::ToolCalls(vec![("read_file".into(), json!({"path": format!("{name}.txt")}))]));
+    }
+    primary.push(Scripted::server_error());
+    small.push(Scripted::Text("Both read.".into()));
+
+    let body = daemon.say("read a.txt and b.txt").await;
+    assert_eq!((body["reply"].as_str(), body["model"].as_str()), (Some("Both read."), Some("small/tiny")), "{body}");
+    let requests = small.requests();
+    assert_eq!(
+        requests.len(),
+        1,
+        "taken at once, no overflow first: {:?}",
+        requests.iter().map(request_tokens).collect::<Vec<_>>()
+    );
+    assert!(request_tokens(&requests[0]) <= SMALL_WINDOW, "{} tokens", request_tokens(&requests[0]));
+    let results = tool_results(&requests[0]);
+    assert_eq!(results.len(), 2, "{results:#?}");
+    assert!(results[0].contains("[shortened to fit the context window:"), "{}", results[0]);
+    assert!(results[0].contains("a lorem ipsum"), "the head stays: {}", results[0]);
+    assert!(sent(&requests[0], "read a.txt and b.txt"), "the question stays");
+    daemon.wait_for_log("refitted the request to the window of the model failed over to").await;
+    // Only the fallback's request was shortened: the primary's next turn has the results whole.
+    let next = daemon.say("thanks").await;
+    assert_eq!(next["model"], "primary/big", "{next}");
+    let whole = tool_results(primary.requests().last().unwrap());
+    assert!(whole.iter().all(|result| !result.contains("[shortened")), "{whole:#?}");
+}
+
+fn tool_results(request: &Value) -> Vec<String> {
+    let messages = request["messages"].as_array().unwrap();
+    messages.iter().filter(|m| m["role"] == "tool").filter_map(|m| m["content"].as_str()).map(str::to_owned).collect()
 }

@@ -1,7 +1,9 @@
 //! The persona is the owner's: in a Telegram group given `level = "user"`, a member whose
 //! model tries every file tool on every protected file (and on a link to one) changes none of
 //! them; in a group given `level = "admin"`, `exec` in bubblewrap sees the group's own memory
-//! and no other scope's, while the owner's direct chat still sees it all.
+//! and no other scope's, while the owner's direct chat still sees it all; and in a group given
+//! `level = "user"` with `exec` allowed, a command can neither change a protected file nor
+//! create one that is missing.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -166,4 +168,53 @@ async fn exec_for_a_group_in_the_sandbox_sees_its_own_memory_and_no_other_scope(
     assert_eq!((status, body["reply"].as_str()), (200, Some("done")), "{body}");
     let owner = tool_results(llm.requests().last().unwrap()).pop().unwrap();
     assert!(owner.contains("OWNER-SECRET") && owner.contains("ALICE-DM-SECRET"), "{owner}");
+}
+
+/// The sandbox holds the persona for commands as the file tools do, for the protected files
+/// that do not exist too: `BOOTSTRAP.md` after onboarding and a `skills/` the owner removed.
+#[tokio::test]
+async fn exec_at_user_level_in_the_sandbox_cannot_create_or_change_a_protected_file() {
+    if !bwrap_present() {
+        return;
+    }
+    let (llm, fake) = (FakeLlm::start().await, FakeTelegram::start().await);
+    let dir = tempfile::tempdir().unwrap();
+    init(dir.path());
+    let workspace = dir.path().join("workspace");
+    std::fs::remove_file(workspace.join("BOOTSTRAP.md")).unwrap();
+    std::fs::remove_dir_all(workspace.join("skills")).unwrap();
+    let groups = r#"{"telegram:-100779" = {level = "user"}}"#;
+    let launch = in_telegram(Launch::new(dir.path(), "persona-exec", &["run"]), &fake, groups)
+        .llm(&llm.base_url())
+        .env("SWITCHBOARD_PERMISSIONS__TOOLS__EXEC", "user")
+        .env("SWITCHBOARD_TOOLS__EXEC__SANDBOX", "bwrap");
+    let mut daemon = launch.spawn();
+    daemon.wait_healthy().await;
+    daemon.wait_for_log("Telegram bot identified").await;
+    let before = snapshot(&workspace);
+
+    let attempts = ["echo x > SOUL.md", "echo x > BOOTSTRAP.md", "mkdir -p skills/p", "echo x > notes.md"];
+    let command: String = attempts
+        .iter()
+        .map(|step| format!("if {step}; then echo 'DONE: {step}'; else echo 'FAILED: {step}'; fi; "))
+        .collect();
+    llm.push(Scripted::ToolCalls(vec![("exec".into(), json!({"command": command}))]));
+    llm.push(Scripted::Text("done".into()));
+    let output = ask_in_group(&fake, &llm, &daemon, -100_779).await.pop().unwrap();
+    for step in &attempts[..3] {
+        assert!(output.contains(&format!("FAILED: {step}")), "{step} must fail: {output}");
+    }
+    assert!(output.contains("DONE: echo x > notes.md"), "the rest of the workspace stays writable: {output}");
+    assert!(output.contains("Read-only file system"), "{output}");
+
+    let mut after = snapshot(&workspace);
+    assert_eq!(after.remove("notes.md").as_deref(), Some("x\n"));
+    // What stands in for a missing protected path is empty: to the prompt, still missing.
+    assert_eq!(after.remove("BOOTSTRAP.md").as_deref(), Some(""), "{after:#?}");
+    // The sandbox's own: the group's memory file (made empty to be mounted) and the outbox.
+    assert_eq!(after.remove("memory/groups/telegram_-100779.md").as_deref(), Some(""));
+    after.retain(|path, _| !path.starts_with("outbox/"));
+    assert_eq!(after, before, "no protected file changed");
+    let skills = workspace.join("skills");
+    assert!(!skills.exists() || std::fs::read_dir(&skills).unwrap().next().is_none(), "nothing under skills/");
 }

@@ -27,7 +27,8 @@ mod table;
 
 pub(crate) use self::answers::Answers;
 
-/// Told when a command is not answered where it was used (the reason is logged).
+/// Told, to the person alone, when a command is not answered where it was used (the reason is
+/// logged); nothing reaches the bus.
 const REFUSED: &str = "I don't take commands here.";
 /// Told when the bus did not take a command.
 const NOT_TAKEN: &str = "Something went wrong on my side; please try again.";
@@ -88,15 +89,16 @@ impl SlashCommands {
             self.say(id, &format!("I have no /{name} command. /help lists mine.")).await;
             return;
         };
-        if table::is_slow(name) {
-            self.answers.defer(id).await;
-        }
+        // Judged before any deferral, so that a refusal can still be shown to the person alone.
         match self.ingress.take_command(&incoming(interaction, text)).await {
+            Ok(Taken::Forwarded) if table::is_slow(name) => self.answers.defer(id).await,
             Ok(Taken::Forwarded) => self.answers.defer_unless_answered(id),
             Ok(Taken::Answered(text)) => self.say(id, &text).await,
             Ok(Taken::Refused(reason)) => {
                 tracing::debug!(command = name, user, channel_id, reason, "slash command not answered here");
-                self.say(id, REFUSED).await;
+                if !self.answers.say_privately(id, REFUSED).await {
+                    tracing::warn!(interaction_id = id, "a slash command went unanswered");
+                }
             }
             Err(err) => {
                 tracing::warn!(%err, command = name, "the bus did not take a slash command");

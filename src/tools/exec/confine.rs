@@ -2,6 +2,14 @@
 //! chats, the memory of other scopes is not there, and for a run that may not change the
 //! persona, the protected files are read-only. The file tools check the same rules path by
 //! path; here the mounts do it, so a shell cannot step around them.
+//!
+//! A protected path that does not exist cannot be mounted over, and a command could create it
+//! (`BOOTSTRAP.md` after onboarding, a new `skills/`). So it is first made on the host as an
+//! empty file (an empty directory for an entry configured as one, `skills/`), which every
+//! reader treats as missing (an empty persona file adds nothing to the prompt, an empty
+//! HEARTBEAT.md has no tasks, an empty `skills/` no skills), and then mounted read-only like
+//! the others. A placeholder made only for the command's time would be unsound: removing it
+//! while another command's sandbox has it mounted detaches that mount there.
 
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
@@ -9,6 +17,7 @@ use std::path::{Path, PathBuf};
 use crate::tools::ToolContext;
 use crate::workspace::memory::{MEMORY_DIR, MemoryScope, OWNER_MEMORY, OWNER_PROFILE};
 use crate::workspace::outbox::OUTBOX_DIR;
+use crate::workspace::protected::ProtectedPath;
 
 /// Mounts over the workspace, in the order bubblewrap must make them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -19,7 +28,7 @@ pub struct Confinement {
     pub kept: Option<PathBuf>,
     /// Replaced by an unreadable node: the owner's `MEMORY.md` and `USER.md`.
     pub hidden: Vec<PathBuf>,
-    /// Mounted read-only: the protected files that exist.
+    /// Mounted read-only: the protected files (each made empty first when missing).
     pub read_only: Vec<PathBuf>,
     /// The workspace's `outbox/` and what is mounted over it: the run's own folder, or an
     /// empty directory for a run without a reply of its own.
@@ -28,8 +37,9 @@ pub struct Confinement {
 
 impl Confinement {
     /// The mounts for a run of `ctx` in the workspace `root` (canonical). Creates what a mount
-    /// needs to exist: the `memory/` folder, the scope's own (empty) memory file, and empty
-    /// `MEMORY.md`/`USER.md` (else a command could create the owner's memory for them).
+    /// needs to exist: the `memory/` folder, the scope's own (empty) memory file, empty
+    /// `MEMORY.md`/`USER.md` (else a command could create the owner's memory for them), and for
+    /// a run that may not change the persona, the protected paths missing (see the module docs).
     pub fn for_run(root: &Path, ctx: &ToolContext) -> std::io::Result<Self> {
         let mut confinement = Self::default();
         if !ctx.memory.is_owner() {
@@ -45,9 +55,16 @@ impl Confinement {
         }
         confinement.outbox = Some(outbox(root, ctx)?);
         if let Some(protected) = ctx.persona.read_only() {
-            let hidden = &confinement.hidden;
-            let paths = protected.paths_in(root).into_iter();
-            confinement.read_only = paths.filter(|path| path.exists() && !hidden.contains(path)).collect();
+            for entry in protected.paths_in(root) {
+                if confinement.hidden.contains(&entry.path) {
+                    continue;
+                }
+                placeholder(&entry)?;
+                // A link to nowhere stays as it is: there is nothing to mount.
+                if entry.path.exists() {
+                    confinement.read_only.push(entry.path);
+                }
+            }
         }
         Ok(confinement)
     }
@@ -99,6 +116,24 @@ fn own_file(root: &Path, scope: &MemoryScope) -> std::io::Result<Option<PathBuf>
     Ok(Some(path))
 }
 
+/// Makes a missing protected path on the host, empty, with its parents, so that it can be
+/// mounted read-only; leaves anything there (a link included) as it is.
+fn placeholder(entry: &ProtectedPath) -> std::io::Result<()> {
+    if entry.path.symlink_metadata().is_ok() {
+        return Ok(());
+    }
+    if let Some(parent) = entry.path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    if !entry.is_dir {
+        return touch(&entry.path);
+    }
+    match std::fs::create_dir(&entry.path) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(e),
+        _ => Ok(()),
+    }
+}
+
 /// Creates `path` empty unless something is there; never truncates.
 fn touch(path: &Path) -> std::io::Result<()> {
     if path.symlink_metadata().is_ok() {
@@ -114,6 +149,7 @@ fn touch(path: &Path) -> std::io::Result<()> {
 mod tests {
     use super::*;
     use crate::tools::PersonaAccess;
+    use crate::workspace::protected::ProtectedFiles;
 
     fn ctx(memory: MemoryScope, persona: PersonaAccess) -> ToolContext {
         ToolContext { memory, persona, ..ToolContext::default() }
@@ -140,11 +176,28 @@ mod tests {
         assert_eq!(confinement.kept.as_deref(), Some(own.as_path()));
         assert!(own.is_file() && root.join("MEMORY.md").is_file() && root.join("USER.md").is_file());
         assert_eq!(confinement.hidden, [root.join("MEMORY.md"), root.join("USER.md")]);
-        assert_eq!(confinement.read_only, [root.join("SOUL.md")], "only the protected files that exist");
+        let persona = ["SOUL.md", "IDENTITY.md", "AGENTS.md", "TOOLS.md", "HEARTBEAT.md", "BOOTSTRAP.md", "skills"];
+        assert_eq!(confinement.read_only, persona.map(|name| root.join(name)), "the owner's memory is hidden instead");
+        assert_eq!(std::fs::read_to_string(root.join("SOUL.md")).unwrap(), "be kind", "an existing file is kept");
+        assert_eq!(std::fs::read_to_string(root.join("BOOTSTRAP.md")).unwrap(), "", "a missing one made empty");
+        assert_eq!(std::fs::read_dir(root.join("skills")).unwrap().count(), 0, "an empty folder for `skills/`");
         let args: Vec<String> = confinement.args().iter().map(|a| a.to_string_lossy().into_owned()).collect();
         let line = args.join(" ");
         let at = |needle: &str| line.find(needle).unwrap_or_else(|| panic!("{needle}: {line}"));
         assert!(at("--tmpfs") < at(&format!("--bind {}", own.display())), "{line}");
+    }
+
+    #[test]
+    fn a_configured_path_missing_is_made_with_its_parents_and_a_link_to_nowhere_is_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::os::unix::fs::symlink(root.join("nowhere"), root.join("TOOLS.md")).unwrap();
+        let protected = ProtectedFiles::new(&["rules/team/".into(), "policy/a.md".into(), "TOOLS.md".into()]);
+        let run = ctx(MemoryScope::Owner, PersonaAccess::ReadOnly(std::sync::Arc::new(protected)));
+        let confinement = Confinement::for_run(root, &run).unwrap();
+        assert_eq!(confinement.read_only, [root.join("rules/team"), root.join("policy/a.md")]);
+        assert!(root.join("rules/team").is_dir() && root.join("policy/a.md").is_file());
+        assert!(!root.join("nowhere").exists(), "nothing made through the link");
     }
 
     #[test]

@@ -147,9 +147,19 @@ impl Answers {
     /// Sends a message of the answer to `id` through the interaction. False when it must go
     /// to the channel instead (unknown or expired interaction, or Discord refused it; logged).
     pub(crate) async fn say(&self, id: u64, content: &str, components: &[CreateActionRow]) -> bool {
+        self.send(id, content, components, false).await
+    }
+
+    /// [`Answers::say`], shown to the person alone wherever the command was used (a refusal is
+    /// nobody else's business), unless a deferral already made the answer public.
+    pub(crate) async fn say_privately(&self, id: u64, content: &str) -> bool {
+        self.send(id, content, &[], true).await
+    }
+
+    async fn send(&self, id: u64, content: &str, components: &[CreateActionRow], private: bool) -> bool {
         let Some(pending) = self.usable(id) else { return false };
         let mut stage = pending.stage.lock().await;
-        let message = message_json(content, components, pending.ephemeral);
+        let message = message_json(content, components, pending.ephemeral || private);
         let sent = match *stage {
             Stage::Open => {
                 let response = json!({ "type": CHANNEL_MESSAGE, "data": message });
