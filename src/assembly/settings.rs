@@ -333,5 +333,7 @@ mod tests {
         assert_eq!(tools("plain"), ["exec"], "unset: the global list");
         assert_eq!(tools("ops"), ["exec", "write_file"]);
         assert!(tools("open").is_empty(), "empty: nothing waits");
+        // Without a timeout of its own, a call waits the default 600 s.
+        assert_eq!(approvals(&config, "main").timeout, std::time::Duration::from_secs(600));
     }
 }

@@ -57,8 +57,6 @@ mod tests {
         let approvals = &config.approvals;
         assert!(approvals.tools.is_empty() && approvals.approvers.is_empty(), "{approvals:?}");
         assert_eq!((approvals.timeout_secs, approvals.timeout()), (600, Duration::from_secs(600)));
-        // What the approval gate of an agent waits.
-        assert_eq!(crate::assembly::settings::approvals(&config, "main").timeout, Duration::from_secs(600));
         // Only the tools set: the timeout keeps its default.
         let config = load_text("[approvals]\ntools = [\"exec\"]\n", &[]).unwrap();
         assert_eq!(config.approvals.timeout(), Duration::from_secs(600));
