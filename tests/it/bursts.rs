@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::common::{BusKind, Harness, Setup, next_out, nothing_more};
+use crate::common::{BusKind, Harness, Setup, next_out};
 use switchboard::config::{GuardConfig, RateLimitsConfig, WorkerConfig};
 use switchboard::hygiene::Guard;
 use switchboard::worker::{QueueSettings, WorkerSettings};
@@ -162,7 +162,7 @@ async fn a_burst_during_an_answer_becomes_one_followup_turn(kind: BusKind) {
     assert!(answers.iter().all(|a| a.kind == OutboundKind::Reply), "no notice: {answers:#?}");
     assert_eq!(answers[0].in_reply_to.as_deref(), Some(question.id.as_str()));
     assert_eq!(answers[1].in_reply_to.as_deref(), Some(burst[49].id.as_str()));
-    nothing_more(&mut out, Duration::from_secs(2)).await;
+    h.nothing_more(&mut out).await;
     let inputs = turn_inputs(&h);
     assert_eq!(inputs.len(), 2, "{inputs:#?}");
     assert_all_reached_in_order(&inputs[1..], &lines);
@@ -210,7 +210,7 @@ async fn a_full_queue_says_once_which_messages_it_did_not_keep(kind: BusKind) {
     send_burst(&h, &members).await;
 
     let outbound = replies(&mut out, 12).await;
-    nothing_more(&mut out, Duration::from_secs(2)).await;
+    h.nothing_more(&mut out).await;
     let notices: Vec<&OutboundMessage> = outbound.iter().filter(|m| m.kind == OutboundKind::Notice).collect();
     assert_eq!(notices.len(), 1, "one notice: {outbound:#?}");
     let notice = notices[0];
@@ -261,7 +261,7 @@ async fn a_lone_message_starts_at_once_and_commands_never_wait(kind: BusKind) {
     let stopped = next_out(&mut out).await;
     assert!(sent.elapsed() < Duration::from_millis(200), "/stop took {:?}", sent.elapsed());
     assert_eq!(stopped.content, "Nothing to stop. Dropped 3 waiting messages.");
-    nothing_more(&mut out, Duration::from_secs(1)).await;
+    h.nothing_more(&mut out).await;
     assert_eq!(h.llm.requests().len(), 1);
     h.stop().await;
 }
@@ -284,7 +284,7 @@ async fn a_burst_still_coming_in_when_an_answer_ends_waits_for_the_rest(kind: Bu
     let answers = replies(&mut out, 2).await;
     assert_eq!(answers[0].in_reply_to.as_deref(), Some(question.id.as_str()));
     assert_eq!(answers[1].in_reply_to.as_deref(), Some(burst[19].id.as_str()), "{answers:#?}");
-    nothing_more(&mut out, Duration::from_secs(1)).await;
+    h.nothing_more(&mut out).await;
     let inputs = turn_inputs(&h);
     assert_eq!(inputs.len(), 2, "{inputs:#?}");
     assert_all_reached_in_order(&inputs[1..], &lines);

@@ -23,7 +23,7 @@ use switchboard::scheduler::CronSettings;
 use switchboard::store::Database;
 use switchboard::subagents::{SubagentManager, SubagentSettings};
 use switchboard::tools::{Tool, ToolContext, ToolError};
-use switchboard::worker::WorkerSettings;
+use switchboard::worker::{WorkerGauges, WorkerSettings};
 use switchboard_channels::contract::InboundMessage;
 use switchboard_channels::{Bus, BusExt, Deliveries};
 use switchboard_testkit::fake_llm::FakeLlm;
@@ -139,6 +139,8 @@ pub struct Harness {
     /// Where the store file and the workspaces are.
     pub dir: tempfile::TempDir,
     pub buses: TestBus,
+    /// What the worker holds, for [`Harness::quiet`].
+    pub gauges: WorkerGauges,
 }
 
 /// A worker with the default agent on the in-process bus, the `message` tool included.
@@ -190,6 +192,7 @@ impl Setup {
             shutdown: wired.shutdown,
             worker: wired.worker,
             workspace: wired.workspace,
+            gauges: wired.gauges,
             dir,
             buses,
         }
@@ -208,6 +211,7 @@ impl Setup {
         let assembly = Assembly::with_overrides(config, overrides);
         let store = assembly.open_store().await.unwrap();
         let AssembledWorker { worker, subagents } = assembly.worker(bus, &store).unwrap();
+        let gauges = worker.gauges();
         let shutdown = CancellationToken::new();
         let token = shutdown.clone();
         let worker = tokio::spawn(async move {
@@ -219,7 +223,7 @@ impl Setup {
                 drop(worker);
             }
         });
-        Wired { store, subagents, shutdown, worker, workspace }
+        Wired { store, subagents, shutdown, worker, workspace, gauges }
     }
 
     /// The config the agents are read from: each answers with the scripted model on the
@@ -319,6 +323,7 @@ struct Wired {
     shutdown: CancellationToken,
     worker: tokio::task::JoinHandle<()>,
     workspace: PathBuf,
+    gauges: WorkerGauges,
 }
 
 /// A second worker beside a harness's: the same bus (its own NATS connection), the same
@@ -358,6 +363,34 @@ impl Harness {
     /// The sub-agent manager (when the setup asked for one).
     pub fn manager(&self) -> &Arc<SubagentManager> {
         self.subagents.as_ref().expect("a setup with sub-agents")
+    }
+
+    /// Waits until the worker is quiet: no inbound message waits on the bus (on NATS: none is
+    /// stored, so none is in flight either) and the worker holds no session and runs no task,
+    /// twice in a row. Whatever it was going to send by then, it has sent.
+    pub async fn quiet(&self) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        let mut quiet_reads = 0;
+        while quiet_reads < 2 {
+            assert!(tokio::time::Instant::now() < deadline, "the worker never went quiet: {:?}", self.busy().await);
+            quiet_reads = if self.busy().await.is_empty() { quiet_reads + 1 } else { 0 };
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// The gauges that say the worker or the bus still has something to do.
+    async fn busy(&self) -> Vec<(String, u64)> {
+        let depths = self.bus.queue_depths().await.unwrap_or_default();
+        let gauges = self.gauges.read().into_iter().chain(self.bus.gauges()).chain(depths);
+        const BUSY: [&str; 4] = ["worker_tasks", "worker_sessions", "bus_inbound_queued", "bus_inbound_stored"];
+        gauges.filter(|g| BUSY.contains(&g.name) && g.value > 0).map(|g| (g.name.to_owned(), g.value)).collect()
+    }
+
+    /// Nothing more comes out once the worker is quiet (a short grace for a reply already on
+    /// its way through NATS).
+    pub async fn nothing_more(&self, out: &mut Deliveries) {
+        self.quiet().await;
+        nothing_more(out, Duration::from_millis(100)).await;
     }
 
     /// Stops the worker and waits (a while) for it to finish.

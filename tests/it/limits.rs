@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::common::{BusKind, Harness, Setup, next_out, nothing_more};
+use crate::common::{BusKind, Harness, Setup, next_out};
 use switchboard::config::{BudgetsConfig, PermissionsConfig, RateLimitsConfig, UsersConfig, WorkerConfig};
 use switchboard::users::AccessPolicy;
 use switchboard::worker::{QueueSettings, WorkerSettings};
@@ -55,14 +55,14 @@ fn direct(sender: &str, content: &str) -> InboundMessage {
     InboundMessage::user("test", "dm", person, content)
 }
 
-/// Everything the worker sends until it has been quiet for 2 s, by the message it answers.
-async fn all_out(out: &mut Deliveries, at_least: usize) -> HashMap<String, OutboundMessage> {
+/// Everything the worker sends until it is quiet, by the message it answers.
+async fn all_out(h: &Harness, out: &mut Deliveries, at_least: usize) -> HashMap<String, OutboundMessage> {
     let mut got = HashMap::new();
     for _ in 0..at_least {
         let msg = next_out(out).await;
         got.insert(msg.in_reply_to.clone().unwrap_or_default(), msg);
     }
-    nothing_more(out, Duration::from_secs(2)).await;
+    h.nothing_more(out).await;
     got
 }
 
@@ -102,7 +102,7 @@ async fn a_flooding_member_is_told_once_and_the_others_are_still_answered(kind: 
     h.send(&ann_last).await;
 
     // Sam's first four, the one notice, Ann's two and the /status answer.
-    let got = all_out(&mut out, 8).await;
+    let got = all_out(&h, &mut out, 8).await;
     assert_eq!(got.len(), 8, "{got:#?}");
     for msg in &flood[..4] {
         assert_eq!(got[&msg.id].kind, OutboundKind::Reply, "{:?}", got[&msg.id]);
@@ -144,7 +144,7 @@ async fn owners_are_not_limited_by_default(kind: BusKind) {
         h.send(msg).await;
         tokio::time::sleep(TYPING_GAP).await;
     }
-    let got = all_out(&mut out, 6).await;
+    let got = all_out(&h, &mut out, 6).await;
     for msg in &messages {
         assert_eq!(got[&msg.id].content, format!("echo: {}", msg.content));
     }
@@ -176,7 +176,7 @@ async fn no_more_sessions_run_at_once_than_max_concurrent_runs(kind: BusKind) {
     h.llm.wait_for_requests(2, Duration::from_secs(5)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(h.llm.requests().len(), 2, "only two turns started while two run");
-    let got = all_out(&mut out, 6).await;
+    let got = all_out(&h, &mut out, 6).await;
     for msg in &chats {
         assert_eq!(got[&msg.id].content, "done");
     }
@@ -203,7 +203,7 @@ async fn claimed_senders_are_not_limited(kind: BusKind) {
         for msg in &requests {
             h.send(msg).await;
         }
-        let got = all_out(&mut out, 9).await;
+        let got = all_out(&h, &mut out, 9).await;
         for msg in &requests {
             assert_eq!(got[&msg.id].content, format!("echo: {}", msg.content));
         }

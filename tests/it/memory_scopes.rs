@@ -17,7 +17,7 @@ use switchboard_channels::Deliveries;
 use switchboard_channels::contract::{ChatAddress, InboundMessage, Origin, OutboundMessage, Sender};
 use switchboard_testkit::fake_llm::Scripted;
 
-use crate::common::{BusKind, Harness, Setup, next_out, nothing_more};
+use crate::common::{BusKind, Harness, Setup, next_out};
 
 /// What the owner told the bot in a direct message.
 const SECRET: &str = "ZEBRA-4711";
@@ -241,7 +241,7 @@ async fn path_tricks_are_refused_in_a_group(p: Platform) {
     h.llm.push(Scripted::ToolCalls(calls));
     h.llm.push(Scripted::Text("Done.".into()));
     assert_eq!(ask(&h, &mut out, p.in_group(MEMBER, "Show me the owner's files.")).await.content, "Done.");
-    nothing_more(&mut out, Duration::from_millis(300)).await;
+    h.nothing_more(&mut out).await;
 
     let requests = h.llm.requests();
     assert_no_secret(&requests);

@@ -14,7 +14,7 @@ use switchboard::worker::{RecallSettings, WorkerSettings};
 use switchboard_channels::contract::{InboundMessage, Sender};
 use switchboard_testkit::fake_llm::Scripted;
 
-use crate::common::{BusKind, Harness, Setup, next_out, nothing_more};
+use crate::common::{BusKind, Harness, Setup, next_out};
 
 const OWNER: &str = "42";
 const MEMBER: &str = "9";
@@ -110,7 +110,7 @@ async fn a_groups_search_finds_its_own_memory_and_never_the_owners() {
     h.llm.push(Scripted::Text("Stripes.".into()));
     h.send(&in_group("What do we know about the zoo?")).await;
     assert_eq!(next_out(&mut out).await.content, "Stripes.");
-    nothing_more(&mut out, Duration::from_millis(200)).await;
+    h.nothing_more(&mut out).await;
 
     let [search, owners, group] = &last_tool_results(&h)[..] else { panic!("three tool results") };
     assert!(search.contains(&format!("1. {own} line 3")) && search.contains("Stripes"), "{search}");

@@ -20,7 +20,7 @@ use switchboard_channels::contract::{InboundMessage, OutboundMessage, Sender};
 use switchboard_channels::control::ButtonAction;
 use switchboard_channels::subject::Flow;
 
-use crate::common::{BusKind, Harness, NamedTool, Setup, next_out, nothing_more};
+use crate::common::{BusKind, Harness, NamedTool, Setup, next_out};
 use crate::cron_support::{insert_job, new_job};
 
 const OWNER: &str = "1";
@@ -195,7 +195,7 @@ async fn cron_shows_each_job_with_its_buttons_and_is_answered_once() {
     // sent twice.
     let payload = Bytes::from(serde_json::to_vec(&command).unwrap());
     rig.h.bus.publish_raw(Flow::In, "telegram", OWNER, None, payload).await.unwrap();
-    nothing_more(&mut rig.out, Duration::from_millis(700)).await;
+    rig.h.nothing_more(&mut rig.out).await;
 
     for n in 0..10 {
         let schedule = Schedule::every(Duration::from_secs(7200), now, Duration::from_secs(60)).unwrap();
