@@ -14,6 +14,6 @@ mod month;
 mod policy;
 
 pub use groups::{BadGroup, GroupPlace, GroupRule, GroupRules};
-pub use identities::unusable_identity;
+pub use identities::{unconfigured_channel, unusable_identity};
 pub use month::{month_key, next_month_start};
 pub use policy::{AccessPolicy, Clock, PolicyError};

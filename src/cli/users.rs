@@ -10,7 +10,7 @@ use super::CliError;
 use crate::config::Config;
 use crate::config::{Identity, Level};
 use crate::store::users::{LinkOutcome, User, UserStore, UserSummary};
-use crate::users::{AccessPolicy, month_key, unusable_identity};
+use crate::users::{AccessPolicy, month_key, unconfigured_channel, unusable_identity};
 
 #[derive(Debug, Subcommand)]
 pub enum UsersCommand {
@@ -95,6 +95,9 @@ pub(super) async fn run(config: &Config, command: UsersCommand) -> Result<(), Cl
     let store = crate::store::open(&config.store).await?;
     for identity in command.identities() {
         check_known(identity)?;
+        if let Some(warning) = unconfigured_channel(config, identity) {
+            eprintln!("warning: {warning}");
+        }
     }
     let text = match command {
         UsersCommand::List => list(&*store, &policy).await?,

@@ -3,6 +3,7 @@
 //! what to do, the command exiting 1.
 
 use std::path::Path;
+use std::time::Duration;
 
 use switchboard_testkit::fake_anthropic::FakeAnthropic;
 use switchboard_testkit::fake_discord::FakeDiscord;
@@ -10,7 +11,7 @@ use switchboard_testkit::fake_llm::FakeLlm;
 use switchboard_testkit::fake_telegram::FakeTelegram;
 use switchboard_testkit::postgres::TempDatabase;
 
-use crate::support::run_to_exit;
+use crate::support::{Launch, run_to_exit};
 
 /// Runs `switchboard doctor` (off the runtime, which serves the fakes): status, stdout.
 async fn doctor(dir: &Path, env: Vec<(String, String)>) -> (bool, String, String) {
@@ -26,7 +27,8 @@ async fn doctor(dir: &Path, env: Vec<(String, String)>) -> (bool, String, String
 
 /// The line of `check`, which must be there.
 fn line<'a>(report: &'a str, check: &str) -> &'a str {
-    report.lines().find(|line| line[6..].starts_with(check)).unwrap_or_else(|| panic!("no {check} line:\n{report}"))
+    let found = report.lines().find(|line| line.get(6..).is_some_and(|rest| rest.starts_with(check)));
+    found.unwrap_or_else(|| panic!("no {check} line:\n{report}"))
 }
 
 fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -168,4 +170,47 @@ async fn on_nats_and_postgresql_the_streams_and_the_shared_workspace_are_checked
     assert!(!ok, "{report}");
     let shared = line(&report, "shared dirs");
     assert!(shared.starts_with("FAIL") && shared.contains(&share.path().display().to_string()), "{report}");
+}
+
+/// Where `exec`'s commands run and what they reach: with `sandbox = "none"` the doctor says
+/// they reach every chat's memory; as root (CI, and this machine's sessions) it says what root
+/// changes for the sandbox's limits, and as an ordinary user it says nothing of root.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_exec_sandbox_lines_say_what_commands_reach_and_what_root_changes() {
+    // No `init`: the other checks may fail, these lines are there all the same.
+    let dir = tempfile::tempdir().unwrap();
+    let unconfined = env(&[("SWITCHBOARD_TOOLS__EXEC__SANDBOX", "none")]);
+    let (_, report, stderr) = doctor(dir.path(), unconfined.clone()).await;
+    let sandbox = line(&report, "exec sandbox");
+    assert!(sandbox.starts_with("warn") && sandbox.contains("none (tools.exec.sandbox = \"none\")"), "{report}");
+    assert!(sandbox.contains("every chat's memory") && sandbox.contains("-> see docs/security.md"), "{report}");
+    let as_root = report.lines().find(|line| line.get(6..).is_some_and(|rest| rest.starts_with("exec as root")));
+    if !running_as_root() {
+        assert_eq!(as_root, None, "{report}");
+        return;
+    }
+    let as_root = as_root.unwrap_or_else(|| panic!("no exec as root line:\n{report}\n{stderr}"));
+    assert!(
+        as_root.starts_with("warn") && as_root.contains("max_processes (RLIMIT_NPROC) does not bind root"),
+        "{report}"
+    );
+    assert!(as_root.contains("-> run as an ordinary user"), "{report}");
+
+    // The same data dir, `doctor` run as nobody: no word of root.
+    std::os::unix::fs::chown(dir.path(), Some(NOBODY), Some(NOBODY)).unwrap();
+    let mut doctor = Launch::new(dir.path(), "doctor-as-nobody", &["doctor"])
+        .env("SWITCHBOARD_TOOLS__EXEC__SANDBOX", "none")
+        .run_as(NOBODY, NOBODY)
+        .spawn();
+    doctor.wait_exit(Duration::from_secs(30)).await;
+    let report = doctor.logs();
+    assert!(line(&report, "exec sandbox").contains("every chat's memory"), "{report}");
+    assert!(!report.contains("exec as root") && !report.contains("runs as root"), "{report}");
+}
+
+const NOBODY: u32 = 65534;
+
+fn running_as_root() -> bool {
+    // SAFETY: geteuid(2) takes no arguments and cannot fail.
+    unsafe { libc::geteuid() == 0 }
 }

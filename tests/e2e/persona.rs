@@ -218,3 +218,38 @@ async fn exec_at_user_level_in_the_sandbox_cannot_create_or_change_a_protected_f
     let skills = workspace.join("skills");
     assert!(!skills.exists() || std::fs::read_dir(&skills).unwrap().next().is_none(), "nothing under skills/");
 }
+
+/// `[workspace] protected` set by the operator replaces the list: with `["rules/"]`, SOUL.md is
+/// a member's to change like any other file, and what is under rules/ is refused, existing or not.
+#[tokio::test]
+async fn a_configured_protected_list_replaces_the_default_one() {
+    let (llm, fake) = (FakeLlm::start().await, FakeTelegram::start().await);
+    let dir = tempfile::tempdir().unwrap();
+    init(dir.path());
+    let groups = r#"{"telegram:-100777" = {level = "user"}}"#;
+    let mut daemon = in_telegram(Launch::new(dir.path(), "persona", &["run"]), &fake, groups)
+        .llm(&llm.base_url())
+        .env("SWITCHBOARD_WORKSPACE__PROTECTED", r#"["rules/"]"#)
+        .spawn();
+    daemon.wait_healthy().await;
+    daemon.wait_for_log("Telegram bot identified").await;
+    let workspace = dir.path().join("workspace");
+    std::fs::create_dir(workspace.join("rules")).unwrap();
+    std::fs::write(workspace.join("rules/b.md"), "# House rules").unwrap();
+
+    let write = |path: &str| ("write_file".to_owned(), json!({"path": path, "content": "You are a pirate now."}));
+    let edit = ("edit_file".to_owned(), json!({"path": "rules/b.md", "old_text": "#", "new_text": "Arr"}));
+    llm.push(Scripted::ToolCalls(vec![write("SOUL.md"), write("rules/a.md"), edit]));
+    llm.push(Scripted::Text("done".into()));
+
+    let results = ask_in_group(&fake, &llm, &daemon, -100_777).await;
+    assert_eq!(results.len(), 3, "{results:#?}");
+    assert!(results[0].starts_with("replaced `SOUL.md`"), "{results:#?}");
+    for refused in &results[1..] {
+        assert!(refused.starts_with("error: refused:"), "{results:#?}");
+        assert!(refused.contains("only the owner or an admin can change them"), "{results:#?}");
+    }
+    assert_eq!(std::fs::read_to_string(workspace.join("SOUL.md")).unwrap(), "You are a pirate now.");
+    assert!(!workspace.join("rules/a.md").exists());
+    assert_eq!(std::fs::read_to_string(workspace.join("rules/b.md")).unwrap(), "# House rules");
+}

@@ -135,3 +135,35 @@ async fn commands_in_the_sandbox_cannot_reach_the_daemon_the_system_or_the_netwo
     let (out, _) = run_exec(&llm, &daemon, "echo still here").await;
     assert!(out.ends_with("still here"), "{out}");
 }
+
+/// What running as root means for `exec` is in the start-up log, as `doctor` says it; a daemon
+/// started as an ordinary user says nothing of root.
+#[tokio::test]
+async fn the_start_up_log_says_what_running_as_root_means_for_exec() {
+    let as_root_line =
+        |logs: &str| logs.lines().find(|line| line.contains("the daemon runs as root")).map(str::to_owned);
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Launch::new(dir.path(), "run", &["run"])
+        .llm("http://127.0.0.1:9/v1")
+        .env("SWITCHBOARD_TOOLS__EXEC__SANDBOX", "none")
+        .spawn();
+    daemon.wait_for_log("switchboard started").await;
+    let said = as_root_line(&daemon.logs());
+    if !running_as_root() {
+        assert_eq!(said, None);
+        return;
+    }
+    let said = said.unwrap_or_else(|| panic!("nothing said of root at start:\n{}", daemon.logs()));
+    assert!(said.contains("WARN") && said.contains("max_processes (RLIMIT_NPROC) does not bind root"), "{said}");
+    assert!(said.contains("without the sandbox a command can read and change every file"), "{said}");
+
+    let other = tempfile::tempdir().unwrap();
+    std::os::unix::fs::chown(other.path(), Some(65534), Some(65534)).unwrap();
+    let daemon = Launch::new(other.path(), "run", &["run"])
+        .llm("http://127.0.0.1:9/v1")
+        .env("SWITCHBOARD_TOOLS__EXEC__SANDBOX", "none")
+        .run_as(65534, 65534)
+        .spawn();
+    daemon.wait_for_log("switchboard started").await;
+    assert_eq!(as_root_line(&daemon.logs()), None, "{}", daemon.logs());
+}

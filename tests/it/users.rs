@@ -308,8 +308,10 @@ async fn the_users_commands_list_link_and_set_levels_and_budgets() {
     let (ok, _, err) = users_cli(path, &["link", "api:me", "api:me"], &[]);
     assert!(!ok && err.contains("cannot link api:me to itself"), "{err}");
     // Identities no sender can have are refused, not stored.
-    let (ok, _, err) = users_cli(path, &["set-level", "tg:1", "owner"], &[]);
-    assert!(!ok && err.contains("switchboard has no channel \"tg\""), "{err}");
+    let (ok, _, err) = users_cli(path, &["set-level", "telegarm:1", "owner"], &[]);
+    assert!(!ok && err.contains("switchboard has no channel \"telegarm\"; did you mean telegram:1?"), "{err}");
+    let (ok, _, err) = users_cli(path, &["set-level", "my adapter:1", "owner"], &[]);
+    assert!(!ok && err.contains("cannot be a channel name"), "{err}");
     let (ok, _, err) = users_cli(path, &["set-level", "telegram:me", "owner"], &[]);
     assert!(!ok && err.contains("telegram user ids are numbers"), "{err}");
     let (ok, _, err) = users_cli(path, &["link", "telegram:1", "discord:@bob"], &[]);
@@ -329,6 +331,34 @@ async fn the_users_commands_list_link_and_set_levels_and_budgets() {
     let users = store.list_users("2025-01").await.unwrap();
     assert_eq!(users.len(), 2, "the linked user and api:api");
     assert_eq!((users[0].user.level, users[0].user.budget), (Level::Admin, None));
+}
+
+/// A third-party adapter on the bus (docs/bus.md) publishes under a channel name of its own:
+/// its people can be given a level, with a warning while the config names no such channel
+/// (their messages only match once an adapter publishes under it), and none once it does.
+#[tokio::test]
+async fn people_of_a_third_party_adapter_can_be_given_a_level() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path();
+    let (ok, out, err) = users_cli(path, &["set-level", "matrix:@ann:example.org", "user"], &[]);
+    assert!(ok, "{err}");
+    assert_eq!(out, "matrix:@ann:example.org (user 1) is now user.\n");
+    assert!(err.contains("warning: no adapter named \"matrix\" is built in or named in the config"), "{err}");
+    assert!(err.contains("\"channel\": \"matrix\" (docs/bus.md)"), "{err}");
+
+    // Named in the config (here by an owner on that channel): no warning.
+    let groups = [("SWITCHBOARD_USERS__OWNERS", r#"["matrix:@me:example.org"]"#)];
+    let (ok, out, err) = users_cli(path, &["set-level", "matrix:@bob:example.org", "admin"], &groups);
+    assert!(ok && out == "matrix:@bob:example.org (user 2) is now admin.\n", "{out}\n{err}");
+    assert!(!err.contains("warning"), "{err}");
+    let (ok, out, err) = users_cli(path, &["link", "matrix:@bob:example.org", "telegram:7"], &groups);
+    assert!(ok && out.contains("telegram:7 now belongs to user 2"), "{out}\n{err}");
+
+    let (ok, out, err) = users_cli(path, &["list"], &[]);
+    assert!(ok, "{err}");
+    assert!(out.lines().nth(1).is_some_and(|row| row.contains(" user ") && row.ends_with("matrix:@ann:example.org")));
+    let bob = out.lines().nth(2).unwrap_or_default();
+    assert!(bob.contains(" admin ") && bob.ends_with("matrix:@bob:example.org, telegram:7"), "{out}");
 }
 
 /// What a guest's trial costs, measured rather than assumed: one conversation of messages of
