@@ -145,6 +145,10 @@ async fn levels_cron_jobs_usage_and_runs_from_the_console() {
     assert_eq!(kinds, ["turn", "turn", "turn"], "{runs}");
     let all = api.admin(Method::GET, "/v1/runs?include_commands=true", None).await;
     assert!(all["runs"].as_array().unwrap().iter().any(|r| r["kind"] == "command"), "{all}");
+    // Each session with its cost: the fake model has no price, so none is known (null, not 0).
+    let sessions = api.admin(Method::GET, "/v1/sessions", None).await;
+    let ann_session = sessions["sessions"].as_array().unwrap().iter().find(|s| s["key"] == "api:ann").unwrap();
+    assert_eq!(ann_session.get("cost_usd"), Some(&Value::Null), "{sessions}");
 
     // Usage per day and per person adds up to the runs.
     let usage = api.admin(Method::GET, "/v1/admin/usage?days=7", None).await;
