@@ -35,6 +35,10 @@ pub use crate::policy::{DmPolicy, StreamSettings};
 /// The channel name of this adapter on the bus.
 pub const CHANNEL: &str = "telegram";
 
+/// How long a button press waits for the control desk before it is answered "Working on it…"
+/// (Telegram refuses answers after about 15 s; the outcome is still shown when it comes).
+pub const PRESS_ANSWER_WITHIN: Duration = Duration::from_secs(8);
+
 /// The updates asked for, polling or by webhook: new messages and button presses. Edits,
 /// reactions and the rest are not answered.
 const ALLOWED_UPDATES: [AllowedUpdate; 2] = [AllowedUpdate::Message, AllowedUpdate::CallbackQuery];
@@ -84,6 +88,8 @@ pub struct TelegramSettings {
     /// Where inbound media are saved.
     pub media_dir: PathBuf,
     pub media_max_bytes: u64,
+    /// See [`PRESS_ANSWER_WITHIN`], the default.
+    pub press_answer_within: Duration,
 }
 
 impl std::fmt::Debug for TelegramSettings {
@@ -118,6 +124,7 @@ impl Default for TelegramSettings {
             quote_in_groups: true,
             media_dir: PathBuf::from("media/telegram"),
             media_max_bytes: 20 * 1024 * 1024,
+            press_answer_within: PRESS_ANSWER_WITHIN,
         }
     }
 }

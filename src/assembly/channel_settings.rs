@@ -46,6 +46,7 @@ pub fn telegram(config: &Config) -> TelegramSettings {
         quote_in_groups: telegram.quote_in_groups,
         media_dir: telegram.media_dir.clone(),
         media_max_bytes: telegram.media_max_bytes,
+        press_answer_within: switchboard_channels::telegram::PRESS_ANSWER_WITHIN,
     }
 }
 

@@ -11,7 +11,10 @@ use clap::Subcommand;
 use super::CliError;
 use crate::config::Config;
 use crate::config::Level;
-use crate::store::pairing::{PairingAdmin, PairingEntry, PairingState};
+use crate::store::pairing::{PairingAdmin, PairingDecision, PairingEntry, PairingState};
+
+/// Decisions `pairing list --all` shows at most.
+const LISTED_DECISIONS: usize = 100;
 
 #[derive(Debug, Subcommand)]
 pub enum PairingCommand {
@@ -19,6 +22,9 @@ pub enum PairingCommand {
     List {
         /// telegram or discord (default: both)
         channel: Option<PairingChannel>,
+        /// Also the decisions of the last 30 days: approved or denied, by whom, when
+        #[arg(long)]
+        all: bool,
     },
     /// Approve the sender a code was given to, so they may write to the bot directly
     Approve {
@@ -99,8 +105,13 @@ pub(super) async fn run(config: &Config, command: PairingCommand) -> Result<(), 
 /// `level`: what an approved sender gets (`users.approved_level`).
 async fn execute(store: &dyn PairingAdmin, command: PairingCommand, level: Level) -> Result<String, CliError> {
     Ok(match command {
-        PairingCommand::List { channel } => {
-            format_list(&store.list_pairings(channel.map(PairingChannel::as_str)).await?)
+        PairingCommand::List { channel, all } => {
+            let channel = channel.map(PairingChannel::as_str);
+            let mut text = format_list(&store.list_pairings(channel).await?);
+            if all {
+                text.push_str(&format_decisions(&store.pairing_decisions(channel, LISTED_DECISIONS).await?));
+            }
+            text
         }
         PairingCommand::Approve { channel, code } => {
             let approved = store.approve_pairing(channel.as_str(), &code, level, "cli").await?;
@@ -157,6 +168,30 @@ fn format_list(entries: &[PairingEntry]) -> String {
     }
     if entries.is_empty() {
         text.push_str("(no pending or approved senders)\n");
+    }
+    text
+}
+
+/// The decisions, newest first, after a blank line.
+fn format_decisions(decisions: &[PairingDecision]) -> String {
+    let mut text = format!(
+        "\n{:<9} {:<20} {:<20} {:<9} {:<9} {:<20} {}\n",
+        "CHANNEL", "SENDER", "NAME", "CODE", "DECISION", "BY", "DECIDED"
+    );
+    for decision in decisions {
+        text.push_str(&format!(
+            "{:<9} {:<20} {:<20} {:<9} {:<9} {:<20} {}\n",
+            decision.channel,
+            decision.sender_id,
+            decision.sender_name,
+            decision.code,
+            decision.decision,
+            decision.decided_by,
+            format_time(decision.decided_at)
+        ));
+    }
+    if decisions.is_empty() {
+        text.push_str("(no decisions in the last 30 days)\n");
     }
     text
 }

@@ -5,14 +5,19 @@ use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use switchboard_channels::api::console::desk::ConsoleError;
-use switchboard_channels::api::console::views::{IdentityItem, PairingRequestItem, People, Person};
+use switchboard_channels::api::console::views::{
+    IdentityItem, PairingDecisionItem, PairingRequestItem, People, Person,
+};
 
 use super::{Console, failed};
 use crate::config::{BadLevel, Identity, Level};
 use crate::control::{LevelChange, PersonMatch};
-use crate::store::pairing::PairingState;
+use crate::store::pairing::{PairingDecision, PairingState};
 use crate::store::users::{UserId, UserSummary};
 use crate::users::{AccessPolicy, month_key};
+
+/// Pairing decisions the People view shows.
+const RECENT_PAIRING_DECISIONS: usize = 50;
 
 /// What a person's view is made of besides the user.
 struct Context {
@@ -56,11 +61,19 @@ pub(super) async fn list(console: &Console) -> Result<People, ConsoleError> {
         }
     }
     pending.sort_by_key(|request| request.expires_at);
+    let decided = console.store.pairing_decisions(None, RECENT_PAIRING_DECISIONS).await.map_err(failed)?;
+    let decisions = decided.into_iter().map(|decision| decision_item(console, decision)).collect();
     let last_active = console.usage.last_active().await.map_err(failed)?;
     let context = Context { policy, paired, last_active: last_active.into_iter().map(|a| (a.user, a.at)).collect() };
     let people = users.iter().map(|summary| person(&context, summary)).collect();
     let levels = Level::ALL.iter().map(|level| level.as_str().to_owned()).collect();
-    Ok(People { people, pending, levels })
+    Ok(People { people, pending, decisions, levels })
+}
+
+fn decision_item(console: &Console, decision: PairingDecision) -> PairingDecisionItem {
+    let PairingDecision { channel, sender_id, sender_name, code, decision, decided_by, decided_at } = decision;
+    let decided = console.local(decided_at);
+    PairingDecisionItem { channel, code, sender_id, name: sender_name, decision, decided_by, decided_at, decided }
 }
 
 fn person(context: &Context, summary: &UserSummary) -> Person {

@@ -99,6 +99,20 @@ pub enum PairingState {
     Approved { approved_at: DateTime<Utc> },
 }
 
+/// A pairing request the owner decided, as `pairing list --all` and the console list it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PairingDecision {
+    pub channel: String,
+    pub sender_id: String,
+    pub sender_name: String,
+    pub code: String,
+    /// `approved` or `denied`.
+    pub decision: String,
+    /// An identity (`telegram:1`, `api:ops`), or `cli`.
+    pub decided_by: String,
+    pub decided_at: DateTime<Utc>,
+}
+
 /// The owner's pairing operations (`switchboard pairing …`), in either store.
 #[async_trait]
 pub trait PairingAdmin: Send + Sync {
@@ -136,7 +150,16 @@ pub trait PairingAdmin: Send + Sync {
     /// Senders waiting with a valid code (soonest to expire first), then approved senders
     /// (oldest first), on `channel` or on every channel.
     async fn list_pairings(&self, channel: Option<&str>) -> Result<Vec<PairingEntry>, StoreError>;
+
+    /// The newest `limit` decisions (approved or denied, by whom, when) of the last
+    /// [`KEEP_DECISIONS`], newest first, on `channel` or on every channel.
+    async fn pairing_decisions(&self, channel: Option<&str>, limit: usize) -> Result<Vec<PairingDecision>, StoreError>;
 }
+
+/// How long a decided request is kept, so the owner can read who decided what. (A denied
+/// sender gets no new code for a shorter time: until a day after their code would have
+/// expired.)
+pub const KEEP_DECISIONS: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 60 * 60);
 
 #[cfg(test)]
 mod tests {

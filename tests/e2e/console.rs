@@ -145,6 +145,10 @@ async fn levels_cron_jobs_usage_and_runs_from_the_console() {
     assert_eq!(kinds, ["turn", "turn", "turn"], "{runs}");
     let all = api.admin(Method::GET, "/v1/runs?include_commands=true", None).await;
     assert!(all["runs"].as_array().unwrap().iter().any(|r| r["kind"] == "command"), "{all}");
+    // Each session with its cost: the fake model has no price, so none is known (null, not 0).
+    let sessions = api.admin(Method::GET, "/v1/sessions", None).await;
+    let ann_session = sessions["sessions"].as_array().unwrap().iter().find(|s| s["key"] == "api:ann").unwrap();
+    assert_eq!(ann_session.get("cost_usd"), Some(&Value::Null), "{sessions}");
 
     // Usage per day and per person adds up to the runs.
     let usage = api.admin(Method::GET, "/v1/admin/usage?days=7", None).await;
@@ -213,4 +217,29 @@ async fn cron_jobs(api: &Api<'_>) {
     assert_eq!(state(&api.admin(Method::GET, "/v1/admin/cron", None).await), None);
     let (status, _) = api.call(Method::POST, &format!("{path}/pause"), OPS, None).await;
     assert_eq!(status, 404);
+}
+
+/// The page's policy, written out: loosening it (an inline script, a CDN, a frame) must fail here
+/// and be decided on purpose.
+const PAGE_CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
+                        img-src 'self' data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+
+#[tokio::test]
+async fn the_page_and_the_consoles_assets_carry_the_strict_content_security_policy() {
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = launch(dir.path(), &llm, "").spawn();
+    daemon.wait_healthy().await;
+    let client = reqwest::Client::new();
+    let page = ["/", "/assets/app.js", "/assets/markdown.js", "/assets/app.css"];
+    let console = ["/assets/console.js", "/assets/console-cron.js", "/assets/console-usage.js", "/assets/console.css"];
+    for path in page.into_iter().chain(console) {
+        // Open routes: no token, as a browser first asks for them.
+        let response = client.get(daemon.url(path)).send().await.unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+        let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        assert_eq!(header("content-security-policy").as_deref(), Some(PAGE_CSP), "{path}");
+        assert_eq!(header("x-frame-options").as_deref(), Some("DENY"), "{path}");
+        assert_eq!(header("x-content-type-options").as_deref(), Some("nosniff"), "{path}");
+    }
 }

@@ -82,6 +82,22 @@ async fn strangers_are_approved_and_denied_from_the_console() {
         .find(|p| p["identities"][0]["identity"] == format!("telegram:{EVE}"));
     let eve = eve.unwrap_or_else(|| panic!("eve is a person now: {people}"));
     assert_eq!((eve["level"].as_str(), eve["identities"][0]["paired"].as_bool()), (Some("user"), Some(true)), "{eve}");
+    // Both decisions are listed, newest first, with who decided and when.
+    let decided: Vec<(String, &str, &str)> = people["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (
+                d["sender_id"].as_str().unwrap().to_owned(),
+                d["decision"].as_str().unwrap(),
+                d["decided_by"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    let expected = [(MALLORY.to_string(), "denied", "api:ops"), (EVE.to_string(), "approved", "api:ops")];
+    assert_eq!(decided, expected, "{people}");
+    assert!(people["decisions"][0]["decided_at"].is_string() && people["decisions"][0]["decided"].is_string());
 
     // Both are told; Eve may talk now, Mallory is still kept out.
     let told = sent_to(&fake, EVE, 2).await;

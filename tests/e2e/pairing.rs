@@ -83,6 +83,14 @@ async fn the_owner_denies_a_code_on_the_command_line() {
     assert_eq!(out, "denied telegram user 5 (eve); they get no new code for a day\n");
     let (ok, out, _) = pairing_cli(dir.path(), &["list"]);
     assert!(ok && out.contains("(no pending or approved senders)"), "{out}");
+    assert!(!out.contains("DECISION"), "decisions only when asked: {out}");
+    // The decision, with who made it and when.
+    let (ok, out, err) = pairing_cli(dir.path(), &["list", "--all"]);
+    assert!(ok, "{err}");
+    let decided = out.lines().find(|line| line.contains(&code)).unwrap_or_else(|| panic!("{out}"));
+    let fields: Vec<&str> = decided.split_whitespace().collect();
+    assert_eq!(fields[..6], ["telegram", "5", "eve", code.as_str(), "denied", "cli"], "{out}");
+    assert!(decided.ends_with(" UTC") && fields[6].starts_with("20"), "{out}");
     let (ok, _, err) = pairing_cli(dir.path(), &["deny", "telegram", &code]);
     assert!(!ok && err.contains("was already used"), "{err}");
 

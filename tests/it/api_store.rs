@@ -10,7 +10,7 @@ use switchboard_channels::api::store::{OutboxEntry, RunFilter, SessionScope};
 use switchboard_channels::contract::OutboundMessage;
 
 use switchboard::provider::{ChatMessage, ToolCall};
-use switchboard::store::RunClaim;
+use switchboard::store::{RunClaim, RunOutcome};
 
 use crate::stores::{completed, finished_turn as turn, on_both_stores};
 
@@ -63,6 +63,23 @@ on_both_stores! {
         let first = store.sessions(&scope, None, 1).await.unwrap();
         let rest = store.sessions(&scope, Some(first[0].updated_at), 1).await.unwrap();
         assert_eq!((first[0].key.as_str(), rest[0].key.as_str()), ("api:alice/news", "api:alice/k"));
+    }
+
+    /// A session's cost is the sum of its runs' known costs; a session whose runs had no price
+    /// has none (not $0).
+    async fn a_session_costs_what_its_runs_cost(fresh) {
+        let store = fresh.store.as_ref();
+        for (inbound, cost) in [("1", Some(0.25)), ("2", Some(0.5)), ("3", None)] {
+            let RunClaim::New { run_id } = store.claim_run(inbound, "api:priced").await.unwrap() else { panic!("not new") };
+            let exchange = vec![ChatMessage::user("hi"), ChatMessage::assistant("hello", Vec::new())];
+            store.finish_run(&run_id, &RunOutcome { cost_usd: cost, ..completed(exchange) }).await.unwrap();
+        }
+        turn(store, "api:free", "4", "hi").await;
+        store.keep_outbound(&outbox("o1", "news", "only received", false)).await.unwrap();
+        let all = store.sessions(&SessionScope::All, None, 50).await.unwrap();
+        let mut costs: Vec<(&str, Option<f64>)> = all.iter().map(|s| (s.key.as_str(), s.cost_usd)).collect();
+        costs.sort_by_key(|(key, _)| *key);
+        assert_eq!(costs, [("api:free", None), ("api:news", None), ("api:priced", Some(0.75))]);
     }
 
     /// Pages go back in time; outbox lines show between the turns they came between, once.

@@ -85,6 +85,47 @@ on_both_stores! {
         }
     }
 
+    /// Every decision is listed, newest first, with who decided and when; a denial is kept for
+    /// the record long after it stops keeping the sender from a new code, and goes after 30 days.
+    async fn pairing_decisions_are_listed_and_kept_for_a_month(fresh) {
+        let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(16));
+        let store = Arc::clone(&fresh.store);
+        let control = Control::new(Arc::clone(&store) as _, Arc::clone(&bus), &config(&["telegram:1"], &[]));
+        let ann = store.request("telegram", "77", "Ann", HOUR, 10).await.unwrap().unwrap();
+        let bob = store.request("telegram", "78", "Bob", HOUR, 10).await.unwrap().unwrap();
+        let before = chrono::Utc::now() - chrono::Duration::seconds(1);
+        control.approve_pairing("telegram", &ann.code, "telegram:1").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        control.deny_pairing("telegram", &bob.code, "api:ops").await.unwrap();
+
+        let decisions = store.pairing_decisions(None, 10).await.unwrap();
+        let listed: Vec<(&str, &str, &str, &str)> = decisions
+            .iter()
+            .map(|d| (d.sender_name.as_str(), d.code.as_str(), d.decision.as_str(), d.decided_by.as_str()))
+            .collect();
+        assert_eq!(listed, [("Bob", bob.code.as_str(), "denied", "api:ops"), ("Ann", ann.code.as_str(), "approved", "telegram:1")]);
+        assert!(decisions.iter().all(|d| d.decided_at > before && d.decided_at <= chrono::Utc::now()), "{decisions:?}");
+        assert!(store.pairing_decisions(Some("discord"), 10).await.unwrap().is_empty());
+        assert_eq!(store.pairing_decisions(None, 1).await.unwrap()[0].sender_name, "Bob");
+
+        // Two days on, Bob's code long expired: he may ask again, and the denial is still listed
+        // (asking prunes what is due).
+        let day = 24 * 3600 * 1000_i64;
+        let now = chrono::Utc::now().timestamp_millis();
+        let aged = format!("UPDATE pairing_requests SET expires_at = {}, used_at = {} WHERE sender_id = '78'", now - 2 * day, now - 2 * day);
+        assert_eq!(fresh.execute(&aged).await, 1);
+        assert!(store.request("telegram", "78", "Bob", HOUR, 10).await.unwrap().is_some(), "the denial no longer blocks");
+        let names: Vec<String> = store.pairing_decisions(None, 10).await.unwrap().into_iter().map(|d| d.sender_name).collect();
+        assert_eq!(names, ["Ann", "Bob"]);
+
+        // Past 30 days it is gone.
+        let old = format!("UPDATE pairing_requests SET used_at = {} WHERE code = '{}'", now - 31 * day, bob.code);
+        assert_eq!(fresh.execute(&old).await, 1);
+        store.request("telegram", "79", "Cid", HOUR, 10).await.unwrap().unwrap();
+        let names: Vec<String> = store.pairing_decisions(None, 10).await.unwrap().into_iter().map(|d| d.sender_name).collect();
+        assert_eq!(names, ["Ann"]);
+    }
+
     async fn cron_jobs_pause_resume_and_go(fresh) {
         let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(16));
         let store = Arc::clone(&fresh.store);

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use switchboard::store::Database;
 use switchboard::store::sqlite::SqliteStore;
 use switchboard_channels::bus::in_process::InProcessBus;
-use switchboard_channels::control::OwnerLink;
+use switchboard_channels::control::{ControlDesk, OwnerLink, PairingNotice, Press, PressAnswer};
 use switchboard_channels::delivery::DeliveryPolicy;
 use switchboard_channels::pairing::PairingStore;
 use switchboard_channels::telegram::{DmPolicy, GroupPolicy, Receive, TelegramChannel, TelegramSettings};
@@ -37,6 +37,15 @@ impl Rig {
     }
 
     async fn start_with_capacity(capacity: usize, configure: impl FnOnce(&mut TelegramSettings)) -> Rig {
+        Self::start_with(capacity, None, configure).await
+    }
+
+    /// A channel whose button presses go to `desk`.
+    async fn start_with(
+        capacity: usize,
+        desk: Option<Arc<dyn ControlDesk>>,
+        configure: impl FnOnce(&mut TelegramSettings),
+    ) -> Rig {
         let fake = FakeTelegram::start().await;
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(SqliteStore::open(&dir.path().join("store.db")).await.unwrap());
@@ -45,7 +54,7 @@ impl Rig {
         let mut settings = crate::common::fake_telegram_settings(&fake, dir.path(), ALICE);
         configure(&mut settings);
         let shutdown = CancellationToken::new();
-        let owner = OwnerLink { pairing: Some(Arc::clone(&store) as Arc<dyn PairingStore>), desk: None };
+        let owner = OwnerLink { pairing: Some(Arc::clone(&store) as Arc<dyn PairingStore>), desk };
         let channel =
             TelegramChannel::start(bus, settings, owner, DeliveryPolicy::default(), shutdown.clone()).await.unwrap();
         Rig { fake, inbound, store, shutdown, channel: Some(channel), dir }
@@ -389,6 +398,53 @@ async fn a_press_without_a_desk_is_answered_and_goes_no_further() {
     let polls = rig.fake.calls_to("getupdates");
     assert_eq!(polls[0].params["allowed_updates"], json!(["message", "callback_query"]));
     assert!(rig.fake.edits().is_empty());
+    rig.fake.assert_callback_queries_answered();
+    rig.stop().await;
+}
+
+/// A desk that decides only once the test lets it: slower than the channel waits.
+struct SlowDesk {
+    release: tokio::sync::Notify,
+}
+
+#[async_trait::async_trait]
+impl ControlDesk for SlowDesk {
+    async fn press(&self, _press: &Press) -> PressAnswer {
+        self.release.notified().await;
+        PressAnswer { toast: "Approved.".into(), outcome: Some("✅ Approved by alice".into()) }
+    }
+
+    async fn pairing_requested(&self, _notice: &PairingNotice) {}
+}
+
+/// When the decision takes longer than the channel waits, the presser's spinner is stopped with
+/// "Working on it…" at once, and the message shows the outcome when the decision comes.
+#[tokio::test]
+async fn a_slow_decision_is_answered_working_on_it_then_shown_on_the_message() {
+    let desk = Arc::new(SlowDesk { release: tokio::sync::Notify::new() });
+    let rig = Rig::start_with(64, Some(Arc::clone(&desk) as Arc<dyn ControlDesk>), |settings| {
+        settings.press_answer_within = Duration::from_millis(200);
+    })
+    .await;
+    // The owner's notice with its buttons, as the bot sends it.
+    let keyboard = json!({"inline_keyboard": [[{"text": "Approve", "callback_data": "pa:ABCD2345"}]]});
+    let url = format!("{}/bot{}/sendMessage", rig.fake.api_url(), FakeTelegram::TOKEN);
+    let body = json!({"chat_id": ALICE, "text": "bob asks to pair", "reply_markup": keyboard});
+    let sent: Value = reqwest::Client::new().post(url).json(&body).send().await.unwrap().json().await.unwrap();
+    let message_id = sent["result"]["message_id"].as_i64().unwrap();
+
+    let pressed = rig.fake.press_button(ALICE, message_id, updates::user(ALICE, "alice"), "pa:ABCD2345");
+    rig.fake.wait_for_calls("answercallbackquery", 1, Duration::from_secs(5)).await;
+    let answers = rig.fake.callback_answers();
+    assert_eq!((answers[0].query_id.as_str(), answers[0].text.as_deref()), (pressed.as_str(), Some("Working on it…")));
+    assert!(rig.fake.edits().is_empty(), "nothing is decided yet");
+
+    desk.release.notify_one();
+    let edits = rig.fake.wait_for_calls("editmessagetext", 1, Duration::from_secs(5)).await;
+    let text = edits[0].params["text"].as_str().unwrap_or_default();
+    assert!(text.contains("bob asks to pair") && text.contains("✅ Approved by alice"), "{text}");
+    assert!(rig.fake.buttons(ALICE, message_id).is_empty(), "the decided message keeps no buttons");
+    assert_eq!(rig.fake.callback_answers().len(), 1, "the press is answered once");
     rig.fake.assert_callback_queries_answered();
     rig.stop().await;
 }

@@ -22,6 +22,8 @@ pub struct SessionSummary {
     pub updated_at: DateTime<Utc>,
     /// Messages in its transcript (every role) and outbox.
     pub messages: u64,
+    /// The sum of its runs' known costs in USD; none when no run of it had a price.
+    pub cost_usd: Option<f64>,
 }
 
 /// One line of a session as a person reads it back.

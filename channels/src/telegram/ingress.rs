@@ -56,7 +56,13 @@ impl Ingress {
         shutdown: CancellationToken,
     ) -> Self {
         let context = Mutex::new(GroupContext::new(settings.group_context_messages));
-        let presses = Arc::new(Presses::new(bot.clone(), &me, owner.desk.clone(), shutdown.clone()));
+        let presses = Arc::new(Presses::new(
+            bot.clone(),
+            &me,
+            owner.desk.clone(),
+            settings.press_answer_within,
+            shutdown.clone(),
+        ));
         let pairing = PairingCheck::new(CHANNEL, owner, settings.pairing_ttl, settings.pairing_max_pending);
         Self { bot, bus, settings, me, pairing, presses, context, shutdown }
     }

@@ -3,8 +3,9 @@
 //!
 //! Each press runs on its own task, so a slow desk holds up neither the update loop nor other
 //! presses. Telegram shows the presser a spinner until the answer and refuses answers after
-//! about 15 s, so a desk that takes longer than [`ANSWER_WITHIN`] gets the press answered
-//! first; the message still shows the outcome when it comes.
+//! about 15 s, so a desk that takes longer than [`super::PRESS_ANSWER_WITHIN`] (the
+//! settings' `press_answer_within`) gets the press answered first; the message still shows the
+//! outcome when it comes.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,9 +24,7 @@ use super::send::edit_part;
 use crate::contract::Sender;
 use crate::control::{ControlDesk, Press, PressAnswer};
 
-/// The desk's answer is awaited this long before the press is answered without it.
-const ANSWER_WITHIN: Duration = Duration::from_secs(8);
-/// Shown when the desk took longer than [`ANSWER_WITHIN`].
+/// Shown when the desk took longer than the press waits.
 const STILL_WORKING: &str = "Working on it…";
 /// Shown for presses nothing here can act on (no desk, or not one of the bot's messages).
 const NOT_HERE: &str = "These buttons don't work here.";
@@ -35,6 +34,8 @@ pub(crate) struct Presses {
     bot: Bot,
     me: UserId,
     desk: Option<Arc<dyn ControlDesk>>,
+    /// The desk's answer is awaited this long before the press is answered without it.
+    answer_within: Duration,
     shutdown: CancellationToken,
 }
 
@@ -47,8 +48,14 @@ struct Pressed {
 }
 
 impl Presses {
-    pub fn new(bot: Bot, me: &BotIdentity, desk: Option<Arc<dyn ControlDesk>>, shutdown: CancellationToken) -> Self {
-        Self { bot, me: me.id, desk, shutdown }
+    pub fn new(
+        bot: Bot,
+        me: &BotIdentity,
+        desk: Option<Arc<dyn ControlDesk>>,
+        answer_within: Duration,
+        shutdown: CancellationToken,
+    ) -> Self {
+        Self { bot, me: me.id, desk, answer_within, shutdown }
     }
 
     /// Handles `query` on a task of its own.
@@ -73,7 +80,7 @@ impl Presses {
         tokio::pin!(deciding);
         let answer = tokio::select! {
             answer = &mut deciding => answer,
-            _ = tokio::time::sleep(ANSWER_WITHIN) => {
+            _ = tokio::time::sleep(self.answer_within) => {
                 tracing::warn!(%verb, "the control desk is slow; answering the press before it decided");
                 self.answer(&query, STILL_WORKING).await;
                 let answer = deciding.await;

@@ -65,10 +65,12 @@ fn run_view(record: RunRecord) -> RunView {
 /// A page of sessions with something to show, then their message counts: counted for the
 /// page only, not for every session the scope holds. A chat that only ever received messages
 /// (a cron reminder, a `message` from another chat) has outbox lines but no session row: it is
-/// listed too, its times those of its lines.
+/// listed too, its times those of its lines. Its cost sums its runs' known costs (none when no
+/// run had a price).
 const SESSIONS_PAGE: &str = "SELECT p.key, p.created_at, p.updated_at, \
      (SELECT COUNT(*) FROM transcript t WHERE t.session_key = p.key) \
-     + (SELECT COUNT(*) FROM api_outbox o WHERE o.session_key = p.key AND NOT o.in_transcript) AS messages \
+     + (SELECT COUNT(*) FROM api_outbox o WHERE o.session_key = p.key AND NOT o.in_transcript) AS messages, \
+     (SELECT SUM(r.cost_usd) FROM runs r WHERE r.session_key = p.key) AS cost_usd \
      FROM (SELECT l.key, l.created_at, l.updated_at FROM ( \
      SELECT s.key, s.created_at, s.updated_at FROM sessions s \
      WHERE (s.key LIKE $1 ESCAPE '\\' OR s.key LIKE $2 ESCAPE '\\') \
@@ -82,13 +84,14 @@ const SESSIONS_PAGE: &str = "SELECT p.key, p.created_at, p.updated_at, \
      WHERE l.updated_at < $3 ORDER BY l.updated_at DESC, l.key LIMIT $4) AS p \
      ORDER BY p.updated_at DESC, p.key";
 
-fn summary(row: (String, i64, i64, i64)) -> Result<SessionSummary, ApiStoreError> {
-    let (key, created_at, updated_at, messages) = row;
+fn summary(row: (String, i64, i64, i64, Option<f64>)) -> Result<SessionSummary, ApiStoreError> {
+    let (key, created_at, updated_at, messages, cost_usd) = row;
     Ok(SessionSummary {
         key,
         created_at: from_millis(created_at).map_err(failed)?,
         updated_at: from_millis(updated_at).map_err(failed)?,
         messages: to_u64(messages, "messages").map_err(failed)?,
+        cost_usd,
     })
 }
 
@@ -199,7 +202,7 @@ where
     for<'r> (String,): FromRow<'r, <B::Db as Database>::Row>,
     for<'r> (bool,): FromRow<'r, <B::Db as Database>::Row>,
     for<'r> (i64,): FromRow<'r, <B::Db as Database>::Row>,
-    for<'r> (String, i64, i64, i64): FromRow<'r, <B::Db as Database>::Row>,
+    for<'r> (String, i64, i64, i64, Option<f64>): FromRow<'r, <B::Db as Database>::Row>,
 {
     async fn sessions(
         &self,
@@ -211,7 +214,7 @@ where
             SessionScope::All => ("%".to_owned(), "%".to_owned()),
             SessionScope::ApiChatsUnder(prefix) => chat_patterns(prefix),
         };
-        let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(SESSIONS_PAGE)
+        let rows: Vec<(String, i64, i64, i64, Option<f64>)> = sqlx::query_as(SESSIONS_PAGE)
             .bind(main.as_str())
             .bind(others.as_str())
             .bind(millis(before))

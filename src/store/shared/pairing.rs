@@ -16,15 +16,16 @@ use super::{Backend, RowsAffected};
 use crate::config::{Identity, Level};
 use crate::store::StoreError;
 use crate::store::pairing::{
-    ApprovedPairing, CodeProblem, DeniedPairing, PairingAdmin, PairingEntry, PairingState, RandomSourceError,
-    SenderApproval, generate_code, normalize_code,
+    ApprovedPairing, CodeProblem, DeniedPairing, KEEP_DECISIONS, PairingAdmin, PairingDecision, PairingEntry,
+    PairingState, RandomSourceError, SenderApproval, generate_code, normalize_code,
 };
 use crate::store::postgres::PostgresStore;
 use crate::store::sqlite::SqliteStore;
-use crate::store::values::{duration_millis, from_millis, now_millis};
+use crate::store::values::{duration_millis, from_millis, now_millis, sql_limit};
 
-/// How long requests are kept after they expire: approving such a code says "expired"
-/// rather than "unknown". Used codes expire too, so they go the same way.
+/// How long undecided requests are kept after they expire: approving such a code says
+/// "expired" rather than "unknown". Decided ones are kept [`KEEP_DECISIONS`] after the decision,
+/// but a denial keeps the sender from a new code only this long after the code's expiry.
 const KEEP_EXPIRED: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// The longest a code may live; a longer `ttl` is cut to this (and stays a valid time).
@@ -125,8 +126,8 @@ where
     B::Db::prune(&mut tx, now).await?;
     let request = match B::Db::valid_code(&mut tx, sender, now).await? {
         Some((code, expires_at)) => Some(PairingRequest { code, expires_at: from_millis(expires_at)?, new: false }),
-        // Denied: not asked again until the denial is pruned.
-        None if B::Db::denied_recently(&mut tx, sender).await? => None,
+        // Denied: not asked again until a day after the denied code's expiry.
+        None if B::Db::denied_recently(&mut tx, sender, now).await? => None,
         // The sender has no valid code, so every valid one is another sender's.
         None if B::Db::pending_count(&mut tx, sender.channel, now).await? >= max_pending => None,
         None => {
@@ -211,6 +212,11 @@ where
         tx.commit().await?;
         Ok(entries)
     }
+
+    async fn pairing_decisions(&self, channel: Option<&str>, limit: usize) -> Result<Vec<PairingDecision>, StoreError> {
+        let mut conn = self.pool().acquire().await?;
+        B::Db::decisions(&mut conn, channel, limit).await
+    }
 }
 
 /// The pairing statements that run inside a write transaction, written once for every
@@ -232,13 +238,15 @@ trait PairingRows: Database {
         decided_by: &str,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// Whether the owner denied the sender and the denied request is still kept.
+    /// Whether the owner denied the sender a code that expired less than [`KEEP_EXPIRED`] ago.
     fn denied_recently(
         conn: &mut Self::Connection,
         sender: &Sender<'_>,
+        now: i64,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
-    /// Deletes requests that expired more than [`KEEP_EXPIRED`] ago, on every channel.
+    /// Deletes undecided requests that expired more than [`KEEP_EXPIRED`] ago and decided ones
+    /// decided more than [`KEEP_DECISIONS`] ago, on every channel.
     fn prune(conn: &mut Self::Connection, now: i64) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// The sender's unused, unexpired code and when it expires.
@@ -282,6 +290,13 @@ trait PairingRows: Database {
         conn: &mut Self::Connection,
         channel: Option<&str>,
     ) -> impl Future<Output = Result<Vec<PairingEntry>, StoreError>> + Send;
+
+    /// The newest `limit` decided requests, newest first.
+    fn decisions(
+        conn: &mut Self::Connection,
+        channel: Option<&str>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<PairingDecision>, StoreError>> + Send;
 }
 
 impl<DB> PairingRows for DB
@@ -300,6 +315,7 @@ where
     for<'r> (String, String, i64, Option<i64>): FromRow<'r, DB::Row>,
     for<'r> (String, String, String, String, i64): FromRow<'r, DB::Row>,
     for<'r> (String, String, String, i64): FromRow<'r, DB::Row>,
+    for<'r> (String, String, String, String, String, String, i64): FromRow<'r, DB::Row>,
 {
     async fn open_request(
         conn: &mut DB::Connection,
@@ -341,22 +357,27 @@ where
         Ok(())
     }
 
-    async fn denied_recently(conn: &mut DB::Connection, sender: &Sender<'_>) -> Result<bool, StoreError> {
+    async fn denied_recently(conn: &mut DB::Connection, sender: &Sender<'_>, now: i64) -> Result<bool, StoreError> {
         Ok(sqlx::query_scalar(
             "SELECT EXISTS (SELECT 1 FROM pairing_requests \
-             WHERE channel = $1 AND sender_id = $2 AND decision = 'denied')",
+             WHERE channel = $1 AND sender_id = $2 AND decision = 'denied' AND expires_at >= $3)",
         )
         .bind(sender.channel)
         .bind(sender.id)
+        .bind(now.saturating_sub(duration_millis(KEEP_EXPIRED)))
         .fetch_one(&mut *conn)
         .await?)
     }
 
     async fn prune(conn: &mut DB::Connection, now: i64) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM pairing_requests WHERE expires_at < $1")
-            .bind(now.saturating_sub(duration_millis(KEEP_EXPIRED)))
-            .execute(&mut *conn)
-            .await?;
+        sqlx::query(
+            "DELETE FROM pairing_requests WHERE (decision IS NULL AND expires_at < $1) \
+             OR (decision IS NOT NULL AND used_at < $2)",
+        )
+        .bind(now.saturating_sub(duration_millis(KEEP_EXPIRED)))
+        .bind(now.saturating_sub(duration_millis(KEEP_DECISIONS)))
+        .execute(&mut *conn)
+        .await?;
         Ok(())
     }
 
@@ -471,5 +492,27 @@ where
             Ok(PairingEntry { channel, sender_id, sender_name, state })
         });
         pending.chain(approved).collect()
+    }
+
+    async fn decisions(
+        conn: &mut DB::Connection,
+        channel: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<PairingDecision>, StoreError> {
+        let rows: Vec<(String, String, String, String, String, String, i64)> = sqlx::query_as(
+            "SELECT channel, sender_id, sender_name, code, decision, COALESCE(decided_by, ''), used_at \
+             FROM pairing_requests WHERE decision IS NOT NULL AND used_at IS NOT NULL \
+             AND ($1 IS NULL OR channel = $1) ORDER BY used_at DESC, code LIMIT $2",
+        )
+        .bind(channel)
+        .bind(sql_limit(limit))
+        .fetch_all(&mut *conn)
+        .await?;
+        rows.into_iter()
+            .map(|(channel, sender_id, sender_name, code, decision, decided_by, decided_at)| {
+                let decided_at = from_millis(decided_at)?;
+                Ok(PairingDecision { channel, sender_id, sender_name, code, decision, decided_by, decided_at })
+            })
+            .collect()
     }
 }

@@ -128,7 +128,12 @@ function runRow(run) {
 
 function sessionRow(session) {
   const open = button(session.key, () => { runsView.session = session.key; showTab("runs"); }, "link");
-  return el("tr", null, [el("td", null, [open]), el("td", "num", String(session.messages)), el("td", null, when(session.updated_at))]);
+  return el("tr", null, [
+    el("td", null, [open]),
+    el("td", "num", String(session.messages)),
+    el("td", "num", money(session.cost_usd)),
+    el("td", null, when(session.updated_at)),
+  ]);
 }
 
 consoleTabs.runs = {
@@ -151,7 +156,7 @@ consoleTabs.runs = {
     const head = ["Started", "Session", "Kind", "Status", "Tokens in / out", "Cost", "Model"].map((t) => el("th", null, t));
     parts.push(el("div", "scroll", [el("table", "list runs", [el("thead", null, [el("tr", null, head)]), el("tbody", null, runs.runs.map(runRow))])]));
     parts.push(heading("Sessions"));
-    const sessionHead = ["Session", "Messages", "Last active"].map((t) => el("th", null, t));
+    const sessionHead = ["Session", "Messages", "Cost", "Last active"].map((t) => el("th", null, t));
     parts.push(el("div", "scroll", [el("table", "list sessions", [el("thead", null, [el("tr", null, sessionHead)]), el("tbody", null, sessions.sessions.map(sessionRow))])]));
     section.replaceChildren(...parts);
   },

@@ -170,6 +170,16 @@ function personRow(person, levels) {
   ]);
 }
 
+function pairingDecision(decision) {
+  const who = decision.name || decision.sender_id;
+  return el("tr", null, [
+    el("td", "status " + decision.decision, decision.decision),
+    el("td", null, [el("strong", null, who), el("small", "muted block", `${decision.channel} id ${decision.sender_id} · code ${decision.code}`)]),
+    el("td", null, "by " + (decision.decided_by || "—")),
+    el("td", null, decision.decided),
+  ]);
+}
+
 consoleTabs.people = {
   every: 15000,
   async load(section) {
@@ -182,6 +192,10 @@ consoleTabs.people = {
     const rows = answer.people.map((person) => personRow(person, answer.levels));
     const table = el("div", "scroll", [el("table", "list people", [el("thead", null, [head]), el("tbody", null, rows)])]);
     parts.push(answer.people.length ? table : el("p", "muted", "Nobody has written yet."));
+    parts.push(heading("Pairing decisions"));
+    parts.push(answer.decisions.length
+      ? el("div", "scroll", [el("table", "list decisions", [el("tbody", null, answer.decisions.map(pairingDecision))])])
+      : el("p", "muted", "No pairing decisions in the last 30 days."));
     section.replaceChildren(...parts);
   },
 };

@@ -11,6 +11,8 @@ pub struct People {
     pub people: Vec<Person>,
     /// Pairing requests waiting for the owner, oldest first.
     pub pending: Vec<PairingRequestItem>,
+    /// Pairing requests decided in the last 30 days, newest first.
+    pub decisions: Vec<PairingDecisionItem>,
     /// The levels a person can be given, lowest first.
     pub levels: Vec<String>,
 }
@@ -52,6 +54,22 @@ pub struct PairingRequestItem {
     pub expires_at: DateTime<Utc>,
     /// `expires_at` in the owner's time zone.
     pub expires: String,
+}
+
+/// A pairing request the owner decided.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PairingDecisionItem {
+    pub channel: String,
+    pub code: String,
+    pub sender_id: String,
+    pub name: String,
+    /// `approved` or `denied`.
+    pub decision: String,
+    /// An identity (`telegram:1`, `api:ops`), or `cli`.
+    pub decided_by: String,
+    pub decided_at: DateTime<Utc>,
+    /// `decided_at` in the owner's time zone.
+    pub decided: String,
 }
 
 /// What a decision or an operation did, in a sentence for the owner.
