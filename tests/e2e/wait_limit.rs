@@ -1,11 +1,18 @@
 //! `worker.max_wait_secs` through the real daemon and the fake Telegram: a message that waited
 //! behind a slow model's turn longer than the limit gets a short note (a reply to it) instead
 //! of a model call; in `collect` mode it is folded into the turn a fresher message starts.
+//! Through the NATS shape, messages that waited in the stream while no worker ran: a late
+//! heartbeat is skipped, a late cron job still runs.
 
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
+use switchboard_channels::bus::nats::{NatsBus, NatsOptions};
+use switchboard_channels::contract::{ChatAddress, InboundMessage, Origin, OutboundMessage, Sender};
+use switchboard_channels::{Bus, BusExt};
 use switchboard_testkit::fake_llm::{FakeLlm, Scripted, user_texts};
 use switchboard_testkit::fake_telegram::{FakeTelegram, SentMessage, updates};
+use switchboard_testkit::nats::NatsServer;
 
 use crate::metrics::{sample, scrape_until};
 use crate::support::{Launch, free_port, run_to_exit};
@@ -129,4 +136,59 @@ async fn in_collect_mode_a_stale_message_is_folded_into_a_fresher_turn() {
     assert!(texts.contains(&"answer to both"), "{texts:#?}\n{}", daemon.logs());
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(llm.requests().len(), 2, "the lonely message never reached the model");
+}
+
+/// A system message as the schedulers publish it (`origin.kind` `heartbeat` or `cron`).
+fn scheduled(id: &str, chat_id: &str, kind: &str, text: &str) -> InboundMessage {
+    let chat = ChatAddress::parse(&format!("test:{chat_id}")).unwrap();
+    let mut msg = InboundMessage::system(id.into(), chat, Origin { kind: kind.into(), id: "main".into() }, text);
+    msg.set_system_agent("main");
+    msg
+}
+
+/// A heartbeat and a cron job wait in the stream while no worker runs (a restart), past a
+/// 1 s limit. The heartbeat is skipped: no model call, no message to its chat, an `expired`
+/// run; the cron job still runs. A person's message after the heartbeat, in its chat, is
+/// answered first there: nothing was sent for the heartbeat before it.
+#[tokio::test]
+async fn a_late_heartbeat_is_skipped_and_a_late_cron_job_still_runs() {
+    let (nats, llm) = (NatsServer::start().await, FakeLlm::start().await);
+    let bus = NatsBus::connect(&nats.url(), NatsOptions::default()).await.unwrap();
+    let mut replies = bus.outbound("test").await.unwrap();
+    bus.publish_inbound(&scheduled("heartbeat:main:1", "ops", "heartbeat", "Work through HEARTBEAT.md")).await.unwrap();
+    bus.publish_inbound(&scheduled("cron:job1:1", "reports", "cron", "Send the weekly report")).await.unwrap();
+    // The wait: longer than the limit, spent in the stream with no worker to take it.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Launch::new(dir.path(), "agent", &["agent", "--nats", &nats.url()])
+        .llm(&llm.base_url())
+        .env("SWITCHBOARD_WORKER__MAX_WAIT_SECS", "1")
+        .spawn();
+    agent.wait_for_log("a message waited past worker.max_wait_secs; not running it").await;
+    agent.wait_for_log("starting a system message that waited past worker.max_wait_secs").await;
+    let sender = Sender { id: "u1".into(), name: "U".into(), is_bot: false };
+    bus.publish_inbound(&InboundMessage::user("test", "ops", sender, "still there?")).await.unwrap();
+
+    let mut answered = Vec::new();
+    while answered.len() < 2 {
+        let next = tokio::time::timeout(Duration::from_secs(15), replies.next()).await;
+        let delivery = next.unwrap_or_else(|_| panic!("{answered:#?}\n{}", agent.logs())).unwrap().unwrap();
+        let reply: OutboundMessage = delivery.decode().unwrap();
+        delivery.ack().await.unwrap();
+        answered.push((reply.chat_id, reply.content));
+    }
+    let ops: Vec<_> = answered.iter().filter(|(chat, _)| chat == "ops").collect();
+    assert_eq!(ops.len(), 1, "{answered:#?}");
+    assert_eq!(ops[0].1, "echo: still there?", "the heartbeat sent nothing: {answered:#?}");
+    assert!(
+        answered.iter().any(|(chat, text)| chat == "reports" && text.contains("Send the weekly report")),
+        "{answered:#?}"
+    );
+
+    let asked: Vec<String> = llm.requests().iter().filter_map(|r| user_texts(r).pop()).collect();
+    assert_eq!(asked.len(), 2, "{asked:#?}");
+    assert!(asked.iter().all(|text| !text.contains("HEARTBEAT.md")), "the heartbeat reached the model: {asked:#?}");
+    let (status, stderr, stdout) = run_to_exit(dir.path(), &["runs"], &[]);
+    assert!(status.success(), "{stderr}");
+    assert_eq!(stdout.matches("expired").count(), 1, "the heartbeat is listed as expired:\n{stdout}");
 }

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 mod bus;
+mod logs;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -13,6 +14,7 @@ use std::time::Duration;
 
 #[allow(unused_imports)] // Not every test binary reads outbound messages this way.
 pub use bus::{BusKind, TestBus, next_out, nothing_more};
+pub use logs::Logs;
 use switchboard::assembly::{AssembledWorker, Assembly, Overrides};
 use switchboard::clock::Clock;
 use switchboard::config::{

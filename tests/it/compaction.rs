@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::common::{BusKind, Setup};
+use crate::common::{BusKind, Logs, Setup};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use switchboard::config::{BudgetsConfig, CompactionConfig, PermissionsConfig, UsersConfig};
@@ -83,6 +83,7 @@ async fn wait_for_summary(store: &dyn Store) -> Option<(String, u32)> {
 
 #[tokio::test]
 async fn a_long_session_is_flushed_to_memory_then_summarised() {
+    let logs = Logs::install();
     // Two turns (four messages): below max_messages, the model just echoes.
     let (h, mut out) = two_turns_in(["one", "two"]).await;
     assert_eq!(h.llm.requests().len(), 2, "no compaction yet");
@@ -115,6 +116,9 @@ async fn a_long_session_is_flushed_to_memory_then_summarised() {
     assert_eq!(memory, "- The user likes green tea.\n");
     let (saved, count) = wait_for_summary(h.store.as_ref()).await.expect("no summary saved");
     assert_eq!((saved.as_str(), count), ("The user likes green tea; nothing is open.", 1));
+    let flushes = logs.with_message("memory flush done");
+    assert_eq!(flushes.len(), 1, "{flushes:?}");
+    assert_eq!(flushes[0].field("wrote"), Some("true"), "{flushes:?}");
 
     // The next turn starts with the summary and carries only the recent messages.
     assert_eq!(turn(&h, &mut out, "four").await.content, "echo: four");
@@ -135,6 +139,29 @@ async fn a_long_session_is_flushed_to_memory_then_summarised() {
     assert!(flush.usage.input_tokens > 0 && flush.iterations == 2, "{flush:?}");
     // The flush's NO_REPLY never reached the chat, and the transcript kept every row.
     assert!(tokio::time::timeout(Duration::from_millis(300), out.next()).await.is_err(), "unexpected delivery");
+}
+
+/// A flush whose write the file tools refuse (outside the workspace) wrote nothing, and the
+/// log says so: an operator reading "wrote=true" would look for a memory that is not there.
+#[tokio::test]
+async fn a_flush_whose_write_was_refused_logs_that_it_wrote_nothing() {
+    let logs = Logs::install();
+    let (h, mut out) = two_turns_in(["one", "two"]).await;
+    h.llm.push(Scripted::Text("third answer".into()));
+    let outside = json!({"path": "../MEMORY.md", "content": "- The user likes green tea.\n"});
+    h.llm.push(Scripted::ToolCalls(vec![("write_file".into(), outside)]));
+    h.llm.push(Scripted::Text("NO_REPLY".into()));
+    h.llm.push(Scripted::Text("The user likes green tea.".into()));
+    assert_eq!(turn(&h, &mut out, "three").await.content, "third answer");
+    wait_for_summary(h.store.as_ref()).await.expect("no summary saved");
+
+    let refusal = &h.llm.requests()[4];
+    let result = messages(refusal).last().unwrap()["content"].as_str().unwrap_or_default().to_owned();
+    assert!(result.starts_with("error:"), "the write was refused: {result}");
+    assert!(!h.workspace.join("../MEMORY.md").exists());
+    let flushes = logs.with_message("memory flush done");
+    assert_eq!(flushes.len(), 1, "{flushes:?}");
+    assert_eq!(flushes[0].field("wrote"), Some("false"), "{flushes:?}");
 }
 
 #[tokio::test]

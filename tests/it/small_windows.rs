@@ -3,21 +3,19 @@
 //! prompt and the tool schemas do not fit, an MCP server's tools go before switchboard's own,
 //! the core ones (the files, `message`) last, and the warning names the tools dropped.
 //!
-//! The tool test installs a global subscriber, which is sound because nextest runs every test
-//! in a process of its own.
+//! The tool test captures the log (see [`Logs`]).
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use switchboard::config::{BudgetsConfig, PermissionsConfig, UsersConfig};
 use switchboard::tools::Tool;
 use switchboard::users::AccessPolicy;
 use switchboard::worker::WorkerSettings;
 use switchboard_channels::contract::{InboundMessage, Sender};
-use tracing::field::{Field, Visit};
-use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+use tracing::Level;
 
-use crate::common::{BusKind, Harness, NamedTool, Setup, next_out};
+use crate::common::{BusKind, Harness, Logs, NamedTool, Setup, next_out};
 
 /// Tools as an MCP server's are named (`<server>__<tool>`): small schemas, smaller than any of
 /// switchboard's own, so only their tier puts them first.
@@ -68,30 +66,6 @@ async fn with_no_max_tokens_each_answer_is_limited_by_the_windows_output_reserve
     h.stop().await;
 }
 
-/// The message of each warning logged.
-#[derive(Clone, Default)]
-struct Warnings(Arc<Mutex<Vec<String>>>);
-
-struct Message(String);
-
-impl Visit for Message {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        if field.name() == "message" {
-            self.0 = format!("{value:?}");
-        }
-    }
-}
-
-impl<S: tracing::Subscriber> Layer<S> for Warnings {
-    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
-        if *event.metadata().level() == tracing::Level::WARN {
-            let mut message = Message(String::new());
-            event.record(&mut message);
-            self.0.lock().unwrap().push(message.0);
-        }
-    }
-}
-
 /// The tools a warning says were dropped: `… without the tools a, b, c (see …`.
 fn named_as_dropped(warning: &str) -> BTreeSet<String> {
     let list = warning.split_once("without the tools ").map_or("", |(_, rest)| rest);
@@ -101,9 +75,7 @@ fn named_as_dropped(warning: &str) -> BTreeSet<String> {
 
 #[tokio::test]
 async fn a_small_window_drops_the_mcp_tools_first_keeps_the_core_ones_and_names_what_it_dropped() {
-    let warnings = Warnings::default();
-    let subscriber = tracing_subscriber::registry().with(warnings.clone());
-    tracing::subscriber::set_global_default(subscriber).expect("the only global subscriber of this process");
+    let logs = Logs::install();
 
     let roomy = first_turn(128_000).await;
     let every_tool: BTreeSet<String> = roomy.offered_tools(0).into_iter().collect();
@@ -111,10 +83,10 @@ async fn a_small_window_drops_the_mcp_tools_first_keeps_the_core_ones_and_names_
     for tool in MCP_TOOLS.iter().chain(&CORE_TOOLS) {
         assert!(every_tool.contains(*tool), "{tool} is not offered in a large window: {every_tool:?}");
     }
-    let degraded = |warnings: &Warnings| -> Vec<String> {
-        warnings.0.lock().unwrap().iter().filter(|w| w.contains("minimal prompt")).cloned().collect()
+    let degraded = |logs: &Logs| -> Vec<String> {
+        logs.messages_at(Level::WARN).into_iter().filter(|w| w.contains("minimal prompt")).collect()
     };
-    assert_eq!(degraded(&warnings), Vec::<String>::new());
+    assert_eq!(degraded(&logs), Vec::<String>::new());
 
     // Too small for every schema beside even the minimal prompt, large enough for the core ones
     // and some of switchboard's own (the MCP tools are smaller than any of those: largest first
@@ -129,7 +101,7 @@ async fn a_small_window_drops_the_mcp_tools_first_keeps_the_core_ones_and_names_
     for tool in CORE_TOOLS {
         assert!(kept.contains(tool), "{tool} was dropped: {dropped:?}");
     }
-    let degraded = degraded(&warnings);
+    let degraded = degraded(&logs);
     assert_eq!(degraded.len(), 1, "one warning about the small window: {degraded:?}");
     assert_eq!(named_as_dropped(&degraded[0]), dropped, "{}", degraded[0]);
 }

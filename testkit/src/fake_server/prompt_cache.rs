@@ -12,7 +12,7 @@
 //! Tokens are counted as the fakes count them everywhere: about four characters each.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -110,11 +110,20 @@ pub struct AnthropicUsage {
     pub cache_creation: usize,
 }
 
+/// Where a cache reads the time: the wall clock by default; tests of expiry pass their own.
+pub type CacheClock = Arc<dyn Fn() -> Instant + Send + Sync>;
+
 /// Anthropic's cache of prefixes ending at breakpoints.
-#[derive(Default)]
 pub struct AnthropicCache {
     /// Prefix (model, blocks rendered) → when it expires and its lifetime.
     entries: Mutex<HashMap<String, (Instant, Duration)>>,
+    now: CacheClock,
+}
+
+impl Default for AnthropicCache {
+    fn default() -> Self {
+        Self::with_clock(Arc::new(Instant::now))
+    }
 }
 
 /// A request rendered as Anthropic caches it: blocks in the order tools → system → messages,
@@ -125,6 +134,11 @@ struct Rendered {
 }
 
 impl AnthropicCache {
+    /// A cache that reads the time from `now`, so entries can be aged without waiting.
+    pub fn with_clock(now: CacheClock) -> Self {
+        Self { entries: Mutex::default(), now }
+    }
+
     /// Counts `request`'s input as the API would, reading and writing the cache; an error
     /// message for a request the API refuses (more than four breakpoints).
     pub fn serve(&self, request: &Value) -> Result<AnthropicUsage, String> {
@@ -147,7 +161,7 @@ impl AnthropicCache {
             ends.push((key.clone(), tokens(chars)));
         }
         let total = tokens(chars);
-        let now = Instant::now();
+        let now = (self.now)();
         let mut entries = lock(&self.entries);
         entries.retain(|_, (expires, _)| *expires > now);
         let hit = rendered
@@ -291,5 +305,72 @@ mod tests {
         let small = json!({"model": "claude", "system": [{"type": "text", "text": "short", "cache_control": {"type": "ephemeral"}}],
             "messages": [user("hi", false)]});
         assert_eq!(cache.serve(&small).unwrap().cache_creation, 0);
+    }
+
+    /// A clock that moves only when the test moves it.
+    struct TestClock(Arc<Mutex<Instant>>);
+
+    impl TestClock {
+        fn new() -> (Self, CacheClock) {
+            let now = Arc::new(Mutex::new(Instant::now()));
+            let read = Arc::clone(&now);
+            (Self(now), Arc::new(move || *lock(&read)))
+        }
+
+        fn advance(&self, minutes: u64, seconds: u64) {
+            *lock(&self.0) += Duration::from_secs(minutes * 60 + seconds);
+        }
+    }
+
+    /// A system prompt of 1,500 tokens with one breakpoint, `ttl` as written (none: 5 minutes).
+    fn cached_system(ttl: Option<&str>) -> Value {
+        cached_text("sys", ttl)
+    }
+
+    fn cached_text(text: &str, ttl: Option<&str>) -> Value {
+        let mut control = json!({"type": "ephemeral"});
+        if let Some(ttl) = ttl {
+            control["ttl"] = json!(ttl);
+        }
+        json!({"model": "claude", "system": [{"type": "text", "text": long(text, 1500), "cache_control": control}],
+            "messages": [user("hi", false)]})
+    }
+
+    /// Whether `request` was read from `cache` (and so renewed it), or written anew.
+    fn served_from(cache: &AnthropicCache, request: &Value) -> bool {
+        let usage = cache.serve(request).unwrap();
+        assert!(usage.cache_read > 0 || usage.cache_creation > 0, "nothing cacheable: {usage:?}");
+        usage.cache_read > 0
+    }
+
+    #[test]
+    fn anthropic_entries_expire_five_minutes_after_their_last_use() {
+        let (clock, now) = TestClock::new();
+        let cache = AnthropicCache::with_clock(now);
+        let request = cached_system(None);
+        assert!(!served_from(&cache, &request), "the first request writes the entry");
+        clock.advance(4, 59);
+        assert!(served_from(&cache, &request), "still there just before 5 minutes");
+        // 8 minutes after it was written, 4 after the hit that renewed it.
+        clock.advance(4, 0);
+        assert!(served_from(&cache, &request), "a hit renews the 5 minutes");
+        clock.advance(5, 0);
+        assert!(!served_from(&cache, &request), "5 minutes without a hit: gone, written again");
+        clock.advance(1, 0);
+        assert!(served_from(&cache, &request), "the entry written again is served");
+    }
+
+    #[test]
+    fn anthropic_entries_with_a_1h_ttl_last_an_hour() {
+        let (clock, now) = TestClock::new();
+        let cache = AnthropicCache::with_clock(now);
+        let (hour, five_minutes) = (cached_text("hour", Some("1h")), cached_text("five", Some("5m")));
+        assert!(!served_from(&cache, &hour));
+        assert!(!served_from(&cache, &five_minutes));
+        clock.advance(59, 59);
+        assert!(served_from(&cache, &hour), "an hour's entry lasts the hour");
+        assert!(!served_from(&cache, &five_minutes), "the 5-minute one did not");
+        clock.advance(60, 0);
+        assert!(!served_from(&cache, &hour), "an hour without a hit: gone");
     }
 }
