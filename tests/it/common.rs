@@ -382,7 +382,7 @@ impl Harness {
 
     /// The gauges that say the worker or the bus still has something to do.
     async fn busy(&self) -> Vec<(String, u64)> {
-        let depths = self.bus.queue_depths().await.unwrap_or_default();
+        let depths = self.bus.queue_depths().await.expect("the bus reports its queues");
         let gauges = self.gauges.read().into_iter().chain(self.bus.gauges()).chain(depths);
         const BUSY: [&str; 4] = ["worker_tasks", "worker_sessions", "bus_inbound_queued", "bus_inbound_stored"];
         gauges.filter(|g| BUSY.contains(&g.name) && g.value > 0).map(|g| (g.name.to_owned(), g.value)).collect()
