@@ -19,6 +19,7 @@ use switchboard_channels::contract::SessionKey;
 
 use crate::agent::Agent;
 use crate::config::{CompactionConfig, HistoryConfig};
+use crate::prompt::PromptMode;
 use crate::provider::ChatMessage;
 use crate::tokens::{self, Calibration};
 use crate::tools::ToolFilter;
@@ -27,9 +28,18 @@ pub use window::{WindowChange, Windows};
 
 pub use crate::config::{DEFAULT_OUTPUT_RESERVE, output_reserve};
 
-/// The share of the input budget that the fixed part of a turn (system prompt and tool
-/// schemas) may take, so the conversation keeps some room.
-const FIXED_SHARE: f64 = 0.75;
+/// The room the conversation keeps beside the fixed part of a turn (system prompt and tool
+/// schemas) in an input budget of `input` tokens: a quarter of it, and in a small window half
+/// of it up to [`CONVERSATION_FLOOR`] tokens. A 4,096-token window whose prompt and tools took
+/// three quarters left the history room for two or three exchanges of a local model that calls
+/// tools, so it was cut or compacted every few turns, each time re-read by the model.
+fn conversation_room(input: u64) -> u64 {
+    (input / 4).max((input / 2).min(CONVERSATION_FLOOR))
+}
+
+/// What the conversation keeps at least, where the input budget allows (see
+/// [`conversation_room`]): about ten short exchanges.
+const CONVERSATION_FLOOR: u64 = 1536;
 
 /// The context settings a worker runs with.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,6 +69,29 @@ pub struct Prepared {
 /// Sessions whose history marks are kept at most; past it they are all dropped (a session
 /// without its marks costs one more read of its history by the provider, nothing else).
 const MARKED_SESSIONS: usize = 10_000;
+
+/// How a session's prompt was fitted to its model's window: the prompt's mode and the tools it
+/// offers. Kept from turn to turn until the session is compacted (see
+/// [`ContextEngine::kept_fit`]): the tool schemas and the system prompt are the head of every
+/// request, and a head that changed with each turn's estimate would be read again in full.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fit {
+    pub mode: PromptMode,
+    pub tools: ToolFilter,
+}
+
+/// What a fit was made for: a hash of the session's summary (a compaction starts a new
+/// conversation, fitted afresh), the model, its window and the tools offered.
+fn fit_generation(target: Target<'_>, window: u64, summary: Option<&str>, offered: &ToolFilter) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (target.agent.settings().name.as_str(), target.model, window, summary).hash(&mut hasher);
+    match offered {
+        ToolFilter::All => 0u8.hash(&mut hasher),
+        ToolFilter::Only(names) => names.hash(&mut hasher),
+    }
+    hasher.finish()
+}
 
 /// What a turn's budgets are for: an agent, calling one model of its chain first. The budgets
 /// use that model's window; a fallback model with a smaller one gets the request refitted by the
@@ -96,6 +129,8 @@ pub struct ContextEngine {
     /// Per agent and model: the room its last turn left for the history, what compaction
     /// measures a history against (see [`ContextEngine::history_room`]).
     rooms: Mutex<HashMap<(String, String), u64>>,
+    /// Each session's last fit of its prompt, with the generation it was made for.
+    fits: Mutex<HashMap<SessionKey, (u64, Fit)>>,
 }
 
 impl ContextEngine {
@@ -106,6 +141,7 @@ impl ContextEngine {
             windows: Windows::default(),
             marks: Mutex::default(),
             rooms: Mutex::default(),
+            fits: Mutex::default(),
         }
     }
 
@@ -170,8 +206,8 @@ impl ContextEngine {
     }
 
     /// Whether a turn with this system prompt and tools of `tool_tokens` (heuristic) leaves
-    /// room for the conversation: the prompt and the schemas take at most three quarters of
-    /// the input budget, and the message being answered fits beside them.
+    /// room for the conversation: the prompt and the schemas leave it its share of the input
+    /// budget ([`conversation_room`]), and the message being answered fits beside them.
     pub fn fixed_part_fits(
         &self,
         target: Target<'_>,
@@ -183,7 +219,39 @@ impl ContextEngine {
         let fixed = self.calibration.correct(tokens::raw_messages(&[ChatMessage::system(system_prompt)]))
             + self.calibration.correct(tool_tokens);
         let input = self.calibration.messages(std::slice::from_ref(input));
-        (fixed as f64) <= FIXED_SHARE * room as f64 && fixed + input <= room
+        fixed <= room - conversation_room(room) && fixed + input <= room
+    }
+
+    /// The fit `session_key`'s last turn used, if it was made for the same summary, model,
+    /// window and offered tools: a session keeps its prompt's head until it is compacted, unless
+    /// the fit no longer holds (the caller checks).
+    pub fn kept_fit(
+        &self,
+        target: Target<'_>,
+        session_key: &SessionKey,
+        summary: Option<&str>,
+        offered: &ToolFilter,
+    ) -> Option<Fit> {
+        let generation = fit_generation(target, self.window(target), summary, offered);
+        let fits = self.fits.lock().unwrap_or_else(PoisonError::into_inner);
+        fits.get(session_key).filter(|(made_for, _)| *made_for == generation).map(|(_, fit)| fit.clone())
+    }
+
+    /// Remembers the fit of `session_key`'s turn (see [`ContextEngine::kept_fit`]).
+    pub fn keep_fit(
+        &self,
+        target: Target<'_>,
+        session_key: &SessionKey,
+        summary: Option<&str>,
+        offered: &ToolFilter,
+        fit: Fit,
+    ) {
+        let generation = fit_generation(target, self.window(target), summary, offered);
+        let mut fits = self.fits.lock().unwrap_or_else(PoisonError::into_inner);
+        if fits.len() >= MARKED_SESSIONS && !fits.contains_key(session_key) {
+            fits.clear();
+        }
+        fits.insert(session_key.clone(), (generation, fit));
     }
 
     /// Chooses the history of a turn of `session_key`: `history` is the session's recent
@@ -203,11 +271,14 @@ impl ContextEngine {
         let tool_tokens = target.agent.tool_tokens(filter);
         let system = ChatMessage::system(system_prompt);
         let fixed = self.calibration.messages(&[system.clone(), input.clone()]);
-        // Steps of a quarter of the window (less the answer's room): a figure that stays the
-        // same from turn to turn, as cut points must (see `pipeline::cut_points`).
-        let step = self.window_for_input(target) / 4;
-        let budget = Budget { input: self.input_budget(target, tool_tokens), fixed, step };
-        let room = budget.input.saturating_sub(self.calibration.messages(std::slice::from_ref(&system)));
+        let input_budget = self.input_budget(target, tool_tokens);
+        let room = input_budget.saturating_sub(self.calibration.messages(std::slice::from_ref(&system)));
+        // Steps of a third of the history's room, by the heuristic count: a cut frees at least a
+        // step, so the turns after it grow into that room before the next cut. The room stays
+        // the same from turn to turn while the prompt and the tools do (see `Fit`); a step
+        // that changed with it moves only the next cut (see `pipeline::cut_points`).
+        let step = (room as f64 / 3.0 / self.calibration.ratio()) as u64;
+        let budget = Budget { input: input_budget, fixed, step };
         self.rooms.lock().unwrap_or_else(PoisonError::into_inner).insert(room_key(target), room);
         let before = self.marks.lock().unwrap_or_else(PoisonError::into_inner).get(session_key).copied();
         let (history, marks) =
@@ -234,4 +305,18 @@ impl ContextEngine {
 
 fn room_key(target: Target<'_>) -> (String, String) {
     (target.agent.settings().name.clone(), target.model.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::conversation_room;
+
+    #[test]
+    fn a_small_window_keeps_half_its_input_for_the_conversation_and_a_large_one_a_quarter() {
+        // Input budgets of 2,048-, 4,096-, 8,192- and 128,000-token windows, less their answers.
+        assert_eq!(conversation_room(1536), 768);
+        assert_eq!(conversation_room(3072), 1536);
+        assert_eq!(conversation_room(6144), 1536);
+        assert_eq!(conversation_room(96_000), 24_000);
+    }
 }

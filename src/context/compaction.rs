@@ -68,6 +68,8 @@ pub const SUMMARY_PROMPT: &str = "You summarise conversations for an assistant t
 const MESSAGE_CHARS: usize = 2000;
 /// The summariser reads at least this much of the conversation, however small the window.
 const MIN_SUMMARY_CHARS: usize = 1000;
+/// A summary may always be this long, however small the window: shorter says too little.
+const MIN_SUMMARY_TOKENS: u64 = 64;
 /// Steps of the memory flush at most: read the memory file, write it, perhaps correct the
 /// write, and answer. A model that keeps calling tools past that is not writing memory, and
 /// every step re-sends the whole conversation.
@@ -316,14 +318,18 @@ async fn compact(
     Ok(Outcome::Compacted { summarized: cut, through_id })
 }
 
-/// The summary's bound: the configured one, within the agent's output reserve (a small local
-/// model's window leaves less room).
+/// The summary's bound: the configured one, within the agent's output reserve and within the
+/// share of the history's room that a compaction keeps of recent messages. Every later turn
+/// carries the summary: in a small local model's window, one as long as the answer limit would
+/// leave the turns after it no room, and the next compaction would be due at once.
 fn summary_max_tokens(deps: Deps<'_>) -> u32 {
     // At least 1: the config refuses 0, and settings built in code get the same floor.
     let configured = deps.engine.settings().compaction.summary_max_tokens.max(1);
-    let window = deps.engine.window(Target::primary(deps.agent));
-    let reserve = crate::config::output_reserve(window, deps.agent.settings().max_tokens);
-    u32::try_from(reserve).map_or(configured, |reserve| configured.min(reserve.max(1)))
+    let target = Target::primary(deps.agent);
+    let reserve = crate::config::output_reserve(deps.engine.window(target), deps.agent.settings().max_tokens);
+    let share = deps.engine.settings().compaction.keep_recent_share * deps.engine.history_room(target) as f64;
+    let bound = reserve.min((share as u64).max(MIN_SUMMARY_TOKENS));
+    u32::try_from(bound).map_or(configured, |bound| configured.min(bound.max(1)))
 }
 
 /// Characters of the conversation the summariser reads at most: what the window holds beside

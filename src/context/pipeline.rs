@@ -81,16 +81,9 @@ pub fn prepare(
     let marks = marks.filter(|marks| marks.origin == origin && marks.cut <= messages.len());
     let points = cut_points(&messages, budget.step, config.keep_user_turns.div_ceil(2));
     let (pruned_to, cleared) = prune_tool_results(&mut messages, &points, budget, config, calibration, marks);
-    let (messages, cut) = cut_in_steps(messages, &points, budget, config.keep_user_turns, calibration);
-    let cut = match marks {
-        // Never less than last time (the cut points stay where they were).
-        Some(marks) if marks.cut > cut => {
-            let at = marks.cut - cut;
-            (messages.get(at..).map(<[ChatMessage]>::to_vec).unwrap_or_default(), marks.cut)
-        }
-        _ => (messages, cut),
-    };
-    let (messages, cut) = cut;
+    // Never less than last time: the history starts where it started while it fits.
+    let from = marks.map_or(0, |marks| marks.cut);
+    let (messages, cut) = cut_in_steps(messages, &points, from, budget, config.keep_user_turns, calibration);
     let mut messages = repair_alternation(repair_pairing(messages));
     if let Some(summary) = summary {
         messages.insert(0, summary);
@@ -128,13 +121,16 @@ pub fn cut_points(messages: &[ChatMessage], tokens_step: u64, turns_step: usize)
     points
 }
 
-/// Drops the oldest messages, to the first cut point after which the history fits the budget
-/// and holds at most `keep_user_turns` user turns; when even the last point leaves too much (a
-/// single huge turn), the oldest messages go one by one ([`fit_budget`]). Returns what is left
-/// and how many messages went.
+/// Drops the oldest messages, from `from` (where the previous turn's history started) on: it
+/// stays there while the rest fits the budget and holds at most `keep_user_turns` user turns;
+/// past that, the history is cut at the first later cut point after which it fits with a
+/// step's room to spare (the turns after it grow into that room), else at the first after which
+/// it fits at all. When even the last point leaves too much (a single huge turn), the oldest
+/// messages go one by one ([`fit_budget`]). Returns what is left and how many messages went.
 pub fn cut_in_steps(
     messages: Vec<ChatMessage>,
     points: &[usize],
+    from: usize,
     budget: Budget,
     keep_user_turns: usize,
     cal: &Calibration,
@@ -147,19 +143,22 @@ pub fn cut_in_steps(
         let user = usize::from(messages[at].role == Role::User);
         after[at] = (tokens + cal.messages(std::slice::from_ref(&messages[at])), turns + user);
     }
-    let fits = |at: usize| after[at].0 <= room && after[at].1 <= keep_user_turns;
-    if fits(0) {
-        return (messages, 0);
-    }
+    let fits_in = |at: usize, room: u64| after[at].0 <= room && after[at].1 <= keep_user_turns;
+    let from = from.min(messages.len());
     let mut messages = messages;
-    match points.iter().copied().find(|&at| fits(at)) {
+    if fits_in(from, room) {
+        return (messages.split_off(from), from);
+    }
+    let spare = cal.correct(budget.step).min(room / 2);
+    let later = || points.iter().copied().filter(|&at| at > from);
+    match later().find(|&at| fits_in(at, room - spare)).or_else(|| later().find(|&at| fits_in(at, room))) {
         Some(cut) => {
             tracing::debug!(dropped = cut, "history over its budget; cut at the next step");
             (messages.split_off(cut), cut)
         }
         None => {
             let len = messages.len();
-            let kept = fit_budget(keep_user_turns_only(messages, keep_user_turns), budget, cal);
+            let kept = fit_budget(keep_user_turns_only(messages.split_off(from), keep_user_turns), budget, cal);
             let cut = len - kept.len();
             (kept, cut)
         }

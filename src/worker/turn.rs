@@ -97,9 +97,9 @@ async fn attempt(
     let (history, summary) = (conversation.history, conversation.summary);
     let run = super::prompt::PromptFor { msg, session_key, memory };
     let mut input = ChatMessage { recalled: recalled.map(str::to_owned), ..plan.input.clone() };
-    let (system_prompt, tools) =
-        super::prompt::fitted_prompt(turns, target, &run, plan.tools.clone(), &mut input).await;
     let summary = summary.as_ref().map(|s| s.text.as_str());
+    let (system_prompt, tools) =
+        super::prompt::fitted_prompt(turns, target, &run, plan.tools.clone(), summary, &mut input).await;
     let shape = HistoryShape::of(&history);
     let prepared = turns.context.prepare(target, session_key, &system_prompt, history, summary, &input, &tools);
     let turn = Turn {

@@ -301,6 +301,15 @@ async fn a_small_window_compacts_now_and_then_and_its_calls_are_runs() {
     }
     let compactions = h.store.session_info(SESSION).await.unwrap().compactions;
     assert!((2..=6).contains(&compactions), "{compactions} compactions in 30 turns");
+    // Every later turn carries the summary: it is bounded by the history's room (a quarter of
+    // it, what a compaction keeps of recent messages), well under a turn's answer limit.
+    let requests = h.llm.requests();
+    let limit = |request: &Value| request["max_tokens"].as_u64().unwrap_or(u64::MAX);
+    let turn_limit = limit(&requests[0]);
+    let summary_limits: Vec<u64> =
+        requests.iter().filter(|r| messages(r)[0]["content"] == SUMMARY_PROMPT).map(limit).collect();
+    assert_eq!(summary_limits.len() as u64, compactions);
+    assert!(summary_limits.iter().all(|&bound| (64..turn_limit).contains(&bound)), "{summary_limits:?}");
     let runs = h.store.recent_runs(200).await.unwrap();
     let count = |kind: RunKind| runs.iter().filter(|run| run.kind == kind).count() as u64;
     assert_eq!(

@@ -91,7 +91,7 @@ async fn a_small_window_drops_the_mcp_tools_first_keeps_the_core_ones_and_names_
     // Too small for every schema beside even the minimal prompt, large enough for the core ones
     // and some of switchboard's own (the MCP tools are smaller than any of those: largest first
     // alone would keep them).
-    let small = first_turn(2500).await;
+    let small = first_turn(3300).await;
     let kept: BTreeSet<String> = small.offered_tools(0).into_iter().collect();
     small.stop().await;
     let dropped: BTreeSet<String> = every_tool.difference(&kept).cloned().collect();
@@ -104,4 +104,33 @@ async fn a_small_window_drops_the_mcp_tools_first_keeps_the_core_ones_and_names_
     let degraded = degraded(&logs);
     assert_eq!(degraded.len(), 1, "one warning about the small window: {degraded:?}");
     assert_eq!(named_as_dropped(&degraded[0]), dropped, "{}", degraded[0]);
+}
+
+/// The tools fitted to a small window are the head of every request: they stay the same from
+/// turn to turn until the session is compacted. A message too long for them drops more; the
+/// short ones after it keep that smaller set (rather than changing the head back and forth);
+/// after `/compact` the prompt is fitted afresh.
+#[tokio::test]
+async fn the_tools_fitted_to_a_small_window_stay_until_the_session_is_compacted() {
+    use switchboard::config::CompactionConfig;
+    let tools: Vec<Arc<dyn Tool>> = MCP_TOOLS.iter().map(|&name| Arc::new(NamedTool(name)) as Arc<dyn Tool>).collect();
+    let mut settings = owner_settings(4096);
+    // No compaction of its own: only `/compact`.
+    settings.context.compaction = CompactionConfig { max_messages: 10_000, context_share: 100.0, ..Default::default() };
+    let setup = Setup { settings, file_tools: true, exec: true, tools, ..Setup::new(BusKind::InProcess) };
+    let h = setup.start().await;
+    let mut out = h.outbound("test").await;
+    let long = "a long pasted text that leaves little room beside the tools. ".repeat(130);
+    let mut sets = Vec::new();
+    for text in ["what is on my list today?", &long, "and tomorrow?", "/compact", "and the day after?"] {
+        h.send(&msg(text)).await;
+        next_out(&mut out).await;
+        let last = h.llm.requests().len() - 1;
+        sets.push(h.offered_tools(last).into_iter().collect::<BTreeSet<String>>());
+    }
+    assert!(sets[1].len() < sets[0].len() && sets[1].is_subset(&sets[0]), "the long message drops more: {sets:?}");
+    assert_eq!(sets[2], sets[1], "a short message after it keeps the same head");
+    // Fitted afresh after the compaction: without the long message, more tools fit again.
+    assert!(sets[4].len() > sets[2].len() && sets[2].is_subset(&sets[4]), "{sets:?}");
+    h.stop().await;
 }

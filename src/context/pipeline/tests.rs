@@ -289,9 +289,31 @@ fn a_growing_history_is_cut_in_steps_and_keeps_its_start_between_them() {
         assert_eq!(out.last(), history.last());
         starts.push(out[0].content.clone());
     }
-    let cuts = starts.windows(2).filter(|pair| pair[0] != pair[1]).count();
+    let cut_at: Vec<usize> = (1..starts.len()).filter(|&n| starts[n] != starts[n - 1]).collect();
     // 60 turns of ~260 tokens: ~15,600 tokens through a 5,000-token room in ~2,500-token steps.
-    assert!((4..=8).contains(&cuts), "{cuts} cuts: {starts:?}");
+    assert!((4..=8).contains(&cut_at.len()), "cuts at {cut_at:?}: {starts:?}");
+    // Each cut frees a step's room: the ~9 turns after it grow into it before the next.
+    assert!(cut_at.windows(2).all(|pair| pair[1] - pair[0] >= 8), "cuts at {cut_at:?}");
+}
+
+/// The step follows the history's room, which moves with the estimate: a history that still
+/// fits where it started keeps that start, whatever the new step's points are.
+#[test]
+fn a_changed_step_does_not_move_a_history_that_still_fits() {
+    let turn = |n: usize| [ChatMessage::user(format!("q{n} {}", "q".repeat(300))), ChatMessage::assistant("a", vec![])];
+    let mut history: Vec<ChatMessage> = (0..12).flat_map(turn).collect();
+    let cal = Calibration::default();
+    let total = raw_messages(&history);
+    let budget = Budget { input: 100 + total * 2 / 3, fixed: 100, step: total / 5 };
+    let (cut, marks) = prepare(history.clone(), None, budget, &HistoryConfig::default(), &cal, None);
+    assert!(cut.len() < history.len());
+    history.push(ChatMessage::user("one more"));
+    history.push(ChatMessage::assistant("b", vec![]));
+    for step in [total / 7, total / 4, total / 3] {
+        let (again, _) =
+            prepare(history.clone(), None, Budget { step, ..budget }, &HistoryConfig::default(), &cal, Some(marks));
+        assert_eq!(again[0], cut[0], "step {step}: the start moved");
+    }
 }
 
 #[test]
