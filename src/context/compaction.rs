@@ -68,6 +68,10 @@ pub const SUMMARY_PROMPT: &str = "You summarise conversations for an assistant t
 const MESSAGE_CHARS: usize = 2000;
 /// The summariser reads at least this much of the conversation, however small the window.
 const MIN_SUMMARY_CHARS: usize = 1000;
+/// The share of the history's room a summary may take: with what a compaction keeps of recent
+/// messages (`keep_recent_share`, a quarter by default), the history after a compaction holds
+/// well under half its room, so the turns after it have room before the next one.
+const SUMMARY_SHARE: f64 = 0.15;
 /// A summary may always be this long, however small the window: shorter says too little.
 const MIN_SUMMARY_TOKENS: u64 = 64;
 /// Steps of the memory flush at most: read the memory file, write it, perhaps correct the
@@ -292,7 +296,8 @@ async fn compact(
     let mut room = summary_room(deps).min(old.chars().count());
     let mut call = 1;
     let answer = loop {
-        let request = vec![ChatMessage::system(SUMMARY_PROMPT), ChatMessage::user(truncate_middle(&old, room))];
+        let text = format!("{}\n\n{}", truncate_middle(&old, room), length_note(max_tokens));
+        let request = vec![ChatMessage::system(SUMMARY_PROMPT), ChatMessage::user(text)];
         let started_at = crate::clock::now();
         let answer = deps.agent.complete(request, max_tokens).await;
         record(deps, msg, summary_run(deps, started_at, &answer), call).await;
@@ -318,8 +323,8 @@ async fn compact(
     Ok(Outcome::Compacted { summarized: cut, through_id })
 }
 
-/// The summary's bound: the configured one, within the agent's output reserve and within the
-/// share of the history's room that a compaction keeps of recent messages. Every later turn
+/// The summary's bound: the configured one, within the agent's output reserve and within
+/// [`SUMMARY_SHARE`] of the history's room. Every later turn
 /// carries the summary: in a small local model's window, one as long as the answer limit would
 /// leave the turns after it no room, and the next compaction would be due at once.
 fn summary_max_tokens(deps: Deps<'_>) -> u32 {
@@ -327,7 +332,7 @@ fn summary_max_tokens(deps: Deps<'_>) -> u32 {
     let configured = deps.engine.settings().compaction.summary_max_tokens.max(1);
     let target = Target::primary(deps.agent);
     let reserve = crate::config::output_reserve(deps.engine.window(target), deps.agent.settings().max_tokens);
-    let share = deps.engine.settings().compaction.keep_recent_share * deps.engine.history_room(target) as f64;
+    let share = SUMMARY_SHARE * deps.engine.history_room(target) as f64;
     let bound = reserve.min((share as u64).max(MIN_SUMMARY_TOKENS));
     u32::try_from(bound).map_or(configured, |bound| configured.min(bound.max(1)))
 }
@@ -342,6 +347,13 @@ fn summary_room(deps: Deps<'_>) -> usize {
     // tokenizes worse than what the calibration learnt from.
     let chars = tokens as f64 * 3.0 / deps.engine.calibration().ratio();
     (chars as usize).max(MIN_SUMMARY_CHARS)
+}
+
+/// What the summariser is told of its bound, in words (about three quarters of a token each
+/// in English): a model that knows it writes a shorter summary, rather than one cut off at
+/// `max_tokens` in mid-sentence.
+fn length_note(max_tokens: u32) -> String {
+    format!("Write at most {} words.", (u64::from(max_tokens) * 3 / 4).max(1))
 }
 
 /// About four characters a token, as the usage estimate counts.

@@ -220,6 +220,8 @@ async fn the_summary_stays_within_its_bound_however_often_the_session_is_compact
     assert!(!summary_calls.is_empty());
     for call in summary_calls {
         assert_eq!(call["max_tokens"], 50, "the summary call asks for at most the bound");
+        let asked = text_of(&messages(&call)[1]);
+        assert!(asked.ends_with("Write at most 37 words."), "the summariser is told the bound: {asked}");
     }
 }
 
