@@ -5,7 +5,8 @@
 //! never half of each; other sessions are unaffected. Across processes, the store's
 //! compaction mark ([`Store::begin_compaction`]) keeps two compactions of one session apart.
 //!
-//! Steps: (1) a memory flush, a turn offered only the file tools and asked to write lasting
+//! Steps: (1) a memory flush, a turn that may call only the file tools (offered the tools of the
+//! turn before it, whose request it repeats for the provider's cache: [`Head`]), asked to write lasting
 //! facts to the memory file of the session's scope (`MEMORY.md` in the owner's direct chats,
 //! the chat's own file elsewhere, and only that file there), bounded by a timeout, its reply
 //! never delivered and its messages never stored; (2) one model call that summarises all but the most recent messages (with
@@ -114,13 +115,36 @@ pub struct Deps<'a> {
     pub agent: &'a Agent,
     /// The session's key: it records the agent the session belongs to.
     pub session_key: &'a SessionKey,
-    /// The system prompt of the memory flush turn (minimal mode).
-    pub flush_prompt: &'a str,
+    /// The head of the memory flush's requests.
+    pub flush_head: &'a Head,
     /// The session's memory scope: the flush writes there and nowhere else's.
     pub memory: &'a MemoryScope,
     /// Who pays for the flush and the summary: the person whose turn led to the compaction
     /// (or who asked for it); `None` for no one.
     pub billing: Option<&'a Billing>,
+}
+
+/// The head of the memory flush's requests: a system prompt and the tools offered. After a turn,
+/// the turn's own (see [`Head::of_turn`]), so that the flush's requests start as the turn's did
+/// and a provider's prompt cache (or a local server's one slot) serves all of it; the flush can
+/// still call only the file tools. Without a turn (`/compact`), the minimal prompt with the file
+/// tools ([`Head::minimal`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Head {
+    pub system_prompt: String,
+    pub tools: ToolFilter,
+}
+
+impl Head {
+    /// The head of a turn that ran with `system_prompt`, offering `tools`.
+    pub fn of_turn(system_prompt: String, tools: ToolFilter) -> Self {
+        Self { system_prompt, tools }
+    }
+
+    /// The minimal prompt, built for the file tools alone (see [`flush_filter`]).
+    pub fn minimal(system_prompt: String) -> Self {
+        Self { system_prompt, tools: flush_filter() }
+    }
 }
 
 /// The tools the memory flush may use: the file tools only.
@@ -372,21 +396,23 @@ async fn flush_memory(
     let started_at = crate::clock::now();
     let filter = flush_filter();
     let input = ChatMessage::user(flush_prompt(deps.memory));
+    let head = deps.flush_head;
     let prepared = deps.engine.prepare(
         Target::primary(deps.agent),
         deps.session_key,
-        deps.flush_prompt,
+        &head.system_prompt,
         history,
         summary,
         &input,
-        &filter,
+        &head.tools,
     );
     let turn = Turn {
-        system_prompt: deps.flush_prompt.to_owned(),
+        system_prompt: head.system_prompt.clone(),
         history: prepared.history,
         input,
         ctx: flush_context(deps.agent, deps.session_key, msg, deps.memory),
-        tools: filter,
+        tools: head.tools.clone(),
+        callable: Some(filter),
         events: &NoEvents,
         steer: None,
         max_iterations: Some(FLUSH_MAX_STEPS),

@@ -222,7 +222,7 @@ async fn compact_now(intake: &Intake, msg: &InboundMessage, key: &SessionKey) ->
         return Ok("Nothing to compact yet: the conversation has no earlier exchange to summarise.".into());
     };
     let billing = intake.turns.people().billing_for(msg).await?;
-    Ok(match super::compact::compact_with_flush(&intake.turns, &route, msg, due, billing.as_ref()).await {
+    Ok(match super::compact::compact_with_flush(&intake.turns, &route, msg, due, billing.as_ref(), None).await {
         Ok(Outcome::Compacted { summarized, .. }) => {
             format!("Compacted: the {summarized} oldest messages of this conversation are now a summary.")
         }

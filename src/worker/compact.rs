@@ -6,7 +6,7 @@ use tracing::Instrument;
 
 use super::TurnRunner;
 use super::agents::Route;
-use crate::context::compaction;
+use crate::context::compaction::{self, Head};
 use crate::store::users::Billing;
 
 /// Compacts the session if due (the turn found it may be), its memory flush in the memory
@@ -18,6 +18,7 @@ pub(super) async fn compact_session(
     route: &Route,
     msg: &InboundMessage,
     billing: Option<&Billing>,
+    head: Option<Head>,
 ) {
     let (engine, store, agent) = (&turns.context, turns.store.as_ref(), &route.agent);
     // Most turns end here: the scope and the flush prompt are prepared only for a compaction.
@@ -31,7 +32,7 @@ pub(super) async fn compact_session(
     };
     // Inside the run's span (the caller's): the outcome's line carries the run's fields too.
     async {
-        match compact_with_flush(turns, route, msg, due, billing).await {
+        match compact_with_flush(turns, route, msg, due, billing, head).await {
             Ok(compaction::Outcome::Compacted { summarized, through_id }) => {
                 tracing::info!(summarized, through_id, "compacted the session's history");
             }
@@ -53,30 +54,36 @@ pub(super) enum CompactError {
     Compaction(#[from] compaction::CompactionError),
 }
 
-/// Compacts `due` with the memory flush in the chat's memory scope (decided as for a turn).
+/// Compacts `due` with the memory flush in the chat's memory scope (decided as for a turn). The
+/// flush's requests start with `head`, the turn's, when the compaction follows one; else with
+/// the minimal prompt for the file tools.
 pub(super) async fn compact_with_flush(
     turns: &TurnRunner,
     route: &Route,
     msg: &InboundMessage,
     due: compaction::Due,
     billing: Option<&Billing>,
+    head: Option<Head>,
 ) -> Result<compaction::Outcome, CompactError> {
     let (engine, store, agent) = (&turns.context, turns.store.as_ref(), &route.agent);
     let memory = super::memory_scope::scope(&turns.people(), agent, msg, None)
         .await
         .map_err(|err| CompactError::Scope(err.to_string()))?;
-    // The memory flush is housekeeping: the minimal prompt, with only the file tools.
-    let flush_tools = compaction::flush_filter();
-    let run = super::prompt::PromptFor { msg, session_key: &route.key, memory: &memory };
-    let mode = crate::prompt::PromptMode::Minimal;
-    let flush_prompt = super::prompt::system_prompt(turns, agent, &run, &flush_tools, &Default::default(), mode).await;
+    let head = match head {
+        Some(head) => head,
+        None => {
+            let run = super::prompt::PromptFor { msg, session_key: &route.key, memory: &memory };
+            let (tools, mode) = (compaction::flush_filter(), crate::prompt::PromptMode::Minimal);
+            Head::minimal(super::prompt::system_prompt(turns, agent, &run, &tools, &Default::default(), mode).await)
+        }
+    };
     let deps = compaction::Deps {
         engine,
         sessions: store,
         runs: store,
         agent,
         session_key: &route.key,
-        flush_prompt: &flush_prompt,
+        flush_head: &head,
         memory: &memory,
         billing,
     };

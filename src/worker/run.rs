@@ -25,6 +25,7 @@ use super::hygiene;
 use super::job::{Choices, Control};
 use super::keepalive::{Held, Settle};
 use super::settle::reply_to;
+use super::turn::CompactionDue;
 use super::turn::TurnPlan;
 use crate::agent::{EventSink, SteerReceiver, TurnResult};
 use crate::store::users::Billing;
@@ -38,7 +39,7 @@ const RETRY_DELAY: Duration = Duration::from_secs(5);
 #[derive(Debug, Default, Clone)]
 struct Done {
     /// The turn ran and its session may now be due for compaction.
-    compaction_due: bool,
+    compaction: Option<CompactionDue>,
     /// Who paid for the turn: who pays for a compaction after it.
     billing: Option<Billing>,
 }
@@ -82,8 +83,8 @@ impl TurnRunner {
         });
         // Not while stopping: a compaction would only eat into the shutdown grace period.
         let compact = match &verdict {
-            Ok(Done { compaction_due: true, billing, .. }) if !panicked && !self.stopping.is_cancelled() => {
-                Some(billing.clone())
+            Ok(Done { compaction: Some(due), billing }) if !panicked && !self.stopping.is_cancelled() => {
+                Some((billing.clone(), due.head.clone()))
             }
             _ => None,
         };
@@ -106,8 +107,8 @@ impl TurnRunner {
         held.settle(settle).await;
         // After the ack, still in the session's task: the next turn of this session waits for
         // the compaction, other sessions do not.
-        if let Some(billing) = compact {
-            compact_session(self, &route, &msg, billing.as_ref()).instrument(span).await;
+        if let Some((billing, head)) = compact {
+            compact_session(self, &route, &msg, billing.as_ref(), head).instrument(span).await;
         }
         acked
     }
@@ -161,12 +162,12 @@ impl TurnRunner {
         // Stands still while a call waits for an approver: that wait is not the run's.
         let clock = RunClock::default();
         let limit = self.settings.run_timeout;
-        let (outcome, compaction_due) = tokio::select! {
+        let (outcome, compaction) = tokio::select! {
             biased;
             _ = self.abandon.cancelled() => return Err(Giveback::Stopping),
-            _ = cancel.cancelled() => (abort::stopped(&self.bus, msg, &run_id, session_key), false),
+            _ = cancel.cancelled() => (abort::stopped(&self.bus, msg, &run_id, session_key), None),
             () = clock.expired(tokio::time::Instant::now(), limit) => {
-                (abort::timed_out(&self.bus, msg, &run_id, session_key, limit), false)
+                (abort::timed_out(&self.bus, msg, &run_id, session_key, limit), None)
             }
             ran = self.turn(route, msg, &run_id, access, Turning { steer, choices, clock: clock.clone() }) => ran?,
         };
@@ -175,7 +176,7 @@ impl TurnRunner {
         // Only now: until the reply naming its files is stored, a new attempt looks for them.
         super::files::clear(&route.agent.settings().workspace, &run_id).await;
         count_outcome(agent_name, &msg.channel, &outcome, started.elapsed());
-        Ok(Done { compaction_due, billing: outcome.billing })
+        Ok(Done { compaction, billing: outcome.billing })
     }
 
     /// The turn itself: a reminder's text, the notice of a sender over budget or refused by
@@ -188,7 +189,7 @@ impl TurnRunner {
         run_id: &str,
         access: Access,
         turning: Turning<'_>,
-    ) -> Result<(RunOutcome, bool), Giveback> {
+    ) -> Result<(RunOutcome, Option<CompactionDue>), Giveback> {
         let Turning { steer, choices, clock } = turning;
         let (agent, session_key) = (&route.agent, &route.key);
         if let Some(reminder) = crate::scheduler::hooks::reminder(msg) {
@@ -199,12 +200,12 @@ impl TurnRunner {
             events.emit(RunEventBody::Started);
             let (reply, usage, model) = (msg.content.clone(), Usage::default(), String::new());
             events.emit(RunEventBody::completed(reply, usage, model, None));
-            return Ok((outcome, false));
+            return Ok((outcome, None));
         }
         let (tools, level, billing) = match access {
             Access::Allowed { tools, level, billing } => (tools, level, billing),
             Access::OverBudget { notice } | Access::Blocked { notice } => {
-                return Ok((over_budget(&self.bus, msg, run_id, session_key, notice), false));
+                return Ok((over_budget(&self.bus, msg, run_id, session_key, notice), None));
             }
         };
         let events = BusEvents::with_progress(Arc::clone(&self.bus), msg, run_id, session_key, choices.verbose);
@@ -230,7 +231,7 @@ impl TurnRunner {
         let reply = reply_of(msg, run_id, session_key, &result, files.media, suppressed);
         events.emit(finished_event(&result, &reply));
         let outcome = turn_outcome(result, reply, billing, memory_scope);
-        Ok((outcome, ran.compaction_due))
+        Ok((outcome, ran.compaction))
     }
 }
 

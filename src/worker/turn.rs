@@ -11,7 +11,7 @@ use super::TurnRunner;
 use crate::agent::{Agent, EventSink, SteerReceiver, Turn, TurnResult};
 use crate::config::Level;
 use crate::context::Target;
-use crate::context::compaction::HistoryShape;
+use crate::context::compaction::{Head, HistoryShape};
 use crate::provider::ChatMessage;
 use crate::store::StoreError;
 use crate::tools::run_clock::RunClock;
@@ -41,7 +41,16 @@ pub(super) struct TurnPlan<'a> {
 /// A turn that ran, and whether its session is due for compaction once it is stored.
 pub(super) struct Ran {
     pub result: TurnResult,
-    pub compaction_due: bool,
+    pub compaction: Option<CompactionDue>,
+}
+
+/// A turn after which its session is due for compaction.
+#[derive(Debug, Clone, Default)]
+pub(super) struct CompactionDue {
+    /// The turn's head, which the memory flush's requests start with; `None` when the turn
+    /// called a model the chat picked first (the flush calls the chain in order, fitted to the
+    /// window of its first model).
+    pub head: Option<Head>,
 }
 
 /// Runs the turn (see the module docs) in the memory scope of its plan; store errors reading
@@ -56,7 +65,7 @@ pub(super) async fn run_agent(
     let recalled = recalled.as_deref();
     let target = Target::new(plan.agent, plan.model.as_deref());
     let window = turns.context.window(target);
-    let (mut result, mut history) = attempt(turns, plan, recalled, events, steer).await?;
+    let (mut result, mut history, mut head) = attempt(turns, plan, recalled, events, steer).await?;
     // The chain learns what a server names, for the model it named it for: a fallback's
     // refusal leaves this window as it was, and the turn is not run again for it.
     let shrank = turns.context.window(target) < window;
@@ -64,12 +73,13 @@ pub(super) async fn run_agent(
     if shrank && result.overflowed {
         tracing::info!(limit = ?result.context_limit, "running the turn again within the window the model server named");
         let first = result;
-        (result, history) = attempt(turns, plan, recalled, events, steer).await?;
+        (result, history, head) = attempt(turns, plan, recalled, events, steer).await?;
         result.usage.add(first.usage);
     }
     let limit = turns.settings.history_limit;
-    let compaction_due = history.due_after(&turns.context, plan.agent, &result.transcript, limit);
-    Ok(Ran { result, compaction_due })
+    let due = history.due_after(&turns.context, plan.agent, &result.transcript, limit);
+    let compaction = due.then(|| CompactionDue { head: plan.model.is_none().then_some(head) });
+    Ok(Ran { result, compaction })
 }
 
 /// The tools' view of the turn, before the tools offered are chosen.
@@ -89,7 +99,7 @@ async fn attempt(
     recalled: Option<&str>,
     events: &dyn EventSink,
     steer: &mut SteerReceiver,
-) -> Result<(TurnResult, HistoryShape), StoreError> {
+) -> Result<(TurnResult, HistoryShape, Head), StoreError> {
     let TurnPlan { agent, msg, session_key, .. } = *plan;
     let target = Target::new(agent, plan.model.as_deref());
     let memory = &plan.memory;
@@ -102,12 +112,14 @@ async fn attempt(
         super::prompt::fitted_prompt(turns, target, &run, plan.tools.clone(), summary, &mut input).await;
     let shape = HistoryShape::of(&history);
     let prepared = turns.context.prepare(target, session_key, &system_prompt, history, summary, &input, &tools);
+    let head = Head::of_turn(system_prompt.clone(), tools.clone());
     let turn = Turn {
         system_prompt,
         history: prepared.history,
         input,
         ctx: ToolContext { tools: tools.clone(), ..tool_context(plan) },
         tools,
+        callable: None,
         events,
         steer: Some(steer),
         max_iterations: None,
@@ -123,5 +135,5 @@ async fn attempt(
         let shortened = result.shortened_tokens_sent;
         turns.context.learn(prepared.raw_base, &result.transcript, shortened, result.usage.input_tokens);
     }
-    Ok((result, shape))
+    Ok((result, shape, head))
 }

@@ -89,22 +89,29 @@ async fn a_long_session_is_flushed_to_memory_then_summarised() {
     assert_eq!(h.llm.requests().len(), 2, "no compaction yet");
 
     h.llm.push(Scripted::Text("third answer".into()));
+    // The flush is offered the turn's tools, but may call only the file tools.
+    h.llm.push(Scripted::ToolCalls(vec![("current_time".into(), json!({}))]));
     let memory = json!({"path": "MEMORY.md", "content": "- The user likes green tea.\n"});
     h.llm.push(Scripted::ToolCalls(vec![("write_file".into(), memory)]));
     h.llm.push(Scripted::Text("NO_REPLY".into()));
     h.llm.push(Scripted::Text("The user likes green tea; nothing is open.".into()));
     assert_eq!(turn(&h, &mut out, "three").await.content, "third answer");
-    let requests = h.llm.wait_for_requests(6, Duration::from_secs(10)).await;
-    assert_eq!(requests.len(), 6, "turn, two flush calls, summary");
+    let requests = h.llm.wait_for_requests(7, Duration::from_secs(10)).await;
+    assert_eq!(requests.len(), 7, "turn, three flush calls, summary");
 
-    // The flush: only the file tools, the flush instruction, the history before it.
-    let flush = &requests[3];
-    assert_eq!(tool_names(flush), ["edit_file", "list_dir", "read_file", "write_file"]);
+    // The flush starts as the turn did (its system prompt, its tools, its history, its answer),
+    // so a provider's cache serves all of that; then the flush instruction.
+    let (turn_request, flush) = (&requests[2], &requests[3]);
+    assert_eq!(tool_names(flush), tool_names(turn_request));
+    let sent = messages(turn_request);
+    assert_eq!(messages(flush)[..sent.len()], sent[..], "the flush repeats the turn's request");
+    assert_eq!(messages(flush)[sent.len()]["content"], "third answer");
     assert_eq!(messages(flush).last().unwrap()["content"], flush_prompt(&MemoryScope::Owner));
-    assert!(messages(flush).iter().any(|m| text_of(m) == "one"));
-    assert_eq!(tool_names(&requests[4]), tool_names(flush));
+    let refused = messages(&requests[4]).last().unwrap()["content"].as_str().unwrap().to_owned();
+    assert!(refused.contains("`current_time` is not available"), "{refused}");
+    assert_eq!(tool_names(&requests[5]), tool_names(flush));
     // The summary: one call, no tools, the older messages rendered as text.
-    let summary = &requests[5];
+    let summary = &requests[6];
     assert!(tool_names(summary).is_empty());
     assert_eq!(messages(summary)[0]["content"], SUMMARY_PROMPT);
     let text = messages(summary)[1]["content"].as_str().unwrap();
@@ -122,7 +129,7 @@ async fn a_long_session_is_flushed_to_memory_then_summarised() {
 
     // The next turn starts with the summary and carries only the recent messages.
     assert_eq!(turn(&h, &mut out, "four").await.content, "echo: four");
-    let next = &h.llm.requests()[6];
+    let next = &h.llm.requests()[7];
     // The first message is the run's system prompt (with the operator's "test" in it), the
     // summary at its end: one system message, as strict chat templates require.
     let sent: Vec<(&str, &str)> = messages(next).iter().map(|m| (m["role"].as_str().unwrap(), text_of(m))).collect();
@@ -136,7 +143,7 @@ async fn a_long_session_is_flushed_to_memory_then_summarised() {
     let kinds: Vec<&str> = runs.iter().rev().map(|run| run.kind.as_str()).collect();
     assert_eq!(kinds, ["turn", "turn", "turn", "memory_flush", "summary", "turn"]);
     let flush = &runs[2];
-    assert!(flush.usage.input_tokens > 0 && flush.iterations == 2, "{flush:?}");
+    assert!(flush.usage.input_tokens > 0 && flush.iterations == 3, "{flush:?}");
     // The flush's NO_REPLY never reached the chat, and the transcript kept every row.
     assert!(tokio::time::timeout(Duration::from_millis(300), out.next()).await.is_err(), "unexpected delivery");
 }

@@ -283,7 +283,8 @@ fn anthropic_first_user_text(request: &serde_json::Value) -> Option<String> {
 }
 
 /// A compaction changes the prefix once: the turn after it still reads the tools and the
-/// system prompt from the cache, and the turns after that are cached as before.
+/// system prompt from the cache, and the turns after that are cached as before. Its memory
+/// flush repeats the turn's request, so the cache serves it too.
 async fn across_a_compaction(vendor: Vendor) {
     let compaction = CompactionConfig { max_messages: 20, keep_recent_messages: 8, ..CompactionConfig::default() };
     let mut rig = rig(vendor, |setup| setup.settings.context.compaction = compaction).await;
@@ -305,6 +306,11 @@ async fn across_a_compaction(vendor: Vendor) {
         shares[compacted_at + 2..].iter().all(|&share| share >= 90),
         "after compacting at {compacted_at}: {shares:?}"
     );
+    // The memory flush starts as the turn before it did: the cache serves nearly all of it.
+    let runs = rig.h.store.recent_runs(1000).await.unwrap();
+    let flushes: Vec<u64> =
+        runs.iter().filter(|run| run.kind == RunKind::MemoryFlush).map(|run| run.usage.cached_percent()).collect();
+    assert!(!flushes.is_empty() && flushes.iter().all(|&share| share >= 90), "flushes' cached shares: {flushes:?}");
     rig.stop().await;
 }
 
