@@ -24,7 +24,7 @@ Ends with `switchboard runs` and the session's compaction count. See docs/benchm
 
 Usage: real_llm_check.py BINARY LABEL TURNS PAUSE_S [WINDOW [KEY=VALUE,...]]
 """
-import json, os, re, sqlite3, subprocess, sys, tempfile, threading, time, urllib.request
+import json, os, re, sqlite3, subprocess, sys, tempfile, threading, time, urllib.error, urllib.request
 
 HIT = re.compile(r"(\d+) prefix-match hit, remaining (\d+) prompt tokens")
 PERF = re.compile(r"prompt eval time =\s+([\d.]+) ms /\s+(\d+) tokens")
@@ -137,7 +137,10 @@ def talk(port, label, turns, pause, log):
         req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/messages", data=body,
                                      headers={"Content-Type": "application/json"})
         t0 = time.time()
-        reply = json.load(urllib.request.urlopen(req, timeout=600))
+        try:
+            reply = json.load(urllib.request.urlopen(req, timeout=600))
+        except urllib.error.HTTPError as err:  # the API gave up waiting (504): the turn goes on
+            reply = {"reply": f"HTTP {err.code}"}
         sent.append((t0, time.time() - t0))
         time.sleep(1)
         calls = [r for r in log.taken() if r["t"] >= t0]

@@ -21,17 +21,20 @@ pub(super) fn tools_shown(shared: &Shared, request: &Value) -> bool {
 }
 
 /// The prompt as the model reads it, in order: the tools it is shown, then each message's role,
-/// text and tool calls.
+/// text (none of a tool result's, with `tool_results_unrendered`) and tool calls.
 pub(super) fn prompt_text(shared: &Shared, request: &Value) -> String {
     let mut text = match tools_shown(shared, request) {
         true => request.get("tools").map_or_else(String::new, Value::to_string),
         false => String::new(),
     };
     for message in messages(request) {
+        let role = message.get("role").and_then(Value::as_str).unwrap_or_default();
         text.push('\n');
-        text.push_str(message.get("role").and_then(Value::as_str).unwrap_or_default());
+        text.push_str(role);
         text.push(':');
-        text.push_str(&content_text(message));
+        if !(role == "tool" && shared.quirks.tool_results_unrendered) {
+            text.push_str(&content_text(message));
+        }
         if let Some(calls) = message.get("tool_calls") {
             text.push_str(&calls.to_string());
         }

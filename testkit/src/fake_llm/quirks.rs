@@ -48,13 +48,18 @@ pub struct Quirks {
     /// and against the window: a small model's tokenizer on tool output, JSON and code
     /// (SmolLM2 counted 4,162 tokens in 9.4 K characters of a rendered conversation).
     pub dense_tokenizer: bool,
+    /// The model is not shown tool results: llama-cpp-python 0.3.36's `chatml-function-calling`
+    /// template renders a `tool` message as its role header alone, so a result counts nothing
+    /// in usage and against the window, and the model, never seeing it, calls the tool again
+    /// (SmolLM2 looped on `list_dir`, measured).
+    pub tool_results_unrendered: bool,
 }
 
 impl Quirks {
     /// llama-cpp-python 0.3's OpenAI-compatible server, as measured: no usage in streams, an
     /// empty 200 stream for a request over its window, 500s for `content: null` beside tool
     /// calls and for `tool_choice: "required"`, per-token embeddings, one cache slot, no tools
-    /// without a `tool_choice` and no streamed answer with `auto`.
+    /// without a `tool_choice`, no streamed answer with `auto`, and no tool results shown.
     pub fn llama_cpp(context_window: usize) -> Quirks {
         Quirks {
             no_stream_usage: true,
@@ -67,6 +72,7 @@ impl Quirks {
             tools_need_choice: true,
             no_auto_tool_streams: true,
             dense_tokenizer: false,
+            tool_results_unrendered: true,
         }
     }
 
@@ -78,10 +84,17 @@ impl Quirks {
 
 /// The tokens a request asks for, as the fake counts them.
 pub fn request_tokens(request: &Value) -> usize {
+    rendered_tokens(request, false)
+}
+
+/// [`request_tokens`], without the tool results' text when the server does not render it.
+fn rendered_tokens(request: &Value, tool_results_unrendered: bool) -> usize {
     let messages: usize = messages(request)
         .map(|m| {
             let calls = m.get("tool_calls").map_or(0, |calls| calls.to_string().len());
-            4 + (content_text(m).chars().count() + calls).div_ceil(4)
+            let unrendered = tool_results_unrendered && m.get("role") == Some(&json!("tool"));
+            let text = if unrendered { 0 } else { content_text(m).chars().count() };
+            4 + (text + calls).div_ceil(4)
         })
         .sum();
     let tools = request.get("tools").map_or(0, |tools| tools.to_string().len().div_ceil(4));
@@ -106,7 +119,7 @@ pub(super) fn refusal(quirks: &Quirks, request: &Value) -> Option<Response> {
         return Some(empty_stream());
     }
     let window = quirks.context_window?;
-    let asked = quirks.scale(request_tokens(request));
+    let asked = quirks.scale(rendered_tokens(request, quirks.tool_results_unrendered));
     if asked <= window {
         return None;
     }
@@ -193,5 +206,13 @@ mod tests {
         let with_tools =
             json!({"messages": [{"role": "user", "content": "abcd"}], "tools": [{"name": "x".repeat(40)}]});
         assert!(request_tokens(&with_tools) > 15);
+    }
+
+    #[test]
+    fn a_server_that_renders_no_tool_results_counts_only_their_headers() {
+        let result = json!({"role": "tool", "tool_call_id": "c", "content": "x".repeat(4000)});
+        let request = json!({"messages": [{"role": "user", "content": "abcd"}, result]});
+        assert_eq!(rendered_tokens(&request, true), 5 + 4);
+        assert_eq!(rendered_tokens(&request, false), 5 + 4 + 1000);
     }
 }
