@@ -19,7 +19,6 @@ use switchboard_channels::contract::SessionKey;
 
 use crate::agent::Agent;
 use crate::config::{CompactionConfig, HistoryConfig};
-use crate::prompt::PromptMode;
 use crate::provider::ChatMessage;
 use crate::tokens::{self, Calibration};
 use crate::tools::ToolFilter;
@@ -70,18 +69,9 @@ pub struct Prepared {
 /// without its marks costs one more read of its history by the provider, nothing else).
 const MARKED_SESSIONS: usize = 10_000;
 
-/// How a session's prompt was fitted to its model's window: the prompt's mode and the tools it
-/// offers. Kept from turn to turn until the session is compacted (see
-/// [`ContextEngine::kept_fit`]): the tool schemas and the system prompt are the head of every
-/// request, and a head that changed with each turn's estimate would be read again in full.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Fit {
-    pub mode: PromptMode,
-    pub tools: ToolFilter,
-}
-
-/// What a fit was made for: a hash of the session's summary (a compaction starts a new
-/// conversation, fitted afresh), the model, its window and the tools offered.
+/// What a degraded fit was made for (see [`ContextEngine::kept_tools`]): a hash of the
+/// session's summary (a compaction starts a new conversation, fitted afresh), the model, its
+/// window and the tools offered.
 fn fit_generation(target: Target<'_>, window: u64, summary: Option<&str>, offered: &ToolFilter) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
@@ -129,8 +119,9 @@ pub struct ContextEngine {
     /// Per agent and model: the room its last turn left for the history, what compaction
     /// measures a history against (see [`ContextEngine::history_room`]).
     rooms: Mutex<HashMap<(String, String), u64>>,
-    /// Each session's last fit of its prompt, with the generation it was made for.
-    fits: Mutex<HashMap<SessionKey, (u64, Fit)>>,
+    /// The tools of each session whose prompt was last fitted in a degraded form (the minimal
+    /// prompt, tools dropped), with the generation the fit was made for.
+    fits: Mutex<HashMap<SessionKey, (u64, ToolFilter)>>,
 }
 
 impl ContextEngine {
@@ -222,36 +213,40 @@ impl ContextEngine {
         fixed <= room - conversation_room(room) && fixed + input <= room
     }
 
-    /// The fit `session_key`'s last turn used, if it was made for the same summary, model,
-    /// window and offered tools: a session keeps its prompt's head until it is compacted, unless
-    /// the fit no longer holds (the caller checks).
-    pub fn kept_fit(
+    /// The tools `session_key`'s last turn kept beside the minimal prompt, if its fit was made for
+    /// the same summary, model, window and offered tools. The tool schemas and the system prompt
+    /// are the head of every request: a session keeps a degraded fit until it is compacted, so
+    /// that a new estimate or a shorter message does not change that head back and forth; the
+    /// caller still checks that it holds. A prompt fitted whole is fitted whole again as long as
+    /// it holds, so it needs nothing kept.
+    pub fn kept_tools(
         &self,
         target: Target<'_>,
         session_key: &SessionKey,
         summary: Option<&str>,
         offered: &ToolFilter,
-    ) -> Option<Fit> {
-        let generation = fit_generation(target, self.window(target), summary, offered);
+    ) -> Option<ToolFilter> {
         let fits = self.fits.lock().unwrap_or_else(PoisonError::into_inner);
-        fits.get(session_key).filter(|(made_for, _)| *made_for == generation).map(|(_, fit)| fit.clone())
+        let (made_for, tools) = fits.get(session_key)?;
+        (*made_for == fit_generation(target, self.window(target), summary, offered)).then(|| tools.clone())
     }
 
-    /// Remembers the fit of `session_key`'s turn (see [`ContextEngine::kept_fit`]).
-    pub fn keep_fit(
+    /// Remembers the tools a degraded fit of `session_key`'s turn kept (see
+    /// [`ContextEngine::kept_tools`]). A fit for another generation left behind is never used.
+    pub fn keep_tools(
         &self,
         target: Target<'_>,
         session_key: &SessionKey,
         summary: Option<&str>,
         offered: &ToolFilter,
-        fit: Fit,
+        kept: ToolFilter,
     ) {
         let generation = fit_generation(target, self.window(target), summary, offered);
         let mut fits = self.fits.lock().unwrap_or_else(PoisonError::into_inner);
         if fits.len() >= MARKED_SESSIONS && !fits.contains_key(session_key) {
             fits.clear();
         }
-        fits.insert(session_key.clone(), (generation, fit));
+        fits.insert(session_key.clone(), (generation, kept));
     }
 
     /// Chooses the history of a turn of `session_key`: `history` is the session's recent
@@ -275,7 +270,7 @@ impl ContextEngine {
         let room = input_budget.saturating_sub(self.calibration.messages(std::slice::from_ref(&system)));
         // Steps of a third of the history's room, by the heuristic count: a cut frees at least a
         // step, so the turns after it grow into that room before the next cut. The room stays
-        // the same from turn to turn while the prompt and the tools do (see `Fit`); a step
+        // the same from turn to turn while the prompt and the tools do (see `kept_tools`); a step
         // that changed with it moves only the next cut (see `pipeline::cut_points`).
         let step = (room as f64 / 3.0 / self.calibration.ratio()) as u64;
         let budget = Budget { input: input_budget, fixed, step };

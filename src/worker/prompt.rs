@@ -6,7 +6,7 @@ use switchboard_channels::contract::{InboundKind, InboundMessage, SessionKey};
 use super::TurnRunner;
 use crate::agent::Agent;
 use crate::config::Level;
-use crate::context::{Fit, Target};
+use crate::context::Target;
 use crate::prompt::{self, PromptInput, PromptMode, Sender, TurnContext};
 use crate::provider::ChatMessage;
 use crate::tools::ToolFilter;
@@ -83,7 +83,7 @@ fn sender(msg: &InboundMessage, level: Level) -> Sender<'_> {
 /// docs/local-models.md): the minimal prompt, then tool schemas dropped (an MCP server's
 /// before switchboard's own, largest first), until the fixed part leaves room for the
 /// conversation; what `input` recalled from memory goes last, only when even no tool leaves
-/// room for it (it is then taken off `input`). The session keeps its fit until it is
+/// room for it (it is then taken off `input`). A session keeps a degraded fit until it is
 /// compacted (`summary` changes), while the fit still holds: a new estimate or a short message
 /// must not change the head of every request that follows.
 pub(super) async fn fitted_prompt(
@@ -96,31 +96,31 @@ pub(super) async fn fitted_prompt(
 ) -> (String, ToolFilter) {
     let (engine, agent) = (&turns.context, target.agent);
     let super::offer::Offer { tools, skills } = super::offer::offer(agent, tools, turns.settings.mcp_inline_max).await;
-    if let Some(kept) = engine.kept_fit(target, run.session_key, summary, &tools) {
-        let prompt = system_prompt(turns, agent, run, &kept.tools, &skills, kept.mode).await;
-        if engine.fixed_part_fits(target, &prompt, agent.tool_tokens(&kept.tools), input) {
-            return (prompt, kept.tools);
+    if let Some(kept) = engine.kept_tools(target, run.session_key, summary, &tools) {
+        let prompt = system_prompt(turns, agent, run, &kept, &skills, PromptMode::Minimal).await;
+        if engine.fixed_part_fits(target, &prompt, agent.tool_tokens(&kept), input) {
+            return (prompt, kept);
         }
     }
-    let (prompt, fit) = fit(turns, target, run, &tools, &skills, input).await;
-    engine.keep_fit(target, run.session_key, summary, &tools, fit.clone());
-    (prompt, fit.tools)
+    let full = system_prompt(turns, agent, run, &tools, &skills, PromptMode::Full).await;
+    if engine.fixed_part_fits(target, &full, agent.tool_tokens(&tools), input) {
+        return (full, tools);
+    }
+    let fitted = degrade(turns, target, run, &tools, &skills, input).await;
+    engine.keep_tools(target, run.session_key, summary, &tools, fitted.tools.clone());
+    (fitted.prompt, fitted.tools)
 }
 
-/// Fits the prompt afresh: see [`fitted_prompt`].
-async fn fit(
+/// The minimal prompt with the tools that fit beside it: see [`fitted_prompt`].
+async fn degrade(
     turns: &TurnRunner,
     target: Target<'_>,
     run: &PromptFor<'_>,
     tools: &ToolFilter,
     skills: &Catalog,
     input: &mut ChatMessage,
-) -> (String, Fit) {
+) -> Fitted {
     let (engine, agent) = (&turns.context, target.agent);
-    let full = system_prompt(turns, agent, run, tools, skills, PromptMode::Full).await;
-    if engine.fixed_part_fits(target, &full, agent.tool_tokens(tools), input) {
-        return (full, Fit { mode: PromptMode::Full, tools: tools.clone() });
-    }
     // A small model calls memory_search least reliably, and tools it calls badly at best:
     // recall (turned on by the operator) is how it keeps its memory, so it outlasts the tools.
     let mut fitted = fit_tools(turns, target, run, tools, skills, input).await;
@@ -130,7 +130,7 @@ async fn fit(
     }
     let window = engine.window(target);
     engine.windows().note_degraded(&agent.settings().name, target.model, window, &fitted.dropped, fitted.fits);
-    (fitted.prompt, Fit { mode: PromptMode::Minimal, tools: fitted.tools })
+    fitted
 }
 
 /// The minimal prompt with the tools that fit beside it.
