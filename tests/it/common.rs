@@ -14,7 +14,7 @@ use std::time::Duration;
 
 #[allow(unused_imports)] // Not every test binary reads outbound messages this way.
 pub use bus::{BusKind, TestBus, next_out, nothing_more};
-pub use logs::Logs;
+pub use logs::{Fields, Logs};
 use switchboard::assembly::{AssembledWorker, Assembly, Overrides};
 use switchboard::clock::Clock;
 use switchboard::config::{

@@ -1,7 +1,7 @@
 //! What an operator sees of a run: `tracing` spans with their fields. The test installs a global
 //! subscriber, which is sound because nextest runs every test in a process of its own.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,28 +13,17 @@ use switchboard::worker::WorkerSettings;
 use switchboard_channels::BusExt;
 use switchboard_channels::contract::{InboundMessage, Sender};
 use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
-use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
+
+use crate::common::Fields;
 
 /// A closed span: its name and its fields as text.
 #[derive(Debug, Clone)]
 struct Closed {
     name: String,
-    fields: HashMap<String, String>,
-}
-
-#[derive(Default)]
-struct Fields(HashMap<String, String>);
-
-impl Visit for Fields {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.0.insert(field.name().to_owned(), format!("{value:?}"));
-    }
-    fn record_str(&mut self, field: &Field, value: &str) {
-        self.0.insert(field.name().to_owned(), value.to_owned());
-    }
+    fields: BTreeMap<String, String>,
 }
 
 /// Collects every span when it closes.
@@ -67,7 +56,7 @@ impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
 }
 
 impl Capture {
-    fn named(&self, name: &str) -> Vec<HashMap<String, String>> {
+    fn named(&self, name: &str) -> Vec<BTreeMap<String, String>> {
         self.0.lock().unwrap().iter().filter(|s| s.name == name).map(|s| s.fields.clone()).collect()
     }
 }

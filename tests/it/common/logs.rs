@@ -53,7 +53,9 @@ impl Logs {
     }
 }
 
-struct Fields(BTreeMap<String, String>);
+/// A log event's or a span's fields, as text (also the span capture of `traces`).
+#[derive(Debug, Clone, Default)]
+pub struct Fields(pub BTreeMap<String, String>);
 
 impl Visit for Fields {
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
@@ -67,7 +69,7 @@ impl Visit for Fields {
 
 impl<S: tracing::Subscriber> Layer<S> for Logs {
     fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
-        let mut fields = Fields(BTreeMap::new());
+        let mut fields = Fields::default();
         event.record(&mut fields);
         let level = *event.metadata().level();
         self.0.lock().unwrap().push(LogEvent { level, fields: fields.0 });
