@@ -63,7 +63,7 @@ impl TurnRunner {
         // A panic anywhere in the run is a bug, but it must cost one answer, not the chat: the
         // session task would die with the session still marked busy.
         let inner = AssertUnwindSafe(self.answer(&route, &msg, held.stream_seq(), control)).catch_unwind();
-        let (verdict, panicked) = match inner.instrument(span.clone()).await {
+        let (mut verdict, panicked) = match inner.instrument(span.clone()).await {
             Ok(verdict) => (verdict, false),
             Err(panic) => {
                 let text = abort::panic_text(panic.as_ref());
@@ -82,9 +82,9 @@ impl TurnRunner {
             Err(_) => tracing::info!("run given back to the bus"),
         });
         // Not while stopping: a compaction would only eat into the shutdown grace period.
-        let compact = match &verdict {
-            Ok(Done { compaction: Some(due), billing }) if !panicked && !self.stopping.is_cancelled() => {
-                Some((billing.clone(), due.head.clone()))
+        let compact = match verdict {
+            Ok(Done { compaction: Some(ref mut due), ref billing }) if !panicked && !self.stopping.is_cancelled() => {
+                Some((billing.clone(), due.head.take()))
             }
             _ => None,
         };
