@@ -73,12 +73,11 @@ pub struct Turn<'a> {
     /// The message being answered.
     pub input: ChatMessage,
     pub ctx: ToolContext,
-    /// The tools this run offers the model (from the sender's permissions).
+    /// The tools this run offers the model (from the sender's permissions). It may call those
+    /// of them that `ctx.tools` allows too: the memory flush offers the turn's tools, so that its
+    /// requests start as the turn's did and the provider's cache serves them, and may call only
+    /// the file tools.
     pub tools: ToolFilter,
-    /// The tools it may call, when fewer than it offers: the memory flush offers the turn's
-    /// tools, so that its requests start as the turn's did and the provider's cache serves
-    /// them, and may call only the file tools. `None`: those it offers.
-    pub callable: Option<ToolFilter>,
     pub events: &'a dyn EventSink,
     /// Messages the user sent while this turn runs (queue mode `steer`); each is added as a
     /// user message before the next model call. What is left unread when the turn ends is

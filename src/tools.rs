@@ -363,8 +363,9 @@ impl ToolRegistry {
 
     async fn try_call(&self, call: &ToolCall, ctx: &ToolContext, filter: &ToolFilter) -> Result<String, ToolError> {
         let tool = self.find(&call.name).ok_or_else(|| ToolError::Unknown(call.name.clone()))?;
-        // The model is only offered allowed tools, but it can name any: check again here.
-        if !filter.allows(&call.name) {
+        // The model is only offered allowed tools, but it can name any: check again here, and
+        // against what the run's context allows (a run may offer more than it may call).
+        if !filter.allows(&call.name) || !ctx.tools.allows(&call.name) {
             return Err(ToolError::NotAllowed(call.name.clone()));
         }
         let arguments = parse_arguments(&call.arguments)?;

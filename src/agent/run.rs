@@ -22,7 +22,6 @@ impl Agent {
             input,
             ctx,
             tools,
-            callable,
             events,
             mut steer,
             max_iterations,
@@ -39,7 +38,7 @@ impl Agent {
         let mut cost = CostTally::new(&self.settings.prices);
         let mut loops = LoopDetector::new(self.settings.loop_detection);
         let tool_tokens = self.tools.raw_tokens(&tools);
-        let step = Step { ctx: &ctx, filter: callable.as_ref().unwrap_or(&tools), events };
+        let step = Step { ctx: &ctx, filter: &tools, events };
         while run.result.iterations < max_iterations {
             if let Some(steer) = steer.as_deref_mut() {
                 steer_in(steer, &mut run.messages);

@@ -139,7 +139,6 @@ pub(super) fn turn<'a>(history: Vec<ChatMessage>, input: &str, events: &'a Recor
         input: ChatMessage::user(input),
         ctx: ToolContext::default(),
         tools: ToolFilter::All,
-        callable: None,
         events,
         steer: None,
         max_iterations: None,

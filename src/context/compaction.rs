@@ -127,7 +127,7 @@ pub struct Deps<'a> {
 /// The head of the memory flush's requests: a system prompt and the tools offered. After a turn,
 /// the turn's own (see [`Head::of_turn`]), so that the flush's requests start as the turn's did
 /// and a provider's prompt cache (or a local server's one slot) serves all of it; the flush can
-/// still call only the file tools. Without a turn (`/compact`), the minimal prompt with the file
+/// still call only the file tools (its tool context allows no others). Without a turn (`/compact`), the minimal prompt with the file
 /// tools ([`Head::minimal`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Head {
@@ -394,7 +394,6 @@ async fn flush_memory(
     summary: Option<&str>,
 ) -> SideRun {
     let started_at = crate::clock::now();
-    let filter = flush_filter();
     let input = ChatMessage::user(flush_prompt(deps.memory));
     let head = deps.flush_head;
     let prepared = deps.engine.prepare(
@@ -412,7 +411,6 @@ async fn flush_memory(
         input,
         ctx: flush_context(deps.agent, deps.session_key, msg, deps.memory),
         tools: head.tools.clone(),
-        callable: Some(filter),
         events: &NoEvents,
         steer: None,
         max_iterations: Some(FLUSH_MAX_STEPS),
@@ -533,7 +531,8 @@ fn flush_context(agent: &Agent, session_key: &SessionKey, msg: &InboundMessage, 
         false => (Reach::OwnFile, PersonaAccess::ReadOnly(Arc::clone(&agent.settings().protected))),
     };
     // switchboard's own work on the scope's memory: never waits for an approver.
-    ToolContext { memory_reach, persona, level: crate::config::Level::Owner, ..ctx }
+    // It is offered the turn's tools (see [`Head`]) but may call the file tools only.
+    ToolContext { memory_reach, persona, level: crate::config::Level::Owner, tools: flush_filter(), ..ctx }
 }
 
 /// The flush's events go nowhere: nobody is waiting for this turn.

@@ -139,7 +139,6 @@ async fn work(manager: &SubagentManager, job: &Job) -> SubagentEnd {
         },
         ctx: tool_context(&agent, job),
         tools: job.tools.clone(),
-        callable: None,
         events: &NoEvents,
         steer: None,
         max_iterations: Some(manager.settings.max_iterations),

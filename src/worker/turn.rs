@@ -119,7 +119,6 @@ async fn attempt(
         input,
         ctx: ToolContext { tools: tools.clone(), ..tool_context(plan) },
         tools,
-        callable: None,
         events,
         steer: Some(steer),
         max_iterations: None,
