@@ -79,23 +79,8 @@ fn near_miss(channel: &str) -> Option<&'static str> {
     let lower = channel.to_lowercase();
     BUILT_IN_CHANNELS.into_iter().find(|name| {
         let allowed = if name.len() <= 3 { 1 } else { 2 };
-        *name != channel && edit_distance(&lower, name) <= allowed
+        *name != channel && strsim::levenshtein(&lower, name) <= allowed
     })
-}
-
-/// Levenshtein distance by characters.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut previous: Vec<usize> = (0..=b.len()).collect();
-    for (i, from) in a.chars().enumerate() {
-        let mut current = vec![i + 1];
-        for (j, to) in b.iter().enumerate() {
-            let substitute = previous[j] + usize::from(from != *to);
-            current.push(substitute.min(previous[j + 1] + 1).min(current[j] + 1));
-        }
-        previous = current;
-    }
-    previous[b.len()]
 }
 
 #[cfg(test)]
