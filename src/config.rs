@@ -365,7 +365,8 @@ pub struct AgentConfig {
     /// Seconds a whole run (every model call and tool of one turn) may take before it is
     /// stopped and the chat told; the chat's next message waits no longer than this.
     pub run_timeout_secs: u64,
-    /// Completion token limit per LLM call; 0 = the provider's default.
+    /// Completion token limit per LLM call; 0 = an eighth of the model's context window, at most
+    /// 4096 ([`output_reserve`]).
     pub max_tokens: u32,
     /// Sampling temperature; unset = the provider's default.
     pub temperature: Option<f32>,
@@ -377,7 +378,7 @@ pub struct AgentConfig {
     /// chooses what the model sees; keep it above `compaction.max_messages`.
     pub history_limit: usize,
     /// The model's context window in tokens: the input budget is this minus `max_tokens`
-    /// (when 0: a quarter of the window, at most 4096) minus the offered tools' schemas.
+    /// (when 0: an eighth of the window, at most 4096) minus the offered tools' schemas.
     pub context_window: u64,
     /// The model chain, `"<provider>/<model>"`, first = primary; the next ones are tried when
     /// a model keeps failing transiently. Empty = `[provider]` with `model`. An entry may be a

@@ -176,7 +176,7 @@ impl ContextEngine {
     }
 
     /// The longest answer of a call of the target's model: the output reserve its budgets keep
-    /// (`agent.max_tokens`, else a quarter of the window up to 4096), so a model that would
+    /// (`agent.max_tokens`, else an eighth of the window up to 4096), so a model that would
     /// write on and on stops where the window has room.
     pub fn answer_limit(&self, target: Target<'_>) -> u32 {
         let reserve = output_reserve(self.window(target), target.agent.settings().max_tokens);
@@ -290,11 +290,14 @@ impl ContextEngine {
         Prepared { history, raw_base }
     }
 
-    /// Learns from a finished turn: `transcript` (input first) was sent on top of
-    /// `raw_base`, with `shortened` heuristic tokens more of tool results it holds shortened,
-    /// and the provider counted `reported_input` tokens over all its calls.
-    pub fn learn(&self, raw_base: u64, transcript: &[ChatMessage], shortened: u64, reported_input: u64) {
-        self.calibration.observe(tokens::turn_input(raw_base, transcript) + shortened, reported_input);
+    /// Learns from a finished turn: its transcript (input first) was sent on top of `raw_base`,
+    /// with more of the tool results it holds shortened and less of the history when a call was
+    /// refused as too long, and the provider counted its input tokens over all its calls.
+    pub fn learn(&self, raw_base: u64, turn: &crate::agent::TurnResult) {
+        let sent = tokens::turn_input(raw_base, &turn.transcript) + turn.shortened_tokens_sent;
+        // Counting the dropped history as sent taught a ratio too low, so the next turn was
+        // fitted too loosely and refused again: one wasted call on every turn.
+        self.calibration.observe(sent.saturating_sub(turn.unsent_history_tokens), turn.usage.input_tokens);
     }
 }
 

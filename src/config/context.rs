@@ -127,11 +127,18 @@ pub(super) fn problem(config: &super::Config) -> Option<(&'static str, String)> 
 /// quarter of a smaller window instead, so a local model's 2k–8k window keeps room for input.
 pub const DEFAULT_OUTPUT_RESERVE: u64 = 4096;
 
-/// Output tokens reserved in a window of `window` tokens: `max_tokens` when set, else a quarter
-/// of the window up to [`DEFAULT_OUTPUT_RESERVE`].
+/// Output tokens reserved in a window of `window` tokens: `max_tokens` when set, else an eighth
+/// of the window up to [`DEFAULT_OUTPUT_RESERVE`] (reached at 32k), and at least
+/// [`MIN_OUTPUT_RESERVE`] where that is at most a quarter of the window. A quarter let a small
+/// local model that answers at its limit fill two thirds of a 4,096-token window's history with
+/// one exchange: each turn then dropped the one before, and the server re-read its prompt.
 pub fn output_reserve(window: u64, max_tokens: Option<u32>) -> u64 {
-    max_tokens.map_or_else(|| (window / 4).min(DEFAULT_OUTPUT_RESERVE), u64::from)
+    let default = || (window / 8).max(MIN_OUTPUT_RESERVE.min(window / 4)).min(DEFAULT_OUTPUT_RESERVE);
+    max_tokens.map_or_else(default, u64::from)
 }
+
+/// An answer limit below this cuts ordinary answers short (about 380 English words).
+const MIN_OUTPUT_RESERVE: u64 = 512;
 
 /// Input tokens a context window must keep beside the completion reserve: less cannot hold
 /// even the minimal system prompt and a message.
@@ -176,7 +183,11 @@ mod tests {
     #[test]
     fn the_completion_reserve_scales_with_a_small_window() {
         assert_eq!(output_reserve(128_000, None), DEFAULT_OUTPUT_RESERVE);
-        assert_eq!(output_reserve(2048, None), 512);
+        assert_eq!(output_reserve(32_768, None), DEFAULT_OUTPUT_RESERVE);
+        assert_eq!(output_reserve(8192, None), 1024);
+        assert_eq!(output_reserve(4096, None), 512);
+        assert_eq!(output_reserve(2048, None), 512, "an eighth would cut ordinary answers");
+        assert_eq!(output_reserve(1024, None), 256, "at most a quarter");
         assert_eq!(output_reserve(2048, Some(300)), 300);
     }
 

@@ -87,13 +87,13 @@ mod tests {
         let engine = ContextEngine::new(ContextSettings::default());
         assert_eq!(engine.refit("local/small", 128_000, &request(20)), None, "it fits: sent as it is");
         let refitted = engine.refit("local/small", 4096, &request(20)).expect("over 4096 tokens");
-        assert_eq!(refitted.max_tokens, Some(1024), "a quarter of the smaller window");
+        assert_eq!(refitted.max_tokens, Some(512), "an eighth of the smaller window");
         let texts: Vec<&str> = refitted.messages.iter().map(|m| m.content.as_str()).collect();
         assert_eq!(texts.first(), Some(&"You are terse."));
         assert_eq!(texts.last(), Some(&"and now?"));
         assert!(!texts.iter().any(|text| text.starts_with("question 0:")), "the oldest went first");
         assert!(texts.iter().any(|text| text.starts_with("question 19:")), "the newest stayed");
-        let sent = engine.calibration().messages(&refitted.messages) + 1024;
+        let sent = engine.calibration().messages(&refitted.messages) + 512;
         assert!(sent <= 4096, "{sent} tokens");
         // A window its server named counts too, and only for that model.
         Fitting::learn(&engine, "local/tiny", 8192, 2048);
@@ -118,7 +118,7 @@ mod tests {
         let engine = ContextEngine::new(ContextSettings::default());
         let request = tool_heavy_run();
         let refitted = engine.refit("local/small", 4096, &request).expect("over 4096 tokens");
-        let sent = engine.calibration().messages(&refitted.messages) + 1024;
+        let sent = engine.calibration().messages(&refitted.messages) + 512;
         assert!(sent <= 4096, "{sent} tokens");
         assert_eq!(refitted.messages.len(), request.messages.len(), "nothing dropped");
         let (older, latest) = (&refitted.messages[3].content, &refitted.messages[5].content);

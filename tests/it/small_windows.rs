@@ -56,9 +56,9 @@ async fn first_turn(context_window: u64) -> Harness {
 
 #[tokio::test]
 async fn with_no_max_tokens_each_answer_is_limited_by_the_windows_output_reserve() {
-    // A quarter of an 8k window ...
+    // An eighth of an 8k window ...
     let h = first_turn(8192).await;
-    assert_eq!(h.llm.requests()[0]["max_tokens"], 2048, "{}", h.llm.requests()[0]);
+    assert_eq!(h.llm.requests()[0]["max_tokens"], 1024, "{}", h.llm.requests()[0]);
     h.stop().await;
     // ... and at most 4096 in a large one.
     let h = first_turn(128_000).await;
