@@ -135,6 +135,10 @@ pub struct TurnResult {
     /// Heuristic tokens that the turn's calls sent of tool results the transcript holds
     /// shortened ([`fit`]): what [`crate::tokens::turn_input`] cannot see in the transcript.
     pub shortened_tokens_sent: u64,
+    /// Heuristic tokens of history that the turn's answered calls did not send: dropped after
+    /// the provider refused a call as too long. [`crate::tokens::turn_input`] counts the whole
+    /// prepared history for every call; this much of it never reached the provider.
+    pub unsent_history_tokens: u64,
 }
 
 /// A configured agent: a provider, its tools and its settings.

@@ -11,6 +11,7 @@ use super::{Agent, SteerReceiver, Turn, TurnResult};
 use crate::provider::history::drop_oldest_history;
 use crate::provider::pricing::CostTally;
 use crate::provider::{ChatMessage, ChatResponse, ProviderError, Role, ToolCall};
+use crate::tokens::raw_messages;
 
 impl Agent {
     /// Runs one turn to its end. Never fails: a provider failure becomes an apologetic reply
@@ -105,6 +106,9 @@ struct Running {
     first_new: usize,
     /// Times the provider refused a call as too long.
     overflows: u32,
+    /// Heuristic tokens of the history dropped after those refusals: each later call sends
+    /// that much less than the turn's prepared request.
+    dropped: u64,
     result: TurnResult,
 }
 
@@ -127,8 +131,9 @@ impl Running {
             context_limit: None,
             overflowed: false,
             shortened_tokens_sent: 0,
+            unsent_history_tokens: 0,
         };
-        Self { messages, first_new, overflows: 0, result }
+        Self { messages, first_new, overflows: 0, dropped: 0, result }
     }
 
     /// Shortens older tool results of the run when the next call would send more than
@@ -157,12 +162,14 @@ impl Running {
             && self.first_new > 1
         {
             self.overflows += 1;
+            let history_before = raw_messages(&self.messages[1..self.first_new]);
             let dropped = if self.overflows == 1 {
                 drop_oldest_history(&mut self.messages, self.first_new)
             } else {
                 self.messages.drain(1..self.first_new).count()
             };
             self.first_new -= dropped;
+            self.dropped += history_before.saturating_sub(raw_messages(&self.messages[1..self.first_new]));
             self.result.iterations -= 1;
             let left = self.first_new - 1;
             tracing::warn!(dropped, left, %why, "context overflow; dropped history, trying again");
@@ -179,6 +186,7 @@ impl Running {
     /// it is the reply).
     fn answered(&mut self, response: ChatResponse) -> Vec<ToolCall> {
         self.result.usage.add(response.usage);
+        self.result.unsent_history_tokens += self.dropped;
         self.result.context_tokens = response.usage.total();
         if !response.model.is_empty() {
             self.result.model.clone_from(&response.model);

@@ -131,8 +131,7 @@ async fn attempt(
     let result = agent.run(turn).await;
     // Estimates teach the estimator nothing.
     if result.error.is_none() && !result.usage.estimated {
-        let shortened = result.shortened_tokens_sent;
-        turns.context.learn(prepared.raw_base, &result.transcript, shortened, result.usage.input_tokens);
+        turns.context.learn(prepared.raw_base, &result);
     }
     Ok((result, shape, head))
 }
