@@ -96,6 +96,24 @@ impl Agent {
         response
     }
 
+    /// One model call that starts as a turn's first call does (its messages, the schemas of
+    /// `tools`, the first call's tool choice, speakers named in a group), for housekeeping after
+    /// a turn: a provider's prompt cache, or a local server's one slot, serves what it repeats.
+    /// It runs no tool: a call the model asks for comes back in the response for the caller.
+    pub async fn call_as_turn(
+        &self,
+        messages: &[ChatMessage],
+        tools: &ToolFilter,
+        name_speakers: bool,
+        max_tokens: u32,
+        cache_key: Option<&str>,
+    ) -> Result<ChatResponse, ProviderError> {
+        let max_tokens = Some(self.settings.max_tokens.map_or(max_tokens, |own| own.min(max_tokens)));
+        let model = self.settings.model.as_str();
+        let call = ModelCall { tools, iteration: 1, name_speakers, model, max_tokens, cache_key };
+        self.call_model(messages, call, &Unwatched).await
+    }
+
     /// Runs `calls` in parallel, except those at `held` (indexes), which get `note` instead;
     /// their results come back in call order.
     pub(super) async fn run_tools(
@@ -158,4 +176,11 @@ fn first_call_choice(choice: &ToolChoice, offered: &[Arc<crate::provider::ToolSp
         _ if offered.is_empty() => ToolChoice::Auto,
         other => other.clone(),
     }
+}
+
+/// The events of a call nobody watches.
+struct Unwatched;
+
+impl EventSink for Unwatched {
+    fn emit(&self, _: RunEventBody) {}
 }

@@ -5,13 +5,15 @@
 //! never half of each; other sessions are unaffected. Across processes, the store's
 //! compaction mark ([`Store::begin_compaction`]) keeps two compactions of one session apart.
 //!
-//! Steps: (1) a memory flush, a turn that may call only the file tools (offered the tools of the
-//! turn before it, whose request it repeats for the provider's cache: [`Head`]), asked to write lasting
-//! facts to the memory file of the session's scope (`MEMORY.md` in the owner's direct chats,
-//! the chat's own file elsewhere, and only that file there), bounded by a timeout, its reply
-//! never delivered and its messages never stored; (2) one model call that summarises all but the most recent messages (with
-//! the previous summary); (3) the summary is saved and the covered transcript rows hidden
-//! from history. A failure before (3) leaves summary and transcript as they were.
+//! Steps: (1) a memory flush, a turn that may call only the file tools (offered the tools of
+//! the turn before it, whose request it repeats for the provider's cache: [`Head`]), asked to
+//! write lasting facts to the memory file of the session's scope (`MEMORY.md` in the owner's
+//! direct chats, the chat's own file elsewhere, and only that file there), bounded by a
+//! timeout, its reply never delivered and its messages never stored; (2) a model call that
+//! summarises all but the most recent messages (with the previous summary), its request
+//! starting as the flush's where it can ([`summary`]); (3) the summary is saved and the covered
+//! transcript rows hidden from history. A failure before (3) leaves summary and transcript as
+//! they were.
 //!
 //! Its calls go to the agent's chain in order (no session's `/model` pick), so it is measured
 //! against and fitted to the window of the chain's first model ([`Target::primary`]).
@@ -19,18 +21,20 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
 use switchboard_channels::contract::{InboundMessage, RunEventBody, SessionKey, Usage};
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
+mod summary;
+
+pub use summary::{SUMMARY_INSTRUCTION, SUMMARY_PROMPT, render};
+
 use super::{ContextEngine, Target};
 use crate::agent::{Agent, EventSink, Turn};
-use crate::provider::pricing::CostTally;
-use crate::provider::{ChatMessage, ChatResponse, ProviderError, Role};
+use crate::provider::{ChatMessage, ProviderError, Role};
 use crate::store::users::Billing;
 use crate::store::{RunKind, RunStatus, RunStore, SessionStore, SideRun, StoreError};
-use crate::tools::{PersonaAccess, ToolContext, ToolFilter, truncate_middle};
+use crate::tools::{PersonaAccess, ToolContext, ToolFilter};
 use crate::workspace::memory::{MemoryScope, Reach};
 
 /// The only tools the memory flush is offered.
@@ -59,22 +63,6 @@ pub fn flush_prompt(memory: &MemoryScope) -> String {
     text
 }
 
-/// The summary call's instruction.
-pub const SUMMARY_PROMPT: &str = "You summarise conversations for an assistant that will continue \
-     them without seeing the original. Write a concise summary of the conversation below: the \
-     decisions made, the facts learnt about the user and their work, and the tasks still open. \
-     Fold in the previous summary when there is one. Reply with the summary only.";
-
-/// Characters of one message kept in the text given to the summariser.
-const MESSAGE_CHARS: usize = 2000;
-/// The summariser reads at least this much of the conversation, however small the window.
-const MIN_SUMMARY_CHARS: usize = 1000;
-/// The share of the history's room a summary may take: with what a compaction keeps of recent
-/// messages (`keep_recent_share`, a quarter by default), the history after a compaction holds
-/// well under half its room, so the turns after it have room before the next one.
-const SUMMARY_SHARE: f64 = 0.15;
-/// A summary may always be this long, however small the window: shorter says too little.
-const MIN_SUMMARY_TOKENS: u64 = 64;
 /// Steps of the memory flush at most: read the memory file, write it, perhaps correct the
 /// write, and answer. A model that keeps calling tools past that is not writing memory, and
 /// every step re-sends the whole conversation.
@@ -312,77 +300,32 @@ async fn compact(
     let key = deps.session_key;
     let previous = deps.sessions.session_summary(key).await?.map(|summary| summary.text);
     let history: Vec<ChatMessage> = rows.iter().map(|(_, m)| m.clone()).collect();
-    let old = render(previous.as_deref(), &history[..cut]);
-    let flush = flush_memory(deps, msg, history, previous.as_deref()).await;
+    let input = ChatMessage::user(flush_prompt(deps.memory));
+    let conversation = deps
+        .engine
+        .prepare(
+            Target::primary(deps.agent),
+            key,
+            &deps.flush_head.system_prompt,
+            history.clone(),
+            previous.as_deref(),
+            &input,
+            &deps.flush_head.tools,
+        )
+        .history;
+    let after_turn = summary::before_kept(deps, &conversation, &history[cut], &history[..cut]);
+    let flush = flush_memory(deps, msg, conversation, input).await;
     record(deps, msg, flush, 1).await;
-    let max_tokens = summary_max_tokens(deps);
-    // Characters, as `truncate_middle` counts them.
-    let mut room = summary_room(deps).min(old.chars().count());
-    let mut call = 1;
-    let answer = loop {
-        let text = format!("{}\n\n{}", truncate_middle(&old, room), length_note(max_tokens));
-        let request = vec![ChatMessage::system(SUMMARY_PROMPT), ChatMessage::user(text)];
-        let started_at = crate::clock::now();
-        let answer = deps.agent.complete(request, max_tokens).await;
-        record(deps, msg, summary_run(deps, started_at, &answer), call).await;
-        call += 1;
-        // The provider's tokenizer may count more than the calibration has seen (tool output,
-        // JSON, other scripts): once refused as too long, the summariser reads half as much.
-        match answer {
-            Err(ProviderError::ContextOverflow(_)) if room > MIN_SUMMARY_CHARS => {
-                tracing::info!(chars = room, "the summary call was too long for the window; asking again with half");
-                room /= 2;
-            }
-            answer => break answer,
-        }
+    let source = summary::Source {
+        after_turn,
+        previous: previous.as_deref(),
+        messages: &history[..cut],
+        name_speakers: msg.is_group,
     };
-    let summary = answer?.content;
-    // A server that ignores `max_tokens` must not make every later turn carry a longer one.
-    let summary = truncate_middle(summary.trim(), summary_max_chars(max_tokens));
-    if summary.is_empty() {
-        return Err(CompactionError::EmptySummary);
-    }
+    let summary = summary::summarise(deps, msg, source).await?;
     let through_id = rows[cut - 1].0;
     deps.sessions.finish_compaction(key, &summary, through_id).await?;
     Ok(Outcome::Compacted { summarized: cut, through_id })
-}
-
-/// The summary's bound: the configured one, within the agent's output reserve and within
-/// [`SUMMARY_SHARE`] of the history's room. Every later turn
-/// carries the summary: in a small local model's window, one as long as the answer limit would
-/// leave the turns after it no room, and the next compaction would be due at once.
-fn summary_max_tokens(deps: Deps<'_>) -> u32 {
-    // At least 1: the config refuses 0, and settings built in code get the same floor.
-    let configured = deps.engine.settings().compaction.summary_max_tokens.max(1);
-    let target = Target::primary(deps.agent);
-    let reserve = crate::config::output_reserve(deps.engine.window(target), deps.agent.settings().max_tokens);
-    let share = SUMMARY_SHARE * deps.engine.history_room(target) as f64;
-    let bound = reserve.min((share as u64).max(MIN_SUMMARY_TOKENS));
-    u32::try_from(bound).map_or(configured, |bound| configured.min(bound.max(1)))
-}
-
-/// Characters of the conversation the summariser reads at most: what the window holds beside
-/// the instruction and the summary, at the ratio of tokens to characters the provider's counts
-/// have shown (a small model's tokenizer may count twice the heuristic), with a margin.
-fn summary_room(deps: Deps<'_>) -> usize {
-    let instruction = deps.engine.calibration().messages(&[ChatMessage::system(SUMMARY_PROMPT)]);
-    let tokens = deps.engine.input_budget(Target::primary(deps.agent), 0).saturating_sub(instruction);
-    // The heuristic counts four characters a token; three leaves a quarter for text that
-    // tokenizes worse than what the calibration learnt from.
-    let chars = tokens as f64 * 3.0 / deps.engine.calibration().ratio();
-    (chars as usize).max(MIN_SUMMARY_CHARS)
-}
-
-/// What the summariser is told of its bound, in words (about three quarters of a token each
-/// in English): a model that knows it writes a shorter summary, rather than one cut off at
-/// `max_tokens` in mid-sentence.
-fn length_note(max_tokens: u32) -> String {
-    format!("Write at most {} words.", (u64::from(max_tokens) * 3 / 4).max(1))
-}
-
-/// About four characters a token, as the usage estimate counts.
-fn summary_max_chars(max_tokens: u32) -> usize {
-    usize::try_from(max_tokens).unwrap_or(usize::MAX).saturating_mul(4)
 }
 
 /// The memory flush turn. Its outcome is only logged: a failed flush loses nothing that the
@@ -390,24 +333,14 @@ fn summary_max_chars(max_tokens: u32) -> usize {
 async fn flush_memory(
     deps: Deps<'_>,
     msg: &InboundMessage,
-    history: Vec<ChatMessage>,
-    summary: Option<&str>,
+    conversation: Vec<ChatMessage>,
+    input: ChatMessage,
 ) -> SideRun {
     let started_at = crate::clock::now();
-    let input = ChatMessage::user(flush_prompt(deps.memory));
     let head = deps.flush_head;
-    let prepared = deps.engine.prepare(
-        Target::primary(deps.agent),
-        deps.session_key,
-        &head.system_prompt,
-        history,
-        summary,
-        &input,
-        &head.tools,
-    );
     let turn = Turn {
         system_prompt: head.system_prompt.clone(),
-        history: prepared.history,
+        history: conversation,
         input,
         ctx: flush_context(deps.agent, deps.session_key, msg, deps.memory),
         tools: head.tools.clone(),
@@ -486,21 +419,6 @@ fn side_run(deps: Deps<'_>, kind: RunKind) -> SideRun {
     }
 }
 
-/// The summary call as a side run: what it used and cost, or why it failed.
-fn summary_run(deps: Deps<'_>, started_at: DateTime<Utc>, answer: &Result<ChatResponse, ProviderError>) -> SideRun {
-    let run = SideRun { started_at, iterations: 1, ..side_run(deps, RunKind::Summary) };
-    match answer {
-        Ok(response) => {
-            let prices = &deps.agent.settings().prices;
-            let mut cost = CostTally::new(prices);
-            cost.add(prices, &response.model, response.usage);
-            let model = if response.model.is_empty() { run.model.clone() } else { response.model.clone() };
-            SideRun { model, usage: response.usage, cost_usd: cost.total(), ..run }
-        }
-        Err(err) => SideRun { status: RunStatus::Failed, error: Some(err.to_string()), ..run },
-    }
-}
-
 /// Records the `call`th side run of its kind of the compaction that followed `msg`'s turn
 /// (logged, never fatal: the compaction goes on without its record).
 async fn record(deps: Deps<'_>, msg: &InboundMessage, run: SideRun, call: u32) {
@@ -540,33 +458,6 @@ struct NoEvents;
 
 impl EventSink for NoEvents {
     fn emit(&self, _: RunEventBody) {}
-}
-
-/// The conversation as plain text for the summariser; long messages cut in the middle.
-pub fn render(previous: Option<&str>, messages: &[ChatMessage]) -> String {
-    let mut text = String::new();
-    if let Some(previous) = previous {
-        text.push_str(&format!("Previous summary:\n{previous}\n\n"));
-    }
-    text.push_str("Conversation:\n");
-    for message in messages {
-        let who = match message.role {
-            Role::System => "system".to_owned(),
-            // Named, so the summary can keep who said what in a group.
-            Role::User => match &message.author {
-                Some(author) => format!("user {}", author.label()),
-                None => "user".to_owned(),
-            },
-            Role::Assistant => "assistant".to_owned(),
-            Role::Tool => format!("tool {}", message.name.as_deref().unwrap_or("result")),
-        };
-        text.push_str(&format!("{who}: {}\n", truncate_middle(&message.content, MESSAGE_CHARS)));
-        for call in &message.tool_calls {
-            let arguments = truncate_middle(&call.arguments.to_string(), MESSAGE_CHARS);
-            text.push_str(&format!("assistant called {}({arguments})\n", call.name));
-        }
-    }
-    text
 }
 
 #[cfg(test)]
@@ -620,27 +511,5 @@ mod tests {
         assert_eq!(split_point(&rows, one_message, 100, &cal), Some(2));
         let only_first = vec![rows[0].clone(), rows[1].clone()];
         assert_eq!(split_point(&only_first, u64::MAX, 100, &cal), None, "one exchange: nothing to summarise");
-    }
-
-    #[test]
-    fn the_rendered_conversation_names_speakers_and_tools() {
-        let call = crate::provider::ToolCall {
-            id: "c".into(),
-            name: "read_file".into(),
-            arguments: serde_json::json!({"path": "a"}),
-        };
-        let text = render(
-            Some("old facts"),
-            &[
-                ChatMessage::user("hi"),
-                ChatMessage::user_by(crate::provider::Author { id: "222".into(), name: "Bob".into() }, "me too"),
-                ChatMessage::assistant("", vec![call.clone()]),
-                ChatMessage::tool_result(&call, "x".repeat(5000)),
-            ],
-        );
-        assert!(text.starts_with("Previous summary:\nold facts\n"), "{text}");
-        assert!(text.contains("user: hi\nuser Bob (id 222): me too\n"), "{text}");
-        assert!(text.contains("user: hi\n") && text.contains("assistant called read_file({\"path\":\"a\"})"), "{text}");
-        assert!(text.contains("tool read_file: ") && text.len() < 2500, "{}", text.len());
     }
 }

@@ -9,7 +9,7 @@ use futures_util::StreamExt;
 use serde_json::{Value, json};
 use switchboard::config::{BudgetsConfig, CompactionConfig, PermissionsConfig, UsersConfig};
 use switchboard::context::ContextSettings;
-use switchboard::context::compaction::{SUMMARY_PROMPT, flush_prompt};
+use switchboard::context::compaction::{SUMMARY_INSTRUCTION, SUMMARY_PROMPT, flush_prompt};
 use switchboard::store::{HistorySummary, Store};
 use switchboard::users::AccessPolicy;
 use switchboard::worker::WorkerSettings;
@@ -51,6 +51,18 @@ fn messages(request: &Value) -> &Vec<Value> {
 /// A message's text without the context line of a user message.
 fn text_of(message: &Value) -> &str {
     switchboard_testkit::fake_llm::without_context_line(message["content"].as_str().unwrap_or(""))
+}
+
+/// A summary call, in either form: after the turn (its instruction last) or detached (its own
+/// system prompt first).
+fn is_summary(request: &Value) -> bool {
+    let last = messages(request).last().map_or("", text_of);
+    last.starts_with(SUMMARY_INSTRUCTION) || messages(request)[0]["content"] == SUMMARY_PROMPT
+}
+
+/// The text of the detached summary call's conversation.
+fn detached_text(request: &Value) -> Option<&str> {
+    (messages(request)[0]["content"] == SUMMARY_PROMPT).then(|| text_of(&messages(request)[1]))
 }
 
 fn tool_names(request: &Value) -> Vec<String> {
@@ -110,14 +122,15 @@ async fn a_long_session_is_flushed_to_memory_then_summarised() {
     let refused = messages(&requests[4]).last().unwrap()["content"].as_str().unwrap().to_owned();
     assert!(refused.contains("`current_time` is not available"), "{refused}");
     assert_eq!(tool_names(&requests[5]), tool_names(flush));
-    // The summary: one call, no tools, the older messages rendered as text.
+    // The summary: one call that starts as the flush did, so the cache serves it too, up to
+    // the messages the compaction keeps; then the instruction.
     let summary = &requests[6];
-    assert!(tool_names(summary).is_empty());
-    assert_eq!(messages(summary)[0]["content"], SUMMARY_PROMPT);
-    let text = messages(summary)[1]["content"].as_str().unwrap();
-    // Each user turn is rendered with its author.
-    assert!(text.contains("user U (id u1): one") && text.contains("user U (id u1): two"), "{text}");
-    assert!(!text.contains("user U (id u1): three"), "the most recent messages stay verbatim: {text}");
+    assert_eq!(tool_names(summary), tool_names(flush));
+    let (instruction, conversation) = messages(summary).split_last().unwrap();
+    assert_eq!(conversation[..], messages(flush)[..conversation.len()], "the summary repeats the flush's start");
+    assert!(text_of(instruction).starts_with(SUMMARY_INSTRUCTION), "{instruction}");
+    let said: Vec<&str> = conversation.iter().skip(1).map(text_of).collect();
+    assert_eq!(said, ["one", "echo: one", "two", "echo: two"], "the most recent messages stay verbatim");
 
     let memory = std::fs::read_to_string(h.workspace.join("MEMORY.md")).unwrap();
     assert_eq!(memory, "- The user likes green tea.\n");
@@ -222,12 +235,11 @@ async fn the_summary_stays_within_its_bound_however_often_the_session_is_compact
         }
     }
     assert!(compactions >= 2, "only {compactions} compactions");
-    let summary_calls: Vec<_> =
-        h.llm.requests().into_iter().filter(|r| messages(r)[0]["content"] == SUMMARY_PROMPT).collect();
+    let summary_calls: Vec<_> = h.llm.requests().into_iter().filter(is_summary).collect();
     assert!(!summary_calls.is_empty());
     for call in summary_calls {
         assert_eq!(call["max_tokens"], 50, "the summary call asks for at most the bound");
-        let asked = text_of(&messages(&call)[1]);
+        let asked = text_of(messages(&call).last().unwrap());
         assert!(asked.ends_with("Write at most 37 words."), "the summariser is told the bound: {asked}");
     }
 }
@@ -256,7 +268,7 @@ async fn compact_summarises_now_and_says_when_there_is_nothing_to_do() {
         Some(HistorySummary { text: "They said one.".to_owned(), compactions: 1 })
     );
     let summary_request = h.llm.requests().last().unwrap().clone();
-    assert_eq!(messages(&summary_request)[0]["content"], SUMMARY_PROMPT);
+    assert!(is_summary(&summary_request) && detached_text(&summary_request).is_none(), "{summary_request}");
     // The next turn reads the summary and the two newest messages only.
     turn(&h, &mut out, "three").await;
     let next = h.llm.requests().last().unwrap().to_string();
@@ -305,7 +317,11 @@ async fn a_small_window_compacts_now_and_then_and_its_calls_are_runs() {
         .await;
     let mut out = h.bus.outbound("test").await.unwrap();
     for n in 0..30 {
-        let text = format!("Turn {n}: what should we cook tonight, something with the leftover rice and the peas?");
+        let text = format!(
+            "Turn {n}: what should we cook tonight, something with the leftover rice and the peas? \
+             There are also two eggs, half an onion, a jar of kimchi and some soy sauce in the fridge, \
+             and we would like to eat by seven, since the children have swimming lessons at eight."
+        );
         turn(&h, &mut out, &text).await;
     }
     let compactions = h.store.session_info(SESSION).await.unwrap().compactions;
@@ -315,8 +331,7 @@ async fn a_small_window_compacts_now_and_then_and_its_calls_are_runs() {
     let requests = h.llm.requests();
     let limit = |request: &Value| request["max_tokens"].as_u64().unwrap_or(u64::MAX);
     let turn_limit = limit(&requests[0]);
-    let summary_limits: Vec<u64> =
-        requests.iter().filter(|r| messages(r)[0]["content"] == SUMMARY_PROMPT).map(limit).collect();
+    let summary_limits: Vec<u64> = requests.iter().filter(|r| is_summary(r)).map(limit).collect();
     assert_eq!(summary_limits.len() as u64, compactions);
     assert!(summary_limits.iter().all(|&bound| (64..turn_limit).contains(&bound)), "{summary_limits:?}");
     let runs = h.store.recent_runs(200).await.unwrap();
@@ -377,6 +392,10 @@ async fn a_dense_tokenizer_gets_its_summary_at_the_first_try() {
         let text = format!("Note {n}: {}", "the boiler part comes on Tuesday and the plumber at nine. ".repeat(40));
         turn(&h, &mut out, &text).await;
     }
+    // The second turn is refused as too long and answered without the first exchange; from the
+    // refusal on, the estimate counts what was sent, so the later turns fit at the first call
+    // (counting the dropped history as sent, every turn was refused once).
+    assert_eq!(h.llm.requests().len(), 7, "six turns, one refused call");
     h.llm.push(Scripted::Text("NO_REPLY".into()));
     h.llm.push(Scripted::Text("Boiler part Tuesday, plumber at nine.".into()));
     let done = turn(&h, &mut out, "/compact").await;
@@ -397,22 +416,47 @@ async fn a_summary_refused_as_too_long_is_asked_again_with_half() {
     let (h, mut out) = two_turns_in([&long(1), &long(2)]).await;
     h.llm.push(Scripted::Text("third answer".into()));
     h.llm.push(Scripted::Text("NO_REPLY".into()));
+    // Refused after the turn, then in the detached form, which reads half the second time.
+    h.llm.push(Scripted::context_overflow());
     h.llm.push(Scripted::context_overflow());
     h.llm.push(Scripted::Text("The boiler part comes on Tuesday.".into()));
     turn(&h, &mut out, "three").await;
     let (saved, count) = wait_for_summary(h.store.as_ref()).await.expect("no summary saved");
     assert_eq!((saved.as_str(), count), ("The boiler part comes on Tuesday.", 1));
     let requests = h.llm.requests();
-    let asked: Vec<usize> = requests
-        .iter()
-        .filter(|request| messages(request)[0]["content"] == SUMMARY_PROMPT)
-        .map(|request| messages(request)[1]["content"].as_str().unwrap().chars().count())
-        .collect();
+    assert!(is_summary(&requests[4]) && detached_text(&requests[4]).is_none(), "after the turn first");
+    let asked: Vec<usize> = requests.iter().filter_map(detached_text).map(|text| text.chars().count()).collect();
     assert_eq!(asked.len(), 2, "{asked:?}");
     assert!(asked[1] <= asked[0] / 2 + 100, "the second call reads half: {asked:?}");
     let runs = h.store.recent_runs(10).await.unwrap();
     let summaries: Vec<RunStatus> =
         runs.iter().rev().filter(|run| run.kind == RunKind::Summary).map(|run| run.status).collect();
-    assert_eq!(summaries, [RunStatus::Failed, RunStatus::Completed]);
+    assert_eq!(summaries, [RunStatus::Failed, RunStatus::Failed, RunStatus::Completed]);
+    h.stop().await;
+}
+
+/// A model that answers the summary request with a tool call (it is offered the turn's tools,
+/// so that the request starts as the turn's) runs no tool: the summary is asked for again in
+/// the detached form, with the older messages rendered as text and named by their authors.
+#[tokio::test]
+async fn a_summary_answered_with_a_tool_call_is_asked_again_detached() {
+    use switchboard::store::RunKind;
+    let (h, mut out) = two_turns_in(["one", "two"]).await;
+    h.llm.push(Scripted::Text("third answer".into()));
+    h.llm.push(Scripted::Text("NO_REPLY".into()));
+    h.llm.push(Scripted::ToolCalls(vec![("write_file".into(), json!({"path": "x.md", "content": "x"}))]));
+    h.llm.push(Scripted::Text("They counted to two.".into()));
+    turn(&h, &mut out, "three").await;
+    let (saved, _) = wait_for_summary(h.store.as_ref()).await.expect("no summary saved");
+    assert_eq!(saved, "They counted to two.");
+    assert!(!h.workspace.join("x.md").exists(), "the summary request runs no tool");
+    let requests = h.llm.requests();
+    assert_eq!(requests.len(), 6, "three turns, the flush, two summary calls");
+    let text = detached_text(&requests[5]).expect("the second summary call is detached");
+    assert!(tool_names(&requests[5]).is_empty());
+    assert!(text.contains("user U (id u1): one") && text.contains("user U (id u1): two"), "{text}");
+    assert!(!text.contains("user U (id u1): three"), "the most recent messages stay verbatim: {text}");
+    let runs = h.store.recent_runs(10).await.unwrap();
+    assert_eq!(runs.iter().filter(|run| run.kind == RunKind::Summary).count(), 2, "both calls are runs");
     h.stop().await;
 }

@@ -29,7 +29,7 @@ const STRANGER: &str = "7";
 /// In the memory flush's instruction only.
 const FLUSH_NEEDLE: &str = "is about to be summarised";
 /// In the summary call's instruction only.
-const SUMMARY_NEEDLE: &str = "You summarise conversations";
+const SUMMARY_NEEDLE: &str = "is about to be replaced by a summary";
 
 /// The chats of one platform, as its adapter puts them on the bus.
 #[derive(Clone, Copy)]

@@ -284,7 +284,7 @@ fn anthropic_first_user_text(request: &serde_json::Value) -> Option<String> {
 
 /// A compaction changes the prefix once: the turn after it still reads the tools and the
 /// system prompt from the cache, and the turns after that are cached as before. Its memory
-/// flush repeats the turn's request, so the cache serves it too.
+/// flush repeats the turn's request, and its summary the flush's, so the cache serves both.
 async fn across_a_compaction(vendor: Vendor) {
     let compaction = CompactionConfig { max_messages: 20, keep_recent_messages: 8, ..CompactionConfig::default() };
     let mut rig = rig(vendor, |setup| setup.settings.context.compaction = compaction).await;
@@ -311,6 +311,13 @@ async fn across_a_compaction(vendor: Vendor) {
     let flushes: Vec<u64> =
         runs.iter().filter(|run| run.kind == RunKind::MemoryFlush).map(|run| run.usage.cached_percent()).collect();
     assert!(!flushes.is_empty() && flushes.iter().all(|&share| share >= 90), "flushes' cached shares: {flushes:?}");
+    // So does the summary, up to the messages the compaction keeps.
+    let summaries: Vec<u64> =
+        runs.iter().filter(|run| run.kind == RunKind::Summary).map(|run| run.usage.cached_percent()).collect();
+    assert!(
+        !summaries.is_empty() && summaries.iter().all(|&share| share >= 90),
+        "summaries' cached shares: {summaries:?}"
+    );
     rig.stop().await;
 }
 
