@@ -313,7 +313,7 @@ async fn compact(
             &deps.flush_head.tools,
         )
         .history;
-    let after_turn = summary::before_kept(deps, &conversation, &history[cut], &history[..cut]);
+    let after_turn = summary::after_turn(deps, &conversation, &history[cut], &history[..cut]);
     let flush = flush_memory(deps, msg, conversation, input).await;
     record(deps, msg, flush, 1).await;
     let source = summary::Source {

@@ -407,6 +407,47 @@ async fn a_dense_tokenizer_gets_its_summary_at_the_first_try() {
     h.stop().await;
 }
 
+/// A history cut to fit a small window before it is compacted: the summary request still
+/// starts as the flush's (what the cache holds), and the messages the cut left out are given
+/// as text in its instruction, so the summary covers them too.
+#[tokio::test]
+async fn a_summary_after_a_cut_history_reads_what_the_cut_left_out() {
+    use switchboard_testkit::fake_llm::{FakeLlm, Quirks};
+    let mut settings = settings();
+    settings.context.context_window = 4096;
+    // Only `/compact` compacts here.
+    settings.context.compaction = CompactionConfig { max_messages: 1000, context_share: 10.0, ..Default::default() };
+    let llm = FakeLlm::start_with_quirks(Quirks::llama_cpp(4096)).await;
+    let setup = Setup { settings, llm: Some(llm), message_tool: false, ..Setup::new(BusKind::InProcess) };
+    let h = setup.start().await;
+    let mut out = h.bus.outbound("test").await.unwrap();
+    for n in 0..10 {
+        turn(&h, &mut out, &format!("Note {n}: {}", "the plumber comes at nine on Tuesday. ".repeat(15))).await;
+    }
+    let last_turn = h.llm.requests().last().unwrap().to_string();
+    assert!(!last_turn.contains("Note 0:") && last_turn.contains("Note 8:"), "the history was cut: {last_turn}");
+    h.llm.push(Scripted::Text("NO_REPLY".into()));
+    h.llm.push(Scripted::Text("The plumber comes at nine on Tuesday.".into()));
+    assert!(turn(&h, &mut out, "/compact").await.content.starts_with("Compacted:"));
+    let requests = h.llm.requests();
+    let (flush, summary) = (&requests[requests.len() - 2], &requests[requests.len() - 1]);
+    let (instruction, conversation) = messages(summary).split_last().unwrap();
+    assert_eq!(conversation[..], messages(flush)[..conversation.len()], "the summary repeats the flush's start");
+    let instruction = text_of(instruction);
+    assert!(instruction.starts_with(SUMMARY_INSTRUCTION), "{instruction}");
+    let left_out = instruction.split_once("no longer shown above:").expect("the left-out messages").1;
+    let shown: String = conversation.iter().map(text_of).collect();
+    // Each note to summarise is either shown or left out, once; the newest ones are kept.
+    let (in_shown, in_left_out): (Vec<bool>, Vec<bool>) =
+        (0..10).map(|n| (shown.contains(&format!("Note {n}:")), left_out.contains(&format!("Note {n}:")))).unzip();
+    assert!(in_left_out[0] && in_shown.contains(&true), "shown {in_shown:?}, left out {in_left_out:?}");
+    let summarised = in_shown.iter().zip(&in_left_out).take_while(|(shown, left)| *shown ^ *left).count();
+    assert!((2..10).contains(&summarised), "shown {in_shown:?}, left out {in_left_out:?}");
+    assert!(!in_shown[summarised..].contains(&true) && !in_left_out[summarised..].contains(&true));
+    assert_eq!(wait_for_summary(h.store.as_ref()).await.unwrap().0, "The plumber comes at nine on Tuesday.");
+    h.stop().await;
+}
+
 /// A summary call the server refuses as too long is asked again with half the conversation
 /// (its tokenizer may count more than the calibration has seen), and both calls are runs.
 #[tokio::test]

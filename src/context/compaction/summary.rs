@@ -43,14 +43,22 @@ const MIN_SUMMARY_TOKENS: u64 = 64;
 
 /// What the summary of a compaction is made from.
 pub(super) struct Source<'a> {
-    /// The conversation the flush sent, before the first message the compaction keeps, when
-    /// it holds every message to summarise (see [`before_kept`]).
-    pub after_turn: Option<Vec<ChatMessage>>,
+    /// The request after the turn, when it can be made (see [`after_turn`]).
+    pub after_turn: Option<AfterTurn>,
     /// The previous summary and the messages to summarise, as they are stored.
     pub previous: Option<&'a str>,
     pub messages: &'a [ChatMessage],
     /// A group: speakers are named as in the turns.
     pub name_speakers: bool,
+}
+
+/// The summary request after the turn: the flush's conversation before the messages the
+/// compaction keeps, and what of the messages to summarise it no longer shows (cut from the
+/// history to fit the window), rendered as text into the instruction at its end, where it
+/// changes nothing of what the cache serves.
+pub(super) struct AfterTurn {
+    conversation: Vec<ChatMessage>,
+    left_out: Vec<ChatMessage>,
 }
 
 /// The summary, bounded as [`summary_max_tokens`] says. Each call is recorded as a side run.
@@ -62,8 +70,8 @@ pub(super) async fn summarise(
     let max_tokens = summary_max_tokens(deps);
     let mut call = 1;
     let mut summary = None;
-    if let Some(conversation) = source.after_turn {
-        summary = after_the_turn(deps, msg, conversation, source.name_speakers, max_tokens).await?;
+    if let Some(request) = source.after_turn {
+        summary = after_the_turn(deps, msg, request, source.name_speakers, max_tokens).await?;
         call += 1;
     }
     let summary = match summary {
@@ -78,26 +86,54 @@ pub(super) async fn summarise(
     Ok(summary)
 }
 
-/// The messages of the flush's `conversation` before `first_kept` (the first message the
-/// compaction keeps), when they hold every user message of `to_summarise`: a history cut to fit
-/// the window left older ones out, and the detached form reads those too. `None` also when the
-/// tool choice would force a tool call, or when nothing but the previous summary is there.
-pub(super) fn before_kept(
+/// The request after the turn from the flush's `conversation`, where `first_kept` is the first
+/// message the compaction keeps and `to_summarise` the stored messages before it. `None` when
+/// the tool choice would force a tool call, when the conversation does not show the stored
+/// messages as they are (it shows a message to summarise, then every later one), or when what
+/// it left out does not fit beside it.
+pub(super) fn after_turn(
     deps: Deps<'_>,
     conversation: &[ChatMessage],
     first_kept: &ChatMessage,
     to_summarise: &[ChatMessage],
-) -> Option<Vec<ChatMessage>> {
+) -> Option<AfterTurn> {
     if matches!(deps.agent.settings().tool_choice, ToolChoice::Required | ToolChoice::Named(_)) {
         return None;
     }
-    let same = |message: &ChatMessage| {
-        message.role == first_kept.role && message.content == first_kept.content && message.author == first_kept.author
-    };
-    let at = conversation.iter().rposition(same)?;
+    let before = &conversation[..conversation.iter().rposition(|message| same(message, first_kept))?];
+    // The previous summary (a system message) comes first; then the oldest message shown.
+    let first_shown = before.iter().find(|message| message.role != Role::System)?;
+    let from = to_summarise.iter().position(|message| same(message, first_shown))?;
     let users = |messages: &[ChatMessage]| messages.iter().filter(|message| message.role == Role::User).count();
-    let before = &conversation[..at];
-    (users(before) > 0 && users(before) == users(to_summarise)).then(|| before.to_vec())
+    if users(before) != users(&to_summarise[from..]) {
+        return None;
+    }
+    let left_out = to_summarise[..from].to_vec();
+    if !left_out.is_empty() && left_out_room(deps, before) < MIN_SUMMARY_CHARS {
+        return None;
+    }
+    Some(AfterTurn { conversation: before.to_vec(), left_out })
+}
+
+/// Whether two messages are one message of the transcript: the history may shorten tool
+/// results, never a user's or an answer's text.
+fn same(one: &ChatMessage, other: &ChatMessage) -> bool {
+    one.role == other.role && one.content == other.content && one.author == other.author
+}
+
+/// Characters of left-out messages the request after the turn has room for beside `before`, as
+/// [`summary_room`] counts them.
+fn left_out_room(deps: Deps<'_>, before: &[ChatMessage]) -> usize {
+    let target = Target::primary(deps.agent);
+    let head = deps.flush_head;
+    let budget = deps.engine.input_budget(target, deps.agent.tool_tokens(&head.tools));
+    let system = ChatMessage::system(head.system_prompt.as_str());
+    let instruction = ChatMessage::user(SUMMARY_INSTRUCTION);
+    let calibration = deps.engine.calibration();
+    let sent = calibration.messages(std::slice::from_ref(&system))
+        + calibration.messages(before)
+        + calibration.messages(std::slice::from_ref(&instruction));
+    chars_for(deps, budget.saturating_sub(sent))
 }
 
 /// The summary request after the turn: `None` when the model called a tool, answered nothing,
@@ -105,15 +141,24 @@ pub(super) fn before_kept(
 async fn after_the_turn(
     deps: Deps<'_>,
     msg: &InboundMessage,
-    conversation: Vec<ChatMessage>,
+    request: AfterTurn,
     name_speakers: bool,
     max_tokens: u32,
 ) -> Result<Option<String>, ProviderError> {
     let head = deps.flush_head;
-    let mut messages = Vec::with_capacity(conversation.len() + 2);
+    let mut messages = Vec::with_capacity(request.conversation.len() + 2);
     messages.push(ChatMessage::system(head.system_prompt.as_str()));
-    messages.extend(conversation);
-    messages.push(ChatMessage::user(format!("{SUMMARY_INSTRUCTION} {}", length_note(max_tokens))));
+    messages.extend(request.conversation);
+    let mut instruction = SUMMARY_INSTRUCTION.to_owned();
+    if !request.left_out.is_empty() {
+        let room = left_out_room(deps, &messages[1..]);
+        let text = render(None, &request.left_out);
+        instruction.push_str(&format!(
+            " Include these earlier messages, which are no longer shown above:\n\n{}\n",
+            truncate_middle(&text, room)
+        ));
+    }
+    messages.push(ChatMessage::user(format!("{instruction} {}", length_note(max_tokens))));
     let cache_key = crate::provider::cache_key(&deps.agent.settings().name, deps.session_key);
     let started_at = crate::clock::now();
     let answer =
@@ -186,10 +231,14 @@ fn summary_max_tokens(deps: Deps<'_>) -> u32 {
 fn summary_room(deps: Deps<'_>) -> usize {
     let instruction = deps.engine.calibration().messages(&[ChatMessage::system(SUMMARY_PROMPT)]);
     let tokens = deps.engine.input_budget(Target::primary(deps.agent), 0).saturating_sub(instruction);
+    chars_for(deps, tokens).max(MIN_SUMMARY_CHARS)
+}
+
+/// The characters of conversation text that `tokens` hold at the calibration's ratio.
+fn chars_for(deps: Deps<'_>, tokens: u64) -> usize {
     // The heuristic counts four characters a token; three leaves a quarter for text that
     // tokenizes worse than what the calibration learnt from.
-    let chars = tokens as f64 * 3.0 / deps.engine.calibration().ratio();
-    (chars as usize).max(MIN_SUMMARY_CHARS)
+    (tokens as f64 * 3.0 / deps.engine.calibration().ratio()) as usize
 }
 
 /// What the summariser is told of its bound, in words (about three quarters of a token each
