@@ -116,6 +116,10 @@ pub struct TurnResult {
     pub reply: String,
     /// The input and every message the turn added, in order, for the transcript.
     pub transcript: Vec<ChatMessage>,
+    /// The history the turn's last call sent before the input (its prepared history, less what
+    /// a refused call dropped): what a memory flush after the turn starts with, so that its
+    /// requests repeat the turn's.
+    pub history: Vec<ChatMessage>,
     pub usage: Usage,
     /// The model that answered last.
     pub model: String,

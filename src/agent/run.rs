@@ -122,6 +122,7 @@ impl Running {
         let result = TurnResult {
             reply: String::new(),
             transcript: Vec::new(),
+            history: Vec::new(),
             usage: Default::default(),
             model: model.to_owned(),
             cost_usd: None,
@@ -213,6 +214,7 @@ impl Running {
         }
         result.cost_usd = cost_usd;
         result.transcript = self.messages.split_off(self.first_new);
+        result.history = self.messages.split_off(1);
         // What the input recalled was for this turn only: the transcript keeps the message as
         // later turns will send it.
         for message in &mut result.transcript {

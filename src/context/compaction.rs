@@ -31,7 +31,7 @@ pub use summary::{SUMMARY_INSTRUCTION, SUMMARY_PROMPT, render};
 
 use super::{ContextEngine, Target};
 use crate::agent::{Agent, EventSink, Turn};
-use crate::provider::{ChatMessage, ProviderError, Role};
+use crate::provider::{ChatMessage, ProviderError, Role, ToolChoice};
 use crate::store::users::Billing;
 use crate::store::{RunKind, RunStatus, RunStore, SessionStore, SideRun, StoreError};
 use crate::tools::{PersonaAccess, ToolContext, ToolFilter};
@@ -112,26 +112,49 @@ pub struct Deps<'a> {
     pub billing: Option<&'a Billing>,
 }
 
-/// The head of the memory flush's requests: a system prompt and the tools offered. After a turn,
-/// the turn's own (see [`Head::of_turn`]), so that the flush's requests start as the turn's did
-/// and a provider's prompt cache (or a local server's one slot) serves all of it; the flush can
-/// still call only the file tools (its tool context allows no others). Without a turn (`/compact`), the minimal prompt with the file
-/// tools ([`Head::minimal`]).
+/// The head of the memory flush's requests: a system prompt, the tools offered and the
+/// conversation. After a turn, the turn's own (see [`Head::of_turn`]), so that the flush's
+/// requests start as the turn's did and a provider's prompt cache (or a local server's one
+/// slot) serves all of it; the flush can still call only the file tools (its tool context
+/// allows no others). Without a turn (`/compact`), the minimal prompt with the file tools
+/// ([`Head::minimal`], [`minimal_tools`]) and the session's history as a turn would see it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Head {
     pub system_prompt: String,
     pub tools: ToolFilter,
+    /// What the turn sent after the system prompt (its history, its input, the messages it
+    /// added); empty: prepared from the stored history.
+    pub conversation: Vec<ChatMessage>,
 }
 
 impl Head {
-    /// The head of a turn that ran with `system_prompt`, offering `tools`.
+    /// The head of a turn that ran with `system_prompt`, offering `tools`, before its
+    /// conversation is known (see [`Head::after`]).
     pub fn of_turn(system_prompt: String, tools: ToolFilter) -> Self {
-        Self { system_prompt, tools }
+        Self { system_prompt, tools, conversation: Vec::new() }
     }
 
-    /// The minimal prompt, built for the file tools alone (see [`flush_filter`]).
-    pub fn minimal(system_prompt: String) -> Self {
-        Self { system_prompt, tools: flush_filter() }
+    /// The head with the turn's conversation: the `history` its last call sent and its
+    /// `transcript`. Prepared again from the stored rows, the history would be cut where the
+    /// turn's own messages pass its room, and the flush would miss the cache from there on.
+    pub fn after(self, history: Vec<ChatMessage>, transcript: &[ChatMessage]) -> Self {
+        let mut conversation = history;
+        conversation.extend_from_slice(transcript);
+        Self { conversation, ..self }
+    }
+
+    /// The minimal prompt, built for `tools` (see [`minimal_tools`]).
+    pub fn minimal(system_prompt: String, tools: ToolFilter) -> Self {
+        Self { system_prompt, tools, conversation: Vec::new() }
+    }
+}
+
+/// The tools a compaction without a turn before it (`/compact`) offers: the file tools, which
+/// its flush may use; none when the agent's `tool_choice` is `none` (no call may use a tool).
+pub fn minimal_tools(agent: &Agent) -> ToolFilter {
+    match agent.settings().tool_choice {
+        ToolChoice::None => ToolFilter::Only(BTreeSet::new()),
+        _ => flush_filter(),
     }
 }
 
@@ -301,21 +324,21 @@ async fn compact(
     let previous = deps.sessions.session_summary(key).await?.map(|summary| summary.text);
     let history: Vec<ChatMessage> = rows.iter().map(|(_, m)| m.clone()).collect();
     let input = ChatMessage::user(flush_prompt(deps.memory));
-    let conversation = deps
-        .engine
-        .prepare(
-            Target::primary(deps.agent),
-            key,
-            &deps.flush_head.system_prompt,
-            history.clone(),
-            previous.as_deref(),
-            &input,
-            &deps.flush_head.tools,
-        )
-        .history;
+    let head = deps.flush_head;
+    let conversation = match head.conversation.is_empty() {
+        false => head.conversation.clone(),
+        true => {
+            let target = Target::primary(deps.agent);
+            let (prompt, tools) = (&head.system_prompt, &head.tools);
+            deps.engine.prepare(target, key, prompt, history.clone(), previous.as_deref(), &input, tools).history
+        }
+    };
     let after_turn = summary::after_turn(deps, &conversation, &history[cut], &history[..cut]);
-    let flush = flush_memory(deps, msg, conversation, input).await;
-    record(deps, msg, flush, 1).await;
+    // With `tool_choice = "none"` no call may ask for a tool: a flush could write nothing.
+    if deps.agent.settings().tool_choice != ToolChoice::None {
+        let flush = flush_memory(deps, msg, conversation, input).await;
+        record(deps, msg, flush, 1).await;
+    }
     let source = summary::Source {
         after_turn,
         previous: previous.as_deref(),

@@ -78,7 +78,10 @@ pub(super) async fn run_agent(
     }
     let limit = turns.settings.history_limit;
     let due = history.due_after(&turns.context, plan.agent, &result.transcript, limit);
-    let compaction = due.then(|| CompactionDue { head: plan.model.is_none().then_some(head) });
+    let compaction = due.then(|| {
+        let head = head.after(std::mem::take(&mut result.history), &result.transcript);
+        CompactionDue { head: plan.model.is_none().then_some(head) }
+    });
     Ok(Ran { result, compaction })
 }
 

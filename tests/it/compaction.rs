@@ -448,6 +448,38 @@ async fn a_summary_after_a_cut_history_reads_what_the_cut_left_out() {
     h.stop().await;
 }
 
+/// A small window's history near its room when a turn makes the session due: stored with the
+/// turn's exchange, it would be cut again if prepared anew, so the flush starts with what the
+/// turn sent, message for message, and the cache serves all of that.
+#[tokio::test]
+async fn the_flush_repeats_the_turn_even_where_its_history_would_be_cut_again() {
+    use switchboard_testkit::fake_llm::{FakeLlm, Quirks};
+    let mut settings = settings();
+    settings.context.context_window = 4096;
+    settings.context.compaction = CompactionConfig::default();
+    let llm = FakeLlm::start_with_quirks(Quirks::llama_cpp(4096)).await;
+    let setup = Setup { settings, llm: Some(llm), file_tools: true, ..Setup::new(BusKind::InProcess) };
+    let h = setup.start().await;
+    let mut out = h.bus.outbound("test").await.unwrap();
+    let flush_instruction = json!(flush_prompt(&MemoryScope::Owner));
+    let mut flush_at = None;
+    for n in 0..30 {
+        turn(&h, &mut out, &format!("Note {n}: {}", "the plumber comes at nine on Tuesday. ".repeat(30))).await;
+        let requests = h.llm.requests();
+        flush_at = requests.iter().position(|r| messages(r).last().unwrap()["content"] == flush_instruction);
+        if flush_at.is_some() {
+            break;
+        }
+    }
+    let requests = h.llm.requests();
+    let at = flush_at.expect("the session was never compacted");
+    let (turn_request, flush) = (&requests[at - 1], &requests[at]);
+    let sent = messages(turn_request);
+    assert_eq!(messages(flush)[..sent.len()], sent[..], "the flush repeats the turn's request");
+    assert_eq!(tool_names(flush), tool_names(turn_request));
+    h.stop().await;
+}
+
 /// A summary call the server refuses as too long is asked again with half the conversation
 /// (its tokenizer may count more than the calibration has seen), and both calls are runs.
 #[tokio::test]
