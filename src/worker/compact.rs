@@ -73,8 +73,9 @@ pub(super) async fn compact_with_flush(
         Some(head) => head,
         None => {
             let run = super::prompt::PromptFor { msg, session_key: &route.key, memory: &memory };
-            let (tools, mode) = (compaction::flush_filter(), crate::prompt::PromptMode::Minimal);
-            Head::minimal(super::prompt::system_prompt(turns, agent, &run, &tools, &Default::default(), mode).await)
+            let (tools, mode) = (compaction::minimal_tools(agent), crate::prompt::PromptMode::Minimal);
+            let prompt = super::prompt::system_prompt(turns, agent, &run, &tools, &Default::default(), mode).await;
+            Head::minimal(prompt, tools)
         }
     };
     let deps = compaction::Deps {

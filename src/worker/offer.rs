@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use crate::agent::Agent;
 use crate::config::MCP_SEPARATOR;
+use crate::provider::ToolChoice;
 use crate::tools::ToolFilter;
 use crate::tools::mcp::{MCP_CALL, MCP_TOOL_SEARCH};
 use crate::tools::skills::{SKILL_GET, SKILL_SEARCH};
@@ -21,6 +22,11 @@ pub(super) struct Offer {
 /// Narrows `allowed` (what the sender may use) to what suits the agent's skills and MCP tools
 /// now. The skills are read only when the sender may load one.
 pub(super) async fn offer(agent: &Agent, allowed: ToolFilter, mcp_inline_max: usize) -> Offer {
+    // `tool_choice = "none"`: no call can ask for a tool, so no schema is sent (nor counted
+    // against the window, nor listed in the prompt).
+    if agent.settings().tool_choice == ToolChoice::None {
+        return Offer { tools: ToolFilter::Only(BTreeSet::new()), skills: Arc::default() };
+    }
     let names = agent.tool_names();
     let mut offered: BTreeSet<String> = names.iter().filter(|name| allowed.allows(name)).cloned().collect();
     let skills = match offered.contains(SKILL_GET) {

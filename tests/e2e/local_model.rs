@@ -167,3 +167,33 @@ fn last_user_text(request: &Value) -> &str {
     let text = messages.iter().rev().find(|m| m["role"] == "user").and_then(|m| m["content"].as_str());
     switchboard_testkit::fake_llm::without_context_line(text.unwrap_or_default())
 }
+
+/// `agent.tool_choice = "none"`, as docs/local-models.md advises for a model that cannot use
+/// tools: no schema is sent (nor counted against the window, nor listed in the prompt), and a
+/// compaction makes no memory flush, which could write nothing without a tool call.
+#[tokio::test]
+async fn with_tool_choice_none_no_tools_are_sent_and_a_compaction_has_no_flush() {
+    let llm = FakeLlm::start_with_quirks(Quirks::llama_cpp(4096)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("SWITCHBOARD_USERS__OWNERS", "[\"api:api\"]"),
+        ("SWITCHBOARD_AGENT__TOOL_CHOICE", "none"),
+        ("SWITCHBOARD_AGENT__CONTEXT_WINDOW", "4096"),
+    ];
+    let daemon = daemon(dir.path(), &llm, &env).await;
+    for n in 0..3 {
+        assert_eq!(daemon.say(&format!("note {n}")).await["reply"], format!("echo: note {n}"));
+    }
+    llm.push(Scripted::Text("Three notes.".into()));
+    let compacted = daemon.say("/compact").await;
+    assert!(compacted["reply"].as_str().unwrap().starts_with("Compacted:"), "{compacted}");
+    let requests = llm.requests();
+    for request in &requests {
+        assert!(request.get("tools").is_none() && request.get("tool_choice").is_none(), "{request}");
+        let system = request["messages"][0]["content"].as_str().unwrap();
+        assert!(!system.contains("read_file"), "the prompt lists no tool: {system}");
+    }
+    assert_eq!(requests.len(), 4, "three turns and the summary, no flush");
+    let last = requests[3]["messages"].as_array().unwrap().last().unwrap()["content"].to_string();
+    assert!(last.contains(switchboard::context::compaction::SUMMARY_INSTRUCTION), "{last}");
+}
