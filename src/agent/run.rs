@@ -214,7 +214,11 @@ impl Running {
         }
         result.cost_usd = cost_usd;
         result.transcript = self.messages.split_off(self.first_new);
-        result.history = self.messages.split_off(1);
+        // The system prompt out, the history kept in place: no second buffer per turn.
+        if !self.messages.is_empty() {
+            self.messages.remove(0);
+        }
+        result.history = self.messages;
         // What the input recalled was for this turn only: the transcript keeps the message as
         // later turns will send it.
         for message in &mut result.transcript {
