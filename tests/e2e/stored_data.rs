@@ -37,7 +37,11 @@ impl Store {
             Store::Sqlite => {
                 let url = format!("sqlite://{}", dir.join("switchboard.db").display());
                 let mut connection = sqlx::SqliteConnection::connect(&url).await.unwrap();
-                let changed = sqlx::query(statement).execute(&mut connection).await.unwrap().rows_affected();
+                let changed = sqlx::query(sqlx::AssertSqlSafe(statement.to_owned()))
+                    .execute(&mut connection)
+                    .await
+                    .unwrap()
+                    .rows_affected();
                 assert!(changed > 0, "{statement} changed nothing");
                 connection.close().await.unwrap();
             }

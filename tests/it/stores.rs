@@ -53,13 +53,21 @@ impl Fresh {
             Data::Sqlite(dir) => {
                 let url = format!("sqlite://{}", dir.path().join("store.db").display());
                 let mut connection = sqlx::SqliteConnection::connect(&url).await.unwrap();
-                let changed = sqlx::query(statement).execute(&mut connection).await.unwrap().rows_affected();
+                let changed = sqlx::query(sqlx::AssertSqlSafe(statement.to_owned()))
+                    .execute(&mut connection)
+                    .await
+                    .unwrap()
+                    .rows_affected();
                 connection.close().await.unwrap();
                 changed
             }
             Data::Postgres(database) => {
                 let mut connection = sqlx::PgConnection::connect(database.url()).await.unwrap();
-                let changed = sqlx::query(statement).execute(&mut connection).await.unwrap().rows_affected();
+                let changed = sqlx::query(sqlx::AssertSqlSafe(statement.to_owned()))
+                    .execute(&mut connection)
+                    .await
+                    .unwrap()
+                    .rows_affected();
                 connection.close().await.unwrap();
                 changed
             }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Row, Type};
+use sqlx::{AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Row, Type};
 use switchboard_channels::api::store::{
     ApiStore, ApiStoreError, MessagePage, OutboxEntry, RunFilter, RunView, SessionMessage, SessionScope,
     SessionSummary, WebhookDue,
@@ -108,7 +108,7 @@ async fn outbox_lines<B>(store: &B, key: &str, from: i64, to: i64) -> Result<Vec
 where
     B: Backend,
     for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
-    for<'q> <B::Db as Database>::Arguments<'q>: IntoArguments<'q, B::Db>,
+    <B::Db as Database>::Arguments: IntoArguments<B::Db>,
     for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
     for<'q> i64: Encode<'q, B::Db> + Type<B::Db>,
     &'static str: ColumnIndex<<B::Db as Database>::Row>,
@@ -145,7 +145,7 @@ async fn delete_session_rows<B>(store: &B, key: &str) -> Result<(), StoreError>
 where
     B: SearchEngine,
     for<'c> &'c mut <B::Db as Database>::Connection: Executor<'c, Database = B::Db>,
-    for<'q> <B::Db as Database>::Arguments<'q>: IntoArguments<'q, B::Db>,
+    <B::Db as Database>::Arguments: IntoArguments<B::Db>,
     for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
     for<'q> i64: Encode<'q, B::Db> + Type<B::Db>,
     for<'r> (String,): FromRow<'r, <B::Db as Database>::Row>,
@@ -189,7 +189,7 @@ impl<B> ApiStore for Queries<'_, B>
 where
     B: SearchEngine,
     for<'c> &'c mut <B::Db as Database>::Connection: Executor<'c, Database = B::Db>,
-    for<'q> <B::Db as Database>::Arguments<'q>: IntoArguments<'q, B::Db>,
+    <B::Db as Database>::Arguments: IntoArguments<B::Db>,
     for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
     for<'q> i64: Encode<'q, B::Db> + Type<B::Db>,
     for<'q> bool: Encode<'q, B::Db> + Type<B::Db>,
@@ -288,7 +288,7 @@ where
             crate::store::shared::runs::RUN_COLUMNS,
             crate::store::shared::runs::listed_kinds()
         );
-        let rows = sqlx::query(sql.as_str())
+        let rows = sqlx::query(AssertSqlSafe(sql))
             .bind(filter.session.unwrap_or(""))
             .bind(millis(filter.before))
             .bind(sql_limit(limit))
@@ -301,7 +301,8 @@ where
 
     async fn run(&self, id: &str) -> Result<Option<RunView>, ApiStoreError> {
         let sql = format!("SELECT {} FROM runs WHERE run_id = $1", crate::store::shared::runs::RUN_COLUMNS);
-        let Some(row) = sqlx::query(sql.as_str()).bind(id).fetch_optional(self.0.pool()).await.map_err(failed)? else {
+        let Some(row) = sqlx::query(AssertSqlSafe(sql)).bind(id).fetch_optional(self.0.pool()).await.map_err(failed)?
+        else {
             return Ok(None);
         };
         let mut view = run_view(run_record(&row).map_err(failed)?);

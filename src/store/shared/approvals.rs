@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
+use sqlx::{AssertSqlSafe, Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 
 use super::{Backend, RowsAffected};
 use crate::store::StoreError;
@@ -62,7 +62,7 @@ where
     B: Backend,
     for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
     <B::Db as Database>::QueryResult: RowsAffected,
-    for<'q> <B::Db as Database>::Arguments<'q>: IntoArguments<'q, B::Db>,
+    <B::Db as Database>::Arguments: IntoArguments<B::Db>,
     for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
     for<'q> String: Encode<'q, B::Db> + Type<B::Db>,
     for<'q> i64: Encode<'q, B::Db> + Type<B::Db>,
@@ -99,10 +99,11 @@ where
     }
 
     async fn approval(&self, code: &str) -> Result<Option<Approval>, StoreError> {
-        let row: Option<Row> = sqlx::query_as(&format!("SELECT {COLUMNS} FROM approvals WHERE code = $1"))
-            .bind(code)
-            .fetch_optional(self.pool())
-            .await?;
+        let row: Option<Row> =
+            sqlx::query_as(AssertSqlSafe(format!("SELECT {COLUMNS} FROM approvals WHERE code = $1")))
+                .bind(code)
+                .fetch_optional(self.pool())
+                .await?;
         row.map(approval).transpose()
     }
 
@@ -177,9 +178,9 @@ where
 
     async fn list_approvals(&self, pending_only: bool, limit: usize) -> Result<Vec<Approval>, StoreError> {
         let filter = if pending_only { "WHERE status = 'pending'" } else { "" };
-        let rows: Vec<Row> = sqlx::query_as(&format!(
+        let rows: Vec<Row> = sqlx::query_as(AssertSqlSafe(format!(
             "SELECT {COLUMNS} FROM approvals {filter} ORDER BY requested_at DESC, code LIMIT $1"
-        ))
+        )))
         .bind(sql_limit(limit))
         .fetch_all(self.pool())
         .await?;
@@ -187,10 +188,10 @@ where
     }
 
     async fn close_run_approvals(&self, run_id: &str, reason: &str) -> Result<Option<Approval>, StoreError> {
-        let newest: Option<Row> = sqlx::query_as(&format!(
+        let newest: Option<Row> = sqlx::query_as(AssertSqlSafe(format!(
             "SELECT {COLUMNS} FROM approvals WHERE run_id = $1 AND status = 'pending' \
              ORDER BY requested_at DESC LIMIT 1"
-        ))
+        )))
         .bind(run_id)
         .fetch_optional(self.pool())
         .await?;

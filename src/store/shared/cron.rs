@@ -6,7 +6,10 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Row, Transaction, Type};
+use sqlx::{
+    AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Row, Transaction,
+    Type,
+};
 
 use super::{Backend, RowsAffected};
 use crate::store::StoreError;
@@ -35,7 +38,7 @@ where
     for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
     for<'c> &'c mut <B::Db as Database>::Connection: Executor<'c, Database = B::Db>,
     <B::Db as Database>::QueryResult: RowsAffected,
-    for<'q> <B::Db as Database>::Arguments<'q>: IntoArguments<'q, B::Db>,
+    <B::Db as Database>::Arguments: IntoArguments<B::Db>,
     for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
     for<'q> Option<&'q str>: Encode<'q, B::Db>,
     for<'a> String: Encode<'a, B::Db> + Decode<'a, B::Db> + Type<B::Db>,
@@ -81,7 +84,7 @@ where
 
     async fn cron_job(&self, id: &str) -> Result<Option<CronJob>, StoreError> {
         let sql = format!("SELECT {JOB_COLUMNS} FROM cron_jobs WHERE id = $1");
-        let row = sqlx::query(&sql).bind(id).fetch_optional(self.pool()).await?;
+        let row = sqlx::query(AssertSqlSafe(sql)).bind(id).fetch_optional(self.pool()).await?;
         row.as_ref().map(job_from_row).transpose()
     }
 
@@ -89,7 +92,7 @@ where
         let sql = format!(
             "SELECT {JOB_COLUMNS} FROM cron_jobs WHERE $1 IS NULL OR owner_session = $1 ORDER BY created_at, id"
         );
-        let rows = sqlx::query(&sql).bind(owner_session).fetch_all(self.pool()).await?;
+        let rows = sqlx::query(AssertSqlSafe(sql)).bind(owner_session).fetch_all(self.pool()).await?;
         rows.iter().map(job_from_row).collect()
     }
 
@@ -125,7 +128,7 @@ where
             "SELECT {JOB_COLUMNS} FROM cron_jobs WHERE enabled = 1 AND next_run_at IS NOT NULL \
              AND next_run_at <= $1 ORDER BY next_run_at, id"
         );
-        let rows = sqlx::query(&sql).bind(now.timestamp_millis()).fetch_all(self.pool()).await?;
+        let rows = sqlx::query(AssertSqlSafe(sql)).bind(now.timestamp_millis()).fetch_all(self.pool()).await?;
         rows.iter().map(job_from_row).collect()
     }
 
@@ -133,7 +136,7 @@ where
         let sql = format!(
             "SELECT {JOB_COLUMNS} FROM cron_jobs WHERE run_requested_at IS NOT NULL ORDER BY run_requested_at, id"
         );
-        let rows = sqlx::query(&sql).fetch_all(self.pool()).await?;
+        let rows = sqlx::query(AssertSqlSafe(sql)).fetch_all(self.pool()).await?;
         rows.iter().map(job_from_row).collect()
     }
 
@@ -198,7 +201,7 @@ where
 
     async fn pending_cron_runs(&self) -> Result<Vec<CronRun>, StoreError> {
         let sql = format!("SELECT {RUN_COLUMNS} FROM cron_runs WHERE status = 'pending' ORDER BY seq");
-        let rows = sqlx::query(&sql).fetch_all(self.pool()).await?;
+        let rows = sqlx::query(AssertSqlSafe(sql)).fetch_all(self.pool()).await?;
         rows.iter().map(run_from_row).collect()
     }
 
@@ -241,7 +244,7 @@ where
 
     async fn cron_history(&self, job_id: &str, limit: usize) -> Result<Vec<CronRun>, StoreError> {
         let sql = format!("SELECT {RUN_COLUMNS} FROM cron_runs WHERE job_id = $1 ORDER BY seq DESC LIMIT $2");
-        let rows = sqlx::query(&sql).bind(job_id).bind(sql_limit(limit)).fetch_all(self.pool()).await?;
+        let rows = sqlx::query(AssertSqlSafe(sql)).bind(job_id).bind(sql_limit(limit)).fetch_all(self.pool()).await?;
         rows.iter().map(run_from_row).collect()
     }
 }
@@ -295,7 +298,7 @@ where
     DB: Database,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     DB::QueryResult: RowsAffected,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    DB::Arguments: IntoArguments<DB>,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     for<'q> String: Encode<'q, DB> + Type<DB>,
     for<'q> Option<String>: Encode<'q, DB>,

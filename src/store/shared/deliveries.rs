@@ -55,7 +55,7 @@ async fn sent<B>(store: &B, channel: &str, id: &str) -> Result<Option<Sent>, Rec
 where
     B: Backend,
     for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
-    for<'q> <B::Db as Database>::Arguments<'q>: IntoArguments<'q, B::Db>,
+    <B::Db as Database>::Arguments: IntoArguments<B::Db>,
     for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
     for<'r> (i64,): FromRow<'r, <B::Db as Database>::Row>,
 {
@@ -73,7 +73,7 @@ async fn record_sent<B>(store: &B, channel: &str, id: &str, sent: Sent) -> Resul
 where
     B: Backend,
     for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
-    for<'q> <B::Db as Database>::Arguments<'q>: IntoArguments<'q, B::Db>,
+    <B::Db as Database>::Arguments: IntoArguments<B::Db>,
     for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
     for<'q> i64: Encode<'q, B::Db> + Type<B::Db>,
 {

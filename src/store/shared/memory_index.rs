@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Row, Type};
+use sqlx::{AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Row, Type};
 
 use super::{SearchEngine, lenient};
 use crate::provider::ChatMessage;
@@ -84,7 +84,7 @@ where
     B: SearchEngine,
     for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
     for<'c> &'c mut <B::Db as Database>::Connection: Executor<'c, Database = B::Db>,
-    for<'q> <B::Db as Database>::Arguments<'q>: IntoArguments<'q, B::Db>,
+    <B::Db as Database>::Arguments: IntoArguments<B::Db>,
     for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
     for<'q> i64: Encode<'q, B::Db> + Type<B::Db>,
     for<'q> Vec<u8>: Encode<'q, B::Db> + Type<B::Db>,
@@ -249,7 +249,7 @@ where
     B: SearchEngine,
     for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
     for<'c> &'c mut <B::Db as Database>::Connection: Executor<'c, Database = B::Db>,
-    for<'q> <B::Db as Database>::Arguments<'q>: IntoArguments<'q, B::Db>,
+    <B::Db as Database>::Arguments: IntoArguments<B::Db>,
     for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
     for<'q> i64: Encode<'q, B::Db> + Type<B::Db>,
     &'static str: ColumnIndex<<B::Db as Database>::Row>,
@@ -260,9 +260,9 @@ where
     const THROUGH: &str = "COALESCE((SELECT indexed_through FROM memory_transcripts \
          WHERE root = $1 AND scope = $2), 0)";
     // Most searches find nothing new: one read, no write transaction.
-    let newer: Option<i64> = sqlx::query_scalar(&format!(
+    let newer: Option<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
         "SELECT id FROM transcript WHERE memory_scope = $2 AND id > {THROUGH} ORDER BY id LIMIT 1"
-    ))
+    )))
     .bind(root)
     .bind(scope)
     .fetch_optional(store.pool())
@@ -272,10 +272,10 @@ where
     }
     let mut tx = store.begin_write().await?;
     // Read again in the transaction: a search beside this one may have indexed them.
-    let rows = sqlx::query(&format!(
+    let rows = sqlx::query(AssertSqlSafe(format!(
         "SELECT id, session_key, message_json, created_at FROM transcript \
          WHERE memory_scope = $2 AND id > {THROUGH} ORDER BY id LIMIT $3"
-    ))
+    )))
     .bind(root)
     .bind(scope)
     .bind(sql_limit(BATCH))

@@ -84,7 +84,7 @@ async fn is_approved<B>(store: &B, channel: &str, sender_id: &str) -> Result<boo
 where
     B: Backend,
     for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
-    for<'q> <B::Db as Database>::Arguments<'q>: IntoArguments<'q, B::Db>,
+    <B::Db as Database>::Arguments: IntoArguments<B::Db>,
     for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
     for<'r> (bool,): FromRow<'r, <B::Db as Database>::Row>,
 {
@@ -147,7 +147,7 @@ where
     B::Db: PairingRows + UserRows,
     for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
     <B::Db as Database>::QueryResult: RowsAffected,
-    for<'q> <B::Db as Database>::Arguments<'q>: IntoArguments<'q, B::Db>,
+    <B::Db as Database>::Arguments: IntoArguments<B::Db>,
     for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
 {
     async fn approve_pairing(
@@ -304,7 +304,7 @@ where
     DB: Database,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     DB::QueryResult: RowsAffected,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    DB::Arguments: IntoArguments<DB>,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     for<'q> Option<&'q str>: Encode<'q, DB>,
     for<'q> String: Encode<'q, DB> + Type<DB>,

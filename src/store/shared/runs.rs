@@ -8,7 +8,7 @@
 //! session row on first use.
 
 use async_trait::async_trait;
-use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Type};
+use sqlx::{AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Type};
 use uuid::Uuid;
 
 use super::users::UserRows;
@@ -43,7 +43,7 @@ where
     B: RunWrites,
     B::Db: UserRows,
     for<'c> &'c mut <B::Db as Database>::Connection: Executor<'c, Database = B::Db>,
-    for<'q> <B::Db as Database>::Arguments<'q>: IntoArguments<'q, B::Db>,
+    <B::Db as Database>::Arguments: IntoArguments<B::Db>,
     for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
     for<'q> i64: Encode<'q, B::Db> + Type<B::Db>,
     for<'q> bool: Encode<'q, B::Db> + Type<B::Db>,
@@ -191,7 +191,7 @@ where
             "SELECT {RUN_COLUMNS} FROM runs WHERE kind IN ({}) ORDER BY started_at DESC, run_id DESC LIMIT $1",
             listed_kinds()
         );
-        let rows = sqlx::query(sql.as_str()).bind(sql_limit(limit)).fetch_all(self.pool()).await?;
+        let rows = sqlx::query(AssertSqlSafe(sql)).bind(sql_limit(limit)).fetch_all(self.pool()).await?;
         rows.iter().map(run_record).collect()
     }
 }

@@ -45,7 +45,7 @@ async fn session_head<B>(store: &B, key: &str) -> Result<Option<lenient::Head>, 
 where
     B: Backend,
     for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
-    for<'q> <B::Db as Database>::Arguments<'q>: IntoArguments<'q, B::Db>,
+    <B::Db as Database>::Arguments: IntoArguments<B::Db>,
     for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
     &'static str: ColumnIndex<<B::Db as Database>::Row>,
     for<'r> i64: Decode<'r, B::Db> + Type<B::Db>,
@@ -68,7 +68,7 @@ async fn read_history<B>(
 where
     B: Backend,
     for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
-    for<'q> <B::Db as Database>::Arguments<'q>: IntoArguments<'q, B::Db>,
+    <B::Db as Database>::Arguments: IntoArguments<B::Db>,
     for<'q> i64: Encode<'q, B::Db> + Type<B::Db>,
     for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
     &'static str: ColumnIndex<<B::Db as Database>::Row>,
@@ -97,7 +97,7 @@ impl<B> SessionStore for B
 where
     B: Backend,
     for<'c> &'c mut <B::Db as Database>::Connection: Executor<'c, Database = B::Db>,
-    for<'q> <B::Db as Database>::Arguments<'q>: IntoArguments<'q, B::Db>,
+    <B::Db as Database>::Arguments: IntoArguments<B::Db>,
     for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
     for<'q> i64: Encode<'q, B::Db> + Type<B::Db>,
     for<'q> bool: Encode<'q, B::Db> + Type<B::Db>,

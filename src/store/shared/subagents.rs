@@ -6,7 +6,7 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Row, Type};
+use sqlx::{AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Row, Type};
 use switchboard_channels::contract::Usage;
 
 use super::users::UserRows;
@@ -35,7 +35,7 @@ where
     for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
     for<'c> &'c mut <B::Db as Database>::Connection: Executor<'c, Database = B::Db>,
     <B::Db as Database>::QueryResult: RowsAffected,
-    for<'q> <B::Db as Database>::Arguments<'q>: IntoArguments<'q, B::Db>,
+    <B::Db as Database>::Arguments: IntoArguments<B::Db>,
     for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
     for<'a> String: Encode<'a, B::Db> + Decode<'a, B::Db> + Type<B::Db>,
     for<'a> i64: Encode<'a, B::Db> + Decode<'a, B::Db> + Type<B::Db>,
@@ -56,9 +56,9 @@ where
     ) -> Result<Created, StoreError> {
         // BEGIN IMMEDIATE holds the write lock from the count to the insert.
         let mut tx = self.begin_write().await?;
-        let live: i64 = sqlx::query_scalar(&format!(
+        let live: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
             "SELECT COUNT(*) FROM subagents WHERE parent_session = $1 AND status IN {LIVE}"
-        ))
+        )))
         .bind(&new.parent_session)
         .fetch_one(&mut *tx)
         .await?;
@@ -117,10 +117,10 @@ where
         worker: &str,
         lease_until: DateTime<Utc>,
     ) -> Result<Renewal, StoreError> {
-        let cancel: Option<i64> = sqlx::query_scalar(&format!(
+        let cancel: Option<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
             "UPDATE subagents SET lease_until = $3 WHERE id = $1 AND worker = $2 AND status IN {LIVE} \
              RETURNING cancel_requested"
-        ))
+        )))
         .bind(id)
         .bind(worker)
         .bind(lease_until.timestamp_millis())
@@ -142,12 +142,12 @@ where
     ) -> Result<bool, StoreError> {
         // One transaction: the usage is counted exactly when the end is recorded, never twice.
         let mut tx = self.begin_write().await?;
-        let changed = sqlx::query(&format!(
+        let changed = sqlx::query(AssertSqlSafe(format!(
             "UPDATE subagents SET status = $3, result = $4, error = $5, finished_at = $6, \
              announced = CASE WHEN $3 = 'cancelled' THEN 1 ELSE 0 END, \
              input_tokens = $7, output_tokens = $8, cost_usd = $9, usage_estimated = $10 \
              WHERE id = $1 AND worker = $2 AND status IN {LIVE}"
-        ))
+        )))
         .bind(id)
         .bind(worker)
         .bind(end.status.as_str())
@@ -171,9 +171,9 @@ where
     }
 
     async fn request_subagent_cancel(&self, parent_session: &str) -> Result<Vec<String>, StoreError> {
-        let ids: Vec<String> = sqlx::query_scalar(&format!(
+        let ids: Vec<String> = sqlx::query_scalar(AssertSqlSafe(format!(
             "UPDATE subagents SET cancel_requested = 1 WHERE parent_session = $1 AND status IN {LIVE} RETURNING id"
-        ))
+        )))
         .bind(parent_session)
         .fetch_all(self.pool())
         .await?;
@@ -181,13 +181,13 @@ where
     }
 
     async fn expire_subagent_leases(&self, now: DateTime<Utc>, error: &str) -> Result<Vec<SubagentRecord>, StoreError> {
-        let rows = sqlx::query(&format!(
+        let rows = sqlx::query(AssertSqlSafe(format!(
             "UPDATE subagents SET \
                  status = CASE WHEN cancel_requested = 1 THEN 'cancelled' ELSE 'lost' END, \
                  error = CASE WHEN cancel_requested = 1 THEN error ELSE $2 END, \
                  announced = cancel_requested, finished_at = $1 \
              WHERE status IN {LIVE} AND lease_until < $1 RETURNING {COLUMNS}"
-        ))
+        )))
         .bind(now.timestamp_millis())
         .bind(error)
         .fetch_all(self.pool())
@@ -200,10 +200,10 @@ where
         ended_before: DateTime<Utc>,
         limit: usize,
     ) -> Result<Vec<SubagentRecord>, StoreError> {
-        let rows = sqlx::query(&format!(
+        let rows = sqlx::query(AssertSqlSafe(format!(
             "SELECT {COLUMNS} FROM subagents WHERE status IN {ANNOUNCED_ENDS} AND announced = 0 \
              AND finished_at < $1 ORDER BY finished_at LIMIT $2"
-        ))
+        )))
         .bind(ended_before.timestamp_millis())
         .bind(sql_limit(limit))
         .fetch_all(self.pool())
@@ -217,7 +217,7 @@ where
     }
 
     async fn subagent(&self, id: &str) -> Result<Option<SubagentRecord>, StoreError> {
-        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM subagents WHERE id = $1"))
+        let row = sqlx::query(AssertSqlSafe(format!("SELECT {COLUMNS} FROM subagents WHERE id = $1")))
             .bind(id)
             .fetch_optional(self.pool())
             .await?;
@@ -225,11 +225,12 @@ where
     }
 
     async fn subagents_of(&self, parent_session: &str) -> Result<Vec<SubagentRecord>, StoreError> {
-        let rows =
-            sqlx::query(&format!("SELECT {COLUMNS} FROM subagents WHERE parent_session = $1 ORDER BY created_at, id"))
-                .bind(parent_session)
-                .fetch_all(self.pool())
-                .await?;
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {COLUMNS} FROM subagents WHERE parent_session = $1 ORDER BY created_at, id"
+        )))
+        .bind(parent_session)
+        .fetch_all(self.pool())
+        .await?;
         rows.iter().map(record).collect()
     }
 }

@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
+use sqlx::{AssertSqlSafe, Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 use switchboard_channels::contract::Usage;
 
 use super::Backend;
@@ -42,7 +42,7 @@ impl<B> UsageLedger for B
 where
     B: Backend,
     for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
-    for<'q> <B::Db as Database>::Arguments<'q>: IntoArguments<'q, B::Db>,
+    <B::Db as Database>::Arguments: IntoArguments<B::Db>,
     for<'q> i64: Encode<'q, B::Db> + Type<B::Db>,
     for<'r> SliceRow: FromRow<'r, <B::Db as Database>::Row>,
     for<'r> (i64, i64): FromRow<'r, <B::Db as Database>::Row>,
@@ -62,7 +62,7 @@ where
              GROUP BY r.started_at / {SLICE_MILLIS}, i.user_id ORDER BY slot",
             model_kinds()
         );
-        let rows: Vec<SliceRow> = sqlx::query_as(&sql)
+        let rows: Vec<SliceRow> = sqlx::query_as(AssertSqlSafe(sql))
             .bind(from.timestamp_millis())
             .bind(to.timestamp_millis())
             .fetch_all(self.pool())

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Row, Type};
+use sqlx::{AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Row, Type};
 use switchboard_channels::contract::Usage;
 
 use super::{Backend, RowsAffected};
@@ -26,7 +26,7 @@ where
     B: Backend,
     B::Db: UserRows,
     for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
-    for<'q> <B::Db as Database>::Arguments<'q>: IntoArguments<'q, B::Db>,
+    <B::Db as Database>::Arguments: IntoArguments<B::Db>,
     for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
     for<'q> i64: Encode<'q, B::Db> + Type<B::Db>,
     for<'r> (i64, i64, i64): FromRow<'r, <B::Db as Database>::Row>,
@@ -215,7 +215,7 @@ where
     DB: Database,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     DB::QueryResult: RowsAffected,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    DB::Arguments: IntoArguments<DB>,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     for<'a> String: Encode<'a, DB> + Decode<'a, DB> + Type<DB>,
     for<'a> i64: Encode<'a, DB> + Decode<'a, DB> + Type<DB>,
@@ -230,7 +230,11 @@ where
             "SELECT {USER_COLUMNS}, i.display_name FROM identities i JOIN users u ON u.id = i.user_id \
              WHERE i.channel = $1 AND i.sender_id = $2"
         );
-        let row = sqlx::query(&sql).bind(&identity.channel).bind(&identity.sender_id).fetch_optional(conn).await?;
+        let row = sqlx::query(AssertSqlSafe(sql))
+            .bind(&identity.channel)
+            .bind(&identity.sender_id)
+            .fetch_optional(conn)
+            .await?;
         row.map(|row| Ok((user_from_row(&row)?, row.try_get("display_name")?))).transpose()
     }
 
@@ -363,7 +367,7 @@ where
              COALESCE(m.cost_usd, 0.0) AS cost_usd, COALESCE(m.unpriced_tokens, 0) AS unpriced_tokens \
              FROM users u LEFT JOIN usage_monthly m ON m.user_id = u.id AND m.month = $1 ORDER BY u.id"
         );
-        let rows = sqlx::query(&sql).bind(month).fetch_all(&mut *conn).await?;
+        let rows = sqlx::query(AssertSqlSafe(sql)).bind(month).fetch_all(&mut *conn).await?;
         let mut identities = identities_by_user::<DB>(conn).await?;
         rows.iter()
             .map(|row| {
@@ -440,7 +444,7 @@ async fn identities_by_user<DB>(conn: &mut DB::Connection) -> Result<BTreeMap<i6
 where
     DB: Database,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    DB::Arguments: IntoArguments<DB>,
     for<'r> (i64, String, String, String): FromRow<'r, DB::Row>,
 {
     let rows: Vec<(i64, String, String, String)> = sqlx::query_as(

@@ -13,7 +13,7 @@ impl<B> WindowStore for B
 where
     B: Backend,
     for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
-    for<'q> <B::Db as Database>::Arguments<'q>: IntoArguments<'q, B::Db>,
+    <B::Db as Database>::Arguments: IntoArguments<B::Db>,
     for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
     for<'q> i64: Encode<'q, B::Db> + Type<B::Db>,
     for<'r> (String, i64, i64): FromRow<'r, <B::Db as Database>::Row>,

@@ -156,7 +156,7 @@ enum Parameters<'a> {
 }
 
 impl Parameters<'_> {
-    fn query(&self) -> sqlx::query::QueryAs<'_, Sqlite, ResultRow, SqliteArguments<'_>> {
+    fn query(&self) -> sqlx::query::QueryAs<'_, Sqlite, ResultRow, SqliteArguments> {
         let (row, transcript) = match self {
             Parameters::Group(array) => return sqlx::query_as(FINISH.as_str()).bind(array.as_str()),
             Parameters::One(row, transcript) => (row, transcript),
