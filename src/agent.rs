@@ -10,6 +10,7 @@ mod fit;
 mod loops;
 mod run;
 
+pub use calls::Unwatched;
 pub use fit::{Shortened, shorten_to_fit};
 
 use std::sync::Arc;
@@ -199,11 +200,17 @@ impl Agent {
     /// One model call without tools and without streaming, for housekeeping such as
     /// compaction summaries, answering in at most `max_tokens` (or the agent's own
     /// `max_tokens`, when lower). Retries and failover are the provider's, as for turns.
+    /// The answer limit of a housekeeping call asking for at most `max_tokens`: the agent's own
+    /// `max_tokens` when lower.
+    fn housekeeping_limit(&self, max_tokens: u32) -> u32 {
+        self.settings.max_tokens.map_or(max_tokens, |own| own.min(max_tokens))
+    }
+
     pub async fn complete(&self, messages: Vec<ChatMessage>, max_tokens: u32) -> Result<ChatResponse, ProviderError> {
         let request = ChatRequest {
             model: self.settings.model.clone(),
             messages: messages.into(),
-            max_tokens: Some(self.settings.max_tokens.map_or(max_tokens, |own| own.min(max_tokens))),
+            max_tokens: Some(self.housekeeping_limit(max_tokens)),
             temperature: self.settings.temperature,
             ..ChatRequest::default()
         };

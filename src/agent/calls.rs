@@ -108,7 +108,7 @@ impl Agent {
         max_tokens: u32,
         cache_key: Option<&str>,
     ) -> Result<ChatResponse, ProviderError> {
-        let max_tokens = Some(self.settings.max_tokens.map_or(max_tokens, |own| own.min(max_tokens)));
+        let max_tokens = Some(self.housekeeping_limit(max_tokens));
         let model = self.settings.model.as_str();
         let call = ModelCall { tools, iteration: 1, name_speakers, model, max_tokens, cache_key };
         self.call_model(messages, call, &Unwatched).await
@@ -178,8 +178,8 @@ fn first_call_choice(choice: &ToolChoice, offered: &[Arc<crate::provider::ToolSp
     }
 }
 
-/// The events of a call nobody watches.
-struct Unwatched;
+/// The events of a call or run nobody watches (housekeeping: a compaction's calls).
+pub struct Unwatched;
 
 impl EventSink for Unwatched {
     fn emit(&self, _: RunEventBody) {}

@@ -21,7 +21,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use switchboard_channels::contract::{InboundMessage, RunEventBody, SessionKey, Usage};
+use switchboard_channels::contract::{InboundMessage, SessionKey, Usage};
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
@@ -30,7 +30,7 @@ mod summary;
 pub use summary::{SUMMARY_INSTRUCTION, SUMMARY_PROMPT, render};
 
 use super::{ContextEngine, Target};
-use crate::agent::{Agent, EventSink, Turn};
+use crate::agent::{Agent, Turn, Unwatched};
 use crate::provider::{ChatMessage, ProviderError, Role, ToolChoice};
 use crate::store::users::Billing;
 use crate::store::{RunKind, RunStatus, RunStore, SessionStore, SideRun, StoreError};
@@ -367,7 +367,7 @@ async fn flush_memory(
         input,
         ctx: flush_context(deps.agent, deps.session_key, msg, deps.memory),
         tools: head.tools.clone(),
-        events: &NoEvents,
+        events: &Unwatched,
         steer: None,
         max_iterations: Some(FLUSH_MAX_STEPS),
         name_speakers: msg.is_group,
@@ -474,13 +474,6 @@ fn flush_context(agent: &Agent, session_key: &SessionKey, msg: &InboundMessage, 
     // switchboard's own work on the scope's memory: never waits for an approver.
     // It is offered the turn's tools (see [`Head`]) but may call the file tools only.
     ToolContext { memory_reach, persona, level: crate::config::Level::Owner, tools: flush_filter(), ..ctx }
-}
-
-/// The flush's events go nowhere: nobody is waiting for this turn.
-struct NoEvents;
-
-impl EventSink for NoEvents {
-    fn emit(&self, _: RunEventBody) {}
 }
 
 #[cfg(test)]

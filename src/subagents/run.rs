@@ -4,11 +4,11 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use switchboard_channels::contract::{Origin, RunEventBody, SessionKey, Usage};
+use switchboard_channels::contract::{Origin, SessionKey, Usage};
 use tokio_util::sync::CancellationToken;
 
 use super::{ORIGIN_KIND, RUN_ID_PREFIX, SHUTDOWN_ERROR, SubagentManager, WITHHELD_TOOLS};
-use crate::agent::{Agent, EventSink, Turn};
+use crate::agent::{Agent, Turn, Unwatched};
 use crate::config::Identity;
 use crate::prompt::{self, PromptInput, PromptMode, Sender};
 use crate::provider::ChatMessage;
@@ -139,7 +139,8 @@ async fn work(manager: &SubagentManager, job: &Job) -> SubagentEnd {
         },
         ctx: tool_context(&agent, job),
         tools: job.tools.clone(),
-        events: &NoEvents,
+        // Its steps are not shown in the chat; only its result is announced.
+        events: &Unwatched,
         steer: None,
         max_iterations: Some(manager.settings.max_iterations),
         name_speakers: false,
@@ -263,13 +264,6 @@ fn tool_context(agent: &Agent, job: &Job) -> ToolContext {
         // Its result goes to the parent's chat in a run of its own: nothing to attach to.
         outbox: None,
     }
-}
-
-/// A sub-agent's steps are not shown in the chat; only its result is announced.
-struct NoEvents;
-
-impl EventSink for NoEvents {
-    fn emit(&self, _: RunEventBody) {}
 }
 
 /// A sub-agent's own session: named by its run id alone, whatever its agent, so that its
