@@ -59,6 +59,8 @@ pub(super) struct Source<'a> {
 pub(super) struct AfterTurn {
     conversation: Vec<ChatMessage>,
     left_out: Vec<ChatMessage>,
+    /// Characters of the left-out messages' text that fit beside the conversation.
+    left_out_room: usize,
 }
 
 /// The summary, bounded as [`summary_max_tokens`] says. Each call is recorded as a side run.
@@ -109,10 +111,11 @@ pub(super) fn after_turn(
         return None;
     }
     let left_out = to_summarise[..from].to_vec();
-    if !left_out.is_empty() && left_out_room(deps, before) < MIN_SUMMARY_CHARS {
+    let left_out_room = if left_out.is_empty() { 0 } else { left_out_room(deps, before) };
+    if !left_out.is_empty() && left_out_room < MIN_SUMMARY_CHARS {
         return None;
     }
-    Some(AfterTurn { conversation: before.to_vec(), left_out })
+    Some(AfterTurn { conversation: before.to_vec(), left_out, left_out_room })
 }
 
 /// Whether two messages are one message of the transcript: the history may shorten tool
@@ -151,11 +154,10 @@ async fn after_the_turn(
     messages.extend(request.conversation);
     let mut instruction = SUMMARY_INSTRUCTION.to_owned();
     if !request.left_out.is_empty() {
-        let room = left_out_room(deps, &messages[1..]);
         let text = render(None, &request.left_out);
         instruction.push_str(&format!(
             " Include these earlier messages, which are no longer shown above:\n\n{}\n",
-            truncate_middle(&text, room)
+            truncate_middle(&text, request.left_out_room)
         ));
     }
     messages.push(ChatMessage::user(format!("{instruction} {}", length_note(max_tokens))));
