@@ -332,13 +332,16 @@ async fn a_small_window_compacts_now_and_then_and_its_calls_are_runs() {
     let limit = |request: &Value| request["max_tokens"].as_u64().unwrap_or(u64::MAX);
     let turn_limit = limit(&requests[0]);
     let summary_limits: Vec<u64> = requests.iter().filter(|r| is_summary(r)).map(limit).collect();
-    assert_eq!(summary_limits.len() as u64, compactions);
+    // A compaction asks once, or twice when the request after the turn gives no summary (the
+    // detached request follows): every call is a summary run.
+    let summary_calls = summary_limits.len() as u64;
+    assert!((compactions..=2 * compactions).contains(&summary_calls), "{summary_calls} for {compactions}");
     assert!(summary_limits.iter().all(|&bound| (64..turn_limit).contains(&bound)), "{summary_limits:?}");
     let runs = h.store.recent_runs(200).await.unwrap();
     let count = |kind: RunKind| runs.iter().filter(|run| run.kind == kind).count() as u64;
     assert_eq!(
         (count(RunKind::Turn), count(RunKind::MemoryFlush), count(RunKind::Summary)),
-        (30, compactions, compactions)
+        (30, compactions, summary_calls)
     );
     assert!(runs.iter().all(|run| run.usage.input_tokens > 0), "every call is counted");
     let owner =
