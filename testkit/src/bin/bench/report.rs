@@ -72,7 +72,7 @@ impl Figures {
             tally.answered,
             tally.lost(),
             tally.duplicates,
-        ) + &self.input_line(opts)
+        ) + self.input_line(opts).as_str()
     }
 
     /// The prompt tokens the model was sent per turn, and the share its cache served.
@@ -86,11 +86,11 @@ impl Figures {
         );
         if opts.prompt_cache {
             let share = 100.0 * input.cached as f64 / (input.tokens as f64).max(1.0);
-            line += &format!(
+            line.push_str(&format!(
                 " ({share:.1}% cached, {:.0} uncached/turn, p50 {} uncached/call)",
                 (input.tokens - input.cached) as f64 / turns,
                 input.uncached_p50
-            );
+            ));
         }
         line
     }

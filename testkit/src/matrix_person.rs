@@ -1,0 +1,167 @@
+//! A person on Matrix for tests: a real client (matrix-sdk, end-to-end encryption included)
+//! logged in to a test's [`Synapse`](crate::synapse::Synapse), syncing in the background, with
+//! the room messages it sees collected for the test to wait on.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use matrix_sdk::config::SyncSettings;
+use matrix_sdk::ruma::events::room::message::{OriginalSyncRoomMessageEvent, RoomMessageEventContent};
+use matrix_sdk::ruma::{OwnedEventId, OwnedRoomId, OwnedUserId, UserId};
+use matrix_sdk::{Client, Room};
+use tempfile::TempDir;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use crate::synapse::Account;
+
+/// A room message a person's client received (decrypted when the room is encrypted).
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub room: OwnedRoomId,
+    pub sender: OwnedUserId,
+    pub event_id: OwnedEventId,
+    /// The plain `body`.
+    pub body: String,
+    /// The `formatted_body` (HTML), when there is one.
+    pub html: Option<String>,
+    /// The event this one replaces (`m.replace`), for edits.
+    pub replaces: Option<OwnedEventId>,
+    /// Whether it came encrypted.
+    pub encrypted: bool,
+}
+
+/// A logged-in client, syncing until dropped.
+pub struct Person {
+    pub client: Client,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    arrived: Arc<Notify>,
+    sync: JoinHandle<()>,
+    _store: TempDir,
+}
+
+impl Drop for Person {
+    fn drop(&mut self) {
+        self.sync.abort();
+    }
+}
+
+impl Person {
+    /// Logs `account` in at `homeserver` (a device of its own, its crypto store in a temporary
+    /// directory), syncs once, and keeps syncing in the background.
+    pub async fn login(homeserver: &str, account: &Account) -> Person {
+        let store = tempfile::tempdir().unwrap_or_else(|err| panic!("temp dir: {err}"));
+        let client = Client::builder()
+            .homeserver_url(homeserver)
+            .sqlite_store(store.path(), None)
+            .build()
+            .await
+            .unwrap_or_else(|err| panic!("client for {}: {err}", account.user_id));
+        client
+            .matrix_auth()
+            .login_username(&account.user_id, &account.password)
+            .initial_device_display_name("test person")
+            .send()
+            .await
+            .unwrap_or_else(|err| panic!("login of {}: {err}", account.user_id));
+        let quick = SyncSettings::default().timeout(Duration::ZERO);
+        client.sync_once(quick).await.unwrap_or_else(|err| panic!("first sync of {}: {err}", account.user_id));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let arrived = Arc::new(Notify::new());
+        let (log, notify) = (Arc::clone(&seen), Arc::clone(&arrived));
+        client.add_event_handler(
+            move |event: OriginalSyncRoomMessageEvent, room: Room, raw: matrix_sdk::event_handler::RawEvent| {
+                let (log, notify) = (Arc::clone(&log), Arc::clone(&notify));
+                async move {
+                    let encrypted =
+                        raw.get().contains("\"m.room.encrypted\"") || room.encryption_state().is_encrypted();
+                    log.lock().unwrap_or_else(PoisonError::into_inner).push(seen_of(&event, &room, encrypted));
+                    notify.notify_waiters();
+                }
+            },
+        );
+        let syncing = client.clone();
+        let sync = tokio::spawn(async move {
+            let settings = SyncSettings::default().timeout(Duration::from_millis(500));
+            let _ = syncing.sync(settings).await;
+        });
+        Person { client, seen, arrived, sync, _store: store }
+    }
+
+    pub fn user_id(&self) -> OwnedUserId {
+        self.client.user_id().map(ToOwned::to_owned).unwrap_or_else(|| panic!("a logged-in client has a user id"))
+    }
+
+    /// Creates an encrypted direct room with `other` (as Element does) and waits until they
+    /// joined it.
+    pub async fn open_dm(&self, other: &UserId) -> Room {
+        let room = self.client.create_dm(other).await.unwrap_or_else(|err| panic!("create_dm: {err}"));
+        self.wait_for_member(&room, other).await;
+        room
+    }
+
+    /// Waits until `user` is a joined member of `room`.
+    pub async fn wait_for_member(&self, room: &Room, user: &UserId) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let _ = room.sync_members().await;
+            if let Ok(Some(member)) = room.get_member_no_sync(user).await
+                && *member.membership() == matrix_sdk::ruma::events::room::member::MembershipState::Join
+            {
+                return;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{user} never joined {}", room.room_id());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Sends `text` to `room`; returns the event id.
+    pub async fn say(&self, room: &Room, text: &str) -> OwnedEventId {
+        let sent = room.send(RoomMessageEventContent::text_plain(text)).await;
+        sent.unwrap_or_else(|err| panic!("sending to {}: {err}", room.room_id())).event_id
+    }
+
+    /// Everything seen so far.
+    pub fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Waits until a message from `sender` in `room` is seen (beyond the first `after` of
+    /// them) and returns it.
+    pub async fn next_from(&self, room: &Room, sender: &UserId, after: usize, within: Duration) -> Seen {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let arrived = self.arrived.notified();
+            let from: Vec<Seen> =
+                self.seen().into_iter().filter(|seen| seen.room == room.room_id() && seen.sender == sender).collect();
+            if let Some(seen) = from.get(after) {
+                return seen.clone();
+            }
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            assert!(!left.is_zero(), "no message {after} from {sender} in {} within {within:?}", room.room_id());
+            let _ = tokio::time::timeout(left.min(Duration::from_millis(200)), arrived).await;
+        }
+    }
+}
+
+fn seen_of(event: &OriginalSyncRoomMessageEvent, room: &Room, encrypted: bool) -> Seen {
+    use matrix_sdk::ruma::events::room::message::{MessageType, Relation};
+    let (body, html) = match &event.content.msgtype {
+        MessageType::Text(text) => (text.body.clone(), text.formatted.as_ref().map(|f| f.body.clone())),
+        MessageType::Notice(notice) => (notice.body.clone(), notice.formatted.as_ref().map(|f| f.body.clone())),
+        other => (other.body().to_owned(), None),
+    };
+    let replaces = match &event.content.relates_to {
+        Some(Relation::Replacement(replacement)) => Some(replacement.event_id.clone()),
+        _ => None,
+    };
+    Seen {
+        room: room.room_id().to_owned(),
+        sender: event.sender.clone(),
+        event_id: event.event_id.clone(),
+        body,
+        html,
+        replaces,
+        encrypted,
+    }
+}
