@@ -6,9 +6,9 @@
 //!
 //! `docs/architecture.md` ("The delivery core") says what a new channel implements.
 
-#[cfg(any(feature = "discord", feature = "telegram"))]
+#[cfg(any(feature = "discord", feature = "matrix", feature = "telegram"))]
 pub mod download;
-#[cfg(any(feature = "discord", feature = "telegram"))]
+#[cfg(any(feature = "discord", feature = "matrix", feature = "telegram"))]
 pub(crate) mod group_context;
 mod ledger;
 pub mod live;
@@ -63,10 +63,10 @@ pub(crate) mod testing {
         fn can_edit_into(&self, _step: &String) -> bool {
             true
         }
-        async fn edit_into(&self, _: &(), _: u64, _: &String, _: &CancellationToken) -> Result<(), String> {
+        async fn edit_into(&self, _: &(), _: &u64, _: &String, _: &CancellationToken) -> Result<(), String> {
             Ok(())
         }
-        async fn delete(&self, _: &(), _: u64) -> Result<(), String> {
+        async fn delete(&self, _: &(), _: &u64) -> Result<(), String> {
             Ok(())
         }
         fn is_final(&self, _err: &String) -> bool {
@@ -96,7 +96,7 @@ pub(crate) mod testing {
         async fn post_draft(&self, _: &(), _: &str) -> Result<u64, String> {
             Ok(1)
         }
-        async fn edit_draft(&self, _: &(), _: u64, _: &str) -> Result<(), String> {
+        async fn edit_draft(&self, _: &(), _: &u64, _: &str) -> Result<(), String> {
             Ok(())
         }
     }

@@ -1,4 +1,5 @@
-//! Settings the chat adapters share: who is answered in direct messages, and streaming.
+//! Settings the chat adapters share: who is answered in direct messages and in groups, and
+//! streaming.
 
 use std::time::Duration;
 
@@ -12,6 +13,18 @@ pub enum DmPolicy {
     /// Everybody.
     Open,
     /// Nobody.
+    Disabled,
+}
+
+/// Which group messages are answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupPolicy {
+    /// Those that address the bot (a mention, a reply to it, a command); the others are kept
+    /// as context for the next one that does.
+    Mention,
+    /// Every message.
+    Open,
+    /// None.
     Disabled,
 }
 

@@ -30,7 +30,7 @@ use crate::contract::commands;
 use crate::control::OwnerLink;
 use crate::delivery::DeliveryPolicy;
 
-pub use crate::policy::{DmPolicy, StreamSettings};
+pub use crate::policy::{DmPolicy, GroupPolicy, StreamSettings};
 
 /// The channel name of this adapter on the bus.
 pub const CHANNEL: &str = "telegram";
@@ -51,14 +51,6 @@ pub enum Receive {
     /// Telegram posts to `public_url`; this process serves it on `listen` and checks `secret`
     /// in the `X-Telegram-Bot-Api-Secret-Token` header.
     Webhook { public_url: String, listen: SocketAddr, secret: String },
-}
-
-/// Which group messages are answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GroupPolicy {
-    Mention,
-    Open,
-    Disabled,
 }
 
 /// Everything the Telegram channel needs, resolved from `[channels.telegram]`.

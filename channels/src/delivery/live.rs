@@ -207,7 +207,7 @@ impl<P: Platform> Draft<P> {
     /// [`LiveRuns::finish`], which has stopped the editor.
     pub async fn settle(&self) -> DraftState<P::MessageId> {
         let shown = self.shown.lock().await;
-        match (shown.message, shown.broken) {
+        match (shown.message.clone(), shown.broken) {
             (message, true) => DraftState::Broken(message),
             (Some(message), false) => DraftState::Shown(message),
             (None, false) => DraftState::Nothing,
@@ -362,7 +362,7 @@ async fn show<P: Platform>(platform: &P, draft: &Draft<P>, shown: &mut Shown<P::
     if text.is_empty() || text == shown.text {
         return Ok(());
     }
-    match shown.message {
+    match &shown.message {
         None => shown.message = Some(platform.post_draft(&draft.target, &text).await?),
         Some(message) => platform.edit_draft(&draft.target, message, &text).await?,
     }

@@ -155,7 +155,7 @@ impl<P: Platform> Courier<P> {
         let draft = self.take_draft(msg).await;
         if reply::says_nothing(msg) {
             if let DraftState::Shown(message) | DraftState::Broken(Some(message)) = draft {
-                self.delete_quietly(&target, message).await;
+                self.delete_quietly(&target, &message).await;
             }
             return Outcome::Delivered;
         }
@@ -226,28 +226,28 @@ impl<P: Platform> Courier<P> {
         let message = match draft {
             DraftState::Nothing | DraftState::Broken(None) => return false,
             DraftState::Broken(Some(message)) => {
-                self.delete_quietly(target, message).await;
+                self.delete_quietly(target, &message).await;
                 return false;
             }
             DraftState::Shown(message) => message,
         };
         let Some(step) = first.filter(|step| self.platform.can_edit_into(step)) else {
-            self.delete_quietly(target, message).await;
+            self.delete_quietly(target, &message).await;
             return false;
         };
-        match self.platform.edit_into(target, message, step, &self.shutdown).await {
+        match self.platform.edit_into(target, &message, step, &self.shutdown).await {
             Ok(()) => true,
             Err(err) => {
                 let error = self.platform.describe(&err);
                 tracing::info!(?target, %error, "cannot finish a streamed draft; sending the reply");
-                self.delete_quietly(target, message).await;
+                self.delete_quietly(target, &message).await;
                 false
             }
         }
     }
 
     /// Deletes a message, logging instead of failing: used to remove streamed drafts.
-    async fn delete_quietly(&self, target: &P::Target, message: P::MessageId) {
+    async fn delete_quietly(&self, target: &P::Target, message: &P::MessageId) {
         if let Err(err) = self.platform.delete(target, message).await {
             let error = self.platform.describe(&err);
             tracing::info!(?target, ?message, %error, "cannot delete a streamed draft");

@@ -41,7 +41,7 @@ pub trait Platform: Send + Sync + 'static {
     /// Where a message goes (chat, thread, message to quote), in the platform's ids.
     type Target: Debug + Clone + Send + Sync + 'static;
     /// A message the platform posted.
-    type MessageId: Debug + Copy + Send + Sync + 'static;
+    type MessageId: Debug + Clone + Send + Sync + 'static;
     /// One message of a delivery: a rendered part of the text, a file, or both.
     type Step: Send + Sync + 'static;
     type Error: Send + Sync + 'static;
@@ -97,12 +97,12 @@ pub trait Platform: Send + Sync + 'static {
     async fn edit_into(
         &self,
         target: &Self::Target,
-        message: Self::MessageId,
+        message: &Self::MessageId,
         step: &Self::Step,
         shutdown: &CancellationToken,
     ) -> Result<(), Self::Error>;
 
-    async fn delete(&self, target: &Self::Target, message: Self::MessageId) -> Result<(), Self::Error>;
+    async fn delete(&self, target: &Self::Target, message: &Self::MessageId) -> Result<(), Self::Error>;
 
     /// The error can never go away for this message (bad address, no access): give it up
     /// rather than have the bus offer it again.
@@ -127,7 +127,8 @@ pub trait Platform: Send + Sync + 'static {
     /// Posts a draft's first text (plain, quoting the target's message), once.
     async fn post_draft(&self, target: &Self::Target, text: &str) -> Result<Self::MessageId, Self::Error>;
     /// Edits a draft to its current text (plain), once; an unchanged text is no error.
-    async fn edit_draft(&self, target: &Self::Target, message: Self::MessageId, text: &str) -> Result<(), Self::Error>;
+    async fn edit_draft(&self, target: &Self::Target, message: &Self::MessageId, text: &str)
+    -> Result<(), Self::Error>;
     /// A failed draft call that only asks to wait (flood control): how long. `None`: streaming
     /// stops for the run.
     fn draft_pause(&self, _err: &Self::Error) -> Option<Duration> {

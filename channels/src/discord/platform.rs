@@ -139,15 +139,15 @@ impl Platform for DiscordPlatform {
     async fn edit_into(
         &self,
         target: &Target,
-        message: MessageId,
+        message: &MessageId,
         step: &Step,
         shutdown: &CancellationToken,
     ) -> Result<(), SendError> {
-        edit_into_step(&self.rest, &self.retry, target.channel, message, step, shutdown).await
+        edit_into_step(&self.rest, &self.retry, target.channel, *message, step, shutdown).await
     }
 
-    async fn delete(&self, target: &Target, message: MessageId) -> Result<(), SendError> {
-        once("delete message", self.rest.delete_message(target.channel, message)).await
+    async fn delete(&self, target: &Target, message: &MessageId) -> Result<(), SendError> {
+        once("delete message", self.rest.delete_message(target.channel, *message)).await
     }
 
     fn is_final(&self, err: &SendError) -> bool {
@@ -193,9 +193,9 @@ impl Platform for DiscordPlatform {
     }
 
     /// A 429 stops streaming too: more edits would only deepen the rate limit.
-    async fn edit_draft(&self, target: &Target, message: MessageId, text: &str) -> Result<(), SendError> {
+    async fn edit_draft(&self, target: &Target, message: &MessageId, text: &str) -> Result<(), SendError> {
         let edit = EditMessage::new().content(text).allowed_mentions(allowed_mentions());
-        once("edit message", self.rest.edit_message(target.channel, message, &edit)).await
+        once("edit message", self.rest.edit_message(target.channel, *message, &edit)).await
     }
 }
 

@@ -106,20 +106,20 @@ impl Platform for TelegramPlatform {
     async fn edit_into(
         &self,
         target: &Target,
-        message: MessageId,
+        message: &MessageId,
         step: &Step,
         shutdown: &CancellationToken,
     ) -> Result<(), RequestError> {
         match step {
             Step::Part(part, keyboard) => {
-                edit_part(&self.bot, target.chat, message, part, keyboard.as_ref(), shutdown).await
+                edit_part(&self.bot, target.chat, *message, part, keyboard.as_ref(), shutdown).await
             }
             Step::File(_) => Ok(()),
         }
     }
 
-    async fn delete(&self, target: &Target, message: MessageId) -> Result<(), RequestError> {
-        self.bot.delete_message(target.chat, message).send().await.map(drop)
+    async fn delete(&self, target: &Target, message: &MessageId) -> Result<(), RequestError> {
+        self.bot.delete_message(target.chat, *message).send().await.map(drop)
     }
 
     fn is_final(&self, err: &RequestError) -> bool {
@@ -180,8 +180,8 @@ impl Platform for TelegramPlatform {
         Ok(request.send().await?.id)
     }
 
-    async fn edit_draft(&self, target: &Target, message: MessageId, text: &str) -> Result<(), RequestError> {
-        match self.bot.edit_message_text(target.chat, message, text).send().await {
+    async fn edit_draft(&self, target: &Target, message: &MessageId, text: &str) -> Result<(), RequestError> {
+        match self.bot.edit_message_text(target.chat, *message, text).send().await {
             Ok(_) | Err(RequestError::Api(ApiError::MessageNotModified)) => Ok(()),
             Err(err) => Err(err),
         }

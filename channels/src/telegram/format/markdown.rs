@@ -207,7 +207,7 @@ impl Walker {
             }
             _ => "• ".to_owned(),
         };
-        self.item_marker = Some(indent + &marker);
+        self.item_marker = Some(indent + marker.as_str());
     }
 
     fn task_marker(&mut self, done: bool) {
