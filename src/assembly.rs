@@ -22,6 +22,7 @@ use switchboard_channels::bus::in_process::InProcessBus;
 use switchboard_channels::bus::journal::Journal;
 use switchboard_channels::bus::nats::NatsBus;
 use switchboard_channels::discord::DiscordError;
+use switchboard_channels::matrix::MatrixError;
 use switchboard_channels::telegram::TelegramError;
 use thiserror::Error;
 use tokio::task::JoinHandle;
@@ -69,6 +70,13 @@ pub enum AssemblyError {
     Discord(#[from] DiscordError),
     #[error("the Discord channel needs a bot token: set channels.discord.token or DISCORD_BOT_TOKEN")]
     NoDiscordToken,
+    #[error(transparent)]
+    Matrix(#[from] MatrixError),
+    #[error(
+        "the Matrix channel needs a homeserver, a user and a password or access token: set channels.matrix.homeserver, \
+         .user and .password (or MATRIX_HOMESERVER, MATRIX_USER and MATRIX_PASSWORD or MATRIX_ACCESS_TOKEN)"
+    )]
+    NoMatrixLogin,
     #[error(
         "the API would listen on {0}, beyond this machine, with no token: anyone who reaches the port could talk \
          to the agent. Add a token (`switchboard api-token NAME` prints one for channels.api.tokens), listen on \

@@ -25,6 +25,7 @@ mod heartbeat;
 mod identity;
 mod load;
 mod log_format;
+mod matrix;
 mod mcp;
 mod memory;
 mod metrics;
@@ -66,6 +67,7 @@ pub use heartbeat::{
 };
 pub use identity::{BadIdentity, BadLevel, Identity, Level};
 pub use log_format::LogFormat;
+pub use matrix::{MatrixChannelConfig, OtherInvitesConfig};
 pub use mcp::{MCP_SEPARATOR, McpConfig, McpServerConfig};
 pub use memory::{EmbeddingsConfig, MemoryConfig};
 pub use metrics::MetricsConfig;
@@ -530,6 +532,7 @@ pub struct ChannelsConfig {
     pub api: ApiChannelConfig,
     pub telegram: TelegramChannelConfig,
     pub discord: DiscordChannelConfig,
+    pub matrix: MatrixChannelConfig,
 }
 
 /// Parses a socket address with an error that says what was expected; the key path is added

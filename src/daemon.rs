@@ -60,6 +60,7 @@ impl Parts {
             Parts::Channel(ChannelKind::Api) => &[ChannelKind::Api],
             Parts::Channel(ChannelKind::Telegram) => &[ChannelKind::Telegram],
             Parts::Channel(ChannelKind::Discord) => &[ChannelKind::Discord],
+            Parts::Channel(ChannelKind::Matrix) => &[ChannelKind::Matrix],
         }
     }
 

@@ -1,6 +1,9 @@
 //! switchboard's bus contract, the [`bus::Bus`] trait with its in-process and NATS JetStream
 //! implementations, and the channel adapters.
 
+// matrix-sdk's futures nest deeper than the compiler's default limit when spawned.
+#![recursion_limit = "256"]
+
 pub mod bus;
 pub mod chunking;
 pub mod contract;
@@ -17,6 +20,8 @@ pub mod subject;
 pub mod api;
 #[cfg(feature = "discord")]
 pub mod discord;
+#[cfg(feature = "matrix")]
+pub mod matrix;
 #[cfg(feature = "telegram")]
 pub mod telegram;
 

@@ -2,9 +2,10 @@
 //! `switchboard-channels` and know nothing of the config file.
 
 use switchboard_channels::discord::{DiscordSettings, SlashScope};
+use switchboard_channels::matrix::{Login, MatrixSettings, OtherInvites};
 use switchboard_channels::telegram::{DmPolicy, GroupPolicy, Receive, StreamSettings, TelegramSettings};
 
-use crate::config::{Config, DmPolicyConfig, GroupPolicyConfig, SlashCommandsConfig, TelegramMode};
+use crate::config::{Config, DmPolicyConfig, GroupPolicyConfig, OtherInvitesConfig, SlashCommandsConfig, TelegramMode};
 
 /// `[channels.telegram]`, with the owners from `users.owners` (`telegram:<id>`).
 pub fn telegram(config: &Config) -> TelegramSettings {
@@ -27,11 +28,7 @@ pub fn telegram(config: &Config) -> TelegramSettings {
         dm_policy: dm_policy(telegram.dm_policy),
         allow_from: telegram.allow_from.clone(),
         owners: owners(config, "telegram"),
-        group_policy: match telegram.group_policy {
-            GroupPolicyConfig::Mention => GroupPolicy::Mention,
-            GroupPolicyConfig::Open => GroupPolicy::Open,
-            GroupPolicyConfig::Disabled => GroupPolicy::Disabled,
-        },
+        group_policy: group_policy(telegram.group_policy),
         groups: telegram.groups.clone(),
         group_allow_from: telegram.group_allow_from.clone(),
         group_context_messages: telegram.group_context_messages,
@@ -81,6 +78,53 @@ pub fn discord(config: &Config) -> DiscordSettings {
             SlashCommandsConfig::Guilds => SlashScope::Guilds,
             SlashCommandsConfig::Off => SlashScope::Off,
         },
+    }
+}
+
+/// `[channels.matrix]`, with the owners from `users.owners` (`matrix:@user:server`); its
+/// session and stores in `<data dir>/matrix`.
+pub fn matrix(config: &Config) -> MatrixSettings {
+    let matrix = &config.channels.matrix;
+    let login = match matrix.access_token.expose() {
+        "" => Login::Password(matrix.password.expose().to_owned()),
+        token => Login::AccessToken(token.to_owned()),
+    };
+    MatrixSettings {
+        homeserver: matrix.homeserver.clone(),
+        user: matrix.user.clone(),
+        login,
+        device_name: matrix.device_name.clone(),
+        store_dir: config.data_dir().join("matrix"),
+        store_passphrase: Some(matrix.store_passphrase.expose().to_owned()).filter(|pass| !pass.is_empty()),
+        dm_policy: dm_policy(matrix.dm_policy),
+        allow_from: matrix.allow_from.clone(),
+        owners: owners(config, "matrix"),
+        group_policy: group_policy(matrix.group_policy),
+        groups: matrix.groups.clone(),
+        group_allow_from: matrix.group_allow_from.clone(),
+        group_context_messages: matrix.group_context_messages,
+        other_invites: match matrix.other_invites {
+            OtherInvitesConfig::Decline => OtherInvites::Decline,
+            OtherInvitesConfig::Ignore => OtherInvites::Ignore,
+        },
+        pairing_ttl: matrix.pairing_code_ttl(),
+        pairing_max_pending: matrix.pairing_max_pending,
+        stream: StreamSettings {
+            private: matrix.stream_private,
+            groups: matrix.stream_groups,
+            edit_interval: matrix.stream_edit_interval(),
+        },
+        typing: matrix.typing,
+        media_dir: matrix.media_dir.clone(),
+        media_max_bytes: matrix.media_max_bytes,
+    }
+}
+
+fn group_policy(policy: GroupPolicyConfig) -> GroupPolicy {
+    match policy {
+        GroupPolicyConfig::Mention => GroupPolicy::Mention,
+        GroupPolicyConfig::Open => GroupPolicy::Open,
+        GroupPolicyConfig::Disabled => GroupPolicy::Disabled,
     }
 }
 

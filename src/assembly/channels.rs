@@ -10,6 +10,7 @@ use switchboard_channels::api::{ApiChannel, LiveAccess};
 use switchboard_channels::control::{ControlDesk, OwnerLink};
 use switchboard_channels::delivery::{DeliveryPolicy, DeliveryRecord};
 use switchboard_channels::discord::DiscordChannel;
+use switchboard_channels::matrix::MatrixChannel;
 use switchboard_channels::pairing::PairingStore;
 use switchboard_channels::telegram::TelegramChannel;
 use tokio_util::sync::CancellationToken;
@@ -31,10 +32,13 @@ pub enum ChannelKind {
     Telegram,
     /// The Discord bot (`[channels.discord]`).
     Discord,
+    /// The Matrix account (`[channels.matrix]`).
+    Matrix,
 }
 
 impl ChannelKind {
-    pub const ALL: [ChannelKind; 3] = [ChannelKind::Api, ChannelKind::Telegram, ChannelKind::Discord];
+    pub const ALL: [ChannelKind; 4] =
+        [ChannelKind::Api, ChannelKind::Telegram, ChannelKind::Discord, ChannelKind::Matrix];
 
     /// Its name in the config (`channels.<name>`) and on the bus.
     pub fn name(self) -> &'static str {
@@ -42,6 +46,7 @@ impl ChannelKind {
             ChannelKind::Api => "api",
             ChannelKind::Telegram => "telegram",
             ChannelKind::Discord => "discord",
+            ChannelKind::Matrix => "matrix",
         }
     }
 
@@ -51,6 +56,7 @@ impl ChannelKind {
             ChannelKind::Api => config.channels.api.enabled,
             ChannelKind::Telegram => config.channels.telegram.is_active(),
             ChannelKind::Discord => config.channels.discord.is_active(),
+            ChannelKind::Matrix => config.channels.matrix.is_active(),
         }
     }
 
@@ -59,6 +65,7 @@ impl ChannelKind {
     pub fn missing_token(self, config: &Config) -> Option<String> {
         let (enabled, token, variable, name) = match self {
             ChannelKind::Api => return None,
+            ChannelKind::Matrix => return missing_matrix_login(config),
             ChannelKind::Telegram => {
                 let telegram = &config.channels.telegram;
                 (telegram.enabled, &telegram.token, "TELEGRAM_BOT_TOKEN", "Telegram")
@@ -83,14 +90,37 @@ impl ChannelKind {
             ChannelKind::Api => config.channels.api.enabled,
             ChannelKind::Telegram => config.channels.telegram.enabled,
             ChannelKind::Discord => config.channels.discord.enabled,
+            ChannelKind::Matrix => config.channels.matrix.enabled,
         };
         match (self.is_active(config), enabled, self) {
             (true, _, _) => None,
             (false, false, _) => Some(AssemblyError::ChannelDisabled(self.name())),
             (false, true, ChannelKind::Telegram) => Some(AssemblyError::NoTelegramToken),
+            (false, true, ChannelKind::Matrix) => Some(AssemblyError::NoMatrixLogin),
             (false, true, _) => Some(AssemblyError::NoDiscordToken),
         }
     }
+}
+
+/// What to say when `[channels.matrix]` is partly filled in: which part of the login is missing.
+/// Nothing when none of it is set (a config that does not use Matrix).
+fn missing_matrix_login(config: &Config) -> Option<String> {
+    let matrix = &config.channels.matrix;
+    let parts = [
+        ("homeserver (MATRIX_HOMESERVER)", !matrix.homeserver.is_empty()),
+        ("user (MATRIX_USER)", !matrix.user.is_empty()),
+        (
+            "password or access_token (MATRIX_PASSWORD, MATRIX_ACCESS_TOKEN)",
+            !(matrix.password.is_empty() && matrix.access_token.is_empty()),
+        ),
+    ];
+    let missing: Vec<&str> = parts.iter().filter(|(_, set)| !set).map(|(name, _)| *name).collect();
+    (matrix.enabled && !missing.is_empty() && missing.len() < parts.len()).then(|| {
+        format!(
+            "Matrix is not running: channels.matrix lacks its {}; or set channels.matrix.enabled = false to silence this",
+            missing.join(" and ")
+        )
+    })
 }
 
 /// What the channels share for the owner (see `Assembly::owner_parts`).
@@ -147,6 +177,18 @@ impl RunningChannel for TelegramChannel {
 
     async fn stop(self: Box<Self>) -> Result<(), AssemblyError> {
         TelegramChannel::stop(*self).await;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl RunningChannel for MatrixChannel {
+    fn kind(&self) -> ChannelKind {
+        ChannelKind::Matrix
+    }
+
+    async fn stop(self: Box<Self>) -> Result<(), AssemblyError> {
+        MatrixChannel::stop(*self).await;
         Ok(())
     }
 }
@@ -227,8 +269,9 @@ impl Assembly {
                 let store = Arc::clone(store) as Arc<dyn ApiStore>;
                 let mut api = settings::api(config);
                 // An admin's socket may watch every session, the chat channels' too.
-                let chats =
-                    [ChannelKind::Telegram, ChannelKind::Discord].into_iter().filter(|kind| kind.is_active(config));
+                let chats = [ChannelKind::Telegram, ChannelKind::Discord, ChannelKind::Matrix]
+                    .into_iter()
+                    .filter(|kind| kind.is_active(config));
                 api.live_channels = chats.map(|kind| kind.name().to_owned()).collect();
                 Box::new(ApiChannel::start(bus, api, store, console, shutdown).await?)
             }
@@ -239,6 +282,10 @@ impl Assembly {
             ChannelKind::Discord => {
                 let settings = channel_settings::discord(config);
                 Box::new(DiscordChannel::start(bus, settings, owner.link.clone(), delivery, shutdown).await?)
+            }
+            ChannelKind::Matrix => {
+                let settings = channel_settings::matrix(config);
+                Box::new(MatrixChannel::start(bus, settings, owner.link.clone(), delivery, shutdown).await?)
             }
         })
     }

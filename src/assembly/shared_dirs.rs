@@ -54,6 +54,7 @@ pub fn places(config: &Config, worker: bool, channels: &[ChannelKind]) -> Vec<(S
     let media = [
         (ChannelKind::Telegram, "Telegram media directory", &config.channels.telegram.media_dir),
         (ChannelKind::Discord, "Discord media directory", &config.channels.discord.media_dir),
+        (ChannelKind::Matrix, "Matrix media directory", &config.channels.matrix.media_dir),
     ];
     for (kind, key, dir) in media {
         if (channels.contains(&kind) || worker) && kind.is_active(config) {

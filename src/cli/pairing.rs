@@ -20,7 +20,7 @@ const LISTED_DECISIONS: usize = 100;
 pub enum PairingCommand {
     /// List senders waiting with a valid code, and approved senders
     List {
-        /// telegram or discord (default: both)
+        /// telegram, discord or matrix (default: all)
         channel: Option<PairingChannel>,
         /// Also the decisions of the last 30 days: approved or denied, by whom, when
         #[arg(long)]
@@ -28,28 +28,28 @@ pub enum PairingCommand {
     },
     /// Approve the sender a code was given to, so they may write to the bot directly
     Approve {
-        /// telegram or discord
+        /// telegram, discord or matrix
         channel: PairingChannel,
         /// The code the sender was shown (case, spaces and dashes do not matter)
         code: String,
     },
     /// Refuse the sender a code was given to; they get no new code for a day
     Deny {
-        /// telegram or discord
+        /// telegram, discord or matrix
         channel: PairingChannel,
         /// The code the sender was shown (case, spaces and dashes do not matter)
         code: String,
     },
     /// Withdraw a sender's approval
     Revoke {
-        /// telegram or discord
+        /// telegram, discord or matrix
         channel: PairingChannel,
         /// The sender's id on the platform
         sender_id: String,
     },
     /// Approve a sender by id, without a code
     Add {
-        /// telegram or discord
+        /// telegram, discord or matrix
         channel: PairingChannel,
         /// The sender's id on the platform
         sender_id: String,
@@ -64,6 +64,7 @@ pub enum PairingCommand {
 pub enum PairingChannel {
     Telegram,
     Discord,
+    Matrix,
 }
 
 impl PairingChannel {
@@ -71,6 +72,7 @@ impl PairingChannel {
         match self {
             PairingChannel::Telegram => "telegram",
             PairingChannel::Discord => "discord",
+            PairingChannel::Matrix => "matrix",
         }
     }
 }
@@ -88,7 +90,8 @@ impl FromStr for PairingChannel {
         match text {
             "telegram" => Ok(PairingChannel::Telegram),
             "discord" => Ok(PairingChannel::Discord),
-            other => Err(format!("{other:?} has no direct-message pairing; use telegram or discord")),
+            "matrix" => Ok(PairingChannel::Matrix),
+            other => Err(format!("{other:?} has no direct-message pairing; use telegram, discord or matrix")),
         }
     }
 }

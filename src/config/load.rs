@@ -232,7 +232,7 @@ fn invalid_value(error: &toml::de::Error, origins: &Origins) -> ConfigError {
 
 /// Fills what the config leaves empty: paths under the user data dir, the providers from
 /// the `OPENAI_*` / `ANTHROPIC_*` variables other tools use too, and the keys and tokens from
-/// `BRAVE_API_KEY`, `TELEGRAM_BOT_TOKEN` and `DISCORD_BOT_TOKEN`.
+/// `BRAVE_API_KEY`, `TELEGRAM_BOT_TOKEN`, `DISCORD_BOT_TOKEN` and the `MATRIX_*` account.
 fn apply_conventions(
     config: &mut Config,
     env: &HashMap<String, String>,
@@ -263,6 +263,9 @@ fn apply_conventions(
         (&mut config.tools.web.brave_api_key, "tools.web.brave_api_key", "BRAVE_API_KEY"),
         (&mut config.channels.telegram.token, "channels.telegram.token", "TELEGRAM_BOT_TOKEN"),
         (&mut config.channels.discord.token, "channels.discord.token", "DISCORD_BOT_TOKEN"),
+        (&mut config.channels.matrix.password, "channels.matrix.password", "MATRIX_PASSWORD"),
+        (&mut config.channels.matrix.access_token, "channels.matrix.access_token", "MATRIX_ACCESS_TOKEN"),
+        (&mut config.channels.matrix.store_passphrase, "channels.matrix.store_passphrase", "MATRIX_STORE_PASSPHRASE"),
     ];
     for (secret, key, var) in secrets {
         let value = env.get(var).map(|value| value.trim()).filter(|value| !value.is_empty());
@@ -273,12 +276,26 @@ fn apply_conventions(
             origins.insert(key.into(), Origin::Env(var.into()));
         }
     }
+    let matrix = &mut config.channels.matrix;
+    let account = [
+        (&mut matrix.homeserver, "channels.matrix.homeserver", "MATRIX_HOMESERVER"),
+        (&mut matrix.user, "channels.matrix.user", "MATRIX_USER"),
+    ];
+    for (value, key, var) in account {
+        if value.is_empty()
+            && let Some(from_env) = env.get(var).map(|text| text.trim()).filter(|text| !text.is_empty())
+        {
+            from_env.clone_into(value);
+            origins.insert(key.into(), Origin::Env(var.into()));
+        }
+    }
     let media_dir = |dir: &Path, channel: &str| match expand_home(dir) {
         path if path.as_os_str().is_empty() => config.agent.workspace.join("media").join(channel),
         path => config.data_dir.join(path),
     };
     config.channels.telegram.media_dir = media_dir(&config.channels.telegram.media_dir, "telegram");
     config.channels.discord.media_dir = media_dir(&config.channels.discord.media_dir, "discord");
+    config.channels.matrix.media_dir = media_dir(&config.channels.matrix.media_dir, "matrix");
     Ok(())
 }
 

@@ -106,6 +106,9 @@ pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigE
     if let Some((key, reason)) = super::discord::problem(&config.channels.discord) {
         return Err(fail(key, reason));
     }
+    if let Some((key, reason)) = super::matrix::problem(&config.channels.matrix) {
+        return Err(fail(key, reason));
+    }
     if let Some((key, reason)) = super::cron::problem(&config.cron) {
         return Err(fail(key, reason));
     }

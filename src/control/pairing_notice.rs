@@ -37,6 +37,7 @@ fn platform_name(channel: &str) -> String {
     match channel {
         "telegram" => "Telegram".to_owned(),
         "discord" => "Discord".to_owned(),
+        "matrix" => "Matrix".to_owned(),
         other => other.to_owned(),
     }
 }

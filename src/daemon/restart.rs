@@ -12,7 +12,7 @@ pub(super) fn needing_restart(started: &Config, new: &Config) -> Vec<&'static st
     // and the chains are rebuilt.
     let agent =
         |config: &Config| (config.agent.history_limit, config.agent.run_timeout_secs, config.agent.workspace.clone());
-    let checks: [(&'static str, bool); 18] = [
+    let checks: [(&'static str, bool); 19] = [
         ("data_dir", started.data_dir != new.data_dir),
         ("bus", started.bus != new.bus),
         ("bus_options", started.bus_options != new.bus_options),
@@ -20,6 +20,7 @@ pub(super) fn needing_restart(started: &Config, new: &Config) -> Vec<&'static st
         ("channels.api", without_tokens(&started.channels.api) != without_tokens(&new.channels.api)),
         ("channels.telegram", started.channels.telegram != new.channels.telegram),
         ("channels.discord", started.channels.discord != new.channels.discord),
+        ("channels.matrix", started.channels.matrix != new.channels.matrix),
         ("cron", started.cron != new.cron),
         ("heartbeat", started.heartbeat != new.heartbeat),
         ("metrics", started.metrics != new.metrics),

@@ -244,6 +244,10 @@ pub fn formatting(input: &PromptInput<'_>) -> Option<String> {
             "Discord: write Markdown (no tables). A message holds at most 2000 characters; longer \
              replies are split, so keep answers short."
         }
+        "matrix" => {
+            "Matrix: write Markdown (bold, italic, code, lists, tables, links); it is rendered as HTML. \
+             Long replies are split into several messages."
+        }
         _ => "Write plain Markdown.",
     };
     Some(format!("# Formatting\n\n{rules}"))

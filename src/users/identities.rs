@@ -14,7 +14,7 @@ use switchboard_channels::contract::MAX_CHANNEL_BYTES;
 use crate::config::{Config, Identity};
 
 /// The channels of the adapters built into switchboard.
-const BUILT_IN_CHANNELS: [&str; 3] = ["api", "telegram", "discord"];
+const BUILT_IN_CHANNELS: [&str; 4] = ["api", "telegram", "discord", "matrix"];
 
 /// Why no sender can have `identity`: a channel name no adapter can use or that is a typo of
 /// a built-in one, or a Telegram or Discord id that is not a number (both platforms number
@@ -106,13 +106,13 @@ mod tests {
     #[test]
     fn a_channel_the_config_names_needs_no_warning() {
         let mut config = Config::default();
-        let matrix: Identity = "matrix:@a:b.org".parse().unwrap();
-        assert!(unconfigured_channel(&config, &matrix).is_some_and(|w| w.contains("no adapter named \"matrix\"")));
+        let zulip: Identity = "zulip:@a:b.org".parse().unwrap();
+        assert!(unconfigured_channel(&config, &zulip).is_some_and(|w| w.contains("no adapter named \"zulip\"")));
         assert_eq!(unconfigured_channel(&config, &"telegram:1".parse().unwrap()), None);
-        config.users.owners.push("matrix:@me:b.org".into());
-        assert_eq!(unconfigured_channel(&config, &matrix), None);
+        config.users.owners.push("zulip:@me:b.org".into());
+        assert_eq!(unconfigured_channel(&config, &zulip), None);
         let mut config = Config::default();
-        config.bindings.push(crate::config::BindingConfig { channel: "matrix".into(), ..Default::default() });
-        assert_eq!(unconfigured_channel(&config, &matrix), None);
+        config.bindings.push(crate::config::BindingConfig { channel: "zulip".into(), ..Default::default() });
+        assert_eq!(unconfigured_channel(&config, &zulip), None);
     }
 }

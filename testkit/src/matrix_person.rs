@@ -13,6 +13,8 @@ use tempfile::TempDir;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+pub use matrix_sdk;
+
 use crate::synapse::Account;
 
 /// A room message a person's client received (decrypted when the room is encrypted).
@@ -100,6 +102,33 @@ impl Person {
         room
     }
 
+    /// Creates an encrypted group room (not direct) and invites `others`.
+    pub async fn open_group(&self, others: &[&UserId]) -> Room {
+        use matrix_sdk::ruma::api::client::room::create_room::v3::Request;
+        use matrix_sdk::ruma::events::InitialStateEvent;
+        use matrix_sdk::ruma::events::room::encryption::RoomEncryptionEventContent;
+        let mut request = Request::new();
+        request.name = Some("Dinner".to_owned());
+        request.invite = others.iter().map(|user| (*user).to_owned()).collect();
+        let encryption =
+            InitialStateEvent::with_empty_state_key(RoomEncryptionEventContent::with_recommended_defaults());
+        request.initial_state = vec![encryption.to_raw_any()];
+        self.client.create_room(request).await.unwrap_or_else(|err| panic!("create_room: {err}"))
+    }
+
+    /// Accepts the invitation to `room` (waiting until the sync shows it).
+    pub async fn join(&self, room: &matrix_sdk::ruma::RoomId) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(invited) = self.client.get_room(room) {
+                invited.join().await.unwrap_or_else(|err| panic!("joining {room}: {err}"));
+                return;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "no invitation to {room}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Waits until `user` is a joined member of `room`.
     pub async fn wait_for_member(&self, room: &Room, user: &UserId) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
@@ -118,6 +147,14 @@ impl Person {
     /// Sends `text` to `room`; returns the event id.
     pub async fn say(&self, room: &Room, text: &str) -> OwnedEventId {
         let sent = room.send(RoomMessageEventContent::text_plain(text)).await;
+        sent.unwrap_or_else(|err| panic!("sending to {}: {err}", room.room_id())).event_id
+    }
+
+    /// Sends `text` to `room` mentioning `user` (`m.mentions`, as Element's pills do).
+    pub async fn say_to(&self, room: &Room, user: &UserId, text: &str) -> OwnedEventId {
+        let mut content = RoomMessageEventContent::text_plain(text);
+        content.mentions = Some(matrix_sdk::ruma::events::Mentions::with_user_ids([user.to_owned()]));
+        let sent = room.send(content).await;
         sent.unwrap_or_else(|err| panic!("sending to {}: {err}", room.room_id())).event_id
     }
 

@@ -42,6 +42,13 @@ pub struct Account {
     pub access_token: String,
 }
 
+impl Account {
+    /// The user id as the Matrix client takes it.
+    pub fn id(&self) -> matrix_sdk::ruma::OwnedUserId {
+        self.user_id.parse().unwrap_or_else(|err| panic!("{:?} is not a user id: {err}", self.user_id))
+    }
+}
+
 impl Synapse {
     /// The Python with Synapse installed, or why there is none. In CI (`CI` set) a missing one
     /// panics: the Matrix tests are part of the README's test command there.

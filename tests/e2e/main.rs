@@ -31,6 +31,7 @@ mod exec_secrets;
 mod files_out;
 mod local_model;
 mod logs;
+mod matrix;
 mod mcp;
 mod metrics;
 mod model_windows;

@@ -340,25 +340,25 @@ async fn the_users_commands_list_link_and_set_levels_and_budgets() {
 async fn people_of_a_third_party_adapter_can_be_given_a_level() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path();
-    let (ok, out, err) = users_cli(path, &["set-level", "matrix:@ann:example.org", "user"], &[]);
+    let (ok, out, err) = users_cli(path, &["set-level", "zulip:@ann:example.org", "user"], &[]);
     assert!(ok, "{err}");
-    assert_eq!(out, "matrix:@ann:example.org (user 1) is now user.\n");
-    assert!(err.contains("warning: no adapter named \"matrix\" is built in or named in the config"), "{err}");
-    assert!(err.contains("\"channel\": \"matrix\" (docs/bus.md)"), "{err}");
+    assert_eq!(out, "zulip:@ann:example.org (user 1) is now user.\n");
+    assert!(err.contains("warning: no adapter named \"zulip\" is built in or named in the config"), "{err}");
+    assert!(err.contains("\"channel\": \"zulip\" (docs/bus.md)"), "{err}");
 
     // Named in the config (here by an owner on that channel): no warning.
-    let groups = [("SWITCHBOARD_USERS__OWNERS", r#"["matrix:@me:example.org"]"#)];
-    let (ok, out, err) = users_cli(path, &["set-level", "matrix:@bob:example.org", "admin"], &groups);
-    assert!(ok && out == "matrix:@bob:example.org (user 2) is now admin.\n", "{out}\n{err}");
+    let groups = [("SWITCHBOARD_USERS__OWNERS", r#"["zulip:@me:example.org"]"#)];
+    let (ok, out, err) = users_cli(path, &["set-level", "zulip:@bob:example.org", "admin"], &groups);
+    assert!(ok && out == "zulip:@bob:example.org (user 2) is now admin.\n", "{out}\n{err}");
     assert!(!err.contains("warning"), "{err}");
-    let (ok, out, err) = users_cli(path, &["link", "matrix:@bob:example.org", "telegram:7"], &groups);
+    let (ok, out, err) = users_cli(path, &["link", "zulip:@bob:example.org", "telegram:7"], &groups);
     assert!(ok && out.contains("telegram:7 now belongs to user 2"), "{out}\n{err}");
 
     let (ok, out, err) = users_cli(path, &["list"], &[]);
     assert!(ok, "{err}");
-    assert!(out.lines().nth(1).is_some_and(|row| row.contains(" user ") && row.ends_with("matrix:@ann:example.org")));
+    assert!(out.lines().nth(1).is_some_and(|row| row.contains(" user ") && row.ends_with("zulip:@ann:example.org")));
     let bob = out.lines().nth(2).unwrap_or_default();
-    assert!(bob.contains(" admin ") && bob.ends_with("matrix:@bob:example.org, telegram:7"), "{out}");
+    assert!(bob.contains(" admin ") && bob.ends_with("telegram:7, zulip:@bob:example.org"), "{out}");
 }
 
 /// What a guest's trial costs, measured rather than assumed: one conversation of messages of

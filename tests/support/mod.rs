@@ -119,6 +119,7 @@ impl<'a> Launch<'a> {
                 || key.starts_with("ANTHROPIC_")
                 || key.starts_with("TELEGRAM_")
                 || key.starts_with("DISCORD_")
+                || key.starts_with("MATRIX_")
                 || key == "RUST_LOG"
             {
                 command.env_remove(key);

@@ -160,6 +160,9 @@ async fn send(url: &Url, target: &Target, timeout: Duration) -> Result<Response,
         .dns_resolver(Arc::new(NoDns))
         // The caller's time cap covers the whole fetch, redirects and body included.
         .connect_timeout(timeout)
+        // The body is decoded here, within the size cap (a gzip bomb stops at the cap): the
+        // client must hand it over as sent, whatever compression other parts of the build enable.
+        .no_gzip()
         .user_agent(concat!("switchboard/", env!("CARGO_PKG_VERSION"), " (web_fetch)"));
     if let Some(host) = &target.host {
         builder = builder.resolve_to_addrs(host, &target.addrs);

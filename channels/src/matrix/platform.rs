@@ -1,0 +1,323 @@
+//! Matrix's side of the delivery core: room events for replies, drafts (edited by `m.replace`),
+//! redactions and typing, and the decisions only Matrix can make (room ids, threads, replies,
+//! transaction ids, which errors are final).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use matrix_sdk::attachment::AttachmentConfig;
+use matrix_sdk::ruma::api::client::error::{ErrorKind, RetryAfter};
+use matrix_sdk::ruma::events::Mentions;
+use matrix_sdk::ruma::events::relation::{InReplyTo, Thread};
+use matrix_sdk::ruma::events::room::message::{
+    Relation, ReplacementMetadata, RoomMessageEventContent, RoomMessageEventContentWithoutRelation,
+};
+use matrix_sdk::ruma::{OwnedEventId, OwnedRoomId, OwnedTransactionId, OwnedUserId, RoomId, TransactionId};
+use matrix_sdk::{Client, Room, RoomState};
+use tokio_util::sync::CancellationToken;
+
+use super::format::{PART_CHARS, Part, parts};
+use super::{CHANNEL, MatrixSettings};
+use crate::contract::{Media, OutboundMessage, RunEvent};
+use crate::delivery::{DraftLimits, Platform, Unreachable};
+
+/// Where a message goes: a room, the thread in it, and the message the first part answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Target {
+    pub room: OwnedRoomId,
+    pub thread: Option<OwnedEventId>,
+    pub reply_to: Option<OwnedEventId>,
+}
+
+/// One message of a delivery.
+#[derive(Debug, Clone)]
+pub(crate) enum Step {
+    Text(Part),
+    File(Media),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SendError {
+    #[error("not logged in to the homeserver yet")]
+    NotConnected,
+    #[error("the bot is not in room {0}")]
+    NotInRoom(OwnedRoomId),
+    #[error("cannot read the file to send: {0}")]
+    File(std::io::Error),
+    #[error(transparent)]
+    Matrix(#[from] matrix_sdk::Error),
+}
+
+impl SendError {
+    fn kind(&self) -> Option<&ErrorKind> {
+        match self {
+            SendError::Matrix(err) => err.client_api_error_kind(),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?} is not a Matrix room id")]
+pub(crate) struct AddressError(String);
+
+/// The rooms the ingress saw, and whether each is direct: replies quote and drafts stream by it.
+#[derive(Debug, Default)]
+pub(crate) struct Directory {
+    direct: Mutex<HashMap<OwnedRoomId, bool>>,
+}
+
+impl Directory {
+    pub fn record(&self, room: &RoomId, direct: bool) {
+        self.direct.lock().unwrap_or_else(PoisonError::into_inner).insert(room.to_owned(), direct);
+    }
+
+    fn is_direct(&self, room: &RoomId) -> bool {
+        self.direct.lock().unwrap_or_else(PoisonError::into_inner).get(room).copied().unwrap_or(false)
+    }
+}
+
+/// The client (once logged in), the directory and the settings, as the delivery core uses them.
+pub(crate) struct MatrixPlatform {
+    client: Arc<OnceLock<Client>>,
+    directory: Arc<Directory>,
+    settings: Arc<MatrixSettings>,
+    /// Held while a person's direct room is looked up or created, so two messages to them at
+    /// once do not open two rooms.
+    opening: tokio::sync::Mutex<()>,
+}
+
+impl MatrixPlatform {
+    pub fn new(client: Arc<OnceLock<Client>>, directory: Arc<Directory>, settings: Arc<MatrixSettings>) -> Self {
+        Self { client, directory, settings, opening: tokio::sync::Mutex::new(()) }
+    }
+
+    fn room(&self, id: &RoomId) -> Result<Room, SendError> {
+        let client = self.client.get().ok_or(SendError::NotConnected)?;
+        let room = client.get_room(id).filter(|room| room.state() == RoomState::Joined);
+        room.ok_or_else(|| SendError::NotInRoom(id.to_owned()))
+    }
+
+    /// The relation of a message to `target`: in its thread (answering the trigger, for the
+    /// first part), or answering the trigger outside direct rooms.
+    fn relation(&self, target: &Target, first: bool) -> Option<Relation<RoomMessageEventContentWithoutRelation>> {
+        let reply_to = target.reply_to.clone().filter(|_| first);
+        match (&target.thread, reply_to) {
+            (Some(root), Some(reply_to)) => Some(Relation::Thread(Thread::reply(root.clone(), reply_to))),
+            (Some(root), None) => Some(Relation::Thread(Thread::without_fallback(root.clone()))),
+            (None, Some(reply_to)) if !self.directory.is_direct(&target.room) => {
+                Some(Relation::Reply { in_reply_to: InReplyTo::new(reply_to) })
+            }
+            (None, _) => None,
+        }
+    }
+
+    fn content(&self, target: &Target, part: &Part, first: bool) -> RoomMessageEventContent {
+        let mut content = match &part.html {
+            Some(html) => RoomMessageEventContent::text_html(part.body.clone(), html.clone()),
+            None => RoomMessageEventContent::text_plain(part.body.clone()),
+        };
+        content.relates_to = self.relation(target, first);
+        // Nobody is pinged by an answer, not even the person it answers.
+        content.mentions = Some(Mentions::new());
+        content
+    }
+
+    async fn send_file(&self, room: &Room, media: &Media, txn: &TransactionId) -> Result<(), SendError> {
+        let Some(path) = media.path.as_deref() else { return Ok(()) };
+        let data = tokio::fs::read(path).await.map_err(SendError::File)?;
+        let name = media.file_name.clone().unwrap_or_else(|| file_name(path));
+        let mime = media
+            .mime_type
+            .as_deref()
+            .and_then(|mime| mime.parse::<mime::Mime>().ok())
+            .unwrap_or(mime::APPLICATION_OCTET_STREAM);
+        let config = AttachmentConfig::new().txn_id(txn.to_owned());
+        room.send_attachment(name, &mime, data, config).await?;
+        Ok(())
+    }
+}
+
+/// The transaction id of part `part` of the message known as `key`: the same for every attempt
+/// and redelivery, so the homeserver, which answers a repeated transaction id with the event it
+/// made the first time, posts it once.
+pub(crate) fn transaction_id(key: &str, part: usize) -> String {
+    const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+    let bytes = key.bytes().chain([0xff]).chain((part as u64).to_le_bytes());
+    let hash = bytes.fold(FNV_OFFSET, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(FNV_PRIME));
+    format!("sb{hash:016x}")
+}
+
+fn file_name(path: &str) -> String {
+    std::path::Path::new(path).file_name().map_or_else(|| "file".to_owned(), |name| name.to_string_lossy().into_owned())
+}
+
+#[async_trait]
+impl Platform for MatrixPlatform {
+    const NAME: &'static str = "Matrix";
+    const CHANNEL: &'static str = CHANNEL;
+    /// The client library marks typing for 4 s and repeats it no sooner than after 3 s.
+    const TYPING_INTERVAL: Duration = Duration::from_secs(3);
+    const DRAFT: DraftLimits = DraftLimits { kept_bytes: 4 * PART_CHARS };
+    type Target = Target;
+    type MessageId = OwnedEventId;
+    type Step = Step;
+    type Error = SendError;
+    type AddressError = AddressError;
+
+    fn target_of(&self, msg: &OutboundMessage) -> Result<Target, AddressError> {
+        let room = OwnedRoomId::try_from(msg.chat_id.as_str()).map_err(|_| AddressError(msg.chat_id.clone()))?;
+        let thread = msg.thread_id.as_deref().and_then(|id| OwnedEventId::try_from(id).ok());
+        let reply_to = msg.reply_to.as_deref().and_then(|id| OwnedEventId::try_from(id).ok());
+        Ok(Target { room, thread, reply_to })
+    }
+
+    /// The person's direct room with the bot: the one the account's `m.direct` names, else
+    /// a new encrypted one they are invited to.
+    async fn person_target(
+        &self,
+        msg: &OutboundMessage,
+        _shutdown: &CancellationToken,
+    ) -> Result<Target, Unreachable<AddressError, SendError>> {
+        let user = OwnedUserId::try_from(msg.chat_id.as_str())
+            .map_err(|_| Unreachable::Address(AddressError(msg.chat_id.clone())))?;
+        let client = self.client.get().ok_or(Unreachable::Failed(SendError::NotConnected))?;
+        let _opening = self.opening.lock().await;
+        let room = match client.get_dm_room(&user) {
+            Some(room) => room,
+            None => {
+                let room = client.create_dm(&user).await.map_err(|err| Unreachable::Failed(err.into()))?;
+                tracing::info!(%user, room = %room.room_id(), "opened a Matrix direct room");
+                room
+            }
+        };
+        self.directory.record(room.room_id(), true);
+        Ok(Target { room: room.room_id().to_owned(), thread: None, reply_to: None })
+    }
+
+    async fn plan(&self, msg: &OutboundMessage) -> Vec<Step> {
+        let text = parts(&msg.content).into_iter().map(Step::Text);
+        let files = msg.media.iter().filter(|media| media.path.is_some()).cloned().map(Step::File);
+        text.chain(files).collect()
+    }
+
+    /// Retries and redeliveries carry the same transaction id, so a send whose answer was lost
+    /// is not posted twice.
+    async fn send_step(
+        &self,
+        target: &Target,
+        id: &str,
+        index: usize,
+        step: &Step,
+        _shutdown: &CancellationToken,
+    ) -> Result<(), SendError> {
+        let room = self.room(&target.room)?;
+        let txn = OwnedTransactionId::from(transaction_id(id, index));
+        match step {
+            Step::Text(part) => {
+                room.send(self.content(target, part, index == 0)).with_transaction_id(txn).await?;
+                Ok(())
+            }
+            Step::File(media) => self.send_file(&room, media, &txn).await,
+        }
+    }
+
+    fn can_edit_into(&self, step: &Step) -> bool {
+        matches!(step, Step::Text(_))
+    }
+
+    async fn edit_into(
+        &self,
+        target: &Target,
+        message: &OwnedEventId,
+        step: &Step,
+        _shutdown: &CancellationToken,
+    ) -> Result<(), SendError> {
+        let Step::Text(part) = step else { return Ok(()) };
+        let room = self.room(&target.room)?;
+        let mut replacement = self.content(target, part, true);
+        replacement.relates_to = None;
+        let edit = replacement.make_replacement(ReplacementMetadata::new(message.clone(), Some(Mentions::new())));
+        room.send(edit).await?;
+        Ok(())
+    }
+
+    async fn delete(&self, target: &Target, message: &OwnedEventId) -> Result<(), SendError> {
+        let room = self.room(&target.room)?;
+        room.redact(message, None, None).await.map_err(|err| SendError::Matrix(err.into()))?;
+        Ok(())
+    }
+
+    fn is_final(&self, err: &SendError) -> bool {
+        match err {
+            SendError::NotInRoom(_) | SendError::File(_) => true,
+            SendError::NotConnected => false,
+            SendError::Matrix(_) => matches!(
+                err.kind(),
+                Some(ErrorKind::Forbidden { .. } | ErrorKind::NotFound | ErrorKind::TooLarge | ErrorKind::BadJson)
+            ),
+        }
+    }
+
+    fn describe(&self, err: &SendError) -> String {
+        err.to_string()
+    }
+
+    fn live_target(&self, event: &RunEvent) -> Option<Target> {
+        let room = OwnedRoomId::try_from(event.chat_id.as_str()).ok()?;
+        let thread = event.thread_id.as_deref().and_then(|id| OwnedEventId::try_from(id).ok());
+        let reply_to = event.reply_to.as_deref().and_then(|id| OwnedEventId::try_from(id).ok());
+        Some(Target { room, thread, reply_to })
+    }
+
+    fn typing_enabled(&self) -> bool {
+        self.settings.typing
+    }
+
+    fn streams_in(&self, target: &Target) -> bool {
+        let stream = &self.settings.stream;
+        if self.directory.is_direct(&target.room) { stream.private } else { stream.groups }
+    }
+
+    fn edit_interval(&self) -> Duration {
+        self.settings.stream.edit_interval
+    }
+
+    async fn typing(&self, target: &Target) -> Result<(), SendError> {
+        self.room(&target.room)?.typing_notice(true).await?;
+        Ok(())
+    }
+
+    /// The draft stops growing at one event's worth; the final reply shows everything.
+    fn visible_draft(&self, text: &str) -> String {
+        text.chars().take(PART_CHARS).collect()
+    }
+
+    async fn post_draft(&self, target: &Target, text: &str) -> Result<OwnedEventId, SendError> {
+        let room = self.room(&target.room)?;
+        let part = Part { body: text.to_owned(), html: None };
+        Ok(room.send(self.content(target, &part, true)).await?.event_id)
+    }
+
+    async fn edit_draft(&self, target: &Target, message: &OwnedEventId, text: &str) -> Result<(), SendError> {
+        let room = self.room(&target.room)?;
+        let content = RoomMessageEventContent::text_plain(text);
+        let edit = content.make_replacement(ReplacementMetadata::new(message.clone(), Some(Mentions::new())));
+        room.send(edit).await?;
+        Ok(())
+    }
+
+    /// Rate limited: streaming waits as long as the homeserver asks.
+    fn draft_pause(&self, err: &SendError) -> Option<Duration> {
+        match err.kind() {
+            Some(ErrorKind::LimitExceeded { retry_after }) => Some(match retry_after {
+                Some(RetryAfter::Delay(delay)) => *delay,
+                _ => Duration::from_secs(1),
+            }),
+            _ => None,
+        }
+    }
+}
