@@ -3,7 +3,9 @@
 //! (the store's migrations, the bus's streams).
 //!
 //! Each check that talks to another service (the database, NATS, a model provider, Telegram,
-//! Discord) gives up after [`TIMEOUT`], so one that hangs is reported, not waited for.
+//! Discord, Matrix) gives up after [`TIMEOUT`], so one that hangs is reported, not waited for.
+
+mod matrix;
 
 use std::fmt;
 use std::path::Path;
@@ -133,6 +135,7 @@ pub async fn examine(config: &Config) -> Vec<Finding> {
     findings.push(api(config));
     findings.push(telegram(config).await);
     findings.push(discord(config).await);
+    findings.push(matrix::matrix(config).await);
     findings.extend(workspaces(config));
     findings.extend(sandbox(config));
     findings.extend(mcp(config).await);

@@ -13,6 +13,7 @@ pub mod fake_discord;
 pub mod fake_llm;
 mod fake_server;
 pub mod fake_telegram;
+pub mod lossy_proxy;
 pub mod matrix_person;
 pub mod nats;
 pub mod postgres;

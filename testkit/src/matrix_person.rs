@@ -27,8 +27,12 @@ pub struct Seen {
     pub body: String,
     /// The `formatted_body` (HTML), when there is one.
     pub html: Option<String>,
-    /// The event this one replaces (`m.replace`), for edits.
+    /// The event this one replaces (`m.replace`), for edits, and the new text.
     pub replaces: Option<OwnedEventId>,
+    pub new_body: Option<String>,
+    /// The thread it is in (its root), and the message it answers (`m.in_reply_to`).
+    pub thread: Option<OwnedEventId>,
+    pub reply_to: Option<OwnedEventId>,
     /// Whether it came encrypted.
     pub encrypted: bool,
 }
@@ -83,9 +87,14 @@ impl Person {
             },
         );
         let syncing = client.clone();
+        // `sync` returns at the first failed request (a restarted homeserver): start it again,
+        // as a client app does.
         let sync = tokio::spawn(async move {
-            let settings = SyncSettings::default().timeout(Duration::from_millis(500));
-            let _ = syncing.sync(settings).await;
+            loop {
+                let settings = SyncSettings::default().timeout(Duration::from_millis(500));
+                let _ = syncing.sync(settings).await;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
         });
         Person { client, seen, arrived, sync, _store: store }
     }
@@ -158,24 +167,56 @@ impl Person {
         sent.unwrap_or_else(|err| panic!("sending to {}: {err}", room.room_id())).event_id
     }
 
+    /// Sends `text` into the thread of `root`, mentioning `user`.
+    pub async fn say_in_thread(
+        &self,
+        room: &Room,
+        root: &matrix_sdk::ruma::EventId,
+        user: &UserId,
+        text: &str,
+    ) -> OwnedEventId {
+        use matrix_sdk::ruma::events::relation::Thread;
+        use matrix_sdk::ruma::events::room::message::Relation;
+        let mut content = RoomMessageEventContent::text_plain(text);
+        content.mentions = Some(matrix_sdk::ruma::events::Mentions::with_user_ids([user.to_owned()]));
+        content.relates_to = Some(Relation::Thread(Thread::without_fallback(root.to_owned())));
+        let sent = room.send(content).await;
+        sent.unwrap_or_else(|err| panic!("sending to {}: {err}", room.room_id())).event_id
+    }
+
+    /// Sends an image (encrypted in an encrypted room, as Element does).
+    pub async fn send_image(&self, room: &Room, name: &str, png: &[u8]) -> OwnedEventId {
+        let config = matrix_sdk::attachment::AttachmentConfig::new();
+        let sent = room.send_attachment(name, &mime::IMAGE_PNG, png.to_vec(), config).await;
+        sent.unwrap_or_else(|err| panic!("sending an image to {}: {err}", room.room_id())).event_id
+    }
+
     /// Everything seen so far.
     pub fn seen(&self) -> Vec<Seen> {
         self.seen.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// Waits until a message from `sender` in `room` is seen (beyond the first `after` of
-    /// them) and returns it.
+    /// them) and returns it; panics after `within`.
     pub async fn next_from(&self, room: &Room, sender: &UserId, after: usize, within: Duration) -> Seen {
+        let seen = self.try_next_from(room, sender, after, within).await;
+        seen.unwrap_or_else(|| panic!("no message {after} from {sender} in {} within {within:?}", room.room_id()))
+    }
+
+    /// The same, `None` after `within` (for a test that shows more on failure).
+    pub async fn try_next_from(&self, room: &Room, sender: &UserId, after: usize, within: Duration) -> Option<Seen> {
         let deadline = tokio::time::Instant::now() + within;
         loop {
             let arrived = self.arrived.notified();
             let from: Vec<Seen> =
                 self.seen().into_iter().filter(|seen| seen.room == room.room_id() && seen.sender == sender).collect();
             if let Some(seen) = from.get(after) {
-                return seen.clone();
+                return Some(seen.clone());
             }
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            assert!(!left.is_zero(), "no message {after} from {sender} in {} within {within:?}", room.room_id());
+            if left.is_zero() {
+                return None;
+            }
             let _ = tokio::time::timeout(left.min(Duration::from_millis(200)), arrived).await;
         }
     }
@@ -188,10 +229,20 @@ fn seen_of(event: &OriginalSyncRoomMessageEvent, room: &Room, encrypted: bool) -
         MessageType::Notice(notice) => (notice.body.clone(), notice.formatted.as_ref().map(|f| f.body.clone())),
         other => (other.body().to_owned(), None),
     };
-    let replaces = match &event.content.relates_to {
-        Some(Relation::Replacement(replacement)) => Some(replacement.event_id.clone()),
-        _ => None,
-    };
+    let (mut replaces, mut new_body, mut thread, mut reply_to) = (None, None, None, None);
+    match &event.content.relates_to {
+        Some(Relation::Replacement(replacement)) => {
+            replaces = Some(replacement.event_id.clone());
+            new_body = Some(replacement.new_content.msgtype.body().to_owned());
+        }
+        Some(Relation::Thread(in_thread)) => {
+            thread = Some(in_thread.event_id.clone());
+            reply_to =
+                in_thread.in_reply_to.as_ref().filter(|_| !in_thread.is_falling_back).map(|r| r.event_id.clone());
+        }
+        Some(Relation::Reply { in_reply_to }) => reply_to = Some(in_reply_to.event_id.clone()),
+        _ => {}
+    }
     Seen {
         room: room.room_id().to_owned(),
         sender: event.sender.clone(),
@@ -199,6 +250,9 @@ fn seen_of(event: &OriginalSyncRoomMessageEvent, room: &Room, encrypted: bool) -
         body,
         html,
         replaces,
+        new_body,
+        thread,
+        reply_to,
         encrypted,
     }
 }

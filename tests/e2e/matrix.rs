@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use crate::support::{Daemon, Launch, run_to_exit};
-use switchboard_testkit::fake_llm::{FakeLlm, Scripted};
+use switchboard_testkit::fake_llm::{FakeLlm, Quirks, Scripted};
+use switchboard_testkit::lossy_proxy::LossyProxy;
 use switchboard_testkit::matrix_person::Person;
 use switchboard_testkit::synapse::{Account, Synapse};
 
@@ -138,4 +139,187 @@ async fn a_restart_answers_what_came_while_down_and_nothing_twice() {
     assert_eq!(llm.requests().len(), 2, "each message ran once");
     daemon.signal("TERM");
     daemon.wait_exit(Duration::from_secs(20)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_checks_the_homeserver_the_session_and_a_sync() {
+    let Some(world) = world().await else { return };
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("MATRIX_HOMESERVER", world.synapse.url()),
+        ("MATRIX_USER", world.bot.user_id.clone()),
+        ("MATRIX_PASSWORD", world.bot.password.clone()),
+        ("OPENAI_BASE_URL", llm.base_url()),
+        ("OPENAI_API_KEY", "sk-test".to_owned()),
+        ("SWITCHBOARD_MODEL", "fake-model".to_owned()),
+    ];
+    let env: Vec<(&str, &str)> = env.iter().map(|(key, value)| (*key, value.as_str())).collect();
+    let matrix_line = |stdout: &str| stdout.lines().find(|line| line.contains("matrix")).unwrap_or_default().to_owned();
+    let (_, stderr, stdout) = run_to_exit(dir.path(), &["doctor"], &env);
+    let line = matrix_line(&stdout);
+    assert!(line.contains("not logged in yet"), "{line}\n{stdout}\n{stderr}");
+    let mut daemon = started(dir.path(), &world, &llm).await;
+    daemon.signal("TERM");
+    daemon.wait_exit(Duration::from_secs(20)).await;
+    let (_, stderr, stdout) = run_to_exit(dir.path(), &["doctor"], &env);
+    let line = matrix_line(&stdout);
+    assert!(line.contains("@bot:localhost (device ") && line.contains("sync answers"), "{line}\n{stdout}\n{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_room_answers_reply_to_their_message_and_a_thread_is_answered_in_it() {
+    let Some(world) = world().await else { return };
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = started(dir.path(), &world, &llm).await;
+    let alice = Person::login(&world.synapse.url(), &world.alice).await;
+    let bot_id = world.bot.id();
+    let room = alice.open_group(&[&bot_id, &world.bob.id()]).await;
+    alice.wait_for_member(&room, &bot_id).await;
+    let asked = alice.say_to(&room, &bot_id, "bot: first question").await;
+    let answer = alice.next_from(&room, &bot_id, 0, WITHIN).await;
+    assert_eq!(answer.body, "echo: bot: first question", "{}", daemon.logs());
+    assert_eq!((answer.reply_to.as_ref(), answer.thread.as_ref()), (Some(&asked), None), "a reply to the question");
+    let root = alice.say(&room, "Planning the trip").await;
+    let in_thread = alice.say_in_thread(&room, &root, &bot_id, "bot: where do we stay?").await;
+    let answer = alice.next_from(&room, &bot_id, 1, WITHIN).await;
+    assert_eq!(answer.body, "echo: bot: where do we stay?");
+    assert_eq!((answer.thread.as_ref(), answer.reply_to.as_ref()), (Some(&root), Some(&in_thread)), "in the thread");
+    let (status, stderr, stdout) = run_to_exit(dir.path(), &["runs"], &[]);
+    assert!(status.success(), "{stderr}");
+    assert!(stdout.contains(&format!(":thread:{root}")), "the thread is a session of its own: {stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_answer_streams_by_edits_and_a_long_one_is_split() {
+    let Some(world) = world().await else { return };
+    let quirks = Quirks { stream_pace: Some(Duration::from_millis(600)), ..Quirks::default() };
+    let llm = FakeLlm::start_with_quirks(quirks).await;
+    let answer = "We could cook fried rice with the peas and the eggs, then add kimchi at the end.";
+    llm.push(Scripted::Text(answer.into()));
+    let paragraph = |n: usize| format!("Paragraph {n}: {}", "a long sentence about the plan. ".repeat(120));
+    let long = (0..4).map(paragraph).collect::<Vec<_>>().join("\n\n");
+    llm.push(Scripted::Text(long.clone()));
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = started(dir.path(), &world, &llm).await;
+    let alice = Person::login(&world.synapse.url(), &world.alice).await;
+    let bot_id = world.bot.id();
+    let room = alice.open_dm(&bot_id).await;
+    alice.say(&room, "what do we cook?").await;
+    let first = alice.next_from(&room, &bot_id, 0, WITHIN).await;
+    assert!(answer.starts_with(&first.body) && first.body.len() < answer.len(), "a draft first: {first:?}");
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    let edited = loop {
+        let seen = alice.seen();
+        let last = seen.iter().rev().find(|seen| seen.replaces.as_ref() == Some(&first.event_id)).cloned();
+        if let Some(last) = last.filter(|last| last.new_body.as_deref() == Some(answer)) {
+            break last;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never edited into the answer: {seen:#?}\n{}", daemon.logs());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(edited.new_body.as_deref(), Some(answer));
+    alice.say(&room, "and tell me the plan in detail").await;
+    let shown = |text: &str| text.replace([' ', '\n'], "");
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    let parts = loop {
+        let seen = alice.seen();
+        // The bot's messages after the first answer, each with the text of its last edit.
+        let parts: Vec<String> = seen
+            .iter()
+            .filter(|part| part.sender == bot_id && part.replaces.is_none() && part.event_id != first.event_id)
+            .map(|part| {
+                let edits = seen.iter().rev().filter(|edit| edit.replaces.as_ref() == Some(&part.event_id));
+                edits.filter_map(|edit| edit.new_body.clone()).next().unwrap_or_else(|| part.body.clone())
+            })
+            .collect();
+        if shown(&parts.concat()) == shown(&long) {
+            break parts;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the long answer never showed whole: {parts:#?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(parts.len() >= 3, "a long answer in several messages: {}", parts.len());
+    assert!(parts.iter().all(|part| part.chars().count() <= 6000), "each under the part limit");
+}
+
+/// A real 1×1 PNG.
+const PNG: &[u8] = &[
+    0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52, 0x00, 0x00, 0x00,
+    0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x02, 0x00, 0x00, 0x00, 0x90, 0x77, 0x53, 0xde, 0x00, 0x00, 0x00, 0x0c, 0x49,
+    0x44, 0x41, 0x54, 0x78, 0x9c, 0x63, 0xf8, 0xcf, 0xc0, 0x00, 0x00, 0x03, 0x01, 0x01, 0x00, 0xc9, 0xfe, 0x92, 0xef,
+    0x00, 0x00, 0x00, 0x00, 0x49, 0x45, 0x4e, 0x44, 0xae, 0x42, 0x60, 0x82,
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_encrypted_image_reaches_a_vision_model() {
+    let Some(world) = world().await else { return };
+    let llm = FakeLlm::start().await;
+    llm.push(Scripted::Text("A single pixel.".into()));
+    let dir = tempfile::tempdir().unwrap();
+    let launch = matrix(Launch::new(dir.path(), "mx", &["run"]).llm(&llm.base_url()), &world)
+        .env("SWITCHBOARD_PROVIDER__VISION", "true");
+    let mut daemon = launch.spawn();
+    daemon.wait_healthy().await;
+    daemon.wait_for_log("Matrix connected").await;
+    let alice = Person::login(&world.synapse.url(), &world.alice).await;
+    let bot_id = world.bot.id();
+    let room = alice.open_dm(&bot_id).await;
+    alice.send_image(&room, "pixel.png", PNG).await;
+    let answer = alice.next_from(&room, &bot_id, 0, WITHIN).await;
+    assert_eq!(answer.body, "A single pixel.", "{}", daemon.logs());
+    let request = llm.requests().last().cloned().unwrap();
+    let images = switchboard_testkit::fake_llm::sent_images(&request);
+    assert_eq!(images.len(), 1, "{request}");
+    assert_eq!(images[0].bytes, PNG, "decrypted and saved as sent");
+    let saved = std::fs::read_dir(dir.path().join("workspace/media/matrix")).unwrap().count();
+    assert_eq!(saved, 1, "saved in the workspace's media directory");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_whose_answer_was_lost_is_not_posted_twice() {
+    let Some(world) = world().await else { return };
+    let proxy = LossyProxy::start(&world.synapse.url()).await;
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let launch = matrix(Launch::new(dir.path(), "mx", &["run"]).llm(&llm.base_url()), &world)
+        .env("MATRIX_HOMESERVER", &proxy.url());
+    let mut daemon = launch.spawn();
+    daemon.wait_healthy().await;
+    daemon.wait_for_log("Matrix connected").await;
+    let alice = Person::login(&world.synapse.url(), &world.alice).await;
+    let bot_id = world.bot.id();
+    let room = alice.open_dm(&bot_id).await;
+    proxy.lose_send_answers(1);
+    alice.say(&room, "are you there?").await;
+    let answer = alice.next_from(&room, &bot_id, 0, Duration::from_secs(60)).await;
+    assert_eq!(answer.body, "echo: are you there?", "{}", daemon.logs());
+    assert_eq!(proxy.lost(), 1, "the answer to the send was lost");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let from_bot: Vec<_> = alice.seen().into_iter().filter(|seen| seen.sender == bot_id).collect();
+    assert_eq!(from_bot.len(), 1, "sent again with the same transaction id, posted once: {from_bot:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_homeserver_restarted_mid_conversation_loses_and_doubles_nothing() {
+    let Some(mut world) = world().await else { return };
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = started(dir.path(), &world, &llm).await;
+    let alice = Person::login(&world.synapse.url(), &world.alice).await;
+    let bot_id = world.bot.id();
+    let room = alice.open_dm(&bot_id).await;
+    alice.say(&room, "before").await;
+    assert_eq!(alice.next_from(&room, &bot_id, 0, WITHIN).await.body, "echo: before");
+    world.synapse.restart().await;
+    alice.say(&room, "after").await;
+    let answer = alice.try_next_from(&room, &bot_id, 1, Duration::from_secs(60)).await;
+    let answer =
+        answer.unwrap_or_else(|| panic!("no answer after the restart: {:#?}\n{}", alice.seen(), daemon.logs()));
+    assert_eq!(answer.body, "echo: after", "{}", daemon.logs());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let from_bot = alice.seen().iter().filter(|seen| seen.sender == bot_id).count();
+    assert_eq!(from_bot, 2, "{:#?}", alice.seen());
+    assert_eq!(llm.requests().len(), 2, "each message ran once");
 }

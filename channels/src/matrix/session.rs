@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use matrix_sdk::authentication::matrix::MatrixSession;
 use matrix_sdk::config::RequestConfig;
+use matrix_sdk::encryption::EncryptionSettings;
 use matrix_sdk::ruma::api::client::error::ErrorKind;
 use matrix_sdk::ruma::{OwnedDeviceId, OwnedUserId};
 use matrix_sdk::store::RoomLoadSettings;
@@ -51,6 +52,10 @@ pub async fn connect(settings: &MatrixSettings) -> Result<Client, LoginError> {
         .homeserver_url(&settings.homeserver)
         .sqlite_store(dir.join("store"), settings.store_passphrase.as_deref())
         .request_config(RequestConfig::new().timeout(REQUEST_TIMEOUT).retry_limit(3))
+        // Its own cross-signing identity signs the bot's device at the first login with a
+        // password, so members' clients see a device its owner vouches for (not a red warning
+        // about an unsigned one); verifying the bot itself stays the members' choice.
+        .with_encryption_settings(EncryptionSettings { auto_enable_cross_signing: true, ..Default::default() })
         .build()
         .await
         .map_err(|err| store_error(dir, err))?;
