@@ -9,6 +9,7 @@ use matrix_sdk::config::SyncSettings;
 use matrix_sdk::ruma::events::room::message::{OriginalSyncRoomMessageEvent, RoomMessageEventContent};
 use matrix_sdk::ruma::{OwnedEventId, OwnedRoomId, OwnedUserId, UserId};
 use matrix_sdk::{Client, Room};
+pub use matrix_sdk_crypto::CollectStrategy;
 use tempfile::TempDir;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -56,10 +57,22 @@ impl Person {
     /// Logs `account` in at `homeserver` (a device of its own, its crypto store in a temporary
     /// directory), syncs once, and keeps syncing in the background.
     pub async fn login(homeserver: &str, account: &Account) -> Person {
+        Self::login_sharing_keys(homeserver, account, CollectStrategy::AllDevices).await
+    }
+
+    /// The same, with a client that shares room keys only with the devices `strategy` picks:
+    /// Element's "never send encrypted messages to unverified sessions" is
+    /// `OnlyTrustedDevices`, Element X's exclusion of insecure devices `IdentityBasedStrategy`.
+    pub async fn login_sharing_keys(homeserver: &str, account: &Account, strategy: CollectStrategy) -> Person {
         let store = tempfile::tempdir().unwrap_or_else(|err| panic!("temp dir: {err}"));
         let client = Client::builder()
             .homeserver_url(homeserver)
             .sqlite_store(store.path(), None)
+            .with_room_key_recipient_strategy(strategy)
+            .with_encryption_settings(matrix_sdk::encryption::EncryptionSettings {
+                auto_enable_cross_signing: true,
+                ..Default::default()
+            })
             .build()
             .await
             .unwrap_or_else(|err| panic!("client for {}: {err}", account.user_id));

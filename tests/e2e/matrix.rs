@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::support::{Daemon, Launch, run_to_exit};
 use switchboard_testkit::fake_llm::{FakeLlm, Quirks, Scripted};
 use switchboard_testkit::lossy_proxy::LossyProxy;
-use switchboard_testkit::matrix_person::Person;
+use switchboard_testkit::matrix_person::{CollectStrategy, Person};
 use switchboard_testkit::synapse::{Account, Synapse};
 
 /// A homeserver with the bot's account and two people, Alice (the owner) and Bob.
@@ -322,4 +322,45 @@ async fn the_homeserver_restarted_mid_conversation_loses_and_doubles_nothing() {
     let from_bot = alice.seen().iter().filter(|seen| seen.sender == bot_id).count();
     assert_eq!(from_bot, 2, "{:#?}", alice.seen());
     assert_eq!(llm.requests().len(), 2, "each message ran once");
+}
+
+/// Element X shares room keys only with devices their owner signed: the bot signs its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_shares_keys_only_with_signed_devices_is_read() {
+    let Some(world) = world().await else { return };
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = started(dir.path(), &world, &llm).await;
+    let strategy = CollectStrategy::IdentityBasedStrategy;
+    let alice = Person::login_sharing_keys(&world.synapse.url(), &world.alice, strategy).await;
+    let bot_id = world.bot.id();
+    let room = alice.open_dm(&bot_id).await;
+    alice.say(&room, "can you read me?").await;
+    let answer = alice.try_next_from(&room, &bot_id, 0, WITHIN).await;
+    let answer = answer.unwrap_or_else(|| panic!("no answer: {}", daemon.logs()));
+    assert_eq!(answer.body, "echo: can you read me?");
+}
+
+/// A client that shares keys only with devices it verified never gives the bot one: the
+/// room is told, once, and nothing reaches the model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_the_bot_cannot_decrypt_are_told_once() {
+    let Some(world) = world().await else { return };
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = started(dir.path(), &world, &llm).await;
+    let strategy = CollectStrategy::OnlyTrustedDevices;
+    let alice = Person::login_sharing_keys(&world.synapse.url(), &world.alice, strategy).await;
+    let bot_id = world.bot.id();
+    let room = alice.open_dm(&bot_id).await;
+    alice.say(&room, "secret one").await;
+    let told = alice.try_next_from(&room, &bot_id, 0, WITHIN).await;
+    let told = told.unwrap_or_else(|| panic!("the room was not told: {}", daemon.logs()));
+    assert!(told.body.contains("could not read a message"), "{told:?}");
+    alice.say(&room, "secret two").await;
+    daemon.wait_for_log("could not be decrypted").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let from_bot = alice.seen().iter().filter(|seen| seen.sender == bot_id).count();
+    assert_eq!(from_bot, 1, "told once: {:#?}", alice.seen());
+    assert!(llm.requests().is_empty(), "nothing reached the model");
 }
