@@ -158,7 +158,7 @@ async fn bad_codes_and_channels_fail_with_one_line() {
     assert!(!ok && err.lines().count() == 1 && err.contains("has expired"), "{err}");
 
     let (ok, _, err) = pairing_cli(dir.path(), &["approve", "slack", "ABCDEFGH"]);
-    assert!(!ok && err.contains("use telegram or discord"), "{err}");
+    assert!(!ok && err.contains("use telegram, discord or matrix"), "{err}");
 }
 
 on_both_stores! {
