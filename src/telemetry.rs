@@ -21,20 +21,32 @@ pub enum Logs {
 /// The filter for commands when `RUST_LOG` does not name one.
 const COMMAND_FILTER: &str = "warn";
 
-/// Dependencies whose `info` lines are for their own developers: rmcp logs every MCP server's
-/// whole `InitializeResult` (kilobytes) and each notification. They log at `warn` unless the
-/// filter names them (`RUST_LOG=info,rmcp=debug`); switchboard says what matters itself
-/// ("MCP server ready").
-const QUIET_DEPENDENCIES: &[&str] = &["rmcp"];
+/// Dependencies whose `info` lines are for their own developers, and the level they log at
+/// unless the filter names them (`RUST_LOG=info,rmcp=debug`): rmcp logs every MCP server's whole
+/// `InitializeResult` (kilobytes) and each notification; matrix-sdk a line per sync response
+/// and per event sent, and its key backup (which the bot does not use) a warning per sync.
+/// switchboard says what matters itself ("MCP server ready", "Matrix connected").
+const QUIET_DEPENDENCIES: &[(&str, &str)] = &[
+    ("rmcp", "warn"),
+    ("matrix_sdk", "warn"),
+    ("matrix_sdk_base", "warn"),
+    ("matrix_sdk_crypto", "warn"),
+    ("matrix_sdk_crypto::backups", "error"),
+    ("matrix_sdk_sqlite", "warn"),
+];
 
-/// `wanted` with the quiet dependencies at `warn`, where it does not name them.
+/// `wanted` with the quiet dependencies at their level, where it does not name them.
 fn with_quiet_dependencies(wanted: &str) -> String {
     let mut filter = wanted.trim().to_owned();
-    for dependency in QUIET_DEPENDENCIES {
-        let named = filter.split(',').any(|directive| directive.trim().starts_with(dependency));
-        if !named {
+    let named: Vec<String> = filter
+        .split(',')
+        .filter_map(|directive| directive.split('=').next())
+        .map(|target| target.trim().to_owned())
+        .collect();
+    for (dependency, level) in QUIET_DEPENDENCIES {
+        if !named.iter().any(|target| target == dependency) {
             let separator = if filter.is_empty() { "" } else { "," };
-            filter.push_str(&format!("{separator}{dependency}=warn"));
+            filter.push_str(&format!("{separator}{dependency}={level}"));
         }
     }
     filter
@@ -79,10 +91,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rmcp_logs_warnings_unless_the_filter_names_it() {
-        assert_eq!(with_quiet_dependencies("info"), "info,rmcp=warn");
-        assert_eq!(with_quiet_dependencies("debug,sqlx=warn"), "debug,sqlx=warn,rmcp=warn");
-        assert_eq!(with_quiet_dependencies("info,rmcp=debug"), "info,rmcp=debug");
+    fn chatty_dependencies_log_warnings_unless_the_filter_names_them() {
+        let matrix = "matrix_sdk=warn,matrix_sdk_base=warn,matrix_sdk_crypto=warn,matrix_sdk_crypto::backups=error,\
+                      matrix_sdk_sqlite=warn";
+        assert_eq!(with_quiet_dependencies("info"), format!("info,rmcp=warn,{matrix}"));
+        assert_eq!(with_quiet_dependencies("debug,sqlx=warn"), format!("debug,sqlx=warn,rmcp=warn,{matrix}"));
+        assert_eq!(with_quiet_dependencies("info,rmcp=debug"), format!("info,rmcp=debug,{matrix}"));
+        let named = with_quiet_dependencies("info,matrix_sdk=debug");
+        assert!(named.starts_with("info,matrix_sdk=debug,rmcp=warn,matrix_sdk_base=warn"), "{named}");
+        assert!(!named.contains("matrix_sdk=warn"), "{named}");
+        assert!(EnvFilter::try_new(with_quiet_dependencies("info")).is_ok());
     }
 
     #[test]

@@ -69,6 +69,14 @@ async fn the_owners_encrypted_direct_room_is_answered() {
     assert_eq!(answer.html.as_deref(), Some("<p><strong>Hello</strong> Alice</p>"));
     let request = llm.requests().last().unwrap().to_string();
     assert!(request.contains("hi there"), "{request}");
+    // matrix-sdk's own lines (one per sync, per event sent, a key-backup warning per sync)
+    // stay out of an `info` log.
+    let logs = daemon.logs();
+    let chatty: Vec<&str> = logs
+        .lines()
+        .filter(|line| line.contains("matrix_sdk") && (line.contains(" INFO ") || line.contains("backup room keys")))
+        .collect();
+    assert!(chatty.is_empty(), "{chatty:#?}");
     let (status, stderr, stdout) = run_to_exit(dir.path(), &["runs"], &[]);
     assert!(status.success(), "{stderr}");
     assert!(stdout.contains(&format!("matrix:{}", room.room_id())), "{stdout}");
