@@ -120,11 +120,12 @@ pub(super) fn problem(matrix: &MatrixChannelConfig) -> Option<(&'static str, Str
         return None;
     }
     let url_ok = |url: &str| url.starts_with("https://") || url.starts_with("http://");
-    if !url_ok(&matrix.homeserver) {
+    // An empty value is a missing one: the start warns which (see `ChannelKind::missing_token`).
+    if !matrix.homeserver.is_empty() && !url_ok(&matrix.homeserver) {
         let reason = format!("{:?} is not an http(s) URL (e.g. \"https://matrix.example.org\")", matrix.homeserver);
         return Some(("channels.matrix.homeserver", reason));
     }
-    if !is_user_id(&matrix.user) {
+    if !matrix.user.is_empty() && !is_user_id(&matrix.user) {
         let reason = format!("{:?} is not a Matrix user id: write it in full, e.g. \"@bot:example.org\"", matrix.user);
         return Some(("channels.matrix.user", reason));
     }
@@ -195,6 +196,9 @@ mod tests {
             let err = load(&format!("{base}{extra}"), &[]).unwrap_err().to_string();
             assert!(err.contains(key), "{extra}: {err}");
         }
+        // Only the homeserver given: not an error, the start names what is missing.
+        let partial = load("[channels.matrix]\nhomeserver = \"https://m.example.org\"", &[]).unwrap();
+        assert!(!partial.channels.matrix.is_active());
         let err = load("[channels.matrix]\nhomeserver = \"matrix.org\"\nuser = \"@b:matrix.org\"", &[]);
         assert!(err.unwrap_err().to_string().contains("channels.matrix.homeserver"));
     }
