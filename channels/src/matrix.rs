@@ -23,12 +23,14 @@ use crate::bus::{Bus, BusError, Deliveries, Events};
 use crate::control::OwnerLink;
 use crate::delivery::{self, DeliveryPolicy, LiveRuns};
 
+mod buttons;
 mod download;
 mod format;
 mod gate;
 mod inbound;
 mod ingress;
 mod platform;
+mod presses;
 mod session;
 mod state;
 mod sync;

@@ -36,12 +36,28 @@ pub struct Seen {
     pub reply_to: Option<OwnedEventId>,
     /// Whether it came encrypted.
     pub encrypted: bool,
+    /// Whether it is an `m.notice` (what bots say by themselves), not an `m.text`.
+    pub notice: bool,
+}
+
+/// A reaction (`m.annotation`) a person's client received.
+#[derive(Debug, Clone)]
+pub struct Reaction {
+    pub room: OwnedRoomId,
+    pub sender: OwnedUserId,
+    pub event_id: OwnedEventId,
+    /// The message it is under, and its key.
+    pub to: OwnedEventId,
+    pub key: String,
 }
 
 /// A logged-in client, syncing until dropped.
 pub struct Person {
     pub client: Client,
     seen: Arc<Mutex<Vec<Seen>>>,
+    reactions: Arc<Mutex<Vec<Reaction>>>,
+    /// Events redacted since the login.
+    redacted: Arc<Mutex<Vec<OwnedEventId>>>,
     arrived: Arc<Notify>,
     sync: JoinHandle<()>,
     _store: TempDir,
@@ -99,6 +115,7 @@ impl Person {
                 }
             },
         );
+        let (reactions, redacted) = watch_reactions(&client, &arrived);
         let syncing = client.clone();
         // `sync` returns at the first failed request (a restarted homeserver): start it again,
         // as a client app does.
@@ -109,7 +126,7 @@ impl Person {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         });
-        Person { client, seen, arrived, sync, _store: store }
+        Person { client, seen, reactions, redacted, arrived, sync, _store: store }
     }
 
     pub fn user_id(&self) -> OwnedUserId {
@@ -204,6 +221,41 @@ impl Person {
         sent.unwrap_or_else(|err| panic!("sending an image to {}: {err}", room.room_id())).event_id
     }
 
+    /// Reacts to `message` with `key`, as tapping a reaction (or picking an emoji) does.
+    pub async fn react(&self, room: &Room, message: &matrix_sdk::ruma::EventId, key: &str) -> OwnedEventId {
+        use matrix_sdk::ruma::events::reaction::ReactionEventContent;
+        use matrix_sdk::ruma::events::relation::Annotation;
+        let content = ReactionEventContent::new(Annotation::new(message.to_owned(), key.to_owned()));
+        let sent = room.send(content).await;
+        sent.unwrap_or_else(|err| panic!("reacting in {}: {err}", room.room_id())).event_id
+    }
+
+    /// The reactions under `message` that are still there (not redacted).
+    pub fn reactions_to(&self, message: &matrix_sdk::ruma::EventId) -> Vec<Reaction> {
+        let redacted = self.redacted.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let reactions = self.reactions.lock().unwrap_or_else(PoisonError::into_inner);
+        reactions
+            .iter()
+            .filter(|reaction| reaction.to == message && !redacted.contains(&reaction.event_id))
+            .cloned()
+            .collect()
+    }
+
+    /// Waits until `check` finds what it looks for in what this person saw; panics after
+    /// `within`, naming `what`.
+    pub async fn wait_for<T>(&self, what: &str, within: Duration, check: impl Fn(&Person) -> Option<T>) -> T {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let arrived = self.arrived.notified();
+            if let Some(found) = check(self) {
+                return found;
+            }
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            assert!(!left.is_zero(), "{what}: not seen within {within:?}");
+            let _ = tokio::time::timeout(left.min(Duration::from_millis(200)), arrived).await;
+        }
+    }
+
     /// Everything seen so far.
     pub fn seen(&self) -> Vec<Seen> {
         self.seen.lock().unwrap_or_else(PoisonError::into_inner).clone()
@@ -233,6 +285,45 @@ impl Person {
             let _ = tokio::time::timeout(left.min(Duration::from_millis(200)), arrived).await;
         }
     }
+}
+
+/// Collects the reactions and redactions the client receives.
+#[allow(clippy::type_complexity)]
+fn watch_reactions(
+    client: &Client,
+    arrived: &Arc<Notify>,
+) -> (Arc<Mutex<Vec<Reaction>>>, Arc<Mutex<Vec<OwnedEventId>>>) {
+    use matrix_sdk::ruma::events::reaction::OriginalSyncReactionEvent;
+    use matrix_sdk::ruma::events::room::redaction::OriginalSyncRoomRedactionEvent;
+    let reactions = Arc::new(Mutex::new(Vec::new()));
+    let redacted = Arc::new(Mutex::new(Vec::new()));
+    let (log, notify) = (Arc::clone(&reactions), Arc::clone(arrived));
+    client.add_event_handler(move |event: OriginalSyncReactionEvent, room: Room| {
+        let (log, notify) = (Arc::clone(&log), Arc::clone(&notify));
+        async move {
+            let reaction = Reaction {
+                room: room.room_id().to_owned(),
+                sender: event.sender,
+                event_id: event.event_id,
+                to: event.content.relates_to.event_id,
+                key: event.content.relates_to.key,
+            };
+            log.lock().unwrap_or_else(PoisonError::into_inner).push(reaction);
+            notify.notify_waiters();
+        }
+    });
+    let (log, notify) = (Arc::clone(&redacted), Arc::clone(arrived));
+    // The redacted event's id is at the top (room versions up to 10) or in the content (11).
+    client.add_event_handler(move |event: OriginalSyncRoomRedactionEvent| {
+        let (log, notify) = (Arc::clone(&log), Arc::clone(&notify));
+        async move {
+            if let Some(redacts) = event.redacts.or(event.content.redacts) {
+                log.lock().unwrap_or_else(PoisonError::into_inner).push(redacts);
+                notify.notify_waiters();
+            }
+        }
+    });
+    (reactions, redacted)
 }
 
 fn seen_of(event: &OriginalSyncRoomMessageEvent, room: &Room, encrypted: bool) -> Seen {
@@ -267,5 +358,6 @@ fn seen_of(event: &OriginalSyncRoomMessageEvent, room: &Room, encrypted: bool) -
         thread,
         reply_to,
         encrypted,
+        notice: matches!(event.content.msgtype, MessageType::Notice(_)),
     }
 }

@@ -18,10 +18,12 @@ use matrix_sdk::{Client, Room, RoomMemberships, RoomState};
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
+use super::buttons;
 use super::download::fetch_attachment;
 use super::gate::{self, InviteVerdict, Message, Verdict};
 use super::inbound::{Incoming, Skip, classify};
 use super::platform::Directory;
+use super::presses::Presses;
 use super::{CHANNEL, MatrixSettings};
 use crate::bus::{Bus, BusError, BusExt};
 use crate::contract::{InboundMessage, Sender};
@@ -47,6 +49,8 @@ pub(crate) struct Ingress {
     context: Mutex<GroupContext>,
     /// Rooms told that a message could not be decrypted (once each while the process runs).
     told_undecryptable: Mutex<HashSet<OwnedRoomId>>,
+    /// Reactions that press the owner's buttons.
+    presses: Arc<Presses>,
     shutdown: CancellationToken,
 }
 
@@ -58,10 +62,11 @@ impl Ingress {
         directory: Arc<Directory>,
         shutdown: CancellationToken,
     ) -> Self {
+        let presses = Arc::new(Presses::new(owner.desk.clone()));
         let pairing = PairingCheck::new(CHANNEL, owner, settings.pairing_ttl, settings.pairing_max_pending);
         let context = Mutex::new(GroupContext::new(settings.group_context_messages));
         let told_undecryptable = Mutex::new(HashSet::new());
-        Self { bus, settings, pairing, directory, context, told_undecryptable, shutdown }
+        Self { bus, settings, pairing, directory, context, told_undecryptable, presses, shutdown }
     }
 
     /// Hands the event over, retrying while the bus refuses it. `false`: shutting down before
@@ -89,7 +94,17 @@ impl Ingress {
             Ok(AnySyncTimelineEvent::MessageLike(AnySyncMessageLikeEvent::RoomMessage(
                 SyncMessageLikeEvent::Original(message),
             ))) => message,
-            // Reactions, redactions, state and the rest are not answered.
+            Ok(AnySyncTimelineEvent::MessageLike(AnySyncMessageLikeEvent::Reaction(
+                SyncMessageLikeEvent::Original(reaction),
+            ))) => {
+                // Reactions are not answered; one with a button's key may press it.
+                let key = &reaction.content.relates_to.key;
+                if reaction.sender != room.own_user_id() && buttons::may_be_button(key) {
+                    self.presses.spawn(room.clone(), reaction);
+                }
+                return Ok(());
+            }
+            // Redactions, state and the rest are not answered.
             Ok(_) => return Ok(()),
             Err(err) => {
                 tracing::debug!(room = %room.room_id(), %err, "a Matrix event that does not parse; skipped");
@@ -273,7 +288,7 @@ pub(crate) async fn is_direct(room: &Room) -> bool {
 }
 
 /// A member's display name in the room, when they set one.
-async fn display_name(room: &Room, user: &OwnedUserId) -> Option<String> {
+pub(crate) async fn display_name(room: &Room, user: &OwnedUserId) -> Option<String> {
     let member = room.get_member_no_sync(user).await.ok().flatten()?;
     member.display_name().map(str::to_owned)
 }

@@ -10,6 +10,8 @@ use async_trait::async_trait;
 use matrix_sdk::attachment::AttachmentConfig;
 use matrix_sdk::ruma::api::client::error::{ErrorKind, RetryAfter};
 use matrix_sdk::ruma::events::Mentions;
+use matrix_sdk::ruma::events::reaction::ReactionEventContent;
+use matrix_sdk::ruma::events::relation::Annotation;
 use matrix_sdk::ruma::events::relation::{InReplyTo, Thread};
 use matrix_sdk::ruma::events::room::message::{
     Relation, ReplacementMetadata, RoomMessageEventContent, RoomMessageEventContentWithoutRelation,
@@ -18,9 +20,10 @@ use matrix_sdk::ruma::{OwnedEventId, OwnedRoomId, OwnedTransactionId, OwnedUserI
 use matrix_sdk::{Client, Room, RoomState};
 use tokio_util::sync::CancellationToken;
 
+use super::buttons::{self, Choice};
 use super::format::{PART_CHARS, Part, parts};
 use super::{CHANNEL, MatrixSettings};
-use crate::contract::{Media, OutboundMessage, RunEvent};
+use crate::contract::{Media, OutboundKind, OutboundMessage, RunEvent};
 use crate::delivery::{DraftLimits, Platform, Unreachable};
 
 /// Where a message goes: a room, the thread in it, and the message the first part answers.
@@ -29,12 +32,17 @@ pub(crate) struct Target {
     pub room: OwnedRoomId,
     pub thread: Option<OwnedEventId>,
     pub reply_to: Option<OwnedEventId>,
+    /// Sent as `m.notice`, the type Matrix gives what a bot says by itself (and other bots do
+    /// not answer): switchboard's notices, not the model's replies.
+    pub notice: bool,
 }
 
 /// One message of a delivery.
 #[derive(Debug, Clone)]
 pub(crate) enum Step {
     Text(Part),
+    /// The part that lists the message's buttons, sent with them and the bot's reactions.
+    Choose(Part, Vec<Choice>),
     File(Media),
 }
 
@@ -46,6 +54,8 @@ pub(crate) enum SendError {
     NotInRoom(OwnedRoomId),
     #[error("cannot read the file to send: {0}")]
     File(std::io::Error),
+    #[error("cannot write a message's buttons: {0}")]
+    Buttons(serde_json::Error),
     #[error(transparent)]
     Matrix(#[from] matrix_sdk::Error),
 }
@@ -115,14 +125,34 @@ impl MatrixPlatform {
     }
 
     fn content(&self, target: &Target, part: &Part, first: bool) -> RoomMessageEventContent {
-        let mut content = match &part.html {
-            Some(html) => RoomMessageEventContent::text_html(part.body.clone(), html.clone()),
-            None => RoomMessageEventContent::text_plain(part.body.clone()),
+        let (body, html) = (part.body.clone(), part.html.clone());
+        let mut content = match (html, target.notice) {
+            (Some(html), false) => RoomMessageEventContent::text_html(body, html),
+            (None, false) => RoomMessageEventContent::text_plain(body),
+            (Some(html), true) => RoomMessageEventContent::notice_html(body, html),
+            (None, true) => RoomMessageEventContent::notice_plain(body),
         };
         content.relates_to = self.relation(target, first);
         // Nobody is pinged by an answer, not even the person it answers.
         content.mentions = Some(Mentions::new());
         content
+    }
+
+    /// The bot's own reaction with each choice's key under `message`, for the owner to tap.
+    /// Their transaction ids follow the message's, so a retried step reacts once.
+    async fn offer(
+        &self,
+        room: &Room,
+        message: &OwnedEventId,
+        choices: &[Choice],
+        txn: &TransactionId,
+    ) -> Result<(), SendError> {
+        for (n, choice) in choices.iter().enumerate() {
+            let reaction = ReactionEventContent::new(Annotation::new(message.clone(), choice.key.clone()));
+            let txn = OwnedTransactionId::from(transaction_id(txn.as_str(), n));
+            room.send(reaction).with_transaction_id(txn).await?;
+        }
+        Ok(())
     }
 
     async fn send_file(&self, room: &Room, media: &Media, txn: &TransactionId) -> Result<(), SendError> {
@@ -172,7 +202,7 @@ impl Platform for MatrixPlatform {
         let room = OwnedRoomId::try_from(msg.chat_id.as_str()).map_err(|_| AddressError(msg.chat_id.clone()))?;
         let thread = msg.thread_id.as_deref().and_then(|id| OwnedEventId::try_from(id).ok());
         let reply_to = msg.reply_to.as_deref().and_then(|id| OwnedEventId::try_from(id).ok());
-        Ok(Target { room, thread, reply_to })
+        Ok(Target { room, thread, reply_to, notice: msg.kind == OutboundKind::Notice })
     }
 
     /// The person's direct room with the bot: the one the account's `m.direct` names, else
@@ -195,13 +225,25 @@ impl Platform for MatrixPlatform {
             }
         };
         self.directory.record(room.room_id(), true);
-        Ok(Target { room: room.room_id().to_owned(), thread: None, reply_to: None })
+        let notice = msg.kind == OutboundKind::Notice;
+        Ok(Target { room: room.room_id().to_owned(), thread: None, reply_to: None, notice })
     }
 
+    /// The text's parts, the last one listing the buttons, if any; then the files.
     async fn plan(&self, msg: &OutboundMessage) -> Vec<Step> {
-        let text = parts(&msg.content).into_iter().map(Step::Text);
-        let files = msg.media.iter().filter(|media| media.path.is_some()).cloned().map(Step::File);
-        text.chain(files).collect()
+        let choices = buttons::choices(&msg.buttons);
+        let mut steps: Vec<Step> = if choices.is_empty() {
+            parts(&msg.content).into_iter().map(Step::Text).collect()
+        } else {
+            let mut text: Vec<Step> =
+                buttons::with_legend(parts(&msg.content), &choices).into_iter().map(Step::Text).collect();
+            if let Some(Step::Text(last)) = text.pop() {
+                text.push(Step::Choose(last, choices));
+            }
+            text
+        };
+        steps.extend(msg.media.iter().filter(|media| media.path.is_some()).cloned().map(Step::File));
+        steps
     }
 
     /// Retries and redeliveries carry the same transaction id, so a send whose answer was lost
@@ -220,6 +262,12 @@ impl Platform for MatrixPlatform {
             Step::Text(part) => {
                 room.send(self.content(target, part, index == 0)).with_transaction_id(txn).await?;
                 Ok(())
+            }
+            Step::Choose(part, choices) => {
+                let content = self.content(target, part, index == 0);
+                let content = buttons::carrying(&content, choices).map_err(SendError::Buttons)?;
+                let sent = room.send_raw("m.room.message", content).with_transaction_id(&txn).await?;
+                self.offer(&room, &sent.event_id, choices, &txn).await
             }
             Step::File(media) => self.send_file(&room, media, &txn).await,
         }
@@ -253,7 +301,7 @@ impl Platform for MatrixPlatform {
 
     fn is_final(&self, err: &SendError) -> bool {
         match err {
-            SendError::NotInRoom(_) | SendError::File(_) => true,
+            SendError::NotInRoom(_) | SendError::File(_) | SendError::Buttons(_) => true,
             SendError::NotConnected => false,
             SendError::Matrix(_) => matches!(
                 err.kind(),
@@ -270,7 +318,7 @@ impl Platform for MatrixPlatform {
         let room = OwnedRoomId::try_from(event.chat_id.as_str()).ok()?;
         let thread = event.thread_id.as_deref().and_then(|id| OwnedEventId::try_from(id).ok());
         let reply_to = event.reply_to.as_deref().and_then(|id| OwnedEventId::try_from(id).ok());
-        Some(Target { room, thread, reply_to })
+        Some(Target { room, thread, reply_to, notice: false })
     }
 
     fn typing_enabled(&self) -> bool {
