@@ -256,6 +256,16 @@ impl Person {
         }
     }
 
+    /// Sends a voice message (`m.audio` marked as voice, as Element's recorder does).
+    pub async fn send_voice(&self, room: &Room, ogg: &[u8]) -> OwnedEventId {
+        use matrix_sdk::attachment::{AttachmentConfig, AttachmentInfo, BaseAudioInfo};
+        let info = BaseAudioInfo { duration: Some(Duration::from_millis(2300)), ..BaseAudioInfo::default() };
+        let config = AttachmentConfig::new().info(AttachmentInfo::Voice(info));
+        let mime: mime::Mime = "audio/ogg".parse().unwrap_or(mime::APPLICATION_OCTET_STREAM);
+        let sent = room.send_attachment("Voice message.ogg", &mime, ogg.to_vec(), config).await;
+        sent.unwrap_or_else(|err| panic!("sending a voice message to {}: {err}", room.room_id())).event_id
+    }
+
     /// Everything seen so far.
     pub fn seen(&self) -> Vec<Seen> {
         self.seen.lock().unwrap_or_else(PoisonError::into_inner).clone()

@@ -77,9 +77,16 @@ impl Synapse {
 
     /// Starts a homeserver named `localhost` on a free loopback port.
     pub async fn start(python: &Path) -> Synapse {
+        Self::start_with_message_limit(python, UNLIMITED).await
+    }
+
+    /// The same, with each user's messages limited as `rc_message` says
+    /// (`{per_second: 0.2, burst_count: 10}` is Synapse's default): beyond it the homeserver
+    /// answers 429 `M_LIMIT_EXCEEDED` with `retry_after_ms`.
+    pub async fn start_with_message_limit(python: &Path, rc_message: &str) -> Synapse {
         let dir = tempfile::tempdir().unwrap_or_else(|err| panic!("cannot create a temp dir: {err}"));
         let port = free_port();
-        write_config(dir.path(), port);
+        write_config(dir.path(), port, rc_message);
         let http = reqwest::Client::new();
         let mut synapse = Synapse { python: python.to_owned(), dir, port, child: None, http };
         synapse.launch().await;
@@ -160,6 +167,9 @@ impl Synapse {
     }
 }
 
+/// A rate limit no test reaches.
+const UNLIMITED: &str = "{per_second: 10000, burst_count: 10000}";
+
 /// `target/ci-synapse/bin/python` of the workspace, where `.ci/run` installs Synapse.
 fn default_python() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/ci-synapse/bin/python")
@@ -173,12 +183,12 @@ fn free_port() -> u16 {
 
 /// The homeserver's config: loopback only, SQLite, open registration, limits raised, no
 /// federation or key servers (there is no internet here), a signing key of its own.
-fn write_config(dir: &Path, port: u16) {
+fn write_config(dir: &Path, port: u16, rc_message: &str) {
     let seed: Vec<u8> = (0..32).map(|_| rand_byte()).collect();
     let key = format!("ed25519 a_test {}\n", base64_unpadded(&seed));
     std::fs::write(dir.join("signing.key"), key).unwrap_or_else(|err| panic!("signing key: {err}"));
     let path = |name: &str| dir.join(name).display().to_string();
-    let unlimited = "{per_second: 10000, burst_count: 10000}";
+    let unlimited = UNLIMITED;
     let mut config = String::new();
     let _ = write!(
         config,
@@ -199,7 +209,7 @@ fn write_config(dir: &Path, port: u16) {
          trusted_key_servers: []\n\
          suppress_key_server_warning: true\n\
          federation_domain_whitelist: []\n\
-         rc_message: {unlimited}\n\
+         rc_message: {rc_message}\n\
          rc_registration: {unlimited}\n\
          rc_login:\n  address: {unlimited}\n  account: {unlimited}\n  failed_attempts: {unlimited}\n\
          rc_joins:\n  local: {unlimited}\n  remote: {unlimited}\n\

@@ -4,6 +4,9 @@
 
 use std::time::Duration;
 
+mod buttons;
+mod shapes;
+
 use crate::support::{Daemon, Launch, run_to_exit};
 use switchboard_testkit::fake_llm::{FakeLlm, Quirks, Scripted};
 use switchboard_testkit::lossy_proxy::LossyProxy;
@@ -20,6 +23,11 @@ struct World {
 
 /// The world, or `None` (the test skips) where Synapse is not installed outside CI.
 async fn world() -> Option<World> {
+    world_limiting_messages("{per_second: 10000, burst_count: 10000}").await
+}
+
+/// The same, on a homeserver that limits each user's messages as `rc_message` says.
+async fn world_limiting_messages(rc_message: &str) -> Option<World> {
     let python = match Synapse::python() {
         Ok(python) => python,
         Err(reason) => {
@@ -27,7 +35,7 @@ async fn world() -> Option<World> {
             return None;
         }
     };
-    let synapse = Synapse::start(&python).await;
+    let synapse = Synapse::start_with_message_limit(&python, rc_message).await;
     let bot = synapse.register("bot", "bot-password").await;
     let alice = synapse.register("alice", "alice-password").await;
     let bob = synapse.register("bob", "bob-password").await;
@@ -43,7 +51,12 @@ fn matrix<'a>(launch: Launch<'a>, world: &World) -> Launch<'a> {
 }
 
 async fn started(dir: &std::path::Path, world: &World, llm: &FakeLlm) -> Daemon {
-    let mut daemon = matrix(Launch::new(dir, "mx", &["run"]).llm(&llm.base_url()), world).spawn();
+    start(matrix(Launch::new(dir, "mx", &["run"]).llm(&llm.base_url()), world)).await
+}
+
+/// `launch` (of [`matrix`]) started, once it is healthy and connected.
+async fn start(launch: Launch<'_>) -> Daemon {
+    let mut daemon = launch.spawn();
     daemon.wait_healthy().await;
     daemon.wait_for_log("Matrix connected").await;
     daemon
@@ -266,11 +279,8 @@ async fn an_encrypted_image_reaches_a_vision_model() {
     let llm = FakeLlm::start().await;
     llm.push(Scripted::Text("A single pixel.".into()));
     let dir = tempfile::tempdir().unwrap();
-    let launch = matrix(Launch::new(dir.path(), "mx", &["run"]).llm(&llm.base_url()), &world)
-        .env("SWITCHBOARD_PROVIDER__VISION", "true");
-    let mut daemon = launch.spawn();
-    daemon.wait_healthy().await;
-    daemon.wait_for_log("Matrix connected").await;
+    let launch = Launch::new(dir.path(), "mx", &["run"]).llm(&llm.base_url());
+    let daemon = start(matrix(launch, &world).env("SWITCHBOARD_PROVIDER__VISION", "true")).await;
     let alice = Person::login(&world.synapse.url(), &world.alice).await;
     let bot_id = world.bot.id();
     let room = alice.open_dm(&bot_id).await;
@@ -291,11 +301,9 @@ async fn a_send_whose_answer_was_lost_is_not_posted_twice() {
     let proxy = LossyProxy::start(&world.synapse.url()).await;
     let llm = FakeLlm::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let launch = matrix(Launch::new(dir.path(), "mx", &["run"]).llm(&llm.base_url()), &world)
-        .env("MATRIX_HOMESERVER", &proxy.url());
-    let mut daemon = launch.spawn();
-    daemon.wait_healthy().await;
-    daemon.wait_for_log("Matrix connected").await;
+    let launch = Launch::new(dir.path(), "mx", &["run"]).llm(&llm.base_url());
+    // After `matrix`'s own MATRIX_HOMESERVER: the proxy's address wins.
+    let daemon = start(matrix(launch, &world).env("MATRIX_HOMESERVER", &proxy.url())).await;
     let alice = Person::login(&world.synapse.url(), &world.alice).await;
     let bot_id = world.bot.id();
     let room = alice.open_dm(&bot_id).await;
@@ -371,71 +379,4 @@ async fn messages_the_bot_cannot_decrypt_are_told_once() {
     let from_bot = alice.seen().iter().filter(|seen| seen.sender == bot_id).count();
     assert_eq!(from_bot, 1, "told once: {:#?}", alice.seen());
     assert!(llm.requests().is_empty(), "nothing reached the model");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_owner_approves_a_stranger_by_tapping_a_reaction() {
-    let Some(world) = world().await else { return };
-    let llm = FakeLlm::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let daemon = started(dir.path(), &world, &llm).await;
-    let bot_id = world.bot.id();
-    let alice = Person::login(&world.synapse.url(), &world.alice).await;
-    let owner_room = alice.open_dm(&bot_id).await;
-    let bob = Person::login(&world.synapse.url(), &world.bob).await;
-    let bob_room = bob.open_dm(&bot_id).await;
-    bob.say(&bob_room, "hello, may I talk to you?").await;
-    bob.next_from(&bob_room, &bot_id, 0, WITHIN).await;
-
-    // The owner is told in their direct room, with the buttons listed and offered as reactions.
-    let notice = alice.next_from(&owner_room, &bot_id, 0, WITHIN).await;
-    assert!(notice.body.contains("React to answer: ✅ Approve · ❌ Deny"), "{notice:?}\n{}", daemon.logs());
-    assert!(notice.body.contains(world.bob.user_id.as_str()), "{notice:?}");
-    assert!(notice.notice, "what the bot says by itself is an m.notice: {notice:?}");
-    let offered = alice
-        .wait_for("the bot's two reactions", WITHIN, |alice| {
-            let keys: Vec<String> = alice
-                .reactions_to(&notice.event_id)
-                .into_iter()
-                .filter(|reaction| reaction.sender == bot_id)
-                .map(|reaction| reaction.key)
-                .collect();
-            (keys.len() == 2).then_some(keys)
-        })
-        .await;
-    assert_eq!(offered, ["✅", "❌"]);
-
-    // Bob cannot decide his own request: he is not in the owner's room, and his reaction to a
-    // message of his own room is not a press.
-    let code_message = bob.next_from(&bob_room, &bot_id, 0, WITHIN).await;
-    bob.react(&bob_room, &code_message.event_id, "✅").await;
-
-    alice.react(&owner_room, &notice.event_id, "✅").await;
-    let welcome = bob.next_from(&bob_room, &bot_id, 1, WITHIN).await;
-    assert!(welcome.body.contains("approved"), "{welcome:?}\n{}", daemon.logs());
-    let edit = alice
-        .wait_for("the notice's edit", WITHIN, |alice| {
-            alice.seen().into_iter().find(|seen| seen.replaces.as_ref() == Some(&notice.event_id))
-        })
-        .await;
-    let new_body = edit.new_body.unwrap_or_default();
-    assert!(new_body.contains("Approved by") && !new_body.contains("React to answer"), "{new_body}");
-    alice
-        .wait_for("the bot's reactions removed", WITHIN, |alice| {
-            let left = alice.reactions_to(&notice.event_id).into_iter().filter(|r| r.sender == bot_id).count();
-            (left == 0).then_some(())
-        })
-        .await;
-
-    // A second tap finds the request settled: no new message, no second edit.
-    alice.react(&owner_room, &notice.event_id, "❌").await;
-    bob.say(&bob_room, "thanks!").await;
-    let answer = bob.next_from(&bob_room, &bot_id, 2, WITHIN).await;
-    assert!(answer.body.starts_with("echo:"), "approved: Bob is answered by the model: {answer:?}");
-    let from_bot =
-        alice.seen().into_iter().filter(|seen| seen.room == owner_room.room_id() && seen.sender == bot_id).count();
-    assert_eq!(from_bot, 2, "the notice and its one edit: {:#?}", alice.seen());
-    let (status, stderr, stdout) = run_to_exit(dir.path(), &["pairing", "list", "matrix"], &[]);
-    assert!(status.success(), "{stderr}");
-    assert!(stdout.contains("approved"), "{stdout}");
 }
