@@ -17,6 +17,7 @@ pub mod pairing;
 pub mod platform;
 mod queues;
 pub mod record;
+mod sending;
 
 pub use ledger::{Ledger, RecentIds};
 pub use live::{DraftState, LiveRuns, run_live};
@@ -24,6 +25,7 @@ pub use outbound::Courier;
 pub use platform::{DraftLimits, Platform, Unreachable};
 pub use queues::run_outbound;
 pub use record::{DeliveryPolicy, DeliveryRecord, RecordError, Sent};
+pub use sending::{Sending, idempotency_key};
 
 #[cfg(test)]
 pub(crate) mod testing {

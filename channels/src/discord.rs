@@ -23,9 +23,9 @@ use self::platform::DiscordPlatform;
 use self::presses::Presses;
 use self::rest::{Rest, RestError};
 use self::slash::{Answers, SlashCommands};
-use crate::bus::{Bus, BusError, Deliveries, Events};
+use crate::bus::{Bus, BusError};
 use crate::control::OwnerLink;
-use crate::delivery::{self, DeliveryPolicy, LiveRuns};
+use crate::delivery::{DeliveryPolicy, LiveRuns, Sending};
 
 mod components;
 mod directory;
@@ -158,10 +158,7 @@ pub enum DiscordError {
 /// A running Discord channel.
 pub struct DiscordChannel {
     gateway: JoinHandle<()>,
-    sending: Vec<JoinHandle<()>>,
-    /// Cancelled by [`DiscordChannel::stop`], after the worker drained, so finished turns are
-    /// still delivered.
-    stop_sending: CancellationToken,
+    sending: Sending,
 }
 
 impl DiscordChannel {
@@ -179,9 +176,6 @@ impl DiscordChannel {
         let rest = Arc::new(Rest::new(Arc::new(build_http(&settings))));
         let bot_id = check_token(&rest).await?;
         let directory = Arc::new(Directory::default());
-        let stop_sending = CancellationToken::new();
-        let replies = crate::bus::screen::deliverable_outbound(Arc::clone(&bus), CHANNEL).await?;
-        let events = bus.events(CHANNEL, None).await?;
         let answers = Arc::new(Answers::new(Arc::clone(&rest), shutdown.clone()));
         let platform = Arc::new(DiscordPlatform::new(
             Arc::clone(&rest),
@@ -189,7 +183,7 @@ impl DiscordChannel {
             Arc::clone(&answers),
             Arc::clone(&settings),
         ));
-        let sending = spawn_sending(platform, LiveRuns::new(), replies, events, delivery, &stop_sending);
+        let sending = Sending::start(&bus, platform, LiveRuns::new(), delivery).await?;
         let presses = Arc::new(Presses::new(Arc::clone(&rest), owner.desk.clone(), shutdown.clone()));
         let ingress = Ingress::new(Arc::clone(&rest), bus, Arc::clone(&settings), owner, directory, shutdown.clone());
         if let Some(id) = bot_id {
@@ -205,37 +199,14 @@ impl DiscordChannel {
         );
         let inbound = Inbound { ingress, presses, slash: Arc::new(slash) };
         let gateway = tokio::spawn(gateway::run_gateway(settings, rest, inbound, bot_id.is_some(), shutdown));
-        Ok(DiscordChannel { gateway, sending, stop_sending })
+        Ok(DiscordChannel { gateway, sending })
     }
 
     /// Waits for the gateway to close (after the shutdown token was cancelled), then stops
     /// sending. Call it after the worker drained.
     pub async fn stop(self) {
-        if let Err(err) = self.gateway.await {
-            tracing::error!(%err, "the Discord gateway task ended abnormally");
-        }
-        self.stop_sending.cancel();
-        for task in self.sending {
-            if let Err(err) = task.await {
-                tracing::error!(%err, "a Discord sending task ended abnormally");
-            }
-        }
+        self.sending.stop_after(self.gateway, CHANNEL).await;
     }
-}
-
-/// Replies, typing and streaming: the outbound queue and the channel's run events, sharing one
-/// record of the runs in progress.
-fn spawn_sending(
-    platform: Arc<DiscordPlatform>,
-    live: LiveRuns<DiscordPlatform>,
-    replies: Deliveries,
-    events: Events,
-    policy: DeliveryPolicy,
-    stop: &CancellationToken,
-) -> Vec<JoinHandle<()>> {
-    let live = Arc::new(live);
-    let outbound = delivery::run_outbound(Arc::clone(&platform), replies, Arc::clone(&live), policy, stop.clone());
-    vec![tokio::spawn(outbound), tokio::spawn(delivery::run_live(platform, events, live, stop.clone()))]
 }
 
 /// serenity's REST client. Through a proxy, serenity's rate limiter must be off (it would
@@ -323,7 +294,9 @@ pub mod testing {
         let answers = Arc::new(Answers::new(Arc::clone(&rest), shutdown.clone()));
         let platform = Arc::new(DiscordPlatform::new(rest, directory, answers, Arc::new(settings)));
         let live = LiveRuns::new().with_typing_interval(typing_interval);
-        super::spawn_sending(platform, live, replies, events, super::DeliveryPolicy::default(), &shutdown);
+        let policy = super::DeliveryPolicy::default();
+        // Runs until `shutdown`; the test does not wait for it to stop.
+        drop(super::Sending::spawn(platform, live, replies, events, policy, shutdown));
     }
 
     /// `send_markdown` (the inbound side's way to say things, e.g. pairing codes) to `channel`,

@@ -19,9 +19,9 @@ use tokio_util::sync::CancellationToken;
 
 use self::ingress::Ingress;
 use self::platform::{Directory, MatrixPlatform};
-use crate::bus::{Bus, BusError, Deliveries, Events};
+use crate::bus::{Bus, BusError};
 use crate::control::OwnerLink;
-use crate::delivery::{self, DeliveryPolicy, LiveRuns};
+use crate::delivery::{DeliveryPolicy, LiveRuns, Sending};
 
 mod buttons;
 mod download;
@@ -154,10 +154,7 @@ pub enum MatrixError {
 /// A running Matrix channel.
 pub struct MatrixChannel {
     sync: JoinHandle<()>,
-    sending: Vec<JoinHandle<()>>,
-    /// Cancelled by [`MatrixChannel::stop`], after the worker drained, so finished turns are
-    /// still delivered.
-    stop_sending: CancellationToken,
+    sending: Sending,
 }
 
 impl MatrixChannel {
@@ -183,42 +180,16 @@ impl MatrixChannel {
         };
         let slot = Arc::new(OnceLock::new());
         let directory = Arc::new(Directory::default());
-        let replies = crate::bus::screen::deliverable_outbound(Arc::clone(&bus), CHANNEL).await?;
-        let events = bus.events(CHANNEL, None).await?;
         let platform = Arc::new(MatrixPlatform::new(Arc::clone(&slot), Arc::clone(&directory), Arc::clone(&settings)));
-        let stop_sending = CancellationToken::new();
-        let sending = spawn_sending(platform, LiveRuns::new(), replies, events, delivery, &stop_sending);
+        let sending = Sending::start(&bus, platform, LiveRuns::new(), delivery).await?;
         let ingress = Arc::new(Ingress::new(bus, Arc::clone(&settings), owner, directory, shutdown.clone()));
         let sync = tokio::spawn(sync::run_sync(settings, ingress, slot, logged_in, shutdown));
-        Ok(MatrixChannel { sync, sending, stop_sending })
+        Ok(MatrixChannel { sync, sending })
     }
 
     /// Waits for the sync loop to end (after the shutdown token was cancelled), then stops
     /// sending. Call it after the worker drained.
     pub async fn stop(self) {
-        if let Err(err) = self.sync.await {
-            tracing::error!(%err, "the Matrix sync task ended abnormally");
-        }
-        self.stop_sending.cancel();
-        for task in self.sending {
-            if let Err(err) = task.await {
-                tracing::error!(%err, "a Matrix sending task ended abnormally");
-            }
-        }
+        self.sending.stop_after(self.sync, CHANNEL).await;
     }
-}
-
-/// Replies, typing and streaming: the outbound queue and the channel's run events, sharing one
-/// record of the runs in progress.
-fn spawn_sending(
-    platform: Arc<MatrixPlatform>,
-    live: LiveRuns<MatrixPlatform>,
-    replies: Deliveries,
-    events: Events,
-    policy: DeliveryPolicy,
-    stop: &CancellationToken,
-) -> Vec<JoinHandle<()>> {
-    let live = Arc::new(live);
-    let outbound = delivery::run_outbound(Arc::clone(&platform), replies, Arc::clone(&live), policy, stop.clone());
-    vec![tokio::spawn(outbound), tokio::spawn(delivery::run_live(platform, events, live, stop.clone()))]
 }

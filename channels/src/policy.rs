@@ -16,6 +16,30 @@ pub enum DmPolicy {
     Disabled,
 }
 
+/// What the DM policy says about a direct message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirectVerdict {
+    Forward,
+    /// From a stranger under `Pairing`: answered if approved already, else given a code.
+    CheckPairing,
+    /// Dropped, for this reason (logged at debug).
+    Ignore(&'static str),
+}
+
+impl DmPolicy {
+    /// What happens to a direct message whose sender is `known` (an owner, or in
+    /// `allow_from`): the same rules on every platform.
+    pub fn judge(self, known: bool) -> DirectVerdict {
+        match self {
+            DmPolicy::Disabled => DirectVerdict::Ignore("direct messages are disabled"),
+            DmPolicy::Open => DirectVerdict::Forward,
+            _ if known => DirectVerdict::Forward,
+            DmPolicy::Allowlist => DirectVerdict::Ignore("sender is not in allow_from"),
+            DmPolicy::Pairing => DirectVerdict::CheckPairing,
+        }
+    }
+}
+
 /// Which group messages are answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GroupPolicy {

@@ -28,7 +28,7 @@ use self::retry::describe;
 use crate::bus::{Bus, BusError};
 use crate::contract::commands;
 use crate::control::OwnerLink;
-use crate::delivery::DeliveryPolicy;
+use crate::delivery::{DeliveryPolicy, Sending};
 
 pub use crate::policy::{DmPolicy, GroupPolicy, StreamSettings};
 
@@ -160,8 +160,7 @@ pub struct TelegramChannel {
     /// Where the webhook server listens, in webhook mode.
     pub webhook_addr: Option<SocketAddr>,
     receiving: JoinHandle<()>,
-    sending: Vec<JoinHandle<()>>,
-    stop_sending: CancellationToken,
+    sending: Sending,
 }
 
 impl TelegramChannel {
@@ -177,8 +176,8 @@ impl TelegramChannel {
         let settings = Arc::new(settings);
         let bot = build_bot(&settings)?;
         let me = first_identity(&bot).await?;
-        let stop_sending = CancellationToken::new();
-        let sending = start_sending(&bot, &bus, &settings, delivery, &stop_sending).await?;
+        let platform = Arc::new(platform::TelegramPlatform::new(bot.clone(), Arc::clone(&settings)));
+        let sending = Sending::start(&bus, platform, live::LiveRuns::new(), delivery).await?;
         let pending = PendingIngress { bot, bus, settings: Arc::clone(&settings), owner, me };
         let (webhook_addr, receiving) = match settings.receive.clone() {
             Receive::Polling { timeout } => (None, tokio::spawn(receive_by_polling(pending, timeout, shutdown))),
@@ -187,40 +186,14 @@ impl TelegramChannel {
                 (Some(addr), tokio::spawn(serve))
             }
         };
-        Ok(TelegramChannel { webhook_addr, receiving, sending, stop_sending })
+        Ok(TelegramChannel { webhook_addr, receiving, sending })
     }
 
     /// Waits for receiving to end, then stops delivering. Call it after the shutdown token was
     /// cancelled and, in one process, after the worker drained, so finished turns are sent.
     pub async fn stop(self) {
-        if let Err(err) = self.receiving.await {
-            tracing::error!(%err, "the Telegram receiver ended abnormally");
-        }
-        self.stop_sending.cancel();
-        for task in self.sending {
-            if let Err(err) = task.await {
-                tracing::error!(%err, "a Telegram sender ended abnormally");
-            }
-        }
+        self.sending.stop_after(self.receiving, CHANNEL).await;
     }
-}
-
-/// Replies, typing and streaming: the outbound queue and the chat's run events, sharing one
-/// record of the runs in progress.
-async fn start_sending(
-    bot: &Bot,
-    bus: &Arc<dyn Bus>,
-    settings: &Arc<TelegramSettings>,
-    delivery: DeliveryPolicy,
-    stop: &CancellationToken,
-) -> Result<Vec<JoinHandle<()>>, TelegramError> {
-    let live = Arc::new(live::LiveRuns::new());
-    let replies = crate::bus::screen::deliverable_outbound(Arc::clone(bus), CHANNEL).await?;
-    let events = bus.events(CHANNEL, None).await?;
-    let outbound =
-        outbound::run_outbound(bot.clone(), Arc::clone(settings), replies, Arc::clone(&live), delivery, stop.clone());
-    let live = live::run_live(bot.clone(), Arc::clone(settings), events, live, stop.clone());
-    Ok(vec![tokio::spawn(outbound), tokio::spawn(live)])
 }
 
 fn build_bot(settings: &TelegramSettings) -> Result<Bot, TelegramError> {

@@ -1,8 +1,9 @@
 //! Who is answered: the DM policy, the guild and channel allowlists, mention gating. Pure
 //! functions of the classified message, where it was posted and the settings.
 
+use super::DiscordSettings;
 use super::inbound::{Author, Incoming};
-use super::{DiscordSettings, DmPolicy};
+use crate::policy::DirectVerdict;
 
 /// Where a message was posted, resolved by the ingress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,15 +50,11 @@ pub(crate) fn judge(msg: &Incoming, place: Place, settings: &DiscordSettings) ->
 }
 
 fn judge_direct(author: &Author, settings: &DiscordSettings) -> Verdict {
-    if settings.dm_policy == DmPolicy::Disabled {
-        return Verdict::Ignore("direct messages are disabled");
-    }
     let owner = settings.owners.iter().any(|id| id.trim() == author.id.to_string());
-    match settings.dm_policy {
-        _ if owner || listed(&settings.allow_from, author) => Verdict::Forward,
-        DmPolicy::Open => Verdict::Forward,
-        DmPolicy::Allowlist => Verdict::Ignore("sender is not in allow_from"),
-        _ => Verdict::CheckPairing,
+    match settings.dm_policy.judge(owner || listed(&settings.allow_from, author)) {
+        DirectVerdict::Forward => Verdict::Forward,
+        DirectVerdict::CheckPairing => Verdict::CheckPairing,
+        DirectVerdict::Ignore(reason) => Verdict::Ignore(reason),
     }
 }
 
@@ -89,6 +86,7 @@ pub(crate) fn listed(allowlist: &[String], author: &Author) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::DmPolicy;
 
     fn message(is_bot: bool) -> Incoming {
         let author = Author { id: 7, username: "alice".into(), name: "Alice".into(), is_bot };

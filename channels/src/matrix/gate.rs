@@ -3,6 +3,7 @@
 //! pairing lookup they may ask for is the caller's.
 
 use super::{DmPolicy, GroupPolicy, MatrixSettings, OtherInvites};
+use crate::policy::DirectVerdict;
 
 /// What to do with a room message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,12 +41,16 @@ pub(crate) fn judge(msg: &Message<'_>, settings: &MatrixSettings) -> Verdict {
 }
 
 fn judge_direct(sender: &str, settings: &MatrixSettings) -> Verdict {
-    match settings.dm_policy {
-        DmPolicy::Disabled => Verdict::Ignore("direct messages are disabled"),
-        DmPolicy::Open => Verdict::Forward,
-        _ if known(sender, settings) => Verdict::Forward,
-        DmPolicy::Allowlist => Verdict::Ignore("sender is not in allow_from"),
-        DmPolicy::Pairing => Verdict::CheckPairing,
+    settings.dm_policy.judge(known(sender, settings)).into()
+}
+
+impl From<DirectVerdict> for Verdict {
+    fn from(verdict: DirectVerdict) -> Self {
+        match verdict {
+            DirectVerdict::Forward => Verdict::Forward,
+            DirectVerdict::CheckPairing => Verdict::CheckPairing,
+            DirectVerdict::Ignore(reason) => Verdict::Ignore(reason),
+        }
     }
 }
 

@@ -174,11 +174,7 @@ impl MatrixPlatform {
 /// and redelivery, so the homeserver, which answers a repeated transaction id with the event it
 /// made the first time, posts it once.
 pub(crate) fn transaction_id(key: &str, part: usize) -> String {
-    const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-    const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
-    let bytes = key.bytes().chain([0xff]).chain((part as u64).to_le_bytes());
-    let hash = bytes.fold(FNV_OFFSET, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(FNV_PRIME));
-    format!("sb{hash:016x}")
+    format!("sb{}", crate::delivery::idempotency_key(key, part))
 }
 
 fn file_name(path: &str) -> String {

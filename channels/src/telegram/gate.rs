@@ -2,7 +2,8 @@
 //! Pure decisions; the pairing lookup they may ask for is done by the caller.
 
 use super::inbound::{Author, Incoming};
-use super::{DmPolicy, GroupPolicy, TelegramSettings};
+use super::{GroupPolicy, TelegramSettings};
+use crate::policy::DirectVerdict;
 
 /// What to do with a classified message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,12 +29,16 @@ pub(crate) fn judge(msg: &Incoming, settings: &TelegramSettings) -> Verdict {
 
 fn judge_direct(msg: &Incoming, settings: &TelegramSettings) -> Verdict {
     let owner = settings.owners.iter().any(|id| id == &msg.author.id.to_string());
-    match settings.dm_policy {
-        DmPolicy::Disabled => Verdict::Ignore("direct messages are disabled"),
-        DmPolicy::Open => Verdict::Forward,
-        _ if owner || listed(&settings.allow_from, &msg.author) => Verdict::Forward,
-        DmPolicy::Allowlist => Verdict::Ignore("sender is not in allow_from"),
-        DmPolicy::Pairing => Verdict::CheckPairing,
+    settings.dm_policy.judge(owner || listed(&settings.allow_from, &msg.author)).into()
+}
+
+impl From<DirectVerdict> for Verdict {
+    fn from(verdict: DirectVerdict) -> Self {
+        match verdict {
+            DirectVerdict::Forward => Verdict::Forward,
+            DirectVerdict::CheckPairing => Verdict::CheckPairing,
+            DirectVerdict::Ignore(reason) => Verdict::Ignore(reason),
+        }
     }
 }
 
@@ -71,6 +76,7 @@ mod tests {
     use chrono::Utc;
 
     use super::*;
+    use crate::policy::DmPolicy;
     use crate::telegram::inbound::Address;
 
     fn message(private: bool, address: Address) -> Incoming {
