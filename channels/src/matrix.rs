@@ -29,6 +29,7 @@ mod format;
 mod gate;
 mod inbound;
 mod ingress;
+mod members;
 mod platform;
 mod presses;
 mod session;

@@ -14,7 +14,7 @@ use matrix_sdk::deserialized_responses::{TimelineEvent, TimelineEventKind};
 use matrix_sdk::ruma::events::room::message::{OriginalSyncRoomMessageEvent, RoomMessageEventContent};
 use matrix_sdk::ruma::events::{AnySyncMessageLikeEvent, AnySyncTimelineEvent, SyncMessageLikeEvent};
 use matrix_sdk::ruma::{OwnedRoomId, OwnedTransactionId, OwnedUserId};
-use matrix_sdk::{Client, Room, RoomMemberships, RoomState};
+use matrix_sdk::{Client, Room, RoomState};
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -22,6 +22,7 @@ use super::buttons;
 use super::download::fetch_attachment;
 use super::gate::{self, InviteVerdict, Message, Verdict};
 use super::inbound::{Incoming, Skip, classify};
+use super::members::{display_name, is_direct};
 use super::platform::Directory;
 use super::presses::Presses;
 use super::{CHANNEL, MatrixSettings};
@@ -269,28 +270,6 @@ impl Ingress {
     fn lock_context(&self) -> std::sync::MutexGuard<'_, GroupContext> {
         self.context.lock().unwrap_or_else(PoisonError::into_inner)
     }
-}
-
-/// A direct room: marked so (`m.direct`, or the invitation's `is_direct`), or the bot and one
-/// other person, joined or invited (the member list, fetched once per room: the counts a sync
-/// carries can lag behind a join).
-pub(crate) async fn is_direct(room: &Room) -> bool {
-    if room.is_direct().await.unwrap_or(false) {
-        return true;
-    }
-    match room.members(RoomMemberships::ACTIVE).await {
-        Ok(members) => members.len() <= 2,
-        Err(err) => {
-            tracing::debug!(room = %room.room_id(), %err, "cannot list a room's members; taking it for a group");
-            false
-        }
-    }
-}
-
-/// A member's display name in the room, when they set one.
-pub(crate) async fn display_name(room: &Room, user: &OwnedUserId) -> Option<String> {
-    let member = room.get_member_no_sync(user).await.ok().flatten()?;
-    member.display_name().map(str::to_owned)
 }
 
 /// The conversation a message belongs to, as its session key (the group context's key).

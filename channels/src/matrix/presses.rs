@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use super::CHANNEL;
 use super::buttons::{self, Choice};
-use super::ingress::display_name;
+use super::members::display_name;
 use super::platform::transaction_id;
 use crate::contract::Sender;
 use crate::control::{ControlDesk, Press};
