@@ -26,6 +26,7 @@ use crate::delivery::{DeliveryPolicy, LiveRuns, Sending};
 mod buttons;
 mod download;
 mod format;
+mod gap;
 mod gate;
 mod inbound;
 mod ingress;

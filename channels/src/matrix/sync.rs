@@ -4,7 +4,8 @@
 //!
 //! The first start answers nothing of the rooms' history: its first sync is only read for the
 //! rooms and invitations. Every later start goes on from the saved position, so what arrived
-//! while the daemon was down is answered, and nothing is answered twice.
+//! while the daemon was down is answered (a room's gap read back, see `gap`), and nothing is
+//! answered twice.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -17,6 +18,7 @@ use matrix_sdk::sync::SyncResponse;
 use tokio_util::sync::CancellationToken;
 
 use super::MatrixSettings;
+use super::gap::read_gap;
 use super::ingress::Ingress;
 use super::session;
 use super::state::SyncPosition;
@@ -88,7 +90,7 @@ pub(crate) async fn run_sync(
                 Some(_) => tracing::info!(rooms, "Matrix connected; answering what arrived since the last sync"),
             }
         }
-        if !take(&client, &ingress, &response, since.is_none()).await {
+        if !take(&client, &ingress, &response, since.as_deref()).await {
             return;
         }
         if let Err(err) = position.save(&response.next_batch) {
@@ -99,27 +101,35 @@ pub(crate) async fn run_sync(
     }
 }
 
-/// Hands a response's invitations and (after the first sync) room messages to the ingress.
-/// `false`: shutting down before the bus took them all.
-async fn take(client: &Client, ingress: &Ingress, response: &SyncResponse, first: bool) -> bool {
+/// Hands a response's invitations and (after the first sync, which ended nowhere: `since` is
+/// where the previous one ended) room messages to the ingress, with the gaps of limited
+/// timelines read back. `false`: shutting down before the bus took them all.
+async fn take(client: &Client, ingress: &Ingress, response: &SyncResponse, since: Option<&str>) -> bool {
     for room_id in response.rooms.invited.keys() {
         ingress.invitation(client, room_id).await;
     }
-    if first {
-        return true;
-    }
+    let Some(since) = since else { return true };
     let bot = client.user_id().map(ToString::to_string).unwrap_or_default();
     for (room_id, update) in &response.rooms.joined {
         let Some(room) = client.get_room(room_id) else { continue };
         let events = &update.timeline.events;
         // A room joined in this sync shows some of its history first: only what follows the
-        // bot's own join is new to it.
-        let joined_at = events.iter().rposition(|event| is_join_of(event, &bot));
-        let new = joined_at.map_or(&events[..], |at| &events[at + 1..]);
-        if update.timeline.limited && joined_at.is_none() {
-            tracing::warn!(room = %room_id, "more happened in a Matrix room than one sync holds; older messages of the gap are not answered");
-        }
-        for event in new {
+        // bot's own join is new to it (in the timeline, or in the gap before it).
+        let new = match events.iter().rposition(|event| is_join_of(event, &bot)) {
+            Some(at) => &events[at + 1..],
+            None => &events[..],
+        };
+        let gap = match &update.timeline.prev_batch {
+            Some(prev_batch) if update.timeline.limited && new.len() == events.len() => {
+                let gap = read_gap(&room, prev_batch, since).await;
+                match gap.iter().rposition(|event| is_join_of(event, &bot)) {
+                    Some(at) => gap[at + 1..].to_vec(),
+                    None => gap,
+                }
+            }
+            _ => Vec::new(),
+        };
+        for event in gap.iter().chain(new) {
             if !ingress.handle_until_accepted(&room, event).await {
                 return false;
             }

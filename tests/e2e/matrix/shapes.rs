@@ -127,3 +127,42 @@ async fn a_voice_message_reaches_the_model_as_its_words() {
     let request = llm.requests().last().cloned().unwrap().to_string();
     assert!(request.contains("[voice note, transcribed] Remind me to buy oat milk tomorrow."), "{request}");
 }
+
+/// More happened in a room while the daemon was down than one sync carries (Synapse sends the
+/// newest ten events and a `limited` timeline): the gap is read back, so a mention early in it
+/// is still answered, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mention_early_in_a_busy_downtime_is_still_answered() {
+    let Some(world) = world().await else { return };
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = super::started(dir.path(), &world, &llm).await;
+    let alice = Person::login(&world.synapse.url(), &world.alice).await;
+    let bob = Person::login(&world.synapse.url(), &world.bob).await;
+    let bot_id = world.bot.id();
+    let room = alice.open_group(&[&bot_id, &bob.user_id()]).await;
+    bob.join(room.room_id()).await;
+    alice.wait_for_member(&room, &bot_id).await;
+    alice.say_to(&room, &bot_id, "bot: hello").await;
+    alice.next_from(&room, &bot_id, 0, WITHIN).await;
+    daemon.signal("TERM");
+    daemon.wait_exit(Duration::from_secs(20)).await;
+
+    // Synapse answers the stopped daemon's last long poll with the first event that comes and
+    // keeps that answer for the same request from the restarted one: a first message of its
+    // own, so the mention is in the gap either way.
+    let bob_room = bob.client.get_room(room.room_id()).unwrap();
+    bob.say(&bob_room, "is it down?").await;
+    alice.say_to(&room, &bot_id, "bot: what did I miss?").await;
+    for n in 0..25 {
+        bob.say(&bob_room, &format!("chatter {n}")).await;
+    }
+    let daemon = super::started(dir.path(), &world, &llm).await;
+    let answer = alice.try_next_from(&room, &bot_id, 1, WITHIN).await;
+    let answer = answer.unwrap_or_else(|| panic!("the mention in the gap was not answered\n{}", daemon.logs()));
+    assert!(answer.body.contains("what did I miss?"), "{answer:?}");
+    assert!(daemon.logs().contains("read back a gap"), "{}", daemon.logs());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let from_bot = alice.seen().iter().filter(|seen| seen.sender == bot_id).count();
+    assert_eq!(from_bot, 2, "answered once: {:#?}", alice.seen());
+}
