@@ -166,3 +166,29 @@ async fn a_mention_early_in_a_busy_downtime_is_still_answered() {
     let from_bot = alice.seen().iter().filter(|seen| seen.sender == bot_id).count();
     assert_eq!(from_bot, 2, "answered once: {:#?}", alice.seen());
 }
+
+/// With `groups` set, an invitation to any other room is declined (`other_invites = "decline"`,
+/// the default): the inviter sees the bot refuse it at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invitation_to_a_room_not_in_groups_is_declined() {
+    use switchboard_testkit::matrix_person::matrix_sdk::ruma::events::room::member::MembershipState;
+    let Some(world) = world().await else { return };
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let launch = matrix(Launch::new(dir.path(), "mx", &["run"]).llm(&llm.base_url()), &world);
+    let daemon = start(launch.env("SWITCHBOARD_CHANNELS__MATRIX__GROUPS", "[\"!elsewhere:localhost\"]")).await;
+    let bob = Person::login(&world.synapse.url(), &world.bob).await;
+    let bot_id = world.bot.id();
+    let room = bob.open_group(&[&bot_id]).await;
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    loop {
+        let _ = room.sync_members().await;
+        let member = room.get_member_no_sync(&bot_id).await.ok().flatten();
+        if member.is_some_and(|member| *member.membership() == MembershipState::Leave) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the invitation was not declined\n{}", daemon.logs());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(daemon.logs().contains("the room is not in groups"), "{}", daemon.logs());
+}
