@@ -177,6 +177,14 @@ pub(crate) fn transaction_id(key: &str, part: usize) -> String {
     format!("sb{}", crate::delivery::idempotency_key(key, part))
 }
 
+/// A rate limit that outlasted the client library's own waits (it honours `retry_after_ms`
+/// up to three times) counts in `switchboard_rate_limited_total{channel="matrix"}`.
+fn count_rate_limit(err: &SendError) {
+    if matches!(err.kind(), Some(ErrorKind::LimitExceeded { .. })) {
+        crate::meters::meters().told_to_wait(CHANNEL);
+    }
+}
+
 fn file_name(path: &str) -> String {
     std::path::Path::new(path).file_name().map_or_else(|| "file".to_owned(), |name| name.to_string_lossy().into_owned())
 }
@@ -254,7 +262,7 @@ impl Platform for MatrixPlatform {
     ) -> Result<(), SendError> {
         let room = self.room(&target.room)?;
         let txn = OwnedTransactionId::from(transaction_id(id, index));
-        match step {
+        let sent = match step {
             Step::Text(part) => {
                 room.send(self.content(target, part, index == 0)).with_transaction_id(txn).await?;
                 Ok(())
@@ -266,7 +274,8 @@ impl Platform for MatrixPlatform {
                 self.offer(&room, &sent.event_id, choices, &txn).await
             }
             Step::File(media) => self.send_file(&room, media, &txn).await,
-        }
+        };
+        sent.inspect_err(count_rate_limit)
     }
 
     fn can_edit_into(&self, step: &Step) -> bool {
@@ -356,6 +365,7 @@ impl Platform for MatrixPlatform {
 
     /// Rate limited: streaming waits as long as the homeserver asks.
     fn draft_pause(&self, err: &SendError) -> Option<Duration> {
+        count_rate_limit(err);
         match err.kind() {
             Some(ErrorKind::LimitExceeded { retry_after }) => Some(match retry_after {
                 Some(RetryAfter::Delay(delay)) => *delay,
