@@ -26,6 +26,33 @@ pub enum DirectVerdict {
     Ignore(&'static str),
 }
 
+/// What happens to a chat message, where group messages that do not address the bot are kept
+/// as context (Telegram, Matrix).
+#[cfg(any(feature = "matrix", feature = "telegram"))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Put it on the bus for the agent.
+    Forward,
+    /// Not for the agent now, but kept as context for the next addressed message there.
+    KeepAsContext,
+    /// A direct message from someone not allowed yet: answered if approved by pairing,
+    /// otherwise given a pairing code.
+    CheckPairing,
+    /// Drop it, for this reason (logged at debug).
+    Ignore(&'static str),
+}
+
+#[cfg(any(feature = "matrix", feature = "telegram"))]
+impl From<DirectVerdict> for Verdict {
+    fn from(verdict: DirectVerdict) -> Self {
+        match verdict {
+            DirectVerdict::Forward => Verdict::Forward,
+            DirectVerdict::CheckPairing => Verdict::CheckPairing,
+            DirectVerdict::Ignore(reason) => Verdict::Ignore(reason),
+        }
+    }
+}
+
 impl DmPolicy {
     /// What happens to a direct message whose sender is `known` (an owner, or in
     /// `allow_from`): the same rules on every platform.

@@ -10,6 +10,7 @@ mod shapes;
 use crate::support::{Daemon, Launch, run_to_exit};
 use switchboard_testkit::fake_llm::{FakeLlm, Quirks, Scripted};
 use switchboard_testkit::lossy_proxy::LossyProxy;
+use switchboard_testkit::matrix_person::matrix_sdk::Room;
 use switchboard_testkit::matrix_person::{CollectStrategy, Person};
 use switchboard_testkit::synapse::{Account, Synapse};
 
@@ -60,6 +61,19 @@ async fn start(launch: Launch<'_>) -> Daemon {
     daemon.wait_healthy().await;
     daemon.wait_for_log("Matrix connected").await;
     daemon
+}
+
+/// Alice's room with the bot and Bob, everyone joined: Alice's client, Bob's, and the room as
+/// each of them sees it.
+async fn room_of_three(world: &World) -> (Person, Person, Room, Room) {
+    let alice = Person::login(&world.synapse.url(), &world.alice).await;
+    let bob = Person::login(&world.synapse.url(), &world.bob).await;
+    let bot_id = world.bot.id();
+    let room = alice.open_group(&[&bot_id, &bob.user_id()]).await;
+    bob.join(room.room_id()).await;
+    alice.wait_for_member(&room, &bot_id).await;
+    let bob_room = bob.client.get_room(room.room_id()).unwrap_or_else(|| panic!("Bob is in {}", room.room_id()));
+    (alice, bob, room, bob_room)
 }
 
 const WITHIN: Duration = Duration::from_secs(30);
@@ -119,13 +133,8 @@ async fn in_a_room_of_three_only_mentions_are_answered_with_the_speakers_named()
     let llm = FakeLlm::start().await;
     let dir = tempfile::tempdir().unwrap();
     let daemon = started(dir.path(), &world, &llm).await;
-    let alice = Person::login(&world.synapse.url(), &world.alice).await;
-    let bob = Person::login(&world.synapse.url(), &world.bob).await;
+    let (alice, bob, room, bob_room) = room_of_three(&world).await;
     let bot_id = world.bot.id();
-    let room = alice.open_group(&[&bot_id, &bob.user_id()]).await;
-    bob.join(room.room_id()).await;
-    alice.wait_for_member(&room, &bot_id).await;
-    let bob_room = bob.client.get_room(room.room_id()).unwrap();
     bob.say(&bob_room, "I would like pasta tonight").await;
     alice.say(&room, "and I would like rice").await;
     alice.say_to(&room, &bot_id, "bot: what do we each want?").await;

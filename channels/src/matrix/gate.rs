@@ -3,21 +3,7 @@
 //! pairing lookup they may ask for is the caller's.
 
 use super::{DmPolicy, GroupPolicy, MatrixSettings, OtherInvites};
-use crate::policy::DirectVerdict;
-
-/// What to do with a room message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Verdict {
-    /// Put it on the bus for the agent.
-    Forward,
-    /// Not for the agent now, but kept as context for the next addressed message there.
-    KeepAsContext,
-    /// A direct message from someone not allowed yet: answered if approved by pairing,
-    /// otherwise given a pairing code.
-    CheckPairing,
-    /// Drop it, for this reason (logged at debug).
-    Ignore(&'static str),
-}
+pub(crate) use crate::policy::Verdict;
 
 /// A room message, as far as the rules look at it.
 #[derive(Debug, Clone, Copy)]
@@ -42,16 +28,6 @@ pub(crate) fn judge(msg: &Message<'_>, settings: &MatrixSettings) -> Verdict {
 
 fn judge_direct(sender: &str, settings: &MatrixSettings) -> Verdict {
     settings.dm_policy.judge(known(sender, settings)).into()
-}
-
-impl From<DirectVerdict> for Verdict {
-    fn from(verdict: DirectVerdict) -> Self {
-        match verdict {
-            DirectVerdict::Forward => Verdict::Forward,
-            DirectVerdict::CheckPairing => Verdict::CheckPairing,
-            DirectVerdict::Ignore(reason) => Verdict::Ignore(reason),
-        }
-    }
 }
 
 fn judge_group(msg: &Message<'_>, settings: &MatrixSettings) -> Verdict {

@@ -3,21 +3,7 @@
 
 use super::inbound::{Author, Incoming};
 use super::{GroupPolicy, TelegramSettings};
-use crate::policy::DirectVerdict;
-
-/// What to do with a classified message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Verdict {
-    /// Put it on the bus for the agent.
-    Forward,
-    /// Not for the agent now, but keep it as context for the next addressed group message.
-    KeepAsContext,
-    /// A direct message from someone not allowed yet: answered if approved by pairing,
-    /// otherwise given a pairing code.
-    CheckPairing,
-    /// Drop it, for this reason (logged at debug).
-    Ignore(&'static str),
-}
+pub(crate) use crate::policy::Verdict;
 
 /// Decides what happens to `msg` under `settings`.
 pub(crate) fn judge(msg: &Incoming, settings: &TelegramSettings) -> Verdict {
@@ -30,16 +16,6 @@ pub(crate) fn judge(msg: &Incoming, settings: &TelegramSettings) -> Verdict {
 fn judge_direct(msg: &Incoming, settings: &TelegramSettings) -> Verdict {
     let owner = settings.owners.iter().any(|id| id == &msg.author.id.to_string());
     settings.dm_policy.judge(owner || listed(&settings.allow_from, &msg.author)).into()
-}
-
-impl From<DirectVerdict> for Verdict {
-    fn from(verdict: DirectVerdict) -> Self {
-        match verdict {
-            DirectVerdict::Forward => Verdict::Forward,
-            DirectVerdict::CheckPairing => Verdict::CheckPairing,
-            DirectVerdict::Ignore(reason) => Verdict::Ignore(reason),
-        }
-    }
 }
 
 fn judge_group(msg: &Incoming, settings: &TelegramSettings) -> Verdict {

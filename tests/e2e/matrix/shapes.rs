@@ -137,12 +137,8 @@ async fn a_mention_early_in_a_busy_downtime_is_still_answered() {
     let llm = FakeLlm::start().await;
     let dir = tempfile::tempdir().unwrap();
     let mut daemon = super::started(dir.path(), &world, &llm).await;
-    let alice = Person::login(&world.synapse.url(), &world.alice).await;
-    let bob = Person::login(&world.synapse.url(), &world.bob).await;
+    let (alice, bob, room, bob_room) = super::room_of_three(&world).await;
     let bot_id = world.bot.id();
-    let room = alice.open_group(&[&bot_id, &bob.user_id()]).await;
-    bob.join(room.room_id()).await;
-    alice.wait_for_member(&room, &bot_id).await;
     alice.say_to(&room, &bot_id, "bot: hello").await;
     alice.next_from(&room, &bot_id, 0, WITHIN).await;
     daemon.signal("TERM");
@@ -151,7 +147,6 @@ async fn a_mention_early_in_a_busy_downtime_is_still_answered() {
     // Synapse answers the stopped daemon's last long poll with the first event that comes and
     // keeps that answer for the same request from the restarted one: a first message of its
     // own, so the mention is in the gap either way.
-    let bob_room = bob.client.get_room(room.room_id()).unwrap();
     bob.say(&bob_room, "is it down?").await;
     alice.say_to(&room, &bot_id, "bot: what did I miss?").await;
     for n in 0..25 {
