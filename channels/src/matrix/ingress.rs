@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use chrono::Utc;
 use matrix_sdk::deserialized_responses::{TimelineEvent, TimelineEventKind};
-use matrix_sdk::ruma::events::room::message::{OriginalSyncRoomMessageEvent, RoomMessageEventContent};
+use matrix_sdk::ruma::events::room::message::OriginalSyncRoomMessageEvent;
 use matrix_sdk::ruma::events::{AnySyncMessageLikeEvent, AnySyncTimelineEvent, SyncMessageLikeEvent};
-use matrix_sdk::ruma::{OwnedRoomId, OwnedTransactionId, OwnedUserId};
+use matrix_sdk::ruma::{OwnedRoomId, OwnedUserId};
 use matrix_sdk::{Client, Room, RoomState};
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
@@ -23,7 +23,7 @@ use super::download::fetch_attachment;
 use super::gate::{self, InviteVerdict, Message, Verdict};
 use super::inbound::{Incoming, Skip, classify};
 use super::members::{display_name, is_direct};
-use super::platform::Directory;
+use super::platform::{Directory, say_notice};
 use super::presses::Presses;
 use super::{CHANNEL, MatrixSettings};
 use crate::bus::{Bus, BusError, BusExt};
@@ -201,7 +201,7 @@ impl Ingress {
             PairingAnswer::Approved => return self.forward(room, msg, direct, true).await,
             PairingAnswer::Reply(text) => {
                 let key = format!("{}:{}", room.room_id(), msg.event_id);
-                self.answer_locally(room, &key, &text).await;
+                say_notice(room, &key, &text).await;
             }
             PairingAnswer::Silent => {}
         }
@@ -219,21 +219,7 @@ impl Ingress {
             self.told_undecryptable.lock().unwrap_or_else(PoisonError::into_inner).insert(room.room_id().to_owned());
         if first {
             let key = format!("{}:undecryptable", room.room_id());
-            self.answer_locally(room, &key, UNDECRYPTABLE).await;
-        }
-    }
-
-    /// Sends a short answer that needs no agent; its transaction id comes from `key`, so the
-    /// same answer given again after a restart is one message. Best effort: a failure is logged.
-    async fn answer_locally(&self, room: &Room, key: &str, text: &str) {
-        let part = super::format::render(text);
-        let content = match part.html {
-            Some(html) => RoomMessageEventContent::notice_html(part.body, html),
-            None => RoomMessageEventContent::notice_plain(part.body),
-        };
-        let txn = OwnedTransactionId::from(super::platform::transaction_id(key, 0));
-        if let Err(err) = room.send(content).with_transaction_id(txn).await {
-            tracing::warn!(room = %room.room_id(), %err, "cannot send a local answer");
+            say_notice(room, &key, UNDECRYPTABLE).await;
         }
     }
 

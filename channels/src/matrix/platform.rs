@@ -185,6 +185,22 @@ fn count_rate_limit(err: &SendError) {
     }
 }
 
+/// Sends a short notice that needs no agent (a pairing code, a press's answer), pinging nobody;
+/// its transaction id comes from `key`, so the same notice given again (a replayed event after a
+/// restart) is one message. Best effort: a failure is logged.
+pub(crate) async fn say_notice(room: &Room, key: &str, text: &str) {
+    let part = super::format::render(text);
+    let mut content = match part.html {
+        Some(html) => RoomMessageEventContent::notice_html(part.body, html),
+        None => RoomMessageEventContent::notice_plain(part.body),
+    };
+    content.mentions = Some(Mentions::new());
+    let txn = OwnedTransactionId::from(transaction_id(key, 0));
+    if let Err(err) = room.send(content).with_transaction_id(txn).await {
+        tracing::warn!(room = %room.room_id(), %err, "cannot send a notice");
+    }
+}
+
 fn file_name(path: &str) -> String {
     std::path::Path::new(path).file_name().map_or_else(|| "file".to_owned(), |name| name.to_string_lossy().into_owned())
 }

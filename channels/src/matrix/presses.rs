@@ -15,14 +15,14 @@ use matrix_sdk::ruma::api::Direction;
 use matrix_sdk::ruma::events::Mentions;
 use matrix_sdk::ruma::events::reaction::OriginalSyncReactionEvent;
 use matrix_sdk::ruma::events::relation::RelationType;
-use matrix_sdk::ruma::events::room::message::{ReplacementMetadata, RoomMessageEventContent};
-use matrix_sdk::ruma::{EventId, OwnedEventId, OwnedTransactionId, OwnedUserId, UInt};
+use matrix_sdk::ruma::events::room::message::ReplacementMetadata;
+use matrix_sdk::ruma::{EventId, OwnedEventId, OwnedUserId, UInt};
 use serde_json::Value;
 
 use super::CHANNEL;
 use super::buttons::{self, Choice};
 use super::members::display_name;
-use super::platform::transaction_id;
+use super::platform::say_notice;
 use crate::contract::Sender;
 use crate::control::{ControlDesk, Press};
 
@@ -73,7 +73,7 @@ impl Presses {
         let verb = open.data.split_once(':').map_or("", |(verb, _)| verb);
         tracing::info!(presser = %presser.id, room = %room.room_id(), verb, "Matrix button pressed");
         let Some(desk) = &self.desk else {
-            notice(room, &reaction.event_id, NOT_HERE).await;
+            say_notice(room, reaction.event_id.as_str(), NOT_HERE).await;
             return;
         };
         let press = Press {
@@ -85,7 +85,9 @@ impl Presses {
         let answer = desk.press(&press).await;
         match &answer.outcome {
             Some(outcome) => settle(room, pressed, &open, outcome).await,
-            None if !answer.toast.is_empty() => notice(room, &reaction.event_id, &answer.toast).await,
+            // The desk's words for the presser, as a notice in the room (Matrix has no message for
+            // one member alone), keyed by the reaction so a replayed press says it once.
+            None if !answer.toast.is_empty() => say_notice(room, reaction.event_id.as_str(), &answer.toast).await,
             None => {}
         }
     }
@@ -161,16 +163,5 @@ async fn settle(room: &Room, pressed: &EventId, open: &Open, outcome: &str) {
     let edit = settled.make_replacement(ReplacementMetadata::new(pressed.to_owned(), Some(Mentions::new())));
     if let Err(err) = room.send(edit).await {
         tracing::warn!(room = %room.room_id(), %err, "cannot show a press's outcome under its message");
-    }
-}
-
-/// The desk's words for the presser, as a notice in the room (Matrix has no message for one
-/// member alone); its transaction id comes from the reaction, so a replayed press says it once.
-async fn notice(room: &Room, reaction: &EventId, text: &str) {
-    let mut content = RoomMessageEventContent::notice_plain(text);
-    content.mentions = Some(Mentions::new());
-    let txn = OwnedTransactionId::from(transaction_id(reaction.as_str(), 0));
-    if let Err(err) = room.send(content).with_transaction_id(txn).await {
-        tracing::warn!(room = %room.room_id(), %err, "cannot tell the presser the answer to their press");
     }
 }
