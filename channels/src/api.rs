@@ -148,11 +148,11 @@ impl ApiChannel {
             .map_err(|source| ApiError::Bind { addr: settings.listen, source })?;
         let local_addr = listener.local_addr().map_err(ApiError::Serve)?;
         let replies = Arc::new(Replies::new(settings.replay));
-        let mut deliveries = crate::bus::screen::deliverable_outbound(Arc::clone(&bus), CHANNEL).await?;
+        let mut deliveries = crate::bus::screen::deliverable_outbound(Arc::clone(&bus), CHANNEL, HELD_REPLIES).await?;
         // Its own replies, and those on `api` (from a process without routing, or published
         // for an API chat by a tool).
         if let Some(own) = &settings.reply_channel {
-            let routed = crate::bus::screen::deliverable_outbound(Arc::clone(&bus), own).await?;
+            let routed = crate::bus::screen::deliverable_outbound(Arc::clone(&bus), own, HELD_REPLIES).await?;
             deliveries = futures_util::stream::select(deliveries, routed).boxed();
         }
         let stop_routing = CancellationToken::new();
@@ -267,6 +267,10 @@ impl ApiGauges {
 /// queued; on NATS a reply not taken now comes again to the next process. A long wait here
 /// only made every Ctrl-C slower.
 const DRAIN_IDLE: Duration = Duration::from_millis(25);
+
+/// Replies the router may be handed at once: it routes each as it comes (an ack, or a row in
+/// the outbox), so a batch of them waits only for the ones before it.
+const HELD_REPLIES: usize = 32;
 
 /// Where replies taken off the bus go.
 struct Routing {

@@ -207,8 +207,23 @@ pub trait Bus: Send + Sync + 'static {
     /// Takes inbound messages of every channel. Several subscribers share the work.
     async fn inbound(&self) -> Result<Deliveries, BusError>;
 
+    /// [`Bus::inbound`] for a consumer that holds up to `capacity` deliveries at once (taken,
+    /// not yet acked or nakked). A bus that fetches from a server in batches (NATS) fetches no
+    /// more than the consumer has room for, so none waits in a buffer with its `ack_wait`
+    /// running; [`Bus::inbound`] fetches one at a time, when it is asked for.
+    async fn inbound_within(&self, capacity: usize) -> Result<Deliveries, BusError> {
+        let _ = capacity;
+        self.inbound().await
+    }
+
     /// Takes outbound messages for one channel. Several subscribers share the work.
     async fn outbound(&self, channel: &str) -> Result<Deliveries, BusError>;
+
+    /// [`Bus::outbound`] for a consumer that holds up to `capacity` deliveries at once.
+    async fn outbound_within(&self, channel: &str, capacity: usize) -> Result<Deliveries, BusError> {
+        let _ = capacity;
+        self.outbound(channel).await
+    }
 
     /// Live run events of one channel, optionally of one chat. Best effort: a slow subscriber
     /// may miss events, and events published while nobody listens are gone.

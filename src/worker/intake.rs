@@ -6,7 +6,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
-use futures_util::StreamExt;
+use futures_util::stream::FuturesOrdered;
+use futures_util::{FutureExt, StreamExt};
 use switchboard_channels::Gauge;
 use switchboard_channels::bus::{BusError, DeliveryInfo};
 use switchboard_channels::contract::{InboundKind, InboundMessage};
@@ -20,6 +21,10 @@ use super::keepalive::{Held, Settle};
 use super::session::Placed;
 use super::{commands, order, overflow, rate, session, settle};
 
+/// Deliveries decoded and checked at once. On NATS each checks its chat's order with a round
+/// trip to the server; one at a time, those round trips bounded a worker's intake.
+const MAX_TAKING: usize = 32;
+
 impl Intake {
     /// Takes deliveries until `shutdown` is cancelled (only while `gate` is open), then drains.
     pub(super) async fn run(
@@ -27,61 +32,95 @@ impl Intake {
         mut gate: Option<watch::Receiver<bool>>,
         shutdown: CancellationToken,
     ) -> Result<(), BusError> {
-        let mut deliveries = self.turns.bus.inbound().await?;
-        let slots = Arc::new(Semaphore::new(self.settings.max_held.max(1)));
+        let capacity = self.settings.max_held.max(1);
+        let mut deliveries = self.turns.bus.inbound_within(capacity).await?;
+        let slots = Arc::new(Semaphore::new(capacity));
         let mut tasks = JoinSet::new();
         let turns = &self.turns;
         super::windows::restore(turns.store.as_ref(), &turns.context, &turns.agents.get()).await;
         tracing::info!(max_concurrent_runs = self.settings.max_concurrent_runs, "worker started");
+        // Deliveries being decoded and checked, several at once (a chat's order is a round trip
+        // to the bus on NATS), handed on in the order they came.
+        let mut taking = FuturesOrdered::new();
+        let mut chains = order::TakeChains::default();
+        let intake: &Intake = &self;
+        let mut slot = None;
         loop {
-            // Take a slot before pulling, so a busy worker leaves messages on the bus for others.
-            let slot = tokio::select! {
+            tokio::select! {
                 _ = shutdown.cancelled() => break,
-                slot = Arc::clone(&slots).acquire_owned() => slot,
-                Some(joined) = tasks.join_next() => { self.reaped(joined, &tasks); continue; }
-            };
-            let Ok(slot) = slot else { break };
-            if !gate_open(gate.as_mut(), &shutdown).await {
-                break;
-            }
-            let delivery = tokio::select! {
-                _ = shutdown.cancelled() => break,
-                next = deliveries.next() => next,
                 // Finished tasks are freed while the queue is quiet too, not at the next message.
-                Some(joined) = tasks.join_next() => { self.reaped(joined, &tasks); continue; }
-            };
-            match delivery {
-                Some(Ok(delivery)) => {
-                    let (info, acker) = delivery.into_parts();
-                    let held = Held::start(acker, &info, self.settings.progress_interval);
-                    // The lock may have been lost while waiting for this one: it is not run
-                    // before the lock is back (held meanwhile, so the bus does not hand it out).
+                Some(joined) = tasks.join_next() => self.reaped(joined, &tasks),
+                Some(taken) = taking.next() => self.hand_on(taken, &mut tasks).await,
+                // A slot before pulling, so a busy worker leaves messages on the bus for others.
+                permit = Arc::clone(&slots).acquire_owned(), if slot.is_none() && taking.len() < MAX_TAKING => {
+                    let Ok(permit) = permit else { break };
                     if !gate_open(gate.as_mut(), &shutdown).await {
-                        held.settle(Settle::Nak(None)).await;
                         break;
                     }
-                    let Some(job) = self.take(info, held, slot).await else { continue };
-                    if let Some(job) = self.limit_rate(job, &mut tasks).await {
-                        self.dispatch(job, &mut tasks);
+                    slot = Some(permit);
+                }
+                next = deliveries.next(), if slot.is_some() => match next {
+                    Some(Ok(delivery)) => {
+                        let (info, acker) = delivery.into_parts();
+                        let held = Held::start(acker, &info, self.settings.progress_interval);
+                        // The lock may have been lost while waiting for this one: it is not run
+                        // before the lock is back (held meanwhile, so the bus does not hand it out).
+                        if !gate_open(gate.as_mut(), &shutdown).await {
+                            held.settle(Settle::Nak(None)).await;
+                            break;
+                        }
+                        let Some(slot) = slot.take() else { continue };
+                        let seq = self.arrivals.fetch_add(1, Ordering::Relaxed);
+                        let (previous, guard) = match self.order.is_some() {
+                            true => chains.link(&info.subject),
+                            false => (None, tokio::sync::oneshot::channel().0),
+                        };
+                        taking.push_back(
+                            async move {
+                                if let Some(previous) = previous {
+                                    // Ended either way: the sender is dropped, never used.
+                                    let _ = previous.await;
+                                }
+                                let taken = intake.take(info, held, slot, seq).await;
+                                drop(guard);
+                                taken
+                            }
+                            .boxed(),
+                        );
                     }
-                    self.tasks.store(tasks.len(), Ordering::Relaxed);
-                }
-                Some(Err(err)) => {
-                    tracing::warn!(%err, "receiving from the bus failed; retrying in 1 s");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-                None => {
-                    tracing::warn!("the inbound stream ended");
-                    break;
-                }
+                    Some(Err(err)) => {
+                        tracing::warn!(%err, "receiving from the bus failed; retrying in 1 s");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                    None => {
+                        tracing::warn!("the inbound stream ended");
+                        break;
+                    }
+                },
             }
+        }
+        // Taken before the stop: handed on, as they would have been a moment earlier.
+        while let Some(taken) = taking.next().await {
+            self.hand_on(taken, &mut tasks).await;
         }
         self.drain(tasks).await;
         Ok(())
     }
 
-    /// Decodes and checks a delivery; what cannot be processed is dead-lettered or dropped here.
-    async fn take(&self, info: DeliveryInfo, held: Held, slot: OwnedSemaphorePermit) -> Option<Job> {
+    /// A message taken (decoded, checked, in its chat's order) goes to its session, unless its
+    /// sender is over the rate limit.
+    async fn hand_on(self: &Arc<Self>, taken: Option<Job>, tasks: &mut JoinSet<()>) {
+        if let Some(job) = taken
+            && let Some(job) = self.limit_rate(job, tasks).await
+        {
+            self.dispatch(job, tasks);
+        }
+        self.tasks.store(tasks.len(), Ordering::Relaxed);
+    }
+
+    /// Decodes and checks a delivery (the `seq`-th to arrive); what cannot be processed is
+    /// dead-lettered or dropped here.
+    async fn take(&self, info: DeliveryInfo, held: Held, slot: OwnedSemaphorePermit, seq: u64) -> Option<Job> {
         let bus = self.turns.bus.as_ref();
         let msg = match serde_json::from_slice::<InboundMessage>(&info.payload) {
             Ok(msg) => msg,
@@ -102,7 +141,6 @@ impl Intake {
             return None;
         }
         let held = self.wait_in_order(&info, &msg, held).await?;
-        let seq = self.arrivals.fetch_add(1, Ordering::Relaxed);
         Some(Job { msg, held, seq, arrived: tokio::time::Instant::now(), _slot: slot })
     }
 

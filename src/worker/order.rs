@@ -10,12 +10,13 @@
 //! growing delay and looked at again then. The in-process bus delivers in order by itself and
 //! offers no [`StreamOrder`], so nothing is looked up there.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use switchboard_channels::bus::{BusError, DeliveryInfo, StoredInbound, StreamOrder};
 use thiserror::Error;
+use tokio::sync::oneshot;
 
 use crate::store::{Store, StoreError};
 
@@ -62,6 +63,27 @@ pub(super) struct SeqGuard {
 impl Drop for SeqGuard {
     fn drop(&mut self) {
         self.seqs.0.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.seq);
+    }
+}
+
+/// Takes of one chat's deliveries, one after another, while those of different chats run at
+/// once: a delivery's check must find the one before it of its chat already held here (or
+/// handed back), not still being checked, or it would be handed back behind it for nothing.
+#[derive(Default)]
+pub(super) struct TakeChains(HashMap<String, oneshot::Receiver<()>>);
+
+/// Past this many chats remembered, those whose last take finished are forgotten.
+const CHAINS_PRUNED_AT: usize = 256;
+
+impl TakeChains {
+    /// For a take of a delivery on `subject`: the end of the chat's previous take to wait for,
+    /// if one is under way, and the guard whose drop ends this one.
+    pub(super) fn link(&mut self, subject: &str) -> (Option<oneshot::Receiver<()>>, oneshot::Sender<()>) {
+        if self.0.len() >= CHAINS_PRUNED_AT {
+            self.0.retain(|_, end| matches!(end.try_recv(), Err(oneshot::error::TryRecvError::Empty)));
+        }
+        let (guard, end) = oneshot::channel();
+        (self.0.insert(subject.to_owned(), end), guard)
     }
 }
 
@@ -133,6 +155,20 @@ mod tests {
         assert_eq!(delay(1), WAIT_MIN);
         assert_eq!(delay(3), WAIT_MIN * 3);
         assert_eq!(delay(1000), WAIT_MAX);
+    }
+
+    #[tokio::test]
+    async fn a_chats_takes_wait_for_the_one_before_and_other_chats_do_not() {
+        let mut chains = TakeChains::default();
+        let (none, first) = chains.link("sb.in.telegram.1");
+        assert!(none.is_none());
+        let (other, _other_guard) = chains.link("sb.in.telegram.2");
+        assert!(other.is_none(), "another chat waits for nothing");
+        let (previous, _second) = chains.link("sb.in.telegram.1");
+        let mut previous = previous.expect("the chat's second take waits for its first");
+        assert!(matches!(previous.try_recv(), Err(oneshot::error::TryRecvError::Empty)));
+        drop(first);
+        assert!(previous.await.is_err(), "ends once the first take's guard is dropped");
     }
 
     #[test]

@@ -5,9 +5,11 @@
 //! work and an unacked delivery comes back after `ack_wait`. Events are plain core NATS
 //! messages: nothing stores them. Dead letters go to a bounded limits stream (`<PREFIX>_DEAD`).
 //!
-//! Consumers pull one message at a time, and only when the caller asks for the next delivery:
-//! a prefetched message would sit in a busy worker's buffer with its `ack_wait` running, and
-//! come back to another worker while the first one still has it queued.
+//! Consumers pull in batches of at most what the caller still has room for (its capacity
+//! less the deliveries it holds unsettled), one request at a time: a message fetched beyond
+//! that would sit in a busy worker's buffer with its `ack_wait` running, and come back to
+//! another worker while the first one still has it queued. A caller that names no capacity
+//! pulls one message at a time.
 
 mod order;
 mod puller;
@@ -264,19 +266,27 @@ impl Bus for NatsBus {
     }
 
     async fn inbound(&self) -> Result<Deliveries, BusError> {
+        self.inbound_within(1).await
+    }
+
+    async fn inbound_within(&self, capacity: usize) -> Result<Deliveries, BusError> {
         // No filter: the stream holds only inbound subjects, and a work-queue stream allows
         // one unfiltered consumer, which all workers share.
         let consumer =
             self.consumer(&self.streams.inbound, &self.opts.worker_consumer, String::new(), Flow::In).await?;
-        puller::deliveries(self.js.clone(), consumer, self.opts.pull_wait).await
+        puller::deliveries(self.js.clone(), consumer, self.opts.pull_wait, capacity).await
     }
 
     async fn outbound(&self, channel: &str) -> Result<Deliveries, BusError> {
+        self.outbound_within(channel, 1).await
+    }
+
+    async fn outbound_within(&self, channel: &str, capacity: usize) -> Result<Deliveries, BusError> {
         crate::subject::check_ids(channel, "")?;
         let name = format!("out-{}", encode_token(channel));
         let filter = self.subjects.channel_wildcard(Flow::Out, channel);
         let consumer = self.consumer(&self.streams.outbound, &name, filter, Flow::Out).await?;
-        puller::deliveries(self.js.clone(), consumer, self.opts.pull_wait).await
+        puller::deliveries(self.js.clone(), consumer, self.opts.pull_wait, capacity).await
     }
 
     async fn events(&self, channel: &str, chat_id: Option<&str>) -> Result<Events, BusError> {
@@ -378,30 +388,35 @@ async fn connect_client(url: &str, shown: &str, retry: bool) -> Result<Client, B
 // other. Inbound and outbound live in separate streams, each with its own duplicate window, so
 // the same id in both flows never collides. `check_publish` refuses ids a header cannot hold.
 
-fn to_delivery(message: jetstream::Message) -> Delivery {
+fn to_delivery(message: jetstream::Message, counted: puller::Counted) -> Delivery {
     let info = message.info().ok().map(|info| (u64::try_from(info.delivered).unwrap_or(1), info.stream_sequence));
     let (message, acker) = message.split();
     let (attempt, seq) = info.unwrap_or((1, 0));
-    let delivery = Delivery::new(message.subject.to_string(), message.payload, attempt, Box::new(NatsAcker(acker)));
+    let acker = Box::new(NatsAcker { acker, _counted: counted });
+    let delivery = Delivery::new(message.subject.to_string(), message.payload, attempt, acker);
     // Sequences start at 1: 0 means the reply subject could not be read.
     if seq > 0 { delivery.with_stream_seq(seq) } else { delivery }
 }
 
-struct NatsAcker(jetstream::message::Acker);
+struct NatsAcker {
+    acker: jetstream::message::Acker,
+    /// Counts the delivery as held by its consumer until it is settled (this is dropped).
+    _counted: puller::Counted,
+}
 
 #[async_trait]
 impl Acker for NatsAcker {
     async fn ack(&mut self) -> Result<(), BusError> {
         // Waits for the server's confirmation, so an acked message is known to be gone.
-        self.0.double_ack_with(AckKind::Ack).await.map_err(|e| BusError::Ack(e.to_string()))
+        self.acker.double_ack_with(AckKind::Ack).await.map_err(|e| BusError::Ack(e.to_string()))
     }
 
     async fn nak(&mut self, delay: Option<Duration>) -> Result<(), BusError> {
-        self.0.ack_with(AckKind::Nak(delay)).await.map_err(|e| BusError::Ack(e.to_string()))
+        self.acker.ack_with(AckKind::Nak(delay)).await.map_err(|e| BusError::Ack(e.to_string()))
     }
 
     async fn progress(&self) -> Result<(), BusError> {
-        self.0.ack_with(AckKind::Progress).await.map_err(|e| BusError::Ack(e.to_string()))
+        self.acker.ack_with(AckKind::Progress).await.map_err(|e| BusError::Ack(e.to_string()))
     }
 }
 

@@ -19,9 +19,10 @@ use crate::subject::Flow;
 const RETRY_DEAD_LETTER: Duration = Duration::from_secs(5);
 
 /// `channel`'s outbound deliveries without those that are not valid outbound messages: these
-/// are dead-lettered (then acked) as they pass.
-pub async fn deliverable_outbound(bus: Arc<dyn Bus>, channel: &str) -> Result<Deliveries, BusError> {
-    let deliveries = bus.outbound(channel).await?;
+/// are dead-lettered (then acked) as they pass. `capacity`: how many the consumer holds at
+/// once (see [`Bus::outbound_within`]).
+pub async fn deliverable_outbound(bus: Arc<dyn Bus>, channel: &str, capacity: usize) -> Result<Deliveries, BusError> {
+    let deliveries = bus.outbound_within(channel, capacity).await?;
     let screened = deliveries.filter_map(move |item| {
         let bus = Arc::clone(&bus);
         async move {
@@ -80,7 +81,7 @@ mod tests {
     #[tokio::test]
     async fn undeliverable_outbound_is_dead_lettered_and_the_rest_passes() {
         let bus: Arc<dyn Bus> = Arc::new(InProcessBus::new(16));
-        let mut replies = deliverable_outbound(Arc::clone(&bus), "telegram").await.unwrap();
+        let mut replies = deliverable_outbound(Arc::clone(&bus), "telegram", 1).await.unwrap();
         bus.publish_raw(Flow::Out, "telegram", "1", None, "{not json".into()).await.unwrap();
         let message = |v, id: &str| OutboundMessage {
             v,

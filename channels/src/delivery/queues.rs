@@ -22,7 +22,7 @@ use crate::contract::OutboundMessage;
 /// Chats whose messages are being sent at the same time.
 const MAX_SENDING: usize = 16;
 /// Deliveries taken off the bus and not yet acked, across all chats.
-const MAX_HELD: usize = 256;
+pub(super) const MAX_HELD: usize = 256;
 /// How long deliveries in flight may finish after shutdown.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 

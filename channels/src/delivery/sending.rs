@@ -27,7 +27,8 @@ impl Sending {
         live: LiveRuns<P>,
         policy: DeliveryPolicy,
     ) -> Result<Sending, BusError> {
-        let replies = crate::bus::screen::deliverable_outbound(Arc::clone(bus), P::CHANNEL).await?;
+        let replies =
+            crate::bus::screen::deliverable_outbound(Arc::clone(bus), P::CHANNEL, super::queues::MAX_HELD).await?;
         let events = bus.events(P::CHANNEL, None).await?;
         Ok(Self::spawn(platform, live, replies, events, policy, CancellationToken::new()))
     }

@@ -414,3 +414,42 @@ async fn an_older_workers_consumer_is_updated_to_unlimited_deliveries() {
     let info = within(PATIENCE, "info", stream.consumer_info("workers")).await.expect("consumer");
     assert_eq!((info.config.max_deliver, info.config.ack_wait), (-1, ACK_WAIT));
 }
+
+/// Deliveries the server has handed to the workers' consumer and not yet had acked.
+async fn handed_out(server: &NatsServer) -> (u64, u64) {
+    let client = within(PATIENCE, "connect", async_nats::connect(server.url())).await.expect("connect");
+    let stream = async_nats::jetstream::new(client).get_stream("SWITCHBOARD_IN").await.expect("stream");
+    let info = within(PATIENCE, "consumer", stream.consumer_info("workers")).await.expect("consumer");
+    (u64::try_from(info.num_ack_pending).unwrap_or(u64::MAX), info.num_pending)
+}
+
+/// A consumer with room for four is sent four at once (one pull request, not one per message),
+/// never more than it has room for: the rest stay on the server for other workers, and acks
+/// make room for as many more.
+#[tokio::test]
+async fn a_batch_never_exceeds_the_room_the_consumer_has() {
+    let h = harness().await;
+    let server = h._server.as_ref().expect("nats harness");
+    for n in 0..10 {
+        publish(&h, &inbound(&format!("chat-{n}"), &format!("message {n}"))).await;
+    }
+    let mut deliveries = h.bus.inbound_within(4).await.expect("inbound");
+    let mut held = vec![take(&mut deliveries).await];
+    // Asked for one, sent all four it has room for.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(handed_out(server).await, (4, 6));
+    for _ in 0..3 {
+        held.push(take(&mut deliveries).await);
+    }
+    assert_eq!(handed_out(server).await, (4, 6));
+    // Full, yet asked: the one asked for, not another four.
+    held.push(take(&mut deliveries).await);
+    assert_eq!(handed_out(server).await, (5, 5));
+    for delivery in held.drain(..3) {
+        within(PATIENCE, "ack", delivery.ack()).await.expect("ack");
+    }
+    // Two held: the next request asks for the two that fit.
+    held.push(take(&mut deliveries).await);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(handed_out(server).await, (4, 3));
+}

@@ -1,11 +1,17 @@
-//! Pulling from a durable consumer one message at a time, when the caller asks for one.
+//! Pulling from a durable consumer in batches no larger than the caller has room for.
 //!
-//! Each stream of deliveries keeps one inbox subscription for its whole life and sends pull
-//! requests for a single message to it. A fresh inbox per request would lose a message the
+//! Each stream of deliveries keeps one inbox subscription for its whole life and sends its
+//! pull requests to it, one at a time: a request asks for as many messages as the caller can
+//! still take on (its capacity less the deliveries it holds unsettled, at most
+//! [`MAX_BATCH`]), and the server pushes them as they come, without a round trip each; the
+//! next request goes once this one is filled or expired. So a caller that takes each delivery
+//! on as it arrives never has one waiting in a buffer with its `ack_wait` running. A fresh inbox per request would lose a message the
 //! server sends just as the request expires (the 408 arrives, the inbox is dropped, the message
 //! lands nowhere and only comes back after `ack_wait`); with one long-lived inbox such a late
 //! message is still received.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_nats::jetstream::consumer::PullConsumer;
@@ -23,6 +29,9 @@ const RETRY_MAX: Duration = Duration::from_secs(5);
 /// How long past its expiry a pull request may stay unanswered before it is presumed lost
 /// (the connection dropped with it) and sent again.
 const LOST_REQUEST_GRACE: Duration = Duration::from_secs(2);
+/// The most messages one pull request asks for, however much room the caller has: what a
+/// worker takes on between two requests while many chats write at once.
+pub(super) const MAX_BATCH: usize = 32;
 
 /// A stream of deliveries from `consumer`. Errors are logged and retried with backoff: the
 /// stream goes on through reconnects, as workers expect.
@@ -30,11 +39,13 @@ pub(super) async fn deliveries(
     js: jetstream::Context,
     consumer: PullConsumer,
     wait: Duration,
+    capacity: usize,
 ) -> Result<Deliveries, BusError> {
     let client = js.client();
     let inbox = Subject::from(client.new_inbox());
     let subscriber = client.subscribe(inbox.clone()).await.map_err(|e| BusError::Receive(e.to_string()))?;
-    let puller = Puller { js, consumer, inbox, subscriber, wait, deadline: None };
+    let held = Unsettled::default();
+    let puller = Puller { js, consumer, inbox, subscriber, wait, capacity, held, deadline: None, expected: 0 };
     let stream = futures_util::stream::unfold(puller, |mut puller| async move {
         let delivery = puller.next().await;
         Some((Ok(delivery), puller))
@@ -48,8 +59,14 @@ struct Puller {
     inbox: Subject,
     subscriber: Subscriber,
     wait: Duration,
+    /// The most deliveries the caller holds at once.
+    capacity: usize,
+    /// The deliveries handed out and not yet settled.
+    held: Unsettled,
     /// Set while a pull request is outstanding: when to give up on it.
     deadline: Option<Instant>,
+    /// Messages the outstanding request may still bring.
+    expected: usize,
 }
 
 impl Puller {
@@ -84,9 +101,15 @@ impl Puller {
         let message = received.ok_or("the inbox subscription closed")?;
         match message.status.unwrap_or(StatusCode::OK) {
             StatusCode::OK => {
-                self.deadline = None;
+                // A message sent just as its request expired is counted against the next
+                // request, which may then bring one more than the caller had room for: rare,
+                // and that one waits for a slot, as a redelivery would.
+                self.expected = self.expected.saturating_sub(1);
+                if self.expected == 0 {
+                    self.deadline = None;
+                }
                 let message = jetstream::Message { message, context: self.js.clone() };
-                Ok(Some(super::to_delivery(message)))
+                Ok(Some(super::to_delivery(message, self.held.count())))
             }
             // The request expired with nothing to deliver.
             StatusCode::TIMEOUT | StatusCode::NOT_FOUND => {
@@ -100,11 +123,39 @@ impl Puller {
 
     async fn request(&mut self) -> Result<Instant, String> {
         let wait = jittered(self.wait);
-        let batch = BatchConfig { batch: 1, expires: Some(wait), ..BatchConfig::default() };
-        self.consumer.request_batch(batch, self.inbox.clone()).await.map_err(|e| e.to_string())?;
+        let batch = self.capacity.saturating_sub(self.held.now()).clamp(1, MAX_BATCH);
+        let config = BatchConfig { batch, expires: Some(wait), ..BatchConfig::default() };
+        self.consumer.request_batch(config, self.inbox.clone()).await.map_err(|e| e.to_string())?;
         let deadline = Instant::now() + wait + LOST_REQUEST_GRACE;
         self.deadline = Some(deadline);
+        self.expected = batch;
         Ok(deadline)
+    }
+}
+
+/// How many deliveries of one stream are handed out and not yet settled: each holds a
+/// [`Counted`] that counts it until it is dropped (with the delivery's acker, once the delivery
+/// is acked, nakked, or abandoned).
+#[derive(Clone, Default)]
+pub(super) struct Unsettled(Arc<AtomicUsize>);
+
+impl Unsettled {
+    fn now(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    fn count(&self) -> Counted {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        Counted(Arc::clone(&self.0))
+    }
+}
+
+/// One delivery counted in [`Unsettled`] while it lives.
+pub(super) struct Counted(Arc<AtomicUsize>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
