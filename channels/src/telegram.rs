@@ -256,7 +256,8 @@ impl PendingIngress {
             Some(me) => me,
             None => identity_until_known(&self.bot, shutdown).await?,
         };
-        register_commands(&self.bot, &self.settings.owners).await;
+        // Best effort and aside: the first poll does not wait for the menu.
+        tokio::spawn(register_commands(self.bot.clone(), self.settings.owners.clone()));
         Some(Arc::new(Ingress::new(self.bot, self.bus, self.settings, me, self.owner, shutdown.clone())))
     }
 }
@@ -269,7 +270,7 @@ async fn receive_by_polling(pending: PendingIngress, timeout: Duration, shutdown
 
 /// The command menu Telegram shows, and in each configured owner's direct chat the owner's
 /// commands after it (nobody else sees those); best effort.
-async fn register_commands(bot: &Bot, owners: &[String]) {
+async fn register_commands(bot: Bot, owners: Vec<String>) {
     let start = BotCommand::new(START, "say hello and see what I can do");
     let menu = |table: &'static [commands::ChatCommand]| {
         table.iter().map(|command| BotCommand::new(command.name, command.description))
@@ -279,19 +280,11 @@ async fn register_commands(bot: &Bot, owners: &[String]) {
         tracing::warn!(err = %describe(&err), "cannot register the command menu");
     }
     let owners_menu: Vec<BotCommand> = everyone.into_iter().chain(menu(commands::OWNER_COMMANDS)).collect();
-    let owner_ids: Vec<i64> = owners.iter().filter_map(|owner| owner.parse().ok()).collect();
-    if owner_ids.is_empty() {
-        return;
-    }
-    // A call per owner: done aside, so it does not delay the first getUpdates.
-    let bot = bot.clone();
-    tokio::spawn(async move {
-        for id in owner_ids {
-            let scope = BotCommandScope::Chat { chat_id: Recipient::Id(ChatId(id)) };
-            if let Err(err) = bot.set_my_commands(owners_menu.clone()).scope(scope).await {
-                // Telegram knows no chat with an owner who never started the bot.
-                tracing::warn!(err = %describe(&err), owner = id, "cannot register the owner's command menu");
-            }
+    for id in owners.iter().filter_map(|owner| owner.parse::<i64>().ok()) {
+        let scope = BotCommandScope::Chat { chat_id: Recipient::Id(ChatId(id)) };
+        if let Err(err) = bot.set_my_commands(owners_menu.clone()).scope(scope).await {
+            // Telegram knows no chat with an owner who never started the bot.
+            tracing::warn!(err = %describe(&err), owner = id, "cannot register the owner's command menu");
         }
-    });
+    }
 }

@@ -243,6 +243,12 @@ impl FakeTelegram {
         self.shared.state().confirmed_offset
     }
 
+    /// Sets a webhook, as one left from an earlier setup: `getUpdates` fails with 409 until it
+    /// is deleted, as on Telegram.
+    pub fn set_webhook(&self, url: &str) {
+        self.shared.state().set_webhook_url(url);
+    }
+
     /// Updates queued and not yet confirmed.
     pub fn pending_updates(&self) -> usize {
         self.shared.state().updates.len()

@@ -46,7 +46,15 @@ impl Rig {
         desk: Option<Arc<dyn ControlDesk>>,
         configure: impl FnOnce(&mut TelegramSettings),
     ) -> Rig {
-        let fake = FakeTelegram::start().await;
+        Self::start_on(FakeTelegram::start().await, capacity, desk, configure).await
+    }
+
+    async fn start_on(
+        fake: FakeTelegram,
+        capacity: usize,
+        desk: Option<Arc<dyn ControlDesk>>,
+        configure: impl FnOnce(&mut TelegramSettings),
+    ) -> Rig {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(SqliteStore::open(&dir.path().join("store.db")).await.unwrap());
         let bus = Arc::new(InProcessBus::new(capacity));
@@ -114,14 +122,29 @@ async fn a_direct_message_reaches_the_agent_with_stable_ids() {
     assert!(!msg.is_group && msg.mentioned);
     assert_eq!(msg.metadata["message_id"], "7");
     assert_eq!(msg.metadata["username"], "alice");
-    // The command menu was registered at start.
-    let commands = rig.fake.calls_to("setmycommands");
+    // The command menu was registered at start (aside: the first poll does not wait for it).
+    let commands = rig.fake.wait_for_calls("setmycommands", 1, Duration::from_secs(5)).await;
     let names: Vec<&str> =
         commands[0].params["commands"].as_array().unwrap().iter().map(|c| c["command"].as_str().unwrap()).collect();
     assert_eq!(
         names,
         ["start", "help", "new", "reset", "stop", "compact", "status", "usage", "queue", "model", "verbose"]
     );
+    rig.stop().await;
+}
+
+/// A webhook left from an earlier setup blocks polling (Telegram answers 409): it is removed
+/// once Telegram says so, and messages come in.
+#[tokio::test]
+async fn a_webhook_left_from_an_earlier_setup_is_removed_and_polling_goes_on() {
+    let fake = FakeTelegram::start().await;
+    fake.set_webhook("https://old.example.org/hook");
+    let mut rig = Rig::start_on(fake, 64, None, |_| {}).await;
+    rig.fake.push_message(updates::private_text(ALICE, "alice", 7, "after the webhook"));
+    assert_eq!(rig.next().await.content, "after the webhook");
+    assert_eq!(rig.fake.count_calls("deletewebhook"), 1);
+    // Asked only because Telegram refused the poll, not before it.
+    assert_eq!(rig.fake.count_calls("getwebhookinfo"), 0);
     rig.stop().await;
 }
 

@@ -27,7 +27,6 @@ const CONFLICT_LOG_EVERY: Duration = Duration::from_secs(600);
 
 /// Polls until `shutdown`, handing every update to `ingress` in order.
 pub(crate) async fn run_polling(ingress: Arc<Ingress>, timeout: Duration, shutdown: CancellationToken) {
-    clear_webhook(&ingress, &shutdown).await;
     let mut poller = Poller { offset: None, backoff: BACKOFF_START, conflict_logged: None };
     let timeout_secs = u32::try_from(timeout.as_secs()).unwrap_or(10);
     while !shutdown.is_cancelled() {
@@ -47,6 +46,14 @@ pub(crate) async fn run_polling(ingress: Arc<Ingress>, timeout: Duration, shutdo
                 }
                 if let Some(last) = updates.last() {
                     poller.offset = Some(next_offset(last));
+                }
+            }
+            // A webhook left from an earlier setup: polling goes on once it is removed. Asked
+            // only when Telegram says so, not before every start (a round trip before the first
+            // poll).
+            Err(err) if webhook_blocks_polling(&err) => {
+                if !remove_webhook(&ingress).await {
+                    sleep_or_cancel(poller.next_backoff(), &shutdown).await;
                 }
             }
             Err(err) => {
@@ -133,30 +140,41 @@ impl Poller {
                 Duration::from_secs(60)
             }
             other => {
-                let wait = self.backoff;
-                tracing::warn!(err = %describe(other), ?wait, "getUpdates failed; retrying");
-                self.backoff = (self.backoff * 2).min(BACKOFF_CAP);
-                wait
+                tracing::warn!(err = %describe(other), wait = ?self.backoff, "getUpdates failed; retrying");
+                self.next_backoff()
             }
         }
+    }
+
+    /// The wait before the next try, doubled for the failure after it.
+    fn next_backoff(&mut self) -> Duration {
+        let wait = self.backoff;
+        self.backoff = (self.backoff * 2).min(BACKOFF_CAP);
+        wait
+    }
+}
+
+/// Telegram's answer to `getUpdates` while a webhook is set. Its text is "Conflict: can't use
+/// getUpdates method while webhook is active; use deleteWebhook to delete the webhook first",
+/// which teloxide does not recognise as its `CantGetUpdates` (it expects the middle part alone).
+fn webhook_blocks_polling(err: &RequestError) -> bool {
+    match err {
+        RequestError::Api(ApiError::CantGetUpdates) => true,
+        RequestError::Api(ApiError::Unknown(text)) => text.contains("while webhook is active"),
+        _ => false,
     }
 }
 
 /// Polling and a webhook exclude each other: a webhook left from an earlier setup is removed.
-async fn clear_webhook(ingress: &Ingress, shutdown: &CancellationToken) {
-    let info = tokio::select! {
-        _ = shutdown.cancelled() => return,
-        info = ingress.bot.get_webhook_info() => info,
-    };
-    match info {
-        Ok(info) if info.url.is_some() => {
-            tracing::warn!("a Telegram webhook was set for this bot; removing it to use long polling");
-            if let Err(err) = ingress.bot.delete_webhook().await {
-                tracing::warn!(err = %describe(&err), "cannot remove the webhook; getUpdates will fail until it is gone");
-            }
+/// False when it could not be.
+async fn remove_webhook(ingress: &Ingress) -> bool {
+    tracing::warn!("a Telegram webhook was set for this bot; removing it to use long polling");
+    match ingress.bot.delete_webhook().await {
+        Ok(_) => true,
+        Err(err) => {
+            tracing::warn!(err = %describe(&err), "cannot remove the webhook; getUpdates fails until it is gone");
+            false
         }
-        Ok(_) => {}
-        Err(err) => tracing::warn!(err = %describe(&err), "cannot read the webhook state"),
     }
 }
 

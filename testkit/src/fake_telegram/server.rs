@@ -76,6 +76,13 @@ async fn get_updates(shared: &Arc<Shared>, params: &Value) -> Answer {
     let timeout = u64::try_from(int(params, "timeout").unwrap_or(0)).unwrap_or(0);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout);
     let mut pushed = shared.pushed.subscribe();
+    if shared.state().has_webhook() {
+        // Telegram's own words, with the 409 code.
+        return Answer::error(
+            409,
+            "Conflict: can't use getUpdates method while webhook is active; use deleteWebhook to delete the webhook first",
+        );
+    }
     loop {
         let batch = shared.state().take_batch(offset, limit);
         if !batch.is_empty() || tokio::time::Instant::now() >= deadline {

@@ -154,6 +154,14 @@ impl State {
         }
     }
 
+    pub(super) fn has_webhook(&self) -> bool {
+        !self.webhook_url.is_empty()
+    }
+
+    pub(super) fn set_webhook_url(&mut self, url: &str) {
+        self.webhook_url = url.to_owned();
+    }
+
     fn delete_webhook(&mut self, params: &Value) -> Answer {
         self.webhook_url.clear();
         if params.get("drop_pending_updates").and_then(Value::as_bool) == Some(true) {
