@@ -6,7 +6,7 @@
 //! makes start-up idempotent and safe when two processes open the same file at once.
 
 use chrono::Utc;
-use sqlx::SqlitePool;
+use sqlx::{AssertSqlSafe, SqlitePool};
 
 use super::StoreError;
 
@@ -87,8 +87,13 @@ pub(crate) async fn run(pool: &SqlitePool, migrations: &[Migration]) -> Result<(
             ),
         });
     }
+    let pending: Vec<&Migration> = migrations.iter().filter(|m| m.version > current).collect();
+    if current == 0 && pending.len() > 1 && create_schema(pool, &pending).await {
+        report(current, &pending);
+        return Ok(());
+    }
     let mut applied = Vec::new();
-    for migration in migrations.iter().filter(|m| m.version > current) {
+    for migration in pending {
         if apply(pool, migration).await? {
             applied.push(migration);
         }
@@ -130,6 +135,37 @@ async fn current_version(pool: &SqlitePool) -> Result<i64, StoreError> {
         .await
         .map_err(|e| failed(0, "cannot read schema_migrations", e))?;
     Ok(version.unwrap_or(0))
+}
+
+/// A new database's whole schema in one transaction: one write of the file instead of one per
+/// migration (a first start spent 60 ms on them). False, with nothing written, when another
+/// process got there first or a statement fails: the migrations are then applied one by one,
+/// which names the one that fails.
+async fn create_schema(pool: &SqlitePool, pending: &[&Migration]) -> bool {
+    let attempt = async {
+        let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+        let current: Option<i64> =
+            sqlx::query_scalar("SELECT MAX(version) FROM schema_migrations").fetch_one(&mut *tx).await?;
+        if current.is_some() {
+            return Ok(false);
+        }
+        let sql: String = pending.iter().map(|migration| format!("{};\n", migration.sql)).collect();
+        // The build's own migration files and integer versions: no outside text.
+        sqlx::raw_sql(AssertSqlSafe(sql)).execute(&mut *tx).await?;
+        let now = Utc::now().timestamp_millis();
+        let rows: Vec<String> = pending.iter().map(|migration| format!("({}, {now})", migration.version)).collect();
+        let ledger = format!("INSERT INTO schema_migrations (version, applied_at) VALUES {}", rows.join(", "));
+        sqlx::raw_sql(AssertSqlSafe(ledger)).execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok::<_, sqlx::Error>(true)
+    };
+    match attempt.await {
+        Ok(created) => created,
+        Err(err) => {
+            tracing::debug!(%err, "creating the schema at once failed; applying the migrations one by one");
+            false
+        }
+    }
 }
 
 /// Applies one migration unless another process applied it since we looked: the check is
@@ -186,6 +222,7 @@ mod tests {
     async fn a_failing_migration_leaves_no_trace_and_can_be_retried() {
         let dir = tempfile::tempdir().unwrap();
         let pool = pool(&dir).await;
+        run(&pool, &[FIRST]).await.unwrap();
         let broken = Migration { version: 2, name: "b", sql: "CREATE TABLE b (x INTEGER); NOT SQL;" };
         let err = run(&pool, &[FIRST, broken]).await.unwrap_err();
         assert!(matches!(err, StoreError::Migrate { version: 2, .. }), "{err}");
@@ -195,6 +232,29 @@ mod tests {
         let fixed = Migration { version: 2, name: "b", sql: "CREATE TABLE b (x INTEGER);" };
         run(&pool, &[FIRST, fixed]).await.unwrap();
         assert_eq!(tables(&pool).await, ["a", "b", "schema_migrations"]);
+    }
+
+    /// A new database gets every migration in one transaction, each recorded; when one fails
+    /// there, they are applied one by one, which names the one that fails.
+    #[tokio::test]
+    async fn a_new_database_gets_its_whole_schema_at_once() {
+        let second = || Migration { version: 2, name: "b", sql: "CREATE TABLE b (x INTEGER REFERENCES a (x));" };
+        let dir = tempfile::tempdir().unwrap();
+        let fresh = pool(&dir).await;
+        run(&fresh, &[FIRST, second()]).await.unwrap();
+        assert_eq!(tables(&fresh).await, ["a", "b", "schema_migrations"]);
+        let versions: Vec<i64> = sqlx::query_scalar("SELECT version FROM schema_migrations ORDER BY version")
+            .fetch_all(&fresh)
+            .await
+            .unwrap();
+        assert_eq!(versions, [1, 2]);
+
+        let other = tempfile::tempdir().unwrap();
+        let fresh = pool(&other).await;
+        let broken = Migration { version: 3, name: "c", sql: "CREATE TABLE c (x INTEGER); NOT SQL;" };
+        let err = run(&fresh, &[FIRST, second(), broken]).await.unwrap_err();
+        assert!(matches!(err, StoreError::Migrate { version: 3, .. }), "{err}");
+        assert_eq!(tables(&fresh).await, ["a", "b", "schema_migrations"]);
     }
 
     #[tokio::test]
