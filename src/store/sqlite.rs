@@ -87,11 +87,11 @@ impl SqliteStore {
             .busy_timeout(BUSY_TIMEOUT)
             .foreign_keys(true)
             .pragma("cache_size", format!("-{PAGE_CACHE_KIB}"));
-        let pool = connect_waiting_for_wal(options.clone(), SqlitePoolOptions::new().max_connections(MAX_CONNECTIONS))
+        let pool = connect_waiting_for_wal(options.clone(), pool_options(MAX_CONNECTIONS))
             .await
             .map_err(|e| open_err(e.to_string()))?;
         migrate::run(&pool, SQLITE_MIGRATIONS).await?;
-        let writer = SqlitePoolOptions::new().max_connections(1);
+        let writer = pool_options(1);
         let writer = connect_waiting_for_wal(options, writer).await.map_err(|e| open_err(e.to_string()))?;
         let writes = Arc::new(GroupWrites::new(&writer));
         Ok(SqliteStore { pool, writer, path: path.to_owned(), history: Arc::default(), writes })
@@ -145,6 +145,14 @@ impl SqliteStore {
     pub(super) async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
         Ok(self.writer.begin_with("BEGIN IMMEDIATE").await?)
     }
+}
+
+/// A pool of at most `max` connections that hands out an idle one without pinging it first.
+/// sqlx pings by default, to find connections a network peer dropped; a SQLite connection is a
+/// thread of this process, and the ping was one more hand-off to it (and back) before every
+/// statement run on the pool.
+fn pool_options(max: u32) -> SqlitePoolOptions {
+    SqlitePoolOptions::new().max_connections(max).test_before_acquire(false)
 }
 
 /// Connects, retrying while another process holds the lock that switching a new database to
@@ -213,6 +221,12 @@ impl super::shared::RunWrites for SqliteStore {
         let finished = Grouped::write(&self.writes.finishes, vec![row]).await.map_err(StoreError::Grouped)?;
         let finished = finished.into_iter().next().ok_or_else(|| StoreError::Grouped("no finish result".into()))?;
         finished.map_err(StoreError::Grouped)
+    }
+
+    /// Marks a run's reply as handed to the bus (grouped with the others marked meanwhile).
+    async fn mark_delivered(&self, run_id: &str) -> Result<bool, StoreError> {
+        let found = Grouped::write(&self.writes.deliveries, vec![run_id.to_owned()]).await;
+        Ok(found.map_err(StoreError::Grouped)?.first() == Some(&true))
     }
 }
 
