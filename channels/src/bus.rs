@@ -103,6 +103,13 @@ pub trait Acker: Send + Sync {
     async fn nak(&mut self, delay: Option<Duration>) -> Result<(), BusError>;
     /// Tells the bus the consumer is still working, so the delivery is not given to another.
     async fn progress(&self) -> Result<(), BusError>;
+
+    /// Whether [`Acker::progress`] tells the bus anything: false where a delivery is never
+    /// given to another consumer while it is held (the in-process bus), so the holder need not
+    /// keep a timer for it.
+    fn needs_progress(&self) -> bool {
+        true
+    }
 }
 
 /// One message taken from an inbound or outbound queue, not yet acknowledged.

@@ -71,10 +71,14 @@ impl Intake {
                         }
                         let Some(slot) = slot.take() else { continue };
                         let seq = self.arrivals.fetch_add(1, Ordering::Relaxed);
-                        let (previous, guard) = match self.order.is_some() {
-                            true => chains.link(&info.subject),
-                            false => (None, tokio::sync::oneshot::channel().0),
-                        };
+                        if self.order.is_none() {
+                            // No round trip to overlap (the in-process bus keeps the order
+                            // itself): taken here, without a task or a chain.
+                            let taken = self.take(info, held, slot, seq).await;
+                            self.hand_on(taken, &mut tasks).await;
+                            continue;
+                        }
+                        let (previous, guard) = chains.link(&info.subject);
                         taking.push_back(
                             async move {
                                 if let Some(previous) = previous {

@@ -16,6 +16,8 @@ pub enum Settle {
 
 /// The worker's side of a held delivery. Dropping it without settling lets the bus redeliver.
 pub struct Held {
+    /// The acker itself, when the bus needs no progress: settled here, without a task.
+    acker: Option<Box<dyn Acker>>,
     settle: Option<oneshot::Sender<Settle>>,
     done: Option<oneshot::Receiver<()>>,
     /// Marks the message's stream position as held by this worker until it is settled.
@@ -29,11 +31,15 @@ pub struct Held {
 impl Held {
     /// Starts holding `acker` of the message `info` describes, sending progress every `interval`.
     pub fn start(acker: Box<dyn Acker>, info: &DeliveryInfo, interval: Duration) -> Self {
+        let (subject, stream_seq) = (info.subject.clone(), info.stream_seq);
+        let held = Self { acker: None, settle: None, done: None, position: None, subject, stream_seq };
+        if !acker.needs_progress() {
+            return Self { acker: Some(acker), ..held };
+        }
         let (settle_tx, settle_rx) = oneshot::channel();
         let (done_tx, done_rx) = oneshot::channel();
         tokio::spawn(hold(acker, interval, settle_rx, done_tx));
-        let (subject, stream_seq) = (info.subject.clone(), info.stream_seq);
-        Self { settle: Some(settle_tx), done: Some(done_rx), position: None, subject, stream_seq }
+        Self { settle: Some(settle_tx), done: Some(done_rx), ..held }
     }
 
     pub fn subject(&self) -> &str {
@@ -60,6 +66,9 @@ impl Held {
         if matches!(how, Settle::Nak(_)) {
             self.position = None;
         }
+        if let Some(acker) = self.acker.take() {
+            settle_now(acker, Some(how)).await;
+        }
         if let Some(tx) = self.settle.take() {
             let _ = tx.send(how);
         }
@@ -71,7 +80,7 @@ impl Held {
 }
 
 async fn hold(
-    mut acker: Box<dyn Acker>,
+    acker: Box<dyn Acker>,
     interval: Duration,
     mut settle: oneshot::Receiver<Settle>,
     done: oneshot::Sender<()>,
@@ -87,14 +96,19 @@ async fn hold(
             }
         }
     };
+    settle_now(acker, outcome).await;
+    let _ = done.send(());
+}
+
+/// Acks or naks; `None` (the worker dropped the delivery without a verdict) lets the bus
+/// redeliver it.
+async fn settle_now(mut acker: Box<dyn Acker>, outcome: Option<Settle>) {
     let result = match outcome {
         Some(Settle::Ack) => acker.ack().await,
         Some(Settle::Nak(delay)) => acker.nak(delay).await,
-        // The worker dropped the delivery without a verdict: let the bus redeliver it.
         None => Ok(()),
     };
     if let Err(err) = result {
         tracing::warn!(%err, ?outcome, "cannot settle a delivery; the bus will redeliver it");
     }
-    let _ = done.send(());
 }

@@ -144,6 +144,10 @@ impl Acker for InProcessAcker {
     async fn progress(&self) -> Result<(), BusError> {
         Ok(())
     }
+
+    fn needs_progress(&self) -> bool {
+        false
+    }
 }
 
 impl Drop for InProcessAcker {
