@@ -20,10 +20,22 @@ pub(super) async fn collect(
     session: &SessionKey,
     keep: Duration,
 ) -> Sent {
+    // Most runs write no file and most turns prune nothing: a stat and a lookup here spare
+    // them a hand-off to a blocking thread.
+    let wrote = workspace.join(outbox::run_folder(run)).exists();
+    let prune = outbox::prune_due(workspace);
+    if !wrote && !prune {
+        return Sent::default();
+    }
     let (dir, run_id, scope, session_key) = (workspace.to_owned(), run.to_owned(), memory.clone(), session.to_owned());
     let collected = tokio::task::spawn_blocking(move || {
-        let collected = outbox::collect(&dir, &run_id, &scope, &session_key);
-        outbox::prune(&dir, keep);
+        let collected = match wrote {
+            true => outbox::collect(&dir, &run_id, &scope, &session_key),
+            false => Ok(Collected::default()),
+        };
+        if prune {
+            outbox::prune_now(&dir, keep);
+        }
         collected
     })
     .await;

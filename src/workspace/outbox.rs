@@ -24,7 +24,7 @@ use std::path::{Component, Path, PathBuf};
 use sha2::{Digest, Sha256};
 use switchboard_channels::media_files::TOKEN_CHARS;
 
-pub use collect::{Collected, SentFile, clear, collect, prune, send_files};
+pub use collect::{Collected, SentFile, clear, collect, prune_due, prune_now, send_files};
 
 use super::mark::{MarkError, read_or_make_file};
 

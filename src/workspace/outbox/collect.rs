@@ -211,19 +211,22 @@ fn unique(name: String, used: &HashSet<String>) -> String {
     (2..).map(|n| format!("{stem}-{n}{extension}")).find(|candidate| !used.contains(candidate)).unwrap_or(name)
 }
 
-/// Deletes the outbox folders of `workspace` older than `keep`: sent files past their time,
-/// and folders of runs that never finished. At most every [`PRUNE_EVERY`] per workspace and
-/// process. What cannot be deleted is logged and left.
-pub fn prune(workspace: &Path, keep: Duration) {
+/// Whether `workspace` is due for [`prune_now`], at most every [`PRUNE_EVERY`] per workspace
+/// and process; if so, it counts as pruned from now on. Cheap: a lookup, no disk.
+pub fn prune_due(workspace: &Path) -> bool {
     static LAST: Mutex<Option<HashMap<PathBuf, Instant>>> = Mutex::new(None);
-    {
-        let mut last = LAST.lock().unwrap_or_else(PoisonError::into_inner);
-        let last = last.get_or_insert_with(HashMap::new);
-        if last.get(workspace).is_some_and(|at| at.elapsed() < PRUNE_EVERY) {
-            return;
-        }
-        last.insert(workspace.to_owned(), Instant::now());
+    let mut last = LAST.lock().unwrap_or_else(PoisonError::into_inner);
+    let last = last.get_or_insert_with(HashMap::new);
+    if last.get(workspace).is_some_and(|at| at.elapsed() < PRUNE_EVERY) {
+        return false;
     }
+    last.insert(workspace.to_owned(), Instant::now());
+    true
+}
+
+/// Deletes the outbox folders of `workspace` older than `keep`: sent files past their time,
+/// and folders of runs that never finished. What cannot be deleted is logged and left.
+pub fn prune_now(workspace: &Path, keep: Duration) {
     let Some(cutoff) = SystemTime::now().checked_sub(keep) else { return };
     for kind in [RUNS_DIR, SENT_DIR] {
         let dir = workspace.join(OUTBOX_DIR).join(kind);

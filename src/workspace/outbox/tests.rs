@@ -143,7 +143,7 @@ fn old_folders_are_pruned() {
     for path in [sent_folder(root, &token), root.join(run_folder(RUN))] {
         std::fs::File::open(&path).unwrap().set_modified(old).unwrap();
     }
-    prune(root, Duration::from_secs(7 * 24 * 3600));
+    prune_now(root, Duration::from_secs(7 * 24 * 3600));
     assert!(!sent_folder(root, &token).exists() && !root.join(run_folder(RUN)).exists());
     assert!(root.join(run_folder("other")).exists(), "recent folders stay");
 }
