@@ -207,8 +207,7 @@ impl ContextEngine {
         input: &ChatMessage,
     ) -> bool {
         let room = self.window_for_input(target);
-        let fixed = self.calibration.correct(tokens::raw_messages(&[ChatMessage::system(system_prompt)]))
-            + self.calibration.correct(tool_tokens);
+        let fixed = self.calibration.correct(tokens::raw_text(system_prompt)) + self.calibration.correct(tool_tokens);
         let input = self.calibration.messages(std::slice::from_ref(input));
         fixed <= room - conversation_room(room) && fixed + input <= room
     }
@@ -264,10 +263,12 @@ impl ContextEngine {
         filter: &ToolFilter,
     ) -> Prepared {
         let tool_tokens = target.agent.tool_tokens(filter);
-        let system = ChatMessage::system(system_prompt);
-        let fixed = self.calibration.messages(&[system.clone(), input.clone()]);
+        // The prompt is counted once, not copied into a message to be counted (it is the
+        // largest text of most turns).
+        let system_raw = tokens::raw_text(system_prompt);
+        let fixed = self.calibration.correct(system_raw + tokens::raw_message(input));
         let input_budget = self.input_budget(target, tool_tokens);
-        let room = input_budget.saturating_sub(self.calibration.messages(std::slice::from_ref(&system)));
+        let room = input_budget.saturating_sub(self.calibration.correct(system_raw));
         // Steps of a third of the history's room, by the heuristic count: a cut frees at least a
         // step, so the turns after it grow into that room before the next cut. The room stays
         // the same from turn to turn while the prompt and the tools do (see `kept_tools`); a step
@@ -285,8 +286,7 @@ impl ContextEngine {
             }
             all.insert(session_key.clone(), marks);
         }
-        let raw_base =
-            tokens::raw_messages(std::slice::from_ref(&system)) + tokens::raw_messages(&history) + tool_tokens;
+        let raw_base = system_raw + tokens::raw_messages(&history) + tool_tokens;
         Prepared { history, raw_base }
     }
 

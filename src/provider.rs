@@ -114,6 +114,16 @@ impl Author {
             name => format!("{name} (id {})", self.id),
         }
     }
+
+    /// The characters of [`Author::label`], counted without building it (token estimates
+    /// count every message of a history on every turn).
+    pub fn label_chars(&self) -> usize {
+        let id = self.id.chars().count();
+        match self.name.trim() {
+            "" => "id ".len() + id,
+            name => name.chars().count() + " (id ".len() + id + ")".len(),
+        }
+    }
 }
 
 impl ChatMessage {
@@ -377,5 +387,13 @@ mod tests {
         assert_eq!(nameless.with_speaker().content, "[id 9] hi");
         let answer = ChatMessage::assistant("hello", Vec::new());
         assert_eq!(answer.with_speaker(), answer, "only people's messages are named");
+    }
+
+    #[test]
+    fn a_labels_length_is_counted_as_it_is_written() {
+        for (id, name) in [("111", "Alice"), ("9", " "), ("42", " Zoë 🦊 "), ("ид-7", "")] {
+            let author = Author { id: id.into(), name: name.into() };
+            assert_eq!(author.label_chars(), author.label().chars().count(), "{id} {name:?}");
+        }
     }
 }

@@ -57,13 +57,18 @@ pub fn raw_message(message: &ChatMessage) -> u64 {
         message.tool_calls.iter().map(|call| call.id.len() + call.name.len() + json_chars(&call.arguments)).sum();
     // A group chat shows the author in a prefix (`[Alice (id 111)] `): counted wherever it is
     // set, so budgets never fall short (in a direct chat they are a few tokens generous).
-    let author = message.author.as_ref().map_or(0, |author| author.label().chars().count() + 3);
+    let author = message.author.as_ref().map_or(0, |author| author.label_chars() + 3);
     let images = IMAGE_TOKENS * u64::try_from(message.images.len()).unwrap_or(u64::MAX);
     // What `text_for_model` joins, counted without building it (this runs for every message
     // of the history on every turn).
     let extras = [&message.context, &message.recalled].into_iter().flatten().map(|part| part.chars().count() + 2);
     let text = message.content.chars().count() + extras.sum::<usize>();
     MESSAGE_OVERHEAD + chars_to_tokens(text + calls + author) + images
+}
+
+/// The heuristic estimate of a message of plain `text` (a system prompt), without building it.
+pub fn raw_text(text: &str) -> u64 {
+    MESSAGE_OVERHEAD + chars_to_tokens(text.chars().count())
 }
 
 /// The heuristic estimate of several messages.
@@ -89,6 +94,11 @@ pub fn estimate_usage(request: &ChatRequest<'_>, response: &ChatResponse) -> Usa
     Usage::estimate(raw_messages(&request.messages) + raw_tools(&request.tools), raw_message(&answer))
 }
 
+fn corrected(raw: u64, ratio: f64) -> u64 {
+    // Token counts are far below 2^52, where f64 stays exact.
+    (raw as f64 * ratio).ceil() as u64
+}
+
 /// Estimates corrected by the provider's reported usage. Shared by a worker's sessions.
 #[derive(Debug)]
 pub struct Calibration {
@@ -109,8 +119,13 @@ impl Calibration {
 
     /// A raw estimate scaled by the ratio, rounded up.
     pub fn correct(&self, raw: u64) -> u64 {
-        // Token counts are far below 2^52, where f64 stays exact.
-        (raw as f64 * self.ratio()).ceil() as u64
+        corrected(raw, self.ratio())
+    }
+
+    /// [`Calibration::correct`] at the ratio of now, for many estimates in a row (one lock).
+    pub fn corrector(&self) -> impl Fn(u64) -> u64 + Copy {
+        let ratio = self.ratio();
+        move |raw| corrected(raw, ratio)
     }
 
     pub fn messages(&self, messages: &[ChatMessage]) -> u64 {
@@ -161,6 +176,13 @@ mod tests {
         let image = crate::provider::ImageRef { path: "media/a.jpg".into(), mime_type: None };
         let photo = ChatMessage::user("abcdefgh").with_images(vec![image.clone(), image]);
         assert_eq!(raw_message(&photo), MESSAGE_OVERHEAD + 2 + 2 * IMAGE_TOKENS);
+    }
+
+    #[test]
+    fn a_text_counts_as_a_message_of_it() {
+        for text in ["", "You are a helpful assistant.", "Zoë's 日本語 prompt\n\n## Rules"] {
+            assert_eq!(raw_text(text), raw_message(&ChatMessage::system(text)), "{text:?}");
+        }
     }
 
     #[test]

@@ -16,7 +16,7 @@ use crate::config::HistoryConfig;
 use crate::provider::{ChatMessage, Role, ToolCall};
 use crate::tools::truncate_middle;
 
-use crate::tokens::Calibration;
+use crate::tokens::{Calibration, raw_message};
 
 /// What a cleared tool result says instead.
 pub const CLEARED: &str = "[tool result cleared to save space]";
@@ -79,11 +79,14 @@ pub fn prepare(
     let mut messages = repair_pairing(history);
     let origin = messages.first().map_or(0, fingerprint);
     let marks = marks.filter(|marks| marks.origin == origin && marks.cut <= messages.len());
-    let points = cut_points(&messages, budget.step, config.keep_user_turns.div_ceil(2));
-    let (pruned_to, cleared) = prune_tool_results(&mut messages, &points, budget, config, calibration, marks);
+    // Each message counted once here (the steps below read these), not once per step.
+    let mut raws: Vec<u64> = messages.iter().map(raw_message).collect();
+    let points = cut_points(&messages, &raws, budget.step, config.keep_user_turns.div_ceil(2));
+    let pruning = Pruning { budget, config, cal: calibration, marks };
+    let (pruned_to, cleared) = prune_tool_results(&mut messages, &mut raws, &points, pruning);
     // Never less than last time: the history starts where it started while it fits.
     let from = marks.map_or(0, |marks| marks.cut);
-    let (messages, cut) = cut_in_steps(messages, &points, from, budget, config.keep_user_turns, calibration);
+    let (messages, cut) = cut_in_steps(messages, &raws, &points, from, budget, config.keep_user_turns, calibration);
     let mut messages = repair_alternation(repair_pairing(messages));
     if let Some(summary) = summary {
         messages.insert(0, summary);
@@ -104,10 +107,11 @@ fn fingerprint(message: &ChatMessage) -> u64 {
 /// user message when `tokens_step` is 0). Counted from the start of the history, which is the
 /// last compaction (or `/new`), these points stay where they are as the conversation grows; a
 /// cut moves from one to the next, freeing about a step at once.
-pub fn cut_points(messages: &[ChatMessage], tokens_step: u64, turns_step: usize) -> Vec<usize> {
+/// `raws` are the messages' [`raw_message`] estimates.
+pub fn cut_points(messages: &[ChatMessage], raws: &[u64], tokens_step: u64, turns_step: usize) -> Vec<usize> {
     let mut points = Vec::new();
     let (mut tokens, mut turns) = (0u64, 0usize);
-    for (at, message) in messages.iter().enumerate() {
+    for ((at, message), raw) in messages.iter().enumerate().zip(raws) {
         if message.role == Role::User && at > 0 {
             let full = tokens >= tokens_step || (turns_step > 0 && turns >= turns_step);
             if full || tokens_step == 0 {
@@ -116,7 +120,7 @@ pub fn cut_points(messages: &[ChatMessage], tokens_step: u64, turns_step: usize)
             }
         }
         turns += usize::from(message.role == Role::User);
-        tokens += crate::tokens::raw_message(message);
+        tokens += raw;
     }
     points
 }
@@ -129,6 +133,7 @@ pub fn cut_points(messages: &[ChatMessage], tokens_step: u64, turns_step: usize)
 /// messages go one by one ([`fit_budget`]). Returns what is left and how many messages went.
 pub fn cut_in_steps(
     messages: Vec<ChatMessage>,
+    raws: &[u64],
     points: &[usize],
     from: usize,
     budget: Budget,
@@ -138,10 +143,11 @@ pub fn cut_in_steps(
     let room = budget.input.saturating_sub(budget.fixed);
     // From the end: tokens and user turns from each message on.
     let mut after = vec![(0u64, 0usize); messages.len() + 1];
+    let correct = cal.corrector();
     for at in (0..messages.len()).rev() {
         let (tokens, turns) = after[at + 1];
         let user = usize::from(messages[at].role == Role::User);
-        after[at] = (tokens + cal.messages(std::slice::from_ref(&messages[at])), turns + user);
+        after[at] = (tokens + correct(raws[at]), turns + user);
     }
     let fits_in = |at: usize, room: u64| after[at].0 <= room && after[at].1 <= keep_user_turns;
     let from = from.min(messages.len());
@@ -191,34 +197,51 @@ pub fn protected_start(messages: &[ChatMessage], turns: usize) -> usize {
 /// it cleared.
 pub fn prune_tool_results(
     messages: &mut [ChatMessage],
+    raws: &mut [u64],
     points: &[usize],
-    budget: Budget,
-    config: &HistoryConfig,
-    cal: &Calibration,
-    marks: Option<Marks>,
+    pruning: Pruning<'_>,
 ) -> (usize, bool) {
+    let Pruning { budget, config, cal, marks } = pruning;
     let (before_to, before_cleared) = marks.map_or((0, false), |marks| (marks.pruned_to, marks.cleared));
     let tail = protected_start(messages, config.protect_recent_turns);
     let step = points.iter().copied().take_while(|&at| at <= tail).last().unwrap_or(0);
-    let used = |messages: &[ChatMessage]| (budget.fixed + cal.messages(messages)) as f64;
+    let used = |raws: &[u64]| (budget.fixed + cal.correct(raws.iter().sum())) as f64;
     let limit = budget.input as f64;
-    if before_to == 0 && used(messages) <= config.soft_trim_ratio * limit {
+    if before_to == 0 && used(raws) <= config.soft_trim_ratio * limit {
         return (0, false);
     }
     let protect = step.max(before_to).min(messages.len());
-    for message in messages[..protect].iter_mut().filter(|m| m.role == Role::Tool) {
+    let tools = |messages: &mut [ChatMessage], raws: &mut [u64], change: &dyn Fn(&mut ChatMessage)| {
+        for (message, raw) in messages[..protect].iter_mut().zip(raws.iter_mut()).filter(|(m, _)| m.role == Role::Tool) {
+            change(message);
+            *raw = raw_message(message);
+        }
+    };
+    tools(messages, raws, &|message| {
         if message.content.chars().count() > config.soft_trim_chars {
             message.content = truncate_middle(&message.content, config.soft_trim_chars);
         }
-    }
-    if !before_cleared && used(messages) <= config.hard_clear_ratio * limit {
+    });
+    if !before_cleared && used(raws) <= config.hard_clear_ratio * limit {
         return (protect, false);
     }
     // A result shorter than the marker stays: clearing it would cost more than it saves.
-    for message in messages[..protect].iter_mut().filter(|m| m.role == Role::Tool && m.content.len() > CLEARED.len()) {
-        CLEARED.clone_into(&mut message.content);
-    }
+    tools(messages, raws, &|message| {
+        if message.content.len() > CLEARED.len() {
+            CLEARED.clone_into(&mut message.content);
+        }
+    });
     (protect, true)
+}
+
+/// What [`prune_tool_results`] goes by: the budget, the settings, the calibration and the
+/// previous turn's marks.
+#[derive(Clone, Copy)]
+pub struct Pruning<'a> {
+    pub budget: Budget,
+    pub config: &'a HistoryConfig,
+    pub cal: &'a Calibration,
+    pub marks: Option<Marks>,
 }
 
 /// Drops the oldest messages until the history fits what the budget leaves after the fixed
