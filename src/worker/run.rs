@@ -62,7 +62,8 @@ impl TurnRunner {
         let started = std::time::Instant::now();
         // A panic anywhere in the run is a bug, but it must cost one answer, not the chat: the
         // session task would die with the session still marked busy.
-        let inner = AssertUnwindSafe(self.answer(&route, &msg, held.stream_seq(), control)).catch_unwind();
+        // Boxed, so the wrappers below move a pointer, not the whole turn's future.
+        let inner = AssertUnwindSafe(Box::pin(self.answer(&route, &msg, held.stream_seq(), control))).catch_unwind();
         let (mut verdict, panicked) = match inner.instrument(span.clone()).await {
             Ok(verdict) => (verdict, false),
             Err(panic) => {
