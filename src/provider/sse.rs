@@ -83,27 +83,38 @@ impl SseParser {
     }
 
     /// Consumes one chunk and returns the events it completed.
-    pub fn push(&mut self, chunk: &[u8]) -> Result<Vec<SseEvent>, SseTooLarge> {
+    pub fn push(&mut self, mut chunk: &[u8]) -> Result<Vec<SseEvent>, SseTooLarge> {
         let mut events = Vec::new();
-        for &byte in chunk {
-            if std::mem::take(&mut self.after_cr) && byte == b'\n' {
+        while let Some(&first) = chunk.first() {
+            if std::mem::take(&mut self.after_cr) && first == b'\n' {
+                chunk = &chunk[1..];
                 continue;
             }
-            match byte {
-                b'\n' | b'\r' => {
-                    self.after_cr = byte == b'\r';
-                    let line = std::mem::take(&mut self.line);
-                    if let Some(event) = self.process_line(&line) {
-                        events.push(event);
-                    }
-                }
-                _ => self.line.push(byte),
+            // Whole runs of a line at once: a stream is thousands of bytes per answer.
+            let end = chunk.iter().position(|&byte| byte == b'\n' || byte == b'\r');
+            let (part, rest) = chunk.split_at(end.unwrap_or(chunk.len()));
+            self.line.extend_from_slice(part);
+            self.check_size()?;
+            let Some((&ending, rest)) = rest.split_first() else { break };
+            chunk = rest;
+            self.after_cr = ending == b'\r';
+            // The line's buffer is kept for the next line.
+            let line = std::mem::take(&mut self.line);
+            if let Some(event) = self.process_line(&line) {
+                events.push(event);
             }
-            if self.line.len() + self.event.data.len() > MAX_EVENT_BYTES {
-                return Err(SseTooLarge(MAX_EVENT_BYTES));
-            }
+            self.line = line;
+            self.line.clear();
+            self.check_size()?;
         }
         Ok(events)
+    }
+
+    fn check_size(&self) -> Result<(), SseTooLarge> {
+        match self.line.len() + self.event.data.len() > MAX_EVENT_BYTES {
+            true => Err(SseTooLarge(MAX_EVENT_BYTES)),
+            false => Ok(()),
+        }
     }
 
     /// End of stream: returns an event whose terminating blank line never came (servers
