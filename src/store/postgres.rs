@@ -159,6 +159,16 @@ impl super::shared::RunWrites for PostgresStore {
         Ok(inserted == 1)
     }
 
+    /// Marks a run's reply as handed to the bus.
+    async fn mark_delivered(&self, run_id: &str) -> Result<bool, StoreError> {
+        let updated = sqlx::query("UPDATE runs SET reply_delivered = true WHERE run_id = $1")
+            .bind(run_id)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(updated == 1)
+    }
+
     /// Writes a run's finish: one call of `finish_runs` (see `finish`).
     async fn write_finish(&self, row: FinishRow) -> Result<Finished, StoreError> {
         finish::write(&self.pool, row).await

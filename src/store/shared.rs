@@ -63,6 +63,9 @@ pub(in crate::store) trait RunWrites: Backend {
 
     /// Writes a run's finish (see `finish_rule`).
     fn write_finish(&self, row: FinishRow) -> impl Future<Output = Result<Finished, StoreError>> + Send;
+
+    /// Marks the reply of run `run_id` as handed to the bus; false when there is no such run.
+    fn mark_delivered(&self, run_id: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
 }
 
 /// How many rows a statement changed, which sqlx reports per database.

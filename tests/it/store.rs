@@ -436,6 +436,37 @@ on_both_stores! {
         assert!(store.recent_runs(1).await.unwrap()[0].reply_delivered);
     }
 
+    /// Marks made at once share a statement on SQLite: each marks its own run, and one for a
+    /// run that does not exist fails alone.
+    async fn concurrent_delivery_marks_each_mark_their_own_run(fresh) {
+        let store = Arc::clone(&fresh.store);
+        let mut runs = Vec::new();
+        for n in 0..30 {
+            runs.push(answered(&*store, &format!("in-{n}"), SESSION, n).await);
+        }
+        let marked: Vec<_> = runs
+            .iter()
+            .step_by(2)
+            .cloned()
+            .chain(["no-such-run".to_owned()])
+            .map(|run_id| {
+                let store = Arc::clone(&store);
+                tokio::spawn(async move { (run_id.clone(), store.mark_reply_delivered(&run_id).await) })
+            })
+            .collect();
+        for task in marked {
+            let (run_id, result) = task.await.unwrap();
+            match run_id.as_str() {
+                "no-such-run" => assert!(matches!(result, Err(StoreError::NoSuchRun(_))), "{result:?}"),
+                _ => result.unwrap(),
+            }
+        }
+        for run in store.recent_runs(100).await.unwrap() {
+            let n: usize = run.inbound_id.trim_start_matches("in-").parse().unwrap();
+            assert_eq!(run.reply_delivered, n % 2 == 0, "{}", run.inbound_id);
+        }
+    }
+
     async fn recent_runs_lists_newest_first_up_to_the_limit(fresh) {
         let store = Arc::clone(&fresh.store);
         for n in 0..5 {

@@ -170,16 +170,10 @@ where
     }
 
     async fn mark_reply_delivered(&self, run_id: &str) -> Result<(), StoreError> {
-        let updated = sqlx::query("UPDATE runs SET reply_delivered = $1 WHERE run_id = $2")
-            .bind(true)
-            .bind(run_id)
-            .execute(self.write_pool())
-            .await?
-            .rows_affected();
-        if updated == 0 {
-            return Err(StoreError::NoSuchRun(run_id.to_owned()));
+        match self.mark_delivered(run_id).await? {
+            true => Ok(()),
+            false => Err(StoreError::NoSuchRun(run_id.to_owned())),
         }
-        Ok(())
     }
 
     async fn recent_runs(&self, limit: usize) -> Result<Vec<RunRecord>, StoreError> {

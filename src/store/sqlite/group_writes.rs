@@ -1,7 +1,7 @@
 //! The writes that many tasks make at once, each kind grouped into one statement (see
 //! [`Grouped`]): the bus journal's appends (adapters publishing) and deletes (deliveries
-//! acked), and the claims and finishes of runs (workers starting and ending turns; the
-//! finish's statement is in `finish`).
+//! acked), the claims and finishes of runs (workers starting and ending turns; the finish's
+//! statement is in `finish`), and the marks of replies handed to a NATS bus.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -35,6 +35,8 @@ pub(in crate::store) struct GroupWrites {
     pub claims: Arc<Grouped<ClaimRow, bool>>,
     /// Runs to finish; for each, what its finish found and did, or why it failed.
     pub finishes: Arc<Grouped<FinishRow, Result<Finished, String>>>,
+    /// Runs whose reply was handed to the bus (NATS); for each, whether the run exists.
+    pub deliveries: Arc<Grouped<String, bool>>,
 }
 
 impl std::fmt::Debug for GroupWrites {
@@ -45,12 +47,13 @@ impl std::fmt::Debug for GroupWrites {
 
 impl GroupWrites {
     pub fn new(writer: &SqlitePool) -> Self {
-        let (w1, w2, w3, w4) = (writer.clone(), writer.clone(), writer.clone(), writer.clone());
+        let (w1, w2, w3, w4, w5) = (writer.clone(), writer.clone(), writer.clone(), writer.clone(), writer.clone());
         Self {
             removals: Arc::new(Grouped::new(move |seqs| remove(w1.clone(), seqs).boxed())),
             appends: Arc::new(Grouped::new(move |rows| append(w2.clone(), rows).boxed())),
             claims: Arc::new(Grouped::new(move |rows| claim(w3.clone(), rows).boxed())),
             finishes: Arc::new(Grouped::new(move |rows| finish::group(w4.clone(), rows).boxed())),
+            deliveries: Arc::new(Grouped::new(move |runs| mark_delivered(w5.clone(), runs).boxed())),
         }
     }
 }
@@ -68,6 +71,24 @@ async fn remove(writer: SqlitePool, seqs: Vec<i64>) -> GroupOutcome<()> {
         .await
         .map_err(|err| err.to_string())?;
     Ok(vec![(); count])
+}
+
+/// One `UPDATE` of the runs named in a JSON array; for each, whether it exists.
+async fn mark_delivered(writer: SqlitePool, runs: Vec<String>) -> GroupOutcome<bool> {
+    if let [run] = runs.as_slice() {
+        let updated = sqlx::query("UPDATE runs SET reply_delivered = 1 WHERE run_id = $1").bind(run).execute(&writer);
+        return updated.await.map(|done| vec![done.rows_affected() == 1]).map_err(|err| err.to_string());
+    }
+    let array = serde_json::to_string(&runs).map_err(|err| err.to_string())?;
+    let updated: Vec<String> = sqlx::query_scalar(
+        "UPDATE runs SET reply_delivered = 1 WHERE run_id IN (SELECT value FROM json_each($1)) RETURNING run_id",
+    )
+    .bind(array)
+    .fetch_all(&writer)
+    .await
+    .map_err(|err| err.to_string())?;
+    let updated: std::collections::HashSet<String> = updated.into_iter().collect();
+    Ok(runs.iter().map(|run| updated.contains(run)).collect())
 }
 
 /// One `INSERT … SELECT` over a JSON array of the rows. The payloads travel as JSON strings,
