@@ -266,6 +266,13 @@ pub trait Bus: Send + Sync + 'static {
     async fn queue_depths(&self) -> Result<Vec<crate::Gauge>, BusError> {
         Ok(Vec::new())
     }
+
+    /// Publishes a run event: encoded for [`Bus::publish_raw`], unless the bus hands events
+    /// to its subscribers as they are (the in-process bus).
+    async fn publish_event(&self, event: &RunEvent) -> Result<(), BusError> {
+        let payload = to_payload(event)?;
+        self.publish_raw(Flow::Events, &event.channel, &event.chat_id, None, payload).await
+    }
 }
 
 /// A message for [`Bus::publish_raw_many`].
@@ -317,11 +324,6 @@ pub trait BusExt: Bus {
     async fn publish_outbound(&self, msg: &OutboundMessage) -> Result<(), BusError> {
         let payload = to_payload(msg)?;
         self.publish_raw(Flow::Out, &msg.channel, &msg.chat_id, Some(&msg.id), payload).await
-    }
-
-    async fn publish_event(&self, event: &RunEvent) -> Result<(), BusError> {
-        let payload = to_payload(event)?;
-        self.publish_raw(Flow::Events, &event.channel, &event.chat_id, None, payload).await
     }
 }
 

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use crate::bus::{Bus, BusExt};
+use crate::bus::Bus;
 use crate::contract::{OutboundMessage, RunEvent, RunEventBody, reply, session_key};
 
 use super::CHANNEL;

@@ -164,7 +164,8 @@ pub struct InProcessBus {
     capacity: usize,
     inbound: Queue,
     outbound: Mutex<HashMap<String, Arc<Queue>>>,
-    events: broadcast::Sender<(String, String, Bytes)>,
+    /// Run events as they were published: no subscriber decodes what another encoded.
+    events: broadcast::Sender<Arc<RunEvent>>,
     seen: Mutex<RecentIds>,
     dead: Mutex<HashMap<&'static str, VecDeque<DeadLetter>>>,
     journal: Option<Arc<dyn Journal>>,
@@ -342,8 +343,9 @@ impl Bus for InProcessBus {
         super::check_publish(channel, chat_id, dedupe_id)?;
         let subject = self.subjects.chat(flow, channel, chat_id);
         if flow == Flow::Events {
-            // No subscriber is not an error: events are for whoever happens to watch.
-            let _ = self.events.send((channel.to_owned(), chat_id.to_owned(), payload));
+            if let Some(event) = decode_event(&payload) {
+                self.send_event(event);
+            }
             return Ok(());
         }
         let tx = match flow {
@@ -419,12 +421,17 @@ impl Bus for InProcessBus {
                 }
             }
         })
-        .filter_map(move |(ev_channel, ev_chat, payload)| {
-            let wanted = ev_channel == channel && chat_id.as_ref().is_none_or(|c| *c == ev_chat);
-            let event = if wanted { decode_event(&payload) } else { None };
-            std::future::ready(event)
+        .filter_map(move |event| {
+            let wanted = event.channel == channel && chat_id.as_ref().is_none_or(|c| *c == event.chat_id);
+            std::future::ready(wanted.then(|| RunEvent::clone(&event)))
         });
         Ok(stream.boxed())
+    }
+
+    async fn publish_event(&self, event: &RunEvent) -> Result<(), BusError> {
+        super::check_publish(&event.channel, &event.chat_id, None)?;
+        self.send_event(event.clone());
+        Ok(())
     }
 
     async fn dead_letter(&self, flow: Flow, letter: &DeadLetter) -> Result<(), BusError> {
@@ -507,6 +514,13 @@ impl StoreJournal for InProcessBus {
             subject: String::new(),
             reason: "the bus is closed; the message is delivered after the restart".into(),
         })
+    }
+}
+
+impl InProcessBus {
+    fn send_event(&self, event: RunEvent) {
+        // No subscriber is not an error: events are for whoever happens to watch.
+        let _ = self.events.send(Arc::new(event));
     }
 }
 
