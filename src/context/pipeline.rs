@@ -211,13 +211,7 @@ pub fn prune_tool_results(
         return (0, false);
     }
     let protect = step.max(before_to).min(messages.len());
-    let tools = |messages: &mut [ChatMessage], raws: &mut [u64], change: &dyn Fn(&mut ChatMessage)| {
-        for (message, raw) in messages[..protect].iter_mut().zip(raws.iter_mut()).filter(|(m, _)| m.role == Role::Tool) {
-            change(message);
-            *raw = raw_message(message);
-        }
-    };
-    tools(messages, raws, &|message| {
+    change_tool_results(&mut messages[..protect], raws, |message| {
         if message.content.chars().count() > config.soft_trim_chars {
             message.content = truncate_middle(&message.content, config.soft_trim_chars);
         }
@@ -226,12 +220,20 @@ pub fn prune_tool_results(
         return (protect, false);
     }
     // A result shorter than the marker stays: clearing it would cost more than it saves.
-    tools(messages, raws, &|message| {
+    change_tool_results(&mut messages[..protect], raws, |message| {
         if message.content.len() > CLEARED.len() {
             CLEARED.clone_into(&mut message.content);
         }
     });
     (protect, true)
+}
+
+/// Applies `change` to the tool results among `messages`, and counts each again in `raws`.
+fn change_tool_results(messages: &mut [ChatMessage], raws: &mut [u64], change: impl Fn(&mut ChatMessage)) {
+    for (message, raw) in messages.iter_mut().zip(raws).filter(|(message, _)| message.role == Role::Tool) {
+        change(message);
+        *raw = raw_message(message);
+    }
 }
 
 /// What [`prune_tool_results`] goes by: the budget, the settings, the calibration and the
