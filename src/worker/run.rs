@@ -62,7 +62,9 @@ impl TurnRunner {
         let started = std::time::Instant::now();
         // A panic anywhere in the run is a bug, but it must cost one answer, not the chat: the
         // session task would die with the session still marked busy.
-        // Boxed, so the wrappers below move a pointer, not the whole turn's future.
+        // The turn's and the compaction's futures are tens of KB: boxed, each is on the heap only
+        // while it runs, and this future (moved into the session's task at every spawn, and
+        // into the wrappers below) stays small.
         let inner = AssertUnwindSafe(Box::pin(self.answer(&route, &msg, held.stream_seq(), control))).catch_unwind();
         let (mut verdict, panicked) = match inner.instrument(span.clone()).await {
             Ok(verdict) => (verdict, false),
@@ -109,7 +111,7 @@ impl TurnRunner {
         // After the ack, still in the session's task: the next turn of this session waits for
         // the compaction, other sessions do not.
         if let Some((billing, head)) = compact {
-            compact_session(self, &route, &msg, billing.as_ref(), head).instrument(span).await;
+            Box::pin(compact_session(self, &route, &msg, billing.as_ref(), head)).instrument(span).await;
         }
         acked
     }

@@ -205,9 +205,7 @@ pub(super) async fn session_loop(intake: Arc<Intake>, key: SessionKey) {
         // `TurnRunner::run` catches a panic of the run itself; this one is for its bookkeeping
         // around the run (settling, compaction). Unwinding out of here would leave the session
         // marked running forever, and every later message of the chat queued behind nothing.
-        // Boxed: the turn's future is tens of KB, and this task's future (moved into the task
-        // at every spawn) would hold it inline.
-        let turn = AssertUnwindSafe(Box::pin(intake.turns.run(primary.msg, primary.held, control))).catch_unwind();
+        let turn = AssertUnwindSafe(intake.turns.run(primary.msg, primary.held, control)).catch_unwind();
         let acked = turn.await.unwrap_or_else(|panic| {
             let panic = super::abort::panic_text(panic.as_ref());
             tracing::error!(session = %key, %panic, "a session task panicked after its run; the session goes on");
