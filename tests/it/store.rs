@@ -463,7 +463,7 @@ on_both_stores! {
         }
         for run in store.recent_runs(100).await.unwrap() {
             let n: usize = run.inbound_id.trim_start_matches("in-").parse().unwrap();
-            assert_eq!(run.reply_delivered, n % 2 == 0, "{}", run.inbound_id);
+            assert_eq!(run.reply_delivered, n.is_multiple_of(2), "{}", run.inbound_id);
         }
     }
 
