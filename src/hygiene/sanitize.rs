@@ -198,6 +198,9 @@ fn note(removed: &mut Vec<&'static str>, label: &'static str) {
 /// Removes every block pattern's matches; when something went, the blank lines it leaves
 /// behind are collapsed so a removed block does not leave a hole in the reply.
 fn strip_blocks(text: &str, compiled: &Compiled, removed: &mut Vec<&'static str>) -> String {
+    if !may_hold_markup(text) {
+        return text.to_owned();
+    }
     let lower = text.to_ascii_lowercase();
     let mut cuts: Vec<Range<usize>> = Vec::new();
     let fenced = fenced_ranges(text);
@@ -226,6 +229,12 @@ fn strip_blocks(text: &str, compiled: &Compiled, removed: &mut Vec<&'static str>
     }
     let kept = cut(text, cuts);
     collapse_blank_lines(&kept)
+}
+
+/// Whether `text` has a character that every leaked format and `<final>` begin with (after
+/// blanks): most replies are plain prose and skip the patterns, a search of each per reply.
+fn may_hold_markup(text: &str) -> bool {
+    text.contains(['<', '[', '{'])
 }
 
 /// The byte ranges of fenced code blocks (```` ``` ```` lines), an unclosed one to the end.
@@ -297,7 +306,7 @@ fn collapse_blank_lines(text: &str) -> String {
 
 /// The inner text of the `<final>` blocks, joined, when there is at least one.
 fn final_inner(text: &str, compiled: &Compiled) -> Option<String> {
-    let regex = compiled.final_tag.as_ref()?;
+    let regex = compiled.final_tag.as_ref().filter(|_| text.contains('<'))?;
     let lower = text.to_ascii_lowercase();
     let inner: Vec<&str> =
         regex.captures_iter(&lower).filter_map(|c| c.get(1)).map(|m| text[m.range()].trim()).collect();
@@ -306,7 +315,10 @@ fn final_inner(text: &str, compiled: &Compiled) -> Option<String> {
 
 /// Drops a paragraph that repeats the one before it (models sometimes loop once at the end).
 fn dedupe_paragraphs(text: &str, compiled: &Compiled, removed: &mut Vec<&'static str>) -> String {
-    let Some(breaks) = &compiled.paragraph_break else { return text.to_owned() };
+    // A paragraph break is two line breaks.
+    let Some(breaks) = compiled.paragraph_break.as_ref().filter(|_| text.contains('\n')) else {
+        return text.to_owned();
+    };
     let mut out = String::with_capacity(text.len());
     let mut previous: Option<&str> = None;
     let mut at = 0;

@@ -231,3 +231,17 @@ fn every_match_begins_with_an_opener() {
         }
     }
 }
+
+/// What lets a reply without `<`, `[` and `{` skip the patterns: each of them starts (after
+/// its flags and a line's indentation) with one of those characters, literally.
+#[test]
+fn every_pattern_starts_with_a_markup_character() {
+    for pattern in LEAKS.iter().map(|leak| leak.pattern).chain([FINAL]) {
+        let body = pattern.strip_prefix('(').and_then(|rest| rest.split_once(')')).map_or(pattern, |(_, body)| body);
+        let body = body.strip_prefix(r"^[ \t]*").unwrap_or(body);
+        assert!(body.starts_with('<') || body.starts_with(r"\[") || body.starts_with(r"\{"), "{pattern}");
+    }
+    assert!(!may_hold_markup("plain prose, with punctuation (and parentheses)!"));
+    assert_eq!(sanitize_reply("Hello.\n\nHello.").text, "Hello.", "paragraphs are still compared");
+    assert_eq!(sanitize_reply("see [tool_calls] [{}]").removed, ["text_tool_call"]);
+}
