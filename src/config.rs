@@ -435,7 +435,7 @@ impl AgentConfig {
     }
 
     /// `timezone` as a zone; validated at load, so only a hand-built config can fail here.
-    pub fn time_zone(&self) -> Result<chrono_tz::Tz, chrono_tz::ParseError> {
+    pub fn time_zone(&self) -> Result<crate::zone::Tz, crate::zone::UnknownZone> {
         self.timezone.parse()
     }
 }

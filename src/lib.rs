@@ -29,3 +29,4 @@ pub mod tools;
 pub mod users;
 pub mod worker;
 pub mod workspace;
+pub mod zone;

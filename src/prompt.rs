@@ -19,7 +19,7 @@ use std::path::Path;
 use std::sync::Arc;
 use switchboard_channels::contract::SessionKey;
 
-use chrono_tz::Tz;
+use crate::zone::Tz;
 
 use crate::config::Level;
 use crate::provider::ToolSpec;

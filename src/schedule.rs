@@ -8,8 +8,8 @@ mod tests;
 
 use std::time::Duration;
 
+use crate::zone::Tz;
 use chrono::{DateTime, NaiveDate, NaiveDateTime, NaiveTime, TimeZone, Utc};
-use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::to_store_precision;
@@ -159,7 +159,7 @@ impl Schedule {
             Schedule::Cron { expr, tz } => {
                 // A stored schedule that no longer parses never fires; `validate` reports why.
                 let tab = compile(expr).ok()?;
-                local::next_after(&tab, parse_zone(tz).ok()?, after)
+                local::next_after(&tab, &parse_zone(tz).ok()?, after)
             }
         }
     }

@@ -1,7 +1,7 @@
 //! `active_hours` of a heartbeat in checked form: a daily window on a zone's wall clock.
 
+use crate::zone::Tz;
 use chrono::{DateTime, Timelike, Utc};
-use chrono_tz::Tz;
 
 /// Minutes in a day: the exclusive upper bound of a time of day.
 const DAY_MINUTES: u32 = 24 * 60;
@@ -39,8 +39,8 @@ impl ActiveHours {
 
     /// Whether `at` falls in the window, on the wall clock of `zone` (so daylight saving time
     /// moves the window with the clock).
-    pub fn contains(&self, at: DateTime<Utc>, zone: Tz) -> bool {
-        let local = at.with_timezone(&zone);
+    pub fn contains(&self, at: DateTime<Utc>, zone: &Tz) -> bool {
+        let local = at.with_timezone(zone);
         let minute = local.hour() * 60 + local.minute();
         if self.start < self.end {
             self.start <= minute && minute < self.end
@@ -74,25 +74,25 @@ mod tests {
         let hours = ActiveHours::parse("08:00", "22:00").unwrap().unwrap();
         let berlin: Tz = "Europe/Berlin".parse().unwrap();
         // Winter: UTC+1.
-        assert!(!hours.contains(utc("2026-01-15T21:30:00Z"), berlin));
-        assert!(!hours.contains(utc("2026-01-15T06:30:00Z"), berlin));
-        assert!(hours.contains(utc("2026-01-15T07:30:00Z"), berlin));
-        assert!(hours.contains(utc("2026-01-15T20:59:00Z"), berlin));
+        assert!(!hours.contains(utc("2026-01-15T21:30:00Z"), &berlin));
+        assert!(!hours.contains(utc("2026-01-15T06:30:00Z"), &berlin));
+        assert!(hours.contains(utc("2026-01-15T07:30:00Z"), &berlin));
+        assert!(hours.contains(utc("2026-01-15T20:59:00Z"), &berlin));
         // Summer: UTC+2, so 06:30 UTC is 08:30 in Berlin.
-        assert!(hours.contains(utc("2026-07-15T06:30:00Z"), berlin));
-        assert!(!hours.contains(utc("2026-07-15T20:30:00Z"), berlin));
+        assert!(hours.contains(utc("2026-07-15T06:30:00Z"), &berlin));
+        assert!(!hours.contains(utc("2026-07-15T20:30:00Z"), &berlin));
     }
 
     #[test]
     fn a_window_may_span_midnight_and_end_at_24() {
         let night = ActiveHours::parse("22:00", "06:00").unwrap().unwrap();
-        assert!(night.contains(utc("2026-01-15T23:00:00Z"), Tz::UTC));
-        assert!(night.contains(utc("2026-01-15T05:59:00Z"), Tz::UTC));
-        assert!(!night.contains(utc("2026-01-15T06:00:00Z"), Tz::UTC));
-        assert!(!night.contains(utc("2026-01-15T12:00:00Z"), Tz::UTC));
+        assert!(night.contains(utc("2026-01-15T23:00:00Z"), &Tz::UTC));
+        assert!(night.contains(utc("2026-01-15T05:59:00Z"), &Tz::UTC));
+        assert!(!night.contains(utc("2026-01-15T06:00:00Z"), &Tz::UTC));
+        assert!(!night.contains(utc("2026-01-15T12:00:00Z"), &Tz::UTC));
         let evening = ActiveHours::parse("18:00", "24:00").unwrap().unwrap();
-        assert!(evening.contains(utc("2026-01-15T23:59:00Z"), Tz::UTC));
-        assert!(!evening.contains(utc("2026-01-15T00:00:00Z"), Tz::UTC));
+        assert!(evening.contains(utc("2026-01-15T23:59:00Z"), &Tz::UTC));
+        assert!(!evening.contains(utc("2026-01-15T00:00:00Z"), &Tz::UTC));
     }
 
     #[test]

@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
+use crate::zone::Tz;
 use async_trait::async_trait;
 use chrono::Utc;
-use chrono_tz::Tz;
 use serde_json::{Map, Value};
 use switchboard_channels::contract::{OutboundKind, OutboundMessage, TO_USER};
 use switchboard_channels::control::{ControlDesk, PairingNotice, Press, PressAnswer};
@@ -46,7 +46,7 @@ impl Desk {
 
     /// `at` in the owner's time zone.
     pub(super) fn local_time(&self, at: chrono::DateTime<Utc>) -> String {
-        local_time(at, self.zone, Utc::now())
+        local_time(at, &self.zone, Utc::now())
     }
 
     /// The first owner named in `users.owners` on `channel`; else every owner with a direct chat
@@ -116,7 +116,7 @@ impl ControlDesk for Desk {
             );
             return;
         }
-        let text = notice_text(notice, self.zone, Utc::now());
+        let text = notice_text(notice, &self.zone, Utc::now());
         for recipient in recipients {
             self.tell(recipient, notice, &text).await;
         }

@@ -1,8 +1,8 @@
 //! What the owner reads when a stranger asks to pair: who, what they wrote, the code and until
 //! when it is valid, with Approve and Deny buttons.
 
+use crate::zone::Tz;
 use chrono::{DateTime, Utc};
-use chrono_tz::Tz;
 use switchboard_channels::contract::Button;
 use switchboard_channels::control::{ButtonAction, PairingNotice};
 
@@ -10,7 +10,7 @@ use switchboard_channels::control::{ButtonAction, PairingNotice};
 const QUOTED_CHARS: usize = 300;
 
 /// The notice's text (Markdown; everything the stranger chose is escaped).
-pub fn notice_text(notice: &PairingNotice, zone: Tz, now: DateTime<Utc>) -> String {
+pub fn notice_text(notice: &PairingNotice, zone: &Tz, now: DateTime<Utc>) -> String {
     let platform = platform_name(&notice.channel);
     let username = notice.username.as_deref().map(|name| format!("@{}, ", escaped(name))).unwrap_or_default();
     let who = format!("**{}** ({username}id {} on {platform})", escaped(&notice.sender.name), notice.sender.id);
@@ -53,9 +53,9 @@ fn quoted(text: &str) -> String {
 }
 
 /// A time in the owner's zone: `14:33 UTC` today, `Mar 5, 14:33 CET` on another day.
-pub fn local_time(at: DateTime<Utc>, zone: Tz, now: DateTime<Utc>) -> String {
-    let local = at.with_timezone(&zone);
-    if local.date_naive() == now.with_timezone(&zone).date_naive() {
+pub fn local_time(at: DateTime<Utc>, zone: &Tz, now: DateTime<Utc>) -> String {
+    let local = at.with_timezone(zone);
+    if local.date_naive() == now.with_timezone(zone).date_naive() {
         local.format("%H:%M %Z").to_string()
     } else {
         local.format("%b %-d, %H:%M %Z").to_string()
@@ -95,25 +95,25 @@ mod tests {
     #[test]
     fn the_owner_reads_who_what_and_until_when() {
         let now = "2026-03-05T13:33:00Z".parse().unwrap();
-        let text = notice_text(&notice("hello\n\nthere"), Tz::UTC, now);
+        let text = notice_text(&notice("hello\n\nthere"), &Tz::UTC, now);
         assert_eq!(
             text,
             "**Ann \\*Smith\\*** (@ann\\_s, id 555 on Telegram) asks to talk to me. They wrote:\n> hello there\n\n\
              Code ABCD2345, valid until 14:33 UTC. From a shell: `switchboard pairing approve telegram ABCD2345`"
         );
-        let berlin = notice_text(&notice("hi"), "Europe/Berlin".parse().unwrap(), now);
+        let berlin = notice_text(&notice("hi"), &"Europe/Berlin".parse().unwrap(), now);
         assert!(berlin.contains("valid until 15:33 CET."), "{berlin}");
-        let tomorrow = notice_text(&notice("hi"), Tz::UTC, "2026-03-04T20:00:00Z".parse().unwrap());
+        let tomorrow = notice_text(&notice("hi"), &Tz::UTC, "2026-03-04T20:00:00Z".parse().unwrap());
         assert!(tomorrow.contains("valid until Mar 5, 14:33 UTC."), "{tomorrow}");
     }
 
     #[test]
     fn a_long_first_message_is_shortened() {
         let now = "2026-03-05T13:33:00Z".parse().unwrap();
-        let text = notice_text(&notice(&"word ".repeat(200)), Tz::UTC, now);
+        let text = notice_text(&notice(&"word ".repeat(200)), &Tz::UTC, now);
         let quote = text.lines().find(|line| line.starts_with("> ")).unwrap();
         assert!(quote.ends_with("…") && quote.chars().count() < 310, "{quote}");
-        let silent = notice_text(&notice("  "), Tz::UTC, now);
+        let silent = notice_text(&notice("  "), &Tz::UTC, now);
         assert!(
             silent.starts_with("**Ann \\*Smith\\*** (@ann\\_s, id 555 on Telegram) asks to talk to me.\n\n"),
             "{silent}"

@@ -8,8 +8,8 @@
 //! it, the whole conversation included, can be served from the cache. Each message keeps its
 //! own line in the transcript, so later turns send it byte for byte as the first one did.
 
+use crate::zone::Tz;
 use chrono::{DateTime, Utc};
-use chrono_tz::Tz;
 
 use super::Sender;
 

@@ -8,8 +8,8 @@
 //! - a skipped wall time (spring-forward gap) → the first instant after the gap, as Vixie cron
 //!   does; several skipped times collapse into that one firing.
 
+use crate::zone::Tz;
 use chrono::{DateTime, Datelike, Duration, NaiveDateTime, Offset, TimeZone, Timelike, Utc};
-use chrono_tz::Tz;
 
 use super::crontab::Crontab;
 
@@ -25,7 +25,7 @@ enum Pass {
 
 /// The first firing strictly after `after`, or `None` if the expression never fires again
 /// (within the crate's calendar, which ends in 2100).
-pub(super) fn next_after(tab: &Crontab, tz: Tz, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+pub(super) fn next_after(tab: &Crontab, tz: &Tz, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
     // Outside the crate's calendar there is nothing to find, and near chrono's limits a zone
     // offset would overflow the wall-clock conversion.
     if after.year() > 2100 {
@@ -33,7 +33,7 @@ pub(super) fn next_after(tab: &Crontab, tz: Tz, after: DateTime<Utc>) -> Option<
     }
     let after = after.max(DateTime::from_timestamp(CALENDAR_START, 0)?);
     let schedules: Vec<cron::Schedule> = tab.crate_exprs().iter().filter_map(|e| e.parse().ok()).collect();
-    let wall = naive_whole_seconds(after.with_timezone(&tz).naive_local());
+    let wall = naive_whole_seconds(after.with_timezone(tz).naive_local());
     let mut best = first_mapped(&schedules, tz, wall, after, Pass::Earlier);
     if tab.every_hour() {
         // The second pass of a repeated hour has wall times earlier than `after`'s own wall
@@ -52,7 +52,7 @@ pub(super) fn next_after(tab: &Crontab, tz: Tz, after: DateTime<Utc>) -> Option<
 /// strictly after `after`. The mapping is monotone, so the first hit is the earliest.
 fn first_mapped(
     schedules: &[cron::Schedule],
-    tz: Tz,
+    tz: &Tz,
     start: NaiveDateTime,
     after: DateTime<Utc>,
     pass: Pass,
@@ -70,7 +70,7 @@ fn first_mapped(
 }
 
 /// Maps a wall-clock time in `tz` to an instant (see the module comment).
-fn to_instant(tz: Tz, wall: NaiveDateTime, pass: Pass) -> DateTime<Utc> {
+fn to_instant(tz: &Tz, wall: NaiveDateTime, pass: Pass) -> DateTime<Utc> {
     match tz.from_local_datetime(&wall) {
         chrono::LocalResult::Single(t) => t.with_timezone(&Utc),
         chrono::LocalResult::Ambiguous(early, late) => match pass {
@@ -84,9 +84,9 @@ fn to_instant(tz: Tz, wall: NaiveDateTime, pass: Pass) -> DateTime<Utc> {
 /// The first instant whose wall time is at or past `wall`, which lies in a gap: that is the
 /// transition itself. Binary search over a window wide enough for any real offset (−12h to
 /// +14h) and any gap (Samoa skipped a whole day); wall time only rises across a gap.
-pub(super) fn gap_end(tz: Tz, wall: NaiveDateTime) -> DateTime<Utc> {
+pub(super) fn gap_end(tz: &Tz, wall: NaiveDateTime) -> DateTime<Utc> {
     let base = wall.and_utc().timestamp();
-    let wall_at = |secs: i64| DateTime::from_timestamp(secs, 0).map(|t| t.with_timezone(&tz).naive_local());
+    let wall_at = |secs: i64| DateTime::from_timestamp(secs, 0).map(|t| t.with_timezone(tz).naive_local());
     // Whole seconds: transitions fall on whole seconds, and so do our candidates.
     let (mut lo, mut hi) = (base - 40 * 3600, base + 14 * 3600);
     while hi - lo > 1 {
@@ -100,7 +100,7 @@ pub(super) fn gap_end(tz: Tz, wall: NaiveDateTime) -> DateTime<Utc> {
     DateTime::from_timestamp(hi, 0).unwrap_or_else(|| wall.and_utc())
 }
 
-fn offset_secs(tz: Tz, at: DateTime<Utc>) -> i64 {
+fn offset_secs(tz: &Tz, at: DateTime<Utc>) -> i64 {
     i64::from(tz.offset_from_utc_datetime(&at.naive_utc()).fix().local_minus_utc())
 }
 

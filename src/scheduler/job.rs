@@ -84,7 +84,7 @@ fn owner_base_session(job: &CronJob) -> String {
 
 /// `time` in the IANA zone `tz` (UTC when the zone is unknown), e.g. `2026-11-23 08:00 CET`.
 pub fn local_time(time: DateTime<Utc>, tz: &str) -> String {
-    match tz.parse::<chrono_tz::Tz>() {
+    match tz.parse::<crate::zone::Tz>() {
         Ok(zone) => time.with_timezone(&zone).format("%Y-%m-%d %H:%M %Z").to_string(),
         Err(_) => time.format("%Y-%m-%d %H:%M UTC").to_string(),
     }

@@ -23,7 +23,7 @@ pub struct ScheduleSpec<'a> {
 impl ScheduleSpec<'_> {
     /// The schedule, or why not (a sentence the model or the owner can act on).
     pub fn build(&self, tz: &str, now: DateTime<Utc>, min_interval: Duration) -> Result<Schedule, String> {
-        if tz.parse::<chrono_tz::Tz>().is_err() {
+        if tz.parse::<crate::zone::Tz>().is_err() {
             return Err(format!("{tz:?} is not an IANA time zone (e.g. \"Europe/Berlin\", \"UTC\")"));
         }
         let schedule = match (self.at, self.every, self.cron) {

@@ -196,7 +196,7 @@ fn task_message(task: &str) -> String {
 fn context_line(manager: &SubagentManager, agent: &Agent, record: &NewSubagent) -> String {
     prompt::TurnContext {
         now: manager.now(),
-        timezone: manager.settings.prompt.timezone,
+        timezone: manager.settings.prompt.timezone.clone(),
         sender: Sender::System,
         several_people: false,
         channel: &record.chat.channel,

@@ -60,7 +60,7 @@ pub(super) async fn system_prompt(
 pub(super) fn context_line(turns: &TurnRunner, msg: &InboundMessage, level: Level, model: &str) -> String {
     TurnContext {
         now: turns.access.get().now(),
-        timezone: turns.settings.prompt.timezone,
+        timezone: turns.settings.prompt.timezone.clone(),
         sender: sender(msg, level),
         several_people: super::batch::merged_with_names(msg),
         channel: &msg.channel,

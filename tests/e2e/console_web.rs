@@ -158,7 +158,10 @@ async fn the_owner_console_decides_schedules_and_charts_in_the_browser() {
     let bars = "const bars = [...document.querySelectorAll('#usage-days rect.bar')]; \
                 return bars.length > 0 && bars.every(b => Number(b.getAttribute('height')) > 0) ? bars.map(b => b.dataset.day) : null";
     let days = browser.wait_for(bars, Duration::from_secs(10)).await;
-    let today = chrono::Utc::now().with_timezone(&chrono_tz::Europe::Berlin).date_naive().to_string();
+    let today = chrono::Utc::now()
+        .with_timezone(&"Europe/Berlin".parse::<switchboard::zone::Tz>().unwrap())
+        .date_naive()
+        .to_string();
     assert!(days.as_array().unwrap().iter().all(|day| day == &json!(today)), "{days}");
     assert!(browser.run("return document.querySelectorAll('#usage-people rect.bar').length").await.as_u64() >= Some(1));
     save(browser.screenshot().await, "console-desktop.png");

@@ -106,7 +106,7 @@ async fn isolated_job_replies_to_its_target_and_keeps_its_own_history(kind: BusK
 
     let job = only_job(&h.store).await;
     let due = job.job.next_run_at.unwrap();
-    let berlin: chrono_tz::Tz = "Europe/Berlin".parse().unwrap();
+    let berlin: switchboard::zone::Tz = "Europe/Berlin".parse().unwrap();
     assert_eq!(due.with_timezone(&berlin).format("%H:%M").to_string(), "08:00");
     h.llm.push(Scripted::Text("Today: nothing happened.".into()));
     h.clock.set(due);

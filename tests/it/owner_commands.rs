@@ -177,7 +177,12 @@ async fn cron_shows_each_job_with_its_buttons_and_is_answered_once() {
     assert_eq!(reply, "2 cron jobs, above.");
     assert_eq!(jobs.len(), 2, "{jobs:#?}");
     assert!(jobs[0].content.starts_with(&format!("Morning news ({})\nevery 1h", news.id)), "{}", jobs[0].content);
-    let next = news.job.next_run_at.unwrap().with_timezone(&chrono_tz::Europe::Berlin).format("%Y-%m-%d %H:%M %Z");
+    let next = news
+        .job
+        .next_run_at
+        .unwrap()
+        .with_timezone(&"Europe/Berlin".parse::<switchboard::zone::Tz>().unwrap())
+        .format("%Y-%m-%d %H:%M %Z");
     assert!(jobs[0].content.ends_with(&format!("\nNext run: {next}")), "{}", jobs[0].content);
     assert_eq!(
         jobs[0].buttons,

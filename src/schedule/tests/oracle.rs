@@ -2,8 +2,8 @@
 //! over real instants that applies the documented rules directly. No proptest in this crate,
 //! so a fixed-seed generator keeps failures reproducible.
 
+use crate::zone::Tz;
 use chrono::{DateTime, Datelike, Duration, NaiveDateTime, Offset, TimeZone, Timelike, Utc};
-use chrono_tz::Tz;
 
 use super::super::crontab::Crontab;
 use super::{cron, utc};
@@ -62,7 +62,7 @@ impl Rng {
     }
 }
 
-fn offset(tz: Tz, t: DateTime<Utc>) -> i64 {
+fn offset(tz: &Tz, t: DateTime<Utc>) -> i64 {
     i64::from(tz.offset_from_utc_datetime(&t.naive_utc()).fix().local_minus_utc())
 }
 
@@ -74,8 +74,8 @@ fn matches(tab: &Crontab, wall: NaiveDateTime) -> bool {
 }
 
 /// Whether the job fires at instant `t` (a whole minute), by the documented rules.
-fn fires_at(tab: &Crontab, tz: Tz, t: DateTime<Utc>) -> bool {
-    let wall = t.with_timezone(&tz).naive_local();
+fn fires_at(tab: &Crontab, tz: &Tz, t: DateTime<Utc>) -> bool {
+    let wall = t.with_timezone(tz).naive_local();
     let before = offset(tz, t - Duration::minutes(1));
     let now = offset(tz, t);
     if now > before {
@@ -131,7 +131,8 @@ fn next_after_agrees_with_a_minute_walk() {
 
         let first_minute = after.with_second(0).unwrap_or(after) + Duration::minutes(1);
         let first_minute = first_minute.with_nanosecond(0).unwrap_or(first_minute);
-        let walked = (0..HORIZON_MINUTES).map(|m| first_minute + Duration::minutes(m)).find(|t| fires_at(&tab, tz, *t));
+        let walked =
+            (0..HORIZON_MINUTES).map(|m| first_minute + Duration::minutes(m)).find(|t| fires_at(&tab, &tz, *t));
         let context = format!("case {case}: `{expr}` in {tz_name} after {after}");
         checked += 1;
         if let Some(t) = walked {
@@ -139,7 +140,7 @@ fn next_after_agrees_with_a_minute_walk() {
             let wall = t.with_timezone(&tz).naive_local();
             in_repeat_or_gap += usize::from(
                 tz.from_local_datetime(&wall).single().is_none()
-                    || offset(tz, t) != offset(tz, t - Duration::minutes(1)),
+                    || offset(&tz, t) != offset(&tz, t - Duration::minutes(1)),
             );
         }
         match walked {

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
+use crate::zone::Tz;
 use chrono::{DateTime, Utc};
-use chrono_tz::Tz;
 
 use crate::config::{ActiveHours, BadTarget, HeartbeatConfig, HeartbeatTarget};
 
@@ -44,6 +44,6 @@ impl HeartbeatSettings {
 
     /// Whether `at` is inside the active hours (always, when none are set).
     pub fn is_active_at(&self, at: DateTime<Utc>) -> bool {
-        self.active_hours.is_none_or(|hours| hours.contains(at, self.timezone))
+        self.active_hours.is_none_or(|hours| hours.contains(at, &self.timezone))
     }
 }

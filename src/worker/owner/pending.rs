@@ -71,7 +71,7 @@ async fn waiting_calls(turns: &TurnRunner, now: DateTime<Utc>) -> Result<Vec<App
 /// `ABCD2345 Ann (telegram 777), expires 14:05 CET`, in the owner's time zone.
 fn pairing_line(turns: &TurnRunner, entry: &PairingEntry, now: DateTime<Utc>) -> String {
     let PairingState::Pending { code, expires_at } = &entry.state else { return String::new() };
-    let until = local_time(*expires_at, turns.settings.prompt.timezone, now);
+    let until = local_time(*expires_at, &turns.settings.prompt.timezone, now);
     let who = match entry.sender_name.as_str() {
         "" => format!("{} {}", entry.channel, entry.sender_id),
         name => format!("{name} ({} {})", entry.channel, entry.sender_id),
