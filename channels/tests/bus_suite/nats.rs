@@ -390,6 +390,37 @@ async fn a_stored_inbound_message_can_be_discarded() {
     within(PATIENCE, "again", bus.discard_inbound(seq)).await.expect("a message already gone is no error");
 }
 
+/// A worker finds an older message of its chat answered but still stored and removes it, while
+/// that message's own worker acks it: the ack may win. However the message went (acked, or
+/// removed before), wherever it sat in the stream, the removal is no error: an error here
+/// hands the later message back for a second, a stall its chat feels.
+#[tokio::test]
+async fn discarding_a_message_already_acked_is_no_error() {
+    let server = NatsServer::start().await;
+    let bus = connect(&server).await;
+    let mut deliveries = bus.inbound().await.expect("inbound");
+    for content in ["first", "middle", "last", "kept"] {
+        publish_on(&bus, content).await;
+    }
+    let mut taken = Vec::new();
+    for _ in 0..4 {
+        taken.push(Some(take(&mut deliveries).await));
+    }
+    let seqs: Vec<u64> = taken.iter().flatten().map(|delivery| delivery.stream_seq.expect("seq")).collect();
+    let subject = taken[0].as_ref().expect("taken").subject.clone();
+    // Acked in an order that leaves a gap in the middle, then the first, then the last.
+    for index in [1, 0, 2] {
+        let delivery = taken[index].take().expect("taken once");
+        within(PATIENCE, "ack", delivery.ack()).await.expect("ack");
+        within(PATIENCE, "discard", bus.discard_inbound(seqs[index])).await.expect("a message acked meanwhile is gone");
+    }
+    for &seq in &seqs[..3] {
+        within(PATIENCE, "again", bus.discard_inbound(seq)).await.expect("a message already gone is no error");
+    }
+    let oldest = bus.stored_inbound(&subject, 1).await.expect("lookup").expect("stored");
+    assert_eq!(oldest.seq, seqs[3], "the unacked message is still stored");
+}
+
 /// A deployment upgraded from a version whose workers' consumer stopped after 10 deliveries
 /// gets the unlimited one at the next start (a message waiting for an older one of its chat is
 /// handed back many times).

@@ -44,11 +44,14 @@ pub(super) async fn discard(js: &jetstream::Context, stream: &str, seq: u64) -> 
     match stream.delete_message(seq).await {
         Ok(_) => Ok(()),
         Err(err) => match err.kind() {
-            // nats-server 2.9 answers a delete of a message already gone with 10057, "no
-            // message found"; other failures carry the same code with another text.
+            // nats-server 2.9 answers a delete of a message already gone in one of two ways:
+            // 10043, "sequence N not found" (its worker's ack removed it between our lookup and
+            // this delete), or 10057, "no message found"; other failures of a delete carry
+            // 10057 with another text.
             DeleteMessageErrorKind::JetStream(error)
-                if error.error_code() == ErrorCode::STREAM_MESSAGE_DELETE_FAILED
-                    && error.to_string().contains("no message found") =>
+                if error.error_code() == ErrorCode::SEQUENCE_NOT_FOUND
+                    || (error.error_code() == ErrorCode::STREAM_MESSAGE_DELETE_FAILED
+                        && error.to_string().contains("no message found")) =>
             {
                 Ok(())
             }
