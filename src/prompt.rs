@@ -19,13 +19,12 @@ use std::path::Path;
 use std::sync::Arc;
 use switchboard_channels::contract::SessionKey;
 
-use crate::zone::Tz;
-
 use crate::config::Level;
 use crate::provider::ToolSpec;
 use crate::workspace::WorkspaceFiles;
 use crate::workspace::memory::MemoryScope;
 use crate::workspace::skills::Catalog;
+use crate::zone::Tz;
 
 pub use context::TurnContext;
 pub use sections::HEARTBEAT_OK;

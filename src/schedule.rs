@@ -8,11 +8,11 @@ mod tests;
 
 use std::time::Duration;
 
-use crate::zone::Tz;
 use chrono::{DateTime, NaiveDate, NaiveDateTime, NaiveTime, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::clock::to_store_precision;
+use crate::zone::Tz;
 use crontab::Crontab;
 
 /// When a job fires. Stored as JSON in the database: keep the serde shape.

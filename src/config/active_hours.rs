@@ -1,7 +1,8 @@
 //! `active_hours` of a heartbeat in checked form: a daily window on a zone's wall clock.
 
-use crate::zone::Tz;
 use chrono::{DateTime, Timelike, Utc};
+
+use crate::zone::Tz;
 
 /// Minutes in a day: the exclusive upper bound of a time of day.
 const DAY_MINUTES: u32 = 24 * 60;

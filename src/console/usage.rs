@@ -3,7 +3,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::zone::Tz;
 use chrono::{DateTime, Days, NaiveDate, TimeZone, Utc};
 use switchboard_channels::api::console::desk::ConsoleError;
 use switchboard_channels::api::console::views::{DayUsage, PersonUsage, UsagePeriod, UsageReport, UsageTotals};
@@ -11,6 +10,7 @@ use switchboard_channels::api::console::views::{DayUsage, PersonUsage, UsagePeri
 use super::{Console, failed};
 use crate::store::usage::UsageSlice;
 use crate::users::month_key;
+use crate::zone::Tz;
 
 /// What runs billed to nobody are listed as.
 const NOBODY: &str = "no one (cron jobs, heartbeats, older runs)";

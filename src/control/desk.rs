@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use crate::zone::Tz;
 use async_trait::async_trait;
 use chrono::Utc;
 use serde_json::{Map, Value};
@@ -16,6 +15,7 @@ use super::Control;
 use super::pairing_notice::{local_time, notice_buttons, notice_text};
 use crate::config::Config;
 use crate::store::StoreError;
+use crate::zone::Tz;
 
 /// Said when a press could not be decided because the store failed.
 const FAILED: &str = "That did not work; please try again in a moment.";

@@ -1,10 +1,11 @@
 //! What the owner reads when a stranger asks to pair: who, what they wrote, the code and until
 //! when it is valid, with Approve and Deny buttons.
 
-use crate::zone::Tz;
 use chrono::{DateTime, Utc};
 use switchboard_channels::contract::Button;
 use switchboard_channels::control::{ButtonAction, PairingNotice};
+
+use crate::zone::Tz;
 
 /// Characters of the stranger's first message the owner is shown.
 const QUOTED_CHARS: usize = 300;

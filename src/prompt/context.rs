@@ -8,10 +8,10 @@
 //! it, the whole conversation included, can be served from the cache. Each message keeps its
 //! own line in the transcript, so later turns send it byte for byte as the first one did.
 
-use crate::zone::Tz;
 use chrono::{DateTime, Utc};
 
 use super::Sender;
+use crate::zone::Tz;
 
 /// Opens every context line; the system prompt explains it (see `sections::user`).
 pub const OPEN: &str = "[context:";

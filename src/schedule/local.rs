@@ -8,10 +8,10 @@
 //! - a skipped wall time (spring-forward gap) → the first instant after the gap, as Vixie cron
 //!   does; several skipped times collapse into that one firing.
 
-use crate::zone::Tz;
 use chrono::{DateTime, Datelike, Duration, NaiveDateTime, Offset, TimeZone, Timelike, Utc};
 
 use super::crontab::Crontab;
+use crate::zone::Tz;
 
 /// 1900-01-01T00:00:00Z: earlier than any firing the crate can produce (it starts in 1970).
 const CALENDAR_START: i64 = -2_208_988_800;

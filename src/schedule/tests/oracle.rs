@@ -2,11 +2,11 @@
 //! over real instants that applies the documented rules directly. No proptest in this crate,
 //! so a fixed-seed generator keeps failures reproducible.
 
-use crate::zone::Tz;
 use chrono::{DateTime, Datelike, Duration, NaiveDateTime, Offset, TimeZone, Timelike, Utc};
 
 use super::super::crontab::Crontab;
 use super::{cron, utc};
+use crate::zone::Tz;
 
 const ZONES: [&str; 7] = [
     "UTC",

@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
-use crate::zone::Tz;
 use chrono::{DateTime, Utc};
 
 use crate::config::{ActiveHours, BadTarget, HeartbeatConfig, HeartbeatTarget};
+use crate::zone::Tz;
 
 /// One agent's heartbeat, checked.
 #[derive(Debug, Clone, PartialEq)]
