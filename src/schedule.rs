@@ -12,7 +12,7 @@ use chrono::{DateTime, NaiveDate, NaiveDateTime, NaiveTime, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::clock::to_store_precision;
-use crate::zone::Tz;
+use crate::zone::{Tz, UnknownZone};
 use crontab::Crontab;
 
 /// When a job fires. Stored as JSON in the database: keep the serde shape.
@@ -76,8 +76,8 @@ pub enum ScheduleError {
     NeverFires,
     #[error("the `cron` crate rejected the translated expression `{expr}`: {reason}")]
     Translation { expr: String, reason: String },
-    #[error("unknown time zone `{0}`; use an IANA name like Europe/Berlin")]
-    UnknownZone(String),
+    #[error(transparent)]
+    UnknownZone(#[from] UnknownZone),
     #[error("interval {every} is below the minimum of {min}")]
     IntervalTooShort { every: String, min: String },
     #[error("duration `{text}`: {reason}")]
@@ -214,7 +214,7 @@ fn stored_time<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Date
 }
 
 fn parse_zone(tz: &str) -> Result<Tz, ScheduleError> {
-    tz.trim().parse::<Tz>().map_err(|_| ScheduleError::UnknownZone(tz.to_owned()))
+    Ok(tz.trim().parse::<Tz>()?)
 }
 
 /// Closed form: k = floor((after - anchor) / every) + 1, no loop over k.

@@ -18,7 +18,7 @@ pub struct Tz(Rules);
 
 /// A name that is not a zone of the IANA database.
 #[derive(Debug, Clone, Error, PartialEq, Eq)]
-#[error("{0:?} is not a time zone of the IANA database (like \"Europe/Berlin\" or \"UTC\")")]
+#[error("{0:?} is not an IANA time zone name (e.g. \"UTC\", \"Europe/Berlin\")")]
 pub struct UnknownZone(String);
 
 impl Tz {

@@ -80,9 +80,8 @@ pub(super) fn problem(cron: &CronConfig) -> Option<(&'static str, String)> {
     if cron.poll_interval_ms > 60_000 {
         return Some(("cron.poll_interval_ms", format!("{} is more than a minute (60000)", cron.poll_interval_ms)));
     }
-    if !cron.timezone.is_empty() && cron.timezone.parse::<crate::zone::Tz>().is_err() {
-        let reason = format!("{:?} is not an IANA time zone name (e.g. \"UTC\", \"Europe/Berlin\")", cron.timezone);
-        return Some(("cron.timezone", reason));
+    if let Some(Err(unknown)) = (!cron.timezone.is_empty()).then(|| cron.timezone.parse::<crate::zone::Tz>()) {
+        return Some(("cron.timezone", unknown.to_string()));
     }
     None
 }

@@ -91,10 +91,9 @@ fn section_problem(heartbeat: &HeartbeatConfig) -> Option<(&'static str, String)
     if let Err((key, reason)) = ActiveHours::parse(&heartbeat.active_hours.start, &heartbeat.active_hours.end) {
         return Some((key, reason));
     }
-    if !heartbeat.timezone.is_empty() && heartbeat.timezone.parse::<crate::zone::Tz>().is_err() {
-        let reason =
-            format!("{:?} is not an IANA time zone name (e.g. \"UTC\", \"Europe/Berlin\")", heartbeat.timezone);
-        return Some(("timezone", reason));
+    if let Some(Err(unknown)) = (!heartbeat.timezone.is_empty()).then(|| heartbeat.timezone.parse::<crate::zone::Tz>())
+    {
+        return Some(("timezone", unknown.to_string()));
     }
     if let Err(reason) = heartbeat.target.parse::<HeartbeatTarget>() {
         return Some(("target", reason.to_string()));

@@ -28,10 +28,8 @@ pub(super) fn validate(config: &Config, origins: &Origins) -> Result<(), ConfigE
                       \"postgres://switchboard@db.lan:5432/switchboard\" (postgres:// or postgresql://)";
         return Err(fail("store.database_url", reason.into()));
     }
-    if config.agent.time_zone().is_err() {
-        let reason =
-            format!("{:?} is not an IANA time zone name (e.g. \"UTC\", \"Europe/Berlin\")", config.agent.timezone);
-        return Err(fail("agent.timezone", reason));
+    if let Err(unknown) = config.agent.time_zone() {
+        return Err(fail("agent.timezone", unknown.to_string()));
     }
     if let Err(error) = EnvFilter::try_new(&config.log) {
         return Err(fail("log", format!("{:?} is not a tracing filter: {error}", config.log)));

@@ -23,8 +23,8 @@ pub struct ScheduleSpec<'a> {
 impl ScheduleSpec<'_> {
     /// The schedule, or why not (a sentence the model or the owner can act on).
     pub fn build(&self, tz: &str, now: DateTime<Utc>, min_interval: Duration) -> Result<Schedule, String> {
-        if tz.parse::<crate::zone::Tz>().is_err() {
-            return Err(format!("{tz:?} is not an IANA time zone (e.g. \"Europe/Berlin\", \"UTC\")"));
+        if let Err(unknown) = tz.parse::<crate::zone::Tz>() {
+            return Err(unknown.to_string());
         }
         let schedule = match (self.at, self.every, self.cron) {
             (Some(at), None, None) => Schedule::at(at, tz, now).map_err(|e| e.to_string())?,

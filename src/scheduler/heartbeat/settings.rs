@@ -5,7 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::config::{ActiveHours, BadTarget, HeartbeatConfig, HeartbeatTarget};
-use crate::zone::Tz;
+use crate::zone::{Tz, UnknownZone};
 
 /// One agent's heartbeat, checked.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,7 +36,7 @@ impl HeartbeatSettings {
         let active_hours = ActiveHours::parse(&config.active_hours.start, &config.active_hours.end)
             .map_err(|(key, reason)| bad(key, reason))?;
         let zone_name = if config.timezone.is_empty() { default_zone } else { &config.timezone };
-        let timezone = zone_name.parse().map_err(|_| bad("timezone", format!("{zone_name:?} is not a time zone")))?;
+        let timezone = zone_name.parse().map_err(|unknown: UnknownZone| bad("timezone", unknown.to_string()))?;
         let target = config.target.parse().map_err(|err: BadTarget| bad("target", err.to_string()))?;
         let every = Duration::from_secs(config.every_minutes.saturating_mul(60));
         Ok(Self { every, active_hours, timezone, target, prompt: config.prompt.clone() })
