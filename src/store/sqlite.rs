@@ -22,7 +22,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 use sqlx::{Sqlite, Transaction};
 use switchboard_channels::bus::journal::JournalRecord;
 
-use self::group_writes::{ClaimRow, GroupWrites};
+use self::group_writes::{ClaimRow, GroupWrites, SentRow};
 use self::grouped::Grouped;
 use super::finishing::{FinishRow, Finished};
 use super::history_cache::HistoryCache;
@@ -66,6 +66,14 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
+    /// Records how far outbound message `id` got on `channel` (grouped with the records made
+    /// meanwhile).
+    pub(super) async fn record_sent_grouped(&self, channel: &str, id: &str, steps: i64) -> Result<(), StoreError> {
+        let row = SentRow { channel: channel.to_owned(), id: id.to_owned(), steps };
+        Grouped::write(&self.writes.sent, vec![row]).await.map_err(StoreError::Grouped)?;
+        Ok(())
+    }
+
     /// Opens (creating if needed) the database at `path` and migrates it to the newest schema.
     ///
     /// Fails with [`StoreError::Open`] if the file cannot be created or opened, and with

@@ -115,6 +115,30 @@ on_both_stores! {
         assert_eq!(fresh.store.sent("telegram", "run-2:reply").await.unwrap(), Some(Sent::All));
     }
 
+    /// Many adapters finish their sends at once (their records share statements on SQLite):
+    /// each record is kept, and a message's later progress overrides its earlier one.
+    async fn records_made_at_once_are_each_kept(fresh) {
+        let record = Arc::clone(&fresh.store) as Arc<dyn DeliveryRecord>;
+        let writes = (0..64).map(|n| {
+            let record = Arc::clone(&record);
+            tokio::spawn(async move {
+                let id = format!("run-{n}:reply");
+                record.record_sent("telegram", &id, Sent::Steps(1)).await.unwrap();
+                if n % 2 == 0 {
+                    record.record_sent("telegram", &id, Sent::All).await.unwrap();
+                }
+            })
+        });
+        for write in futures_util::future::join_all(writes).await {
+            write.unwrap();
+        }
+        for n in 0..64 {
+            let expected = if n % 2 == 0 { Sent::All } else { Sent::Steps(1) };
+            assert_eq!(record.sent("telegram", &format!("run-{n}:reply")).await.unwrap(), Some(expected), "run-{n}");
+        }
+        assert_eq!(record.sent("discord", "run-0:reply").await.unwrap(), None, "another channel's record");
+    }
+
     /// After a long outage, a reply older than the limit is dropped, not sent an hour late.
     async fn a_reply_older_than_the_limit_is_dropped(fresh) {
         let fake = FakeTelegram::start().await;

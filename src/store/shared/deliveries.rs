@@ -1,7 +1,8 @@
 //! [`DeliveryRecord`] for both stores (`migrations/sqlite/0017_deliveries.sql`): one upsert per
-//! record; rows older than [`KEPT_MILLIS`] are deleted now and then (at most every
-//! [`PRUNE_EVERY_MILLIS`] per process), so the table holds about two days of deliveries however
-//! long the deployment runs, without a second statement per reply.
+//! record (on SQLite grouped with the records made meanwhile); rows older than [`KEPT_MILLIS`]
+//! are deleted now and then (at most every [`PRUNE_EVERY_MILLIS`] per process), so the table
+//! holds about two days of deliveries however long the deployment runs, without a second
+//! statement per reply.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
@@ -77,7 +78,6 @@ where
     for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
     for<'q> i64: Encode<'q, B::Db> + Type<B::Db>,
 {
-    let now = now_millis();
     sqlx::query(
         "INSERT INTO deliveries (channel, id, steps, recorded_at) VALUES ($1, $2, $3, $4) \
          ON CONFLICT (channel, id) DO UPDATE SET steps = excluded.steps, recorded_at = excluded.recorded_at",
@@ -85,10 +85,22 @@ where
     .bind(channel)
     .bind(id)
     .bind(encode(sent))
-    .bind(now)
+    .bind(now_millis())
     .execute(store.write_pool())
     .await
     .map_err(failed)?;
+    prune_old(store).await
+}
+
+/// Deletes the rows older than [`KEPT_MILLIS`] when it is this process's turn.
+async fn prune_old<B>(store: &B) -> Result<(), RecordError>
+where
+    B: Backend,
+    for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
+    <B::Db as Database>::Arguments: IntoArguments<B::Db>,
+    for<'q> i64: Encode<'q, B::Db> + Type<B::Db>,
+{
+    let now = now_millis();
     if prune_due(now) {
         sqlx::query("DELETE FROM deliveries WHERE recorded_at < $1")
             .bind(now - KEPT_MILLIS)
@@ -106,8 +118,12 @@ impl DeliveryRecord for SqliteStore {
         sent(self, channel, id).await
     }
 
+    /// Grouped with the records the other deliveries make meanwhile: every process's adapters
+    /// finish their sends at once under load, and each record would be a round trip of its own
+    /// to the one writer connection.
     async fn record_sent(&self, channel: &str, id: &str, steps: Sent) -> Result<(), RecordError> {
-        record_sent(self, channel, id, steps).await
+        self.record_sent_grouped(channel, id, encode(steps)).await.map_err(|err| RecordError(err.to_string()))?;
+        prune_old(self).await
     }
 }
 

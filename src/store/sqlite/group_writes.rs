@@ -37,6 +37,16 @@ pub(in crate::store) struct GroupWrites {
     pub finishes: Arc<Grouped<FinishRow, Result<Finished, String>>>,
     /// Runs whose reply was handed to the bus (NATS); for each, whether the run exists.
     pub deliveries: Arc<Grouped<String, bool>>,
+    /// What the chat adapters delivered (NATS): rows of the `deliveries` table to upsert.
+    pub sent: Arc<Grouped<SentRow, ()>>,
+}
+
+/// How far an outbound message got on a channel (`steps`: -1 for the whole message).
+#[derive(serde::Serialize)]
+pub(in crate::store) struct SentRow {
+    pub channel: String,
+    pub id: String,
+    pub steps: i64,
 }
 
 impl std::fmt::Debug for GroupWrites {
@@ -47,13 +57,15 @@ impl std::fmt::Debug for GroupWrites {
 
 impl GroupWrites {
     pub fn new(writer: &SqlitePool) -> Self {
-        let (w1, w2, w3, w4, w5) = (writer.clone(), writer.clone(), writer.clone(), writer.clone(), writer.clone());
+        let (w1, w2, w3, w4) = (writer.clone(), writer.clone(), writer.clone(), writer.clone());
+        let (w5, w6) = (writer.clone(), writer.clone());
         Self {
             removals: Arc::new(Grouped::new(move |seqs| remove(w1.clone(), seqs).boxed())),
             appends: Arc::new(Grouped::new(move |rows| append(w2.clone(), rows).boxed())),
             claims: Arc::new(Grouped::new(move |rows| claim(w3.clone(), rows).boxed())),
             finishes: Arc::new(Grouped::new(move |rows| finish::group(w4.clone(), rows).boxed())),
             deliveries: Arc::new(Grouped::new(move |runs| mark_delivered(w5.clone(), runs).boxed())),
+            sent: Arc::new(Grouped::new(move |rows| record_sent(w6.clone(), rows).boxed())),
         }
     }
 }
@@ -89,6 +101,26 @@ async fn mark_delivered(writer: SqlitePool, runs: Vec<String>) -> GroupOutcome<b
     .map_err(|err| err.to_string())?;
     let updated: std::collections::HashSet<String> = updated.into_iter().collect();
     Ok(runs.iter().map(|run| updated.contains(run)).collect())
+}
+
+/// One upsert over a JSON array of the rows; a later row for the same message wins (SQLite's
+/// upsert takes the rows of one `INSERT` one after another, in the array's order).
+async fn record_sent(writer: SqlitePool, rows: Vec<SentRow>) -> GroupOutcome<()> {
+    const ONE: &str = "INSERT INTO deliveries (channel, id, steps, recorded_at) VALUES ($1, $2, $3, $4) \
+         ON CONFLICT (channel, id) DO UPDATE SET steps = excluded.steps, recorded_at = excluded.recorded_at";
+    const MANY: &str = "INSERT INTO deliveries (channel, id, steps, recorded_at) \
+         SELECT r.value ->> '$.channel', r.value ->> '$.id', r.value ->> '$.steps', $2 \
+         FROM json_each($1) AS r WHERE true ORDER BY r.key \
+         ON CONFLICT (channel, id) DO UPDATE SET steps = excluded.steps, recorded_at = excluded.recorded_at";
+    let count = rows.len();
+    let now = crate::store::values::now_millis();
+    let written = if let [row] = rows.as_slice() {
+        sqlx::query(ONE).bind(&row.channel).bind(&row.id).bind(row.steps).bind(now).execute(&writer).await
+    } else {
+        let array = serde_json::to_string(&rows).map_err(|err| err.to_string())?;
+        sqlx::query(MANY).bind(array).bind(now).execute(&writer).await
+    };
+    written.map(|_| vec![(); count]).map_err(|err| err.to_string())
 }
 
 /// One `INSERT … SELECT` over a JSON array of the rows. The payloads travel as JSON strings,
