@@ -42,13 +42,15 @@ impl BusEvents {
             verbose.then(|| Progress { msg: msg.clone(), run_id: run_id.to_owned(), told: BTreeSet::new() });
         tokio::spawn(
             async move {
-                while let Some(body) = rx.recv().await {
-                    if let (Some(progress), RunEventBody::ToolCall { name, .. }) = (progress.as_mut(), &body) {
-                        progress.tool_started(bus.as_ref(), name).await;
-                    }
-                    let event = RunEvent { at: chrono::Utc::now(), body, ..template.clone() };
-                    if let Err(err) = bus.publish_event(&event).await {
-                        tracing::debug!(%err, "cannot publish a run event");
+                while let Some(first) = rx.recv().await {
+                    for body in with_queued(first, &mut rx) {
+                        if let (Some(progress), RunEventBody::ToolCall { name, .. }) = (progress.as_mut(), &body) {
+                            progress.tool_started(bus.as_ref(), name).await;
+                        }
+                        let event = RunEvent { at: chrono::Utc::now(), body, ..template.clone() };
+                        if let Err(err) = bus.publish_event(&event).await {
+                            tracing::debug!(%err, "cannot publish a run event");
+                        }
                     }
                 }
             }
@@ -57,6 +59,22 @@ impl BusEvents {
         );
         Self { tx }
     }
+}
+
+/// `first` and the events queued behind it, with the chunks that follow one another joined
+/// into one. A model's stream often brings several chunks in one read (the whole answer, from
+/// a fast one); each event is a publish, and on NATS a message to every adapter, so what
+/// piled up while the last one went out goes as one. Chunks that come apart in time still go
+/// one by one, as they came.
+fn with_queued(first: RunEventBody, rx: &mut mpsc::UnboundedReceiver<RunEventBody>) -> Vec<RunEventBody> {
+    let mut bodies = vec![first];
+    while let Ok(next) = rx.try_recv() {
+        match (bodies.last_mut(), next) {
+            (Some(RunEventBody::Chunk { text }), RunEventBody::Chunk { text: more }) => text.push_str(&more),
+            (_, next) => bodies.push(next),
+        }
+    }
+    bodies
 }
 
 impl EventSink for BusEvents {
@@ -102,4 +120,30 @@ fn describe(tool: &str) -> String {
         _ => return format!("using {tool}"),
     };
     known.to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(text: &str) -> RunEventBody {
+        RunEventBody::Chunk { text: text.to_owned() }
+    }
+
+    #[test]
+    fn chunks_queued_together_go_as_one_and_the_rest_keep_their_order() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        for body in [chunk("lo, "), chunk("wor"), chunk("ld"), RunEventBody::Failed { error: "cut".into() }, chunk("!")]
+        {
+            tx.send(body).unwrap();
+        }
+        let bodies = with_queued(chunk("Hel"), &mut rx);
+        assert_eq!(bodies, [chunk("Hello, world"), RunEventBody::Failed { error: "cut".into() }, chunk("!")]);
+    }
+
+    #[test]
+    fn an_event_alone_goes_as_it_is() {
+        let (_tx, mut rx) = mpsc::unbounded_channel();
+        assert_eq!(with_queued(RunEventBody::Started, &mut rx), [RunEventBody::Started]);
+    }
 }
