@@ -80,7 +80,9 @@ pub(super) fn problem(cron: &CronConfig) -> Option<(&'static str, String)> {
     if cron.poll_interval_ms > 60_000 {
         return Some(("cron.poll_interval_ms", format!("{} is more than a minute (60000)", cron.poll_interval_ms)));
     }
-    if let Some(Err(unknown)) = (!cron.timezone.is_empty()).then(|| cron.timezone.parse::<crate::zone::Tz>()) {
+    if !cron.timezone.is_empty()
+        && let Err(unknown) = cron.timezone.parse::<crate::zone::Tz>()
+    {
         return Some(("cron.timezone", unknown.to_string()));
     }
     None

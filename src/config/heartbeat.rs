@@ -91,7 +91,8 @@ fn section_problem(heartbeat: &HeartbeatConfig) -> Option<(&'static str, String)
     if let Err((key, reason)) = ActiveHours::parse(&heartbeat.active_hours.start, &heartbeat.active_hours.end) {
         return Some((key, reason));
     }
-    if let Some(Err(unknown)) = (!heartbeat.timezone.is_empty()).then(|| heartbeat.timezone.parse::<crate::zone::Tz>())
+    if !heartbeat.timezone.is_empty()
+        && let Err(unknown) = heartbeat.timezone.parse::<crate::zone::Tz>()
     {
         return Some(("timezone", unknown.to_string()));
     }
