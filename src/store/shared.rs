@@ -12,7 +12,7 @@
 mod api;
 mod approvals;
 mod cron;
-mod deliveries;
+pub(super) mod deliveries;
 mod heartbeat;
 mod lenient;
 pub(super) mod memory_index;

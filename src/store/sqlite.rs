@@ -66,14 +66,6 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
-    /// Records how far outbound message `id` got on `channel` (grouped with the records made
-    /// meanwhile).
-    pub(super) async fn record_sent_grouped(&self, channel: &str, id: &str, steps: i64) -> Result<(), StoreError> {
-        let row = SentRow { channel: channel.to_owned(), id: id.to_owned(), steps };
-        Grouped::write(&self.writes.sent, vec![row]).await.map_err(StoreError::Grouped)?;
-        Ok(())
-    }
-
     /// Opens (creating if needed) the database at `path` and migrates it to the newest schema.
     ///
     /// Fails with [`StoreError::Open`] if the file cannot be created or opened, and with
@@ -152,6 +144,14 @@ impl SqliteStore {
     /// Starts a write transaction holding the write lock from its first statement.
     pub(super) async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
         Ok(self.writer.begin_with("BEGIN IMMEDIATE").await?)
+    }
+
+    /// Records how far outbound message `id` got on `channel` (grouped with the records made
+    /// meanwhile).
+    pub(super) async fn record_sent_grouped(&self, channel: &str, id: &str, steps: i64) -> Result<(), StoreError> {
+        let row = SentRow { channel: channel.to_owned(), id: id.to_owned(), steps };
+        Grouped::write(&self.writes.sent, vec![row]).await.map_err(StoreError::Grouped)?;
+        Ok(())
     }
 }
 

@@ -22,6 +22,11 @@ const KEPT_MILLIS: i64 = 2 * 24 * 3600 * 1000;
 /// How often a process deletes the old rows.
 const PRUNE_EVERY_MILLIS: i64 = 10 * 60 * 1000;
 
+/// Records one message's progress (the newer record of a message replaces the older).
+pub(in crate::store) const RECORD_ONE: &str = "INSERT INTO deliveries (channel, id, steps, recorded_at) \
+     VALUES ($1, $2, $3, $4) \
+     ON CONFLICT (channel, id) DO UPDATE SET steps = excluded.steps, recorded_at = excluded.recorded_at";
+
 /// `steps` for a message sent whole.
 const ALL: i64 = -1;
 
@@ -78,17 +83,14 @@ where
     for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
     for<'q> i64: Encode<'q, B::Db> + Type<B::Db>,
 {
-    sqlx::query(
-        "INSERT INTO deliveries (channel, id, steps, recorded_at) VALUES ($1, $2, $3, $4) \
-         ON CONFLICT (channel, id) DO UPDATE SET steps = excluded.steps, recorded_at = excluded.recorded_at",
-    )
-    .bind(channel)
-    .bind(id)
-    .bind(encode(sent))
-    .bind(now_millis())
-    .execute(store.write_pool())
-    .await
-    .map_err(failed)?;
+    sqlx::query(RECORD_ONE)
+        .bind(channel)
+        .bind(id)
+        .bind(encode(sent))
+        .bind(now_millis())
+        .execute(store.write_pool())
+        .await
+        .map_err(failed)?;
     prune_old(store).await
 }
 

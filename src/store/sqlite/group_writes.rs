@@ -106,8 +106,6 @@ async fn mark_delivered(writer: SqlitePool, runs: Vec<String>) -> GroupOutcome<b
 /// One upsert over a JSON array of the rows; a later row for the same message wins (SQLite's
 /// upsert takes the rows of one `INSERT` one after another, in the array's order).
 async fn record_sent(writer: SqlitePool, rows: Vec<SentRow>) -> GroupOutcome<()> {
-    const ONE: &str = "INSERT INTO deliveries (channel, id, steps, recorded_at) VALUES ($1, $2, $3, $4) \
-         ON CONFLICT (channel, id) DO UPDATE SET steps = excluded.steps, recorded_at = excluded.recorded_at";
     const MANY: &str = "INSERT INTO deliveries (channel, id, steps, recorded_at) \
          SELECT r.value ->> '$.channel', r.value ->> '$.id', r.value ->> '$.steps', $2 \
          FROM json_each($1) AS r WHERE true ORDER BY r.key \
@@ -115,7 +113,13 @@ async fn record_sent(writer: SqlitePool, rows: Vec<SentRow>) -> GroupOutcome<()>
     let count = rows.len();
     let now = crate::store::values::now_millis();
     let written = if let [row] = rows.as_slice() {
-        sqlx::query(ONE).bind(&row.channel).bind(&row.id).bind(row.steps).bind(now).execute(&writer).await
+        sqlx::query(crate::store::shared::deliveries::RECORD_ONE)
+            .bind(&row.channel)
+            .bind(&row.id)
+            .bind(row.steps)
+            .bind(now)
+            .execute(&writer)
+            .await
     } else {
         let array = serde_json::to_string(&rows).map_err(|err| err.to_string())?;
         sqlx::query(MANY).bind(array).bind(now).execute(&writer).await
@@ -250,6 +254,18 @@ mod tests {
             dedupe_id: dedupe_id.map(str::to_owned),
             payload: bytes::Bytes::from_static(b"{}"),
         }
+    }
+
+    #[tokio::test]
+    async fn a_group_of_records_keeps_each_and_the_later_progress_of_a_message() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::sqlite::SqliteStore::open(&dir.path().join("sb.db")).await.unwrap();
+        let sent = |id: &str, steps| SentRow { channel: "telegram".into(), id: id.into(), steps };
+        let group = vec![sent("a", 1), sent("b", -1), sent("a", -1), sent("c", 2)];
+        assert_eq!(record_sent(store.write_pool().clone(), group).await.unwrap().len(), 4);
+        let rows: Vec<(String, i64)> =
+            sqlx::query_as("SELECT id, steps FROM deliveries ORDER BY id").fetch_all(store.write_pool()).await.unwrap();
+        assert_eq!(rows, [("a".into(), -1), ("b".into(), -1), ("c".into(), 2)]);
     }
 
     #[test]
