@@ -231,6 +231,26 @@ pub struct Conversation {
     pub summary: Option<HistorySummary>,
 }
 
+/// A session's row as a turn reads it before its history: the history version (which every
+/// change to what the history shows increments) and the summary. Read with the session's
+/// settings when its task starts ([`SessionStore::session_start`]), it spares a turn that
+/// starts right after reading it again ([`SessionStore::conversation_from`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SessionHead {
+    /// `false`: the session had no row yet, so no history and no summary.
+    pub(in crate::store) found: bool,
+    /// `None` also when it does not decode: the history is then read afresh.
+    pub(in crate::store) version: Option<i64>,
+    pub(in crate::store) summary: Option<HistorySummary>,
+}
+
+/// What a session's task reads when it starts, in one row: the chat's choices and the head.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SessionStart {
+    pub prefs: SessionPrefs,
+    pub head: SessionHead,
+}
+
 /// A session's saved summary of its older messages.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HistorySummary {
@@ -402,6 +422,16 @@ pub trait SessionStore: Send + Sync {
     /// together, from a copy in memory when this process stored the session's last turn.
     async fn conversation(&self, session_key: &str, limit: usize) -> Result<Conversation, StoreError>;
 
+    /// [`SessionStore::conversation`] with the session's head read before (by
+    /// [`SessionStore::session_start`]). Only for a turn that starts right after that read:
+    /// a change to the history in between is not seen.
+    async fn conversation_from(
+        &self,
+        session_key: &str,
+        limit: usize,
+        head: SessionHead,
+    ) -> Result<Conversation, StoreError>;
+
     /// Marks a compaction of the session as running. `false` when one already is (and is
     /// not stale), in which case the caller must not compact. Atomic across processes.
     async fn begin_compaction(&self, session_key: &str) -> Result<bool, StoreError>;
@@ -424,6 +454,10 @@ pub trait SessionStore: Send + Sync {
     /// What the session chose with `/queue`, `/model` and `/verbose` (the defaults for a new
     /// session). One row, read when a session's task starts.
     async fn session_prefs(&self, session_key: &str) -> Result<SessionPrefs, StoreError>;
+
+    /// [`SessionStore::session_prefs`] and the session's head, read together when a session's
+    /// task starts (one statement instead of two for its first turn).
+    async fn session_start(&self, session_key: &str) -> Result<SessionStart, StoreError>;
 
     /// Stores the session's model (`/model <name>`); `None` = the agent's chain as configured.
     async fn set_session_model(&self, session_key: &str, model: Option<&str>) -> Result<(), StoreError>;

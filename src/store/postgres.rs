@@ -26,8 +26,11 @@ use self::lock::SessionLock;
 use super::finishing::{FinishRow, Finished};
 use super::history_cache::HistoryCache;
 use super::lock::{DatabaseLock, LockMode};
+use super::shared::users::UserRows;
+use super::users::User;
 use super::values::now_millis;
-use super::{RunKind, SharedDir, StoreError};
+use super::{RunKind, SessionStart, SharedDir, StoreError};
+use crate::config::Identity;
 
 /// Connections per process. A turn holds one for a statement at a time, never across the
 /// model call, so a few serve hundreds of turns in flight; PostgreSQL's own default limit
@@ -127,6 +130,17 @@ impl super::shared::Backend for PostgresStore {
 
     fn history_cache(&self) -> &HistoryCache {
         &self.history
+    }
+}
+
+impl super::shared::TurnReads for PostgresStore {
+    async fn find_sender(&self, identity: &Identity) -> Result<Option<(User, String)>, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        Postgres::find(&mut conn, identity).await
+    }
+
+    async fn read_session_start(&self, session_key: &str) -> Result<SessionStart, StoreError> {
+        super::shared::sessions::read_start(&self.pool, session_key).await
     }
 }
 

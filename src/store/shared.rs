@@ -14,21 +14,23 @@ mod approvals;
 mod cron;
 pub(super) mod deliveries;
 mod heartbeat;
-mod lenient;
+pub(super) mod lenient;
 pub(super) mod memory_index;
 mod pairing;
 pub(super) mod runs;
-mod sessions;
+pub(super) mod sessions;
 mod subagents;
 mod usage;
-mod users;
+pub(super) mod users;
 mod windows;
 
 use sqlx::Transaction;
 
 use super::finishing::{FinishRow, Finished};
 use super::history_cache::HistoryCache;
-use super::{RunKind, StoreError};
+use super::users::User;
+use super::{RunKind, SessionStart, StoreError};
+use crate::config::Identity;
 
 /// A store the shared SQL runs on: its database, its two connection pools, and the pieces each
 /// backend does its own way.
@@ -66,6 +68,19 @@ pub(in crate::store) trait RunWrites: Backend {
 
     /// Marks the reply of run `run_id` as handed to the bus; false when there is no such run.
     fn mark_delivered(&self, run_id: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
+}
+
+/// The reads of a turn, which each backend makes its own way (SQLite groups them).
+pub(in crate::store) trait TurnReads: Backend {
+    /// The user behind `identity` and the display name stored with it; `None` for a stranger.
+    fn find_sender(
+        &self,
+        identity: &Identity,
+    ) -> impl Future<Output = Result<Option<(User, String)>, StoreError>> + Send;
+
+    /// The session's settings and head, read when its task starts (the defaults for a session
+    /// without a row).
+    fn read_session_start(&self, session_key: &str) -> impl Future<Output = Result<SessionStart, StoreError>> + Send;
 }
 
 /// How many rows a statement changed, which sqlx reports per database.

@@ -8,6 +8,7 @@
 //! Times are stored as unix milliseconds (UTC).
 
 mod finish;
+mod group_reads;
 mod group_writes;
 mod grouped;
 mod memory_embeddings;
@@ -22,13 +23,16 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 use sqlx::{Sqlite, Transaction};
 use switchboard_channels::bus::journal::JournalRecord;
 
+use self::group_reads::GroupReads;
 use self::group_writes::{ClaimRow, GroupWrites, SentRow};
 use self::grouped::Grouped;
 use super::finishing::{FinishRow, Finished};
 use super::history_cache::HistoryCache;
 use super::migrate::{self, SQLITE_MIGRATIONS};
+use super::users::User;
 use super::values::{now_millis, sql_limit};
-use super::{RunKind, StoreError};
+use super::{RunKind, SessionStart, StoreError};
+use crate::config::Identity;
 
 /// How long a statement waits for another connection's write lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -63,6 +67,8 @@ pub struct SqliteStore {
     history: Arc<HistoryCache>,
     /// Writes that many tasks make at once, grouped into one statement per kind.
     writes: Arc<GroupWrites>,
+    /// The reads every turn makes, grouped the same way.
+    reads: Arc<GroupReads>,
 }
 
 impl SqliteStore {
@@ -94,7 +100,8 @@ impl SqliteStore {
         let writer = pool_options(1);
         let writer = connect_waiting_for_wal(options, writer).await.map_err(|e| open_err(e.to_string()))?;
         let writes = Arc::new(GroupWrites::new(&writer));
-        Ok(SqliteStore { pool, writer, path: path.to_owned(), history: Arc::default(), writes })
+        let reads = Arc::new(GroupReads::new(&pool));
+        Ok(SqliteStore { pool, writer, path: path.to_owned(), history: Arc::default(), writes, reads })
     }
 
     /// Fails with [`StoreError::NotWritable`] unless a write would succeed. SQLite opens a file
@@ -121,13 +128,13 @@ impl SqliteStore {
     /// Deletes the bus journal's row `seq` (grouped with others acked meanwhile); returns once
     /// it is deleted.
     pub(super) async fn remove_journaled(&self, seq: i64) -> Result<(), String> {
-        Grouped::write(&self.writes.removals, vec![seq]).await.map(drop)
+        Grouped::run(&self.writes.removals, vec![seq]).await.map(drop)
     }
 
     /// Adds rows to the bus journal (grouped with others added meanwhile, in order); each
     /// row's `seq`, or `None` when a row with its dedupe id is still pending.
     pub(super) async fn append_journaled(&self, rows: Vec<JournalRecord>) -> Result<Vec<Option<i64>>, String> {
-        Grouped::write(&self.writes.appends, rows).await
+        Grouped::run(&self.writes.appends, rows).await
     }
 
     /// Closes the pool, waiting for connections in use to be returned. Later calls fail.
@@ -150,7 +157,7 @@ impl SqliteStore {
     /// meanwhile).
     pub(super) async fn record_sent_grouped(&self, channel: &str, id: &str, steps: i64) -> Result<(), StoreError> {
         let row = SentRow { channel: channel.to_owned(), id: id.to_owned(), steps };
-        Grouped::write(&self.writes.sent, vec![row]).await.map_err(StoreError::Grouped)?;
+        Grouped::run(&self.writes.sent, vec![row]).await.map_err(StoreError::Grouped)?;
         Ok(())
     }
 }
@@ -204,6 +211,21 @@ impl super::shared::Backend for SqliteStore {
     }
 }
 
+impl super::shared::TurnReads for SqliteStore {
+    /// Looks up the sender (grouped with the lookups made meanwhile).
+    async fn find_sender(&self, identity: &Identity) -> Result<Option<(User, String)>, StoreError> {
+        let found = Grouped::run(&self.reads.senders, vec![identity.clone()]).await.map_err(StoreError::Grouped)?;
+        Ok(found.into_iter().next().flatten())
+    }
+
+    /// Reads the session's row (grouped with the session starts made meanwhile).
+    async fn read_session_start(&self, session_key: &str) -> Result<SessionStart, StoreError> {
+        let starts = Grouped::run(&self.reads.sessions, vec![session_key.to_owned()]).await;
+        let start = starts.map_err(StoreError::Grouped)?.into_iter().next();
+        start.ok_or_else(|| StoreError::Grouped("no session row result".into()))
+    }
+}
+
 impl super::shared::RunWrites for SqliteStore {
     /// Inserts a new running run for `inbound_id` (grouped with the claims made meanwhile);
     /// false when the inbound id has a run already.
@@ -220,20 +242,20 @@ impl super::shared::RunWrites for SqliteStore {
             session_key: session_key.to_owned(),
             kind,
         };
-        let inserted = Grouped::write(&self.writes.claims, vec![row]).await.map_err(StoreError::Grouped)?;
+        let inserted = Grouped::run(&self.writes.claims, vec![row]).await.map_err(StoreError::Grouped)?;
         Ok(inserted.first() == Some(&true))
     }
 
     /// Writes a run's finish (grouped with the finishes made meanwhile).
     async fn write_finish(&self, row: FinishRow) -> Result<Finished, StoreError> {
-        let finished = Grouped::write(&self.writes.finishes, vec![row]).await.map_err(StoreError::Grouped)?;
+        let finished = Grouped::run(&self.writes.finishes, vec![row]).await.map_err(StoreError::Grouped)?;
         let finished = finished.into_iter().next().ok_or_else(|| StoreError::Grouped("no finish result".into()))?;
         finished.map_err(StoreError::Grouped)
     }
 
     /// Marks a run's reply as handed to the bus (grouped with the others marked meanwhile).
     async fn mark_delivered(&self, run_id: &str) -> Result<bool, StoreError> {
-        let found = Grouped::write(&self.writes.deliveries, vec![run_id.to_owned()]).await;
+        let found = Grouped::run(&self.writes.deliveries, vec![run_id.to_owned()]).await;
         Ok(found.map_err(StoreError::Grouped)?.first() == Some(&true))
     }
 }

@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::keepalive::Held;
 use crate::agent::SteerReceiver;
+use crate::store::SessionHead;
 
 /// A message taken from the bus and decoded, waiting for its session's turn.
 pub(super) struct Job {
@@ -26,6 +27,8 @@ pub(super) struct Control<'a> {
     pub steer: &'a mut SteerReceiver,
     /// What the chat chose for its session (`/model`, `/verbose`).
     pub choices: Choices,
+    /// The session's head as its task read it on start, for a first turn that started at once.
+    pub head: Option<SessionHead>,
 }
 
 /// A session's `/model` and `/verbose` choices, as its task knows them.

@@ -29,7 +29,7 @@ use super::turn::CompactionDue;
 use super::turn::TurnPlan;
 use crate::agent::{EventSink, SteerReceiver, TurnResult};
 use crate::store::users::Billing;
-use crate::store::{RunClaim, RunOutcome, RunStatus};
+use crate::store::{RunClaim, RunOutcome, RunStatus, SessionHead};
 use crate::tools::run_clock::RunClock;
 
 /// How long to wait before a message is tried again after the store or bus failed.
@@ -44,11 +44,13 @@ struct Done {
     billing: Option<Billing>,
 }
 
-/// What a turn takes from its session: the steering channel and the chat's choices.
+/// What a turn takes from its session: the steering channel, the chat's choices and the head
+/// its task read on start.
 struct Turning<'a> {
     steer: &'a mut SteerReceiver,
     choices: Choices,
     clock: RunClock,
+    head: Option<SessionHead>,
 }
 
 impl TurnRunner {
@@ -126,7 +128,7 @@ impl TurnRunner {
         position: Option<u64>,
         control: Control<'_>,
     ) -> Result<Done, Giveback> {
-        let Control { cancel, steer, choices } = control;
+        let Control { cancel, steer, choices, head } = control;
         if self.stopping.is_cancelled() {
             return Err(Giveback::Stopping);
         }
@@ -172,7 +174,7 @@ impl TurnRunner {
             () = clock.expired(tokio::time::Instant::now(), limit) => {
                 (abort::timed_out(&self.bus, msg, &run_id, session_key, limit), None)
             }
-            ran = self.turn(route, msg, &run_id, access, Turning { steer, choices, clock: clock.clone() }) => ran?,
+            ran = self.turn(route, msg, &run_id, access, Turning { steer, choices, clock: clock.clone(), head }) => ran?,
         };
         tracing::Span::current().record("status", tracing::field::display(outcome.status.as_str()));
         self.commit.finish(msg, &run_id, &outcome, position).await?;
@@ -193,7 +195,7 @@ impl TurnRunner {
         access: Access,
         turning: Turning<'_>,
     ) -> Result<(RunOutcome, Option<CompactionDue>), Giveback> {
-        let Turning { steer, choices, clock } = turning;
+        let Turning { steer, choices, clock, head } = turning;
         let (agent, session_key) = (&route.agent, &route.key);
         if let Some(reminder) = crate::scheduler::hooks::reminder(msg) {
             let reply = super::settle::reply_to(msg, run_id, session_key, OutboundKind::Reply, reminder.text);
@@ -222,7 +224,7 @@ impl TurnRunner {
         let memory_scope = memory.label(&agent.settings().name);
         let plan =
             TurnPlan { agent, msg, run_id, session_key, tools, level, clock, input, memory, model: choices.model };
-        let ran = super::turn::run_agent(self, &plan, &events, steer).await.map_err(transient)?;
+        let ran = super::turn::run_agent(self, &plan, head, &events, steer).await.map_err(transient)?;
         let mut result = ran.result;
         let suppressed = hygiene::clean_reply(&mut result, hygiene::heartbeat_ack_limit(agent.settings(), msg));
         let workspace = &agent.settings().workspace;

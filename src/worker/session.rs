@@ -25,6 +25,7 @@ use super::keepalive::Settle;
 use super::{expiry, overflow, settle};
 use crate::agent::SteerReceiver;
 use crate::config::QueueMode;
+use crate::store::{SessionHead, SessionStart};
 
 /// How sessions queue messages (`[worker]`).
 #[derive(Debug, Clone)]
@@ -189,10 +190,15 @@ pub(super) fn batching(intake: &Intake, mode: QueueMode) -> Batching {
 
 /// Runs one session's turns in order until its queue is empty, then removes the session.
 pub(super) async fn session_loop(intake: Arc<Intake>, key: SessionKey) {
-    load_prefs(&intake, &key).await;
+    let mut head = load_prefs(&intake, &key).await;
     loop {
-        wait_for_turn(&intake, &key).await;
+        // The head read at the start serves the first turn, if it starts at once: while a
+        // burst is awaited, `/new` or another process may change the history.
+        if wait_for_turn(&intake, &key).await {
+            head = None;
+        }
         let Some(Batch { first, rest, cancel, mut steer }) = next_batch(&intake, &key) else { return };
+        let head = head.take();
         let (primary, merged) = batch::merge(first, rest, mode_of(&intake, &key));
         let Some((primary, merged)) =
             expiry::admit(&intake.turns, intake.settings.queue.max_wait, primary, merged).await
@@ -201,7 +207,7 @@ pub(super) async fn session_loop(intake: Arc<Intake>, key: SessionKey) {
             end_run(&intake, &key, &mut steer);
             continue;
         };
-        let control = Control { cancel: &cancel, steer: &mut steer, choices: choices_of(&intake, &key) };
+        let control = Control { cancel: &cancel, steer: &mut steer, choices: choices_of(&intake, &key), head };
         // `TurnRunner::run` catches a panic of the run itself; this one is for its bookkeeping
         // around the run (settling, compaction). Unwinding out of here would leave the session
         // marked running forever, and every later message of the chat queued behind nothing.
@@ -242,13 +248,14 @@ fn end_run(intake: &Intake, key: &SessionKey, steer: &mut SteerReceiver) -> Vec<
     active.steered
 }
 
-/// Reads what the session chose with `/queue`, `/model` and `/verbose` from the store.
-async fn load_prefs(intake: &Intake, key: &SessionKey) {
-    let prefs = match intake.turns.store.session_prefs(key).await {
-        Ok(prefs) => prefs,
+/// Reads what the session chose with `/queue`, `/model` and `/verbose` from the store; returns
+/// the session's head, read with them.
+async fn load_prefs(intake: &Intake, key: &SessionKey) -> Option<SessionHead> {
+    let SessionStart { prefs, head } = match intake.turns.store.session_start(key).await {
+        Ok(start) => start,
         Err(err) => {
             tracing::warn!(%err, session = %key, "cannot read the session's settings; using the defaults");
-            return;
+            return None;
         }
     };
     if let Some(mode) = prefs.queue_mode {
@@ -259,6 +266,7 @@ async fn load_prefs(intake: &Intake, key: &SessionKey) {
         session.model = prefs.model;
         session.verbose = prefs.verbose;
     }
+    Some(head)
 }
 
 /// Changes the model or the verbosity of a live session (`/model`, `/verbose`); a session
@@ -298,23 +306,25 @@ fn mode_of(intake: &Intake, key: &SessionKey) -> QueueMode {
 
 /// Waits until the turn at the front of the queue may start: in `collect` mode, or with
 /// debouncing on, until its burst is over (see [`Batching::start_at`]). Sleeps without the lock
-/// and looks again, since a message that arrived meanwhile moves the time.
-async fn wait_for_turn(intake: &Intake, key: &SessionKey) {
+/// and looks again, since a message that arrived meanwhile moves the time. True when it waited.
+async fn wait_for_turn(intake: &Intake, key: &SessionKey) -> bool {
     let free_since = Instant::now();
+    let mut waited = false;
     loop {
         let start_at = {
             let sessions = intake.sessions.lock().unwrap_or_else(PoisonError::into_inner);
-            let Some(session) = sessions.get(key) else { return };
+            let Some(session) = sessions.get(key) else { return waited };
             batching(intake, session.mode).start_at(&session.queue, free_since)
         };
         match start_at {
             Some(at) if Instant::now() < at && !intake.turns.stopping.is_cancelled() => {
+                waited = true;
                 tokio::select! {
                     _ = tokio::time::sleep_until(at) => {}
                     _ = intake.turns.stopping.cancelled() => {}
                 }
             }
-            _ => return,
+            _ => return waited,
         }
     }
 }

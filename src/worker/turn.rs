@@ -13,7 +13,7 @@ use crate::config::Level;
 use crate::context::Target;
 use crate::context::compaction::{Head, HistoryShape};
 use crate::provider::ChatMessage;
-use crate::store::StoreError;
+use crate::store::{SessionHead, StoreError};
 use crate::tools::run_clock::RunClock;
 use crate::tools::{PersonaAccess, ToolContext, ToolFilter};
 use crate::workspace::memory::MemoryScope;
@@ -54,10 +54,11 @@ pub(super) struct CompactionDue {
 }
 
 /// Runs the turn (see the module docs) in the memory scope of its plan; store errors reading
-/// the history are the caller's.
+/// the history are the caller's. `session_head`: the session's, when its task read it just before.
 pub(super) async fn run_agent(
     turns: &TurnRunner,
     plan: &TurnPlan<'_>,
+    session_head: Option<SessionHead>,
     events: &dyn EventSink,
     steer: &mut SteerReceiver,
 ) -> Result<Ran, StoreError> {
@@ -65,7 +66,7 @@ pub(super) async fn run_agent(
     let recalled = recalled.as_deref();
     let target = Target::new(plan.agent, plan.model.as_deref());
     let window = turns.context.window(target);
-    let (mut result, mut history, mut head) = attempt(turns, plan, recalled, events, steer).await?;
+    let (mut result, mut history, mut head) = attempt(turns, plan, session_head, recalled, events, steer).await?;
     // The chain learns what a server names, for the model it named it for: a fallback's
     // refusal leaves this window as it was, and the turn is not run again for it.
     let shrank = turns.context.window(target) < window;
@@ -73,7 +74,7 @@ pub(super) async fn run_agent(
     if shrank && result.overflowed {
         tracing::info!(limit = ?result.context_limit, "running the turn again within the window the model server named");
         let first = result;
-        (result, history, head) = attempt(turns, plan, recalled, events, steer).await?;
+        (result, history, head) = attempt(turns, plan, None, recalled, events, steer).await?;
         result.usage.add(first.usage);
     }
     let limit = turns.settings.history_limit;
@@ -99,6 +100,7 @@ fn tool_context(plan: &TurnPlan<'_>) -> ToolContext {
 async fn attempt(
     turns: &TurnRunner,
     plan: &TurnPlan<'_>,
+    session_head: Option<SessionHead>,
     recalled: Option<&str>,
     events: &dyn EventSink,
     steer: &mut SteerReceiver,
@@ -106,7 +108,11 @@ async fn attempt(
     let TurnPlan { agent, msg, session_key, .. } = *plan;
     let target = Target::new(agent, plan.model.as_deref());
     let memory = &plan.memory;
-    let conversation = turns.store.conversation(session_key, turns.settings.history_limit).await?;
+    let limit = turns.settings.history_limit;
+    let conversation = match session_head {
+        Some(read) => turns.store.conversation_from(session_key, limit, read).await?,
+        None => turns.store.conversation(session_key, limit).await?,
+    };
     let (history, summary) = (conversation.history, conversation.summary);
     let run = super::prompt::PromptFor { msg, session_key, memory };
     let mut input = ChatMessage { recalled: recalled.map(str::to_owned), ..plan.input.clone() };

@@ -12,7 +12,8 @@ use switchboard::config::QueueMode;
 use switchboard::provider::{ChatMessage, ToolCall};
 use switchboard::store::sqlite::SqliteStore;
 use switchboard::store::{
-    HistorySummary, RunClaim, RunOutcome, RunStatus, RunStore, SessionInfo, SessionStore, Store, StoreError,
+    Conversation, HistorySummary, RunClaim, RunOutcome, RunStatus, RunStore, SessionInfo, SessionPrefs, SessionStore,
+    Store, StoreError,
 };
 use switchboard_channels::contract::{OutboundKind, OutboundMessage, Usage};
 
@@ -526,6 +527,32 @@ on_both_stores! {
         assert_eq!(store.session_info("t:arch").await.unwrap().used.total(), 150);
         store.set_queue_mode("t:arch", Some(QueueMode::Collect)).await.unwrap();
         assert_eq!(store.session_info("t:arch").await.unwrap().queue_mode, Some(QueueMode::Collect));
+    }
+
+    /// A session's task reads its settings and its head in one row when it starts; its first
+    /// turn goes on from that head to what a read of its own gives, summary included.
+    async fn a_session_start_reads_the_settings_and_the_head_its_first_turn_goes_on_from(fresh) {
+        let store = Arc::clone(&fresh.store);
+        let new = store.session_start("t:new").await.unwrap();
+        assert_eq!(new.prefs, SessionPrefs::default());
+        assert_eq!(store.conversation_from("t:new", 50, new.head).await.unwrap(), Conversation::default());
+        for n in 0..3 {
+            answered(&*store, &format!("in-{n}"), SESSION, n).await;
+        }
+        let rows = store.history_rows(SESSION, 100).await.unwrap();
+        assert!(store.begin_compaction(SESSION).await.unwrap());
+        store.finish_compaction(SESSION, "q0 and q1", rows[3].0).await.unwrap();
+        store.set_session_model(SESSION, Some("local/small")).await.unwrap();
+        store.set_verbose(SESSION, true).await.unwrap();
+        store.set_queue_mode(SESSION, Some(QueueMode::Steer)).await.unwrap();
+
+        let start = store.session_start(SESSION).await.unwrap();
+        let prefs = SessionPrefs { queue_mode: Some(QueueMode::Steer), model: Some("local/small".into()), verbose: true };
+        assert_eq!(start.prefs, prefs);
+        let from_head = store.conversation_from(SESSION, 50, start.head).await.unwrap();
+        assert_eq!(from_head, store.conversation(SESSION, 50).await.unwrap());
+        assert_eq!(from_head.summary, Some(HistorySummary { text: "q0 and q1".into(), compactions: 1 }));
+        assert_eq!(from_head.history, [ChatMessage::user("q2"), ChatMessage::assistant("a2", Vec::new())]);
     }
 
     async fn a_new_conversation_drops_the_old_summary_and_status_counts_compactions(fresh) {

@@ -14,7 +14,7 @@ use sqlx::{ColumnIndex, Decode, Row, Type};
 use crate::config::QueueMode;
 use crate::provider::ChatMessage;
 use crate::store::values::from_millis;
-use crate::store::{HistorySummary, SessionPrefs, StoreError};
+use crate::store::{HistorySummary, SessionHead, SessionPrefs, StoreError};
 
 /// A column's value, or why it does not decode (`Ok(Err(reason))`).
 pub(super) fn column<'r, R, T>(row: &'r R, name: &'static str) -> Result<Result<T, String>, StoreError>
@@ -84,16 +84,9 @@ where
     Ok(message.and_then(|message| Ok((message, at?))))
 }
 
-/// What a turn reads of its session's row: the history version (`None` when it does not
-/// decode: the history is then read afresh every turn) and the summary with its compaction
-/// count.
-pub(super) struct Head {
-    pub version: Option<i64>,
-    pub summary: Option<HistorySummary>,
-}
-
-/// [`Head`] from a row of `history_version`, `summary` and `compaction_count`.
-pub(super) fn head<'r, R>(session_key: &str, row: &'r R) -> Result<Head, StoreError>
+/// [`SessionHead`] from a row of `history_version`, `summary` and `compaction_count`. A
+/// version that does not decode is `None`: the history is then read afresh every turn.
+pub(in crate::store) fn head<'r, R>(session_key: &str, row: &'r R) -> Result<SessionHead, StoreError>
 where
     R: Row,
     &'static str: ColumnIndex<R>,
@@ -114,7 +107,7 @@ where
             None
         }
     };
-    let Some(text) = summary else { return Ok(Head { version, summary: None }) };
+    let Some(text) = summary else { return Ok(SessionHead { found: true, version, summary: None }) };
     // The count only tells how many compactions made the summary: at least one did.
     let count = column::<R, i64>(row, "compaction_count")?
         .and_then(|count| u32::try_from(count).map_err(|_| format!("{count} is out of range")))
@@ -123,12 +116,12 @@ where
                 "the session's compaction_count does not decode; counting its summary as one compaction");
             1
         });
-    Ok(Head { version, summary: Some(HistorySummary { text, compactions: count }) })
+    Ok(SessionHead { found: true, version, summary: Some(HistorySummary { text, compactions: count }) })
 }
 
 /// [`SessionPrefs`] from a row of `queue_mode`, `model` and `show_progress`: a setting that
 /// does not decode is the default, the others stay as chosen.
-pub(super) fn prefs<'r, R>(session_key: &str, row: &'r R) -> Result<SessionPrefs, StoreError>
+pub(in crate::store) fn prefs<'r, R>(session_key: &str, row: &'r R) -> Result<SessionPrefs, StoreError>
 where
     R: Row,
     &'static str: ColumnIndex<R>,

@@ -5,12 +5,13 @@
 use async_trait::async_trait;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row, Type};
 
-use super::{Backend, RowsAffected, lenient};
+use super::{Backend, RowsAffected, TurnReads, lenient};
 use crate::config::QueueMode;
 use crate::provider::ChatMessage;
 use crate::store::values::{now_millis, sql_limit, to_u64};
 use crate::store::{
-    Conversation, HistorySummary, LastTurn, RunKind, SessionInfo, SessionPrefs, SessionStore, StoreError,
+    Conversation, HistorySummary, LastTurn, RunKind, SessionHead, SessionInfo, SessionPrefs, SessionStart,
+    SessionStore, StoreError,
 };
 
 /// Longer than any compaction takes (a flush turn with its timeout plus one summary call): a
@@ -39,9 +40,8 @@ where
 }
 
 /// The session's history version (changed by every change to what its history shows)
-/// and its summary; `None` when the session has no row yet. What does not decode is
-/// left out (see `lenient`).
-async fn session_head<B>(store: &B, key: &str) -> Result<Option<lenient::Head>, StoreError>
+/// and its summary. What does not decode is left out (see `lenient`).
+async fn session_head<B>(store: &B, key: &str) -> Result<SessionHead, StoreError>
 where
     B: Backend,
     for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
@@ -55,7 +55,30 @@ where
         .bind(key)
         .fetch_optional(store.pool())
         .await?;
-    row.as_ref().map(|row| lenient::head(key, row)).transpose()
+    row.as_ref().map_or_else(|| Ok(SessionHead::default()), |row| lenient::head(key, row))
+}
+
+/// The session's settings and head in one statement (the defaults without a row).
+pub(in crate::store) async fn read_start<DB>(pool: &Pool<DB>, key: &str) -> Result<SessionStart, StoreError>
+where
+    DB: Database,
+    for<'c> &'c Pool<DB>: Executor<'c, Database = DB>,
+    <DB as Database>::Arguments: IntoArguments<DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    &'static str: ColumnIndex<DB::Row>,
+    for<'r> i64: Decode<'r, DB> + Type<DB>,
+    for<'r> bool: Decode<'r, DB> + Type<DB>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+{
+    let row = sqlx::query(
+        "SELECT queue_mode, model, show_progress, history_version, summary, compaction_count \
+         FROM sessions WHERE key = $1",
+    )
+    .bind(key)
+    .fetch_optional(pool)
+    .await?;
+    let Some(row) = row else { return Ok(SessionStart::default()) };
+    Ok(SessionStart { prefs: lenient::prefs(key, &row)?, head: lenient::head(key, &row)? })
 }
 
 /// The newest `limit` messages of the session's history that decode, oldest first, and
@@ -95,7 +118,7 @@ where
 #[async_trait]
 impl<B> SessionStore for B
 where
-    B: Backend,
+    B: TurnReads,
     for<'c> &'c mut <B::Db as Database>::Connection: Executor<'c, Database = B::Db>,
     <B::Db as Database>::Arguments: IntoArguments<B::Db>,
     for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
@@ -119,11 +142,21 @@ where
     }
 
     async fn session_summary(&self, session_key: &str) -> Result<Option<HistorySummary>, StoreError> {
-        Ok(session_head(self, session_key).await?.and_then(|head| head.summary))
+        Ok(session_head(self, session_key).await?.summary)
     }
 
     async fn conversation(&self, session_key: &str, limit: usize) -> Result<Conversation, StoreError> {
-        let Some(lenient::Head { version, summary }) = session_head(self, session_key).await? else {
+        let head = session_head(self, session_key).await?;
+        self.conversation_from(session_key, limit, head).await
+    }
+
+    async fn conversation_from(
+        &self,
+        session_key: &str,
+        limit: usize,
+        head: SessionHead,
+    ) -> Result<Conversation, StoreError> {
+        let SessionHead { found: true, version, summary } = head else {
             return Ok(Conversation::default());
         };
         if let Some(history) = version.and_then(|version| self.history_cache().get(session_key, version, limit)) {
@@ -260,6 +293,10 @@ where
             .fetch_optional(self.pool())
             .await?;
         row.as_ref().map_or_else(|| Ok(SessionPrefs::default()), |row| lenient::prefs(session_key, row))
+    }
+
+    async fn session_start(&self, session_key: &str) -> Result<SessionStart, StoreError> {
+        self.read_session_start(session_key).await
     }
 
     async fn set_session_model(&self, session_key: &str, model: Option<&str>) -> Result<(), StoreError> {

@@ -12,18 +12,18 @@ use async_trait::async_trait;
 use sqlx::{AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Row, Type};
 use switchboard_channels::contract::Usage;
 
-use super::{Backend, RowsAffected};
+use super::{RowsAffected, TurnReads};
 use crate::config::{Identity, Level};
 use crate::store::StoreError;
 use crate::store::users::{Billing, LinkOutcome, MonthCost, User, UserId, UserStore, UserSummary};
 use crate::store::values::{from_millis, now_millis, to_i64, to_u64};
 
-const USER_COLUMNS: &str = "u.id, u.level, u.budget_tokens, u.created_at";
+pub(in crate::store) const USER_COLUMNS: &str = "u.id, u.level, u.budget_tokens, u.created_at";
 
 #[async_trait]
 impl<B> UserStore for B
 where
-    B: Backend,
+    B: TurnReads,
     B::Db: UserRows,
     for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
     <B::Db as Database>::Arguments: IntoArguments<B::Db>,
@@ -39,14 +39,13 @@ where
         new_level: Level,
     ) -> Result<User, StoreError> {
         // Almost every message comes from a known sender: look without taking the write lock.
-        let mut conn = self.pool().acquire().await?;
-        if let Some((user, stored_name)) = B::Db::find(&mut conn, identity).await? {
+        if let Some((user, stored_name)) = self.find_sender(identity).await? {
             if !display_name.is_empty() && stored_name != display_name {
+                let mut conn = self.write_pool().acquire().await?;
                 B::Db::rename(&mut conn, identity, display_name).await?;
             }
             return Ok(user);
         }
-        drop(conn);
         let mut tx = self.begin_write().await?;
         let user = B::Db::ensure_user(&mut tx, identity, display_name, new_level).await?;
         tx.commit().await?;
@@ -459,7 +458,7 @@ where
     Ok(grouped)
 }
 
-fn user_from_row<'r, R>(row: &'r R) -> Result<User, StoreError>
+pub(in crate::store) fn user_from_row<'r, R>(row: &'r R) -> Result<User, StoreError>
 where
     R: Row,
     &'static str: ColumnIndex<R>,

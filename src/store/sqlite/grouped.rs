@@ -1,4 +1,5 @@
-//! Writes grouped onto the one writer connection (see [`Grouped`]).
+//! Statements grouped onto a connection: the writes onto the one writer, the reads every turn
+//! makes onto a reader (see [`Grouped`]).
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -43,8 +44,8 @@ impl<In: Send + 'static, Out: Send + 'static> Grouped<In, Out> {
         Self { pending: Mutex::new(pending), write: Box::new(write) }
     }
 
-    /// Writes `items` with whatever else is pending; their outputs, in order.
-    pub async fn write(this: &Arc<Self>, items: Vec<In>) -> GroupOutcome<Out> {
+    /// Runs `items` with whatever else is pending; their outputs, in order.
+    pub async fn run(this: &Arc<Self>, items: Vec<In>) -> GroupOutcome<Out> {
         if items.is_empty() {
             return Ok(Vec::new());
         }
@@ -158,7 +159,7 @@ mod tests {
         let grouped = doubling(Arc::clone(&groups));
         let calls = (0..50u32).map(|n| {
             let grouped = Arc::clone(&grouped);
-            tokio::spawn(async move { Grouped::write(&grouped, vec![n, n + 1000]).await })
+            tokio::spawn(async move { Grouped::run(&grouped, vec![n, n + 1000]).await })
         });
         let results = futures_util::future::join_all(calls).await;
         for (n, result) in (0..50u32).zip(results) {
@@ -172,16 +173,16 @@ mod tests {
     async fn a_failed_group_fails_each_of_its_callers() {
         let grouped: Arc<Grouped<u32, u32>> =
             Arc::new(Grouped::new(|_| Box::pin(async { Err("disk full".to_owned()) }) as BoxFuture<'static, _>));
-        assert_eq!(Grouped::write(&grouped, vec![1]).await, Err("disk full".to_owned()));
+        assert_eq!(Grouped::run(&grouped, vec![1]).await, Err("disk full".to_owned()));
         // The task let go of the group: the next write runs too.
-        assert_eq!(Grouped::write(&grouped, vec![2]).await, Err("disk full".to_owned()));
+        assert_eq!(Grouped::run(&grouped, vec![2]).await, Err("disk full".to_owned()));
     }
 
     #[tokio::test]
     async fn a_caller_with_more_than_a_group_is_written_whole() {
         let grouped = doubling(Arc::new(AtomicUsize::new(0)));
         let items: Vec<u32> = (0..(MAX_GROUP as u32 + 10)).collect();
-        let outputs = Grouped::write(&grouped, items.clone()).await.unwrap();
+        let outputs = Grouped::run(&grouped, items.clone()).await.unwrap();
         assert_eq!(outputs, items.iter().map(|n| n * 2).collect::<Vec<_>>());
     }
 }
