@@ -153,6 +153,14 @@ impl SqliteStore {
         Ok(self.writer.begin_with("BEGIN IMMEDIATE").await?)
     }
 
+    /// How far outbound message `id` got on `channel` by its delivery record, as `steps`
+    /// (grouped with the lookups made meanwhile).
+    pub(super) async fn sent_grouped(&self, channel: &str, id: &str) -> Result<Option<i64>, StoreError> {
+        let asked = vec![(channel.to_owned(), id.to_owned())];
+        let steps = Grouped::run(&self.reads.deliveries, asked).await.map_err(StoreError::Grouped)?;
+        Ok(steps.into_iter().next().flatten())
+    }
+
     /// Records how far outbound message `id` got on `channel` (grouped with the records made
     /// meanwhile).
     pub(super) async fn record_sent_grouped(&self, channel: &str, id: &str, steps: i64) -> Result<(), StoreError> {

@@ -27,6 +27,9 @@ pub(in crate::store) const RECORD_ONE: &str = "INSERT INTO deliveries (channel, 
      VALUES ($1, $2, $3, $4) \
      ON CONFLICT (channel, id) DO UPDATE SET steps = excluded.steps, recorded_at = excluded.recorded_at";
 
+/// How far one message got.
+pub(in crate::store) const SENT_ONE: &str = "SELECT steps FROM deliveries WHERE channel = $1 AND id = $2";
+
 /// `steps` for a message sent whole.
 const ALL: i64 = -1;
 
@@ -52,7 +55,7 @@ fn encode(sent: Sent) -> i64 {
     }
 }
 
-fn decode(steps: i64) -> Sent {
+pub(in crate::store) fn decode(steps: i64) -> Sent {
     usize::try_from(steps).map_or(Sent::All, Sent::Steps)
 }
 
@@ -65,12 +68,8 @@ where
     for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
     for<'r> (i64,): FromRow<'r, <B::Db as Database>::Row>,
 {
-    let steps: Option<i64> = sqlx::query_scalar("SELECT steps FROM deliveries WHERE channel = $1 AND id = $2")
-        .bind(channel)
-        .bind(id)
-        .fetch_optional(store.pool())
-        .await
-        .map_err(failed)?;
+    let steps: Option<i64> =
+        sqlx::query_scalar(SENT_ONE).bind(channel).bind(id).fetch_optional(store.pool()).await.map_err(failed)?;
     Ok(steps.map(decode))
 }
 
@@ -116,8 +115,10 @@ where
 // `DeliveryRecord` is another crate's trait, so each store implements it, with the queries above.
 #[async_trait]
 impl DeliveryRecord for SqliteStore {
+    /// Grouped with the lookups the other deliveries make meanwhile (see `record_sent`).
     async fn sent(&self, channel: &str, id: &str) -> Result<Option<Sent>, RecordError> {
-        sent(self, channel, id).await
+        let steps = self.sent_grouped(channel, id).await.map_err(|err| RecordError(err.to_string()))?;
+        Ok(steps.map(decode))
     }
 
     /// Grouped with the records the other deliveries make meanwhile: every process's adapters

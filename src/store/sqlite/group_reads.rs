@@ -1,5 +1,6 @@
 //! The reads that every turn makes, grouped like the writes (see [`Grouped`]): the sender's
-//! user and the session's row when its task starts. A read is a round trip to a reader
+//! user, the session's row when its task starts, and on NATS the chat adapter's look at how
+//! far a reply got before it sends it. A read is a round trip to a reader
 //! connection's thread, as a write is to the writer's; under load, the lookups asked for while
 //! one is under way go together in the next statement. A lone lookup is the plain statement.
 
@@ -12,7 +13,7 @@ use sqlx::{AssertSqlSafe, Row, Sqlite, SqlitePool};
 use super::grouped::{GroupOutcome, Grouped};
 use crate::config::Identity;
 use crate::store::shared::users::{USER_COLUMNS, UserRows, user_from_row};
-use crate::store::shared::{lenient, sessions};
+use crate::store::shared::{deliveries, lenient, sessions};
 use crate::store::users::User;
 use crate::store::{SessionStart, StoreError};
 
@@ -24,6 +25,8 @@ pub(in crate::store) struct GroupReads {
     pub senders: Arc<Grouped<Identity, Sender>>,
     /// Session keys; for each, its settings and head (the defaults for a session without a row).
     pub sessions: Arc<Grouped<String, SessionStart>>,
+    /// Outbound messages as (channel, id); for each, the `steps` its delivery record holds.
+    pub deliveries: Arc<Grouped<(String, String), Option<i64>>>,
 }
 
 impl std::fmt::Debug for GroupReads {
@@ -34,10 +37,11 @@ impl std::fmt::Debug for GroupReads {
 
 impl GroupReads {
     pub fn new(pool: &SqlitePool) -> Self {
-        let (p1, p2) = (pool.clone(), pool.clone());
+        let (p1, p2, p3) = (pool.clone(), pool.clone(), pool.clone());
         Self {
             senders: Arc::new(Grouped::new(move |identities| senders(p1.clone(), identities).boxed())),
             sessions: Arc::new(Grouped::new(move |keys| session_starts(p2.clone(), keys).boxed())),
+            deliveries: Arc::new(Grouped::new(move |messages| delivery_steps(p3.clone(), messages).boxed())),
         }
     }
 }
@@ -50,8 +54,7 @@ async fn senders(pool: SqlitePool, identities: Vec<Identity>) -> GroupOutcome<Se
         let mut conn = pool.acquire().await.map_err(|err| err.to_string())?;
         return Sqlite::find(&mut conn, identity).await.map(|sender| vec![sender]).map_err(failed);
     }
-    let pairs: Vec<[&str; 2]> = identities.iter().map(|id| [id.channel.as_str(), id.sender_id.as_str()]).collect();
-    let array = serde_json::to_string(&pairs).map_err(|err| err.to_string())?;
+    let array = pairs_json(identities.iter().map(|id| [id.channel.as_str(), id.sender_id.as_str()]))?;
     let sql = format!(
         "SELECT j.key AS item, {USER_COLUMNS}, i.display_name FROM json_each($1) AS j \
          CROSS JOIN identities i ON i.channel = j.value ->> 0 AND i.sender_id = j.value ->> 1 \
@@ -90,6 +93,34 @@ async fn session_starts(pool: SqlitePool, keys: Vec<String>) -> GroupOutcome<Ses
         starts[item] = SessionStart { prefs, head: lenient::head(key, row).map_err(failed)? };
     }
     Ok(starts)
+}
+
+/// How far each of `messages` got on its channel, in their order.
+async fn delivery_steps(pool: SqlitePool, messages: Vec<(String, String)>) -> GroupOutcome<Option<i64>> {
+    if let [(channel, id)] = messages.as_slice() {
+        let steps = sqlx::query_scalar(deliveries::SENT_ONE).bind(channel).bind(id).fetch_optional(&pool).await;
+        return steps.map(|steps| vec![steps]).map_err(|err| err.to_string());
+    }
+    let array = pairs_json(messages.iter().map(|(channel, id)| [channel.as_str(), id.as_str()]))?;
+    let rows = sqlx::query(
+        "SELECT j.key AS item, d.steps FROM json_each($1) AS j \
+         CROSS JOIN deliveries d ON d.channel = j.value ->> 0 AND d.id = j.value ->> 1",
+    )
+    .bind(array)
+    .fetch_all(&pool)
+    .await
+    .map_err(|err| err.to_string())?;
+    let mut steps = vec![None; messages.len()];
+    for row in &rows {
+        let item = item_of(row, steps.len())?;
+        steps[item] = Some(row.try_get("steps").map_err(|err| err.to_string())?);
+    }
+    Ok(steps)
+}
+
+/// Pairs of text as a JSON array of two-element arrays, for `json_each`.
+fn pairs_json<'a>(pairs: impl Iterator<Item = [&'a str; 2]>) -> Result<String, String> {
+    serde_json::to_string(&pairs.collect::<Vec<_>>()).map_err(|err| err.to_string())
 }
 
 /// Which of the `asked` elements a row of a grouped read answers (its index in the array).
@@ -134,5 +165,11 @@ mod tests {
         assert_eq!(prefs, [(Some("local/small"), false), (None, false), (None, true)]);
         assert_eq!(starts[1], SessionStart::default());
         assert_eq!(starts[0], store.session_start("discord:1").await.unwrap());
+
+        store.record_sent_grouped("telegram", "r1", -1).await.unwrap();
+        store.record_sent_grouped("discord", "r1", 2).await.unwrap();
+        let asked = [("discord", "r1"), ("telegram", "r2"), ("telegram", "r1")];
+        let asked = asked.map(|(channel, id)| (channel.to_owned(), id.to_owned())).to_vec();
+        assert_eq!(delivery_steps(store.pool().clone(), asked).await.unwrap(), [Some(2), None, Some(-1)]);
     }
 }
