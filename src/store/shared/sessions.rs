@@ -288,11 +288,7 @@ where
     }
 
     async fn session_prefs(&self, session_key: &str) -> Result<SessionPrefs, StoreError> {
-        let row = sqlx::query("SELECT queue_mode, model, show_progress FROM sessions WHERE key = $1")
-            .bind(session_key)
-            .fetch_optional(self.pool())
-            .await?;
-        row.as_ref().map_or_else(|| Ok(SessionPrefs::default()), |row| lenient::prefs(session_key, row))
+        Ok(self.read_session_start(session_key).await?.prefs)
     }
 
     async fn session_start(&self, session_key: &str) -> Result<SessionStart, StoreError> {
