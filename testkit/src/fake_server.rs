@@ -14,7 +14,8 @@ pub(crate) use script::{ModelScript, Settled, event_stream, event_stream_at_once
 pub use script::{Scripted, split_context_line, split_text, without_context_line};
 
 use std::net::SocketAddr;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use axum::Router;
 use axum::body::Bytes;
@@ -31,31 +32,44 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// A fake's accept loop; aborted when dropped.
-pub(crate) struct ServerTask(JoinHandle<()>);
+pub(crate) struct ServerTask {
+    task: JoinHandle<()>,
+    /// Connections accepted so far (for [`ServerTask::serve`]'s servers).
+    accepted: Arc<AtomicUsize>,
+}
 
 impl Drop for ServerTask {
     fn drop(&mut self) {
-        self.0.abort();
+        self.task.abort();
     }
 }
 
 impl ServerTask {
     /// Runs `accept_loop` until the task is dropped.
     pub(crate) fn spawn(accept_loop: impl Future<Output = ()> + Send + 'static) -> ServerTask {
-        ServerTask(tokio::spawn(accept_loop))
+        ServerTask { task: tokio::spawn(accept_loop), accepted: Arc::default() }
     }
 
-    /// Serves `router` with axum on `listener`.
+    /// Serves `router` with axum on `listener`, counting the connections it accepts.
     pub(crate) fn serve(fake: &'static str, listener: TcpListener, router: Router) -> ServerTask {
-        ServerTask::spawn(async move {
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&accepted);
+        let task = tokio::spawn(async move {
             // Like the real services' servers, pieces of an answer go out at once (no Nagle).
-            let listener = axum::serve::ListenerExt::tap_io(listener, |stream| {
+            let listener = axum::serve::ListenerExt::tap_io(listener, move |stream| {
+                counter.fetch_add(1, Ordering::Relaxed);
                 let _ = stream.set_nodelay(true);
             });
             if let Err(error) = axum::serve(listener, router).await {
                 eprintln!("{fake} server stopped: {error}");
             }
-        })
+        });
+        ServerTask { task, accepted }
+    }
+
+    /// How many connections clients opened to the server so far.
+    pub(crate) fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::Relaxed)
     }
 }
 

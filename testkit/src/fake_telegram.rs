@@ -200,7 +200,7 @@ impl Shared {
 pub struct FakeTelegram {
     addr: SocketAddr,
     shared: Arc<Shared>,
-    _server: Arc<ServerTask>,
+    server: Arc<ServerTask>,
 }
 
 impl FakeTelegram {
@@ -213,7 +213,7 @@ impl FakeTelegram {
             Arc::new(Shared { state: Mutex::new(State::new()), pushed: watch::Sender::new(0), calls: CallLog::new() });
         let (listener, addr) = bind_loopback("FakeTelegram").await;
         let server = ServerTask::serve("FakeTelegram", listener, server::router(shared.clone()));
-        FakeTelegram { addr, shared, _server: Arc::new(server) }
+        FakeTelegram { addr, shared, server: Arc::new(server) }
     }
 
     /// `http://127.0.0.1:PORT`, what teloxide's `Bot::set_api_url` takes.
@@ -298,6 +298,19 @@ impl FakeTelegram {
     /// Makes the next call of `method` fail; several queued failures apply one per call, in order.
     pub fn fail_next(&self, method: &str, failure: Failure) {
         self.shared.state().failures.entry(method.to_ascii_lowercase()).or_default().push_back(failure);
+    }
+
+    /// Answers every later call of `method` only after `latency`, as the real Bot API does
+    /// a round trip away (tens to hundreds of milliseconds).
+    pub fn set_latency(&self, method: &str, latency: Duration) {
+        self.shared.state().latency.insert(method.to_ascii_lowercase(), latency);
+    }
+
+    /// How many connections the bot opened to the fake so far. A client that keeps its
+    /// connections alive opens a few and reuses them; one that abandons HTTP/1.1 requests
+    /// midway (hyper then closes the connection) keeps opening new ones.
+    pub fn connections_accepted(&self) -> usize {
+        self.server.accepted()
     }
 
     /// HTML-mode `sendMessage`/`editMessageText` whose text contains `needle` get 400 can't parse entities.

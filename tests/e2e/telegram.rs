@@ -73,6 +73,30 @@ async fn a_lone_direct_message_is_answered_without_a_fixed_wait() {
     assert!(took[2] < Duration::from_millis(300), "median time to the answer: {took:?}");
 }
 
+/// The Bot API a round trip away, so the typing call of each turn is still under way when the
+/// reply is ready. The call is left to finish rather than abandoned (over HTTP/1.1, as to a
+/// local Bot API server, hyper closes the connection of a request given up midway), so a
+/// conversation goes on over the connections its first turn opened.
+#[tokio::test]
+async fn a_typing_call_under_way_when_the_reply_is_ready_keeps_its_connection() {
+    let (llm, fake) = (FakeLlm::start().await, FakeTelegram::start().await);
+    fake.set_latency("sendChatAction", Duration::from_millis(150));
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = telegram(Launch::new(dir.path(), "tg", &["run"]).llm(&llm.base_url()), &fake).spawn();
+    daemon.wait_healthy().await;
+    let mut opened = Vec::new();
+    for n in 1..=5 {
+        fake.push_message(updates::private_text(ALICE, "alice", n, &format!("question {n}")));
+        replies(&fake, n as usize).await;
+        // The typing call ends 150 ms after it started; the next message comes after it.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        opened.push(fake.connections_accepted());
+    }
+    assert_eq!(fake.count_calls("sendmessage"), 5);
+    assert!(fake.count_calls("sendchataction") >= 5, "typing was shown for every turn");
+    assert_eq!(opened[4], opened[0], "connections opened after each turn: {opened:?}");
+}
+
 /// A daemon with the default config whose model streams its answers a frame every `pace`.
 async fn streaming_daemon(dir: &std::path::Path, pace: Duration) -> (FakeLlm, FakeTelegram, crate::support::Daemon) {
     let quirks = Quirks { stream_pace: Some(pace), ..Quirks::default() };

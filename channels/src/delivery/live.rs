@@ -295,14 +295,16 @@ fn stream_chunk<P: Platform>(platform: &Arc<P>, live: &LiveRuns<P>, key: &str, t
 
 /// Sends typing every `interval` until `stop` is cancelled or the safety cap passes.
 /// Failures are not worth more than a debug line: the next round tries again.
+///
+/// A call under way when typing stops is left to finish. It is on the wire by then, so
+/// giving it up would not take it back; over HTTP/1.1 (a local Bot API server, a proxy) it
+/// would only make hyper close the connection, and the next call, often the reply itself,
+/// would wait for a new one.
 async fn keep_typing<P: Platform>(platform: Arc<P>, target: P::Target, interval: Duration, stop: CancellationToken) {
     let deadline = Instant::now() + MAX_RUN_AGE;
-    while Instant::now() < deadline {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            result = platform.typing(&target) => if let Err(err) = result {
-                tracing::debug!(?target, error = %platform.describe(&err), "typing indicator failed");
-            },
+    while Instant::now() < deadline && !stop.is_cancelled() {
+        if let Err(err) = platform.typing(&target).await {
+            tracing::debug!(?target, error = %platform.describe(&err), "typing indicator failed");
         }
         tokio::select! {
             _ = stop.cancelled() => return,

@@ -54,6 +54,10 @@ async fn api_call(shared: &Arc<Shared>, token: &str, method: &str, request: Requ
 
 /// A queued failure first, then the method itself.
 async fn answer(shared: &Arc<Shared>, method: &str, params: &Value, uploads: &HashMap<String, Upload>) -> Answer {
+    let latency = shared.state().latency.get(method).copied();
+    if let Some(latency) = latency {
+        tokio::time::sleep(latency).await;
+    }
     let failure = shared.state().take_failure(method);
     if let Some(Failure::Hang(time)) = failure {
         shared.state().held.push(method.to_owned());

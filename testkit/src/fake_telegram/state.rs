@@ -1,7 +1,7 @@
 //! The fake's state and the synchronous methods (everything but `getUpdates`'s waiting).
 
 use std::collections::{HashMap, VecDeque};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -42,6 +42,8 @@ pub(super) struct State {
     pub(super) reject_html: Vec<String>,
     /// Methods of requests held by a `Failure::Hang`, one entry per request.
     pub(super) held: Vec<String>,
+    /// How long calls of a method take to answer (see `FakeTelegram::set_latency`).
+    pub(super) latency: HashMap<String, Duration>,
     files: HashMap<String, StoredFile>,
     /// Keyed by (chat id, message id).
     sent: HashMap<(i64, i64), Stored>,
@@ -64,6 +66,7 @@ impl State {
             sent_log: Vec::new(),
             feeds: Vec::new(),
             failures: HashMap::new(),
+            latency: HashMap::new(),
             reject_html: Vec::new(),
             held: Vec::new(),
             files: HashMap::new(),
