@@ -49,6 +49,23 @@ async fn complete_with_retries(provider: &OpenAiProvider, policy: &RetryPolicy) 
     with_retries(policy, || provider.complete(&request, None)).await.map(|r| r.content)
 }
 
+/// Streamed answers one after another go over one HTTP/1.1 connection, as a local model
+/// server serves them, though the provider stops reading at the end event and the chunked
+/// body's last piece comes after it: hyper reads that piece when it arrives rather than
+/// closing the connection, so the next call does not wait for a new one.
+#[tokio::test]
+async fn streamed_answers_one_after_another_reuse_the_connection() {
+    let fake = FakeLlm::start().await;
+    let provider = provider(&fake, true);
+    for n in 0..5 {
+        let response = provider.complete(&ask(&format!("question {n}")), None).await.unwrap();
+        assert_eq!(response.content, format!("echo: question {n}"));
+        // The next call of a conversation comes later (a tool's work, the person's next message).
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(fake.connections_accepted(), 1);
+}
+
 #[tokio::test]
 async fn plain_reply_whole_and_streamed() {
     let fake = FakeLlm::start().await;

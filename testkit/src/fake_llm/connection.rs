@@ -4,7 +4,7 @@
 //! the connection is closed a moment later.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -34,9 +34,10 @@ impl std::fmt::Display for Dropped {
 
 impl std::error::Error for Dropped {}
 
-pub(super) async fn accept_loop(listener: TcpListener, router: Router) {
+pub(super) async fn accept_loop(listener: TcpListener, router: Router, accepted: Arc<AtomicUsize>) {
     loop {
         let Ok((stream, _)) = listener.accept().await else { continue };
+        accepted.fetch_add(1, Ordering::Relaxed);
         // As servers meant for many requests do (uvicorn, vLLM); the pieces of a streamed
         // answer would otherwise wait for the client's delayed acknowledgements.
         let _ = stream.set_nodelay(true);

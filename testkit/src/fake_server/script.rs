@@ -109,12 +109,16 @@ pub(crate) fn event_stream(frames: Vec<String>) -> Response {
     event_stream_paced(frames, Duration::from_millis(2))
 }
 
-/// Server-sent events, `pace` apart.
+/// Server-sent events, `pace` apart. The body ends `pace` after the last event, as a
+/// server's does when its generator finishes after writing `[DONE]`: a client that stops
+/// reading at the last event leaves the body unfinished (and hyper its connection unusable).
 pub(crate) fn event_stream_paced(frames: Vec<String>, pace: Duration) -> Response {
-    let body = futures_util::stream::iter(frames).then(move |frame| async move {
+    let events = futures_util::stream::iter(frames).then(move |frame| async move {
         tokio::time::sleep(pace).await;
         Ok::<_, Infallible>(frame)
     });
+    let end = futures_util::stream::once(tokio::time::sleep(pace)).filter_map(|()| async { None });
+    let body = events.chain(end);
     let mut response = Body::from_stream(body).into_response();
     response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     with_event_stream_type(response)
