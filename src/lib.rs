@@ -14,6 +14,7 @@ pub mod doctor;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod hex;
 pub mod hygiene;
 pub mod metrics;
 pub mod prompt;

@@ -281,7 +281,7 @@ impl ChatRequest<'_> {
 pub fn cache_key(agent: &str, session_key: &SessionKey) -> String {
     use sha2::Digest;
     let digest = sha2::Sha256::digest(format!("{agent}\0{session_key}").as_bytes());
-    digest.iter().take(16).map(|byte| format!("{byte:02x}")).collect()
+    crate::hex::hex(&digest[..16])
 }
 
 /// The model's answer to one call.

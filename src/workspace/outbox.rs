@@ -27,6 +27,7 @@ use switchboard_channels::media_files::TOKEN_CHARS;
 pub use collect::{Collected, SentFile, clear, collect, prune_due, prune_now, send_files};
 
 use super::mark::{MarkError, read_or_make_file};
+use crate::hex::hex;
 
 /// The folder every run's `outbox/` is mapped into, relative to the workspace.
 pub const OUTBOX_DIR: &str = "outbox";
@@ -102,8 +103,4 @@ fn new_key() -> String {
         bytes[16..].copy_from_slice(b.as_bytes());
     }
     hex(&bytes)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
