@@ -46,6 +46,11 @@ struct Peers {
 }
 
 impl Peers {
+    /// Connections the daemons opened to the model and the Bot API so far.
+    fn connections(&self) -> usize {
+        self.llm.connections_accepted() + self.telegram.as_ref().map_or(0, FakeTelegram::connections_accepted)
+    }
+
     async fn start(opts: &Options) -> Peers {
         let tool = opts.tool.then(|| (drive::TOOL.to_owned(), drive::tool_arguments()));
         let model = LoadModel::new(opts.delay, tool);
@@ -125,11 +130,13 @@ async fn run_once(opts: &Options, binary: &std::path::Path) -> Figures {
     }
     // With workers in other processes, CPU per turn counts them all.
     let cpu_before = cpu_of_all();
+    let connections_before = peers.connections();
     let tally = match (&opts.path, &peers.telegram) {
         (Path::Telegram, Some(telegram)) => drive::telegram(telegram, opts).await,
         _ => drive::api(daemon.port, opts).await,
     };
     figures.cpu_ms = cpu_of_all().saturating_sub(cpu_before);
+    figures.connections = peers.connections() - connections_before;
     figures.peak_rss = daemon.peak_rss_kib();
     figures.after_rss = daemon.rss_kib();
     figures.tally = tally;

@@ -22,6 +22,8 @@ pub struct Figures {
     pub tally: Tally,
     /// What the model was sent.
     pub input: Option<LoadInput>,
+    /// Connections opened to the model and the Bot API during the load.
+    pub connections: usize,
 }
 
 /// The `p`-th percentile (0–100) of sorted values, nearest rank.
@@ -57,7 +59,8 @@ impl Figures {
         let turns = tally.answered as f64;
         format!(
             "{label:<7} {:>7.0} turns/s | latency ms p50 {:.1} p90 {:.1} p99 {:.1} max {:.1} | overhead ms p50 {:.1} p99 {:.1} \
-             | CPU/turn {:.3} ms | {memory} | peak RSS {:.1} MiB, after {:.1} MiB | {} sent, {} answered, lost {}, duplicated {}",
+             | CPU/turn {:.3} ms | {memory} | peak RSS {:.1} MiB, after {:.1} MiB | connections opened {} \
+             | {} sent, {} answered, lost {}, duplicated {}",
             turns / tally.elapsed.as_secs_f64(),
             at(50.0),
             at(90.0),
@@ -68,6 +71,7 @@ impl Figures {
             self.cpu_ms as f64 / turns.max(1.0),
             mib(self.peak_rss),
             mib(self.after_rss),
+            self.connections,
             tally.sent,
             tally.answered,
             tally.lost(),
