@@ -18,8 +18,8 @@ mod self_tests;
 
 /// `src/`, lowest layer first. Same-layer imports are refused like upward ones.
 const SRC_LAYERS: &[&[&str]] = &[
-    // Time zones, which the config checks its zone names against.
-    &["zone"],
+    // Time zones, which the config checks its zone names against; hex for digests.
+    &["zone", "hex"],
     &["clock", "config", "systemd"],
     &["hygiene", "telemetry", "provider", "workspace", "schedule"],
     // Token estimation reads provider messages, so it sits just above the provider.
