@@ -14,7 +14,6 @@ pub mod doctor;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod hex;
 pub mod hygiene;
 pub mod metrics;
 pub mod prompt;

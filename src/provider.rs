@@ -281,7 +281,7 @@ impl ChatRequest<'_> {
 pub fn cache_key(agent: &str, session_key: &SessionKey) -> String {
     use sha2::Digest;
     let digest = sha2::Sha256::digest(format!("{agent}\0{session_key}").as_bytes());
-    crate::hex::hex(&digest[..16])
+    switchboard_channels::hex::hex(&digest[..16])
 }
 
 /// The model's answer to one call.

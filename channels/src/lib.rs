@@ -10,6 +10,7 @@ pub mod contract;
 pub mod control;
 pub mod delivery;
 pub mod gauge;
+pub mod hex;
 pub mod media_files;
 pub mod meters;
 pub mod pairing;

@@ -282,5 +282,5 @@ pub trait CronStore: Send + Sync {
 pub fn generate_job_id() -> Result<String, RandomSourceError> {
     let mut bytes = [0u8; 4];
     getrandom::fill(&mut bytes).map_err(|e| RandomSourceError(e.to_string()))?;
-    Ok(crate::hex::hex(&bytes))
+    Ok(switchboard_channels::hex::hex(&bytes))
 }

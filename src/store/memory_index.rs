@@ -149,7 +149,7 @@ pub trait MemoryIndex: Send + Sync {
 
 /// What embeddings are cached by: the SHA-256 of a chunk's text, in hex.
 pub fn text_hash(text: &str) -> String {
-    crate::hex::hex(&sha2::Sha256::digest(text.as_bytes()))
+    switchboard_channels::hex::hex(&sha2::Sha256::digest(text.as_bytes()))
 }
 
 /// A vector as bytes to keep: its numbers as little-endian `f32`s.

@@ -117,7 +117,7 @@ fn read_capped(resolved: &Resolved, max_bytes: usize) -> Result<Option<Vec<u8>>,
 /// What the index compares to tell a changed file: its size and SHA-256.
 fn fingerprint(bytes: &[u8]) -> String {
     let digest = sha2::Sha256::digest(bytes);
-    let hex = crate::hex::hex(&digest);
+    let hex = switchboard_channels::hex::hex(&digest);
     format!("{}:{hex}", bytes.len())
 }
 

@@ -149,7 +149,7 @@ pub fn file_stem(channel: &str, id: &str) -> String {
     }
     use sha2::Digest;
     let digest = sha2::Sha256::digest(format!("{channel}\0{id}").as_bytes());
-    let hash = crate::hex::hex(&digest[..16]);
+    let hash = switchboard_channels::hex::hex(&digest[..16]);
     // Every character of the escaped form is ASCII, so any byte index is a boundary.
     format!("{}~{hash}", &stem[..MAX_NAME_BYTES - 33])
 }

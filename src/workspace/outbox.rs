@@ -22,12 +22,12 @@ mod tests;
 use std::path::{Component, Path, PathBuf};
 
 use sha2::{Digest, Sha256};
+use switchboard_channels::hex::hex;
 use switchboard_channels::media_files::TOKEN_CHARS;
 
 pub use collect::{Collected, SentFile, clear, collect, prune_due, prune_now, send_files};
 
 use super::mark::{MarkError, read_or_make_file};
-use crate::hex::hex;
 
 /// The folder every run's `outbox/` is mapped into, relative to the workspace.
 pub const OUTBOX_DIR: &str = "outbox";

@@ -39,7 +39,6 @@ pub use crate::fake_server::prompt_cache::PrefixHit;
 pub use crate::fake_server::{Scripted, SentImage, split_context_line, split_text, without_context_line};
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -119,9 +118,7 @@ struct Shared {
 pub struct FakeLlm {
     addr: SocketAddr,
     shared: Arc<Shared>,
-    /// Connections clients opened so far.
-    accepted: Arc<AtomicUsize>,
-    _server: ServerTask,
+    server: ServerTask,
 }
 
 impl Drop for FakeLlm {
@@ -182,14 +179,13 @@ impl FakeLlm {
             .with_state(shared.clone());
         let (listener, addr) = bind_loopback("FakeLlm").await;
         // Its own accept loop, so that an answer can close its connection (see `connection`).
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let server = ServerTask::spawn(connection::accept_loop(listener, router, Arc::clone(&accepted)));
-        FakeLlm { addr, shared, accepted, _server: server }
+        let server = ServerTask::spawn(|accepted| connection::accept_loop(listener, router, accepted));
+        FakeLlm { addr, shared, server }
     }
 
     /// How many connections clients opened to the server so far.
     pub fn connections_accepted(&self) -> usize {
-        self.accepted.load(Ordering::Relaxed)
+        self.server.accepted()
     }
 
     /// `http://127.0.0.1:PORT/v1`, ready for a provider's `base_url`.

@@ -34,7 +34,7 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// A fake's accept loop; aborted when dropped.
 pub(crate) struct ServerTask {
     task: JoinHandle<()>,
-    /// Connections accepted so far (for [`ServerTask::serve`]'s servers).
+    /// Connections accepted so far: the accept loop counts them.
     accepted: Arc<AtomicUsize>,
 }
 
@@ -45,16 +45,19 @@ impl Drop for ServerTask {
 }
 
 impl ServerTask {
-    /// Runs `accept_loop` until the task is dropped.
-    pub(crate) fn spawn(accept_loop: impl Future<Output = ()> + Send + 'static) -> ServerTask {
-        ServerTask { task: tokio::spawn(accept_loop), accepted: Arc::default() }
+    /// Runs the accept loop `start` makes, given the counter it adds each connection to,
+    /// until the task is dropped.
+    pub(crate) fn spawn<F>(start: impl FnOnce(Arc<AtomicUsize>) -> F) -> ServerTask
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let accepted = Arc::new(AtomicUsize::new(0));
+        ServerTask { task: tokio::spawn(start(Arc::clone(&accepted))), accepted }
     }
 
     /// Serves `router` with axum on `listener`, counting the connections it accepts.
     pub(crate) fn serve(fake: &'static str, listener: TcpListener, router: Router) -> ServerTask {
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let counter = Arc::clone(&accepted);
-        let task = tokio::spawn(async move {
+        ServerTask::spawn(move |counter| async move {
             // Like the real services' servers, pieces of an answer go out at once (no Nagle).
             let listener = axum::serve::ListenerExt::tap_io(listener, move |stream| {
                 counter.fetch_add(1, Ordering::Relaxed);
@@ -63,8 +66,7 @@ impl ServerTask {
             if let Err(error) = axum::serve(listener, router).await {
                 eprintln!("{fake} server stopped: {error}");
             }
-        });
-        ServerTask { task, accepted }
+        })
     }
 
     /// How many connections clients opened to the server so far.

@@ -18,8 +18,8 @@ mod self_tests;
 
 /// `src/`, lowest layer first. Same-layer imports are refused like upward ones.
 const SRC_LAYERS: &[&[&str]] = &[
-    // Time zones, which the config checks its zone names against; hex for digests.
-    &["zone", "hex"],
+    // Time zones, which the config checks its zone names against.
+    &["zone"],
     &["clock", "config", "systemd"],
     &["hygiene", "telemetry", "provider", "workspace", "schedule"],
     // Token estimation reads provider messages, so it sits just above the provider.
@@ -44,7 +44,7 @@ const SRC_LAYERS: &[&[&str]] = &[
 
 /// `channels/src/`. The adapters share the top layer, so none may import another.
 const CHANNELS_LAYERS: &[&[&str]] = &[
-    &["contract"],
+    &["contract", "hex"],
     &["subject", "gauge", "meters", "chunking", "policy", "media_files"],
     &["bus", "pairing"],
     &["control"],

@@ -140,7 +140,7 @@ pub fn token_sha256(token: &str) -> [u8; 32] {
 
 /// The SHA-256 of a token, as the config writes it (lowercase hex).
 pub fn token_sha256_hex(token: &str) -> String {
-    token_sha256(token).iter().map(|b| format!("{b:02x}")).collect()
+    crate::hex::hex(&token_sha256(token))
 }
 
 /// Parses a hex SHA-256 as the config gives it.

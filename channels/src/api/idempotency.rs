@@ -8,6 +8,7 @@ use sha2::{Digest, Sha256};
 use super::CHANNEL;
 use super::replies::Fingerprint;
 use crate::contract::InboundMessage;
+use crate::hex::hex;
 
 pub(crate) const HEADER: &str = "idempotency-key";
 /// Longest key accepted; a UUID or a hash fits many times over.
@@ -54,10 +55,6 @@ pub(crate) fn fingerprint(content: &str) -> Fingerprint {
 /// True for ids made by [`apply`].
 pub(crate) fn is_keyed(id: &str) -> bool {
     id.starts_with(ID_PREFIX)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

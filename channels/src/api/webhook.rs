@@ -66,7 +66,7 @@ pub fn signature(secret: &str, timestamp: i64, body: &[u8]) -> String {
     mac.update(b".");
     mac.update(body);
     let digest = mac.finalize().into_bytes();
-    format!("sha256={}", digest.iter().map(|b| format!("{b:02x}")).collect::<String>())
+    format!("sha256={}", crate::hex::hex(&digest))
 }
 
 /// Posts due outbox messages until `stop`; `kept` wakes it when a message was kept.

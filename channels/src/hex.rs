@@ -2,8 +2,8 @@
 
 const DIGITS: &[u8; 16] = b"0123456789abcdef";
 
-/// `bytes` as lowercase hex, two digits a byte. (A `format!` per byte cost a turn 17
-/// allocations for the prompt-cache key alone.)
+/// `bytes` as lowercase hex, two digits a byte. (A `format!` per byte, as nine copies of
+/// this once did, cost a turn 17 allocations for the prompt-cache key alone.)
 pub fn hex(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len() * 2);
     for &byte in bytes {
