@@ -13,7 +13,7 @@ use switchboard_testkit::fake_telegram::{self, Failure, FakeTelegram, updates};
 
 use crate::discord::{ALICE as DISCORD_ALICE, DM, replies as discord_replies};
 use crate::support::{Daemon, Launch};
-use crate::telegram::{ALICE, replies};
+use crate::telegram::{ALICE, replies_or_logs};
 
 /// The daemon on the fake Bot API, Alice an owner (she may use the file tools and exec).
 fn telegram<'a>(launch: Launch<'a>, fake: &FakeTelegram) -> Launch<'a> {
@@ -47,7 +47,7 @@ async fn started(dir: &Path, name: &str, llm: &FakeLlm, fake: &FakeTelegram) -> 
 /// the document `file`, each once.
 async fn restarted_sends(dir: &Path, llm: &FakeLlm, fake: &FakeTelegram, text: &str, file: (&str, &[u8])) {
     let second = started(dir, "tg-2", llm, fake).await;
-    let sent = replies(fake, 2).await;
+    let sent = replies_or_logs(fake, 2, Some(&second)).await;
     assert_shown(&sent, &[("sendmessage", text), ("senddocument", file.0)], &second);
     assert_eq!(sent[1].file_bytes.as_deref(), Some(file.1));
 }
@@ -67,7 +67,7 @@ async fn files_written_to_the_outbox_reach_telegram_with_the_reply_once() {
     let dir = tempfile::tempdir().unwrap();
     let daemon = started(dir.path(), "tg", &llm, &fake).await;
     fake.push_message(updates::private_text(ALICE, "alice", 1, "the quarterly numbers, please"));
-    let sent = replies(&fake, 3).await;
+    let sent = replies_or_logs(&fake, 3, Some(&daemon)).await;
     let expected = [
         ("sendmessage", "Here are the report and the chart."),
         ("sendphoto", "chart.png"),
@@ -82,7 +82,7 @@ async fn files_written_to_the_outbox_reach_telegram_with_the_reply_once() {
 
     // The next answer carries nothing more: the files left the outbox with the first.
     fake.push_message(updates::private_text(ALICE, "alice", 2, "thanks"));
-    let sent = replies(&fake, 4).await;
+    let sent = replies_or_logs(&fake, 4, Some(&daemon)).await;
     assert_eq!(shown(&sent[3..]), [("sendmessage".to_owned(), "echo: thanks".to_owned())]);
 }
 
@@ -95,7 +95,7 @@ async fn a_file_over_telegrams_limit_is_named_with_its_size_and_the_limit() {
     let dir = tempfile::tempdir().unwrap();
     let daemon = started(dir.path(), "tg", &llm, &fake).await;
     fake.push_message(updates::private_text(ALICE, "alice", 1, "send me the recording"));
-    let sent = replies(&fake, 3).await;
+    let sent = replies_or_logs(&fake, 3, Some(&daemon)).await;
     let note = "(video.mp4 was not sent: it is 60 MB, more than the 50 MB Telegram accepts from bots)";
     let expected =
         [("sendmessage", "The recording and my notes."), ("senddocument", "notes.txt"), ("sendmessage", note)];
