@@ -59,10 +59,10 @@ where
 }
 
 /// The session's settings and head in one statement (the defaults without a row).
-pub(in crate::store) async fn read_start<DB>(pool: &Pool<DB>, key: &str) -> Result<SessionStart, StoreError>
+pub(in crate::store) async fn read_start<'c, DB, E>(executor: E, key: &str) -> Result<SessionStart, StoreError>
 where
     DB: Database,
-    for<'c> &'c Pool<DB>: Executor<'c, Database = DB>,
+    E: Executor<'c, Database = DB>,
     <DB as Database>::Arguments: IntoArguments<DB>,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     &'static str: ColumnIndex<DB::Row>,
@@ -75,7 +75,7 @@ where
          FROM sessions WHERE key = $1",
     )
     .bind(key)
-    .fetch_optional(pool)
+    .fetch_optional(executor)
     .await?;
     let Some(row) = row else { return Ok(SessionStart::default()) };
     Ok(SessionStart { prefs: lenient::prefs(key, &row)?, head: lenient::head(key, &row)? })

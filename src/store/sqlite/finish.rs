@@ -20,7 +20,7 @@ use std::fmt::Write as _;
 use std::sync::LazyLock;
 
 use sqlx::sqlite::SqliteArguments;
-use sqlx::{Executor, Sqlite, SqlitePool};
+use sqlx::{Executor, Sqlite, SqliteConnection};
 
 use super::StoreError;
 use super::grouped::GroupOutcome;
@@ -115,14 +115,14 @@ static FINISH_ONE: LazyLock<String> = LazyLock::new(|| {
 
 /// Finishes a group of runs in one statement. Should it fail, each is tried alone, so one bad
 /// finish does not fail the others.
-pub(super) async fn group(writer: SqlitePool, rows: Vec<FinishRow>) -> GroupOutcome<Result<Finished, String>> {
-    match finish(&writer, &rows).await {
+pub(super) async fn group(conn: &mut SqliteConnection, rows: Vec<FinishRow>) -> GroupOutcome<Result<Finished, String>> {
+    match finish(conn, &rows).await {
         Ok(finished) => Ok(finished.into_iter().map(Ok).collect()),
         Err(err) if rows.len() == 1 => Ok(vec![Err(err.to_string())]),
         Err(_) => {
             let mut each = Vec::with_capacity(rows.len());
             for row in rows {
-                each.push(finish(&writer, std::slice::from_ref(&row)).await.map(|mut one| one.remove(0)));
+                each.push(finish(conn, std::slice::from_ref(&row)).await.map(|mut one| one.remove(0)));
             }
             Ok(each.into_iter().map(|result| result.map_err(|err| err.to_string())).collect())
         }
@@ -130,15 +130,15 @@ pub(super) async fn group(writer: SqlitePool, rows: Vec<FinishRow>) -> GroupOutc
 }
 
 /// Runs the finishes, installing the trigger on the connection's first; one outcome per row.
-async fn finish(writer: &SqlitePool, rows: &[FinishRow]) -> Result<Vec<Finished>, StoreError> {
+async fn finish(conn: &mut SqliteConnection, rows: &[FinishRow]) -> Result<Vec<Finished>, StoreError> {
     let parameters = match rows {
         [one] => Parameters::One(one, encode(&one.transcript)?),
         _ => Parameters::Group(encode(&rows)?),
     };
-    let results = match parameters.query().fetch_all(writer).await {
+    let results = match parameters.query().fetch_all(&mut *conn).await {
         Err(err) if is_missing_trigger(&err) => {
-            writer.execute(INSTALL.as_str()).await?;
-            parameters.query().fetch_all(writer).await?
+            conn.execute(INSTALL.as_str()).await?;
+            parameters.query().fetch_all(&mut *conn).await?
         }
         other => other?,
     };

@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use futures_util::FutureExt;
 use sqlx::sqlite::SqliteRow;
-use sqlx::{AssertSqlSafe, Row, Sqlite, SqlitePool};
+use sqlx::{AssertSqlSafe, Row, Sqlite, SqliteConnection, SqlitePool};
 
-use super::grouped::{GroupOutcome, Grouped};
+use super::grouped::{GroupOutcome, Grouped, Lane};
 use crate::config::Identity;
 use crate::store::shared::users::{USER_COLUMNS, UserRows, user_from_row};
 use crate::store::shared::{deliveries, lenient, sessions};
@@ -37,22 +37,21 @@ impl std::fmt::Debug for GroupReads {
 
 impl GroupReads {
     pub fn new(pool: &SqlitePool) -> Self {
-        let (p1, p2, p3) = (pool.clone(), pool.clone(), pool.clone());
+        let lane = Lane::new(pool);
         Self {
-            senders: Arc::new(Grouped::new(move |identities| senders(p1.clone(), identities).boxed())),
-            sessions: Arc::new(Grouped::new(move |keys| session_starts(p2.clone(), keys).boxed())),
-            deliveries: Arc::new(Grouped::new(move |messages| delivery_steps(p3.clone(), messages).boxed())),
+            senders: Grouped::new(&lane, |conn, identities| senders(conn, identities).boxed()),
+            sessions: Grouped::new(&lane, |conn, keys| session_starts(conn, keys).boxed()),
+            deliveries: Grouped::new(&lane, |conn, messages| delivery_steps(conn, messages).boxed()),
         }
     }
 }
 
 /// The users behind `identities`, in their order. `CROSS JOIN` keeps the array the outer loop,
 /// so each element is one lookup in the identities' primary key.
-async fn senders(pool: SqlitePool, identities: Vec<Identity>) -> GroupOutcome<Sender> {
+async fn senders(conn: &mut SqliteConnection, identities: Vec<Identity>) -> GroupOutcome<Sender> {
     let failed = |err: StoreError| err.to_string();
     if let [identity] = identities.as_slice() {
-        let mut conn = pool.acquire().await.map_err(|err| err.to_string())?;
-        return Sqlite::find(&mut conn, identity).await.map(|sender| vec![sender]).map_err(failed);
+        return Sqlite::find(conn, identity).await.map(|sender| vec![sender]).map_err(failed);
     }
     let array = pairs_json(identities.iter().map(|id| [id.channel.as_str(), id.sender_id.as_str()]))?;
     let sql = format!(
@@ -60,7 +59,8 @@ async fn senders(pool: SqlitePool, identities: Vec<Identity>) -> GroupOutcome<Se
          CROSS JOIN identities i ON i.channel = j.value ->> 0 AND i.sender_id = j.value ->> 1 \
          JOIN users u ON u.id = i.user_id"
     );
-    let rows = sqlx::query(AssertSqlSafe(sql)).bind(array).fetch_all(&pool).await.map_err(|err| err.to_string())?;
+    let rows =
+        sqlx::query(AssertSqlSafe(sql)).bind(array).fetch_all(&mut *conn).await.map_err(|err| err.to_string())?;
     let mut found: Vec<Sender> = vec![None; identities.len()];
     for row in &rows {
         let item = item_of(row, found.len())?;
@@ -71,10 +71,10 @@ async fn senders(pool: SqlitePool, identities: Vec<Identity>) -> GroupOutcome<Se
 }
 
 /// The settings and heads of the sessions `keys`, in their order.
-async fn session_starts(pool: SqlitePool, keys: Vec<String>) -> GroupOutcome<SessionStart> {
+async fn session_starts(conn: &mut SqliteConnection, keys: Vec<String>) -> GroupOutcome<SessionStart> {
     let failed = |err: StoreError| err.to_string();
     if let [key] = keys.as_slice() {
-        return sessions::read_start(&pool, key).await.map(|start| vec![start]).map_err(failed);
+        return sessions::read_start(conn, key).await.map(|start| vec![start]).map_err(failed);
     }
     let array = serde_json::to_string(&keys).map_err(|err| err.to_string())?;
     let rows = sqlx::query(
@@ -82,7 +82,7 @@ async fn session_starts(pool: SqlitePool, keys: Vec<String>) -> GroupOutcome<Ses
          s.compaction_count FROM json_each($1) AS j CROSS JOIN sessions s ON s.key = j.value",
     )
     .bind(array)
-    .fetch_all(&pool)
+    .fetch_all(&mut *conn)
     .await
     .map_err(|err| err.to_string())?;
     let mut starts = vec![SessionStart::default(); keys.len()];
@@ -96,9 +96,9 @@ async fn session_starts(pool: SqlitePool, keys: Vec<String>) -> GroupOutcome<Ses
 }
 
 /// How far each of `messages` got on its channel, in their order.
-async fn delivery_steps(pool: SqlitePool, messages: Vec<(String, String)>) -> GroupOutcome<Option<i64>> {
+async fn delivery_steps(conn: &mut SqliteConnection, messages: Vec<(String, String)>) -> GroupOutcome<Option<i64>> {
     if let [(channel, id)] = messages.as_slice() {
-        let steps = sqlx::query_scalar(deliveries::SENT_ONE).bind(channel).bind(id).fetch_optional(&pool).await;
+        let steps = sqlx::query_scalar(deliveries::SENT_ONE).bind(channel).bind(id).fetch_optional(conn).await;
         return steps.map(|steps| vec![steps]).map_err(|err| err.to_string());
     }
     let array = pairs_json(messages.iter().map(|(channel, id)| [channel.as_str(), id.as_str()]))?;
@@ -107,7 +107,7 @@ async fn delivery_steps(pool: SqlitePool, messages: Vec<(String, String)>) -> Gr
          CROSS JOIN deliveries d ON d.channel = j.value ->> 0 AND d.id = j.value ->> 1",
     )
     .bind(array)
-    .fetch_all(&pool)
+    .fetch_all(&mut *conn)
     .await
     .map_err(|err| err.to_string())?;
     let mut steps = vec![None; messages.len()];
@@ -152,7 +152,8 @@ mod tests {
         let bob_user = store.resolve_user(&bob, "Bob", Level::Guest).await.unwrap();
         let stranger = Identity::new("telegram", "2");
         let asked = vec![bob.clone(), stranger, ann.clone(), bob];
-        let found = senders(store.pool().clone(), asked).await.unwrap();
+        let mut conn = store.pool().acquire().await.unwrap();
+        let found = senders(&mut conn, asked).await.unwrap();
         let names: Vec<_> = found.iter().map(|f| f.as_ref().map(|(user, name)| (user.id, name.as_str()))).collect();
         assert_eq!(names, [Some((bob_user.id, "Bob")), None, Some((ann_user.id, "Ann")), Some((bob_user.id, "Bob"))]);
         assert_eq!(found[2].as_ref().map(|(user, _)| user.level), Some(Level::User));
@@ -160,7 +161,7 @@ mod tests {
         store.set_verbose("telegram:1", true).await.unwrap();
         store.set_session_model("discord:1", Some("local/small")).await.unwrap();
         let keys = ["discord:1", "telegram:9", "telegram:1"].map(str::to_owned).to_vec();
-        let starts = session_starts(store.pool().clone(), keys).await.unwrap();
+        let starts = session_starts(&mut conn, keys).await.unwrap();
         let prefs: Vec<_> = starts.iter().map(|start| (start.prefs.model.as_deref(), start.prefs.verbose)).collect();
         assert_eq!(prefs, [(Some("local/small"), false), (None, false), (None, true)]);
         assert_eq!(starts[1], SessionStart::default());
@@ -170,6 +171,6 @@ mod tests {
         store.record_sent_grouped("discord", "r1", 2).await.unwrap();
         let asked = [("discord", "r1"), ("telegram", "r2"), ("telegram", "r1")];
         let asked = asked.map(|(channel, id)| (channel.to_owned(), id.to_owned())).to_vec();
-        assert_eq!(delivery_steps(store.pool().clone(), asked).await.unwrap(), [Some(2), None, Some(-1)]);
+        assert_eq!(delivery_steps(&mut conn, asked).await.unwrap(), [Some(2), None, Some(-1)]);
     }
 }

@@ -7,10 +7,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures_util::FutureExt;
-use sqlx::SqlitePool;
+use sqlx::{SqliteConnection, SqlitePool};
 
 use super::finish;
-use super::grouped::{GroupOutcome, Grouped};
+use super::grouped::{GroupOutcome, Grouped, Lane};
 use crate::store::finishing::{FinishRow, Finished};
 use switchboard_channels::bus::journal::JournalRecord;
 
@@ -57,38 +57,38 @@ impl std::fmt::Debug for GroupWrites {
 
 impl GroupWrites {
     pub fn new(writer: &SqlitePool) -> Self {
-        let (w1, w2, w3, w4) = (writer.clone(), writer.clone(), writer.clone(), writer.clone());
-        let (w5, w6) = (writer.clone(), writer.clone());
+        let lane = Lane::new(writer);
         Self {
-            removals: Arc::new(Grouped::new(move |seqs| remove(w1.clone(), seqs).boxed())),
-            appends: Arc::new(Grouped::new(move |rows| append(w2.clone(), rows).boxed())),
-            claims: Arc::new(Grouped::new(move |rows| claim(w3.clone(), rows).boxed())),
-            finishes: Arc::new(Grouped::new(move |rows| finish::group(w4.clone(), rows).boxed())),
-            deliveries: Arc::new(Grouped::new(move |runs| mark_delivered(w5.clone(), runs).boxed())),
-            sent: Arc::new(Grouped::new(move |rows| record_sent(w6.clone(), rows).boxed())),
+            removals: Grouped::new(&lane, |conn, seqs| remove(conn, seqs).boxed()),
+            appends: Grouped::new(&lane, |conn, rows| append(conn, rows).boxed()),
+            claims: Grouped::new(&lane, |conn, rows| claim(conn, rows).boxed()),
+            finishes: Grouped::new(&lane, |conn, rows| finish::group(conn, rows).boxed()),
+            deliveries: Grouped::new(&lane, |conn, runs| mark_delivered(conn, runs).boxed()),
+            sent: Grouped::new(&lane, |conn, rows| record_sent(conn, rows).boxed()),
         }
     }
 }
 
-async fn remove(writer: SqlitePool, seqs: Vec<i64>) -> GroupOutcome<()> {
+async fn remove(conn: &mut SqliteConnection, seqs: Vec<i64>) -> GroupOutcome<()> {
     if let [seq] = seqs.as_slice() {
-        let deleted = sqlx::query("DELETE FROM bus_journal WHERE seq = $1").bind(seq).execute(&writer).await;
+        let deleted = sqlx::query("DELETE FROM bus_journal WHERE seq = $1").bind(seq).execute(&mut *conn).await;
         return deleted.map(|_| vec![()]).map_err(|err| err.to_string());
     }
     let count = seqs.len();
     let seqs = serde_json::to_string(&seqs).map_err(|err| err.to_string())?;
     sqlx::query("DELETE FROM bus_journal WHERE seq IN (SELECT value FROM json_each($1))")
         .bind(seqs)
-        .execute(&writer)
+        .execute(&mut *conn)
         .await
         .map_err(|err| err.to_string())?;
     Ok(vec![(); count])
 }
 
 /// One `UPDATE` of the runs named in a JSON array; for each, whether it exists.
-async fn mark_delivered(writer: SqlitePool, runs: Vec<String>) -> GroupOutcome<bool> {
+async fn mark_delivered(conn: &mut SqliteConnection, runs: Vec<String>) -> GroupOutcome<bool> {
     if let [run] = runs.as_slice() {
-        let updated = sqlx::query("UPDATE runs SET reply_delivered = 1 WHERE run_id = $1").bind(run).execute(&writer);
+        let updated =
+            sqlx::query("UPDATE runs SET reply_delivered = 1 WHERE run_id = $1").bind(run).execute(&mut *conn);
         return updated.await.map(|done| vec![done.rows_affected() == 1]).map_err(|err| err.to_string());
     }
     let array = serde_json::to_string(&runs).map_err(|err| err.to_string())?;
@@ -96,7 +96,7 @@ async fn mark_delivered(writer: SqlitePool, runs: Vec<String>) -> GroupOutcome<b
         "UPDATE runs SET reply_delivered = 1 WHERE run_id IN (SELECT value FROM json_each($1)) RETURNING run_id",
     )
     .bind(array)
-    .fetch_all(&writer)
+    .fetch_all(&mut *conn)
     .await
     .map_err(|err| err.to_string())?;
     let updated: std::collections::HashSet<String> = updated.into_iter().collect();
@@ -105,7 +105,7 @@ async fn mark_delivered(writer: SqlitePool, runs: Vec<String>) -> GroupOutcome<b
 
 /// One upsert over a JSON array of the rows; a later row for the same message wins (SQLite's
 /// upsert takes the rows of one `INSERT` one after another, in the array's order).
-async fn record_sent(writer: SqlitePool, rows: Vec<SentRow>) -> GroupOutcome<()> {
+async fn record_sent(conn: &mut SqliteConnection, rows: Vec<SentRow>) -> GroupOutcome<()> {
     const MANY: &str = "INSERT INTO deliveries (channel, id, steps, recorded_at) \
          SELECT r.value ->> '$.channel', r.value ->> '$.id', r.value ->> '$.steps', $2 \
          FROM json_each($1) AS r WHERE true ORDER BY r.key \
@@ -118,20 +118,20 @@ async fn record_sent(writer: SqlitePool, rows: Vec<SentRow>) -> GroupOutcome<()>
             .bind(&row.id)
             .bind(row.steps)
             .bind(now)
-            .execute(&writer)
+            .execute(&mut *conn)
             .await
     } else {
         let array = serde_json::to_string(&rows).map_err(|err| err.to_string())?;
-        sqlx::query(MANY).bind(array).bind(now).execute(&writer).await
+        sqlx::query(MANY).bind(array).bind(now).execute(&mut *conn).await
     };
     written.map(|_| vec![(); count]).map_err(|err| err.to_string())
 }
 
 /// One `INSERT … SELECT` over a JSON array of the rows. The payloads travel as JSON strings,
 /// so they must be UTF-8, which the bus's payloads (JSON themselves) are.
-async fn append(writer: SqlitePool, rows: Vec<JournalRecord>) -> GroupOutcome<Option<i64>> {
+async fn append(conn: &mut SqliteConnection, rows: Vec<JournalRecord>) -> GroupOutcome<Option<i64>> {
     if let [row] = rows.as_slice() {
-        return append_one(&writer, row).await.map(|seq| vec![seq]);
+        return append_one(conn, row).await.map(|seq| vec![seq]);
     }
     let mut array = Vec::with_capacity(rows.len());
     for row in &rows {
@@ -149,7 +149,7 @@ async fn append(writer: SqlitePool, rows: Vec<JournalRecord>) -> GroupOutcome<Op
     )
     .bind(array)
     .bind(chrono::Utc::now().timestamp_millis())
-    .fetch_all(&writer)
+    .fetch_all(&mut *conn)
     .await
     .map_err(|err| err.to_string())?;
     Ok(match_appended(&rows, written))
@@ -182,9 +182,9 @@ fn match_appended(rows: &[JournalRecord], written: Vec<(i64, Option<String>)>) -
 /// One `INSERT … SELECT`; a trigger creates each run's session row first (migration 0016).
 /// Insert first and look only on conflict: the unique inbound id decides who is first, which
 /// stays correct where there is no database-wide write lock.
-async fn claim(writer: SqlitePool, rows: Vec<ClaimRow>) -> GroupOutcome<bool> {
+async fn claim(conn: &mut SqliteConnection, rows: Vec<ClaimRow>) -> GroupOutcome<bool> {
     if let [row] = rows.as_slice() {
-        return claim_one(&writer, row).await.map(|inserted| vec![inserted]);
+        return claim_one(conn, row).await.map(|inserted| vec![inserted]);
     }
     let array: Vec<_> =
         rows.iter().map(|row| (&row.run_id, &row.inbound_id, &row.session_key, row.kind.as_str())).collect();
@@ -198,7 +198,7 @@ async fn claim(writer: SqlitePool, rows: Vec<ClaimRow>) -> GroupOutcome<bool> {
     .bind(array)
     .bind(RunStatus::Running.as_str())
     .bind(super::now_millis())
-    .fetch_all(&writer)
+    .fetch_all(&mut *conn)
     .await
     .map_err(|err| err.to_string())?;
     // Matched by run id, which is new for every claim: two claims of one inbound id in one
@@ -208,7 +208,7 @@ async fn claim(writer: SqlitePool, rows: Vec<ClaimRow>) -> GroupOutcome<bool> {
 }
 
 /// A claim alone: the plain statement, without the JSON that carries a group.
-async fn claim_one(writer: &SqlitePool, row: &ClaimRow) -> Result<bool, String> {
+async fn claim_one(conn: &mut SqliteConnection, row: &ClaimRow) -> Result<bool, String> {
     let inserted = sqlx::query(
         "INSERT INTO runs (run_id, inbound_id, session_key, status, attempt, started_at, kind) \
          VALUES ($1, $2, $3, $4, 1, $5, $6) ON CONFLICT (inbound_id) DO NOTHING",
@@ -219,14 +219,14 @@ async fn claim_one(writer: &SqlitePool, row: &ClaimRow) -> Result<bool, String> 
     .bind(RunStatus::Running.as_str())
     .bind(super::now_millis())
     .bind(row.kind.as_str())
-    .execute(writer)
+    .execute(conn)
     .await
     .map_err(|err| err.to_string())?;
     Ok(inserted.rows_affected() == 1)
 }
 
 /// An append alone: the plain statement, without the JSON that carries a group.
-async fn append_one(writer: &SqlitePool, row: &JournalRecord) -> Result<Option<i64>, String> {
+async fn append_one(conn: &mut SqliteConnection, row: &JournalRecord) -> Result<Option<i64>, String> {
     sqlx::query_scalar(
         "INSERT INTO bus_journal (flow, channel, subject, dedupe_id, payload, created_at) \
          VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (dedupe_id) DO NOTHING RETURNING seq",
@@ -237,7 +237,7 @@ async fn append_one(writer: &SqlitePool, row: &JournalRecord) -> Result<Option<i
     .bind(row.dedupe_id.as_deref())
     .bind(row.payload.as_ref())
     .bind(chrono::Utc::now().timestamp_millis())
-    .fetch_optional(writer)
+    .fetch_optional(conn)
     .await
     .map_err(|err| err.to_string())
 }
@@ -262,7 +262,9 @@ mod tests {
         let store = crate::store::sqlite::SqliteStore::open(&dir.path().join("sb.db")).await.unwrap();
         let sent = |id: &str, steps| SentRow { channel: "telegram".into(), id: id.into(), steps };
         let group = vec![sent("a", 1), sent("b", -1), sent("a", -1), sent("c", 2)];
-        assert_eq!(record_sent(store.write_pool().clone(), group).await.unwrap().len(), 4);
+        let mut conn = store.write_pool().acquire().await.unwrap();
+        assert_eq!(record_sent(&mut conn, group).await.unwrap().len(), 4);
+        drop(conn);
         let rows: Vec<(String, i64)> =
             sqlx::query_as("SELECT id, steps FROM deliveries ORDER BY id").fetch_all(store.write_pool()).await.unwrap();
         assert_eq!(rows, [("a".into(), -1), ("b".into(), -1), ("c".into(), 2)]);

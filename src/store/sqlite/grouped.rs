@@ -1,47 +1,181 @@
 //! Statements grouped onto a connection: the writes onto the one writer, the reads every turn
-//! makes onto a reader (see [`Grouped`]).
+//! makes onto a reader (see [`Grouped`] and [`Lane`]).
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use futures_util::future::BoxFuture;
+use sqlx::pool::PoolConnection;
+use sqlx::{Sqlite, SqliteConnection, SqlitePool};
 use tokio::sync::oneshot;
 
 /// Most items one statement takes; the rest wait for the next one.
 const MAX_GROUP: usize = 256;
 
+/// Groups a lane runs on one connection before it gives the connection back and queues for it
+/// again, so that statements outside the lanes (a session's settings, an approval) are not
+/// kept waiting by a steady stream of groups.
+const GROUPS_PER_HOLD: usize = 32;
+
 /// What a group's statement returns: one output per item, in order, or why it failed (then
 /// every item of the group failed).
 pub(in crate::store) type GroupOutcome<Out> = Result<Vec<Out>, String>;
 
+/// Runs one group of a kind on a connection, in one statement.
+pub(in crate::store) type Write<In, Out> =
+    for<'c> fn(&'c mut SqliteConnection, Vec<In>) -> BoxFuture<'c, GroupOutcome<Out>>;
+
 /// A caller waiting for its outputs: how many items it added, and where its outputs go.
 type Caller<Out> = (usize, oneshot::Sender<GroupOutcome<Out>>);
 
-type Write<In, Out> = Box<dyn Fn(Vec<In>) -> BoxFuture<'static, GroupOutcome<Out>> + Send + Sync>;
+/// The kinds of grouped statements that share a pool, run by one task on one connection.
+///
+/// Every statement on a pooled connection cost two round trips to the connection's thread:
+/// the statement, and the ping sqlx sends whenever a connection goes back to its pool (and a
+/// task to send it). A lane takes a connection when a group is waiting and runs every kind's
+/// waiting groups on it, one after another, until none is left; the ping is paid once per
+/// stretch of work, not once per statement. On the writer this changes no order that
+/// mattered: its one connection ran the kinds one at a time before as well.
+pub(in crate::store) struct Lane {
+    pool: SqlitePool,
+    state: Mutex<LaneState>,
+}
 
-/// One kind of write, grouped: while one statement of this kind is on the writer connection,
-/// the items added meanwhile wait and go in the next one. Every write is a round trip to the
-/// connection's thread and all writes share that one connection, so under load a statement
-/// per item would queue behind the others; grouped, one statement does them all. A caller
-/// still hears back only once its own items are written, and its items stay together and in
-/// order in one statement.
+struct LaneState {
+    kinds: Vec<Weak<dyn Kind>>,
+    /// A task holds (or is getting) a connection and runs what is waiting.
+    running: bool,
+    /// Items were added since the task last looked at every kind.
+    added: bool,
+}
+
+/// What running a kind's next group came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ran {
+    Nothing,
+    Written,
+    /// The statement failed; the connection may be broken, so the lane lets it go.
+    Failed,
+}
+
+/// One kind of grouped statement, as its lane sees it.
+trait Kind: Send + Sync {
+    /// Whether items wait.
+    fn is_waiting(&self) -> bool;
+    /// Runs this kind's next group on `conn` and hands out the outputs.
+    fn run_next<'c>(&'c self, conn: &'c mut SqliteConnection) -> BoxFuture<'c, Ran>;
+    /// Fails everything waiting (the lane got no connection).
+    fn fail_waiting(&self, reason: &str);
+}
+
+impl Lane {
+    pub fn new(pool: &SqlitePool) -> Arc<Lane> {
+        let state = LaneState { kinds: Vec::new(), running: false, added: false };
+        Arc::new(Lane { pool: pool.clone(), state: Mutex::new(state) })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, LaneState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Items were added: starts the running task unless it is on its way.
+    fn wake(self: &Arc<Self>) {
+        let mut state = self.lock();
+        state.added = true;
+        if !std::mem::replace(&mut state.running, true) {
+            // A task of its own, so that a caller who gives up mid-way does not leave the
+            // others waiting for a statement nobody runs.
+            tokio::spawn(run_waiting(Running { lane: Arc::clone(self), done: false }));
+        }
+    }
+
+    /// The kinds to look at in the next round; `None` (and the task's claim released) when
+    /// the last round ran nothing and nothing was added since it started.
+    fn next_round(&self, ran_any: bool) -> Option<Vec<Arc<dyn Kind>>> {
+        let mut state = self.lock();
+        if !ran_any && !state.added {
+            state.running = false;
+            return None;
+        }
+        state.added = false;
+        Some(state.kinds.iter().filter_map(Weak::upgrade).collect())
+    }
+}
+
+/// The running task's claim on [`LaneState::running`]: released when the task finds nothing
+/// left, or when it is dropped unfinished (its runtime shutting down), so that later items
+/// start a new one.
+struct Running {
+    lane: Arc<Lane>,
+    done: bool,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if !self.done {
+            self.lane.lock().running = false;
+        }
+    }
+}
+
+/// Runs the waiting groups of every kind of the lane, a round at a time (each kind's next
+/// group), on one connection, until a round finds nothing.
+async fn run_waiting(mut task: Running) {
+    let lane = Arc::clone(&task.lane);
+    let mut held: Option<PoolConnection<Sqlite>> = None;
+    let (mut ran_any, mut groups) = (true, 0usize);
+    while let Some(kinds) = lane.next_round(ran_any) {
+        ran_any = false;
+        for kind in kinds.iter().filter(|kind| kind.is_waiting()) {
+            let conn = match held.as_mut() {
+                Some(conn) => conn,
+                None => match lane.pool.acquire().await {
+                    Ok(conn) => held.insert(conn),
+                    Err(err) => {
+                        kinds.iter().for_each(|kind| kind.fail_waiting(&err.to_string()));
+                        break;
+                    }
+                },
+            };
+            let ran = kind.run_next(conn).await;
+            if ran == Ran::Nothing {
+                continue;
+            }
+            (ran_any, groups) = (true, groups + 1);
+            if ran == Ran::Failed || groups % GROUPS_PER_HOLD == 0 {
+                // Back to the pool, where its ping finds a broken connection, and behind
+                // whoever else waits for it.
+                held = None;
+            }
+        }
+    }
+    task.done = true;
+}
+
+/// One kind of statement, grouped: while a statement of this kind runs, the items added
+/// meanwhile wait and go in the next one. Every statement is a round trip to the connection's
+/// thread, and all writes share one connection, so under load a statement per item would queue
+/// behind the others; grouped, one statement does them all. A caller still hears back only
+/// once its own items are done, and its items stay together and in order in one statement.
 pub(in crate::store) struct Grouped<In, Out> {
     pending: Mutex<Pending<In, Out>>,
     write: Write<In, Out>,
+    lane: Arc<Lane>,
 }
 
 struct Pending<In, Out> {
     items: Vec<In>,
     /// Who added the items, in order.
     callers: Vec<Caller<Out>>,
-    /// A task is writing, and takes what is pending when it is done.
-    writing: bool,
 }
 
 impl<In: Send + 'static, Out: Send + 'static> Grouped<In, Out> {
-    /// `write` writes one group in one statement.
-    pub fn new(write: impl Fn(Vec<In>) -> BoxFuture<'static, GroupOutcome<Out>> + Send + Sync + 'static) -> Self {
-        let pending = Pending { items: Vec::new(), callers: Vec::new(), writing: false };
-        Self { pending: Mutex::new(pending), write: Box::new(write) }
+    /// A kind of `lane` whose groups `write` runs, in one statement each.
+    pub fn new(lane: &Arc<Lane>, write: Write<In, Out>) -> Arc<Self> {
+        let pending = Mutex::new(Pending { items: Vec::new(), callers: Vec::new() });
+        let grouped = Arc::new(Self { pending, write, lane: Arc::clone(lane) });
+        let kind: Arc<dyn Kind> = grouped.clone();
+        lane.lock().kinds.push(Arc::downgrade(&kind));
+        grouped
     }
 
     /// Runs `items` with whatever else is pending; their outputs, in order.
@@ -54,13 +188,9 @@ impl<In: Send + 'static, Out: Send + 'static> Grouped<In, Out> {
             let mut pending = this.lock();
             pending.callers.push((items.len(), done));
             pending.items.extend(items);
-            if !std::mem::replace(&mut pending.writing, true) {
-                // A task of its own, so that a caller who gives up mid-way does not leave the
-                // others waiting for a write nobody runs.
-                tokio::spawn(write_pending(Writing { grouped: Arc::clone(this), done: false }));
-            }
         }
-        written.await.map_err(|_| "the store shut down before the write".to_owned())?
+        this.lane.wake();
+        written.await.map_err(|_| "the store shut down before the statement ran".to_owned())?
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Pending<In, Out>> {
@@ -71,7 +201,6 @@ impl<In: Send + 'static, Out: Send + 'static> Grouped<In, Out> {
     fn take(&self) -> Option<(Vec<In>, Vec<Caller<Out>>)> {
         let mut pending = self.lock();
         if pending.callers.is_empty() {
-            pending.writing = false;
             return None;
         }
         let (mut callers, mut count) = (0, 0);
@@ -84,38 +213,35 @@ impl<In: Send + 'static, Out: Send + 'static> Grouped<In, Out> {
     }
 }
 
-/// The writing task's claim on [`Pending::writing`]: released when the task finds nothing
-/// left, or when it is dropped unfinished (its runtime shutting down), so a later write starts
-/// a new one.
-struct Writing<In: Send + 'static, Out: Send + 'static> {
-    grouped: Arc<Grouped<In, Out>>,
-    done: bool,
-}
-
-impl<In: Send + 'static, Out: Send + 'static> Drop for Writing<In, Out> {
-    fn drop(&mut self) {
-        if !self.done {
-            self.grouped.lock().writing = false;
-        }
+impl<In: Send + 'static, Out: Send + 'static> Kind for Grouped<In, Out> {
+    fn run_next<'c>(&'c self, conn: &'c mut SqliteConnection) -> BoxFuture<'c, Ran> {
+        Box::pin(async move {
+            let Some((items, callers)) = self.take() else { return Ran::Nothing };
+            let expected = items.len();
+            let outcome = (self.write)(conn, items).await.and_then(|outputs| {
+                if outputs.len() == expected {
+                    Ok(outputs)
+                } else {
+                    Err(format!("a grouped statement gave {} results for {expected} items", outputs.len()))
+                }
+            });
+            let ran = if outcome.is_ok() { Ran::Written } else { Ran::Failed };
+            hand_out(outcome, callers);
+            ran
+        })
     }
-}
 
-/// Writes the pending items, a group at a time, until none are left.
-async fn write_pending<In: Send + 'static, Out: Send + 'static>(mut task: Writing<In, Out>) {
-    loop {
-        let Some((items, callers)) = task.grouped.take() else {
-            task.done = true;
-            return;
+    fn is_waiting(&self) -> bool {
+        !self.lock().callers.is_empty()
+    }
+
+    fn fail_waiting(&self, reason: &str) {
+        let callers = {
+            let mut pending = self.lock();
+            pending.items.clear();
+            std::mem::take(&mut pending.callers)
         };
-        let expected = items.len();
-        let outcome = (task.grouped.write)(items).await.and_then(|outputs| {
-            if outputs.len() == expected {
-                Ok(outputs)
-            } else {
-                Err(format!("a grouped write gave {} results for {expected} items", outputs.len()))
-            }
-        });
-        hand_out(outcome, callers);
+        hand_out(Err(reason.to_owned()), callers);
     }
 }
 
@@ -138,51 +264,4 @@ fn hand_out<Out>(outcome: GroupOutcome<Out>, callers: Vec<Caller<Out>>) {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
-    use super::*;
-
-    fn doubling(groups: Arc<AtomicUsize>) -> Arc<Grouped<u32, u32>> {
-        Arc::new(Grouped::new(move |items: Vec<u32>| {
-            groups.fetch_add(1, Ordering::SeqCst);
-            Box::pin(async move {
-                tokio::task::yield_now().await;
-                Ok(items.into_iter().map(|n| n * 2).collect())
-            }) as BoxFuture<'static, GroupOutcome<u32>>
-        }))
-    }
-
-    #[tokio::test]
-    async fn concurrent_callers_share_statements_and_each_gets_its_own_outputs() {
-        let groups = Arc::new(AtomicUsize::new(0));
-        let grouped = doubling(Arc::clone(&groups));
-        let calls = (0..50u32).map(|n| {
-            let grouped = Arc::clone(&grouped);
-            tokio::spawn(async move { Grouped::run(&grouped, vec![n, n + 1000]).await })
-        });
-        let results = futures_util::future::join_all(calls).await;
-        for (n, result) in (0..50u32).zip(results) {
-            assert_eq!(result.unwrap().unwrap(), vec![n * 2, (n + 1000) * 2]);
-        }
-        let groups = groups.load(Ordering::SeqCst);
-        assert!(groups < 50, "{groups} statements for 50 concurrent callers");
-    }
-
-    #[tokio::test]
-    async fn a_failed_group_fails_each_of_its_callers() {
-        let grouped: Arc<Grouped<u32, u32>> =
-            Arc::new(Grouped::new(|_| Box::pin(async { Err("disk full".to_owned()) }) as BoxFuture<'static, _>));
-        assert_eq!(Grouped::run(&grouped, vec![1]).await, Err("disk full".to_owned()));
-        // The task let go of the group: the next write runs too.
-        assert_eq!(Grouped::run(&grouped, vec![2]).await, Err("disk full".to_owned()));
-    }
-
-    #[tokio::test]
-    async fn a_caller_with_more_than_a_group_is_written_whole() {
-        let grouped = doubling(Arc::new(AtomicUsize::new(0)));
-        let items: Vec<u32> = (0..(MAX_GROUP as u32 + 10)).collect();
-        let outputs = Grouped::run(&grouped, items.clone()).await.unwrap();
-        assert_eq!(outputs, items.iter().map(|n| n * 2).collect::<Vec<_>>());
-    }
-}
+mod tests;
