@@ -255,12 +255,12 @@ fn gauge_sources(
 }
 
 /// Gives the memory that start-up used and freed (config parsing, compiling the guard's and the
-/// exec tool's patterns, about 1 MB) back to the system: glibc keeps freed memory below its
-/// top for later allocations, which an idle daemon does not make.
+/// exec tool's patterns, about 1 MB) back to the system now: the allocator would purge it only
+/// after the next allocations, which an idle daemon does not make.
 fn return_startup_garbage() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: malloc_trim only releases free pages of the allocator's own heap.
+    #[cfg(target_os = "linux")]
+    // SAFETY: mi_collect only frees and purges pages the allocator itself holds unused.
     unsafe {
-        libc::malloc_trim(0);
+        libmimalloc_sys::mi_collect(true);
     }
 }

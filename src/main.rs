@@ -5,21 +5,35 @@ use std::process::ExitCode;
 use clap::Parser;
 use switchboard::cli::Cli;
 
-/// glibc gives each thread that allocates its own malloc arena (up to 8 per core) and keeps
-/// what is freed in it: under a steady load the runtime's and SQLite's threads made resident
-/// memory creep up for a quarter of an hour while the heap in use stayed under 6 MB. Two
-/// arenas are plenty for a process that spends its time waiting on the network. An
-/// explicit `MALLOC_ARENA_MAX` in the environment still wins.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn limit_malloc_arenas() {
-    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
-        // SAFETY: mallopt(3) with an integer option, before any other thread exists.
-        unsafe { libc::mallopt(libc::M_ARENA_MAX, 2) };
+/// mimalloc rather than glibc's malloc: a turn spawns a handful of tasks, and glibc 2.36
+/// serves their 128-byte-aligned cells under an arena lock (its thread cache holds only
+/// ordinary blocks), which with all threads on two arenas made malloc and its futex waits a
+/// fifth of a turn's CPU (docs/benchmarks.md). glibc's arenas also kept what the runtime's and
+/// SQLite's threads freed, so resident memory crept under a steady load; mimalloc gives empty
+/// pages back. The `override` feature routes C code (SQLite) to it as well.
+#[cfg(target_os = "linux")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// `mi_option_purge_delay` in mimalloc v3's `mimalloc.h` (the crate exports no name for it in
+/// v3; libmimalloc-sys is pinned, so the number cannot move under us).
+#[cfg(target_os = "linux")]
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// Freed pages go back to the system at once instead of after mimalloc's default second, which
+/// it counts only when it next allocates: an idle daemon would keep a burst's pages resident
+/// (1 MB more at idle, 10 MB more at the peak of the bench's 100 chats). What this costs under
+/// load is within the bench's noise. `MIMALLOC_PURGE_DELAY` in the environment still wins.
+#[cfg(target_os = "linux")]
+fn return_freed_pages_at_once() {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+        // SAFETY: sets an integer option; mimalloc reads its options atomically.
+        unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) };
     }
 }
 
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn limit_malloc_arenas() {}
+#[cfg(not(target_os = "linux"))]
+fn return_freed_pages_at_once() {}
 
 fn main() -> ExitCode {
     // First of all, before any secret is read into memory or any command can run: the
@@ -29,7 +43,7 @@ fn main() -> ExitCode {
         eprintln!("switchboard: {err}");
         return ExitCode::FAILURE;
     }
-    limit_malloc_arenas();
+    return_freed_pages_at_once();
     let cli = Cli::parse();
     match switchboard::cli::run(cli) {
         Ok(()) => ExitCode::SUCCESS,

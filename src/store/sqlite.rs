@@ -37,14 +37,22 @@ use crate::config::Identity;
 /// How long a statement waits for another connection's write lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Connections for reads: WAL lets them run beside the writer and beside each other.
-const MAX_CONNECTIONS: u32 = 4;
+/// Connections for reads: WAL lets them run beside the writer and beside each other. A read
+/// is CPU work in this process, so more readers than cores add no throughput, only a thread,
+/// a page cache and a parsed schema each (about 0.3 MB); start-up's concurrent reads open them
+/// all at once. Two at least, so one long read (a memory search, an export) does not hold up
+/// a turn's.
+fn reader_connections() -> u32 {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    u32::try_from(cores).unwrap_or(u32::MAX).clamp(2, 4)
+}
 
 /// SQLite's page cache per connection, in KiB (`cache_size` counts KiB when negative); SQLite's
 /// default is 2,000. In WAL mode a connection empties its cache whenever another one has
 /// written since its last read, which under steady traffic is before nearly every read, so a
 /// large cache buys little; the kernel keeps the file's pages anyway. This bounds what the
-/// store holds at about `MAX_CONNECTIONS` times this, however large the file grows.
+/// store holds at about the reader connections' number times this, however large the file
+/// grows.
 const PAGE_CACHE_KIB: i64 = 512;
 
 /// The writer connection's finishing trigger (`finish`), for the query-plan test.
@@ -93,7 +101,7 @@ impl SqliteStore {
             .busy_timeout(BUSY_TIMEOUT)
             .foreign_keys(true)
             .pragma("cache_size", format!("-{PAGE_CACHE_KIB}"));
-        let pool = connect_waiting_for_wal(options.clone(), pool_options(MAX_CONNECTIONS))
+        let pool = connect_waiting_for_wal(options.clone(), pool_options(reader_connections()))
             .await
             .map_err(|e| open_err(e.to_string()))?;
         migrate::run(&pool, SQLITE_MIGRATIONS).await?;
