@@ -54,3 +54,18 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::MI_OPTION_PURGE_DELAY;
+
+    /// The number names the purge delay: its default of 1,000 ms is the only option with that
+    /// default in mimalloc v3, so a crate update that shifts the options fails here.
+    #[test]
+    fn the_option_number_is_mimallocs_purge_delay() {
+        assert!(std::env::var_os("MIMALLOC_PURGE_DELAY").is_none(), "the test reads mimalloc's default");
+        // SAFETY: reads an integer option.
+        let delay = unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) };
+        assert_eq!(delay, 1000);
+    }
+}
