@@ -8,9 +8,9 @@ use switchboard::cli::Cli;
 /// mimalloc rather than glibc's malloc: a turn spawns a handful of tasks, and glibc 2.36
 /// serves their 128-byte-aligned cells under an arena lock (its thread cache holds only
 /// ordinary blocks), which with all threads on two arenas made malloc and its futex waits a
-/// fifth of a turn's CPU (docs/benchmarks.md). glibc's arenas also kept what the runtime's and
-/// SQLite's threads freed, so resident memory crept under a steady load; mimalloc gives empty
-/// pages back. The `override` feature routes C code (SQLite) to it as well.
+/// fifth of a turn's CPU (docs/benchmarks.md). Those two arenas were there against memory
+/// creeping under a steady load; with freed pages purged at once (below) mimalloc held as flat
+/// in the soak. The `override` feature routes C code (SQLite) to it as well.
 #[cfg(target_os = "linux")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
