@@ -2,6 +2,7 @@
 
 mod reload;
 mod restart;
+mod startup_pages;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -148,7 +149,7 @@ pub async fn run(
     }
     let bus_label = assembly::settings::bus_label(assembly.config());
     tracing::info!(version = env!("CARGO_PKG_VERSION"), bus = %bus_label, ?parts, "switchboard started");
-    return_startup_garbage();
+    startup_pages::give_back_after_startup();
     crate::systemd::ready(&format!("serving ({bus_label})"));
     background.extend(crate::systemd::watchdog(&shutdown).map(|task| ("systemd watchdog", task)));
     background.push(("systemd stopping", crate::systemd::stopping_on(&shutdown)));
@@ -252,15 +253,4 @@ fn gauge_sources(
         sources.push(Box::new(move || worker.read()));
     }
     sources
-}
-
-/// Gives the memory that start-up used and freed (config parsing, compiling the guard's and the
-/// exec tool's patterns, about 1 MB) back to the system now: the allocator would purge it only
-/// after the next allocations, which an idle daemon does not make.
-fn return_startup_garbage() {
-    #[cfg(target_os = "linux")]
-    // SAFETY: mi_collect only frees and purges pages the allocator itself holds unused.
-    unsafe {
-        libmimalloc_sys::mi_collect(true);
-    }
 }
