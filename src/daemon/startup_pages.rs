@@ -179,7 +179,7 @@ Anonymous:          3440 kB
     #[test]
     fn this_process_has_its_code_among_them() {
         let mappings = read_only_executable_mappings().expect("read /proc/self/smaps");
-        let code = release_executable_pages as usize;
+        let code = release_executable_pages as *const () as usize;
         assert!(mappings.iter().any(|m| (m.start..m.start + m.len).contains(&code)), "{mappings:?}");
     }
 }
