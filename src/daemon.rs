@@ -149,7 +149,8 @@ pub async fn run(
     }
     let bus_label = assembly::settings::bus_label(assembly.config());
     tracing::info!(version = env!("CARGO_PKG_VERSION"), bus = %bus_label, ?parts, "switchboard started");
-    startup_pages::give_back_after_startup();
+    let turns = worker.as_ref().map(Worker::gauges);
+    startup_pages::give_back_after_startup(move || turns.as_ref().is_none_or(|turns| turns.busy_sessions() == 0));
     crate::systemd::ready(&format!("serving ({bus_label})"));
     background.extend(crate::systemd::watchdog(&shutdown).map(|task| ("systemd watchdog", task)));
     background.push(("systemd stopping", crate::systemd::stopping_on(&shutdown)));

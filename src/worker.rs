@@ -400,4 +400,9 @@ impl WorkerGauges {
     pub fn read(&self) -> Vec<Gauge> {
         self.0.gauges()
     }
+
+    /// Sessions with a turn under way or messages waiting.
+    pub fn busy_sessions(&self) -> usize {
+        self.0.busy_sessions()
+    }
 }

@@ -13,13 +13,25 @@ use std::time::Duration;
 /// How long after "switchboard started" the channels' first calls (`getMe`, the gateway's
 /// identify, the first `getUpdates`) have usually run.
 const SETTLE: Duration = Duration::from_secs(1);
+/// How long to wait for a moment with no turn under way: a turn then maps its code again at
+/// once, and one that streams would see its events late. A daemon busy this long after start
+/// has its code in use anyway.
+const QUIET_WITHIN: Duration = Duration::from_secs(30);
 
-/// Gives back what start-up used, now (the allocator's pages) and once start-up has settled
-/// (both again, with the executable's pages).
-pub(super) fn give_back_after_startup() {
+/// Gives back what start-up used, now (the allocator's pages) and once start-up has settled and
+/// `quiet` says no turn is under way (both again, with the executable's pages).
+pub(super) fn give_back_after_startup(quiet: impl Fn() -> bool + Send + 'static) {
     collect_allocator();
-    tokio::spawn(async {
+    tokio::spawn(async move {
         tokio::time::sleep(SETTLE).await;
+        let given_up = tokio::time::Instant::now() + QUIET_WITHIN;
+        while !quiet() {
+            if tokio::time::Instant::now() >= given_up {
+                tracing::debug!("busy since start-up; its code pages stay");
+                return;
+            }
+            tokio::time::sleep(SETTLE).await;
+        }
         collect_allocator();
         release_executable_pages();
     });

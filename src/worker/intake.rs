@@ -280,6 +280,10 @@ impl Intake {
     }
 
     /// What the intake holds now, for the metrics endpoint.
+    pub(super) fn busy_sessions(&self) -> usize {
+        self.sessions.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
     pub(super) fn gauges(&self) -> Vec<Gauge> {
         let sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner).len();
         let overflow = self.overflow.lock().unwrap_or_else(PoisonError::into_inner).len();
