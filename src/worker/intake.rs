@@ -285,7 +285,7 @@ impl Intake {
     }
 
     pub(super) fn gauges(&self) -> Vec<Gauge> {
-        let sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner).len();
+        let sessions = self.busy_sessions();
         let overflow = self.overflow.lock().unwrap_or_else(PoisonError::into_inner).len();
         let rate = self.rate.lock().unwrap_or_else(PoisonError::into_inner).remembered();
         vec![
